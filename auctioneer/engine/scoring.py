@@ -1,0 +1,55 @@
+"""Diego's cell score for one piece of work; lower wins.
+
+score = mean(used memory, disk, container fractions after placing) + weight × starting containers
+        + 1000 × instances of the same process on the cell (tasks: 1000 × tasks on the cell)
+        + bin-pack weight × the cell's index in its zone (LRPs only)
+
+Both engines call these very functions, in this very order of floating-point operations, so that
+equal inputs give bit-for-bit equal scores and the engines can be compared exactly.
+"""
+
+from __future__ import annotations
+
+LOCALITY_OFFSET = 1000.0
+
+
+def resource_score(
+    avail_m: int, avail_d: int, avail_c: int, total_m: int, total_d: int, total_c: int,
+    memory_mb: int, disk_mb: int, starting: int, starting_weight: float,
+) -> float:
+    used_m = 1.0 - (avail_m - memory_mb) / (total_m or 1)
+    used_d = 1.0 - (avail_d - disk_mb) / (total_d or 1)
+    used_c = 1.0 - (avail_c - 1) / (total_c or 1)
+    return (used_m + used_d + used_c) / 3.0 + starting * starting_weight
+
+
+def lrp_score(slot, memory_mb: int, disk_mb: int, process_guid: str, starting_weight: float,
+              bin_pack_weight: float) -> float:
+    return (
+        resource_score(slot.avail_m, slot.avail_d, slot.avail_c, slot.total_m, slot.total_d, slot.total_c,
+                       memory_mb, disk_mb, slot.starting, starting_weight)
+        + LOCALITY_OFFSET * slot.proc_counts.get(process_guid, 0)
+        + slot.zone_pos * bin_pack_weight
+    )
+
+
+def task_score(slot, memory_mb: int, disk_mb: int, starting_weight: float) -> float:
+    return (
+        resource_score(slot.avail_m, slot.avail_d, slot.avail_c, slot.total_m, slot.total_d, slot.total_c,
+                       memory_mb, disk_mb, slot.starting, starting_weight)
+        + LOCALITY_OFFSET * slot.task_count
+    )
+
+
+def lrp_score_components(slot, memory_mb: int, disk_mb: int, process_guid: str, starting_weight: float,
+                         bin_pack_weight: float) -> dict[str, float]:
+    """The parts of `lrp_score`, for `explain`."""
+    return {
+        "memory_used": 1.0 - (slot.avail_m - memory_mb) / (slot.total_m or 1),
+        "disk_used": 1.0 - (slot.avail_d - disk_mb) / (slot.total_d or 1),
+        "containers_used": 1.0 - (slot.avail_c - 1) / (slot.total_c or 1),
+        "starting": slot.starting * starting_weight,
+        "same_process": LOCALITY_OFFSET * slot.proc_counts.get(process_guid, 0),
+        "bin_pack": slot.zone_pos * bin_pack_weight,
+        "score": lrp_score(slot, memory_mb, disk_mb, process_guid, starting_weight, bin_pack_weight),
+    }

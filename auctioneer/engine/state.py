@@ -1,0 +1,205 @@
+"""The working state of one auction: a mutable copy of every cell that each reservation updates.
+
+Both engines (fast and reference) drive the same `AuctionState`; only how they *choose* a cell differs.
+Indexes that a fast strategy keeps subscribe with `on_reserve` and are told of every reservation,
+whichever strategy made it, so strategies can be mixed within one batch.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Callable, Sequence
+
+from .types import Cell, LRPStart, SchedulerConfig, TaskStart, Volume
+
+
+def instance_key(process_guid: str, index: int) -> str:
+    return f"{process_guid}/{index}"
+
+
+class CellSlot:
+    """One cell as the auction sees it while reserving: what is left, and what it holds."""
+
+    __slots__ = (
+        "pos", "cell", "cell_id", "zone", "zone_pos",
+        "total_m", "total_d", "total_c", "avail_m", "avail_d", "avail_c", "starting",
+        "stacks", "tags", "optional_tags", "drivers",
+        "proc_counts", "delayed_counts", "task_count", "ingress_free", "devices_free", "volumes",
+    )
+
+    def __init__(self, pos: int, zone_pos: int, cell: Cell) -> None:
+        self.pos = pos
+        self.cell = cell
+        self.cell_id = cell.cell_id
+        self.zone = cell.zone
+        self.zone_pos = zone_pos
+        self.total_m = cell.total.memory_mb
+        self.total_d = cell.total.disk_mb
+        self.total_c = cell.total.containers
+        self.avail_m = cell.available.memory_mb
+        self.avail_d = cell.available.disk_mb
+        self.avail_c = cell.available.containers
+        self.starting = cell.starting_containers
+        self.stacks = frozenset(cell.stacks)
+        self.tags = cell.placement_tags
+        self.optional_tags = cell.optional_placement_tags
+        self.drivers = cell.volume_drivers
+        self.proc_counts: dict[str, int] = {}
+        self.delayed_counts: dict[str, int] = {}
+        for inst in cell.lrps:
+            counts = self.delayed_counts if inst.delayed_shutdown else self.proc_counts
+            counts[inst.process_guid] = counts.get(inst.process_guid, 0) + 1
+        self.task_count = len(cell.tasks)
+        self.ingress_free: list[str] = list(cell.ingress_ips)
+        self.devices_free: dict[str, int] = dict(cell.devices)
+        self.volumes: list[Volume] = list(cell.volumes)
+
+    def fits(self, memory_mb: int, disk_mb: int) -> bool:
+        return self.avail_m >= memory_mb and self.avail_d >= disk_mb and self.avail_c >= 1
+
+    def lacking(self, memory_mb: int, disk_mb: int) -> set[str]:
+        """Which of Diego's resource problems this cell has for the request."""
+        problems = set()
+        if self.avail_m < memory_mb:
+            problems.add("memory")
+        if self.avail_d < disk_mb:
+            problems.add("disk")
+        if self.avail_c < 1:
+            problems.add("containers")
+        return problems
+
+    def instances(self, process_guid: str) -> int:
+        return self.proc_counts.get(process_guid, 0)
+
+    def __repr__(self) -> str:  # pragma: no cover - debugging aid
+        return f"CellSlot({self.cell_id}, zone={self.zone}, mem={self.avail_m}/{self.total_m})"
+
+
+ReserveListener = Callable[[CellSlot], None]
+
+
+class AuctionState:
+    """Every cell of one auction plus the counters placement needs, kept current as work is reserved."""
+
+    def __init__(self, cells: Sequence[Cell], config: SchedulerConfig) -> None:
+        self.config = config
+        self.zone_names: list[str] = sorted({c.zone for c in cells})
+        self.zone_slots: dict[str, list[CellSlot]] = {z: [] for z in self.zone_names}
+        self.slots: list[CellSlot] = []
+        seen: set[str] = set()
+        for pos, cell in enumerate(cells):
+            if cell.cell_id in seen:
+                raise ValueError(f"duplicate cell id {cell.cell_id!r}")
+            seen.add(cell.cell_id)
+            members = self.zone_slots[cell.zone]
+            slot = CellSlot(pos, len(members), cell)
+            members.append(slot)
+            self.slots.append(slot)
+        # process guid -> {cell pos: ordinary instances}, and -> {zone: instances}
+        self.proc_cells: dict[str, dict[int, int]] = {}
+        self.zone_counts: dict[str, dict[str, int]] = {}
+        self.task_cells: dict[int, int] = {}
+        for slot in self.slots:
+            for pg, n in slot.proc_counts.items():
+                self.proc_cells.setdefault(pg, {})[slot.pos] = n
+                zc = self.zone_counts.setdefault(pg, {})
+                zc[slot.zone] = zc.get(slot.zone, 0) + n
+            if slot.task_count:
+                self.task_cells[slot.pos] = slot.task_count
+        self.total_starting = sum(s.starting for s in self.slots)
+        self.version = 0
+        self.listeners: list[ReserveListener] = []
+        self.lrps_placed_by_process: dict[str, int] = {}
+
+    # --- reservations -------------------------------------------------------------------------------
+
+    def on_reserve(self, listener: ReserveListener) -> None:
+        self.listeners.append(listener)
+
+    def reserve_lrp(self, slot: CellSlot, item: LRPStart) -> None:
+        self._reserve(slot, item.memory_mb, item.disk_mb)
+        pg = item.process_guid
+        n = slot.proc_counts.get(pg, 0) + 1
+        slot.proc_counts[pg] = n
+        self.proc_cells.setdefault(pg, {})[slot.pos] = n
+        zc = self.zone_counts.setdefault(pg, {})
+        zc[slot.zone] = zc.get(slot.zone, 0) + 1
+        self.lrps_placed_by_process[pg] = self.lrps_placed_by_process.get(pg, 0) + 1
+        if item.ingress_ip and slot.ingress_free:
+            slot.ingress_free.pop(0)
+        for dev in item.devices:
+            slot.devices_free[dev.kind] = slot.devices_free.get(dev.kind, 0) - dev.count
+        if item.volumes:
+            self._claim_volumes(slot, item)
+        self._notify(slot)
+
+    def reserve_task(self, slot: CellSlot, item: TaskStart) -> None:
+        self._reserve(slot, item.memory_mb, item.disk_mb)
+        slot.task_count += 1
+        self.task_cells[slot.pos] = slot.task_count
+        self._notify(slot)
+
+    def _reserve(self, slot: CellSlot, memory_mb: int, disk_mb: int) -> None:
+        slot.avail_m -= memory_mb
+        slot.avail_d -= disk_mb
+        slot.avail_c -= 1
+        slot.starting += 1
+        self.total_starting += 1
+        self.version += 1
+
+    def _notify(self, slot: CellSlot) -> None:
+        for listener in self.listeners:
+            listener(slot)
+
+    def _claim_volumes(self, slot: CellSlot, item: LRPStart) -> None:
+        # Imported here: the service strategy owns volume matching; the state only records the claim.
+        from .strategies.service_filters import match_volume
+
+        holder = instance_key(item.process_guid, item.index)
+        for request in item.volumes:
+            for i, volume in enumerate(slot.volumes):
+                if volume.holder == holder and volume.name == request.name:
+                    break  # the instance's own ephemeral volume is already here
+                if volume.holder is None and match_volume(volume, request):
+                    slot.volumes[i] = Volume(volume.name, volume.size_mb, volume.labels, request.ephemeral, holder)
+                    break
+
+    # --- queries ------------------------------------------------------------------------------------
+
+    def zone_instances(self, process_guid: str) -> dict[str, int]:
+        return self.zone_counts.get(process_guid, {})
+
+    def zone_groups(self, process_guid: str) -> list[list[str]]:
+        """Zones ordered by instances of the process (fewest first, ties by name), grouped when equal.
+
+        Diego considers zones with equal counts together and moves to a fuller group only when no cell
+        of the emptier groups fits.
+        """
+        counts = self.zone_counts.get(process_guid, {})
+        ordered = sorted(self.zone_names, key=lambda z: (counts.get(z, 0), z))
+        groups: list[list[str]] = []
+        last = None
+        for zone in ordered:
+            n = counts.get(zone, 0)
+            if groups and n == last:
+                groups[-1].append(zone)
+            else:
+                groups.append([zone])
+                last = n
+        return groups
+
+    def inflight_limit_reached(self) -> bool:
+        limit = self.config.max_inflight_starts
+        return limit > 0 and self.total_starting >= limit
+
+
+def app_id(process_guid: str) -> int:
+    """The objective language's AppID: the guid's trailing number, else a stable CRC32 of it."""
+    digits = ""
+    for ch in reversed(process_guid):
+        if not ch.isdigit():
+            break
+        digits = ch + digits
+    if digits:
+        return int(digits)
+    return zlib.crc32(process_guid.encode())
