@@ -17,7 +17,14 @@ def _register() -> None:
     # Imported for their side effect of adding commands to `app`; each module owns its commands.
     import importlib
 
-    for name in ("deploy.simulate_cmd", "deploy.cluster_cmd", "deploy.client_cmd", "deploy.services_cmd"):
+    for name in (
+        "deploy.simulate_cmd",
+        "deploy.bbs_cmd",
+        "deploy.auctioneer_cmd",
+        "deploy.rep_cmd",
+        "deploy.cluster_cmd",
+        "deploy.client_cmd",
+    ):
         try:
             importlib.import_module(name)
         except ModuleNotFoundError as exc:

@@ -1,0 +1,404 @@
+"""Wire models: the bodies of every API between client, BBS, auctioneer and rep (pydantic v2).
+
+These are the boundary. Request bodies forbid unknown fields so a typo is a 422 naming the field, not
+a silently ignored setting. Field names follow ../shared/DESIGN.md "Wire names".
+
+HTTP API (JSON; every list endpoint answers {"items": [...]}; errors are FastAPI's 422 shape
+{"detail": [{"loc": [...], "msg": ..., "type": ...}]} or {"detail": "text"} for 404/409):
+
+BBS (`vendue bbs`, default http://127.0.0.1:8889)
+  GET    /ping                                   -> {"ok": true, "ready": bool}
+  GET    /metrics                                -> prometheus text
+  POST   /v1/desired_lrps            DesiredLRPCreate   -> 201 DesiredLRP (409 if it exists)
+  GET    /v1/desired_lrps                               -> {"items": [DesiredLRP]}
+  GET    /v1/desired_lrps/{process_guid}                -> DesiredLRP (404)
+  PATCH  /v1/desired_lrps/{process_guid}   DesiredLRPUpdate -> DesiredLRP
+  DELETE /v1/desired_lrps/{process_guid}                -> 204 (its actual LRPs are stopped and removed)
+  GET    /v1/actual_lrps?process_guid=&cell_id=&state=&presence=  -> {"items": [ActualLRP]}
+  POST   /v1/cells/{cell_id}/lifecycle   CellLifecycle  -> LifecycleResult   (the rep's batched calls)
+  POST   /v1/placement_failures          PlacementFailures -> 204   (the auctioneer, once per batch)
+  POST   /v1/tasks                   TaskCreate         -> 201 Task (409 if it exists)
+  GET    /v1/tasks?state=&domain=                       -> {"items": [Task]}
+  GET    /v1/tasks/{task_guid}                          -> Task
+  POST   /v1/tasks/{task_guid}/cancel                   -> Task (failed, "cancelled")
+  DELETE /v1/tasks/{task_guid}                          -> 204 (a COMPLETED task: resolve and delete)
+  PUT    /v1/cells/{cell_id}         CellPresence       -> 204 (heartbeat; presence lives for the TTL)
+  GET    /v1/cells                                      -> {"items": [CellPresence]} (present cells)
+  GET    /v1/events                                     -> text/event-stream of Event (SSE)
+
+Auctioneer (`vendue auctioneer`, default http://127.0.0.1:8890)
+  POST   /v1/lrps    [LRPStartRequest]   -> 202 {"accepted": n}
+  POST   /v1/tasks   [TaskStartRequest]  -> 202 {"accepted": n}
+  GET    /ping, GET /metrics
+
+Rep (`vendue rep`; `rep_url` is a base URL and may carry a path prefix, e.g. the simulated cells of one
+`vendue rep --sim --cells N` process are http://127.0.0.1:PORT/cells/<cell_id>)
+  GET    {rep_url}/ping                                            -> {"ok": true}
+  GET    {rep_url}/state                                           -> CellState
+  POST   {rep_url}/work              Work                          -> WorkResult (the part it rejects)
+  POST   {rep_url}/v1/lrps/{process_guid}/instances/{instance_guid}/stop   -> 202
+  POST   {rep_url}/v1/tasks/{task_guid}/cancel                      -> 202
+  POST   {rep_url}/evacuate                                         -> 202
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+GUID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$"
+Guid = Annotated[str, Field(pattern=GUID_PATTERN)]
+MegaBytes = Annotated[int, Field(ge=1, le=1_048_576)]
+DEFAULT_STACK = "cflinuxfs4"
+DEFAULT_DOMAIN = "vendue"
+
+
+class Strict(BaseModel):
+    """Request bodies: unknown fields are an error, not silently dropped."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class Open(BaseModel):
+    """Responses and peer messages: tolerate fields added by newer peers."""
+
+    model_config = ConfigDict(extra="ignore")
+
+
+class ModificationTag(Open):
+    epoch: str
+    index: int = 0
+
+
+# --- desired LRPs ---------------------------------------------------------------------------------
+
+
+class HealthCheck(Strict):
+    type: Literal["port", "process", "http"] = "port"
+    timeout_s: float = Field(default=60.0, gt=0, le=3600)
+    path: str = "/"
+
+
+class VolumeRequestModel(Strict):
+    name: Annotated[str, Field(min_length=1, max_length=128)]
+    size_mb: int = Field(default=0, ge=0, le=1_048_576 * 16)
+    label_match: str = ""
+    ephemeral: bool = False
+
+
+class DeviceRequestModel(Strict):
+    kind: Annotated[str, Field(min_length=1, max_length=64)]
+    count: int = Field(default=1, ge=1, le=64)
+
+
+class AffinityRuleModel(Strict):
+    expression: Annotated[str, Field(min_length=1, max_length=256)]
+    weight: float = Field(default=1.0, ge=-100, le=100)
+
+
+class PlacementFields(Strict):
+    """What the placement engine reads of an LRP, shared by DesiredLRP and the auction request."""
+
+    memory_mb: MegaBytes = 256
+    disk_mb: MegaBytes = 1024
+    stack: Annotated[str, Field(min_length=1, max_length=64)] = DEFAULT_STACK
+    placement_tags: list[Annotated[str, Field(min_length=1, max_length=128)]] = Field(default_factory=list)
+    volume_drivers: list[Annotated[str, Field(min_length=1, max_length=128)]] = Field(default_factory=list)
+    strategy: Literal["diego", "dea", "loadmark", "service", "objective", "binpack", "random"] | None = None
+    objective: Annotated[str, Field(max_length=1024)] | None = None
+    source_blob: str | None = None
+    labels_match: Annotated[str, Field(max_length=1024)] = ""
+    volumes: list[VolumeRequestModel] = Field(default_factory=list)
+    ingress_ip: bool = False
+    devices: list[DeviceRequestModel] = Field(default_factory=list)
+    affinity: list[AffinityRuleModel] = Field(default_factory=list)
+
+
+class DesiredLRPCreate(PlacementFields):
+    process_guid: Guid
+    domain: Guid = DEFAULT_DOMAIN
+    instances: int = Field(default=1, ge=0, le=10_000)
+    command: list[str] = Field(default_factory=list, max_length=256)
+    env: dict[str, str] = Field(default_factory=dict)
+    ports: list[Annotated[int, Field(ge=1, le=65535)]] = Field(default_factory=lambda: [8080], max_length=16)
+    health_check: HealthCheck = Field(default_factory=HealthCheck)
+
+    @field_validator("env")
+    @classmethod
+    def _env_names(cls, env: dict[str, str]) -> dict[str, str]:
+        for name in env:
+            if not name or "=" in name or "\0" in name:
+                raise ValueError(f"invalid environment variable name {name!r}")
+        return env
+
+
+class DesiredLRP(DesiredLRPCreate):
+    model_config = ConfigDict(extra="ignore")
+    created_at: datetime
+    modification_tag: ModificationTag
+
+
+class DesiredLRPUpdate(Strict):
+    instances: int | None = Field(default=None, ge=0, le=10_000)
+    # Optimistic update: when given, the update applies only if the tag still matches (else 409).
+    modification_tag: ModificationTag | None = None
+
+
+# --- actual LRPs ----------------------------------------------------------------------------------
+
+
+class ActualState(StrEnum):
+    UNCLAIMED = "UNCLAIMED"
+    CLAIMED = "CLAIMED"
+    RUNNING = "RUNNING"
+    CRASHED = "CRASHED"
+
+
+class Presence(StrEnum):
+    ORDINARY = "ORDINARY"
+    EVACUATING = "EVACUATING"
+    SUSPECT = "SUSPECT"
+
+
+class PortMapping(Open):
+    container_port: int
+    host_port: int
+
+
+class ActualLRP(Open):
+    process_guid: str
+    index: int
+    domain: str = DEFAULT_DOMAIN
+    instance_guid: str = ""
+    cell_id: str = ""
+    zone: str = ""
+    state: ActualState = ActualState.UNCLAIMED
+    presence: Presence = Presence.ORDINARY
+    host: str = ""
+    ports: list[PortMapping] = Field(default_factory=list)
+    address: str = ""
+    crash_count: int = 0
+    crash_reason: str = ""
+    since: datetime
+    placement_error: str = ""
+    modification_tag: ModificationTag
+
+
+# --- tasks ----------------------------------------------------------------------------------------
+
+
+class TaskState(StrEnum):
+    PENDING = "PENDING"
+    RUNNING = "RUNNING"
+    COMPLETED = "COMPLETED"
+    RESOLVING = "RESOLVING"
+
+
+class TaskCreate(Strict):
+    task_guid: Guid
+    domain: Guid = DEFAULT_DOMAIN
+    command: list[str] = Field(min_length=1, max_length=256)
+    env: dict[str, str] = Field(default_factory=dict)
+    memory_mb: MegaBytes = 256
+    disk_mb: MegaBytes = 1024
+    stack: Annotated[str, Field(min_length=1, max_length=64)] = DEFAULT_STACK
+    placement_tags: list[Annotated[str, Field(min_length=1, max_length=128)]] = Field(default_factory=list)
+    volume_drivers: list[Annotated[str, Field(min_length=1, max_length=128)]] = Field(default_factory=list)
+    completion_callback_url: str | None = None
+
+
+class Task(TaskCreate):
+    model_config = ConfigDict(extra="ignore")
+    state: TaskState = TaskState.PENDING
+    cell_id: str = ""
+    failed: bool = False
+    failure_reason: str = ""
+    exit_status: int | None = None
+    result: str = ""
+    rejection_count: int = 0
+    created_at: datetime
+    updated_at: datetime
+    first_completed_at: datetime | None = None
+
+
+# --- cells ----------------------------------------------------------------------------------------
+
+
+class ResourcesModel(Open):
+    memory_mb: int
+    disk_mb: int
+    containers: int
+
+
+class HostMetricsModel(Open):
+    swap_used_mb: float = 0.0
+    swap_total_mb: float = 0.0
+    mem_used_mb: float | None = None
+    mem_total_mb: float | None = None
+    disk_used_mb: float | None = None
+    disk_total_mb: float | None = None
+    load5: float = 0.0
+    cores: int = 1
+
+
+class CellPresence(Open):
+    cell_id: Guid
+    zone: str
+    rep_url: str
+    stacks: list[str] = Field(default_factory=lambda: [DEFAULT_STACK])
+    total: ResourcesModel
+    placement_tags: list[str] = Field(default_factory=list)
+    optional_placement_tags: list[str] = Field(default_factory=list)
+    volume_drivers: list[str] = Field(default_factory=list)
+    labels: dict[str, str] = Field(default_factory=dict)
+    evacuating: bool = False
+    expires_at: datetime | None = None  # set by the BBS: now + TTL at the last heartbeat
+
+
+class CellLRP(Open):
+    """An instance a cell holds, as its bid reports it."""
+
+    process_guid: str
+    index: int
+    instance_guid: str
+    memory_mb: int
+    disk_mb: int
+    state: Literal["reserved", "starting", "running", "stopping"] = "running"
+
+
+class CellTask(Open):
+    task_guid: str
+    memory_mb: int
+    disk_mb: int
+
+
+class CellState(Open):
+    """A rep's bid: what the auctioneer schedules against."""
+
+    cell_id: str
+    zone: str
+    rep_url: str
+    stacks: list[str] = Field(default_factory=lambda: [DEFAULT_STACK])
+    total: ResourcesModel
+    available: ResourcesModel
+    starting_containers: int = 0
+    placement_tags: list[str] = Field(default_factory=list)
+    optional_placement_tags: list[str] = Field(default_factory=list)
+    volume_drivers: list[str] = Field(default_factory=list)
+    labels: dict[str, str] = Field(default_factory=dict)
+    evacuating: bool = False
+    lrps: list[CellLRP] = Field(default_factory=list)
+    tasks: list[CellTask] = Field(default_factory=list)
+    host: HostMetricsModel | None = None
+    fencing_token: int = 0  # the highest auctioneer fencing token this rep has seen
+
+
+# --- auctions -------------------------------------------------------------------------------------
+
+
+class LRPStartRequest(Open):
+    """BBS -> auctioneer: start these indices of this desired LRP (one request, all indices)."""
+
+    desired: DesiredLRP
+    indices: list[int] = Field(min_length=1)
+
+
+class TaskStartRequest(Open):
+    task: Task
+
+
+class LRPWork(Open):
+    """Auctioneer -> rep: run this instance. The rep claims it in the BBS before starting it."""
+
+    desired: DesiredLRP
+    index: int
+
+
+class Work(Open):
+    lrps: list[LRPWork] = Field(default_factory=list)
+    tasks: list[Task] = Field(default_factory=list)
+    fencing_token: int = 0
+
+
+class WorkResult(Open):
+    """The part of the work the rep rejected (not enough room, stale token, evacuating)."""
+
+    rejected_lrps: list[LRPWork] = Field(default_factory=list)
+    rejected_tasks: list[Task] = Field(default_factory=list)
+    reason: str = ""
+
+
+class LRPPlacementFailure(Open):
+    process_guid: str
+    index: int
+    error: str
+    detail: str = ""
+
+
+class TaskPlacementFailure(Open):
+    task_guid: str
+    error: str
+    detail: str = ""
+
+
+class PlacementFailures(Open):
+    lrps: list[LRPPlacementFailure] = Field(default_factory=list)
+    tasks: list[TaskPlacementFailure] = Field(default_factory=list)
+
+
+# --- the rep's batched lifecycle report -----------------------------------------------------------
+
+
+class InstanceRef(Open):
+    process_guid: str
+    index: int
+    instance_guid: str
+
+
+class RunningInstanceReport(InstanceRef):
+    host: str = "127.0.0.1"
+    ports: list[PortMapping] = Field(default_factory=list)
+
+
+class CrashReport(InstanceRef):
+    reason: str = ""
+
+
+class TaskCompletion(Open):
+    task_guid: str
+    failed: bool = False
+    failure_reason: str = ""
+    exit_status: int | None = None
+    result: str = ""
+
+
+class CellLifecycle(Open):
+    """Everything one cell has to tell the BBS this round, in one request."""
+
+    claimed: list[InstanceRef] = Field(default_factory=list)
+    running: list[RunningInstanceReport] = Field(default_factory=list)
+    crashed: list[CrashReport] = Field(default_factory=list)
+    removed: list[InstanceRef] = Field(default_factory=list)
+    tasks_started: list[str] = Field(default_factory=list)
+    tasks_completed: list[TaskCompletion] = Field(default_factory=list)
+
+
+class LifecycleResult(Open):
+    """What the BBS refused: the rep stops instances whose claim or report was refused."""
+
+    refused: list[InstanceRef] = Field(default_factory=list)
+    refused_tasks: list[str] = Field(default_factory=list)
+
+
+# --- events ---------------------------------------------------------------------------------------
+
+
+class Event(Open):
+    """One change, as sent on the BBS's SSE stream (`event: <type>`, `data: <json>`) and on NATS."""
+
+    type: str  # desired_lrp_created|_changed|_removed, actual_lrp_..., task_..., cell_appeared|_disappeared
+    data: dict
+    at: datetime
