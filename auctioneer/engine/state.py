@@ -110,6 +110,15 @@ class AuctionState:
         self.version = 0
         self.listeners: list[ReserveListener] = []
         self.lrps_placed_by_process: dict[str, int] = {}
+        self._zone_groups: dict[str, list[list[str]]] = {}
+        # process guid -> instances of it in this auction's batch (deduped); filled by the scheduler through
+        # `note_batch`, read by strategies that need an app's size (the objective's ai.TotalInstances).
+        self.batch_instances: dict[str, int] = {}
+
+    def note_batch(self, items: Sequence[LRPStart | TaskStart]) -> None:
+        for item in items:
+            if isinstance(item, LRPStart):
+                self.batch_instances[item.process_guid] = self.batch_instances.get(item.process_guid, 0) + 1
 
     # --- reservations -------------------------------------------------------------------------------
 
@@ -124,6 +133,7 @@ class AuctionState:
         self.proc_cells.setdefault(pg, {})[slot.pos] = n
         zc = self.zone_counts.setdefault(pg, {})
         zc[slot.zone] = zc.get(slot.zone, 0) + 1
+        self._zone_groups.pop(pg, None)
         self.lrps_placed_by_process[pg] = self.lrps_placed_by_process.get(pg, 0) + 1
         if item.ingress_ip and slot.ingress_free:
             slot.ingress_free.pop(0)
@@ -153,16 +163,15 @@ class AuctionState:
 
     def _claim_volumes(self, slot: CellSlot, item: LRPStart) -> None:
         # Imported here: the service strategy owns volume matching; the state only records the claim.
-        from .strategies.service_filters import match_volume
+        # `volume_plan` is the same choice the volumes filter made, so the claim never disagrees with it.
+        from .strategies.service_filters import volume_plan
 
         holder = instance_key(item.process_guid, item.index)
-        for request in item.volumes:
-            for i, volume in enumerate(slot.volumes):
-                if volume.holder == holder and volume.name == request.name:
-                    break  # the instance's own ephemeral volume is already here
-                if volume.holder is None and match_volume(volume, request):
-                    slot.volumes[i] = Volume(volume.name, volume.size_mb, volume.labels, request.ephemeral, holder)
-                    break
+        plan = volume_plan(slot.volumes, item.volumes, holder) or ()
+        for i, request in zip(plan, item.volumes, strict=False):
+            volume = slot.volumes[i]
+            if volume.holder is None:  # a volume the instance already holds stays as it is
+                slot.volumes[i] = Volume(volume.name, volume.size_mb, volume.labels, request.ephemeral, holder)
 
     # --- queries ------------------------------------------------------------------------------------
 
@@ -175,17 +184,23 @@ class AuctionState:
         Diego considers zones with equal counts together and moves to a fuller group only when no cell
         of the emptier groups fits.
         """
-        counts = self.zone_counts.get(process_guid, {})
-        ordered = sorted(self.zone_names, key=lambda z: (counts.get(z, 0), z))
-        groups: list[list[str]] = []
-        last = None
-        for zone in ordered:
-            n = counts.get(zone, 0)
-            if groups and n == last:
-                groups[-1].append(zone)
-            else:
-                groups.append([zone])
-                last = n
+        cached = self._zone_groups.get(process_guid)
+        if cached is not None:
+            return cached
+        counts = self.zone_counts.get(process_guid)
+        if not counts:
+            groups = [self.zone_names]
+        else:
+            ordered = sorted((counts.get(z, 0), z) for z in self.zone_names)
+            groups = []
+            last = -1
+            for n, zone in ordered:
+                if n == last:
+                    groups[-1].append(zone)
+                else:
+                    groups.append([zone])
+                    last = n
+        self._zone_groups[process_guid] = groups
         return groups
 
     def inflight_limit_reached(self) -> bool:
