@@ -45,7 +45,9 @@ def schedule(
             picker = active[name] = factories[name](state)
         return picker
 
-    for item in order_batch(lrps, tasks):
+    batch = order_batch(lrps, tasks)
+    state.note_batch(batch)
+    for item in batch:
         if state.inflight_limit_reached():
             result.failures.append(failure_for(item, INFLIGHT_LIMIT, f"{state.total_starting} starting"))
             continue

@@ -26,6 +26,7 @@ numpy over all cells and cached per requirement until the state changes.
 
 from __future__ import annotations
 
+from bisect import insort
 from collections.abc import Iterable
 
 import numpy as np
@@ -55,7 +56,7 @@ class Bucket:
     def __init__(self, key: float, state: tuple[int, int, int, int]) -> None:
         self.key = key
         self.state = state
-        self.members: SortedList = SortedList()  # cell positions
+        self.members: list[int] = []  # cell positions, ascending (kept with insort: buckets are small)
 
 
 class Pool:
@@ -123,7 +124,7 @@ class DiegoFast(DiegoReference):
         if bucket is None:
             bucket = pool.buckets[state] = Bucket(self._load_key(slot), state)
             pool.order.add((bucket.key, state))
-        bucket.members.add(slot.pos)
+        insort(bucket.members, slot.pos)
         pool.bucket_of[slot.pos] = bucket
 
     def _on_reserve(self, slot: CellSlot) -> None:
