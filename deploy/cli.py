@@ -13,6 +13,13 @@ app = typer.Typer(
 )
 
 
+@app.callback()
+def _root() -> None:
+    """Vendue: Diego-style auction placement — BBS, auctioneer and rep agents."""
+    # A callback keeps `vendue` a command group even while only one command module is registered
+    # (typer would otherwise run that single command as the whole CLI).
+
+
 def _register() -> None:
     # Imported for their side effect of adding commands to `app`; each module owns its commands.
     import importlib
@@ -38,4 +45,8 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    # `python -m deploy.cli` runs this file as __main__, a second copy of the module: the command modules
+    # register on deploy.cli's `app`, so run that one.
+    from deploy.cli import main as _main
+
+    _main()

@@ -1,0 +1,260 @@
+"""`vendue simulate`'s core: a validated workload converted to engine types, scheduled, and summarised.
+
+The CLI (simulate_cmd.py) does the reading, printing and exit codes; this module is plain functions so
+tests and the benchmark can call it directly. Output fields follow workload-format.md; fields beyond
+the contract are additions (`detail` on failures, per-kind counts, `failures_by_error`).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import Counter
+from dataclasses import dataclass
+
+from auctioneer.engine import schedule
+from auctioneer.engine.strategies import pickers
+from auctioneer.engine.types import (
+    STRATEGIES,
+    AffinityRule,
+    AuctionResult,
+    Cell,
+    DeviceRequest,
+    HostMetrics,
+    LRPStart,
+    Resources,
+    RunningInstance,
+    SchedulerConfig,
+    TaskStart,
+    Volume,
+    VolumeRequest,
+)
+from common.workload import CellSpec, LRPSpec, TaskSpec, Workload, WorkloadError
+
+
+@dataclass(slots=True)
+class EngineInput:
+    cells: list[Cell]
+    lrps: list[LRPStart]
+    tasks: list[TaskStart]
+
+
+# --- conversion -------------------------------------------------------------------------------------
+
+
+def cell_to_engine(spec: CellSpec) -> Cell:
+    total = Resources(spec.memory_mb, spec.disk_mb, spec.containers)
+    available = Resources(
+        spec.memory_mb - spec.prefill_memory_mb,
+        spec.disk_mb - spec.prefill_disk_mb,
+        spec.containers - spec.prefill_containers,
+    )
+    host = None
+    if spec.host is not None:
+        h = spec.host
+        host = HostMetrics(
+            swap_used_mb=h.swap_used_mb, swap_total_mb=h.swap_total_mb, mem_used_mb=h.mem_used_mb,
+            mem_total_mb=h.mem_total_mb, disk_used_mb=h.disk_used_mb, disk_total_mb=h.disk_total_mb,
+            load5=h.load5, cores=h.cores,
+        )
+    return Cell(
+        cell_id=spec.id,
+        zone=spec.zone,
+        total=total,
+        available=available,
+        stacks=spec.all_stacks,
+        placement_tags=frozenset(spec.placement_tags),
+        optional_placement_tags=frozenset(spec.optional_placement_tags),
+        volume_drivers=frozenset(spec.volume_drivers),
+        labels=dict(spec.labels),
+        starting_containers=spec.starting_containers,
+        lrps=[
+            RunningInstance(p.process_guid, p.index, p.memory_mb, p.disk_mb, p.delayed_shutdown)
+            for p in spec.prefill
+        ],
+        tasks=[t.task_guid for t in spec.prefill_tasks],
+        host=host,
+        volumes=[Volume(v.name, v.size_mb, dict(v.labels), v.ephemeral, v.holder) for v in spec.volumes],
+        ingress_ips=list(spec.ingress_ips),
+        devices=dict(spec.devices),
+        advertised_at=spec.advertised_at,
+        expires_at=spec.expires_at,
+        cached_blobs=frozenset(spec.cached_blobs),
+    )
+
+
+def lrp_to_engine(spec: LRPSpec) -> LRPStart:
+    return LRPStart(
+        process_guid=spec.process_guid,
+        index=spec.index,
+        memory_mb=spec.memory_mb,
+        disk_mb=spec.disk_mb,
+        stack=spec.stack,
+        placement_tags=tuple(spec.placement_tags),
+        volume_drivers=tuple(spec.volume_drivers),
+        domain=spec.domain,
+        strategy=spec.strategy,
+        objective=spec.objective,
+        total_instances=spec.total_instances,
+        source_blob=spec.source_blob,
+        labels_match=spec.labels_match,
+        volumes=tuple(VolumeRequest(v.name, v.size_mb, v.label_match, v.ephemeral) for v in spec.volumes),
+        ingress_ip=spec.ingress_ip,
+        devices=tuple(DeviceRequest(d.kind, d.count) for d in spec.devices),
+        affinity=tuple(AffinityRule(a.expression, a.weight) for a in spec.affinity),
+        previous_cell=spec.previous_cell,
+    )
+
+
+def task_to_engine(spec: TaskSpec) -> TaskStart:
+    return TaskStart(
+        task_guid=spec.task_guid,
+        memory_mb=spec.memory_mb,
+        disk_mb=spec.disk_mb,
+        stack=spec.stack,
+        placement_tags=tuple(spec.placement_tags),
+        volume_drivers=tuple(spec.volume_drivers),
+        domain=spec.domain,
+    )
+
+
+def to_engine(workload: Workload) -> EngineInput:
+    return EngineInput(
+        cells=[cell_to_engine(c) for c in workload.cells],
+        lrps=[lrp_to_engine(lrp) for lrp in workload.lrps],
+        tasks=[task_to_engine(t) for t in workload.tasks],
+    )
+
+
+def scheduler_config(workload: Workload, strategy: str, engine: str, seed: int) -> SchedulerConfig:
+    knobs = workload.config
+    return SchedulerConfig(
+        strategy=strategy,
+        engine=engine,
+        seed=seed,
+        starting_container_weight=knobs.starting_container_weight,
+        bin_pack_first_fit_weight=knobs.bin_pack_first_fit_weight,
+        max_inflight_starts=knobs.max_inflight_starts,
+        now=workload.now,
+    )
+
+
+# --- checks the models cannot make (they need the engine's registry) -------------------------------
+
+
+def available_strategies(engine: str = "fast") -> list[str]:
+    """Strategies the registry offers, in the design's order, then any others by name."""
+    offered = pickers(engine)
+    return [s for s in STRATEGIES if s in offered] + sorted(s for s in offered if s not in STRATEGIES)
+
+
+def check_strategy(name: str, field: str, engine: str = "fast") -> None:
+    offered = available_strategies(engine)
+    if name not in offered:
+        raise WorkloadError(f"{field}: unknown strategy {name!r} (expected one of {', '.join(offered)})")
+
+
+def _objective_validator():
+    try:
+        from auctioneer.engine.objective import validate_objective
+    except ImportError:  # the objective language is optional until its module lands
+        return None
+    return validate_objective
+
+
+def check_workload(workload: Workload, strategy: str, engine: str) -> None:
+    """Strategy names and objective expressions, each error naming its field."""
+    if engine not in ("fast", "reference"):
+        raise WorkloadError(f"--engine: unknown engine {engine!r} (expected fast or reference)")
+    check_strategy(strategy, "--strategy", engine)
+    validate_objective = None
+    for i, lrp in enumerate(workload.lrps):
+        if lrp.strategy is not None:
+            check_strategy(lrp.strategy, f"lrps[{i}].strategy", engine)
+        if lrp.objective is not None:
+            validate_objective = validate_objective or _objective_validator()
+            if validate_objective is None:
+                continue
+            try:
+                validate_objective(lrp.objective)
+            except Exception as exc:  # noqa: BLE001 - any rejection of the expression is the user's error
+                message = " ".join(str(exc).split()) or type(exc).__name__
+                raise WorkloadError(f"lrps[{i}].objective: {message}") from None
+
+
+# --- running and summarising -----------------------------------------------------------------------
+
+
+def run_engine(inputs: EngineInput, config: SchedulerConfig) -> tuple[AuctionResult, float]:
+    """Schedule once; the seconds returned cover scheduling only."""
+    started = time.perf_counter()
+    result = schedule(inputs.cells, inputs.lrps, inputs.tasks, config)
+    return result, time.perf_counter() - started
+
+
+def population_cv(values: list[float]) -> float:
+    if not values:
+        return 0.0
+    mean = sum(values) / len(values)
+    if mean == 0:
+        return 0.0
+    variance = sum((v - mean) ** 2 for v in values) / len(values)
+    return math.sqrt(variance) / mean
+
+
+def summarise(
+    workload: Workload, inputs: EngineInput, result: AuctionResult, seconds: float, strategy: str, engine: str,
+    seed: int,
+) -> dict:
+    cells_by_id = {c.cell_id: c for c in inputs.cells}
+    per_cell = {c.cell_id: len(c.lrps) for c in inputs.cells}
+    allocated = {c.cell_id: c.total.memory_mb - c.available.memory_mb for c in inputs.cells}
+    memory_of_lrp = {(lrp.process_guid, lrp.index): lrp.memory_mb for lrp in inputs.lrps}
+    memory_of_task = {t.task_guid: t.memory_mb for t in inputs.tasks}
+    for a in result.lrp_assignments:
+        per_cell[a.cell_id] += 1
+        allocated[a.cell_id] += memory_of_lrp[(a.process_guid, a.index)]
+    for t in result.task_assignments:
+        allocated[t.cell_id] += memory_of_task[t.task_guid]
+    per_zone: dict[str, int] = {}
+    for cell_id, n in per_cell.items():
+        zone = cells_by_id[cell_id].zone
+        per_zone[zone] = per_zone.get(zone, 0) + n
+
+    placed = len(result.lrp_assignments) + len(result.task_assignments)
+    failures = []
+    for f in result.failures:
+        if f.task_guid is not None:
+            failures.append({"task_guid": f.task_guid, "error": f.error, "detail": f.detail})
+        else:
+            failures.append({"process_guid": f.process_guid, "index": f.index, "error": f.error, "detail": f.detail})
+    return {
+        "workload": workload.name,
+        "strategy": strategy,
+        "engine": engine,
+        "seed": seed,
+        "cells": len(inputs.cells),
+        "placed": placed,
+        "failed": len(result.failures),
+        "lrps_placed": len(result.lrp_assignments),
+        "tasks_placed": len(result.task_assignments),
+        "seconds": round(seconds, 6),
+        "placements_per_s": round(placed / seconds, 1) if seconds > 0 else 0.0,
+        "per_cell_instances": per_cell,
+        "per_zone_instances": dict(sorted(per_zone.items())),
+        "cv_memory": round(population_cv([float(allocated[c.cell_id]) for c in inputs.cells]), 6),
+        "assignments": [
+            {"process_guid": a.process_guid, "index": a.index, "cell_id": a.cell_id} for a in result.lrp_assignments
+        ],
+        "task_assignments": [{"task_guid": t.task_guid, "cell_id": t.cell_id} for t in result.task_assignments],
+        "failures": failures,
+        "failures_by_error": dict(Counter(f.error for f in result.failures).most_common()),
+    }
+
+
+def simulate(workload: Workload, strategy: str = "diego", engine: str = "fast", seed: int = 0) -> dict:
+    """Check, convert, schedule and summarise; raises `WorkloadError` for what the models cannot check."""
+    check_workload(workload, strategy, engine)
+    inputs = to_engine(workload)
+    result, seconds = run_engine(inputs, scheduler_config(workload, strategy, engine, seed))
+    return summarise(workload, inputs, result, seconds, strategy, engine, seed)

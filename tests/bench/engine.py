@@ -1,0 +1,190 @@
+"""Placement engine benchmark: prints one JSON object. Never asserts on time.
+
+    python tests/bench/engine.py            # 1,000 cells, 100,000 instances (and the variant that fits)
+    python tests/bench/engine.py --quick    # 100 cells, 10,000 instances: a smoke run
+
+The cluster is the `benchmark` generator's: cells of 32 GiB memory, 64 GiB disk and 250 containers in 3
+zones, apps of 1–100 instances. `overflow` asks for 128–1024 MB a instance — more than the cluster holds,
+so about a third must fail, fast and with Diego's error; `fits` asks for 64–512 MB.
+
+For each variant the fast engine schedules the whole batch. The reference engine (every feasible cell
+scored for every item) is run on the first `--reference-subset` instances only, and its full-batch
+time is extrapolated linearly from that (its cost per item is proportional to the cells, not the
+batch); the fast engine is run on the same subset and the two assignments compared, and both engines
+run one whole overflowing batch on a twentieth of the cells, failures included. A scaling row runs
+the fast engine on 25 %, 50 % and 100 % of the overflowing batch to show cost grows about linearly.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # runnable from anywhere in the checkout
+
+from auctioneer.engine import schedule  # noqa: E402
+from auctioneer.engine.strategies import pickers  # noqa: E402
+from auctioneer.engine.types import SchedulerConfig  # noqa: E402
+from common.workload import parse_workload  # noqa: E402
+from deploy.generate import generate  # noqa: E402
+from deploy.simulate import EngineInput, summarise, to_engine  # noqa: E402
+
+
+def timed_schedule(inputs: EngineInput, engine: str, strategy: str, seed: int):
+    config = SchedulerConfig(strategy=strategy, engine=engine, seed=seed)
+    started = time.perf_counter()
+    result = schedule(inputs.cells, inputs.lrps, inputs.tasks, config)
+    return result, time.perf_counter() - started
+
+
+def first(inputs: EngineInput, instances: int) -> EngineInput:
+    return EngineInput(cells=inputs.cells, lrps=inputs.lrps[:instances], tasks=inputs.tasks[:0])
+
+
+def run_row(workload, inputs: EngineInput, engine: str, strategy: str, seed: int) -> dict:
+    result, seconds = timed_schedule(inputs, engine, strategy, seed)
+    report = summarise(workload, inputs, result, seconds, strategy, engine, seed)
+    placed = report["placed"]
+    return {
+        "engine": engine,
+        "instances": len(inputs.lrps),
+        "placed": placed,
+        "failed": report["failed"],
+        "seconds": round(seconds, 4),
+        "placements_per_s": round(placed / seconds, 1) if seconds else None,
+        "items_per_s": round(len(inputs.lrps) / seconds, 1) if seconds else None,
+        "cv_memory": report["cv_memory"],
+        "failures_by_error": report["failures_by_error"],
+    }, result
+
+
+def build(generator: str, args):
+    workload = parse_workload(
+        generate(generator, cells=args.cells, zones=args.zones, instances=args.instances, seed=args.seed)
+    )
+    return workload, to_engine(workload)
+
+
+def variant(name: str, workload, inputs: EngineInput, setup_seconds: float, args, strategy: str) -> dict:
+
+    fast_row, _ = run_row(workload, inputs, "fast", strategy, args.seed)
+
+    subset = first(inputs, min(args.reference_subset, len(inputs.lrps)))
+    reference_row, reference_result = run_row(workload, subset, "reference", strategy, args.seed)
+    fast_subset_row, fast_subset_result = run_row(workload, subset, "fast", strategy, args.seed)
+    identical = (
+        fast_subset_result.lrp_assignments == reference_result.lrp_assignments
+        and fast_subset_result.failures == reference_result.failures
+    )
+    scale = len(inputs.lrps) / max(1, len(subset.lrps))
+    reference_row["extrapolated_full_batch_seconds"] = round(reference_row["seconds"] * scale, 2)
+    reference_row["note"] = (
+        f"measured on the first {len(subset.lrps)} of {len(inputs.lrps)} instances; "
+        "full-batch seconds extrapolated linearly"
+    )
+    return {
+        "variant": name,
+        "workload": workload.name,
+        "cells": len(inputs.cells),
+        "instances": len(inputs.lrps),
+        "apps": len({lrp.process_guid for lrp in inputs.lrps}),
+        "setup_seconds": round(setup_seconds, 2),
+        "fast": fast_row,
+        "reference_subset": reference_row,
+        "fast_subset": fast_subset_row,
+        "subset_assignments_identical": identical,
+        "fast_speedup_on_subset": (
+            round(reference_row["seconds"] / fast_subset_row["seconds"], 1) if fast_subset_row["seconds"] else None
+        ),
+    }
+
+
+def overflowing_common_input(args, strategy: str) -> dict:
+    """Both engines on one whole overflowing batch, small enough for the reference: failures compared too."""
+    cells = max(1, args.cells // 20)
+    instances = args.reference_subset
+    workload = parse_workload(generate("benchmark", cells=cells, zones=args.zones, instances=instances, seed=args.seed))
+    inputs = to_engine(workload)
+    fast_row, fast_result = run_row(workload, inputs, "fast", strategy, args.seed)
+    reference_row, reference_result = run_row(workload, inputs, "reference", strategy, args.seed)
+    return {
+        "workload": workload.name,
+        "cells": cells,
+        "instances": instances,
+        "fast": fast_row,
+        "reference": reference_row,
+        "assignments_and_failures_identical": (
+            fast_result.lrp_assignments == reference_result.lrp_assignments
+            and fast_result.failures == reference_result.failures
+        ),
+    }
+
+
+def scaling(inputs: EngineInput, args, strategy: str) -> list[dict]:
+    rows = []
+    for fraction in (0.25, 0.5, 1.0):
+        part = first(inputs, int(len(inputs.lrps) * fraction))
+        result, seconds = timed_schedule(part, "fast", strategy, args.seed)
+        rows.append({
+            "instances": len(part.lrps),
+            "seconds": round(seconds, 4),
+            "microseconds_per_instance": round(1e6 * seconds / max(1, len(part.lrps)), 2),
+            "placed": len(result.lrp_assignments),
+            "failed": len(result.failures),
+        })
+    base = rows[0]["seconds"] / max(1, rows[0]["instances"])
+    for row in rows:
+        row["cost_per_instance_vs_smallest"] = round(row["seconds"] / max(1, row["instances"]) / base, 2) if base else None
+    return rows
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="small smoke run (100 cells, 10,000 instances)")
+    parser.add_argument("--cells", type=int, default=None)
+    parser.add_argument("--zones", type=int, default=3)
+    parser.add_argument("--instances", type=int, default=None)
+    parser.add_argument("--reference-subset", type=int, default=None,
+                        help="instances the reference engine schedules (default 5,000; quick 1,000)")
+    parser.add_argument("--strategy", default="diego")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--no-scaling", action="store_true")
+    args = parser.parse_args(argv)
+    args.cells = args.cells or (100 if args.quick else 1000)
+    args.instances = args.instances or (10_000 if args.quick else 100_000)
+    args.reference_subset = args.reference_subset or (1_000 if args.quick else 5_000)
+
+    factories = {engine: pickers(engine)[args.strategy] for engine in ("fast", "reference")}
+    started = time.perf_counter()
+    out = {
+        "benchmark": "engine",
+        "quick": args.quick,
+        "strategy": args.strategy,
+        "seed": args.seed,
+        "pickers": {engine: f"{f.__module__}.{f.__qualname__}" for engine, f in factories.items()},
+        "python": platform.python_version(),
+        "cpus": os.cpu_count(),
+        "variants": [],
+    }
+    overflow_inputs = None
+    for name, generator in (("overflow", "benchmark"), ("fits", "benchmark-fits")):
+        setup_started = time.perf_counter()
+        workload, inputs = build(generator, args)
+        setup_seconds = time.perf_counter() - setup_started
+        out["variants"].append(variant(name, workload, inputs, setup_seconds, args, args.strategy))
+        if name == "overflow":
+            overflow_inputs = inputs
+    out["overflowing_common_input"] = overflowing_common_input(args, args.strategy)
+    if not args.no_scaling:
+        out["scaling_fast"] = scaling(overflow_inputs, args, args.strategy)
+    out["total_seconds"] = round(time.perf_counter() - started, 2)
+    print(json.dumps(out, indent=2))
+
+
+if __name__ == "__main__":
+    main()
