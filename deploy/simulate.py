@@ -258,3 +258,22 @@ def simulate(workload: Workload, strategy: str = "diego", engine: str = "fast", 
     inputs = to_engine(workload)
     result, seconds = run_engine(inputs, scheduler_config(workload, strategy, engine, seed))
     return summarise(workload, inputs, result, seconds, strategy, engine, seed)
+
+
+def explain_item(workload: Workload, target: str, strategy: str = "diego", seed: int = 0) -> dict:
+    """Why `target` (`PROCESS_GUID:INDEX` or a task guid) landed where it did, cell by cell."""
+    from auctioneer.engine.explain import explain
+
+    check_workload(workload, strategy, "reference")
+    inputs = to_engine(workload)
+    key: tuple[str, int] | str = target
+    guid, sep, index = target.rpartition(":")
+    if sep and index.isdigit():
+        key = (guid, int(index))
+    try:
+        why = explain(inputs.cells, key, inputs.lrps, inputs.tasks,
+                      scheduler_config(workload, strategy, "reference", seed))
+    except KeyError:
+        raise WorkloadError(f"--explain: {target!r} is not in the workload "
+                            "(give PROCESS_GUID:INDEX or a task guid)") from None
+    return why.as_dict()

@@ -39,6 +39,8 @@ def simulate(
     zones: int | None = typer.Option(None, "--zones", min=1, help="Generator: number of zones."),
     instances: int | None = typer.Option(None, "--instances", min=0, help="Generator: LRP instances."),
     out: Path | None = typer.Option(None, "--out", "-o", help="Generator: file to write (default stdout)."),
+    explain: str | None = typer.Option(
+        None, "--explain", help="Explain one item's placement: PROCESS_GUID:INDEX or a task guid."),
 ) -> None:
     """Run the real placement engine on a workload file, or generate a workload file."""
     if generate_name is not None:
@@ -49,16 +51,22 @@ def simulate(
     if workload is None:
         raise fail("--workload: required (or --generate NAME to write one)")
 
+    from .simulate import explain_item
     from .simulate import simulate as run_simulation
 
     try:
         loaded = load_workload(workload)
         if not loaded.name:  # an unnamed workload is reported under its file's name
             loaded = loaded.model_copy(update={"name": workload.stem})
-        report = run_simulation(loaded, strategy=strategy, engine=engine, seed=seed)
+        if explain is not None:
+            why = explain_item(loaded, explain, strategy=strategy, seed=seed)
+        else:
+            report = run_simulation(loaded, strategy=strategy, engine=engine, seed=seed)
     except WorkloadError as exc:
         raise fail(str(exc)) from None
-    if as_json:
+    if explain is not None:
+        typer.echo(json.dumps(why)) if as_json else print_explanation(why)
+    elif as_json:
         typer.echo(json.dumps(report))
     else:
         print_summary(report)
@@ -117,3 +125,33 @@ def print_summary(report: dict) -> None:
             errors.add_row(error, str(n))
         console.print(errors)
         console.print(f"first failure: {report['failures'][0]['error']} — {report['failures'][0]['detail']}")
+
+
+def print_explanation(why: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(width=max(Console().width, 120))
+    verdict = f"[green]{why['chosen']}[/green]" if why["chosen"] else f"[red]nowhere[/red]: {why['error']}"
+    console.print(f"[bold]{why['item']}[/bold] ({why['strategy']}) → {verdict}")
+    if why["detail"]:
+        console.print(why["detail"])
+    order = ["memory_used", "disk_used", "containers_used", "starting", "same_process", "bin_pack"]
+    present = {k for c in why["cells"] for k in c["components"] if k != "score"}
+    names = [n for n in order if n in present] + sorted(present - set(order))
+    short = {"memory_used": "mem", "disk_used": "disk", "containers_used": "slots", "same_process": "same",
+             "bin_pack": "binpack"}
+    table = Table(caption="Diego tries zones with the fewest instances of the process first; lower score wins.")
+    for column in ("cell", "zone", "in zone", "verdict", "score", *(short.get(n, n) for n in names)):
+        table.add_column(column, no_wrap=column in ("cell", "score"))
+    ranked = sorted(why["cells"], key=lambda c: (c["rejected_by"] is not None, c["zone_instances"],
+                                                 c["components"].get("score", 0.0)))
+    for c in ranked:
+        parts = c["components"]
+        table.add_row(
+            c["cell_id"], c["zone"], str(c["zone_instances"]),
+            "[green]chosen[/green]" if c["cell_id"] == why["chosen"] else (c["reason"] or "feasible"),
+            f"{parts['score']:.4f}" if "score" in parts else "",
+            *(f"{parts[n]:.3g}" if n in parts else "" for n in names),
+        )
+    console.print(table)

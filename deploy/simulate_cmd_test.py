@@ -116,3 +116,36 @@ def test_unknown_generator_and_conflicting_options(tmp_path) -> None:
     assert result.exit_code == 2 and result.stderr.startswith("error: --generate: unknown generator 'nope'")
     result = invoke("--generate", "mixed", "--workload", write(tmp_path, WORKLOAD))
     assert result.exit_code == 2 and "one or the other" in result.stderr
+
+
+def test_explain_names_the_chosen_cell_and_every_cells_verdict(tmp_path):
+    import json as _json
+
+    from typer.testing import CliRunner
+
+    from deploy.cli import _register, app
+
+    _register()
+    workload = {
+        "name": "why",
+        "cells": [
+            {"id": "a", "zone": "z0", "memory_mb": 100, "disk_mb": 100, "containers": 10},
+            {"id": "b", "zone": "z1", "memory_mb": 40, "disk_mb": 100, "containers": 10},
+            {"id": "c", "zone": "z1", "memory_mb": 100, "disk_mb": 100, "containers": 10, "stack": "windows"},
+        ],
+        "lrps": [{"process_guid": "web", "index": i, "memory_mb": 50, "disk_mb": 1} for i in range(2)],
+    }
+    path = tmp_path / "why.json"
+    path.write_text(_json.dumps(workload))
+    runner = CliRunner()
+    result = runner.invoke(app, ["simulate", "--workload", str(path), "--explain", "web:1", "--json"])
+    assert result.exit_code == 0, result.output
+    why = _json.loads(result.stdout)
+    # web/0 went to a (z0); web/1 prefers the empty zone z1, where b is too small and c the wrong stack,
+    # so it falls back to a, the fuller zone.
+    assert why["chosen"] == "a"
+    verdicts = {c["cell_id"]: c["rejected_by"] for c in why["cells"]}
+    assert verdicts == {"a": None, "b": "memory", "c": "stack"}
+    missing = runner.invoke(app, ["simulate", "--workload", str(path), "--explain", "web:9"])
+    assert missing.exit_code == 2
+    assert "--explain" in missing.stderr
