@@ -29,7 +29,10 @@ BBS (`vendue bbs`, default http://127.0.0.1:8889)
 Auctioneer (`vendue auctioneer`, default http://127.0.0.1:8890)
   POST   /v1/lrps    [LRPStartRequest]   -> 202 {"accepted": n}
   POST   /v1/tasks   [TaskStartRequest]  -> 202 {"accepted": n}
-  GET    /ping, GET /metrics
+  GET    /ping -> {"ok": true}, GET /metrics
+  GET    /v1/stats -> {auctions, lrps_placed, lrps_failed, tasks_placed, tasks_failed,
+                       requests_made: {bbs, rep_state, rep_work}, last_state_fetch_seconds,
+                       last_auction_seconds, ...} (counters the benchmark reads)
 
 Rep (`vendue rep`; `rep_url` is a base URL and may carry a path prefix, e.g. the simulated cells of one
 `vendue rep --sim --cells N` process are http://127.0.0.1:PORT/cells/<cell_id>)
@@ -267,12 +270,23 @@ class CellLRP(Open):
     memory_mb: int
     disk_mb: int
     state: Literal["reserved", "starting", "running", "stopping"] = "running"
+    pid: int | None = None  # the instance's OS process (process executor), for demos and tests
 
 
 class CellTask(Open):
     task_guid: str
     memory_mb: int
     disk_mb: int
+
+
+class CellVolume(Open):
+    """A volume a cell offers; `holder` is "process_guid/index" of the instance owning an ephemeral one."""
+
+    name: str
+    size_mb: int = 0
+    labels: dict[str, str] = Field(default_factory=dict)
+    ephemeral: bool = False
+    holder: str | None = None
 
 
 class CellState(Open):
@@ -294,6 +308,11 @@ class CellState(Open):
     tasks: list[CellTask] = Field(default_factory=list)
     host: HostMetricsModel | None = None
     fencing_token: int = 0  # the highest auctioneer fencing token this rep has seen
+    # What the service strategy places against (optional; a rep that offers none leaves them empty).
+    volumes: list[CellVolume] = Field(default_factory=list)
+    ingress_ips: list[str] = Field(default_factory=list)  # free ingress IPs
+    devices: dict[str, int] = Field(default_factory=dict)  # free devices by kind
+    cached_blobs: list[str] = Field(default_factory=list)  # source blobs cached here (objective strategy)
 
 
 # --- auctions -------------------------------------------------------------------------------------

@@ -1,0 +1,130 @@
+"""The whole auctioneer in-process, over real HTTP, against fake reps and a fake BBS."""
+
+import contextlib
+from collections import Counter
+
+import httpx
+import pytest
+
+from auctioneer.engine.diagnosis import NO_CELLS
+from auctioneer.service.app import create_app
+from auctioneer.service.settings import AuctioneerSettings
+from common.models import TaskStartRequest
+from tests.auctioneer.fakes import desired, fake_bbs, fake_reps, serving, start_request, task, wait_until
+
+pytestmark = pytest.mark.timeout(60)
+
+
+@contextlib.asynccontextmanager
+async def cluster(**settings):
+    async with fake_reps() as reps, fake_bbs(reps) as bbs:
+        app = create_app(AuctioneerSettings(bbs_url=bbs.url, _env_file=None, **settings))
+        async with serving(app) as url, httpx.AsyncClient(base_url=url, timeout=10) as client:
+            yield reps, bbs, client, app.state.service
+
+
+def body(*requests) -> list:
+    return [r.model_dump(mode="json") for r in requests]
+
+
+async def idle(service, auctions: int) -> None:
+    await wait_until(
+        lambda: service.metrics.auctions >= auctions and not service.batcher.pending
+        and not service.batcher.auction_running,
+        lambda: f"{auctions} auctions and an idle loop; saw {service.metrics.stats()}",
+    )
+
+
+async def test_bad_input_is_a_422_and_nothing_is_queued():
+    async with cluster() as (reps, bbs, client, service):
+        bad = [{"desired": {"process_guid": "bad guid!", "created_at": "2024-01-01T00:00:00Z",
+                            "modification_tag": {"epoch": "e"}}, "indices": [0]}]
+        response = await client.post("/v1/lrps", json=bad)
+        assert response.status_code == 422
+        assert response.json()["detail"][0]["loc"][:3] == ["body", 0, "desired"]
+        assert (await client.post("/v1/lrps", json=[{"indices": []}])).status_code == 422
+        assert (await client.post("/v1/tasks", json=[{"task": {"task_guid": "t"}}])).status_code == 422
+        assert (await client.post("/v1/tasks", json={"not": "a list"})).status_code == 422
+        assert service.batcher.pending == 0 and service.metrics.auctions == 0
+        assert (await client.get("/ping")).json() == {"ok": True}
+
+
+@pytest.mark.parametrize("thread_threshold", [500, 0])
+async def test_a_batch_is_placed_with_one_post_per_winning_cell(thread_threshold):
+    async with cluster(thread_threshold=thread_threshold) as (reps, bbs, client, service):
+        for i in range(3):
+            reps.add(f"cell-{i}", zone=f"z{i}")
+        web, api = desired("web", 30, memory_mb=128), desired("api", 6, memory_mb=256)
+        response = await client.post("/v1/lrps", json=body(start_request(web), start_request(api)))
+        assert response.status_code == 202 and response.json() == {"accepted": 2}
+        response = await client.post("/v1/tasks", json=body(TaskStartRequest(task=task("t1"))))
+        assert response.status_code == 202 and response.json() == {"accepted": 1}
+
+        await wait_until(lambda: reps.lrps_received == 36 and reps.tasks_received == 1,
+                         lambda: f"36 LRPs and 1 task at the reps, saw {reps.lrps_received}, {reps.tasks_received}")
+        await idle(service, 1)
+        stats = (await client.get("/v1/stats")).json()
+        assert (stats["lrps_placed"], stats["tasks_placed"], stats["lrps_failed"], stats["tasks_failed"]) == (36, 1, 0, 0)
+        # Both posts may arrive before the first auction or split over two; either way at most one
+        # state fetch and one work POST per cell per auction.
+        auctions = stats["auctions"]
+        assert stats["requests_made"] == {"bbs": auctions, "rep_state": 3 * auctions,
+                                          "rep_work": reps.work_post_count}
+        assert reps.work_post_count <= 3 * auctions
+        spread = Counter()
+        for cell_id, posts in reps.work_posts.items():
+            for work in posts:
+                spread[cell_id] += sum(1 for lrp in work.lrps if lrp.desired.process_guid == "web")
+                assert work.fencing_token == 0
+        assert sorted(spread.values()) == [10, 10, 10]  # Diego spreads a process across cells
+        assert bbs.failure_posts == 0
+
+        metrics = (await client.get("/metrics")).text
+        assert "vendue_auctioneer_auctions_total" in metrics
+        assert 'vendue_auctioneer_requests_total{target="rep_state"}' in metrics
+        assert "vendue_auctioneer_state_fetch_seconds_bucket" in metrics
+
+
+async def test_with_no_cells_everything_fails_in_one_report():
+    async with cluster() as (reps, bbs, client, service):
+        await client.post("/v1/lrps", json=body(start_request(desired("web", 4))))
+        await client.post("/v1/tasks", json=body(TaskStartRequest(task=task("t1"))))
+        await wait_until(lambda: sum(len(r.lrps) + len(r.tasks) for r in bbs.failure_reports) == 5,
+                         lambda: f"5 failures reported, saw {bbs.failure_reports}")
+        await idle(service, 1)
+        assert len(bbs.failure_reports) == service.metrics.auctions
+        errors = {f.error for r in bbs.failure_reports for f in (*r.lrps, *r.tasks)}
+        assert errors == {NO_CELLS}
+        assert reps.work_post_count == 0
+
+
+async def test_what_no_cell_fits_is_reported_with_diegos_error_and_the_breakdown():
+    async with cluster() as (reps, bbs, client, service):
+        reps.add("small", memory_mb=1024)
+        reps.add("evacuating", evacuating=True)
+        await client.post("/v1/lrps", json=body(
+            start_request(desired("big", 1, memory_mb=4096)),
+            start_request(desired("fits", 1, memory_mb=512)),
+            start_request(desired("odd", 1, objective="this is not (an expression")),
+        ))
+        await wait_until(lambda: len(bbs.failure_reports) == 1, lambda: f"one report, saw {bbs.failure_reports}")
+        failures = {f.process_guid: f for f in bbs.failure_reports[0].lrps}
+        assert set(failures) == {"big", "odd"}
+        assert failures["big"].error == "insufficient resources: memory"
+        assert failures["big"].detail.startswith("0/1 cells fit") and "1 cells left out: 1 evacuating" in failures["big"].detail
+        assert failures["odd"].error.startswith("invalid objective")
+        await wait_until(lambda: reps.lrps_received == 1, lambda: f"'fits' placed, saw {reps.work_posts}")
+
+
+async def test_rejected_work_is_retried_up_to_max_attempts_then_reported_with_the_reps_reason():
+    async with cluster(max_attempts=3) as (reps, bbs, client, service):
+        reps.add("grumpy", work_mode="reject", reason="insufficient resources: disk")
+        await client.post("/v1/lrps", json=body(start_request(desired("web", 2))))
+        await wait_until(lambda: len(bbs.failure_reports) == 1, lambda: f"one report, saw {bbs.failure_reports}")
+        await idle(service, 3)
+        assert [len(w.lrps) for w in reps.work_posts["grumpy"]] == [2, 2, 2]
+        assert [(f.index, f.error) for f in bbs.failure_reports[0].lrps] == [
+            (0, "insufficient resources: disk"), (1, "insufficient resources: disk"),
+        ]
+        stats = service.metrics.stats()
+        assert (stats["auctions"], stats["lrps_carried"], stats["lrps_failed"]) == (3, 4, 2)

@@ -1,0 +1,151 @@
+"""One auction: fetch the bids, run the engine, send each winning cell its work, report the failures.
+
+Returns the work to carry into the next batch (what reps rejected, with tries left).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import Counter
+from dataclasses import dataclass
+
+from auctioneer.engine import schedule
+from auctioneer.engine.strategies import pickers
+from auctioneer.engine.types import AuctionResult, Failure, SchedulerConfig
+from common.models import CellState
+
+from .batcher import Batch, PendingLRP, PendingTask
+from .cells import CellFetcher, FetchedCells
+from .convert import cell_from_state, lrp_starts, placement_failures, task_starts
+from .dispatch import Dispatcher, group_work, split_rejections
+from .metrics import Metrics
+from .reporter import FailureReporter
+
+log = logging.getLogger("auctioneer.auction")
+
+
+@dataclass(slots=True, frozen=True)
+class AuctionConfig:
+    strategy: str = "diego"
+    engine: str = "fast"
+    max_inflight_starts: int = 0
+    max_attempts: int = 3
+    thread_threshold: int = 500  # batches at least this large are scheduled in a worker thread
+
+
+class Auction:
+    def __init__(
+        self,
+        fetcher: CellFetcher,
+        dispatcher: Dispatcher,
+        reporter: FailureReporter,
+        metrics: Metrics,
+        config: AuctionConfig,
+    ) -> None:
+        self._fetcher = fetcher
+        self._dispatcher = dispatcher
+        self._reporter = reporter
+        self._metrics = metrics
+        self._config = config
+        self._objective_errors: dict[str, str] = {}  # objective text -> why it is invalid ("" if valid)
+
+    async def run(self, batch: Batch) -> Batch:
+        started = time.perf_counter()
+        fetched = await self._fetcher.fetch()
+        lrp_items, refused = self._screen(batch)
+        scheduled = time.perf_counter()
+        result = await self._schedule(fetched.states, lrp_items, list(batch.tasks.values()))
+        failures = [_annotate(f, fetched) for f in result.failures] + refused
+
+        dispatched = time.perf_counter()
+        outcome = await self._dispatcher.send(group_work(result, batch, fetched.rep_urls))
+        dispatch_seconds = time.perf_counter() - dispatched
+        carried, exhausted = split_rejections(outcome.rejections, self._config.max_attempts)
+        failures += exhausted
+        self._reporter.report(placement_failures(failures))
+
+        seconds = time.perf_counter() - started
+        lrps_failed = sum(1 for f in failures if f.task_guid is None)
+        self._metrics.auction(len(batch), seconds)
+        self._metrics.placed(outcome.lrps_placed, outcome.tasks_placed)
+        self._metrics.failed(lrps_failed, len(failures) - lrps_failed)
+        self._metrics.carried(len(carried.lrps), len(carried.tasks))
+        log.info(
+            "auction",
+            extra={"data": {
+                "lrps": len(batch.lrps), "tasks": len(batch.tasks), "cells": len(fetched.states),
+                "cells_dropped": len(fetched.dropped), "lrps_placed": outcome.lrps_placed,
+                "tasks_placed": outcome.tasks_placed, "failed": len(failures), "carried": len(carried),
+                "state_fetch_s": round(fetched.seconds, 4), "schedule_s": round(dispatched - scheduled, 4),
+                "dispatch_s": round(dispatch_seconds, 4), "auction_s": round(seconds, 4),
+            }},
+        )
+        return carried
+
+    async def _schedule(
+        self, states: list[CellState], lrps: list[PendingLRP], tasks: list[PendingTask]
+    ) -> AuctionResult:
+        c = self._config
+        config = SchedulerConfig(strategy=c.strategy, engine=c.engine, max_inflight_starts=c.max_inflight_starts)
+        size = len(lrps) + len(tasks) + sum(len(s.lrps) for s in states)
+        if size >= c.thread_threshold:
+            # Conversion and the engine are pure CPU; in a thread the event loop still gets the GIL
+            # often enough to answer the API.
+            return await asyncio.to_thread(_convert_and_schedule, states, lrps, tasks, config)
+        return _convert_and_schedule(states, lrps, tasks, config)
+
+    def _screen(self, batch: Batch) -> tuple[list[PendingLRP], list[Failure]]:
+        """LRPs naming a strategy or objective the engine cannot run fail alone, not the whole batch."""
+        offered = pickers(self._config.engine)
+        accepted: list[PendingLRP] = []
+        refused: list[Failure] = []
+        for item in batch.lrps.values():
+            d = item.desired
+            why = ""
+            if d.strategy is not None and d.strategy not in offered:
+                why = f"unknown strategy {d.strategy!r}"
+            elif d.objective is not None:
+                why = self._objective_error(d.objective)
+            if why:
+                refused.append(Failure(why, "", process_guid=d.process_guid, index=item.index))
+            else:
+                accepted.append(item)
+        return accepted, refused
+
+    def _objective_error(self, objective: str) -> str:
+        why = self._objective_errors.get(objective)
+        if why is None:
+            try:
+                from auctioneer.engine.objective import validate_objective
+
+                validate_objective(objective)
+                why = ""
+            except ImportError:  # the objective language not installed: let the engine decide
+                why = ""
+            except ValueError as exc:
+                why = "invalid objective: " + " ".join(str(exc).split())
+            if len(self._objective_errors) > 1024:
+                self._objective_errors.clear()
+            self._objective_errors[objective] = why
+        return why
+
+
+def _convert_and_schedule(
+    states: list[CellState], lrps: list[PendingLRP], tasks: list[PendingTask], config: SchedulerConfig
+) -> AuctionResult:
+    return schedule([cell_from_state(s) for s in states], lrp_starts(lrps), task_starts(tasks), config)
+
+
+def _annotate(failure: Failure, fetched: FetchedCells) -> Failure:
+    """Say why cells were missing from the auction, so `0 cells present` is not a mystery."""
+    if fetched.error:
+        note = fetched.error
+    elif fetched.dropped:
+        reasons = Counter(fetched.dropped.values())
+        note = f"{len(fetched.dropped)} cells left out: " + ", ".join(f"{n} {r}" for r, n in reasons.most_common(3))
+    else:
+        return failure
+    detail = f"{failure.detail}; {note}" if failure.detail else note
+    return Failure(failure.error, detail, failure.process_guid, failure.index, failure.task_guid)

@@ -1,0 +1,129 @@
+import asyncio
+
+import pytest
+
+from auctioneer.service.batcher import Batch, Batcher, PendingLRP, PendingTask
+from common.models import TaskStartRequest
+from tests.auctioneer.fakes import desired, start_request, task, wait_until
+
+pytestmark = pytest.mark.timeout(30)
+
+
+class RecordingAuction:
+    """Plays the auction: records each batch; can be held open to see what arrives meanwhile."""
+
+    def __init__(self) -> None:
+        self.batches: list[Batch] = []
+        self.hold = asyncio.Event()
+        self.hold.set()
+        self.running = 0
+        self.max_running = 0
+        self.carry: list[Batch] = []  # returned by successive auctions
+
+    async def __call__(self, batch: Batch) -> Batch:
+        self.batches.append(batch)
+        self.running += 1
+        self.max_running = max(self.max_running, self.running)
+        try:
+            await self.hold.wait()
+        finally:
+            self.running -= 1
+        return self.carry.pop(0) if self.carry else Batch()
+
+
+async def test_one_batch_holds_every_queued_request_deduped_latest_wins():
+    auction = RecordingAuction()
+    batcher = Batcher(auction)
+    old, new = desired("web", 3, memory_mb=256), desired("web", 3, memory_mb=512)
+    batcher.add_lrps([start_request(old, [0, 1]), start_request(new, [1, 2])])
+    batcher.add_tasks([TaskStartRequest(task=task("t1", memory_mb=1)), TaskStartRequest(task=task("t1", memory_mb=2))])
+    assert batcher.pending == 4
+
+    batcher.start()
+    try:
+        await wait_until(lambda: len(auction.batches) == 1, lambda: f"batches {len(auction.batches)}")
+        batch = auction.batches[0]
+        assert sorted(batch.lrps) == [("web", 0), ("web", 1), ("web", 2)]
+        assert batch.lrps[("web", 0)].desired.memory_mb == 256
+        assert batch.lrps[("web", 1)].desired.memory_mb == 512  # the later request wins
+        assert list(batch.tasks) == ["t1"] and batch.tasks["t1"].task.memory_mb == 2
+        assert batcher.pending == 0
+    finally:
+        await batcher.stop(5)
+
+
+async def test_requests_arriving_during_an_auction_form_the_next_batch_one_auction_at_a_time():
+    auction = RecordingAuction()
+    auction.hold.clear()
+    batcher = Batcher(auction)
+    batcher.start()
+    try:
+        batcher.add_lrps([start_request(desired("a", 1))])
+        await wait_until(lambda: auction.running == 1, lambda: f"running {auction.running}")
+        batcher.add_lrps([start_request(desired("b", 2))])
+        batcher.add_tasks([TaskStartRequest(task=task("t1"))])
+        assert batcher.pending == 3 and len(auction.batches) == 1  # queued, not auctioned yet
+
+        auction.hold.set()
+        await wait_until(lambda: len(auction.batches) == 2 and auction.running == 0,
+                         lambda: f"batches {len(auction.batches)}, running {auction.running}")
+        assert list(auction.batches[0].lrps) == [("a", 0)]
+        assert sorted(auction.batches[1].lrps) == [("b", 0), ("b", 1)] and list(auction.batches[1].tasks) == ["t1"]
+        assert auction.max_running == 1
+    finally:
+        await batcher.stop(5)
+
+
+async def test_carried_work_joins_the_next_batch_but_a_newer_request_wins():
+    auction = RecordingAuction()
+    auction.hold.clear()
+    batcher = Batcher(auction)
+    old = desired("web", 2, memory_mb=256)
+    carried = Batch()
+    carried.add_lrp(PendingLRP(old, 0, attempts=1))
+    carried.add_lrp(PendingLRP(old, 1, attempts=1))
+    carried.add_task(PendingTask(task("t1"), attempts=2))
+    auction.carry.append(carried)
+    batcher.start()
+    try:
+        batcher.add_lrps([start_request(old)])
+        await wait_until(lambda: auction.running == 1, lambda: f"running {auction.running}")
+        newer = desired("web", 2, memory_mb=1024)
+        batcher.add_lrps([start_request(newer, [1])])  # arrives while index 1 is being auctioned
+        auction.hold.set()
+        await wait_until(lambda: len(auction.batches) == 2, lambda: f"batches {len(auction.batches)}")
+        second = auction.batches[1]
+        assert second.lrps[("web", 0)].attempts == 1 and second.lrps[("web", 0)].desired.memory_mb == 256
+        assert second.lrps[("web", 1)].attempts == 0 and second.lrps[("web", 1)].desired.memory_mb == 1024
+        assert second.tasks["t1"].attempts == 2
+    finally:
+        await batcher.stop(5)
+
+
+async def test_an_auction_over_its_deadline_is_abandoned_and_the_loop_goes_on():
+    auction = RecordingAuction()
+    auction.hold.clear()  # never released: every auction hangs
+    batcher = Batcher(auction, auction_timeout=0.2)
+    batcher.start()
+    try:
+        batcher.add_lrps([start_request(desired("a", 1))])
+        await wait_until(lambda: len(auction.batches) == 1 and auction.running == 0,
+                         lambda: f"batches {len(auction.batches)}, running {auction.running}")
+        batcher.add_lrps([start_request(desired("b", 1))])
+        await wait_until(lambda: len(auction.batches) == 2, lambda: f"batches {len(auction.batches)}")
+    finally:
+        await batcher.stop(5)
+
+
+async def test_stop_abandons_a_hung_auction_within_its_bound():
+    auction = RecordingAuction()
+    auction.hold.clear()
+    batcher = Batcher(auction)
+    batcher.start()
+    batcher.add_lrps([start_request(desired("a", 1))])
+    await wait_until(lambda: auction.running == 1, lambda: f"running {auction.running}")
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    await batcher.stop(0.2)
+    assert auction.running == 0
+    assert loop.time() - started < 2

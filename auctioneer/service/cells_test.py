@@ -1,0 +1,74 @@
+import time
+
+import httpx
+import pytest
+
+from auctioneer.service.cells import CellFetcher
+from auctioneer.service.clients import RepClients
+from auctioneer.service.metrics import Metrics
+from common.models import CellPresence, ResourcesModel
+from tests.auctioneer.fakes import fake_bbs, fake_reps
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def fetcher(bbs_url: str, client_bbs, client_reps, timeout: float = 5.0) -> tuple[CellFetcher, Metrics]:
+    metrics = Metrics()
+    return CellFetcher(client_bbs, client_reps, metrics, timeout=timeout), metrics
+
+
+async def test_every_present_cell_is_fetched_once_and_failing_cells_drop_out():
+    async with fake_reps() as reps, fake_bbs(reps) as bbs, \
+            httpx.AsyncClient(base_url=bbs.url) as to_bbs, RepClients() as to_reps:
+        for i in range(5):
+            reps.add(f"good-{i}", zone=f"z{i % 2}")
+        reps.add("evacuating-presence")
+        reps.add("evacuating-state", evacuating=True)
+        reps.add("error", state_mode="error")
+        reps.add("invalid", state_mode="invalid")
+        reps.add("slow", state_mode="hang")
+        bbs.extra_cells.append(CellPresence(
+            cell_id="gone", zone="z1", rep_url="http://127.0.0.1:1/nowhere",
+            total=ResourcesModel(memory_mb=1, disk_mb=1, containers=1),
+        ))
+        presences = reps.presences()
+        for p in presences:  # the BBS knows one cell evacuates; the other says so only in its state
+            p.evacuating = p.cell_id == "evacuating-presence"
+        bbs.reps = None
+        bbs.extra_cells.extend(presences)
+
+        f, metrics = fetcher(bbs.url, to_bbs, to_reps, timeout=0.5)
+        started = time.monotonic()
+        fetched = await f.fetch()
+        elapsed = time.monotonic() - started
+
+        assert sorted(s.cell_id for s in fetched.states) == [f"good-{i}" for i in range(5)]
+        assert fetched.rep_urls["good-3"] == reps.rep_url("good-3")
+        assert set(fetched.dropped) == {
+            "gone", "evacuating-presence", "evacuating-state", "error", "invalid", "slow",
+        }, fetched.dropped
+        assert fetched.dropped["slow"].startswith("no state within")
+        assert fetched.dropped["evacuating-presence"] == "evacuating"
+        assert "evacuating-presence" not in reps.state_calls  # skipped without asking it
+        assert elapsed < 3, f"the fetch should end by its deadline (0.5 s), took {elapsed:.2f} s"
+        assert bbs.cells_calls == 1
+        assert metrics.requests_made == {"bbs": 1, "rep_state": 10, "rep_work": 0}, (reps.state_calls, fetched.dropped)
+        assert metrics.cells_dropped == 6
+        assert fetched.seconds == metrics.last_state_fetch_seconds > 0
+
+
+async def test_a_state_naming_another_cell_is_refused():
+    async with fake_reps() as reps, fake_bbs(reps) as bbs, \
+            httpx.AsyncClient(base_url=bbs.url) as to_bbs, RepClients() as to_reps:
+        reps.add("c1")
+        bbs.reps = None
+        bbs.extra_cells = reps.presences()
+        reps.cells["c1"].state.cell_id = "c2"  # the rep at c1's URL answers for another cell
+        fetched = await fetcher(bbs.url, to_bbs, to_reps)[0].fetch()
+        assert fetched.states == [] and "c1" in fetched.dropped
+
+
+async def test_no_bbs_means_no_cells_and_says_why():
+    async with httpx.AsyncClient(base_url="http://127.0.0.1:1") as to_bbs, RepClients() as to_reps:
+        fetched = await fetcher("", to_bbs, to_reps)[0].fetch()
+        assert fetched.states == [] and fetched.error.startswith("cell list unavailable: ConnectError")

@@ -1,0 +1,185 @@
+"""Sending the auction's work to the winning reps: one POST per cell, all cells concurrently.
+
+What a rep rejects (its WorkResult), or the whole Work when the POST fails, comes back as rejections;
+`split_rejections` carries them into the next batch until they have had `max_attempts` tries.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import httpx
+from pydantic import ValidationError
+
+from auctioneer.engine.diagnosis import NO_CELLS
+from auctioneer.engine.types import AuctionResult, Failure
+from common.models import WorkResult
+
+from .batcher import Batch, PendingLRP, PendingTask
+from .clients import RepClients
+from .metrics import Metrics
+
+log = logging.getLogger("auctioneer.dispatch")
+
+# Until the lease issue adds real fencing tokens every auctioneer sends 0, which reps always accept.
+FENCING_TOKEN = 0
+REJECTED_WITHOUT_REASON = "insufficient resources"
+
+
+@dataclass(slots=True)
+class CellWork:
+    cell_id: str
+    rep_url: str
+    lrps: list[PendingLRP] = field(default_factory=list)
+    tasks: list[PendingTask] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.lrps) + len(self.tasks)
+
+
+@dataclass(slots=True)
+class Rejection:
+    item: PendingLRP | PendingTask
+    cell_id: str
+    reason: str
+    unreachable: bool  # the work never reached the rep (or it answered with an error status)
+
+
+@dataclass(slots=True)
+class DispatchOutcome:
+    lrps_placed: int = 0
+    tasks_placed: int = 0
+    rejections: list[Rejection] = field(default_factory=list)
+
+
+def group_work(result: AuctionResult, batch: Batch, rep_urls: dict[str, str]) -> list[CellWork]:
+    """The engine's assignments as one Work per winning cell."""
+    works: dict[str, CellWork] = {}
+
+    def work_for(cell_id: str) -> CellWork:
+        work = works.get(cell_id)
+        if work is None:
+            work = works[cell_id] = CellWork(cell_id, rep_urls[cell_id])
+        return work
+
+    for a in result.lrp_assignments:
+        work_for(a.cell_id).lrps.append(batch.lrps[(a.process_guid, a.index)])
+    for t in result.task_assignments:
+        work_for(t.cell_id).tasks.append(batch.tasks[t.task_guid])
+    return list(works.values())
+
+
+class BodyWriter:
+    """Work bodies as JSON, each desired LRP serialised once however many of its instances go out.
+
+    Equivalent to `Work(...).model_dump_json()`; at 250,000 instances serialising the same DesiredLRP
+    per instance would dominate the auction.
+    """
+
+    def __init__(self) -> None:
+        self._desired: dict[int, str] = {}
+
+    def body(self, work: CellWork, fencing_token: int = FENCING_TOKEN) -> bytes:
+        lrps = []
+        for item in work.lrps:
+            desired = self._desired.get(id(item.desired))
+            if desired is None:
+                desired = self._desired[id(item.desired)] = item.desired.model_dump_json()
+            lrps.append(f'{{"desired":{desired},"index":{item.index:d}}}')
+        tasks = [item.task.model_dump_json() for item in work.tasks]
+        return (
+            f'{{"lrps":[{",".join(lrps)}],"tasks":[{",".join(tasks)}],"fencing_token":{fencing_token:d}}}'
+        ).encode()
+
+
+class Dispatcher:
+    def __init__(
+        self, reps: RepClients, metrics: Metrics, *, timeout: float = 10.0, max_concurrency: int = 256
+    ) -> None:
+        self._reps = reps
+        self._metrics = metrics
+        self._timeout = timeout
+        self._max_concurrency = max_concurrency
+
+    async def send(self, works: list[CellWork]) -> DispatchOutcome:
+        writer = BodyWriter()
+        limit = asyncio.Semaphore(self._max_concurrency)
+        outcome = DispatchOutcome()
+        rejected = await asyncio.gather(*(self._send_one(w, writer, limit) for w in works))
+        for work, rejections in zip(works, rejected, strict=True):
+            refused = {id(r.item) for r in rejections}
+            outcome.lrps_placed += sum(1 for i in work.lrps if id(i) not in refused)
+            outcome.tasks_placed += sum(1 for i in work.tasks if id(i) not in refused)
+            outcome.rejections.extend(rejections)
+        return outcome
+
+    async def _send_one(self, work: CellWork, writer: BodyWriter, limit: asyncio.Semaphore) -> list[Rejection]:
+        body = writer.body(work)
+        try:
+            async with limit, asyncio.timeout(self._timeout):  # the timeout starts once a slot is free
+                self._metrics.request("rep_work")
+                response = await self._reps.for_cell(work.cell_id).post(
+                    work.rep_url + "/work", content=body, headers={"content-type": "application/json"},
+                    timeout=self._timeout,
+                )
+        except (TimeoutError, httpx.HTTPError) as exc:
+            return self._all_rejected(work, f"work not delivered: {type(exc).__name__}")
+        if response.status_code != 200:
+            return self._all_rejected(work, f"work answered {response.status_code}")
+        try:
+            result = WorkResult.model_validate_json(response.content)
+        except ValidationError:
+            # The rep answered 200, so it took the work; a body we cannot read must not double-place it.
+            log.warning("unreadable work result", extra={"data": {"cell_id": work.cell_id}})
+            return []
+        return _rejections(work, result)
+
+    def _all_rejected(self, work: CellWork, why: str) -> list[Rejection]:
+        log.warning("work not delivered", extra={"data": {"cell_id": work.cell_id, "items": len(work), "why": why}})
+        return [Rejection(item, work.cell_id, why, True) for item in (*work.lrps, *work.tasks)]
+
+
+def _rejections(work: CellWork, result: WorkResult) -> list[Rejection]:
+    if not result.rejected_lrps and not result.rejected_tasks:
+        return []
+    reason = result.reason or REJECTED_WITHOUT_REASON
+    sent_lrps = {item.key: item for item in work.lrps}
+    sent_tasks = {item.key: item for item in work.tasks}
+    rejections = []
+    for lrp in result.rejected_lrps:
+        item = sent_lrps.pop((lrp.desired.process_guid, lrp.index), None)
+        if item is not None:  # a rep naming work it was not sent is ignored
+            rejections.append(Rejection(item, work.cell_id, reason, False))
+    for task in result.rejected_tasks:
+        task_item = sent_tasks.pop(task.task_guid, None)
+        if task_item is not None:
+            rejections.append(Rejection(task_item, work.cell_id, reason, False))
+    log.info(
+        "work rejected",
+        extra={"data": {"cell_id": work.cell_id, "rejected": len(rejections), "reason": reason}},
+    )
+    return rejections
+
+
+def split_rejections(rejections: Iterable[Rejection], max_attempts: int) -> tuple[Batch, list[Failure]]:
+    """Rejected work with tries left is carried (attempts + 1); the rest becomes placement failures."""
+    carried = Batch()
+    failures: list[Failure] = []
+    for r in rejections:
+        attempts = r.item.attempts + 1
+        if attempts < max_attempts:
+            if isinstance(r.item, PendingLRP):
+                carried.add_lrp(PendingLRP(r.item.desired, r.item.index, attempts))
+            else:
+                carried.add_task(PendingTask(r.item.task, attempts))
+            continue
+        error = NO_CELLS if r.unreachable else r.reason
+        detail = f"cell {r.cell_id}: {r.reason} (after {attempts} attempts)"
+        if isinstance(r.item, PendingLRP):
+            failures.append(Failure(error, detail, process_guid=r.item.desired.process_guid, index=r.item.index))
+        else:
+            failures.append(Failure(error, detail, task_guid=r.item.task.task_guid))
+    return carried, failures

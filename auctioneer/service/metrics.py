@@ -1,0 +1,109 @@
+"""What the auctioneer counts: Prometheus series for /metrics and plain counters for /v1/stats.
+
+Each service instance owns its registry, so tests can run several auctioneers in one process.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+
+REQUEST_TARGETS = ("bbs", "rep_state", "rep_work")
+_BATCH_BUCKETS = (1, 5, 10, 50, 100, 500, 1_000, 5_000, 10_000, 50_000, 250_000)
+_SECONDS_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self._auctions = Counter("vendue_auctioneer_auctions", "Auctions run.", registry=r)
+        self._batch_size = Histogram(
+            "vendue_auctioneer_batch_size", "Items (LRP instances and tasks) per auction.",
+            buckets=_BATCH_BUCKETS, registry=r,
+        )
+        self._auction_seconds = Histogram(
+            "vendue_auctioneer_auction_duration_seconds", "Wall time of one auction.",
+            buckets=_SECONDS_BUCKETS, registry=r,
+        )
+        self._fetch_seconds = Histogram(
+            "vendue_auctioneer_state_fetch_seconds", "Wall time to fetch every cell's state.",
+            buckets=_SECONDS_BUCKETS, registry=r,
+        )
+        self._requests = Counter(
+            "vendue_auctioneer_requests", "HTTP requests made, by target.", ["target"], registry=r,
+        )
+        self._placements = Counter(
+            "vendue_auctioneer_placements", "Items placed or failed.", ["kind", "outcome"], registry=r,
+        )
+        self._cells_dropped = Counter(
+            "vendue_auctioneer_cells_dropped", "Cells left out of an auction, by reason.", ["reason"],
+            registry=r,
+        )
+        self.auctions = 0
+        self.lrps_placed = 0
+        self.lrps_failed = 0
+        self.tasks_placed = 0
+        self.tasks_failed = 0
+        self.lrps_carried = 0
+        self.tasks_carried = 0
+        self.cells_dropped = 0
+        self.requests_made = dict.fromkeys(REQUEST_TARGETS, 0)
+        self.last_state_fetch_seconds = 0.0
+        self.last_auction_seconds = 0.0
+        self.last_batch_size = 0
+
+    def request(self, target: str, n: int = 1) -> None:
+        self.requests_made[target] = self.requests_made.get(target, 0) + n
+        self._requests.labels(target).inc(n)
+
+    def state_fetch(self, seconds: float) -> None:
+        self.last_state_fetch_seconds = seconds
+        self._fetch_seconds.observe(seconds)
+
+    def cell_dropped(self, reason: str) -> None:
+        self.cells_dropped += 1
+        self._cells_dropped.labels(reason).inc()
+
+    def auction(self, batch_size: int, seconds: float) -> None:
+        self.auctions += 1
+        self.last_batch_size = batch_size
+        self.last_auction_seconds = seconds
+        self._auctions.inc()
+        self._batch_size.observe(batch_size)
+        self._auction_seconds.observe(seconds)
+
+    def placed(self, lrps: int, tasks: int) -> None:
+        self.lrps_placed += lrps
+        self.tasks_placed += tasks
+        self._placements.labels("lrp", "placed").inc(lrps)
+        self._placements.labels("task", "placed").inc(tasks)
+
+    def failed(self, lrps: int, tasks: int) -> None:
+        self.lrps_failed += lrps
+        self.tasks_failed += tasks
+        self._placements.labels("lrp", "failed").inc(lrps)
+        self._placements.labels("task", "failed").inc(tasks)
+
+    def carried(self, lrps: int, tasks: int) -> None:
+        self.lrps_carried += lrps
+        self.tasks_carried += tasks
+
+    def stats(self) -> dict:
+        """The JSON body of GET /v1/stats (the benchmark reads it)."""
+        return {
+            "auctions": self.auctions,
+            "lrps_placed": self.lrps_placed,
+            "lrps_failed": self.lrps_failed,
+            "tasks_placed": self.tasks_placed,
+            "tasks_failed": self.tasks_failed,
+            "lrps_carried": self.lrps_carried,
+            "tasks_carried": self.tasks_carried,
+            "cells_dropped": self.cells_dropped,
+            "requests_made": dict(self.requests_made),
+            "last_state_fetch_seconds": self.last_state_fetch_seconds,
+            "last_auction_seconds": self.last_auction_seconds,
+            "last_batch_size": self.last_batch_size,
+        }
+
+    def exposition(self) -> bytes:
+        return generate_latest(self.registry)

@@ -1,0 +1,85 @@
+"""Telling the BBS what could not be placed: one POST /v1/placement_failures per auction.
+
+Sent in the background so the next auction need not wait on the BBS; retried with backoff a few times.
+If the BBS stays down the report is dropped with a log line: its convergence re-auctions UNCLAIMED LRPs
+and PENDING tasks, so nothing is lost, only the placement_error text.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import httpx
+
+from common.models import PlacementFailures
+
+from .metrics import Metrics
+
+log = logging.getLogger("auctioneer.reporter")
+
+
+class FailureReporter:
+    def __init__(
+        self,
+        bbs: httpx.AsyncClient,
+        metrics: Metrics,
+        *,
+        timeout: float = 5.0,
+        attempts: int = 4,
+        backoff: float = 0.2,
+    ) -> None:
+        self._bbs = bbs
+        self._metrics = metrics
+        self._timeout = timeout
+        self._attempts = attempts
+        self._backoff = backoff
+        self._inflight: set[asyncio.Task[bool]] = set()
+
+    def report(self, failures: PlacementFailures) -> asyncio.Task[bool] | None:
+        """Start sending `failures`; returns the task (None when there is nothing to report)."""
+        if not failures.lrps and not failures.tasks:
+            return None
+        task = asyncio.create_task(self.send(failures), name="report-placement-failures")
+        self._inflight.add(task)
+        task.add_done_callback(self._inflight.discard)
+        return task
+
+    async def send(self, failures: PlacementFailures) -> bool:
+        body = failures.model_dump_json().encode()
+        delay = self._backoff
+        why = ""
+        for attempt in range(1, self._attempts + 1):
+            try:
+                self._metrics.request("bbs")
+                response = await self._bbs.post(
+                    "/v1/placement_failures", content=body, headers={"content-type": "application/json"},
+                    timeout=self._timeout,
+                )
+            except httpx.HTTPError as exc:
+                why = f"{type(exc).__name__}: {exc}".rstrip(": ")
+            else:
+                if response.is_success:
+                    return True
+                why = f"BBS answered {response.status_code}"
+                if response.status_code < 500:  # the BBS refused this body: sending it again will not help
+                    break
+            if attempt < self._attempts:
+                await asyncio.sleep(delay)  # backoff between retries, not synchronisation
+                delay *= 2
+        log.warning(
+            "placement failures dropped",
+            extra={"data": {"lrps": len(failures.lrps), "tasks": len(failures.tasks), "why": why}},
+        )
+        return False
+
+    async def drain(self, timeout: float) -> None:
+        """Wait (bounded) for reports still in flight; cancel what remains."""
+        if not self._inflight:
+            return
+        pending = set(self._inflight)
+        _, still = await asyncio.wait(pending, timeout=timeout)
+        for task in still:
+            task.cancel()
+        if still:
+            await asyncio.gather(*still, return_exceptions=True)

@@ -1,0 +1,35 @@
+"""The auctioneer's settings: `VENDUE_*` environment variables, overridden by `vendue auctioneer` flags."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+DEFAULT_PORT = 8890
+
+
+class AuctioneerSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="VENDUE_", extra="ignore")
+
+    bbs_url: str = "http://127.0.0.1:8889"
+    listen: str = "127.0.0.1"
+    port: int = Field(default=DEFAULT_PORT, ge=0, le=65535)
+    strategy: str = "diego"
+    engine: str = "fast"
+    # Diego's default is 10 s; the design lowers it to 5 s. The whole state fetch ends by this deadline.
+    cell_state_timeout: float = Field(default=5.0, gt=0, le=300)
+    work_timeout: float = Field(default=10.0, gt=0, le=300)
+    bbs_timeout: float = Field(default=5.0, gt=0, le=300)
+    # How many times a rep may reject (or fail to receive) an item before it is reported as a failure.
+    max_attempts: int = Field(default=3, ge=1, le=100)
+    max_inflight_starts: int = Field(default=0, ge=0)  # 0: no limit (Diego's default)
+    # Concurrent requests to reps (and pooled connections): bounds sockets and memory at 1,000 cells.
+    max_concurrency: int = Field(default=256, ge=1, le=10_000)
+    # Batches with at least this many items are scheduled in a worker thread so the API keeps answering.
+    thread_threshold: int = Field(default=500, ge=0)
+    auction_timeout: float = Field(default=60.0, gt=0)
+    shutdown_timeout: float = Field(default=10.0, gt=0)
+    ready_file: Path | None = None
+    log_level: str = "info"

@@ -1,0 +1,76 @@
+"""`vendue auctioneer`: the auction service. Flags override `VENDUE_*` environment variables.
+
+    vendue auctioneer [--bbs-url URL] [--listen HOST] [--port N] [--strategy NAME] [--cell-state-timeout S]
+                      [--max-attempts N] [--max-inflight-starts N] [--ready-file PATH]
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from pydantic import ValidationError
+
+from .cli import app
+
+USAGE_ERROR = 2
+
+
+@app.command()
+def auctioneer(
+    bbs_url: str | None = typer.Option(None, "--bbs-url", help="The BBS [env VENDUE_BBS_URL; http://127.0.0.1:8889]."),
+    listen: str | None = typer.Option(None, "--listen", help="Address to bind [VENDUE_LISTEN; 127.0.0.1]."),
+    port: int | None = typer.Option(None, "--port", help="Port; 0 binds a free one [VENDUE_PORT; 8890]."),
+    strategy: str | None = typer.Option(None, "--strategy", help="Placement strategy [VENDUE_STRATEGY; diego]."),
+    engine: str | None = typer.Option(None, "--engine", help="fast or reference [VENDUE_ENGINE; fast]."),
+    cell_state_timeout: float | None = typer.Option(
+        None, "--cell-state-timeout", help="Seconds to fetch every cell's state [VENDUE_CELL_STATE_TIMEOUT; 5]."
+    ),
+    work_timeout: float | None = typer.Option(None, "--work-timeout", help="Seconds per work POST [10]."),
+    max_attempts: int | None = typer.Option(
+        None, "--max-attempts", help="Tries before rejected work is a failure [VENDUE_MAX_ATTEMPTS; 3]."
+    ),
+    max_inflight_starts: int | None = typer.Option(
+        None, "--max-inflight-starts", help="Starting-container limit, 0 for none [VENDUE_MAX_INFLIGHT_STARTS; 0]."
+    ),
+    ready_file: Path | None = typer.Option(
+        None, "--ready-file", help='Once serving, write {"url": ..., "pid": ...} here [VENDUE_READY_FILE].'
+    ),
+    log_level: str | None = typer.Option(None, "--log-level", help="debug, info, warning [VENDUE_LOG_LEVEL]."),
+) -> None:
+    """Run the auctioneer: batch start requests, auction them over the cells, send work to the reps."""
+    from auctioneer.engine.strategies import pickers
+    from auctioneer.service.app import create_app
+    from auctioneer.service.server import bind, run, url_of
+    from auctioneer.service.settings import AuctioneerSettings
+    from common.logging import setup_logging
+
+    flags = {
+        "bbs_url": bbs_url, "listen": listen, "port": port, "strategy": strategy, "engine": engine,
+        "cell_state_timeout": cell_state_timeout, "work_timeout": work_timeout, "max_attempts": max_attempts,
+        "max_inflight_starts": max_inflight_starts, "ready_file": ready_file, "log_level": log_level,
+    }
+    try:
+        settings = AuctioneerSettings(**{k: v for k, v in flags.items() if v is not None})
+        offered = pickers(settings.engine)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        raise _fail(f"{'.'.join(str(p) for p in first['loc'])}: {first['msg']}") from None
+    except ValueError as exc:
+        raise _fail(f"--engine: {exc}") from None
+    if settings.strategy not in offered:
+        raise _fail(f"--strategy: unknown strategy {settings.strategy!r} (expected one of {', '.join(offered)})")
+
+    log = setup_logging("auctioneer", settings.log_level)
+    try:
+        sock = bind(settings.listen, settings.port)
+    except OSError as exc:
+        raise _fail(f"--port: cannot bind {settings.listen}:{settings.port}: {exc.strerror or exc}") from None
+    log.info("listening", extra={"data": {"url": url_of(sock)}})
+    status = run(create_app(settings), sock, settings.ready_file, settings.shutdown_timeout)
+    raise typer.Exit(status)
+
+
+def _fail(message: str) -> typer.Exit:
+    typer.echo(f"error: {message}", err=True)
+    return typer.Exit(USAGE_ERROR)

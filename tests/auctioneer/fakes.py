@@ -1,0 +1,226 @@
+"""Test doubles of the auctioneer's peers, served over real HTTP (uvicorn on port 0 in the test's loop).
+
+`FakeReps` hosts any number of cells under /cells/<cell_id> (like `vendue rep --sim`) and records every
+state fetch and work POST; `FakeBBS` lists cells and records placement-failure reports.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections import Counter
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response
+
+from auctioneer.service.server import Server, bind, config_for, url_of
+from common.models import (
+    CellPresence,
+    CellState,
+    DesiredLRP,
+    LRPStartRequest,
+    ModificationTag,
+    PlacementFailures,
+    ResourcesModel,
+    Task,
+    Work,
+    WorkResult,
+)
+
+STARTUP_SECONDS = 20.0
+
+
+@contextlib.asynccontextmanager
+async def serving(app: FastAPI) -> AsyncIterator[str]:
+    """Serve `app` on a free loopback port for the block; yields its base URL."""
+    sock = bind("127.0.0.1", 0)
+    server = Server(config_for(app, graceful_timeout=2), handle_signals=False)
+    task = asyncio.create_task(server.serve(sockets=[sock]))
+    try:
+        ready = asyncio.create_task(server.ready.wait())
+        done, _ = await asyncio.wait({ready, task}, timeout=STARTUP_SECONDS, return_when=asyncio.FIRST_COMPLETED)
+        if ready not in done:
+            ready.cancel()
+            raise RuntimeError(f"test server did not start within {STARTUP_SECONDS} s")
+        yield url_of(sock)
+    finally:
+        server.should_exit = True
+        try:
+            await asyncio.wait_for(task, 10)
+        except TimeoutError:
+            task.cancel()
+        sock.close()
+
+
+async def wait_until(condition: Callable[[], bool], what: Callable[[], str], timeout: float = 10.0) -> None:
+    """Poll `condition` until true; fail naming what was expected and what was seen."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s: {what()}")
+        await asyncio.sleep(0.01)
+
+
+# --- builders ---------------------------------------------------------------------------------------
+
+
+def desired(process_guid: str = "app", instances: int = 1, **fields) -> DesiredLRP:
+    return DesiredLRP(
+        process_guid=process_guid, instances=instances, created_at=datetime.now(UTC),
+        modification_tag=ModificationTag(epoch="e1"), **fields,
+    )
+
+
+def start_request(d: DesiredLRP, indices: list[int] | None = None) -> LRPStartRequest:
+    return LRPStartRequest(desired=d, indices=indices if indices is not None else list(range(d.instances)))
+
+
+def task(task_guid: str = "t1", **fields) -> Task:
+    now = datetime.now(UTC)
+    return Task(task_guid=task_guid, command=["true"], created_at=now, updated_at=now, **fields)
+
+
+def cell_state(cell_id: str, rep_url: str, zone: str = "z1", memory_mb: int = 8192, disk_mb: int = 32768,
+               containers: int = 250, **fields) -> CellState:
+    total = ResourcesModel(memory_mb=memory_mb, disk_mb=disk_mb, containers=containers)
+    available = fields.pop("available", total)
+    return CellState(cell_id=cell_id, zone=zone, rep_url=rep_url, total=total, available=available, **fields)
+
+
+# --- the rep double -----------------------------------------------------------------------------------
+
+
+@dataclass
+class FakeCell:
+    state: CellState
+    # How it answers: "ok", "reject" (rejects all work with `reason`), "error" (500), "hang" (never
+    # answers until the test ends), "invalid" (a body that is not a CellState).
+    state_mode: str = "ok"
+    work_mode: str = "ok"
+    reason: str = "insufficient resources: memory"
+
+
+@dataclass
+class FakeReps:
+    cells: dict[str, FakeCell] = field(default_factory=dict)
+    state_calls: Counter = field(default_factory=Counter)
+    work_posts: dict[str, list[Work]] = field(default_factory=dict)
+    url: str = ""
+    _release: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def rep_url(self, cell_id: str) -> str:
+        return f"{self.url}/cells/{cell_id}"
+
+    def add(self, cell_id: str, zone: str = "z1", **fields) -> FakeCell:
+        modes = {k: fields.pop(k) for k in ("state_mode", "work_mode", "reason") if k in fields}
+        cell = FakeCell(cell_state(cell_id, self.rep_url(cell_id), zone, **fields), **modes)
+        self.cells[cell_id] = cell
+        return cell
+
+    def presences(self) -> list[CellPresence]:
+        return [CellPresence.model_validate(c.state.model_dump()) for c in self.cells.values()]
+
+    @property
+    def lrps_received(self) -> int:
+        return sum(len(w.lrps) for posts in self.work_posts.values() for w in posts)
+
+    @property
+    def tasks_received(self) -> int:
+        return sum(len(w.tasks) for posts in self.work_posts.values() for w in posts)
+
+    @property
+    def work_post_count(self) -> int:
+        return sum(len(posts) for posts in self.work_posts.values())
+
+    def release(self) -> None:
+        """Let hanging handlers finish, so the servers can stop."""
+        self._release.set()
+
+    def app(self) -> FastAPI:
+        app = FastAPI()
+
+        @app.get("/cells/{cell_id}/state")
+        async def state(cell_id: str) -> Response:
+            self.state_calls[cell_id] += 1
+            cell = self.cells[cell_id]
+            if cell.state_mode == "hang":
+                await self._release.wait()
+            if cell.state_mode == "error":
+                return JSONResponse({"detail": "boom"}, status_code=500)
+            if cell.state_mode == "invalid":
+                return JSONResponse({"cell_id": cell_id})
+            return Response(cell.state.model_dump_json(), media_type="application/json")
+
+        @app.post("/cells/{cell_id}/work")
+        async def work(cell_id: str, request: Request) -> Response:
+            body = Work.model_validate_json(await request.body())
+            self.work_posts.setdefault(cell_id, []).append(body)
+            cell = self.cells[cell_id]
+            if cell.work_mode == "hang":
+                await self._release.wait()
+            if cell.work_mode == "error":
+                return JSONResponse({"detail": "boom"}, status_code=500)
+            if cell.work_mode == "reject":
+                result = WorkResult(rejected_lrps=body.lrps, rejected_tasks=body.tasks, reason=cell.reason)
+            else:
+                result = WorkResult()
+            return Response(result.model_dump_json(), media_type="application/json")
+
+        return app
+
+
+@contextlib.asynccontextmanager
+async def fake_reps() -> AsyncIterator[FakeReps]:
+    reps = FakeReps()
+    async with serving(reps.app()) as url:
+        reps.url = url
+        try:
+            yield reps
+        finally:
+            reps.release()
+
+
+# --- the BBS double -----------------------------------------------------------------------------------
+
+
+@dataclass
+class FakeBBS:
+    reps: FakeReps | None = None
+    extra_cells: list[CellPresence] = field(default_factory=list)
+    cells_calls: int = 0
+    failure_reports: list[PlacementFailures] = field(default_factory=list)
+    failure_posts: int = 0
+    fail_reports_times: int = 0  # answer 500 to this many placement-failure POSTs first
+    url: str = ""
+
+    def app(self) -> FastAPI:
+        app = FastAPI()
+
+        @app.get("/v1/cells")
+        async def cells() -> dict:
+            self.cells_calls += 1
+            present = (self.reps.presences() if self.reps else []) + self.extra_cells
+            return {"items": [p.model_dump(mode="json") for p in present]}
+
+        @app.post("/v1/placement_failures")
+        async def placement_failures(request: Request) -> Response:
+            self.failure_posts += 1
+            if self.fail_reports_times > 0:
+                self.fail_reports_times -= 1
+                return JSONResponse({"detail": "unavailable"}, status_code=503)
+            self.failure_reports.append(PlacementFailures.model_validate_json(await request.body()))
+            return Response(status_code=204)
+
+        return app
+
+
+@contextlib.asynccontextmanager
+async def fake_bbs(reps: FakeReps | None = None) -> AsyncIterator[FakeBBS]:
+    bbs = FakeBBS(reps=reps)
+    async with serving(bbs.app()) as url:
+        bbs.url = url
+        yield bbs

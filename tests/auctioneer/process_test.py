@@ -1,0 +1,109 @@
+"""`vendue auctioneer` as a real process, against fake reps and a fake BBS served by the test."""
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.auctioneer.fakes import desired, fake_bbs, fake_reps, start_request, wait_until
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
+
+ROOT = Path(__file__).resolve().parents[2]
+READY_SECONDS = 60.0  # a cold start imports the engine; the 2-core machine may be busy
+
+
+@contextlib.asynccontextmanager
+async def auctioneer_process(tmp_path: Path, *args: str):
+    """Start `vendue auctioneer --port 0 --ready-file F`; yield (url, process); always stop it."""
+    ready = tmp_path / "auctioneer.ready"
+    log = (tmp_path / "auctioneer.log").open("wb")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("VENDUE_")}
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", "from deploy.cli import main; main()",
+        "auctioneer", "--port", "0", "--ready-file", str(ready), *args,
+        cwd=ROOT, env=env, stdout=log, stderr=log,
+    )
+    try:
+        deadline = time.monotonic() + READY_SECONDS
+        while not ready.exists():
+            if proc.returncode is not None or time.monotonic() > deadline:
+                raise AssertionError(
+                    f"auctioneer not ready within {READY_SECONDS} s (exit {proc.returncode}); log:\n"
+                    + (tmp_path / "auctioneer.log").read_text(errors="replace")
+                )
+            await asyncio.sleep(0.05)
+        info = json.loads(ready.read_text())
+        assert info["pid"] == proc.pid
+        yield info["url"], proc
+    finally:
+        if proc.returncode is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                await asyncio.wait_for(proc.wait(), 15)
+            except TimeoutError:
+                proc.kill()
+                await proc.wait()
+        log.close()
+
+
+async def test_50_instances_over_3_cells_cost_one_cell_list_3_state_fetches_and_at_most_3_work_posts(tmp_path):
+    async with fake_reps() as reps, fake_bbs(reps) as bbs:
+        for i in range(3):
+            reps.add(f"cell-{i}", zone=f"z{i % 2}")
+        async with auctioneer_process(tmp_path, "--bbs-url", bbs.url) as (url, proc), \
+                httpx.AsyncClient(base_url=url, timeout=10) as client:
+            assert (await client.get("/ping")).json() == {"ok": True}
+            web = desired("web", 50, memory_mb=64)
+            response = await client.post("/v1/lrps", json=[start_request(web).model_dump(mode="json")])
+            assert response.status_code == 202 and response.json() == {"accepted": 1}
+
+            await wait_until(lambda: reps.lrps_received == 50,
+                             lambda: f"50 instances at the reps, saw {reps.lrps_received}", timeout=30)
+            stats = {}
+
+            async def settle() -> bool:
+                stats.update((await client.get("/v1/stats")).json())
+                return stats["auctions"] == 1 and stats["pending"] == 0 and not stats["auction_running"]
+
+            deadline = time.monotonic() + 10
+            while not await settle():
+                assert time.monotonic() < deadline, f"expected one finished auction, saw {stats}"
+                await asyncio.sleep(0.02)
+
+            assert bbs.cells_calls == 1
+            assert sum(reps.state_calls.values()) == 3 and set(reps.state_calls) == {"cell-0", "cell-1", "cell-2"}
+            assert reps.work_post_count <= 3
+            indices = sorted(lrp.index for posts in reps.work_posts.values() for w in posts for lrp in w.lrps)
+            assert indices == list(range(50))
+            assert stats["requests_made"] == {"bbs": 1, "rep_state": 3, "rep_work": reps.work_post_count}
+            assert (stats["lrps_placed"], stats["lrps_failed"]) == (50, 0)
+
+            proc.send_signal(signal.SIGTERM)
+            assert await asyncio.wait_for(proc.wait(), 15) == 0
+        log = (tmp_path / "auctioneer.log").read_text()
+        lines = [json.loads(line) for line in log.splitlines() if line.startswith("{")]
+        assert any(entry["msg"] == "auction" and entry["lrps"] == 50 for entry in lines), log
+        assert lines[-1]["component"] == "auctioneer"
+
+
+async def test_bad_flags_exit_2_with_one_line(tmp_path):
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", "from deploy.cli import main; main()", "auctioneer", "--strategy", "nope",
+        cwd=ROOT, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        _, err = await asyncio.wait_for(proc.communicate(), 60)
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    assert proc.returncode == 2
+    assert err.decode().strip().startswith("error: --strategy: unknown strategy 'nope'")
