@@ -1,0 +1,313 @@
+"""The `objective` strategy: each LRP brings an objective function; the feasible cell valuing it highest wins.
+
+`LRPStart.objective` is an expression of the objective language (auctioneer/engine/objective) or a preset
+name; without one, the `diego-blog` preset. Every cell that passes the whole filter chain is valued and
+the highest value wins, ties going to the first cell in input order. There is no zone ordering: the
+function spreads over zones itself (`r.AvailZoneNumber`, `azs`).
+
+What the picker feeds the function:
+- `ai.TotalInstances` is `LRPStart.total_instances` when set, else the process's instances in this batch
+  (`state.batch_instances`, filled by the scheduler) plus those on cells when the auction began; counted
+  once per process.
+- `r.Available*` is what the cell has left after this auction's earlier reservations, before this one;
+  `r.RunningAppIDs` holds one AppID per instance on the cell (`slot.proc_counts`, so earlier placements of
+  this batch count; instances in delayed shutdown do not).
+- Tasks are valued with the default preset as instance 0 of an app whose AppID comes from the task guid
+  and whose TotalInstances is 1; a task has no source blob.
+- An objective that does not parse fails its LRP with the parse error (boundaries should have refused
+  it already with `validate_objective`); the rest of the batch is placed as usual.
+
+REFERENCE walks the tree for each feasible cell, as written. FAST compiles each distinct objective once
+into numpy operations over columns of every cell (kept current through `state.on_reserve`), computes
+feasibility as masks, and takes the first maximum; both give bit-identical values (see objective/vectorized.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from ..diagnosis import failure_for
+from ..filters import CONTAINERS, DISK, MEMORY, PLACEMENT_TAGS, STACK, VOLUME_DRIVERS, Work
+from ..objective import Objective, ObjectiveError, compile_objective
+from ..objective.evaluate import InstanceFacts, as_number, score
+from ..objective.vectorized import BidColumns, Needle, compile_columns
+from ..state import AuctionState, CellSlot, app_id
+from ..types import Failure, LRPStart, TaskStart
+from .base import Picker
+
+NAME = "objective"
+
+COMPATIBILITY_FILTERS = (STACK, VOLUME_DRIVERS, PLACEMENT_TAGS)  # depend on nothing a reservation changes
+RESOURCE_FILTERS = (MEMORY, DISK, CONTAINERS)
+
+
+class ObjectivePicker(Picker):
+    """What both engines share: objectives parsed once per auction, and the instance's facts."""
+
+    name = NAME
+
+    def __init__(self, state: AuctionState) -> None:
+        super().__init__(state)
+        self.azs = float(len(state.zone_names))
+        self.zone_numbers = {zone: float(i + 1) for i, zone in enumerate(state.zone_names)}
+        self.objectives: dict[str | None, Objective | ObjectiveError] = {}
+        self.app_ids: dict[str, float] = {}
+        self.totals: dict[str, float] = {}
+
+    # --- the objective and the instance ---------------------------------------------------------------
+
+    def objective_for(self, text: str | None) -> Objective | ObjectiveError:
+        found = self.objectives.get(text)
+        if found is None:
+            try:
+                found = compile_objective(text)
+            except ObjectiveError as exc:
+                found = exc
+            self.objectives[text] = found
+        return found
+
+    def app_id(self, guid: str) -> float:
+        found = self.app_ids.get(guid)
+        if found is None:
+            found = self.app_ids[guid] = as_number(app_id(guid))
+        return found
+
+    def total_instances(self, item: LRPStart) -> float:
+        if item.total_instances > 0:
+            return float(item.total_instances)
+        pg = item.process_guid
+        total = self.totals.get(pg)
+        if total is None:
+            on_cells_now = sum(self.state.proc_cells.get(pg, {}).values())
+            at_start = on_cells_now - self.state.lrps_placed_by_process.get(pg, 0)
+            in_batch = self.state.batch_instances.get(pg, 1)  # 1: the item itself, if no scheduler said
+            total = self.totals[pg] = float(at_start + in_batch)
+        return total
+
+    def lrp_facts(self, item: LRPStart) -> InstanceFacts:
+        return InstanceFacts(
+            instance_number=float(item.index), app_id=self.app_id(item.process_guid),
+            total_instances=self.total_instances(item), memory_mb=float(item.memory_mb),
+            disk_mb=float(item.disk_mb), source_blob=item.source_blob, stack=item.stack,
+        )
+
+    def task_facts(self, item: TaskStart) -> InstanceFacts:
+        return InstanceFacts(
+            instance_number=0.0, app_id=self.app_id(item.task_guid), total_instances=1.0,
+            memory_mb=float(item.memory_mb), disk_mb=float(item.disk_mb), source_blob=None, stack=item.stack,
+        )
+
+    # --- picking --------------------------------------------------------------------------------------
+
+    def pick_lrp(self, item: LRPStart) -> CellSlot | None:
+        objective = self.objective_for(item.objective)
+        if isinstance(objective, ObjectiveError):
+            return None
+        return self.best(objective, self.lrp_facts(item), item)
+
+    def pick_task(self, item: TaskStart) -> CellSlot | None:
+        objective = self.objective_for(None)
+        assert isinstance(objective, Objective)  # the default preset always parses
+        return self.best(objective, self.task_facts(item), item)
+
+    def best(self, objective: Objective, ai: InstanceFacts, item: Work) -> CellSlot | None:
+        raise NotImplementedError  # pragma: no cover - interface
+
+    def diagnose(self, item: Work) -> Failure:
+        if isinstance(item, LRPStart):
+            objective = self.objective_for(item.objective)
+            if isinstance(objective, ObjectiveError):
+                return failure_for(item, str(objective), "the objective was refused before any cell was valued")
+        return super().diagnose(item)
+
+
+# --- the reference engine ---------------------------------------------------------------------------------
+
+
+class SlotBid:
+    """`r` read straight off a cell slot, as the scalar evaluator wants it."""
+
+    __slots__ = ("slot", "zone_number", "app_id")
+
+    def __init__(self, slot: CellSlot, zone_number: float, app_id: Callable[[str], float]) -> None:
+        self.slot = slot
+        self.zone_number = zone_number
+        self.app_id = app_id
+
+    @property
+    def available_memory_mb(self) -> float:
+        return float(self.slot.avail_m)
+
+    @property
+    def available_disk_mb(self) -> float:
+        return float(self.slot.avail_d)
+
+    @property
+    def total_memory_mb(self) -> float:
+        return float(self.slot.total_m)
+
+    @property
+    def total_disk_mb(self) -> float:
+        return float(self.slot.total_d)
+
+    @property
+    def running_app_ids(self) -> list[float]:
+        return [self.app_id(pg) for pg, n in self.slot.proc_counts.items() for _ in range(n)]
+
+    @property
+    def cached_blobs(self) -> frozenset[str]:
+        return self.slot.cell.cached_blobs
+
+    @property
+    def stacks(self) -> frozenset[str]:
+        return self.slot.stacks
+
+
+class ObjectiveReference(ObjectivePicker):
+    """Every feasible cell valued by walking the tree, in input order; a strictly higher value replaces."""
+
+    def best(self, objective: Objective, ai: InstanceFacts, item: Work) -> CellSlot | None:
+        best: CellSlot | None = None
+        best_value = 0.0
+        for slot in self.feasible_slots(item):
+            value = score(objective, ai, SlotBid(slot, self.zone_numbers[slot.zone], self.app_id), self.azs)
+            if best is None or value > best_value:
+                best, best_value = slot, value
+        return best
+
+
+# --- the fast engine --------------------------------------------------------------------------------------
+
+
+class CellColumns:
+    """Every cell of the auction as numpy columns, updated in place on each reservation.
+
+    `count(x, r.RunningAppIDs)` is rebuilt per call from `state.proc_cells` (process -> {cell: instances},
+    always current and sparse) for the processes whose AppID is x; a reservation only has to register a
+    process guid it has not seen before.
+    """
+
+    def __init__(self, state: AuctionState, zone_numbers: dict[str, float],
+                 app_id: Callable[[str], float]) -> None:
+        self.slots = state.slots
+        self.size = len(self.slots)
+        self.app_id = app_id
+        self.proc_cells = state.proc_cells
+        self.avail_m = np.array([s.avail_m for s in self.slots], dtype=np.float64)
+        self.avail_d = np.array([s.avail_d for s in self.slots], dtype=np.float64)
+        self.avail_c = np.array([s.avail_c for s in self.slots], dtype=np.int64)
+        self.columns = {
+            "AvailableMemoryMB": self.avail_m,
+            "AvailableDiskMB": self.avail_d,
+            "TotalMemoryMB": np.array([s.total_m for s in self.slots], dtype=np.float64),
+            "TotalDiskMB": np.array([s.total_d for s in self.slots], dtype=np.float64),
+            "AvailZoneNumber": np.array([zone_numbers[s.zone] for s in self.slots], dtype=np.float64),
+        }
+        self.processes_by_app: dict[float, list[str]] = {}
+        self.known_processes: set[str] = set()
+        for pg in state.proc_cells:
+            self.register(pg)
+        self.members: dict[tuple[str, str], np.ndarray] = {}  # (list, string) -> 0/1 per cell
+
+    def register(self, pg: str) -> None:
+        self.known_processes.add(pg)
+        self.processes_by_app.setdefault(self.app_id(pg), []).append(pg)
+
+    def reserved(self, slot: CellSlot) -> None:
+        pos = slot.pos
+        self.avail_m[pos] = slot.avail_m
+        self.avail_d[pos] = slot.avail_d
+        self.avail_c[pos] = slot.avail_c
+        for pg in slot.proc_counts:
+            if pg not in self.known_processes:
+                self.register(pg)
+
+    def fits(self, memory_mb: int, disk_mb: int) -> np.ndarray:
+        return (self.avail_m >= memory_mb) & (self.avail_d >= disk_mb) & (self.avail_c >= 1)
+
+    def column(self, name: str) -> np.ndarray:
+        return self.columns[name]
+
+    def count(self, name: str, needle: Needle) -> np.ndarray:
+        if name == "RunningAppIDs":
+            if isinstance(needle, np.ndarray):  # a needle that differs per cell: cell by cell
+                return np.array([self.running_on(slot, x) for slot, x in zip(self.slots, needle.tolist(),
+                                                                               strict=True)], dtype=np.float64)
+            return self.running_count(needle)
+        return self.membership(name, needle)
+
+    def running_on(self, slot: CellSlot, x: float) -> float:
+        return float(sum(n for pg, n in slot.proc_counts.items() if self.app_id(pg) == x))
+
+    def running_count(self, x: float) -> np.ndarray:
+        counts = np.zeros(self.size, dtype=np.float64)
+        for pg in self.processes_by_app.get(x, ()):  # NaN finds nothing, as NaN equals nothing
+            cells = self.proc_cells.get(pg)
+            if cells:
+                positions = np.fromiter(cells.keys(), dtype=np.intp, count=len(cells))
+                counts[positions] += np.fromiter(cells.values(), dtype=np.float64, count=len(cells))
+        return counts
+
+    def membership(self, name: str, needle: Needle) -> np.ndarray:
+        if needle is None:
+            return np.zeros(self.size, dtype=np.float64)
+        key = (name, needle)
+        found = self.members.get(key)
+        if found is None:
+            if name == "CachedBlobIDs":
+                found = np.array([needle in s.cell.cached_blobs for s in self.slots], dtype=np.float64)
+            else:  # "Stack"
+                found = np.array([needle in s.stacks for s in self.slots], dtype=np.float64)
+            self.members[key] = found
+        return found
+
+
+class ObjectiveFast(ObjectivePicker):
+    """Whole-auction numpy evaluation: one vector of values and one feasibility mask per item."""
+
+    def __init__(self, state: AuctionState) -> None:
+        super().__init__(state)
+        self.cells = CellColumns(state, self.zone_numbers, self.app_id)
+        state.on_reserve(self.cells.reserved)
+        self.compiled: dict[str, Callable[[InstanceFacts, BidColumns, float], np.ndarray]] = {}
+        self.compatible: dict[tuple, np.ndarray] = {}
+
+    def compatibility(self, item: Work) -> np.ndarray:
+        key = (item.stack, item.volume_drivers, item.placement_tags)
+        mask = self.compatible.get(key)
+        if mask is None:
+            mask = np.array([not any(f.rejects(s, item) for f in COMPATIBILITY_FILTERS) for s in self.state.slots],
+                            dtype=bool)
+            self.compatible[key] = mask
+        return mask
+
+    def feasible(self, item: Work) -> np.ndarray:
+        """Positions of the cells passing the whole chain, in input order (as `feasible_slots`)."""
+        mask = self.compatibility(item) & self.cells.fits(item.memory_mb, item.disk_mb)
+        positions = np.flatnonzero(mask)
+        # Filters with state a reservation changes (ingress IPs, devices, volumes...): checked per survivor.
+        others = [f for f in self.chain(item) if f not in COMPATIBILITY_FILTERS and f not in RESOURCE_FILTERS]
+        if others and positions.size:
+            slots = self.state.slots
+            keep = [not any(f.rejects(slots[p], item) for f in others) for p in positions.tolist()]
+            positions = positions[np.array(keep, dtype=bool)]
+        return positions
+
+    def best(self, objective: Objective, ai: InstanceFacts, item: Work) -> CellSlot | None:
+        positions = self.feasible(item)
+        if positions.size == 0:
+            return None
+        values = self.compiled_for(objective)(ai, self.cells, self.azs)
+        return self.state.slots[int(positions[int(np.argmax(values[positions]))])]  # argmax: first maximum
+
+    def compiled_for(self, objective: Objective) -> Callable[[InstanceFacts, BidColumns, float], np.ndarray]:
+        found = self.compiled.get(objective.text)
+        if found is None:
+            found = self.compiled[objective.text] = compile_columns(objective)
+        return found
+
+
+FAST = ObjectiveFast
+REFERENCE = ObjectiveReference
