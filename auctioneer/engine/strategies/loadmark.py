@@ -1,0 +1,171 @@
+"""The `loadmark` strategy: place on the least loaded host, spreading a process's instances.
+
+    load mark = (swap_used/swap_total × 1 + mem_used/mem_total × 0.2 + disk_used/disk_total × 0.5 + la) × 100
+    la        = load5 / (cores × 2), counted as 0 while it is ≤ 1 (a host not yet overloaded)
+
+The coefficients and the critical marks come from `SchedulerConfig.loadmark`. A cell above any
+critical mark (load mark 300, memory 80 %, swap 50 %, disk 85 % by default; strictly above, judged on
+the cell as it is before this item) is filtered out. Among the rest, an LRP instance goes to a cell
+without an instance of its process while there is one, and the least loaded cell wins (ties: input
+order). Tasks: the least loaded feasible cell.
+
+Host metrics come from `cell.host`; memory and disk totals fall back to the cell's totals, and used to
+total − available when absent. Work placed in this batch adds its memory and disk to used, so a cell's
+mark rises as the batch fills it. No swap (swap_total 0) means no swap term.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..filters import Work
+from ..state import AuctionState, CellSlot
+from ..types import HostMetrics, LoadMarkConfig, LRPStart, TaskStart
+from .base import Picker
+from .fast_index import FeasibleIndex
+
+NAME = "loadmark"
+
+NO_HOST = HostMetrics()
+
+
+@dataclass(slots=True, frozen=True)
+class HostUsage:
+    """Fractions used (0..1) and the load term `la` of one host."""
+
+    swap: float
+    memory: float
+    disk: float
+    load: float
+
+
+def _fraction(used: float, total: float) -> float:
+    return used / total if total > 0 else 0.0
+
+
+def host_usage(slot: CellSlot) -> HostUsage:
+    host = slot.cell.host or NO_HOST
+    available = slot.cell.available  # as advertised, before this batch
+    mem_total = host.mem_total_mb if host.mem_total_mb is not None else slot.total_m
+    disk_total = host.disk_total_mb if host.disk_total_mb is not None else slot.total_d
+    if host.mem_used_mb is not None:
+        mem_used = host.mem_used_mb + (available.memory_mb - slot.avail_m)
+    else:
+        mem_used = mem_total - slot.avail_m
+    if host.disk_used_mb is not None:
+        disk_used = host.disk_used_mb + (available.disk_mb - slot.avail_d)
+    else:
+        disk_used = disk_total - slot.avail_d
+    la = host.load5 / (max(host.cores, 1) * 2)
+    return HostUsage(
+        swap=_fraction(host.swap_used_mb, host.swap_total_mb),
+        memory=_fraction(mem_used, mem_total),
+        disk=_fraction(disk_used, disk_total),
+        load=la if la > 1 else 0.0,
+    )
+
+
+def load_mark_of(usage: HostUsage, config: LoadMarkConfig) -> float:
+    return (
+        usage.swap * config.swap_weight
+        + usage.memory * config.memory_weight
+        + usage.disk * config.disk_weight
+        + usage.load
+    ) * 100
+
+
+def load_mark(slot: CellSlot, config: LoadMarkConfig) -> float:
+    return load_mark_of(host_usage(slot), config)
+
+
+def above_critical(slot: CellSlot, config: LoadMarkConfig) -> bool:
+    usage = host_usage(slot)
+    return (
+        load_mark_of(usage, config) > config.critical_load_mark
+        or usage.memory > config.critical_memory
+        or usage.swap > config.critical_swap
+        or usage.disk > config.critical_disk
+    )
+
+
+class CriticalLoadFilter:
+    name = "critical_load"
+    resource = False
+
+    def __init__(self, config: LoadMarkConfig) -> None:
+        self.config = config
+
+    def rejects(self, slot: CellSlot, item: Work) -> bool:
+        return above_critical(slot, self.config)
+
+    def error(self, item: Work) -> str:
+        return "found no compatible cell below the critical load marks"
+
+    def summary(self, rejected: Sequence[CellSlot], item: Work) -> str:
+        return f"{len(rejected)} above critical load"
+
+
+class LoadmarkReference(Picker):
+    """Every feasible cell's mark computed afresh for every item."""
+
+    name = NAME
+
+    def __init__(self, state: AuctionState) -> None:
+        super().__init__(state)
+        self.filters = (CriticalLoadFilter(self.config.loadmark),)
+
+    def pick_lrp(self, item: LRPStart) -> CellSlot | None:
+        candidates = self.feasible_slots(item)
+        without = [slot for slot in candidates if slot.proc_counts.get(item.process_guid, 0) == 0]
+        return self._least_loaded(without or candidates)
+
+    def pick_task(self, item: TaskStart) -> CellSlot | None:
+        return self._least_loaded(self.feasible_slots(item))
+
+    def _least_loaded(self, candidates: list[CellSlot]) -> CellSlot | None:
+        if not candidates:
+            return None
+        return min(candidates, key=lambda slot: (load_mark(slot, self.config.loadmark), slot.pos))
+
+
+class LoadmarkFast(Picker):
+    """Marks and the critical mask kept in arrays, recomputed only for the cell a reservation touched."""
+
+    name = NAME
+
+    def __init__(self, state: AuctionState) -> None:
+        super().__init__(state)
+        self.filters = (CriticalLoadFilter(self.config.loadmark),)
+        self.index = FeasibleIndex(state)
+        self.marks = np.array([load_mark(s, self.config.loadmark) for s in state.slots], dtype=np.float64)
+        self.below = np.array([not above_critical(s, self.config.loadmark) for s in state.slots], dtype=bool)
+        state.on_reserve(self._on_reserve)
+
+    def _on_reserve(self, slot: CellSlot) -> None:
+        self.marks[slot.pos] = load_mark(slot, self.config.loadmark)
+        self.below[slot.pos] = not above_critical(slot, self.config.loadmark)
+
+    def pick_lrp(self, item: LRPStart) -> CellSlot | None:
+        positions = self.index.feasible(item, self.below)
+        holding = self.state.proc_cells.get(item.process_guid)
+        if holding and positions.size:
+            occupied = np.fromiter((p for p, n in holding.items() if n > 0), dtype=np.int64)
+            without = positions[~np.isin(positions, occupied)]
+            if without.size:
+                positions = without
+        return self._least_loaded(positions)
+
+    def pick_task(self, item: TaskStart) -> CellSlot | None:
+        return self._least_loaded(self.index.feasible(item, self.below))
+
+    def _least_loaded(self, positions: np.ndarray) -> CellSlot | None:
+        if not positions.size:
+            return None
+        return self.state.slots[int(positions[np.argmin(self.marks[positions])])]
+
+
+FAST = LoadmarkFast
+REFERENCE = LoadmarkReference
