@@ -168,6 +168,30 @@ def request_filters(item: Work) -> tuple[Filter, ...]:
     return tuple(chosen)
 
 
+def invalid_request(item: Work) -> str | None:
+    """Why an LRP's label expressions cannot be read, or None.
+
+    Boundaries (the BBS API, workload files) refuse these up front; the engine checks again so that one
+    bad request fails alone instead of aborting the whole auction.
+    """
+    if not isinstance(item, LRPStart):
+        return None
+    expressions = [("labels_match", item.labels_match)]
+    expressions += [(f"volumes[{i}].label_match", v.label_match) for i, v in enumerate(item.volumes)]
+    expressions += [(f"affinity[{i}].expression", a.expression) for i, a in enumerate(item.affinity)]
+    if not any(text for _, text in expressions):
+        return None
+    from .strategies.labels import validate_label_expression
+
+    for field, text in expressions:
+        if text:
+            try:
+                validate_label_expression(text)
+            except ValueError as exc:
+                return f"invalid placement request: {field}: {exc}"
+    return None
+
+
 def filter_chain(item: Work, strategy_filters: Sequence[Filter] = ()) -> tuple[Filter, ...]:
     return (*COMPATIBILITY, *request_filters(item), *strategy_filters, *RESOURCES)
 

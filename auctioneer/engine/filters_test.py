@@ -67,3 +67,19 @@ def test_resources_and_their_summaries():
         "2 insufficient memory (largest free 8 MB, need 9)"
     assert DISK.summary([tight], lrp(disk_mb=6)) == "1 insufficient disk (largest free 5 MB, need 6)"
     assert CONTAINERS.summary([tight], lrp()) == "1 no free container slots"
+
+
+def test_a_bad_label_expression_fails_its_own_item_only():
+    from auctioneer.engine.scheduler import schedule
+    from auctioneer.engine.types import AffinityRule
+
+    cells = [Cell("c", "z", Resources(100, 100, 10), Resources(100, 100, 10), labels={"disk": "ssd"})]
+    result = schedule(cells, [
+        LRPStart("bad", 0, 1, 1, labels_match="disk in (ssd"),
+        LRPStart("bad-affinity", 0, 1, 1, affinity=(AffinityRule("=x"),)),
+        LRPStart("good", 0, 1, 1, labels_match="disk=ssd"),
+    ])
+    assert [a.process_guid for a in result.lrp_assignments] == ["good"]
+    errors = {f.process_guid: f.error for f in result.failures}
+    assert errors["bad"].startswith("invalid placement request: labels_match: ")
+    assert errors["bad-affinity"].startswith("invalid placement request: affinity[0].expression: ")

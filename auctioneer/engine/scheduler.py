@@ -9,6 +9,7 @@ from collections.abc import Sequence
 
 from .batch import order_batch
 from .diagnosis import INFLIGHT_LIMIT, failure_for
+from .filters import invalid_request
 from .state import AuctionState
 from .strategies import pickers
 from .strategies.base import Picker
@@ -52,6 +53,10 @@ def schedule(
             result.failures.append(failure_for(item, INFLIGHT_LIMIT, f"{state.total_starting} starting"))
             continue
         if isinstance(item, LRPStart):
+            invalid = invalid_request(item)
+            if invalid:
+                result.failures.append(failure_for(item, invalid))
+                continue
             picker = picker_for(item.strategy or config.strategy)
             slot = picker.pick_lrp(item)
             if slot is None:
