@@ -154,32 +154,31 @@ def check_strategy(name: str, field: str, engine: str = "fast") -> None:
         raise WorkloadError(f"{field}: unknown strategy {name!r} (expected one of {', '.join(offered)})")
 
 
-def _objective_validator():
-    try:
-        from auctioneer.engine.objective import validate_objective
-    except ImportError:  # the objective language is optional until its module lands
-        return None
-    return validate_objective
-
-
 def check_workload(workload: Workload, strategy: str, engine: str) -> None:
-    """Strategy names and objective expressions, each error naming its field."""
+    """Strategy names, objective and label expressions, each error naming its field."""
+    from auctioneer.engine.objective import validate_objective
+    from auctioneer.engine.strategies.labels import validate_label_expression
+
     if engine not in ("fast", "reference"):
         raise WorkloadError(f"--engine: unknown engine {engine!r} (expected fast or reference)")
     check_strategy(strategy, "--strategy", engine)
-    validate_objective = None
     for i, lrp in enumerate(workload.lrps):
         if lrp.strategy is not None:
             check_strategy(lrp.strategy, f"lrps[{i}].strategy", engine)
-        if lrp.objective is not None:
-            validate_objective = validate_objective or _objective_validator()
-            if validate_objective is None:
+        expressions = [(f"lrps[{i}].objective", lrp.objective, validate_objective),
+                       (f"lrps[{i}].labels_match", lrp.labels_match, validate_label_expression)]
+        expressions += [(f"lrps[{i}].volumes[{j}].label_match", v.label_match, validate_label_expression)
+                        for j, v in enumerate(lrp.volumes)]
+        expressions += [(f"lrps[{i}].affinity[{j}].expression", a.expression, validate_label_expression)
+                        for j, a in enumerate(lrp.affinity)]
+        for field, text, validate in expressions:
+            if not text:
                 continue
             try:
-                validate_objective(lrp.objective)
-            except Exception as exc:  # noqa: BLE001 - any rejection of the expression is the user's error
+                validate(text)
+            except ValueError as exc:  # the expression is the user's error: say which and why
                 message = " ".join(str(exc).split()) or type(exc).__name__
-                raise WorkloadError(f"lrps[{i}].objective: {message}") from None
+                raise WorkloadError(f"{field}: {message}") from None
 
 
 # --- running and summarising -----------------------------------------------------------------------
