@@ -1,0 +1,169 @@
+"""Child-process helpers shared by the rep's process executor, the local launcher and the tests.
+
+- `child_preexec(...)`: a `preexec_fn` that makes a child die with its parent (Linux PR_SET_PDEATHSIG
+  = SIGKILL, so even `kill -9` of the parent takes the child down) and optionally caps its data segment.
+- `free_port()`: a TCP port that was free a moment ago on the given host.
+- `terminate_then_kill(...)` / `terminate_then_kill_async(...)`: SIGTERM, wait a grace period, SIGKILL;
+  optionally to the child's whole process group (children started with `start_new_session=True`).
+- `write_ready_file(...)` / `wait_ready_file(...)`: the `--ready-file` handshake between a component
+  and whoever started it: one JSON line {"url": ..., "pid": ...} written once the component serves.
+
+PR_SET_PDEATHSIG fires when the *thread* that forked the child exits, not the process. Fork children
+from a thread that lives as long as the process (the main thread / the event loop's thread).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+PR_SET_PDEATHSIG = 1
+_IS_LINUX = sys.platform.startswith("linux")
+
+
+def _libc() -> ctypes.CDLL | None:
+    if not _IS_LINUX:
+        return None
+    try:
+        return ctypes.CDLL(None, use_errno=True)
+    except OSError:
+        return None
+
+
+_LIBC = _libc()  # loaded before any fork: a preexec_fn must not do imports or dlopen
+
+
+def set_parent_death_signal(sig: int = signal.SIGKILL) -> None:
+    """Ask the kernel to send `sig` to this process when its parent dies (Linux; no-op elsewhere)."""
+    if _LIBC is not None:
+        _LIBC.prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
+
+
+def child_preexec(*, die_with_parent: bool = True, data_limit_bytes: int | None = None) -> Callable[[], None]:
+    """A `preexec_fn` for subprocess/asyncio: die with the parent, optionally cap RLIMIT_DATA.
+
+    RLIMIT_DATA (not RLIMIT_AS) is the memory limit: Python and many runtimes reserve far more address
+    space than they use, so an address-space cap breaks them while a data-segment cap (heap + private
+    mappings, Linux >= 4.7) tracks what a process actually allocates.
+    """
+    parent_pid = os.getpid()
+
+    def preexec() -> None:
+        if die_with_parent:
+            set_parent_death_signal(signal.SIGKILL)
+            # The parent may have died between fork and prctl: then we were reparented already.
+            if os.getppid() != parent_pid:
+                os._exit(1)
+        if data_limit_bytes is not None:
+            import resource  # already imported by the parent in practice; cheap if cached
+
+            with contextlib.suppress(ValueError, OSError):
+                resource.setrlimit(resource.RLIMIT_DATA, (data_limit_bytes, data_limit_bytes))
+
+    return preexec
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port free on `host` right now (the usual bind-to-0 trick; racy by nature, but short)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def pid_alive(pid: int) -> bool:
+    """True while a process with this pid exists and is not a zombie (exited, not yet reaped)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return True  # no /proc (not Linux): the signal probe is all we have
+    return stat.rpartition(")")[2].split()[0] != "Z"
+
+
+def signal_process(pid: int, sig: int, *, group: bool = False) -> bool:
+    """Send `sig` to a process (or its process group); False when it is already gone."""
+    try:
+        if group:
+            os.killpg(pid, sig)
+        else:
+            os.kill(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
+
+
+def terminate_then_kill(proc: subprocess.Popen[Any], grace_s: float = 10.0, *, group: bool = False) -> int:
+    """SIGTERM, wait up to `grace_s`, then SIGKILL; returns the exit code. `group`: whole process group."""
+    if proc.poll() is None:
+        signal_process(proc.pid, signal.SIGTERM, group=group)
+        try:
+            return proc.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            signal_process(proc.pid, signal.SIGKILL, group=group)
+    elif group:
+        # The leader is gone, but stragglers of its group may remain.
+        signal_process(proc.pid, signal.SIGKILL, group=True)
+    return proc.wait(timeout=30.0)
+
+
+async def terminate_then_kill_async(
+    proc: asyncio.subprocess.Process, grace_s: float = 10.0, *, group: bool = False
+) -> int:
+    """The asyncio twin of `terminate_then_kill`."""
+    if proc.returncode is None:
+        signal_process(proc.pid, signal.SIGTERM, group=group)
+        try:
+            return await asyncio.wait_for(proc.wait(), timeout=grace_s)
+        except TimeoutError:
+            signal_process(proc.pid, signal.SIGKILL, group=group)
+    elif group:
+        signal_process(proc.pid, signal.SIGKILL, group=True)
+    return await asyncio.wait_for(proc.wait(), timeout=30.0)
+
+
+def write_ready_file(path: str | os.PathLike[str], url: str, **extra: Any) -> None:
+    """Announce readiness: one JSON line {"url", "pid", ...}, written atomically (tmp + rename)."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(target.name + f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps({"url": url, "pid": os.getpid(), **extra}) + "\n")
+    os.replace(tmp, target)
+
+
+def wait_ready_file(
+    path: str | os.PathLike[str],
+    timeout_s: float = 30.0,
+    proc: subprocess.Popen[Any] | None = None,
+    poll_s: float = 0.02,
+) -> dict[str, Any]:
+    """Wait for a component's ready file; fail early if `proc` exits first. Returns the parsed line."""
+    target = Path(path)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if target.exists():
+            text = target.read_text().strip()
+            if text:
+                return dict(json.loads(text.splitlines()[0]))
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"process {proc.pid} exited with {proc.returncode} before writing {target}")
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"expected ready file {target} within {timeout_s}s; it did not appear")
+        time.sleep(poll_s)

@@ -1,0 +1,125 @@
+"""`vendue rep`: run a cell agent (or, with --sim --cells N, N simulated cells in one process).
+
+Settings come from `VENDUE_*` environment variables (rep/settings.py); flags given here override them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import typer
+from pydantic import ValidationError
+
+from common.logging import setup_logging
+
+from .cli import app
+
+USAGE_ERROR = 2
+
+
+def _labels(pairs: list[str]) -> dict[str, str]:
+    labels = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep or not name:
+            raise typer.BadParameter(f"expected k=v, got {pair!r}", param_hint="--label")
+        labels[name] = value
+    return labels
+
+
+@app.command()
+def rep(
+    bbs_url: str | None = typer.Option(
+        None, "--bbs-url", help="The BBS URL (env VENDUE_BBS_URL; every flag has a VENDUE_* twin)."
+    ),
+    cell_id: str | None = typer.Option(None, "--cell-id", help="Cell id (default: from the hostname)."),
+    zone: str | None = typer.Option(None, "--zone", help="Availability zone (default z0)."),
+    zones: int | None = typer.Option(None, "--zones", min=1, help="Sim: spread the cells over z0..z{Z-1}."),
+    listen: str | None = typer.Option(None, "--listen", help="Address to bind (default 127.0.0.1)."),
+    port: int | None = typer.Option(None, "--port", min=0, max=65535, help="Port (default 1800; 0 = free)."),
+    advertise_host: str | None = typer.Option(None, "--advertise-host", help="Host in rep and app URLs."),
+    memory_mb: int | None = typer.Option(
+        None, "--memory-mb", min=1, help="Memory to offer (default: machine)."
+    ),
+    disk_mb: int | None = typer.Option(None, "--disk-mb", min=1, help="Disk to offer (default: free disk)."),
+    containers: int | None = typer.Option(None, "--containers", min=1, help="Container slots (default 250)."),
+    stack: list[str] = typer.Option([], "--stack", help="Supported stack, repeatable (default cflinuxfs4)."),
+    tag: list[str] = typer.Option([], "--tag", help="Placement tag of this cell, repeatable."),
+    optional_tag: list[str] = typer.Option([], "--optional-tag", help="Optional placement tag, repeatable."),
+    volume_driver: list[str] = typer.Option([], "--volume-driver", help="Volume driver, repeatable."),
+    label: list[str] = typer.Option([], "--label", help="Cell label k=v, repeatable."),
+    executor: str | None = typer.Option(None, "--executor", help="process (default) or sim."),
+    sim: bool = typer.Option(False, "--sim", help="Shorthand for --executor sim."),
+    cells: int | None = typer.Option(None, "--cells", min=1, help="Sim: simulated cells in this process."),
+    sim_start_delay: float | None = typer.Option(
+        None, "--sim-start-delay", min=0, help="Sim start, s (0.05)."
+    ),
+    sim_crash_rate: float | None = typer.Option(
+        None, "--sim-crash-rate", min=0, help="Sim crashes per s (0)."
+    ),
+    presence_ttl: float | None = typer.Option(
+        None, "--presence-ttl", help="Presence TTL, s (10); beat TTL/3."
+    ),
+    evacuation_timeout: float | None = typer.Option(
+        None, "--evacuation-timeout", help="Drain limit, s (600)."
+    ),
+    stop_grace: float | None = typer.Option(None, "--stop-grace", help="SIGTERM->SIGKILL grace, s (10)."),
+    memory_limit: bool | None = typer.Option(
+        None, "--memory-limit/--no-memory-limit", help="Cap each child's RLIMIT_DATA at its memory_mb."
+    ),
+    data_dir: Path | None = typer.Option(None, "--data-dir", help="Container directories (default .vendue)."),
+    ready_file: Path | None = typer.Option(None, "--ready-file", help="Write {url, pid} here once serving."),
+    log_level: str | None = typer.Option(None, "--log-level", help="debug, info, warning, error."),
+) -> None:
+    """Run a rep: advertise the cell, take work from auctions, run it, report to the BBS."""
+    from rep.service import ConfigError, serve
+    from rep.settings import RepSettings
+
+    if sim:
+        if executor not in (None, "sim"):
+            typer.echo(f"error: --sim and --executor {executor}: give one", err=True)
+            raise typer.Exit(USAGE_ERROR)
+        executor = "sim"
+    given = {
+        "bbs_url": bbs_url,
+        "cell_id": cell_id,
+        "zone": zone,
+        "zones": zones,
+        "listen": listen,
+        "port": port,
+        "advertise_host": advertise_host,
+        "memory_mb": memory_mb,
+        "disk_mb": disk_mb,
+        "containers": containers,
+        "stacks": stack or None,
+        "placement_tags": tag or None,
+        "optional_placement_tags": optional_tag or None,
+        "volume_drivers": volume_driver or None,
+        "labels": _labels(label) or None,
+        "executor": executor,
+        "cells": cells,
+        "sim_start_delay": sim_start_delay,
+        "sim_crash_rate": sim_crash_rate,
+        "presence_ttl": presence_ttl,
+        "evacuation_timeout": evacuation_timeout,
+        "stop_grace": stop_grace,
+        "memory_limit": memory_limit,
+        "data_dir": data_dir,
+        "ready_file": ready_file,
+        "log_level": log_level,
+    }
+    try:
+        settings = RepSettings(**{k: v for k, v in given.items() if v is not None})
+    except ValidationError as exc:
+        for error in exc.errors(include_url=False):
+            field = ".".join(str(p) for p in error["loc"])
+            typer.echo(f"error: {field}: {error['msg']}", err=True)
+        raise typer.Exit(USAGE_ERROR) from None
+    setup_logging("rep", settings.log_level)
+    try:
+        status = asyncio.run(serve(settings))
+    except ConfigError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(USAGE_ERROR) from None
+    raise typer.Exit(status)

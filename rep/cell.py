@@ -1,0 +1,432 @@
+"""One cell: what it holds, what it has left, how it takes work and what it tells the BBS.
+
+Reservation is synchronous and immediate: `accept(work)` reserves whatever fits, answers the rest as
+rejected, then hands the accepted containers to the executor, which starts them in the background.
+Everything the cell learns (claims, running, crashes, removals, task starts and completions) goes into
+its outbox (rep/outbox.py), which the BBS receives as one lifecycle request per round.
+
+Starts do not wait for the BBS to confirm the claim: claim and start run in parallel, and an instance
+whose claim (or any later report) the BBS refuses is stopped and forgotten without further reports.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from common.models import (
+    CellLRP,
+    CellPresence,
+    CellState,
+    CellTask,
+    CrashReport,
+    DesiredLRP,
+    HostMetricsModel,
+    InstanceRef,
+    LifecycleResult,
+    LRPWork,
+    PortMapping,
+    ResourcesModel,
+    RunningInstanceReport,
+    Task,
+    TaskCompletion,
+    Work,
+    WorkResult,
+)
+
+from .executor import Executor, LRPContainer, TaskContainer
+from .outbox import Outbox, SendLifecycle
+
+log = logging.getLogger("rep.cell")
+
+CANCELLED = "cancelled"
+
+
+@dataclass(frozen=True, slots=True)
+class CellConfig:
+    cell_id: str
+    zone: str
+    rep_url: str
+    host: str  # the advertised host: the host part of every instance's address
+    memory_mb: int
+    disk_mb: int
+    containers: int
+    stacks: tuple[str, ...]
+    placement_tags: tuple[str, ...] = ()
+    optional_placement_tags: tuple[str, ...] = ()
+    volume_drivers: tuple[str, ...] = ()
+    labels: dict[str, str] = field(default_factory=dict)
+    report_host_metrics: bool = False  # real cells report load; simulated ones have none to report
+
+
+@dataclass(slots=True)
+class HeldInstance:
+    instance_guid: str
+    index: int
+    desired: DesiredLRP
+    # starting (reserved and handed to the executor, which starts it at once) -> running; -> stopping
+    state: str = "starting"
+
+    @property
+    def process_guid(self) -> str:
+        return self.desired.process_guid
+
+    def ref(self) -> InstanceRef:
+        return InstanceRef(process_guid=self.process_guid, index=self.index, instance_guid=self.instance_guid)
+
+
+@dataclass(slots=True)
+class HeldTask:
+    task: Task
+    state: str = "running"  # running | cancelling
+
+
+class Cell:
+    def __init__(
+        self,
+        config: CellConfig,
+        executor: Executor,
+        send_lifecycle: SendLifecycle,
+        *,
+        new_guid: Callable[[], str] = lambda: str(uuid.uuid4()),
+    ) -> None:
+        self.config = config
+        self.executor = executor
+        self.outbox = Outbox(send_lifecycle, self.apply_lifecycle_result, name=config.cell_id)
+        self.evacuating = False
+        self.retired = False  # evacuated or shut down: no more heartbeats, no more work
+        self.fencing_token = 0
+        self._new_guid = new_guid
+        self._instances: dict[str, HeldInstance] = {}
+        self._by_index: dict[tuple[str, int], str] = {}
+        self._tasks: dict[str, HeldTask] = {}
+        self._used_memory = 0
+        self._used_disk = 0
+        self._empty = asyncio.Event()
+        self._empty.set()
+        self._background: set[asyncio.Task[None]] = set()
+
+    @property
+    def cell_id(self) -> str:
+        return self.config.cell_id
+
+    # --- what the cell tells the world ------------------------------------------------------------
+
+    def available(self) -> ResourcesModel:
+        return ResourcesModel(
+            memory_mb=self.config.memory_mb - self._used_memory,
+            disk_mb=self.config.disk_mb - self._used_disk,
+            containers=self.config.containers - len(self._instances) - len(self._tasks),
+        )
+
+    def total(self) -> ResourcesModel:
+        c = self.config
+        return ResourcesModel(memory_mb=c.memory_mb, disk_mb=c.disk_mb, containers=c.containers)
+
+    def state(self) -> CellState:
+        c = self.config
+        lrps = [
+            CellLRP(
+                process_guid=i.process_guid,
+                index=i.index,
+                instance_guid=i.instance_guid,
+                memory_mb=i.desired.memory_mb,
+                disk_mb=i.desired.disk_mb,
+                state=i.state,  # type: ignore[arg-type]
+                pid=self.executor.pid_of(i.instance_guid),
+            )
+            for i in self._instances.values()
+        ]
+        tasks = [
+            CellTask(task_guid=t.task.task_guid, memory_mb=t.task.memory_mb, disk_mb=t.task.disk_mb)
+            for t in self._tasks.values()
+        ]
+        return CellState(
+            cell_id=c.cell_id,
+            zone=c.zone,
+            rep_url=c.rep_url,
+            stacks=list(c.stacks),
+            total=self.total(),
+            available=self.available(),
+            starting_containers=sum(1 for i in self._instances.values() if i.state == "starting"),
+            placement_tags=list(c.placement_tags),
+            optional_placement_tags=list(c.optional_placement_tags),
+            volume_drivers=list(c.volume_drivers),
+            labels=dict(c.labels),
+            evacuating=self.evacuating,
+            lrps=lrps,
+            tasks=tasks,
+            host=_host_metrics() if c.report_host_metrics else None,
+            fencing_token=self.fencing_token,
+        )
+
+    def presence(self) -> CellPresence:
+        c = self.config
+        return CellPresence(
+            cell_id=c.cell_id,
+            zone=c.zone,
+            rep_url=c.rep_url,
+            stacks=list(c.stacks),
+            total=self.total(),
+            placement_tags=list(c.placement_tags),
+            optional_placement_tags=list(c.optional_placement_tags),
+            volume_drivers=list(c.volume_drivers),
+            labels=dict(c.labels),
+            evacuating=self.evacuating,
+        )
+
+    @property
+    def holds_nothing(self) -> bool:
+        return not self._instances and not self._tasks
+
+    async def wait_empty(self, timeout_s: float) -> bool:
+        try:
+            await asyncio.wait_for(self._empty.wait(), timeout=timeout_s)
+        except TimeoutError:
+            return False
+        return True
+
+    # --- taking work ------------------------------------------------------------------------------
+
+    def accept(self, work: Work) -> WorkResult:
+        """Reserve what fits now, start it in the background, answer with the rest."""
+        if self.evacuating or self.retired:
+            return WorkResult(rejected_lrps=work.lrps, rejected_tasks=work.tasks, reason="cell is evacuating")
+        if work.fencing_token < self.fencing_token:
+            return WorkResult(
+                rejected_lrps=work.lrps,
+                rejected_tasks=work.tasks,
+                reason=f"stale fencing token {work.fencing_token} < {self.fencing_token}",
+            )
+        self.fencing_token = work.fencing_token
+        reasons: list[str] = []
+        rejected_lrps: list[LRPWork] = []
+        rejected_tasks: list[Task] = []
+        for lrp in work.lrps:
+            why = self._why_not_lrp(lrp)
+            if why:
+                rejected_lrps.append(lrp)
+                _note(reasons, why)
+            else:
+                self._start_lrp(lrp)
+        for task in work.tasks:
+            why = self._why_not_task(task)
+            if why:
+                rejected_tasks.append(task)
+                _note(reasons, why)
+            else:
+                self._start_task(task)
+        return WorkResult(
+            rejected_lrps=rejected_lrps, rejected_tasks=rejected_tasks, reason="; ".join(reasons)
+        )
+
+    def _why_not_lrp(self, lrp: LRPWork) -> str:
+        d = lrp.desired
+        if (d.process_guid, lrp.index) in self._by_index:
+            return "instance already on this cell"
+        if d.stack not in self.config.stacks:
+            return f"stack {d.stack} not supported"
+        return self._why_no_room(d.memory_mb, d.disk_mb)
+
+    def _why_not_task(self, task: Task) -> str:
+        if task.task_guid in self._tasks:
+            return "task already on this cell"
+        if task.stack not in self.config.stacks:
+            return f"stack {task.stack} not supported"
+        return self._why_no_room(task.memory_mb, task.disk_mb)
+
+    def _why_no_room(self, memory_mb: int, disk_mb: int) -> str:
+        c = self.config
+        containers_ok = len(self._instances) + len(self._tasks) < c.containers
+        disk_ok = self._used_disk + disk_mb <= c.disk_mb
+        memory_ok = self._used_memory + memory_mb <= c.memory_mb
+        if containers_ok and disk_ok and memory_ok:
+            return ""
+        short = [
+            name
+            for name, ok in (("containers", containers_ok), ("disk", disk_ok), ("memory", memory_ok))
+            if not ok
+        ]
+        return f"insufficient resources: {', '.join(short)}"
+
+    def _start_lrp(self, lrp: LRPWork) -> None:
+        held = HeldInstance(instance_guid=self._new_guid(), index=lrp.index, desired=lrp.desired)
+        self._instances[held.instance_guid] = held
+        self._by_index[(held.process_guid, held.index)] = held.instance_guid
+        self._used_memory += lrp.desired.memory_mb
+        self._used_disk += lrp.desired.disk_mb
+        self._empty.clear()
+        self.outbox.claimed(held.ref())
+        self.executor.start_lrp(
+            LRPContainer(self.cell_id, held.instance_guid, held.index, held.desired), self
+        )
+
+    def _start_task(self, task: Task) -> None:
+        self._tasks[task.task_guid] = HeldTask(task=task)
+        self._used_memory += task.memory_mb
+        self._used_disk += task.disk_mb
+        self._empty.clear()
+        self.outbox.task_started(task.task_guid)
+        self.executor.run_task(TaskContainer(self.cell_id, task), self)
+
+    # --- forgetting -------------------------------------------------------------------------------
+
+    def _forget_instance(self, held: HeldInstance) -> None:
+        if self._instances.pop(held.instance_guid, None) is None:
+            return
+        key = (held.process_guid, held.index)
+        if self._by_index.get(key) == held.instance_guid:
+            del self._by_index[key]
+        self._used_memory -= held.desired.memory_mb
+        self._used_disk -= held.desired.disk_mb
+        self._check_empty()
+
+    def _forget_task(self, held: HeldTask) -> None:
+        if self._tasks.pop(held.task.task_guid, None) is None:
+            return
+        self._used_memory -= held.task.memory_mb
+        self._used_disk -= held.task.disk_mb
+        self._check_empty()
+
+    def _check_empty(self) -> None:
+        if self.holds_nothing:
+            self._empty.set()
+
+    # --- executor callbacks (ExecutorListener) ------------------------------------------------------
+
+    def lrp_running(self, instance_guid: str, ports: list[PortMapping]) -> None:
+        held = self._instances.get(instance_guid)
+        if held is None or held.state == "stopping":
+            return
+        held.state = "running"
+        self.outbox.running(
+            RunningInstanceReport(
+                process_guid=held.process_guid,
+                index=held.index,
+                instance_guid=instance_guid,
+                host=self.config.host,
+                ports=ports,
+            )
+        )
+
+    def lrp_crashed(self, instance_guid: str, reason: str) -> None:
+        held = self._instances.get(instance_guid)
+        if held is None or held.state == "stopping":
+            return  # a stop in progress reports `removed` itself
+        self._forget_instance(held)
+        self.outbox.crashed(
+            CrashReport(
+                process_guid=held.process_guid, index=held.index, instance_guid=instance_guid, reason=reason
+            )
+        )
+
+    def task_finished(self, completion: TaskCompletion) -> None:
+        held = self._tasks.get(completion.task_guid)
+        if held is None or held.state == "cancelling":
+            return
+        self._forget_task(held)
+        self.outbox.task_completed(completion)
+
+    # --- stopping ---------------------------------------------------------------------------------
+
+    def has_instance(self, instance_guid: str) -> bool:
+        return instance_guid in self._instances
+
+    def has_task(self, task_guid: str) -> bool:
+        return task_guid in self._tasks
+
+    async def stop_lrp(self, instance_guid: str) -> bool:
+        """Stop an instance and report it `removed`; False when the cell does not hold it."""
+        held = self._instances.get(instance_guid)
+        if held is None:
+            return False
+        held.state = "stopping"
+        await self.executor.stop_lrp(instance_guid)
+        if self._instances.get(instance_guid) is held:
+            self._forget_instance(held)
+            self.outbox.removed(held.ref())
+        return True
+
+    async def cancel_task(self, task_guid: str, reason: str = CANCELLED) -> bool:
+        """Kill a task and report it completed, failed with `reason`."""
+        held = self._tasks.get(task_guid)
+        if held is None:
+            return False
+        held.state = "cancelling"
+        await self.executor.cancel_task(task_guid)
+        if self._tasks.get(task_guid) is held:
+            self._forget_task(held)
+            self.outbox.task_completed(
+                TaskCompletion(task_guid=task_guid, failed=True, failure_reason=reason)
+            )
+        return True
+
+    async def stop_everything(self, task_reason: str) -> None:
+        """Stop every instance (reported `removed`) and cancel every task (failed with `task_reason`)."""
+        stops = [self.stop_lrp(guid) for guid in list(self._instances)]
+        cancels = [self.cancel_task(guid, task_reason) for guid in list(self._tasks)]
+        await asyncio.gather(*stops, *cancels, return_exceptions=True)
+
+    def in_background(self, coro: object) -> None:
+        task = asyncio.ensure_future(coro)  # type: ignore[arg-type]
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def wait_background(self, timeout_s: float) -> None:
+        if self._background:
+            await asyncio.wait(list(self._background), timeout=timeout_s)
+
+    # --- what the BBS answered ----------------------------------------------------------------------
+
+    def apply_lifecycle_result(self, result: LifecycleResult) -> None:
+        """The BBS refused these: stop and forget them, silently (they are not ours)."""
+        for ref in result.refused:
+            self.outbox.discard_instance(ref.instance_guid)
+            held = self._instances.get(ref.instance_guid)
+            if held is None:
+                continue
+            log.info(
+                "BBS refused instance; stopping it",
+                extra={
+                    "data": {"cell_id": self.cell_id, "process_guid": ref.process_guid, "index": ref.index}
+                },
+            )
+            held.state = "stopping"
+            self._forget_instance(held)
+            self.in_background(self.executor.stop_lrp(ref.instance_guid))
+        for task_guid in result.refused_tasks:
+            self.outbox.discard_task(task_guid)
+            held_task = self._tasks.get(task_guid)
+            if held_task is None:
+                continue
+            held_task.state = "cancelling"
+            self._forget_task(held_task)
+            self.in_background(self.executor.cancel_task(task_guid))
+
+
+def _note(reasons: list[str], why: str) -> None:
+    if why not in reasons:
+        reasons.append(why)
+
+
+def _host_metrics() -> HostMetricsModel:
+    metrics = HostMetricsModel(cores=os.cpu_count() or 1)
+    try:
+        metrics.load5 = os.getloadavg()[1]
+        meminfo: dict[str, float] = {}
+        with open("/proc/meminfo") as f:
+            for line in f:
+                name, _, rest = line.partition(":")
+                meminfo[name] = float(rest.split()[0]) / 1024  # kB -> MB
+        metrics.mem_total_mb = meminfo.get("MemTotal")
+        if metrics.mem_total_mb is not None:
+            metrics.mem_used_mb = metrics.mem_total_mb - meminfo.get("MemAvailable", 0.0)
+        metrics.swap_total_mb = meminfo.get("SwapTotal", 0.0)
+        metrics.swap_used_mb = metrics.swap_total_mb - meminfo.get("SwapFree", 0.0)
+    except (OSError, ValueError, IndexError):
+        pass
+    return metrics

@@ -1,0 +1,268 @@
+"""Reservation, rejection and bookkeeping of one cell (with a recording executor, no network)."""
+
+from __future__ import annotations
+
+import itertools
+from datetime import UTC, datetime
+
+from common.models import (
+    CellLifecycle,
+    DesiredLRP,
+    InstanceRef,
+    LifecycleResult,
+    LRPWork,
+    ModificationTag,
+    PortMapping,
+    Task,
+    TaskCompletion,
+    Work,
+)
+
+from .cell import Cell, CellConfig
+from .executor import Executor, ExecutorListener, LRPContainer, TaskContainer
+
+NOW = datetime(2024, 1, 1, tzinfo=UTC)
+
+
+class RecordingExecutor(Executor):
+    def __init__(self) -> None:
+        self.started: list[LRPContainer] = []
+        self.stopped: list[str] = []
+        self.tasks: list[TaskContainer] = []
+        self.cancelled: list[str] = []
+
+    def start_lrp(self, container: LRPContainer, listener: ExecutorListener) -> None:
+        self.started.append(container)
+
+    async def stop_lrp(self, instance_guid: str) -> None:
+        self.stopped.append(instance_guid)
+
+    def run_task(self, container: TaskContainer, listener: ExecutorListener) -> None:
+        self.tasks.append(container)
+
+    async def cancel_task(self, task_guid: str) -> None:
+        self.cancelled.append(task_guid)
+
+
+async def never_sent(batch: CellLifecycle) -> LifecycleResult:
+    raise AssertionError("these tests read the outbox, they do not flush it")
+
+
+def desired(
+    guid: str = "app", memory_mb: int = 256, disk_mb: int = 1024, stack: str = "cflinuxfs4"
+) -> DesiredLRP:
+    return DesiredLRP(
+        process_guid=guid,
+        memory_mb=memory_mb,
+        disk_mb=disk_mb,
+        stack=stack,
+        created_at=NOW,
+        modification_tag=ModificationTag(epoch="e"),
+    )
+
+
+def task(guid: str = "t1", memory_mb: int = 128, disk_mb: int = 1024) -> Task:
+    return Task(
+        task_guid=guid, command=["true"], memory_mb=memory_mb, disk_mb=disk_mb, created_at=NOW, updated_at=NOW
+    )
+
+
+def make_cell(
+    memory_mb: int = 1024, disk_mb: int = 8192, containers: int = 10
+) -> tuple[Cell, RecordingExecutor]:
+    executor = RecordingExecutor()
+    guids = (f"g{i}" for i in itertools.count())
+    config = CellConfig(
+        cell_id="cell-a",
+        zone="z1",
+        rep_url="http://rep",
+        host="10.0.0.5",
+        memory_mb=memory_mb,
+        disk_mb=disk_mb,
+        containers=containers,
+        stacks=("cflinuxfs4",),
+        placement_tags=("gpu",),
+    )
+    return Cell(config, executor, never_sent, new_guid=lambda: next(guids)), executor
+
+
+def pending(cell: Cell) -> CellLifecycle:
+    return cell.outbox._pending
+
+
+async def test_reserves_what_fits_and_rejects_the_rest_at_once() -> None:
+    cell, executor = make_cell(memory_mb=1000)
+    work = Work(lrps=[LRPWork(desired=desired(memory_mb=400), index=i) for i in range(3)])
+
+    result = cell.accept(work)
+
+    assert [w.index for w in result.rejected_lrps] == [2]
+    assert result.reason == "insufficient resources: memory"
+    assert [c.index for c in executor.started] == [0, 1]
+    state = cell.state()
+    assert state.available.memory_mb == 200
+    assert state.available.containers == 8
+    assert state.starting_containers == 2
+    assert [(i.index, i.state) for i in state.lrps] == [(0, "starting"), (1, "starting")]
+    assert [r.index for r in pending(cell).claimed] == [0, 1], "each accepted instance is claimed"
+
+
+async def test_rejects_a_duplicate_of_an_instance_it_holds() -> None:
+    cell, executor = make_cell()
+    cell.accept(Work(lrps=[LRPWork(desired=desired(), index=0)]))
+
+    result = cell.accept(
+        Work(lrps=[LRPWork(desired=desired(), index=0), LRPWork(desired=desired(), index=1)])
+    )
+
+    assert [w.index for w in result.rejected_lrps] == [0]
+    assert "already" in result.reason
+    assert len(executor.started) == 2
+
+
+async def test_rejects_everything_while_evacuating() -> None:
+    cell, executor = make_cell()
+    cell.evacuating = True
+
+    result = cell.accept(Work(lrps=[LRPWork(desired=desired(), index=0)], tasks=[task()]))
+
+    assert len(result.rejected_lrps) == 1 and len(result.rejected_tasks) == 1
+    assert result.reason == "cell is evacuating"
+    assert executor.started == [] and executor.tasks == []
+    assert cell.state().evacuating and cell.presence().evacuating
+
+
+async def test_rejects_work_with_a_stale_fencing_token() -> None:
+    cell, _ = make_cell()
+    assert cell.accept(Work(fencing_token=5)).rejected_lrps == []
+
+    result = cell.accept(Work(lrps=[LRPWork(desired=desired(), index=0)], fencing_token=4))
+
+    assert len(result.rejected_lrps) == 1
+    assert "stale fencing token 4 < 5" in result.reason
+    assert cell.state().fencing_token == 5
+
+
+async def test_rejects_an_unsupported_stack_and_counts_disk_and_containers() -> None:
+    cell, _ = make_cell(disk_mb=2048, containers=2)
+    result = cell.accept(
+        Work(
+            lrps=[
+                LRPWork(desired=desired(stack="windows"), index=0),
+                LRPWork(desired=desired(disk_mb=2000), index=1),
+                LRPWork(desired=desired(disk_mb=100), index=2),
+            ],
+            tasks=[task(memory_mb=1, disk_mb=10)],
+        )
+    )
+    assert [w.index for w in result.rejected_lrps] == [0, 2]
+    assert [t.task_guid for t in result.rejected_tasks] == []
+    assert "stack windows not supported" in result.reason
+    assert "insufficient resources: disk" in result.reason
+
+    full = cell.accept(Work(tasks=[task("t2")]))
+    assert full.reason == "insufficient resources: containers, disk"
+
+
+async def test_running_report_uses_the_advertised_host() -> None:
+    cell, _ = make_cell()
+    cell.accept(Work(lrps=[LRPWork(desired=desired(), index=3)]))
+
+    cell.lrp_running("g0", [PortMapping(container_port=8080, host_port=61001)])
+
+    (report,) = pending(cell).running
+    assert (report.index, report.instance_guid, report.host) == (3, "g0", "10.0.0.5")
+    assert report.ports[0].host_port == 61001
+    assert cell.state().lrps[0].state == "running"
+    assert cell.state().starting_containers == 0
+
+
+async def test_a_crash_frees_the_resources_and_is_reported() -> None:
+    cell, _ = make_cell(memory_mb=256)
+    cell.accept(Work(lrps=[LRPWork(desired=desired(), index=0)]))
+
+    cell.lrp_crashed("g0", "exited with status 3")
+
+    assert pending(cell).crashed[0].reason == "exited with status 3"
+    assert cell.state().available.memory_mb == 256
+    assert cell.holds_nothing
+    # The same index can come back (a restart gets a new instance guid).
+    assert cell.accept(Work(lrps=[LRPWork(desired=desired(), index=0)])).rejected_lrps == []
+
+
+async def test_stop_reports_removed_once_the_executor_stopped_it() -> None:
+    cell, executor = make_cell()
+    cell.accept(Work(lrps=[LRPWork(desired=desired(), index=0)]))
+
+    assert await cell.stop_lrp("g0") is True
+    assert await cell.stop_lrp("g0") is False, "a second stop finds nothing"
+
+    assert executor.stopped == ["g0"]
+    assert [r.instance_guid for r in pending(cell).removed] == ["g0"]
+    assert cell.holds_nothing and await cell.wait_empty(0.1)
+
+
+async def test_a_crash_during_a_stop_is_not_reported_as_a_crash() -> None:
+    cell, _ = make_cell()
+    cell.accept(Work(lrps=[LRPWork(desired=desired(), index=0)]))
+    cell._instances["g0"].state = "stopping"
+
+    cell.lrp_crashed("g0", "killed by signal 15")
+
+    assert pending(cell).crashed == []
+
+
+async def test_refused_instances_are_stopped_and_forgotten_silently() -> None:
+    cell, executor = make_cell()
+    cell.accept(Work(lrps=[LRPWork(desired=desired(), index=i) for i in range(2)], tasks=[task()]))
+    cell.lrp_running("g1", [])
+
+    cell.apply_lifecycle_result(
+        LifecycleResult(
+            refused=[InstanceRef(process_guid="app", index=1, instance_guid="g1")], refused_tasks=["t1"]
+        )
+    )
+    await cell.wait_background(1.0)
+
+    assert executor.stopped == ["g1"] and executor.cancelled == ["t1"]
+    assert [i.instance_guid for i in cell.state().lrps] == ["g0"]
+    assert cell.state().tasks == []
+    p = pending(cell)
+    assert [r.instance_guid for r in p.claimed] == ["g0"], "pending reports of the refused one are dropped"
+    assert p.running == [] and p.removed == [] and p.tasks_started == []
+
+
+async def test_tasks_reserve_start_complete_and_cancel() -> None:
+    cell, executor = make_cell(memory_mb=300)
+    result = cell.accept(Work(tasks=[task("t1", 200), task("t2", 200)]))
+    assert [t.task_guid for t in result.rejected_tasks] == ["t2"]
+    assert pending(cell).tasks_started == ["t1"]
+    assert [t.task_guid for t in cell.state().tasks] == ["t1"]
+
+    cell.task_finished(TaskCompletion(task_guid="t1", exit_status=0, result="ok"))
+    assert pending(cell).tasks_completed[0].result == "ok"
+    assert cell.available().memory_mb == 300
+
+    cell.accept(Work(tasks=[task("t3")]))
+    assert await cell.cancel_task("t3") is True
+    done = pending(cell).tasks_completed[-1]
+    assert (done.task_guid, done.failed, done.failure_reason) == ("t3", True, "cancelled")
+    assert executor.cancelled == ["t3"]
+
+
+async def test_stop_everything_stops_instances_and_fails_tasks() -> None:
+    cell, _ = make_cell()
+    cell.accept(Work(lrps=[LRPWork(desired=desired(), index=i) for i in range(3)], tasks=[task()]))
+
+    await cell.stop_everything("cell evacuated before completion")
+
+    assert cell.holds_nothing
+    assert sorted(r.index for r in pending(cell).removed) == [0, 1, 2]
+    assert pending(cell).tasks_completed[0].failure_reason == "cell evacuated before completion"
+
+
+async def test_presence_describes_the_cell() -> None:
+    cell, _ = make_cell()
+    presence = cell.presence()
+    assert (presence.cell_id, presence.zone, presence.rep_url) == ("cell-a", "z1", "http://rep")
+    assert presence.total.memory_mb == 1024 and presence.placement_tags == ["gpu"]

@@ -1,0 +1,89 @@
+"""What the rep asks of an executor, and how the executor answers.
+
+The cell (rep/cell.py) owns bookkeeping and reporting; an executor only runs containers. Starts are
+fire-and-forget: the executor later calls the `ExecutorListener` given with the start (running,
+crashed, task finished). Stops and cancels are awaited: when they return the container is gone, and
+the executor will not report anything more about it (no crash for a container being stopped).
+
+Implementations: `ProcessExecutor` (rep/process_executor.py, real child processes) and
+`SimExecutor` (rep/sim_executor.py, simulated containers; one instance serves every cell of a host).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Protocol
+
+from common.models import DesiredLRP, PortMapping, Task, TaskCompletion
+
+
+@dataclass(frozen=True, slots=True)
+class LRPContainer:
+    """One instance to run: which LRP, which index, the guid the rep gave it, on which cell."""
+
+    cell_id: str
+    instance_guid: str
+    index: int
+    desired: DesiredLRP
+
+    @property
+    def process_guid(self) -> str:
+        return self.desired.process_guid
+
+
+@dataclass(frozen=True, slots=True)
+class TaskContainer:
+    cell_id: str
+    task: Task
+
+    @property
+    def task_guid(self) -> str:
+        return self.task.task_guid
+
+
+class ExecutorListener(Protocol):
+    """The cell's side: called by the executor from the event loop, never blocking.
+
+    The host part of an instance's address is the cell's advertised host, so executors report ports only.
+    """
+
+    def lrp_running(self, instance_guid: str, ports: list[PortMapping]) -> None: ...
+
+    def lrp_crashed(self, instance_guid: str, reason: str) -> None: ...
+
+    def task_finished(self, completion: TaskCompletion) -> None: ...
+
+
+class Executor(ABC):
+    async def open(self) -> None:
+        """Prepare (e.g. clean up what a previous run of this rep left behind)."""
+        return None  # optional hook
+
+    async def close(self) -> None:
+        """Release executor resources; containers should have been stopped by then."""
+        return None  # optional hook
+
+    @abstractmethod
+    def start_lrp(self, container: LRPContainer, listener: ExecutorListener) -> None:
+        """Begin starting an instance; report `lrp_running` once healthy or `lrp_crashed`."""
+
+    @abstractmethod
+    async def stop_lrp(self, instance_guid: str) -> None:
+        """Stop an instance (gracefully, then forcibly); returns once it is gone."""
+
+    @abstractmethod
+    def run_task(self, container: TaskContainer, listener: ExecutorListener) -> None:
+        """Begin running a task; report `task_finished` when it ends on its own."""
+
+    @abstractmethod
+    async def cancel_task(self, task_guid: str) -> None:
+        """Kill a task; returns once it is gone. No `task_finished` follows."""
+
+    def kill_all(self) -> None:
+        """Forcibly kill every container now (a second shutdown signal); stops in progress then end."""
+        return None  # optional hook
+
+    def pid_of(self, instance_guid: str) -> int | None:
+        """The OS process of an instance, where there is one."""
+        return None

@@ -1,0 +1,251 @@
+"""The rep process: the cells it hosts, its BBS client, heartbeats, outbox flushers and shutdown.
+
+One process hosts one cell (process executor) or many simulated ones (sim executor). Everything that
+talks to the BBS lives here: one pooled httpx client for the process, one flusher per cell (one
+lifecycle request in flight per cell), and one heartbeat loop that PUTs every cell's presence
+concurrently every TTL/3.
+
+Shutdown:
+- SIGTERM, or POST /evacuate at the root: evacuate every cell (heartbeat evacuating=true, reject
+  work, wait until the BBS stopped every instance or the evacuation timeout passed, stop what is
+  left, report it `removed`), then exit. POST {rep_url}/evacuate evacuates one cell of a sim host; the
+  process exits once every cell is evacuated.
+- SIGINT: stop every container (SIGTERM, then SIGKILL after the grace), report them, exit.
+- A second signal: kill every container at once, report what can be reported within a second, exit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from collections.abc import Mapping
+
+import httpx
+
+from common.models import CellLifecycle, LifecycleResult
+
+from .cell import Cell
+from .executor import Executor
+from .outbox import SendLifecycle
+
+log = logging.getLogger("rep.host")
+
+EVACUATED_TASK_REASON = "cell evacuated before completion"
+SHUTDOWN_TASK_REASON = "cell shut down before completion"
+DRAIN_TIMEOUT_S = 10.0
+
+
+def lifecycle_sender(client: httpx.AsyncClient, bbs_url: str, cell_id: str) -> SendLifecycle:
+    """The outbox's transport: POST {bbs}/v1/cells/{cell_id}/lifecycle, one request per round."""
+    url = f"{bbs_url.rstrip('/')}/v1/cells/{cell_id}/lifecycle"
+
+    async def send(batch: CellLifecycle) -> LifecycleResult:
+        response = await client.post(
+            url, content=batch.model_dump_json(), headers={"content-type": "application/json"}
+        )
+        response.raise_for_status()
+        return (
+            LifecycleResult.model_validate_json(response.content) if response.content else LifecycleResult()
+        )
+
+    return send
+
+
+class RepHost:
+    def __init__(
+        self,
+        cells: list[Cell],
+        executors: list[Executor],
+        client: httpx.AsyncClient | Mapping[str, httpx.AsyncClient],
+        bbs_url: str,
+        *,
+        presence_ttl_s: float = 10.0,
+        evacuation_timeout_s: float = 600.0,
+    ) -> None:
+        self.cells = {cell.cell_id: cell for cell in cells}
+        self.executors = executors
+        # One pooled client, or one per cell (a sim host shards its cells over several small pools:
+        # httpcore's pool bookkeeping grows with connections x waiting requests, so one big pool
+        # serving hundreds of cells spends its time managing itself).
+        self._clients = client if isinstance(client, Mapping) else {cid: client for cid in self.cells}
+        self.bbs_url = bbs_url.rstrip("/")
+        self.heartbeat_interval_s = presence_ttl_s / 3
+        self.evacuation_timeout_s = evacuation_timeout_s
+        self.heartbeats_sent = 0
+        self._failed_rounds = 0
+        self._slow_rounds = 0
+        self._beating: set[str] = set()  # cells whose heartbeat is in flight
+        self._beat_now = asyncio.Event()
+        self._shutdown = asyncio.Event()
+        self._force = False
+        self._signals_seen = 0
+        self._loops: list[asyncio.Task[None]] = []
+        self._evacuations: dict[str, asyncio.Task[None]] = {}
+
+    @property
+    def single(self) -> Cell | None:
+        """The cell, when this process hosts exactly one (its routes are also served at the root)."""
+        return next(iter(self.cells.values())) if len(self.cells) == 1 else None
+
+    def find(self, cell_id: str | None) -> Cell | None:
+        cell = self.single if cell_id is None else self.cells.get(cell_id)
+        return None if cell is None or cell.retired else cell
+
+    # --- running ------------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        for executor in self.executors:
+            await executor.open()
+        for cell in self.cells.values():
+            self._loops.append(asyncio.create_task(cell.outbox.run(), name=f"outbox-{cell.cell_id}"))
+        self._loops.append(asyncio.create_task(self._heartbeat_loop(), name="heartbeat"))
+
+    async def heartbeat_once(self) -> int:
+        """PUT every live cell's presence, concurrently; returns how many the BBS accepted.
+
+        A cell whose previous heartbeat is still in flight (a slow BBS) is skipped: heartbeats never
+        pile up, and the next round goes out on schedule for everyone else.
+        """
+        cells = [c for c in self.cells.values() if not c.retired and c.cell_id not in self._beating]
+        self._beating.update(c.cell_id for c in cells)
+        started = asyncio.get_running_loop().time()
+        try:
+            results = await asyncio.gather(*(self._heartbeat(c) for c in cells), return_exceptions=True)
+        finally:
+            self._beating.difference_update(c.cell_id for c in cells)
+        took = asyncio.get_running_loop().time() - started
+        ok = sum(1 for r in results if r is True)
+        self.heartbeats_sent += ok
+        if ok < len(cells):
+            # Say it when the BBS becomes unreachable, then only every 10th failed round.
+            if self._failed_rounds % 10 == 0:
+                errors = sorted({repr(r) for r in results if r is not True})[:3]
+                failure = {"failed": len(cells) - ok, "rounds": self._failed_rounds + 1, "errors": errors}
+                log.warning("heartbeats failed", extra={"data": failure})
+            self._failed_rounds += 1
+        elif self._failed_rounds:
+            log.info("heartbeats succeed again", extra={"data": {"after_failed_rounds": self._failed_rounds}})
+            self._failed_rounds = 0
+        if took > self.heartbeat_interval_s:
+            self._slow_rounds += 1
+            if self._slow_rounds % 10 == 1:
+                slow = {
+                    "seconds": round(took, 3),
+                    "interval_s": self.heartbeat_interval_s,
+                    "cells": len(cells),
+                }
+                log.warning(
+                    "heartbeat round slower than its interval: the BBS answers slowly", extra={"data": slow}
+                )
+        return ok
+
+    async def _heartbeat(self, cell: Cell) -> bool:
+        response = await self._clients[cell.cell_id].put(
+            f"{self.bbs_url}/v1/cells/{cell.cell_id}",
+            content=cell.presence().model_dump_json(),
+            headers={"content-type": "application/json"},
+        )
+        response.raise_for_status()
+        return True
+
+    async def _heartbeat_loop(self) -> None:
+        """Start a round every TTL/3 on a fixed schedule (or at once when asked), never waiting for one."""
+        loop = asyncio.get_running_loop()
+        rounds: set[asyncio.Task[int]] = set()
+        try:
+            while True:
+                self._beat_now.clear()
+                next_at = loop.time() + self.heartbeat_interval_s
+                beat = asyncio.create_task(self.heartbeat_once())
+                rounds.add(beat)
+                beat.add_done_callback(rounds.discard)
+                beat.add_done_callback(_log_round_error)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._beat_now.wait(), timeout=max(0.0, next_at - loop.time()))
+        finally:
+            for beat in rounds:
+                beat.cancel()
+
+    # --- evacuation and shutdown --------------------------------------------------------------------
+
+    def evacuate(self, cells: list[Cell] | None = None) -> None:
+        """Start evacuating these cells (all by default); idempotent."""
+        for cell in cells if cells is not None else list(self.cells.values()):
+            if cell.cell_id in self._evacuations or cell.retired:
+                continue
+            cell.evacuating = True
+            self._evacuations[cell.cell_id] = asyncio.create_task(
+                self._evacuate(cell), name=f"evacuate-{cell.cell_id}"
+            )
+        self._beat_now.set()
+
+    async def _evacuate(self, cell: Cell) -> None:
+        log.info(
+            "evacuating", extra={"data": {"cell_id": cell.cell_id, "timeout_s": self.evacuation_timeout_s}}
+        )
+        emptied = await cell.wait_empty(self.evacuation_timeout_s)
+        if not emptied:
+            log.warning(
+                "evacuation timed out; stopping what is left", extra={"data": {"cell_id": cell.cell_id}}
+            )
+        await cell.stop_everything(EVACUATED_TASK_REASON)
+        await cell.outbox.drain(DRAIN_TIMEOUT_S)
+        cell.retired = True
+        log.info("evacuated", extra={"data": {"cell_id": cell.cell_id}})
+        if all(c.retired for c in self.cells.values()):
+            self._shutdown.set()
+
+    def on_signal(self, signum: int) -> None:
+        self._signals_seen += 1
+        if self._signals_seen > 1:
+            log.warning("second signal: stopping at once", extra={"data": {"signal": signum}})
+            self._force = True
+            for executor in self.executors:
+                executor.kill_all()
+            self._shutdown.set()
+        elif signum == signal.SIGTERM:
+            log.info("SIGTERM: draining")
+            self.evacuate()
+        else:
+            log.info("shutting down", extra={"data": {"signal": signum}})
+            self._shutdown.set()
+
+    def request_shutdown(self) -> None:
+        self._shutdown.set()
+
+    async def wait_shutdown(self) -> None:
+        await self._shutdown.wait()
+
+    async def close(self) -> None:
+        """Stop what is still running, deliver the last reports (bounded), release everything."""
+        for task in self._evacuations.values():
+            task.cancel()
+        live = [c for c in self.cells.values() if not c.retired]
+        stop_budget = 1.0 if self._force else None
+        try:
+            await asyncio.wait_for(
+                asyncio.gather(*(c.stop_everything(SHUTDOWN_TASK_REASON) for c in live)), timeout=stop_budget
+            )
+        except TimeoutError:
+            pass
+        drain_budget = 1.0 if self._force else DRAIN_TIMEOUT_S
+        await asyncio.gather(*(c.outbox.drain(drain_budget) for c in self.cells.values()))
+        for cell in self.cells.values():
+            cell.retired = True
+            await cell.wait_background(drain_budget)
+        for task in self._loops:
+            task.cancel()
+        await asyncio.gather(*self._loops, *self._evacuations.values(), return_exceptions=True)
+        for executor in self.executors:
+            await executor.close()
+
+    async def close_clients(self) -> None:
+        for client in {id(c): c for c in self._clients.values()}.values():
+            await client.aclose()
+
+
+def _log_round_error(task: asyncio.Task[int]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.error("heartbeat round failed", exc_info=task.exception())

@@ -1,0 +1,179 @@
+"""A cell's lifecycle outbox: everything the cell has to tell the BBS, sent as ONE request per round.
+
+Reports accumulate while a flush is in flight; the flusher sends the next batch as soon as the
+previous request finished. A failed request keeps its reports (ahead of newer ones) and is retried
+with capped exponential backoff, so nothing is lost.
+
+Ordering: an instance goes claimed -> running -> crashed|removed exactly once (a restart gets a new
+instance guid), and a task started -> completed. Those are the field orders of `CellLifecycle`, so a
+receiver that applies the lists in field order sees each instance's reports in the order they
+happened, even when a retried batch and newer reports travel together.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+
+from common.models import (
+    CellLifecycle,
+    CrashReport,
+    InstanceRef,
+    LifecycleResult,
+    RunningInstanceReport,
+    TaskCompletion,
+)
+
+log = logging.getLogger("rep.outbox")
+
+SendLifecycle = Callable[[CellLifecycle], Awaitable[LifecycleResult]]
+OnResult = Callable[[LifecycleResult], None]
+
+
+def _empty() -> CellLifecycle:
+    return CellLifecycle()
+
+
+def _size(batch: CellLifecycle) -> int:
+    return (
+        len(batch.claimed)
+        + len(batch.running)
+        + len(batch.crashed)
+        + len(batch.removed)
+        + len(batch.tasks_started)
+        + len(batch.tasks_completed)
+    )
+
+
+def _merge(older: CellLifecycle, newer: CellLifecycle) -> CellLifecycle:
+    return CellLifecycle(
+        claimed=older.claimed + newer.claimed,
+        running=older.running + newer.running,
+        crashed=older.crashed + newer.crashed,
+        removed=older.removed + newer.removed,
+        tasks_started=older.tasks_started + newer.tasks_started,
+        tasks_completed=older.tasks_completed + newer.tasks_completed,
+    )
+
+
+class Outbox:
+    def __init__(
+        self,
+        send: SendLifecycle,
+        on_result: OnResult,
+        *,
+        name: str = "",
+        backoff_initial_s: float = 0.05,
+        backoff_max_s: float = 5.0,
+    ) -> None:
+        self._send = send
+        self._on_result = on_result
+        self._name = name
+        self._backoff_initial_s = backoff_initial_s
+        self._backoff_max_s = backoff_max_s
+        self._pending = _empty()
+        self._in_flight = 0  # reports in the request being sent now
+        self._wake = asyncio.Event()
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self.sent_requests = 0
+        self.failed_requests = 0
+
+    # --- adding reports (synchronous: callable from request handlers and executor callbacks) -------
+
+    def claimed(self, ref: InstanceRef) -> None:
+        self._pending.claimed.append(ref)
+        self._kick()
+
+    def running(self, report: RunningInstanceReport) -> None:
+        self._pending.running.append(report)
+        self._kick()
+
+    def crashed(self, report: CrashReport) -> None:
+        self._pending.crashed.append(report)
+        self._kick()
+
+    def removed(self, ref: InstanceRef) -> None:
+        self._pending.removed.append(ref)
+        self._kick()
+
+    def task_started(self, task_guid: str) -> None:
+        self._pending.tasks_started.append(task_guid)
+        self._kick()
+
+    def task_completed(self, completion: TaskCompletion) -> None:
+        self._pending.tasks_completed.append(completion)
+        self._kick()
+
+    def discard_instance(self, instance_guid: str) -> None:
+        """Drop pending reports of an instance the BBS refused (they would only be refused again)."""
+        p = self._pending
+        p.claimed = [r for r in p.claimed if r.instance_guid != instance_guid]
+        p.running = [r for r in p.running if r.instance_guid != instance_guid]
+        p.crashed = [r for r in p.crashed if r.instance_guid != instance_guid]
+        p.removed = [r for r in p.removed if r.instance_guid != instance_guid]
+
+    def discard_task(self, task_guid: str) -> None:
+        p = self._pending
+        p.tasks_started = [g for g in p.tasks_started if g != task_guid]
+        p.tasks_completed = [c for c in p.tasks_completed if c.task_guid != task_guid]
+
+    @property
+    def pending(self) -> int:
+        return _size(self._pending)
+
+    def _kick(self) -> None:
+        self._idle.clear()
+        self._wake.set()
+
+    # --- flushing ------------------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """The flusher: one request at a time, each carrying everything pending."""
+        failures = 0
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            batch, self._pending = self._pending, _empty()
+            if _size(batch) == 0:
+                self._idle.set()
+                continue
+            self._in_flight = _size(batch)
+            try:
+                result = await self._send(batch)
+            except asyncio.CancelledError:
+                self._pending = _merge(batch, self._pending)
+                raise
+            except Exception as exc:  # noqa: BLE001 - any failure: keep the reports and retry
+                self._pending = _merge(batch, self._pending)
+                self.failed_requests += 1
+                failures += 1
+                delay = min(self._backoff_initial_s * 2 ** (failures - 1), self._backoff_max_s)
+                log.warning(
+                    "lifecycle report failed; retrying",
+                    extra={"data": {"cell_id": self._name, "error": repr(exc), "retry_in_s": delay}},
+                )
+                self._in_flight = 0
+                self._wake.set()
+                await asyncio.sleep(delay)
+                continue
+            self._in_flight = 0
+            self.sent_requests += 1
+            failures = 0
+            try:
+                self._on_result(result)
+            except Exception:  # a bug in the handler must not kill the flusher
+                log.exception("handling the lifecycle result failed", extra={"data": {"cell_id": self._name}})
+            if _size(self._pending):
+                self._wake.set()
+            else:
+                self._idle.set()
+
+    async def drain(self, timeout_s: float) -> bool:
+        """Wait until everything pending was delivered; False when the deadline passed first."""
+        try:
+            await asyncio.wait_for(self._idle.wait(), timeout=timeout_s)
+        except TimeoutError:
+            return False
+        return True

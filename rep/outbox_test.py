@@ -1,0 +1,158 @@
+"""The lifecycle outbox: one request per round, nothing lost on failure, per-instance order kept."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+import pytest
+
+from common.models import CellLifecycle, CrashReport, InstanceRef, LifecycleResult, RunningInstanceReport
+
+from .outbox import Outbox
+
+DEADLINE_S = 5.0
+
+
+def ref(i: int) -> InstanceRef:
+    return InstanceRef(process_guid="app", index=i, instance_guid=f"g{i}")
+
+
+def running(i: int) -> RunningInstanceReport:
+    return RunningInstanceReport(process_guid="app", index=i, instance_guid=f"g{i}")
+
+
+async def eventually(condition: Callable[[], bool], what: str, seen: Callable[[], object]) -> None:
+    deadline = asyncio.get_running_loop().time() + DEADLINE_S
+    while not condition():
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"expected {what} within {DEADLINE_S}s; saw {seen()!r}")
+        await asyncio.sleep(0.005)
+
+
+class FakeBBS:
+    """Records every lifecycle request; can be told to fail or to hold requests until released."""
+
+    def __init__(self) -> None:
+        self.requests: list[CellLifecycle] = []
+        self.failures_left = 0
+        self.gate = asyncio.Event()
+        self.gate.set()
+        self.result = LifecycleResult()
+
+    async def send(self, batch: CellLifecycle) -> LifecycleResult:
+        await self.gate.wait()
+        if self.failures_left:
+            self.failures_left -= 1
+            raise ConnectionError("BBS down")
+        self.requests.append(batch)
+        return self.result
+
+
+@pytest.fixture
+async def running_outbox() -> AsyncIterator[Callable[..., Awaitable[tuple[Outbox, FakeBBS, list]]]]:
+    tasks: list[asyncio.Task[None]] = []
+
+    async def start(**kwargs: float) -> tuple[Outbox, FakeBBS, list[LifecycleResult]]:
+        bbs = FakeBBS()
+        results: list[LifecycleResult] = []
+        outbox = Outbox(bbs.send, results.append, name="cell-a", **kwargs)
+        tasks.append(asyncio.create_task(outbox.run()))
+        return outbox, bbs, results
+
+    yield start
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def test_reports_added_together_go_in_one_request(running_outbox) -> None:
+    outbox, bbs, _ = await running_outbox()
+    for i in range(100):
+        outbox.claimed(ref(i))
+    outbox.task_started("t1")
+
+    assert await outbox.drain(DEADLINE_S)
+
+    assert len(bbs.requests) == 1, f"expected one request, saw {len(bbs.requests)}"
+    assert [r.index for r in bbs.requests[0].claimed] == list(range(100))
+    assert bbs.requests[0].tasks_started == ["t1"]
+
+
+async def test_reports_arriving_during_a_request_go_in_the_next_one(running_outbox) -> None:
+    outbox, bbs, _ = await running_outbox()
+    bbs.gate.clear()
+    outbox.claimed(ref(0))
+    await asyncio.sleep(0)  # the flusher takes the first report and waits on the gate
+    for i in range(1, 50):
+        outbox.claimed(ref(i))
+        outbox.running(running(i))
+    bbs.gate.set()
+
+    assert await outbox.drain(DEADLINE_S)
+
+    assert [len(r.claimed) for r in bbs.requests] == [1, 49]
+    assert len(bbs.requests[1].running) == 49
+
+
+async def test_a_failed_request_is_retried_with_its_reports_first(running_outbox) -> None:
+    outbox, bbs, _ = await running_outbox(backoff_initial_s=0.01, backoff_max_s=0.02)
+    bbs.failures_left = 3
+    outbox.claimed(ref(0))
+    await eventually(lambda: bbs.failures_left < 3, "a first failed attempt", lambda: bbs.failures_left)
+    outbox.running(running(0))
+    outbox.crashed(
+        CrashReport(process_guid="app", index=0, instance_guid="g0", reason="exited with status 1")
+    )
+    outbox.claimed(ref(1))
+
+    assert await outbox.drain(DEADLINE_S)
+
+    delivered = CellLifecycle(
+        claimed=[c for r in bbs.requests for c in r.claimed],
+        running=[c for r in bbs.requests for c in r.running],
+        crashed=[c for r in bbs.requests for c in r.crashed],
+    )
+    assert [c.index for c in delivered.claimed] == [0, 1], "nothing lost, older first"
+    assert [c.index for c in delivered.running] == [0]
+    assert [c.index for c in delivered.crashed] == [0]
+    assert outbox.failed_requests == 3
+    # The claim of g0 never travels after its running or crash report.
+    first_claim = next(
+        n for n, r in enumerate(bbs.requests) if any(c.instance_guid == "g0" for c in r.claimed)
+    )
+    first_running = next(n for n, r in enumerate(bbs.requests) if r.running)
+    assert first_claim <= first_running
+
+
+async def test_results_are_handed_back(running_outbox) -> None:
+    outbox, bbs, results = await running_outbox()
+    bbs.result = LifecycleResult(refused=[ref(7)])
+    outbox.claimed(ref(7))
+
+    assert await outbox.drain(DEADLINE_S)
+
+    assert results == [LifecycleResult(refused=[ref(7)])]
+
+
+async def test_discard_drops_pending_reports_of_one_instance_or_task() -> None:
+    outbox = Outbox(FakeBBS().send, lambda result: None)
+    outbox.claimed(ref(1))
+    outbox.claimed(ref(2))
+    outbox.running(running(1))
+    outbox.task_started("t1")
+    outbox.task_started("t2")
+
+    outbox.discard_instance("g1")
+    outbox.discard_task("t1")
+
+    assert outbox.pending == 2
+
+
+async def test_drain_reports_a_timeout_while_the_bbs_is_down(running_outbox) -> None:
+    outbox, bbs, _ = await running_outbox(backoff_initial_s=0.01, backoff_max_s=0.01)
+    bbs.failures_left = 10_000
+    outbox.claimed(ref(0))
+
+    assert await outbox.drain(0.1) is False
+    assert outbox.pending == 1, "the report is kept for later"

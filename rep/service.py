@@ -1,0 +1,193 @@
+"""Assemble a rep process from its settings and run it: bind, serve, announce, wait, shut down."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import socket
+from collections.abc import Generator
+
+import httpx
+import uvicorn
+
+from common.procutil import write_ready_file
+
+from .api import create_app
+from .cell import Cell, CellConfig
+from .executor import Executor
+from .host import RepHost, lifecycle_sender
+from .process_executor import ProcessExecutor
+from .settings import (
+    SIM_DEFAULT_DISK_MB,
+    SIM_DEFAULT_MEMORY_MB,
+    RepSettings,
+    default_cell_id,
+    free_disk_mb,
+    machine_memory_mb,
+)
+from .sim_executor import SimExecutor
+
+log = logging.getLogger("rep")
+
+STARTUP_TIMEOUT_S = 30.0
+
+
+class ConfigError(ValueError):
+    """A combination of settings that cannot work (reported as a usage error)."""
+
+
+class _Server(uvicorn.Server):
+    """uvicorn without its own signal handling: the rep drains on SIGTERM instead of just exiting."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Generator[None, None, None]:
+        yield
+
+
+def bind_socket(listen: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in listen else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((listen, port))
+    sock.set_inheritable(False)
+    return sock
+
+
+def cell_configs(settings: RepSettings, base_url: str) -> list[CellConfig]:
+    sim = settings.executor == "sim"
+    if settings.cells > 1 and not sim:
+        raise ConfigError("--cells: only the sim executor can host more than one cell in a process")
+    memory = settings.memory_mb or (SIM_DEFAULT_MEMORY_MB if sim else machine_memory_mb())
+    disk = settings.disk_mb or (SIM_DEFAULT_DISK_MB if sim else free_disk_mb(settings.data_dir))
+    configs = []
+    for i in range(settings.cells):
+        if settings.cells == 1:
+            cell_id = settings.cell_id or default_cell_id()
+            rep_url = base_url
+        else:
+            cell_id = f"{settings.cell_id}-{i}" if settings.cell_id else f"cell-{i}"
+            rep_url = f"{base_url}/cells/{cell_id}"
+        zone = f"z{i % settings.zones}" if settings.zones else settings.zone
+        configs.append(
+            CellConfig(
+                cell_id=cell_id,
+                zone=zone,
+                rep_url=rep_url,
+                host=settings.advertise_host,
+                memory_mb=memory,
+                disk_mb=disk,
+                containers=settings.containers,
+                stacks=tuple(settings.stacks),
+                placement_tags=tuple(settings.placement_tags),
+                optional_placement_tags=tuple(settings.optional_placement_tags),
+                volume_drivers=tuple(settings.volume_drivers),
+                labels=dict(settings.labels),
+                report_host_metrics=not sim,
+            )
+        )
+    return configs
+
+
+CELLS_PER_CLIENT = 8  # cells sharing one pooled httpx client (a heartbeat and a report in flight each)
+
+
+def bbs_clients(settings: RepSettings, cell_ids: list[str]) -> dict[str, httpx.AsyncClient]:
+    """Small connection pools, each shared by a few cells: cost per request stays flat with cell count."""
+    connections = 2 * CELLS_PER_CLIENT + 4
+    tls = httpx.create_ssl_context()  # built once: loading the CA bundle per client costs ~0.1 s each
+    clients: dict[str, httpx.AsyncClient] = {}
+    for first in range(0, len(cell_ids), CELLS_PER_CLIENT):
+        client = httpx.AsyncClient(
+            timeout=httpx.Timeout(settings.http_timeout),
+            limits=httpx.Limits(max_connections=connections, max_keepalive_connections=connections),
+            verify=tls,
+        )
+        clients.update((cell_id, client) for cell_id in cell_ids[first : first + CELLS_PER_CLIENT])
+    return clients
+
+
+def build_host(settings: RepSettings, base_url: str) -> RepHost:
+    configs = cell_configs(settings, base_url)
+    clients = bbs_clients(settings, [c.cell_id for c in configs])
+    executors: list[Executor] = []
+    cells: list[Cell] = []
+    if settings.executor == "sim":
+        sim = SimExecutor(start_delay_s=settings.sim_start_delay, crash_rate_per_s=settings.sim_crash_rate)
+        executors.append(sim)
+    for config in configs:
+        if settings.executor == "sim":
+            executor: Executor = executors[0]
+        else:
+            executor = ProcessExecutor(
+                settings.data_dir,
+                config.cell_id,
+                stop_grace_s=settings.stop_grace,
+                memory_limit=settings.memory_limit,
+            )
+            executors.append(executor)
+        send = lifecycle_sender(clients[config.cell_id], settings.bbs_url, config.cell_id)
+        cells.append(Cell(config, executor, send))
+    return RepHost(
+        cells,
+        executors,
+        clients,
+        settings.bbs_url,
+        presence_ttl_s=settings.presence_ttl,
+        evacuation_timeout_s=settings.evacuation_timeout,
+    )
+
+
+async def serve(settings: RepSettings) -> int:
+    """Run the rep until it is told to stop (signal or /evacuate); returns the exit status."""
+    sock = bind_socket(settings.listen, settings.port)
+    port = sock.getsockname()[1]
+    base_url = f"http://{settings.advertise_host}:{port}"
+    host = build_host(settings, base_url)
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, host.on_signal, signum)
+    await host.start()
+    server = _Server(
+        uvicorn.Config(
+            create_app(host), log_config=None, access_log=False, lifespan="off", timeout_graceful_shutdown=5
+        )
+    )
+    serving = asyncio.create_task(server.serve(sockets=[sock]), name="uvicorn")
+    try:
+        deadline = loop.time() + STARTUP_TIMEOUT_S
+        while not server.started:
+            if serving.done():
+                serving.result()
+                raise RuntimeError("the HTTP server stopped during startup")
+            if loop.time() > deadline:
+                raise RuntimeError(f"the HTTP server did not start within {STARTUP_TIMEOUT_S}s")
+            await asyncio.sleep(0.01)
+        log.info(
+            "rep serving",
+            extra={
+                "data": {
+                    "url": base_url,
+                    "port": port,
+                    "executor": settings.executor,
+                    "cells": [c.config.rep_url for c in host.cells.values()][:5],
+                    "cell_count": len(host.cells),
+                }
+            },
+        )
+        if settings.ready_file is not None:
+            write_ready_file(settings.ready_file, base_url, cells=len(host.cells))
+        shutdown = asyncio.create_task(host.wait_shutdown())
+        await asyncio.wait([shutdown, serving], return_when=asyncio.FIRST_COMPLETED)
+        shutdown.cancel()
+    finally:
+        await host.close()
+        server.should_exit = True
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(serving, timeout=10)
+        await host.close_clients()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(signum)
+    log.info("rep stopped")
+    return 0

@@ -1,0 +1,76 @@
+"""The rep's settings: `VENDUE_*` environment variables, overridden by `vendue rep` flags."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import socket
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from common.models import DEFAULT_STACK
+
+MIB = 1024 * 1024
+# A simulated cell is not the machine: give it room for a full load of default-sized containers
+# (250 x 256 MB memory, 250 x 1 GB disk) instead of copying this host's sizes into every one of them.
+SIM_DEFAULT_MEMORY_MB = 64 * 1024
+SIM_DEFAULT_DISK_MB = 256 * 1024
+
+
+class RepSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="VENDUE_", extra="ignore")
+
+    bbs_url: str = "http://127.0.0.1:8889"
+    cell_id: str | None = None  # default: derived from the hostname (or cell-<i> for a sim host)
+    zone: str = "z0"
+    zones: int | None = Field(default=None, ge=1)  # sim host: spread cells over z0..z{zones-1}
+    listen: str = "127.0.0.1"
+    port: int = Field(default=1800, ge=0, le=65535)
+    advertise_host: str = "127.0.0.1"
+    memory_mb: int | None = Field(default=None, ge=1)
+    disk_mb: int | None = Field(default=None, ge=1)
+    containers: int = Field(default=250, ge=1)
+    stacks: list[str] = Field(default_factory=lambda: [DEFAULT_STACK])
+    placement_tags: list[str] = Field(default_factory=list)
+    optional_placement_tags: list[str] = Field(default_factory=list)
+    volume_drivers: list[str] = Field(default_factory=list)
+    labels: dict[str, str] = Field(default_factory=dict)
+    executor: Literal["process", "sim"] = "process"
+    cells: int = Field(default=1, ge=1)
+    sim_start_delay: float = Field(default=0.05, ge=0)
+    sim_crash_rate: float = Field(default=0.0, ge=0)
+    presence_ttl: float = Field(default=10.0, gt=0)
+    evacuation_timeout: float = Field(default=600.0, ge=0)
+    stop_grace: float = Field(default=10.0, ge=0)
+    memory_limit: bool = True  # process executor: cap each child's RLIMIT_DATA at the LRP's memory_mb
+    data_dir: Path = Path(".vendue")
+    ready_file: Path | None = None
+    http_timeout: float = Field(default=10.0, gt=0)
+    log_level: str = "info"
+
+
+def default_cell_id() -> str:
+    """The hostname, made a valid guid (letters, digits, `_.-`; starting with a letter or digit)."""
+    name = re.sub(r"[^A-Za-z0-9_.-]", "-", socket.gethostname()).strip("-_.") or "cell"
+    return name[:100]
+
+
+def machine_memory_mb() -> int:
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // MIB)
+    except (ValueError, OSError, AttributeError):
+        return 4096
+
+
+def free_disk_mb(path: Path) -> int:
+    probe = path
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    try:
+        return int(shutil.disk_usage(probe).free // MIB)
+    except OSError:
+        return 10 * 1024

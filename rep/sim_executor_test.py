@@ -1,0 +1,133 @@
+"""Simulated containers: one heap, one loop; starts, stops, crashes and tasks on a fake clock."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime
+
+from common.models import DesiredLRP, ModificationTag, PortMapping, Task, TaskCompletion
+
+from .executor import LRPContainer, TaskContainer
+from .sim_executor import SimExecutor
+
+NOW = datetime(2024, 1, 1, tzinfo=UTC)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Listener:
+    def __init__(self) -> None:
+        self.running: list[tuple[str, list[PortMapping]]] = []
+        self.crashed: list[tuple[str, str]] = []
+        self.finished: list[TaskCompletion] = []
+
+    def lrp_running(self, instance_guid: str, ports: list[PortMapping]) -> None:
+        self.running.append((instance_guid, ports))
+
+    def lrp_crashed(self, instance_guid: str, reason: str) -> None:
+        self.crashed.append((instance_guid, reason))
+
+    def task_finished(self, completion: TaskCompletion) -> None:
+        self.finished.append(completion)
+
+
+DESIRED = DesiredLRP(
+    process_guid="app", ports=[8080, 9090], created_at=NOW, modification_tag=ModificationTag(epoch="e")
+)
+
+
+def lrp(guid: str, cell_id: str = "cell-0") -> LRPContainer:
+    return LRPContainer(cell_id=cell_id, instance_guid=guid, index=0, desired=DESIRED)
+
+
+async def test_starts_report_running_after_the_delay() -> None:
+    clock, listener = Clock(), Listener()
+    sim = SimExecutor(start_delay_s=0.5, clock=clock)
+    sim.start_lrp(lrp("a"), listener)
+    sim.start_lrp(lrp("b"), listener)
+
+    assert sim.fire_due() == 0 and listener.running == []
+    clock.now += 0.5
+    assert sim.fire_due() == 2
+
+    assert [guid for guid, _ in listener.running] == ["a", "b"]
+    ports = listener.running[0][1]
+    assert [p.container_port for p in ports] == [8080, 9090]
+    assert ports[0].host_port != ports[1].host_port
+
+
+async def test_a_stopped_container_never_reports() -> None:
+    clock, listener = Clock(), Listener()
+    sim = SimExecutor(start_delay_s=0.5, crash_rate_per_s=100.0, clock=clock)
+    sim.start_lrp(lrp("a"), listener)
+    await sim.stop_lrp("a")
+    clock.now += 10
+    sim.fire_due()
+    assert listener.running == [] and listener.crashed == []
+    assert sim.running_count == 0
+
+
+async def test_crashes_happen_at_the_configured_rate() -> None:
+    clock, listener = Clock(), Listener()
+    sim = SimExecutor(start_delay_s=0.0, crash_rate_per_s=1.0, seed=7, clock=clock)
+    for i in range(1000):
+        sim.start_lrp(lrp(f"g{i}"), listener)
+    sim.fire_due(limit=10_000)
+    assert len(listener.running) == 1000
+
+    clock.now += 1.0
+    sim.fire_due(limit=10_000)
+
+    # P(crash within 1 s) = 1 - e^-1 ~ 0.632: 632 +- 5 sigma (~76).
+    assert 550 < len(listener.crashed) < 715, f"expected ~632 crashes, saw {len(listener.crashed)}"
+    assert listener.crashed[0][1] == "exited with status 1 (simulated crash)"
+    assert sim.running_count == 1000 - len(listener.crashed)
+
+
+async def test_tasks_complete_successfully_after_the_delay_unless_cancelled() -> None:
+    clock, listener = Clock(), Listener()
+    sim = SimExecutor(start_delay_s=0.2, clock=clock)
+    for guid in ("t1", "t2"):
+        sim.run_task(
+            TaskContainer("cell-0", Task(task_guid=guid, command=["x"], created_at=NOW, updated_at=NOW)),
+            listener,
+        )
+    await sim.cancel_task("t2")
+    clock.now += 0.2
+    sim.fire_due()
+    assert listener.finished == [TaskCompletion(task_guid="t1", exit_status=0)]
+
+
+async def test_the_loop_fires_on_real_time_and_wakes_for_earlier_entries() -> None:
+    listener = Listener()
+    sim = SimExecutor(start_delay_s=0.02)
+    await sim.open()
+    try:
+        sim.start_lrp(lrp("a"), listener)
+        deadline = asyncio.get_running_loop().time() + 5
+        while not listener.running:
+            assert asyncio.get_running_loop().time() < deadline, "expected a running report within 5 s"
+            await asyncio.sleep(0.005)
+    finally:
+        await sim.close()
+
+
+async def test_many_cells_share_one_executor_in_bulk() -> None:
+    clock = Clock()
+    sim = SimExecutor(start_delay_s=0.05, clock=clock)
+    listeners = [Listener() for _ in range(100)]
+    for c, listener in enumerate(listeners):
+        for i in range(250):
+            sim.start_lrp(lrp(f"{c}-{i}", cell_id=f"cell-{c}"), listener)
+    clock.now += 0.05
+    handled = 0
+    while (n := sim.fire_due()) > 0:
+        handled += n
+    assert handled == 25_000
+    assert all(len(listener.running) == 250 for listener in listeners)
