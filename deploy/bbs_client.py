@@ -1,0 +1,235 @@
+"""A small, typed, synchronous client for the BBS HTTP API (the CLI's and the demo's only way in).
+
+Every method speaks the wire models of common/models.py. Failures are one exception family:
+
+- `BBSUnreachable`: no answer at all (connection refused, timeout).
+- `InvalidRequest`: 422; `.errors` holds one "field: message" string per problem.
+- `NotFound` (404), `Conflict` (409), and `BBSError` for any other non-2xx answer.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+
+import httpx
+from pydantic import BaseModel, ValidationError
+
+from common.models import (
+    ActualLRP,
+    CellPresence,
+    DesiredLRP,
+    DesiredLRPCreate,
+    DesiredLRPUpdate,
+    Event,
+    Task,
+    TaskCreate,
+)
+
+DEFAULT_BBS_URL = "http://127.0.0.1:8889"
+
+ModelT = TypeVar("ModelT", bound=BaseModel)
+
+
+class BBSError(Exception):
+    """The BBS answered, but not with success."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class BBSUnreachable(BBSError):
+    """No answer from the BBS at all."""
+
+
+class NotFound(BBSError):
+    pass
+
+
+class Conflict(BBSError):
+    pass
+
+
+class InvalidRequest(BBSError):
+    """A 422 (or a local validation failure before sending): `errors` is one "field: why" per problem."""
+
+    def __init__(self, errors: Sequence[str], status: int | None = 422) -> None:
+        super().__init__("; ".join(errors), status)
+        self.errors = list(errors)
+
+
+def _field_name(loc: Sequence[Any]) -> str:
+    # FastAPI prefixes the location with where the value came from ("body", "query", "path"); the
+    # wire name is what follows. An empty remainder means the body as a whole.
+    parts = [str(p) for p in loc]
+    if parts and parts[0] in ("body", "query", "path"):
+        parts = parts[1:]
+    return ".".join(parts) or "body"
+
+
+def describe_errors(errors: Sequence[Mapping[str, Any]]) -> list[str]:
+    """pydantic/FastAPI error dicts -> ["memory_mb: Input should be greater than or equal to 1", ...]."""
+    return [f"{_field_name(e.get('loc', ()))}: {e.get('msg', 'invalid')}" for e in errors]
+
+
+def invalid_from_validation_error(exc: ValidationError) -> InvalidRequest:
+    """A local pydantic failure, worded exactly like the BBS's 422 would be."""
+    return InvalidRequest(describe_errors(exc.errors()), status=None)
+
+
+def _error_from_response(response: httpx.Response) -> BBSError:
+    try:
+        body = response.json()
+    except ValueError:
+        body = None
+    detail = body.get("detail") if isinstance(body, dict) else None
+    if response.status_code == 422 and isinstance(detail, list):
+        return InvalidRequest(describe_errors(detail))
+    text = detail if isinstance(detail, str) else (response.text.strip() or response.reason_phrase)
+    message = f"{response.request.method} {response.request.url.path}: {response.status_code} {text}"
+    if response.status_code == 404:
+        return NotFound(message, 404)
+    if response.status_code == 409:
+        return Conflict(message, 409)
+    if response.status_code == 422:
+        return InvalidRequest([str(text)])
+    return BBSError(message, response.status_code)
+
+
+def parse_sse(lines: Iterator[str]) -> Iterator[tuple[str, str]]:
+    """Server-sent events -> (event type, data) pairs. Comments (keep-alives) and ids are skipped."""
+    event_type = "message"
+    data: list[str] = []
+    for raw in lines:
+        line = raw.rstrip("\r\n")
+        if not line:
+            if data:
+                yield event_type, "\n".join(data)
+            event_type, data = "message", []
+            continue
+        if line.startswith(":"):
+            continue
+        name, _, value = line.partition(":")
+        value = value[1:] if value.startswith(" ") else value
+        if name == "event":
+            event_type = value
+        elif name == "data":
+            data.append(value)
+    if data:
+        yield event_type, "\n".join(data)
+
+
+def event_from_sse(event_type: str, data: str) -> Event:
+    """The BBS sends the whole Event as `data`; a bare payload is wrapped so either shape works."""
+    payload = json.loads(data)
+    if isinstance(payload, dict) and {"type", "data", "at"} <= payload.keys():
+        return Event.model_validate(payload)
+    return Event(type=event_type, data=payload if isinstance(payload, dict) else {"value": payload},
+                 at=datetime.now(UTC))
+
+
+class BBSClient:
+    """`with BBSClient(url) as bbs: bbs.desired_lrps()` — one pooled httpx.Client underneath."""
+
+    def __init__(self, base_url: str = DEFAULT_BBS_URL, timeout: float = 10.0,
+                 transport: httpx.BaseTransport | None = None) -> None:
+        self.base_url = base_url.rstrip("/")
+        self._http = httpx.Client(base_url=self.base_url, timeout=timeout, transport=transport)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> BBSClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --- plumbing ---------------------------------------------------------------------------------
+
+    def _request(self, method: str, path: str, *, json_body: Any = None,
+                 params: Mapping[str, str] | None = None) -> httpx.Response:
+        try:
+            response = self._http.request(method, path, json=json_body, params=params)
+        except httpx.TransportError as exc:
+            reason = str(exc) or type(exc).__name__
+            raise BBSUnreachable(f"cannot reach the BBS at {self.base_url}: {reason}") from exc
+        if response.is_error:
+            raise _error_from_response(response)
+        return response
+
+    def _items(self, path: str, model: type[ModelT], params: Mapping[str, str] | None = None) -> list[ModelT]:
+        body = self._request("GET", path, params=params).json()
+        return [model.model_validate(item) for item in body["items"]]
+
+    @staticmethod
+    def _filters(**given: str | None) -> dict[str, str]:
+        return {name: value for name, value in given.items() if value}
+
+    # --- the API ----------------------------------------------------------------------------------
+
+    def ping(self) -> dict[str, Any]:
+        return dict(self._request("GET", "/ping").json())
+
+    def desire_lrp(self, lrp: DesiredLRPCreate) -> DesiredLRP:
+        body = lrp.model_dump(mode="json", exclude_unset=True)
+        body["process_guid"] = lrp.process_guid  # always sent, even if a default someday
+        return DesiredLRP.model_validate(self._request("POST", "/v1/desired_lrps", json_body=body).json())
+
+    def desired_lrps(self) -> list[DesiredLRP]:
+        return self._items("/v1/desired_lrps", DesiredLRP)
+
+    def desired_lrp(self, process_guid: str) -> DesiredLRP:
+        return DesiredLRP.model_validate(self._request("GET", f"/v1/desired_lrps/{process_guid}").json())
+
+    def update_desired_lrp(self, process_guid: str, update: DesiredLRPUpdate) -> DesiredLRP:
+        body = update.model_dump(mode="json", exclude_none=True)
+        response = self._request("PATCH", f"/v1/desired_lrps/{process_guid}", json_body=body)
+        return DesiredLRP.model_validate(response.json())
+
+    def remove_desired_lrp(self, process_guid: str) -> None:
+        self._request("DELETE", f"/v1/desired_lrps/{process_guid}")
+
+    def actual_lrps(self, process_guid: str | None = None, cell_id: str | None = None,
+                    state: str | None = None, presence: str | None = None) -> list[ActualLRP]:
+        params = self._filters(process_guid=process_guid, cell_id=cell_id, state=state, presence=presence)
+        return self._items("/v1/actual_lrps", ActualLRP, params)
+
+    def desire_task(self, task: TaskCreate) -> Task:
+        body = task.model_dump(mode="json", exclude_unset=True)
+        body["task_guid"] = task.task_guid
+        body["command"] = task.command
+        return Task.model_validate(self._request("POST", "/v1/tasks", json_body=body).json())
+
+    def tasks(self, state: str | None = None, domain: str | None = None) -> list[Task]:
+        return self._items("/v1/tasks", Task, self._filters(state=state, domain=domain))
+
+    def task(self, task_guid: str) -> Task:
+        return Task.model_validate(self._request("GET", f"/v1/tasks/{task_guid}").json())
+
+    def cancel_task(self, task_guid: str) -> Task:
+        return Task.model_validate(self._request("POST", f"/v1/tasks/{task_guid}/cancel").json())
+
+    def resolve_task(self, task_guid: str) -> None:
+        self._request("DELETE", f"/v1/tasks/{task_guid}")
+
+    def cells(self) -> list[CellPresence]:
+        return self._items("/v1/cells", CellPresence)
+
+    def events(self, read_timeout: float | None = None) -> Iterator[Event]:
+        """Follow the SSE stream until the server closes it (or the caller stops iterating)."""
+        timeout = httpx.Timeout(self._http.timeout.connect, read=read_timeout)
+        try:
+            with self._http.stream("GET", "/v1/events", timeout=timeout,
+                                   headers={"Accept": "text/event-stream"}) as response:
+                if response.is_error:
+                    response.read()
+                    raise _error_from_response(response)
+                for event_type, data in parse_sse(response.iter_lines()):
+                    yield event_from_sse(event_type, data)
+        except httpx.TransportError as exc:
+            reason = str(exc) or type(exc).__name__
+            raise BBSUnreachable(f"lost the BBS event stream at {self.base_url}: {reason}") from exc

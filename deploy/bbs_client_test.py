@@ -1,0 +1,111 @@
+"""The BBS client's own logic: error mapping, SSE parsing, request shapes (the BBS itself is faked by an
+httpx MockTransport here; deploy/client_cmd_test.py runs the client against a real BBS process)."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import pytest
+
+from common.models import DesiredLRPCreate, TaskCreate
+
+from .bbs_client import (
+    BBSClient,
+    BBSError,
+    BBSUnreachable,
+    Conflict,
+    InvalidRequest,
+    NotFound,
+    describe_errors,
+    event_from_sse,
+    parse_sse,
+)
+
+NOW = "2024-01-01T00:00:00Z"
+
+
+def client_answering(handler) -> BBSClient:
+    return BBSClient("http://bbs.test", transport=httpx.MockTransport(handler))
+
+
+def test_describe_errors_names_the_wire_field_without_fastapi_location_prefix():
+    errors = [
+        {"loc": ["body", "memory_mb"], "msg": "Input should be greater than or equal to 1"},
+        {"loc": ["body", "health_check", "type"], "msg": "Input should be 'port', 'process' or 'http'"},
+        {"loc": [], "msg": "bad body"},
+    ]
+    assert describe_errors(errors) == [
+        "memory_mb: Input should be greater than or equal to 1",
+        "health_check.type: Input should be 'port', 'process' or 'http'",
+        "body: bad body",
+    ]
+
+
+def test_a_422_becomes_invalid_request_with_one_message_per_field():
+    detail = [{"loc": ["body", "instances"], "msg": "Input should be less than or equal to 10000",
+               "type": "less_than_equal"}]
+    with client_answering(lambda request: httpx.Response(422, json={"detail": detail})) as bbs:
+        with pytest.raises(InvalidRequest) as caught:
+            bbs.desire_lrp(DesiredLRPCreate(process_guid="web", command=["x"]))
+    assert caught.value.errors == ["instances: Input should be less than or equal to 10000"]
+    assert caught.value.status == 422
+
+
+@pytest.mark.parametrize(("status", "error"), [(404, NotFound), (409, Conflict), (500, BBSError)])
+def test_other_failures_map_to_their_exception_and_keep_the_detail(status, error):
+    with client_answering(lambda request: httpx.Response(status, json={"detail": "nope"})) as bbs:
+        with pytest.raises(error) as caught:
+            bbs.desired_lrp("web")
+    assert caught.value.status == status
+    assert "nope" in str(caught.value) and "/v1/desired_lrps/web" in str(caught.value)
+
+
+def test_no_answer_is_unreachable():
+    def refuse(request: httpx.Request) -> httpx.Response:
+        raise httpx.ConnectError("connection refused", request=request)
+
+    with client_answering(refuse) as bbs, pytest.raises(BBSUnreachable, match="cannot reach the BBS"):
+        bbs.ping()
+
+
+def test_requests_carry_the_wire_body_and_query():
+    seen: list[httpx.Request] = []
+
+    def record(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        if request.url.path == "/v1/tasks":
+            body = json.loads(request.content)
+            return httpx.Response(201, json={**body, "created_at": NOW, "updated_at": NOW})
+        return httpx.Response(200, json={"items": []})
+
+    with client_answering(record) as bbs:
+        task = bbs.desire_task(TaskCreate(task_guid="t1", command=["echo", "hi"], memory_mb=64))
+        assert bbs.actual_lrps(process_guid="web", state="RUNNING") == []
+    assert json.loads(seen[0].content) == {"task_guid": "t1", "command": ["echo", "hi"], "memory_mb": 64}
+    assert task.task_guid == "t1" and task.memory_mb == 64
+    assert dict(seen[1].url.params) == {"process_guid": "web", "state": "RUNNING"}
+
+
+def test_parse_sse_skips_comments_and_joins_multiline_data():
+    stream = [": keep-alive", "event: task_created", 'data: {"a":', "data: 1}", "", "event: x", "data: 2", ""]
+    assert list(parse_sse(iter(stream))) == [("task_created", '{"a":\n1}'), ("x", "2")]
+
+
+def test_event_from_sse_reads_the_whole_event_or_wraps_a_bare_payload():
+    whole = event_from_sse("task_created", json.dumps({"type": "task_created", "data": {"task_guid": "t"},
+                                                       "at": NOW}))
+    assert (whole.type, whole.data) == ("task_created", {"task_guid": "t"})
+    bare = event_from_sse("cell_appeared", json.dumps({"cell_id": "cell-0"}))
+    assert (bare.type, bare.data) == ("cell_appeared", {"cell_id": "cell-0"})
+
+
+def test_events_follows_the_stream():
+    body = "".join(
+        f"event: {kind}\ndata: {json.dumps({'type': kind, 'data': {'n': n}, 'at': NOW})}\n\n"
+        for n, kind in enumerate(["desired_lrp_created", "actual_lrp_changed"])
+    )
+    with client_answering(lambda request: httpx.Response(200, text=": hi\n\n" + body,
+                                                         headers={"content-type": "text/event-stream"})) as bbs:
+        received = [(e.type, e.data) for e in bbs.events()]
+    assert received == [("desired_lrp_created", {"n": 0}), ("actual_lrp_changed", {"n": 1})]

@@ -1,0 +1,613 @@
+"""The client commands: `vendue push|scale|delete|apps|instances|cells|task run|tasks|events`.
+
+They talk to a BBS found, in order, through `--bbs URL` (alias `--bbs-url`), `VENDUE_BBS_URL`, the
+running local cluster in `--data-dir` (its cluster.json, written by `vendue up`), or the BBS default
+http://127.0.0.1:8889. Listings print rich tables, or with `--json` the wire names of common/models.py.
+
+Exit status: 0 done; 1 the BBS is unreachable, the app/task does not exist, or a task failed; 2 bad
+input — ONE line on stderr naming the field (`error: memory_mb: Input should be ...`), and nothing is
+written: the request is validated locally with the same models the BBS uses, and a 422 from the BBS
+is reported the same way.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+import time
+import uuid
+from collections import Counter, defaultdict
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Annotated, Any, NoReturn
+
+import httpx
+import typer
+from pydantic import BaseModel, ValidationError
+from rich.console import Console
+from rich.table import Table
+from typer.core import TyperCommand, TyperGroup
+
+from common.models import (
+    ActualLRP,
+    ActualState,
+    CellPresence,
+    CellState,
+    DesiredLRPCreate,
+    DesiredLRPUpdate,
+    Event,
+    Presence,
+    Task,
+    TaskCreate,
+    TaskState,
+)
+
+from .bbs_client import (
+    DEFAULT_BBS_URL,
+    BBSClient,
+    BBSError,
+    BBSUnreachable,
+    Conflict,
+    InvalidRequest,
+    NotFound,
+    invalid_from_validation_error,
+)
+from .cli import app
+from .cluster import read_cluster_file
+
+USAGE_ERROR = 2
+FAILURE = 1
+
+
+def _usage_error_types() -> tuple[type[Exception], ...]:
+    # Recent typer vendors click (typer._click), older typer uses click itself: catch whichever is used.
+    found = {cls for cls in typer.BadParameter.__mro__ if cls.__name__ == "UsageError"}
+    with contextlib.suppress(ImportError):
+        import click
+
+        found.add(click.UsageError)
+    return tuple(found)
+
+
+USAGE_ERRORS = _usage_error_types()
+
+
+class _OneLineUsageErrors:
+    """Usage errors (an unknown option, `-i abc`, a missing NAME) as one `error: ...` line and exit 2,
+    instead of click's usage box: scripts read one line, people read the field name."""
+
+    def make_context(self, info_name: str | None, args: list[str], parent: Any = None, **extra: Any) -> Any:
+        try:
+            return super().make_context(info_name, args, parent=parent, **extra)  # type: ignore[misc]
+        except USAGE_ERRORS as exc:
+            if type(exc).__name__ == "NoArgsIsHelpError":  # `vendue task` alone: the help, as usual
+                raise
+            typer.echo(f"error: {exc.format_message()}", err=True)  # type: ignore[attr-defined]
+            raise typer.Exit(USAGE_ERROR) from None
+
+
+class OneLineErrorsCommand(_OneLineUsageErrors, TyperCommand):
+    pass
+
+
+class OneLineErrorsGroup(_OneLineUsageErrors, TyperGroup):
+    def resolve_command(self, ctx: Any, args: list[str]) -> Any:
+        try:
+            return super().resolve_command(ctx, args)
+        except USAGE_ERRORS as exc:  # `vendue task bogus`
+            typer.echo(f"error: {exc.format_message()}", err=True)  # type: ignore[attr-defined]
+            raise typer.Exit(USAGE_ERROR) from None
+
+
+task_app = typer.Typer(help="Run and inspect one-off tasks.", no_args_is_help=True, cls=OneLineErrorsGroup)
+app.add_typer(task_app, name="task")
+
+BbsUrl = Annotated[str | None, typer.Option(
+    "--bbs", "--bbs-url", envvar="VENDUE_BBS_URL", show_envvar=True,
+    help="BBS URL (default: the running local cluster in --data-dir, else http://127.0.0.1:8889).")]
+DataDir = Annotated[Path, typer.Option(
+    "--data-dir", envvar="VENDUE_DATA_DIR", help="Where `vendue up` keeps the local cluster.")]
+AsJson = Annotated[bool, typer.Option("--json", help="Print JSON (the API's wire names) instead of a table.")]
+
+
+# --- plumbing -------------------------------------------------------------------------------------
+
+
+def fail(message: str, code: int = FAILURE) -> NoReturn:
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(code)
+
+
+def resolve_bbs_url(bbs: str | None, data_dir: Path) -> tuple[str, str]:
+    """The BBS URL to use and where it came from (for the "unreachable" message)."""
+    if bbs:
+        return bbs.rstrip("/"), "--bbs/VENDUE_BBS_URL"
+    info = read_cluster_file(data_dir)
+    if info is not None and info.get("bbs_url"):
+        return str(info["bbs_url"]), f"the local cluster in {data_dir}"
+    return DEFAULT_BBS_URL, f"the default (no --bbs, no VENDUE_BBS_URL, no running cluster in {data_dir})"
+
+
+@contextlib.contextmanager
+def connect(bbs: str | None, data_dir: Path) -> Iterator[BBSClient]:
+    """A BBS client; every BBS failure becomes one `error:` line and the right exit status."""
+    url, source = resolve_bbs_url(bbs, data_dir)
+    client = BBSClient(url)
+    try:
+        yield client
+    except InvalidRequest as exc:
+        fail(str(exc), USAGE_ERROR)
+    except BBSUnreachable as exc:
+        fail(f"{exc} (BBS from {source}; start a cluster with `vendue up`)")
+    except BBSError as exc:
+        fail(str(exc))
+    finally:
+        client.close()
+
+
+def validated(model: type[BaseModel], **fields: Any) -> Any:
+    """Build a request body locally, so bad input never reaches (or changes) the BBS."""
+    try:
+        return model(**fields)
+    except ValidationError as exc:
+        fail(str(invalid_from_validation_error(exc)), USAGE_ERROR)
+
+
+def parse_env(pairs: Sequence[str]) -> dict[str, str]:
+    env: dict[str, str] = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep or not name:
+            fail(f"--env: expected NAME=VALUE, got {pair!r}", USAGE_ERROR)
+        env[name] = value
+    return env
+
+
+def console(listing: bool = True) -> Console:
+    """stdout as rich sees it. Piped, a listing is never wrapped (one row per line, whole cells, for grep
+    and scripts) and other output gets 120 columns at least."""
+    out = Console()
+    if out.is_terminal:
+        return out
+    return Console(width=1_000_000) if listing else Console(width=max(out.width, 120))
+
+
+def listing_table(title: str) -> Table:
+    return Table(title=title, title_justify="left")
+
+
+def print_json(value: Any) -> None:
+    sys.stdout.write(json.dumps(value, indent=2, default=str) + "\n")
+
+
+def dump(models: Sequence[BaseModel]) -> list[dict[str, Any]]:
+    return [m.model_dump(mode="json") for m in models]
+
+
+def age(moment: datetime | None, now: datetime | None = None) -> str:
+    if moment is None:
+        return ""
+    now = now or datetime.now(UTC)
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    seconds = max(0, int((now - moment).total_seconds()))
+    if seconds < 120:
+        return f"{seconds}s ago"
+    if seconds < 7200:
+        return f"{seconds // 60}m ago"
+    return f"{seconds // 3600}h ago"
+
+
+# --- apps -----------------------------------------------------------------------------------------
+
+
+@app.command(cls=OneLineErrorsCommand)
+def push(
+    name: Annotated[str, typer.Argument(help="The app's process guid.", show_default=False)],
+    command: Annotated[list[str] | None, typer.Argument(metavar="-- COMMAND...",
+                                                         help="What each instance runs (argv).")] = None,
+    instances: Annotated[int, typer.Option("--instances", "-i", help="How many instances.")] = 1,
+    memory_mb: Annotated[int, typer.Option("--memory", "-m", help="Memory per instance, MB.")] = 256,
+    disk_mb: Annotated[int, typer.Option("--disk", "-d", help="Disk per instance, MB.")] = 1024,
+    stack: Annotated[str | None, typer.Option("--stack", help="Required stack (rootfs).")] = None,
+    tags: Annotated[list[str] | None, typer.Option("--tag", help="Placement tag (repeatable).")] = None,
+    strategy: Annotated[str | None, typer.Option("--strategy", help="Placement strategy for this app.")] = None,
+    ports: Annotated[list[int] | None, typer.Option("--port", help="Container port (repeatable; default 8080).")] = None,
+    health: Annotated[str | None, typer.Option("--health", help="Health check: port, process or http.")] = None,
+    health_path: Annotated[str | None, typer.Option("--health-path", help="Path of the http health check.")] = None,
+    env: Annotated[list[str] | None, typer.Option("--env", "-e", help="NAME=VALUE (repeatable).")] = None,
+    domain: Annotated[str | None, typer.Option("--domain", help="Domain the app belongs to.")] = None,
+    wait: Annotated[bool, typer.Option("--wait", help="Wait until every instance runs.")] = False,
+    timeout: Annotated[float, typer.Option("--timeout", help="With --wait: give up after this many seconds.")] = 60.0,
+    bbs: BbsUrl = None,
+    data_dir: DataDir = Path(".vendue"),
+    as_json: AsJson = False,
+) -> None:
+    """Desire an app: N instances of COMMAND, placed by auction. `$PORT` is set in each instance."""
+    if not command:
+        fail("command: give the command to run after `--`, e.g. `vendue push web -- python3 app.py`",
+             USAGE_ERROR)
+    fields: dict[str, Any] = {"process_guid": name, "instances": instances, "memory_mb": memory_mb,
+                              "disk_mb": disk_mb, "command": list(command)}
+    optional = {"stack": stack, "strategy": strategy, "domain": domain}
+    fields.update({k: v for k, v in optional.items() if v is not None})
+    if tags:
+        fields["placement_tags"] = list(tags)
+    if ports:
+        fields["ports"] = list(ports)
+    if env:
+        fields["env"] = parse_env(env)
+    if health is not None or health_path is not None:
+        check: dict[str, Any] = {"type": health or "port"}
+        if health_path is not None:
+            check["path"] = health_path
+        fields["health_check"] = check
+    lrp: DesiredLRPCreate = validated(DesiredLRPCreate, **fields)
+    with connect(bbs, data_dir) as client:
+        try:
+            desired = client.desire_lrp(lrp)
+        except Conflict:
+            fail(f"app {name!r} already exists (change it with `vendue scale`, or `vendue delete` it first)")
+        if wait:
+            _wait_running(client, name, desired.instances, timeout)
+    if as_json:
+        print_json(desired.model_dump(mode="json"))
+        return
+    typer.echo(f"pushed {name}: {desired.instances} instance(s) of {' '.join(desired.command)}"
+               + ("" if wait else f"; see them with `vendue instances {name}`"))
+
+
+def _wait_running(client: BBSClient, name: str, instances: int, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        actuals = client.actual_lrps(process_guid=name)
+        running = {a.index for a in actuals if a.state == ActualState.RUNNING}
+        if len(running & set(range(instances))) == instances:
+            return
+        if time.monotonic() >= deadline:
+            states = Counter(str(a.state) for a in actuals)
+            errors = sorted({a.placement_error for a in actuals if a.placement_error})
+            fail(f"expected {instances} running instance(s) of {name} within {timeout:g}s; saw "
+                 f"{dict(states)}" + (f", placement errors {errors}" if errors else ""))
+        time.sleep(0.2)
+
+
+@app.command(cls=OneLineErrorsCommand)
+def scale(
+    name: Annotated[str, typer.Argument(help="The app's process guid.", show_default=False)],
+    instances: Annotated[int, typer.Option("--instances", "-i", help="The new number of instances.")],
+    bbs: BbsUrl = None,
+    data_dir: DataDir = Path(".vendue"),
+    as_json: AsJson = False,
+) -> None:
+    """Change how many instances of an app are desired."""
+    update: DesiredLRPUpdate = validated(DesiredLRPUpdate, instances=instances)
+    with connect(bbs, data_dir) as client:
+        try:
+            desired = client.update_desired_lrp(name, update)
+        except NotFound:
+            fail(f"no app named {name!r}")
+    if as_json:
+        print_json(desired.model_dump(mode="json"))
+        return
+    typer.echo(f"scaled {name} to {desired.instances} instance(s)")
+
+
+@app.command(cls=OneLineErrorsCommand)
+def delete(
+    name: Annotated[str, typer.Argument(help="The app's process guid.", show_default=False)],
+    bbs: BbsUrl = None,
+    data_dir: DataDir = Path(".vendue"),
+) -> None:
+    """Remove an app: its instances are stopped and forgotten."""
+    with connect(bbs, data_dir) as client:
+        try:
+            client.remove_desired_lrp(name)
+        except NotFound:
+            fail(f"no app named {name!r}")
+    typer.echo(f"deleted {name}")
+
+
+def app_summaries(desired: Sequence[Any], actuals: Sequence[ActualLRP]) -> list[dict[str, Any]]:
+    """Desired vs running per app. An index counts as running once any of its actuals runs (during an
+    evacuation the old and the new instance both run; the app still has one running instance there)."""
+    by_app: dict[str, list[ActualLRP]] = defaultdict(list)
+    for actual in actuals:
+        by_app[actual.process_guid].append(actual)
+    rows = []
+    for lrp in desired:
+        mine = by_app.get(lrp.process_guid, [])
+        wanted = set(range(lrp.instances))
+        running = {a.index for a in mine if a.state == ActualState.RUNNING} & wanted
+        starting = {a.index for a in mine if a.state in (ActualState.UNCLAIMED, ActualState.CLAIMED)
+                    and a.presence == Presence.ORDINARY} & wanted - running
+        crashed = {a.index for a in mine if a.state == ActualState.CRASHED} & wanted - running
+        rows.append({
+            "process_guid": lrp.process_guid,
+            "domain": lrp.domain,
+            "instances": lrp.instances,
+            "running": len(running),
+            "starting": len(starting),
+            "crashed": len(crashed),
+            "memory_mb": lrp.memory_mb,
+            "disk_mb": lrp.disk_mb,
+            "strategy": lrp.strategy,
+            "placement_errors": sorted({a.placement_error for a in mine if a.placement_error}),
+        })
+    return rows
+
+
+@app.command(cls=OneLineErrorsCommand)
+def apps(bbs: BbsUrl = None, data_dir: DataDir = Path(".vendue"), as_json: AsJson = False) -> None:
+    """Every app: desired vs running instances."""
+    with connect(bbs, data_dir) as client:
+        rows = app_summaries(client.desired_lrps(), client.actual_lrps())
+    if as_json:
+        print_json(rows)
+        return
+    table = listing_table(f"{len(rows)} app(s)")
+    for column in ("APP", "RUNNING", "STARTING", "CRASHED", "MEMORY", "DISK", "STRATEGY", "PLACEMENT ERROR"):
+        table.add_column(column, no_wrap=column != "PLACEMENT ERROR")
+    for row in rows:
+        ok = row["running"] == row["instances"]
+        table.add_row(
+            row["process_guid"],
+            f"[{'green' if ok else 'yellow'}]{row['running']}/{row['instances']}[/]",
+            str(row["starting"]), str(row["crashed"]),
+            f"{row['memory_mb']} MB", f"{row['disk_mb']} MB", row["strategy"] or "(cluster)",
+            "; ".join(row["placement_errors"]),
+        )
+    console().print(table)
+
+
+def instances_table(actuals: Sequence[ActualLRP], title: str) -> Table:
+    table = listing_table(title)
+    for column in ("INDEX", "STATE", "PRESENCE", "CELL", "ZONE", "ADDRESS", "SINCE", "CRASHES", "ERROR"):
+        table.add_column(column, no_wrap=column != "ERROR", justify="right" if column == "INDEX" else "left")
+    colours = {ActualState.RUNNING: "green", ActualState.CRASHED: "red"}
+    now = datetime.now(UTC)
+    for a in sorted(actuals, key=lambda a: (a.index, a.presence != Presence.ORDINARY)):
+        table.add_row(
+            str(a.index), f"[{colours.get(a.state, 'yellow')}]{a.state}[/]", str(a.presence),
+            a.cell_id or "-", a.zone or "-", a.address or "-", age(a.since, now), str(a.crash_count),
+            a.placement_error or a.crash_reason,
+        )
+    return table
+
+
+@app.command(cls=OneLineErrorsCommand)
+def instances(
+    name: Annotated[str, typer.Argument(help="The app's process guid.", show_default=False)],
+    bbs: BbsUrl = None,
+    data_dir: DataDir = Path(".vendue"),
+    as_json: AsJson = False,
+) -> None:
+    """An app's instances: index, state, cell, zone, address, since, crash count, placement error."""
+    with connect(bbs, data_dir) as client:
+        try:
+            desired = client.desired_lrp(name)
+        except NotFound:
+            fail(f"no app named {name!r}")
+        actuals = client.actual_lrps(process_guid=name)
+    if as_json:
+        print_json(dump(sorted(actuals, key=lambda a: (a.index, a.presence != Presence.ORDINARY))))
+        return
+    console().print(instances_table(actuals, f"{name}: {desired.instances} desired"))
+
+
+# --- cells ----------------------------------------------------------------------------------------
+
+
+def _cell_state(rep_url: str) -> CellState | None:
+    try:
+        response = httpx.get(f"{rep_url}/state", timeout=2.0)
+        response.raise_for_status()
+        return CellState.model_validate(response.json())
+    except (httpx.HTTPError, ValidationError, ValueError):
+        return None
+
+
+@app.command(cls=OneLineErrorsCommand)
+def cells(bbs: BbsUrl = None, data_dir: DataDir = Path(".vendue"), as_json: AsJson = False) -> None:
+    """The present cells (the BBS's presence), with what each has left (asked of each rep)."""
+    with connect(bbs, data_dir) as client:
+        present: list[CellPresence] = sorted(client.cells(), key=lambda c: (c.zone, c.cell_id))
+    if as_json:
+        print_json(dump(present))
+        return
+    with ThreadPoolExecutor(max_workers=16) as pool:
+        states = list(pool.map(lambda c: _cell_state(c.rep_url), present))
+    table = listing_table(f"{len(present)} cell(s)")
+    for column in ("CELL", "ZONE", "REP", "MEMORY FREE", "DISK FREE", "CONTAINERS FREE", "LRPS", "TASKS",
+                   "STATUS"):
+        table.add_column(column, no_wrap=True)
+    for presence, state in zip(present, states, strict=True):
+        status = "[yellow]evacuating[/]" if presence.evacuating else "[green]ok[/]"
+        if state is None:
+            table.add_row(presence.cell_id, presence.zone, presence.rep_url,
+                          f"? / {presence.total.memory_mb} MB", f"? / {presence.total.disk_mb} MB",
+                          f"? / {presence.total.containers}", "?", "?", "[red]rep unreachable[/]")
+            continue
+        table.add_row(
+            presence.cell_id, presence.zone, presence.rep_url,
+            f"{state.available.memory_mb} / {state.total.memory_mb} MB",
+            f"{state.available.disk_mb} / {state.total.disk_mb} MB",
+            f"{state.available.containers} / {state.total.containers}",
+            str(len(state.lrps)), str(len(state.tasks)),
+            "[yellow]evacuating[/]" if state.evacuating else status,
+        )
+    console().print(table)
+
+
+# --- tasks ----------------------------------------------------------------------------------------
+
+
+def _print_task_outcome(task: Task) -> None:
+    verdict = f"failed: {task.failure_reason}" if task.failed else "succeeded"
+    typer.echo(f"task {task.task_guid} {verdict} on {task.cell_id or '-'} (exit status {task.exit_status})")
+    if task.result:
+        typer.echo(task.result.rstrip("\n"))
+
+
+@task_app.command("run", cls=OneLineErrorsCommand)
+def task_run(
+    command: Annotated[list[str] | None, typer.Argument(metavar="-- COMMAND...", help="What to run (argv).")] = None,
+    name: Annotated[str | None, typer.Option("--name", help="The task guid (default: task-<random>).")] = None,
+    memory_mb: Annotated[int, typer.Option("--memory", "-m", help="Memory, MB.")] = 256,
+    disk_mb: Annotated[int, typer.Option("--disk", "-d", help="Disk, MB.")] = 1024,
+    stack: Annotated[str | None, typer.Option("--stack", help="Required stack (rootfs).")] = None,
+    tags: Annotated[list[str] | None, typer.Option("--tag", help="Placement tag (repeatable).")] = None,
+    env: Annotated[list[str] | None, typer.Option("--env", "-e", help="NAME=VALUE (repeatable).")] = None,
+    domain: Annotated[str | None, typer.Option("--domain", help="Domain the task belongs to.")] = None,
+    detach: Annotated[bool, typer.Option("--detach", help="Return once the task is accepted.")] = False,
+    timeout: Annotated[float | None, typer.Option("--timeout", help="Give up waiting after this many seconds.")] = None,
+    bbs: BbsUrl = None,
+    data_dir: DataDir = Path(".vendue"),
+    as_json: AsJson = False,
+) -> None:
+    """Run a one-off task; wait for it and print its exit status and result (exit 1 if it failed)."""
+    if not command:
+        fail("command: give the command to run after `--`, e.g. `vendue task run -- echo hi`", USAGE_ERROR)
+    fields: dict[str, Any] = {"task_guid": name or f"task-{uuid.uuid4().hex[:10]}", "command": list(command),
+                              "memory_mb": memory_mb, "disk_mb": disk_mb}
+    fields.update({k: v for k, v in {"stack": stack, "domain": domain}.items() if v is not None})
+    if tags:
+        fields["placement_tags"] = list(tags)
+    if env:
+        fields["env"] = parse_env(env)
+    request: TaskCreate = validated(TaskCreate, **fields)
+    with connect(bbs, data_dir) as client:
+        try:
+            task = client.desire_task(request)
+        except Conflict:
+            fail(f"a task named {request.task_guid!r} already exists")
+        if not detach:
+            task = _wait_completed(client, task.task_guid, timeout)
+    if as_json:
+        print_json(task.model_dump(mode="json"))
+    elif detach:
+        typer.echo(f"task {task.task_guid} {task.state}; follow it with `vendue tasks`")
+    else:
+        _print_task_outcome(task)
+    if not detach and task.failed:
+        raise typer.Exit(FAILURE)
+
+
+def _wait_completed(client: BBSClient, task_guid: str, timeout: float | None) -> Task:
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+        task = client.task(task_guid)
+        if task.state in (TaskState.COMPLETED, TaskState.RESOLVING):
+            return task
+        if deadline is not None and time.monotonic() >= deadline:
+            fail(f"expected task {task_guid} to complete within {timeout:g}s; it is {task.state}")
+        time.sleep(0.1)
+
+
+@task_app.command("cancel", cls=OneLineErrorsCommand)
+def task_cancel(
+    task_guid: Annotated[str, typer.Argument(help="The task guid.", show_default=False)],
+    bbs: BbsUrl = None,
+    data_dir: DataDir = Path(".vendue"),
+) -> None:
+    """Cancel a task (it completes as failed, "cancelled")."""
+    with connect(bbs, data_dir) as client:
+        try:
+            client.cancel_task(task_guid)
+        except NotFound:
+            fail(f"no task named {task_guid!r}")
+    typer.echo(f"cancelled {task_guid}")
+
+
+@task_app.command("delete", cls=OneLineErrorsCommand)
+def task_delete(
+    task_guid: Annotated[str, typer.Argument(help="The task guid.", show_default=False)],
+    bbs: BbsUrl = None,
+    data_dir: DataDir = Path(".vendue"),
+) -> None:
+    """Resolve and delete a completed task."""
+    with connect(bbs, data_dir) as client:
+        try:
+            client.resolve_task(task_guid)
+        except NotFound:
+            fail(f"no task named {task_guid!r}")
+    typer.echo(f"deleted {task_guid}")
+
+
+@app.command(cls=OneLineErrorsCommand)
+def tasks(
+    state: Annotated[str | None, typer.Option("--state", help="Only tasks in this state.")] = None,
+    bbs: BbsUrl = None,
+    data_dir: DataDir = Path(".vendue"),
+    as_json: AsJson = False,
+) -> None:
+    """Every task: state, cell, exit status, failure, result."""
+    if state is not None and state.upper() not in TaskState.__members__:
+        fail(f"--state: expected one of {', '.join(TaskState.__members__)}, got {state!r}", USAGE_ERROR)
+    with connect(bbs, data_dir) as client:
+        found = client.tasks(state=state.upper() if state else None)
+    found.sort(key=lambda t: t.created_at)
+    if as_json:
+        print_json(dump(found))
+        return
+    table = listing_table(f"{len(found)} task(s)")
+    for column in ("TASK", "STATE", "CELL", "EXIT", "FAILURE", "RESULT", "CREATED"):
+        table.add_column(column, no_wrap=column not in ("FAILURE", "RESULT"))
+    now = datetime.now(UTC)
+    for t in found:
+        first_line = t.result.strip().splitlines()[-1] if t.result.strip() else ""
+        table.add_row(t.task_guid, str(t.state), t.cell_id or "-",
+                      "" if t.exit_status is None else str(t.exit_status),
+                      f"[red]{t.failure_reason or 'failed'}[/]" if t.failed else "",
+                      first_line[:60], age(t.created_at, now))
+    console().print(table)
+
+
+# --- events ---------------------------------------------------------------------------------------
+
+
+def summarize(event: Event) -> str:
+    """One readable line for an event: who (app/index, task, cell) and what it is now."""
+    data: Any = event.data
+    # Changes may carry {"before": ..., "after": ...}, or wrap the record under one key.
+    if isinstance(data.get("after"), dict):
+        data = data["after"]
+    elif len(data) == 1 and isinstance(next(iter(data.values())), dict):
+        data = next(iter(data.values()))
+    parts: list[str] = []
+    if "process_guid" in data:
+        parts.append(f"{data['process_guid']}/{data['index']}" if "index" in data else data["process_guid"])
+    if "task_guid" in data:
+        parts.append(str(data["task_guid"]))
+    if "cell_id" in data and data["cell_id"]:
+        parts.append(("@" if parts else "") + str(data["cell_id"]))
+    for key in ("state", "presence", "instances", "address", "zone", "crash_count", "placement_error",
+                "failure_reason"):
+        value = data.get(key)
+        if value in (None, "", 0) or (key == "presence" and value == "ORDINARY"):
+            continue
+        parts.append(f"{key}={value}")
+    if not parts:
+        parts.append(json.dumps(event.data, default=str)[:120])
+    return " ".join(parts)
+
+
+@app.command(cls=OneLineErrorsCommand)
+def events(bbs: BbsUrl = None, data_dir: DataDir = Path(".vendue"), as_json: AsJson = False) -> None:
+    """Follow the BBS's event stream: one line per event (Ctrl-C to stop)."""
+    with connect(bbs, data_dir) as client:
+        try:
+            for event in client.events():
+                if as_json:
+                    line = event.model_dump_json()
+                else:
+                    at = event.at.astimezone().strftime("%H:%M:%S.%f")[:-3]
+                    line = f"{at}  {event.type:<24} {summarize(event)}"
+                sys.stdout.write(line + "\n")
+                sys.stdout.flush()
+        except KeyboardInterrupt:
+            return
+    fail("the BBS closed the event stream")

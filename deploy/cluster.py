@@ -1,0 +1,426 @@
+"""The local cluster launcher: a BBS, an auctioneer and the reps as separate OS processes on loopback.
+
+    with LocalCluster(Path(".vendue"), cells=4, zones=2).start() as cluster:
+        print(cluster.bbs_url, {cell: rep.url for cell, rep in cluster.reps.items()})
+
+Every component is `python -m deploy.cli <component> --port P --ready-file F` (so it works without
+`vendue` on PATH), in its own session (a Ctrl-C in the launcher's terminal reaches
+the launcher only, which then stops the children in order), with PR_SET_PDEATHSIG=SIGKILL so no child
+outlives even a `kill -9` of the launcher. Logs go to <data-dir>/logs/<name>.log, ready files to
+<data-dir>/run/<name>.ready, and <data-dir>/cluster.json tells the CLI where the running cluster is.
+
+The BBS and the auctioneer need each other's URL, so their ports are picked up front; a rep's port is
+whatever it bound first (`--port 0`) and is kept across restarts, like the BBS's and the auctioneer's.
+
+PR_SET_PDEATHSIG fires when the forking *thread* exits: call start() and restart() from a thread that
+lives as long as the cluster (normally the main thread).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from common.procutil import child_preexec, free_port, pid_alive, terminate_then_kill, wait_ready_file
+
+# Timings that keep a laptop demo responsive (DESIGN.md's defaults are 10 s / 5 s / 10 min): a stopped
+# cell is noticed within ~4 s, convergence acts within ~1 s, an evacuating cell gives up after 30 s.
+DEFAULT_PRESENCE_TTL_S = 4.0
+DEFAULT_CONVERGENCE_INTERVAL_S = 1.0
+DEFAULT_EVACUATION_TIMEOUT_S = 30.0
+# How long stop() waits after SIGTERM before SIGKILL (the rep stops its containers within this).
+STOP_GRACE_S = 10.0
+
+CLUSTER_FILE = "cluster.json"
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+# Every component is this interpreter running the CLI module: no need for `vendue` on PATH.
+ENTRY_POINT = (sys.executable, "-m", "deploy.cli")
+
+
+class ClusterError(RuntimeError):
+    """A component did not start, or the cluster is not in the state an operation needs."""
+
+
+@dataclass
+class RepProcess:
+    """One cell as the launcher knows it. Simulated cells hosted by one process share `proc`."""
+
+    cell_id: str
+    zone: str
+    url: str
+    proc: subprocess.Popen[bytes]
+    component: str = ""  # the launcher's name for the process hosting this cell
+
+
+@dataclass
+class _Component:
+    name: str  # "bbs", "auctioneer", "cell-0", or "rep-0" for a process hosting many simulated cells
+    args: list[str]  # the component's arguments, without --port/--ready-file
+    port: int  # 0 until the first start for reps; then kept
+    cells: list[tuple[str, str]] = field(default_factory=list)  # (cell_id, zone) this process hosts
+    proc: subprocess.Popen[bytes] | None = None
+    url: str = ""
+
+    @property
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+
+def read_cluster_file(data_dir: Path) -> dict[str, Any] | None:
+    """The running local cluster in `data_dir` (None if there is none, or its launcher is gone)."""
+    path = Path(data_dir) / CLUSTER_FILE
+    try:
+        info = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(info, dict) or not pid_alive(int(info.get("pid", 0) or 0)):
+        return None
+    return info
+
+
+def _wait_until(condition: Callable[[], Any], timeout: float, expected: str,
+                seen: Callable[[], str], interval: float = 0.05) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            raise ClusterError(f"expected {expected} within {timeout:g}s; saw {seen()}")
+        time.sleep(interval)
+
+
+class LocalCluster:
+    def __init__(
+        self,
+        data_dir: Path,
+        cells: int = 4,
+        zones: int = 2,
+        executor: str = "process",
+        cell_memory_mb: int = 4096,
+        cell_disk_mb: int = 8192,
+        cell_containers: int = 250,
+        bbs_args: Sequence[str] = (),
+        auctioneer_args: Sequence[str] = (),
+        rep_args: Sequence[str] = (),
+        env: Mapping[str, str] | None = None,
+        sim_cells_per_process: int | None = None,
+    ) -> None:
+        if cells < 1 or zones < 1:
+            raise ValueError(f"cells and zones must be at least 1, got cells={cells} zones={zones}")
+        if executor not in ("process", "sim"):
+            raise ValueError(f"executor must be 'process' or 'sim', got {executor!r}")
+        if sim_cells_per_process is not None and sim_cells_per_process < 1:
+            raise ValueError(f"sim_cells_per_process must be at least 1, got {sim_cells_per_process}")
+        self.data_dir = Path(data_dir).resolve()
+        self.cells = cells
+        self.zones = zones
+        self.executor = "sim" if sim_cells_per_process else executor
+        self.cell_memory_mb = cell_memory_mb
+        self.cell_disk_mb = cell_disk_mb
+        self.cell_containers = cell_containers
+        self.bbs_args = list(bbs_args)
+        self.auctioneer_args = list(auctioneer_args)
+        self.rep_args = list(rep_args)
+        self.env = dict(env or {})
+        self.sim_cells_per_process = sim_cells_per_process
+        self.bbs_url = ""
+        self.auctioneer_url = ""
+        self.reps: dict[str, RepProcess] = {}
+        self._components: dict[str, _Component] = {}
+        self._started = False
+
+    # --- paths ------------------------------------------------------------------------------------
+
+    @property
+    def logs_dir(self) -> Path:
+        return self.data_dir / "logs"
+
+    def log_path(self, component: str) -> Path:
+        return self.logs_dir / f"{self._component(component).name}.log"
+
+    def _ready_path(self, name: str) -> Path:
+        return self.data_dir / "run" / f"{name}.ready"
+
+    # --- lifecycle --------------------------------------------------------------------------------
+
+    def start(self, timeout: float = 30.0) -> LocalCluster:
+        """Start the BBS, the auctioneer and the reps; return once every cell is present in the BBS."""
+        if self._started:
+            raise ClusterError("this cluster was started already")
+        running = read_cluster_file(self.data_dir)
+        if running is not None:
+            raise ClusterError(f"a cluster is already running in {self.data_dir} "
+                               f"(launcher pid {running.get('pid')}, BBS {running.get('bbs_url')})")
+        self._started = True
+        for sub in ("logs", "run", "bbs", "cells"):
+            (self.data_dir / sub).mkdir(parents=True, exist_ok=True)
+        deadline = time.monotonic() + timeout
+        try:
+            self._plan()
+            # All at once: every URL a component needs is known up front, and the reps keep heartbeating
+            # until the BBS answers, so startup costs one interpreter start, not six in a row.
+            for component in self._components.values():
+                self._spawn(component)
+            for component in self._components.values():
+                self._await_serving(component, deadline - time.monotonic())
+            self._await_cells_present([c for c in self._components.values() if c.cells],
+                                      deadline - time.monotonic())
+            self._write_cluster_file()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop(self) -> None:
+        """Stop every component, then forget cluster.json. Idempotent.
+
+        The auctioneer and the reps go first, the reps with SIGINT (stop the containers, report them to
+        the BBS, exit) rather than SIGTERM (evacuate onto cells that are about to go too); the BBS goes
+        last, once nobody reports to it any more. Each gets STOP_GRACE_S before SIGKILL (to its whole
+        session).
+        """
+        self._stop_all([c for c in self._components.values() if c.name != "bbs"])
+        self._stop_all([c for c in self._components.values() if c.name == "bbs"])
+        with contextlib.suppress(FileNotFoundError):
+            cluster_file = self.data_dir / CLUSTER_FILE
+            info = json.loads(cluster_file.read_text())
+            if info.get("pid") == os.getpid():
+                cluster_file.unlink()
+
+    @staticmethod
+    def _stop_signal(component: _Component) -> int:
+        return signal.SIGINT if component.cells else signal.SIGTERM
+
+    def _stop_all(self, components: Sequence[_Component]) -> None:
+        for component in components:
+            if component.running:
+                assert component.proc is not None
+                with contextlib.suppress(ProcessLookupError):
+                    component.proc.send_signal(self._stop_signal(component))
+        deadline = time.monotonic() + STOP_GRACE_S
+        for component in components:
+            if component.proc is None:
+                continue
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                component.proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+            # SIGKILL only if still needed; group=True also takes whatever is left in its session.
+            terminate_then_kill(component.proc, grace_s=0.0, group=True)
+
+    def __enter__(self) -> LocalCluster:
+        if not self._started:
+            self.start(timeout=60.0)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # --- one component ----------------------------------------------------------------------------
+
+    def kill(self, component: str, sig: int = signal.SIGKILL) -> None:
+        """Send `sig` to a component ("bbs", "auctioneer", a cell id or a rep process name).
+
+        SIGKILL waits until the process is gone (and reaped); any other signal returns at once, so a
+        caller can watch what the component does with it (SIGTERM on a rep: evacuation).
+        """
+        target = self._component(component)
+        if target.proc is None:
+            raise ClusterError(f"{component} was never started")
+        with contextlib.suppress(ProcessLookupError):
+            target.proc.send_signal(sig)
+        if sig == signal.SIGKILL:
+            target.proc.wait(timeout=30.0)
+
+    def restart(self, component: str, timeout: float = 30.0) -> None:
+        """Start a component again with the same arguments, port and data (stopping it first if needed)."""
+        target = self._component(component)
+        if target.running:
+            self._stop_all([target])
+        self._spawn(target)
+        self.wait_ready(target.name, timeout)
+        self._write_cluster_file()
+
+    def wait_ready(self, component: str, timeout: float = 30.0) -> None:
+        """Wait until the component serves (ready file + /ping); a rep also until the BBS lists its cells
+        (skipped while the BBS is down)."""
+        target = self._component(component)
+        deadline = time.monotonic() + timeout
+        self._await_serving(target, timeout)
+        if target.cells and self._components["bbs"].running:
+            self._await_cells_present([target], deadline - time.monotonic())
+
+    def is_running(self, component: str) -> bool:
+        return self._component(component).running
+
+    def returncodes(self) -> dict[str, int]:
+        """The launcher's name -> exit status of every component process that has exited (-N: signal N)."""
+        return {c.name: c.proc.returncode for c in self._components.values()
+                if c.proc is not None and not c.running and c.proc.returncode is not None}
+
+    def pids(self) -> dict[str, int]:
+        """The launcher's name -> pid of every component process that is running."""
+        return {c.name: c.proc.pid for c in self._components.values() if c.proc is not None and c.running}
+
+    # --- internals --------------------------------------------------------------------------------
+
+    def _component(self, name: str) -> _Component:
+        if name in self._components:
+            return self._components[name]
+        if name in self.reps:
+            return self._components[self.reps[name].component]
+        known = ", ".join([*self._components, *(c for c in self.reps if c not in self._components)])
+        raise KeyError(f"no component {name!r} in this cluster (known: {known})")
+
+    def _plan(self) -> None:
+        """Decide every component's arguments and the fixed ports of the BBS and the auctioneer."""
+        bbs_port = free_port()
+        auctioneer_port = free_port()
+        while auctioneer_port == bbs_port:
+            auctioneer_port = free_port()
+        self.bbs_url = f"http://127.0.0.1:{bbs_port}"
+        self.auctioneer_url = f"http://127.0.0.1:{auctioneer_port}"
+        self._components["bbs"] = _Component("bbs", [
+            "bbs", "--data-dir", str(self.data_dir / "bbs"), "--auctioneer-url", self.auctioneer_url,
+            "--presence-ttl", str(DEFAULT_PRESENCE_TTL_S),
+            "--convergence-interval", str(DEFAULT_CONVERGENCE_INTERVAL_S),
+            *self.bbs_args,
+        ], bbs_port)
+        self._components["auctioneer"] = _Component("auctioneer", [
+            "auctioneer", "--bbs-url", self.bbs_url, *self.auctioneer_args,
+        ], auctioneer_port)
+
+        common = [
+            "--bbs-url", self.bbs_url, "--executor", self.executor,
+            "--memory-mb", str(self.cell_memory_mb), "--disk-mb", str(self.cell_disk_mb),
+            "--containers", str(self.cell_containers),
+            "--presence-ttl", str(DEFAULT_PRESENCE_TTL_S),
+            "--evacuation-timeout", str(DEFAULT_EVACUATION_TIMEOUT_S),
+        ]
+        if self.sim_cells_per_process:
+            # `vendue rep --sim --cells K --cell-id P` names its cells P-0..P-(K-1), zones z(i % Z).
+            per = self.sim_cells_per_process
+            for k, first in enumerate(range(0, self.cells, per)):
+                count = min(per, self.cells - first)
+                name, prefix = f"rep-{k}", f"sim{k}"
+                hosted = [(f"{prefix}-{i}", f"z{i % self.zones}") for i in range(count)]
+                # One cell per process is named exactly --cell-id and sits in --zone.
+                naming = (["--cells", str(count), "--zones", str(self.zones), "--cell-id", prefix] if count > 1
+                          else ["--cell-id", hosted[0][0], "--zone", hosted[0][1]])
+                self._components[name] = _Component(name, [
+                    "rep", *naming, "--data-dir", str(self.data_dir / "cells" / name), *common, *self.rep_args,
+                ], 0, hosted)
+        else:
+            for i in range(self.cells):
+                cell_id, zone = f"cell-{i}", f"z{i % self.zones}"
+                self._components[cell_id] = _Component(cell_id, [
+                    "rep", "--cell-id", cell_id, "--zone", zone,
+                    "--data-dir", str(self.data_dir / "cells" / cell_id), *common, *self.rep_args,
+                ], 0, [(cell_id, zone)])
+
+    def _child_env(self) -> dict[str, str]:
+        env = {**os.environ, **self.env, "PYTHONUNBUFFERED": "1"}
+        # The children import the project by name; make that work from a source checkout too.
+        path = env.get("PYTHONPATH", "")
+        env["PYTHONPATH"] = str(PROJECT_ROOT) + (os.pathsep + path if path else "")
+        return env
+
+    def _spawn(self, component: _Component) -> None:
+        ready = self._ready_path(component.name)
+        with contextlib.suppress(FileNotFoundError):
+            ready.unlink()
+        argv = [*ENTRY_POINT, *component.args, "--port", str(component.port), "--ready-file", str(ready)]
+        self.logs_dir.mkdir(parents=True, exist_ok=True)
+        with open(self.logs_dir / f"{component.name}.log", "ab") as log:
+            log.write(f"--- launcher: starting {' '.join(argv[len(ENTRY_POINT):])}\n".encode())
+            log.flush()
+            component.proc = subprocess.Popen(
+                argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                env=self._child_env(), cwd=self.data_dir, start_new_session=True,
+                preexec_fn=child_preexec(die_with_parent=True),
+            )
+        component.url = ""
+
+    def _log_tail(self, name: str, lines: int = 15) -> str:
+        try:
+            text = (self.logs_dir / f"{name}.log").read_text(errors="replace")
+        except OSError:
+            return "(no log)"
+        return "\n".join(text.splitlines()[-lines:])
+
+    def _await_serving(self, component: _Component, timeout: float) -> None:
+        assert component.proc is not None
+        ready_path = self._ready_path(component.name)
+        try:
+            info = wait_ready_file(ready_path, timeout_s=max(timeout, 0.1), proc=component.proc)
+        except (RuntimeError, TimeoutError) as exc:
+            raise ClusterError(f"{component.name} did not start: {exc}\n"
+                               f"--- {self.logs_dir / (component.name + '.log')} (tail) ---\n"
+                               f"{self._log_tail(component.name)}") from None
+        component.url = str(info["url"]).rstrip("/")
+        if component.port == 0:
+            component.port = int(component.url.rsplit(":", 1)[1].split("/", 1)[0])
+        if component.name == "bbs":
+            self.bbs_url = component.url
+        elif component.name == "auctioneer":
+            self.auctioneer_url = component.url
+
+        def pings() -> bool:
+            try:
+                return httpx.get(f"{component.url}/ping", timeout=2.0).status_code == 200
+            except httpx.HTTPError:
+                return False
+
+        _wait_until(pings, max(timeout, 1.0), f"{component.name} to answer {component.url}/ping",
+                    lambda: "no 200 answer")
+
+    def _await_cells_present(self, reps: Sequence[_Component], timeout: float) -> None:
+        """Wait until the BBS lists every cell these processes host; record each cell's rep URL."""
+        expected = {cell_id: (rep, zone) for rep in reps for cell_id, zone in rep.cells}
+        seen: dict[str, str] = {}
+
+        def present() -> bool:
+            try:
+                response = httpx.get(f"{self.bbs_url}/v1/cells", timeout=2.0)
+                items = response.json()["items"] if response.status_code == 200 else []
+            except (httpx.HTTPError, ValueError, KeyError):
+                return False
+            seen.clear()
+            seen.update({item["cell_id"]: item["rep_url"] for item in items})
+            return all(cell_id in seen for cell_id in expected)
+
+        def missing() -> str:
+            absent = sorted(set(expected) - set(seen))
+            return f"cells {sorted(seen)} present, missing {absent}"
+
+        _wait_until(present, max(timeout, 1.0), f"cells {sorted(expected)} present in the BBS", missing)
+        for cell_id, (rep, zone) in expected.items():
+            assert rep.proc is not None
+            self.reps[cell_id] = RepProcess(cell_id, zone, seen[cell_id].rstrip("/"), rep.proc, rep.name)
+
+    def _write_cluster_file(self) -> None:
+        info = {
+            "bbs_url": self.bbs_url,
+            "auctioneer_url": self.auctioneer_url,
+            "reps": {cell_id: {"zone": r.zone, "url": r.url, "pid": r.proc.pid, "process": r.component}
+                     for cell_id, r in self.reps.items()},
+            "components": {c.name: {"url": c.url, "pid": c.proc.pid if c.proc else None,
+                                    "log": str(self.logs_dir / f"{c.name}.log")}
+                           for c in self._components.values()},
+            "pid": os.getpid(),
+            "data_dir": str(self.data_dir),
+        }
+        path = self.data_dir / CLUSTER_FILE
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(json.dumps(info, indent=2) + "\n")
+        os.replace(tmp, path)

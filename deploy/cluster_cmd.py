@@ -1,0 +1,128 @@
+"""`vendue up` (a local cluster until Ctrl-C) and `vendue demo` (the whole loop in under a minute)."""
+
+from __future__ import annotations
+
+import signal
+import sys
+import time
+from pathlib import Path
+from types import FrameType
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from .cli import app
+from .client_cmd import OneLineErrorsCommand, console, fail
+from .cluster import (
+    DEFAULT_CONVERGENCE_INTERVAL_S,
+    DEFAULT_PRESENCE_TTL_S,
+    ClusterError,
+    LocalCluster,
+)
+
+USAGE_ERROR = 2
+
+
+def cluster_table(cluster: LocalCluster) -> Table:
+    """Where every component is: zone, URL, pid (logs: <data-dir>/logs/<component>.log)."""
+    table = Table(title=f"local cluster in {cluster.data_dir}", caption=f"logs: {cluster.logs_dir}/<component>.log")
+    for column in ("COMPONENT", "ZONE", "URL", "PID"):
+        table.add_column(column, no_wrap=True)
+    pids = cluster.pids()
+    for name, url in (("bbs", cluster.bbs_url), ("auctioneer", cluster.auctioneer_url)):
+        table.add_row(name, "", url, str(pids.get(name, "-")))
+    for cell_id, rep in cluster.reps.items():
+        table.add_row(f"rep {cell_id}", rep.zone, rep.url, str(rep.proc.pid))
+    return table
+
+
+def _raise_keyboard_interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
+
+
+@app.command(cls=OneLineErrorsCommand)
+def up(
+    cells: Annotated[int, typer.Option("--cells", help="How many cells (one rep each).")] = 4,
+    zones: Annotated[int, typer.Option("--zones", help="Availability zones (cells spread round-robin).")] = 2,
+    executor: Annotated[str, typer.Option("--executor", help="process (real child processes) or sim.")] = "process",
+    data_dir: Annotated[Path, typer.Option("--data-dir", envvar="VENDUE_DATA_DIR",
+                                           help="State, logs and cluster.json.")] = Path(".vendue"),
+    cell_memory_mb: Annotated[int, typer.Option("--cell-memory", help="Memory each cell offers, MB.")] = 4096,
+    cell_disk_mb: Annotated[int, typer.Option("--cell-disk", help="Disk each cell offers, MB.")] = 8192,
+    sim_cells_per_process: Annotated[int | None, typer.Option(
+        "--sim-cells-per-process", help="Sim: host this many cells in each rep process.")] = None,
+) -> None:
+    """Start a BBS, an auctioneer and the reps on free loopback ports; stop them all on Ctrl-C."""
+    if cells < 1:
+        fail("--cells: must be at least 1", USAGE_ERROR)
+    if zones < 1:
+        fail("--zones: must be at least 1", USAGE_ERROR)
+    if executor not in ("process", "sim"):
+        fail(f"--executor: expected process or sim, got {executor!r}", USAGE_ERROR)
+    if cell_memory_mb < 1 or cell_disk_mb < 1:
+        fail("--cell-memory/--cell-disk: must be at least 1", USAGE_ERROR)
+    if sim_cells_per_process is not None and sim_cells_per_process < 1:
+        fail("--sim-cells-per-process: must be at least 1", USAGE_ERROR)
+
+    out = console(listing=False)
+    # SIGTERM and SIGHUP (terminal closed) stop the cluster exactly like Ctrl-C does. SIGINT explicitly
+    # too: a shell without job control starts background commands with SIGINT ignored.
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, _raise_keyboard_interrupt)
+    cluster = LocalCluster(data_dir, cells=cells, zones=zones, executor=executor, cell_memory_mb=cell_memory_mb,
+                           cell_disk_mb=cell_disk_mb, sim_cells_per_process=sim_cells_per_process)
+    try:
+        with out.status(f"starting the BBS, the auctioneer and {cells} cell(s)…"):
+            cluster.start(timeout=60.0 + cells * 0.5)
+        out.print(cluster_table(cluster))
+        out.print(f"presence TTL {DEFAULT_PRESENCE_TTL_S:g} s, convergence every {DEFAULT_CONVERGENCE_INTERVAL_S:g} s. "
+                  f"The CLI finds this cluster through {data_dir}/cluster.json, or:")
+        out.print(f"  export VENDUE_BBS_URL={cluster.bbs_url}", highlight=False, soft_wrap=True)
+        out.print("  vendue push web -i 3 -m 64 -- sh -c 'exec python3 -m http.server --bind 127.0.0.1 $PORT'",
+                  highlight=False, soft_wrap=True)
+        out.print("  vendue instances web   ·   vendue cells   ·   vendue events", highlight=False)
+        out.print("[bold]Ctrl-C[/] stops every component.")
+        _supervise(cluster, out)
+    except ClusterError as exc:
+        out.print(f"[red]error:[/] {exc}", highlight=False)
+        raise typer.Exit(1) from None
+    except KeyboardInterrupt:
+        pass
+    finally:
+        # A second Ctrl-C while stopping must not leave children behind: ignore it, stop() escalates.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        if cluster.pids():
+            out.print("stopping…")
+        cluster.stop()
+    out.print("stopped.")
+
+
+def _supervise(cluster: LocalCluster, out: Console) -> None:
+    """Stay up until interrupted; say so (once) when a component dies on its own."""
+    reported: set[str] = set()
+    expected = set(cluster.pids())
+    while True:
+        gone = expected - set(cluster.pids()) - reported
+        for name in sorted(gone):
+            out.print(f"[red]{name} exited[/] (see {cluster.log_path(name)}); the rest keeps running")
+        reported |= gone
+        time.sleep(1.0)
+
+
+@app.command(cls=OneLineErrorsCommand)
+def demo(
+    keep: Annotated[bool, typer.Option("--keep", help="Keep the demo's data dir (logs) after a success.")] = False,
+) -> None:
+    """Bring a cluster up, push an app, run a task, crash an instance, drain a cell; then shut down."""
+    from .demo import run_demo
+
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, _raise_keyboard_interrupt)
+    try:
+        code = run_demo(console(listing=False), keep=keep)
+    except KeyboardInterrupt:
+        code = 130
+    sys.exit(code)

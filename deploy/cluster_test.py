@@ -1,0 +1,153 @@
+"""The launcher with the real components: start, kill, restart, stop; sim hosts; cleanup on failure."""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from common.procutil import pid_alive
+
+from .cluster import CLUSTER_FILE, ClusterError, LocalCluster, read_cluster_file
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
+
+FAST_BBS = ("--presence-ttl", "2", "--convergence-interval", "0.5")
+FAST_REP = ("--presence-ttl", "2")
+
+
+def wait_for(condition: Callable[[], Any], timeout: float, expected: str) -> Any:
+    deadline = time.monotonic() + timeout
+    seen: Any = None
+    while True:
+        try:
+            seen = condition()
+        except (httpx.HTTPError, ValueError, KeyError) as exc:
+            seen = repr(exc)
+        else:
+            if seen and not isinstance(seen, str):
+                return seen
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"expected {expected} within {timeout:g}s; saw {seen}")
+        time.sleep(0.05)
+
+
+def cell_ids(bbs_url: str) -> list[str]:
+    return sorted(c["cell_id"] for c in httpx.get(f"{bbs_url}/v1/cells", timeout=2.0).json()["items"])
+
+
+def all_gone(pids: list[int]) -> bool | str:
+    alive = [pid for pid in pids if pid_alive(pid)]
+    return True if not alive else f"still alive: {alive}"
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    with LocalCluster(tmp_path_factory.mktemp("lc"), cells=2, zones=2, bbs_args=FAST_BBS,
+                      rep_args=FAST_REP).start(timeout=60.0) as lc:
+        yield lc
+
+
+def test_start_runs_every_component_and_writes_cluster_json(cluster: LocalCluster):
+    assert sorted(cluster.reps) == ["cell-0", "cell-1"]
+    assert [cluster.reps[c].zone for c in ("cell-0", "cell-1")] == ["z0", "z1"]
+    assert cell_ids(cluster.bbs_url) == ["cell-0", "cell-1"]
+    for url in (cluster.bbs_url, cluster.auctioneer_url, *(r.url for r in cluster.reps.values())):
+        assert httpx.get(f"{url}/ping", timeout=2.0).status_code == 200, url
+    info = read_cluster_file(cluster.data_dir)
+    assert info is not None
+    assert info["bbs_url"] == cluster.bbs_url and info["auctioneer_url"] == cluster.auctioneer_url
+    assert {c: r["url"] for c, r in info["reps"].items()} == {c: r.url for c, r in cluster.reps.items()}
+    for name in ("bbs", "auctioneer", "cell-0", "cell-1"):
+        assert cluster.log_path(name).stat().st_size > 0, f"expected a log for {name}"
+
+
+def test_a_second_cluster_in_the_same_data_dir_is_refused(cluster: LocalCluster):
+    with pytest.raises(ClusterError, match="already running"):
+        LocalCluster(cluster.data_dir, cells=1).start()
+
+
+def test_killed_rep_restarts_on_its_port_and_reappears(cluster: LocalCluster):
+    old = cluster.reps["cell-1"]
+    old_pid = old.proc.pid
+    cluster.kill("cell-1")
+    assert not pid_alive(old_pid) and not cluster.is_running("cell-1")
+    wait_for(lambda: cell_ids(cluster.bbs_url) == ["cell-0"] or str(cell_ids(cluster.bbs_url)), 15.0,
+             "cell-1's presence to expire")
+    cluster.restart("cell-1", timeout=30.0)
+    assert cluster.reps["cell-1"].url == old.url
+    assert cluster.reps["cell-1"].proc.pid != old_pid
+    assert cell_ids(cluster.bbs_url) == ["cell-0", "cell-1"]
+    info = json.loads((cluster.data_dir / CLUSTER_FILE).read_text())
+    assert info["reps"]["cell-1"]["pid"] == cluster.reps["cell-1"].proc.pid
+
+
+def test_killed_bbs_restarts_with_its_port_and_data(cluster: LocalCluster):
+    name = f"keep-{time.monotonic_ns()}"
+    body = {"process_guid": name, "instances": 0, "command": ["x"]}
+    assert httpx.post(f"{cluster.bbs_url}/v1/desired_lrps", json=body, timeout=5.0).status_code == 201
+    url = cluster.bbs_url
+    cluster.kill("bbs")
+    with pytest.raises(httpx.ConnectError):
+        httpx.get(f"{url}/ping", timeout=2.0)
+    cluster.restart("bbs", timeout=30.0)
+    assert cluster.bbs_url == url
+    assert httpx.get(f"{url}/v1/desired_lrps/{name}", timeout=5.0).status_code == 200
+    wait_for(lambda: cell_ids(url) == ["cell-0", "cell-1"] or str(cell_ids(url)), 15.0,
+             "both cells to heartbeat into the restarted BBS")
+
+
+def test_restart_of_a_running_component_replaces_it(cluster: LocalCluster):
+    old_pid = cluster.pids()["auctioneer"]
+    cluster.restart("auctioneer", timeout=30.0)
+    assert cluster.pids()["auctioneer"] != old_pid and not pid_alive(old_pid)
+    assert httpx.get(f"{cluster.auctioneer_url}/ping", timeout=2.0).status_code == 200
+
+
+def test_unknown_component_names_the_known_ones(cluster: LocalCluster):
+    with pytest.raises(KeyError, match="cell-0"):
+        cluster.kill("cell-9")
+
+
+def test_leaving_the_with_block_on_an_exception_stops_everything_gracefully_and_idempotently(tmp_path: Path):
+    pids: list[int] = []
+    with pytest.raises(RuntimeError, match="boom"):
+        with LocalCluster(tmp_path, cells=1, zones=1, bbs_args=FAST_BBS, rep_args=FAST_REP) as lc:
+            pids.extend(lc.pids().values())
+            raise RuntimeError("boom")
+    assert len(pids) == 3 and all_gone(pids) is True
+    # Each stopped on its own signal, well within the grace: nothing needed SIGKILL.
+    assert lc.returncodes() == {"bbs": 0, "auctioneer": 0, "cell-0": 0}, lc.returncodes()
+    assert not (tmp_path / CLUSTER_FILE).exists()
+    lc.stop()  # idempotent
+
+
+def test_a_component_that_cannot_start_fails_start_with_its_log_and_leaves_nothing(tmp_path: Path):
+    lc = LocalCluster(tmp_path, cells=1, zones=1, rep_args=("--no-such-flag",))
+    with pytest.raises(ClusterError, match="cell-0 did not start") as caught:
+        lc.start(timeout=60.0)
+    assert "no-such-flag" in str(caught.value), "expected the rep's log tail in the error"
+    assert lc.pids() == {}
+
+
+def test_sim_cells_hosted_several_per_process(tmp_path: Path):
+    with LocalCluster(tmp_path, cells=5, zones=2, executor="sim", sim_cells_per_process=2, bbs_args=FAST_BBS,
+                      rep_args=FAST_REP).start(timeout=60.0) as lc:
+        assert sorted(lc.reps) == ["sim0-0", "sim0-1", "sim1-0", "sim1-1", "sim2-0"]
+        assert cell_ids(lc.bbs_url) == sorted(lc.reps)
+        assert lc.reps["sim0-0"].proc is lc.reps["sim0-1"].proc
+        assert lc.reps["sim0-1"].url.endswith("/cells/sim0-1")
+        assert {r.zone for r in lc.reps.values()} == {"z0", "z1"}
+        assert len(lc.pids()) == 2 + 3
+        # A process hosting many cells is killed and restarted as a unit, by any of its cell ids.
+        lc.kill("sim1-0", signal.SIGKILL)
+        assert not lc.is_running("sim1-1")
+        lc.restart("sim1-1", timeout=30.0)
+        assert lc.reps["sim1-0"].proc.poll() is None
+        assert cell_ids(lc.bbs_url) == sorted(lc.reps)
