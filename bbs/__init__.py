@@ -1,0 +1,20 @@
+"""The BBS: desired and actual LRPs, tasks, cell presence, convergence, events (`vendue bbs`).
+
+Functional core (pure, tested without I/O):
+  records.py          plain rows (DesiredRecord, ActualRecord, TaskRecord, CellRecord) and their wire forms
+  actual_set.py       a working copy of actual LRP rows; `diff()` = what to write and which events to send
+  lifecycle.py        the reps' batched reports (claimed/running/crashed/removed, task start/complete)
+  restart_policy.py   Diego's crash restart policy
+  convergence.py      one convergence pass as a pure function; resize (scale) and evacuate decisions
+
+Imperative shell:
+  store/              Store/Tx over SQLAlchemy 2 async Core (SQLite WAL default), schema + Alembic migrations
+  service.py          the operations: one write transaction each, group-committed on the hot paths
+                      (desires, heartbeats, lifecycle reports), side effects after commit
+  group_commit.py     requests arriving during a transaction share the next one
+  convergence_pass.py a pass: snapshot read, pure decisions, revalidated bulk write, sends
+  converger.py        the loop: timer, wake-ups, presence expiry and crash backoff deadlines, the lease
+  outbound.py         auctioneer (coalesced, retried), rep stop/cancel/state, completion callbacks
+  events.py           SSE broadcaster;  metrics.py  Prometheus;  api.py  FastAPI routes
+  server.py           runtime wiring and uvicorn (ready file, graceful SIGTERM/SIGINT)
+"""

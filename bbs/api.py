@@ -1,0 +1,193 @@
+"""The BBS's HTTP API (FastAPI): exactly the BBS endpoints listed in common/models.py."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any
+
+from fastapi import FastAPI, Path, Request, Response
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, StreamingResponse
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from common.models import (
+    GUID_PATTERN,
+    ActualLRPSummary,
+    ActualState,
+    CellLifecycle,
+    CellPresence,
+    DesiredLRP,
+    DesiredLRPCreate,
+    DesiredLRPUpdate,
+    LifecycleResult,
+    PlacementFailures,
+    Presence,
+    Task,
+    TaskCreate,
+    TaskState,
+)
+
+from .service import BBS, Conflict, NotFound
+
+GuidPath = Annotated[str, Path(pattern=GUID_PATTERN)]
+
+
+def items(rows: list[dict[str, Any]]) -> Response:
+    """{"items": [...]} encoded directly: the rows are JSON data already, and FastAPI's generic
+    encoder would spend seconds walking a 10,000-instance list."""
+    return Response(json.dumps({"items": rows}, separators=(",", ":")), media_type="application/json")
+
+
+class RequestMetrics:
+    """Counts requests by route template (not raw path, so cell ids do not explode the label set)."""
+
+    def __init__(self, app: ASGIApp, bbs: BBS) -> None:
+        self.app = app
+        self.bbs = bbs
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        status = {"code": 500}
+
+        async def sending(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                status["code"] = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sending)
+        finally:
+            route = scope.get("route")
+            path = getattr(route, "path", "unmatched")
+            self.bbs.metrics.requests.labels(scope["method"], path, str(status["code"])).inc()
+
+
+def create_app(bbs: BBS) -> FastAPI:
+    app = FastAPI(title="Vendue BBS", version="1")
+    app.add_middleware(RequestMetrics, bbs=bbs)
+
+    @app.exception_handler(NotFound)
+    async def _not_found(_: Request, exc: NotFound) -> JSONResponse:
+        return JSONResponse({"detail": str(exc)}, status_code=404)
+
+    @app.exception_handler(Conflict)
+    async def _conflict(_: Request, exc: Conflict) -> JSONResponse:
+        return JSONResponse({"detail": str(exc)}, status_code=409)
+
+    @app.get("/ping")
+    async def ping() -> dict[str, bool]:
+        return {"ok": True, "ready": await bbs.store.ping()}
+
+    @app.get("/metrics")
+    async def metrics() -> Response:
+        return Response(bbs.metrics.render(), media_type="text/plain; version=0.0.4")
+
+    # --- desired LRPs -------------------------------------------------------------------------
+
+    @app.post("/v1/desired_lrps", status_code=201, response_model=DesiredLRP)
+    async def desire_lrp(body: DesiredLRPCreate) -> dict[str, Any]:
+        return await bbs.desire_lrp(body)
+
+    @app.get("/v1/desired_lrps")
+    async def list_desired(domain: str | None = None) -> Response:
+        return items(await bbs.list_desired(domain))
+
+    @app.get("/v1/desired_lrps/{process_guid}", response_model=DesiredLRP)
+    async def get_desired(process_guid: str) -> dict[str, Any]:
+        return await bbs.get_desired(process_guid)
+
+    @app.patch("/v1/desired_lrps/{process_guid}", response_model=DesiredLRP)
+    async def update_desired(process_guid: str, body: DesiredLRPUpdate) -> dict[str, Any]:
+        return await bbs.update_desired(process_guid, body)
+
+    @app.delete("/v1/desired_lrps/{process_guid}", status_code=204)
+    async def remove_desired(process_guid: str) -> Response:
+        await bbs.remove_desired(process_guid)
+        return Response(status_code=204)
+
+    # --- actual LRPs and the reps' reports ------------------------------------------------------
+
+    @app.get("/v1/actual_lrps")
+    async def list_actuals(
+        process_guid: str | None = None,
+        cell_id: str | None = None,
+        state: ActualState | None = None,
+        presence: Presence | None = None,
+    ) -> Response:
+        rows = await bbs.list_actuals(
+            process_guid=process_guid,
+            cell_id=cell_id,
+            state=state.value if state else None,
+            presence=presence.value if presence else None,
+        )
+        return items(rows)
+
+    @app.get("/v1/actual_lrps/summary", response_model=ActualLRPSummary)
+    async def summarize_actuals(process_guid: str | None = None) -> dict[str, Any]:
+        return await bbs.summarize_actuals(process_guid)
+
+    @app.post("/v1/cells/{cell_id}/lifecycle", response_model=LifecycleResult)
+    async def lifecycle(cell_id: GuidPath, body: CellLifecycle) -> dict[str, Any]:
+        return await bbs.lifecycle(cell_id, body)
+
+    @app.post("/v1/placement_failures", status_code=204)
+    async def placement_failures(body: PlacementFailures) -> Response:
+        await bbs.placement_failures(body)
+        return Response(status_code=204)
+
+    # --- tasks ----------------------------------------------------------------------------------
+
+    @app.post("/v1/tasks", status_code=201, response_model=Task)
+    async def desire_task(body: TaskCreate) -> dict[str, Any]:
+        return await bbs.desire_task(body)
+
+    @app.get("/v1/tasks")
+    async def list_tasks(state: TaskState | None = None, domain: str | None = None) -> Response:
+        return items(await bbs.list_tasks(state.value if state else None, domain))
+
+    @app.get("/v1/tasks/{task_guid}", response_model=Task)
+    async def get_task(task_guid: str) -> dict[str, Any]:
+        return await bbs.get_task(task_guid)
+
+    @app.post("/v1/tasks/{task_guid}/cancel", response_model=Task)
+    async def cancel_task(task_guid: str) -> dict[str, Any]:
+        return await bbs.cancel_task(task_guid)
+
+    @app.delete("/v1/tasks/{task_guid}", status_code=204)
+    async def delete_task(task_guid: str) -> Response:
+        await bbs.delete_task(task_guid)
+        return Response(status_code=204)
+
+    # --- cells and events -----------------------------------------------------------------------
+
+    @app.put("/v1/cells/{cell_id}", status_code=204)
+    async def heartbeat(cell_id: GuidPath, body: CellPresence) -> Response:
+        if body.cell_id != cell_id:
+            raise RequestValidationError(
+                [
+                    {
+                        "loc": ("body", "cell_id"),
+                        "msg": f"must equal the cell_id in the path ({cell_id!r})",
+                        "type": "value_error",
+                        "input": body.cell_id,
+                    }
+                ]
+            )
+        await bbs.heartbeat(cell_id, body)
+        return Response(status_code=204)
+
+    @app.get("/v1/cells")
+    async def list_cells() -> Response:
+        return items(await bbs.list_cells())
+
+    @app.get("/v1/events")
+    async def events() -> StreamingResponse:
+        return StreamingResponse(
+            bbs.hub.stream(),
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+        )
+
+    return app

@@ -1,0 +1,418 @@
+"""The BBS HTTP API in-process (httpx ASGITransport) on a temp SQLite file. The auctioneer, the reps
+and callback receivers are one recording transport: we see exactly what the BBS sends them."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from bbs.api import create_app
+from bbs.convergence_pass import converge_once
+from bbs.server import running_bbs
+from bbs.service import BBS
+from bbs.settings import BBSSettings
+
+AUCTIONEER = "http://auctioneer.test"
+
+
+@dataclass
+class Recorder:
+    sent: list[tuple[str, Any]] = field(default_factory=list)  # (url, json body)
+    auctioneer_down: bool = False
+    holdings: dict[str, list[str]] = field(default_factory=dict)  # rep_url -> instance guids in its /state
+
+    def handle(self, request: httpx.Request) -> httpx.Response:
+        if self.auctioneer_down and str(request.url).startswith(AUCTIONEER):
+            raise httpx.ConnectError("connection refused", request=request)
+        if request.method == "GET" and request.url.path == "/state":
+            rep_url = f"{request.url.scheme}://{request.url.host}"
+            if rep_url not in self.holdings:
+                return httpx.Response(503)
+            lrps = [
+                {"process_guid": "web", "index": 0, "instance_guid": g, "memory_mb": 1, "disk_mb": 1}
+                for g in self.holdings[rep_url]
+            ]
+            return httpx.Response(200, json={"lrps": lrps})
+        body = httpx.Response(200, content=request.content).json() if request.content else None
+        self.sent.append((str(request.url), body))
+        return httpx.Response(202, json={})
+
+    def to(self, prefix: str) -> list[Any]:
+        return [body for url, body in self.sent if url.startswith(prefix)]
+
+
+@dataclass
+class Harness:
+    bbs: BBS
+    http: httpx.AsyncClient
+    rec: Recorder
+
+    async def settle(self) -> None:
+        await self.bbs.outbound.drain(5.0)
+
+    async def actuals(self, **params: str) -> list[dict[str, Any]]:
+        response = await self.http.get("/v1/actual_lrps", params=params)
+        assert response.status_code == 200, response.text
+        return response.json()["items"]
+
+    async def heartbeat(self, cell_id: str, **extra: Any) -> None:
+        body = {
+            "cell_id": cell_id,
+            "zone": "z1",
+            "rep_url": f"http://{cell_id}.rep",
+            "total": {"memory_mb": 4096, "disk_mb": 8192, "containers": 100},
+            **extra,
+        }
+        response = await self.http.put(f"/v1/cells/{cell_id}", json=body)
+        assert response.status_code == 204, response.text
+
+    async def lifecycle(self, cell_id: str, **report: Any) -> dict[str, Any]:
+        response = await self.http.post(f"/v1/cells/{cell_id}/lifecycle", json=report)
+        assert response.status_code == 200, response.text
+        return response.json()
+
+
+@pytest.fixture
+async def h(tmp_path: Path):
+    rec = Recorder()
+    settings = BBSSettings(data_dir=tmp_path, auctioneer_url=AUCTIONEER, send_attempts=1, presence_ttl=10)
+    outbound = httpx.AsyncClient(transport=httpx.MockTransport(rec.handle), timeout=5)
+    async with running_bbs(settings, converge=False, client=outbound) as bbs:
+        transport = httpx.ASGITransport(app=create_app(bbs))
+        async with httpx.AsyncClient(transport=transport, base_url="http://bbs", timeout=10) as http:
+            yield Harness(bbs, http, rec)
+
+
+def ref(index: int, guid: str, pg: str = "web") -> dict[str, Any]:
+    return {"process_guid": pg, "index": index, "instance_guid": guid}
+
+
+def running(index: int, guid: str, port: int = 61000) -> dict[str, Any]:
+    return {**ref(index, guid), "host": "127.0.0.1", "ports": [{"container_port": 8080, "host_port": port}]}
+
+
+async def desire(h: Harness, instances: int = 3, pg: str = "web") -> dict[str, Any]:
+    response = await h.http.post(
+        "/v1/desired_lrps", json={"process_guid": pg, "instances": instances, "memory_mb": 128}
+    )
+    assert response.status_code == 201, response.text
+    return response.json()
+
+
+async def test_ping_and_metrics(h: Harness) -> None:
+    assert (await h.http.get("/ping")).json() == {"ok": True, "ready": True}
+    await h.http.get("/v1/desired_lrps")
+    text = (await h.http.get("/metrics")).text
+    assert 'vendue_bbs_requests_total{method="GET",route="/v1/desired_lrps",status="200"} 1.0' in text
+
+
+async def test_desire_creates_unclaimed_actuals_and_one_start_request(h: Harness) -> None:
+    created = await desire(h, 3)
+    assert created["modification_tag"]["index"] == 0 and created["instances"] == 3
+    await h.settle()
+    [starts] = h.rec.to(AUCTIONEER + "/v1/lrps")
+    assert [(s["desired"]["process_guid"], s["indices"]) for s in starts] == [("web", [0, 1, 2])]
+    assert starts[0]["desired"]["memory_mb"] == 128
+    assert [(a["index"], a["state"], a["presence"]) for a in await h.actuals()] == [
+        (0, "UNCLAIMED", "ORDINARY"),
+        (1, "UNCLAIMED", "ORDINARY"),
+        (2, "UNCLAIMED", "ORDINARY"),
+    ]
+    again = await h.http.post("/v1/desired_lrps", json={"process_guid": "web"})
+    assert again.status_code == 409
+    assert (await h.http.get("/v1/desired_lrps/web")).json()["process_guid"] == "web"
+    assert (await h.http.get("/v1/desired_lrps/nope")).status_code == 404
+
+
+async def test_concurrent_desires_share_a_transaction_and_duplicates_conflict(h: Harness) -> None:
+    import asyncio
+
+    bodies = [{"process_guid": f"app{i % 5}", "instances": 2} for i in range(6)]  # app0 twice
+    responses = await asyncio.gather(*(h.http.post("/v1/desired_lrps", json=b) for b in bodies))
+    assert sorted(r.status_code for r in responses) == [201] * 5 + [409]
+    assert len(await h.actuals()) == 10
+    await h.settle()
+    starts = [s for batch in h.rec.to(AUCTIONEER + "/v1/lrps") for s in batch]
+    assert sorted((s["desired"]["process_guid"], s["indices"]) for s in starts) == [
+        (f"app{i}", [0, 1]) for i in range(5)
+    ]
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"process_guid": "web", "memory_mb": -1}, "memory_mb"),
+        ({"process_guid": "web", "memory_mb": 10**9}, "memory_mb"),
+        ({"process_guid": "web", "instances": 10_001}, "instances"),
+        ({"process_guid": "bad name!"}, "process_guid"),
+        ({"process_guid": "web", "colour": "red"}, "colour"),
+    ],
+)
+async def test_bad_desired_lrp_is_422_naming_the_field_and_writes_nothing(
+    h: Harness, body: dict, field: str
+) -> None:
+    response = await h.http.post("/v1/desired_lrps", json=body)
+    assert response.status_code == 422
+    assert any(err["loc"][-1] == field for err in response.json()["detail"]), response.json()
+    assert (await h.http.get("/v1/desired_lrps")).json() == {"items": []}
+    assert await h.actuals() == []
+
+
+async def test_a_body_that_is_not_json_is_422(h: Harness) -> None:
+    for content, headers in [(b"{not json", {"content-type": "application/json"}), (b"hello", {}), (b"", {})]:
+        response = await h.http.post("/v1/desired_lrps", content=content, headers=headers)
+        assert response.status_code == 422, (content, response.text)
+        assert response.json()["detail"][0]["loc"][0] == "body"
+    response = await h.http.post("/v1/tasks", content=b"[1,", headers={"content-type": "application/json"})
+    assert response.status_code == 422
+    assert (await h.http.get("/v1/desired_lrps")).json() == {"items": []}
+    assert (await h.http.get("/v1/tasks")).json() == {"items": []}
+
+
+async def test_bad_query_and_path_values_are_422(h: Harness) -> None:
+    assert (await h.http.get("/v1/actual_lrps", params={"state": "SLEEPING"})).status_code == 422
+    response = await h.http.put(
+        "/v1/cells/c1",
+        json={
+            "cell_id": "c2",
+            "zone": "z",
+            "rep_url": "http://x",
+            "total": {"memory_mb": 1, "disk_mb": 1, "containers": 1},
+        },
+    )
+    assert response.status_code == 422 and response.json()["detail"][0]["loc"] == ["body", "cell_id"]
+
+
+async def test_claim_run_and_conflicting_claims(h: Harness) -> None:
+    await h.heartbeat("c1")
+    await desire(h, 2)
+    result = await h.lifecycle("c1", claimed=[ref(0, "a"), ref(1, "b")], running=[running(0, "a", 61001)])
+    assert result == {"refused": [], "refused_tasks": []}
+    rows = {a["index"]: a for a in await h.actuals()}
+    assert (rows[0]["state"], rows[0]["address"], rows[0]["zone"], rows[0]["cell_id"]) == (
+        "RUNNING",
+        "127.0.0.1:61001",
+        "z1",
+        "c1",
+    )
+    assert rows[1]["state"] == "CLAIMED"
+    summary = (await h.http.get("/v1/actual_lrps/summary")).json()
+    assert summary == {"total": 2, "by_state": {"RUNNING": 1, "CLAIMED": 1}, "by_presence": {"ORDINARY": 2}}
+    assert (await h.http.get("/v1/actual_lrps/summary", params={"process_guid": "x"})).json()["total"] == 0
+    # Another cell claiming the same index, or reporting an unknown instance, is refused.
+    result = await h.lifecycle("c2", claimed=[ref(1, "z")], running=[running(0, "ghost")])
+    assert result["refused"] == [ref(1, "z"), ref(0, "ghost")]
+
+
+async def test_crash_restart_policy_through_the_api(h: Harness) -> None:
+    await h.heartbeat("c1")
+    await desire(h, 1)
+    for crash, guid in enumerate(["a", "b", "c"], start=1):
+        await h.lifecycle("c1", claimed=[ref(0, guid)], running=[running(0, guid)])
+        await h.lifecycle("c1", crashed=[{**ref(0, guid), "reason": "exited with status 137"}])
+        [row] = await h.actuals()
+        assert row["crash_count"] == crash and row["crash_reason"] == "exited with status 137"
+        assert row["state"] == ("CRASHED" if crash == 3 else "UNCLAIMED")
+    await h.settle()
+    assert [s[0]["indices"] for s in h.rec.to(AUCTIONEER + "/v1/lrps")] == [
+        [0],
+        [0],
+        [0],
+    ]  # desire + 2 restarts
+
+
+async def test_scaling_down_stops_extra_instances_on_their_rep_and_up_auctions(h: Harness) -> None:
+    await h.heartbeat("c1")
+    await desire(h, 3)
+    await h.lifecycle(
+        "c1", claimed=[ref(i, f"g{i}") for i in range(3)], running=[running(i, f"g{i}") for i in range(3)]
+    )
+    tag = (await h.http.get("/v1/desired_lrps/web")).json()["modification_tag"]
+    response = await h.http.patch("/v1/desired_lrps/web", json={"instances": 1, "modification_tag": tag})
+    assert response.status_code == 200 and response.json()["instances"] == 1
+    stale = await h.http.patch("/v1/desired_lrps/web", json={"instances": 5, "modification_tag": tag})
+    assert stale.status_code == 409
+    await h.settle()
+    assert sorted(url for url, _ in h.rec.sent if url.startswith("http://c1.rep")) == [
+        "http://c1.rep/v1/lrps/web/instances/g1/stop",
+        "http://c1.rep/v1/lrps/web/instances/g2/stop",
+    ]
+    assert [a["index"] for a in await h.actuals()] == [0]
+    # A late `removed` from the rep for a deleted index is simply ignored.
+    assert (await h.lifecycle("c1", removed=[ref(1, "g1")]))["refused"] == []
+    assert (await h.http.patch("/v1/desired_lrps/web", json={"instances": 3})).status_code == 200
+    await h.settle()
+    assert h.rec.to(AUCTIONEER + "/v1/lrps")[-1][0]["indices"] == [1, 2]
+    assert (await h.http.patch("/v1/desired_lrps/web", json={"bogus": 1})).status_code == 422
+
+
+async def test_delete_desired_stops_and_removes_everything(h: Harness) -> None:
+    await h.heartbeat("c1")
+    await desire(h, 2)
+    await h.lifecycle("c1", claimed=[ref(0, "a")], running=[running(0, "a")])
+    assert (await h.http.delete("/v1/desired_lrps/web")).status_code == 204
+    assert (await h.http.delete("/v1/desired_lrps/web")).status_code == 404
+    await h.settle()
+    assert await h.actuals() == []
+    assert [u for u, _ in h.rec.sent if "/stop" in u] == ["http://c1.rep/v1/lrps/web/instances/a/stop"]
+
+
+async def test_auctioneer_down_still_accepts_and_leaves_state_for_convergence(h: Harness) -> None:
+    h.rec.auctioneer_down = True
+    await desire(h, 2)
+    await h.settle()
+    assert [a["state"] for a in await h.actuals()] == ["UNCLAIMED", "UNCLAIMED"]
+    h.rec.auctioneer_down = False
+    await converge_once(h.bbs, time.time() + 31)  # stale unclaimed: auctioned again
+    await h.settle()
+    [starts] = h.rec.to(AUCTIONEER + "/v1/lrps")
+    assert starts[0]["indices"] == [0, 1]
+
+
+async def test_placement_failures_mark_lrps_and_fail_tasks_after_three(h: Harness) -> None:
+    await desire(h, 1)
+    response = await h.http.post("/v1/tasks", json={"task_guid": "t1", "command": ["true"], "memory_mb": 64})
+    assert response.status_code == 201 and response.json()["state"] == "PENDING"
+    failure = {
+        "lrps": [
+            {
+                "process_guid": "web",
+                "index": 0,
+                "error": "insufficient resources: memory",
+                "detail": "0/1 cells fit",
+            }
+        ],
+        "tasks": [{"task_guid": "t1", "error": "insufficient resources: memory"}],
+    }
+    for _ in range(3):
+        assert (await h.http.post("/v1/placement_failures", json=failure)).status_code == 204
+    [row] = await h.actuals()
+    assert row["placement_error"] == "insufficient resources: memory — 0/1 cells fit"
+    task = (await h.http.get("/v1/tasks/t1")).json()
+    assert (task["state"], task["failed"], task["failure_reason"], task["rejection_count"]) == (
+        "COMPLETED",
+        True,
+        "insufficient resources: memory",
+        3,
+    )
+    await h.settle()
+    assert len(h.rec.to(AUCTIONEER + "/v1/tasks")) >= 2  # the create, then the re-queues (coalesced)
+    requeued = [r["task"]["rejection_count"] for batch in h.rec.to(AUCTIONEER + "/v1/tasks") for r in batch]
+    assert requeued == [0, 1, 2]
+
+
+async def test_task_lifecycle_with_callback(h: Harness) -> None:
+    await h.heartbeat("c1")
+    body = {
+        "task_guid": "t1",
+        "command": ["echo", "hi"],
+        "completion_callback_url": "http://callback.test/done",
+    }
+    assert (await h.http.post("/v1/tasks", json=body)).status_code == 201
+    assert (await h.http.post("/v1/tasks", json=body)).status_code == 409
+    assert (await h.lifecycle("c2", tasks_started=["nope"]))["refused_tasks"] == ["nope"]
+    assert (await h.lifecycle("c1", tasks_started=["t1"]))["refused_tasks"] == []
+    assert (await h.lifecycle("c2", tasks_started=["t1"]))["refused_tasks"] == ["t1"]
+    assert (await h.http.get("/v1/tasks", params={"state": "RUNNING"})).json()["items"][0]["cell_id"] == "c1"
+    assert (await h.http.delete("/v1/tasks/t1")).status_code == 409
+    await h.lifecycle("c1", tasks_completed=[{"task_guid": "t1", "exit_status": 0, "result": "hi\n"}])
+    await h.settle()
+    [delivered] = h.rec.to("http://callback.test/done")
+    assert (delivered["state"], delivered["result"], delivered["exit_status"]) == ("COMPLETED", "hi\n", 0)
+    assert (await h.http.get("/v1/tasks/t1")).status_code == 404  # resolved once the callback took it
+
+
+async def test_cancel_and_delete_task(h: Harness) -> None:
+    await h.heartbeat("c1")
+    for guid in ("t1", "t2"):
+        assert (
+            await h.http.post("/v1/tasks", json={"task_guid": guid, "command": ["sleep", "9"]})
+        ).status_code == 201
+    await h.lifecycle("c1", tasks_started=["t2"])
+    for guid in ("t1", "t2"):
+        cancelled = (await h.http.post(f"/v1/tasks/{guid}/cancel")).json()
+        assert (cancelled["state"], cancelled["failed"], cancelled["failure_reason"]) == (
+            "COMPLETED",
+            True,
+            "cancelled",
+        )
+    assert (await h.http.post("/v1/tasks/t1/cancel")).status_code == 409
+    await h.settle()
+    assert [u for u, _ in h.rec.sent if u.startswith("http://c1.rep")] == ["http://c1.rep/v1/tasks/t2/cancel"]
+    assert (await h.http.delete("/v1/tasks/t1")).status_code == 204
+    assert (await h.http.get("/v1/tasks/t1")).status_code == 404
+    assert [t["task_guid"] for t in (await h.http.get("/v1/tasks")).json()["items"]] == ["t2"]
+
+
+async def test_cells_presence_list(h: Harness) -> None:
+    await h.heartbeat("c1")
+    await h.heartbeat("c2")
+    cells = (await h.http.get("/v1/cells")).json()["items"]
+    assert [c["cell_id"] for c in cells] == ["c1", "c2"] and cells[0]["expires_at"]
+
+
+async def test_evacuation_replaces_running_instances_then_stops_the_old_ones(h: Harness) -> None:
+    await h.heartbeat("c1")
+    await h.heartbeat("c2")
+    await desire(h, 2)
+    await h.lifecycle("c1", claimed=[ref(0, "a"), ref(1, "b")], running=[running(0, "a"), running(1, "b")])
+    await h.heartbeat("c1", evacuating=True)
+    await h.heartbeat("c1", evacuating=True)  # a second heartbeat changes nothing more
+    rows = await h.actuals()
+    assert sorted((a["index"], a["presence"], a["state"]) for a in rows) == [
+        (0, "EVACUATING", "RUNNING"),
+        (0, "ORDINARY", "UNCLAIMED"),
+        (1, "EVACUATING", "RUNNING"),
+        (1, "ORDINARY", "UNCLAIMED"),
+    ]
+    await h.settle()
+    assert h.rec.to(AUCTIONEER + "/v1/lrps")[-1][0]["indices"] == [0, 1]
+    await h.lifecycle("c2", claimed=[ref(0, "a2")], running=[running(0, "a2")])
+    await h.settle()
+    assert sorted((a["index"], a["presence"], a["cell_id"]) for a in await h.actuals()) == [
+        (0, "ORDINARY", "c2"),
+        (1, "EVACUATING", "c1"),
+        (1, "ORDINARY", ""),
+    ]
+    assert [u for u, _ in h.rec.sent if "/stop" in u] == ["http://c1.rep/v1/lrps/web/instances/a/stop"]
+    # The old cell reporting the stopped evacuee as removed is fine; the other one crashing drops it.
+    await h.lifecycle("c1", removed=[ref(0, "a")], crashed=[ref(1, "b")])
+    assert sorted((a["index"], a["presence"]) for a in await h.actuals()) == [
+        (0, "ORDINARY"),
+        (1, "ORDINARY"),
+    ]
+
+
+async def test_expired_cell_suspect_then_promoted_back_when_it_returns(h: Harness) -> None:
+    await h.heartbeat("c1")
+    await desire(h, 1)
+    await h.lifecycle("c1", claimed=[ref(0, "a")], running=[running(0, "a")])
+    await converge_once(h.bbs, time.time() + 11)  # c1's presence has expired by then
+    rows = sorted((a["presence"], a["state"]) for a in await h.actuals())
+    assert rows == [("ORDINARY", "UNCLAIMED"), ("SUSPECT", "RUNNING")]
+    await h.heartbeat("c1")  # back before the replacement ran...
+    await converge_once(h.bbs)  # ...but its rep does not answer /state yet: undecided
+    assert len(await h.actuals()) == 2
+    h.rec.holdings["http://c1.rep"] = ["a"]  # it still runs the instance: promoted back
+    await converge_once(h.bbs)
+    assert [(a["presence"], a["state"], a["instance_guid"]) for a in await h.actuals()] == [
+        ("ORDINARY", "RUNNING", "a")
+    ]
+
+
+async def test_a_cell_returning_without_its_instances_keeps_the_replacements(h: Harness) -> None:
+    await h.heartbeat("c1")
+    await desire(h, 1)
+    await h.lifecycle("c1", claimed=[ref(0, "a")], running=[running(0, "a")])
+    await converge_once(h.bbs, time.time() + 11)
+    await h.heartbeat("c1")
+    h.rec.holdings["http://c1.rep"] = []  # its rep restarted and lost the instance
+    await converge_once(h.bbs)
+    assert [(a["presence"], a["state"]) for a in await h.actuals()] == [("ORDINARY", "UNCLAIMED")]
+    # A late `running` about the lost instance is refused: the rep stops it.
+    assert (await h.lifecycle("c1", running=[running(0, "a")]))["refused"] == [ref(0, "a")]

@@ -1,0 +1,356 @@
+"""One convergence pass as a pure function: desired, actual, tasks and cells in; actions out.
+
+DESIGN.md "Converge": missing index → UNCLAIMED + auction; extra index → removed and stopped on its
+rep; UNCLAIMED left unplaced → auctioned again; CLAIMED/RUNNING on a cell whose presence expired →
+SUSPECT with an ORDINARY replacement (dropped once the replacement runs, promoted back when its cell
+returns first); CRASHED whose backoff elapsed → UNCLAIMED + auction. Tasks: PENDING kicked again;
+PENDING too long, or RUNNING on a missing cell → failed; COMPLETED too long → deleted.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from .actual_set import ActualChanges, ActualSet
+from .lifecycle import Stop, stop_of
+from .records import (
+    CLAIMED,
+    COMPLETED,
+    CRASHED,
+    EVACUATING,
+    ORDINARY,
+    PENDING,
+    RESOLVING,
+    RUNNING,
+    SUSPECT,
+    TASK_RUNNING,
+    UNCLAIMED,
+    ActualRecord,
+    CellRecord,
+    DesiredRecord,
+    TaskRecord,
+    changed,
+    completed,
+    reset_to_unclaimed,
+    unclaimed,
+)
+from .restart_policy import RestartPolicy
+
+NOT_STARTED_IN_TIME = "not started within time limit"
+CELL_DISAPPEARED = "cell disappeared before completion"
+
+
+@dataclass(frozen=True, slots=True)
+class ConvergenceConfig:
+    stale_unclaimed: float = 30.0
+    kick_task: float = 30.0
+    expire_pending_task: float = 1800.0
+    expire_completed_task: float = 120.0
+    forget_cell_after: float = 3600.0
+    policy: RestartPolicy = field(default_factory=RestartPolicy)
+
+
+@dataclass(slots=True)
+class ConvergenceActions:
+    starts: dict[str, set[int]] = field(default_factory=dict)  # process_guid -> indices to auction
+    stops: list[Stop] = field(default_factory=list)
+    task_updates: list[TaskRecord] = field(default_factory=list)
+    task_deletes: list[TaskRecord] = field(default_factory=list)
+    tasks_to_kick: list[TaskRecord] = field(default_factory=list)
+    callbacks: list[TaskRecord] = field(default_factory=list)  # completed tasks whose callback is due
+    tasks_failed: list[TaskRecord] = field(default_factory=list)  # also in task_updates
+    cells_disappeared: list[CellRecord] = field(default_factory=list)
+    cells_forgotten: list[CellRecord] = field(default_factory=list)
+    next_restart_at: float | None = None  # when the earliest waiting CRASHED instance is due
+
+    def due_at(self, when: float) -> None:
+        self.next_restart_at = when if self.next_restart_at is None else min(self.next_restart_at, when)
+
+    def start(self, process_guid: str, index: int) -> None:
+        self.starts.setdefault(process_guid, set()).add(index)
+
+    def stop(self, row: ActualRecord) -> None:
+        self.stops.extend(stops_for([row]))
+
+
+def stops_for(rows: Iterable[ActualRecord]) -> list[Stop]:
+    """The instances among `rows` that a rep holds (CLAIMED or RUNNING on a cell) and must stop."""
+    return [stop_of(r) for r in rows if r.cell_id and r.instance_guid and r.state in (CLAIMED, RUNNING)]
+
+
+def converge(
+    desired: Iterable[DesiredRecord],
+    actuals: ActualSet,
+    tasks: Iterable[TaskRecord],
+    cells: dict[str, CellRecord],
+    now: float,
+    config: ConvergenceConfig,
+    holdings: dict[str, set[str]] | None = None,
+) -> ConvergenceActions:
+    """Decide one pass. `actuals` is edited in place: its `diff()` is the actual LRP part.
+
+    `holdings`: for cells that came back while holding suspect instances, the instance guids each
+    one reports holding (see `returning_cells`). A suspect is promoted back only if its cell still
+    holds it (a rep that restarted lost its instances); a cell missing from `holdings` is undecided
+    this pass. None: trust every returning cell (no state was fetched)."""
+    out = ConvergenceActions()
+    wanted = {d.process_guid: d for d in desired}
+    present = {cell_id for cell_id, cell in cells.items() if cell.present(now)}
+
+    # Extra instances first, then the evacuating/suspect ones, then ORDINARY ones: a suspect promoted
+    # back replaces its ORDINARY replacement before that replacement would be re-auctioned.
+    for row in actuals:
+        d = wanted.get(row.process_guid)
+        if d is None or row.index >= d.instances:
+            actuals.remove(row)
+            out.stop(row)
+    for row in actuals:
+        if row.presence == SUSPECT:
+            _converge_suspect(actuals, row, present, holdings, out)
+        elif row.presence == EVACUATING:
+            _converge_evacuating(actuals, row, present, out)
+    for row in actuals:
+        if row.presence == ORDINARY and actuals.get(row.process_guid, row.index) is row:
+            _converge_ordinary(actuals, row, present, now, config, out)
+    for d in wanted.values():
+        for index in range(d.instances):
+            if actuals.get(d.process_guid, index) is None:
+                actuals.put(unclaimed(d.process_guid, index, d.domain, now))
+                out.start(d.process_guid, index)
+
+    for task in tasks:
+        _converge_task(task, present, now, config, out)
+    for cell in cells.values():
+        if cell.cell_id in present:
+            continue
+        if now - cell.expires_at >= config.forget_cell_after:
+            out.cells_forgotten.append(cell)
+        elif not cell.disappeared:
+            out.cells_disappeared.append(dataclasses.replace(cell, disappeared=True))
+    return out
+
+
+def returning_cells(
+    actuals: Iterable[ActualRecord], cells: dict[str, CellRecord], now: float
+) -> list[CellRecord]:
+    """Present cells holding SUSPECT instances: whose holdings a pass should ask for."""
+    ids = {r.cell_id for r in actuals if r.presence == SUSPECT}
+    return [cells[i] for i in sorted(ids) if i in cells and cells[i].present(now)]
+
+
+def _converge_suspect(
+    actuals: ActualSet,
+    row: ActualRecord,
+    present: set[str],
+    holdings: dict[str, set[str]] | None,
+    out: ConvergenceActions,
+) -> None:
+    ordinary = actuals.get(row.process_guid, row.index)
+    replacement_runs = ordinary is not None and ordinary.state == RUNNING
+    if row.cell_id in present and not replacement_runs and holdings is not None:
+        held = holdings.get(row.cell_id)
+        if held is None:
+            return  # its cell's holdings are unknown this pass: decide next time
+        if row.instance_guid not in held:
+            actuals.remove(row)  # the cell is back without it (its rep restarted): keep the replacement
+            return
+    if row.cell_id in present and not replacement_runs:
+        # Its cell heartbeats again before the replacement ran: keep the original, drop the replacement.
+        if ordinary is not None:
+            actuals.remove(ordinary)
+            out.stop(ordinary)
+        actuals.replace(row, changed(row, presence=ORDINARY))
+    elif replacement_runs:
+        actuals.remove(row)
+        out.stop(row)  # if its rep is reachable at all, it stops the now redundant instance
+
+
+def _converge_evacuating(
+    actuals: ActualSet, row: ActualRecord, present: set[str], out: ConvergenceActions
+) -> None:
+    ordinary = actuals.get(row.process_guid, row.index)
+    if row.cell_id not in present:
+        actuals.remove(row)  # the evacuating cell is gone, and its instance with it
+    elif ordinary is not None and ordinary.state == RUNNING:
+        actuals.remove(row)
+        out.stop(row)
+
+
+def _converge_ordinary(
+    actuals: ActualSet,
+    row: ActualRecord,
+    present: set[str],
+    now: float,
+    config: ConvergenceConfig,
+    out: ConvergenceActions,
+) -> None:
+    if row.state == UNCLAIMED:
+        if now - max(row.since, row.auctioned_at) >= config.stale_unclaimed:
+            actuals.replace(row, dataclasses.replace(row, auctioned_at=now))  # internal: no new tag
+            out.start(row.process_guid, row.index)
+    elif row.state == CRASHED:
+        if config.policy.should_restart(row.crash_count, row.since, now):
+            actuals.replace(row, reset_to_unclaimed(row, now, crash_reason=row.crash_reason))
+            out.start(row.process_guid, row.index)
+        elif (wait := config.policy.backoff(row.crash_count)) is not None:
+            out.due_at(row.since + wait)
+    elif row.cell_id not in present:  # CLAIMED or RUNNING on a cell whose presence expired
+        if actuals.other(row.process_guid, row.index) is None:
+            actuals.replace(row, changed(row, presence=SUSPECT))
+            replacement = unclaimed(row.process_guid, row.index, row.domain, now)
+            actuals.put(dataclasses.replace(replacement, crash_count=row.crash_count))
+        else:
+            # Already one evacuating/suspect instance for this index (at most one other): just re-place.
+            actuals.replace(row, reset_to_unclaimed(row, now))
+        out.start(row.process_guid, row.index)
+
+
+def _converge_task(
+    task: TaskRecord, present: set[str], now: float, config: ConvergenceConfig, out: ConvergenceActions
+) -> None:
+    if task.state == PENDING:
+        if now - task.created_at >= config.expire_pending_task:
+            _fail(task, NOT_STARTED_IN_TIME, now, out)
+        elif now - task.auctioned_at >= config.kick_task:
+            kicked = dataclasses.replace(task, auctioned_at=now)
+            out.task_updates.append(kicked)
+            out.tasks_to_kick.append(kicked)
+    elif task.state == TASK_RUNNING:
+        if task.cell_id not in present:
+            _fail(task, CELL_DISAPPEARED, now, out)
+    elif task.state in (COMPLETED, RESOLVING):
+        finished = task.first_completed_at if task.first_completed_at is not None else task.updated_at
+        if now - finished >= config.expire_completed_task:
+            out.task_deletes.append(task)
+        elif task.definition.get("completion_callback_url") and now - task.auctioned_at >= config.kick_task:
+            retried = dataclasses.replace(task, auctioned_at=now)
+            out.task_updates.append(retried)
+            out.callbacks.append(retried)
+
+
+def _fail(task: TaskRecord, reason: str, now: float, out: ConvergenceActions) -> None:
+    failed = completed(task, now, failed=True, failure_reason=reason)
+    out.task_updates.append(failed)
+    out.tasks_failed.append(failed)
+    if task.definition.get("completion_callback_url"):
+        out.callbacks.append(failed)
+
+
+def resize(desired: DesiredRecord, actuals: ActualSet, now: float) -> ConvergenceActions:
+    """Scale one desired LRP to `desired.instances`: the index part of a pass, for one LRP at once.
+
+    New indices become UNCLAIMED and are auctioned; every instance at or above the new count is
+    removed (an UNCLAIMED one simply disappears) and stopped on its cell.
+    """
+    out = ConvergenceActions()
+    for row in actuals:
+        if row.process_guid == desired.process_guid and row.index >= desired.instances:
+            actuals.remove(row)
+            out.stop(row)
+    for index in range(desired.instances):
+        if actuals.get(desired.process_guid, index) is None:
+            actuals.put(unclaimed(desired.process_guid, index, desired.domain, now))
+            out.start(desired.process_guid, index)
+    return out
+
+
+def evacuate(actuals: ActualSet, cell_id: str, now: float) -> dict[str, set[int]]:
+    """A cell says it is evacuating: each RUNNING ORDINARY instance on it becomes EVACUATING and gets
+    an ORDINARY UNCLAIMED replacement to auction (the original keeps serving until that one runs).
+    Returns the starts. Idempotent: a second heartbeat finds nothing left to convert."""
+    starts: dict[str, set[int]] = {}
+    for row in actuals:
+        if row.cell_id != cell_id or row.presence != ORDINARY or row.state != RUNNING:
+            continue
+        if actuals.other(row.process_guid, row.index) is not None:
+            continue  # at most one other per index; it stays ORDINARY until its cell stops it
+        actuals.replace(row, changed(row, presence=EVACUATING))
+        replacement = unclaimed(row.process_guid, row.index, row.domain, now)
+        actuals.put(dataclasses.replace(replacement, crash_count=row.crash_count))
+        starts.setdefault(row.process_guid, set()).add(row.index)
+    return starts
+
+
+# --- applying a pass decided on a snapshot ----------------------------------------------------------
+#
+# A pass reads everything outside the write lock (a consistent snapshot, without holding up the
+# reps' lifecycle reports), decides, and then, in the write transaction, keeps only the decisions
+# whose rows nobody changed meanwhile. Whatever it drops, the next pass decides again.
+
+
+def _fingerprints(rows: Iterable[ActualRecord]) -> dict[tuple[str, int], frozenset[tuple[Any, ...]]]:
+    grouped: dict[tuple[str, int], set[tuple[Any, ...]]] = {}
+    for r in rows:
+        grouped.setdefault((r.process_guid, r.index), set()).add(
+            (r.presence, r.state, r.mod_epoch, r.mod_index, r.auctioned_at)
+        )
+    return {key: frozenset(value) for key, value in grouped.items()}
+
+
+def touched_indices(changes: ActualChanges, actions: ConvergenceActions) -> set[tuple[str, int]]:
+    keys = {(r.process_guid, r.index) for r in (*changes.deletes, *changes.updates, *changes.inserts)}
+    keys.update((s.process_guid, s.index) for s in actions.stops)
+    keys.update((pg, i) for pg, indices in actions.starts.items() for i in indices)
+    return keys
+
+
+def drop_stale(
+    changes: ActualChanges,
+    actions: ConvergenceActions,
+    snapshot: Iterable[ActualRecord],
+    current: Iterable[ActualRecord],
+    still_desired: set[str],
+    tasks_snapshot: dict[str, TaskRecord],
+    tasks_current: dict[str, TaskRecord],
+    cells_current: dict[str, CellRecord],
+) -> ActualChanges:
+    """Keep the decisions about (process_guid, index) groups, tasks and cells that are unchanged
+    since the snapshot; returns the actual LRP changes to write and trims `actions` in place."""
+    before, now = _fingerprints(snapshot), _fingerprints(current)
+
+    def fresh(process_guid: str, index: int) -> bool:
+        return before.get((process_guid, index)) == now.get((process_guid, index))
+
+    def keep(rows: list[ActualRecord], *, need_desired: bool = False) -> list[ActualRecord]:
+        return [
+            r
+            for r in rows
+            if fresh(r.process_guid, r.index) and (not need_desired or r.process_guid in still_desired)
+        ]
+
+    kept = ActualChanges(
+        deletes=keep(changes.deletes),
+        updates=keep(changes.updates),
+        inserts=keep(changes.inserts, need_desired=True),
+        visible_updates=keep(changes.visible_updates),
+        previous=changes.previous,
+    )
+    starts = {
+        pg: {i for i in indices if fresh(pg, i)}
+        for pg, indices in actions.starts.items()
+        if pg in still_desired
+    }
+    actions.starts = {pg: indices for pg, indices in starts.items() if indices}
+    actions.stops = [s for s in actions.stops if fresh(s.process_guid, s.index)]
+
+    def task_fresh(task: TaskRecord) -> bool:
+        return tasks_snapshot.get(task.task_guid) == tasks_current.get(task.task_guid)
+
+    actions.task_updates = [t for t in actions.task_updates if task_fresh(t)]
+    actions.task_deletes = [t for t in actions.task_deletes if task_fresh(t)]
+    actions.tasks_to_kick = [t for t in actions.tasks_to_kick if task_fresh(t)]
+    actions.tasks_failed = [t for t in actions.tasks_failed if task_fresh(t)]
+    actions.callbacks = [t for t in actions.callbacks if task_fresh(t)]
+
+    def cell_unchanged(cell_id: str, expires_at: float) -> bool:
+        current_cell = cells_current.get(cell_id)
+        return current_cell is not None and current_cell.expires_at == expires_at
+
+    actions.cells_disappeared = [
+        c for c in actions.cells_disappeared if cell_unchanged(c.cell_id, c.expires_at)
+    ]
+    actions.cells_forgotten = [c for c in actions.cells_forgotten if cell_unchanged(c.cell_id, c.expires_at)]
+    return kept

@@ -1,0 +1,136 @@
+"""One convergence pass of a BBS: read a snapshot, decide (bbs.convergence.converge, pure), apply
+what is still valid in one write transaction, then send the auctions, stops and events.
+
+The snapshot is read without the write lock, so a pass over 10,000 instances does not hold up the
+reps' lifecycle reports; the write keeps only the decisions about rows nobody changed meanwhile
+(convergence.drop_stale), and the next pass decides the rest again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+from .actual_set import ActualChanges, ActualSet
+from .convergence import (
+    ConvergenceActions,
+    ConvergenceConfig,
+    converge,
+    drop_stale,
+    returning_cells,
+    touched_indices,
+)
+from .events import event
+from .records import ActualRecord, CellRecord, DesiredRecord, TaskRecord
+from .service import BBS, Effects
+
+log = logging.getLogger("bbs.convergence")
+
+
+async def converge_once(bbs: BBS, now: float | None = None) -> float | None:
+    """One convergence pass. Returns when the next one is due at the latest: the earliest cell
+    presence expiry or crash backoff end (None: nothing pending, the timer decides).
+
+    Decided on a snapshot read without the write lock; applied in one write transaction that
+    keeps only the decisions about rows nobody changed meanwhile (see convergence.drop_stale)."""
+    now = time.time() if now is None else now
+    async with bbs.store.read() as tx:
+        desired = await tx.list_desired()
+        snapshot = await tx.list_actuals()
+        tasks = await tx.list_tasks()
+        cells = {c.cell_id: c for c in await tx.list_cells()}
+    holdings: dict[str, set[str]] = {}
+    returning = returning_cells(snapshot, cells, now)
+    if returning:
+        answers = await asyncio.gather(*(bbs.outbound.cell_instances(c.rep_url) for c in returning))
+        holdings = {c.cell_id: held for c, held in zip(returning, answers, strict=True) if held is not None}
+    # The pure decision runs in a worker thread: on 10,000 instances it is CPU work the event loop
+    # (heartbeats, reports) should not wait for. The snapshot is this pass's own data.
+    actuals, actions, changes = await asyncio.to_thread(
+        _decide, desired, snapshot, tasks, cells, now, bbs.convergence, holdings
+    )
+    effects = Effects()
+    touched = touched_indices(changes, actions)
+    touched_tasks = {t.task_guid for t in (*actions.task_updates, *actions.task_deletes)}
+    touched_cells = [c.cell_id for c in (*actions.cells_disappeared, *actions.cells_forgotten)]
+    if touched or touched_tasks or touched_cells:
+        async with bbs.store.write() as tx:
+            current = await tx.actuals_for_keys(touched) if touched else []
+            still_desired = set(await tx.desired_by_guid({pg for pg, _ in touched}))
+            tasks_current = await tx.tasks_by_guid(touched_tasks) if touched_tasks else {}
+            cells_current = await tx.cells_by_id(touched_cells) if touched_cells else {}
+            changes = drop_stale(
+                changes,
+                actions,
+                [r for r in snapshot if (r.process_guid, r.index) in touched],
+                current,
+                still_desired,
+                {t.task_guid: t for t in tasks if t.task_guid in touched_tasks},
+                tasks_current,
+                cells_current,
+            )
+            await tx.apply_actual_changes(changes)
+            await tx.update_tasks(actions.task_updates)
+            await tx.delete_tasks(t.task_guid for t in actions.task_deletes)
+            await tx.mark_cells_disappeared(c.cell_id for c in actions.cells_disappeared)
+            await tx.delete_cells(c.cell_id for c in actions.cells_forgotten)
+            await bbs.add_stops(tx, actions.stops, effects)
+    by_guid = {d.process_guid: d for d in desired}
+    for process_guid, indices in actions.starts.items():
+        d = by_guid.get(process_guid)
+        if d is not None:
+            effects.lrp_starts.append({"desired": d.to_wire(), "indices": sorted(indices)})
+    effects.task_starts.extend({"task": task.to_wire()} for task in actions.tasks_to_kick)
+    effects.callbacks.extend(actions.callbacks)
+    effects.actual_events(changes)
+    effects.events.append(
+        lambda: [
+            *(event("task_changed", t.to_wire(), now) for t in actions.tasks_failed),
+            *(event("task_removed", t.to_wire(), now) for t in actions.task_deletes),
+            *(event("cell_disappeared", c.to_wire(), now) for c in actions.cells_disappeared),
+        ]
+    )
+    bbs.metrics.set_actual_counts(_count(actuals))
+    if changes or actions.starts or actions.stops or actions.task_updates or actions.cells_disappeared:
+        log.info(
+            "convergence pass",
+            extra={
+                "data": {
+                    "deleted": len(changes.deletes),
+                    "updated": len(changes.visible_updates),
+                    "created": len(changes.inserts),
+                    "auction_lrps": sum(len(i) for i in actions.starts.values()),
+                    "kick_tasks": len(actions.tasks_to_kick),
+                    "stops": len(actions.stops),
+                    "cells_disappeared": [c.cell_id for c in actions.cells_disappeared],
+                }
+            },
+        )
+    bbs.run_effects(effects)
+    gone = {c.cell_id for c in (*actions.cells_disappeared, *actions.cells_forgotten)}
+    pending = [c.expires_at for c in cells.values() if not c.disappeared and c.cell_id not in gone]
+    if actions.next_restart_at is not None:
+        pending.append(actions.next_restart_at)
+    return min(pending, default=None)
+
+
+def _decide(
+    desired: list[DesiredRecord],
+    snapshot: list[ActualRecord],
+    tasks: list[TaskRecord],
+    cells: dict[str, CellRecord],
+    now: float,
+    config: ConvergenceConfig,
+    holdings: dict[str, set[str]],
+) -> tuple[ActualSet, ConvergenceActions, ActualChanges]:
+    actuals = ActualSet(snapshot)
+    actions = converge(desired, actuals, tasks, cells, now, config, holdings)
+    return actuals, actions, actuals.diff()
+
+
+def _count(actuals: ActualSet) -> list[tuple[str, str, int]]:
+    counts: dict[tuple[str, str], int] = {}
+    for row in actuals:
+        counts[(row.state, row.presence)] = counts.get((row.state, row.presence), 0) + 1
+    return [(state, presence, n) for (state, presence), n in counts.items()]

@@ -1,0 +1,191 @@
+"""Convergence decisions as a pure function of rows and `now`."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from bbs.actual_set import ActualSet
+from bbs.convergence import (
+    CELL_DISAPPEARED,
+    NOT_STARTED_IN_TIME,
+    ConvergenceConfig,
+    converge,
+    evacuate,
+    resize,
+)
+from bbs.lifecycle import Stop
+from bbs.records import (
+    CLAIMED,
+    CRASHED,
+    EVACUATING,
+    ORDINARY,
+    RUNNING,
+    SUSPECT,
+    UNCLAIMED,
+    ActualRecord,
+    CellRecord,
+    DesiredRecord,
+    TaskRecord,
+    unclaimed,
+)
+
+CONFIG = ConvergenceConfig()
+
+
+def desired(instances: int = 2, pg: str = "web") -> DesiredRecord:
+    return DesiredRecord(pg, "d", instances, {}, 0.0, "e")
+
+
+def on_cell(
+    index: int, cell: str = "c1", state: str = RUNNING, presence: str = ORDINARY, guid: str = ""
+) -> ActualRecord:
+    return dataclasses.replace(
+        unclaimed("web", index, "d", 0.0),
+        state=state,
+        cell_id=cell,
+        instance_guid=guid or f"i{index}",
+        presence=presence,
+    )
+
+
+def cell(cell_id: str = "c1", expires_at: float = 1000.0, disappeared: bool = False) -> dict[str, CellRecord]:
+    return {
+        cell_id: CellRecord(cell_id, {"rep_url": f"http://{cell_id}", "zone": "z"}, expires_at, disappeared)
+    }
+
+
+def test_missing_indices_are_created_and_auctioned_extra_ones_removed_and_stopped() -> None:
+    actuals = ActualSet([on_cell(0), on_cell(5)])
+    out = converge([desired(3)], actuals, [], cell(), 10.0, CONFIG)
+    assert out.starts == {"web": {1, 2}}
+    assert out.stops == [Stop("c1", "web", 5, "i5")]
+    changes = actuals.diff()
+    assert sorted(r.index for r in changes.inserts) == [1, 2]
+    assert [r.index for r in changes.deletes] == [5]
+
+
+def test_actuals_of_a_removed_desired_lrp_go() -> None:
+    actuals = ActualSet([on_cell(0), unclaimed("web", 1, "d", 0.0)])
+    out = converge([], actuals, [], cell(), 10.0, CONFIG)
+    assert len(actuals.diff().deletes) == 2 and out.stops == [Stop("c1", "web", 0, "i0")]
+
+
+def test_stale_unclaimed_is_auctioned_again_once_per_period() -> None:
+    actuals = ActualSet([unclaimed("web", 0, "d", 0.0)])
+    assert converge([desired(1)], actuals, [], {}, 29.0, CONFIG).starts == {}
+    out = converge([desired(1)], actuals, [], {}, 30.0, CONFIG)
+    assert out.starts == {"web": {0}}
+    # The re-auction is bookkeeping: no new modification tag, so no event.
+    changes = actuals.diff()
+    assert len(changes.updates) == 1 and changes.visible_updates == []
+    assert converge([desired(1)], ActualSet(list(actuals)), [], {}, 45.0, CONFIG).starts == {}
+
+
+def test_crashed_is_restarted_when_its_backoff_elapsed() -> None:
+    row = dataclasses.replace(unclaimed("web", 0, "d", 0.0), state=CRASHED, crash_count=4, since=100.0)
+    assert converge([desired(1)], ActualSet([row]), [], {}, 159.0, CONFIG).starts == {}
+    actuals = ActualSet([row])
+    assert converge([desired(1)], actuals, [], {}, 160.0, CONFIG).starts == {"web": {0}}
+    assert (actuals.get("web", 0).state, actuals.get("web", 0).crash_count) == (UNCLAIMED, 4)
+    never = dataclasses.replace(row, crash_count=201)
+    assert converge([desired(1)], ActualSet([never]), [], {}, 1e9, CONFIG).starts == {}
+
+
+def test_instances_on_an_expired_cell_become_suspect_with_a_replacement() -> None:
+    actuals = ActualSet([on_cell(0), on_cell(1, state=CLAIMED)])
+    out = converge([desired(2)], actuals, [], cell(expires_at=5.0), 10.0, CONFIG)
+    assert out.starts == {"web": {0, 1}}
+    assert [(r.index, r.presence) for r in actuals if r.presence == SUSPECT] == [(0, SUSPECT), (1, SUSPECT)]
+    assert all(actuals.get("web", i).state == UNCLAIMED for i in (0, 1))
+    assert [c.cell_id for c in out.cells_disappeared] == ["c1"]
+
+
+def test_suspect_is_promoted_back_when_its_cell_returns_before_the_replacement_runs() -> None:
+    replacement = on_cell(0, cell="c2", state=CLAIMED, guid="new")
+    actuals = ActualSet([on_cell(0, presence=SUSPECT), replacement])
+    cells = {**cell("c1", expires_at=100.0), **cell("c2", expires_at=100.0)}
+    out = converge([desired(1)], actuals, [], cells, 10.0, CONFIG)
+    assert [(r.presence, r.instance_guid) for r in actuals] == [(ORDINARY, "i0")]
+    assert out.stops == [Stop("c2", "web", 0, "new")] and out.starts == {}
+
+
+def test_suspect_is_dropped_once_its_replacement_runs() -> None:
+    actuals = ActualSet([on_cell(0, presence=SUSPECT), on_cell(0, cell="c2", guid="new")])
+    cells = {**cell("c1", expires_at=5.0), **cell("c2", expires_at=100.0)}
+    out = converge([desired(1)], actuals, [], cells, 10.0, CONFIG)
+    assert [(r.presence, r.instance_guid) for r in actuals] == [(ORDINARY, "new")]
+    assert out.stops == [Stop("c1", "web", 0, "i0")]
+
+
+def test_evacuating_instance_of_a_vanished_cell_is_removed() -> None:
+    actuals = ActualSet([on_cell(0, presence=EVACUATING), unclaimed("web", 0, "d", 9.0)])
+    converge([desired(1)], actuals, [], cell(expires_at=5.0), 10.0, CONFIG)
+    assert [r.presence for r in actuals] == [ORDINARY]
+
+
+def test_evacuate_converts_running_instances_and_is_idempotent() -> None:
+    actuals = ActualSet([on_cell(0), on_cell(1, state=CLAIMED), on_cell(2, cell="c2")])
+    assert evacuate(actuals, "c1", 5.0) == {"web": {0}}
+    assert actuals.get("web", 0, EVACUATING).instance_guid == "i0"
+    assert actuals.get("web", 0).state == UNCLAIMED
+    assert evacuate(actuals, "c1", 6.0) == {}
+
+
+def test_resize_down_and_up() -> None:
+    actuals = ActualSet([on_cell(0), on_cell(1), unclaimed("web", 2, "d", 0.0)])
+    out = resize(desired(1), actuals, 3.0)
+    assert out.stops == [Stop("c1", "web", 1, "i1")] and out.starts == {}
+    assert [r.index for r in actuals] == [0]
+    assert resize(desired(3), actuals, 4.0).starts == {"web": {1, 2}}
+
+
+def task(state: str = "PENDING", **fields) -> TaskRecord:
+    return TaskRecord("t", "d", {"command": ["x"]}, state=state, created_at=0.0, updated_at=0.0, **fields)
+
+
+def test_task_rules() -> None:
+    out = converge([], ActualSet(), [task()], {}, 30.0, CONFIG)
+    assert [t.task_guid for t in out.tasks_to_kick] == ["t"]
+    assert converge([], ActualSet(), [task(auctioned_at=20.0)], {}, 30.0, CONFIG).tasks_to_kick == []
+    out = converge([], ActualSet(), [task()], {}, 1800.0, CONFIG)
+    assert (
+        out.tasks_failed[0].failure_reason == NOT_STARTED_IN_TIME and out.tasks_failed[0].state == "COMPLETED"
+    )
+    out = converge([], ActualSet(), [task("RUNNING", cell_id="c1")], cell(expires_at=5.0), 10.0, CONFIG)
+    assert out.tasks_failed[0].failure_reason == CELL_DISAPPEARED
+    assert converge([], ActualSet(), [task("RUNNING", cell_id="c1")], cell(), 10.0, CONFIG).tasks_failed == []
+    done = task("COMPLETED", first_completed_at=100.0)
+    assert converge([], ActualSet(), [done], {}, 219.0, CONFIG).task_deletes == []
+    assert converge([], ActualSet(), [done], {}, 220.0, CONFIG).task_deletes == [done]
+
+
+def test_long_gone_cells_are_forgotten() -> None:
+    out = converge([], ActualSet(), [], cell(expires_at=0.0, disappeared=True), 3600.0, CONFIG)
+    assert [c.cell_id for c in out.cells_forgotten] == ["c1"] and out.cells_disappeared == []
+
+
+def test_decisions_about_rows_changed_since_the_snapshot_are_dropped() -> None:
+    from bbs.convergence import drop_stale, touched_indices
+
+    stale = unclaimed("web", 0, "d", 0.0)
+    other = unclaimed("web", 1, "d", 0.0)
+    actuals = ActualSet([stale, other])
+    out = converge([desired(3)], actuals, [], {}, 100.0, CONFIG)
+    changes = actuals.diff()
+    assert touched_indices(changes, out) == {("web", 0), ("web", 1), ("web", 2)}
+    claimed_meanwhile = dataclasses.replace(stale, state=CLAIMED, cell_id="c1", mod_index=1)
+    kept = drop_stale(changes, out, [stale, other], [claimed_meanwhile, other], {"web"}, {}, {}, {})
+    assert out.starts == {"web": {1, 2}}
+    assert [r.index for r in kept.updates] == [1] and [r.index for r in kept.inserts] == [2]
+    # A desired LRP deleted meanwhile gets no new instances.
+    out = converge([desired(3)], ActualSet([stale, other]), [], {}, 100.0, CONFIG)
+    assert drop_stale(ActualSet().diff(), out, [], [], set(), {}, {}, {}).inserts == [] and out.starts == {}
+
+
+def test_suspect_of_a_returning_cell_that_lost_it_is_dropped() -> None:
+    actuals = ActualSet([on_cell(0, presence=SUSPECT), unclaimed("web", 0, "d", 1.0)])
+    cells = cell("c1", expires_at=100.0)
+    converge([desired(1)], actuals, [], cells, 10.0, CONFIG, holdings={})  # holdings unknown: wait
+    assert len(list(actuals)) == 2
+    converge([desired(1)], actuals, [], cells, 10.0, CONFIG, holdings={"c1": set()})
+    assert [(r.presence, r.state) for r in actuals] == [(ORDINARY, UNCLAIMED)]

@@ -1,0 +1,82 @@
+"""The convergence loop: a pass every interval, sooner when woken (a cell returning) or when a cell's
+presence expires or a crashed instance's backoff ends. Only the holder of the "convergence" lease runs passes, so
+several BBS processes on one database converge once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import time
+import uuid
+
+from .convergence_pass import converge_once
+from .service import BBS
+
+log = logging.getLogger("bbs.converger")
+
+LEASE = "convergence"
+MIN_GAP_S = 0.2  # wake-ups closer than this are folded into one pass
+EXPIRY_SLACK_S = 0.01
+
+
+class Converger:
+    def __init__(self, bbs: BBS, interval: float, lease_ttl: float) -> None:
+        self.bbs = bbs
+        self.interval = interval
+        self.lease_ttl = lease_ttl
+        self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.passes = 0
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        bbs.on_wake = self.wake
+        bbs.on_due = self.wake_at
+        bbs.converger = self
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def wake_at(self, when: float) -> None:
+        """Run a pass at `when` (epoch seconds), e.g. when a crash backoff ends."""
+        asyncio.get_running_loop().call_later(max(0.0, when - time.time() + EXPIRY_SLACK_S), self.wake)
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self.run(), name="bbs-converger")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+            self._task = None
+
+    async def run(self) -> None:
+        min_gap = min(MIN_GAP_S, self.interval)
+        while True:
+            started = time.monotonic()
+            timeout = min(self.interval, self.lease_ttl / 3)
+            try:
+                timeout = min(timeout, await self._pass())
+            except Exception:  # a failed pass must not end the loop; the next one retries
+                log.exception("convergence pass failed")
+            try:
+                await asyncio.wait_for(self._wake.wait(), timeout)
+            except TimeoutError:
+                pass
+            self._wake.clear()
+            rest = min_gap - (time.monotonic() - started)
+            if rest > 0:
+                await asyncio.sleep(rest)
+
+    async def _pass(self) -> float:
+        """Run a pass if this process holds the lease; returns the longest wait before the next one."""
+        if await self.bbs.acquire_lease(LEASE, self.owner) is None:
+            return self.interval
+        started = time.perf_counter()
+        next_due = await converge_once(self.bbs)
+        self.bbs.metrics.convergence_seconds.observe(time.perf_counter() - started)
+        self.passes += 1
+        if next_due is None:
+            return self.interval
+        return max(0.0, next_due - time.time() + EXPIRY_SLACK_S)

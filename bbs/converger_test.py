@@ -1,0 +1,114 @@
+"""The convergence loop: runs on its timer and when woken, only while it holds the lease."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+import httpx
+
+from bbs.server import running_bbs
+from bbs.settings import BBSSettings
+from common.models import CellPresence, DesiredLRPCreate
+
+
+async def wait_for(condition, what: str, timeout_s: float = 10.0) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"expected {what} within {timeout_s}s")
+        await asyncio.sleep(0.02)
+
+
+def recording_client(sent: list[str]) -> httpx.AsyncClient:
+    def handle(request: httpx.Request) -> httpx.Response:
+        sent.append(str(request.url))
+        return httpx.Response(202, json={})
+
+    return httpx.AsyncClient(transport=httpx.MockTransport(handle), timeout=5)
+
+
+async def test_timer_reauctions_stale_unclaimed_and_marks_expired_cells(tmp_path: Path) -> None:
+    sent: list[str] = []
+    settings = BBSSettings(
+        data_dir=tmp_path,
+        auctioneer_url="http://auctioneer.test",
+        convergence_interval=0.1,
+        stale_unclaimed=0.3,
+        presence_ttl=0.3,
+    )
+    async with running_bbs(settings, client=recording_client(sent)) as bbs:
+        await bbs.heartbeat(
+            "c1",
+            CellPresence.model_validate(
+                {
+                    "cell_id": "c1",
+                    "zone": "z",
+                    "rep_url": "http://c1",
+                    "total": {"memory_mb": 1, "disk_mb": 1, "containers": 1},
+                }
+            ),
+        )
+        await bbs.desire_lrp(DesiredLRPCreate(process_guid="web", instances=1))
+        await wait_for(
+            lambda: sent.count("http://auctioneer.test/v1/lrps") >= 2, "a re-auction of the stale instance"
+        )
+        await wait_for(lambda: bbs.metrics.convergence_seconds._sum.get() > 0, "a timed pass")
+
+        async def cells_disappeared() -> bool:
+            async with bbs.store.read() as tx:
+                return all(c.disappeared for c in await tx.list_cells())
+
+        deadline = time.monotonic() + 10
+        while not await cells_disappeared():
+            assert time.monotonic() < deadline, "expected c1 to be marked disappeared after its TTL"
+            await asyncio.sleep(0.05)
+
+
+async def test_only_the_lease_holder_converges(tmp_path: Path) -> None:
+    settings = BBSSettings(
+        data_dir=tmp_path, auctioneer_url="http://auctioneer.test", convergence_interval=0.1
+    )
+    async with (
+        running_bbs(settings, client=recording_client([])) as one,
+        running_bbs(settings, client=recording_client([])) as two,
+    ):
+        converger_one, converger_two = one.converger, two.converger
+        await wait_for(lambda: converger_one.passes + converger_two.passes >= 5, "convergence passes")
+        assert min(converger_one.passes, converger_two.passes) == 0, (
+            converger_one.passes,
+            converger_two.passes,
+        )
+
+
+async def test_crash_backoff_end_triggers_a_pass_without_waiting_for_the_timer(tmp_path: Path) -> None:
+    from common.models import CellLifecycle
+
+    sent: list[str] = []
+    settings = BBSSettings(
+        data_dir=tmp_path,
+        auctioneer_url="http://auctioneer.test",
+        convergence_interval=60,  # the timer alone would take a minute
+        immediate_restarts=1,  # every crash waits
+        crash_backoff_min=0.3,
+    )
+    async with running_bbs(settings, client=recording_client(sent)) as bbs:
+        await bbs.desire_lrp(DesiredLRPCreate(process_guid="web", instances=1))
+        ref = {"process_guid": "web", "index": 0, "instance_guid": "a"}
+        await bbs.lifecycle("c1", CellLifecycle.model_validate({"claimed": [ref], "running": [ref]}))
+        await bbs.lifecycle("c1", CellLifecycle.model_validate({"crashed": [ref]}))
+        [row] = await bbs.list_actuals()
+        assert row["state"] == "CRASHED"
+
+        async def state() -> str:
+            return (await bbs.list_actuals())[0]["state"]
+
+        deadline = time.monotonic() + 10
+        while await state() != "UNCLAIMED":
+            assert time.monotonic() < deadline, (
+                "expected the crashed instance restarted after its 0.3 s backoff"
+            )
+            await asyncio.sleep(0.05)
+        await bbs.outbound.drain(5)
+        assert sent.count("http://auctioneer.test/v1/lrps") == 2  # desire, then the restart

@@ -1,0 +1,84 @@
+"""The in-process event broadcaster behind GET /v1/events (server-sent events).
+
+Every committed change is published as one or more events; each subscriber has a bounded queue of
+ready-to-send SSE text chunks (one chunk per publish call, however many events it holds). A
+subscriber that falls too far behind is disconnected rather than slowing the BBS down: it reconnects
+and re-lists, as a Diego event consumer would.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator, Iterable
+from typing import Any
+
+from .records import iso
+
+HEARTBEAT_S = 15.0
+QUEUE_CHUNKS = 1000
+_CLOSED = ""  # sentinel chunk: the stream ends
+
+
+def event(kind: str, data: dict[str, Any], at: float | None = None) -> dict[str, Any]:
+    """One Event (common.models.Event) as plain data."""
+    return {"type": kind, "data": data, "at": iso(time.time() if at is None else at)}
+
+
+def sse_chunk(events: Iterable[dict[str, Any]]) -> str:
+    return "".join(f"event: {e['type']}\ndata: {json.dumps(e, separators=(',', ':'))}\n\n" for e in events)
+
+
+class EventHub:
+    def __init__(self, heartbeat_s: float = HEARTBEAT_S, queue_chunks: int = QUEUE_CHUNKS) -> None:
+        self.heartbeat_s = heartbeat_s
+        self.queue_chunks = queue_chunks
+        self._subscribers: set[asyncio.Queue[str]] = set()
+        self._closed = False
+
+    @property
+    def subscriber_count(self) -> int:
+        return len(self._subscribers)
+
+    def publish(self, events: list[dict[str, Any]]) -> None:
+        if not events or not self._subscribers:
+            return
+        chunk = sse_chunk(events)
+        for queue in list(self._subscribers):
+            try:
+                queue.put_nowait(chunk)
+            except asyncio.QueueFull:
+                self._drop(queue)
+
+    def _drop(self, queue: asyncio.Queue[str]) -> None:
+        self._subscribers.discard(queue)
+        while not queue.empty():
+            queue.get_nowait()
+        queue.put_nowait(_CLOSED)
+
+    def close(self) -> None:
+        """End every stream (shutdown): open SSE responses must not hold the server up."""
+        self._closed = True
+        for queue in list(self._subscribers):
+            self._drop(queue)
+
+    async def stream(self) -> AsyncIterator[str]:
+        """SSE text for one subscriber: events as they come, a comment line every heartbeat_s."""
+        queue: asyncio.Queue[str] = asyncio.Queue(self.queue_chunks)
+        if self._closed:
+            return
+        self._subscribers.add(queue)
+        try:
+            yield ": connected\n\n"  # lets the client see the subscription is live
+            while True:
+                try:
+                    chunk = await asyncio.wait_for(queue.get(), timeout=self.heartbeat_s)
+                except TimeoutError:
+                    yield ": heartbeat\n\n"
+                    continue
+                if chunk == _CLOSED:
+                    return
+                yield chunk
+        finally:
+            self._subscribers.discard(queue)

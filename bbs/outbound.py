@@ -1,0 +1,173 @@
+"""Calls the BBS makes: start requests to the auctioneer, stops and cancels to reps, task callbacks.
+
+None of these is on a client's request path. A send that fails is logged and left to convergence:
+the instances stay UNCLAIMED and the tasks PENDING, and the next pass auctions them again.
+Auctioneer sends are coalesced: whatever was queued while the previous POST ran goes in the next one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Iterable
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+
+from .metrics import BBSMetrics
+
+log = logging.getLogger("bbs.outbound")
+
+REP_CONCURRENCY = 64
+
+
+class Outbound:
+    def __init__(
+        self,
+        auctioneer_url: str,
+        metrics: BBSMetrics,
+        *,
+        timeout: float = 5.0,
+        attempts: int = 3,
+        client: httpx.AsyncClient | None = None,
+    ) -> None:
+        self.auctioneer_url = auctioneer_url.rstrip("/")
+        self.metrics = metrics
+        self.attempts = attempts
+        self.client = client or httpx.AsyncClient(
+            timeout=timeout, limits=httpx.Limits(max_connections=100, max_keepalive_connections=50)
+        )
+        self._lrps: list[dict[str, Any]] = []
+        self._tasks: list[dict[str, Any]] = []
+        self._wake = asyncio.Event()
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._rep_slots = asyncio.Semaphore(REP_CONCURRENCY)
+        self._background: set[asyncio.Task[None]] = set()
+        self._sender: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        if self._sender is None:
+            self._sender = asyncio.create_task(self._send_loop(), name="bbs-auctioneer-sender")
+
+    async def close(self) -> None:
+        if self._sender is not None:
+            self._sender.cancel()
+            await asyncio.gather(self._sender, return_exceptions=True)
+            self._sender = None
+        for task in list(self._background):
+            task.cancel()
+        await asyncio.gather(*self._background, return_exceptions=True)
+        await self.client.aclose()
+
+    # --- the auctioneer ---------------------------------------------------------------------------
+
+    def auction_lrps(self, requests: Iterable[dict[str, Any]]) -> None:
+        """Queue LRPStartRequests (as JSON data) for the auctioneer."""
+        self._lrps.extend(requests)
+        self._kick_sender()
+
+    def auction_tasks(self, requests: Iterable[dict[str, Any]]) -> None:
+        """Queue TaskStartRequests (as JSON data) for the auctioneer."""
+        self._tasks.extend(requests)
+        self._kick_sender()
+
+    def _kick_sender(self) -> None:
+        if self._lrps or self._tasks:
+            self._idle.clear()
+            self._wake.set()
+
+    async def idle(self, timeout: float) -> None:
+        """Wait until the auctioneer queue is empty (tests and shutdown)."""
+        await asyncio.wait_for(self._idle.wait(), timeout)
+
+    async def _send_loop(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            lrps, self._lrps = self._lrps, []
+            tasks, self._tasks = self._tasks, []
+            try:
+                if lrps:
+                    await self._post_auctioneer("/v1/lrps", lrps, "lrps")
+                if tasks:
+                    await self._post_auctioneer("/v1/tasks", tasks, "tasks")
+            except Exception:  # the sender must outlive any one bad send; convergence retries it
+                log.exception("auctioneer send failed unexpectedly")
+            if not self._lrps and not self._tasks:
+                self._idle.set()
+
+    async def _post_auctioneer(self, path: str, body: list[dict[str, Any]], kind: str) -> None:
+        delay = 0.1
+        for attempt in range(1, self.attempts + 1):
+            try:
+                response = await self.client.post(self.auctioneer_url + path, json=body)
+                response.raise_for_status()
+                self.metrics.auctioneer_requests.labels(kind=kind, outcome="ok").inc()
+                return
+            except httpx.HTTPError as exc:
+                self.metrics.auctioneer_requests.labels(kind=kind, outcome="error").inc()
+                if attempt == self.attempts:
+                    log.warning(
+                        "auctioneer send failed; convergence will retry",
+                        extra={"data": {"path": path, "items": len(body), "error": repr(exc)}},
+                    )
+                    return
+            await asyncio.sleep(delay)  # back off between attempts
+            delay *= 4
+
+    # --- reps and callbacks -----------------------------------------------------------------------
+
+    def stop_instance(self, rep_url: str, process_guid: str, instance_guid: str) -> None:
+        path = f"/v1/lrps/{quote(process_guid, safe='')}/instances/{quote(instance_guid, safe='')}/stop"
+        self._spawn(self._post(rep_url.rstrip("/") + path, None, "stop"))
+
+    def cancel_task(self, rep_url: str, task_guid: str) -> None:
+        self._spawn(
+            self._post(rep_url.rstrip("/") + f"/v1/tasks/{quote(task_guid, safe='')}/cancel", None, "cancel")
+        )
+
+    def _spawn(self, coroutine: Any) -> None:
+        task = asyncio.create_task(coroutine)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def _post(self, url: str, body: Any, kind: str) -> bool:
+        async with self._rep_slots:
+            try:
+                response = await self.client.post(url, json=body)
+                response.raise_for_status()
+            except (httpx.HTTPError, httpx.InvalidURL) as exc:
+                self.metrics.rep_requests.labels(kind=kind, outcome="error").inc()
+                log.info("request failed", extra={"data": {"kind": kind, "url": url, "error": repr(exc)}})
+                return False
+            self.metrics.rep_requests.labels(kind=kind, outcome="ok").inc()
+            return True
+
+    async def cell_instances(self, rep_url: str) -> set[str] | None:
+        """The instance guids a rep holds (from its /state), or None when it does not answer."""
+        try:
+            response = await self.client.get(rep_url.rstrip("/") + "/state")
+            response.raise_for_status()
+            lrps = response.json().get("lrps", [])
+            self.metrics.rep_requests.labels(kind="state", outcome="ok").inc()
+            return {str(lrp["instance_guid"]) for lrp in lrps}
+        except (httpx.HTTPError, ValueError, KeyError, TypeError, AttributeError) as exc:
+            self.metrics.rep_requests.labels(kind="state", outcome="error").inc()
+            log.info("cell state fetch failed", extra={"data": {"rep_url": rep_url, "error": repr(exc)}})
+            return None
+
+    async def task_callback(self, url: str, task: dict[str, Any]) -> bool:
+        """POST the Task to its completion_callback_url; True on a 2xx answer."""
+        return await self._post(url, task, "callback")
+
+    def spawn(self, coroutine: Any) -> None:
+        """Run a coroutine in the background, cancelled at close."""
+        self._spawn(coroutine)
+
+    async def drain(self, timeout: float) -> None:
+        """Wait for queued sends and background calls to finish (tests, shutdown)."""
+        await self.idle(timeout)
+        if self._background:
+            await asyncio.wait(list(self._background), timeout=timeout)

@@ -1,0 +1,204 @@
+"""Plain records the BBS logic works on (one per table row), and their wire (JSON) forms.
+
+The store reads and writes these; the pure decision functions take and return them. Times are float
+seconds since the epoch inside the BBS and ISO datetimes on the wire.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import uuid
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+UNCLAIMED, CLAIMED, RUNNING, CRASHED = "UNCLAIMED", "CLAIMED", "RUNNING", "CRASHED"
+ORDINARY, EVACUATING, SUSPECT = "ORDINARY", "EVACUATING", "SUSPECT"
+PENDING, TASK_RUNNING, COMPLETED, RESOLVING = "PENDING", "RUNNING", "COMPLETED", "RESOLVING"
+
+ActualKey = tuple[str, int, str]  # (process_guid, index, presence): the actual_lrps primary key
+
+
+def new_epoch() -> str:
+    return uuid.uuid4().hex
+
+
+def iso(ts: float | None) -> str | None:
+    return None if ts is None else _iso(ts)
+
+
+@functools.lru_cache(maxsize=8192)
+def _iso(ts: float) -> str:
+    # Cached: rows written together share their timestamps, and a 10,000-row listing formats each.
+    return datetime.fromtimestamp(ts, UTC).isoformat()
+
+
+@dataclass(slots=True)
+class DesiredRecord:
+    process_guid: str
+    domain: str
+    instances: int
+    definition: dict[str, Any]  # the DesiredLRPCreate body, as JSON data
+    created_at: float
+    mod_epoch: str
+    mod_index: int = 0
+
+    def to_wire(self) -> dict[str, Any]:
+        return {
+            **self.definition,
+            "process_guid": self.process_guid,
+            "domain": self.domain,
+            "instances": self.instances,
+            "created_at": iso(self.created_at),
+            "modification_tag": {"epoch": self.mod_epoch, "index": self.mod_index},
+        }
+
+
+@dataclass(slots=True)
+class ActualRecord:
+    process_guid: str
+    index: int
+    presence: str = ORDINARY
+    domain: str = ""
+    state: str = UNCLAIMED
+    instance_guid: str = ""
+    cell_id: str = ""
+    zone: str = ""
+    host: str = ""
+    ports: list[dict[str, int]] = field(default_factory=list)
+    address: str = ""
+    crash_count: int = 0
+    crash_reason: str = ""
+    since: float = 0.0  # when the state last changed
+    placement_error: str = ""
+    mod_epoch: str = ""
+    mod_index: int = 0
+    auctioned_at: float = 0.0  # internal: the last time this instance was sent to the auctioneer
+
+    @property
+    def key(self) -> ActualKey:
+        return (self.process_guid, self.index, self.presence)
+
+    def to_wire(self) -> dict[str, Any]:
+        return {
+            "process_guid": self.process_guid,
+            "index": self.index,
+            "domain": self.domain,
+            "instance_guid": self.instance_guid,
+            "cell_id": self.cell_id,
+            "zone": self.zone,
+            "state": self.state,
+            "presence": self.presence,
+            "host": self.host,
+            "ports": self.ports,
+            "address": self.address,
+            "crash_count": self.crash_count,
+            "crash_reason": self.crash_reason,
+            "since": iso(self.since),
+            "placement_error": self.placement_error,
+            "modification_tag": {"epoch": self.mod_epoch, "index": self.mod_index},
+        }
+
+
+def unclaimed(process_guid: str, index: int, domain: str, now: float) -> ActualRecord:
+    """A fresh ORDINARY UNCLAIMED instance, about to be auctioned."""
+    return ActualRecord(
+        process_guid=process_guid,
+        index=index,
+        domain=domain,
+        since=now,
+        mod_epoch=new_epoch(),
+        auctioned_at=now,
+    )
+
+
+def changed(record: ActualRecord, **changes: Any) -> ActualRecord:
+    """A copy with `changes` applied and the modification tag bumped."""
+    return dataclasses.replace(record, mod_index=record.mod_index + 1, **changes)
+
+
+def reset_to_unclaimed(record: ActualRecord, now: float, **changes: Any) -> ActualRecord:
+    """Back to UNCLAIMED ORDINARY, off any cell (crash counters kept), ready for an auction."""
+    return changed(
+        record,
+        state=UNCLAIMED,
+        presence=ORDINARY,
+        instance_guid="",
+        cell_id="",
+        zone="",
+        host="",
+        ports=[],
+        address="",
+        since=now,
+        placement_error="",
+        auctioned_at=now,
+        **changes,
+    )
+
+
+@dataclass(slots=True)
+class TaskRecord:
+    task_guid: str
+    domain: str
+    definition: dict[str, Any]  # the TaskCreate body, as JSON data
+    state: str = PENDING
+    cell_id: str = ""
+    failed: bool = False
+    failure_reason: str = ""
+    exit_status: int | None = None
+    result: str = ""
+    rejection_count: int = 0
+    created_at: float = 0.0
+    updated_at: float = 0.0
+    first_completed_at: float | None = None
+    auctioned_at: float = 0.0  # internal: the last time it was sent to the auctioneer (or callback tried)
+
+    def to_wire(self) -> dict[str, Any]:
+        return {
+            **self.definition,
+            "task_guid": self.task_guid,
+            "domain": self.domain,
+            "state": self.state,
+            "cell_id": self.cell_id,
+            "failed": self.failed,
+            "failure_reason": self.failure_reason,
+            "exit_status": self.exit_status,
+            "result": self.result,
+            "rejection_count": self.rejection_count,
+            "created_at": iso(self.created_at),
+            "updated_at": iso(self.updated_at),
+            "first_completed_at": iso(self.first_completed_at),
+        }
+
+
+def completed(task: TaskRecord, now: float, **changes: Any) -> TaskRecord:
+    return dataclasses.replace(
+        task, state=COMPLETED, updated_at=now, first_completed_at=now, auctioned_at=now, **changes
+    )
+
+
+@dataclass(slots=True)
+class CellRecord:
+    cell_id: str
+    presence: dict[str, Any]  # the CellPresence body as JSON data (without expires_at)
+    expires_at: float
+    disappeared: bool = False  # cell_disappeared was announced; the row stays to reach its rep
+
+    @property
+    def rep_url(self) -> str:
+        return str(self.presence.get("rep_url", ""))
+
+    @property
+    def zone(self) -> str:
+        return str(self.presence.get("zone", ""))
+
+    @property
+    def evacuating(self) -> bool:
+        return bool(self.presence.get("evacuating", False))
+
+    def present(self, now: float) -> bool:
+        return self.expires_at >= now
+
+    def to_wire(self) -> dict[str, Any]:
+        return {**self.presence, "cell_id": self.cell_id, "expires_at": iso(self.expires_at)}

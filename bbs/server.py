@@ -1,0 +1,128 @@
+"""Running a BBS: the runtime (store, outbound calls, events, convergence) and the HTTP server.
+
+async with running_bbs(settings) as bbs:      # what tests use, with or without HTTP
+    app = create_app(bbs)
+await serve(settings)                          # `vendue bbs`: runtime + uvicorn until SIGTERM/SIGINT
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from collections.abc import AsyncIterator, Callable, Iterator
+
+import httpx
+import uvicorn
+
+from common.procutil import write_ready_file
+
+from .api import create_app
+from .converger import Converger
+from .events import EventHub
+from .metrics import BBSMetrics
+from .outbound import Outbound
+from .service import BBS
+from .settings import BBSSettings
+from .store import Store
+
+log = logging.getLogger("bbs")
+
+STARTUP_TIMEOUT_S = 30.0
+DRAIN_TIMEOUT_S = 2.0
+
+
+@contextlib.asynccontextmanager
+async def running_bbs(
+    settings: BBSSettings, *, converge: bool = True, client: httpx.AsyncClient | None = None
+) -> AsyncIterator[BBS]:
+    """A started BBS: the database migrated, the auctioneer sender and (unless `converge=False`,
+    for tests that step convergence themselves) the convergence loop running."""
+    store = await Store.open(settings.resolved_database_url())
+    metrics = BBSMetrics()
+    hub = EventHub()
+    outbound = Outbound(
+        settings.auctioneer_url,
+        metrics,
+        timeout=settings.http_timeout,
+        attempts=settings.send_attempts,
+        client=client,
+    )
+    bbs = BBS(settings, store, outbound, hub, metrics)
+    converger = Converger(bbs, settings.convergence_interval, settings.lease_ttl)
+    outbound.start()
+    if converge:
+        converger.start()
+    try:
+        yield bbs
+    finally:
+        hub.close()
+        await converger.stop()
+        with contextlib.suppress(TimeoutError):
+            await outbound.drain(DRAIN_TIMEOUT_S)
+        await outbound.close()
+        await store.close()
+
+
+class _Server(uvicorn.Server):
+    """uvicorn, with SIGTERM/SIGINT handled on the loop: begin a graceful shutdown, end the event
+    streams (open SSE responses would hold it up), and return normally so our cleanup runs."""
+
+    def __init__(self, config: uvicorn.Config, on_exit: Callable[[], None]) -> None:
+        super().__init__(config)
+        self._on_exit = on_exit
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self.request_exit)
+        try:
+            yield
+        finally:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.remove_signal_handler(sig)
+
+    def request_exit(self) -> None:
+        if self.should_exit:
+            self.force_exit = True  # a second signal: stop waiting for connections
+        self.should_exit = True
+        self._on_exit()
+
+
+async def serve(settings: BBSSettings) -> None:
+    async with running_bbs(settings) as bbs:
+        config = uvicorn.Config(
+            create_app(bbs),
+            host=settings.listen,
+            port=settings.port,
+            log_config=None,
+            access_log=False,
+            lifespan="off",
+            timeout_graceful_shutdown=5,
+        )
+        server = _Server(config, on_exit=bbs.hub.close)
+        serving = asyncio.create_task(server.serve())
+        deadline = asyncio.get_running_loop().time() + STARTUP_TIMEOUT_S
+        while not server.started:
+            if serving.done():
+                await serving  # raises what stopped it (e.g. the port is taken)
+                raise SystemExit("the BBS HTTP server stopped before it started")
+            if asyncio.get_running_loop().time() > deadline:
+                raise TimeoutError(f"the BBS HTTP server did not start within {STARTUP_TIMEOUT_S}s")
+            await asyncio.sleep(0.01)
+        host, port = server.servers[0].sockets[0].getsockname()[:2]
+        url = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{port}"
+        log.info("serving", extra={"data": {"url": url, "database": _safe_url(settings)}})
+        print(url, flush=True)
+        if settings.ready_file is not None:
+            write_ready_file(settings.ready_file, url)
+        await serving
+        log.info("stopped")
+
+
+def _safe_url(settings: BBSSettings) -> str:
+    from sqlalchemy.engine import make_url
+
+    return make_url(settings.resolved_database_url()).render_as_string(hide_password=True)

@@ -1,0 +1,551 @@
+"""The BBS's operations: one write transaction each (read rows, decide with pure functions, write the
+net changes in bulk), then the side effects after commit — events, auctions, stops, callbacks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from common.models import (
+    CellLifecycle,
+    CellPresence,
+    DesiredLRPCreate,
+    DesiredLRPUpdate,
+    PlacementFailures,
+    TaskCreate,
+)
+
+from .actual_set import ActualChanges, ActualSet
+from .convergence import (
+    ConvergenceConfig,
+    evacuate,
+    resize,
+    stops_for,
+)
+from .events import EventHub, event
+from .group_commit import GroupCommit
+from .lifecycle import LrpOutcome, Stop, apply_lrp_reports, apply_task_reports, lifecycle_keys
+from .metrics import BBSMetrics
+from .outbound import Outbound
+from .records import (
+    COMPLETED,
+    ORDINARY,
+    PENDING,
+    RESOLVING,
+    RUNNING,
+    TASK_RUNNING,
+    CellRecord,
+    DesiredRecord,
+    TaskRecord,
+    completed,
+    new_epoch,
+)
+from .restart_policy import RestartPolicy
+from .settings import BBSSettings
+from .store import Store, Tx
+
+log = logging.getLogger("bbs.service")
+
+CANCELLED = "cancelled"
+THREAD_ABOVE = 500  # instances in one lifecycle round above which its decisions run in a thread
+
+
+class NotFound(Exception):
+    pass
+
+
+class Conflict(Exception):
+    pass
+
+
+def placement_message(error: str, detail: str) -> str:
+    return f"{error} — {detail}" if detail else error
+
+
+@dataclass(slots=True)
+class Effects:
+    """What to do once a transaction committed."""
+
+    events: list[Callable[[], list[dict[str, Any]]]] = field(default_factory=list)  # built lazily
+    lrp_starts: list[dict[str, Any]] = field(default_factory=list)
+    task_starts: list[dict[str, Any]] = field(default_factory=list)
+    stops: list[tuple[str, str, str]] = field(default_factory=list)  # (rep_url, process_guid, instance_guid)
+    cancels: list[tuple[str, str]] = field(default_factory=list)  # (rep_url, task_guid)
+    callbacks: list[TaskRecord] = field(default_factory=list)
+    wake_convergence: bool = False
+    pass_due: float | None = None  # epoch seconds: a convergence pass is needed then
+
+    def actual_events(self, changes: ActualChanges) -> None:
+        if changes:
+            self.events.append(lambda: actual_change_events(changes))
+
+
+def actual_change_events(changes: ActualChanges) -> list[dict[str, Any]]:
+    return [
+        *(event("actual_lrp_removed", r.to_wire()) for r in changes.deletes),
+        *(event("actual_lrp_changed", r.to_wire()) for r in changes.visible_updates),
+        *(event("actual_lrp_created", r.to_wire()) for r in changes.inserts),
+    ]
+
+
+class BBS:
+    def __init__(
+        self, settings: BBSSettings, store: Store, outbound: Outbound, hub: EventHub, metrics: BBSMetrics
+    ):
+        self.settings = settings
+        self.store = store
+        self.outbound = outbound
+        self.hub = hub
+        self.metrics = metrics
+        self.policy = RestartPolicy(
+            immediate_restarts=settings.immediate_restarts,
+            backoff_min=settings.crash_backoff_min,
+            backoff_max=settings.crash_backoff_max,
+            max_restarts=settings.max_restarts,
+            reset_after=settings.crash_reset_after,
+        )
+        self.convergence = ConvergenceConfig(
+            stale_unclaimed=settings.stale_unclaimed,
+            kick_task=settings.kick_task,
+            expire_pending_task=settings.expire_pending_task,
+            expire_completed_task=settings.expire_completed_task,
+            forget_cell_after=settings.forget_cell_after,
+            policy=self.policy,
+        )
+        self.on_wake: Callable[[], None] = lambda: None  # set by the converger
+        self.on_due: Callable[[float], None] = lambda when: None  # set by the converger
+        self.converger: Any = None  # the Converger driving this BBS, if any
+        self._desire_batcher: GroupCommit[DesiredLRPCreate, dict[str, Any] | Conflict] = GroupCommit(
+            self._desire_batch
+        )
+        self._heartbeat_batcher: GroupCommit[tuple[str, CellPresence], None] = GroupCommit(
+            self._heartbeat_batch
+        )
+        self._lifecycle_batcher: GroupCommit[tuple[str, CellLifecycle], dict[str, Any]] = GroupCommit(
+            self._lifecycle_batch
+        )
+
+    # --- effects ----------------------------------------------------------------------------------
+
+    async def add_starts(
+        self, tx: Tx, starts: dict[str, set[int]], effects: Effects, known: DesiredRecord | None = None
+    ) -> None:
+        if not starts:
+            return
+        if known is not None and set(starts) == {known.process_guid}:
+            desired = {known.process_guid: known}
+        else:
+            desired = await tx.desired_by_guid(starts)
+        for process_guid, indices in starts.items():
+            d = desired.get(process_guid)
+            if d is not None and indices:
+                effects.lrp_starts.append({"desired": d.to_wire(), "indices": sorted(indices)})
+
+    async def add_stops(self, tx: Tx, stops: Iterable[Stop], effects: Effects) -> None:
+        stops = list(stops)
+        if not stops:
+            return
+        cells = await tx.cells_by_id(s.cell_id for s in stops)
+        for s in stops:
+            cell = cells.get(s.cell_id)
+            if cell is not None and cell.rep_url:
+                effects.stops.append((cell.rep_url, s.process_guid, s.instance_guid))
+
+    def run_effects(self, effects: Effects) -> None:
+        if self.hub.subscriber_count:
+            events: list[dict[str, Any]] = []
+            for build in effects.events:
+                events.extend(build())
+            self.hub.publish(events)
+        if effects.lrp_starts:
+            self.outbound.auction_lrps(effects.lrp_starts)
+        if effects.task_starts:
+            self.outbound.auction_tasks(effects.task_starts)
+        for rep_url, process_guid, instance_guid in effects.stops:
+            self.outbound.stop_instance(rep_url, process_guid, instance_guid)
+        for rep_url, task_guid in effects.cancels:
+            self.outbound.cancel_task(rep_url, task_guid)
+        for task in effects.callbacks:
+            url = task.definition.get("completion_callback_url")
+            if url:
+                self.outbound.spawn(self._callback(url, task))
+        if effects.wake_convergence:
+            self.on_wake()
+        if effects.pass_due is not None:
+            self.on_due(effects.pass_due)
+
+    # --- desired LRPs -----------------------------------------------------------------------------
+
+    async def desire_lrp(self, body: DesiredLRPCreate) -> dict[str, Any]:
+        """Store a desired LRP with UNCLAIMED instances and send the auctioneer one start request.
+        Desires arriving together share one transaction (group commit)."""
+        result = await self._desire_batcher.submit(body)
+        if isinstance(result, Conflict):
+            raise result
+        return result
+
+    async def _desire_batch(self, bodies: list[DesiredLRPCreate]) -> list[dict[str, Any] | Conflict]:
+        now = time.time()
+        effects = Effects()
+        results: list[DesiredRecord | Conflict] = []
+        records: list[DesiredRecord] = []
+        async with self.store.write() as tx:
+            taken = set(await tx.desired_by_guid(b.process_guid for b in bodies))
+            for body in bodies:
+                if body.process_guid in taken:
+                    results.append(Conflict(f"desired LRP {body.process_guid!r} exists"))
+                    continue
+                taken.add(body.process_guid)
+                record = DesiredRecord(
+                    process_guid=body.process_guid,
+                    domain=body.domain,
+                    instances=body.instances,
+                    definition=body.model_dump(mode="json"),
+                    created_at=now,
+                    mod_epoch=new_epoch(),
+                )
+                records.append(record)
+                results.append(record)
+            if records:
+                if not await tx.insert_desireds(records):
+                    # Another BBS inserted one of them meanwhile: fail, to be retried item by item.
+                    if len(bodies) == 1:
+                        return [Conflict(f"desired LRP {bodies[0].process_guid!r} exists")]
+                    raise Conflict("a desired LRP of this batch was created concurrently")
+                # Leftover instances of an earlier LRP of the same name (normally none) are resized too.
+                actuals = ActualSet(await tx.actuals_of([r.process_guid for r in records]))
+                starts: dict[str, set[int]] = {}
+                stops: list[Stop] = []
+                for record in records:
+                    actions = resize(record, actuals, now)
+                    starts.update(actions.starts)
+                    stops.extend(actions.stops)
+                changes = actuals.diff()
+                await tx.apply_actual_changes(changes)
+                effects.actual_events(changes)
+                effects.lrp_starts.extend(
+                    {"desired": r.to_wire(), "indices": sorted(starts[r.process_guid])}
+                    for r in records
+                    if starts.get(r.process_guid)
+                )
+                await self.add_stops(tx, stops, effects)
+        effects.events.insert(0, lambda: [event("desired_lrp_created", r.to_wire(), now) for r in records])
+        self.run_effects(effects)
+        return [r.to_wire() if isinstance(r, DesiredRecord) else r for r in results]
+
+    async def _resize(self, tx: Tx, record: DesiredRecord, now: float, effects: Effects) -> None:
+        actuals = ActualSet(await tx.list_actuals(process_guid=record.process_guid))
+        actions = resize(record, actuals, now)
+        changes = actuals.diff()
+        await tx.apply_actual_changes(changes)
+        effects.actual_events(changes)
+        await self.add_starts(tx, actions.starts, effects, known=record)
+        await self.add_stops(tx, actions.stops, effects)
+
+    async def get_desired(self, process_guid: str) -> dict[str, Any]:
+        async with self.store.read() as tx:
+            record = await tx.get_desired(process_guid)
+        if record is None:
+            raise NotFound(f"desired LRP {process_guid!r} not found")
+        return record.to_wire()
+
+    async def list_desired(self, domain: str | None = None) -> list[dict[str, Any]]:
+        async with self.store.read() as tx:
+            return [r.to_wire() for r in await tx.list_desired(domain)]
+
+    async def update_desired(self, process_guid: str, body: DesiredLRPUpdate) -> dict[str, Any]:
+        now = time.time()
+        effects = Effects()
+        async with self.store.write() as tx:
+            record = await tx.get_desired(process_guid)
+            if record is None:
+                raise NotFound(f"desired LRP {process_guid!r} not found")
+            tag = body.modification_tag
+            if tag is not None and (tag.epoch, tag.index) != (record.mod_epoch, record.mod_index):
+                raise Conflict(
+                    f"modification_tag {tag.epoch}:{tag.index} is stale (now {record.mod_epoch}:{record.mod_index})"
+                )
+            if body.instances is None or body.instances == record.instances:
+                return record.to_wire()
+            record.instances = body.instances
+            record.definition = {**record.definition, "instances": body.instances}
+            record.mod_index += 1
+            await tx.update_desired(record)
+            await self._resize(tx, record, now, effects)
+        effects.events.insert(0, lambda: [event("desired_lrp_changed", record.to_wire(), now)])
+        self.run_effects(effects)
+        return record.to_wire()
+
+    async def remove_desired(self, process_guid: str) -> None:
+        now = time.time()
+        effects = Effects()
+        async with self.store.write() as tx:
+            record = await tx.get_desired(process_guid)
+            if record is None:
+                raise NotFound(f"desired LRP {process_guid!r} not found")
+            actuals = await tx.list_actuals(process_guid=process_guid)
+            await tx.delete_actuals_of(process_guid)
+            await tx.delete_desired(process_guid)
+            effects.actual_events(ActualChanges(deletes=actuals))
+            await self.add_stops(tx, stops_for(actuals), effects)
+        effects.events.insert(0, lambda: [event("desired_lrp_removed", record.to_wire(), now)])
+        self.run_effects(effects)
+
+    # --- actual LRPs ------------------------------------------------------------------------------
+
+    async def summarize_actuals(self, process_guid: str | None = None) -> dict[str, Any]:
+        async with self.store.read() as tx:
+            counts = await tx.count_actuals(process_guid)
+        by_state: dict[str, int] = {}
+        by_presence: dict[str, int] = {}
+        for state, presence, n in counts:
+            by_presence[presence] = by_presence.get(presence, 0) + n
+            if presence == ORDINARY:
+                by_state[state] = by_state.get(state, 0) + n
+        return {"total": sum(n for _, _, n in counts), "by_state": by_state, "by_presence": by_presence}
+
+    async def list_actuals(self, **filters: str | None) -> list[dict[str, Any]]:
+        async with self.store.read() as tx:
+            return [r.to_wire() for r in await tx.list_actuals(**filters)]
+
+    async def lifecycle(self, cell_id: str, report: CellLifecycle) -> dict[str, Any]:
+        """One cell's report. Reports that arrive while another transaction runs are applied
+        together in the next one (group commit): 100 cells reporting at once cost a few
+        transactions, not 100."""
+        return await self._lifecycle_batcher.submit((cell_id, report))
+
+    async def _lifecycle_batch(self, batch: list[tuple[str, CellLifecycle]]) -> list[dict[str, Any]]:
+        now = time.time()
+        effects = Effects()
+        async with self.store.write() as tx:
+            claiming = {cell_id for cell_id, report in batch if report.claimed}
+            cells = await tx.cells_by_id(claiming) if claiming else {}
+            keys: set[tuple[str, int]] = set()
+            for _, report in batch:
+                keys |= lifecycle_keys(report)
+            actuals = ActualSet(await tx.actuals_for_keys(keys) if keys else ())
+
+            def decide() -> list[LrpOutcome]:
+                return [
+                    apply_lrp_reports(
+                        actuals,
+                        report,
+                        cell_id,
+                        cells[cell_id].zone if cell_id in cells else "",
+                        now,
+                        self.policy,
+                    )
+                    for cell_id, report in batch
+                ]
+
+            # A big round (thousands of instances) is decided in a worker thread, so heartbeats and
+            # reads keep being served meanwhile; the working set is this transaction's own data.
+            outcomes = await asyncio.to_thread(decide) if len(keys) > THREAD_ABOVE else decide()
+            changes = actuals.diff()
+            await tx.apply_actual_changes(changes)
+            effects.actual_events(changes)
+            starts: dict[str, set[int]] = {}
+            for outcome in outcomes:
+                for process_guid, indices in outcome.starts.items():
+                    starts.setdefault(process_guid, set()).update(indices)
+                if outcome.restart_due is not None:  # a delayed restart needs a pass when its backoff ends
+                    effects.pass_due = min(effects.pass_due or outcome.restart_due, outcome.restart_due)
+            await self.add_starts(tx, starts, effects)
+            await self.add_stops(tx, [stop for outcome in outcomes for stop in outcome.stops], effects)
+
+            refused_tasks: list[list[str]] = [[] for _ in batch]
+            guids = {
+                g for _, r in batch for g in (*r.tasks_started, *(c.task_guid for c in r.tasks_completed))
+            }
+            if guids:
+                tasks = await tx.tasks_by_guid(guids)
+                touched: dict[str, TaskRecord] = {}
+                for position, (cell_id, report) in enumerate(batch):
+                    if not report.tasks_started and not report.tasks_completed:
+                        continue
+                    task_outcome = apply_task_reports(
+                        tasks, report.tasks_started, report.tasks_completed, cell_id, now
+                    )
+                    refused_tasks[position] = task_outcome.refused
+                    for task in task_outcome.updated:
+                        tasks[task.task_guid] = touched[task.task_guid] = task
+                    effects.callbacks.extend(task_outcome.completed)
+                await tx.update_tasks(touched.values())
+                updated = list(touched.values())
+                effects.events.append(lambda: [event("task_changed", t.to_wire(), now) for t in updated])
+        self.run_effects(effects)
+        return [
+            {"refused": [ref.model_dump(mode="json") for ref in outcome.refused], "refused_tasks": refused}
+            for outcome, refused in zip(outcomes, refused_tasks, strict=True)
+        ]
+
+    async def placement_failures(self, body: PlacementFailures) -> None:
+        now = time.time()
+        effects = Effects()
+        async with self.store.write() as tx:
+            if body.lrps:
+                changed = await tx.set_placement_errors(
+                    [(f.process_guid, f.index, placement_message(f.error, f.detail)) for f in body.lrps]
+                )
+                effects.actual_events(ActualChanges(updates=changed, visible_updates=changed))
+            if body.tasks:
+                tasks = await tx.tasks_by_guid(f.task_guid for f in body.tasks)
+                updated: list[TaskRecord] = []
+                for failure in body.tasks:
+                    task = tasks.get(failure.task_guid)
+                    if task is None or task.state != PENDING:
+                        continue
+                    count = task.rejection_count + 1
+                    if count >= self.settings.task_retries:
+                        message = placement_message(failure.error, failure.detail)
+                        task = completed(
+                            task, now, failed=True, failure_reason=message, rejection_count=count
+                        )
+                        effects.callbacks.append(task)
+                    else:
+                        task.rejection_count, task.updated_at, task.auctioned_at = count, now, now
+                        effects.task_starts.append({"task": task.to_wire()})
+                    tasks[failure.task_guid] = task
+                    updated.append(task)
+                await tx.update_tasks(updated)
+                effects.events.append(lambda: [event("task_changed", t.to_wire(), now) for t in updated])
+        self.run_effects(effects)
+
+    # --- tasks ------------------------------------------------------------------------------------
+
+    async def desire_task(self, body: TaskCreate) -> dict[str, Any]:
+        now = time.time()
+        record = TaskRecord(
+            task_guid=body.task_guid,
+            domain=body.domain,
+            definition=body.model_dump(mode="json"),
+            created_at=now,
+            updated_at=now,
+            auctioned_at=now,
+        )
+        async with self.store.write() as tx:
+            if not await tx.insert_task(record):
+                raise Conflict(f"task {body.task_guid!r} exists")
+        wire = record.to_wire()
+        self.run_effects(
+            Effects(events=[lambda: [event("task_created", wire, now)]], task_starts=[{"task": wire}])
+        )
+        return wire
+
+    async def get_task(self, task_guid: str) -> dict[str, Any]:
+        async with self.store.read() as tx:
+            record = await tx.get_task(task_guid)
+        if record is None:
+            raise NotFound(f"task {task_guid!r} not found")
+        return record.to_wire()
+
+    async def list_tasks(self, state: str | None = None, domain: str | None = None) -> list[dict[str, Any]]:
+        async with self.store.read() as tx:
+            return [r.to_wire() for r in await tx.list_tasks(state, domain)]
+
+    async def cancel_task(self, task_guid: str) -> dict[str, Any]:
+        now = time.time()
+        effects = Effects()
+        async with self.store.write() as tx:
+            task = await tx.get_task(task_guid)
+            if task is None:
+                raise NotFound(f"task {task_guid!r} not found")
+            if task.state in (COMPLETED, RESOLVING):
+                raise Conflict(f"task {task_guid!r} is {task.state} already")
+            if task.state == TASK_RUNNING:
+                cell = await tx.get_cell(task.cell_id)
+                if cell is not None and cell.rep_url:
+                    effects.cancels.append((cell.rep_url, task_guid))
+            task = completed(task, now, failed=True, failure_reason=CANCELLED)
+            await tx.update_tasks([task])
+        wire = task.to_wire()
+        effects.events.append(lambda: [event("task_changed", wire, now)])
+        effects.callbacks.append(task)
+        self.run_effects(effects)
+        return wire
+
+    async def delete_task(self, task_guid: str) -> None:
+        async with self.store.write() as tx:
+            task = await tx.get_task(task_guid)
+            if task is None:
+                raise NotFound(f"task {task_guid!r} not found")
+            if task.state not in (COMPLETED, RESOLVING):
+                raise Conflict(f"task {task_guid!r} is {task.state}; only a completed task can be deleted")
+            await tx.delete_tasks([task_guid])
+        wire = task.to_wire()
+        self.run_effects(Effects(events=[lambda: [event("task_removed", wire)]]))
+
+    async def _callback(self, url: str, task: TaskRecord) -> None:
+        """POST the completed Task to its callback URL; once delivered, the task is resolved (deleted).
+        A failed delivery leaves it COMPLETED: convergence retries until it expires."""
+        if not await self.outbound.task_callback(url, task.to_wire()):
+            return
+        async with self.store.write() as tx:
+            current = await tx.get_task(task.task_guid)
+            if current is None or current.state not in (COMPLETED, RESOLVING):
+                return
+            await tx.delete_tasks([task.task_guid])
+        wire = current.to_wire()
+        self.run_effects(Effects(events=[lambda: [event("task_removed", wire)]]))
+
+    # --- cells ------------------------------------------------------------------------------------
+
+    async def heartbeat(self, cell_id: str, body: CellPresence) -> None:
+        """A cell's presence, alive for the TTL. Heartbeats arriving together share a transaction."""
+        await self._heartbeat_batcher.submit((cell_id, body))
+
+    async def _heartbeat_batch(self, batch: list[tuple[str, CellPresence]]) -> list[None]:
+        now = time.time()
+        effects = Effects()
+        latest = {cell_id: body for cell_id, body in batch}  # a cell twice in one batch: its last word
+        records = {
+            cell_id: CellRecord(
+                cell_id,
+                body.model_dump(mode="json", exclude={"expires_at"}),
+                expires_at=now + self.settings.presence_ttl,
+            )
+            for cell_id, body in latest.items()
+        }
+        async with self.store.write() as tx:
+            existing = await tx.cells_by_id(records)
+            await tx.put_cells(
+                [r for i, r in records.items() if i in existing],
+                [r for i, r in records.items() if i not in existing],
+            )
+            appeared: list[CellRecord] = []
+            for cell_id, record in records.items():
+                before = existing.get(cell_id)
+                returned = before is not None and (before.disappeared or not before.present(now))
+                if before is None or returned:
+                    appeared.append(record)
+                if returned:
+                    effects.wake_convergence = True  # its suspect instances may be promoted back
+            if appeared:
+                effects.events.append(lambda: [event("cell_appeared", r.to_wire(), now) for r in appeared])
+            evacuating = [cell_id for cell_id, body in latest.items() if body.evacuating]
+            for cell_id in evacuating:
+                on_cell = await tx.list_actuals(cell_id=cell_id, state=RUNNING, presence=ORDINARY)
+                if on_cell:
+                    actuals = ActualSet(await tx.actuals_for_keys((r.process_guid, r.index) for r in on_cell))
+                    starts = evacuate(actuals, cell_id, now)
+                    changes = actuals.diff()
+                    await tx.apply_actual_changes(changes)
+                    effects.actual_events(changes)
+                    await self.add_starts(tx, starts, effects)
+        self.run_effects(effects)
+        return [None] * len(batch)
+
+    async def list_cells(self) -> list[dict[str, Any]]:
+        async with self.store.read() as tx:
+            return [c.to_wire() for c in await tx.list_cells(present_at=time.time())]
+
+    # --- convergence ------------------------------------------------------------------------------
+
+    async def acquire_lease(self, name: str, owner: str) -> int | None:
+        async with self.store.write() as tx:
+            return await tx.acquire_lease(name, owner, self.settings.lease_ttl, time.time())

@@ -1,0 +1,48 @@
+"""The BBS's settings: `VENDUE_*` environment variables, overridden by `vendue bbs` flags.
+
+Every timing of DESIGN.md "Defaults" that the BBS applies is here, so tests can shrink them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class BBSSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="VENDUE_", extra="ignore")
+
+    listen: str = "127.0.0.1"
+    port: int = Field(default=8889, ge=0, le=65535)
+    data_dir: Path = Path(".vendue")
+    database_url: str | None = None  # default: sqlite+aiosqlite:///<data_dir>/bbs.db
+    auctioneer_url: str = "http://127.0.0.1:8890"
+    ready_file: Path | None = None
+    log_level: str = "info"
+
+    # HTTP calls made by the BBS (auctioneer, reps, completion callbacks).
+    http_timeout: float = Field(default=5.0, gt=0)
+    send_attempts: int = Field(default=3, ge=1)  # tries per auctioneer send before leaving it to convergence
+
+    # Convergence and the restart policy (Diego's defaults in DESIGN.md, all configurable).
+    convergence_interval: float = Field(default=5.0, gt=0)
+    presence_ttl: float = Field(default=10.0, gt=0)
+    stale_unclaimed: float = Field(default=30.0, gt=0)
+    kick_task: float = Field(default=30.0, gt=0)
+    expire_pending_task: float = Field(default=1800.0, gt=0)
+    expire_completed_task: float = Field(default=120.0, gt=0)
+    task_retries: int = Field(default=3, ge=1)
+    immediate_restarts: int = Field(default=3, ge=1)  # crashes 1..immediate_restarts-1 restart at once
+    crash_backoff_min: float = Field(default=30.0, gt=0)
+    crash_backoff_max: float = Field(default=960.0, gt=0)
+    max_restarts: int = Field(default=200, ge=0)
+    crash_reset_after: float = Field(default=300.0, gt=0)
+    lease_ttl: float = Field(default=15.0, gt=0)
+    forget_cell_after: float = Field(default=3600.0, gt=0)  # drop an expired cell's row after this
+
+    def resolved_database_url(self) -> str:
+        if self.database_url:
+            return self.database_url
+        return f"sqlite+aiosqlite:///{(self.data_dir / 'bbs.db').resolve()}"

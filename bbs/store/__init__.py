@@ -1,0 +1,5 @@
+"""Persistence for the BBS: `Store` (transactions over records) and the schema and its migrations."""
+
+from .store import Store, Tx
+
+__all__ = ["Store", "Tx"]

@@ -1,0 +1,457 @@
+"""The BBS store: records in, records out, over SQLAlchemy Core; no SQL dialect leaks out of here.
+
+    store = await Store.open(url)            # creates the engine and migrates an empty database
+    async with store.write() as tx:          # one transaction, one writer at a time
+        rows = await tx.actuals_for_keys(keys)
+        ...decide...
+        await tx.apply_actual_changes(changes)
+
+Every write request of the BBS is one `write()` transaction: reads, pure decisions, then a handful of
+bulk statements (executemany), never one round trip per instance. Writers are serialised by a lock
+(SQLite has one writer anyway, and this avoids "database is locked"); reads in a write transaction are
+`FOR UPDATE` where the database supports it, so several BBS processes on PostgreSQL stay correct.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import functools
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from contextlib import asynccontextmanager
+from typing import Any, TypeVar
+
+import sqlalchemy as sa
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from ..actual_set import ActualChanges
+from ..records import ActualRecord, CellRecord, DesiredRecord, TaskRecord
+from . import tables as t
+from .database import create_engine, migrate
+
+CHUNK = 400  # rows per IN (...) list: well under every database's bound-parameter limit
+PARTITION = 1000  # rows converted between two yields to the event loop
+T = TypeVar("T")
+
+
+def _chunks(items: Sequence[Any], size: int = CHUNK) -> Iterable[Sequence[Any]]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+class Store:
+    def __init__(self, engine: AsyncEngine) -> None:
+        self.engine = engine
+        self._write_lock = asyncio.Lock()
+
+    @classmethod
+    async def open(cls, url: str, *, run_migrations: bool = True) -> Store:
+        engine = create_engine(url)
+        if run_migrations:
+            await migrate(engine)
+        return cls(engine)
+
+    async def close(self) -> None:
+        await self.engine.dispose()
+
+    @asynccontextmanager
+    async def read(self) -> AsyncIterator[Tx]:
+        async with self.engine.connect() as connection:
+            async with connection.begin():
+                yield Tx(connection, for_update=False)
+
+    @asynccontextmanager
+    async def write(self) -> AsyncIterator[Tx]:
+        async with self._write_lock:
+            async with self.engine.begin() as connection:
+                yield Tx(connection, for_update=True)
+
+    async def ping(self) -> bool:
+        try:
+            async with self.engine.connect() as connection:
+                await asyncio.wait_for(connection.execute(sa.text("SELECT 1")), timeout=2.0)
+            return True
+        except Exception:  # noqa: BLE001 - any failure means "not ready"
+            return False
+
+
+# --- row <-> record ---------------------------------------------------------------------------------
+
+
+def _desired(row: sa.Row[Any]) -> DesiredRecord:
+    return DesiredRecord(
+        process_guid=row.process_guid,
+        domain=row.domain,
+        instances=row.instances,
+        definition=row.definition,
+        created_at=row.created_at,
+        mod_epoch=row.mod_epoch,
+        mod_index=row.mod_index,
+    )
+
+
+def _desired_params(record: DesiredRecord) -> dict[str, Any]:
+    return {
+        "process_guid": record.process_guid,
+        "domain": record.domain,
+        "instances": record.instances,
+        "definition": record.definition,
+        "created_at": record.created_at,
+        "mod_epoch": record.mod_epoch,
+        "mod_index": record.mod_index,
+    }
+
+
+_ACTUAL_FIELDS = [c.name for c in t.actual_lrps.columns if c.name != "idx"]
+# Records are built positionally (this runs for every row of a 10,000-instance read): the table's
+# columns are in the record's field order, `idx` standing for `index`.
+assert [f.name for f in dataclasses.fields(ActualRecord)] == [
+    "index" if c.name == "idx" else c.name for c in t.actual_lrps.columns
+]
+
+
+def _actual(row: sa.Row[Any]) -> ActualRecord:
+    return ActualRecord(*row)
+
+
+def _actual_params(record: ActualRecord) -> dict[str, Any]:
+    params = {name: getattr(record, name) for name in _ACTUAL_FIELDS}
+    params["idx"] = record.index
+    return params
+
+
+_TASK_FIELDS = [c.name for c in t.tasks.columns]
+assert [f.name for f in dataclasses.fields(TaskRecord)] == _TASK_FIELDS
+
+
+def _task(row: sa.Row[Any]) -> TaskRecord:
+    return TaskRecord(*row)
+
+
+def _task_params(record: TaskRecord) -> dict[str, Any]:
+    return {name: getattr(record, name) for name in _TASK_FIELDS}
+
+
+def _cell(row: sa.Row[Any]) -> CellRecord:
+    return CellRecord(
+        cell_id=row.cell_id, presence=row.presence, expires_at=row.expires_at, disappeared=row.disappeared
+    )
+
+
+def _cell_params(record: CellRecord) -> dict[str, Any]:
+    return {
+        "cell_id": record.cell_id,
+        "presence": record.presence,
+        "expires_at": record.expires_at,
+        "disappeared": record.disappeared,
+    }
+
+
+def _keyed_update(table: sa.Table, key_columns: Sequence[str]) -> sa.Update:
+    """UPDATE table SET ... WHERE <key> = :k_<key>, for executemany with one dict per row (the SET
+    clause comes from the other keys of those dicts)."""
+    return table.update().where(*[table.c[name] == sa.bindparam(f"k_{name}") for name in key_columns])
+
+
+_ACTUAL_KEY = ("process_guid", "idx", "presence")
+_UPDATE_ACTUAL = _keyed_update(t.actual_lrps, _ACTUAL_KEY)
+_ACTUAL_VALUES = [name for name in _ACTUAL_FIELDS if name not in _ACTUAL_KEY]
+_DELETE_ACTUAL = t.actual_lrps.delete().where(
+    *[t.actual_lrps.c[name] == sa.bindparam(f"k_{name}") for name in _ACTUAL_KEY]
+)
+_UPDATE_TASK = _keyed_update(t.tasks, ["task_guid"])
+_UPDATE_CELL = _keyed_update(t.cells, ["cell_id"])
+
+
+_KEY_BUCKETS = (1, 4, 16, 64, 128, 256, CHUNK)
+
+
+@functools.lru_cache(maxsize=2 * len(_KEY_BUCKETS))
+def _keys_query(size: int, for_update: bool) -> sa.Select[Any]:
+    """SELECT the actual LRPs of `size` (process_guid, index) keys: OR-ed `process_guid = :p AND
+    idx = :i` terms, which every database answers with primary-key lookups (SQLite would scan the
+    table for a row-value IN list). Built once per bucket size, so SQLAlchemy's compiled cache hits."""
+    c = t.actual_lrps.c
+    terms = [
+        sa.and_(c.process_guid == sa.bindparam(f"p{i}"), c.idx == sa.bindparam(f"i{i}")) for i in range(size)
+    ]
+    query = sa.select(t.actual_lrps).where(sa.or_(*terms))
+    return query.with_for_update() if for_update else query
+
+
+class Tx:
+    """One transaction's view of the store. Methods take and return records."""
+
+    def __init__(self, connection: AsyncConnection, *, for_update: bool) -> None:
+        self.connection = connection
+        self.for_update = for_update
+
+    def _select(self, table: sa.Table) -> sa.Select[Any]:
+        query = sa.select(table)
+        return query.with_for_update() if self.for_update else query
+
+    async def _rows(self, query: sa.Select[Any]) -> list[sa.Row[Any]]:
+        return list((await self.connection.execute(query)).all())
+
+    async def _records(self, query: sa.Select[Any], convert: Callable[[sa.Row[Any]], T]) -> list[T]:
+        """All rows of a possibly big query, converted partition by partition; other requests get
+        the event loop between partitions (a 10,000-row read must not stall heartbeats)."""
+        found: list[T] = []
+        result = await self.connection.stream(query)
+        async for partition in result.partitions(PARTITION):
+            found.extend(convert(row) for row in partition)
+            await asyncio.sleep(0)
+        return found
+
+    async def _executemany(self, statement: sa.Executable, params: list[dict[str, Any]]) -> None:
+        if params:
+            await self.connection.execute(statement, params)
+
+    # --- desired LRPs ---------------------------------------------------------------------------
+
+    async def get_desired(self, process_guid: str) -> DesiredRecord | None:
+        rows = await self._rows(
+            self._select(t.desired_lrps).where(t.desired_lrps.c.process_guid == process_guid)
+        )
+        return _desired(rows[0]) if rows else None
+
+    async def desired_by_guid(self, process_guids: Iterable[str]) -> dict[str, DesiredRecord]:
+        found: dict[str, DesiredRecord] = {}
+        for chunk in _chunks(sorted(set(process_guids))):
+            query = self._select(t.desired_lrps).where(t.desired_lrps.c.process_guid.in_(list(chunk)))
+            for row in await self._rows(query):
+                found[row.process_guid] = _desired(row)
+        return found
+
+    async def list_desired(self, domain: str | None = None) -> list[DesiredRecord]:
+        query = self._select(t.desired_lrps).order_by(t.desired_lrps.c.process_guid)
+        if domain is not None:
+            query = query.where(t.desired_lrps.c.domain == domain)
+        return [_desired(row) for row in await self._rows(query)]
+
+    async def insert_desireds(self, records: Sequence[DesiredRecord]) -> bool:
+        """Insert several in one statement; False (and nothing written) when one exists already."""
+        try:
+            async with self.connection.begin_nested():
+                await self._executemany(t.desired_lrps.insert(), [_desired_params(r) for r in records])
+        except IntegrityError:
+            return False
+        return True
+
+    async def update_desired(self, record: DesiredRecord) -> None:
+        await self.connection.execute(
+            t.desired_lrps.update()
+            .where(t.desired_lrps.c.process_guid == record.process_guid)
+            .values(_desired_params(record))
+        )
+
+    async def delete_desired(self, process_guid: str) -> None:
+        await self.connection.execute(
+            t.desired_lrps.delete().where(t.desired_lrps.c.process_guid == process_guid)
+        )
+
+    # --- actual LRPs ----------------------------------------------------------------------------
+
+    async def list_actuals(
+        self,
+        process_guid: str | None = None,
+        cell_id: str | None = None,
+        state: str | None = None,
+        presence: str | None = None,
+    ) -> list[ActualRecord]:
+        c = t.actual_lrps.c
+        query = self._select(t.actual_lrps).order_by(c.process_guid, c.idx, c.presence)
+        for column, value in (
+            (c.process_guid, process_guid),
+            (c.cell_id, cell_id),
+            (c.state, state),
+            (c.presence, presence),
+        ):
+            if value is not None:
+                query = query.where(column == value)
+        return await self._records(query, _actual)
+
+    async def actuals_of(self, process_guids: Sequence[str]) -> list[ActualRecord]:
+        """Every actual LRP of these processes."""
+        found: list[ActualRecord] = []
+        for chunk in _chunks(sorted(set(process_guids))):
+            query = self._select(t.actual_lrps).where(t.actual_lrps.c.process_guid.in_(list(chunk)))
+            found.extend(_actual(row) for row in await self._rows(query))
+        return found
+
+    async def actuals_for_keys(self, keys: Iterable[tuple[str, int]]) -> list[ActualRecord]:
+        """Every presence of each (process_guid, index), a few hundred keys per statement."""
+        found: list[ActualRecord] = []
+        for chunk in _chunks(sorted(set(keys))):
+            size = next(b for b in _KEY_BUCKETS if b >= len(chunk))
+            padded = [*chunk, *[chunk[-1]] * (size - len(chunk))]  # repeats match the same rows
+            params = {f"p{i}": pg for i, (pg, _) in enumerate(padded)}
+            params.update({f"i{i}": index for i, (_, index) in enumerate(padded)})
+            query = _keys_query(size, self.for_update)
+            found.extend(_actual(row) for row in (await self.connection.execute(query, params)).all())
+        return found
+
+    async def apply_actual_changes(self, changes: ActualChanges) -> None:
+        """Deletes, then updates, then inserts, each an executemany; the keys end up distinct.
+
+        An update writes only the columns that changed (known from `changes.previous`): rows with
+        the same changed columns share one statement (a claim, a start, a crash each touch a few)."""
+
+        def key_params(record: ActualRecord) -> dict[str, Any]:
+            return {
+                "k_process_guid": record.process_guid,
+                "k_idx": record.index,
+                "k_presence": record.presence,
+            }
+
+        await self._executemany(_DELETE_ACTUAL, [key_params(r) for r in changes.deletes])
+        groups: dict[tuple[str, ...], list[dict[str, Any]]] = {}
+        for record in changes.updates:
+            before = changes.previous.get(record.key)
+            columns = tuple(
+                name
+                for name in _ACTUAL_VALUES
+                if before is None or getattr(record, name) != getattr(before, name)
+            )
+            if columns:
+                params = key_params(record)
+                params.update({name: getattr(record, name) for name in columns})
+                groups.setdefault(columns, []).append(params)
+        for params in groups.values():
+            await self._executemany(_UPDATE_ACTUAL, params)
+        await self._executemany(t.actual_lrps.insert(), [_actual_params(r) for r in changes.inserts])
+
+    async def delete_actuals_of(self, process_guid: str) -> None:
+        await self.connection.execute(
+            t.actual_lrps.delete().where(t.actual_lrps.c.process_guid == process_guid)
+        )
+
+    async def set_placement_errors(self, errors: Sequence[tuple[str, int, str]]) -> list[ActualRecord]:
+        """Set placement_error on these UNCLAIMED ORDINARY instances; returns the changed records."""
+        rows = {
+            (r.process_guid, r.index): r
+            for r in await self.actuals_for_keys((pg, index) for pg, index, _ in errors)
+            if r.presence == "ORDINARY" and r.state == "UNCLAIMED"
+        }
+        changed: list[ActualRecord] = []
+        for process_guid, index, message in errors:
+            row = rows.get((process_guid, index))
+            if row is not None and row.placement_error != message:
+                row.placement_error = message
+                row.mod_index += 1
+                changed.append(row)
+        await self.apply_actual_changes(ActualChanges(updates=changed))
+        return changed
+
+    async def count_actuals(self, process_guid: str | None = None) -> list[tuple[str, str, int]]:
+        """(state, presence, count) for every combination present."""
+        c = t.actual_lrps.c
+        query = sa.select(c.state, c.presence, sa.func.count()).group_by(c.state, c.presence)
+        if process_guid is not None:
+            query = query.where(c.process_guid == process_guid)
+        return [(row[0], row[1], int(row[2])) for row in await self._rows(query)]
+
+    # --- tasks ----------------------------------------------------------------------------------
+
+    async def get_task(self, task_guid: str) -> TaskRecord | None:
+        rows = await self._rows(self._select(t.tasks).where(t.tasks.c.task_guid == task_guid))
+        return _task(rows[0]) if rows else None
+
+    async def tasks_by_guid(self, task_guids: Iterable[str]) -> dict[str, TaskRecord]:
+        found: dict[str, TaskRecord] = {}
+        for chunk in _chunks(sorted(set(task_guids))):
+            query = self._select(t.tasks).where(t.tasks.c.task_guid.in_(list(chunk)))
+            for row in await self._rows(query):
+                found[row.task_guid] = _task(row)
+        return found
+
+    async def list_tasks(self, state: str | None = None, domain: str | None = None) -> list[TaskRecord]:
+        query = self._select(t.tasks).order_by(t.tasks.c.created_at, t.tasks.c.task_guid)
+        if state is not None:
+            query = query.where(t.tasks.c.state == state)
+        if domain is not None:
+            query = query.where(t.tasks.c.domain == domain)
+        return await self._records(query, _task)
+
+    async def insert_task(self, record: TaskRecord) -> bool:
+        """False when a task with this guid exists already."""
+        try:
+            await self.connection.execute(t.tasks.insert().values(_task_params(record)))
+        except IntegrityError:
+            return False
+        return True
+
+    async def update_tasks(self, records: Iterable[TaskRecord]) -> None:
+        params = [{"k_task_guid": r.task_guid, **_task_params(r)} for r in records]
+        for p in params:
+            del p["task_guid"]
+        await self._executemany(_UPDATE_TASK, params)
+
+    async def delete_tasks(self, task_guids: Iterable[str]) -> None:
+        for chunk in _chunks(sorted(set(task_guids))):
+            await self.connection.execute(t.tasks.delete().where(t.tasks.c.task_guid.in_(list(chunk))))
+
+    # --- cells ----------------------------------------------------------------------------------
+
+    async def get_cell(self, cell_id: str) -> CellRecord | None:
+        rows = await self._rows(self._select(t.cells).where(t.cells.c.cell_id == cell_id))
+        return _cell(rows[0]) if rows else None
+
+    async def cells_by_id(self, cell_ids: Iterable[str]) -> dict[str, CellRecord]:
+        found: dict[str, CellRecord] = {}
+        for chunk in _chunks(sorted(set(cell_ids))):
+            for row in await self._rows(self._select(t.cells).where(t.cells.c.cell_id.in_(list(chunk)))):
+                found[row.cell_id] = _cell(row)
+        return found
+
+    async def list_cells(self, present_at: float | None = None) -> list[CellRecord]:
+        query = self._select(t.cells).order_by(t.cells.c.cell_id)
+        if present_at is not None:
+            query = query.where(t.cells.c.expires_at >= present_at)
+        return [_cell(row) for row in await self._rows(query)]
+
+    async def put_cells(self, updates: Sequence[CellRecord], inserts: Sequence[CellRecord]) -> None:
+        """Write cell presences: `updates` replace existing rows, `inserts` are new cells."""
+        await self._executemany(_UPDATE_CELL, [{"k_cell_id": r.cell_id, **_cell_params(r)} for r in updates])
+        await self._executemany(t.cells.insert(), [_cell_params(r) for r in inserts])
+
+    async def mark_cells_disappeared(self, cell_ids: Iterable[str]) -> None:
+        for chunk in _chunks(sorted(set(cell_ids))):
+            await self.connection.execute(
+                t.cells.update().where(t.cells.c.cell_id.in_(list(chunk))).values(disappeared=True)
+            )
+
+    async def delete_cells(self, cell_ids: Iterable[str]) -> None:
+        for chunk in _chunks(sorted(set(cell_ids))):
+            await self.connection.execute(t.cells.delete().where(t.cells.c.cell_id.in_(list(chunk))))
+
+    async def next_cell_expiry(self) -> float | None:
+        """The earliest expiry among cells not yet announced as gone: when convergence should look."""
+        query = sa.select(sa.func.min(t.cells.c.expires_at)).where(t.cells.c.disappeared.is_(False))
+        return (await self.connection.execute(query)).scalar()
+
+    # --- leases ---------------------------------------------------------------------------------
+
+    async def acquire_lease(self, name: str, owner: str, ttl: float, now: float) -> int | None:
+        """Take or renew the lease `name`; its fencing token when held, None when someone else has it."""
+        rows = await self._rows(self._select(t.leases).where(t.leases.c.name == name))
+        if not rows:
+            try:
+                async with self.connection.begin_nested():
+                    await self.connection.execute(
+                        t.leases.insert().values(name=name, owner=owner, token=1, expires_at=now + ttl)
+                    )
+            except IntegrityError:
+                return None  # another replica created it first
+            return 1
+        lease = rows[0]
+        if lease.owner != owner and lease.expires_at >= now:
+            return None
+        token = lease.token if lease.owner == owner else lease.token + 1
+        await self.connection.execute(
+            t.leases.update()
+            .where(t.leases.c.name == name)
+            .values(owner=owner, token=token, expires_at=now + ttl)
+        )
+        return token

@@ -1,0 +1,85 @@
+"""The BBS schema as SQLAlchemy Core tables (the migrations create exactly this).
+
+Full definitions are JSON columns; what queries filter or sort on is a column of its own. Times are
+float epoch seconds (portable across SQLite and PostgreSQL, and cheap to compare).
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+
+metadata = sa.MetaData()
+
+desired_lrps = sa.Table(
+    "desired_lrps",
+    metadata,
+    sa.Column("process_guid", sa.String(128), primary_key=True),
+    sa.Column("domain", sa.String(128), nullable=False, index=True),
+    sa.Column("instances", sa.Integer, nullable=False),
+    sa.Column("definition", sa.JSON, nullable=False),
+    sa.Column("created_at", sa.Float, nullable=False),
+    sa.Column("mod_epoch", sa.String(64), nullable=False),
+    sa.Column("mod_index", sa.Integer, nullable=False),
+)
+
+actual_lrps = sa.Table(
+    "actual_lrps",
+    metadata,
+    sa.Column("process_guid", sa.String(128), primary_key=True),
+    sa.Column("idx", sa.Integer, primary_key=True),
+    sa.Column("presence", sa.String(16), primary_key=True),
+    sa.Column("domain", sa.String(128), nullable=False),
+    sa.Column("state", sa.String(16), nullable=False, index=True),
+    sa.Column("instance_guid", sa.String(128), nullable=False),
+    sa.Column("cell_id", sa.String(128), nullable=False, index=True),
+    sa.Column("zone", sa.String(128), nullable=False),
+    sa.Column("host", sa.String(255), nullable=False),
+    sa.Column("ports", sa.JSON, nullable=False),
+    sa.Column("address", sa.String(300), nullable=False),
+    sa.Column("crash_count", sa.Integer, nullable=False),
+    sa.Column("crash_reason", sa.Text, nullable=False),
+    sa.Column("since", sa.Float, nullable=False),
+    sa.Column("placement_error", sa.Text, nullable=False),
+    sa.Column("mod_epoch", sa.String(64), nullable=False),
+    sa.Column("mod_index", sa.Integer, nullable=False),
+    sa.Column("auctioned_at", sa.Float, nullable=False),
+)
+
+tasks = sa.Table(
+    "tasks",
+    metadata,
+    sa.Column("task_guid", sa.String(128), primary_key=True),
+    sa.Column("domain", sa.String(128), nullable=False, index=True),
+    sa.Column("definition", sa.JSON, nullable=False),
+    sa.Column("state", sa.String(16), nullable=False, index=True),
+    sa.Column("cell_id", sa.String(128), nullable=False),
+    sa.Column("failed", sa.Boolean, nullable=False),
+    sa.Column("failure_reason", sa.Text, nullable=False),
+    sa.Column("exit_status", sa.Integer, nullable=True),
+    sa.Column("result", sa.Text, nullable=False),
+    sa.Column("rejection_count", sa.Integer, nullable=False),
+    sa.Column("created_at", sa.Float, nullable=False),
+    sa.Column("updated_at", sa.Float, nullable=False),
+    sa.Column("first_completed_at", sa.Float, nullable=True),
+    sa.Column("auctioned_at", sa.Float, nullable=False),
+)
+
+cells = sa.Table(
+    "cells",
+    metadata,
+    sa.Column("cell_id", sa.String(128), primary_key=True),
+    sa.Column("presence", sa.JSON, nullable=False),
+    sa.Column("expires_at", sa.Float, nullable=False, index=True),
+    sa.Column("disappeared", sa.Boolean, nullable=False),
+)
+
+# One row per elected role (e.g. "convergence"): whoever holds an unexpired lease runs it; the
+# fencing token grows with every change of owner.
+leases = sa.Table(
+    "leases",
+    metadata,
+    sa.Column("name", sa.String(64), primary_key=True),
+    sa.Column("owner", sa.String(128), nullable=False),
+    sa.Column("token", sa.Integer, nullable=False),
+    sa.Column("expires_at", sa.Float, nullable=False),
+)

@@ -1,0 +1,117 @@
+"""`vendue bbs`: serve the BBS; `vendue bbs migrate`: bring its database schema up to date.
+
+Every flag overrides the matching VENDUE_* environment variable (see bbs/settings.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from .cli import app
+
+bbs_app = typer.Typer(
+    help="The BBS: desired and actual state, tasks, cell presence, convergence, events.",
+    invoke_without_command=True,
+    no_args_is_help=False,
+)
+app.add_typer(bbs_app, name="bbs")
+
+
+def _settings(**flags: Any):  # type: ignore[no-untyped-def]
+    from bbs.settings import BBSSettings
+
+    given = {name: value for name, value in flags.items() if value is not None}
+    try:
+        return BBSSettings(**given)
+    except ValueError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+
+
+@bbs_app.callback()
+def bbs(
+    ctx: typer.Context,
+    listen: str | None = typer.Option(None, "--listen", help="Address to bind [VENDUE_LISTEN; 127.0.0.1]."),
+    port: int | None = typer.Option(None, "--port", help="Port; 0 picks a free one [VENDUE_PORT; 8889]."),
+    data_dir: Path | None = typer.Option(None, "--data-dir", help="Data folder [VENDUE_DATA_DIR; .vendue]."),
+    database_url: str | None = typer.Option(
+        None,
+        "--database-url",
+        help="SQLAlchemy async URL [VENDUE_DATABASE_URL; sqlite+aiosqlite:///<data-dir>/bbs.db].",
+    ),
+    auctioneer_url: str | None = typer.Option(
+        None, "--auctioneer-url", help="Auctioneer base URL [VENDUE_AUCTIONEER_URL; http://127.0.0.1:8890]."
+    ),
+    ready_file: Path | None = typer.Option(None, "--ready-file", help="Write {url, pid} here once serving."),
+    log_level: str | None = typer.Option(None, "--log-level", help="debug, info, warning, error."),
+    http_timeout: float | None = typer.Option(
+        None, "--http-timeout", help="Seconds per outgoing HTTP call [5]."
+    ),
+    convergence_interval: float | None = typer.Option(None, "--convergence-interval", help="Seconds [5]."),
+    presence_ttl: float | None = typer.Option(
+        None, "--presence-ttl", help="Cell presence TTL, seconds [10]."
+    ),
+    stale_unclaimed: float | None = typer.Option(None, "--stale-unclaimed", help="Re-auction after, s [30]."),
+    kick_task: float | None = typer.Option(
+        None, "--kick-task", help="Re-auction a pending task after, s [30]."
+    ),
+    expire_pending_task: float | None = typer.Option(None, "--expire-pending-task", help="Seconds [1800]."),
+    expire_completed_task: float | None = typer.Option(
+        None, "--expire-completed-task", help="Seconds [120]."
+    ),
+    task_retries: int | None = typer.Option(
+        None, "--task-retries", help="Placement rejections before a task fails [3]."
+    ),
+    immediate_restarts: int | None = typer.Option(
+        None, "--immediate-restarts", help="Crash counts below this restart at once [3]."
+    ),
+    crash_backoff_min: float | None = typer.Option(
+        None, "--crash-backoff-min", help="First crash backoff, s [30]."
+    ),
+    crash_backoff_max: float | None = typer.Option(
+        None, "--crash-backoff-max", help="Longest crash backoff, s [960]."
+    ),
+    max_restarts: int | None = typer.Option(
+        None, "--max-restarts", help="No restart after this many crashes [200]."
+    ),
+    crash_reset_after: float | None = typer.Option(
+        None, "--crash-reset-after", help="Running this long resets the crash count, s [300]."
+    ),
+    lease_ttl: float | None = typer.Option(None, "--lease-ttl", help="Convergence lease TTL, s [15]."),
+) -> None:
+    """Serve the BBS (HTTP API, event stream, convergence loop) until SIGTERM or SIGINT."""
+    settings = _settings(**{k: v for k, v in locals().items() if k != "ctx"})
+    ctx.obj = settings
+    if ctx.invoked_subcommand is not None:
+        return
+    from bbs.server import serve
+    from common.logging import setup_logging
+
+    setup_logging("bbs", settings.log_level)
+    asyncio.run(serve(settings))
+
+
+@bbs_app.command()
+def migrate(ctx: typer.Context) -> None:
+    """Create or upgrade the BBS database schema, then exit (`vendue bbs --database-url URL migrate`)."""
+    from bbs.store.database import create_engine, schema_revision
+    from bbs.store.database import migrate as run_migrations
+    from common.logging import setup_logging
+
+    settings = ctx.obj
+    setup_logging("bbs", settings.log_level)
+
+    async def run() -> tuple[str | None, str | None]:
+        engine = create_engine(settings.resolved_database_url())
+        try:
+            await run_migrations(engine)
+            return await schema_revision(engine)
+        finally:
+            await engine.dispose()
+
+    current, _head = asyncio.run(run())
+    typer.echo(f"database at revision {current}")

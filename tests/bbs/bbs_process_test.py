@@ -1,0 +1,128 @@
+"""`vendue bbs` as a real process: ready file, HTTP, server-sent events, kill -9 and restart on the
+same SQLite file with the state intact, and a graceful SIGTERM while an event stream is open."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from common.procutil import child_preexec, free_port, terminate_then_kill, wait_ready_file
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(90)]
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class BBSProcess:
+    def __init__(self, data_dir: Path, tag: str) -> None:
+        self.ready = data_dir / f"ready-{tag}.json"
+        self.log = open(data_dir / f"bbs-{tag}.log", "wb")  # noqa: SIM115 - closed in stop()
+        dead_auctioneer = f"http://127.0.0.1:{free_port()}"  # nothing listens: sends fail, state stays
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "deploy.cli",
+                "bbs",
+                "--port",
+                "0",
+                "--ready-file",
+                str(self.ready),
+                "--data-dir",
+                str(data_dir),
+                "--auctioneer-url",
+                dead_auctioneer,
+                "--convergence-interval",
+                "0.5",
+            ],
+            cwd=ROOT,
+            stdout=subprocess.DEVNULL,
+            stderr=self.log,
+            preexec_fn=child_preexec(),
+            env={**os.environ, "VENDUE_HTTP_TIMEOUT": "1"},
+        )
+        self.url = str(wait_ready_file(self.ready, timeout_s=30, proc=self.proc)["url"])
+
+    def stop(self) -> None:
+        terminate_then_kill(self.proc, grace_s=10)
+        self.log.close()
+
+
+@pytest.fixture
+def processes() -> Iterator[list[BBSProcess]]:
+    started: list[BBSProcess] = []
+    try:
+        yield started
+    finally:
+        for bbs in started:
+            bbs.stop()
+
+
+def test_state_survives_kill_9_and_restart(tmp_path: Path, processes: list[BBSProcess]) -> None:
+    first = BBSProcess(tmp_path, "1")
+    processes.append(first)
+    with httpx.Client(base_url=first.url, timeout=10) as http:
+        assert http.get("/ping").json() == {"ok": True, "ready": True}
+        with http.stream("GET", "/v1/events") as events:
+            lines = events.iter_lines()
+            assert next(lines) == ": connected"
+            created = http.post("/v1/desired_lrps", json={"process_guid": "web", "instances": 3})
+            assert created.status_code == 201, created.text
+            seen = _event_types(lines, want=4)
+        assert seen == [
+            "desired_lrp_created",
+            "actual_lrp_created",
+            "actual_lrp_created",
+            "actual_lrp_created",
+        ]
+        task = http.post("/v1/tasks", json={"task_guid": "t1", "command": ["true"]})
+        assert task.status_code == 201
+        before = http.get("/v1/actual_lrps").json()["items"]
+
+    first.proc.send_signal(signal.SIGKILL)
+    first.proc.wait(timeout=10)
+
+    second = BBSProcess(tmp_path, "2")
+    processes.append(second)
+    with httpx.Client(base_url=second.url, timeout=10) as http:
+        assert http.get("/v1/desired_lrps/web").json()["instances"] == 3
+        after = http.get("/v1/actual_lrps").json()["items"]
+        assert [(a["index"], a["state"]) for a in after] == [(a["index"], a["state"]) for a in before]
+        assert http.get("/v1/tasks/t1").json()["state"] == "PENDING"
+
+
+def test_sigterm_shuts_down_gracefully_with_an_open_event_stream(
+    tmp_path: Path, processes: list[BBSProcess]
+) -> None:
+    bbs = BBSProcess(tmp_path, "1")
+    processes.append(bbs)
+    with httpx.Client(base_url=bbs.url, timeout=10) as http, http.stream("GET", "/v1/events") as events:
+        lines = events.iter_lines()
+        assert next(lines) == ": connected"
+        bbs.proc.send_signal(signal.SIGTERM)
+        assert bbs.proc.wait(timeout=15) == 0
+    log = (tmp_path / "bbs-1.log").read_text().splitlines()
+    messages = [json.loads(line)["msg"] for line in log if line.startswith("{")]
+    assert "serving" in messages and "stopped" in messages
+
+
+def _event_types(lines: Iterator[str], want: int, timeout_s: float = 10) -> list[str]:
+    deadline = time.monotonic() + timeout_s
+    seen: list[str] = []
+    for line in lines:
+        if line.startswith("event: "):
+            seen.append(line.removeprefix("event: "))
+        if len(seen) >= want:
+            return seen
+        if time.monotonic() > deadline:
+            break
+    raise AssertionError(f"expected {want} events within {timeout_s}s, saw {seen}")
