@@ -15,6 +15,7 @@ BBS (`vendue bbs`, default http://127.0.0.1:8889)
   PATCH  /v1/desired_lrps/{process_guid}   DesiredLRPUpdate -> DesiredLRP
   DELETE /v1/desired_lrps/{process_guid}                -> 204 (its actual LRPs are stopped and removed)
   GET    /v1/actual_lrps?process_guid=&cell_id=&state=&presence=  -> {"items": [ActualLRP]}
+  GET    /v1/actual_lrps/summary?process_guid=           -> ActualLRPSummary (counts only: cheap to poll)
   POST   /v1/cells/{cell_id}/lifecycle   CellLifecycle  -> LifecycleResult   (the rep's batched calls)
   POST   /v1/placement_failures          PlacementFailures -> 204   (the auctioneer, once per batch)
   POST   /v1/tasks                   TaskCreate         -> 201 Task (409 if it exists)
@@ -188,6 +189,14 @@ class ActualLRP(Open):
     since: datetime
     placement_error: str = ""
     modification_tag: ModificationTag
+
+
+class ActualLRPSummary(Open):
+    """Counts of actual LRPs (GET /v1/actual_lrps/summary): what a poller needs without the rows."""
+
+    total: int = 0
+    by_state: dict[str, int] = Field(default_factory=dict)  # ORDINARY instances by state
+    by_presence: dict[str, int] = Field(default_factory=dict)
 
 
 # --- tasks ----------------------------------------------------------------------------------------
