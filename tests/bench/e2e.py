@@ -1,0 +1,356 @@
+"""End-to-end placement benchmark: a real BBS (SQLite), a real auctioneer over HTTP and one
+`vendue rep --sim --cells 100` process hosting 100 simulated cells in 3 zones.
+
+    python tests/bench/e2e.py [--instances N] [--apps A] [--cells C] [--quick]
+                              [--presence-ttl S] [--convergence-interval S] [--poll-interval S]
+
+Desires A apps x N/A instances (default 100 x 100 = 10,000), measures the seconds until every instance
+is RUNNING in the BBS (followed on /v1/events, confirmed by GET /v1/actual_lrps?state=RUNNING), and reads what each component says it did: the auctioneer's /v1/stats (auctions,
+placements, requests to the BBS and the reps) and every component's /metrics. Then the same for a run a
+tenth the size (1,000 instances). Prints ONE JSON object; never asserts on time.
+
+Target (reported, not asserted): 10,000 RUNNING within 5 s; requests per auction proportional to cells,
+not instances.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import re
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from deploy.cluster import LocalCluster  # noqa: E402
+
+TARGET_SECONDS_10K = 5.0
+FALLBACK_POLL_S = 3.0
+MARKS = (0.1, 0.25, 0.5, 0.75, 0.9, 1.0)
+# name, {labels} (label values may hold braces, e.g. route="/v1/cells/{cell_id}"), value, [timestamp]
+_SAMPLE = re.compile(r"^([A-Za-z_:][A-Za-z0-9_:]*)(\{.*\})?\s+(\S+)(?:\s+-?\d+)?$")
+
+
+def parse_metrics(text: str) -> dict[str, float]:
+    """Prometheus text -> {"name{labels}": value} for every sample (comments skipped)."""
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        m = _SAMPLE.match(line)
+        if m:
+            try:
+                out[m.group(1) + (m.group(2) or "")] = float(m.group(3))
+            except ValueError:
+                continue
+    return out
+
+
+def request_counters(samples: dict[str, float]) -> dict[str, float]:
+    """The samples that count HTTP requests (served or made), whatever the component named them."""
+    keep = {}
+    for key, value in samples.items():
+        name = key.split("{", 1)[0]
+        if "request" in name and (name.endswith("_total") or name.endswith("_count")) and not name.endswith(
+                "_created"):
+            keep[key] = value
+    return keep
+
+
+def by_route(samples: dict[str, float], metric: str) -> dict[str, float]:
+    """{"METHOD route": count} summed over status codes, from a requests-by-route counter."""
+    out: dict[str, float] = {}
+    for key, value in samples.items():
+        if not key.startswith(metric + "{"):
+            continue
+        labels = dict(re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', key[len(metric):]))
+        name = f"{labels.get('method', '?')} {labels.get('route', labels.get('path', '?'))}"
+        out[name] = out.get(name, 0.0) + value
+    return dict(sorted(out.items(), key=lambda kv: -kv[1]))
+
+
+def delta(after: dict[str, float], before: dict[str, float]) -> dict[str, float]:
+    return {k: round(v - before.get(k, 0.0), 6) for k, v in after.items() if v - before.get(k, 0.0)}
+
+
+METRICS_STATUS: dict[str, str] = {}  # component -> how its /metrics answered (for the report)
+
+
+async def metrics_of(client: httpx.AsyncClient, urls: dict[str, str]) -> dict[str, dict[str, float]]:
+    async def one(name: str, url: str) -> dict[str, float]:
+        try:
+            r = await client.get(f"{url}/metrics", timeout=10.0)
+        except httpx.HTTPError as exc:
+            METRICS_STATUS[name] = f"error: {exc!r}"
+            return {}
+        METRICS_STATUS[name] = f"HTTP {r.status_code}"
+        return request_counters(parse_metrics(r.text)) if r.status_code == 200 else {}
+
+    results = await asyncio.gather(*(one(n, u) for n, u in urls.items()))
+    return dict(zip(urls, results, strict=True))
+
+
+async def auctioneer_stats(client: httpx.AsyncClient, url: str) -> dict[str, Any]:
+    try:
+        r = await client.get(f"{url}/v1/stats", timeout=10.0)
+        return r.json() if r.status_code == 200 else {"error": f"HTTP {r.status_code}"}
+    except (httpx.HTTPError, ValueError) as exc:
+        return {"error": repr(exc)}
+
+
+async def count_running(client: httpx.AsyncClient, bbs_url: str) -> int:
+    """The BBS's own count of RUNNING ORDINARY instances (one per index once all are placed)."""
+    r = await client.get(f"{bbs_url}/v1/actual_lrps", params={"state": "RUNNING", "presence": "ORDINARY"},
+                         timeout=60.0)
+    r.raise_for_status()
+    return len(r.json()["items"])
+
+
+class RunningWatcher:
+    """Follows GET /v1/events and keeps the set of (process_guid, index) RUNNING as ORDINARY."""
+
+    def __init__(self, bbs_url: str, guids: set[str]) -> None:
+        self.bbs_url = bbs_url
+        self.guids = guids
+        self.running: set[tuple[str, int]] = set()
+        self.events = 0
+        self.disconnects = 0
+        self.first_running_at: float | None = None  # time.perf_counter()
+        self.subscribed = asyncio.Event()
+        self._changed = asyncio.Event()
+
+    async def changed(self, timeout: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._changed.wait(), timeout)
+        self._changed.clear()
+
+    async def run(self, client: httpx.AsyncClient) -> None:
+        while True:
+            try:
+                async with client.stream("GET", f"{self.bbs_url}/v1/events",
+                                         timeout=httpx.Timeout(10.0, read=None)) as resp:
+                    async for line in resp.aiter_lines():
+                        self.subscribed.set()
+                        if line.startswith("data:"):
+                            self._apply(json.loads(line[5:]))
+            except (httpx.HTTPError, ValueError):
+                pass
+            self.disconnects += 1
+            self.subscribed.set()
+            await asyncio.sleep(0.2)
+
+    def _apply(self, event: dict[str, Any]) -> None:
+        self.events += 1
+        kind, data = event.get("type", ""), event.get("data") or {}
+        if not kind.startswith("actual_lrp_") or data.get("process_guid") not in self.guids:
+            return
+        if data.get("presence", "ORDINARY") != "ORDINARY":
+            return
+        key = (data["process_guid"], int(data["index"]))
+        if kind != "actual_lrp_removed" and data.get("state") == "RUNNING":
+            self.running.add(key)
+            if self.first_running_at is None:
+                self.first_running_at = time.perf_counter()
+        else:
+            self.running.discard(key)
+        self._changed.set()
+
+
+async def measure(cluster: LocalCluster, apps: int, per_app: int, timeout: float,
+                  poll_interval: float = 0.0) -> dict[str, Any]:
+    total = apps * per_app
+    bbs = cluster.bbs_url
+    # Every distinct process that serves HTTP: the BBS, the auctioneer, and the rep process(es).
+    rep_procs = {f"rep:{r.component or cid}": r.url.split("/cells/", 1)[0] for cid, r in cluster.reps.items()}
+    component_urls = {"bbs": bbs, "auctioneer": cluster.auctioneer_url, **rep_procs}
+    limits = httpx.Limits(max_connections=64, max_keepalive_connections=64)
+    async with httpx.AsyncClient(limits=limits) as client:
+        stats_before = await auctioneer_stats(client, cluster.auctioneer_url)
+        metrics_before = await metrics_of(client, component_urls)
+
+        # Progress comes from the BBS's event stream (each change is serialised once, however many
+        # instances there are); the list of RUNNING actuals — megabytes at 10,000 — is fetched only to
+        # confirm the stream's count, and every few seconds as a fallback should the stream drop us.
+        watcher = RunningWatcher(bbs, {f"bench-{apps}x{per_app}-{i}" for i in range(apps)})
+        watch_task = asyncio.create_task(watcher.run(client))
+        await asyncio.wait_for(watcher.subscribed.wait(), 30.0)
+
+        t0 = time.perf_counter()
+        sem = asyncio.Semaphore(16)
+
+        async def desire(i: int) -> None:
+            body = {"process_guid": f"bench-{apps}x{per_app}-{i}", "instances": per_app, "memory_mb": 128,
+                    "disk_mb": 256, "command": ["sleep", "infinity"]}
+            async with sem:
+                r = await client.post(f"{bbs}/v1/desired_lrps", json=body, timeout=60.0)
+            if r.status_code != 201:
+                raise RuntimeError(f"desiring {body['process_guid']}: HTTP {r.status_code} {r.text[:300]}")
+
+        await asyncio.gather(*(desire(i) for i in range(apps)))
+        desired_s = time.perf_counter() - t0
+
+        running, polls, first_running_s, done_s = 0, 0, None, None
+        timeline: list[tuple[float, int]] = []
+        marks: dict[float, float] = {}  # fraction RUNNING (per the event stream) -> seconds
+        deadline = t0 + timeout
+        last_poll = 0.0
+        while time.perf_counter() < deadline:
+            now = time.perf_counter() - t0
+            seen = len(watcher.running)
+            if watcher.first_running_at is not None and first_running_s is None:
+                first_running_s = watcher.first_running_at - t0
+            for mark in MARKS:
+                if mark not in marks and seen >= mark * total:
+                    marks[mark] = round(now, 3)
+            if seen >= total or now - last_poll >= (poll_interval or FALLBACK_POLL_S):
+                running = await count_running(client, bbs)
+                polls += 1
+                last_poll = time.perf_counter() - t0
+                if not timeline or timeline[-1][1] != running:
+                    timeline.append((round(last_poll, 3), running))
+                if running >= total:
+                    done_s = last_poll
+                    break
+                if seen >= total and not poll_interval:  # the stream ran ahead of the list: look again soon
+                    await asyncio.sleep(0.05)
+                    continue
+            if poll_interval:
+                await asyncio.sleep(max(0.0, poll_interval - (time.perf_counter() - t0 - last_poll)))
+            else:
+                await watcher.changed(0.5)
+        watch_task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await watch_task
+
+        # Let the counters settle (the last lifecycle reports and auctions are already in).
+        stats_after = await auctioneer_stats(client, cluster.auctioneer_url)
+        metrics_after = await metrics_of(client, component_urls)
+
+    report: dict[str, Any] = {
+        "apps": apps,
+        "instances_per_app": per_app,
+        "instances": total,
+        "cells": len(cluster.reps),
+        "zones": cluster.zones,
+        "all_running": done_s is not None,
+        "seconds_to_all_running": round(done_s, 3) if done_s is not None else None,
+        "running_at_end": running,
+        "seconds_to_desire_all": round(desired_s, 3),
+        "seconds_to_first_running": round(first_running_s, 3) if first_running_s is not None else None,
+        "progress_from": f"GET /v1/actual_lrps every {poll_interval}s" if poll_interval else "/v1/events",
+        "bbs_polls": polls,
+        "event_stream": {"events": watcher.events, "disconnects": watcher.disconnects},
+        "seconds_to_fraction_running": {f"{int(m * 100)}%": t for m, t in sorted(marks.items())},
+        "polled_counts": timeline[-12:],
+    }
+    if "error" in stats_after:
+        report["auctioneer"] = stats_after
+    else:
+        auctions = stats_after.get("auctions", 0) - stats_before.get("auctions", 0)
+        made_before = stats_before.get("requests_made", {}) or {}
+        made = {k: v - made_before.get(k, 0) for k, v in (stats_after.get("requests_made", {}) or {}).items()}
+        report["auctioneer"] = {
+            "auctions": auctions,
+            "lrps_placed": stats_after.get("lrps_placed", 0) - stats_before.get("lrps_placed", 0),
+            "lrps_failed": stats_after.get("lrps_failed", 0) - stats_before.get("lrps_failed", 0),
+            "requests_made": made,
+            "requests_per_auction": {k: round(v / auctions, 2) for k, v in made.items()} if auctions else None,
+            "requests_per_instance": {k: round(v / total, 4) for k, v in made.items()},
+            "last_state_fetch_seconds": stats_after.get("last_state_fetch_seconds"),
+            "last_auction_seconds": stats_after.get("last_auction_seconds"),
+        }
+    counters = {
+        name: delta(metrics_after.get(name, {}), metrics_before.get(name, {})) for name in component_urls
+    }
+    report["bbs_requests_served"] = by_route(counters.get("bbs", {}), "vendue_bbs_requests_total")
+    report["bbs_requests_made"] = {
+        k.split("{", 1)[1].rstrip("}"): v for k, v in counters.get("bbs", {}).items()
+        if k.startswith(("vendue_bbs_auctioneer_requests_total", "vendue_bbs_rep_requests_total"))}
+    report["metrics_endpoints"] = dict(METRICS_STATUS)
+    report["metrics_request_counters"] = {
+        name: delta(metrics_after.get(name, {}), metrics_before.get(name, {})) for name in component_urls
+    }
+    return report
+
+
+def run_once(apps: int, per_app: int, cells: int, zones: int, timeout: float, presence_ttl: float,
+             convergence_interval: float, poll_interval: float = 0.0) -> dict[str, Any]:
+    timings = ["--presence-ttl", str(presence_ttl)]
+    with tempfile.TemporaryDirectory(prefix="vendue-bench-") as tmp:
+        cluster = LocalCluster(
+            Path(tmp), cells=cells, zones=zones, executor="sim", sim_cells_per_process=cells,
+            # Room for a full load of 128 MB / 256 MB instances: 10,000 over 100 cells is 100 per cell.
+            cell_memory_mb=64 * 1024, cell_disk_mb=256 * 1024, cell_containers=250,
+            bbs_args=[*timings, "--convergence-interval", str(convergence_interval)], rep_args=timings,
+        )
+        started = time.perf_counter()
+        try:
+            cluster.start(timeout=120.0)
+            startup_s = time.perf_counter() - started
+            report = asyncio.run(measure(cluster, apps, per_app, timeout, poll_interval))
+            report["cluster_start_seconds"] = round(startup_s, 3)
+            report["presence_ttl_s"] = presence_ttl
+            report["convergence_interval_s"] = convergence_interval
+            return report
+        finally:
+            cluster.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--instances", type=int, default=10_000, help="instances in the big run (total)")
+    parser.add_argument("--apps", type=int, default=100, help="apps in the big run")
+    parser.add_argument("--cells", type=int, default=100, help="simulated cells (one rep process)")
+    parser.add_argument("--zones", type=int, default=3)
+    parser.add_argument("--timeout", type=float, default=300.0, help="give up waiting after this long")
+    parser.add_argument("--quick", action="store_true", help="only the small run (a tenth the size)")
+    # DESIGN.md's defaults (the local launcher's demo timings, 4 s / 1 s, are tighter than one rep
+    # process heartbeating 100 cells into SQLite reliably manages on a busy machine).
+    parser.add_argument("--presence-ttl", type=float, default=10.0)
+    parser.add_argument("--convergence-interval", type=float, default=5.0)
+    parser.add_argument("--poll-interval", type=float, default=0.0,
+                        help="poll the RUNNING list every S seconds instead of following the event stream "
+                             "(shows what heavy list polling does to the BBS)")
+    args = parser.parse_args(argv)
+    if args.apps < 1 or args.instances < args.apps:
+        parser.error("--instances must be at least --apps, and --apps at least 1")
+
+    per_app = args.instances // args.apps
+    runs = [(max(1, args.apps // 10), per_app)]  # 1,000 instances by default
+    if not args.quick:
+        runs.insert(0, (args.apps, per_app))
+    results = []
+    for apps, n in runs:
+        try:
+            results.append(run_once(apps, n, args.cells, args.zones, args.timeout, args.presence_ttl,
+                                    args.convergence_interval, args.poll_interval))
+        except Exception as exc:  # noqa: BLE001 - reported in the JSON, not raised
+            results.append({"apps": apps, "instances_per_app": n, "error": f"{type(exc).__name__}: {exc}"})
+    big = next((r for r in results if r.get("instances") == 10_000), None)
+    out = {
+        "benchmark": "e2e",
+        "transport": "http",
+        "database": "sqlite",
+        "runs": results,
+        "target": {
+            "seconds_to_all_running_10000": TARGET_SECONDS_10K,
+            "met": (big is not None and big.get("seconds_to_all_running") is not None
+                    and big["seconds_to_all_running"] <= TARGET_SECONDS_10K) if big else None,
+        },
+    }
+    print(json.dumps(out))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,523 @@
+"""End-to-end fixtures: a real cluster (BBS, auctioneer, reps as separate OS processes on loopback, the
+process executor running real child processes) plus the helpers the tests share.
+
+Nothing of the project is mocked. Synchronisation is by polling with a deadline (`wait_for`), never by
+sleeping; a failed wait says what it expected and what it saw last.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# Short timings so that presence expiry and convergence happen within a test's budget.
+PRESENCE_TTL_S = 2.0
+CONVERGENCE_INTERVAL_S = 0.5
+BBS_ARGS: tuple[str, ...] = (
+    "--presence-ttl", str(PRESENCE_TTL_S),
+    "--convergence-interval", str(CONVERGENCE_INTERVAL_S),
+)
+REP_ARGS: tuple[str, ...] = ("--presence-ttl", str(PRESENCE_TTL_S))
+AUCTIONEER_ARGS: tuple[str, ...] = ()
+
+# The workload: a tiny HTTP server on $PORT that answers with its INSTANCE_INDEX, and says who it is in
+# headers (pid, instance guid) so a test can tell one incarnation from the next.
+# With SIGTERM_LOG in its environment it appends "<index> <instance guid> <time.time()>" there when it
+# gets SIGTERM (the moment its rep starts stopping it), so a test can order that against the BBS.
+APP_SOURCE = r"""
+import http.server, os, signal, time
+INDEX = os.environ["INSTANCE_INDEX"].encode()
+def on_term(*_):
+    if os.environ.get("SIGTERM_LOG"):
+        with open(os.environ["SIGTERM_LOG"], "a") as log:
+            log.write(f"{os.environ['INSTANCE_INDEX']} {os.environ.get('INSTANCE_GUID', '')} {time.time()!r}\n")
+    os._exit(0)
+signal.signal(signal.SIGTERM, on_term)
+class Handler(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200)
+        self.send_header("X-Pid", str(os.getpid()))
+        self.send_header("X-Instance-Guid", os.environ.get("INSTANCE_GUID", ""))
+        self.send_header("X-Cell-Id", os.environ.get("CELL_ID", ""))
+        self.send_header("Content-Length", str(len(INDEX)))
+        self.end_headers()
+        self.wfile.write(INDEX)
+    def log_message(self, *args):
+        pass
+http.server.ThreadingHTTPServer(("127.0.0.1", int(os.environ["PORT"])), Handler).serve_forever()
+"""
+APP_COMMAND = [sys.executable, "-c", APP_SOURCE]
+
+
+# --- polling --------------------------------------------------------------------------------------
+
+
+class Unmet(AssertionError):
+    """Raised by a condition to report what it saw: inside `wait_for` it means "not yet" (the message ends
+    up in the failure); raised outside one it is a plain assertion failure."""
+
+
+def expect(ok: Any, seen: Any) -> Any:
+    """For one-line conditions: `lambda: expect(x == y, f"x={x}")` raises Unmet(seen) unless ok."""
+    if not ok:
+        raise Unmet(str(seen))
+    return ok
+
+
+def wait_for(condition: Callable[[], Any], timeout: float, describe: str, interval: float = 0.05) -> Any:
+    """Poll `condition` until it returns a truthy value (returned) or `timeout` passes.
+
+    The condition may raise `Unmet("what I saw")` (or return a falsy value) to say it is not there yet;
+    the failure reads "expected <describe> within <timeout>s; saw <last observation>".
+    """
+    deadline = time.monotonic() + timeout
+    seen: Any = "nothing (the condition never ran)"
+    while True:
+        try:
+            value = condition()
+        except Unmet as exc:
+            seen = str(exc)
+        except (httpx.HTTPError, OSError) as exc:
+            seen = f"{type(exc).__name__}: {exc}"
+        else:
+            if value:
+                return value
+            seen = repr(value)
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"expected {describe} within {timeout:g}s; saw {seen}")
+        time.sleep(interval)
+
+
+def hold_for(condition: Callable[[], Any], duration: float, describe: str, interval: float = 0.1) -> None:
+    """Assert `condition` stays true for `duration` (a stability check after convergence)."""
+    deadline = time.monotonic() + duration
+    while True:
+        try:
+            value = condition()
+        except Unmet as exc:
+            raise AssertionError(f"expected {describe} to hold for {duration:g}s; it broke: {exc}") from None
+        if not value:
+            raise AssertionError(f"expected {describe} to hold for {duration:g}s; it broke: {value!r}")
+        if time.monotonic() >= deadline:
+            return
+        time.sleep(interval)
+
+
+# --- processes ------------------------------------------------------------------------------------
+
+
+def proc_alive(pid: int) -> bool:
+    """True when `pid` exists and is not a zombie."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    # state is the field after the ")" that closes the command name
+    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+
+
+def proc_environ(pid: int) -> dict[str, str]:
+    try:
+        raw = Path(f"/proc/{pid}/environ").read_bytes()
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return {}
+    env: dict[str, str] = {}
+    for item in raw.split(b"\0"):
+        key, sep, value = item.partition(b"=")
+        if sep:
+            env[key.decode(errors="replace")] = value.decode(errors="replace")
+    return env
+
+
+def app_processes(process_guid: str) -> dict[int, list[int]]:
+    """Every live process on this machine whose environment says it is an instance of `process_guid`,
+    by INSTANCE_INDEX (read from /proc, so a leaked process the cluster forgot is still found)."""
+    found: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        pid = int(entry)
+        env = proc_environ(pid)
+        if env.get("PROCESS_GUID") != process_guid or "INSTANCE_INDEX" not in env:
+            continue
+        if not proc_alive(pid):
+            continue
+        found.setdefault(int(env["INSTANCE_INDEX"]), []).append(pid)
+    return found
+
+
+# --- the BBS as seen by a client ------------------------------------------------------------------
+
+
+@dataclass
+class Answer:
+    index: int
+    pid: int
+    instance_guid: str
+    cell_id: str
+
+
+def ask_instance(address: str, timeout: float = 2.0) -> Answer:
+    """GET http://<address>/ on an instance of APP_COMMAND."""
+    r = httpx.get(f"http://{address}/", timeout=timeout)
+    r.raise_for_status()
+    return Answer(int(r.text), int(r.headers["X-Pid"]), r.headers["X-Instance-Guid"], r.headers["X-Cell-Id"])
+
+
+class BBS:
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.http = httpx.Client(base_url=url, timeout=10.0)
+
+    def close(self) -> None:
+        self.http.close()
+
+    def desire(self, process_guid: str, instances: int, **fields: Any) -> dict:
+        body = {"process_guid": process_guid, "instances": instances, "command": APP_COMMAND,
+                "memory_mb": 128, "disk_mb": 128, "ports": [8080], **fields}
+        r = self.http.post("/v1/desired_lrps", json=body)
+        assert r.status_code == 201, f"expected 201 creating {process_guid}, saw {r.status_code}: {r.text}"
+        return r.json()
+
+    def scale(self, process_guid: str, instances: int) -> dict:
+        r = self.http.patch(f"/v1/desired_lrps/{process_guid}", json={"instances": instances})
+        assert r.status_code == 200, f"expected 200 scaling {process_guid}, saw {r.status_code}: {r.text}"
+        return r.json()
+
+    def desired(self) -> list[dict]:
+        r = self.http.get("/v1/desired_lrps")
+        r.raise_for_status()
+        return r.json()["items"]
+
+    def actuals(self, process_guid: str | None = None, **query: str) -> list[dict]:
+        params = dict(query)
+        if process_guid is not None:
+            params["process_guid"] = process_guid
+        r = self.http.get("/v1/actual_lrps", params=params)
+        r.raise_for_status()
+        return r.json()["items"]
+
+    def cells(self) -> list[dict]:
+        r = self.http.get("/v1/cells")
+        r.raise_for_status()
+        return r.json()["items"]
+
+    def tasks(self) -> list[dict]:
+        r = self.http.get("/v1/tasks")
+        r.raise_for_status()
+        return r.json()["items"]
+
+    def task(self, task_guid: str) -> dict:
+        r = self.http.get(f"/v1/tasks/{task_guid}")
+        r.raise_for_status()
+        return r.json()
+
+    def create_task(self, task_guid: str, command: Sequence[str], **fields: Any) -> dict:
+        body = {"task_guid": task_guid, "command": list(command), "memory_mb": 64, "disk_mb": 64, **fields}
+        r = self.http.post("/v1/tasks", json=body)
+        assert r.status_code == 201, f"expected 201 creating task {task_guid}, saw {r.status_code}: {r.text}"
+        return r.json()
+
+
+def brief(actuals: Sequence[dict]) -> str:
+    """A compact rendering of actual LRPs for failure messages."""
+    rows = sorted(actuals, key=lambda a: (a["index"], a.get("presence", ""), a.get("instance_guid", "")))
+    return "[" + ", ".join(
+        f"{a['index']}:{a['state']}/{a.get('presence', '?')}@{a.get('cell_id') or '-'}"
+        f"({(a.get('instance_guid') or '')[:8]}){' crash=' + str(a['crash_count']) if a.get('crash_count') else ''}"
+        f"{' err=' + repr(a['placement_error']) if a.get('placement_error') else ''}"
+        for a in rows
+    ) + "]"
+
+
+def running_ordinary(actuals: Sequence[dict]) -> dict[int, dict]:
+    """index -> the RUNNING ORDINARY actual (raises Unmet if an index has more than one)."""
+    out: dict[int, dict] = {}
+    for a in actuals:
+        if a["state"] == "RUNNING" and a.get("presence", "ORDINARY") == "ORDINARY":
+            if a["index"] in out:
+                raise Unmet(f"two RUNNING ORDINARY actuals for index {a['index']}: {brief(actuals)}")
+            out[a["index"]] = a
+    return out
+
+
+def wait_all_running(bbs: BBS, process_guid: str, instances: int, timeout: float = 30.0,
+                     answer: bool = True) -> dict[int, dict]:
+    """Wait until indices 0..instances-1 each have exactly one RUNNING ORDINARY actual, there is no other
+    actual for the app, and (answer=True) each answers HTTP at its address with its index."""
+    return wait_for(lambda: all_running(bbs, process_guid, instances, answer), timeout,
+                    f"{instances} RUNNING instances of {process_guid}")
+
+
+def all_running(bbs: BBS, process_guid: str, instances: int, answer: bool = True) -> dict[int, dict]:
+    """The check of `wait_all_running`, once: index -> RUNNING actual, or raises Unmet."""
+    actuals = bbs.actuals(process_guid)
+    running = running_ordinary(actuals)
+    if sorted(running) != list(range(instances)) or len(actuals) != instances:
+        raise Unmet(f"{len(running)}/{instances} RUNNING: {brief(actuals)}")
+    if answer:
+        for index, a in running.items():
+            try:
+                got = ask_instance(a["address"])
+            except (httpx.HTTPError, OSError, KeyError, ValueError) as exc:
+                raise Unmet(f"index {index} at {a.get('address')!r} does not answer: {exc!r}") from None
+            if got.index != index or got.instance_guid != a["instance_guid"]:
+                raise Unmet(f"index {index} at {a['address']} answered as {got}, expected "
+                            f"index {index} instance {a['instance_guid']}")
+    return running
+
+
+def one_process_per_index(process_guid: str, running: dict[int, dict]) -> bool:
+    """Exactly one live process per index, and it is the one at the RUNNING actual's address."""
+    procs = app_processes(process_guid)
+    if sorted(procs) != sorted(running) or any(len(p) != 1 for p in procs.values()):
+        raise Unmet(f"processes per index {procs}, expected one for each of {sorted(running)}")
+    for index, a in running.items():
+        got = ask_instance(a["address"])
+        if got.pid != procs[index][0]:
+            raise Unmet(f"index {index}: {a['address']} answered from pid {got.pid}, "
+                        f"but the live process is {procs[index]}")
+    return True
+
+
+# --- the rep as seen from outside -----------------------------------------------------------------
+
+
+def rep_state(rep_url: str) -> dict:
+    r = httpx.get(f"{rep_url}/state", timeout=5.0)
+    r.raise_for_status()
+    return r.json()
+
+
+# --- events ---------------------------------------------------------------------------------------
+
+
+@dataclass
+class Received:
+    seq: int
+    at: float  # time.monotonic() when parsed
+    type: str
+    data: Any
+    bbs_at: str | None = None  # the Event's own `at` (BBS wall clock, set once the change committed)
+
+
+@dataclass
+class EventLog:
+    """The BBS's /v1/events SSE stream, read in a background thread."""
+
+    url: str
+    events: list[Received] = field(default_factory=list)
+    on_event: list[Callable[[Received], None]] = field(default_factory=list)
+    connected: threading.Event = field(default_factory=threading.Event)
+    error: BaseException | None = None
+    _stop: bool = False
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def start(self) -> EventLog:
+        self._client = httpx.Client(timeout=httpx.Timeout(10.0, read=None))
+        self._thread = threading.Thread(target=self._run, daemon=True, name="sse-reader")
+        self._thread.start()
+        if not self.connected.wait(10.0):
+            raise AssertionError(f"expected to connect to {self.url}/v1/events within 10s; error: {self.error!r}")
+        return self
+
+    def _run(self) -> None:
+        try:
+            with self._client.stream("GET", f"{self.url}/v1/events") as resp:
+                resp.raise_for_status()
+                etype, data_lines = "", []
+                for line in resp.iter_lines():
+                    if self._stop:
+                        return
+                    # The BBS opens the stream with a ": connected" comment once we are subscribed.
+                    self.connected.set()
+                    if line == "":
+                        if data_lines:
+                            self._add(etype or "message", "\n".join(data_lines))
+                        etype, data_lines = "", []
+                    elif line.startswith(":"):
+                        continue
+                    elif line.startswith("event:"):
+                        etype = line[6:].strip()
+                    elif line.startswith("data:"):
+                        data_lines.append(line[5:].lstrip())
+        except BaseException as exc:  # noqa: BLE001 - recorded for the test to report
+            if not self._stop:
+                self.error = exc
+        finally:
+            self.connected.set()
+
+    def _add(self, etype: str, raw: str) -> None:
+        try:
+            data = json.loads(raw)
+        except ValueError:
+            data = raw
+        # The SSE data may be the whole Event {"type", "data", "at"} or just its data.
+        bbs_at = None
+        if isinstance(data, dict) and "type" in data and "data" in data:
+            etype, data, bbs_at = data["type"] or etype, data["data"], data.get("at")
+        with self._lock:
+            ev = Received(len(self.events), time.monotonic(), etype, data, bbs_at)
+            self.events.append(ev)
+        for callback in list(self.on_event):
+            callback(ev)
+
+    def snapshot(self) -> list[Received]:
+        with self._lock:
+            return list(self.events)
+
+    def stop(self) -> None:
+        self._stop = True
+        with contextlib.suppress(Exception):
+            self._client.close()
+
+
+def actual_lrps_in(data: Any) -> list[dict]:
+    """Every ActualLRP-shaped dict inside an event's data (events may wrap it, e.g. before/after)."""
+    found: list[dict] = []
+
+    def walk(node: Any, key: str = "") -> None:
+        if isinstance(node, dict):
+            if "process_guid" in node and "index" in node and "state" in node and key != "before":
+                found.append(node)
+                return
+            for k, v in node.items():
+                walk(v, k)
+        elif isinstance(node, list):
+            for v in node:
+                walk(v, key)
+
+    walk(data)
+    return found
+
+
+# --- the CLI --------------------------------------------------------------------------------------
+
+
+@dataclass
+class CLIResult:
+    code: int
+    stdout: str
+    stderr: str
+
+    @property
+    def output(self) -> str:
+        return self.stdout + self.stderr
+
+
+def run_cli(bbs_url: str, *args: str, timeout: float = 30.0) -> CLIResult:
+    env = {**os.environ, "VENDUE_BBS_URL": bbs_url, "NO_COLOR": "1", "COLUMNS": "200", "TERM": "dumb"}
+    # The BBS comes from VENDUE_BBS_URL (an option appended after `-- COMMAND` would be part of it).
+    proc = subprocess.run([sys.executable, "-m", "deploy.cli", *args], cwd=ROOT,
+                          env=env, capture_output=True, text=True, timeout=timeout)
+    return CLIResult(proc.returncode, proc.stdout, proc.stderr)
+
+
+# --- the cluster ----------------------------------------------------------------------------------
+
+
+@dataclass
+class E2ECluster:
+    """A started LocalCluster plus clients."""
+
+    lc: Any
+    bbs: BBS | None = None
+    events: EventLog | None = None
+    guids: set[str] = field(default_factory=set)
+
+    def guid(self, name: str) -> str:
+        """A process/task guid unique to this run (so leftover processes can be traced to the test)."""
+        value = f"{name}-{uuid.uuid4().hex[:8]}"
+        self.guids.add(value)
+        return value
+
+    @property
+    def reps(self) -> dict[str, Any]:
+        return self.lc.reps
+
+    def cli(self, *args: str, timeout: float = 30.0) -> CLIResult:
+        return run_cli(self.lc.bbs_url, *args, timeout=timeout)
+
+    def follow_events(self) -> EventLog:
+        self.events = EventLog(self.lc.bbs_url).start()
+        return self.events
+
+
+@pytest.fixture
+def make_cluster(tmp_path: Path) -> Iterator[Callable[..., E2ECluster]]:
+    """Start a LocalCluster (real processes on loopback); stopped, with every instance process it
+    spawned, when the test ends — also when it fails."""
+    from deploy.cluster import LocalCluster
+
+    started: list[E2ECluster] = []
+
+    def make(cells: int = 4, zones: int = 2, bbs_args: Sequence[str] = (), rep_args: Sequence[str] = (),
+             auctioneer_args: Sequence[str] = (), **kwargs: Any) -> E2ECluster:
+        lc = LocalCluster(tmp_path / f"cluster{len(started)}", cells=cells, zones=zones, executor="process",
+                          bbs_args=[*BBS_ARGS, *bbs_args], rep_args=[*REP_ARGS, *rep_args],
+                          auctioneer_args=[*AUCTIONEER_ARGS, *auctioneer_args], **kwargs)
+        cluster = E2ECluster(lc)
+        started.append(cluster)
+        lc.start(timeout=60.0)
+        cluster.bbs = BBS(lc.bbs_url)
+        wait_for(lambda: expect(len(cluster.bbs.cells()) == cells,
+                                f"cells {[x['cell_id'] for x in cluster.bbs.cells()]}"),
+                 30.0, f"{cells} cells present in the BBS")
+        return cluster
+
+    yield make
+
+    for cluster in started:
+        if cluster.events is not None:
+            cluster.events.stop()
+        if cluster.bbs is not None:
+            cluster.bbs.close()
+        with contextlib.suppress(Exception):
+            cluster.lc.stop()
+        _print_log_tails(cluster.lc)  # captured: pytest shows it only when the test failed
+    # No instance process of a test may outlive its cluster (the reps stop them; PR_SET_PDEATHSIG
+    # takes them down with a killed rep). Give the kernel a moment, then kill and report stragglers.
+    guids = set().union(*(c.guids for c in started)) if started else set()
+    leftovers: list[int] = []
+    deadline = time.monotonic() + 10.0
+    while True:
+        leftovers = _instance_pids(guids)
+        if not leftovers or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    for pid in leftovers:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    assert not leftovers, f"expected no instance processes after the cluster stopped, saw pids {leftovers}"
+
+
+def _print_log_tails(lc: Any, lines: int = 25) -> None:
+    logs = Path(lc.data_dir) / "logs"
+    for log in sorted(logs.glob("*.log")) if logs.is_dir() else []:
+        tail = log.read_text(errors="replace").splitlines()[-lines:]
+        print(f"--- {log} (last {len(tail)} lines) ---", *tail, sep="\n")
+
+
+def _instance_pids(guids: set[str]) -> list[int]:
+    """Live processes whose PROCESS_GUID is one of this test's guids."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and proc_environ(int(entry)).get("PROCESS_GUID") in guids and proc_alive(int(entry)):
+            pids.append(int(entry))
+    return pids
