@@ -286,7 +286,9 @@ async def measure(cluster: LocalCluster, apps: int, per_app: int, timeout: float
 def run_once(apps: int, per_app: int, cells: int, zones: int, timeout: float, presence_ttl: float,
              convergence_interval: float, poll_interval: float = 0.0) -> dict[str, Any]:
     timings = ["--presence-ttl", str(presence_ttl)]
-    with tempfile.TemporaryDirectory(prefix="vendue-bench-") as tmp:
+    # ignore_cleanup_errors: a component still flushing its log while the directory goes must not turn
+    # a finished measurement into a traceback.
+    with tempfile.TemporaryDirectory(prefix="vendue-bench-", ignore_cleanup_errors=True) as tmp:
         cluster = LocalCluster(
             Path(tmp), cells=cells, zones=zones, executor="sim", sim_cells_per_process=cells,
             # Room for a full load of 128 MB / 256 MB instances: 10,000 over 100 cells is 100 per cell.
