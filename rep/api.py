@@ -7,20 +7,32 @@ and POST /evacuate (evacuate every cell).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from fastapi import APIRouter, Depends, FastAPI, HTTPException, Request, Response
 from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import ValidationError
 
 from common.models import Work
 
 from .cell import Cell
 from .host import RepHost
+from .metrics import metrics_registry, render
 
 JSON = "application/json"
 
 
-def create_app(host: RepHost) -> FastAPI:
+def create_app(host: RepHost, not_ready: Callable[[], str] | None = None) -> FastAPI:
+    """`not_ready()` says why the rep cannot take work yet ("" when it can): /ping then answers 503."""
     app = FastAPI(title="vendue rep", docs_url=None, redoc_url=None, openapi_url=None)
+
+    def ping_answer() -> Response:
+        why = not_ready() if not_ready is not None else ""
+        if why:
+            return JSONResponse({"ok": False, "ready": False, "reason": why}, status_code=503)
+        return JSONResponse({"ok": True})
 
     def the_cell(request: Request) -> Cell:
         cell_id = request.path_params.get("cell_id")
@@ -32,8 +44,8 @@ def create_app(host: RepHost) -> FastAPI:
     cell_routes = APIRouter()
 
     @cell_routes.get("/ping")
-    async def ping(cell: Cell = Depends(the_cell)) -> dict[str, bool]:
-        return {"ok": True}
+    async def ping(cell: Cell = Depends(the_cell)) -> Response:
+        return ping_answer()
 
     @cell_routes.get("/state")
     async def state(cell: Cell = Depends(the_cell)) -> Response:
@@ -74,14 +86,20 @@ def create_app(host: RepHost) -> FastAPI:
         host.evacuate([cell])
         return {"evacuating": True}
 
+    registry = metrics_registry(host)
+
+    @app.get("/metrics")
+    async def metrics() -> Response:
+        return Response(render(registry), media_type=CONTENT_TYPE_LATEST)
+
     app.include_router(cell_routes, prefix="/cells/{cell_id}")
     if host.single is not None:
         app.include_router(cell_routes)
     else:
 
         @app.get("/ping")
-        async def host_ping() -> dict[str, bool]:
-            return {"ok": True}
+        async def host_ping() -> Response:
+            return ping_answer()
 
         @app.get("/cells")
         async def host_cells() -> dict[str, list[dict[str, str]]]:

@@ -1,0 +1,45 @@
+"""Prometheus metrics of one rep process: read from its cells at scrape time, so nothing to keep in step."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from .host import RepHost
+
+
+class CellCollector(Collector):
+    def __init__(self, host: RepHost) -> None:
+        self.host = host
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        available = GaugeMetricFamily("vendue_rep_available", "What a cell has left", labels=["cell", "resource"])
+        total = GaugeMetricFamily("vendue_rep_total", "What a cell offers", labels=["cell", "resource"])
+        lrps = GaugeMetricFamily("vendue_rep_lrps", "LRP instances a cell holds, by state", labels=["cell", "state"])
+        tasks = GaugeMetricFamily("vendue_rep_tasks", "Tasks a cell holds", labels=["cell"])
+        evacuating = GaugeMetricFamily("vendue_rep_evacuating", "1 while a cell evacuates", labels=["cell"])
+        for cell in self.host.cells.values():
+            state = cell.state()
+            for resource in ("memory_mb", "disk_mb", "containers"):
+                available.add_metric([cell.cell_id, resource], getattr(state.available, resource))
+                total.add_metric([cell.cell_id, resource], getattr(state.total, resource))
+            by_state = Counter(lrp.state for lrp in state.lrps)
+            for lrp_state in ("reserved", "starting", "running", "stopping"):
+                lrps.add_metric([cell.cell_id, lrp_state], by_state.get(lrp_state, 0))
+            tasks.add_metric([cell.cell_id], len(state.tasks))
+            evacuating.add_metric([cell.cell_id], 1 if state.evacuating else 0)
+        yield from (available, total, lrps, tasks, evacuating)
+
+
+def metrics_registry(host: RepHost) -> CollectorRegistry:
+    registry = CollectorRegistry()
+    registry.register(CellCollector(host))
+    return registry
+
+
+def render(registry: CollectorRegistry) -> bytes:
+    return generate_latest(registry)
