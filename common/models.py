@@ -51,7 +51,10 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
+
+from .labels import validate_label_expression
+from .objective import validate_objective
 
 GUID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$"
 Guid = Annotated[str, Field(pattern=GUID_PATTERN)]
@@ -86,10 +89,23 @@ class HealthCheck(Strict):
     path: str = "/"
 
 
+def _label_expression(text: str) -> str:
+    validate_label_expression(text)  # ValueError -> 422 naming the field
+    return text
+
+
+def _objective(text: str | None) -> str | None:
+    validate_objective(text)
+    return text
+
+
+LabelExpression = Annotated[str, Field(max_length=1024), AfterValidator(_label_expression)]
+
+
 class VolumeRequestModel(Strict):
     name: Annotated[str, Field(min_length=1, max_length=128)]
     size_mb: int = Field(default=0, ge=0, le=1_048_576 * 16)
-    label_match: str = ""
+    label_match: LabelExpression = ""
     ephemeral: bool = False
 
 
@@ -99,7 +115,7 @@ class DeviceRequestModel(Strict):
 
 
 class AffinityRuleModel(Strict):
-    expression: Annotated[str, Field(min_length=1, max_length=256)]
+    expression: Annotated[str, Field(min_length=1, max_length=256), AfterValidator(_label_expression)]
     weight: float = Field(default=1.0, ge=-100, le=100)
 
 
@@ -112,9 +128,9 @@ class PlacementFields(Strict):
     placement_tags: list[Annotated[str, Field(min_length=1, max_length=128)]] = Field(default_factory=list)
     volume_drivers: list[Annotated[str, Field(min_length=1, max_length=128)]] = Field(default_factory=list)
     strategy: Literal["diego", "dea", "loadmark", "service", "objective", "binpack", "random"] | None = None
-    objective: Annotated[str, Field(max_length=1024)] | None = None
+    objective: Annotated[str | None, Field(max_length=1024), AfterValidator(_objective)] = None
     source_blob: str | None = None
-    labels_match: Annotated[str, Field(max_length=1024)] = ""
+    labels_match: LabelExpression = ""
     volumes: list[VolumeRequestModel] = Field(default_factory=list)
     ingress_ip: bool = False
     devices: list[DeviceRequestModel] = Field(default_factory=list)

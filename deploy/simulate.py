@@ -156,8 +156,8 @@ def check_strategy(name: str, field: str, engine: str = "fast") -> None:
 
 def check_workload(workload: Workload, strategy: str, engine: str) -> None:
     """Strategy names, objective and label expressions, each error naming its field."""
-    from auctioneer.engine.objective import validate_objective
-    from auctioneer.engine.strategies.labels import validate_label_expression
+    from common.labels import validate_label_expression
+    from common.objective import validate_objective
 
     if engine not in ("fast", "reference"):
         raise WorkloadError(f"--engine: unknown engine {engine!r} (expected fast or reference)")

@@ -129,7 +129,7 @@ def test_unknown_strategies_name_the_field(strategy: str, lrp_extra: dict, messa
 
 
 def test_bad_objective_expression_names_the_field() -> None:
-    pytest.importorskip("auctioneer.engine.objective")
+    pytest.importorskip("common.objective")
     data = example()
     data["lrps"][0]["objective"] = "((("
     with pytest.raises(WorkloadError, match=r"^lrps\[0\]\.objective: "):

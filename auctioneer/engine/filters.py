@@ -181,7 +181,7 @@ def invalid_request(item: Work) -> str | None:
     expressions += [(f"affinity[{i}].expression", a.expression) for i, a in enumerate(item.affinity)]
     if not any(text for _, text in expressions):
         return None
-    from .strategies.labels import validate_label_expression
+    from common.labels import validate_label_expression
 
     for field, text in expressions:
         if text:

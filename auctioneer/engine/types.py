@@ -59,7 +59,7 @@ class Volume:
 class VolumeRequest:
     name: str
     size_mb: int = 0
-    label_match: str = ""  # a label expression, see strategies/labels.py
+    label_match: str = ""  # a label expression, see common/labels.py
     ephemeral: bool = False
 
 

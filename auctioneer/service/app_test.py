@@ -43,6 +43,11 @@ async def test_bad_input_is_a_422_and_nothing_is_queued():
         assert response.status_code == 422
         assert response.json()["detail"][0]["loc"][:3] == ["body", 0, "desired"]
         assert (await client.post("/v1/lrps", json=[{"indices": []}])).status_code == 422
+        odd = [{"desired": {**bad[0]["desired"], "process_guid": "odd", "objective": "this is not (an expression"},
+                "indices": [0]}]
+        response = await client.post("/v1/lrps", json=odd)
+        assert response.status_code == 422
+        assert response.json()["detail"][0]["loc"] == ["body", 0, "desired", "objective"]
         assert (await client.post("/v1/tasks", json=[{"task": {"task_guid": "t"}}])).status_code == 422
         assert (await client.post("/v1/tasks", json={"not": "a list"})).status_code == 422
         assert service.batcher.pending == 0 and service.metrics.auctions == 0
@@ -105,14 +110,12 @@ async def test_what_no_cell_fits_is_reported_with_diegos_error_and_the_breakdown
         await client.post("/v1/lrps", json=body(
             start_request(desired("big", 1, memory_mb=4096)),
             start_request(desired("fits", 1, memory_mb=512)),
-            start_request(desired("odd", 1, objective="this is not (an expression")),
         ))
         await wait_until(lambda: len(bbs.failure_reports) == 1, lambda: f"one report, saw {bbs.failure_reports}")
         failures = {f.process_guid: f for f in bbs.failure_reports[0].lrps}
-        assert set(failures) == {"big", "odd"}
+        assert set(failures) == {"big"}
         assert failures["big"].error == "insufficient resources: memory"
         assert failures["big"].detail.startswith("0/1 cells fit") and "1 cells left out: 1 evacuating" in failures["big"].detail
-        assert failures["odd"].error.startswith("invalid objective")
         await wait_until(lambda: reps.lrps_received == 1, lambda: f"'fits' placed, saw {reps.work_posts}")
 
 

@@ -12,7 +12,6 @@ from collections import Counter
 from dataclasses import dataclass
 
 from auctioneer.engine import schedule
-from auctioneer.engine.strategies import pickers
 from auctioneer.engine.types import AuctionResult, Failure, SchedulerConfig
 from common.models import CellState
 
@@ -49,15 +48,14 @@ class Auction:
         self._reporter = reporter
         self._metrics = metrics
         self._config = config
-        self._objective_errors: dict[str, str] = {}  # objective text -> why it is invalid ("" if valid)
 
     async def run(self, batch: Batch) -> Batch:
         started = time.perf_counter()
         fetched = await self._fetcher.fetch()
-        lrp_items, refused = self._screen(batch)
+        lrp_items = list(batch.lrps.values())
         scheduled = time.perf_counter()
         result = await self._schedule(fetched.states, lrp_items, list(batch.tasks.values()))
-        failures = [_annotate(f, fetched) for f in result.failures] + refused
+        failures = [_annotate(f, fetched) for f in result.failures]
 
         dispatched = time.perf_counter()
         outcome = await self._dispatcher.send(group_work(result, batch, fetched.rep_urls))
@@ -95,41 +93,6 @@ class Auction:
             # often enough to answer the API.
             return await asyncio.to_thread(_convert_and_schedule, states, lrps, tasks, config)
         return _convert_and_schedule(states, lrps, tasks, config)
-
-    def _screen(self, batch: Batch) -> tuple[list[PendingLRP], list[Failure]]:
-        """LRPs naming a strategy or objective the engine cannot run fail alone, not the whole batch."""
-        offered = pickers(self._config.engine)
-        accepted: list[PendingLRP] = []
-        refused: list[Failure] = []
-        for item in batch.lrps.values():
-            d = item.desired
-            why = ""
-            if d.strategy is not None and d.strategy not in offered:
-                why = f"unknown strategy {d.strategy!r}"
-            elif d.objective is not None:
-                why = self._objective_error(d.objective)
-            if why:
-                refused.append(Failure(why, "", process_guid=d.process_guid, index=item.index))
-            else:
-                accepted.append(item)
-        return accepted, refused
-
-    def _objective_error(self, objective: str) -> str:
-        why = self._objective_errors.get(objective)
-        if why is None:
-            try:
-                from auctioneer.engine.objective import validate_objective
-
-                validate_objective(objective)
-                why = ""
-            except ImportError:  # the objective language not installed: let the engine decide
-                why = ""
-            except ValueError as exc:
-                why = "invalid objective: " + " ".join(str(exc).split())
-            if len(self._objective_errors) > 1024:
-                self._objective_errors.clear()
-            self._objective_errors[objective] = why
-        return why
 
 
 def _convert_and_schedule(

@@ -80,14 +80,14 @@ def test_a_minimal_cell_state_uses_the_engine_defaults():
 def test_one_lrp_start_per_index_with_the_desired_lrps_placement_fields():
     d = desired(
         "web", instances=5, memory_mb=512, disk_mb=2048, stack="windows", placement_tags=["gpu"],
-        volume_drivers=["nfs"], domain="apps", strategy="service", objective="spread", source_blob="blob-a",
+        volume_drivers=["nfs"], domain="apps", strategy="service", objective="diego-blog", source_blob="blob-a",
         labels_match="rack == r1", volumes=[{"name": "v", "size_mb": 10, "label_match": "x", "ephemeral": True}],
         ingress_ip=True, devices=[{"kind": "gpu", "count": 2}], affinity=[{"expression": "a", "weight": -2}],
     )
     starts = lrp_starts([PendingLRP(d, 1), PendingLRP(d, 4)])
     common = dict(
         process_guid="web", memory_mb=512, disk_mb=2048, stack="windows", placement_tags=("gpu",),
-        volume_drivers=("nfs",), domain="apps", strategy="service", objective="spread", total_instances=5,
+        volume_drivers=("nfs",), domain="apps", strategy="service", objective="diego-blog", total_instances=5,
         source_blob="blob-a", labels_match="rack == r1", volumes=(VolumeRequest("v", 10, "x", True),),
         ingress_ip=True, devices=(DeviceRequest("gpu", 2),), affinity=(AffinityRule("a", -2),),
     )

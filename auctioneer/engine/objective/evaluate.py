@@ -20,7 +20,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from .nodes import INSTANCE, Attr, BinOp, Count, Neg, Node, Num, Objective, Zones
+from common.objective.nodes import INSTANCE, Attr, BinOp, Count, Neg, Node, Num, Objective, Zones
 
 
 def as_number(n: int) -> float:

@@ -2,8 +2,9 @@ import math
 
 import pytest
 
+from common.objective.parser import parse_objective
+
 from .evaluate import BidFacts, InstanceFacts, divide, evaluate, modulo, ranked, score
-from .parser import parse_objective
 
 AI = InstanceFacts(instance_number=2.0, app_id=7.0, total_instances=4.0, memory_mb=256.0, disk_mb=1024.0,
                    source_blob="blob-a", stack="cflinuxfs4")

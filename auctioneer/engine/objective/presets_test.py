@@ -1,8 +1,9 @@
 import pytest
 
-from . import compile_objective
+from common.objective import compile_objective
+from common.objective.presets import ALPHA, BETA, DEFAULT_PRESET, DELTA, DIEGO_BLOG, GAMMA, PRESETS, resolve
+
 from .evaluate import BidFacts, InstanceFacts, score
-from .presets import ALPHA, BETA, DEFAULT_PRESET, DELTA, DIEGO_BLOG, GAMMA, PRESETS, resolve
 
 
 def test_the_weights_sum_to_one():

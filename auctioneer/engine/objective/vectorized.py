@@ -15,8 +15,9 @@ from typing import Protocol
 
 import numpy as np
 
+from common.objective.nodes import INSTANCE, Attr, BinOp, Count, Neg, Node, Num, Objective, Zones
+
 from .evaluate import BID_FIELDS, INSTANCE_FIELDS, Bid, InstanceFacts, divide, modulo, ranked
-from .nodes import INSTANCE, Attr, BinOp, Count, Neg, Node, Num, Objective, Zones
 
 Value = float | np.ndarray
 Needle = float | str | None | np.ndarray

@@ -6,9 +6,10 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from .errors import MAX_BYTES
+from common.objective.errors import MAX_BYTES
+from common.objective.parser import parse_objective
+
 from .evaluate import BidFacts, InstanceFacts, divide, modulo, score
-from .parser import parse_objective
 from .testing import EXPRESSIONS
 from .vectorized import BidTable, compile_columns, divide_columns, modulo_columns
 

@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from common.labels import parse_label_expression
+
 from ..filters import COMPATIBILITY, Work
 from ..state import AuctionState, CellSlot
 from ..types import LRPStart
-from .labels import parse_label_expression
 from .service_filters import VOLUMES, devices_wanted
 
 

@@ -1,6 +1,6 @@
 """The `objective` strategy: each LRP brings an objective function; the feasible cell valuing it highest wins.
 
-`LRPStart.objective` is an expression of the objective language (auctioneer/engine/objective) or a preset
+`LRPStart.objective` is an expression of the objective language (common/objective) or a preset
 name; without one, the `diego-blog` preset. Every cell that passes the whole filter chain is valued and
 the highest value wins, ties going to the first cell in input order. There is no zone ordering: the
 function spreads over zones itself (`r.AvailZoneNumber`, `azs`).
@@ -28,9 +28,10 @@ from collections.abc import Callable
 
 import numpy as np
 
+from common.objective import Objective, ObjectiveError, compile_objective
+
 from ..diagnosis import failure_for
 from ..filters import CONTAINERS, DISK, MEMORY, PLACEMENT_TAGS, STACK, VOLUME_DRIVERS, Work
-from ..objective import Objective, ObjectiveError, compile_objective
 from ..objective.evaluate import InstanceFacts, as_number, score
 from ..objective.vectorized import BidColumns, Needle, compile_columns
 from ..state import AuctionState, CellSlot, app_id

@@ -22,11 +22,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from common.labels import parse_label_expression
+
 from ..state import AuctionState, CellSlot
 from ..types import LRPStart, TaskStart
 from .base import Picker
 from .fast_index import FeasibleIndex
-from .labels import parse_label_expression
 from .service_filters import holds_own_volume
 
 NAME = "service"

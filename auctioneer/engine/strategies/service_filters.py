@@ -15,9 +15,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from common.labels import parse_label_expression, validate_label_expression
+
 from ..state import CellSlot, instance_key
 from ..types import LRPStart, Volume, VolumeRequest
-from .labels import parse_label_expression, validate_label_expression
 
 __all__ = [
     "DEVICES", "INGRESS_IP", "LABELS", "VOLUMES",

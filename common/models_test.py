@@ -1,0 +1,31 @@
+import pytest
+from pydantic import ValidationError
+
+from common.models import DesiredLRPCreate
+
+
+@pytest.mark.parametrize(
+    "fields, location",
+    [
+        ({"labels_match": "disk in (ssd"}, ("labels_match",)),
+        ({"objective": "ai.Nope + 1"}, ("objective",)),
+        ({"objective": "(ai.AppID + 1) mod r.AvailableMemoryMB"}, ("objective",)),
+        ({"affinity": [{"expression": "=x"}]}, ("affinity", 0, "expression")),
+        ({"volumes": [{"name": "data", "label_match": "!"}]}, ("volumes", 0, "label_match")),
+        ({"memory_mb": 0}, ("memory_mb",)),
+        ({"instances": 10_001}, ("instances",)),
+        ({"process_guid": "-bad"}, ("process_guid",)),
+        ({"colour": "blue"}, ("colour",)),
+    ],
+)
+def test_bad_requests_name_the_field(fields, location):
+    with pytest.raises(ValidationError) as caught:
+        DesiredLRPCreate(**{"process_guid": "web", **fields})
+    assert caught.value.errors()[0]["loc"] == location
+
+
+def test_valid_expressions_and_presets_are_kept_as_written():
+    lrp = DesiredLRPCreate(process_guid="web", objective="diego-blog", labels_match="disk=ssd,!spot",
+                           affinity=[{"expression": "zone in (a,b)", "weight": -2}])
+    assert (lrp.objective, lrp.labels_match, lrp.affinity[0].expression) == \
+        ("diego-blog", "disk=ssd,!spot", "zone in (a,b)")
