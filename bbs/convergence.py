@@ -274,6 +274,25 @@ def evacuate(actuals: ActualSet, cell_id: str, now: float) -> dict[str, set[int]
     return starts
 
 
+def forget_rebooted_cell(actuals: ActualSet, cell_id: str, now: float) -> dict[str, set[int]]:
+    """A cell heartbeats with a new boot id: its rep restarted and holds nothing it held before.
+
+    Its ORDINARY instances go back to UNCLAIMED to be placed again at once (waiting for the presence
+    to expire would wait forever: the cell keeps heartbeating); its EVACUATING and SUSPECT records are
+    dropped, their replacements already placed. Returns the starts.
+    """
+    starts: dict[str, set[int]] = {}
+    for row in actuals:
+        if row.cell_id != cell_id:
+            continue
+        if row.presence != ORDINARY:
+            actuals.remove(row)
+        elif row.state in (CLAIMED, RUNNING):
+            actuals.replace(row, reset_to_unclaimed(row, now))
+            starts.setdefault(row.process_guid, set()).add(row.index)
+    return starts
+
+
 # --- applying a pass decided on a snapshot ----------------------------------------------------------
 #
 # A pass reads everything outside the write lock (a consistent snapshot, without holding up the

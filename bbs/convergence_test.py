@@ -11,6 +11,7 @@ from bbs.convergence import (
     ConvergenceConfig,
     converge,
     evacuate,
+    forget_rebooted_cell,
     resize,
 )
 from bbs.lifecycle import Stop
@@ -129,6 +130,18 @@ def test_evacuate_converts_running_instances_and_is_idempotent() -> None:
     assert actuals.get("web", 0, EVACUATING).instance_guid == "i0"
     assert actuals.get("web", 0).state == UNCLAIMED
     assert evacuate(actuals, "c1", 6.0) == {}
+
+
+def test_a_rebooted_cell_loses_what_it_held_and_nothing_else() -> None:
+    actuals = ActualSet([
+        on_cell(0), on_cell(1, state=CLAIMED), on_cell(2, presence=SUSPECT), on_cell(2, cell="c2", guid="r2"),
+        on_cell(3, cell="c2"),
+    ])
+    assert forget_rebooted_cell(actuals, "c1", 7.0) == {"web": {0, 1}}
+    assert [(r.index, r.state, r.cell_id) for r in actuals if r.index in (0, 1)] == \
+        [(0, UNCLAIMED, ""), (1, UNCLAIMED, "")]
+    assert actuals.other("web", 2) is None  # the suspect copy on c1 is gone; its replacement stays
+    assert actuals.get("web", 2).instance_guid == "r2" and actuals.get("web", 3).cell_id == "c2"
 
 
 def test_resize_down_and_up() -> None:

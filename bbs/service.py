@@ -24,6 +24,7 @@ from .actual_set import ActualChanges, ActualSet
 from .convergence import (
     ConvergenceConfig,
     evacuate,
+    forget_rebooted_cell,
     resize,
     stops_for,
 )
@@ -527,6 +528,15 @@ class BBS:
                     effects.wake_convergence = True  # its suspect instances may be promoted back
             if appeared:
                 effects.events.append(lambda: [event("cell_appeared", r.to_wire(), now) for r in appeared])
+            for cell_id in rebooted_cells(existing, latest):
+                held = await tx.list_actuals(cell_id=cell_id)
+                if held:
+                    actuals = ActualSet(await tx.actuals_for_keys((r.process_guid, r.index) for r in held))
+                    starts = forget_rebooted_cell(actuals, cell_id, now)
+                    changes = actuals.diff()
+                    await tx.apply_actual_changes(changes)
+                    effects.actual_events(changes)
+                    await self.add_starts(tx, starts, effects)
             evacuating = [cell_id for cell_id, body in latest.items() if body.evacuating]
             for cell_id in evacuating:
                 on_cell = await tx.list_actuals(cell_id=cell_id, state=RUNNING, presence=ORDINARY)
@@ -549,3 +559,14 @@ class BBS:
     async def acquire_lease(self, name: str, owner: str) -> int | None:
         async with self.store.write() as tx:
             return await tx.acquire_lease(name, owner, self.settings.lease_ttl, time.time())
+
+
+def rebooted_cells(existing: dict[str, CellRecord], latest: dict[str, CellPresence]) -> list[str]:
+    """Cells whose heartbeat carries a boot id other than the one the BBS last saw."""
+    rebooted = []
+    for cell_id, body in latest.items():
+        before = existing.get(cell_id)
+        seen = before.presence.get("boot_id", "") if before is not None else ""
+        if seen and body.boot_id and seen != body.boot_id:
+            rebooted.append(cell_id)
+    return rebooted

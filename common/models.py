@@ -284,6 +284,9 @@ class CellPresence(Open):
     labels: dict[str, str] = Field(default_factory=dict)
     evacuating: bool = False
     expires_at: datetime | None = None  # set by the BBS: now + TTL at the last heartbeat
+    # New each time the rep starts: a cell heartbeating with a new boot id lost whatever it held before,
+    # so the BBS places that work again at once instead of waiting for a presence that never expires.
+    boot_id: str = ""
 
 
 class CellLRP(Open):

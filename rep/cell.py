@@ -99,6 +99,10 @@ class Cell:
         self.outbox = Outbox(send_lifecycle, self.apply_lifecycle_result, name=config.cell_id)
         self.evacuating = False
         self.retired = False  # evacuated or shut down: no more heartbeats, no more work
+        # Set by the host until the BBS has accepted a heartbeat carrying this boot id: work taken before
+        # that could be wiped by the BBS forgetting what this cell held in its previous life.
+        self.awaiting_registration = False
+        self.boot_id = uuid.uuid4().hex
         self.fencing_token = 0
         self._new_guid = new_guid
         self._instances: dict[str, HeldInstance] = {}
@@ -177,6 +181,7 @@ class Cell:
             volume_drivers=list(c.volume_drivers),
             labels=dict(c.labels),
             evacuating=self.evacuating,
+            boot_id=self.boot_id,
         )
 
     @property
@@ -196,6 +201,9 @@ class Cell:
         """Reserve what fits now, start it in the background, answer with the rest."""
         if self.evacuating or self.retired:
             return WorkResult(rejected_lrps=work.lrps, rejected_tasks=work.tasks, reason="cell is evacuating")
+        if self.awaiting_registration:
+            return WorkResult(rejected_lrps=work.lrps, rejected_tasks=work.tasks,
+                              reason="cell not yet registered with the BBS")
         if work.fencing_token < self.fencing_token:
             return WorkResult(
                 rejected_lrps=work.lrps,

@@ -266,3 +266,14 @@ async def test_presence_describes_the_cell() -> None:
     presence = cell.presence()
     assert (presence.cell_id, presence.zone, presence.rep_url) == ("cell-a", "z1", "http://rep")
     assert presence.total.memory_mb == 1024 and presence.placement_tags == ["gpu"]
+
+
+async def test_work_waits_until_the_bbs_has_seen_this_boot():
+    cell, _ = make_cell()
+    cell.awaiting_registration = True
+    result = cell.accept(Work(lrps=[LRPWork(desired=desired(), index=0)]))
+    assert [w.index for w in result.rejected_lrps] == [0]
+    assert result.reason == "cell not yet registered with the BBS"
+    cell.awaiting_registration = False
+    assert cell.accept(Work(lrps=[LRPWork(desired=desired(), index=0)])).rejected_lrps == []
+    assert cell.presence().boot_id == cell.boot_id != ""

@@ -20,7 +20,7 @@ import asyncio
 import contextlib
 import logging
 import signal
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 
 import httpx
 
@@ -83,6 +83,8 @@ class RepHost:
         self._signals_seen = 0
         self._loops: list[asyncio.Task[None]] = []
         self._evacuations: dict[str, asyncio.Task[None]] = {}
+        # Another way to announce presence each round (NATS heartbeats), besides the HTTP PUT.
+        self.also_announce: Callable[[list[Cell]], Awaitable[int]] | None = None
 
     @property
     def single(self) -> Cell | None:
@@ -99,6 +101,7 @@ class RepHost:
         for executor in self.executors:
             await executor.open()
         for cell in self.cells.values():
+            cell.awaiting_registration = True
             self._loops.append(asyncio.create_task(cell.outbox.run(), name=f"outbox-{cell.cell_id}"))
         self._loops.append(asyncio.create_task(self._heartbeat_loop(), name="heartbeat"))
 
@@ -111,6 +114,11 @@ class RepHost:
         cells = [c for c in self.cells.values() if not c.retired and c.cell_id not in self._beating]
         self._beating.update(c.cell_id for c in cells)
         started = asyncio.get_running_loop().time()
+        if self.also_announce is not None:
+            try:
+                await self.also_announce(cells)
+            except Exception:
+                log.debug("extra presence announcement failed", exc_info=True)
         try:
             results = await asyncio.gather(*(self._heartbeat(c) for c in cells), return_exceptions=True)
         finally:
@@ -148,6 +156,7 @@ class RepHost:
             headers={"content-type": "application/json"},
         )
         response.raise_for_status()
+        cell.awaiting_registration = False
         return True
 
     async def _heartbeat_loop(self) -> None:

@@ -74,6 +74,9 @@ async def setup() -> AsyncIterator[tuple[RepHost, MockBBS]]:
     ]
     host = RepHost(cells, [sim], client, BBS, presence_ttl_s=0.3, evacuation_timeout_s=DEADLINE_S)
     await host.start()
+    # A cell takes work only once the BBS has seen its boot (its first heartbeat).
+    await eventually(lambda: not any(c.awaiting_registration for c in cells), "every cell registered",
+                     lambda: [c.cell_id for c in cells if c.awaiting_registration])
     yield host, bbs
     await host.close()
     await client.aclose()

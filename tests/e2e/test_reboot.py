@@ -1,0 +1,43 @@
+"""End to end: a rep killed and restarted before its presence expires.
+
+The cell never stops heartbeating, so waiting for its presence to expire would wait forever; the new
+boot id in its first heartbeat tells the BBS that whatever the cell held is gone.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+
+import pytest
+
+from .conftest import Unmet, all_running, brief, one_process_per_index, wait_all_running, wait_for
+
+pytestmark = [pytest.mark.e2e]
+
+TTL = "60"  # far longer than the test may take: recovery must not come from expiry
+
+
+@pytest.mark.timeout(150)
+def test_instances_of_a_rep_restarted_within_its_ttl_are_placed_again(make_cluster):
+    c = make_cluster(cells=2, zones=1, bbs_args=["--presence-ttl", TTL], rep_args=["--presence-ttl", TTL])
+    web = c.guid("web")
+    c.bbs.desire(web, 4)
+    before = wait_all_running(c.bbs, web, 4)
+    victim = before[0]["cell_id"]
+    lost = {i for i, a in before.items() if a["cell_id"] == victim}
+
+    killed_at = time.monotonic()
+    c.lc.kill(victim, signal.SIGKILL)
+    c.lc.restart(victim)
+
+    def replaced():
+        now = all_running(c.bbs, web, 4)
+        stale = [i for i in lost if now[i]["instance_guid"] == before[i]["instance_guid"]]
+        if stale:
+            raise Unmet(f"indices {stale} still show the dead instance: {brief(c.bbs.actuals(web))}")
+        return now
+
+    now = wait_for(replaced, 40.0, f"indices {sorted(lost)} of {web} RUNNING again after {victim} restarted")
+    assert time.monotonic() - killed_at < float(TTL), "recovered only by presence expiry"
+    one_process_per_index(web, now)
