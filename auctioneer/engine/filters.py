@@ -174,13 +174,11 @@ def invalid_request(item: Work) -> str | None:
     Boundaries (the BBS API, workload files) refuse these up front; the engine checks again so that one
     bad request fails alone instead of aborting the whole auction.
     """
-    if not isinstance(item, LRPStart):
+    if not isinstance(item, LRPStart) or not (item.labels_match or item.volumes or item.affinity):
         return None
     expressions = [("labels_match", item.labels_match)]
     expressions += [(f"volumes[{i}].label_match", v.label_match) for i, v in enumerate(item.volumes)]
     expressions += [(f"affinity[{i}].expression", a.expression) for i, a in enumerate(item.affinity)]
-    if not any(text for _, text in expressions):
-        return None
     from common.labels import validate_label_expression
 
     for field, text in expressions:
