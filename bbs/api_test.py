@@ -1,4 +1,4 @@
-"""The BBS HTTP API in-process (httpx ASGITransport) on a temp SQLite file. The auctioneer, the reps
+"""The BBS HTTP API in-process (httpx ASGITransport), on SQLite and on PostgreSQL. The auctioneer, the reps
 and callback receivers are one recording transport: we see exactly what the BBS sends them."""
 
 from __future__ import annotations
@@ -78,9 +78,15 @@ class Harness:
 
 
 @pytest.fixture
-async def h(tmp_path: Path):
+async def h(tmp_path: Path, database_url: str):
     rec = Recorder()
-    settings = BBSSettings(data_dir=tmp_path, auctioneer_url=AUCTIONEER, send_attempts=1, presence_ttl=10)
+    settings = BBSSettings(
+        data_dir=tmp_path,
+        database_url=database_url,
+        auctioneer_url=AUCTIONEER,
+        send_attempts=1,
+        presence_ttl=10,
+    )
     outbound = httpx.AsyncClient(transport=httpx.MockTransport(rec.handle), timeout=5)
     async with running_bbs(settings, converge=False, client=outbound) as bbs:
         transport = httpx.ASGITransport(app=create_app(bbs))

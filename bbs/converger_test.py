@@ -29,10 +29,13 @@ def recording_client(sent: list[str]) -> httpx.AsyncClient:
     return httpx.AsyncClient(transport=httpx.MockTransport(handle), timeout=5)
 
 
-async def test_timer_reauctions_stale_unclaimed_and_marks_expired_cells(tmp_path: Path) -> None:
+async def test_timer_reauctions_stale_unclaimed_and_marks_expired_cells(
+    tmp_path: Path, database_url: str
+) -> None:
     sent: list[str] = []
     settings = BBSSettings(
         data_dir=tmp_path,
+        database_url=database_url,
         auctioneer_url="http://auctioneer.test",
         convergence_interval=0.1,
         stale_unclaimed=0.3,
@@ -66,9 +69,12 @@ async def test_timer_reauctions_stale_unclaimed_and_marks_expired_cells(tmp_path
             await asyncio.sleep(0.05)
 
 
-async def test_only_the_lease_holder_converges(tmp_path: Path) -> None:
+async def test_only_the_lease_holder_converges(tmp_path: Path, database_url: str) -> None:
     settings = BBSSettings(
-        data_dir=tmp_path, auctioneer_url="http://auctioneer.test", convergence_interval=0.1
+        data_dir=tmp_path,
+        database_url=database_url,
+        auctioneer_url="http://auctioneer.test",
+        convergence_interval=0.1,
     )
     async with (
         running_bbs(settings, client=recording_client([])) as one,
@@ -82,12 +88,15 @@ async def test_only_the_lease_holder_converges(tmp_path: Path) -> None:
         )
 
 
-async def test_crash_backoff_end_triggers_a_pass_without_waiting_for_the_timer(tmp_path: Path) -> None:
+async def test_crash_backoff_end_triggers_a_pass_without_waiting_for_the_timer(
+    tmp_path: Path, database_url: str
+) -> None:
     from common.models import CellLifecycle
 
     sent: list[str] = []
     settings = BBSSettings(
         data_dir=tmp_path,
+        database_url=database_url,
         auctioneer_url="http://auctioneer.test",
         convergence_interval=60,  # the timer alone would take a minute
         immediate_restarts=1,  # every crash waits

@@ -10,6 +10,8 @@ from pathlib import Path
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from common.transport import Transport
+
 
 class BBSSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="VENDUE_", extra="ignore")
@@ -19,6 +21,11 @@ class BBSSettings(BaseSettings):
     data_dir: Path = Path(".vendue")
     database_url: str | None = None  # default: sqlite+aiosqlite:///<data_dir>/bbs.db
     auctioneer_url: str = "http://127.0.0.1:8890"
+    # nats: auction requests, stops and cancels go over NATS, every event is also published on
+    # vendue.events.<type>, and heartbeats on vendue.cells.heartbeat count as presence PUTs.
+    transport: Transport = "http"
+    nats_url: str = "nats://127.0.0.1:4222"  # may carry credentials: nats://user:pass@host:port
+    nats_token: str | None = None
     ready_file: Path | None = None
     log_level: str = "info"
 

@@ -22,11 +22,19 @@ app.add_typer(bbs_app, name="bbs")
 
 
 def _settings(**flags: Any):  # type: ignore[no-untyped-def]
+    from pydantic import ValidationError
+
     from bbs.settings import BBSSettings
 
     given = {name: value for name, value in flags.items() if value is not None}
     try:
         return BBSSettings(**given)
+    except ValidationError as exc:
+        # One line naming the setting (pydantic's own message spans several).
+        first = exc.errors()[0]
+        setting = ".".join(str(part) for part in first["loc"]) or "settings"
+        typer.echo(f"error: {setting}: {first['msg']}", err=True)
+        raise typer.Exit(2) from None
     except ValueError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
@@ -82,23 +90,46 @@ def bbs(
         None, "--crash-reset-after", help="Running this long resets the crash count, s [300]."
     ),
     lease_ttl: float | None = typer.Option(None, "--lease-ttl", help="Convergence lease TTL, s [15]."),
+    check_config: bool = typer.Option(
+        False, "--check-config", help="Validate the settings and exit: 0, or 2 and the setting at fault."
+    ),
+    transport: str | None = typer.Option(
+        None, "--transport", help="http or nats: auction requests, stops, events and heartbeats [VENDUE_TRANSPORT]."
+    ),
+    nats_url: str | None = typer.Option(
+        None, "--nats-url", help="NATS server(s), credentials allowed [VENDUE_NATS_URL]; token: VENDUE_NATS_TOKEN."
+    ),
 ) -> None:
     """Serve the BBS (HTTP API, event stream, convergence loop) until SIGTERM or SIGINT."""
-    settings = _settings(**{k: v for k, v in locals().items() if k != "ctx"})
+    settings = _settings(**{k: v for k, v in locals().items() if k not in ("ctx", "check_config")})
     ctx.obj = settings
+    if check_config:
+        from bbs.config_check import config_problem
+
+        problem = config_problem(settings)
+        if problem is not None:
+            typer.echo(f"error: {problem}", err=True)
+            raise typer.Exit(2)
+        typer.echo("config ok")
+        raise typer.Exit(0)
     if ctx.invoked_subcommand is not None:
         return
     from bbs.server import serve
+    from bbs.store.database import SchemaTooNew
     from common.logging import setup_logging
 
-    setup_logging("bbs", settings.log_level)
-    asyncio.run(serve(settings))
+    log = setup_logging("bbs", settings.log_level)
+    try:
+        asyncio.run(serve(settings))
+    except SchemaTooNew as exc:
+        log.error(str(exc))  # one line, not a traceback: the operator's next step is in it
+        raise typer.Exit(1) from None
 
 
 @bbs_app.command()
 def migrate(ctx: typer.Context) -> None:
     """Create or upgrade the BBS database schema, then exit (`vendue bbs --database-url URL migrate`)."""
-    from bbs.store.database import create_engine, schema_revision
+    from bbs.store.database import SchemaTooNew, create_engine, schema_revision
     from bbs.store.database import migrate as run_migrations
     from common.logging import setup_logging
 
@@ -113,5 +144,9 @@ def migrate(ctx: typer.Context) -> None:
         finally:
             await engine.dispose()
 
-    current, _head = asyncio.run(run())
+    try:
+        current, _head = asyncio.run(run())
+    except SchemaTooNew as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from None
     typer.echo(f"database at revision {current}")

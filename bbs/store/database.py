@@ -1,4 +1,9 @@
-"""Opening the database: the async engine (SQLite in WAL mode by default) and its migrations."""
+"""Opening the database: the async engine (an SQLite file in WAL mode by default, PostgreSQL through
+asyncpg in production) and its Alembic migrations.
+
+Everything that differs between the two databases is decided here and in `store.py`, never in the
+BBS logic: URL spelling, connection setup, pool sizes, and how writers are serialised.
+"""
 
 from __future__ import annotations
 
@@ -9,24 +14,93 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy.engine import make_url
-from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 MIGRATIONS = Path(__file__).resolve().parent.parent / "migrations"
 
+# The async driver each supported database is reached through; a bare `postgresql://` (what most
+# operators have in DATABASE_URL) or `sqlite://` URL gets it.
+ASYNC_DRIVERS = {"sqlite": "aiosqlite", "postgresql": "asyncpg"}
 
-def is_sqlite(url: str) -> bool:
+# PostgreSQL advisory lock keys (any 64-bit numbers; these spell "vendue-w" and "vendue-m").
+WRITE_LOCK_KEY = 0x76656E6475652D77  # held by every BBS write transaction, see Store.write
+MIGRATION_LOCK_KEY = 0x76656E6475652D6D  # held while migrating, so replicas starting together take turns
+
+PG_POOL_SIZE = 10  # connections kept open: one writer at a time per process, the rest serve reads
+PG_MAX_OVERFLOW = 10
+PG_POOL_TIMEOUT_S = 10.0  # waiting longer for a connection is an error, not a hang
+PG_POOL_RECYCLE_S = 1800.0  # reconnect now and then (proxies and failovers drop idle connections)
+PG_CONNECT_TIMEOUT_S = 5.0
+PG_COMMAND_TIMEOUT_S = 60.0
+PG_IDLE_IN_TRANSACTION_MS = 60_000
+PG_LOCK_TIMEOUT_MS = 30_000
+
+
+class UnsupportedDatabase(ValueError):
+    pass
+
+
+class SchemaTooNew(RuntimeError):
+    """The database was migrated by a newer BBS: this one must not touch it."""
+
+    def __init__(self, current: str, head: str | None) -> None:
+        super().__init__(
+            f"database schema {current} is newer than this BBS (knows up to {head}): upgrade the BBS"
+        )
+        self.current = current
+        self.head = head
+
+
+def database_url(url: str) -> URL:
+    """The SQLAlchemy URL to open: parsed, checked, and given its async driver when it names none."""
+    parsed = make_url(url)  # raises ArgumentError when it is not a URL at all
+    backend = parsed.get_backend_name()
+    if backend == "postgres":  # Heroku-style spelling
+        parsed, backend = parsed.set(drivername="postgresql"), "postgresql"
+    driver = ASYNC_DRIVERS.get(backend)
+    if driver is None:
+        raise UnsupportedDatabase(f"unsupported database {backend!r} (use sqlite or postgresql)")
+    given = parsed.get_driver_name() if "+" in parsed.drivername else driver
+    if given != driver:
+        raise UnsupportedDatabase(f"{backend} is reached through {driver}, not {given!r}")
+    if backend == "postgresql" and not parsed.database:
+        raise UnsupportedDatabase("the PostgreSQL URL names no database")
+    return parsed.set(drivername=f"{backend}+{driver}")
+
+
+def is_sqlite(url: str | URL) -> bool:
     return make_url(url).get_backend_name() == "sqlite"
 
 
-def create_engine(url: str) -> AsyncEngine:
-    """An async engine; for SQLite: the file's folder created, WAL, and real BEGINs."""
-    parsed = make_url(url)
-    if parsed.get_backend_name() != "sqlite":
-        return create_async_engine(url, pool_pre_ping=True)
+def create_engine(url: str | URL) -> AsyncEngine:
+    """An async engine. SQLite: the file's folder created, WAL, and real BEGINs. PostgreSQL: a
+    bounded pool whose connections are checked before use (a restarted server is noticed) and
+    named `vendue-bbs` in pg_stat_activity."""
+    parsed = database_url(url) if isinstance(url, str) else url
+    if not is_sqlite(parsed):
+        return create_async_engine(
+            parsed,
+            pool_pre_ping=True,
+            pool_size=PG_POOL_SIZE,
+            max_overflow=PG_MAX_OVERFLOW,
+            pool_timeout=PG_POOL_TIMEOUT_S,
+            pool_recycle=PG_POOL_RECYCLE_S,
+            connect_args={
+                "timeout": PG_CONNECT_TIMEOUT_S,
+                "command_timeout": PG_COMMAND_TIMEOUT_S,
+                "server_settings": {
+                    "application_name": "vendue-bbs",
+                    # A writer that hangs mid-transaction (partitioned, stopped) must not hold the
+                    # write lock for ever, and a write must fail rather than wait for ever.
+                    "idle_in_transaction_session_timeout": str(PG_IDLE_IN_TRANSACTION_MS),
+                    "lock_timeout": str(PG_LOCK_TIMEOUT_MS),
+                },
+            },
+        )
     if parsed.database and parsed.database != ":memory:":
         Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
-    engine = create_async_engine(url, connect_args={"timeout": 30})
+    engine = create_async_engine(parsed, connect_args={"timeout": 30})
 
     @sa.event.listens_for(engine.sync_engine, "connect")
     def _on_connect(dbapi_connection, _record) -> None:  # type: ignore[no-untyped-def]
@@ -46,6 +120,13 @@ def create_engine(url: str) -> AsyncEngine:
     return engine
 
 
+async def take_advisory_lock(connection: AsyncConnection, key: int) -> None:
+    """PostgreSQL: wait for the transaction-scoped advisory lock `key` (released at commit or
+    rollback, also when the client dies). SQLite has a single writer anyway: nothing to do."""
+    if connection.dialect.name == "postgresql":
+        await connection.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": key})
+
+
 def alembic_config(url: str) -> Config:
     config = Config()
     config.set_main_option("script_location", str(MIGRATIONS))
@@ -53,24 +134,44 @@ def alembic_config(url: str) -> Config:
     return config
 
 
+def known_head() -> str | None:
+    """The newest revision this code has a migration for."""
+    return ScriptDirectory.from_config(alembic_config("")).get_current_head()
+
+
+def _refuse_unknown_revision(connection: sa.Connection) -> None:
+    current = MigrationContext.configure(connection).get_current_revision()
+    scripts = ScriptDirectory.from_config(alembic_config(""))
+    if current is not None and current not in {script.revision for script in scripts.walk_revisions()}:
+        raise SchemaTooNew(current, scripts.get_current_head())
+
+
 async def migrate(engine: AsyncEngine, revision: str = "head") -> None:
-    """Bring the schema to `revision` (an empty database gets every migration)."""
+    """Bring the schema to `revision` (an empty database gets every migration). Refuses, with
+    SchemaTooNew, a database at a revision this code does not know (a newer BBS migrated it)."""
     config = alembic_config(engine.url.render_as_string(hide_password=False))
 
     def upgrade(connection: sa.Connection) -> None:
+        _refuse_unknown_revision(connection)
         config.attributes["connection"] = connection
         command.upgrade(config, revision)
 
     async with engine.begin() as connection:
+        await take_advisory_lock(connection, MIGRATION_LOCK_KEY)
         await connection.run_sync(upgrade)
+
+
+async def check_schema(engine: AsyncEngine) -> None:
+    """Raise SchemaTooNew when the database is at a revision this code does not know."""
+    async with engine.connect() as connection:
+        await connection.run_sync(_refuse_unknown_revision)
 
 
 async def schema_revision(engine: AsyncEngine) -> tuple[str | None, str | None]:
     """(current revision of the database, newest revision known to this code)."""
-    head = ScriptDirectory.from_config(alembic_config(str(engine.url))).get_current_head()
 
     def current(connection: sa.Connection) -> str | None:
         return MigrationContext.configure(connection).get_current_revision()
 
     async with engine.connect() as connection:
-        return await connection.run_sync(current), head
+        return await connection.run_sync(current), known_head()

@@ -7,9 +7,14 @@
         await tx.apply_actual_changes(changes)
 
 Every write request of the BBS is one `write()` transaction: reads, pure decisions, then a handful of
-bulk statements (executemany), never one round trip per instance. Writers are serialised by a lock
-(SQLite has one writer anyway, and this avoids "database is locked"); reads in a write transaction are
-`FOR UPDATE` where the database supports it, so several BBS processes on PostgreSQL stay correct.
+bulk statements (executemany), never one round trip per instance.
+
+Write transactions run one at a time across every BBS process on the database, so the logic's
+read-decide-write is correct as written, on either database, with any number of replicas: SQLite has
+a single writer anyway; on PostgreSQL each write transaction first takes a transaction-scoped
+advisory lock (released at commit, rollback, or when the client dies) and then reads committed rows.
+Within a process an asyncio lock queues writers first, so waiting ones hold no pool connection.
+Reads see one snapshot (SQLite's WAL transaction; REPEATABLE READ on PostgreSQL).
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from ..actual_set import ActualChanges
 from ..records import ActualRecord, CellRecord, DesiredRecord, TaskRecord
 from . import tables as t
-from .database import create_engine, migrate
+from .database import WRITE_LOCK_KEY, check_schema, create_engine, migrate, take_advisory_lock
 
 CHUNK = 400  # rows per IN (...) list: well under every database's bound-parameter limit
 PARTITION = 1000  # rows converted between two yields to the event loop
@@ -47,9 +52,14 @@ class Store:
 
     @classmethod
     async def open(cls, url: str, *, run_migrations: bool = True) -> Store:
+        """Open the database at `url`, migrating it to this code's schema (an empty one gets all of
+        it); raises database.SchemaTooNew for a database a newer BBS migrated."""
         engine = create_engine(url)
-        if run_migrations:
-            await migrate(engine)
+        try:
+            await (migrate(engine) if run_migrations else check_schema(engine))
+        except BaseException:
+            await engine.dispose()
+            raise
         return cls(engine)
 
     async def close(self) -> None:
@@ -57,20 +67,31 @@ class Store:
 
     @asynccontextmanager
     async def read(self) -> AsyncIterator[Tx]:
+        """A read-only transaction on one snapshot (a convergence pass reads several tables)."""
         async with self.engine.connect() as connection:
+            if connection.dialect.name == "postgresql":
+                await connection.execution_options(isolation_level="REPEATABLE READ")
             async with connection.begin():
-                yield Tx(connection, for_update=False)
+                yield Tx(connection)
 
     @asynccontextmanager
     async def write(self) -> AsyncIterator[Tx]:
+        """A read-write transaction; one at a time across all BBS processes (see the module doc).
+        READ COMMITTED on PostgreSQL: every read after the lock sees the previous writer's commit."""
         async with self._write_lock:
             async with self.engine.begin() as connection:
-                yield Tx(connection, for_update=True)
+                await take_advisory_lock(connection, WRITE_LOCK_KEY)
+                yield Tx(connection)
 
-    async def ping(self) -> bool:
-        try:
+    async def ping(self, timeout_s: float = 2.0) -> bool:
+        """True when a connection can be had and answers: readiness of this BBS."""
+
+        async def probe() -> None:
             async with self.engine.connect() as connection:
-                await asyncio.wait_for(connection.execute(sa.text("SELECT 1")), timeout=2.0)
+                await connection.execute(sa.text("SELECT 1"))
+
+        try:
+            await asyncio.wait_for(probe(), timeout=timeout_s)
             return True
         except Exception:  # noqa: BLE001 - any failure means "not ready"
             return False
@@ -167,8 +188,8 @@ _UPDATE_CELL = _keyed_update(t.cells, ["cell_id"])
 _KEY_BUCKETS = (1, 4, 16, 64, 128, 256, CHUNK)
 
 
-@functools.lru_cache(maxsize=2 * len(_KEY_BUCKETS))
-def _keys_query(size: int, for_update: bool) -> sa.Select[Any]:
+@functools.lru_cache(maxsize=len(_KEY_BUCKETS))
+def _keys_query(size: int) -> sa.Select[Any]:
     """SELECT the actual LRPs of `size` (process_guid, index) keys: OR-ed `process_guid = :p AND
     idx = :i` terms, which every database answers with primary-key lookups (SQLite would scan the
     table for a row-value IN list). Built once per bucket size, so SQLAlchemy's compiled cache hits."""
@@ -176,20 +197,19 @@ def _keys_query(size: int, for_update: bool) -> sa.Select[Any]:
     terms = [
         sa.and_(c.process_guid == sa.bindparam(f"p{i}"), c.idx == sa.bindparam(f"i{i}")) for i in range(size)
     ]
-    query = sa.select(t.actual_lrps).where(sa.or_(*terms))
-    return query.with_for_update() if for_update else query
+    return sa.select(t.actual_lrps).where(sa.or_(*terms))
 
 
 class Tx:
     """One transaction's view of the store. Methods take and return records."""
 
-    def __init__(self, connection: AsyncConnection, *, for_update: bool) -> None:
+    def __init__(self, connection: AsyncConnection) -> None:
         self.connection = connection
-        self.for_update = for_update
 
-    def _select(self, table: sa.Table) -> sa.Select[Any]:
-        query = sa.select(table)
-        return query.with_for_update() if self.for_update else query
+    def _text_order(self, column: sa.ColumnElement[str]) -> sa.ColumnElement[str]:
+        """Strings sort by code point on both databases: SQLite compares bytes, while PostgreSQL
+        would follow the database's locale (en_US puts "app-2" between "app1" and "app3")."""
+        return sa.collate(column, "C") if self.connection.dialect.name == "postgresql" else column
 
     async def _rows(self, query: sa.Select[Any]) -> list[sa.Row[Any]]:
         return list((await self.connection.execute(query)).all())
@@ -212,20 +232,20 @@ class Tx:
 
     async def get_desired(self, process_guid: str) -> DesiredRecord | None:
         rows = await self._rows(
-            self._select(t.desired_lrps).where(t.desired_lrps.c.process_guid == process_guid)
+            sa.select(t.desired_lrps).where(t.desired_lrps.c.process_guid == process_guid)
         )
         return _desired(rows[0]) if rows else None
 
     async def desired_by_guid(self, process_guids: Iterable[str]) -> dict[str, DesiredRecord]:
         found: dict[str, DesiredRecord] = {}
         for chunk in _chunks(sorted(set(process_guids))):
-            query = self._select(t.desired_lrps).where(t.desired_lrps.c.process_guid.in_(list(chunk)))
+            query = sa.select(t.desired_lrps).where(t.desired_lrps.c.process_guid.in_(list(chunk)))
             for row in await self._rows(query):
                 found[row.process_guid] = _desired(row)
         return found
 
     async def list_desired(self, domain: str | None = None) -> list[DesiredRecord]:
-        query = self._select(t.desired_lrps).order_by(t.desired_lrps.c.process_guid)
+        query = sa.select(t.desired_lrps).order_by(self._text_order(t.desired_lrps.c.process_guid))
         if domain is not None:
             query = query.where(t.desired_lrps.c.domain == domain)
         return [_desired(row) for row in await self._rows(query)]
@@ -261,7 +281,9 @@ class Tx:
         presence: str | None = None,
     ) -> list[ActualRecord]:
         c = t.actual_lrps.c
-        query = self._select(t.actual_lrps).order_by(c.process_guid, c.idx, c.presence)
+        query = sa.select(t.actual_lrps).order_by(
+            self._text_order(c.process_guid), c.idx, self._text_order(c.presence)
+        )
         for column, value in (
             (c.process_guid, process_guid),
             (c.cell_id, cell_id),
@@ -276,7 +298,7 @@ class Tx:
         """Every actual LRP of these processes."""
         found: list[ActualRecord] = []
         for chunk in _chunks(sorted(set(process_guids))):
-            query = self._select(t.actual_lrps).where(t.actual_lrps.c.process_guid.in_(list(chunk)))
+            query = sa.select(t.actual_lrps).where(t.actual_lrps.c.process_guid.in_(list(chunk)))
             found.extend(_actual(row) for row in await self._rows(query))
         return found
 
@@ -288,7 +310,7 @@ class Tx:
             padded = [*chunk, *[chunk[-1]] * (size - len(chunk))]  # repeats match the same rows
             params = {f"p{i}": pg for i, (pg, _) in enumerate(padded)}
             params.update({f"i{i}": index for i, (_, index) in enumerate(padded)})
-            query = _keys_query(size, self.for_update)
+            query = _keys_query(size)
             found.extend(_actual(row) for row in (await self.connection.execute(query, params)).all())
         return found
 
@@ -355,19 +377,19 @@ class Tx:
     # --- tasks ----------------------------------------------------------------------------------
 
     async def get_task(self, task_guid: str) -> TaskRecord | None:
-        rows = await self._rows(self._select(t.tasks).where(t.tasks.c.task_guid == task_guid))
+        rows = await self._rows(sa.select(t.tasks).where(t.tasks.c.task_guid == task_guid))
         return _task(rows[0]) if rows else None
 
     async def tasks_by_guid(self, task_guids: Iterable[str]) -> dict[str, TaskRecord]:
         found: dict[str, TaskRecord] = {}
         for chunk in _chunks(sorted(set(task_guids))):
-            query = self._select(t.tasks).where(t.tasks.c.task_guid.in_(list(chunk)))
+            query = sa.select(t.tasks).where(t.tasks.c.task_guid.in_(list(chunk)))
             for row in await self._rows(query):
                 found[row.task_guid] = _task(row)
         return found
 
     async def list_tasks(self, state: str | None = None, domain: str | None = None) -> list[TaskRecord]:
-        query = self._select(t.tasks).order_by(t.tasks.c.created_at, t.tasks.c.task_guid)
+        query = sa.select(t.tasks).order_by(t.tasks.c.created_at, self._text_order(t.tasks.c.task_guid))
         if state is not None:
             query = query.where(t.tasks.c.state == state)
         if domain is not None:
@@ -377,7 +399,9 @@ class Tx:
     async def insert_task(self, record: TaskRecord) -> bool:
         """False when a task with this guid exists already."""
         try:
-            await self.connection.execute(t.tasks.insert().values(_task_params(record)))
+            # In a savepoint: on PostgreSQL a failed statement would void the whole transaction.
+            async with self.connection.begin_nested():
+                await self.connection.execute(t.tasks.insert().values(_task_params(record)))
         except IntegrityError:
             return False
         return True
@@ -395,18 +419,18 @@ class Tx:
     # --- cells ----------------------------------------------------------------------------------
 
     async def get_cell(self, cell_id: str) -> CellRecord | None:
-        rows = await self._rows(self._select(t.cells).where(t.cells.c.cell_id == cell_id))
+        rows = await self._rows(sa.select(t.cells).where(t.cells.c.cell_id == cell_id))
         return _cell(rows[0]) if rows else None
 
     async def cells_by_id(self, cell_ids: Iterable[str]) -> dict[str, CellRecord]:
         found: dict[str, CellRecord] = {}
         for chunk in _chunks(sorted(set(cell_ids))):
-            for row in await self._rows(self._select(t.cells).where(t.cells.c.cell_id.in_(list(chunk)))):
+            for row in await self._rows(sa.select(t.cells).where(t.cells.c.cell_id.in_(list(chunk)))):
                 found[row.cell_id] = _cell(row)
         return found
 
     async def list_cells(self, present_at: float | None = None) -> list[CellRecord]:
-        query = self._select(t.cells).order_by(t.cells.c.cell_id)
+        query = sa.select(t.cells).order_by(self._text_order(t.cells.c.cell_id))
         if present_at is not None:
             query = query.where(t.cells.c.expires_at >= present_at)
         return [_cell(row) for row in await self._rows(query)]
@@ -435,7 +459,7 @@ class Tx:
 
     async def acquire_lease(self, name: str, owner: str, ttl: float, now: float) -> int | None:
         """Take or renew the lease `name`; its fencing token when held, None when someone else has it."""
-        rows = await self._rows(self._select(t.leases).where(t.leases.c.name == name))
+        rows = await self._rows(sa.select(t.leases).where(t.leases.c.name == name))
         if not rows:
             try:
                 async with self.connection.begin_nested():
@@ -449,9 +473,11 @@ class Tx:
         if lease.owner != owner and lease.expires_at >= now:
             return None
         token = lease.token if lease.owner == owner else lease.token + 1
-        await self.connection.execute(
+        # Conditional on the row as read (owner and token are its version): writes are serialised
+        # already, but a lease is what fencing rests on, so it is never taken over blindly.
+        taken = await self.connection.execute(
             t.leases.update()
-            .where(t.leases.c.name == name)
+            .where(t.leases.c.name == name, t.leases.c.owner == lease.owner, t.leases.c.token == lease.token)
             .values(owner=owner, token=token, expires_at=now + ttl)
         )
-        return token
+        return token if taken.rowcount == 1 else None

@@ -1,36 +1,60 @@
-"""The store on a real SQLite file: migrations, bulk writes, keyed reads, leases."""
+"""The store on a real SQLite file and a real PostgreSQL database: migrations, bulk writes, keyed
+reads, leases, and refusing a schema newer than this code."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
-from pathlib import Path
 
 import pytest
+import sqlalchemy as sa
 
 from bbs.actual_set import ActualChanges
 from bbs.records import RUNNING, SUSPECT, CellRecord, DesiredRecord, TaskRecord, unclaimed
 from bbs.store import Store
-from bbs.store.database import schema_revision
+from bbs.store.database import SchemaTooNew, create_engine, is_sqlite, migrate, schema_revision
 
 
 @pytest.fixture
-async def store(tmp_path: Path):
-    opened = await Store.open(f"sqlite+aiosqlite:///{tmp_path / 'bbs.db'}")
+async def store(database_url: str):
+    opened = await Store.open(database_url)
     try:
         yield opened
     finally:
         await opened.close()
 
 
-async def test_migrates_an_empty_database_to_head_in_wal_mode(store: Store) -> None:
+async def test_migrates_an_empty_database_to_head(store: Store, database_url: str) -> None:
     current, head = await schema_revision(store.engine)
-    assert current == head == "0001"
-    async with store.read() as tx:
-        mode = (await tx.connection.exec_driver_sql("PRAGMA journal_mode")).scalar()
-    assert mode == "wal"
-    # A second migration run on the same file is a no-op.
-    again = await Store.open(str(store.engine.url))
+    assert current == head == "0002"
+    if is_sqlite(database_url):
+        async with store.read() as tx:
+            assert (await tx.connection.exec_driver_sql("PRAGMA journal_mode")).scalar() == "wal"
+    # A second migration run on the same database is a no-op.
+    again = await Store.open(database_url)
     await again.close()
+
+
+async def test_refuses_a_schema_newer_than_this_code(store: Store, database_url: str) -> None:
+    async with store.engine.begin() as connection:
+        await connection.execute(sa.text("UPDATE alembic_version SET version_num = '9999_from_the_future'"))
+    expected = (
+        "database schema 9999_from_the_future is newer than this BBS (knows up to 0002): upgrade the BBS"
+    )
+    for run_migrations in (True, False):
+        with pytest.raises(SchemaTooNew) as refused:
+            await Store.open(database_url, run_migrations=run_migrations)
+        assert str(refused.value) == expected
+
+
+async def test_replicas_opening_an_empty_postgres_database_together_migrate_it_once(
+    fresh_postgres_database: str,
+) -> None:
+    opened = await asyncio.gather(*(Store.open(fresh_postgres_database) for _ in range(4)))
+    try:
+        assert {(await schema_revision(s.engine))[0] for s in opened} == {"0002"}
+    finally:
+        await asyncio.gather(*(s.close() for s in opened))
 
 
 async def test_desired_round_trip_and_conflict(store: Store) -> None:
@@ -100,3 +124,55 @@ async def test_lease_is_held_by_one_owner_until_it_expires(store: Store) -> None
         assert await tx.acquire_lease("convergence", "b", ttl=10, now=105) is None
         assert await tx.acquire_lease("convergence", "a", ttl=10, now=105) == 1
         assert await tx.acquire_lease("convergence", "b", ttl=10, now=116) == 2
+
+
+async def test_upgrade_from_the_first_schema_keeps_rows_and_lifts_string_limits(database_url: str) -> None:
+    engine = create_engine(database_url)
+    store = Store(engine)
+    try:
+        await migrate(engine, "0001")
+        before = unclaimed("web", 0, "d", 1.0)
+        async with store.write() as tx:
+            await tx.apply_actual_changes(ActualChanges(inserts=[before]))
+        await migrate(engine)
+        assert (await schema_revision(engine))[0] == "0002"
+        # What reps report is stored whole on both databases (PostgreSQL enforced VARCHAR(n) before).
+        long = dataclasses.replace(
+            unclaimed("web", 1, "d", 1.0),
+            instance_guid="i" * 200,
+            zone="z" * 300,
+            host="h" * 300,
+            address="a" * 400,
+        )
+        async with store.write() as tx:
+            await tx.apply_actual_changes(ActualChanges(inserts=[long]))
+        async with store.read() as tx:
+            assert await tx.list_actuals() == [before, long]
+    finally:
+        await store.close()
+
+
+async def test_the_migrations_create_exactly_the_tables_the_store_uses(
+    store: Store, database_url: str
+) -> None:
+    from alembic.autogenerate import compare_metadata
+    from alembic.runtime.migration import MigrationContext
+
+    from bbs.store.tables import metadata
+
+    def differences(connection: sa.Connection) -> list[object]:
+        return list(compare_metadata(MigrationContext.configure(connection), metadata))
+
+    async with store.engine.connect() as connection:
+        found = await connection.run_sync(differences)
+    if is_sqlite(database_url):  # SQLite ignores VARCHAR lengths: 0002 leaves those columns be there
+        found = [d for d in found if not (isinstance(d, list) and d[0][0] == "modify_type")]
+    assert found == []
+
+
+async def test_lists_sort_strings_by_code_point(store: Store) -> None:
+    guids = ["app1", "app-2", "App3", "app_4", "app10"]  # a locale collation would interleave these
+    async with store.write() as tx:
+        assert await tx.insert_desireds([DesiredRecord(g, "d", 1, {}, 1.0, "e") for g in guids])
+    async with store.read() as tx:
+        assert [d.process_guid for d in await tx.list_desired()] == sorted(guids)

@@ -1,7 +1,8 @@
 """The BBS schema as SQLAlchemy Core tables (the migrations create exactly this).
 
 Full definitions are JSON columns; what queries filter or sort on is a column of its own. Times are
-float epoch seconds (portable across SQLite and PostgreSQL, and cheap to compare).
+float epoch seconds (portable across SQLite and PostgreSQL, and cheap to compare). Strings that come
+from outside unchecked (what reps report) are Text: PostgreSQL enforces VARCHAR lengths, SQLite not.
 """
 
 from __future__ import annotations
@@ -30,12 +31,12 @@ actual_lrps = sa.Table(
     sa.Column("presence", sa.String(16), primary_key=True),
     sa.Column("domain", sa.String(128), nullable=False),
     sa.Column("state", sa.String(16), nullable=False, index=True),
-    sa.Column("instance_guid", sa.String(128), nullable=False),
+    sa.Column("instance_guid", sa.Text, nullable=False),
     sa.Column("cell_id", sa.String(128), nullable=False, index=True),
-    sa.Column("zone", sa.String(128), nullable=False),
-    sa.Column("host", sa.String(255), nullable=False),
+    sa.Column("zone", sa.Text, nullable=False),
+    sa.Column("host", sa.Text, nullable=False),
     sa.Column("ports", sa.JSON, nullable=False),
-    sa.Column("address", sa.String(300), nullable=False),
+    sa.Column("address", sa.Text, nullable=False),
     sa.Column("crash_count", sa.Integer, nullable=False),
     sa.Column("crash_reason", sa.Text, nullable=False),
     sa.Column("since", sa.Float, nullable=False),

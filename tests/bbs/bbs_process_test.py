@@ -1,5 +1,6 @@
 """`vendue bbs` as a real process: ready file, HTTP, server-sent events, kill -9 and restart on the
-same SQLite file with the state intact, and a graceful SIGTERM while an event stream is open."""
+same database (SQLite file or PostgreSQL) with the state intact, and a graceful SIGTERM while an
+event stream is open."""
 
 from __future__ import annotations
 
@@ -23,8 +24,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 class BBSProcess:
-    def __init__(self, data_dir: Path, tag: str) -> None:
+    def __init__(self, data_dir: Path, tag: str, database_url: str | None = None, *extra_args: str) -> None:
         self.ready = data_dir / f"ready-{tag}.json"
+        database = ["--database-url", database_url] if database_url else []
         self.log = open(data_dir / f"bbs-{tag}.log", "wb")  # noqa: SIM115 - closed in stop()
         dead_auctioneer = f"http://127.0.0.1:{free_port()}"  # nothing listens: sends fail, state stays
         self.proc = subprocess.Popen(
@@ -43,6 +45,8 @@ class BBSProcess:
                 dead_auctioneer,
                 "--convergence-interval",
                 "0.5",
+                *database,
+                *extra_args,
             ],
             cwd=ROOT,
             stdout=subprocess.DEVNULL,
@@ -50,7 +54,11 @@ class BBSProcess:
             preexec_fn=child_preexec(),
             env={**os.environ, "VENDUE_HTTP_TIMEOUT": "1"},
         )
-        self.url = str(wait_ready_file(self.ready, timeout_s=30, proc=self.proc)["url"])
+        try:
+            self.url = str(wait_ready_file(self.ready, timeout_s=30, proc=self.proc)["url"])
+        except BaseException:
+            self.stop()
+            raise
 
     def stop(self) -> None:
         terminate_then_kill(self.proc, grace_s=10)
@@ -67,8 +75,10 @@ def processes() -> Iterator[list[BBSProcess]]:
             bbs.stop()
 
 
-def test_state_survives_kill_9_and_restart(tmp_path: Path, processes: list[BBSProcess]) -> None:
-    first = BBSProcess(tmp_path, "1")
+def test_state_survives_kill_9_and_restart(
+    tmp_path: Path, database_url: str, processes: list[BBSProcess]
+) -> None:
+    first = BBSProcess(tmp_path, "1", database_url)
     processes.append(first)
     with httpx.Client(base_url=first.url, timeout=10) as http:
         assert http.get("/ping").json() == {"ok": True, "ready": True}
@@ -91,7 +101,7 @@ def test_state_survives_kill_9_and_restart(tmp_path: Path, processes: list[BBSPr
     first.proc.send_signal(signal.SIGKILL)
     first.proc.wait(timeout=10)
 
-    second = BBSProcess(tmp_path, "2")
+    second = BBSProcess(tmp_path, "2", database_url)
     processes.append(second)
     with httpx.Client(base_url=second.url, timeout=10) as http:
         assert http.get("/v1/desired_lrps/web").json()["instances"] == 3

@@ -1,0 +1,222 @@
+"""One nats-py connection per process: connect with retry and backoff, then reconnect forever.
+
+nats-py's own initial connect either gives up or loops silently; here the first connection is retried
+with a growing delay and a clear log line ("NATS unreachable ..."), so a component started before its
+NATS server waits for it instead of crash-looping. Once connected, nats-py reconnects by itself for
+ever (subscriptions are restored, publishes made while disconnected are buffered and flushed).
+
+`connected` is what /ping reports as readiness. Callbacks registered with `on_connect` run once, after
+the first successful connection (subscriptions made then survive later reconnects).
+
+Auth: credentials in the URL (nats://user:pass@host:port or nats://token@host:port) are used by nats-py
+directly; a token may also come from VENDUE_NATS_TOKEN (the `token` argument). Log lines never show them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+from urllib.parse import urlsplit, urlunsplit
+
+from nats.aio.client import Client
+
+log = logging.getLogger("common.nats")
+
+OnConnect = Callable[[Client], Awaitable[None]]
+
+FIRST_BACKOFF_S = 0.25
+MAX_BACKOFF_S = 5.0
+# While unreachable at start, say so on the first failure and then every this many seconds.
+UNREACHABLE_LOG_EVERY_S = 30.0
+
+
+def redact(url: str) -> str:
+    """The URL without user, password or token (for log lines and errors)."""
+    parts = [p.strip() for p in url.split(",") if p.strip()]
+    out = []
+    for part in parts:
+        split = urlsplit(part if "://" in part else "nats://" + part)
+        if split.username is not None or split.password is not None:
+            host = split.hostname or ""
+            netloc = f"***@{host}" + (f":{split.port}" if split.port else "")
+            out.append(urlunsplit(split._replace(netloc=netloc)))
+        else:
+            out.append(part)
+    return ",".join(out)
+
+
+def server_list(url: str) -> list[str]:
+    """`nats://a:4222,nats://b:4222` -> both servers (a NATS cluster)."""
+    return [p.strip() for p in url.split(",") if p.strip()]
+
+
+class NatsConnection:
+    def __init__(
+        self,
+        url: str,
+        *,
+        name: str,
+        token: str | None = None,
+        connect_timeout: float = 2.0,
+        reconnect_wait: float = 0.5,
+        max_backoff: float = MAX_BACKOFF_S,
+    ) -> None:
+        self.url = url
+        self.name = name
+        self._token = token or None
+        self._connect_timeout = connect_timeout
+        self._reconnect_wait = reconnect_wait
+        self._max_backoff = max_backoff
+        self._nc: Client | None = None
+        self._on_connect: list[OnConnect] = []
+        self._connecting: asyncio.Task[None] | None = None
+        self._first = asyncio.Event()
+        self._up = asyncio.Event()  # set while connected (the first time and after every reconnect)
+        self._closed = False
+        self.failed_attempts = 0
+        self.reconnects = 0
+        self.disconnects = 0
+
+    # --- state ----------------------------------------------------------------------------------------
+
+    @property
+    def connected(self) -> bool:
+        return self._nc is not None and self._nc.is_connected
+
+    @property
+    def client(self) -> Client:
+        """The nats-py client; only once connected at least once (see `wait_connected`)."""
+        if self._nc is None:
+            raise RuntimeError(f"not connected to NATS at {redact(self.url)} yet")
+        return self._nc
+
+    def status(self) -> dict[str, object]:
+        """For /ping and /v1/stats: whether NATS is reachable now, and how it went."""
+        return {
+            "connected": self.connected, "url": redact(self.url), "reconnects": self.reconnects,
+            "disconnects": self.disconnects, "failed_attempts": self.failed_attempts,
+        }
+
+    async def until_connected(self, timeout: float) -> bool:
+        """Wait up to `timeout` for the connection to be up (e.g. a NATS restart); True if it is."""
+        if self.connected:
+            return True
+        try:
+            await asyncio.wait_for(self._up.wait(), max(0.0, timeout))
+        except TimeoutError:
+            return False
+        return self.connected
+
+    def on_connect(self, callback: OnConnect) -> None:
+        """Run `callback(client)` once after the first connection (at once if already connected)."""
+        self._on_connect.append(callback)
+        if self._nc is not None and self._first.is_set():
+            asyncio.get_running_loop().create_task(callback(self._nc))
+
+    # --- lifecycle -----------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Begin connecting in the background; returns at once."""
+        if self._connecting is None:
+            self._connecting = asyncio.create_task(self._connect_until_done(), name=f"nats-connect-{self.name}")
+
+    async def wait_connected(self, timeout: float) -> None:
+        """Wait (bounded) for the first connection; raises TimeoutError naming the server."""
+        try:
+            await asyncio.wait_for(self._first.wait(), timeout)
+        except TimeoutError:
+            raise TimeoutError(
+                f"expected a NATS connection to {redact(self.url)} within {timeout:g} s; "
+                f"{self.failed_attempts} attempts failed"
+            ) from None
+
+    async def close(self) -> None:
+        self._closed = True
+        if self._connecting is not None:
+            self._connecting.cancel()
+            await asyncio.gather(self._connecting, return_exceptions=True)
+        if self._nc is not None and not self._nc.is_closed:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._nc.drain(), 2.0)
+            with contextlib.suppress(Exception):
+                await self._nc.close()
+
+    async def _connect_until_done(self) -> None:
+        delay = FIRST_BACKOFF_S
+        loop = asyncio.get_running_loop()
+        last_logged = -UNREACHABLE_LOG_EVERY_S
+        while not self._closed:
+            try:
+                nc = await self._connect_once()
+            except Exception as exc:  # every failure is the same to us: wait and try again
+                self.failed_attempts += 1
+                now = loop.time()
+                if now - last_logged >= UNREACHABLE_LOG_EVERY_S:
+                    last_logged = now
+                    log.warning("NATS unreachable; retrying with backoff", extra={"data": {
+                        "url": redact(self.url), "error": _describe(exc), "attempts": self.failed_attempts,
+                        "retry_in_s": delay,
+                    }})
+                await asyncio.sleep(delay)  # backoff between connection attempts
+                delay = min(delay * 2, self._max_backoff)
+                continue
+            # Connected: from now on nats-py reconnects by itself, for ever.
+            nc.options["max_reconnect_attempts"] = -1
+            self._nc = nc
+            log.info("NATS connected", extra={"data": {
+                "url": redact(self.url), "after_failed_attempts": self.failed_attempts,
+                "max_payload": nc.max_payload,
+            }})
+            for callback in self._on_connect:
+                try:
+                    await callback(nc)
+                except Exception:
+                    log.exception("NATS on-connect callback failed")
+            self._first.set()
+            self._up.set()
+            return
+
+    async def _connect_once(self) -> Client:
+        nc = Client()
+        # Two tries per call (max_reconnect_attempts=1), then NoServersError: our loop owns the backoff.
+        try:
+            await nc.connect(
+                servers=server_list(self.url), name=self.name, token=self._token,
+                connect_timeout=max(1, round(self._connect_timeout)), reconnect_time_wait=self._reconnect_wait,
+                max_reconnect_attempts=1, allow_reconnect=True,
+                error_cb=self._on_error, disconnected_cb=self._on_disconnected,
+                reconnected_cb=self._on_reconnected, closed_cb=self._on_closed,
+            )
+        except BaseException:
+            with contextlib.suppress(Exception):
+                await nc.close()
+            raise
+        return nc
+
+    # --- nats-py callbacks ---------------------------------------------------------------------------
+
+    async def _on_error(self, exc: Exception) -> None:
+        if self._nc is not None:  # before the first connection, the retry loop reports failures
+            log.debug("NATS error", extra={"data": {"error": _describe(exc)}})
+
+    async def _on_disconnected(self) -> None:
+        if self._nc is not None and not self._closed:
+            self.disconnects += 1
+            self._up.clear()
+            log.warning("NATS disconnected; reconnecting", extra={"data": {"url": redact(self.url)}})
+
+    async def _on_reconnected(self) -> None:
+        self.reconnects += 1
+        self._up.set()
+        log.info("NATS reconnected", extra={"data": {"url": redact(self.url), "reconnects": self.reconnects}})
+
+    async def _on_closed(self) -> None:
+        if self._nc is not None and not self._closed:
+            log.error("NATS connection closed", extra={"data": {"url": redact(self.url)}})
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

@@ -1,0 +1,80 @@
+"""The NATS connection helper against a real nats-server: retry while unreachable, reconnect for ever."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import pytest
+
+from common.procutil import free_port
+from common.transport.nats_connection import NatsConnection, redact
+from common.transport.nats_server import NatsServer
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def test_log_lines_never_show_credentials():
+    assert redact("nats://user:pw@10.0.0.1:4222") == "nats://***@10.0.0.1:4222"
+    assert redact("nats://tok@a:1,nats://b:2") == "nats://***@a:1,nats://b:2"
+    assert redact("nats://127.0.0.1:4222") == "nats://127.0.0.1:4222"
+
+
+async def wait_for(condition, what, timeout=15.0) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not condition():
+        assert loop.time() < deadline, f"expected {what} within {timeout} s"
+        await asyncio.sleep(0.02)
+
+
+async def test_unreachable_at_start_logs_retries_then_connects_and_runs_the_on_connect_callbacks(tmp_path, caplog):
+    caplog.set_level(logging.INFO, logger="common.nats")
+    server = NatsServer(port=free_port(), token="t0k", log_path=tmp_path / "nats.log")
+    conn = NatsConnection(server.url, name="test", token="t0k", max_backoff=0.2)
+    subscribed = asyncio.Event()
+
+    async def on_connect(nc) -> None:
+        subscribed.set()
+
+    conn.on_connect(on_connect)
+    conn.start()
+    try:
+        await wait_for(lambda: conn.failed_attempts >= 2, "two failed attempts")
+        assert not conn.connected
+        unreachable = [r for r in caplog.records if r.getMessage() == "NATS unreachable; retrying with backoff"]
+        assert len(unreachable) == 1, "expected one log line while unreachable, not one per attempt"
+        assert "t0k" not in caplog.text
+        server.start()
+        await conn.wait_connected(15)
+        assert conn.connected and subscribed.is_set()
+    finally:
+        await conn.close()
+        server.stop()
+
+
+async def test_a_server_restart_is_survived_and_subscriptions_come_back(tmp_path):
+    server = NatsServer(log_path=tmp_path / "nats.log").start()
+    conn = NatsConnection(server.url, name="test")
+    received: list[bytes] = []
+    conn.start()
+    try:
+        await conn.wait_connected(10)
+        nc = conn.client
+
+        async def on_msg(msg) -> None:
+            received.append(msg.data)
+
+        await nc.subscribe("vendue.test", cb=on_msg)
+        await nc.flush()
+        server.kill()
+        await wait_for(lambda: not conn.connected, "the connection to notice the server died")
+        assert not await conn.until_connected(0.05)
+        server.start()
+        assert await conn.until_connected(15), f"expected a reconnect; saw {conn.status()}"
+        await nc.publish("vendue.test", b"after restart")
+        await wait_for(lambda: received == [b"after restart"], f"the message after the restart, saw {received}")
+        assert conn.reconnects == 1 and conn.disconnects == 1
+    finally:
+        await conn.close()
+        server.stop()

