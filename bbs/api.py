@@ -78,7 +78,7 @@ def create_app(bbs: BBS) -> FastAPI:
 
     @app.get("/ping")
     async def ping() -> dict[str, bool]:
-        return {"ok": True, "ready": await bbs.store.ping()}
+        return {"ok": True, "ready": await bbs.store.ping() and bbs.transport_ready()}
 
     @app.get("/metrics")
     async def metrics() -> Response:

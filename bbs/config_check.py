@@ -7,37 +7,31 @@ calls, and timings that contradict each other. Nothing is connected to.
 
 from __future__ import annotations
 
-import ipaddress
-import re
-from urllib.parse import urlsplit
-
 from sqlalchemy.exc import ArgumentError
+
+from common.config_check import (
+    HTTP_SCHEMES,
+    first_problem,
+    host_problem,
+    log_level_problem,
+    nats_url_problem,
+    url_problem,
+)
 
 from .settings import BBSSettings
 from .store.database import UnsupportedDatabase, database_url, is_sqlite
 
-LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
-NATS_SCHEMES = ("nats", "tls", "ws", "wss")
-_HOSTNAME = re.compile(
-    r"^(?=.{1,253}$)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$"
-)
-
 
 def config_problem(settings: BBSSettings) -> str | None:
     """The first problem found, as one line naming the setting ("database_url: ..."); None if sane."""
-    for problem in (
+    return first_problem(
         _database_problem(settings),
-        _url_problem("auctioneer_url", settings.auctioneer_url, ("http", "https")),
-        _nats_problem(settings),
-        _listen_problem(settings.listen),
-        None
-        if settings.log_level.lower() in LOG_LEVELS
-        else f"log_level: not one of {', '.join(LOG_LEVELS)}",
+        url_problem("auctioneer_url", settings.auctioneer_url, HTTP_SCHEMES),
+        nats_url_problem("nats_url", settings.nats_url),
+        host_problem("listen", settings.listen),
+        log_level_problem(settings.log_level),
         _timing_problem(settings),
-    ):
-        if problem is not None:
-            return problem
-    return None
+    )
 
 
 def _database_problem(settings: BBSSettings) -> str | None:
@@ -56,39 +50,6 @@ def _database_problem(settings: BBSSettings) -> str | None:
     if is_sqlite(url) and url.database in (None, "", ":memory:"):
         # Every pooled connection would get a memory database of its own.
         return "database_url: an SQLite database must be a file, not in memory"
-    return None
-
-
-def _url_problem(setting: str, url: str, schemes: tuple[str, ...]) -> str | None:
-    try:
-        parts = urlsplit(url)
-        parts.port  # noqa: B018 - raises ValueError on a port that is not a number in range
-    except ValueError as exc:
-        return f"{setting}: not a valid URL ({exc})"
-    if parts.scheme not in schemes:
-        return f"{setting}: scheme must be {' or '.join(schemes)}, not {parts.scheme or 'missing'!r}"
-    if not parts.hostname:
-        return f"{setting}: no host in the URL"
-    return None
-
-
-def _nats_problem(settings: BBSSettings) -> str | None:
-    servers = [server.strip() for server in settings.nats_url.split(",")]
-    if not all(servers):
-        return "nats_url: empty server in the list"
-    for server in servers:
-        problem = _url_problem("nats_url", server, NATS_SCHEMES)
-        if problem is not None:
-            return problem
-    return None
-
-
-def _listen_problem(listen: str) -> str | None:
-    try:
-        ipaddress.ip_address(listen)
-    except ValueError:
-        if not _HOSTNAME.match(listen):
-            return f"listen: {listen!r} is neither an IP address nor a host name"
     return None
 
 

@@ -1,6 +1,7 @@
 """The in-process event broadcaster behind GET /v1/events (server-sent events).
 
-Every committed change is published as one or more events; each subscriber has a bounded queue of
+Every committed change is published as one or more events; sinks (the NATS event publisher) get every
+published list as it is; each SSE subscriber has a bounded queue of
 ready-to-send SSE text chunks (one chunk per publish call, however many events it holds). A
 subscriber that falls too far behind is disconnected rather than slowing the BBS down: it reconnects
 and re-lists, as a Diego event consumer would.
@@ -11,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any
 
 from .records import iso
@@ -35,14 +36,28 @@ class EventHub:
         self.heartbeat_s = heartbeat_s
         self.queue_chunks = queue_chunks
         self._subscribers: set[asyncio.Queue[str]] = set()
+        self._sinks: list[Callable[[list[dict[str, Any]]], None]] = []
         self._closed = False
 
     @property
     def subscriber_count(self) -> int:
         return len(self._subscribers)
 
+    @property
+    def listening(self) -> bool:
+        """Whether anyone wants events (if not, the BBS does not even build them)."""
+        return bool(self._subscribers or self._sinks)
+
+    def add_sink(self, sink: Callable[[list[dict[str, Any]]], None]) -> None:
+        """Call `sink(events)` on every publish (synchronously: a sink only queues them)."""
+        self._sinks.append(sink)
+
     def publish(self, events: list[dict[str, Any]]) -> None:
-        if not events or not self._subscribers:
+        if not events:
+            return
+        for sink in self._sinks:
+            sink(events)
+        if not self._subscribers:
             return
         chunk = sse_chunk(events)
         for queue in list(self._subscribers):

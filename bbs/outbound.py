@@ -119,11 +119,11 @@ class Outbound:
 
     # --- reps and callbacks -----------------------------------------------------------------------
 
-    def stop_instance(self, rep_url: str, process_guid: str, instance_guid: str) -> None:
+    def stop_instance(self, rep_url: str, process_guid: str, instance_guid: str, *, cell_id: str = "") -> None:
         path = f"/v1/lrps/{quote(process_guid, safe='')}/instances/{quote(instance_guid, safe='')}/stop"
         self._spawn(self._post(rep_url.rstrip("/") + path, None, "stop"))
 
-    def cancel_task(self, rep_url: str, task_guid: str) -> None:
+    def cancel_task(self, rep_url: str, task_guid: str, *, cell_id: str = "") -> None:
         self._spawn(
             self._post(rep_url.rstrip("/") + f"/v1/tasks/{quote(task_guid, safe='')}/cancel", None, "cancel")
         )

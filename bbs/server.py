@@ -17,11 +17,13 @@ import httpx
 import uvicorn
 
 from common.procutil import write_ready_file
+from common.transport.nats_connection import NatsConnection
 
 from .api import create_app
 from .converger import Converger
 from .events import EventHub
 from .metrics import BBSMetrics
+from .nats_transport import EventPublisher, NatsOutbound, PresenceListener
 from .outbound import Outbound
 from .service import BBS
 from .settings import BBSSettings
@@ -42,15 +44,23 @@ async def running_bbs(
     store = await Store.open(settings.resolved_database_url())
     metrics = BBSMetrics()
     hub = EventHub()
-    outbound = Outbound(
-        settings.auctioneer_url,
-        metrics,
-        timeout=settings.http_timeout,
-        attempts=settings.send_attempts,
-        client=client,
-    )
+    nats: NatsConnection | None = None
+    options = {"timeout": settings.http_timeout, "attempts": settings.send_attempts, "client": client}
+    if settings.transport == "nats":
+        nats = NatsConnection(settings.nats_url, name="vendue-bbs", token=settings.nats_token)
+        outbound: Outbound = NatsOutbound(nats, settings.auctioneer_url, metrics, **options)
+    else:
+        outbound = Outbound(settings.auctioneer_url, metrics, **options)
     bbs = BBS(settings, store, outbound, hub, metrics)
     converger = Converger(bbs, settings.convergence_interval, settings.lease_ttl)
+    events: EventPublisher | None = None
+    presence: PresenceListener | None = None
+    if nats is not None:
+        events, presence = EventPublisher(nats), PresenceListener(bbs)
+        events.attach(hub)
+        nats.on_connect(presence.subscribe)
+        nats.start()
+        bbs.transport_ready = lambda: nats.connected
     outbound.start()
     if converge:
         converger.start()
@@ -62,6 +72,10 @@ async def running_bbs(
         with contextlib.suppress(TimeoutError):
             await outbound.drain(DRAIN_TIMEOUT_S)
         await outbound.close()
+        if presence is not None and events is not None and nats is not None:
+            await presence.close()
+            await events.close()
+            await nats.close()
         await store.close()
 
 

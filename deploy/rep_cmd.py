@@ -71,6 +71,15 @@ def rep(
     data_dir: Path | None = typer.Option(None, "--data-dir", help="Container directories (default .vendue)."),
     ready_file: Path | None = typer.Option(None, "--ready-file", help="Write {url, pid} here once serving."),
     log_level: str | None = typer.Option(None, "--log-level", help="debug, info, warning, error."),
+    transport: str | None = typer.Option(
+        None, "--transport", help="http or nats: also serve state and work over NATS (VENDUE_TRANSPORT)."
+    ),
+    nats_url: str | None = typer.Option(
+        None, "--nats-url", help="NATS server(s), credentials allowed (VENDUE_NATS_URL; token: VENDUE_NATS_TOKEN)."
+    ),
+    check_config: bool = typer.Option(
+        False, "--check-config", help="Validate the settings and exit: 0, or 2 and the setting at fault."
+    ),
 ) -> None:
     """Run a rep: advertise the cell, take work from auctions, run it, report to the BBS."""
     from rep.service import ConfigError, serve
@@ -108,14 +117,26 @@ def rep(
         "data_dir": data_dir,
         "ready_file": ready_file,
         "log_level": log_level,
+        "transport": transport,
+        "nats_url": nats_url,
     }
     try:
         settings = RepSettings(**{k: v for k, v in given.items() if v is not None})
     except ValidationError as exc:
-        for error in exc.errors(include_url=False):
+        errors = exc.errors(include_url=False)
+        for error in errors[:1] if check_config else errors:  # --check-config: one line
             field = ".".join(str(p) for p in error["loc"])
             typer.echo(f"error: {field}: {error['msg']}", err=True)
         raise typer.Exit(USAGE_ERROR) from None
+    if check_config:
+        from rep.config_check import config_problem
+
+        problem = config_problem(settings)
+        if problem is not None:
+            typer.echo(f"error: {problem}", err=True)
+            raise typer.Exit(USAGE_ERROR)
+        typer.echo("config ok")
+        raise typer.Exit(0)
     setup_logging("rep", settings.log_level)
     try:
         status = asyncio.run(serve(settings))

@@ -13,11 +13,13 @@ import httpx
 import uvicorn
 
 from common.procutil import write_ready_file
+from common.transport.nats_connection import NatsConnection
 
 from .api import create_app
 from .cell import Cell, CellConfig
 from .executor import Executor
 from .host import RepHost, lifecycle_sender
+from .nats_bus import RepNatsBus
 from .process_executor import ProcessExecutor
 from .settings import (
     SIM_DEFAULT_DISK_MB,
@@ -139,6 +141,16 @@ def build_host(settings: RepSettings, base_url: str) -> RepHost:
     )
 
 
+def connect_nats(settings: RepSettings, host: RepHost) -> RepNatsBus:
+    """Start connecting to NATS in the background (retrying while unreachable); subscribe once connected."""
+    nats = NatsConnection(settings.nats_url, name=f"vendue-rep-{next(iter(host.cells))}", token=settings.nats_token)
+    bus = RepNatsBus(host, nats)
+    nats.on_connect(bus.subscribe)
+    host.also_announce = bus.publish_presence
+    nats.start()
+    return bus
+
+
 async def serve(settings: RepSettings) -> int:
     """Run the rep until it is told to stop (signal or /evacuate); returns the exit status."""
     sock = bind_socket(settings.listen, settings.port)
@@ -149,9 +161,13 @@ async def serve(settings: RepSettings) -> int:
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, host.on_signal, signum)
     await host.start()
+    bus: RepNatsBus | None = None
+    if settings.transport == "nats":
+        bus = connect_nats(settings, host)
     server = _Server(
         uvicorn.Config(
-            create_app(host), log_config=None, access_log=False, lifespan="off", timeout_graceful_shutdown=5
+            create_app(host, not_ready=(lambda: "" if bus is None or bus.ready else "NATS not connected")),
+            log_config=None, access_log=False, lifespan="off", timeout_graceful_shutdown=5
         )
     )
     serving = asyncio.create_task(server.serve(sockets=[sock]), name="uvicorn")
@@ -183,6 +199,8 @@ async def serve(settings: RepSettings) -> int:
         shutdown.cancel()
     finally:
         await host.close()
+        if bus is not None:
+            await bus.nats.close()
         server.should_exit = True
         with contextlib.suppress(Exception):
             await asyncio.wait_for(serving, timeout=10)

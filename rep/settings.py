@@ -13,6 +13,7 @@ from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from common.models import DEFAULT_STACK
+from common.transport import Transport
 
 MIB = 1024 * 1024
 # A simulated cell is not the machine: give it room for a full load of default-sized containers
@@ -25,6 +26,11 @@ class RepSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="VENDUE_", extra="ignore")
 
     bbs_url: str = "http://127.0.0.1:8889"
+    # nats: also serve state, work, stop and cancel over NATS and publish heartbeats there (the HTTP
+    # API stays up: the BBS reports and the CLI use it).
+    transport: Transport = "http"
+    nats_url: str = "nats://127.0.0.1:4222"  # may carry credentials: nats://user:pass@host:port
+    nats_token: str | None = None
     cell_id: str | None = None  # default: derived from the hostname (or cell-<i> for a sim host)
     zone: str = "z0"
     zones: int | None = Field(default=None, ge=1)  # sim host: spread cells over z0..z{zones-1}

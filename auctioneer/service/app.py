@@ -5,6 +5,11 @@
     GET  /ping -> {"ok": true};  GET /metrics (Prometheus);  GET /v1/stats (JSON counters)
 
 Requests are only queued here; the batch loop (batcher.py) runs the auctions.
+
+With `transport="nats"` the same batcher is also fed from `vendue.auctioneer.lrps`/`.tasks`, bids come
+from one scatter-gather on `vendue.cells.state` and work goes out on `vendue.cell.<id>.work`; /ping
+answers 503 {"ok": false, "ready": false} while NATS is unreachable. The cell list and the failure
+reports stay HTTP calls to the BBS (its REST API).
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from common.models import LRPStartRequest, TaskStartRequest
+from common.transport.nats_connection import NatsConnection
 
 from .auction import Auction, AuctionConfig
 from .batcher import Batcher
@@ -26,8 +32,12 @@ from .cells import CellFetcher
 from .clients import RepClients, tls_context
 from .dispatch import Dispatcher
 from .metrics import Metrics
+from .nats_cells import NatsCellStateSource
+from .nats_dispatch import NatsWorkSender
+from .nats_intake import NatsAuctionIntake
 from .reporter import FailureReporter
 from .settings import AuctioneerSettings
+from .transport import CellStateSource, WorkSender
 
 log = logging.getLogger("auctioneer")
 
@@ -44,11 +54,23 @@ class AuctioneerService:
             limits=httpx.Limits(max_connections=16, max_keepalive_connections=16),
         )
         self.reps = RepClients(s.max_concurrency, timeout=max(s.cell_state_timeout, s.work_timeout))
-        self.fetcher = CellFetcher(
+        http_cells = CellFetcher(
             self.bbs, self.reps, self.metrics, timeout=s.cell_state_timeout, bbs_timeout=s.bbs_timeout,
             max_concurrency=s.max_concurrency,
         )
-        self.dispatcher = Dispatcher(self.reps, self.metrics, timeout=s.work_timeout, max_concurrency=s.max_concurrency)
+        self.nats: NatsConnection | None = None
+        self.fetcher: CellStateSource = http_cells
+        self.dispatcher: WorkSender = Dispatcher(
+            self.reps, self.metrics, timeout=s.work_timeout, max_concurrency=s.max_concurrency
+        )
+        if s.transport == "nats":
+            self.nats = NatsConnection(s.nats_url, name="vendue-auctioneer", token=s.nats_token)
+            self.fetcher = NatsCellStateSource(
+                self.nats, http_cells.present_cells, self.metrics, timeout=s.cell_state_timeout
+            )
+            self.dispatcher = NatsWorkSender(
+                self.nats, self.metrics, timeout=s.work_timeout, max_concurrency=s.max_concurrency
+            )
         self.reporter = FailureReporter(self.bbs, self.metrics, timeout=s.bbs_timeout)
         self.auction = Auction(
             self.fetcher, self.dispatcher, self.reporter, self.metrics,
@@ -58,16 +80,33 @@ class AuctioneerService:
             ),
         )
         self.batcher = Batcher(self.auction.run, auction_timeout=s.auction_timeout)
+        self.intake: NatsAuctionIntake | None = None
+        if self.nats is not None:
+            self.intake = NatsAuctionIntake(self.nats, self.batcher.add_lrps, self.batcher.add_tasks, self.metrics)
+
+    @property
+    def ready(self) -> bool:
+        return self.nats is None or self.nats.connected
 
     def start(self) -> None:
         self.batcher.start()
+        if self.nats is not None and self.intake is not None:
+            # Until a lease decides otherwise every auctioneer is active: take requests once connected.
+            intake = self.intake
+            self.nats.on_connect(lambda _: intake.open())
+            self.nats.start()
         log.info("auctioneer started", extra={"data": {
             "bbs_url": self.settings.bbs_url, "strategy": self.settings.strategy,
+            "transport": self.settings.transport,
         }})
 
     async def stop(self) -> None:
         timeout = self.settings.shutdown_timeout
+        if self.intake is not None:
+            await self.intake.close()
         await self.batcher.stop(timeout)
+        if self.nats is not None:
+            await self.nats.close()
         await self.reporter.drain(timeout / 2)
         await self.reps.aclose()
         await self.bbs.aclose()
@@ -99,13 +138,19 @@ def create_app(settings: AuctioneerSettings | None = None) -> FastAPI:
         return JSONResponse({"accepted": len(requests)}, status_code=202)
 
     @app.get("/ping")
-    async def ping() -> dict:
-        return {"ok": True}
+    async def ping() -> JSONResponse:
+        if service.nats is None:
+            return JSONResponse({"ok": True})
+        if not service.nats.connected:
+            return JSONResponse({"ok": False, "ready": False, "nats": service.nats.status()}, status_code=503)
+        return JSONResponse({"ok": True, "ready": True})
 
     @app.get("/v1/stats")
     async def stats() -> dict:
+        extra = {"nats": service.nats.status()} if service.nats is not None else {}
         return {**service.metrics.stats(), "pending": service.batcher.pending,
-                "auction_running": service.batcher.auction_running}
+                "auction_running": service.batcher.auction_running, "transport": service.settings.transport,
+                **extra}
 
     @app.get("/metrics")
     async def metrics() -> Response:

@@ -16,11 +16,12 @@ from auctioneer.engine.types import AuctionResult, Failure, SchedulerConfig
 from common.models import CellState
 
 from .batcher import Batch, PendingLRP, PendingTask
-from .cells import CellFetcher, FetchedCells
+from .cells import FetchedCells
 from .convert import cell_from_state, lrp_starts, placement_failures, task_starts
-from .dispatch import Dispatcher, group_work, split_rejections
+from .dispatch import group_work, split_rejections
 from .metrics import Metrics
 from .reporter import FailureReporter
+from .transport import CellStateSource, WorkSender
 
 log = logging.getLogger("auctioneer.auction")
 
@@ -37,8 +38,8 @@ class AuctionConfig:
 class Auction:
     def __init__(
         self,
-        fetcher: CellFetcher,
-        dispatcher: Dispatcher,
+        fetcher: CellStateSource,
+        dispatcher: WorkSender,
         reporter: FailureReporter,
         metrics: Metrics,
         config: AuctionConfig,
@@ -51,6 +52,7 @@ class Auction:
 
     async def run(self, batch: Batch) -> Batch:
         started = time.perf_counter()
+        requests_before, messages_before = self._metrics.traffic()
         fetched = await self._fetcher.fetch()
         lrp_items = list(batch.lrps.values())
         scheduled = time.perf_counter()
@@ -65,6 +67,9 @@ class Auction:
         self._reporter.report(placement_failures(failures))
 
         seconds = time.perf_counter() - started
+        requests_after, messages_after = self._metrics.traffic()
+        requests, messages = requests_after - requests_before, messages_after - messages_before
+        self._metrics.auction_traffic(requests, messages)
         lrps_failed = sum(1 for f in failures if f.task_guid is None)
         self._metrics.auction(len(batch), seconds)
         self._metrics.placed(outcome.lrps_placed, outcome.tasks_placed)
@@ -78,6 +83,7 @@ class Auction:
                 "tasks_placed": outcome.tasks_placed, "failed": len(failures), "carried": len(carried),
                 "state_fetch_s": round(fetched.seconds, 4), "schedule_s": round(dispatched - scheduled, 4),
                 "dispatch_s": round(dispatch_seconds, 4), "auction_s": round(seconds, 4),
+                "requests": requests, "messages": messages,
             }},
         )
         return carried

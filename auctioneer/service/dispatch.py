@@ -135,14 +135,20 @@ class Dispatcher:
             # The rep answered 200, so it took the work; a body we cannot read must not double-place it.
             log.warning("unreadable work result", extra={"data": {"cell_id": work.cell_id}})
             return []
-        return _rejections(work, result)
+        return rejections_from(work, result)
 
     def _all_rejected(self, work: CellWork, why: str) -> list[Rejection]:
-        log.warning("work not delivered", extra={"data": {"cell_id": work.cell_id, "items": len(work), "why": why}})
-        return [Rejection(item, work.cell_id, why, True) for item in (*work.lrps, *work.tasks)]
+        return undelivered(work, why)
 
 
-def _rejections(work: CellWork, result: WorkResult) -> list[Rejection]:
+def undelivered(work: CellWork, why: str) -> list[Rejection]:
+    """The whole work as rejections that never reached the rep (any transport)."""
+    log.warning("work not delivered", extra={"data": {"cell_id": work.cell_id, "items": len(work), "why": why}})
+    return [Rejection(item, work.cell_id, why, True) for item in (*work.lrps, *work.tasks)]
+
+
+def rejections_from(work: CellWork, result: WorkResult) -> list[Rejection]:
+    """What the rep's WorkResult refused, mapped back to the pending items sent (any transport)."""
     if not result.rejected_lrps and not result.rejected_tasks:
         return []
     reason = result.reason or REJECTED_WITHOUT_REASON

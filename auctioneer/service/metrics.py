@@ -8,6 +8,8 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 
 REQUEST_TARGETS = ("bbs", "rep_state", "rep_work")
+# NATS messages the auctioneer sends or receives, by kind (one state request gathers many replies).
+MESSAGE_KINDS = ("state_request", "state_reply", "work_request", "work_reply")
 _BATCH_BUCKETS = (1, 5, 10, 50, 100, 500, 1_000, 5_000, 10_000, 50_000, 250_000)
 _SECONDS_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 
@@ -32,6 +34,13 @@ class Metrics:
         self._requests = Counter(
             "vendue_auctioneer_requests", "HTTP requests made, by target.", ["target"], registry=r,
         )
+        self._messages = Counter(
+            "vendue_auctioneer_nats_messages", "NATS messages sent or received, by kind.", ["kind"], registry=r,
+        )
+        self._bad_replies = Counter(
+            "vendue_auctioneer_bad_replies", "Replies or requests that were not valid JSON of the expected model.",
+            ["kind"], registry=r,
+        )
         self._placements = Counter(
             "vendue_auctioneer_placements", "Items placed or failed.", ["kind", "outcome"], registry=r,
         )
@@ -48,6 +57,10 @@ class Metrics:
         self.tasks_carried = 0
         self.cells_dropped = 0
         self.requests_made = dict.fromkeys(REQUEST_TARGETS, 0)
+        self.messages = dict.fromkeys(MESSAGE_KINDS, 0)
+        self.bad_replies = 0
+        self.last_auction_requests = 0
+        self.last_auction_messages = 0
         self.last_state_fetch_seconds = 0.0
         self.last_auction_seconds = 0.0
         self.last_batch_size = 0
@@ -55,6 +68,22 @@ class Metrics:
     def request(self, target: str, n: int = 1) -> None:
         self.requests_made[target] = self.requests_made.get(target, 0) + n
         self._requests.labels(target).inc(n)
+
+    def message(self, kind: str, n: int = 1) -> None:
+        self.messages[kind] = self.messages.get(kind, 0) + n
+        self._messages.labels(kind).inc(n)
+
+    def bad_reply(self, kind: str) -> None:
+        self.bad_replies += 1
+        self._bad_replies.labels(kind).inc()
+
+    def traffic(self) -> tuple[int, int]:
+        """(HTTP requests, NATS messages) so far: an auction's share is the difference around it."""
+        return sum(self.requests_made.values()), sum(self.messages.values())
+
+    def auction_traffic(self, requests: int, messages: int) -> None:
+        self.last_auction_requests = requests
+        self.last_auction_messages = messages
 
     def state_fetch(self, seconds: float) -> None:
         self.last_state_fetch_seconds = seconds
@@ -100,6 +129,10 @@ class Metrics:
             "tasks_carried": self.tasks_carried,
             "cells_dropped": self.cells_dropped,
             "requests_made": dict(self.requests_made),
+            "messages": dict(self.messages),
+            "bad_replies": self.bad_replies,
+            "last_auction_requests": self.last_auction_requests,
+            "last_auction_messages": self.last_auction_messages,
             "last_state_fetch_seconds": self.last_state_fetch_seconds,
             "last_auction_seconds": self.last_auction_seconds,
             "last_batch_size": self.last_batch_size,

@@ -7,6 +7,8 @@ from pathlib import Path
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from common.transport import Transport
+
 DEFAULT_PORT = 8890
 
 
@@ -14,6 +16,10 @@ class AuctioneerSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="VENDUE_", extra="ignore")
 
     bbs_url: str = "http://127.0.0.1:8889"
+    # How auction requests arrive and cells are reached; the cell list and failure reports stay HTTP.
+    transport: Transport = "http"
+    nats_url: str = "nats://127.0.0.1:4222"  # may carry credentials: nats://user:pass@host:port
+    nats_token: str | None = None
     listen: str = "127.0.0.1"
     port: int = Field(default=DEFAULT_PORT, ge=0, le=65535)
     strategy: str = "diego"

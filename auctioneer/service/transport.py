@@ -1,0 +1,25 @@
+"""The auctioneer's two transport seams: where bids come from and how work reaches a cell.
+
+HTTP: cells.CellFetcher (GET {rep_url}/state per cell) and dispatch.Dispatcher (POST {rep_url}/work).
+NATS: nats_cells.NatsCellStateSource (one scatter-gather on vendue.cells.state) and
+nats_dispatch.NatsWorkSender (request/reply on vendue.cell.<id>.work). The auction sees only these.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from .cells import FetchedCells
+from .dispatch import CellWork, DispatchOutcome
+
+
+class CellStateSource(Protocol):
+    async def fetch(self) -> FetchedCells:
+        """Every present, non-evacuating cell's state, gathered by one deadline; the rest dropped."""
+        ...
+
+
+class WorkSender(Protocol):
+    async def send(self, works: list[CellWork]) -> DispatchOutcome:
+        """Each winning cell's work; what did not arrive or was refused comes back as rejections."""
+        ...

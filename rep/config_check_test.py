@@ -1,0 +1,74 @@
+"""`vendue rep --check-config`'s checks: one line naming the setting; sane settings pass."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from rep.config_check import config_problem
+from rep.settings import RepSettings
+
+
+def test_defaults_and_a_compose_style_cell_are_sane() -> None:
+    assert config_problem(RepSettings()) is None
+    compose = RepSettings(
+        bbs_url="http://bbs-1:8889",
+        listen="0.0.0.0",
+        advertise_host="rep-z0-a",
+        cell_id="cell-z0-a",
+        zone="z0",
+        executor="process",
+        transport="nats",
+        nats_url="nats://vendue:secret@nats:4222",
+        memory_mb=2048,
+        disk_mb=4096,
+    )
+    assert config_problem(compose) is None
+    assert config_problem(RepSettings(executor="sim", cells=100, zones=2)) is None
+
+
+@pytest.mark.parametrize(
+    ("settings", "problem"),
+    [
+        ({"bbs_url": "bbs-1:8889"}, "bbs_url: scheme must be http or https"),
+        ({"bbs_url": "http://bbs-1:port"}, "bbs_url: not a valid URL"),
+        ({"nats_url": "nats://a:4222, ,nats://b:4222"}, "nats_url: empty server"),
+        ({"listen": "any"}, None),  # a host name: resolving it is the runtime's business
+        ({"listen": "0.0.0.0 "}, "listen: '0.0.0.0 ' is neither"),
+        ({"advertise_host": "rep_z0"}, "advertise_host: 'rep_z0' is neither"),
+        ({"log_level": "verbose"}, "log_level: not one of"),
+        ({"cell_id": "-cell"}, "cell_id: '-cell' is not a guid"),
+        ({"cell_id": "cell 1"}, "cell_id: 'cell 1' is not a guid"),
+        ({"zone": " "}, "zone: empty"),
+        ({"cells": 4}, "cells: only the sim executor"),
+        ({"stacks": ["cflinuxfs4", ""]}, "stacks: empty name"),
+        ({"placement_tags": [" "]}, "placement_tags: empty name"),
+    ],
+)
+def test_each_problem_names_its_setting(settings: dict[str, object], problem: str | None) -> None:
+    found = config_problem(RepSettings(**settings))
+    if problem is None:
+        assert found is None
+    else:
+        assert found is not None and found.startswith(problem), found
+        assert "\n" not in found
+
+
+@pytest.mark.parametrize(
+    ("settings", "setting"),
+    [
+        ({"presence_ttl": 0}, "presence_ttl"),
+        ({"evacuation_timeout": -1}, "evacuation_timeout"),
+        ({"executor": "docker"}, "executor"),
+        ({"memory_mb": 0}, "memory_mb"),
+        ({"disk_mb": 0}, "disk_mb"),
+        ({"containers": 0}, "containers"),
+        ({"port": 70000}, "port"),
+    ],
+)
+def test_single_value_ranges_are_refused_by_the_settings_themselves(
+    settings: dict[str, object], setting: str
+) -> None:
+    with pytest.raises(ValidationError) as exc:
+        RepSettings(**settings)
+    assert exc.value.errors()[0]["loc"] == (setting,)

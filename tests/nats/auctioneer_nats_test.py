@@ -1,0 +1,150 @@
+"""The auctioneer in-process with `transport="nats"`, against a real nats-server, NATS fake reps and an
+HTTP fake BBS: auction requests in over NATS, one state scatter-gather, work by request/reply."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+
+import httpx
+import nats
+import pytest
+
+from auctioneer.service.app import create_app
+from auctioneer.service.settings import AuctioneerSettings
+from common.models import TaskStartRequest
+from common.procutil import free_port
+from common.transport.nats_server import NatsServer
+from common.transport.subjects import AUCTIONEER_LRPS, AUCTIONEER_TASKS
+from tests.auctioneer.fakes import desired, fake_bbs, serving, start_request, task, wait_until
+from tests.nats.fakes import nats_fake_reps
+
+pytestmark = pytest.mark.timeout(60)
+
+
+@contextlib.asynccontextmanager
+async def auctioneer(nats_url: str, **settings):
+    async with nats_fake_reps(nats_url) as reps, fake_bbs(reps) as bbs:  # type: ignore[arg-type]
+        app = create_app(AuctioneerSettings(
+            bbs_url=bbs.url, transport="nats", nats_url=nats_url, _env_file=None, **settings
+        ))
+        async with serving(app) as url, httpx.AsyncClient(base_url=url, timeout=10) as client:
+            service = app.state.service
+            await service.nats.wait_connected(10)
+            await wait_until(lambda: service.intake.is_open, lambda: "the NATS intake subscribed")
+            yield reps, bbs, client, service
+
+
+async def idle(service, auctions: int) -> None:
+    await wait_until(
+        lambda: service.metrics.auctions >= auctions and not service.batcher.pending
+        and not service.batcher.auction_running,
+        lambda: f"{auctions} auctions and an idle loop; saw {service.metrics.stats()}",
+    )
+
+
+def body(*requests) -> bytes:
+    return json.dumps([r.model_dump(mode="json") for r in requests]).encode()
+
+
+async def test_requests_over_nats_cost_one_state_request_and_one_work_request_per_winning_cell(nats_server):
+    async with auctioneer(nats_server.url) as (reps, bbs, client, service):
+        for i in range(3):
+            await reps.add(f"cell-{i}", zone=f"z{i}")
+        nc = await nats.connect(nats_server.url)
+        try:
+            reply = await nc.request(AUCTIONEER_LRPS, body(start_request(desired("web", 30, memory_mb=64))), timeout=5)
+            assert json.loads(reply.data) == {"accepted": 1}
+            await wait_until(lambda: reps.lrps_received == 30, lambda: f"30 LRPs at the reps, saw {reps.lrps_received}")
+            await idle(service, 1)
+            reply = await nc.request(AUCTIONEER_TASKS, body(TaskStartRequest(task=task("t1"))), timeout=5)
+            assert json.loads(reply.data) == {"accepted": 1}
+            await idle(service, 2)
+        finally:
+            await nc.close()
+
+        stats = (await client.get("/v1/stats")).json()
+        assert (stats["lrps_placed"], stats["tasks_placed"], stats["lrps_failed"]) == (30, 1, 0), stats
+        assert stats["transport"] == "nats" and stats["bad_replies"] == 0
+        # Per auction: one state request, one reply per cell, one work request and reply per winner.
+        assert reps.state_requests == 2 and sum(reps.state_replies.values()) == 6
+        works = sum(len(w) for w in reps.work.values())
+        assert stats["messages"] == {"state_request": 2, "state_reply": 6, "work_request": works, "work_reply": works}
+        assert stats["last_auction_messages"] == 1 + 3 + 2  # the task went to one cell
+        assert stats["requests_made"]["rep_state"] == 0 and stats["requests_made"]["rep_work"] == 0
+        assert sorted(len([lrp for w in reps.work[c] for lrp in w.lrps]) for c in reps.work) == [10, 10, 10]
+        assert (await client.get("/ping")).json() == {"ok": True, "ready": True}
+
+
+async def test_a_garbage_state_reply_skips_its_cell_is_counted_and_does_not_wait_for_the_deadline(nats_server):
+    async with auctioneer(nats_server.url, cell_state_timeout=20) as (reps, bbs, client, service):
+        await reps.add("good", zone="z1")
+        await reps.add("garbage", zone="z2", state_mode="garbage")
+        await reps.add("invalid", zone="z3", state_mode="invalid")
+        started = time.monotonic()
+        service.batcher.add_lrps([start_request(desired("web", 4, memory_mb=64))])
+        await idle(service, 1)
+        took = time.monotonic() - started
+        assert took < 10, f"expected the gather to end once every cell answered (timeout 20 s), took {took:.1f} s"
+        stats = (await client.get("/v1/stats")).json()
+        assert stats["bad_replies"] == 2, stats
+        assert set(reps.work) == {"good"} and reps.lrps_received == 4
+        assert stats["cells_dropped"] == 2 and stats["lrps_placed"] == 4
+
+
+async def test_a_cell_that_does_not_answer_drops_out_at_the_state_timeout(nats_server):
+    async with auctioneer(nats_server.url, cell_state_timeout=0.5) as (reps, bbs, client, service):
+        await reps.add("quiet", zone="z1", state_mode="silent")
+        await reps.add("talks", zone="z2")
+        service.batcher.add_lrps([start_request(desired("web", 2, memory_mb=64))])
+        await idle(service, 1)
+        assert set(reps.work) == {"talks"} and reps.lrps_received == 2
+        assert service.metrics.cells_dropped == 1 and service.metrics.bad_replies == 0
+
+
+async def test_a_garbage_work_reply_is_counted_and_taken_as_delivered(nats_server):
+    async with auctioneer(nats_server.url) as (reps, bbs, client, service):
+        await reps.add("c1", work_mode="garbage")
+        service.batcher.add_lrps([start_request(desired("web", 3, memory_mb=64))])
+        await idle(service, 1)
+        stats = service.metrics.stats()
+        assert (stats["bad_replies"], stats["lrps_placed"], stats["lrps_carried"]) == (1, 3, 0), stats
+
+
+async def test_an_unreadable_auction_request_is_refused_counted_and_the_auctioneer_keeps_going(nats_server):
+    async with auctioneer(nats_server.url) as (reps, bbs, client, service):
+        await reps.add("c1")
+        nc = await nats.connect(nats_server.url)
+        try:
+            reply = await nc.request(AUCTIONEER_LRPS, b'{"not": "a list"', timeout=5)
+            assert "invalid lrps request" in json.loads(reply.data)["error"]
+            reply = await nc.request(AUCTIONEER_LRPS, body(start_request(desired("web", 1))), timeout=5)
+            assert json.loads(reply.data) == {"accepted": 1}
+        finally:
+            await nc.close()
+        await wait_until(lambda: reps.lrps_received == 1, lambda: f"1 LRP placed, saw {reps.lrps_received}")
+        assert service.metrics.bad_replies == 1
+
+
+async def test_nats_unreachable_at_start_is_not_ready_then_ready_once_the_server_appears(tmp_path, caplog):
+    port = free_port()
+    server = NatsServer(port=port, log_path=tmp_path / "nats.log")
+    async with fake_bbs() as bbs:
+        app = create_app(AuctioneerSettings(
+            bbs_url=bbs.url, transport="nats", nats_url=server.url, _env_file=None,
+        ))
+        async with serving(app) as url, httpx.AsyncClient(base_url=url, timeout=10) as client:
+            response = await client.get("/ping")
+            assert response.status_code == 503 and response.json()["ready"] is False, response.text
+            assert response.json()["nats"]["url"] == server.url
+            service = app.state.service
+            await wait_until(lambda: service.nats.failed_attempts >= 1,
+                             lambda: f"a failed attempt; saw {service.nats.status()}")
+            assert any(r.getMessage() == "NATS unreachable; retrying with backoff" for r in caplog.records)
+            try:
+                server.start()
+                await service.nats.wait_connected(15)
+                assert (await client.get("/ping")).json() == {"ok": True, "ready": True}
+            finally:
+                server.stop()

@@ -1,0 +1,106 @@
+"""The BBS in-process with `transport="nats"` against a real nats-server: auction requests go out on
+vendue.auctioneer.lrps, events on vendue.events.<type>, heartbeats on vendue.cells.heartbeat count as
+presence, and stops go to vendue.cell.<id>.stop."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import httpx
+import nats
+import pytest
+
+from bbs.api import create_app
+from bbs.server import running_bbs
+from bbs.settings import BBSSettings
+from common.models import CellPresence, ResourcesModel
+from common.transport.subjects import (
+    AUCTIONEER_LRPS,
+    AUCTIONEER_QUEUE,
+    CELLS_HEARTBEAT,
+    EVENTS_ALL,
+    cell_subject,
+)
+
+pytestmark = pytest.mark.timeout(60)
+
+
+async def eventually(condition, what: str, seen, timeout_s: float = 15.0) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while not condition():
+        assert loop.time() < deadline, f"expected {what} within {timeout_s} s; saw {seen()!r}"
+        await asyncio.sleep(0.02)
+
+
+async def test_the_bbs_talks_nats(nats_server, tmp_path: Path) -> None:
+    settings = BBSSettings(
+        data_dir=tmp_path, transport="nats", nats_url=nats_server.url, presence_ttl=30, _env_file=None,
+    )
+    nc = await nats.connect(nats_server.url)
+    auctions: list[list[dict]] = []
+    events: list[tuple[str, dict]] = []
+    stops: list[dict] = []
+
+    async def on_auction(msg) -> None:
+        auctions.append(json.loads(msg.data))
+        await msg.respond(json.dumps({"accepted": len(auctions[-1])}).encode())
+
+    async def on_event(msg) -> None:
+        events.append((msg.subject, json.loads(msg.data)))
+
+    async def on_stop(msg) -> None:
+        stops.append(json.loads(msg.data))
+        await msg.respond(b'{"found": true}')
+
+    await nc.subscribe(AUCTIONEER_LRPS, queue=AUCTIONEER_QUEUE, cb=on_auction)
+    await nc.subscribe(EVENTS_ALL, cb=on_event)
+    await nc.subscribe(cell_subject("cell-a", "stop"), cb=on_stop)
+    await nc.flush()
+    try:
+        async with running_bbs(settings) as bbs:
+            client = httpx.AsyncClient(transport=httpx.ASGITransport(app=create_app(bbs)), base_url="http://bbs")
+            async with client:
+                await bbs.outbound.nats.wait_connected(10)
+                assert (await client.get("/ping")).json() == {"ok": True, "ready": True}
+
+                # A heartbeat on NATS makes the cell present, like a PUT.
+                presence = CellPresence(cell_id="cell-a", zone="z1", rep_url="http://127.0.0.1:1/cells/cell-a",
+                                        total=ResourcesModel(memory_mb=1024, disk_mb=1024, containers=10))
+                await nc.publish(CELLS_HEARTBEAT, presence.model_dump_json().encode())
+                cells: list = []
+
+                async def listed() -> None:
+                    cells[:] = (await client.get("/v1/cells")).json()["items"]
+
+                loop = asyncio.get_running_loop()
+                deadline = loop.time() + 15
+                while not cells:
+                    assert loop.time() < deadline, "expected cell-a present after its NATS heartbeat"
+                    await listed()
+                    await asyncio.sleep(0.02)
+                assert [c["cell_id"] for c in cells] == ["cell-a"]
+
+                # Desire: one auction request over NATS holding every index; events on NATS.
+                created = await client.post("/v1/desired_lrps", json={"process_guid": "web", "instances": 3})
+                assert created.status_code == 201, created.text
+                await eventually(lambda: auctions, "an auction request on NATS", lambda: auctions)
+                assert auctions[0][0]["indices"] == [0, 1, 2] and auctions[0][0]["desired"]["process_guid"] == "web"
+                await eventually(lambda: any(s == "vendue.events.desired_lrp_created" for s, _ in events),
+                                 "desired_lrp_created on NATS", lambda: [s for s, _ in events])
+                kinds = {s for s, _ in events}
+                assert "vendue.events.cell_appeared" in kinds, kinds
+                assert all(s == f"vendue.events.{e['type']}" for s, e in events)
+
+                # A claim and a running report over HTTP, then scaling down: the stop goes over NATS.
+                report = {"claimed": [{"process_guid": "web", "index": 2, "instance_guid": "g2"}],
+                          "running": [{"process_guid": "web", "index": 2, "instance_guid": "g2"}]}
+                response = await client.post("/v1/cells/cell-a/lifecycle", json=report)
+                assert response.status_code == 200 and response.json()["refused"] == [], response.text
+                assert (await client.patch("/v1/desired_lrps/web", json={"instances": 2})).status_code == 200
+                await eventually(lambda: stops, "a stop on vendue.cell.cell-a.stop", lambda: stops)
+                assert stops == [{"process_guid": "web", "instance_guid": "g2"}]
+    finally:
+        await nc.close()
