@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from typing import Annotated, Any
 
 from fastapi import FastAPI, Path, Request, Response
@@ -19,6 +20,8 @@ from common.models import (
     DesiredLRP,
     DesiredLRPCreate,
     DesiredLRPUpdate,
+    Lease,
+    LeaseRequest,
     LifecycleResult,
     PlacementFailures,
     Presence,
@@ -181,6 +184,22 @@ def create_app(bbs: BBS) -> FastAPI:
     @app.get("/v1/cells")
     async def list_cells() -> Response:
         return items(await bbs.list_cells())
+
+    # --- leases (the auctioneer has no database: it is elected through any BBS replica) ----------
+
+    @app.post("/v1/leases/{name}", response_model=Lease)
+    async def acquire_lease(name: GuidPath, body: LeaseRequest) -> dict[str, Any]:
+        held, lease = await bbs.take_lease(name, body.owner, url=body.url, ttl=body.ttl_s)
+        return {"held": held, "owner": lease.owner, "url": lease.url, "token": lease.token,
+                "expires_at": lease.expires_at}
+
+    @app.get("/v1/leases/{name}", response_model=Lease)
+    async def get_lease(name: GuidPath) -> dict[str, Any]:
+        lease = await bbs.lease(name)
+        if lease is None or lease.expires_at < time.time():
+            raise NotFound(f"nobody holds the lease {name!r}")
+        return {"held": True, "owner": lease.owner, "url": lease.url, "token": lease.token,
+                "expires_at": lease.expires_at}
 
     @app.get("/v1/events")
     async def events() -> StreamingResponse:

@@ -3,13 +3,16 @@
 None of these is on a client's request path. A send that fails is logged and left to convergence:
 the instances stay UNCLAIMED and the tasks PENDING, and the next pass auctions them again.
 Auctioneer sends are coalesced: whatever was queued while the previous POST ran goes in the next one.
+They go to the holder of the "auctioneer" lease when there is one (its URL, cached for a moment and
+read again after a failed send), else to the configured auctioneer URL.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable
+import time
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 from urllib.parse import quote
 
@@ -20,6 +23,10 @@ from .metrics import BBSMetrics
 log = logging.getLogger("bbs.outbound")
 
 REP_CONCURRENCY = 64
+LEADER_CACHE_S = 1.0  # how long a looked-up lease holder's URL is used before it is looked up again
+
+# The elected auctioneer's URL, or None when no auctioneer holds the lease (a lone, unelected one).
+FindAuctioneer = Callable[[], Awaitable[str | None]]
 
 
 class Outbound:
@@ -31,8 +38,12 @@ class Outbound:
         timeout: float = 5.0,
         attempts: int = 3,
         client: httpx.AsyncClient | None = None,
+        find_auctioneer: FindAuctioneer | None = None,
     ) -> None:
         self.auctioneer_url = auctioneer_url.rstrip("/")
+        self._find_auctioneer = find_auctioneer
+        self._leader_url: str | None = None
+        self._leader_until = 0.0  # monotonic
         self.metrics = metrics
         self.attempts = attempts
         self.client = client or httpx.AsyncClient(
@@ -46,6 +57,10 @@ class Outbound:
         self._rep_slots = asyncio.Semaphore(REP_CONCURRENCY)
         self._background: set[asyncio.Task[None]] = set()
         self._sender: asyncio.Task[None] | None = None
+
+    def set_find_auctioneer(self, find: FindAuctioneer) -> None:
+        """Send start requests to the elected auctioneer `find` names (when it names one)."""
+        self._find_auctioneer = find
 
     def start(self) -> None:
         if self._sender is None:
@@ -98,15 +113,30 @@ class Outbound:
             if not self._lrps and not self._tasks:
                 self._idle.set()
 
+    async def _auctioneer_base(self) -> str:
+        """The lease holder's URL (cached for LEADER_CACHE_S), else the configured one."""
+        if self._find_auctioneer is None:
+            return self.auctioneer_url
+        now = time.monotonic()
+        if now >= self._leader_until:
+            try:
+                self._leader_url = await self._find_auctioneer()
+            except Exception:  # the database is briefly unavailable: the last known holder is the best guess
+                log.warning("looking up the auctioneer lease failed", exc_info=True)
+            # Only a found holder is kept: an auctioneer electing itself is used from its first renewal.
+            self._leader_until = now + LEADER_CACHE_S if self._leader_url else 0.0
+        return (self._leader_url or self.auctioneer_url).rstrip("/")
+
     async def _post_auctioneer(self, path: str, body: list[dict[str, Any]], kind: str) -> None:
         delay = 0.1
         for attempt in range(1, self.attempts + 1):
             try:
-                response = await self.client.post(self.auctioneer_url + path, json=body)
+                response = await self.client.post(await self._auctioneer_base() + path, json=body)
                 response.raise_for_status()
                 self.metrics.auctioneer_requests.labels(kind=kind, outcome="ok").inc()
                 return
             except httpx.HTTPError as exc:
+                self._leader_until = 0.0  # the holder may have changed: look again before the next try
                 self.metrics.auctioneer_requests.labels(kind=kind, outcome="error").inc()
                 if attempt == self.attempts:
                     log.warning(

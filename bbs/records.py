@@ -202,3 +202,14 @@ class CellRecord:
 
     def to_wire(self) -> dict[str, Any]:
         return {**self.presence, "cell_id": self.cell_id, "expires_at": iso(self.expires_at)}
+
+
+@dataclass(slots=True, frozen=True)
+class LeaseRecord:
+    """One elected role: who holds it, its fencing token, until when (epoch s), where the holder answers."""
+
+    name: str
+    owner: str
+    token: int
+    expires_at: float
+    url: str = ""

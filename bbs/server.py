@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import signal
+import time
 from collections.abc import AsyncIterator, Callable, Iterator
 
 import httpx
@@ -52,6 +54,7 @@ async def running_bbs(
     else:
         outbound = Outbound(settings.auctioneer_url, metrics, **options)
     bbs = BBS(settings, store, outbound, hub, metrics)
+    outbound.set_find_auctioneer(functools.partial(elected_auctioneer_url, store))
     converger = Converger(bbs, settings.convergence_interval, settings.lease_ttl)
     events: EventPublisher | None = None
     presence: PresenceListener | None = None
@@ -77,6 +80,18 @@ async def running_bbs(
             await events.close()
             await nats.close()
         await store.close()
+
+
+AUCTIONEER_LEASE = "auctioneer"  # auctioneer/service/leadership.py takes it through the lease API
+
+
+async def elected_auctioneer_url(store: Store) -> str | None:
+    """The URL of the auctioneer holding an unexpired lease, None when none does."""
+    async with store.read() as tx:
+        lease = await tx.lease(AUCTIONEER_LEASE)
+    if lease is None or not lease.url or lease.expires_at < time.time():
+        return None
+    return lease.url
 
 
 class _Server(uvicorn.Server):

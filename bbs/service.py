@@ -42,6 +42,7 @@ from .records import (
     TASK_RUNNING,
     CellRecord,
     DesiredRecord,
+    LeaseRecord,
     TaskRecord,
     completed,
     new_epoch,
@@ -558,9 +559,26 @@ class BBS:
 
     # --- convergence ------------------------------------------------------------------------------
 
-    async def acquire_lease(self, name: str, owner: str) -> int | None:
+    async def acquire_lease(
+        self, name: str, owner: str, *, url: str = "", ttl: float | None = None
+    ) -> int | None:
+        """Take or renew the lease `name` for `ttl` seconds (default: this BBS's lease TTL); its fencing
+        token when held, None when another owner holds it."""
+        ttl = self.settings.lease_ttl if ttl is None else ttl
         async with self.store.write() as tx:
-            return await tx.acquire_lease(name, owner, self.settings.lease_ttl, time.time())
+            return await tx.acquire_lease(name, owner, ttl, time.time(), url)
+
+    async def take_lease(self, name: str, owner: str, *, url: str, ttl: float) -> tuple[bool, LeaseRecord]:
+        """Acquire or renew, then the lease as it stands after, in one transaction: (held, lease)."""
+        async with self.store.write() as tx:
+            token = await tx.acquire_lease(name, owner, ttl, time.time(), url)
+            lease = await tx.lease(name)
+        assert lease is not None  # acquire_lease creates the row when there is none
+        return token is not None, lease
+
+    async def lease(self, name: str) -> LeaseRecord | None:
+        async with self.store.read() as tx:
+            return await tx.lease(name)
 
 
 def rebooted_cells(existing: dict[str, CellRecord], latest: dict[str, CellPresence]) -> list[str]:

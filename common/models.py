@@ -26,6 +26,8 @@ BBS (`vendue bbs`, default http://127.0.0.1:8889)
   PUT    /v1/cells/{cell_id}         CellPresence       -> 204 (heartbeat; presence lives for the TTL)
   GET    /v1/cells                                      -> {"items": [CellPresence]} (present cells)
   GET    /v1/events                                     -> text/event-stream of Event (SSE)
+  POST   /v1/leases/{name}           LeaseRequest       -> Lease (acquire or renew; held=false: another owner)
+  GET    /v1/leases/{name}                              -> Lease (the current holder; 404 if none)
 
 Auctioneer (`vendue auctioneer`, default http://127.0.0.1:8890)
   POST   /v1/lrps    [LRPStartRequest]   -> 202 {"accepted": n}
@@ -33,7 +35,9 @@ Auctioneer (`vendue auctioneer`, default http://127.0.0.1:8890)
   GET    /ping -> {"ok": true}, GET /metrics
   GET    /v1/stats -> {auctions, lrps_placed, lrps_failed, tasks_placed, tasks_failed,
                        requests_made: {bbs, rep_state, rep_work}, last_state_fetch_seconds,
-                       last_auction_seconds, ...} (counters the benchmark reads)
+                       last_auction_seconds, leader, fencing_token, stale_token_refusals,
+                       last_auction_at, ...} (counters the benchmark reads)
+  A standby (not holding the "auctioneer" lease) forwards POST /v1/lrps and /v1/tasks to the holder.
 
 Rep (`vendue rep`; `rep_url` is a base URL and may carry a path prefix, e.g. the simulated cells of one
 `vendue rep --sim --cells N` process are http://127.0.0.1:PORT/cells/<cell_id>)
@@ -336,6 +340,7 @@ class CellState(Open):
     tasks: list[CellTask] = Field(default_factory=list)
     host: HostMetricsModel | None = None
     fencing_token: int = 0  # the highest auctioneer fencing token this rep has seen
+    accepted_fencing_tokens: list[int] = Field(default_factory=list)  # debug: tokens it took work under, in order
     # What the service strategy places against (optional; a rep that offers none leaves them empty).
     volumes: list[CellVolume] = Field(default_factory=list)
     ingress_ips: list[str] = Field(default_factory=list)  # free ingress IPs
@@ -449,3 +454,25 @@ class Event(Open):
     type: str  # desired_lrp_created|_changed|_removed, actual_lrp_..., task_..., cell_appeared|_disappeared
     data: dict
     at: datetime
+
+
+# --- leases ---------------------------------------------------------------------------------------
+
+
+class LeaseRequest(Strict):
+    """Take or renew a lease (`POST /v1/leases/{name}`): the same owner renews and keeps its token."""
+
+    owner: str = Field(min_length=1, max_length=128)
+    url: str = Field(default="", max_length=2048)  # where the holder answers: peers forward to it
+    ttl_s: float = Field(gt=0, le=3600)
+
+
+class Lease(Open):
+    """A lease as it stands: `held` says whether the requester holds it (GET: whether it is unexpired).
+    `token` is the fencing token; it grows with every change of holder."""
+
+    held: bool
+    owner: str
+    url: str = ""
+    token: int
+    expires_at: float  # epoch seconds

@@ -2,7 +2,8 @@
 
     vendue auctioneer [--bbs-url URL] [--listen HOST] [--port N] [--strategy NAME] [--cell-state-timeout S]
                       [--max-attempts N] [--max-inflight-starts N] [--ready-file PATH]
-                      [--transport http|nats] [--nats-url URL] [--check-config]
+                      [--transport http|nats] [--nats-url URL] [--lease-ttl S] [--advertise-url URL]
+                      [--check-config]
 """
 
 from __future__ import annotations
@@ -45,6 +46,14 @@ def auctioneer(
         None, "--nats-url", help="NATS server(s), credentials allowed [VENDUE_NATS_URL; nats://127.0.0.1:4222]; "
         "token also from VENDUE_NATS_TOKEN.",
     ),
+    lease_ttl: float | None = typer.Option(
+        None, "--lease-ttl", help="Seconds the elected auctioneer's lease lasts; renewed every TTL/3 "
+        "[VENDUE_LEASE_TTL; 15].",
+    ),
+    advertise_url: str | None = typer.Option(
+        None, "--advertise-url", help="Where the other auctioneers and the BBS reach this one while it leads "
+        "[VENDUE_ADVERTISE_URL; the URL it listens on].",
+    ),
     check_config: bool = typer.Option(
         False, "--check-config", help="Validate the settings and exit: 0, or 2 and the setting at fault."
     ),
@@ -60,7 +69,7 @@ def auctioneer(
         "bbs_url": bbs_url, "listen": listen, "port": port, "strategy": strategy, "engine": engine,
         "cell_state_timeout": cell_state_timeout, "work_timeout": work_timeout, "max_attempts": max_attempts,
         "max_inflight_starts": max_inflight_starts, "ready_file": ready_file, "log_level": log_level,
-        "transport": transport, "nats_url": nats_url,
+        "transport": transport, "nats_url": nats_url, "lease_ttl": lease_ttl, "advertise_url": advertise_url,
     }
     try:
         settings = AuctioneerSettings(**{k: v for k, v in flags.items() if v is not None})
@@ -87,6 +96,8 @@ def auctioneer(
     except OSError as exc:
         raise _fail(f"--port: cannot bind {settings.listen}:{settings.port}: {exc.strerror or exc}") from None
     log.info("listening", extra={"data": {"url": url_of(sock)}})
+    if settings.advertise_url is None:  # known only now: --port 0 binds a free port
+        settings = settings.model_copy(update={"advertise_url": url_of(sock)})
     status = run(create_app(settings), sock, settings.ready_file, settings.shutdown_timeout)
     raise typer.Exit(status)
 

@@ -17,6 +17,12 @@ last. Its log is <data-dir>/logs/nats-server.log.
 The BBS and the auctioneer need each other's URL, so their ports are picked up front; a rep's port is
 whatever it bound first (`--port 0`) and is kept across restarts, like the BBS's and the auctioneer's.
 
+With `ha=True` there are two of each control-plane component on one PostgreSQL database (`database_url`;
+SQLite cannot be shared by two BBS processes): "bbs" (also "bbs-1") and "bbs-2" elect one convergence
+loop, "auctioneer" (also "auctioneer-1") and "auctioneer-2" one active auctioneer, each through the
+lease table. auctioneer-2 leases through bbs-2, so either BBS may die and one auctioneer still reaches a
+BBS; the reps report to the first BBS (they follow one BBS URL).
+
 PR_SET_PDEATHSIG fires when the forking *thread* exits: call start() and restart() from a thread that
 lives as long as the cluster (normally the main thread).
 """
@@ -53,6 +59,8 @@ DEFAULT_EVACUATION_TIMEOUT_S = 30.0
 STOP_GRACE_S = 10.0
 
 CLUSTER_FILE = "cluster.json"
+# With ha=True the first BBS and auctioneer keep their single-cluster names; "-1" names them too.
+FIRST_OF = {"bbs-1": "bbs", "auctioneer-1": "auctioneer"}
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 # Every component is this interpreter running the CLI module: no need for `vendue` on PATH.
 ENTRY_POINT = (sys.executable, "-m", "deploy.cli")
@@ -87,6 +95,10 @@ class _Component:
         return self.proc is not None and self.proc.poll() is None
 
 
+def _is_bbs(name: str) -> bool:
+    return name == "bbs" or name.startswith("bbs-")
+
+
 def read_cluster_file(data_dir: Path) -> dict[str, Any] | None:
     """The running local cluster in `data_dir` (None if there is none, or its launcher is gone)."""
     path = Path(data_dir) / CLUSTER_FILE
@@ -111,6 +123,13 @@ def _wait_until(condition: Callable[[], Any], timeout: float, expected: str,
         time.sleep(interval)
 
 
+def _free_port_besides(taken: set[int]) -> int:
+    port = free_port()
+    while port in taken:
+        port = free_port()
+    return port
+
+
 class LocalCluster:
     def __init__(
         self,
@@ -128,7 +147,11 @@ class LocalCluster:
         sim_cells_per_process: int | None = None,
         transport: str = "http",
         nats_url: str | None = None,
+        ha: bool = False,
+        database_url: str | None = None,
     ) -> None:
+        if ha and not database_url:
+            raise ClusterError("ha needs a PostgreSQL database_url: SQLite cannot be shared by two BBS processes")
         if transport not in ("http", "nats"):
             raise ValueError(f"transport must be 'http' or 'nats', got {transport!r}")
         if nats_url is not None and transport != "nats":
@@ -152,6 +175,8 @@ class LocalCluster:
         self.env = dict(env or {})
         self.sim_cells_per_process = sim_cells_per_process
         self.transport = transport
+        self.ha = ha
+        self.database_url = database_url
         self.nats_url = nats_url or ""  # without credentials when the launcher runs the server
         # The embedded server when transport="nats" and no nats_url was given (started by start()).
         self.nats_server: NatsServer | None = None
@@ -213,8 +238,8 @@ class LocalCluster:
         last, once nobody reports to it any more. Each gets STOP_GRACE_S before SIGKILL (to its whole
         session).
         """
-        self._stop_all([c for c in self._components.values() if c.name != "bbs"])
-        self._stop_all([c for c in self._components.values() if c.name == "bbs"])
+        self._stop_all([c for c in self._components.values() if not _is_bbs(c.name)])
+        self._stop_all([c for c in self._components.values() if _is_bbs(c.name)])
         if self.nats_server is not None:  # last: the BBS may still publish its final events
             self.nats_server.stop()
         with contextlib.suppress(FileNotFoundError):
@@ -281,7 +306,7 @@ class LocalCluster:
         target = self._component(component)
         deadline = time.monotonic() + timeout
         self._await_serving(target, timeout)
-        if target.cells and self._components["bbs"].running:
+        if target.cells and self._components["bbs"].running:  # the reps report to the first BBS
             self._await_cells_present([target], deadline - time.monotonic())
 
     def is_running(self, component: str) -> bool:
@@ -299,6 +324,7 @@ class LocalCluster:
     # --- internals --------------------------------------------------------------------------------
 
     def _component(self, name: str) -> _Component:
+        name = FIRST_OF.get(name, name)
         if name in self._components:
             return self._components[name]
         if name in self.reps:
@@ -323,6 +349,8 @@ class LocalCluster:
         self._components["auctioneer"] = _Component("auctioneer", [
             "auctioneer", "--bbs-url", self.bbs_url, *self._transport_args(), *self.auctioneer_args,
         ], auctioneer_port)
+        if self.ha:
+            self._plan_second_control_plane(self._components["bbs"].args)
 
         common = [
             "--bbs-url", self.bbs_url, "--executor", self.executor,
@@ -352,6 +380,22 @@ class LocalCluster:
                     "rep", "--cell-id", cell_id, "--zone", zone,
                     "--data-dir", str(self.data_dir / "cells" / cell_id), *common, *self.rep_args,
                 ], 0, [(cell_id, zone)])
+
+    def _plan_second_control_plane(self, first_bbs_args: list[str]) -> None:
+        """bbs-2 and auctioneer-2 (ha=True): the same database, each pair pointing at each other."""
+        taken = {c.port for c in self._components.values()}
+        bbs_port = _free_port_besides(taken)
+        auctioneer_port = _free_port_besides(taken | {bbs_port})
+        bbs_url, auctioneer_url = f"http://127.0.0.1:{bbs_port}", f"http://127.0.0.1:{auctioneer_port}"
+        assert self.database_url is not None
+        self._components["bbs"].args[1:1] = ["--database-url", self.database_url]
+        args = list(first_bbs_args)
+        args[args.index("--data-dir") + 1] = str(self.data_dir / "bbs-2")
+        args[args.index("--auctioneer-url") + 1] = auctioneer_url
+        self._components["bbs-2"] = _Component("bbs-2", args, bbs_port)
+        self._components["auctioneer-2"] = _Component("auctioneer-2", [
+            "auctioneer", "--bbs-url", bbs_url, *self._transport_args(), *self.auctioneer_args,
+        ], auctioneer_port)
 
     def _start_nats(self, timeout: float) -> None:
         """The embedded nats-server, when this cluster runs on NATS and no server was named."""
@@ -462,6 +506,7 @@ class LocalCluster:
             "pid": os.getpid(),
             "data_dir": str(self.data_dir),
             "transport": self.transport,
+            "ha": self.ha,
             **({"nats_url": redact(self.nats_url)} if self.transport == "nats" else {}),
         }
         path = self.data_dir / CLUSTER_FILE

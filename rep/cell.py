@@ -104,6 +104,9 @@ class Cell:
         self.awaiting_registration = False
         self.boot_id = uuid.uuid4().hex
         self.fencing_token = 0
+        # Every fencing token work was accepted under, once each, in order (a debug record: tests check
+        # through it that no two auctioneers placed work here under one token, or out of order).
+        self.accepted_fencing_tokens: list[int] = []
         self._new_guid = new_guid
         self._instances: dict[str, HeldInstance] = {}
         self._by_index: dict[tuple[str, int], str] = {}
@@ -166,6 +169,7 @@ class Cell:
             tasks=tasks,
             host=_host_metrics() if c.report_host_metrics else None,
             fencing_token=self.fencing_token,
+            accepted_fencing_tokens=list(self.accepted_fencing_tokens),
         )
 
     def presence(self) -> CellPresence:
@@ -211,6 +215,8 @@ class Cell:
                 reason=f"stale fencing token {work.fencing_token} < {self.fencing_token}",
             )
         self.fencing_token = work.fencing_token
+        if not self.accepted_fencing_tokens or self.accepted_fencing_tokens[-1] != work.fencing_token:
+            self.accepted_fencing_tokens.append(work.fencing_token)
         reasons: list[str] = []
         rejected_lrps: list[LRPWork] = []
         rejected_tasks: list[Task] = []

@@ -6,6 +6,11 @@
 
 Requests are only queued here; the batch loop (batcher.py) runs the auctions.
 
+Any number of auctioneers may run: the holder of the "auctioneer" lease (leadership.py, taken through the
+BBS) auctions and fences its work with the lease's token; a standby forwards the POSTs above to the
+holder's URL (forward.py), queueing them itself when it cannot. /v1/stats says `leader` and
+`fencing_token`.
+
 With `transport="nats"` the same batcher is also fed from `vendue.auctioneer.lrps`/`.tasks`, bids come
 from one scatter-gather on `vendue.cells.state` and work goes out on `vendue.cell.<id>.work`; /ping
 answers 503 {"ok": false, "ready": false} while NATS is unreachable. The cell list and the failure
@@ -14,12 +19,13 @@ reports stay HTTP calls to the BBS (its REST API).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import httpx
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
@@ -31,6 +37,8 @@ from .batcher import Batcher
 from .cells import CellFetcher
 from .clients import RepClients, tls_context
 from .dispatch import Dispatcher
+from .forward import FORWARDED_HEADER, Forwarder
+from .leadership import Leadership
 from .metrics import Metrics
 from .nats_cells import NatsCellStateSource
 from .nats_dispatch import NatsWorkSender
@@ -53,6 +61,10 @@ class AuctioneerService:
             base_url=s.bbs_url, timeout=s.bbs_timeout, trust_env=False, verify=tls_context(),
             limits=httpx.Limits(max_connections=16, max_keepalive_connections=16),
         )
+        self.leadership = Leadership(
+            self.bbs, s.advertise_url or f"http://{s.listen}:{s.port}", s.lease_ttl, timeout=s.bbs_timeout
+        )
+        self.forwarder = Forwarder(timeout=s.bbs_timeout)
         self.reps = RepClients(s.max_concurrency, timeout=max(s.cell_state_timeout, s.work_timeout))
         http_cells = CellFetcher(
             self.bbs, self.reps, self.metrics, timeout=s.cell_state_timeout, bbs_timeout=s.bbs_timeout,
@@ -61,7 +73,8 @@ class AuctioneerService:
         self.nats: NatsConnection | None = None
         self.fetcher: CellStateSource = http_cells
         self.dispatcher: WorkSender = Dispatcher(
-            self.reps, self.metrics, timeout=s.work_timeout, max_concurrency=s.max_concurrency
+            self.reps, self.metrics, timeout=s.work_timeout, max_concurrency=s.max_concurrency,
+            fencing_token=self.fencing_token,
         )
         if s.transport == "nats":
             self.nats = NatsConnection(s.nats_url, name="vendue-auctioneer", token=s.nats_token)
@@ -69,7 +82,8 @@ class AuctioneerService:
                 self.nats, http_cells.present_cells, self.metrics, timeout=s.cell_state_timeout
             )
             self.dispatcher = NatsWorkSender(
-                self.nats, self.metrics, timeout=s.work_timeout, max_concurrency=s.max_concurrency
+                self.nats, self.metrics, timeout=s.work_timeout, max_concurrency=s.max_concurrency,
+                fencing_token=self.fencing_token,
             )
         self.reporter = FailureReporter(self.bbs, self.metrics, timeout=s.bbs_timeout)
         self.auction = Auction(
@@ -79,10 +93,14 @@ class AuctioneerService:
                 max_attempts=s.max_attempts, thread_threshold=s.thread_threshold,
             ),
         )
-        self.batcher = Batcher(self.auction.run, auction_timeout=s.auction_timeout)
+        self.batcher = Batcher(self.auction.run, auction_timeout=s.auction_timeout, gate=self.leadership)
         self.intake: NatsAuctionIntake | None = None
+        self._tasks: set[asyncio.Future] = set()
         if self.nats is not None:
             self.intake = NatsAuctionIntake(self.nats, self.batcher.add_lrps, self.batcher.add_tasks, self.metrics)
+
+    def fencing_token(self) -> int:
+        return self.leadership.token
 
     @property
     def ready(self) -> bool:
@@ -91,23 +109,44 @@ class AuctioneerService:
     def start(self) -> None:
         self.batcher.start()
         if self.nats is not None and self.intake is not None:
-            # Until a lease decides otherwise every auctioneer is active: take requests once connected.
-            intake = self.intake
-            self.nats.on_connect(lambda _: intake.open())
-            self.nats.start()
+            # Only the leader takes requests off NATS (the queue group would hand a standby its share).
+            intake, leadership, nats = self.intake, self.leadership, self.nats
+
+            async def on_connect(_: object) -> None:
+                if leadership.leader:
+                    await intake.open()
+
+            def on_leadership(leader: bool) -> None:
+                if leader and nats.connected:
+                    self._background(intake.open())
+                elif not leader:
+                    self._background(intake.close())
+
+            nats.on_connect(on_connect)
+            self.leadership.on_change(on_leadership)
+            nats.start()
+        self.leadership.start()
         log.info("auctioneer started", extra={"data": {
             "bbs_url": self.settings.bbs_url, "strategy": self.settings.strategy,
             "transport": self.settings.transport,
         }})
 
+    def _background(self, coroutine) -> None:
+        task = asyncio.ensure_future(coroutine)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
     async def stop(self) -> None:
         timeout = self.settings.shutdown_timeout
+        await self.leadership.stop()
         if self.intake is not None:
             await self.intake.close()
         await self.batcher.stop(timeout)
         if self.nats is not None:
             await self.nats.close()
         await self.reporter.drain(timeout / 2)
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.forwarder.aclose()
         await self.reps.aclose()
         await self.bbs.aclose()
         log.info("auctioneer stopped")
@@ -127,13 +166,30 @@ def create_app(settings: AuctioneerSettings | None = None) -> FastAPI:
     app = FastAPI(title="vendue auctioneer", lifespan=lifespan)
     app.state.service = service
 
+    async def to_leader(request: Request) -> Response | None:
+        """A standby's answer: the leader's, once the request is forwarded; None to queue it here."""
+        leadership = service.leadership
+        if leadership.leader or request.headers.get(FORWARDED_HEADER):
+            return None
+        leader_url = leadership.holder_url
+        if not leader_url or leader_url == leadership.url:
+            return None
+        forwarded = await service.forwarder.forward(leader_url, request.url.path, await request.body())
+        if forwarded is None:
+            return None
+        return Response(forwarded.content, status_code=202, media_type="application/json")
+
     @app.post("/v1/lrps", status_code=202)
-    async def start_lrps(requests: list[LRPStartRequest]) -> JSONResponse:
+    async def start_lrps(requests: list[LRPStartRequest], request: Request) -> Response:
+        if (answer := await to_leader(request)) is not None:
+            return answer
         service.batcher.add_lrps(requests)
         return JSONResponse({"accepted": len(requests)}, status_code=202)
 
     @app.post("/v1/tasks", status_code=202)
-    async def start_tasks(requests: list[TaskStartRequest]) -> JSONResponse:
+    async def start_tasks(requests: list[TaskStartRequest], request: Request) -> Response:
+        if (answer := await to_leader(request)) is not None:
+            return answer
         service.batcher.add_tasks(requests)
         return JSONResponse({"accepted": len(requests)}, status_code=202)
 
@@ -148,7 +204,12 @@ def create_app(settings: AuctioneerSettings | None = None) -> FastAPI:
     @app.get("/v1/stats")
     async def stats() -> dict:
         extra = {"nats": service.nats.status()} if service.nats is not None else {}
-        return {**service.metrics.stats(), "pending": service.batcher.pending,
+        leadership = service.leadership
+        election = {"leader": leadership.leader, "fencing_token": leadership.token, "owner": leadership.owner,
+                    "leader_url": leadership.url if leadership.leader else leadership.holder_url,
+                    "terms": leadership.terms, "auctions_abandoned": service.batcher.auctions_abandoned,
+                    "forwarded": service.forwarder.forwarded}
+        return {**service.metrics.stats(), **election, "pending": service.batcher.pending,
                 "auction_running": service.batcher.auction_running, "transport": service.settings.transport,
                 **extra}
 

@@ -25,6 +25,8 @@ from .transport import CellStateSource, WorkSender
 
 log = logging.getLogger("auctioneer.auction")
 
+STALE_TOKEN_REASON = "stale fencing token"  # how rep/cell.py words the refusal
+
 
 @dataclass(slots=True, frozen=True)
 class AuctionConfig:
@@ -62,6 +64,9 @@ class Auction:
         dispatched = time.perf_counter()
         outcome = await self._dispatcher.send(group_work(result, batch, fetched.rep_urls))
         dispatch_seconds = time.perf_counter() - dispatched
+        stale = sum(1 for r in outcome.rejections if r.reason.startswith(STALE_TOKEN_REASON))
+        if stale:  # a newer leader has reached these reps: this auctioneer's lease is (about to be) gone
+            self._metrics.stale_token_refused(stale)
         carried, exhausted = split_rejections(outcome.rejections, self._config.max_attempts)
         failures += exhausted
         self._reporter.report(placement_failures(failures))

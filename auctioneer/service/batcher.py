@@ -11,6 +11,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from common.models import DesiredLRP, LRPStartRequest, Task, TaskStartRequest
 
@@ -65,10 +66,23 @@ class Batch:
 RunAuction = Callable[[Batch], Awaitable[Batch]]  # one auction; returns the work to carry
 
 
+class Gate(Protocol):
+    """Whether this auctioneer may auction now (leadership.Leadership: it holds the lease)."""
+
+    @property
+    def leader(self) -> bool: ...
+
+    async def until_leader(self) -> None: ...
+
+    async def until_standby(self) -> None: ...
+
+
 class Batcher:
-    def __init__(self, run_auction: RunAuction, *, auction_timeout: float = 60.0) -> None:
+    def __init__(self, run_auction: RunAuction, *, auction_timeout: float = 60.0, gate: Gate | None = None) -> None:
         self._run_auction = run_auction
         self._auction_timeout = auction_timeout
+        self._gate = gate
+        self.auctions_abandoned = 0  # auctions cut short because the lease was lost
         self._pending = Batch()
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -110,6 +124,8 @@ class Batcher:
     async def run(self) -> None:
         while not self._stopping:
             await self._wake.wait()
+            if self._gate is not None and not self._gate.leader:
+                await self._gate.until_leader()  # a standby keeps what it queued until it leads
             self._wake.clear()
             if self._stopping:
                 break
@@ -125,7 +141,9 @@ class Batcher:
         self.auction_running = True
         try:
             async with asyncio.timeout(self._auction_timeout):
-                return await self._run_auction(batch)
+                if self._gate is None:
+                    return await self._run_auction(batch)
+                return await self._unless_standby(batch, self._gate)
         except TimeoutError:
             # The BBS's convergence re-auctions anything still UNCLAIMED or PENDING, so nothing is lost.
             log.error("auction timed out", extra={"data": {"items": len(batch), "timeout_s": self._auction_timeout}})
@@ -135,12 +153,35 @@ class Batcher:
             self.auction_running = False
         return Batch()
 
+    async def _unless_standby(self, batch: Batch, gate: Gate) -> Batch:
+        """Run the auction, abandoning it the moment the lease is lost: a new leader (with a newer fencing
+        token) may be auctioning the same work. The BBS's convergence re-auctions whatever was dropped."""
+        auction = asyncio.ensure_future(self._run_auction(batch))
+        lost = asyncio.ensure_future(gate.until_standby())
+        try:
+            await asyncio.wait({auction, lost}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            lost.cancel()
+            if not auction.done():
+                auction.cancel()
+                await asyncio.gather(auction, return_exceptions=True)
+        if auction.cancelled():
+            self.auctions_abandoned += 1
+            log.warning("lease lost: auction abandoned", extra={"data": {"items": len(batch)}})
+            return Batch()
+        return auction.result()
+
     async def stop(self, timeout: float) -> None:
         """Let the current auction finish within `timeout`, then abandon it; queued work is dropped."""
         self._stopping = True
         self._wake.set()
         task, self._task = self._task, None
         if task is None:
+            return
+        if not self.auction_running:  # waiting for work or for the lease: nothing to finish
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            self._log_dropped()
             return
         try:
             async with asyncio.timeout(timeout):
@@ -149,5 +190,8 @@ class Batcher:
             log.warning("abandoning the running auction at shutdown")
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
+        self._log_dropped()
+
+    def _log_dropped(self) -> None:
         if self.pending:
             log.info("dropping queued work at shutdown", extra={"data": {"items": self.pending}})

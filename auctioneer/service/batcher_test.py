@@ -127,3 +127,55 @@ async def test_stop_abandons_a_hung_auction_within_its_bound():
     await batcher.stop(0.2)
     assert auction.running == 0
     assert loop.time() - started < 2
+
+
+class SwitchGate:
+    """Plays the lease: leader or standby, switched by the test."""
+
+    def __init__(self, leader: bool) -> None:
+        self._leading, self._standing_by = asyncio.Event(), asyncio.Event()
+        self.set(leader)
+
+    @property
+    def leader(self) -> bool:
+        return self._leading.is_set()
+
+    def set(self, leader: bool) -> None:
+        (self._leading if leader else self._standing_by).set()
+        (self._standing_by if leader else self._leading).clear()
+
+    async def until_leader(self) -> None:
+        await self._leading.wait()
+
+    async def until_standby(self) -> None:
+        await self._standing_by.wait()
+
+
+async def test_a_standby_keeps_its_queue_until_it_leads():
+    auction, gate = RecordingAuction(), SwitchGate(leader=False)
+    batcher = Batcher(auction, gate=gate)
+    batcher.start()
+    try:
+        batcher.add_lrps([start_request(desired("web", 1), [0])])
+        await asyncio.sleep(0)  # the loop runs up to the gate, and waits there
+        assert (auction.batches, batcher.pending) == ([], 1)
+        gate.set(True)
+        await wait_until(lambda: len(auction.batches) == 1, lambda: f"one auction; saw {len(auction.batches)}")
+    finally:
+        await batcher.stop(1.0)
+
+
+async def test_losing_the_lease_abandons_the_running_auction_at_once():
+    auction, gate = RecordingAuction(), SwitchGate(leader=True)
+    auction.hold.clear()  # the auction runs until the test lets it go
+    batcher = Batcher(auction, gate=gate)
+    batcher.start()
+    try:
+        batcher.add_lrps([start_request(desired("web", 1), [0])])
+        await wait_until(lambda: auction.running == 1, lambda: f"an auction running; saw {auction.running}")
+        gate.set(False)
+        await wait_until(lambda: auction.running == 0 and not batcher.auction_running,
+                         lambda: f"the auction abandoned; still running: {auction.running}")
+        assert batcher.auctions_abandoned == 1
+    finally:
+        await batcher.stop(1.0)

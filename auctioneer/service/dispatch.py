@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 import httpx
@@ -24,7 +24,7 @@ from .metrics import Metrics
 
 log = logging.getLogger("auctioneer.dispatch")
 
-# Until the lease issue adds real fencing tokens every auctioneer sends 0, which reps always accept.
+# An auctioneer that is not elected (no lease API) sends 0, which reps always accept.
 FENCING_TOKEN = 0
 REJECTED_WITHOUT_REASON = "insufficient resources"
 
@@ -79,10 +79,13 @@ class BodyWriter:
     per instance would dominate the auction.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, fencing_token: int = FENCING_TOKEN) -> None:
         self._desired: dict[int, str] = {}
+        self.fencing_token = fencing_token  # one auction, one token: every Work of it carries the same
 
-    def body(self, work: CellWork, fencing_token: int = FENCING_TOKEN) -> bytes:
+    def body(self, work: CellWork, fencing_token: int | None = None) -> bytes:
+        if fencing_token is None:
+            fencing_token = self.fencing_token
         lrps = []
         for item in work.lrps:
             desired = self._desired.get(id(item.desired))
@@ -97,15 +100,17 @@ class BodyWriter:
 
 class Dispatcher:
     def __init__(
-        self, reps: RepClients, metrics: Metrics, *, timeout: float = 10.0, max_concurrency: int = 256
+        self, reps: RepClients, metrics: Metrics, *, timeout: float = 10.0, max_concurrency: int = 256,
+        fencing_token: Callable[[], int] = lambda: FENCING_TOKEN,
     ) -> None:
         self._reps = reps
         self._metrics = metrics
         self._timeout = timeout
         self._max_concurrency = max_concurrency
+        self._fencing_token = fencing_token  # the lease's token, read per auction (it changes with the leader)
 
     async def send(self, works: list[CellWork]) -> DispatchOutcome:
-        writer = BodyWriter()
+        writer = BodyWriter(self._fencing_token())
         limit = asyncio.Semaphore(self._max_concurrency)
         outcome = DispatchOutcome()
         rejected = await asyncio.gather(*(self._send_one(w, writer, limit) for w in works))

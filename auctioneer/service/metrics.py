@@ -5,6 +5,8 @@ Each service instance owns its registry, so tests can run several auctioneers in
 
 from __future__ import annotations
 
+import time
+
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 
 REQUEST_TARGETS = ("bbs", "rep_state", "rep_work")
@@ -44,6 +46,10 @@ class Metrics:
         self._placements = Counter(
             "vendue_auctioneer_placements", "Items placed or failed.", ["kind", "outcome"], registry=r,
         )
+        self._stale_refusals = Counter(
+            "vendue_auctioneer_stale_token_refusals", "Work items reps refused for a stale fencing token.",
+            registry=r,
+        )
         self._cells_dropped = Counter(
             "vendue_auctioneer_cells_dropped", "Cells left out of an auction, by reason.", ["reason"],
             registry=r,
@@ -64,6 +70,8 @@ class Metrics:
         self.last_state_fetch_seconds = 0.0
         self.last_auction_seconds = 0.0
         self.last_batch_size = 0
+        self.last_auction_at = 0.0  # epoch seconds when the last auction completed (failover benchmark)
+        self.stale_token_refusals = 0  # work items reps refused for carrying an older fencing token
 
     def request(self, target: str, n: int = 1) -> None:
         self.requests_made[target] = self.requests_made.get(target, 0) + n
@@ -93,8 +101,13 @@ class Metrics:
         self.cells_dropped += 1
         self._cells_dropped.labels(reason).inc()
 
+    def stale_token_refused(self, items: int) -> None:
+        self.stale_token_refusals += items
+        self._stale_refusals.inc(items)
+
     def auction(self, batch_size: int, seconds: float) -> None:
         self.auctions += 1
+        self.last_auction_at = time.time()
         self.last_batch_size = batch_size
         self.last_auction_seconds = seconds
         self._auctions.inc()
@@ -136,6 +149,8 @@ class Metrics:
             "last_state_fetch_seconds": self.last_state_fetch_seconds,
             "last_auction_seconds": self.last_auction_seconds,
             "last_batch_size": self.last_batch_size,
+            "last_auction_at": self.last_auction_at,
+            "stale_token_refusals": self.stale_token_refusals,
         }
 
     def exposition(self) -> bytes:

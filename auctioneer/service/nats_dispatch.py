@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 
 from pydantic import ValidationError
 
@@ -18,7 +19,15 @@ from common.models import WorkResult
 from common.transport.nats_connection import NatsConnection
 from common.transport.subjects import cell_subject
 
-from .dispatch import BodyWriter, CellWork, DispatchOutcome, Rejection, rejections_from, undelivered
+from .dispatch import (
+    FENCING_TOKEN,
+    BodyWriter,
+    CellWork,
+    DispatchOutcome,
+    Rejection,
+    rejections_from,
+    undelivered,
+)
 from .metrics import Metrics
 
 log = logging.getLogger("auctioneer.nats_dispatch")
@@ -29,15 +38,17 @@ PAYLOAD_MARGIN = 4096
 
 class NatsWorkSender:
     def __init__(
-        self, nats: NatsConnection, metrics: Metrics, *, timeout: float = 10.0, max_concurrency: int = 256
+        self, nats: NatsConnection, metrics: Metrics, *, timeout: float = 10.0, max_concurrency: int = 256,
+        fencing_token: Callable[[], int] = lambda: FENCING_TOKEN,
     ) -> None:
         self._nats = nats
         self._metrics = metrics
         self._timeout = timeout
         self._max_concurrency = max_concurrency
+        self._fencing_token = fencing_token  # the lease's token, read per auction (it changes with the leader)
 
     async def send(self, works: list[CellWork]) -> DispatchOutcome:
-        writer = BodyWriter()
+        writer = BodyWriter(self._fencing_token())
         limit = asyncio.Semaphore(self._max_concurrency)
         outcome = DispatchOutcome()
         rejected = await asyncio.gather(*(self._send_one(w, writer, limit) for w in works))

@@ -31,7 +31,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from ..actual_set import ActualChanges
-from ..records import ActualRecord, CellRecord, DesiredRecord, TaskRecord
+from ..records import ActualRecord, CellRecord, DesiredRecord, LeaseRecord, TaskRecord
 from . import tables as t
 from .database import WRITE_LOCK_KEY, check_schema, create_engine, migrate, take_advisory_lock
 
@@ -457,14 +457,15 @@ class Tx:
 
     # --- leases ---------------------------------------------------------------------------------
 
-    async def acquire_lease(self, name: str, owner: str, ttl: float, now: float) -> int | None:
-        """Take or renew the lease `name`; its fencing token when held, None when someone else has it."""
+    async def acquire_lease(self, name: str, owner: str, ttl: float, now: float, url: str = "") -> int | None:
+        """Take or renew the lease `name`; its fencing token when held, None when someone else has it.
+        `url` is where the holder answers (peers forward to it); a renewal may change it."""
         rows = await self._rows(sa.select(t.leases).where(t.leases.c.name == name))
         if not rows:
             try:
                 async with self.connection.begin_nested():
                     await self.connection.execute(
-                        t.leases.insert().values(name=name, owner=owner, token=1, expires_at=now + ttl)
+                        t.leases.insert().values(name=name, owner=owner, token=1, expires_at=now + ttl, url=url)
                     )
             except IntegrityError:
                 return None  # another replica created it first
@@ -478,6 +479,14 @@ class Tx:
         taken = await self.connection.execute(
             t.leases.update()
             .where(t.leases.c.name == name, t.leases.c.owner == lease.owner, t.leases.c.token == lease.token)
-            .values(owner=owner, token=token, expires_at=now + ttl)
+            .values(owner=owner, token=token, expires_at=now + ttl, url=url)
         )
         return token if taken.rowcount == 1 else None
+
+    async def lease(self, name: str) -> LeaseRecord | None:
+        """The lease row `name` as stored (expired or not), None if nobody ever took it."""
+        rows = await self._rows(sa.select(t.leases).where(t.leases.c.name == name))
+        if not rows:
+            return None
+        row = rows[0]
+        return LeaseRecord(row.name, row.owner, row.token, row.expires_at, row.url or "")

@@ -26,7 +26,7 @@ async def store(database_url: str):
 
 async def test_migrates_an_empty_database_to_head(store: Store, database_url: str) -> None:
     current, head = await schema_revision(store.engine)
-    assert current == head == "0002"
+    assert current == head == "0003"
     if is_sqlite(database_url):
         async with store.read() as tx:
             assert (await tx.connection.exec_driver_sql("PRAGMA journal_mode")).scalar() == "wal"
@@ -39,7 +39,7 @@ async def test_refuses_a_schema_newer_than_this_code(store: Store, database_url:
     async with store.engine.begin() as connection:
         await connection.execute(sa.text("UPDATE alembic_version SET version_num = '9999_from_the_future'"))
     expected = (
-        "database schema 9999_from_the_future is newer than this BBS (knows up to 0002): upgrade the BBS"
+        "database schema 9999_from_the_future is newer than this BBS (knows up to 0003): upgrade the BBS"
     )
     for run_migrations in (True, False):
         with pytest.raises(SchemaTooNew) as refused:
@@ -52,7 +52,7 @@ async def test_replicas_opening_an_empty_postgres_database_together_migrate_it_o
 ) -> None:
     opened = await asyncio.gather(*(Store.open(fresh_postgres_database) for _ in range(4)))
     try:
-        assert {(await schema_revision(s.engine))[0] for s in opened} == {"0002"}
+        assert {(await schema_revision(s.engine))[0] for s in opened} == {"0003"}
     finally:
         await asyncio.gather(*(s.close() for s in opened))
 
@@ -135,7 +135,7 @@ async def test_upgrade_from_the_first_schema_keeps_rows_and_lifts_string_limits(
         async with store.write() as tx:
             await tx.apply_actual_changes(ActualChanges(inserts=[before]))
         await migrate(engine)
-        assert (await schema_revision(engine))[0] == "0002"
+        assert (await schema_revision(engine))[0] == "0003"
         # What reps report is stored whole on both databases (PostgreSQL enforced VARCHAR(n) before).
         long = dataclasses.replace(
             unclaimed("web", 1, "d", 1.0),
@@ -176,3 +176,13 @@ async def test_lists_sort_strings_by_code_point(store: Store) -> None:
         assert await tx.insert_desireds([DesiredRecord(g, "d", 1, {}, 1.0, "e") for g in guids])
     async with store.read() as tx:
         assert [d.process_guid for d in await tx.list_desired()] == sorted(guids)
+
+
+async def test_lease_records_where_its_holder_answers(store: Store) -> None:
+    async with store.write() as tx:
+        assert await tx.lease("auctioneer") is None
+        assert await tx.acquire_lease("auctioneer", "a", ttl=10, now=100, url="http://a:1") == 1
+        assert await tx.acquire_lease("auctioneer", "b", ttl=10, now=111, url="http://b:2") == 2
+        lease = await tx.lease("auctioneer")
+    assert lease is not None
+    assert (lease.owner, lease.token, lease.expires_at, lease.url) == ("b", 2, 121, "http://b:2")

@@ -83,4 +83,5 @@ leases = sa.Table(
     sa.Column("owner", sa.String(128), nullable=False),
     sa.Column("token", sa.Integer, nullable=False),
     sa.Column("expires_at", sa.Float, nullable=False),
+    sa.Column("url", sa.Text, nullable=False, server_default=""),  # where the holder answers (0003)
 )

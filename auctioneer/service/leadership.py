@@ -1,0 +1,147 @@
+"""The auctioneer's election: the "auctioneer" lease, taken and renewed through any BBS replica.
+
+Only the holder runs auctions; every Work it sends carries the lease's fencing token, and a rep refuses a
+token older than one it has seen, so a paused old leader cannot place work after a newer one has.
+
+Renewal runs every TTL/3. Leadership is judged locally and conservatively: it lasts until the send time
+of the last successful renewal plus the TTL (the BBS counts the TTL from later, when it wrote the row),
+so a leader that cannot reach any BBS stops auctioneering before anyone else can take over. A standby
+tries again as soon as the holder's lease runs out, so it takes over within one TTL of the leader dying.
+
+A BBS without the lease API (404) elects nobody: the auctioneer then leads unfenced (token 0), as before
+there were leases.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import time
+import uuid
+from collections.abc import Callable
+
+import httpx
+from pydantic import ValidationError
+
+from common.models import Lease
+
+log = logging.getLogger("auctioneer.leadership")
+
+LEASE = "auctioneer"
+TAKEOVER_SLACK_S = 0.05  # after the holder's expiry, so the BBS sees it expired too
+RETRY_FIRST_S = 0.2  # after a failed attempt (e.g. the BBS still starting): retry soon, doubling up to TTL/3
+
+
+class Leadership:
+    def __init__(self, bbs: httpx.AsyncClient, url: str, ttl: float, *, timeout: float = 5.0) -> None:
+        self._bbs = bbs
+        self.url = url  # where peers forward requests to while this auctioneer leads
+        self.ttl = ttl
+        self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self._timeout = min(timeout, ttl / 3)
+        self.token = 0
+        self.holder_url = ""  # the leader's URL as last read from the lease ("" when unknown)
+        self.holder_owner = ""
+        self._valid_until = 0.0  # monotonic: leadership ends here unless renewed
+        self._holder_expires_at = 0.0  # epoch: when the other holder's lease runs out
+        self._unelected = False
+        self._failures = 0  # attempts in a row without an answer
+        self._leading = asyncio.Event()
+        self._standing_by = asyncio.Event()
+        self._standing_by.set()
+        self._listeners: list[Callable[[bool], None]] = []
+        self._task: asyncio.Task[None] | None = None
+        self.terms = 0  # times this auctioneer became leader
+
+    @property
+    def leader(self) -> bool:
+        return self._unelected or (self.token > 0 and time.monotonic() < self._valid_until)
+
+    def on_change(self, listener: Callable[[bool], None]) -> None:
+        """Call `listener(leader)` whenever this auctioneer becomes leader or stops being it."""
+        self._listeners.append(listener)
+
+    async def until_leader(self) -> None:
+        await self._leading.wait()
+
+    async def until_standby(self) -> None:
+        await self._standing_by.wait()
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="auctioneer-lease")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+            self._task = None
+        self._settle(False)
+
+    # --- the loop -------------------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        renew_every = self.ttl / 3
+        while True:
+            await self._attempt()
+            self._settle(self.leader)
+            if self._unelected:
+                return
+            wait = renew_every
+            if self._failures:
+                wait = min(wait, RETRY_FIRST_S * 2 ** (self._failures - 1))
+            if self.leader:  # wake by expiry too: leadership must end on time when renewals fail
+                wait = min(wait, max(0.0, self._valid_until - time.monotonic()))
+            elif self._holder_expires_at:
+                wait = min(wait, max(0.0, self._holder_expires_at - time.time() + TAKEOVER_SLACK_S))
+            await asyncio.sleep(wait)
+            self._settle(self.leader)
+
+    async def _attempt(self) -> None:
+        sent = time.monotonic()
+        try:
+            response = await self._bbs.post(
+                f"/v1/leases/{LEASE}", json={"owner": self.owner, "url": self.url, "ttl_s": self.ttl},
+                timeout=self._timeout,
+            )
+        except httpx.HTTPError as exc:
+            self._failures += 1
+            log.warning("lease renewal failed", extra={"data": {"error": repr(exc), "leader": self.leader}})
+            return
+        self._failures = 0
+        if response.status_code == 404:
+            log.warning("the BBS has no lease API: leading unelected, without fencing")
+            self._unelected = True
+            return
+        try:
+            response.raise_for_status()
+            lease = Lease.model_validate_json(response.content)
+        except (httpx.HTTPError, ValidationError) as exc:
+            log.warning("lease renewal refused", extra={"data": {"error": repr(exc), "leader": self.leader}})
+            return
+        self.holder_url, self.holder_owner = lease.url, lease.owner
+        if lease.held:
+            self.token = lease.token
+            self._valid_until = sent + self.ttl
+            self._holder_expires_at = 0.0
+        else:
+            self._valid_until = 0.0  # someone else holds it: step down at once
+            self._holder_expires_at = lease.expires_at
+
+    def _settle(self, leader: bool) -> None:
+        """Fire the transition, if any, to `leader`."""
+        if leader == self._leading.is_set():
+            return
+        if leader:
+            self.terms += 1
+            self._standing_by.clear()
+            self._leading.set()
+        else:
+            self._leading.clear()
+            self._standing_by.set()
+        log.info("leader" if leader else "standby", extra={"data": {
+            "token": self.token, "owner": self.owner, "holder": self.holder_owner, "holder_url": self.holder_url,
+        }})
+        for listener in self._listeners:
+            listener(leader)

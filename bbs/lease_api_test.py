@@ -1,0 +1,112 @@
+"""The BBS lease API in-process (httpx ASGITransport), on SQLite and on PostgreSQL: the election the
+auctioneer replicas run through any BBS replica."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from bbs.api import create_app
+from bbs.server import running_bbs
+from bbs.settings import BBSSettings
+
+pytestmark = pytest.mark.timeout(60)
+
+
+CONFIGURED = "http://auctioneer.test"
+
+
+@pytest.fixture
+def sent() -> list[str]:
+    """URLs the BBS sent start requests to."""
+    return []
+
+
+@pytest.fixture
+async def http(tmp_path: Path, database_url: str, sent: list[str]):
+    def auctioneer(request: httpx.Request) -> httpx.Response:
+        sent.append(str(request.url))
+        return httpx.Response(202, json={})
+
+    settings = BBSSettings(data_dir=tmp_path, database_url=database_url, auctioneer_url=CONFIGURED, send_attempts=1)
+    outbound = httpx.AsyncClient(transport=httpx.MockTransport(auctioneer))
+    async with running_bbs(settings, converge=False, client=outbound) as bbs:
+        transport = httpx.ASGITransport(app=create_app(bbs))
+        async with httpx.AsyncClient(transport=transport, base_url="http://bbs", timeout=10) as client:
+            yield client
+
+
+async def take(http: httpx.AsyncClient, owner: str, ttl_s: float = 30.0, url: str = "") -> dict[str, Any]:
+    response = await http.post("/v1/leases/auctioneer", json={"owner": owner, "url": url, "ttl_s": ttl_s})
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+async def until_expired(http: httpx.AsyncClient, timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while (response := await http.get("/v1/leases/auctioneer")).status_code != 404:
+        assert time.monotonic() < deadline, f"expected the lease to expire within {timeout}s; saw {response.text}"
+        await asyncio.sleep(0.02)
+
+
+async def test_nobody_holds_a_lease_never_taken(http: httpx.AsyncClient) -> None:
+    assert (await http.get("/v1/leases/auctioneer")).status_code == 404
+
+
+async def test_first_owner_takes_it_renews_it_and_keeps_its_token(http: httpx.AsyncClient) -> None:
+    first = await take(http, "a", url="http://a:1")
+    assert (first["held"], first["owner"], first["url"], first["token"]) == (True, "a", "http://a:1", 1)
+    renewed = await take(http, "a", url="http://a:1")
+    assert (renewed["held"], renewed["token"]) == (True, 1)
+    assert renewed["expires_at"] >= first["expires_at"]
+    current = (await http.get("/v1/leases/auctioneer")).json()
+    assert (current["owner"], current["url"], current["token"]) == ("a", "http://a:1", 1)
+
+
+async def test_another_owner_is_refused_and_told_the_holder(http: httpx.AsyncClient) -> None:
+    await take(http, "a", url="http://a:1")
+    refused = await take(http, "b", url="http://b:2")
+    assert (refused["held"], refused["owner"], refused["url"], refused["token"]) == (False, "a", "http://a:1", 1)
+
+
+async def test_after_expiry_a_new_holder_gets_the_next_token(http: httpx.AsyncClient) -> None:
+    await take(http, "a", ttl_s=0.2)
+    await until_expired(http)
+    taken = await take(http, "b", url="http://b:2")
+    assert (taken["held"], taken["owner"], taken["token"]) == (True, "b", 2)
+    late = await take(http, "a")  # the old holder, back after its lease ran out, cannot renew
+    assert (late["held"], late["owner"], late["token"]) == (False, "b", 2)
+
+
+async def test_a_bad_lease_request_is_422_naming_the_field(http: httpx.AsyncClient) -> None:
+    response = await http.post("/v1/leases/auctioneer", json={"owner": "a", "ttl_s": 0})
+    assert response.status_code == 422
+    assert response.json()["detail"][0]["loc"] == ["body", "ttl_s"]
+
+
+async def desire(http: httpx.AsyncClient, process_guid: str) -> None:
+    response = await http.post("/v1/desired_lrps", json={"process_guid": process_guid, "memory_mb": 1})
+    assert response.status_code == 201, response.text
+
+
+async def test_start_requests_go_to_the_elected_auctioneer_else_to_the_configured_one(
+    http: httpx.AsyncClient, sent: list[str]
+) -> None:
+    await desire(http, "before")
+    await until_sent(sent, 1)
+    await take(http, "a", url="http://elected.test")
+    await desire(http, "after")  # the holder is looked up afresh: nothing cached yet
+    await until_sent(sent, 2)
+    assert sent == [CONFIGURED + "/v1/lrps", "http://elected.test/v1/lrps"]
+
+
+async def until_sent(sent: list[str], n: int, timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while len(sent) < n:
+        assert time.monotonic() < deadline, f"expected {n} start requests sent within {timeout}s; saw {sent}"
+        await asyncio.sleep(0.01)
