@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 
 import httpx
@@ -98,6 +98,25 @@ class BodyWriter:
         ).encode()
 
 
+SendOne = Callable[[CellWork, BodyWriter, asyncio.Semaphore], Awaitable[list[Rejection]]]
+
+
+async def send_concurrently(
+    works: list[CellWork], send_one: SendOne, writer: BodyWriter, max_concurrency: int
+) -> DispatchOutcome:
+    """Send every winning cell its work at once (at most `max_concurrency` in flight) and tally what
+    was placed and what came back rejected; the transport only says how one cell's work travels."""
+    limit = asyncio.Semaphore(max_concurrency)
+    outcome = DispatchOutcome()
+    rejected = await asyncio.gather(*(send_one(w, writer, limit) for w in works))
+    for work, rejections in zip(works, rejected, strict=True):
+        refused = {id(r.item) for r in rejections}
+        outcome.lrps_placed += sum(1 for i in work.lrps if id(i) not in refused)
+        outcome.tasks_placed += sum(1 for i in work.tasks if id(i) not in refused)
+        outcome.rejections.extend(rejections)
+    return outcome
+
+
 class Dispatcher:
     def __init__(
         self, reps: RepClients, metrics: Metrics, *, timeout: float = 10.0, max_concurrency: int = 256,
@@ -110,16 +129,8 @@ class Dispatcher:
         self._fencing_token = fencing_token  # the lease's token, read per auction (it changes with the leader)
 
     async def send(self, works: list[CellWork]) -> DispatchOutcome:
-        writer = BodyWriter(self._fencing_token())
-        limit = asyncio.Semaphore(self._max_concurrency)
-        outcome = DispatchOutcome()
-        rejected = await asyncio.gather(*(self._send_one(w, writer, limit) for w in works))
-        for work, rejections in zip(works, rejected, strict=True):
-            refused = {id(r.item) for r in rejections}
-            outcome.lrps_placed += sum(1 for i in work.lrps if id(i) not in refused)
-            outcome.tasks_placed += sum(1 for i in work.tasks if id(i) not in refused)
-            outcome.rejections.extend(rejections)
-        return outcome
+        return await send_concurrently(works, self._send_one, BodyWriter(self._fencing_token()),
+                                       self._max_concurrency)
 
     async def _send_one(self, work: CellWork, writer: BodyWriter, limit: asyncio.Semaphore) -> list[Rejection]:
         body = writer.body(work)

@@ -26,6 +26,7 @@ from .dispatch import (
     DispatchOutcome,
     Rejection,
     rejections_from,
+    send_concurrently,
     undelivered,
 )
 from .metrics import Metrics
@@ -48,16 +49,8 @@ class NatsWorkSender:
         self._fencing_token = fencing_token  # the lease's token, read per auction (it changes with the leader)
 
     async def send(self, works: list[CellWork]) -> DispatchOutcome:
-        writer = BodyWriter(self._fencing_token())
-        limit = asyncio.Semaphore(self._max_concurrency)
-        outcome = DispatchOutcome()
-        rejected = await asyncio.gather(*(self._send_one(w, writer, limit) for w in works))
-        for work, rejections in zip(works, rejected, strict=True):
-            refused = {id(r.item) for r in rejections}
-            outcome.lrps_placed += sum(1 for i in work.lrps if id(i) not in refused)
-            outcome.tasks_placed += sum(1 for i in work.tasks if id(i) not in refused)
-            outcome.rejections.extend(rejections)
-        return outcome
+        return await send_concurrently(works, self._send_one, BodyWriter(self._fencing_token()),
+                                       self._max_concurrency)
 
     async def _send_one(self, work: CellWork, writer: BodyWriter, limit: asyncio.Semaphore) -> list[Rejection]:
         if not self._nats.connected and not await self._nats.until_connected(self._timeout):
