@@ -40,6 +40,7 @@ from .records import (
     RESOLVING,
     RUNNING,
     TASK_RUNNING,
+    ActualRecord,
     CellRecord,
     DesiredRecord,
     LeaseRecord,
@@ -533,25 +534,24 @@ class BBS:
                 effects.events.append(lambda: [event("cell_appeared", r.to_wire(), now) for r in appeared])
             for cell_id in rebooted_cells(existing, latest):
                 held = await tx.list_actuals(cell_id=cell_id)
-                if held:
-                    actuals = ActualSet(await tx.actuals_for_keys((r.process_guid, r.index) for r in held))
-                    starts = forget_rebooted_cell(actuals, cell_id, now)
-                    changes = actuals.diff()
-                    await tx.apply_actual_changes(changes)
-                    effects.actual_events(changes)
-                    await self.add_starts(tx, starts, effects)
-            evacuating = [cell_id for cell_id, body in latest.items() if body.evacuating]
-            for cell_id in evacuating:
-                on_cell = await tx.list_actuals(cell_id=cell_id, state=RUNNING, presence=ORDINARY)
-                if on_cell:
-                    actuals = ActualSet(await tx.actuals_for_keys((r.process_guid, r.index) for r in on_cell))
-                    starts = evacuate(actuals, cell_id, now)
-                    changes = actuals.diff()
-                    await tx.apply_actual_changes(changes)
-                    effects.actual_events(changes)
-                    await self.add_starts(tx, starts, effects)
+                await self._rework_cell(tx, held, forget_rebooted_cell, cell_id, now, effects)
+            for cell_id in (cell_id for cell_id, body in latest.items() if body.evacuating):
+                running = await tx.list_actuals(cell_id=cell_id, state=RUNNING, presence=ORDINARY)
+                await self._rework_cell(tx, running, evacuate, cell_id, now, effects)
         self.run_effects(effects)
         return [None] * len(batch)
+
+    async def _rework_cell(self, tx, held: list[ActualRecord], rework, cell_id: str, now: float,
+                           effects: Effects) -> None:
+        """Apply `rework` (evacuate, forget_rebooted_cell) to every index a cell holds, in this transaction."""
+        if not held:
+            return
+        actuals = ActualSet(await tx.actuals_for_keys((r.process_guid, r.index) for r in held))
+        starts = rework(actuals, cell_id, now)
+        changes = actuals.diff()
+        await tx.apply_actual_changes(changes)
+        effects.actual_events(changes)
+        await self.add_starts(tx, starts, effects)
 
     async def list_cells(self) -> list[dict[str, Any]]:
         async with self.store.read() as tx:
