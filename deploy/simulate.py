@@ -20,7 +20,6 @@ from auctioneer.engine.types import (
     AuctionResult,
     Cell,
     DeviceRequest,
-    HostMetrics,
     LRPStart,
     Resources,
     RunningInstance,
@@ -28,6 +27,7 @@ from auctioneer.engine.types import (
     TaskStart,
     Volume,
     VolumeRequest,
+    host_metrics_from,
 )
 from common.workload import CellSpec, LRPSpec, TaskSpec, Workload, WorkloadError
 
@@ -49,14 +49,7 @@ def cell_to_engine(spec: CellSpec) -> Cell:
         spec.disk_mb - spec.prefill_disk_mb,
         spec.containers - spec.prefill_containers,
     )
-    host = None
-    if spec.host is not None:
-        h = spec.host
-        host = HostMetrics(
-            swap_used_mb=h.swap_used_mb, swap_total_mb=h.swap_total_mb, mem_used_mb=h.mem_used_mb,
-            mem_total_mb=h.mem_total_mb, disk_used_mb=h.disk_used_mb, disk_total_mb=h.disk_total_mb,
-            load5=h.load5, cores=h.cores,
-        )
+    host = None if spec.host is None else host_metrics_from(spec.host)
     return Cell(
         cell_id=spec.id,
         zone=spec.zone,

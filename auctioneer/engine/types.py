@@ -44,6 +44,11 @@ class HostMetrics:
     cores: int = 1
 
 
+def host_metrics_from(source: object) -> HostMetrics:
+    """HostMetrics from any object with the same attribute names (a wire or workload model)."""
+    return HostMetrics(**{name: getattr(source, name) for name in HostMetrics.__dataclass_fields__})
+
+
 @dataclass(slots=True, frozen=True)
 class Volume:
     """A volume a cell can offer (service strategy). `holder` names the instance owning an ephemeral one."""

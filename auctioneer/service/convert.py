@@ -13,13 +13,13 @@ from auctioneer.engine.types import (
     Cell,
     DeviceRequest,
     Failure,
-    HostMetrics,
     LRPStart,
     Resources,
     RunningInstance,
     TaskStart,
     Volume,
     VolumeRequest,
+    host_metrics_from,
 )
 from common.models import (
     CellState,
@@ -34,14 +34,7 @@ from .batcher import PendingLRP, PendingTask
 
 
 def cell_from_state(state: CellState) -> Cell:
-    host = None
-    if state.host is not None:
-        h = state.host
-        host = HostMetrics(
-            swap_used_mb=h.swap_used_mb, swap_total_mb=h.swap_total_mb, mem_used_mb=h.mem_used_mb,
-            mem_total_mb=h.mem_total_mb, disk_used_mb=h.disk_used_mb, disk_total_mb=h.disk_total_mb,
-            load5=h.load5, cores=h.cores,
-        )
+    host = None if state.host is None else host_metrics_from(state.host)
     return Cell(
         cell_id=state.cell_id,
         zone=state.zone,
