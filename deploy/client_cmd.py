@@ -514,12 +514,7 @@ def task_cancel(
     data_dir: DataDir = Path(".vendue"),
 ) -> None:
     """Cancel a task (it completes as failed, "cancelled")."""
-    with connect(bbs, data_dir) as client:
-        try:
-            client.cancel_task(task_guid)
-        except NotFound:
-            fail(f"no task named {task_guid!r}")
-    typer.echo(f"cancelled {task_guid}")
+    _act_on_task(task_guid, bbs, data_dir, BBSClient.cancel_task, "cancelled")
 
 
 @task_app.command("delete", cls=OneLineErrorsCommand)
@@ -529,12 +524,16 @@ def task_delete(
     data_dir: DataDir = Path(".vendue"),
 ) -> None:
     """Resolve and delete a completed task."""
+    _act_on_task(task_guid, bbs, data_dir, BBSClient.resolve_task, "deleted")
+
+
+def _act_on_task(task_guid: str, bbs: str | None, data_dir: Path, act, done: str) -> None:
     with connect(bbs, data_dir) as client:
         try:
-            client.resolve_task(task_guid)
+            act(client, task_guid)
         except NotFound:
             fail(f"no task named {task_guid!r}")
-    typer.echo(f"deleted {task_guid}")
+    typer.echo(f"{done} {task_guid}")
 
 
 @app.command(cls=OneLineErrorsCommand)
