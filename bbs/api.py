@@ -6,7 +6,7 @@ import json
 import time
 from typing import Annotated, Any
 
-from fastapi import FastAPI, Path, Request, Response
+from fastapi import FastAPI, Path, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -192,6 +192,18 @@ def create_app(bbs: BBS) -> FastAPI:
         held, lease = await bbs.take_lease(name, body.owner, url=body.url, ttl=body.ttl_s)
         return {"held": held, "owner": lease.owner, "url": lease.url, "token": lease.token,
                 "expires_at": lease.expires_at}
+
+    @app.delete("/v1/leases/{name}", status_code=204)
+    async def release_lease(name: GuidPath, owner: Annotated[str, Query(min_length=1, max_length=128)],
+                            token: Annotated[int, Query(ge=0)]) -> Response:
+        """Give the lease up on a graceful stop, so a standby takes it at once: only its holder may, and
+        only for its own term (owner and fencing token); released twice is still 204."""
+        released = await bbs.release_lease(name, owner, token)
+        if released is None:
+            raise NotFound(f"nobody ever took the lease {name!r}")
+        if not released:
+            raise Conflict(f"the lease {name!r} is not held by {owner!r} under token {token}")
+        return Response(status_code=204)
 
     @app.get("/v1/leases/{name}", response_model=Lease)
     async def get_lease(name: GuidPath) -> dict[str, Any]:

@@ -20,6 +20,7 @@ log = logging.getLogger("bbs.converger")
 LEASE = "convergence"
 MIN_GAP_S = 0.2  # wake-ups closer than this are folded into one pass
 EXPIRY_SLACK_S = 0.01
+RELEASE_TIMEOUT_S = 2.0
 
 
 class Converger:
@@ -29,6 +30,7 @@ class Converger:
         self.lease_ttl = lease_ttl
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.passes = 0
+        self.token: int | None = None  # the lease's fencing token while this process holds it
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         bbs.on_wake = self.wake
@@ -46,10 +48,21 @@ class Converger:
         self._task = asyncio.create_task(self.run(), name="bbs-converger")
 
     async def stop(self) -> None:
+        """Stop the loop and, if this process holds the lease, give it up: another BBS replica converges
+        from its next attempt (within TTL/3) instead of after the TTL."""
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
             self._task = None
+        token, self.token = self.token, None
+        if token is None:
+            return
+        try:
+            released = await asyncio.wait_for(self.bbs.release_lease(LEASE, self.owner, token), RELEASE_TIMEOUT_S)
+        except Exception as exc:  # noqa: BLE001 - the lease then simply expires
+            log.warning("could not release the convergence lease", extra={"data": {"error": repr(exc)}})
+            return
+        log.info("convergence lease released", extra={"data": {"token": token, "released": bool(released)}})
 
     async def run(self) -> None:
         min_gap = min(MIN_GAP_S, self.interval)
@@ -71,7 +84,8 @@ class Converger:
 
     async def _pass(self) -> float:
         """Run a pass if this process holds the lease; returns the longest wait before the next one."""
-        if await self.bbs.acquire_lease(LEASE, self.owner) is None:
+        self.token = await self.bbs.acquire_lease(LEASE, self.owner)
+        if self.token is None:
             return self.interval
         started = time.perf_counter()
         next_due = await converge_once(self.bbs)

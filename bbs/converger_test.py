@@ -121,3 +121,24 @@ async def test_crash_backoff_end_triggers_a_pass_without_waiting_for_the_timer(
             await asyncio.sleep(0.05)
         await bbs.outbound.drain(5)
         assert sent.count("http://auctioneer.test/v1/lrps") == 2  # desire, then the restart
+
+
+async def test_a_stopping_holder_releases_the_lease_and_the_other_replica_converges_at_once(
+    tmp_path: Path, database_url: str
+) -> None:
+    ttl = 60.0  # without the release the other replica would wait a minute
+    settings = BBSSettings(data_dir=tmp_path, database_url=database_url, auctioneer_url="http://auctioneer.test",
+                           convergence_interval=0.1, lease_ttl=ttl)
+    async with (
+        running_bbs(settings, client=recording_client([])) as one,
+        running_bbs(settings, client=recording_client([])) as two,
+    ):
+        await wait_for(lambda: one.converger.passes + two.converger.passes >= 2, "convergence passes")
+        holder, other = (one, two) if one.converger.passes else (two, one)
+        assert other.converger.passes == 0, "expected one replica converging"
+        stopped_at = time.monotonic()
+        await holder.converger.stop()
+        await wait_for(lambda: other.converger.passes > 0, "the other replica converging", timeout_s=5.0)
+        assert time.monotonic() - stopped_at < ttl / 10
+        lease = await other.lease("convergence")
+        assert lease is not None and lease.owner == other.converger.owner and lease.token == 2, lease

@@ -110,3 +110,43 @@ async def until_sent(sent: list[str], n: int, timeout: float = 5.0) -> None:
     while len(sent) < n:
         assert time.monotonic() < deadline, f"expected {n} start requests sent within {timeout}s; saw {sent}"
         await asyncio.sleep(0.01)
+
+
+async def release(http: httpx.AsyncClient, owner: str, token: int) -> httpx.Response:
+    return await http.delete("/v1/leases/auctioneer", params={"owner": owner, "token": token})
+
+
+async def test_the_holder_releases_it_and_another_owner_takes_it_at_once_with_the_next_token(
+    http: httpx.AsyncClient,
+) -> None:
+    await take(http, "a", ttl_s=300.0, url="http://a:1")
+    response = await release(http, "a", 1)
+    assert response.status_code == 204, f"expected 204 releasing a's lease, saw {response.status_code} {response.text}"
+    assert (await http.get("/v1/leases/auctioneer")).status_code == 404  # nobody holds it any more
+    assert (await release(http, "a", 1)).status_code == 204  # released twice: still released
+    taken = await take(http, "b", url="http://b:2")  # long before a's 300 s would have run out
+    assert (taken["held"], taken["owner"], taken["token"]) == (True, "b", 2)
+    late = await release(http, "a", 1)  # a's old term cannot release b's
+    assert late.status_code == 409, f"expected 409 for the old holder, saw {late.status_code} {late.text}"
+    assert (await http.get("/v1/leases/auctioneer")).json()["owner"] == "b"
+
+
+async def test_a_non_owner_or_another_term_cannot_release_it(http: httpx.AsyncClient) -> None:
+    await take(http, "a", url="http://a:1")
+    for owner, token in (("b", 1), ("a", 2), ("a", 0)):
+        response = await release(http, owner, token)
+        assert response.status_code == 409, (
+            f"expected 409 releasing as {owner}/{token}, saw {response.status_code} {response.text}")
+    current = (await http.get("/v1/leases/auctioneer")).json()
+    assert (current["owner"], current["token"]) == ("a", 1)
+    refused = await take(http, "b")
+    assert (refused["held"], refused["owner"]) == (False, "a")
+
+
+async def test_releasing_a_lease_never_taken_is_404_and_owner_and_token_are_required(
+    http: httpx.AsyncClient,
+) -> None:
+    assert (await release(http, "a", 1)).status_code == 404
+    missing = await http.delete("/v1/leases/auctioneer", params={"owner": "a"})
+    assert missing.status_code == 422
+    assert missing.json()["detail"][0]["loc"] == ["query", "token"]

@@ -576,6 +576,12 @@ class BBS:
         assert lease is not None  # acquire_lease creates the row when there is none
         return token is not None, lease
 
+    async def release_lease(self, name: str, owner: str, token: int) -> bool | None:
+        """Give the lease up (graceful stop): True released, False held by another owner or term, None never
+        taken."""
+        async with self.store.write() as tx:
+            return await tx.release_lease(name, owner, token)
+
     async def lease(self, name: str) -> LeaseRecord | None:
         async with self.store.read() as tx:
             return await tx.lease(name)

@@ -32,6 +32,14 @@ def url_problem(setting: str, url: str, schemes: tuple[str, ...] = HTTP_SCHEMES)
     return None
 
 
+def url_list_problem(setting: str, urls: str) -> str | None:
+    """One HTTP URL or several comma-separated (replicas to fail over between, e.g. the BBS's)."""
+    servers = [server.strip() for server in urls.split(",")]
+    if not all(servers):
+        return f"{setting}: empty URL in the list"
+    return first_problem(*(url_problem(setting, server) for server in servers))
+
+
 def nats_url_problem(setting: str, urls: str) -> str | None:
     """One NATS server URL or several comma-separated (a cluster); credentials allowed, never echoed."""
     servers = [server.strip() for server in urls.split(",")]

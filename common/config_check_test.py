@@ -4,12 +4,29 @@ from __future__ import annotations
 
 import pytest
 
-from common.config_check import first_problem, host_problem, log_level_problem, nats_url_problem, url_problem
+from common.config_check import (
+    first_problem,
+    host_problem,
+    log_level_problem,
+    nats_url_problem,
+    url_list_problem,
+    url_problem,
+)
 
 
 @pytest.mark.parametrize("url", ["http://bbs-1:8889", "https://bbs.example.com", "http://[::1]:8889/"])
 def test_http_urls_that_pass(url: str) -> None:
     assert url_problem("bbs_url", url) is None
+
+
+@pytest.mark.parametrize(("urls", "problem"), [
+    ("http://bbs-1:8889", None),
+    ("http://bbs-1:8889, http://bbs-2:8899/", None),
+    ("http://bbs-1:8889,", "bbs_url: empty URL in the list"),
+    ("http://bbs-1:8889,bbs-2:8899", "bbs_url: scheme must be http or https, not 'bbs-2'"),
+])
+def test_http_url_lists(urls: str, problem: str | None) -> None:
+    assert url_list_problem("bbs_url", urls) == problem
 
 
 @pytest.mark.parametrize(

@@ -28,6 +28,7 @@ BBS (`vendue bbs`, default http://127.0.0.1:8889)
   GET    /v1/events                                     -> text/event-stream of Event (SSE)
   POST   /v1/leases/{name}           LeaseRequest       -> Lease (acquire or renew; held=false: another owner)
   GET    /v1/leases/{name}                              -> Lease (the current holder; 404 if none)
+  DELETE /v1/leases/{name}?owner=O&token=T              -> 204 (the holder gives it up; 409 if not the holder)
 
 Auctioneer (`vendue auctioneer`, default http://127.0.0.1:8890)
   POST   /v1/lrps    [LRPStartRequest]   -> 202 {"accepted": n}

@@ -20,7 +20,8 @@ USAGE_ERROR = 2
 
 @app.command()
 def auctioneer(
-    bbs_url: str | None = typer.Option(None, "--bbs-url", help="The BBS [env VENDUE_BBS_URL; http://127.0.0.1:8889]."),
+    bbs_url: str | None = typer.Option(None, "--bbs-url", help="The BBS; several comma-separated replicas fail "
+                                       "over [env VENDUE_BBS_URL; http://127.0.0.1:8889]."),
     listen: str | None = typer.Option(None, "--listen", help="Address to bind [VENDUE_LISTEN; 127.0.0.1]."),
     port: int | None = typer.Option(None, "--port", help="Port; 0 binds a free one [VENDUE_PORT; 8890]."),
     strategy: str | None = typer.Option(None, "--strategy", help="Placement strategy [VENDUE_STRATEGY; diego]."),
@@ -63,6 +64,7 @@ def auctioneer(
     from auctioneer.service.app import create_app
     from auctioneer.service.server import bind, run, url_of
     from auctioneer.service.settings import AuctioneerSettings
+    from common.failover import split_urls
     from common.logging import setup_logging
 
     flags = {
@@ -90,6 +92,10 @@ def auctioneer(
         typer.echo("config ok")
         raise typer.Exit(0)
 
+    try:
+        split_urls(settings.bbs_url)
+    except ValueError as exc:
+        raise _fail(f"bbs_url: {exc}") from None
     log = setup_logging("auctioneer", settings.log_level)
     try:
         sock = bind(settings.listen, settings.port)

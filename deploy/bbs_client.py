@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 import httpx
 from pydantic import BaseModel, ValidationError
 
+from common.failover import FailoverTransport, split_urls
 from common.models import (
     ActualLRP,
     CellPresence,
@@ -136,8 +137,13 @@ class BBSClient:
 
     def __init__(self, base_url: str = DEFAULT_BBS_URL, timeout: float = 10.0,
                  transport: httpx.BaseTransport | None = None) -> None:
-        self.base_url = base_url.rstrip("/")
-        self._http = httpx.Client(base_url=self.base_url, timeout=timeout, transport=transport)
+        """`base_url` may list several BBS replicas, comma-separated: each request goes to the one that
+        answers (common/failover.py). `base_url` is then what the messages name: all of them."""
+        urls = split_urls(base_url)
+        self.base_url = ", ".join(urls)
+        if len(urls) > 1:
+            transport = FailoverTransport(urls, inner=transport)
+        self._http = httpx.Client(base_url=urls[0], timeout=timeout, transport=transport)
 
     def close(self) -> None:
         self._http.close()

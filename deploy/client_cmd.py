@@ -1,6 +1,7 @@
 """The client commands: `vendue push|scale|delete|apps|instances|cells|task run|tasks|events`.
 
-They talk to a BBS found, in order, through `--bbs URL` (alias `--bbs-url`), `VENDUE_BBS_URL`, the
+They talk to a BBS found, in order, through `--bbs URL[,URL...]` (alias `--bbs-url`; several BBS
+replicas: each request goes to one that answers), `VENDUE_BBS_URL`, the
 running local cluster in `--data-dir` (its cluster.json, written by `vendue up`), or the BBS default
 http://127.0.0.1:8889. Listings print rich tables, or with `--json` the wire names of common/models.py.
 
@@ -31,6 +32,7 @@ from rich.console import Console
 from rich.table import Table
 from typer.core import TyperCommand, TyperGroup
 
+from common.failover import URLListError, split_urls
 from common.models import (
     ActualLRP,
     ActualState,
@@ -107,7 +109,8 @@ app.add_typer(task_app, name="task")
 
 BbsUrl = Annotated[str | None, typer.Option(
     "--bbs", "--bbs-url", envvar="VENDUE_BBS_URL", show_envvar=True,
-    help="BBS URL (default: the running local cluster in --data-dir, else http://127.0.0.1:8889).")]
+    help="BBS URL, or several comma-separated (default: the running local cluster in --data-dir, else "
+    "http://127.0.0.1:8889).")]
 DataDir = Annotated[Path, typer.Option(
     "--data-dir", envvar="VENDUE_DATA_DIR", help="Where `vendue up` keeps the local cluster.")]
 AsJson = Annotated[bool, typer.Option("--json", help="Print JSON (the API's wire names) instead of a table.")]
@@ -122,12 +125,17 @@ def fail(message: str, code: int = FAILURE) -> NoReturn:
 
 
 def resolve_bbs_url(bbs: str | None, data_dir: Path) -> tuple[str, str]:
-    """The BBS URL to use and where it came from (for the "unreachable" message)."""
+    """The BBS URL to use (several comma-separated: replicas to fail over between) and where it came
+    from (for the "unreachable" message)."""
     if bbs:
-        return bbs.rstrip("/"), "--bbs/VENDUE_BBS_URL"
+        try:
+            return ",".join(split_urls(bbs)), "--bbs/VENDUE_BBS_URL"
+        except URLListError as exc:
+            fail(f"--bbs: {exc}", USAGE_ERROR)
     info = read_cluster_file(data_dir)
-    if info is not None and info.get("bbs_url"):
-        return str(info["bbs_url"]), f"the local cluster in {data_dir}"
+    if info is not None and (info.get("bbs_urls") or info.get("bbs_url")):
+        urls = info.get("bbs_urls") or [info["bbs_url"]]  # an HA cluster lists every BBS replica
+        return ",".join(str(url) for url in urls), f"the local cluster in {data_dir}"
     return DEFAULT_BBS_URL, f"the default (no --bbs, no VENDUE_BBS_URL, no running cluster in {data_dir})"
 
 

@@ -102,6 +102,23 @@ def test_unreachable_bbs_is_one_line_and_exit_1():
     assert len(lines) == 1 and lines[0].startswith("error: cannot reach the BBS"), lines
 
 
+def test_several_bbs_urls_are_replicas_the_one_down_is_skipped(bbs_url):
+    down = f"http://127.0.0.1:{free_port()}"
+    name = unique("replicated")
+    pushed = vendue(f"{down},{bbs_url}", "push", name, "-i", "1", "-m", "16", "--", "sleep", "1")
+    assert pushed.exit_code == 0, pushed.output
+    assert name in desired_guids(bbs_url)
+    listed = vendue(f"{down}, {bbs_url}", "apps", "--json")
+    assert listed.exit_code == 0 and name in {a["process_guid"] for a in json.loads(listed.stdout)}, listed.output
+    both_down = CliRunner().invoke(app, ["apps", "--bbs", f"{down},http://127.0.0.1:{free_port()}"])
+    assert both_down.exit_code == 1
+    lines = both_down.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: cannot reach the BBS") and down in lines[0], lines
+    bad = CliRunner().invoke(app, ["apps", "--bbs", f"{bbs_url},"])
+    assert bad.exit_code == 2 and bad.stderr.startswith("error: --bbs:") and len(bad.stderr.splitlines()) == 1, (
+        bad.stderr)
+
+
 def test_push_apps_instances_scale_delete_round_trip_with_json_shapes(bbs_url):
     name = unique("web")
     pushed = vendue(bbs_url, "push", name, "-i", "2", "-m", "64", "-d", "32", "--tag", "blue", "--env", "A=1",

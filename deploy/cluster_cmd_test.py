@@ -1,13 +1,16 @@
 """`vendue up` as a real subprocess: it serves until interrupted, stops every child on Ctrl-C or SIGTERM,
-and leaves no orphan even when it is killed with SIGKILL (PR_SET_PDEATHSIG on every child)."""
+and leaves no orphan even when it is killed with SIGKILL (PR_SET_PDEATHSIG on every child). `vendue up
+--ha`: two BBS replicas and two auctioneers on an embedded PostgreSQL kept in the data dir."""
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -22,7 +25,7 @@ from common.procutil import child_preexec, pid_alive, terminate_then_kill
 from .cli import _register, app
 from .cluster import CLUSTER_FILE, ENTRY_POINT, PROJECT_ROOT
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 _register()
 
 APP_SOURCE = (
@@ -82,8 +85,8 @@ def vendue_up(tmp_path: Path) -> Iterator[Callable[..., tuple[subprocess.Popen[b
     started: list[subprocess.Popen[bytes]] = []
     tracked: set[int] = set()
 
-    def start(*args: str) -> tuple[subprocess.Popen[bytes], dict[str, Any]]:
-        data_dir = tmp_path / f"up{len(started)}"
+    def start(*args: str, data_dir: Path | None = None) -> tuple[subprocess.Popen[bytes], dict[str, Any]]:
+        data_dir = data_dir or tmp_path / f"up{len(started)}"
         log = open(tmp_path / f"up{len(started)}.out", "wb")  # noqa: SIM115 - the child holds it
         proc = subprocess.Popen([*ENTRY_POINT, "up", "--data-dir", str(data_dir), *args], stdout=log,
                                 stderr=subprocess.STDOUT, cwd=PROJECT_ROOT, start_new_session=True,
@@ -91,7 +94,7 @@ def vendue_up(tmp_path: Path) -> Iterator[Callable[..., tuple[subprocess.Popen[b
         log.close()
         started.append(proc)
         info_path = data_dir / CLUSTER_FILE
-        wait_for(lambda: info_path.exists() or proc.poll() is not None, 90.0, "cluster.json",
+        wait_for(lambda: info_path.exists() or proc.poll() is not None, 120.0, "cluster.json",
                  lambda: (tmp_path / f"up{len(started) - 1}.out").read_text())
         assert proc.poll() is None, (tmp_path / f"up{len(started) - 1}.out").read_text()
         tracked.update(descendants(proc.pid))
@@ -152,3 +155,74 @@ def test_ctrl_c_stops_every_child_and_exits_0(vendue_up):
     assert proc.wait(timeout=30.0) == 0
     assert not alive(tree), f"children left after `vendue up` stopped: {alive(tree)}"
     assert not Path(info["data_dir"], CLUSTER_FILE).exists()
+
+
+def run_cli(*args: str, timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*ENTRY_POINT, *args], capture_output=True, text=True, timeout=timeout, cwd=PROJECT_ROOT,
+                          preexec_fn=child_preexec(), env={**os.environ, "COLUMNS": "160"})
+
+
+@pytest.fixture
+def reachable_dir() -> Iterator[Path]:
+    """A data dir the PostgreSQL user may traverse to, as root (pytest's tmp_path sits under a 0700 folder)."""
+    path = Path(tempfile.mkdtemp(prefix="vendue-up-ha-"))
+    path.chmod(0o755)
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def running_count(bbs_url: str, name: str) -> int:
+    items = httpx.get(f"{bbs_url}/v1/actual_lrps", params={"process_guid": name}, timeout=5.0).json()["items"]
+    return sum(1 for a in items if a["state"] == "RUNNING")
+
+
+def test_up_ha_runs_two_of_each_on_embedded_postgres_survives_a_bbs_and_stops_cleanly(vendue_up, reachable_dir):
+    data_dir = reachable_dir / "cluster"
+    proc, info = vendue_up("--ha", "--cells", "2", "--zones", "2", data_dir=data_dir)
+    components = info["components"]
+    assert {"bbs", "bbs-2", "auctioneer", "auctioneer-2", "cell-0", "cell-1"} <= set(components), components
+    assert info["bbs_urls"] == [components["bbs"]["url"], components["bbs-2"]["url"]], info
+    for name in ("bbs", "bbs-2"):
+        assert httpx.get(f"{components[name]['url']}/ping", timeout=5.0).status_code == 200, name
+    assert (data_dir / "postgres" / "data" / "PG_VERSION").is_file(), "expected the database in the data dir"
+    assert info["postgres"]["pid"] in descendants(proc.pid), "expected PostgreSQL below the launcher"
+
+    pushed = run_cli("push", "web", "-i", "2", "-m", "64", "--data-dir", str(data_dir), "--",
+                     sys.executable, "-c", APP_SOURCE)
+    assert pushed.returncode == 0, pushed.stdout + pushed.stderr
+    bbs_2 = components["bbs-2"]["url"]
+    wait_for(lambda: running_count(bbs_2, "web") == 2, 60.0, "2 running instances of web (read from bbs-2)",
+             lambda: httpx.get(f"{bbs_2}/v1/actual_lrps", timeout=5.0).json()["items"])
+
+    # The first BBS dies: the CLI, the reps and the auctioneers carry on through bbs-2.
+    os.kill(components["bbs"]["pid"], signal.SIGKILL)
+    scaled = run_cli("scale", "web", "-i", "3", "--data-dir", str(data_dir))
+    assert scaled.returncode == 0, scaled.stdout + scaled.stderr
+    wait_for(lambda: running_count(bbs_2, "web") == 3, 60.0, "3 running instances of web without bbs-1",
+             lambda: httpx.get(f"{bbs_2}/v1/actual_lrps", timeout=5.0).json()["items"])
+    listed = run_cli("apps", "--json", "--data-dir", str(data_dir))
+    assert listed.returncode == 0 and '"web"' in listed.stdout, listed.stdout + listed.stderr
+
+    tree = descendants(proc.pid)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=60.0) == 0
+    wait_for(lambda: not alive(tree), 15.0, "every process of the stopped launcher gone (PostgreSQL too)",
+             lambda: alive(tree))
+    assert not (data_dir / CLUSTER_FILE).exists()
+    assert (data_dir / "postgres" / "data" / "PG_VERSION").is_file(), "expected the database kept after a stop"
+
+
+def test_up_ha_without_the_wheel_or_with_a_bad_database_url_exits_2_with_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    bad = CliRunner().invoke(app, ["up", "--ha", "--data-dir", str(tmp_path), "--database-url", "sqlite:///x.db"])
+    assert bad.exit_code == 2, bad.output
+    assert len(bad.stderr.splitlines()) == 1 and "--database-url" in bad.stderr, bad.stderr
+    monkeypatch.setitem(sys.modules, "embedded_postgres", None)  # what an absent package looks like
+    missing = CliRunner().invoke(app, ["up", "--ha", "--data-dir", str(tmp_path / "c")])
+    assert missing.exit_code == 2, missing.output
+    line = missing.stderr.splitlines()
+    assert len(line) == 1 and "embedded-postgres" in line[0] and "--database-url" in line[0], missing.stderr
+    assert not (tmp_path / "c").exists(), "expected nothing written"

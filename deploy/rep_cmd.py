@@ -31,7 +31,9 @@ def _labels(pairs: list[str]) -> dict[str, str]:
 @app.command()
 def rep(
     bbs_url: str | None = typer.Option(
-        None, "--bbs-url", help="The BBS URL (env VENDUE_BBS_URL; every flag has a VENDUE_* twin)."
+        None, "--bbs-url",
+        help="The BBS URL, or several comma-separated replicas to fail over between (env VENDUE_BBS_URL; "
+        "every flag has a VENDUE_* twin).",
     ),
     cell_id: str | None = typer.Option(None, "--cell-id", help="Cell id (default: from the hostname)."),
     zone: str | None = typer.Option(None, "--zone", help="Availability zone (default z0)."),

@@ -14,7 +14,7 @@ from common.config_check import (
     host_problem,
     log_level_problem,
     nats_url_problem,
-    url_problem,
+    url_list_problem,
 )
 from common.models import GUID_PATTERN
 
@@ -26,7 +26,7 @@ _GUID = re.compile(GUID_PATTERN)
 def config_problem(settings: RepSettings) -> str | None:
     """The first problem found, as one line naming the setting ("zone: ..."); None if sane."""
     return first_problem(
-        url_problem("bbs_url", settings.bbs_url),
+        url_list_problem("bbs_url", settings.bbs_url),
         nats_url_problem("nats_url", settings.nats_url),
         host_problem("listen", settings.listen),
         # Goes into the rep URL the auctioneer and BBS call and into every instance's address.

@@ -12,7 +12,7 @@ from rep.settings import RepSettings
 def test_defaults_and_a_compose_style_cell_are_sane() -> None:
     assert config_problem(RepSettings()) is None
     compose = RepSettings(
-        bbs_url="http://bbs-1:8889",
+        bbs_url="http://bbs-1:8889,http://bbs-2:8889",
         listen="0.0.0.0",
         advertise_host="rep-z0-a",
         cell_id="cell-z0-a",
@@ -32,6 +32,7 @@ def test_defaults_and_a_compose_style_cell_are_sane() -> None:
     [
         ({"bbs_url": "bbs-1:8889"}, "bbs_url: scheme must be http or https"),
         ({"bbs_url": "http://bbs-1:port"}, "bbs_url: not a valid URL"),
+        ({"bbs_url": "http://bbs-1:8889,,http://bbs-2:8889"}, "bbs_url: empty URL in the list"),
         ({"nats_url": "nats://a:4222, ,nats://b:4222"}, "nats_url: empty server"),
         ({"listen": "any"}, None),  # a host name: resolving it is the runtime's business
         ({"listen": "0.0.0.0 "}, "listen: '0.0.0.0 ' is neither"),

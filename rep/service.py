@@ -12,6 +12,7 @@ from collections.abc import Generator
 import httpx
 import uvicorn
 
+from common.failover import AsyncFailoverTransport, URLListError, split_urls
 from common.procutil import write_ready_file
 from common.transport.nats_connection import NatsConnection
 
@@ -95,16 +96,26 @@ def cell_configs(settings: RepSettings, base_url: str) -> list[CellConfig]:
 CELLS_PER_CLIENT = 8  # cells sharing one pooled httpx client (a heartbeat and a report in flight each)
 
 
+def bbs_urls(settings: RepSettings) -> list[str]:
+    """The BBS replicas (`--bbs-url` may list several, comma-separated); requests name the first."""
+    try:
+        return split_urls(settings.bbs_url)
+    except URLListError as exc:
+        raise ConfigError(f"bbs_url: {exc}") from None
+
+
 def bbs_clients(settings: RepSettings, cell_ids: list[str]) -> dict[str, httpx.AsyncClient]:
-    """Small connection pools, each shared by a few cells: cost per request stays flat with cell count."""
+    """Small connection pools, each shared by a few cells: cost per request stays flat with cell count.
+    Each fails over between the BBS replicas on its own (common/failover.py)."""
     connections = 2 * CELLS_PER_CLIENT + 4
     tls = httpx.create_ssl_context()  # built once: loading the CA bundle per client costs ~0.1 s each
+    urls = bbs_urls(settings)
     clients: dict[str, httpx.AsyncClient] = {}
     for first in range(0, len(cell_ids), CELLS_PER_CLIENT):
+        limits = httpx.Limits(max_connections=connections, max_keepalive_connections=connections)
         client = httpx.AsyncClient(
             timeout=httpx.Timeout(settings.http_timeout),
-            limits=httpx.Limits(max_connections=connections, max_keepalive_connections=connections),
-            verify=tls,
+            transport=AsyncFailoverTransport(urls, verify=tls, limits=limits),
         )
         clients.update((cell_id, client) for cell_id in cell_ids[first : first + CELLS_PER_CLIENT])
     return clients
@@ -129,13 +140,13 @@ def build_host(settings: RepSettings, base_url: str) -> RepHost:
                 memory_limit=settings.memory_limit,
             )
             executors.append(executor)
-        send = lifecycle_sender(clients[config.cell_id], settings.bbs_url, config.cell_id)
+        send = lifecycle_sender(clients[config.cell_id], bbs_urls(settings)[0], config.cell_id)
         cells.append(Cell(config, executor, send))
     return RepHost(
         cells,
         executors,
         clients,
-        settings.bbs_url,
+        bbs_urls(settings)[0],
         presence_ttl_s=settings.presence_ttl,
         evacuation_timeout_s=settings.evacuation_timeout,
     )

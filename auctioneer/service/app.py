@@ -29,6 +29,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
+from common.failover import AsyncFailoverTransport, split_urls
 from common.models import LRPStartRequest, TaskStartRequest
 from common.transport.nats_connection import NatsConnection
 
@@ -57,9 +58,14 @@ class AuctioneerService:
         self.settings = s = settings
         self.metrics = Metrics()
         # trust_env=False: the control plane talks to its peers directly, never through an HTTP proxy.
+        # Several BBS URLs (comma-separated): requests go to the one that answers (common/failover.py).
+        bbs_urls = split_urls(s.bbs_url)
         self.bbs = httpx.AsyncClient(
-            base_url=s.bbs_url, timeout=s.bbs_timeout, trust_env=False, verify=tls_context(),
-            limits=httpx.Limits(max_connections=16, max_keepalive_connections=16),
+            base_url=bbs_urls[0], timeout=s.bbs_timeout, trust_env=False,
+            transport=AsyncFailoverTransport(
+                bbs_urls, verify=tls_context(), trust_env=False,
+                limits=httpx.Limits(max_connections=16, max_keepalive_connections=16),
+            ),
         )
         self.leadership = Leadership(
             self.bbs, s.advertise_url or f"http://{s.listen}:{s.port}", s.lease_ttl, timeout=s.bbs_timeout
@@ -138,10 +144,12 @@ class AuctioneerService:
 
     async def stop(self) -> None:
         timeout = self.settings.shutdown_timeout
-        await self.leadership.stop()
         if self.intake is not None:
             await self.intake.close()
+        # The running auction finishes under the lease (renewals go on), then the lease is released so a
+        # standby takes over at once rather than after the TTL.
         await self.batcher.stop(timeout)
+        await self.leadership.stop(release=True)
         if self.nats is not None:
             await self.nats.close()
         await self.reporter.drain(timeout / 2)
@@ -176,6 +184,7 @@ def create_app(settings: AuctioneerSettings | None = None) -> FastAPI:
             return None
         forwarded = await service.forwarder.forward(leader_url, request.url.path, await request.body())
         if forwarded is None:
+            leadership.wake()  # the holder may be gone (a released lease): try for it now
             return None
         return Response(forwarded.content, status_code=202, media_type="application/json")
 

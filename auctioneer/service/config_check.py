@@ -12,7 +12,7 @@ from common.config_check import (
     host_problem,
     log_level_problem,
     nats_url_problem,
-    url_problem,
+    url_list_problem,
 )
 
 from .settings import AuctioneerSettings
@@ -21,7 +21,7 @@ from .settings import AuctioneerSettings
 def config_problem(settings: AuctioneerSettings) -> str | None:
     """The first problem found, as one line naming the setting ("strategy: ..."); None if sane."""
     return first_problem(
-        url_problem("bbs_url", settings.bbs_url),
+        url_list_problem("bbs_url", settings.bbs_url),
         nats_url_problem("nats_url", settings.nats_url),
         host_problem("listen", settings.listen),
         log_level_problem(settings.log_level),

@@ -11,7 +11,7 @@ from auctioneer.service.settings import AuctioneerSettings
 def test_defaults_and_a_compose_style_setup_are_sane() -> None:
     assert config_problem(AuctioneerSettings(_env_file=None)) is None
     compose = AuctioneerSettings(
-        bbs_url="http://bbs-1:8889",
+        bbs_url="http://bbs-1:8889,http://bbs-2:8889",
         listen="0.0.0.0",
         transport="nats",
         nats_url="nats://vendue:secret@nats:4222,nats://nats-2:4222",
@@ -26,6 +26,8 @@ def test_defaults_and_a_compose_style_setup_are_sane() -> None:
         ({"bbs_url": "bbs-1:8889"}, "bbs_url: scheme must be http or https"),
         ({"bbs_url": "http://:8889"}, "bbs_url: no host"),
         ({"bbs_url": "http://bbs:88889"}, "bbs_url: not a valid URL"),
+        ({"bbs_url": "http://bbs-1:8889,"}, "bbs_url: empty URL in the list"),
+        ({"bbs_url": "http://bbs-1:8889,http://:1"}, "bbs_url: no host"),
         ({"nats_url": "nats://a:4222,"}, "nats_url: empty server"),
         ({"nats_url": "http://nats:4222"}, "nats_url: scheme must be nats or tls or ws or wss"),
         ({"listen": "0.0.0.0:8890"}, "listen: '0.0.0.0:8890' is neither"),

@@ -7,6 +7,9 @@ Renewal runs every TTL/3. Leadership is judged locally and conservatively: it la
 of the last successful renewal plus the TTL (the BBS counts the TTL from later, when it wrote the row),
 so a leader that cannot reach any BBS stops auctioneering before anyone else can take over. A standby
 tries again as soon as the holder's lease runs out, so it takes over within one TTL of the leader dying.
+A leader that stops gracefully releases the lease (DELETE /v1/leases/auctioneer with its owner and
+token): a standby then takes it at its next attempt, within TTL/3, or at once when woken (a request it
+could not forward to the old holder wakes it).
 
 A BBS without the lease API (404) elects nobody: the auctioneer then leads unfenced (token 0), as before
 there were leases.
@@ -15,6 +18,7 @@ there were leases.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import socket
@@ -52,6 +56,7 @@ class Leadership:
         self._standing_by = asyncio.Event()
         self._standing_by.set()
         self._listeners: list[Callable[[bool], None]] = []
+        self._poke = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self.terms = 0  # times this auctioneer became leader
 
@@ -72,12 +77,37 @@ class Leadership:
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="auctioneer-lease")
 
-    async def stop(self) -> None:
+    def wake(self) -> None:
+        """Try for the lease now rather than at the next scheduled attempt (e.g. the holder is unreachable:
+        it may have released the lease on its way out)."""
+        self._poke.set()
+
+    async def stop(self, *, release: bool = True) -> None:
+        """Stop renewing; with `release`, give the lease up (DELETE, owner and token) so a standby takes it
+        at its next attempt instead of waiting out the TTL. Leadership ends before the release is sent."""
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
             self._task = None
+        held = self.leader and not self._unelected
+        self._valid_until = 0.0
         self._settle(False)
+        if release and held:
+            await self._release()
+
+    async def _release(self) -> None:
+        try:
+            response = await self._bbs.delete(
+                f"/v1/leases/{LEASE}", params={"owner": self.owner, "token": self.token}, timeout=self._timeout
+            )
+        except httpx.HTTPError as exc:
+            log.warning("lease release failed; it expires instead", extra={"data": {"error": repr(exc)}})
+            return
+        if response.status_code == 204:
+            log.info("lease released", extra={"data": {"token": self.token, "owner": self.owner}})
+        else:
+            log.warning("lease release refused", extra={"data": {"status": response.status_code,
+                                                                  "body": response.text[:200]}})
 
     # --- the loop -------------------------------------------------------------------------------
 
@@ -95,7 +125,9 @@ class Leadership:
                 wait = min(wait, max(0.0, self._valid_until - time.monotonic()))
             elif self._holder_expires_at:
                 wait = min(wait, max(0.0, self._holder_expires_at - time.time() + TAKEOVER_SLACK_S))
-            await asyncio.sleep(wait)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._poke.wait(), wait)
+            self._poke.clear()
             self._settle(self.leader)
 
     async def _attempt(self) -> None:

@@ -1,9 +1,11 @@
 """The auctioneer's election against a real BBS in-process (SQLite): one leader, a standby that knows
-where it is, a takeover with the next fencing token within one TTL, and stepping down on time."""
+where it is, a takeover with the next fencing token within one TTL, stepping down on time, and the
+release of the lease on a graceful stop."""
 
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -42,7 +44,7 @@ async def test_one_leads_the_other_stands_by_and_takes_over_with_the_next_token(
             second.start()
             await wait_until(lambda: second.holder_url == "http://a1", lambda: f"a2 standing by; {describe(second)}")
             assert (first.leader, first.token, second.leader) == (True, 1, False)
-            await first.stop()  # as if killed: no more renewals, the lease is left to expire
+            await first.stop(release=False)  # as if killed: no more renewals, the lease is left to expire
             await wait_until(lambda: second.leader, lambda: f"a2 leading; saw {describe(first, second)}",
                              timeout=TTL + 1.0)
             assert second.token == 2
@@ -83,5 +85,61 @@ async def test_without_a_lease_api_the_auctioneer_leads_unfenced() -> None:
         try:
             await wait_until(lambda: lone.leader, lambda: f"leading; saw {describe(lone)}")
             assert lone.token == 0
+        finally:
+            await lone.stop()
+
+
+async def test_a_leader_that_stops_releases_the_lease_and_the_standby_leads_long_before_the_ttl(
+    tmp_path: Path,
+) -> None:
+    ttl = 9.0  # the standby tries every TTL/3; without the release it would wait until the TTL ran out
+    async with bbs_client(tmp_path) as bbs:
+        first, second = Leadership(bbs, "http://a1", ttl), Leadership(bbs, "http://a2", ttl)
+        first.start()
+        try:
+            await wait_until(lambda: first.leader, lambda: f"a1 leading; saw {describe(first)}")
+            second.start()
+            await wait_until(lambda: second.holder_url == "http://a1", lambda: f"a2 standing by; {describe(second)}")
+            lease = (await bbs.get("/v1/leases/auctioneer")).json()
+            await first.stop()  # a graceful stop: the lease is released
+            assert not first.leader
+            now = await bbs.get("/v1/leases/auctioneer")  # released: nobody's, or the standby's already
+            assert now.status_code == 404 or now.json()["owner"] == second.owner, now.text
+            await wait_until(lambda: second.leader, lambda: f"a2 leading; saw {describe(first, second)}",
+                             timeout=ttl / 3 + 2.0)
+            assert time.time() < lease["expires_at"] - 2.0, "expected the takeover well before a1's lease ran out"
+            assert second.token == 2
+        finally:
+            await first.stop()
+            await second.stop()
+
+
+async def test_a_woken_standby_takes_a_released_lease_at_once(tmp_path: Path) -> None:
+    ttl = 60.0
+    async with bbs_client(tmp_path) as bbs:
+        first, second = Leadership(bbs, "http://a1", ttl), Leadership(bbs, "http://a2", ttl)
+        first.start()
+        try:
+            await wait_until(lambda: first.leader, lambda: f"a1 leading; saw {describe(first)}")
+            second.start()
+            await wait_until(lambda: second.holder_url == "http://a1", lambda: f"a2 standing by; {describe(second)}")
+            await first.stop()
+            second.wake()  # as the auctioneer does when it cannot forward to the old holder
+            await wait_until(lambda: second.leader, lambda: f"a2 leading; saw {describe(first, second)}",
+                             timeout=2.0)
+        finally:
+            await first.stop()
+            await second.stop()
+
+
+async def test_stop_without_release_leaves_the_lease_to_expire(tmp_path: Path) -> None:
+    async with bbs_client(tmp_path) as bbs:
+        lone = Leadership(bbs, "http://a1", 60.0)
+        lone.start()
+        try:
+            await wait_until(lambda: lone.leader, lambda: f"a1 leading; saw {describe(lone)}")
+            await lone.stop(release=False)
+            held = await bbs.get("/v1/leases/auctioneer")
+            assert held.status_code == 200 and held.json()["owner"] == lone.owner, held.text
         finally:
             await lone.stop()

@@ -483,6 +483,21 @@ class Tx:
         )
         return token if taken.rowcount == 1 else None
 
+    async def release_lease(self, name: str, owner: str, token: int) -> bool | None:
+        """Give up the lease `name` held by `owner` under `token`, so another owner may take it at once
+        (with the next token: the row stays, so tokens keep growing). True: released (or already
+        expired); False: someone else holds it, or a newer term does; None: nobody ever took it."""
+        rows = await self._rows(sa.select(t.leases).where(t.leases.c.name == name))
+        if not rows:
+            return None
+        # Expired for every replica whatever its clock: 0, not "now".
+        released = await self.connection.execute(
+            t.leases.update()
+            .where(t.leases.c.name == name, t.leases.c.owner == owner, t.leases.c.token == token)
+            .values(expires_at=0.0)
+        )
+        return released.rowcount == 1
+
     async def lease(self, name: str) -> LeaseRecord | None:
         """The lease row `name` as stored (expired or not), None if nobody ever took it."""
         rows = await self._rows(sa.select(t.leases).where(t.leases.c.name == name))

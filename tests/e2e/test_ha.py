@@ -1,19 +1,21 @@
 """End to end, high availability: two BBS replicas and two auctioneers on one PostgreSQL database; the
-auctioneer leader and the BBS running convergence are killed (-9) during a 1,000-instance push.
+auctioneer leader and the BBS running convergence, whichever they are, are killed (-9) during a
+1,000-instance push.
 
 Afterwards every instance is RUNNING, each index once, and the fencing tokens the reps took work under
 show that no batch was placed by two auctioneers: each rep's tokens only grow, and each token belonged to
 one auctioneer (per the lease history polled from the BBS during the run).
 
-The reps report to the first BBS, and auctioneer-2 leases through bbs-2 (each process follows one BBS
-URL), so the test first makes bbs-2 the convergence leader and auctioneer-2 the active auctioneer, then
-kills that pair: the survivors lease through bbs-1, which the reps also use.
+Every rep and auctioneer lists both BBS URLs and moves to the other when one dies, so the test need not
+arrange who leads: the survivors carry on through whichever BBS is left.
 """
 
 from __future__ import annotations
 
 import contextlib
+import signal
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -91,24 +93,6 @@ def ha_cluster(tmp_path: Path, fresh_postgres_database: str) -> Iterator[LocalCl
         lc.stop()
 
 
-def make_second_pair_lead(lc: LocalCluster, history: LeaseHistory) -> None:
-    """Kill the first BBS/auctioneer where they lead, until bbs-2 converges and auctioneer-2 auctions."""
-    wanted = {"convergence": "bbs-2", "auctioneer": "auctioneer-2"}
-    first_of = {"convergence": "bbs", "auctioneer": "auctioneer"}
-    killed = []
-    for lease, survivor in wanted.items():
-        now = wait_for(lambda lease=lease: holder(lc, history, lease), 4 * LEASE_TTL_S, f"a {lease} leader")
-        if now != survivor:
-            lc.kill(first_of[lease])
-            killed.append(first_of[lease])
-    for lease, survivor in wanted.items():
-        wait_for(lambda lease=lease, survivor=survivor: expect(holder(lc, history, lease) == survivor,
-                                                               holder(lc, history, lease)),
-                 3 * LEASE_TTL_S, f"{survivor} holding the {lease} lease")
-    for component in killed:
-        lc.restart(component, timeout=60.0)
-
-
 def every_index_running_once(bbs_url: str, process_guid: str, instances: int) -> bool:
     response = httpx.get(f"{bbs_url}/v1/actual_lrps", params={"process_guid": process_guid}, timeout=10.0)
     response.raise_for_status()
@@ -123,25 +107,30 @@ def every_index_running_once(bbs_url: str, process_guid: str, instances: int) ->
 
 def test_killing_the_leaders_mid_push_places_every_instance_once(ha_cluster: LocalCluster) -> None:
     lc = ha_cluster
-    bbs_urls = [lc._component(name).url for name in ("bbs", "bbs-2")]
-    with LeaseHistory(bbs_urls) as history:
-        make_second_pair_lead(lc, history)
+    with LeaseHistory(list(lc.bbs_urls)) as history:
+        leaders = {lease: wait_for(lambda lease=lease: holder(lc, history, lease), 4 * LEASE_TTL_S,
+                                   f"a {lease} leader") for lease in ("auctioneer", "convergence")}
+        other = {"auctioneer": "auctioneer-2", "auctioneer-2": "auctioneer", "bbs": "bbs-2", "bbs-2": "bbs"}
+        survivor_url = lc.control_plane()[other[leaders["convergence"]]]
         # The push: APPS apps of INSTANCES / APPS instances each, desired one after another; the leaders
         # die after the first KILL_AFTER, so the rest reach the BBS while no auctioneer leads.
         for n in range(APPS):
             body = {"process_guid": f"fleet-{n}", "instances": INSTANCES // APPS, "memory_mb": 16,
                     "disk_mb": 16, "command": ["sleep", "infinity"]}
-            response = httpx.post(f"{lc.bbs_url}/v1/desired_lrps", json=body, timeout=30.0)
+            response = httpx.post(f"{survivor_url}/v1/desired_lrps", json=body, timeout=30.0)
             assert response.status_code == 201, f"expected 201 desiring fleet-{n}, saw {response.status_code}"
             if n + 1 == KILL_AFTER:
-                lc.kill("auctioneer-2")
-                lc.kill("bbs-2")
+                lc.kill(leaders["auctioneer"])
+                lc.kill(leaders["convergence"])
         for n in range(APPS):
-            wait_for(lambda n=n: every_index_running_once(lc.bbs_url, f"fleet-{n}", INSTANCES // APPS), 150.0,
+            wait_for(lambda n=n: every_index_running_once(survivor_url, f"fleet-{n}", INSTANCES // APPS), 150.0,
                      f"all {INSTANCES // APPS} instances of fleet-{n} RUNNING, each index once")
-        wait_for(lambda: expect(holder(lc, history, "auctioneer") == "auctioneer",
-                                holder(lc, history, "auctioneer")),
-                 2 * LEASE_TTL_S, "auctioneer-1 leading after the kill")
+        survivor = other[leaders["auctioneer"]]
+        wait_for(lambda: expect(holder(lc, history, "auctioneer") == survivor, holder(lc, history, "auctioneer")),
+                 2 * LEASE_TTL_S, f"{survivor} leading after the kill")
+        wait_for(lambda: expect(holder(lc, history, "convergence") == other[leaders["convergence"]],
+                                holder(lc, history, "convergence")),
+                 2 * LEASE_TTL_S, f"{other[leaders['convergence']]} converging after the kill")
 
     owners_by_token: dict[int, set[str]] = {}
     for (lease, token), owners in history.owners.items():
@@ -157,3 +146,74 @@ def test_killing_the_leaders_mid_push_places_every_instance_once(ha_cluster: Loc
     assert seen_tokens <= set(owners_by_token), (
         f"reps took work under tokens {sorted(seen_tokens)}; the lease history knows {sorted(owners_by_token)}"
     )
+
+
+GRACEFUL_TTL_S = 12.0
+
+
+@pytest.fixture
+def ha_cluster_long_ttl(tmp_path: Path, fresh_postgres_database: str) -> Iterator[LocalCluster]:
+    lc = LocalCluster(
+        tmp_path / "cluster", cells=2, zones=2, executor="sim", sim_cells_per_process=2,
+        ha=True, database_url=fresh_postgres_database,
+        bbs_args=[*BBS_ARGS, "--lease-ttl", str(GRACEFUL_TTL_S)],
+        auctioneer_args=["--lease-ttl", str(GRACEFUL_TTL_S)], rep_args=list(REP_ARGS),
+    )
+    try:
+        lc.start(timeout=90.0)
+        yield lc
+    finally:
+        lc.stop()
+
+
+def test_a_leader_stopped_with_sigterm_hands_its_leases_over_well_before_the_ttl(
+    ha_cluster_long_ttl: LocalCluster,
+) -> None:
+    lc = ha_cluster_long_ttl
+    other = {"auctioneer": "auctioneer-2", "auctioneer-2": "auctioneer", "bbs": "bbs-2", "bbs-2": "bbs"}
+    with LeaseHistory(list(lc.bbs_urls)) as history:
+        for lease in ("auctioneer", "convergence"):
+            leader = wait_for(lambda lease=lease: holder(lc, history, lease), 2 * GRACEFUL_TTL_S, f"a {lease} leader")
+            successor = other[leader]
+            stopped = time.monotonic()
+            lc.kill(leader, signal.SIGTERM)
+            # Without the release the successor would wait for the TTL to run out: GRACEFUL_TTL_S.
+            wait_for(lambda lease=lease, successor=successor: expect(holder(lc, history, lease) == successor,
+                                                                     holder(lc, history, lease) or "nobody"),
+                     GRACEFUL_TTL_S / 2, f"{successor} holding the {lease} lease well before one TTL")
+            took = time.monotonic() - stopped
+            assert took < GRACEFUL_TTL_S / 2, f"expected the handover within {GRACEFUL_TTL_S / 2} s, saw {took:.2f} s"
+            wait_for(lambda leader=leader: leader in lc.returncodes(), 30.0, f"{leader} exited")
+            assert lc.returncodes()[leader] == 0, f"expected {leader} to exit 0 on SIGTERM: {lc.returncodes()}"
+            lc.restart(leader, timeout=60.0)
+    # Work still flows through the new leaders.
+    body = {"process_guid": "after-handover", "instances": 4, "memory_mb": 16, "disk_mb": 16,
+            "command": ["sleep", "infinity"]}
+    url = lc.bbs_urls[0]
+    assert httpx.post(f"{url}/v1/desired_lrps", json=body, timeout=30.0).status_code == 201
+    wait_for(lambda: every_index_running_once(url, "after-handover", 4), 60.0, "4 instances RUNNING after the handovers")
+
+
+def test_on_nats_the_reps_and_auctioneers_carry_on_through_the_other_bbs(
+    tmp_path: Path, fresh_postgres_database: str
+) -> None:
+    """The BBS URL list serves the HTTP parts of the NATS transport too (lifecycle reports, heartbeats'
+    HTTP twin, the auctioneer's cell list and failure reports)."""
+    lc = LocalCluster(
+        tmp_path / "cluster", cells=2, zones=2, executor="sim", sim_cells_per_process=2, ha=True,
+        database_url=fresh_postgres_database, transport="nats",
+        bbs_args=[*BBS_ARGS, "--lease-ttl", str(LEASE_TTL_S)], auctioneer_args=["--lease-ttl", str(LEASE_TTL_S)],
+        rep_args=list(REP_ARGS),
+    )
+    try:
+        lc.start(timeout=90.0)
+        first, second = lc.bbs_urls
+        lc.kill("bbs")
+        body = {"process_guid": "on-nats", "instances": 6, "memory_mb": 16, "disk_mb": 16,
+                "command": ["sleep", "infinity"]}
+        assert httpx.post(f"{second}/v1/desired_lrps", json=body, timeout=30.0).status_code == 201
+        # RUNNING means the reps' claims and running reports, HTTP only and sent to bbs-1 first, reached bbs-2.
+        wait_for(lambda: every_index_running_once(second, "on-nats", 6), 60.0,
+                 f"6 instances RUNNING with {first} dead")
+    finally:
+        lc.stop()
