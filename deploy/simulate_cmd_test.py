@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from typer.testing import CliRunner
@@ -149,3 +150,109 @@ def test_explain_names_the_chosen_cell_and_every_cells_verdict(tmp_path):
     missing = runner.invoke(app, ["simulate", "--workload", str(path), "--explain", "web:9"])
     assert missing.exit_code == 2
     assert "--explain" in missing.stderr
+
+
+# --- comparing strategies: --scenario, --strategy a,b, --transport, --report -----------------------------
+
+
+def test_list_scenarios_one_line_each() -> None:
+    from .scenarios import SCENARIOS
+
+    result = invoke("--list-scenarios")
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.strip().splitlines()
+    assert [line.split()[0] for line in lines] == list(SCENARIOS)
+    assert "scale-250k" in result.stdout and "[diego]" in result.stdout
+
+
+def test_two_strategies_inproc_with_a_report(tmp_path) -> None:
+    report = tmp_path / "az.html"
+    result = invoke("--scenario", "az-distribution", "--strategy", "diego,binpack", "--transport", "inproc",
+                    "--report", str(report))
+    assert result.exit_code == 0, result.output
+    assert "diego" in result.stdout and "binpack" in result.stdout and f"wrote {report}" in result.stdout
+    data = json.loads((tmp_path / "az.json").read_text())
+    assert (data["scenario"], data["transport"], data["cells"], data["instances"]) == (
+        "az-distribution", "inproc", 14, 232)
+    by_strategy = {s["strategy"]: s for s in data["strategies"]}
+    assert list(by_strategy) == ["diego", "binpack"]
+    for s in by_strategy.values():
+        assert (s["placed"], s["failed"], s["rounds"]) == (232, 0, 1)
+        assert s["communications_by_kind"]["rep_state"] == 14 and s["communications_by_kind"]["bbs"] == 1
+        assert s["seconds"] > 0 and s["wait_s"]["max"] <= s["seconds"]
+        assert sum(c["instances"] for c in s["per_cell"]) == 232
+        assert len(s["app_zone_split"]) == 30
+    # diego spreads every app over the zones and the cells; binpack fills the first cells.
+    assert by_strategy["diego"]["worst_az_skew"] <= 1 < by_strategy["binpack"]["cv_memory"]
+    assert by_strategy["diego"]["cv_memory"] < by_strategy["binpack"]["cv_memory"]
+    assert by_strategy["binpack"]["min_instances_per_cell"] == 0
+    assert by_strategy["binpack"]["communications_by_kind"]["rep_work"] < 14
+    page = report.read_text()
+    for chart in ("summary-table", "summary-bars", "cell-allocation", "app-zones", "az-skew", "wait-times"):
+        assert f'id="{chart}"' in page
+    external = re.findall(r"<(?:script|link)\b[^>]*\b(?:src|href)=[^>]*>", page)
+    assert external == []  # plotly.js is inlined: the page opens offline
+    assert len(page) < 10_000_000
+
+
+def test_json_report_for_a_workload_file_on_two_strategies(tmp_path) -> None:
+    result = invoke("--workload", write(tmp_path, WORKLOAD), "--strategy", "diego,dea", "--json")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["scenario"] == "cli" and data["instances"] == 6 and data["tasks"] == 1
+    assert [s["strategy"] for s in data["strategies"]] == ["diego", "dea"]
+    assert all(s["placed"] == 7 and s["failed"] == 0 for s in data["strategies"])
+    assert result.stderr == ""  # no progress bar when not on a terminal / with --json
+
+
+def test_a_scenario_s_default_strategies(tmp_path) -> None:
+    result = invoke("--scenario", "dea-example", "--json")
+    assert result.exit_code == 0, result.output
+    assert [s["strategy"] for s in json.loads(result.stdout)["strategies"]] == ["dea", "diego"]
+
+
+def test_scenario_out_writes_a_workload_file_simulate_accepts(tmp_path) -> None:
+    out = tmp_path / "low.json"
+    result = invoke("--scenario", "low-memory", "--out", str(out))
+    assert result.exit_code == 0, result.output
+    again = invoke("--workload", str(out), "--json")
+    assert again.exit_code == 0, again.output
+    contract = json.loads(again.stdout)
+    assert contract["workload"] == "low-memory" and contract["placed"] + contract["failed"] == 90
+    assert contract["failures_by_error"] == {"insufficient resources: memory": contract["failed"]}
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--scenario", "nope"], "error: --scenario: unknown scenario 'nope' (expected one of cold-start-small,"),
+        (["--scenario", "dea-example", "--strategy", "diego,nope"], "error: --strategy: unknown strategy 'nope'"),
+        (["--scenario", "dea-example", "--strategy", "diego,"], "error: --strategy: expected NAME or NAME,NAME"),
+        (["--scenario", "dea-example", "--strategy", "dea,dea"], "error: --strategy: 'dea,dea' names a strategy twice"),
+        (["--scenario", "dea-example", "--transport", "carrier-pigeon"], "error: --transport: unknown transport"),
+        (["--scenario", "dea-example", "--engine", "turbo"], "error: --engine: unknown engine 'turbo'"),
+        (["--scenario", "dea-example", "--report", "/nonexistent-dir/r.html"],
+         "error: --report: directory /nonexistent-dir does not exist"),
+        (["--scenario", "dea-example", "--report", "r.json"], "error: --report: r.json would be overwritten"),
+        (["--scenario", "dea-example", "--explain", "web:0"], "error: --explain: works on a --workload"),
+        (["--transport", "http"], "error: --workload or --scenario: give one"),
+    ],
+)
+def test_bad_comparison_input_is_one_line_and_exit_2(args, message: str) -> None:
+    result = invoke(*args)
+    assert result.exit_code == 2, result.output
+    assert result.stderr.startswith(message) and result.stderr.count("\n") == 1
+    assert result.stdout == ""
+
+
+def test_scenario_and_workload_together_are_refused(tmp_path) -> None:
+    result = invoke("--scenario", "dea-example", "--workload", write(tmp_path, WORKLOAD))
+    assert result.exit_code == 2 and result.stderr == "error: --scenario and --workload: give one or the other\n"
+
+
+def test_http_refuses_what_the_api_cannot_express_before_starting_anything(tmp_path) -> None:
+    gaps = json.loads(json.dumps(WORKLOAD))
+    gaps["lrps"][2]["index"] = 7  # web places 0, 1, 7, 3, 4, 5: not consecutive
+    result = invoke("--workload", write(tmp_path, gaps), "--transport", "http")
+    assert result.exit_code == 2
+    assert result.stderr.startswith("error: lrps: 'web' places indices") and result.stderr.count("\n") == 1

@@ -1,0 +1,273 @@
+"""`--transport inproc`: the auctioneer's own auction code against simulated reps in this process.
+
+Each round is `auctioneer.service.auction.Auction.run` — fetch every cell's state, run the placement
+engine, send each winning cell its work, report what no cell could take — with the two transport seams
+(auctioneer/service/transport.py) answered in memory: a `SimRep` per cell gives its `CellState` (what it
+runs, what it has left) and takes or refuses `Work` as a real rep would. Requests are counted where the
+HTTP transport would make them: one BBS cell list and one GET /state per cell per auction, one POST /work
+per winning cell, one POST /v1/placement_failures per auction with failures. Work a rep refused is
+carried into the next round, as the batcher does, until it has had `max_attempts` tries.
+
+Everything is submitted at once, as one batch (a cold start, a deploy); a wait is the time from that
+submission to the rep taking the instance.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from auctioneer.engine.strategies import pickers
+from auctioneer.service.auction import Auction, AuctionConfig
+from auctioneer.service.batcher import Batch, PendingLRP, PendingTask
+from auctioneer.service.cells import FetchedCells
+from auctioneer.service.dispatch import BodyWriter, CellWork, Rejection, send_concurrently
+from auctioneer.service.metrics import Metrics
+from common.models import (
+    AffinityRuleModel,
+    CellState,
+    CellTask,
+    CellVolume,
+    DesiredLRP,
+    DeviceRequestModel,
+    HostMetricsModel,
+    PlacementFailures,
+    ResourcesModel,
+    Task,
+    VolumeRequestModel,
+)
+from common.workload import CellSpec
+
+from .simulate_input import App, SimInput
+from .simulate_metrics import Outcome
+
+REJECTED = "insufficient resources"  # what a rep says when work no longer fits
+
+
+@dataclass(slots=True)
+class Held:
+    """An instance a SimRep holds: the attributes of common.models.CellLRP that the auction reads.
+
+    A plain object rather than the pydantic model: building 250,000 models (even unvalidated) costs more
+    than the auction itself, and the state is handed over in process, never serialised.
+    """
+
+    process_guid: str
+    index: int
+    instance_guid: str
+    memory_mb: int
+    disk_mb: int
+    state: str = "running"
+
+
+class SimRep:
+    """One simulated cell: its advertised state, and the work it takes while there is room."""
+
+    def __init__(self, spec: CellSpec, clock: Callable[[], float]) -> None:
+        self.spec = spec
+        self.clock = clock
+        self.memory = spec.memory_mb - spec.prefill_memory_mb
+        self.disk = spec.disk_mb - spec.prefill_disk_mb
+        self.containers = spec.containers - spec.prefill_containers
+        self.lrps: list[Held] = [
+            Held(p.process_guid, p.index, f"prefill-{i}", p.memory_mb, p.disk_mb,
+                 "stopping" if p.delayed_shutdown else "running")
+            for i, p in enumerate(spec.prefill)
+        ]
+        self._guids = itertools.count()
+        self.tasks: list[CellTask] = [CellTask.model_construct(task_guid=t.task_guid, memory_mb=t.memory_mb,
+                                                               disk_mb=t.disk_mb) for t in spec.prefill_tasks]
+        self.accepted: list[tuple[PendingLRP | PendingTask, float]] = []  # new work and when it was taken
+        host = spec.host
+        self._host = None if host is None else HostMetricsModel.model_construct(**host.model_dump())
+        self._volumes = [CellVolume.model_construct(**v.model_dump()) for v in spec.volumes]
+
+    def state(self) -> CellState:
+        spec = self.spec
+        return CellState.model_construct(
+            cell_id=spec.id, zone=spec.zone, rep_url=f"inproc://{spec.id}", stacks=list(spec.all_stacks),
+            total=ResourcesModel.model_construct(memory_mb=spec.memory_mb, disk_mb=spec.disk_mb,
+                                                 containers=spec.containers),
+            available=ResourcesModel.model_construct(memory_mb=self.memory, disk_mb=self.disk,
+                                                     containers=self.containers),
+            starting_containers=spec.starting_containers,
+            placement_tags=list(spec.placement_tags), optional_placement_tags=list(spec.optional_placement_tags),
+            volume_drivers=list(spec.volume_drivers), labels=dict(spec.labels), evacuating=False,
+            lrps=list(self.lrps), tasks=list(self.tasks), host=self._host, volumes=list(self._volumes),
+            ingress_ips=list(spec.ingress_ips), devices=dict(spec.devices), cached_blobs=list(spec.cached_blobs),
+            fencing_token=0, accepted_fencing_tokens=[],  # every field given: no default resolution per call
+        )
+
+    def _fits(self, memory: int, disk: int) -> bool:
+        return memory <= self.memory and disk <= self.disk and self.containers >= 1
+
+    def _take(self, memory: int, disk: int) -> None:
+        self.memory -= memory
+        self.disk -= disk
+        self.containers -= 1
+
+    def perform(self, work: CellWork) -> list[Rejection]:
+        """Take each instance and task that still fits, in order; refuse the rest."""
+        now = self.clock()
+        rejections: list[Rejection] = []
+        for item in work.lrps:
+            d = item.desired
+            if not self._fits(d.memory_mb, d.disk_mb):
+                rejections.append(Rejection(item, self.spec.id, REJECTED, False))
+                continue
+            self._take(d.memory_mb, d.disk_mb)
+            self.lrps.append(Held(d.process_guid, item.index, f"{self.spec.id}-{next(self._guids)}",
+                                  d.memory_mb, d.disk_mb))
+            self.accepted.append((item, now))
+        for task_item in work.tasks:
+            t = task_item.task
+            if not self._fits(t.memory_mb, t.disk_mb):
+                rejections.append(Rejection(task_item, self.spec.id, REJECTED, False))
+                continue
+            self._take(t.memory_mb, t.disk_mb)
+            self.tasks.append(CellTask.model_construct(task_guid=t.task_guid, memory_mb=t.memory_mb,
+                                                       disk_mb=t.disk_mb))
+            self.accepted.append((task_item, now))
+        return rejections
+
+
+class InProcessCells:
+    """The auction's CellStateSource: the cell list (one BBS request), then every rep's state."""
+
+    def __init__(self, reps: dict[str, SimRep], metrics: Metrics) -> None:
+        self.reps = reps
+        self.metrics = metrics
+
+    async def fetch(self) -> FetchedCells:
+        started = time.perf_counter()
+        self.metrics.request("bbs")
+        result = FetchedCells()
+        for cell_id, rep in self.reps.items():
+            self.metrics.request("rep_state")
+            result.states.append(rep.state())
+            result.rep_urls[cell_id] = f"inproc://{cell_id}"
+        result.seconds = time.perf_counter() - started
+        self.metrics.state_fetch(result.seconds)
+        return result
+
+
+class InProcessWork:
+    """The auction's WorkSender: each winning cell's Work handed to its SimRep (one request each)."""
+
+    def __init__(self, reps: dict[str, SimRep], metrics: Metrics) -> None:
+        self.reps = reps
+        self.metrics = metrics
+
+    async def send(self, works: list[CellWork]):
+        return await send_concurrently(works, self._send_one, BodyWriter(), max_concurrency=256)
+
+    async def _send_one(self, work: CellWork, writer: BodyWriter, limit: asyncio.Semaphore) -> list[Rejection]:
+        self.metrics.request("rep_work")
+        return self.reps[work.cell_id].perform(work)
+
+
+class InProcessReporter:
+    """The auction's FailureReporter: keeps what the BBS would be told (one request per report)."""
+
+    def __init__(self, metrics: Metrics) -> None:
+        self.metrics = metrics
+        self.failures: list[dict] = []
+
+    def report(self, failures: PlacementFailures) -> None:
+        if not failures.lrps and not failures.tasks:
+            return None
+        self.metrics.request("bbs")
+        self.failures += [{"process_guid": f.process_guid, "index": f.index, "error": f.error, "detail": f.detail}
+                          for f in failures.lrps]
+        self.failures += [{"task_guid": f.task_guid, "error": f.error, "detail": f.detail} for f in failures.tasks]
+        return None
+
+
+_TEMPLATE: list[DesiredLRP] = []
+
+
+def desired_lrp(a: App, now: datetime) -> DesiredLRP:
+    """The app as the BBS would hand it to the auctioneer: a validated template copied with the app's
+    fields, unvalidated (guids in workload files need not follow the API's pattern, and 5,000 apps should
+    not cost a validation, or a pydantic default resolution, each)."""
+    if not _TEMPLATE:
+        _TEMPLATE.append(DesiredLRP.model_validate({
+            "process_guid": "template", "created_at": now, "modification_tag": {"epoch": "sim"}}))
+    fields = dict(a.fields)
+    for name, model in (("volumes", VolumeRequestModel), ("devices", DeviceRequestModel),
+                        ("affinity", AffinityRuleModel)):
+        if name in fields:
+            fields[name] = [model(**v) for v in fields[name]]
+    if not fields.get("domain"):
+        fields.pop("domain", None)
+    return _TEMPLATE[0].model_copy(update={
+        "process_guid": a.process_guid, "instances": a.desired_instances, "memory_mb": a.memory_mb,
+        "disk_mb": a.disk_mb, "created_at": now, **fields})
+
+
+def initial_batch(sim: SimInput) -> Batch:
+    now = datetime.now(UTC)
+    batch = Batch()
+    for a in sim.apps:
+        desired = desired_lrp(a, now)
+        for index in a.indices:
+            batch.add_lrp(PendingLRP(desired, index))
+    for t in sim.tasks:
+        fields = t.model_dump(exclude_defaults=True)
+        if not fields.get("domain"):
+            fields.pop("domain", None)
+        batch.add_task(PendingTask(Task.model_construct(command=["true"], created_at=now, updated_at=now, **fields)))
+    return batch
+
+
+def unsupported(sim: SimInput) -> list[str]:
+    """What a workload asks that the auctioneer does not pass to the engine (said in the report)."""
+    notes = list(sim.notes)
+    knobs = sim.config
+    if knobs.starting_container_weight != 0.25 or knobs.bin_pack_first_fit_weight != 0.0:
+        notes.append("config.starting_container_weight / bin_pack_first_fit_weight: not auctioneer settings, "
+                     "the defaults were used")
+    if sim.now is not None or any(c.expires_at is not None for c in sim.cells):
+        notes.append("now / expires_at: reps do not advertise an expiry to the auctioneer, nothing is stale")
+    return notes
+
+
+async def _run(sim: SimInput, strategy: str, engine: str, max_attempts: int,
+               rep_class: type[SimRep] = SimRep) -> Outcome:
+    clock = time.perf_counter
+    reps = {c.id: rep_class(c, clock) for c in sim.cells}
+    metrics = Metrics()
+    reporter = InProcessReporter(metrics)
+    config = AuctionConfig(strategy=strategy, engine=engine, max_inflight_starts=sim.config.max_inflight_starts,
+                           max_attempts=max_attempts)
+    auction = Auction(InProcessCells(reps, metrics), InProcessWork(reps, metrics), reporter, metrics, config)
+    batch = initial_batch(sim)
+    pickers(engine)  # the strategy registry's imports, once, outside the timed auction
+    started = clock()
+    rounds = 0
+    while batch:
+        batch = await auction.run(batch)
+        rounds += 1
+    seconds = clock() - started
+
+    outcome = Outcome(strategy=strategy, transport="inproc", seconds=seconds, rounds=rounds,
+                      communications={k: v for k, v in metrics.requests_made.items() if v},
+                      failures=reporter.failures, notes=unsupported(sim))
+    for cell_id, rep in reps.items():
+        for lrp in rep.lrps:
+            outcome.instances.append((lrp.process_guid, lrp.index, cell_id, lrp.memory_mb))
+        for item, at in rep.accepted:
+            outcome.waits.append(at - started)
+            if isinstance(item, PendingTask):
+                outcome.tasks.append((item.task.task_guid, cell_id, item.task.memory_mb))
+    outcome.prefill_keys = {(p.process_guid, p.index) for c in sim.cells for p in c.prefill}
+    return outcome
+
+
+def run_inproc(sim: SimInput, strategy: str, engine: str = "fast", max_attempts: int = 3,
+               rep_class: type[SimRep] = SimRep) -> Outcome:
+    return asyncio.run(_run(sim, strategy, engine, max_attempts, rep_class))
