@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from typing import Annotated, Any
@@ -17,9 +18,12 @@ from common.models import (
     ActualState,
     CellLifecycle,
     CellPresence,
+    CellPresences,
     DesiredLRP,
     DesiredLRPCreate,
     DesiredLRPUpdate,
+    HostLifecycle,
+    HostLifecycleResult,
     Lease,
     LeaseRequest,
     LifecycleResult,
@@ -135,6 +139,12 @@ def create_app(bbs: BBS) -> FastAPI:
     async def lifecycle(cell_id: GuidPath, body: CellLifecycle) -> dict[str, Any]:
         return await bbs.lifecycle(cell_id, body)
 
+    @app.post("/v1/lifecycle", response_model=HostLifecycleResult)
+    async def host_lifecycle(body: HostLifecycle) -> dict[str, Any]:
+        # Each cell's report joins the same group commit as single-cell posts: one transaction for all.
+        results = await asyncio.gather(*(bbs.lifecycle(cid, report) for cid, report in body.cells.items()))
+        return {"cells": dict(zip(body.cells, results, strict=True))}
+
     @app.post("/v1/placement_failures", status_code=204)
     async def placement_failures(body: PlacementFailures) -> Response:
         await bbs.placement_failures(body)
@@ -179,6 +189,11 @@ def create_app(bbs: BBS) -> FastAPI:
                 ]
             )
         await bbs.heartbeat(cell_id, body)
+        return Response(status_code=204)
+
+    @app.put("/v1/cells", status_code=204)
+    async def heartbeats(body: CellPresences) -> Response:
+        await asyncio.gather(*(bbs.heartbeat(presence.cell_id, presence) for presence in body.cells))
         return Response(status_code=204)
 
     @app.get("/v1/cells")

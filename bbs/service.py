@@ -29,7 +29,7 @@ from .convergence import (
     stops_for,
 )
 from .events import EventHub, event
-from .group_commit import GroupCommit
+from common.group_commit import GroupCommit
 from .lifecycle import LrpOutcome, Stop, apply_lrp_reports, apply_task_reports, lifecycle_keys
 from .metrics import BBSMetrics
 from .outbound import Outbound

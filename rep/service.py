@@ -18,7 +18,7 @@ from common.transport.nats_connection import NatsConnection
 from .api import create_app
 from .cell import Cell, CellConfig
 from .executor import Executor
-from .host import RepHost, lifecycle_sender
+from .host import HostLifecycleSender, RepHost, lifecycle_sender
 from .nats_bus import RepNatsBus
 from .process_executor import ProcessExecutor
 from .settings import (
@@ -118,6 +118,8 @@ def build_host(settings: RepSettings, base_url: str) -> RepHost:
     if settings.executor == "sim":
         sim = SimExecutor(start_delay_s=settings.sim_start_delay, crash_rate_per_s=settings.sim_crash_rate)
         executors.append(sim)
+    # Many cells in this process: their reports share one request per round (see HostLifecycleSender).
+    shared = HostLifecycleSender(clients[configs[0].cell_id], settings.bbs_url) if len(configs) > 1 else None
     for config in configs:
         if settings.executor == "sim":
             executor: Executor = executors[0]
@@ -129,7 +131,10 @@ def build_host(settings: RepSettings, base_url: str) -> RepHost:
                 memory_limit=settings.memory_limit,
             )
             executors.append(executor)
-        send = lifecycle_sender(clients[config.cell_id], settings.bbs_url, config.cell_id)
+        if shared is not None:
+            send = shared.for_cell(config.cell_id)
+        else:
+            send = lifecycle_sender(clients[config.cell_id], settings.bbs_url, config.cell_id)
         cells.append(Cell(config, executor, send))
     return RepHost(
         cells,
