@@ -382,10 +382,30 @@ class LRPWork(Open):
     index: int
 
 
+class LRPGroup(Open):
+    """Instances of one desired LRP, the desired LRP written once (the auctioneer's form of Work)."""
+
+    desired: DesiredLRP
+    indices: list[int]
+
+
 class Work(Open):
+    """LRP instances come as `lrps` (one entry per instance) and/or `lrp_groups` (one entry per desired
+    LRP with its indices: what the auctioneer sends, since a cell winning 100 instances of an app would
+    otherwise get, and parse, the same DesiredLRP 100 times). `all_lrps()` reads both."""
+
     lrps: list[LRPWork] = Field(default_factory=list)
+    lrp_groups: list[LRPGroup] = Field(default_factory=list)
     tasks: list[Task] = Field(default_factory=list)
     fencing_token: int = 0
+
+    def all_lrps(self) -> list[LRPWork]:
+        grouped = [
+            LRPWork.model_construct(desired=group.desired, index=index)  # validated as part of the group
+            for group in self.lrp_groups
+            for index in group.indices
+        ]
+        return [*self.lrps, *grouped] if self.lrps else grouped
 
 
 class WorkResult(Open):

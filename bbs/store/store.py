@@ -62,6 +62,7 @@ class Store:
         except BaseException:
             await engine.dispose()
             raise
+        _compile_hot_statements(engine.dialect)
         return cls(engine)
 
     async def close(self) -> None:
@@ -226,6 +227,13 @@ _actual_values = operator.attrgetter(*_ACTUAL_VALUES)  # the key columns are not
 _actual_row = operator.attrgetter(*["index" if c.name == "idx" else c.name for c in t.actual_lrps.columns])
 
 
+def _compile_hot_statements(dialect: sa.engine.Dialect) -> None:
+    """Compile the key lookups of every bucket size now (the 400-key one takes a while), so the first
+    big lifecycle round after a start does not pay for it."""
+    for size in _KEY_BUCKETS:
+        STATEMENTS.get(dialect, ("keys", size), functools.partial(_keys_query, size), t.actual_lrps)
+
+
 class Tx:
     """One transaction's view of the store. Methods take and return records."""
 
@@ -335,7 +343,7 @@ class Tx:
         for chunk in _chunks(sorted(set(keys))):
             size = next(b for b in _KEY_BUCKETS if b >= len(chunk))
             padded = [*chunk, *[chunk[-1]] * (size - len(chunk))]  # repeats match the same rows
-            query = STATEMENTS.get(dialect, ("keys", size), lambda: _keys_query(size), t.actual_lrps)
+            query = STATEMENTS.get(dialect, ("keys", size), functools.partial(_keys_query, size), t.actual_lrps)
             # The compiled terms bind process_guid__i, idx__i in that order, i = 0..size-1.
             params = [value for key in padded for value in key]
             result = await query.execute(self.connection, params)
@@ -366,7 +374,7 @@ class Tx:
                 groups.setdefault(changed, []).append((*(values[i] for i in changed), *record.key))
         for changed, rows in groups.items():
             columns = tuple(_ACTUAL_VALUES[i] for i in changed)
-            update = STATEMENTS.get(dialect, ("actual-update", columns), lambda: _actual_update(columns), t.actual_lrps)
+            update = STATEMENTS.get(dialect, ("actual-update", columns), functools.partial(_actual_update, columns), t.actual_lrps)
             # Compiled as SET <columns in order> WHERE <key columns in order>: the tuples' order.
             await update.executemany(connection, rows)
         insert = STATEMENTS.get(dialect, "actual-insert", lambda: _ACTUAL_INSERT, t.actual_lrps)
