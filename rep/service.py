@@ -34,6 +34,7 @@ from .sim_executor import SimExecutor
 log = logging.getLogger("rep")
 
 STARTUP_TIMEOUT_S = 30.0
+REP_KEEPALIVE_S = 75
 
 
 class ConfigError(ValueError):
@@ -172,7 +173,10 @@ async def serve(settings: RepSettings) -> int:
     server = _Server(
         uvicorn.Config(
             create_app(host, not_ready=(lambda: "" if bus is None or bus.ready else "NATS not connected")),
-            log_config=None, access_log=False, lifespan="off", timeout_graceful_shutdown=5
+            log_config=None, access_log=False, lifespan="off", timeout_graceful_shutdown=5,
+            # The auctioneer comes back every auction: keep its connections (it drops them after
+            # KEEPALIVE_S in auctioneer/service/clients.py, before this server would).
+            timeout_keep_alive=REP_KEEPALIVE_S,
         )
     )
     serving = asyncio.create_task(server.serve(sockets=[sock]), name="uvicorn")
