@@ -37,8 +37,9 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from deploy.cluster import LocalCluster  # noqa: E402
 from e2e import auctioneer_stats, by_route, delta, metrics_of, parse_metrics, summary_running  # noqa: E402
+
+from deploy.cluster import LocalCluster  # noqa: E402
 
 TARGETS = {"seconds_to_all_running": 60.0, "state_fetch_seconds": 1.0, "convergence_pass_seconds": 2.0,
            "zone_skew": 1, "peak_rss_mb": 2048}
