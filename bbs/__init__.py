@@ -11,7 +11,7 @@ Imperative shell:
   store/              Store/Tx over SQLAlchemy 2 async Core (SQLite WAL default), schema + Alembic migrations
   service.py          the operations: one write transaction each, group-committed on the hot paths
                       (desires, heartbeats, lifecycle reports), side effects after commit
-  group_commit.py     requests arriving during a transaction share the next one
+  (common/group_commit.py: requests arriving during a transaction share the next one)
   convergence_pass.py a pass: snapshot read, pure decisions, revalidated bulk write, sends
   converger.py        the loop: timer, wake-ups, presence expiry and crash backoff deadlines, the lease
   outbound.py         auctioneer (coalesced, retried), rep stop/cancel/state, completion callbacks

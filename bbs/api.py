@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
-from fastapi import FastAPI, Path, Query, Request, Response
+from fastapi import Depends, FastAPI, Path, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
+from pydantic import BaseModel, ValidationError
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from common.models import (
@@ -17,9 +19,12 @@ from common.models import (
     ActualState,
     CellLifecycle,
     CellPresence,
+    CellPresences,
     DesiredLRP,
     DesiredLRPCreate,
     DesiredLRPUpdate,
+    HostLifecycle,
+    HostLifecycleResult,
     Lease,
     LeaseRequest,
     LifecycleResult,
@@ -33,6 +38,23 @@ from common.models import (
 from .service import BBS, Conflict, NotFound
 
 GuidPath = Annotated[str, Path(pattern=GUID_PATTERN)]
+Body = TypeVar("Body", bound=BaseModel)
+
+
+def json_body(model: type[Body]) -> Any:
+    """The request body as `model`, validated straight from its bytes by pydantic's JSON parser: for
+    the reps' reports (10,000 instances in one body) that is several times faster than FastAPI's
+    json.loads-then-validate. Errors are FastAPI's 422, each located under "body" as usual."""
+
+    async def parse(request: Request) -> Body:
+        try:
+            return model.model_validate_json(await request.body())
+        except ValidationError as exc:
+            raise RequestValidationError(
+                [{**error, "loc": ("body", *error["loc"])} for error in exc.errors(include_url=False)]
+            ) from None
+
+    return Depends(parse)
 
 
 def items(rows: list[dict[str, Any]]) -> Response:
@@ -132,8 +154,14 @@ def create_app(bbs: BBS) -> FastAPI:
         return await bbs.summarize_actuals(process_guid)
 
     @app.post("/v1/cells/{cell_id}/lifecycle", response_model=LifecycleResult)
-    async def lifecycle(cell_id: GuidPath, body: CellLifecycle) -> dict[str, Any]:
+    async def lifecycle(cell_id: GuidPath, body: Annotated[CellLifecycle, json_body(CellLifecycle)]) -> dict[str, Any]:
         return await bbs.lifecycle(cell_id, body)
+
+    @app.post("/v1/lifecycle", response_model=HostLifecycleResult)
+    async def host_lifecycle(body: Annotated[HostLifecycle, json_body(HostLifecycle)]) -> dict[str, Any]:
+        # Each cell's report joins the same group commit as single-cell posts: one transaction for all.
+        results = await asyncio.gather(*(bbs.lifecycle(cid, report) for cid, report in body.cells.items()))
+        return {"cells": dict(zip(body.cells, results, strict=True))}
 
     @app.post("/v1/placement_failures", status_code=204)
     async def placement_failures(body: PlacementFailures) -> Response:
@@ -179,6 +207,11 @@ def create_app(bbs: BBS) -> FastAPI:
                 ]
             )
         await bbs.heartbeat(cell_id, body)
+        return Response(status_code=204)
+
+    @app.put("/v1/cells", status_code=204)
+    async def heartbeats(body: Annotated[CellPresences, json_body(CellPresences)]) -> Response:
+        await asyncio.gather(*(bbs.heartbeat(presence.cell_id, presence) for presence in body.cells))
         return Response(status_code=204)
 
     @app.get("/v1/cells")

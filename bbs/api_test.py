@@ -355,6 +355,33 @@ async def test_cancel_and_delete_task(h: Harness) -> None:
     assert [t["task_guid"] for t in (await h.http.get("/v1/tasks")).json()["items"]] == ["t2"]
 
 
+async def test_a_host_reports_many_cells_in_one_request(h: Harness) -> None:
+    """PUT /v1/cells and POST /v1/lifecycle: what a rep process hosting many cells sends per round."""
+    presences = [
+        {"cell_id": cid, "zone": zone, "rep_url": f"http://rep/cells/{cid}",
+         "total": {"memory_mb": 4096, "disk_mb": 8192, "containers": 100}}
+        for cid, zone in (("c1", "z1"), ("c2", "z2"))
+    ]
+    assert (await h.http.put("/v1/cells", json={"cells": presences})).status_code == 204
+    assert [c["cell_id"] for c in (await h.http.get("/v1/cells")).json()["items"]] == ["c1", "c2"]
+    await desire(h, 2)
+    body = {"cells": {"c1": {"claimed": [ref(0, "a")], "running": [running(0, "a", 61001)]},
+                      "c2": {"claimed": [ref(1, "b"), ref(0, "dup")]}}}
+    response = await h.http.post("/v1/lifecycle", json=body)
+    assert response.status_code == 200, response.text
+    # Each cell's part is answered as its own POST /v1/cells/{id}/lifecycle would be.
+    assert response.json() == {"cells": {"c1": {"refused": [], "refused_tasks": []},
+                                         "c2": {"refused": [ref(0, "dup")], "refused_tasks": []}}}
+    rows = {a["index"]: (a["state"], a["cell_id"], a["zone"]) for a in await h.actuals()}
+    assert rows == {0: ("RUNNING", "c1", "z1"), 1: ("CLAIMED", "c2", "z2")}
+    # Bad input names the field and changes nothing.
+    bad = await h.http.post("/v1/lifecycle", json={"cells": {"not a guid!": {}}})
+    assert bad.status_code == 422 and bad.json()["detail"][0]["loc"][:2] == ["body", "cells"], bad.text
+    bad = await h.http.put("/v1/cells", json={"cells": [{**presences[0], "cell_id": "c3", "zone": 5}]})
+    assert bad.status_code == 422 and "zone" in bad.json()["detail"][0]["loc"], bad.text
+    assert [c["cell_id"] for c in (await h.http.get("/v1/cells")).json()["items"]] == ["c1", "c2"]
+
+
 async def test_cells_presence_list(h: Harness) -> None:
     await h.heartbeat("c1")
     await h.heartbeat("c2")

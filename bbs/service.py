@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from common.group_commit import GroupCommit
 from common.models import (
     CellLifecycle,
     CellPresence,
@@ -29,7 +30,6 @@ from .convergence import (
     stops_for,
 )
 from .events import EventHub, event
-from .group_commit import GroupCommit
 from .lifecycle import LrpOutcome, Stop, apply_lrp_reports, apply_task_reports, lifecycle_keys
 from .metrics import BBSMetrics
 from .outbound import Outbound

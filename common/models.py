@@ -17,6 +17,8 @@ BBS (`vendue bbs`, default http://127.0.0.1:8889)
   GET    /v1/actual_lrps?process_guid=&cell_id=&state=&presence=  -> {"items": [ActualLRP]}
   GET    /v1/actual_lrps/summary?process_guid=           -> ActualLRPSummary (counts only: cheap to poll)
   POST   /v1/cells/{cell_id}/lifecycle   CellLifecycle  -> LifecycleResult   (the rep's batched calls)
+  POST   /v1/lifecycle          HostLifecycle  -> HostLifecycleResult   (the same for every cell of a rep
+                                                   process hosting many: one request per round per process)
   POST   /v1/placement_failures          PlacementFailures -> 204   (the auctioneer, once per batch)
   POST   /v1/tasks                   TaskCreate         -> 201 Task (409 if it exists)
   GET    /v1/tasks?state=&domain=                       -> {"items": [Task]}
@@ -24,6 +26,7 @@ BBS (`vendue bbs`, default http://127.0.0.1:8889)
   POST   /v1/tasks/{task_guid}/cancel                   -> Task (failed, "cancelled")
   DELETE /v1/tasks/{task_guid}                          -> 204 (a COMPLETED task: resolve and delete)
   PUT    /v1/cells/{cell_id}         CellPresence       -> 204 (heartbeat; presence lives for the TTL)
+  PUT    /v1/cells                   CellPresences      -> 204 (the heartbeats of every cell of a rep process)
   GET    /v1/cells                                      -> {"items": [CellPresence]} (present cells)
   GET    /v1/events                                     -> text/event-stream of Event (SSE)
   POST   /v1/leases/{name}           LeaseRequest       -> Lease (acquire or renew; held=false: another owner)
@@ -380,10 +383,30 @@ class LRPWork(Open):
     index: int
 
 
+class LRPGroup(Open):
+    """Instances of one desired LRP, the desired LRP written once (the auctioneer's form of Work)."""
+
+    desired: DesiredLRP
+    indices: list[int]
+
+
 class Work(Open):
+    """LRP instances come as `lrps` (one entry per instance) and/or `lrp_groups` (one entry per desired
+    LRP with its indices: what the auctioneer sends, since a cell winning 100 instances of an app would
+    otherwise get, and parse, the same DesiredLRP 100 times). `all_lrps()` reads both."""
+
     lrps: list[LRPWork] = Field(default_factory=list)
+    lrp_groups: list[LRPGroup] = Field(default_factory=list)
     tasks: list[Task] = Field(default_factory=list)
     fencing_token: int = 0
+
+    def all_lrps(self) -> list[LRPWork]:
+        grouped = [
+            LRPWork.model_construct(desired=group.desired, index=index)  # validated as part of the group
+            for group in self.lrp_groups
+            for index in group.indices
+        ]
+        return [*self.lrps, *grouped] if self.lrps else grouped
 
 
 class WorkResult(Open):
@@ -454,6 +477,23 @@ class LifecycleResult(Open):
 
     refused: list[InstanceRef] = Field(default_factory=list)
     refused_tasks: list[str] = Field(default_factory=list)
+
+
+class HostLifecycle(Open):
+    """The lifecycle reports of several cells hosted by one rep process, in one request. Each cell's
+    report means exactly what it would mean in its own POST /v1/cells/{cell_id}/lifecycle."""
+
+    cells: dict[Guid, CellLifecycle] = Field(max_length=10_000)
+
+
+class HostLifecycleResult(Open):
+    cells: dict[str, LifecycleResult] = Field(default_factory=dict)
+
+
+class CellPresences(Open):
+    """The heartbeats of several cells hosted by one rep process, in one request."""
+
+    cells: list[CellPresence] = Field(max_length=10_000)
 
 
 # --- events ---------------------------------------------------------------------------------------

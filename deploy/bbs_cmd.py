@@ -11,6 +11,8 @@ from typing import Any
 
 import typer
 
+from common import runtime
+
 from .cli import app
 
 bbs_app = typer.Typer(
@@ -120,7 +122,7 @@ def bbs(
 
     log = setup_logging("bbs", settings.log_level)
     try:
-        asyncio.run(serve(settings))
+        runtime.run(serve(settings))
     except SchemaTooNew as exc:
         log.error(str(exc))  # one line, not a traceback: the operator's next step is in it
         raise typer.Exit(1) from None

@@ -5,12 +5,12 @@ Settings come from `VENDUE_*` environment variables (rep/settings.py); flags giv
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 
 import typer
 from pydantic import ValidationError
 
+from common import runtime
 from common.logging import setup_logging
 
 from .cli import app
@@ -141,7 +141,7 @@ def rep(
         raise typer.Exit(0)
     setup_logging("rep", settings.log_level)
     try:
-        status = asyncio.run(serve(settings))
+        status = runtime.run(serve(settings))
     except ConfigError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(USAGE_ERROR) from None

@@ -34,7 +34,7 @@ def create_app(host: RepHost, not_ready: Callable[[], str] | None = None) -> Fas
             return JSONResponse({"ok": False, "ready": False, "reason": why}, status_code=503)
         return JSONResponse({"ok": True})
 
-    def the_cell(request: Request) -> Cell:
+    async def the_cell(request: Request) -> Cell:  # async: a sync dependency would run in a thread
         cell_id = request.path_params.get("cell_id")
         cell = host.find(cell_id)
         if cell is None:

@@ -203,14 +203,15 @@ class Cell:
 
     def accept(self, work: Work) -> WorkResult:
         """Reserve what fits now, start it in the background, answer with the rest."""
+        lrps = work.all_lrps()
         if self.evacuating or self.retired:
-            return WorkResult(rejected_lrps=work.lrps, rejected_tasks=work.tasks, reason="cell is evacuating")
+            return WorkResult(rejected_lrps=lrps, rejected_tasks=work.tasks, reason="cell is evacuating")
         if self.awaiting_registration:
-            return WorkResult(rejected_lrps=work.lrps, rejected_tasks=work.tasks,
+            return WorkResult(rejected_lrps=lrps, rejected_tasks=work.tasks,
                               reason="cell not yet registered with the BBS")
         if work.fencing_token < self.fencing_token:
             return WorkResult(
-                rejected_lrps=work.lrps,
+                rejected_lrps=lrps,
                 rejected_tasks=work.tasks,
                 reason=f"stale fencing token {work.fencing_token} < {self.fencing_token}",
             )
@@ -220,7 +221,7 @@ class Cell:
         reasons: list[str] = []
         rejected_lrps: list[LRPWork] = []
         rejected_tasks: list[Task] = []
-        for lrp in work.lrps:
+        for lrp in lrps:
             why = self._why_not_lrp(lrp)
             if why:
                 rejected_lrps.append(lrp)

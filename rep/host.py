@@ -2,8 +2,9 @@
 
 One process hosts one cell (process executor) or many simulated ones (sim executor). Everything that
 talks to the BBS lives here: one pooled httpx client for the process, one flusher per cell (one
-lifecycle request in flight per cell), and one heartbeat loop that PUTs every cell's presence
-concurrently every TTL/3.
+lifecycle request in flight per cell), and one heartbeat loop that PUTs every cell's presence every
+TTL/3. A process hosting many cells sends their reports and heartbeats together: one lifecycle request
+and one heartbeat request per round for the process (HostLifecycleSender, PUT /v1/cells), not per cell.
 
 Shutdown:
 - SIGTERM, or POST /evacuate at the root: evacuate every cell (heartbeat evacuating=true, reject
@@ -24,7 +25,8 @@ from collections.abc import Awaitable, Callable, Mapping
 
 import httpx
 
-from common.models import CellLifecycle, LifecycleResult
+from common.group_commit import GroupCommit
+from common.models import CellLifecycle, CellPresences, HostLifecycle, HostLifecycleResult, LifecycleResult
 
 from .cell import Cell
 from .executor import Executor
@@ -51,6 +53,41 @@ def lifecycle_sender(client: httpx.AsyncClient, bbs_url: str, cell_id: str) -> S
         )
 
     return send
+
+
+HOST_BATCH_CELLS = 500  # cells per host-level request (a lifecycle round or a heartbeat round)
+
+
+class HostLifecycleSender:
+    """The outboxes' transport on a process hosting many cells: the reports of every cell that has
+    something to say go in ONE POST {bbs}/v1/lifecycle (group commit: whatever cells queued while the
+    previous request was in flight go in the next one). Each cell's outbox still has one request in
+    flight, so a cell appears at most once per request, and a failed request fails every cell's send:
+    each outbox keeps its reports and retries them, as with its own request."""
+
+    def __init__(self, client: httpx.AsyncClient, bbs_url: str) -> None:
+        self._client = client
+        self._url = f"{bbs_url.rstrip('/')}/v1/lifecycle"
+        self._group: GroupCommit[tuple[str, CellLifecycle], LifecycleResult] = GroupCommit(
+            self._post, max_batch=HOST_BATCH_CELLS, split_on_failure=False
+        )
+        self.requests = 0
+
+    def for_cell(self, cell_id: str) -> SendLifecycle:
+        async def send(batch: CellLifecycle) -> LifecycleResult:
+            return await self._group.submit((cell_id, batch))
+
+        return send
+
+    async def _post(self, reports: list[tuple[str, CellLifecycle]]) -> list[LifecycleResult]:
+        body = HostLifecycle.model_construct(cells=dict(reports))
+        self.requests += 1
+        response = await self._client.post(
+            self._url, content=body.model_dump_json(), headers={"content-type": "application/json"}
+        )
+        response.raise_for_status()
+        answer = HostLifecycleResult.model_validate_json(response.content)
+        return [answer.cells.get(cell_id) or LifecycleResult() for cell_id, _ in reports]
 
 
 class RepHost:
@@ -120,7 +157,12 @@ class RepHost:
             except Exception:
                 log.debug("extra presence announcement failed", exc_info=True)
         try:
-            results = await asyncio.gather(*(self._heartbeat(c) for c in cells), return_exceptions=True)
+            if len(self.cells) == 1:
+                results = await asyncio.gather(*(self._heartbeat(c) for c in cells), return_exceptions=True)
+            else:
+                chunks = [cells[i : i + HOST_BATCH_CELLS] for i in range(0, len(cells), HOST_BATCH_CELLS)]
+                outcomes = await asyncio.gather(*(self._heartbeats(c) for c in chunks), return_exceptions=True)
+                results = [outcome for chunk, outcome in zip(chunks, outcomes, strict=True) for _ in chunk]
         finally:
             self._beating.difference_update(c.cell_id for c in cells)
         took = asyncio.get_running_loop().time() - started
@@ -157,6 +199,19 @@ class RepHost:
         )
         response.raise_for_status()
         cell.awaiting_registration = False
+        return True
+
+    async def _heartbeats(self, cells: list[Cell]) -> bool:
+        """Many cells' presences in one PUT /v1/cells (a process hosting many cells)."""
+        if not cells:
+            return True
+        body = CellPresences.model_construct(cells=[c.presence() for c in cells])
+        response = await self._clients[cells[0].cell_id].put(
+            f"{self.bbs_url}/v1/cells", content=body.model_dump_json(), headers={"content-type": "application/json"}
+        )
+        response.raise_for_status()
+        for cell in cells:
+            cell.awaiting_registration = False
         return True
 
     async def _heartbeat_loop(self) -> None:

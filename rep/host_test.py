@@ -11,10 +11,19 @@ from datetime import UTC, datetime
 import httpx
 import pytest
 
-from common.models import CellLifecycle, CellPresence, DesiredLRP, LRPWork, ModificationTag, Work
+from common.models import (
+    CellLifecycle,
+    CellPresence,
+    CellPresences,
+    DesiredLRP,
+    HostLifecycle,
+    LRPWork,
+    ModificationTag,
+    Work,
+)
 
 from .cell import Cell, CellConfig
-from .host import RepHost, lifecycle_sender
+from .host import HostLifecycleSender, RepHost, lifecycle_sender
 from .sim_executor import SimExecutor
 
 NOW = datetime(2024, 1, 1, tzinfo=UTC)
@@ -26,12 +35,21 @@ class MockBBS:
     def __init__(self) -> None:
         self.heartbeats: list[CellPresence] = []
         self.lifecycles: list[tuple[str, CellLifecycle]] = []
+        self.requests: list[str] = []  # "METHOD path" of every request
         self.down = False
 
     def handle(self, request: httpx.Request) -> httpx.Response:
         if self.down:
             raise httpx.ConnectError("BBS down", request=request)
         parts = request.url.path.strip("/").split("/")
+        self.requests.append(f"{request.method} {request.url.path}")
+        if request.method == "PUT" and parts == ["v1", "cells"]:
+            self.heartbeats.extend(CellPresences.model_validate_json(request.content).cells)
+            return httpx.Response(204)
+        if request.method == "POST" and parts == ["v1", "lifecycle"]:
+            body = HostLifecycle.model_validate_json(request.content)
+            self.lifecycles.extend(body.cells.items())
+            return httpx.Response(200, json={"cells": {cid: {"refused": []} for cid in body.cells}})
         if request.method == "PUT" and parts[:2] == ["v1", "cells"]:
             self.heartbeats.append(CellPresence.model_validate_json(request.content))
             return httpx.Response(204)
@@ -55,6 +73,7 @@ async def setup() -> AsyncIterator[tuple[RepHost, MockBBS]]:
     bbs = MockBBS()
     client = httpx.AsyncClient(transport=httpx.MockTransport(bbs.handle), timeout=5)
     sim = SimExecutor(start_delay_s=0.01)
+    shared = HostLifecycleSender(client, BBS)  # as rep/service.py builds a host of many cells
     cells = [
         Cell(
             CellConfig(
@@ -68,7 +87,7 @@ async def setup() -> AsyncIterator[tuple[RepHost, MockBBS]]:
                 stacks=("cflinuxfs4",),
             ),
             sim,
-            lifecycle_sender(client, BBS, f"cell-{i}"),
+            shared.for_cell(f"cell-{i}"),
         )
         for i in range(3)
     ]
@@ -92,6 +111,33 @@ async def test_heartbeats_every_cell_each_period(setup: tuple[RepHost, MockBBS])
     await eventually(lambda: len(bbs.heartbeats) >= 6, "two rounds of heartbeats", lambda: bbs.heartbeats)
     first_round = {p.cell_id for p in bbs.heartbeats[:3]}
     assert first_round == {"cell-0", "cell-1", "cell-2"}, "one heartbeat per cell per round"
+    puts = [r for r in bbs.requests if r.startswith("PUT")]
+    assert set(puts) == {"PUT /v1/cells"}, f"a host of many cells heartbeats them in one PUT; saw {puts}"
+
+
+async def test_cells_reporting_in_the_same_round_share_one_request(setup: tuple[RepHost, MockBBS]) -> None:
+    host, bbs = setup
+    for cell_id in ("cell-0", "cell-1", "cell-2"):
+        host.cells[cell_id].accept(work(0))
+    await eventually(
+        lambda: sum(len(b.running) for _, b in bbs.lifecycles) == 3, "three running reports", lambda: bbs.lifecycles
+    )
+    posts = [r for r in bbs.requests if r.startswith("POST")]
+    claims = [cid for cid, b in bbs.lifecycles if b.claimed]
+    assert sorted(claims) == ["cell-0", "cell-1", "cell-2"], bbs.lifecycles
+    # The three claims were queued in the same tick: one request carries all three; then the running
+    # reports (one more request, or two if one instance started while the other's report was in flight).
+    assert posts[0] == "POST /v1/lifecycle" and 2 <= len(posts) <= 4, posts
+    assert len([cid for cid, b in bbs.lifecycles[:3] if b.claimed]) == 3, "first request: every claim"
+
+
+async def test_a_lone_cell_posts_its_own_lifecycle_path() -> None:
+    bbs = MockBBS()
+    async with httpx.AsyncClient(transport=httpx.MockTransport(bbs.handle), timeout=5) as client:
+        send = lifecycle_sender(client, BBS, "cell-9")
+        await send(CellLifecycle(tasks_started=["t-1"]))
+    assert bbs.requests == ["POST /v1/cells/cell-9/lifecycle"]
+    assert bbs.lifecycles == [("cell-9", CellLifecycle(tasks_started=["t-1"]))]
 
 
 async def test_reports_reach_the_bbs_after_an_outage(setup: tuple[RepHost, MockBBS]) -> None:

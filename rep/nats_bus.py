@@ -127,7 +127,7 @@ class RepNatsBus:
     def _work(self, cell: Cell, data: bytes) -> bytes:
         work = Work.model_validate_json(data)
         if cell.retired:
-            result = WorkResult(rejected_lrps=work.lrps, rejected_tasks=work.tasks, reason="cell is evacuating")
+            result = WorkResult(rejected_lrps=work.all_lrps(), rejected_tasks=work.tasks, reason="cell is evacuating")
         else:
             result = cell.accept(work)
         return result.model_dump_json().encode()

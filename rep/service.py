@@ -19,7 +19,7 @@ from common.transport.nats_connection import NatsConnection
 from .api import create_app
 from .cell import Cell, CellConfig
 from .executor import Executor
-from .host import RepHost, lifecycle_sender
+from .host import HostLifecycleSender, RepHost, lifecycle_sender
 from .nats_bus import RepNatsBus
 from .process_executor import ProcessExecutor
 from .settings import (
@@ -35,6 +35,7 @@ from .sim_executor import SimExecutor
 log = logging.getLogger("rep")
 
 STARTUP_TIMEOUT_S = 30.0
+REP_KEEPALIVE_S = 75
 
 
 class ConfigError(ValueError):
@@ -129,6 +130,8 @@ def build_host(settings: RepSettings, base_url: str) -> RepHost:
     if settings.executor == "sim":
         sim = SimExecutor(start_delay_s=settings.sim_start_delay, crash_rate_per_s=settings.sim_crash_rate)
         executors.append(sim)
+    # Many cells in this process: their reports share one request per round (see HostLifecycleSender).
+    shared = HostLifecycleSender(clients[configs[0].cell_id], bbs_urls(settings)[0]) if len(configs) > 1 else None
     for config in configs:
         if settings.executor == "sim":
             executor: Executor = executors[0]
@@ -140,7 +143,10 @@ def build_host(settings: RepSettings, base_url: str) -> RepHost:
                 memory_limit=settings.memory_limit,
             )
             executors.append(executor)
-        send = lifecycle_sender(clients[config.cell_id], bbs_urls(settings)[0], config.cell_id)
+        if shared is not None:
+            send = shared.for_cell(config.cell_id)
+        else:
+            send = lifecycle_sender(clients[config.cell_id], bbs_urls(settings)[0], config.cell_id)
         cells.append(Cell(config, executor, send))
     return RepHost(
         cells,
@@ -178,7 +184,10 @@ async def serve(settings: RepSettings) -> int:
     server = _Server(
         uvicorn.Config(
             create_app(host, not_ready=(lambda: "" if bus is None or bus.ready else "NATS not connected")),
-            log_config=None, access_log=False, lifespan="off", timeout_graceful_shutdown=5
+            log_config=None, access_log=False, lifespan="off", timeout_graceful_shutdown=5,
+            # The auctioneer comes back every auction: keep its connections (it drops them after
+            # KEEPALIVE_S in auctioneer/service/clients.py, before this server would).
+            timeout_keep_alive=REP_KEEPALIVE_S,
         )
     )
     serving = asyncio.create_task(server.serve(sockets=[sock]), name="uvicorn")

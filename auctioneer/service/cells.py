@@ -17,7 +17,7 @@ from pydantic import BaseModel, ValidationError
 
 from common.models import CellPresence, CellState
 
-from .clients import RepClients
+from .clients import RepClients, RepUnreachable
 from .metrics import Metrics
 
 log = logging.getLogger("auctioneer.cells")
@@ -110,13 +110,13 @@ class CellFetcher:
             async with asyncio.timeout_at(deadline):
                 async with limit:
                     self._metrics.request("rep_state")
-                    response = await self._reps.for_cell(presence.cell_id).get(
+                    response = await self._reps.get(
                         presence.rep_url.rstrip("/") + "/state", timeout=max(0.001, deadline - loop.time())
                     )
-        except (TimeoutError, httpx.TimeoutException):
+        except TimeoutError:
             raise _Dropped("timeout", f"no state within {self._timeout:g} s") from None
-        except httpx.HTTPError as exc:
-            raise _Dropped("unreachable", _describe(exc)) from None
+        except RepUnreachable as exc:
+            raise _Dropped("unreachable", str(exc)) from None
         if response.status_code != 200:
             raise _Dropped("bad_status", f"state answered {response.status_code}")
         try:

@@ -11,7 +11,6 @@ import logging
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 
-import httpx
 from pydantic import ValidationError
 
 from auctioneer.engine.diagnosis import NO_CELLS
@@ -19,7 +18,7 @@ from auctioneer.engine.types import AuctionResult, Failure
 from common.models import WorkResult
 
 from .batcher import Batch, PendingLRP, PendingTask
-from .clients import RepClients
+from .clients import RepClients, RepUnreachable
 from .metrics import Metrics
 
 log = logging.getLogger("auctioneer.dispatch")
@@ -73,10 +72,11 @@ def group_work(result: AuctionResult, batch: Batch, rep_urls: dict[str, str]) ->
 
 
 class BodyWriter:
-    """Work bodies as JSON, each desired LRP serialised once however many of its instances go out.
+    """Work bodies as JSON: the instances of each desired LRP as one `lrp_groups` entry, and each
+    desired LRP serialised once per auction however many cells get its instances.
 
-    Equivalent to `Work(...).model_dump_json()`; at 250,000 instances serialising the same DesiredLRP
-    per instance would dominate the auction.
+    Equivalent to `Work(lrp_groups=..., tasks=..., fencing_token=...).model_dump_json()`; at 250,000
+    instances serialising (and the rep parsing) the same DesiredLRP per instance would dominate.
     """
 
     def __init__(self, fencing_token: int = FENCING_TOKEN) -> None:
@@ -86,15 +86,19 @@ class BodyWriter:
     def body(self, work: CellWork, fencing_token: int | None = None) -> bytes:
         if fencing_token is None:
             fencing_token = self.fencing_token
-        lrps = []
+        groups: dict[int, list[str]] = {}  # id(desired) -> [its JSON, index, index, ...]
         for item in work.lrps:
-            desired = self._desired.get(id(item.desired))
-            if desired is None:
-                desired = self._desired[id(item.desired)] = item.desired.model_dump_json()
-            lrps.append(f'{{"desired":{desired},"index":{item.index:d}}}')
+            group = groups.get(id(item.desired))
+            if group is None:
+                desired = self._desired.get(id(item.desired))
+                if desired is None:
+                    desired = self._desired[id(item.desired)] = item.desired.model_dump_json()
+                group = groups[id(item.desired)] = [desired]
+            group.append(str(item.index))
+        lrp_groups = ",".join(f'{{"desired":{g[0]},"indices":[{",".join(g[1:])}]}}' for g in groups.values())
         tasks = [item.task.model_dump_json() for item in work.tasks]
         return (
-            f'{{"lrps":[{",".join(lrps)}],"tasks":[{",".join(tasks)}],"fencing_token":{fencing_token:d}}}'
+            f'{{"lrp_groups":[{lrp_groups}],"tasks":[{",".join(tasks)}],"fencing_token":{fencing_token:d}}}'
         ).encode()
 
 
@@ -137,11 +141,8 @@ class Dispatcher:
         try:
             async with limit, asyncio.timeout(self._timeout):  # the timeout starts once a slot is free
                 self._metrics.request("rep_work")
-                response = await self._reps.for_cell(work.cell_id).post(
-                    work.rep_url + "/work", content=body, headers={"content-type": "application/json"},
-                    timeout=self._timeout,
-                )
-        except (TimeoutError, httpx.HTTPError) as exc:
+                response = await self._reps.post_json(work.rep_url + "/work", body, timeout=self._timeout)
+        except (TimeoutError, RepUnreachable) as exc:
             return self._all_rejected(work, f"work not delivered: {type(exc).__name__}")
         if response.status_code != 200:
             return self._all_rejected(work, f"work answered {response.status_code}")

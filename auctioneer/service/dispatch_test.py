@@ -48,12 +48,17 @@ def test_group_work_makes_one_work_per_winning_cell_however_many_instances():
 
 def test_work_body_is_the_wire_work():
     web = desired("web", 3, env={"A": "1"})
-    work = CellWork("c0", "u", [PendingLRP(web, 0), PendingLRP(web, 2)], [PendingTask(task("t1"))])
+    api = desired("api", 2)
+    work = CellWork("c0", "u", [PendingLRP(web, 0), PendingLRP(api, 1), PendingLRP(web, 2)],
+                    [PendingTask(task("t1"))])
     body = BodyWriter().body(work)
-    expected = Work(lrps=[LRPWork(desired=web, index=0), LRPWork(desired=web, index=2)], tasks=[task("t1")],
-                    fencing_token=FENCING_TOKEN)
     parsed = Work.model_validate_json(body)
-    assert parsed.model_dump(exclude={"tasks"}) == expected.model_dump(exclude={"tasks"})
+    # Each desired LRP once, with its indices.
+    assert [(g.desired.process_guid, g.indices) for g in parsed.lrp_groups] == [("web", [0, 2]), ("api", [1])]
+    assert body.count(b'"process_guid":"web"') == 1
+    expected = [LRPWork(desired=web, index=0), LRPWork(desired=web, index=2), LRPWork(desired=api, index=1)]
+    assert [w.model_dump() for w in parsed.all_lrps()] == [w.model_dump() for w in expected]
+    assert parsed.fencing_token == FENCING_TOKEN
     assert [t.task_guid for t in parsed.tasks] == ["t1"]
 
 

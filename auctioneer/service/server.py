@@ -15,6 +15,8 @@ from pathlib import Path
 
 import uvicorn
 
+from common import runtime
+
 GRACEFUL_SHUTDOWN_SECONDS = 10.0
 
 
@@ -96,5 +98,5 @@ def run(app, sock: socket.socket, ready_file: Path | None = None,
     server = Server(config_for(app, graceful_timeout),
                     on_ready=(lambda: write_ready_file(ready_file, url)) if ready_file else None)
     with sock:
-        asyncio.run(server.serve(sockets=[sock]))
+        runtime.run(server.serve(sockets=[sock]))
     return 0 if server.started else 1

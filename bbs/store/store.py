@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import functools
+import operator
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
@@ -34,6 +35,7 @@ from ..actual_set import ActualChanges
 from ..records import ActualRecord, CellRecord, DesiredRecord, LeaseRecord, TaskRecord
 from . import tables as t
 from .database import WRITE_LOCK_KEY, check_schema, create_engine, migrate, take_advisory_lock
+from .driver import StatementCache, result_processors
 
 CHUNK = 400  # rows per IN (...) list: well under every database's bound-parameter limit
 PARTITION = 1000  # rows converted between two yields to the event loop
@@ -60,6 +62,7 @@ class Store:
         except BaseException:
             await engine.dispose()
             raise
+        _compile_hot_statements(engine.dialect)
         return cls(engine)
 
     async def close(self) -> None:
@@ -136,10 +139,19 @@ def _actual(row: sa.Row[Any]) -> ActualRecord:
     return ActualRecord(*row)
 
 
-def _actual_params(record: ActualRecord) -> dict[str, Any]:
-    params = {name: getattr(record, name) for name in _ACTUAL_FIELDS}
-    params["idx"] = record.index
-    return params
+def _actual_reader(dialect: sa.engine.Dialect, result: sa.CursorResult[Any]) -> Callable[[Sequence[Any]], ActualRecord]:
+    """Raw driver row of `SELECT actual_lrps.*` -> ActualRecord (JSON columns decoded per dialect)."""
+    processors = result_processors(t.actual_lrps, dialect, result.cursor.description)
+
+    def convert(row: Sequence[Any]) -> ActualRecord:
+        if not processors:
+            return ActualRecord(*row)
+        values = list(row)
+        for position, process in processors:
+            values[position] = process(values[position])
+        return ActualRecord(*values)
+
+    return convert
 
 
 _TASK_FIELDS = [c.name for c in t.tasks.columns]
@@ -176,11 +188,7 @@ def _keyed_update(table: sa.Table, key_columns: Sequence[str]) -> sa.Update:
 
 
 _ACTUAL_KEY = ("process_guid", "idx", "presence")
-_UPDATE_ACTUAL = _keyed_update(t.actual_lrps, _ACTUAL_KEY)
 _ACTUAL_VALUES = [name for name in _ACTUAL_FIELDS if name not in _ACTUAL_KEY]
-_DELETE_ACTUAL = t.actual_lrps.delete().where(
-    *[t.actual_lrps.c[name] == sa.bindparam(f"k_{name}") for name in _ACTUAL_KEY]
-)
 _UPDATE_TASK = _keyed_update(t.tasks, ["task_guid"])
 _UPDATE_CELL = _keyed_update(t.cells, ["cell_id"])
 
@@ -188,16 +196,56 @@ _UPDATE_CELL = _keyed_update(t.cells, ["cell_id"])
 _KEY_BUCKETS = (1, 4, 16, 64, 128, 256, CHUNK)
 
 
-@functools.lru_cache(maxsize=len(_KEY_BUCKETS))
 def _keys_query(size: int) -> sa.Select[Any]:
     """SELECT the actual LRPs of `size` (process_guid, index) keys: OR-ed `process_guid = :p AND
     idx = :i` terms, which every database answers with primary-key lookups (SQLite would scan the
-    table for a row-value IN list). Built once per bucket size, so SQLAlchemy's compiled cache hits."""
+    table for a row-value IN list). Compiled once per bucket size and dialect (STATEMENTS)."""
     c = t.actual_lrps.c
     terms = [
-        sa.and_(c.process_guid == sa.bindparam(f"p{i}"), c.idx == sa.bindparam(f"i{i}")) for i in range(size)
+        sa.and_(c.process_guid == sa.bindparam(f"process_guid__{i}"), c.idx == sa.bindparam(f"idx__{i}"))
+        for i in range(size)
     ]
     return sa.select(t.actual_lrps).where(sa.or_(*terms))
+
+
+def _list_actuals_query(filters: tuple[str, ...], code_point_order: bool) -> sa.Select[Any]:
+    """Every actual LRP matching `filters` (column = :column each), ordered by key; strings by code
+    point on every database (PostgreSQL would otherwise follow its locale)."""
+    c = t.actual_lrps.c
+
+    def text(column: sa.ColumnElement[str]) -> sa.ColumnElement[str]:
+        return sa.collate(column, "C") if code_point_order else column
+
+    query = sa.select(t.actual_lrps).order_by(text(c.process_guid), c.idx, text(c.presence))
+    for name in filters:
+        query = query.where(c[name] == sa.bindparam(name))
+    return query
+
+
+def _actual_update(columns: tuple[str, ...]) -> sa.Update:
+    c = t.actual_lrps.c
+    return (
+        t.actual_lrps.update()
+        .where(*[c[name] == sa.bindparam(f"k_{name}") for name in _ACTUAL_KEY])
+        .values({name: sa.bindparam(name) for name in columns})
+    )
+
+
+# The hot bulk statements on actual LRPs (10,000 rows per lifecycle round) run through the driver.
+STATEMENTS = StatementCache()
+_ACTUAL_INSERT = t.actual_lrps.insert().values({c.name: sa.bindparam(c.name) for c in t.actual_lrps.columns})
+_ACTUAL_DELETE = t.actual_lrps.delete().where(
+    *[t.actual_lrps.c[name] == sa.bindparam(f"k_{name}") for name in _ACTUAL_KEY]
+)
+_actual_values = operator.attrgetter(*_ACTUAL_VALUES)  # the key columns are not among them
+_actual_row = operator.attrgetter(*["index" if c.name == "idx" else c.name for c in t.actual_lrps.columns])
+
+
+def _compile_hot_statements(dialect: sa.engine.Dialect) -> None:
+    """Compile the key lookups of every bucket size now (the 400-key one takes a while), so the first
+    big lifecycle round after a start does not pay for it."""
+    for size in _KEY_BUCKETS:
+        STATEMENTS.get(dialect, ("keys", size), functools.partial(_keys_query, size), t.actual_lrps)
 
 
 class Tx:
@@ -280,19 +328,24 @@ class Tx:
         state: str | None = None,
         presence: str | None = None,
     ) -> list[ActualRecord]:
-        c = t.actual_lrps.c
-        query = sa.select(t.actual_lrps).order_by(
-            self._text_order(c.process_guid), c.idx, self._text_order(c.presence)
+        """Actual LRPs matching every given filter, by (process_guid, index, presence). Read through the
+        driver (a convergence pass reads all 250,000 at Diego's scale) and converted in partitions,
+        so other requests get the event loop in between."""
+        given = {"process_guid": process_guid, "cell_id": cell_id, "state": state, "presence": presence}
+        filters = tuple(name for name, value in given.items() if value is not None)
+        dialect = self.connection.dialect
+        query = STATEMENTS.get(
+            dialect, ("list-actuals", filters),
+            functools.partial(_list_actuals_query, filters, dialect.name == "postgresql"), t.actual_lrps,
         )
-        for column, value in (
-            (c.process_guid, process_guid),
-            (c.cell_id, cell_id),
-            (c.state, state),
-            (c.presence, presence),
-        ):
-            if value is not None:
-                query = query.where(column == value)
-        return await self._records(query, _actual)
+        result = await query.execute(self.connection, [given[name] for name in filters])
+        convert = _actual_reader(dialect, result)
+        rows = result.all()
+        found: list[ActualRecord] = []
+        for start in range(0, len(rows), PARTITION):
+            found.extend(map(convert, rows[start : start + PARTITION]))
+            await asyncio.sleep(0)
+        return found
 
     async def actuals_of(self, process_guids: Sequence[str]) -> list[ActualRecord]:
         """Every actual LRP of these processes."""
@@ -304,14 +357,16 @@ class Tx:
 
     async def actuals_for_keys(self, keys: Iterable[tuple[str, int]]) -> list[ActualRecord]:
         """Every presence of each (process_guid, index), a few hundred keys per statement."""
+        dialect = self.connection.dialect
         found: list[ActualRecord] = []
         for chunk in _chunks(sorted(set(keys))):
             size = next(b for b in _KEY_BUCKETS if b >= len(chunk))
             padded = [*chunk, *[chunk[-1]] * (size - len(chunk))]  # repeats match the same rows
-            params = {f"p{i}": pg for i, (pg, _) in enumerate(padded)}
-            params.update({f"i{i}": index for i, (_, index) in enumerate(padded)})
-            query = _keys_query(size)
-            found.extend(_actual(row) for row in (await self.connection.execute(query, params)).all())
+            query = STATEMENTS.get(dialect, ("keys", size), functools.partial(_keys_query, size), t.actual_lrps)
+            # The compiled terms bind process_guid__i, idx__i in that order, i = 0..size-1.
+            params = [value for key in padded for value in key]
+            result = await query.execute(self.connection, params)
+            found.extend(map(_actual_reader(dialect, result), result.all()))
         return found
 
     async def apply_actual_changes(self, changes: ActualChanges) -> None:
@@ -320,29 +375,29 @@ class Tx:
         An update writes only the columns that changed (known from `changes.previous`): rows with
         the same changed columns share one statement (a claim, a start, a crash each touch a few)."""
 
-        def key_params(record: ActualRecord) -> dict[str, Any]:
-            return {
-                "k_process_guid": record.process_guid,
-                "k_idx": record.index,
-                "k_presence": record.presence,
-            }
-
-        await self._executemany(_DELETE_ACTUAL, [key_params(r) for r in changes.deletes])
-        groups: dict[tuple[str, ...], list[dict[str, Any]]] = {}
+        dialect, connection = self.connection.dialect, self.connection
+        delete = STATEMENTS.get(dialect, "actual-delete", lambda: _ACTUAL_DELETE, t.actual_lrps)
+        # _ACTUAL_KEY order: process_guid, idx, presence = the record's key.
+        await delete.executemany(connection, [r.key for r in changes.deletes])
+        groups: dict[tuple[int, ...], list[tuple[Any, ...]]] = {}
+        all_columns = tuple(range(len(_ACTUAL_VALUES)))
         for record in changes.updates:
+            values = _actual_values(record)
             before = changes.previous.get(record.key)
-            columns = tuple(
-                name
-                for name in _ACTUAL_VALUES
-                if before is None or getattr(record, name) != getattr(before, name)
-            )
-            if columns:
-                params = key_params(record)
-                params.update({name: getattr(record, name) for name in columns})
-                groups.setdefault(columns, []).append(params)
-        for params in groups.values():
-            await self._executemany(_UPDATE_ACTUAL, params)
-        await self._executemany(t.actual_lrps.insert(), [_actual_params(r) for r in changes.inserts])
+            if before is None:
+                changed = all_columns
+            else:
+                old = _actual_values(before)
+                changed = tuple(i for i in all_columns if values[i] != old[i])
+            if changed:
+                groups.setdefault(changed, []).append((*(values[i] for i in changed), *record.key))
+        for changed, rows in groups.items():
+            columns = tuple(_ACTUAL_VALUES[i] for i in changed)
+            update = STATEMENTS.get(dialect, ("actual-update", columns), functools.partial(_actual_update, columns), t.actual_lrps)
+            # Compiled as SET <columns in order> WHERE <key columns in order>: the tuples' order.
+            await update.executemany(connection, rows)
+        insert = STATEMENTS.get(dialect, "actual-insert", lambda: _ACTUAL_INSERT, t.actual_lrps)
+        await insert.executemany(connection, [_actual_row(r) for r in changes.inserts])
 
     async def delete_actuals_of(self, process_guid: str) -> None:
         await self.connection.execute(

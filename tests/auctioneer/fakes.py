@@ -126,7 +126,7 @@ class FakeReps:
 
     @property
     def lrps_received(self) -> int:
-        return sum(len(w.lrps) for posts in self.work_posts.values() for w in posts)
+        return sum(len(w.all_lrps()) for posts in self.work_posts.values() for w in posts)
 
     @property
     def tasks_received(self) -> int:
@@ -165,7 +165,7 @@ class FakeReps:
             if cell.work_mode == "error":
                 return JSONResponse({"detail": "boom"}, status_code=500)
             if cell.work_mode == "reject":
-                result = WorkResult(rejected_lrps=body.lrps, rejected_tasks=body.tasks, reason=cell.reason)
+                result = WorkResult(rejected_lrps=body.all_lrps(), rejected_tasks=body.tasks, reason=cell.reason)
             else:
                 result = WorkResult()
             return Response(result.model_dump_json(), media_type="application/json")

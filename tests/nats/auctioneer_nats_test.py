@@ -73,7 +73,7 @@ async def test_requests_over_nats_cost_one_state_request_and_one_work_request_pe
         assert stats["messages"] == {"state_request": 2, "state_reply": 6, "work_request": works, "work_reply": works}
         assert stats["last_auction_messages"] == 1 + 3 + 2  # the task went to one cell
         assert stats["requests_made"]["rep_state"] == 0 and stats["requests_made"]["rep_work"] == 0
-        assert sorted(len([lrp for w in reps.work[c] for lrp in w.lrps]) for c in reps.work) == [10, 10, 10]
+        assert sorted(len([lrp for w in reps.work[c] for lrp in w.all_lrps()]) for c in reps.work) == [10, 10, 10]
         assert (await client.get("/ping")).json() == {"ok": True, "ready": True}
 
 

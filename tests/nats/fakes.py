@@ -48,7 +48,7 @@ class NatsFakeReps:
 
     @property
     def lrps_received(self) -> int:
-        return sum(len(w.lrps) for works in self.work.values() for w in works)
+        return sum(len(w.all_lrps()) for works in self.work.values() for w in works)
 
     async def on_state(self, msg: Msg) -> None:
         self.state_requests += 1
@@ -70,7 +70,7 @@ class NatsFakeReps:
             if cell.work_mode == "garbage":
                 await msg.respond(b"<html>")
             elif cell.work_mode == "reject":
-                result = WorkResult(rejected_lrps=work.lrps, rejected_tasks=work.tasks, reason="full")
+                result = WorkResult(rejected_lrps=work.all_lrps(), rejected_tasks=work.tasks, reason="full")
                 await msg.respond(result.model_dump_json().encode())
             else:
                 await msg.respond(WorkResult().model_dump_json().encode())

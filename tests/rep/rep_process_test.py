@@ -23,7 +23,16 @@ import pytest
 import uvicorn
 from fastapi import FastAPI, Request, Response
 
-from common.models import CellLifecycle, CellPresence, CellState, DesiredLRP, ModificationTag, Work
+from common.models import (
+    CellLifecycle,
+    CellPresence,
+    CellPresences,
+    CellState,
+    DesiredLRP,
+    HostLifecycle,
+    ModificationTag,
+    Work,
+)
 from common.procutil import child_preexec, pid_alive, terminate_then_kill
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
@@ -49,6 +58,7 @@ class FakeBBS:
     url: str = ""
     heartbeats: list[CellPresence] = field(default_factory=list)
     lifecycles: list[tuple[str, CellLifecycle]] = field(default_factory=list)
+    routes: list[str] = field(default_factory=list)  # the route of every request, in order
 
     def lifecycle_of(self, cell_id: str) -> list[CellLifecycle]:
         return [body for cid, body in self.lifecycles if cid == cell_id]
@@ -64,13 +74,28 @@ async def fake_bbs() -> AsyncIterator[FakeBBS]:
 
     @app.put("/v1/cells/{cell_id}", status_code=204)
     async def heartbeat(cell_id: str, request: Request) -> Response:
+        bbs.routes.append("PUT /v1/cells/{cell_id}")
         bbs.heartbeats.append(CellPresence.model_validate_json(await request.body()))
+        return Response(status_code=204)
+
+    @app.put("/v1/cells", status_code=204)
+    async def heartbeats(request: Request) -> Response:
+        bbs.routes.append("PUT /v1/cells")
+        bbs.heartbeats.extend(CellPresences.model_validate_json(await request.body()).cells)
         return Response(status_code=204)
 
     @app.post("/v1/cells/{cell_id}/lifecycle")
     async def lifecycle(cell_id: str, request: Request) -> dict[str, list[Any]]:
+        bbs.routes.append("POST /v1/cells/{cell_id}/lifecycle")
         bbs.lifecycles.append((cell_id, CellLifecycle.model_validate_json(await request.body())))
         return {"refused": [], "refused_tasks": []}
+
+    @app.post("/v1/lifecycle")
+    async def host_lifecycle(request: Request) -> dict[str, Any]:
+        bbs.routes.append("POST /v1/lifecycle")
+        body = HostLifecycle.model_validate_json(await request.body())
+        bbs.lifecycles.extend(body.cells.items())
+        return {"cells": {cell_id: {"refused": [], "refused_tasks": []} for cell_id in body.cells}}
 
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
@@ -223,6 +248,8 @@ async def test_sim_rep_hosts_three_cells_heartbeats_and_reports_in_batches(
         assert len(running_batches) == 1 and sorted(r.index for r in running_batches[0].running) == [0, 1, 2]
         assert len(batches) == 2, f"one POST for the claims, one for the starts; saw {batches}"
         assert fake_bbs.lifecycle_of("cell-0") == [] and fake_bbs.lifecycle_of("cell-2") == []
+        # A process hosting several cells talks to the BBS per process, not per cell.
+        assert set(fake_bbs.routes) == {"PUT /v1/cells", "POST /v1/lifecycle"}, set(fake_bbs.routes)
         assert all(r.ports and r.host == "127.0.0.1" for r in running_batches[0].running)
 
         state = CellState.model_validate((await client.get(f"{cell_url}/state")).json())

@@ -1,7 +1,9 @@
 """Group commit: callers submit items one by one; whatever queued up while the previous batch was
-being written is handled as the next batch, in one call (one transaction). Each caller gets its own
-result. Under load this turns N concurrent requests into a handful of transactions; alone, an item
-is handled at once.
+being handled is the next batch, in one call. Each caller gets its own result. Under load this turns N
+concurrent callers into a handful of calls; alone, an item is handled at once.
+
+The BBS uses it for transactions (many requests, one transaction); a rep hosting many cells uses it for
+requests (many cells' lifecycle reports, one HTTP request to the BBS).
 """
 
 from __future__ import annotations
@@ -14,17 +16,25 @@ from typing import Generic, TypeVar
 Item = TypeVar("Item")
 Result = TypeVar("Result")
 
-log = logging.getLogger("bbs.group_commit")
+log = logging.getLogger("vendue.group_commit")
 
 MAX_BATCH = 200
 
 
 class GroupCommit(Generic[Item, Result]):
     def __init__(
-        self, handle: Callable[[list[Item]], Awaitable[list[Result]]], max_batch: int = MAX_BATCH
+        self,
+        handle: Callable[[list[Item]], Awaitable[list[Result]]],
+        max_batch: int = MAX_BATCH,
+        *,
+        split_on_failure: bool = True,
     ) -> None:
+        """`split_on_failure`: a failed batch is retried item by item, so one bad item fails only its
+        caller (right for a transaction). Off, every caller of a failed batch gets its error (right for
+        a request that failed as a whole: the callers retry with their own backoff)."""
         self._handle = handle
         self._max_batch = max_batch
+        self._split_on_failure = split_on_failure
         self._queue: list[tuple[Item, asyncio.Future[Result]]] = []
         self._worker: asyncio.Task[None] | None = None
 
@@ -46,7 +56,7 @@ class GroupCommit(Generic[Item, Result]):
         try:
             results = await self._handle([item for item, _ in batch])
         except Exception as exc:  # noqa: BLE001 - handed to the callers
-            if len(batch) > 1:
+            if len(batch) > 1 and self._split_on_failure:
                 # One bad item must not fail the others: handle them one at a time.
                 log.warning(
                     "batch failed; retrying its items one by one", extra={"data": {"error": repr(exc)}}
@@ -54,9 +64,9 @@ class GroupCommit(Generic[Item, Result]):
                 for single in batch:
                     await self._run([single])
                 return
-            _, future = batch[0]
-            if not future.done():
-                future.set_exception(exc)
+            for _, future in batch:
+                if not future.done():
+                    future.set_exception(exc)
             return
         for (_, future), result in zip(batch, results, strict=True):
             if not future.done():

@@ -2,7 +2,7 @@ import asyncio
 
 import pytest
 
-from bbs.group_commit import GroupCommit
+from common.group_commit import GroupCommit
 
 
 async def test_items_queued_during_a_batch_form_the_next_batch() -> None:
@@ -45,3 +45,18 @@ async def test_errors_reach_a_lone_caller() -> None:
 
     with pytest.raises(RuntimeError):
         await asyncio.wait_for(GroupCommit(handle).submit(1), 5)
+
+
+async def test_without_splitting_every_caller_of_a_failed_batch_gets_the_error() -> None:
+    calls: list[list[int]] = []
+
+    async def handle(items: list[int]) -> list[int]:
+        calls.append(items)
+        raise ConnectionError("unreachable")
+
+    group: GroupCommit[int, int] = GroupCommit(handle, split_on_failure=False)
+    results = await asyncio.wait_for(
+        asyncio.gather(*(group.submit(i) for i in (1, 2, 3)), return_exceptions=True), 5
+    )
+    assert all(isinstance(r, ConnectionError) for r in results), results
+    assert calls == [[1, 2, 3]], f"expected one call for the whole batch, saw {calls}"

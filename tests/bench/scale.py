@@ -1,0 +1,253 @@
+"""Diego's largest published scale through the real services: 250,000 instances of 5,000 apps on 1,000
+simulated cells in 3 zones (32 GiB memory, 64 GiB disk, 250 containers each), BBS on SQLite, auctioneer
+over HTTP, the cells hosted by `vendue rep --sim` processes.
+
+    python tests/bench/scale.py [--instances 250000] [--apps 5000] [--cells 1000] [--cells-per-rep 250]
+
+Prints ONE JSON object (never asserts on time):
+- seconds from the first desire until every instance is RUNNING in the BBS (its own counts, polled);
+- the auctioneer's state fetch of every cell once they are full (an auction for one more app, which
+  cannot fit: it fetches 1,000 states of 250 instances each, then fails the app);
+- convergence pass seconds at 250,000 actual LRPs (the BBS's own histogram, over passes made once
+  everything runs);
+- each app's split over zones (max - min instances per zone; target within 1);
+- peak RSS (VmHWM) of the BBS and the auctioneer, and of the rep processes;
+- requests made per component (the auctioneer's /v1/stats, the BBS's /metrics).
+
+Targets (reported, not asserted): all RUNNING within 60 s; state fetch under 1 s; a convergence pass
+under 2 s; every app's zone split within 1; BBS and auctioneer peak RSS under 2 GiB each.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import tempfile
+import time
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from e2e import auctioneer_stats, by_route, delta, metrics_of, parse_metrics, summary_running  # noqa: E402
+
+from deploy.cluster import LocalCluster  # noqa: E402
+
+TARGETS = {"seconds_to_all_running": 60.0, "state_fetch_seconds": 1.0, "convergence_pass_seconds": 2.0,
+           "zone_skew": 1, "peak_rss_mb": 2048}
+CELL_MEMORY_MB, CELL_DISK_MB, CELL_CONTAINERS = 32 * 1024, 64 * 1024, 250
+POLL_S = 0.25
+GiB = 1024
+
+
+def app_sizes(apps: int, instances: int) -> list[int]:
+    """`apps` sizes between 1 and 2*mean-1 that add up to `instances` (deterministic)."""
+    mean = instances // apps
+    sizes = [mean + ((i * 37) % mean) - mean // 2 for i in range(apps)]
+    sizes = [max(1, s) for s in sizes]
+    diff = instances - sum(sizes)
+    i = 0
+    while diff:
+        step = 1 if diff > 0 else -1
+        if sizes[i % apps] + step >= 1:
+            sizes[i % apps] += step
+            diff -= step
+        i += 1
+    return sizes
+
+
+def peak_rss_mb(pid: int) -> float | None:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return round(int(line.split()[1]) / 1024, 1)
+    except OSError:
+        return None
+    return None
+
+
+def convergence(samples: dict[str, float]) -> tuple[float, float]:
+    return samples.get("vendue_bbs_convergence_seconds_sum", 0.0), samples.get(
+        "vendue_bbs_convergence_seconds_count", 0.0)
+
+
+async def bbs_samples(client: httpx.AsyncClient, bbs: str) -> dict[str, float]:
+    return parse_metrics((await client.get(f"{bbs}/metrics", timeout=60)).text)
+
+
+async def measure(cluster: LocalCluster, apps: int, instances: int, timeout: float) -> dict[str, Any]:
+    bbs, auctioneer = cluster.bbs_url, cluster.auctioneer_url
+    sizes = app_sizes(apps, instances)
+    rep_procs = {f"rep:{r.component or cid}": r.url.split("/cells/", 1)[0] for cid, r in cluster.reps.items()}
+    component_urls = {"bbs": bbs, "auctioneer": auctioneer, **rep_procs}
+    limits = httpx.Limits(max_connections=32, max_keepalive_connections=32)
+    async with httpx.AsyncClient(limits=limits) as client:
+        stats_before = await auctioneer_stats(client, auctioneer)
+        metrics_before = await metrics_of(client, component_urls)
+        t0 = time.perf_counter()
+        sem = asyncio.Semaphore(16)
+
+        async def desire(i: int) -> None:
+            body = {"process_guid": f"scale-{i}", "instances": sizes[i], "memory_mb": 64 + 32 * (i % 3),
+                    "disk_mb": 128 + 64 * (i % 3), "command": ["sleep", "infinity"]}
+            async with sem:
+                r = await client.post(f"{bbs}/v1/desired_lrps", json=body, timeout=120.0)
+            if r.status_code != 201:
+                raise RuntimeError(f"desiring scale-{i}: HTTP {r.status_code} {r.text[:300]}")
+
+        desires = asyncio.gather(*(desire(i) for i in range(apps)))
+        desired_s = None
+        done_s = None
+        timeline: list[tuple[float, int]] = []
+        running = 0
+        while time.perf_counter() - t0 < timeout:
+            await asyncio.sleep(POLL_S)
+            if desired_s is None and desires.done():
+                desires.result()
+                desired_s = round(time.perf_counter() - t0, 3)
+            try:
+                running = await summary_running(client, bbs)
+            except httpx.HTTPError:
+                continue
+            now = round(time.perf_counter() - t0, 3)
+            if not timeline or timeline[-1][1] != running:
+                timeline.append((now, running))
+            if running >= instances:
+                done_s = now
+                break
+        if desired_s is None:
+            desires.cancel()
+        stats_placed = await auctioneer_stats(client, auctioneer)
+
+        # Convergence at full size: the BBS's own pass durations, over passes made from now on.
+        conv_before = convergence(await bbs_samples(client, bbs))
+        deadline = time.perf_counter() + 60
+        conv_after = conv_before
+        while time.perf_counter() < deadline and conv_after[1] - conv_before[1] < 2:
+            await asyncio.sleep(1.0)
+            conv_after = convergence(await bbs_samples(client, bbs))
+        passes = conv_after[1] - conv_before[1]
+        pass_s = round((conv_after[0] - conv_before[0]) / passes, 3) if passes else None
+
+        # State fetch of every (full) cell: one more app, which cannot fit anywhere.
+        auctions_before = stats_placed.get("auctions", 0)
+        r = await client.post(f"{bbs}/v1/desired_lrps", json={
+            "process_guid": "scale-probe", "instances": 1, "memory_mb": 64, "disk_mb": 64,
+            "command": ["sleep", "infinity"]}, timeout=60)
+        r.raise_for_status()
+        probe_stats: dict[str, Any] = {}
+        deadline = time.perf_counter() + 60
+        while time.perf_counter() < deadline:
+            probe_stats = await auctioneer_stats(client, auctioneer)
+            if probe_stats.get("auctions", 0) > auctions_before:
+                break
+            await asyncio.sleep(0.2)
+
+        # Each app's split over zones, from the BBS's listing (once, untimed).
+        listing = (await client.get(f"{bbs}/v1/actual_lrps", params={"state": "RUNNING"}, timeout=300)).json()
+        per_app: dict[str, Counter[str]] = defaultdict(Counter)
+        per_cell: Counter[str] = Counter()
+        for actual in listing["items"]:
+            per_app[actual["process_guid"]][actual["zone"]] += 1
+            per_cell[actual["cell_id"]] += 1
+        zones = sorted({z for c in per_app.values() for z in c})
+        skews = {guid: max(c.get(z, 0) for z in zones) - min(c.get(z, 0) for z in zones) for guid, c in per_app.items()}
+        worst = max(skews.items(), key=lambda kv: kv[1]) if skews else ("", 0)
+        metrics_after = await metrics_of(client, component_urls)
+
+    pids = cluster.pids()
+    made_before = stats_before.get("requests_made", {}) or {}
+    made = {k: v - made_before.get(k, 0) for k, v in (stats_placed.get("requests_made", {}) or {}).items()}
+    auctions = stats_placed.get("auctions", 0) - stats_before.get("auctions", 0)
+    bbs_counts = delta(metrics_after.get("bbs", {}), metrics_before.get("bbs", {}))
+    rss = {name: peak_rss_mb(pid) for name, pid in pids.items()}
+    return {
+        "apps": apps,
+        "instances": instances,
+        "cells": len(cluster.reps),
+        "zones": cluster.zones,
+        "rep_processes": len(rep_procs),
+        "all_running": done_s is not None,
+        "seconds_to_all_running": done_s,
+        "running_at_end": running,
+        "seconds_to_desire_all": desired_s,
+        "running_timeline": timeline[:: max(1, len(timeline) // 25)],
+        "auctions": auctions,
+        "lrps_placed": stats_placed.get("lrps_placed", 0) - stats_before.get("lrps_placed", 0),
+        "lrps_failed": stats_placed.get("lrps_failed", 0) - stats_before.get("lrps_failed", 0),
+        "auctioneer_requests": made,
+        "auctioneer_requests_per_auction": {k: round(v / auctions, 1) for k, v in made.items()} if auctions else None,
+        "bbs_requests_served": by_route(bbs_counts, "vendue_bbs_requests_total"),
+        "state_fetch_seconds_full_cells": probe_stats.get("last_state_fetch_seconds"),
+        "probe_auction_seconds": probe_stats.get("last_auction_seconds"),
+        "convergence_pass_seconds": pass_s,
+        "convergence_passes_measured": passes,
+        "zone_skew": {"worst": worst[1], "worst_app": worst[0],
+                      "apps_within_1": sum(1 for s in skews.values() if s <= 1), "apps": len(skews)},
+        "instances_per_cell": {"min": min(per_cell.values(), default=0), "max": max(per_cell.values(), default=0)},
+        "peak_rss_mb": rss,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--instances", type=int, default=250_000)
+    parser.add_argument("--apps", type=int, default=5_000)
+    parser.add_argument("--cells", type=int, default=1_000)
+    parser.add_argument("--zones", type=int, default=3)
+    parser.add_argument("--cells-per-rep", type=int, default=250, help="simulated cells per rep process")
+    parser.add_argument("--timeout", type=float, default=600.0)
+    parser.add_argument("--convergence-interval", type=float, default=5.0)
+    args = parser.parse_args(argv)
+    if args.apps < 1 or args.instances < args.apps:
+        parser.error("--instances must be at least --apps, and --apps at least 1")
+    timings = ["--presence-ttl", "30"]
+    with tempfile.TemporaryDirectory(prefix="vendue-scale-", ignore_cleanup_errors=True) as tmp:
+        cluster = LocalCluster(
+            Path(tmp), cells=args.cells, zones=args.zones, executor="sim",
+            sim_cells_per_process=args.cells_per_rep,
+            cell_memory_mb=CELL_MEMORY_MB, cell_disk_mb=CELL_DISK_MB, cell_containers=CELL_CONTAINERS,
+            bbs_args=[*timings, "--convergence-interval", str(args.convergence_interval)], rep_args=timings,
+        )
+        started = time.perf_counter()
+        try:
+            cluster.start(timeout=300.0)
+            startup_s = round(time.perf_counter() - started, 3)
+            report = asyncio.run(measure(cluster, args.apps, args.instances, args.timeout))
+        except Exception as exc:  # noqa: BLE001 - reported in the JSON
+            report = {"error": f"{type(exc).__name__}: {exc}"}
+            startup_s = None
+        finally:
+            cluster.stop()
+    rss = report.get("peak_rss_mb", {})
+    out = {
+        "benchmark": "scale",
+        "transport": "http",
+        "database": "sqlite",
+        "cluster_start_seconds": startup_s,
+        **report,
+        "targets": TARGETS,
+        "met": {
+            "all_running_within_60s": (report.get("seconds_to_all_running") or 1e9) <= TARGETS["seconds_to_all_running"],
+            "state_fetch_under_1s": (report.get("state_fetch_seconds_full_cells") or 1e9) <= TARGETS["state_fetch_seconds"],
+            "convergence_pass_under_2s": (report.get("convergence_pass_seconds") or 1e9)
+            <= TARGETS["convergence_pass_seconds"],
+            "zone_split_within_1": (report.get("zone_skew") or {}).get("worst", 1e9) <= TARGETS["zone_skew"],
+            "bbs_and_auctioneer_rss_under_2GiB": all(
+                (rss.get(name) or 1e9) <= TARGETS["peak_rss_mb"] for name in ("bbs", "auctioneer")),
+        },
+    }
+    print(json.dumps(out))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
