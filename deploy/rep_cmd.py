@@ -57,6 +57,9 @@ def rep(
     sim_start_delay: float | None = typer.Option(
         None, "--sim-start-delay", min=0, help="Sim start, s (0.05)."
     ),
+    report_linger: float | None = typer.Option(
+        None, "--report-linger", min=0, max=5, help="Lifecycle reports gather this long, s (0.1)."
+    ),
     sim_crash_rate: float | None = typer.Option(
         None, "--sim-crash-rate", min=0, help="Sim crashes per s (0)."
     ),
@@ -111,6 +114,7 @@ def rep(
         "executor": executor,
         "cells": cells,
         "sim_start_delay": sim_start_delay,
+        "report_linger": report_linger,
         "sim_crash_rate": sim_crash_rate,
         "presence_ttl": presence_ttl,
         "evacuation_timeout": evacuation_timeout,

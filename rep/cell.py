@@ -61,6 +61,7 @@ class CellConfig:
     volume_drivers: tuple[str, ...] = ()
     labels: dict[str, str] = field(default_factory=dict)
     report_host_metrics: bool = False  # real cells report load; simulated ones have none to report
+    report_linger_s: float = 0.0  # how long the outbox lets reports gather before sending (rep/outbox.py)
 
 
 @dataclass(slots=True)
@@ -96,7 +97,9 @@ class Cell:
     ) -> None:
         self.config = config
         self.executor = executor
-        self.outbox = Outbox(send_lifecycle, self.apply_lifecycle_result, name=config.cell_id)
+        self.outbox = Outbox(
+            send_lifecycle, self.apply_lifecycle_result, name=config.cell_id, linger_s=config.report_linger_s
+        )
         self.evacuating = False
         self.retired = False  # evacuated or shut down: no more heartbeats, no more work
         # Set by the host until the BBS has accepted a heartbeat carrying this boot id: work taken before

@@ -1,7 +1,10 @@
 """A cell's lifecycle outbox: everything the cell has to tell the BBS, sent as ONE request per round.
 
 Reports accumulate while a flush is in flight; the flusher sends the next batch as soon as the
-previous request finished. A failed request keeps its reports (ahead of newer ones) and is retried
+previous request finished. With `linger_s`, the first report after a quiet spell waits that long for
+company (as Kafka's linger.ms): an instance that starts within it is claimed and reported running in
+ONE request, which halves the BBS's write rounds for fast starts, at the price of reports arriving
+up to `linger_s` later. A failed request keeps its reports (ahead of newer ones) and is retried
 with capped exponential backoff, so nothing is lost.
 
 Ordering: an instance goes claimed -> running -> crashed|removed exactly once (a restart gets a new
@@ -66,12 +69,15 @@ class Outbox:
         name: str = "",
         backoff_initial_s: float = 0.05,
         backoff_max_s: float = 5.0,
+        linger_s: float = 0.0,
     ) -> None:
         self._send = send
         self._on_result = on_result
         self._name = name
         self._backoff_initial_s = backoff_initial_s
         self._backoff_max_s = backoff_max_s
+        self._linger_s = linger_s
+        self._sent_at = -1e9  # loop time the previous request finished
         self._pending = _empty()
         self._in_flight = 0  # reports in the request being sent now
         self._wake = asyncio.Event()
@@ -132,8 +138,11 @@ class Outbox:
     async def run(self) -> None:
         """The flusher: one request at a time, each carrying everything pending."""
         failures = 0
+        loop = asyncio.get_running_loop()
         while True:
             await self._wake.wait()
+            if self._linger_s and loop.time() - self._sent_at > self._linger_s:
+                await asyncio.sleep(self._linger_s)  # quiet until now: let this round's reports gather
             self._wake.clear()
             batch, self._pending = self._pending, _empty()
             if _size(batch) == 0:
@@ -159,6 +168,7 @@ class Outbox:
                 await asyncio.sleep(delay)
                 continue
             self._in_flight = 0
+            self._sent_at = loop.time()
             self.sent_requests += 1
             failures = 0
             try:

@@ -89,6 +89,7 @@ def cell_configs(settings: RepSettings, base_url: str) -> list[CellConfig]:
                 volume_drivers=tuple(settings.volume_drivers),
                 labels=dict(settings.labels),
                 report_host_metrics=not sim,
+                report_linger_s=settings.report_linger,
             )
         )
     return configs

@@ -48,6 +48,9 @@ class RepSettings(BaseSettings):
     executor: Literal["process", "sim"] = "process"
     cells: int = Field(default=1, ge=1)
     sim_start_delay: float = Field(default=0.05, ge=0)
+    # Reports wait up to this long to travel together (rep/outbox.py): a claim and the running report
+    # of an instance that starts within it reach the BBS in one request.
+    report_linger: float = Field(default=0.1, ge=0, le=5)
     sim_crash_rate: float = Field(default=0.0, ge=0)
     presence_ttl: float = Field(default=10.0, gt=0)
     evacuation_timeout: float = Field(default=600.0, ge=0)

@@ -30,6 +30,7 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import httpx
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -37,7 +38,15 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from e2e import auctioneer_stats, by_route, delta, metrics_of, parse_metrics, summary_running  # noqa: E402
+from e2e import (  # noqa: E402
+    auctioneer_stats,
+    by_route,
+    delta,
+    light_session,
+    metrics_of,
+    parse_metrics,
+    summary_running,
+)
 
 from deploy.cluster import LocalCluster  # noqa: E402
 
@@ -92,16 +101,17 @@ async def measure(cluster: LocalCluster, apps: int, instances: int, timeout: flo
     async with httpx.AsyncClient(limits=limits) as client:
         stats_before = await auctioneer_stats(client, auctioneer)
         metrics_before = await metrics_of(client, component_urls)
+        light = light_session()
         t0 = time.perf_counter()
-        sem = asyncio.Semaphore(16)
+        sem = asyncio.Semaphore(64)
 
         async def desire(i: int) -> None:
             body = {"process_guid": f"scale-{i}", "instances": sizes[i], "memory_mb": 64 + 32 * (i % 3),
                     "disk_mb": 128 + 64 * (i % 3), "command": ["sleep", "infinity"]}
-            async with sem:
-                r = await client.post(f"{bbs}/v1/desired_lrps", json=body, timeout=120.0)
-            if r.status_code != 201:
-                raise RuntimeError(f"desiring scale-{i}: HTTP {r.status_code} {r.text[:300]}")
+            async with sem, light.post(f"{bbs}/v1/desired_lrps", json=body,
+                                       timeout=aiohttp.ClientTimeout(total=120)) as r:
+                if r.status != 201:
+                    raise RuntimeError(f"desiring scale-{i}: HTTP {r.status} {(await r.text())[:300]}")
 
         desires = asyncio.gather(*(desire(i) for i in range(apps)))
         desired_s = None
@@ -114,8 +124,8 @@ async def measure(cluster: LocalCluster, apps: int, instances: int, timeout: flo
                 desires.result()
                 desired_s = round(time.perf_counter() - t0, 3)
             try:
-                running = await summary_running(client, bbs)
-            except httpx.HTTPError:
+                running = await summary_running(light, bbs)
+            except aiohttp.ClientError:
                 continue
             now = round(time.perf_counter() - t0, 3)
             if not timeline or timeline[-1][1] != running:
@@ -125,6 +135,8 @@ async def measure(cluster: LocalCluster, apps: int, instances: int, timeout: flo
                 break
         if desired_s is None:
             desires.cancel()
+            await asyncio.gather(desires, return_exceptions=True)
+        await light.close()
         stats_placed = await auctioneer_stats(client, auctioneer)
 
         # Convergence at full size: the BBS's own pass durations, over passes made from now on.
