@@ -46,7 +46,7 @@ Auctioneer (`vendue auctioneer`, default http://127.0.0.1:8890)
 Rep (`vendue rep`; `rep_url` is a base URL and may carry a path prefix, e.g. the simulated cells of one
 `vendue rep --sim --cells N` process are http://127.0.0.1:PORT/cells/<cell_id>)
   GET    {rep_url}/ping                                            -> {"ok": true}
-  GET    {rep_url}/state                                           -> CellState
+  GET    {rep_url}/state[?lrps=counts]                             -> CellState (counts: the summary form)
   POST   {rep_url}/work              Work                          -> WorkResult (the part it rejects)
   POST   {rep_url}/v1/lrps/{process_guid}/instances/{instance_guid}/stop   -> 202
   POST   {rep_url}/v1/tasks/{task_guid}/cancel                      -> 202
@@ -351,6 +351,11 @@ class CellState(Open):
     labels: dict[str, str] = Field(default_factory=dict)
     evacuating: bool = False
     lrps: list[CellLRP] = Field(default_factory=list)
+    # The summary form (GET {rep_url}/state?lrps=counts, and the NATS state reply: what the auctioneer
+    # fetches): instances per process guid instead of `lrps`, which is then empty. Scheduling needs only
+    # these counts, and a full cell's 250 instance entries cost more to write and parse than the rest.
+    lrp_counts: dict[str, int] = Field(default_factory=dict)  # reserved, starting or running
+    stopping_counts: dict[str, int] = Field(default_factory=dict)  # being stopped: hold resources only
     tasks: list[CellTask] = Field(default_factory=list)
     host: HostMetricsModel | None = None
     fencing_token: int = 0  # the highest auctioneer fencing token this rep has seen

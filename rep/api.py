@@ -8,6 +8,7 @@ and POST /evacuate (evacuate every cell).
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Literal
 
 from fastapi import APIRouter, Depends, FastAPI, HTTPException, Request, Response
 from fastapi.exceptions import RequestValidationError
@@ -48,8 +49,8 @@ def create_app(host: RepHost, not_ready: Callable[[], str] | None = None) -> Fas
         return ping_answer()
 
     @cell_routes.get("/state")
-    async def state(cell: Cell = Depends(the_cell)) -> Response:
-        return Response(cell.state().model_dump_json(), media_type=JSON)
+    async def state(lrps: Literal["full", "counts"] = "full", cell: Cell = Depends(the_cell)) -> Response:
+        return Response(cell.state(counts=lrps == "counts").model_dump_json(), media_type=JSON)
 
     @cell_routes.post("/work")
     async def work(request: Request, cell: Cell = Depends(the_cell)) -> Response:

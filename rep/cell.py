@@ -137,20 +137,29 @@ class Cell:
         c = self.config
         return ResourcesModel(memory_mb=c.memory_mb, disk_mb=c.disk_mb, containers=c.containers)
 
-    def state(self) -> CellState:
+    def state(self, *, counts: bool = False) -> CellState:
+        """The bid. `counts`: the summary form (instances per process guid, no per-instance entries)."""
         c = self.config
-        lrps = [
-            CellLRP(
-                process_guid=i.process_guid,
-                index=i.index,
-                instance_guid=i.instance_guid,
-                memory_mb=i.desired.memory_mb,
-                disk_mb=i.desired.disk_mb,
-                state=i.state,  # type: ignore[arg-type]
-                pid=self.executor.pid_of(i.instance_guid),
-            )
-            for i in self._instances.values()
-        ]
+        lrps: list[CellLRP] = []
+        lrp_counts: dict[str, int] = {}
+        stopping_counts: dict[str, int] = {}
+        if counts:
+            for i in self._instances.values():
+                tally = stopping_counts if i.state == "stopping" else lrp_counts
+                tally[i.process_guid] = tally.get(i.process_guid, 0) + 1
+        else:
+            lrps = [
+                CellLRP(
+                    process_guid=i.process_guid,
+                    index=i.index,
+                    instance_guid=i.instance_guid,
+                    memory_mb=i.desired.memory_mb,
+                    disk_mb=i.desired.disk_mb,
+                    state=i.state,  # type: ignore[arg-type]
+                    pid=self.executor.pid_of(i.instance_guid),
+                )
+                for i in self._instances.values()
+            ]
         tasks = [
             CellTask(task_guid=t.task.task_guid, memory_mb=t.task.memory_mb, disk_mb=t.task.disk_mb)
             for t in self._tasks.values()
@@ -169,6 +178,8 @@ class Cell:
             labels=dict(c.labels),
             evacuating=self.evacuating,
             lrps=lrps,
+            lrp_counts=lrp_counts,
+            stopping_counts=stopping_counts,
             tasks=tasks,
             host=_host_metrics() if c.report_host_metrics else None,
             fencing_token=self.fencing_token,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 from datetime import UTC, datetime
 
@@ -105,6 +106,26 @@ async def test_reserves_what_fits_and_rejects_the_rest_at_once() -> None:
     assert state.starting_containers == 2
     assert [(i.index, i.state) for i in state.lrps] == [(0, "starting"), (1, "starting")]
     assert [r.index for r in pending(cell).claimed] == [0, 1], "each accepted instance is claimed"
+
+
+async def test_the_summary_state_counts_instances_per_process() -> None:
+    cell, executor = make_cell(memory_mb=4000)
+    cell.accept(Work(lrps=[LRPWork(desired=desired("web", memory_mb=100), index=i) for i in range(3)]
+                     + [LRPWork(desired=desired("api", memory_mb=100), index=0)]))
+    held = {i.index: i.instance_guid for i in cell.state().lrps if i.process_guid == "web"}
+    gate = asyncio.Event()
+    executor.stop_lrp = lambda guid: gate.wait()  # type: ignore[method-assign]  # the stop takes a while
+    stopping = asyncio.create_task(cell.stop_lrp(held[2]))
+    await asyncio.sleep(0)  # the stop has begun: the instance is "stopping" and still holds its resources
+
+    summary, full = cell.state(counts=True), cell.state()
+    gate.set()
+    await asyncio.wait_for(stopping, 5)
+
+    assert summary.lrps == []
+    assert summary.lrp_counts == {"web": 2, "api": 1}
+    assert summary.stopping_counts == {"web": 1}
+    assert summary.available == full.available and summary.total == full.total
 
 
 async def test_rejects_a_duplicate_of_an_instance_it_holds() -> None:

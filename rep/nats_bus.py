@@ -92,7 +92,7 @@ class RepNatsBus:
                 continue
             try:
                 await nc.publish(
-                    msg.reply, cell.state().model_dump_json().encode(), headers={CELL_ID_HEADER: cell.cell_id}
+                    msg.reply, cell.state(counts=True).model_dump_json().encode(), headers={CELL_ID_HEADER: cell.cell_id}
                 )
             except Exception:  # disconnected: the auctioneer's deadline drops the cells that did not answer
                 log.debug("state reply not published", exc_info=True)

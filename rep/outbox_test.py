@@ -158,19 +158,16 @@ async def test_drain_reports_a_timeout_while_the_bbs_is_down(running_outbox) -> 
     assert outbox.pending == 1, "the report is kept for later"
 
 
-async def test_with_a_linger_a_claim_and_a_quick_start_travel_in_one_request() -> None:
-    for linger_s, expected_requests in ((0.0, 2), (0.5, 1)):
-        bbs = FakeBBS()
-        outbox = Outbox(bbs.send, lambda result: None, linger_s=linger_s)
-        flusher = asyncio.create_task(outbox.run())
-        try:
-            outbox.claimed(ref(0))
-            await asyncio.sleep(0.05)  # the instance starts 50 ms after its claim
-            outbox.running(running(0))
-            await eventually(lambda: sum(len(r.running) for r in bbs.requests) == 1, "the running report",
-                             lambda: bbs.requests)
-            assert len(bbs.requests) == expected_requests, (linger_s, bbs.requests)
-            assert [r.index for b in bbs.requests for r in b.claimed] == [0]
-        finally:
-            flusher.cancel()
-            await asyncio.gather(flusher, return_exceptions=True)
+@pytest.mark.parametrize(("linger_s", "expected_requests"), [(0.0, 2), (0.5, 1)])
+async def test_with_a_linger_a_claim_and_a_quick_start_travel_in_one_request(
+    running_outbox, linger_s: float, expected_requests: int
+) -> None:
+    outbox, bbs, _ = await running_outbox(linger_s=linger_s)
+    outbox.claimed(ref(0))
+    await asyncio.sleep(0.05)  # the instance starts 50 ms after its claim: a window, not a synchronisation
+    outbox.running(running(0))
+    await eventually(
+        lambda: sum(len(r.running) for r in bbs.requests) == 1, "the running report", lambda: bbs.requests
+    )
+    assert len(bbs.requests) == expected_requests, (linger_s, bbs.requests)
+    assert [r.index for b in bbs.requests for r in b.claimed] == [0]

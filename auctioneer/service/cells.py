@@ -111,7 +111,7 @@ class CellFetcher:
                 async with limit:
                     self._metrics.request("rep_state")
                     response = await self._reps.get(
-                        presence.rep_url.rstrip("/") + "/state", timeout=max(0.001, deadline - loop.time())
+                        presence.rep_url.rstrip("/") + "/state?lrps=counts", timeout=max(0.001, deadline - loop.time())
                     )
         except TimeoutError:
             raise _Dropped("timeout", f"no state within {self._timeout:g} s") from None

@@ -51,7 +51,7 @@ def cell_from_state(state: CellState) -> Cell:
         lrps=[
             RunningInstance(i.process_guid, i.index, i.memory_mb, i.disk_mb, i.state == "stopping")
             for i in state.lrps
-        ],
+        ] + _counted(state.lrp_counts, stopping=False) + _counted(state.stopping_counts, stopping=True),
         tasks=[t.task_guid for t in state.tasks],
         host=host,
         volumes=[Volume(v.name, v.size_mb, dict(v.labels), v.ephemeral, v.holder) for v in state.volumes],
@@ -59,6 +59,15 @@ def cell_from_state(state: CellState) -> Cell:
         devices=dict(state.devices),
         cached_blobs=frozenset(state.cached_blobs),
     )
+
+
+def _counted(counts: dict[str, int], *, stopping: bool) -> list[RunningInstance]:
+    """The summary form's counts as instances: scheduling counts them per process guid and needs no
+    index (-1: not reported) or size (`available` already excludes what they hold)."""
+    out: list[RunningInstance] = []
+    for process_guid, n in counts.items():
+        out.extend([RunningInstance(process_guid, -1, 0, 0, stopping)] * n)
+    return out
 
 
 def _placement_fields(desired: DesiredLRP) -> dict:

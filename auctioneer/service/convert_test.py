@@ -77,6 +77,23 @@ def test_a_minimal_cell_state_uses_the_engine_defaults():
     assert cell.host is None and cell.lrps == [] and cell.tasks == [] and cell.stacks == ("cflinuxfs4",)
 
 
+def test_a_summary_state_counts_for_spreading_like_the_full_one():
+    body = ('{"cell_id": "c", "zone": "z", "rep_url": "u", "total": {"memory_mb": 9, "disk_mb": 9, "containers": 9},'
+            ' "available": {"memory_mb": 5, "disk_mb": 5, "containers": 5}')
+    full = cell_from_state(CellState.model_validate_json(body + ', "lrps": ['
+        '{"process_guid": "web", "index": 0, "instance_guid": "a", "memory_mb": 1, "disk_mb": 1},'
+        '{"process_guid": "web", "index": 1, "instance_guid": "b", "memory_mb": 1, "disk_mb": 1},'
+        '{"process_guid": "api", "index": 0, "instance_guid": "c", "memory_mb": 1, "disk_mb": 1, "state": "stopping"}]}'))
+    summary = cell_from_state(CellState.model_validate_json(
+        body + ', "lrp_counts": {"web": 2}, "stopping_counts": {"api": 1}}'))
+
+    def per_process(cell):
+        return sorted((i.process_guid, i.delayed_shutdown) for i in cell.lrps)
+
+    assert per_process(summary) == per_process(full) == [("api", True), ("web", False), ("web", False)]
+    assert summary.available == full.available
+
+
 def test_one_lrp_start_per_index_with_the_desired_lrps_placement_fields():
     d = desired(
         "web", instances=5, memory_mb=512, disk_mb=2048, stack="windows", placement_tags=["gpu"],

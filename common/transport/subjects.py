@@ -3,7 +3,8 @@
 Bodies are the same pydantic JSON as over HTTP:
   vendue.auctioneer.lrps        [LRPStartRequest]  (queue group: one auctioneer takes each) -> {"accepted": n}
   vendue.auctioneer.tasks       [TaskStartRequest]                                           -> {"accepted": n}
-  vendue.cells.state            empty; every rep answers one CellState per hosted cell (scatter-gather)
+  vendue.cells.state            empty; every rep answers one CellState per hosted cell (scatter-gather),
+                                in its summary form (lrp_counts, as GET /state?lrps=counts)
   vendue.cells.heartbeat        CellPresence, published every heartbeat round
   vendue.cell.<id>.work         Work       -> WorkResult
   vendue.cell.<id>.stop         StopLRP    -> Found

@@ -80,7 +80,13 @@ async def test_a_sim_rep_serves_its_cells_over_nats(nats_server, fake_bbs: FakeB
         # Stop one of them; stopping an unknown instance says not found.
         await nc.publish(CELLS_STATE, b"", reply=inbox)
         await eventually(lambda: len(replies) == 6, "3 more state replies", lambda: len(replies))
-        held = [lrp for m in replies[3:] for lrp in CellState.model_validate_json(m.data).lrps]
+        # The NATS bid is the summary form (per-process counts); the instances themselves are in the
+        # full state over HTTP.
+        counts = {CellState.model_validate_json(m.data).cell_id: CellState.model_validate_json(m.data).lrp_counts
+                  for m in replies[3:]}
+        assert counts == {"cell-0": {}, "cell-1": {"app": 2}, "cell-2": {}}, counts
+        async with httpx.AsyncClient(timeout=10) as client:
+            held = CellState.model_validate_json((await client.get(f"{rep.url}/cells/cell-1/state")).content).lrps
         assert sorted(lrp.index for lrp in held) == [0, 1]
         stop = {"process_guid": "app", "instance_guid": held[0].instance_guid}
         reply = await nc.request(cell_subject("cell-1", "stop"), json.dumps(stop).encode(), timeout=10)
