@@ -217,7 +217,7 @@ async def measure(cluster: LocalCluster, apps: int, per_app: int, timeout: float
             watch_task = asyncio.create_task(watcher.run(client))
             await asyncio.wait_for(watcher.subscribed.wait(), 30.0)
 
-        light = light_session()
+        light = light_session(DESIRE_CONCURRENCY + 8)  # room for the progress polls beside the desires
         t0 = time.perf_counter()
         sem = asyncio.Semaphore(DESIRE_CONCURRENCY)
 

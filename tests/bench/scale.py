@@ -54,6 +54,7 @@ TARGETS = {"seconds_to_all_running": 60.0, "state_fetch_seconds": 1.0, "converge
            "zone_skew": 1, "peak_rss_mb": 2048}
 CELL_MEMORY_MB, CELL_DISK_MB, CELL_CONTAINERS = 32 * 1024, 64 * 1024, 250
 POLL_S = 0.25
+DESIRES_IN_FLIGHT = 64
 GiB = 1024
 
 
@@ -101,9 +102,9 @@ async def measure(cluster: LocalCluster, apps: int, instances: int, timeout: flo
     async with httpx.AsyncClient(limits=limits) as client:
         stats_before = await auctioneer_stats(client, auctioneer)
         metrics_before = await metrics_of(client, component_urls)
-        light = light_session()
+        light = light_session(DESIRES_IN_FLIGHT + 8)  # room for the progress polls beside the desires
         t0 = time.perf_counter()
-        sem = asyncio.Semaphore(64)
+        sem = asyncio.Semaphore(DESIRES_IN_FLIGHT)
 
         async def desire(i: int) -> None:
             body = {"process_guid": f"scale-{i}", "instances": sizes[i], "memory_mb": 64 + 32 * (i % 3),
@@ -125,8 +126,10 @@ async def measure(cluster: LocalCluster, apps: int, instances: int, timeout: flo
                 desired_s = round(time.perf_counter() - t0, 3)
             try:
                 running = await summary_running(light, bbs)
-            except aiohttp.ClientError:
+            except (aiohttp.ClientError, TimeoutError):
                 continue
+            print(f"{time.perf_counter() - t0:7.1f} s: {running:,} running, desires done: {desires.done()}",
+                  file=sys.stderr, flush=True)
             now = round(time.perf_counter() - t0, 3)
             if not timeline or timeline[-1][1] != running:
                 timeline.append((now, running))
