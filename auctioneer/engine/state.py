@@ -1,8 +1,9 @@
 """The working state of one auction: a mutable copy of every cell that each reservation updates.
 
 Both engines (fast and reference) drive the same `AuctionState`; only how they *choose* a cell differs.
-Indexes that a fast strategy keeps subscribe with `on_reserve` and are told of every reservation,
-whichever strategy made it, so strategies can be mixed within one batch.
+Indexes that a fast strategy keeps subscribe with `on_reserve` (and `on_count`, to learn whose instance
+count rose) and are told of every reservation, whichever strategy made it, so strategies can be mixed
+within one batch.
 """
 
 from __future__ import annotations
@@ -76,6 +77,8 @@ class CellSlot:
 
 
 ReserveListener = Callable[[CellSlot], None]
+# (cell, process guid or None for a task, the cell's new count of that process's instances / of tasks)
+CountListener = Callable[[CellSlot, "str | None", int], None]
 
 
 class AuctionState:
@@ -109,6 +112,7 @@ class AuctionState:
         self.total_starting = sum(s.starting for s in self.slots)
         self.version = 0
         self.listeners: list[ReserveListener] = []
+        self.count_listeners: list[CountListener] = []
         self.lrps_placed_by_process: dict[str, int] = {}
         self._zone_groups: dict[str, list[list[str]]] = {}
         # process guid -> instances of it in this auction's batch (deduped); filled by the scheduler through
@@ -124,6 +128,10 @@ class AuctionState:
 
     def on_reserve(self, listener: ReserveListener) -> None:
         self.listeners.append(listener)
+
+    def on_count(self, listener: CountListener) -> None:
+        """Also be told whose count rose on the cell: the process guid (None for a task) and its new count."""
+        self.count_listeners.append(listener)
 
     def reserve_lrp(self, slot: CellSlot, item: LRPStart) -> None:
         self._reserve(slot, item.memory_mb, item.disk_mb)
@@ -141,12 +149,16 @@ class AuctionState:
             slot.devices_free[dev.kind] = slot.devices_free.get(dev.kind, 0) - dev.count
         if item.volumes:
             self._claim_volumes(slot, item)
+        for listener in self.count_listeners:
+            listener(slot, pg, n)
         self._notify(slot)
 
     def reserve_task(self, slot: CellSlot, item: TaskStart) -> None:
         self._reserve(slot, item.memory_mb, item.disk_mb)
         slot.task_count += 1
         self.task_cells[slot.pos] = slot.task_count
+        for listener in self.count_listeners:
+            listener(slot, None, slot.task_count)
         self._notify(slot)
 
     def _reserve(self, slot: CellSlot, memory_mb: int, disk_mb: int) -> None:

@@ -5,7 +5,9 @@
 
 The cluster is the `benchmark` generator's: cells of 32 GiB memory, 64 GiB disk and 250 containers in 3
 zones, apps of 1–100 instances. `overflow` asks for 128–1024 MB a instance — more than the cluster holds,
-so about a third must fail, fast and with Diego's error; `fits` asks for 64–512 MB.
+so about a third must fail, fast and with Diego's error; `fits` asks for 64–512 MB. `large-apps` has
+apps of 500–2,000 instances of 128–512 MB on the same cells: more instances of each app than there are
+cells, so the +1000 per instance of the app already on a cell is on every cell (Diego's spread).
 
 For each variant the fast engine schedules the whole batch. The reference engine (every feasible cell
 scored for every item) is run on the first `--reference-subset` instances only, and its full-batch
@@ -21,6 +23,7 @@ import argparse
 import json
 import os
 import platform
+import random
 import sys
 import time
 from pathlib import Path
@@ -63,10 +66,30 @@ def run_row(workload, inputs: EngineInput, engine: str, strategy: str, seed: int
     }, result
 
 
+def large_apps(args) -> dict:
+    """The benchmark's cells, with apps of 500–2,000 instances (128–512 MB) up to `args.instances`."""
+    rng = random.Random(args.seed)
+    cells = [{"id": f"cell-{i}", "zone": f"z{i % args.zones}", "memory_mb": 32 * 1024, "disk_mb": 64 * 1024,
+              "containers": 250, "stack": "cflinuxfs4"} for i in range(args.cells)]
+    lrps: list[dict] = []
+    app = 0
+    while len(lrps) < args.instances:
+        memory = rng.choice((128, 256, 512))
+        count = min(rng.randint(500, 2000), args.instances - len(lrps))
+        lrps += [{"process_guid": f"app-{app}", "index": index, "memory_mb": memory, "disk_mb": memory,
+                  "total_instances": count} for index in range(count)]
+        app += 1
+    return {"name": f"large-apps-{args.cells}c-{args.instances}i-s{args.seed}", "cells": cells, "lrps": lrps,
+            "tasks": []}
+
+
 def build(generator: str, args):
-    workload = parse_workload(
-        generate(generator, cells=args.cells, zones=args.zones, instances=args.instances, seed=args.seed)
-    )
+    if generator == "large-apps":
+        workload = parse_workload(large_apps(args))
+    else:
+        workload = parse_workload(
+            generate(generator, cells=args.cells, zones=args.zones, instances=args.instances, seed=args.seed)
+        )
     return workload, to_engine(workload)
 
 
@@ -172,7 +195,7 @@ def main(argv: list[str] | None = None) -> None:
         "variants": [],
     }
     overflow_inputs = None
-    for name, generator in (("overflow", "benchmark"), ("fits", "benchmark-fits")):
+    for name, generator in (("overflow", "benchmark"), ("fits", "benchmark-fits"), ("large-apps", "large-apps")):
         setup_started = time.perf_counter()
         workload, inputs = build(generator, args)
         setup_seconds = time.perf_counter() - setup_started

@@ -7,16 +7,23 @@ one *bucket*. Why that suffices:
 
 - Within a pool the totals are equal, so a cell's score for any item is its load key
   (mean used fraction + starting weight × starting [+ bin-pack weight × index]) plus an offset that
-  depends only on the item, plus 1000 × instances of the process on the cell. The lowest-key fitting
-  bucket holding a cell without the process is therefore the winner among such cells, up to
-  floating-point rounding; buckets whose key lies within EPS of it are compared by exact score, computed
-  by the very function the reference uses, so ties and near-ties resolve identically.
-- Cells already holding the process (at most its instance count) carry +1000 per instance; they are
-  scored exactly, one by one, only when they could still win.
-- Every cell in a bucket has the same exact score, and members are kept in position order, so a bucket
-  answers with its lowest-position member that does not hold the process — the reference's tie-break.
-- Each pool keeps upper bounds of its free memory, disk and containers (tightened by every full scan
-  that finds nothing, and valid because reservations only ever take), so "nothing fits here" is usually
+  depends only on the item, plus 1000 × its count of the process (tasks: of tasks), up to
+  floating-point rounding. Candidates whose approximate score lies within EPS of the lowest met are
+  compared by exact score, computed by the very function the reference uses, so ties and near-ties
+  resolve identically.
+- The +1000s: each pool also keeps, per process (and one for tasks), its cells grouped by that count —
+  *levels*, built on first use and kept current through `state.on_count`. A cell of level c scores at
+  least the pool's lowest key + 1000 c, so the winner is searched for in the pool's lowest level, and in
+  higher ones only while their +1000s could still win (a starting weight large enough to outweigh an
+  instance, or nothing of the lowest level fits). The lowest level is looked for in load order; when it
+  has few cells, or that search runs longer than the level has cells (its cells are rare among the
+  least loaded: the app is on most of them), its cells are scored directly. An app with more instances
+  than there are cells thus costs about as much per instance as a small one, instead of one exact score
+  per cell already holding it.
+- Every cell in a bucket has the same state, so a bucket answers with its member of the lowest count,
+  then the lowest position — the reference's tie-break.
+- Each pool keeps upper bounds of its free memory, disk and containers (tightened by every scan that
+  sees every state, and valid because reservations only ever take), so "nothing fits here" is usually
   O(1): a batch larger than the cluster fails fast.
 
 Work the index does not cover falls back to the reference code path: LRPs with request filters
@@ -34,14 +41,20 @@ from sortedcontainers import SortedList
 
 from ..diagnosis import failure_for
 from ..filters import COMPATIBILITY, RESOURCES, Work, request_filters
-from ..scoring import lrp_score, task_score
+from ..scoring import LOCALITY_OFFSET, lrp_score, task_score
 from ..state import AuctionState, CellSlot
 from ..types import Failure, LRPStart, TaskStart
 from .diego_reference import DiegoReference
 
 # Far above float64 rounding of scores (≲ 1e-12 here), far below any real score difference that matters.
 EPS = 1e-9
-HOLDER_MARGIN = 1000.0 - 1e-6
+# Rounding grows with the score's size (1000 × instances of the process): a relative allowance on top.
+REL = 1e-13
+INF = float("inf")
+# A level of at most this many cells is scored directly rather than looked for in the load order.
+DIRECT = 8
+TASKS = None  # the level-index key of tasks (their count term is tasks on the cell)
+EMPTY: dict = {}  # never written to
 
 
 def _state_key(slot: CellSlot) -> tuple[int, int, int, int]:
@@ -62,7 +75,8 @@ class Bucket:
 class Pool:
     """The cells of one zone that share totals and compatibility, ordered by load."""
 
-    __slots__ = ("zone", "representative", "total", "order", "buckets", "bucket_of", "ub_m", "ub_d", "ub_c")
+    __slots__ = ("zone", "representative", "total", "order", "buckets", "bucket_of", "ub_m", "ub_d", "ub_c",
+                 "positions")
 
     def __init__(self, zone: str, representative: CellSlot) -> None:
         self.zone = zone
@@ -72,6 +86,18 @@ class Pool:
         self.buckets: dict[tuple[int, int, int, int], Bucket] = {}
         self.bucket_of: dict[int, Bucket] = {}
         self.ub_m = self.ub_d = self.ub_c = 0
+        self.positions: list[int] = []  # every cell of the pool, ascending
+
+
+class Levels:
+    """The cells of one pool grouped by their count of one process's instances (or of tasks)."""
+
+    __slots__ = ("sets", "held", "zero")
+
+    def __init__(self) -> None:
+        self.sets: dict[int, set[int]] = {}  # count ≥ 1 -> positions (no empty sets)
+        self.held = 0  # cells with a count ≥ 1
+        self.zero: set[int] | None = None  # cells with a count of 0, once asked for (then kept current)
 
 
 class DiegoFast(DiegoReference):
@@ -97,11 +123,16 @@ class DiegoFast(DiegoReference):
                     self.pools.append(pool)
                     self.zone_pools[zone].append(pool)
                 self.pool_of[slot.pos] = pool
+                pool.positions.append(slot.pos)
                 self._insert(pool, slot)
                 pool.ub_m = max(pool.ub_m, slot.avail_m)
                 pool.ub_d = max(pool.ub_d, slot.avail_d)
                 pool.ub_c = max(pool.ub_c, slot.avail_c)
+        self.smallest_pool = min((len(pool.positions) for pool in self.pools), default=0)
         self.compatible: dict[tuple, set[int]] = {}  # requirement -> ids of compatible pools
+        # process guid (TASKS for tasks) -> pool -> its cells by count; built once the process holds nearly
+        # as many cells as a pool has (before, every pool has many cells without it), then kept current
+        self.levels: dict[str | None, dict[Pool, Levels]] = {}
         n = len(state.slots)
         # Free memory, disk and containers per cell, for the vectorised diagnosis.
         self.free_m = np.array([s.avail_m for s in state.slots], dtype=np.int64).reshape(n)
@@ -110,6 +141,7 @@ class DiegoFast(DiegoReference):
         self.compat_stage: dict[tuple, np.ndarray] = {}
         self.diagnoses: dict[tuple, tuple[int, str, str]] = {}
         state.on_reserve(self._on_reserve)
+        state.on_count(self._on_count)
 
     # --- index maintenance ----------------------------------------------------------------------
 
@@ -140,6 +172,49 @@ class DiegoFast(DiegoReference):
         self.free_d[pos] = slot.avail_d
         self.free_c[pos] = slot.avail_c
 
+    def _on_count(self, slot: CellSlot, key: str | None, n: int) -> None:
+        index = self.levels.get(key)
+        if index is None:
+            return
+        pos = slot.pos
+        pool = self.pool_of[pos]
+        levels = index.get(pool)
+        if levels is None:
+            levels = index[pool] = Levels()
+        sets = levels.sets
+        if n > 1:
+            below = sets[n - 1]
+            below.discard(pos)
+            if not below:
+                del sets[n - 1]
+        else:
+            levels.held += 1
+            if levels.zero is not None:
+                levels.zero.discard(pos)
+        level = sets.get(n)
+        if level is None:
+            sets[n] = {pos}
+        else:
+            level.add(pos)
+
+    def _level_index(self, key: str | None, counts: dict[int, int]) -> dict[Pool, Levels]:
+        index = self.levels.get(key)
+        if index is None:
+            index = self.levels[key] = {}
+            pool_of = self.pool_of
+            for pos, n in counts.items():
+                pool = pool_of[pos]
+                levels = index.get(pool)
+                if levels is None:
+                    levels = index[pool] = Levels()
+                level = levels.sets.get(n)
+                if level is None:
+                    levels.sets[n] = {pos}
+                else:
+                    level.add(pos)
+                levels.held += 1
+        return index
+
     # --- picking --------------------------------------------------------------------------------
 
     def _compatible_pools(self, item: Work) -> set[int]:
@@ -153,18 +228,90 @@ class DiegoFast(DiegoReference):
             self.compatible[requirement] = found
         return found
 
-    def _best_in_pool(self, pool: Pool, item: Work, holders: dict[int, int], score_of) -> tuple[float, int] | None:
-        """(exact score, position) of the pool's winner for the item, or None if nothing fits."""
-        m, d = item.memory_mb, item.disk_mb
-        if m > pool.ub_m or d > pool.ub_d or pool.ub_c < 1:
-            return None
+    def _best_in_pool(self, pool: Pool, m: int, d: int, key: str | None, counts: dict[int, int],
+                      index: dict[Pool, Levels] | None, score_of) -> tuple[float, int] | None:
+        """(exact score, position) of the pool's winner for the item, or None if nothing fits.
+
+        A cell's score is its bucket's load key + an offset that depends only on the item (equal totals)
+        + LOCALITY_OFFSET × its count of the process, up to rounding. The cells with the pool's lowest
+        count (its lowest *level*) are looked for in load order; when that level is small, or that search
+        runs long because the level's cells are rare among the least loaded, the level is scored
+        directly instead. Cells of higher levels are looked at only while their +1000s could still win.
+        Until the process holds nearly as many cells as a pool has (`index` None), its lowest level is 0
+        everywhere and has many cells; the levels are built only if a search for one of them runs long.
+        """
+        if not counts:
+            return self._scan(pool, m, d, EMPTY, 0, None, INF, INF, score_of)
+        searched = False
+        if index is None:
+            found = self._scan(pool, m, d, counts, 0, None, INF, len(pool.positions) - len(counts) + DIRECT,
+                               score_of)
+            if found is not INF:
+                return found
+            index = self._level_index(key, counts)
+            searched = True  # level 0 (the lowest) was just looked for in load order, at length
+        levels = index.get(pool)
+        if levels is None:  # no cell of the pool holds the process
+            return self._scan(pool, m, d, EMPTY, 0, None, INF, INF, score_of)
+        # The lowest level of the pool, and its cells (None: count 0, not materialised).
+        if levels.held < len(pool.positions):
+            lowest, cells, size = 0, levels.zero, len(pool.positions) - levels.held
+        else:
+            lowest = min(levels.sets)
+            cells = levels.sets[lowest]
+            size = len(cells)
+        if size > DIRECT and not searched:
+            found = self._scan(pool, m, d, counts, lowest, None, INF, size + DIRECT, score_of)
+            if found is not INF:
+                return found
+            # The search ran long: the level's cells are few among the least loaded. Score them directly.
+        if cells is None:
+            cells = levels.zero = {p for p in pool.positions if p not in counts}
+        best, low = self._best_in_level(pool, cells, lowest, m, d, score_of)
+        if best is not None and pool.order[0][0] + LOCALITY_OFFSET * (lowest + 1) > low + EPS + abs(low) * REL:
+            return best  # no cell of a higher level can come close
+        return self._scan(pool, m, d, counts, lowest + 1, best, low, INF, score_of)
+
+    def _best_in_level(self, pool: Pool, cells: set[int], level: int, m: int, d: int,
+                       score_of) -> tuple[tuple[float, int] | None, float]:
+        """The best fitting cell among `cells` (all of one level), and its approximate score."""
         slots = self.state.slots
-        best: tuple[float, int] | None = None
-        best_key = bound = 0.0
+        bucket_of = pool.bucket_of
+        fitting: list[tuple[float, Bucket, int]] = []
+        low = INF
+        for pos in cells:
+            slot = slots[pos]
+            if slot.avail_m >= m and slot.avail_d >= d and slot.avail_c >= 1:
+                bucket = bucket_of[pos]
+                fitting.append((bucket.key, bucket, pos))
+                if bucket.key < low:
+                    low = bucket.key
+        if not fitting:
+            return None, INF
+        # Near-ties are scored exactly; cells in one state score alike, so only the first of each.
+        bound = low + EPS
+        first: dict[Bucket, int] = {}
+        for key, bucket, pos in fitting:
+            if key <= bound and first.get(bucket, pos) >= pos:
+                first[bucket] = pos
+        best = min((score_of(slots[pos]), pos) for pos in first.values())
+        return best, low + LOCALITY_OFFSET * level
+
+    def _scan(self, pool: Pool, m: int, d: int, counts: dict[int, int], floor: int,
+              best: tuple[float, int] | None, low: float, budget: float, score_of):
+        """The best fitting cell of count ≥ `floor`, searched in load order, starting from `best`.
+
+        `low` is the approximate score of `best` (load key + LOCALITY_OFFSET × count). Returns the
+        winner (or None), or INF when more than `budget` buckets and cells were looked at first.
+        """
+        slots = self.state.slots
+        buckets = pool.buckets
+        bound = low + EPS + abs(low) * REL if best is not None else INF
+        base = LOCALITY_OFFSET * floor  # every cell not yet looked at scores at least its key + base
         max_m = max_d = max_c = 0
         complete = True
         for key, cell_state in pool.order:
-            if best is not None and key > bound:
+            if key + base > bound:
                 complete = False
                 break
             am, ad, ac, _starting = cell_state
@@ -174,39 +321,59 @@ class DiegoFast(DiegoReference):
                 max_d = ad
             if ac > max_c:
                 max_c = ac
+            budget -= 1
             if am < m or ad < d or ac < 1:
+                if budget < 0:
+                    return INF
                 continue
-            members = pool.buckets[cell_state].members
+            members = buckets[cell_state].members
             pos = members[0]
-            if pos in holders:
-                pos = next((p for p in members if p not in holders), None)
-            if pos is None:
-                continue  # every cell in this state holds the process: scored below, with its +1000s
+            if counts:
+                # The bucket's best cell: the lowest count ≥ floor, then the lowest position.
+                n = counts.get(pos, 0)
+                if n != floor:
+                    pos = -1
+                    count = 0
+                    for p in members:
+                        n = counts.get(p, 0)
+                        if n == floor:
+                            pos = p
+                            break
+                        if n > floor and (pos < 0 or n < count):
+                            pos, count = p, n
+                    else:
+                        n = count if pos >= 0 else 0
+                    budget -= len(members)
+                if budget < 0:
+                    return INF
+                if pos < 0:
+                    continue  # every member is of the level already scored directly
+                approx = key + LOCALITY_OFFSET * n
+            else:
+                n = 0
+                approx = key
+            if approx > bound:
+                continue
             candidate = (score_of(slots[pos]), pos)
-            if best is None:
-                best, best_key, bound = candidate, key, key + EPS
-            elif candidate < best:
+            if best is None or candidate < best:
                 best = candidate
-        if complete and best is None:
-            # Nothing in this pool fits and we have seen every cell state: tighten the bounds.
+            if approx < low:
+                low = approx
+                bound = low + EPS + abs(low) * REL
+        if complete:
+            # Every cell state was seen: the bounds are the pool's current maxima.
             pool.ub_m, pool.ub_d, pool.ub_c = max_m, max_d, max_c
-        # A cell holding the process scores at least the pool's lowest key + 1000 (+ the same item
-        # offset as the best): look at holders only when that could still beat the best found.
-        if holders and (best is None or best_key - pool.order[0][0] >= HOLDER_MARGIN):
-            for pos in holders:
-                slot = slots[pos]
-                if self.pool_of[pos] is pool and slot.fits(m, d):
-                    candidate = (score_of(slot), pos)
-                    if best is None or candidate < best:
-                        best = candidate
         return best
 
     def pick_lrp(self, item: LRPStart) -> CellSlot | None:
         if request_filters(item):
             return super().pick_lrp(item)
         compatible = self._compatible_pools(item)
-        holders = self.state.proc_cells.get(item.process_guid, {})
         pg, m, d, sw, bw = item.process_guid, item.memory_mb, item.disk_mb, self.sw, self.bw
+        counts = self.state.proc_cells.get(pg, EMPTY)
+        index = self.levels.get(pg)
+        if index is None and counts and len(counts) + DIRECT >= self.smallest_pool:
+            index = self._level_index(pg, counts)
 
         def score_of(slot: CellSlot) -> float:
             return lrp_score(slot, m, d, pg, sw, bw)
@@ -217,9 +384,9 @@ class DiegoFast(DiegoReference):
             best: tuple[float, int, int, int] | None = None  # (score, zone rank, index in zone, position)
             for rank, zone in enumerate(group):
                 for pool in self.zone_pools[zone]:
-                    if id(pool) not in compatible:
+                    if id(pool) not in compatible or m > pool.ub_m or d > pool.ub_d or pool.ub_c < 1:
                         continue
-                    found = self._best_in_pool(pool, item, holders, score_of)
+                    found = self._best_in_pool(pool, m, d, pg, counts, index, score_of)
                     if found is not None:
                         score, pos = found
                         candidate = (score, rank, slots[pos].zone_pos, pos)
@@ -233,7 +400,10 @@ class DiegoFast(DiegoReference):
         if self.bw:
             return super().pick_task(item)  # the LRP index carries the bin-pack term; tasks do not
         compatible = self._compatible_pools(item)
-        holders = self.state.task_cells
+        counts = self.state.task_cells
+        index = self.levels.get(TASKS)
+        if index is None and counts and len(counts) + DIRECT >= self.smallest_pool:
+            index = self._level_index(TASKS, counts)
         m, d, sw = item.memory_mb, item.disk_mb, self.sw
 
         def score_of(slot: CellSlot) -> float:
@@ -241,10 +411,11 @@ class DiegoFast(DiegoReference):
 
         best: tuple[float, int] | None = None
         for pool in self.pools:
-            if id(pool) in compatible:
-                found = self._best_in_pool(pool, item, holders, score_of)
-                if found is not None and (best is None or found < best):
-                    best = found
+            if id(pool) not in compatible or m > pool.ub_m or d > pool.ub_d or pool.ub_c < 1:
+                continue
+            found = self._best_in_pool(pool, m, d, TASKS, counts, index, score_of)
+            if found is not None and (best is None or found < best):
+                best = found
         return None if best is None else self.state.slots[best[1]]
 
     # --- diagnosis --------------------------------------------------------------------------------
