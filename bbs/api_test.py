@@ -86,6 +86,7 @@ async def h(tmp_path: Path, database_url: str):
         auctioneer_url=AUCTIONEER,
         send_attempts=1,
         presence_ttl=10,
+        lease_ttl=1,  # a send to a dead auctioneer is retried for lease_ttl + 1 s before convergence's turn
     )
     outbound = httpx.AsyncClient(transport=httpx.MockTransport(rec.handle), timeout=5)
     async with running_bbs(settings, converge=False, client=outbound) as bbs:

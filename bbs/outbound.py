@@ -23,7 +23,8 @@ from .metrics import BBSMetrics
 log = logging.getLogger("bbs.outbound")
 
 REP_CONCURRENCY = 64
-LEADER_CACHE_S = 1.0  # how long a looked-up lease holder's URL is used before it is looked up again
+LEADER_CACHE_S = 1.0
+MAX_RETRY_DELAY_S = 1.0  # between auctioneer send attempts within the retry window  # how long a looked-up lease holder's URL is used before it is looked up again
 
 # The elected auctioneer's URL, or None when no auctioneer holds the lease (a lone, unelected one).
 FindAuctioneer = Callable[[], Awaitable[str | None]]
@@ -37,15 +38,21 @@ class Outbound:
         *,
         timeout: float = 5.0,
         attempts: int = 3,
+        retry_window_s: float = 0.0,
         client: httpx.AsyncClient | None = None,
         find_auctioneer: FindAuctioneer | None = None,
     ) -> None:
+        """A start request is tried `attempts` times, and for at least `retry_window_s` (the BBS passes
+        the lease TTL plus a second): when the elected auctioneer dies, its lease still names it until
+        it expires, and the request must survive until a standby holds the lease, rather than wait for
+        convergence to find it stale."""
         self.auctioneer_url = auctioneer_url.rstrip("/")
         self._find_auctioneer = find_auctioneer
         self._leader_url: str | None = None
         self._leader_until = 0.0  # monotonic
         self.metrics = metrics
         self.attempts = attempts
+        self.retry_window_s = retry_window_s
         self.client = client or httpx.AsyncClient(
             timeout=timeout, limits=httpx.Limits(max_connections=100, max_keepalive_connections=50)
         )
@@ -129,7 +136,10 @@ class Outbound:
 
     async def _post_auctioneer(self, path: str, body: list[dict[str, Any]], kind: str) -> None:
         delay = 0.1
-        for attempt in range(1, self.attempts + 1):
+        give_up_after = time.monotonic() + self.retry_window_s
+        attempt = 0
+        while True:
+            attempt += 1
             try:
                 response = await self.client.post(await self._auctioneer_base() + path, json=body)
                 response.raise_for_status()
@@ -138,14 +148,14 @@ class Outbound:
             except httpx.HTTPError as exc:
                 self._leader_until = 0.0  # the holder may have changed: look again before the next try
                 self.metrics.auctioneer_requests.labels(kind=kind, outcome="error").inc()
-                if attempt == self.attempts:
+                if attempt >= self.attempts and time.monotonic() >= give_up_after:
                     log.warning(
                         "auctioneer send failed; convergence will retry",
-                        extra={"data": {"path": path, "items": len(body), "error": repr(exc)}},
+                        extra={"data": {"path": path, "items": len(body), "error": repr(exc), "attempts": attempt}},
                     )
                     return
             await asyncio.sleep(delay)  # back off between attempts
-            delay *= 4
+            delay = min(delay * 4, MAX_RETRY_DELAY_S)
 
     # --- reps and callbacks -----------------------------------------------------------------------
 

@@ -45,3 +45,33 @@ async def test_rep_calls_to_bad_urls_are_logged_not_raised() -> None:
         assert not await outbound.task_callback("http://127.0.0.1:1/cb", {"task_guid": "t1"})
     finally:
         await outbound.close()
+
+
+async def test_a_start_request_outlives_a_dead_leader_until_the_lease_names_the_next_one() -> None:
+    """The elected auctioneer dies; its lease names it until it expires. Within the retry window the
+    request is tried again, the lease looked up each time, and reaches the new holder."""
+    import time
+
+    delivered: list[str] = []
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        if request.url.host == "dead.test":
+            raise httpx.ConnectError("connection refused", request=request)
+        delivered.append(request.url.host)
+        return httpx.Response(202, json={})
+
+    handover_at = time.monotonic() + 0.6
+
+    async def lease_holder() -> str:
+        return "http://dead.test" if time.monotonic() < handover_at else "http://standby.test"
+
+    client = httpx.AsyncClient(transport=httpx.MockTransport(handle))
+    outbound = Outbound("http://configured.test", BBSMetrics(), attempts=1, retry_window_s=5.0,
+                        client=client, find_auctioneer=lease_holder)
+    outbound.start()
+    try:
+        outbound.auction_lrps([{"n": 1}])
+        await outbound.drain(10)
+        assert delivered == ["standby.test"], delivered
+    finally:
+        await outbound.close()

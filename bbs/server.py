@@ -47,7 +47,11 @@ async def running_bbs(
     metrics = BBSMetrics()
     hub = EventHub()
     nats: NatsConnection | None = None
-    options = {"timeout": settings.http_timeout, "attempts": settings.send_attempts, "client": client}
+    options = {
+        "timeout": settings.http_timeout, "attempts": settings.send_attempts, "client": client,
+        # Long enough for a standby to take over the lease of an auctioneer that died (see Outbound).
+        "retry_window_s": settings.lease_ttl + 1.0,
+    }
     if settings.transport == "nats":
         nats = NatsConnection(settings.nats_url, name="vendue-bbs", token=settings.nats_token)
         outbound: Outbound = NatsOutbound(nats, settings.auctioneer_url, metrics, **options)

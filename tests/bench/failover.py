@@ -2,7 +2,7 @@
 PostgreSQL, with simulated cells.
 
     python tests/bench/failover.py [--repeats 3] [--lease-ttl 3] [--cells 20] [--instances 200]
-                                   [--more 50] [--stale-unclaimed 1]
+                                   [--more 50] [--stale-unclaimed 30]
 
 Desires an app of --instances instances and waits until they run. Then, --repeats times: finds the
 auctioneer leader (GET /v1/leases/auctioneer: the owner carries its pid), kills it with SIGKILL, at once
@@ -19,9 +19,10 @@ then starts the killed auctioneer again (it stands by). The same again with SIGT
 kill -9 the next auction completes within lease TTL + 1 s.
 
 Why the TTL bounds it: the dead leader's lease runs until TTL after its last renewal (at most TTL after
-the kill); start requests for the new app fail to reach it meanwhile, and the BBS's convergence sends
-them again once they are --stale-unclaimed seconds old, to whoever holds the lease by then. Prints ONE
-JSON object.
+the kill); start requests for the new app fail to reach it meanwhile, and the BBS keeps trying them for
+TTL + 1 s, looking up the lease before each try (bbs/outbound.py), so they reach the new holder as soon as
+it has the lease. Convergence (--stale-unclaimed, the BBS's default 30 s here) is only the last resort.
+Prints ONE JSON object.
 """
 
 from __future__ import annotations
@@ -162,8 +163,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cells", type=int, default=20, help="simulated cells (one rep process)")
     parser.add_argument("--instances", type=int, default=200, help="the first app's instances")
     parser.add_argument("--more", type=int, default=50, help="instances desired right after each kill")
-    parser.add_argument("--stale-unclaimed", type=float, default=1.0,
-                        help="the BBS re-sends start requests unclaimed for this long (default here 1 s)")
+    parser.add_argument("--stale-unclaimed", type=float, default=30.0,
+                        help="convergence re-sends start requests unclaimed for this long (the BBS default, 30 s)")
     parser.add_argument("--timeout", type=float, default=120.0)
     args = parser.parse_args(argv)
 
