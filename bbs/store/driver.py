@@ -26,12 +26,19 @@ class DriverStatement:
     whose type it carries: `<col>`, `k_<col>` (a key in a WHERE clause) or `<col>__<n>` (the n-th of
     several)."""
 
-    def __init__(self, statement: sa.ClauseElement, table: sa.Table, dialect: Dialect) -> None:
+    def __init__(
+        self, statement: sa.ClauseElement, table: sa.Table, dialect: Dialect, order: Sequence[str] | None = None
+    ) -> None:
+        """`order`: the bind names in the order the caller's tuples hold them; checked against the
+        compiled statement once, so a compiler that ordered them otherwise fails loudly here instead of
+        writing values into the wrong columns."""
         compiled = statement.compile(dialect=dialect)
         if compiled.positiontup is None:  # every supported dialect binds positionally
             raise ValueError(f"{dialect.name}: a positional paramstyle is needed, not {dialect.paramstyle}")
         self.sql = str(compiled)
         self.names: list[str] = list(compiled.positiontup)
+        if order is not None and list(order) != self.names:
+            raise ValueError(f"{dialect.name} binds {self.names}, the caller's rows hold {list(order)}")
         self.processors: list[tuple[int, Processor]] = []
         for position, name in enumerate(self.names):
             column = table.c[_column_name(name)]
@@ -102,10 +109,15 @@ class StatementCache:
         self._built: dict[tuple[str, Any], DriverStatement] = {}
 
     def get(
-        self, dialect: Dialect, key: Any, build: Callable[[], sa.ClauseElement], table: sa.Table
+        self,
+        dialect: Dialect,
+        key: Any,
+        build: Callable[[], sa.ClauseElement],
+        table: sa.Table,
+        order: Sequence[str] | None = None,
     ) -> DriverStatement:
         cache_key = (dialect.name, key)
         statement = self._built.get(cache_key)
         if statement is None:
-            statement = self._built[cache_key] = DriverStatement(build(), table, dialect)
+            statement = self._built[cache_key] = DriverStatement(build(), table, dialect, order)
         return statement

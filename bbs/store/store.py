@@ -35,7 +35,7 @@ from ..actual_set import ActualChanges
 from ..records import ActualRecord, CellRecord, DesiredRecord, LeaseRecord, TaskRecord
 from . import tables as t
 from .database import WRITE_LOCK_KEY, check_schema, create_engine, migrate, take_advisory_lock
-from .driver import StatementCache, result_processors
+from .driver import DriverStatement, StatementCache, result_processors
 
 CHUNK = 400  # rows per IN (...) list: well under every database's bound-parameter limit
 PARTITION = 1000  # rows converted between two yields to the event loop
@@ -241,11 +241,16 @@ _actual_values = operator.attrgetter(*_ACTUAL_VALUES)  # the key columns are not
 _actual_row = operator.attrgetter(*["index" if c.name == "idx" else c.name for c in t.actual_lrps.columns])
 
 
+def _keys_statement(dialect: sa.engine.Dialect, size: int) -> DriverStatement:
+    order = [name for i in range(size) for name in (f"process_guid__{i}", f"idx__{i}")]
+    return STATEMENTS.get(dialect, ("keys", size), functools.partial(_keys_query, size), t.actual_lrps, order)
+
+
 def _compile_hot_statements(dialect: sa.engine.Dialect) -> None:
     """Compile the key lookups of every bucket size now (the 400-key one takes a while), so the first
     big lifecycle round after a start does not pay for it."""
     for size in _KEY_BUCKETS:
-        STATEMENTS.get(dialect, ("keys", size), functools.partial(_keys_query, size), t.actual_lrps)
+        _keys_statement(dialect, size)
 
 
 class Tx:
@@ -336,7 +341,7 @@ class Tx:
         dialect = self.connection.dialect
         query = STATEMENTS.get(
             dialect, ("list-actuals", filters),
-            functools.partial(_list_actuals_query, filters, dialect.name == "postgresql"), t.actual_lrps,
+            functools.partial(_list_actuals_query, filters, dialect.name == "postgresql"), t.actual_lrps, filters,
         )
         result = await query.execute(self.connection, [given[name] for name in filters])
         convert = _actual_reader(dialect, result)
@@ -362,8 +367,7 @@ class Tx:
         for chunk in _chunks(sorted(set(keys))):
             size = next(b for b in _KEY_BUCKETS if b >= len(chunk))
             padded = [*chunk, *[chunk[-1]] * (size - len(chunk))]  # repeats match the same rows
-            query = STATEMENTS.get(dialect, ("keys", size), functools.partial(_keys_query, size), t.actual_lrps)
-            # The compiled terms bind process_guid__i, idx__i in that order, i = 0..size-1.
+            query = _keys_statement(dialect, size)
             params = [value for key in padded for value in key]
             result = await query.execute(self.connection, params)
             found.extend(map(_actual_reader(dialect, result), result.all()))
@@ -376,7 +380,8 @@ class Tx:
         the same changed columns share one statement (a claim, a start, a crash each touch a few)."""
 
         dialect, connection = self.connection.dialect, self.connection
-        delete = STATEMENTS.get(dialect, "actual-delete", lambda: _ACTUAL_DELETE, t.actual_lrps)
+        key_binds = [f"k_{name}" for name in _ACTUAL_KEY]
+        delete = STATEMENTS.get(dialect, "actual-delete", lambda: _ACTUAL_DELETE, t.actual_lrps, key_binds)
         # _ACTUAL_KEY order: process_guid, idx, presence = the record's key.
         await delete.executemany(connection, [r.key for r in changes.deletes])
         groups: dict[tuple[int, ...], list[tuple[Any, ...]]] = {}
@@ -393,10 +398,14 @@ class Tx:
                 groups.setdefault(changed, []).append((*(values[i] for i in changed), *record.key))
         for changed, rows in groups.items():
             columns = tuple(_ACTUAL_VALUES[i] for i in changed)
-            update = STATEMENTS.get(dialect, ("actual-update", columns), functools.partial(_actual_update, columns), t.actual_lrps)
-            # Compiled as SET <columns in order> WHERE <key columns in order>: the tuples' order.
+            update = STATEMENTS.get(
+                dialect, ("actual-update", columns), functools.partial(_actual_update, columns), t.actual_lrps,
+                [*columns, *key_binds],  # SET <columns in order> WHERE <key columns in order>: the tuples'
+            )
             await update.executemany(connection, rows)
-        insert = STATEMENTS.get(dialect, "actual-insert", lambda: _ACTUAL_INSERT, t.actual_lrps)
+        insert = STATEMENTS.get(
+            dialect, "actual-insert", lambda: _ACTUAL_INSERT, t.actual_lrps, [c.name for c in t.actual_lrps.columns]
+        )
         await insert.executemany(connection, [_actual_row(r) for r in changes.inserts])
 
     async def delete_actuals_of(self, process_guid: str) -> None:
