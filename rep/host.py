@@ -71,7 +71,6 @@ class HostLifecycleSender:
         self._group: GroupCommit[tuple[str, CellLifecycle], LifecycleResult] = GroupCommit(
             self._post, max_batch=HOST_BATCH_CELLS, split_on_failure=False
         )
-        self.requests = 0
 
     def for_cell(self, cell_id: str) -> SendLifecycle:
         async def send(batch: CellLifecycle) -> LifecycleResult:
@@ -81,7 +80,6 @@ class HostLifecycleSender:
 
     async def _post(self, reports: list[tuple[str, CellLifecycle]]) -> list[LifecycleResult]:
         body = HostLifecycle.model_construct(cells=dict(reports))
-        self.requests += 1
         response = await self._client.post(
             self._url, content=body.model_dump_json(), headers={"content-type": "application/json"}
         )
