@@ -10,6 +10,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -121,12 +122,14 @@ async def send_concurrently(
     return outcome
 
 
-class Dispatcher:
+class ConcurrentWorkSender:
+    """What every transport's work sender shares: its settings, and one auction's work sent to every
+    winning cell at once (send_concurrently). A transport says how one cell's work travels (_send_one)."""
+
     def __init__(
-        self, reps: RepClients, metrics: Metrics, *, timeout: float = 10.0, max_concurrency: int = 256,
+        self, metrics: Metrics, *, timeout: float = 10.0, max_concurrency: int = 256,
         fencing_token: Callable[[], int] = lambda: FENCING_TOKEN,
     ) -> None:
-        self._reps = reps
         self._metrics = metrics
         self._timeout = timeout
         self._max_concurrency = max_concurrency
@@ -135,6 +138,17 @@ class Dispatcher:
     async def send(self, works: list[CellWork]) -> DispatchOutcome:
         return await send_concurrently(works, self._send_one, BodyWriter(self._fencing_token()),
                                        self._max_concurrency)
+
+    async def _send_one(self, work: CellWork, writer: BodyWriter, limit: asyncio.Semaphore) -> list[Rejection]:
+        raise NotImplementedError
+
+
+class Dispatcher(ConcurrentWorkSender):
+    """Work over HTTP: one POST {rep_url}/work per winning cell."""
+
+    def __init__(self, reps: RepClients, metrics: Metrics, **options: Any) -> None:
+        super().__init__(metrics, **options)
+        self._reps = reps
 
     async def _send_one(self, work: CellWork, writer: BodyWriter, limit: asyncio.Semaphore) -> list[Rejection]:
         body = writer.body(work)

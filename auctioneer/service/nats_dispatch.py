@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -20,13 +20,11 @@ from common.transport.nats_connection import NatsConnection
 from common.transport.subjects import cell_subject
 
 from .dispatch import (
-    FENCING_TOKEN,
     BodyWriter,
     CellWork,
-    DispatchOutcome,
+    ConcurrentWorkSender,
     Rejection,
     rejections_from,
-    send_concurrently,
     undelivered,
 )
 from .metrics import Metrics
@@ -37,20 +35,12 @@ log = logging.getLogger("auctioneer.nats_dispatch")
 PAYLOAD_MARGIN = 4096
 
 
-class NatsWorkSender:
-    def __init__(
-        self, nats: NatsConnection, metrics: Metrics, *, timeout: float = 10.0, max_concurrency: int = 256,
-        fencing_token: Callable[[], int] = lambda: FENCING_TOKEN,
-    ) -> None:
-        self._nats = nats
-        self._metrics = metrics
-        self._timeout = timeout
-        self._max_concurrency = max_concurrency
-        self._fencing_token = fencing_token  # the lease's token, read per auction (it changes with the leader)
+class NatsWorkSender(ConcurrentWorkSender):
+    """Work over NATS: one request/reply on vendue.cell.<id>.work per winning cell (or per part)."""
 
-    async def send(self, works: list[CellWork]) -> DispatchOutcome:
-        return await send_concurrently(works, self._send_one, BodyWriter(self._fencing_token()),
-                                       self._max_concurrency)
+    def __init__(self, nats: NatsConnection, metrics: Metrics, **options: Any) -> None:
+        super().__init__(metrics, **options)
+        self._nats = nats
 
     async def _send_one(self, work: CellWork, writer: BodyWriter, limit: asyncio.Semaphore) -> list[Rejection]:
         if not self._nats.connected and not await self._nats.until_connected(self._timeout):
