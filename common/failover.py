@@ -97,6 +97,46 @@ class _Replicas:
         return f"{url}: {type(outcome).__name__} {outcome}".rstrip()
 
 
+class _Attempt:
+    """One request's way through the replicas (the bookkeeping both transports share): each failure is
+    noted, an answer is either handed to the caller or kept as the fallback while the next replica is
+    tried, and `outcome()` is what the caller gets when no replica answered well."""
+
+    def __init__(self, replicas: _Replicas, plan: list[tuple[int, httpx.Request]]) -> None:
+        self.replicas = replicas
+        self.plan = plan
+        self.failures: list[str] = []
+        self.error: Exception | None = None
+        self.first_unreachable = False
+        self.fallback: tuple[httpx.Response, int] | None = None
+
+    def unreachable(self, position: int, aimed: httpx.Request, exc: Exception) -> None:
+        self.error = exc
+        self.first_unreachable = self.first_unreachable or position == 0
+        self.failures.append(self.replicas.describe(aimed.url, exc))
+
+    def answered(self, position: int, index: int, aimed: httpx.Request, response: httpx.Response) -> bool:
+        """True: give the caller this response now (success, or every replica failed: the last answer,
+        as with one URL). False: try the next replica; the caller reads this error body (kept in case
+        no replica does better)."""
+        if response.status_code < 500 or position == len(self.plan) - 1:
+            self.replicas.settle(index, self.failures, succeeded=response.status_code < 500,
+                                 first_unreachable=self.first_unreachable)
+            return True
+        self.failures.append(self.replicas.describe(aimed.url, response))
+        self.fallback = (response, index)
+        return False
+
+    def outcome(self) -> httpx.Response:
+        """No replica answered well: the last 5xx answer, or else the last transport error (raised)."""
+        if self.fallback is not None:
+            response, index = self.fallback
+            self.replicas.settle(index, self.failures, succeeded=False, first_unreachable=self.first_unreachable)
+            return response
+        assert self.error is not None
+        raise self.error
+
+
 class AsyncFailoverTransport(httpx.AsyncBaseTransport):
     """An httpx.AsyncClient transport over several replicas (see the module docstring)."""
 
@@ -114,30 +154,17 @@ class AsyncFailoverTransport(httpx.AsyncBaseTransport):
         if plan is None:
             return await self._inner.handle_async_request(request)
         await request.aread()  # a body that can be sent more than once
-        failed: list[str] = []
-        fallback: httpx.Response | None = None
-        error: Exception | None = None
-        first_unreachable = False
+        attempt = _Attempt(self.replicas, plan)
         for position, (index, aimed) in enumerate(plan):
             try:
                 response = await self._inner.handle_async_request(aimed)
             except httpx.TransportError as exc:
-                error = exc
-                first_unreachable = first_unreachable or position == 0
-                failed.append(self.replicas.describe(aimed.url, exc))
+                attempt.unreachable(position, aimed, exc)
                 continue
-            if response.status_code < 500 or position == len(plan) - 1:
-                self.replicas.settle(index, failed, succeeded=response.status_code < 500,
-                                     first_unreachable=first_unreachable)
-                return response  # success, or every replica failed: the last answer, as with one URL
-            failed.append(self.replicas.describe(aimed.url, response))
-            await response.aread()  # a small error body, kept in case no replica does better
-            fallback, fallback_index = response, index
-        if fallback is not None:
-            self.replicas.settle(fallback_index, failed, succeeded=False, first_unreachable=first_unreachable)
-            return fallback
-        assert error is not None
-        raise error
+            if attempt.answered(position, index, aimed, response):
+                return response
+            await response.aread()
+        return attempt.outcome()
 
     async def aclose(self) -> None:
         await self._inner.aclose()
@@ -159,30 +186,17 @@ class FailoverTransport(httpx.BaseTransport):
         if plan is None:
             return self._inner.handle_request(request)
         request.read()
-        failed: list[str] = []
-        fallback: httpx.Response | None = None
-        error: Exception | None = None
-        first_unreachable = False
+        attempt = _Attempt(self.replicas, plan)
         for position, (index, aimed) in enumerate(plan):
             try:
                 response = self._inner.handle_request(aimed)
             except httpx.TransportError as exc:
-                error = exc
-                first_unreachable = first_unreachable or position == 0
-                failed.append(self.replicas.describe(aimed.url, exc))
+                attempt.unreachable(position, aimed, exc)
                 continue
-            if response.status_code < 500 or position == len(plan) - 1:
-                self.replicas.settle(index, failed, succeeded=response.status_code < 500,
-                                     first_unreachable=first_unreachable)
+            if attempt.answered(position, index, aimed, response):
                 return response
-            failed.append(self.replicas.describe(aimed.url, response))
             response.read()
-            fallback, fallback_index = response, index
-        if fallback is not None:
-            self.replicas.settle(fallback_index, failed, succeeded=False, first_unreachable=first_unreachable)
-            return fallback
-        assert error is not None
-        raise error
+        return attempt.outcome()
 
     def close(self) -> None:
         self._inner.close()
