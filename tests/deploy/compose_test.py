@@ -223,6 +223,15 @@ def test_every_url_names_a_service_of_the_right_kind_on_its_port(services: dict[
             assert {setting for setting, _ in urls_of(service)} == needed[kind], name
 
 
+def test_every_rep_and_auctioneer_can_fail_over_to_every_bbs(services: dict[str, dict[str, Any]]) -> None:
+    bbs_replicas = {name for name, s in services.items() if component(s) == "bbs"}
+    assert len(bbs_replicas) >= 2
+    for name, service in services.items():
+        if component(service) in ("rep", "auctioneer"):
+            listed = {urlsplit(url).hostname for setting, url in urls_of(service) if setting == "VENDUE_BBS_URL"}
+            assert listed == bbs_replicas, f"{name} lists {sorted(listed)}: losing a BBS must not cut it off"
+
+
 def test_nats_credentials_agree_with_the_nats_service(services: dict[str, dict[str, Any]]) -> None:
     user, password = nats_auth(services)
     assert user and password
