@@ -35,22 +35,29 @@ def describe(*auctioneers: Leadership) -> str:
     return ", ".join(f"{a.url}: leader={a.leader} token={a.token} holder={a.holder_url!r}" for a in auctioneers)
 
 
+@contextlib.asynccontextmanager
+async def leader_and_standby(bbs: httpx.AsyncClient, ttl: float) -> AsyncIterator[tuple[Leadership, Leadership]]:
+    """a1 leading and a2 standing by (it has seen a1 hold the lease); both stopped afterwards."""
+    first, second = Leadership(bbs, "http://a1", ttl), Leadership(bbs, "http://a2", ttl)
+    first.start()
+    try:
+        await wait_until(lambda: first.leader, lambda: f"a1 leading; saw {describe(first)}")
+        second.start()
+        await wait_until(lambda: second.holder_url == "http://a1", lambda: f"a2 standing by; {describe(second)}")
+        yield first, second
+    finally:
+        await first.stop()
+        await second.stop()
+
+
 async def test_one_leads_the_other_stands_by_and_takes_over_with_the_next_token(tmp_path: Path) -> None:
     async with bbs_client(tmp_path) as bbs:
-        first, second = Leadership(bbs, "http://a1", TTL), Leadership(bbs, "http://a2", TTL)
-        first.start()
-        try:
-            await wait_until(lambda: first.leader, lambda: f"a1 leading; saw {describe(first)}")
-            second.start()
-            await wait_until(lambda: second.holder_url == "http://a1", lambda: f"a2 standing by; {describe(second)}")
+        async with leader_and_standby(bbs, TTL) as (first, second):
             assert (first.leader, first.token, second.leader) == (True, 1, False)
             await first.stop(release=False)  # as if killed: no more renewals, the lease is left to expire
             await wait_until(lambda: second.leader, lambda: f"a2 leading; saw {describe(first, second)}",
                              timeout=TTL + 1.0)
             assert second.token == 2
-        finally:
-            await first.stop()
-            await second.stop()
 
 
 async def test_a_leader_that_cannot_renew_steps_down_when_its_lease_runs_out(tmp_path: Path) -> None:
@@ -94,12 +101,7 @@ async def test_a_leader_that_stops_releases_the_lease_and_the_standby_leads_long
 ) -> None:
     ttl = 9.0  # the standby tries every TTL/3; without the release it would wait until the TTL ran out
     async with bbs_client(tmp_path) as bbs:
-        first, second = Leadership(bbs, "http://a1", ttl), Leadership(bbs, "http://a2", ttl)
-        first.start()
-        try:
-            await wait_until(lambda: first.leader, lambda: f"a1 leading; saw {describe(first)}")
-            second.start()
-            await wait_until(lambda: second.holder_url == "http://a1", lambda: f"a2 standing by; {describe(second)}")
+        async with leader_and_standby(bbs, ttl) as (first, second):
             lease = (await bbs.get("/v1/leases/auctioneer")).json()
             await first.stop()  # a graceful stop: the lease is released
             assert not first.leader
@@ -109,27 +111,16 @@ async def test_a_leader_that_stops_releases_the_lease_and_the_standby_leads_long
                              timeout=ttl / 3 + 2.0)
             assert time.time() < lease["expires_at"] - 2.0, "expected the takeover well before a1's lease ran out"
             assert second.token == 2
-        finally:
-            await first.stop()
-            await second.stop()
 
 
 async def test_a_woken_standby_takes_a_released_lease_at_once(tmp_path: Path) -> None:
     ttl = 60.0
     async with bbs_client(tmp_path) as bbs:
-        first, second = Leadership(bbs, "http://a1", ttl), Leadership(bbs, "http://a2", ttl)
-        first.start()
-        try:
-            await wait_until(lambda: first.leader, lambda: f"a1 leading; saw {describe(first)}")
-            second.start()
-            await wait_until(lambda: second.holder_url == "http://a1", lambda: f"a2 standing by; {describe(second)}")
+        async with leader_and_standby(bbs, ttl) as (first, second):
             await first.stop()
             second.wake()  # as the auctioneer does when it cannot forward to the old holder
             await wait_until(lambda: second.leader, lambda: f"a2 leading; saw {describe(first, second)}",
                              timeout=2.0)
-        finally:
-            await first.stop()
-            await second.stop()
 
 
 async def test_stop_without_release_leaves_the_lease_to_expire(tmp_path: Path) -> None:

@@ -35,6 +35,17 @@ async def ping_ready(url: str, timeout_s: float = 30.0) -> None:
             await asyncio.sleep(0.05)
 
 
+
+async def collect_replies(nc) -> tuple[str, list]:
+    """An inbox subscribed on `nc`, and the list every message to it is appended to."""
+    inbox, replies = nc.new_inbox(), []
+
+    async def on_reply(msg) -> None:
+        replies.append(msg)
+
+    await nc.subscribe(inbox, cb=on_reply)
+    return inbox, replies
+
 async def test_a_sim_rep_serves_its_cells_over_nats(nats_server, fake_bbs: FakeBBS, start_rep) -> None:
     nc = await nats.connect(nats_server.url)
     beats: list[CellPresence] = []
@@ -57,13 +68,7 @@ async def test_a_sim_rep_serves_its_cells_over_nats(nats_server, fake_bbs: FakeB
                          "HTTP heartbeats of every cell", lambda: len(fake_bbs.heartbeats))
 
         # One state request, one reply per hosted cell, each naming its cell in a header.
-        inbox = nc.new_inbox()
-        replies: list = []
-
-        async def on_reply(msg) -> None:
-            replies.append(msg)
-
-        await nc.subscribe(inbox, cb=on_reply)
+        inbox, replies = await collect_replies(nc)
         await nc.publish(CELLS_STATE, b"", reply=inbox)
         await eventually(lambda: len(replies) == 3, "3 state replies", lambda: len(replies))
         states = {m.headers[CELL_ID_HEADER]: CellState.model_validate_json(m.data) for m in replies}
@@ -124,13 +129,7 @@ async def test_a_rep_started_before_nats_is_not_ready_then_serves_once_nats_is_u
         assert rep.proc.poll() is None
         nc = await nats.connect(server.url)
         try:
-            inbox = nc.new_inbox()
-            replies: list = []
-
-            async def on_reply(msg) -> None:
-                replies.append(msg)
-
-            await nc.subscribe(inbox, cb=on_reply)
+            inbox, replies = await collect_replies(nc)
             await nc.publish(CELLS_STATE, b"", reply=inbox)
             await eventually(lambda: len(replies) == 2, "2 state replies", lambda: len(replies))
         finally:
