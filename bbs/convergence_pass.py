@@ -16,13 +16,15 @@ from .actual_set import ActualChanges, ActualSet
 from .convergence import (
     ConvergenceActions,
     ConvergenceConfig,
+    Settled,
     converge,
     drop_stale,
     returning_cells,
+    settle,
     touched_indices,
 )
 from .events import event
-from .records import ActualRecord, CellRecord, DesiredRecord, TaskRecord
+from .records import ORDINARY, ActualRecord, CellRecord, DesiredRecord, TaskRecord
 from .service import BBS, Effects
 
 log = logging.getLogger("bbs.convergence")
@@ -37,7 +39,7 @@ async def converge_once(bbs: BBS, now: float | None = None) -> float | None:
     now = time.time() if now is None else now
     async with bbs.store.read() as tx:
         desired = await tx.list_desired()
-        snapshot = await tx.list_actuals()
+        snapshot = await tx.all_actuals()
         tasks = await tx.list_tasks()
         cells = {c.cell_id: c for c in await tx.list_cells()}
     holdings: dict[str, set[str]] = {}
@@ -47,7 +49,7 @@ async def converge_once(bbs: BBS, now: float | None = None) -> float | None:
         holdings = {c.cell_id: held for c, held in zip(returning, answers, strict=True) if held is not None}
     # The pure decision runs in a worker thread: on 10,000 instances it is CPU work the event loop
     # (heartbeats, reports) should not wait for. The snapshot is this pass's own data.
-    actuals, actions, changes = await asyncio.to_thread(
+    actions, changes, counts = await asyncio.to_thread(
         _decide, desired, snapshot, tasks, cells, now, bbs.convergence, holdings
     )
     effects = Effects()
@@ -91,7 +93,7 @@ async def converge_once(bbs: BBS, now: float | None = None) -> float | None:
             *(event("cell_disappeared", c.to_wire(), now) for c in actions.cells_disappeared),
         ]
     )
-    bbs.metrics.set_actual_counts(_count(actuals))
+    bbs.metrics.set_actual_counts(counts)
     if changes or actions.starts or actions.stops or actions.task_updates or actions.cells_disappeared:
         log.info(
             "convergence pass",
@@ -123,14 +125,16 @@ def _decide(
     now: float,
     config: ConvergenceConfig,
     holdings: dict[str, set[str]],
-) -> tuple[ActualSet, ConvergenceActions, ActualChanges]:
-    actuals = ActualSet(snapshot)
-    actions = converge(desired, actuals, tasks, cells, now, config, holdings)
-    return actuals, actions, actuals.diff()
+) -> tuple[ConvergenceActions, ActualChanges, list[tuple[str, str, int]]]:
+    settled, rest = settle(desired, snapshot, cells, now)
+    actuals = ActualSet(rest)
+    actions = converge(desired, actuals, tasks, cells, now, config, holdings, settled)
+    return actions, actuals.diff(), _count(actuals, settled)
 
 
-def _count(actuals: ActualSet) -> list[tuple[str, str, int]]:
-    counts: dict[tuple[str, str], int] = {}
+def _count(actuals: ActualSet, settled: Settled) -> list[tuple[str, str, int]]:
+    """(state, presence, instances) after the pass: the settled ones and the decided ones."""
+    counts: dict[tuple[str, str], int] = {(state, ORDINARY): n for state, n in settled.states.items()}
     for row in actuals:
         counts[(row.state, row.presence)] = counts.get((row.state, row.presence), 0) + 1
     return [(state, presence, n) for (state, presence), n in counts.items()]

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from bbs.actual_set import ActualSet
 from bbs.convergence import (
     CELL_DISAPPEARED,
@@ -13,6 +16,7 @@ from bbs.convergence import (
     evacuate,
     forget_rebooted_cell,
     resize,
+    settle,
 )
 from bbs.lifecycle import Stop
 from bbs.records import (
@@ -202,3 +206,54 @@ def test_suspect_of_a_returning_cell_that_lost_it_is_dropped() -> None:
     assert len(list(actuals)) == 2
     converge([desired(1)], actuals, [], cells, 10.0, CONFIG, holdings={"c1": set()})
     assert [(r.presence, r.state) for r in actuals] == [(ORDINARY, UNCLAIMED)]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    instances=st.lists(st.integers(0, 4), min_size=1, max_size=2),
+    rows=st.lists(
+        st.tuples(
+            st.integers(0, 1),  # app
+            st.integers(0, 3),  # index (few, so presences of one index meet often)
+            st.sampled_from([UNCLAIMED, CLAIMED, RUNNING, CRASHED]),
+            st.sampled_from([ORDINARY, ORDINARY, ORDINARY, SUSPECT, EVACUATING]),
+            st.sampled_from(["c1", "c2", "gone"]),
+        ),
+        max_size=30,
+    ),
+)
+def test_setting_settled_instances_aside_decides_the_same(
+    instances: list[int], rows: list[tuple[int, int, str, str, str]]
+) -> None:
+    apps = [desired(n, pg=f"app-{i}") for i, n in enumerate(instances)]
+    unique: dict[tuple[str, int, str], ActualRecord] = {}
+    for app, index, state, presence, cell_id in rows:
+        row = dataclasses.replace(
+            unclaimed(f"app-{app}", index, "d", 0.0),
+            state=state,
+            presence=presence,
+            cell_id="" if state == UNCLAIMED else cell_id,
+            instance_guid=f"i-{app}-{index}-{presence}",
+        )
+        unique[row.key] = row
+    cells = {**cell("c1"), **cell("c2"), **cell("gone", expires_at=5.0)}
+    now = 50.0
+
+    whole = ActualSet(unique.values())
+    expected = converge(apps, whole, [], cells, now, CONFIG)
+    settled, rest = settle(apps, list(unique.values()), cells, now)
+    part = ActualSet(rest)
+    seen = converge(apps, part, [], cells, now, CONFIG, settled=settled)
+
+    def outcome(actions, actual_set: ActualSet):  # new records carry fresh epochs: compare the rest
+        changes = actual_set.diff()
+        return (
+            actions.starts,
+            sorted(actions.stops, key=lambda s: (s.process_guid, s.index, s.instance_guid)),
+            sorted((r.key, r.state, r.cell_id) for r in changes.deletes),
+            sorted((r.key, r.state, r.cell_id, r.mod_index) for r in changes.updates),
+            sorted((r.key, r.state, r.cell_id) for r in changes.inserts),
+        )
+
+    assert outcome(seen, part) == outcome(expected, whole)
+    assert sum(settled.states.values()) + len(rest) == len(unique)

@@ -15,6 +15,9 @@ a single writer anyway; on PostgreSQL each write transaction first takes a trans
 advisory lock (released at commit, rollback, or when the client dies) and then reads committed rows.
 Within a process an asyncio lock queues writers first, so waiting ones hold no pool connection.
 Reads see one snapshot (SQLite's WAL transaction; REPEATABLE READ on PostgreSQL).
+
+Actual LRPs are also kept in memory (actual_cache.py): a transaction reads them from there while the
+stored generation number says no other replica wrote since, and its committed changes go there too.
 """
 
 from __future__ import annotations
@@ -32,8 +35,9 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from ..actual_set import ActualChanges
-from ..records import ActualRecord, CellRecord, DesiredRecord, LeaseRecord, TaskRecord
+from ..records import ActualRecord, CellRecord, DesiredRecord, LeaseRecord, TaskRecord, changed
 from . import tables as t
+from .actual_cache import ActualCache
 from .database import WRITE_LOCK_KEY, check_schema, create_engine, migrate, take_advisory_lock
 from .driver import DriverStatement, StatementCache, result_processors
 
@@ -51,6 +55,7 @@ class Store:
     def __init__(self, engine: AsyncEngine) -> None:
         self.engine = engine
         self._write_lock = asyncio.Lock()
+        self.actual_cache = ActualCache()
 
     @classmethod
     async def open(cls, url: str, *, run_migrations: bool = True) -> Store:
@@ -75,16 +80,28 @@ class Store:
             if connection.dialect.name == "postgresql":
                 await connection.execution_options(isolation_level="REPEATABLE READ")
             async with connection.begin():
-                yield Tx(connection)
+                yield Tx(connection, self.actual_cache)
 
     @asynccontextmanager
     async def write(self) -> AsyncIterator[Tx]:
         """A read-write transaction; one at a time across all BBS processes (see the module doc).
-        READ COMMITTED on PostgreSQL: every read after the lock sees the previous writer's commit."""
+        READ COMMITTED on PostgreSQL: every read after the lock sees the previous writer's commit.
+        A transaction that changed actual LRPs raises their generation before it commits, and its
+        changes reach the in-memory copy after the commit, still under the lock."""
         async with self._write_lock:
-            async with self.engine.begin() as connection:
-                await take_advisory_lock(connection, WRITE_LOCK_KEY)
-                yield Tx(connection)
+            tx: Tx | None = None
+            try:
+                async with self.engine.begin() as connection:
+                    await take_advisory_lock(connection, WRITE_LOCK_KEY)
+                    tx = Tx(connection, self.actual_cache, writing=True)
+                    yield tx
+                    await tx.raise_generation()
+            except BaseException:
+                # Whether a failed commit committed is unknown: let the next full read reload the copy.
+                if tx is not None and tx.wrote_actuals:
+                    self.actual_cache.invalidate()
+                raise
+            tx.commit_to_cache()
 
     async def ping(self, timeout_s: float = 2.0) -> bool:
         """True when a connection can be had and answers: readiness of this BBS."""
@@ -133,6 +150,10 @@ _ACTUAL_FIELDS = [c.name for c in t.actual_lrps.columns if c.name != "idx"]
 assert [f.name for f in dataclasses.fields(ActualRecord)] == [
     "index" if c.name == "idx" else c.name for c in t.actual_lrps.columns
 ]
+
+
+def _index_then_presence(record: ActualRecord) -> tuple[int, str]:
+    return record.index, record.presence
 
 
 def _actual(row: sa.Row[Any]) -> ActualRecord:
@@ -253,11 +274,70 @@ def _compile_hot_statements(dialect: sa.engine.Dialect) -> None:
         _keys_statement(dialect, size)
 
 
+_GENERATION = "actual_lrps"
+_READ_GENERATION = sa.select(t.generations.c.value).where(t.generations.c.name == _GENERATION)
+# What a committed transaction did to actual LRPs, in order: ("delete", keys), ("put", records),
+# ("delete-guid", process_guid).
+CacheOp = tuple[str, Any]
+
+
 class Tx:
     """One transaction's view of the store. Methods take and return records."""
 
-    def __init__(self, connection: AsyncConnection) -> None:
+    def __init__(self, connection: AsyncConnection, cache: ActualCache | None = None, *, writing: bool = False) -> None:
         self.connection = connection
+        self._cache = cache if cache is not None else ActualCache()
+        self._writing = writing
+        self._generation: int | None = None  # of actual_lrps, as this transaction sees it; read once
+        self._cache_ops: list[CacheOp] = []
+        self.wrote_actuals = False
+
+    # --- the in-memory copy of actual LRPs ----------------------------------------------------------
+
+    async def _actual_generation(self) -> int:
+        if self._generation is None:
+            self._generation = int((await self.connection.execute(_READ_GENERATION)).scalar_one())
+        return self._generation
+
+    async def _cached(self) -> ActualCache | None:
+        """The in-memory copy when it shows exactly what this transaction would read: it reflects the
+        stored generation, and this transaction has not written actual LRPs yet (its own writes
+        reach the copy only after the commit)."""
+        if self.wrote_actuals:
+            return None
+        generation = await self._actual_generation()
+        return self._cache if self._cache.valid_at(generation) else None
+
+    async def _wrote(self, op: CacheOp) -> None:
+        if not self._writing:
+            raise RuntimeError("actual LRPs are written in a write transaction")
+        await self._actual_generation()
+        self.wrote_actuals = True
+        self._cache_ops.append(op)
+
+    async def raise_generation(self) -> None:
+        """Before commit: a transaction that changed actual LRPs raises their generation by one."""
+        if self.wrote_actuals:
+            await self.connection.execute(
+                t.generations.update()
+                .where(t.generations.c.name == _GENERATION)
+                .values(value=await self._actual_generation() + 1)
+            )
+
+    def commit_to_cache(self) -> None:
+        """After commit: bring the copy to the new generation if it reflected this transaction's start;
+        otherwise it stays behind and the next full read reloads it."""
+        if not self.wrote_actuals or self._generation is None or not self._cache.valid_at(self._generation):
+            return
+        cache = self._cache
+        for kind, what in self._cache_ops:
+            if kind == "delete":
+                cache.remove(what)
+            elif kind == "put":
+                cache.put(what)
+            else:
+                cache.remove_guid(what)
+        cache.generation = self._generation + 1
 
     def _text_order(self, column: sa.ColumnElement[str]) -> sa.ColumnElement[str]:
         """Strings sort by code point on both databases: SQLite compares bytes, while PostgreSQL
@@ -338,6 +418,8 @@ class Tx:
         so other requests get the event loop in between."""
         given = {"process_guid": process_guid, "cell_id": cell_id, "state": state, "presence": presence}
         filters = tuple(name for name, value in given.items() if value is not None)
+        if filters == ("process_guid",) and (cache := await self._cached()) is not None:
+            return sorted(cache.of_guids([process_guid]), key=_index_then_presence)  # type: ignore[list-item]
         dialect = self.connection.dialect
         query = STATEMENTS.get(
             dialect, ("list-actuals", filters),
@@ -352,8 +434,21 @@ class Tx:
             await asyncio.sleep(0)
         return found
 
+    async def all_actuals(self) -> list[ActualRecord]:
+        """Every actual LRP, in no particular order (a convergence pass): the in-memory copy when it is
+        valid; otherwise read, and in a read transaction the copy is loaded with what was read."""
+        if (cache := await self._cached()) is not None:
+            return cache.all()
+        generation = await self._actual_generation()
+        rows = await self.list_actuals()
+        if not self._writing:
+            self._cache.load(generation, rows)
+        return rows
+
     async def actuals_of(self, process_guids: Sequence[str]) -> list[ActualRecord]:
         """Every actual LRP of these processes."""
+        if (cache := await self._cached()) is not None:
+            return cache.of_guids(set(process_guids))
         found: list[ActualRecord] = []
         for chunk in _chunks(sorted(set(process_guids))):
             query = sa.select(t.actual_lrps).where(t.actual_lrps.c.process_guid.in_(list(chunk)))
@@ -362,6 +457,8 @@ class Tx:
 
     async def actuals_for_keys(self, keys: Iterable[tuple[str, int]]) -> list[ActualRecord]:
         """Every presence of each (process_guid, index), a few hundred keys per statement."""
+        if (cache := await self._cached()) is not None:
+            return cache.for_keys(set(keys))
         dialect = self.connection.dialect
         found: list[ActualRecord] = []
         for chunk in _chunks(sorted(set(keys))):
@@ -379,6 +476,10 @@ class Tx:
         An update writes only the columns that changed (known from `changes.previous`): rows with
         the same changed columns share one statement (a claim, a start, a crash each touch a few)."""
 
+        if not changes:
+            return
+        await self._wrote(("delete", [r.key for r in changes.deletes]))
+        self._cache_ops.append(("put", [*changes.updates, *changes.inserts]))
         dialect, connection = self.connection.dialect, self.connection
         key_binds = [f"k_{name}" for name in _ACTUAL_KEY]
         delete = STATEMENTS.get(dialect, "actual-delete", lambda: _ACTUAL_DELETE, t.actual_lrps, key_binds)
@@ -409,6 +510,7 @@ class Tx:
         await insert.executemany(connection, [_actual_row(r) for r in changes.inserts])
 
     async def delete_actuals_of(self, process_guid: str) -> None:
+        await self._wrote(("delete-guid", process_guid))
         await self.connection.execute(
             t.actual_lrps.delete().where(t.actual_lrps.c.process_guid == process_guid)
         )
@@ -420,18 +522,20 @@ class Tx:
             for r in await self.actuals_for_keys((pg, index) for pg, index, _ in errors)
             if r.presence == "ORDINARY" and r.state == "UNCLAIMED"
         }
-        changed: list[ActualRecord] = []
+        updated: list[ActualRecord] = []
         for process_guid, index, message in errors:
             row = rows.get((process_guid, index))
             if row is not None and row.placement_error != message:
-                row.placement_error = message
-                row.mod_index += 1
-                changed.append(row)
-        await self.apply_actual_changes(ActualChanges(updates=changed))
-        return changed
+                updated.append(changed(row, placement_error=message))
+        await self.apply_actual_changes(
+            ActualChanges(updates=updated, previous={r.key: rows[r.process_guid, r.index] for r in updated})
+        )
+        return updated
 
     async def count_actuals(self, process_guid: str | None = None) -> list[tuple[str, str, int]]:
         """(state, presence, count) for every combination present."""
+        if (cache := await self._cached()) is not None:
+            return cache.counts(process_guid)
         c = t.actual_lrps.c
         query = sa.select(c.state, c.presence, sa.func.count()).group_by(c.state, c.presence)
         if process_guid is not None:

@@ -85,3 +85,13 @@ leases = sa.Table(
     sa.Column("expires_at", sa.Float, nullable=False),
     sa.Column("url", sa.Text, nullable=False, server_default=""),  # where the holder answers (0003)
 )
+
+# Generation numbers of tables a BBS keeps in memory (0004): a write transaction that changes
+# actual_lrps adds one under the write lock, so a BBS whose copy is at the stored number knows that
+# no other replica wrote since (see actual_cache.py).
+generations = sa.Table(
+    "generations",
+    metadata,
+    sa.Column("name", sa.String(64), primary_key=True),
+    sa.Column("value", sa.BigInteger, nullable=False),
+)
