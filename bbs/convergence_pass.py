@@ -38,8 +38,8 @@ async def converge_once(bbs: BBS, now: float | None = None) -> float | None:
     keeps only the decisions about rows nobody changed meanwhile (see convergence.drop_stale)."""
     now = time.time() if now is None else now
     async with bbs.store.read() as tx:
+        snapshot = await tx.all_actuals()  # first: see Tx.all_actuals
         desired = await tx.list_desired()
-        snapshot = await tx.all_actuals()
         tasks = await tx.list_tasks()
         cells = {c.cell_id: c for c in await tx.list_cells()}
     holdings: dict[str, set[str]] = {}

@@ -14,6 +14,12 @@ copy remembers the number it reflects:
   reads the database as before, and leaves the copy alone; the next full read (a convergence pass)
   reloads it.
 
+A full read takes long enough at scale that this process commits more writes meanwhile, and the
+snapshot it read is behind when it arrives. So while the copy is out of date, committed changes go
+to a journal (with the generation they started from), and a load replays the journal entries that
+follow its snapshot without a gap. A gap means another replica wrote: the copy then stays at the last
+generation it can vouch for.
+
 So with one BBS, or with the replica that does the writing, the copy is always used; with replicas
 that all write, it is reloaded by convergence passes and otherwise bypassed, never wrong.
 
@@ -23,11 +29,17 @@ its own records without copying them.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 from ..records import EVACUATING, ORDINARY, SUSPECT, ActualKey, ActualRecord
 
 PRESENCES = (ORDINARY, EVACUATING, SUSPECT)
+JOURNAL_RECORDS = 300_000  # records remembered while the copy is out of date, at most
+
+# What a committed transaction did to actual LRPs, in order: ("delete", keys), ("put", records),
+# ("delete-guid", process_guid).
+CacheOp = tuple[str, Any]
 
 
 class ActualCache:
@@ -36,24 +48,61 @@ class ActualCache:
         self._rows: dict[ActualKey, ActualRecord] = {}
         self._by_guid: dict[str, dict[ActualKey, ActualRecord]] = {}
         self._counts: dict[tuple[str, str], int] = {}  # (state, presence) -> rows
+        # (generation before, changes) of transactions committed while the copy was out of date.
+        self._journal: list[tuple[int, Sequence[CacheOp]]] = []
+        self._journal_records = 0
+        self.wanted = False  # a full read asked for the copy: from then on keep a journal when behind
 
     def valid_at(self, generation: int) -> bool:
         return self.generation is not None and self.generation == generation
 
     def load(self, generation: int, rows: Iterable[ActualRecord]) -> None:
-        """Replace the copy by `rows`, read at `generation`. An older read than the copy's is ignored
-        (a writer may have brought the copy further while the read ran)."""
-        if self.generation is not None and generation < self.generation:
+        """Replace the copy by `rows`, read at `generation`, then replay the journal from there. A read
+        no newer than the copy is ignored (a writer brought the copy as far while the read ran)."""
+        if self.generation is not None and generation <= self.generation:
             return
         self._rows = {}
         self._by_guid = {}
         self._counts = {}
         self._put_all(rows)
+        for before, ops in self._journal:
+            if before < generation:
+                continue  # in the snapshot already
+            if before != generation:
+                break  # a generation this process did not write: stop where the copy is still right
+            self.apply(ops)
+            generation += 1
+        self._clear_journal()
         self.generation = generation
 
     def invalidate(self) -> None:
         self.generation = None
         self._rows, self._by_guid, self._counts = {}, {}, {}
+        self._clear_journal()
+
+    def committed(self, before: int, ops: Sequence[CacheOp]) -> None:
+        """A transaction that started at generation `before` committed `ops` (and `before` + 1)."""
+        if self.valid_at(before):
+            self.apply(ops)
+            self.generation = before + 1
+        elif self.wanted:
+            self._journal.append((before, ops))
+            self._journal_records += sum(len(what) if isinstance(what, list) else 1 for _, what in ops)
+            if self._journal_records > JOURNAL_RECORDS:
+                self._clear_journal()  # too far behind to catch up: the next load starts afresh
+
+    def _clear_journal(self) -> None:
+        self._journal = []
+        self._journal_records = 0
+
+    def apply(self, ops: Iterable[CacheOp]) -> None:
+        for kind, what in ops:
+            if kind == "delete":
+                self.remove(what)
+            elif kind == "put":
+                self.put(what)
+            else:
+                self.remove_guid(what)
 
     # --- a committed transaction's changes (then the caller sets `generation`) ---------------------
 

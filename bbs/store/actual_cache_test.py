@@ -157,3 +157,37 @@ async def test_a_transaction_reads_its_own_writes(database_url: str) -> None:
         assert len(store.actual_cache) == 0 and store.actual_cache.generation == 2
     finally:
         await store.close()
+
+
+async def test_writes_committed_while_a_full_read_runs_reach_the_copy(database_url: str) -> None:
+    """A convergence pass's read is behind when it arrives if this process committed meanwhile: the
+    journal brings the copy up to date, so the next transaction uses it."""
+    store = await Store.open(database_url)
+    try:
+        first = unclaimed("web", 0, "d", 0.0)
+        async with store.write() as tx:
+            await tx.apply_actual_changes(ActualChanges(inserts=[first]))
+        store.actual_cache.wanted = True  # as after an earlier pass
+        async with store.read() as tx:
+            generation = await tx._actual_generation()  # the snapshot is taken here
+            async with store.write() as writer:  # commits while the read runs
+                await writer.apply_actual_changes(ActualChanges(inserts=[unclaimed("web", 1, "d", 0.0)]))
+            snapshot = await tx.all_actuals()
+        assert generation == 1 and [r.index for r in snapshot] == [0]
+        assert store.actual_cache.generation == 2
+        assert sorted(r.index for r in store.actual_cache.all()) == [0, 1]
+        async with store.write() as tx:
+            assert tx._cache is store.actual_cache and await tx._cached() is store.actual_cache
+    finally:
+        await store.close()
+
+
+def test_a_gap_in_the_journal_leaves_the_copy_at_the_last_generation_it_can_vouch_for() -> None:
+    cache = ActualCache()
+    cache.wanted = True
+    a, b, c = (unclaimed("web", i, "d", 0.0) for i in range(3))
+    cache.committed(3, [("put", [a])])  # 3 -> 4, before the snapshot: skipped at load
+    cache.committed(4, [("put", [b])])  # 4 -> 5
+    cache.committed(6, [("put", [c])])  # 5 -> 6 was another replica's: gap
+    cache.load(4, [a])
+    assert cache.generation == 5 and sorted(r.index for r in cache.all()) == [0, 1]

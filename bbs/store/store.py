@@ -37,7 +37,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from ..actual_set import ActualChanges
 from ..records import ActualRecord, CellRecord, DesiredRecord, LeaseRecord, TaskRecord, changed
 from . import tables as t
-from .actual_cache import ActualCache
+from .actual_cache import ActualCache, CacheOp
 from .database import WRITE_LOCK_KEY, check_schema, create_engine, migrate, take_advisory_lock
 from .driver import DriverStatement, StatementCache, result_processors
 
@@ -80,7 +80,7 @@ class Store:
             if connection.dialect.name == "postgresql":
                 await connection.execution_options(isolation_level="REPEATABLE READ")
             async with connection.begin():
-                yield Tx(connection, self.actual_cache)
+                yield Tx(connection, self.actual_cache, write_lock=self._write_lock)
 
     @asynccontextmanager
     async def write(self) -> AsyncIterator[Tx]:
@@ -276,18 +276,22 @@ def _compile_hot_statements(dialect: sa.engine.Dialect) -> None:
 
 _GENERATION = "actual_lrps"
 _READ_GENERATION = sa.select(t.generations.c.value).where(t.generations.c.name == _GENERATION)
-# What a committed transaction did to actual LRPs, in order: ("delete", keys), ("put", records),
-# ("delete-guid", process_guid).
-CacheOp = tuple[str, Any]
-
 
 class Tx:
     """One transaction's view of the store. Methods take and return records."""
 
-    def __init__(self, connection: AsyncConnection, cache: ActualCache | None = None, *, writing: bool = False) -> None:
+    def __init__(
+        self,
+        connection: AsyncConnection,
+        cache: ActualCache | None = None,
+        *,
+        writing: bool = False,
+        write_lock: asyncio.Lock | None = None,
+    ) -> None:
         self.connection = connection
         self._cache = cache if cache is not None else ActualCache()
         self._writing = writing
+        self._write_lock = write_lock or asyncio.Lock()  # the store's (read transactions only)
         self._generation: int | None = None  # of actual_lrps, as this transaction sees it; read once
         self._cache_ops: list[CacheOp] = []
         self.wrote_actuals = False
@@ -325,19 +329,10 @@ class Tx:
             )
 
     def commit_to_cache(self) -> None:
-        """After commit: bring the copy to the new generation if it reflected this transaction's start;
-        otherwise it stays behind and the next full read reloads it."""
-        if not self.wrote_actuals or self._generation is None or not self._cache.valid_at(self._generation):
-            return
-        cache = self._cache
-        for kind, what in self._cache_ops:
-            if kind == "delete":
-                cache.remove(what)
-            elif kind == "put":
-                cache.put(what)
-            else:
-                cache.remove_guid(what)
-        cache.generation = self._generation + 1
+        """After commit: the copy takes this transaction's changes (or journals them, when it is out of
+        date; see actual_cache)."""
+        if self.wrote_actuals and self._generation is not None:
+            self._cache.committed(self._generation, self._cache_ops)
 
     def _text_order(self, column: sa.ColumnElement[str]) -> sa.ColumnElement[str]:
         """Strings sort by code point on both databases: SQLite compares bytes, while PostgreSQL
@@ -436,13 +431,22 @@ class Tx:
 
     async def all_actuals(self) -> list[ActualRecord]:
         """Every actual LRP, in no particular order (a convergence pass): the in-memory copy when it is
-        valid; otherwise read, and in a read transaction the copy is loaded with what was read."""
-        if (cache := await self._cached()) is not None:
-            return cache.all()
-        generation = await self._actual_generation()
+        valid; otherwise read, and in a read transaction the copy is loaded with what was read.
+
+        Call it first in a read transaction: its snapshot is then taken while no writer of this process
+        is between its commit and the copy taking its changes, so the copy matches the snapshot
+        unless another replica wrote."""
+        if self._writing:
+            if (cache := await self._cached()) is not None:
+                return cache.all()
+            return await self.list_actuals()
+        async with self._write_lock:
+            self._cache.wanted = True
+            if (cache := await self._cached()) is not None:
+                return cache.all()
+            generation = await self._actual_generation()
         rows = await self.list_actuals()
-        if not self._writing:
-            self._cache.load(generation, rows)
+        self._cache.load(generation, rows)
         return rows
 
     async def actuals_of(self, process_guids: Sequence[str]) -> list[ActualRecord]:
