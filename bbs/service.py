@@ -516,7 +516,8 @@ class BBS:
             )
             for cell_id, body in latest.items()
         }
-        async with self.store.write() as tx:
+        # Urgent: a heartbeat stuck behind bulk writes would let presences expire under load.
+        async with self.store.write(urgent=True) as tx:
             existing = await tx.cells_by_id(records)
             await tx.put_cells(
                 [r for i, r in records.items() if i in existing],
@@ -565,12 +566,12 @@ class BBS:
         """Take or renew the lease `name` for `ttl` seconds (default: this BBS's lease TTL); its fencing
         token when held, None when another owner holds it."""
         ttl = self.settings.lease_ttl if ttl is None else ttl
-        async with self.store.write() as tx:
+        async with self.store.write(urgent=True) as tx:
             return await tx.acquire_lease(name, owner, ttl, time.time(), url)
 
     async def take_lease(self, name: str, owner: str, *, url: str, ttl: float) -> tuple[bool, LeaseRecord]:
         """Acquire or renew, then the lease as it stands after, in one transaction: (held, lease)."""
-        async with self.store.write() as tx:
+        async with self.store.write(urgent=True) as tx:
             token = await tx.acquire_lease(name, owner, ttl, time.time(), url)
             lease = await tx.lease(name)
         assert lease is not None  # acquire_lease creates the row when there is none
@@ -579,7 +580,7 @@ class BBS:
     async def release_lease(self, name: str, owner: str, token: int) -> bool | None:
         """Give the lease up (graceful stop): True released, False held by another owner or term, None never
         taken."""
-        async with self.store.write() as tx:
+        async with self.store.write(urgent=True) as tx:
             return await tx.release_lease(name, owner, token)
 
     async def lease(self, name: str) -> LeaseRecord | None:

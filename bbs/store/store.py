@@ -34,6 +34,8 @@ import sqlalchemy as sa
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from common.priority_lock import PriorityLock
+
 from ..actual_set import ActualChanges
 from ..records import ActualRecord, CellRecord, DesiredRecord, LeaseRecord, TaskRecord, changed
 from . import tables as t
@@ -54,7 +56,7 @@ def _chunks(items: Sequence[Any], size: int = CHUNK) -> Iterable[Sequence[Any]]:
 class Store:
     def __init__(self, engine: AsyncEngine) -> None:
         self.engine = engine
-        self._write_lock = asyncio.Lock()
+        self._write_lock = PriorityLock()
         self.actual_cache = ActualCache()
 
     @classmethod
@@ -83,12 +85,13 @@ class Store:
                 yield Tx(connection, self.actual_cache, write_lock=self._write_lock)
 
     @asynccontextmanager
-    async def write(self) -> AsyncIterator[Tx]:
+    async def write(self, *, urgent: bool = False) -> AsyncIterator[Tx]:
         """A read-write transaction; one at a time across all BBS processes (see the module doc).
         READ COMMITTED on PostgreSQL: every read after the lock sees the previous writer's commit.
+        `urgent`: small writes with a deadline (leases, heartbeats) go before queued bulk ones.
         A transaction that changed actual LRPs raises their generation before it commits, and its
         changes reach the in-memory copy after the commit, still under the lock."""
-        async with self._write_lock:
+        async with self._write_lock.hold(urgent):
             tx: Tx | None = None
             try:
                 async with self.engine.begin() as connection:
@@ -286,12 +289,12 @@ class Tx:
         cache: ActualCache | None = None,
         *,
         writing: bool = False,
-        write_lock: asyncio.Lock | None = None,
+        write_lock: PriorityLock | None = None,
     ) -> None:
         self.connection = connection
         self._cache = cache if cache is not None else ActualCache()
         self._writing = writing
-        self._write_lock = write_lock or asyncio.Lock()  # the store's (read transactions only)
+        self._write_lock = write_lock or PriorityLock()  # the store's (read transactions only)
         self._generation: int | None = None  # of actual_lrps, as this transaction sees it; read once
         self._cache_ops: list[CacheOp] = []
         self.wrote_actuals = False
@@ -440,7 +443,7 @@ class Tx:
             if (cache := await self._cached()) is not None:
                 return cache.all()
             return await self.list_actuals()
-        async with self._write_lock:
+        async with self._write_lock.hold(urgent=True):  # held for one small query
             self._cache.wanted = True
             if (cache := await self._cached()) is not None:
                 return cache.all()

@@ -12,6 +12,7 @@ Prints ONE JSON object (never asserts on time):
   everything runs);
 - each app's split over zones (max - min instances per zone; target within 1);
 - peak RSS (VmHWM) of the BBS and the auctioneer, and of the rep processes;
+- CPU seconds each process used until everything ran (where the time goes, whatever else ran);
 - requests made per component (the auctioneer's /v1/stats, the BBS's /metrics).
 
 Targets (reported, not asserted): all RUNNING within 60 s; state fetch under 1 s; a convergence pass
@@ -23,6 +24,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sys
 import tempfile
 import time
@@ -84,6 +86,15 @@ def peak_rss_mb(pid: int) -> float | None:
     return None
 
 
+def cpu_seconds(pid: int) -> float | None:
+    """User + system CPU seconds a process has used so far (what it cost, whatever else ran)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return round((int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK"), 2)
+
+
 def convergence(samples: dict[str, float]) -> tuple[float, float]:
     return samples.get("vendue_bbs_convergence_seconds_sum", 0.0), samples.get(
         "vendue_bbs_convergence_seconds_count", 0.0)
@@ -141,6 +152,7 @@ async def measure(cluster: LocalCluster, apps: int, instances: int, timeout: flo
             await asyncio.gather(desires, return_exceptions=True)
         await light.close()
         stats_placed = await auctioneer_stats(client, auctioneer)
+        cpu_at_all_running = {name: cpu_seconds(pid) for name, pid in cluster.pids().items()}
 
         # Convergence at full size: the BBS's own pass durations, over passes made from now on.
         conv_before = convergence(await bbs_samples(client, bbs))
@@ -209,6 +221,7 @@ async def measure(cluster: LocalCluster, apps: int, instances: int, timeout: flo
                       "apps_within_1": sum(1 for s in skews.values() if s <= 1), "apps": len(skews)},
         "instances_per_cell": {"min": min(per_cell.values(), default=0), "max": max(per_cell.values(), default=0)},
         "peak_rss_mb": rss,
+        "cpu_seconds_to_all_running": cpu_at_all_running,
     }
 
 
