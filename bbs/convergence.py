@@ -83,10 +83,11 @@ def stops_for(rows: Iterable[ActualRecord]) -> list[Stop]:
 
 @dataclass(slots=True)
 class Settled:
-    """ORDINARY instances a pass has nothing to decide about: CLAIMED or RUNNING on a present cell,
-    within their LRP's instance count, with no evacuating or suspect copy at their index. At Diego's
-    scale that is nearly all 250,000 of them, so a pass sets them aside (`settle`) instead of copying
-    them into the ActualSet it edits; only the missing-index check needs to know where they are."""
+    """ORDINARY instances a pass has nothing to decide about, with no evacuating or suspect copy at
+    their index and within their LRP's instance count: CLAIMED or RUNNING on a present cell, or
+    UNCLAIMED and auctioned recently. At Diego's scale that is nearly all 250,000 of them, so a pass
+    sets them aside (`settle`) instead of copying them into the ActualSet it edits; only the
+    missing-index check needs to know where they are."""
 
     indices: dict[str, set[int]] = field(default_factory=dict)  # process_guid -> settled indices
     states: dict[str, int] = field(default_factory=dict)  # state -> settled instances
@@ -97,12 +98,17 @@ class Settled:
 
 
 def settle(
-    desired: Iterable[DesiredRecord], rows: Iterable[ActualRecord], cells: dict[str, CellRecord], now: float
+    desired: Iterable[DesiredRecord],
+    rows: Iterable[ActualRecord],
+    cells: dict[str, CellRecord],
+    now: float,
+    config: ConvergenceConfig,
 ) -> tuple[Settled, list[ActualRecord]]:
     """Split `rows` into the settled ones and the rest (what `converge` must see)."""
     rows = rows if isinstance(rows, list) else list(rows)
     instances = {d.process_guid: d.instances for d in desired}
     present = {cell_id for cell_id, cell in cells.items() if cell.present(now)}
+    fresh_since = now - config.stale_unclaimed  # UNCLAIMED and auctioned after this: not stale yet
     doubled = {(r.process_guid, r.index) for r in rows if r.presence != ORDINARY}
     settled = Settled()
     indices, states = settled.indices, settled.states
@@ -110,10 +116,12 @@ def settle(
     for row in rows:
         state = row.state
         if (
-            (state == RUNNING or state == CLAIMED)
-            and row.presence == ORDINARY
+            row.presence == ORDINARY
             and row.index < instances.get(row.process_guid, 0)
-            and row.cell_id in present
+            and (
+                ((state == RUNNING or state == CLAIMED) and row.cell_id in present)
+                or (state == UNCLAIMED and max(row.since, row.auctioned_at) > fresh_since)
+            )
             and (not doubled or (row.process_guid, row.index) not in doubled)
         ):
             held = indices.get(row.process_guid)

@@ -126,7 +126,7 @@ def _decide(
     config: ConvergenceConfig,
     holdings: dict[str, set[str]],
 ) -> tuple[ConvergenceActions, ActualChanges, list[tuple[str, str, int]]]:
-    settled, rest = settle(desired, snapshot, cells, now)
+    settled, rest = settle(desired, snapshot, cells, now, config)
     actuals = ActualSet(rest)
     actions = converge(desired, actuals, tasks, cells, now, config, holdings, settled)
     return actions, actuals.diff(), _count(actuals, settled)

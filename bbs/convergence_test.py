@@ -218,18 +218,19 @@ def test_suspect_of_a_returning_cell_that_lost_it_is_dropped() -> None:
             st.sampled_from([UNCLAIMED, CLAIMED, RUNNING, CRASHED]),
             st.sampled_from([ORDINARY, ORDINARY, ORDINARY, SUSPECT, EVACUATING]),
             st.sampled_from(["c1", "c2", "gone"]),
+            st.sampled_from([0.0, 19.0, 20.0, 45.0]),  # since / last auction: stale at now 50 up to 20
         ),
         max_size=30,
     ),
 )
 def test_setting_settled_instances_aside_decides_the_same(
-    instances: list[int], rows: list[tuple[int, int, str, str, str]]
+    instances: list[int], rows: list[tuple[int, int, str, str, str, float]]
 ) -> None:
     apps = [desired(n, pg=f"app-{i}") for i, n in enumerate(instances)]
     unique: dict[tuple[str, int, str], ActualRecord] = {}
-    for app, index, state, presence, cell_id in rows:
+    for app, index, state, presence, cell_id, since in rows:
         row = dataclasses.replace(
-            unclaimed(f"app-{app}", index, "d", 0.0),
+            unclaimed(f"app-{app}", index, "d", since),
             state=state,
             presence=presence,
             cell_id="" if state == UNCLAIMED else cell_id,
@@ -241,7 +242,7 @@ def test_setting_settled_instances_aside_decides_the_same(
 
     whole = ActualSet(unique.values())
     expected = converge(apps, whole, [], cells, now, CONFIG)
-    settled, rest = settle(apps, list(unique.values()), cells, now)
+    settled, rest = settle(apps, list(unique.values()), cells, now, CONFIG)
     part = ActualSet(rest)
     seen = converge(apps, part, [], cells, now, CONFIG, settled=settled)
 
