@@ -188,3 +188,28 @@ async def test_lease_records_where_its_holder_answers(store: Store) -> None:
         lease = await tx.lease("auctioneer")
     assert lease is not None
     assert (lease.owner, lease.token, lease.expires_at, lease.url) == ("b", 2, 121, "http://b:2")
+
+
+async def test_urgent_writes_go_before_queued_bulk_writes(store: Store) -> None:
+    order: list[str] = []
+    holding, release = asyncio.Event(), asyncio.Event()
+
+    async def hold() -> None:
+        async with store.write():
+            holding.set()
+            await release.wait()
+
+    async def write(name: str, urgent: bool) -> None:
+        async with store.write(urgent=urgent) as tx:
+            await tx.acquire_lease(name, "owner", ttl=10, now=100)
+            order.append(name)
+
+    holder = asyncio.create_task(hold())
+    await asyncio.wait_for(holding.wait(), 5)
+    bulk = asyncio.create_task(write("bulk", urgent=False))
+    await asyncio.sleep(0)  # queued first
+    lease = asyncio.create_task(write("lease", urgent=True))
+    await asyncio.sleep(0)
+    release.set()
+    await asyncio.wait_for(asyncio.gather(holder, bulk, lease), 10)
+    assert order == ["lease", "bulk"], f"expected the urgent write first, saw {order}"
