@@ -5,12 +5,14 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import Awaitable
 from typing import Annotated, Any, TypeVar
 
 from fastapi import Depends, FastAPI, Path, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ValidationError
+from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from common.models import (
@@ -39,6 +41,29 @@ from .service import BBS, Conflict, NotFound
 
 GuidPath = Annotated[str, Path(pattern=GUID_PATTERN)]
 Body = TypeVar("Body", bound=BaseModel)
+Result = TypeVar("Result")
+CLIENT_GONE = 499  # nginx's "client closed request": logged and counted, never seen by the client
+
+
+async def unless_client_gone(request: Request, work: Awaitable[Result]) -> Result:
+    """`work`, cancelled if the client disconnects first (ClientDisconnect). A rep whose report timed
+    out sends it again; under load, the BBS must not also apply the copy nobody waits for: a
+    cancelled report leaves its group commit before its batch starts."""
+    task = asyncio.ensure_future(work)
+
+    async def client_gone() -> None:
+        while (await request.receive())["type"] != "http.disconnect":
+            pass
+
+    watcher = asyncio.ensure_future(client_gone())
+    try:
+        await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        watcher.cancel()
+    if not task.done():
+        task.cancel()
+        raise ClientDisconnect()
+    return task.result()
 
 
 def json_body(model: type[Body]) -> Any:
@@ -92,6 +117,10 @@ class RequestMetrics:
 def create_app(bbs: BBS) -> FastAPI:
     app = FastAPI(title="Vendue BBS", version="1")
     app.add_middleware(RequestMetrics, bbs=bbs)
+
+    @app.exception_handler(ClientDisconnect)
+    async def _client_gone(_: Request, exc: ClientDisconnect) -> Response:
+        return Response(status_code=CLIENT_GONE)
 
     @app.exception_handler(NotFound)
     async def _not_found(_: Request, exc: NotFound) -> JSONResponse:
@@ -154,13 +183,18 @@ def create_app(bbs: BBS) -> FastAPI:
         return await bbs.summarize_actuals(process_guid)
 
     @app.post("/v1/cells/{cell_id}/lifecycle", response_model=LifecycleResult)
-    async def lifecycle(cell_id: GuidPath, body: Annotated[CellLifecycle, json_body(CellLifecycle)]) -> dict[str, Any]:
-        return await bbs.lifecycle(cell_id, body)
+    async def lifecycle(
+        request: Request, cell_id: GuidPath, body: Annotated[CellLifecycle, json_body(CellLifecycle)]
+    ) -> dict[str, Any]:
+        return await unless_client_gone(request, bbs.lifecycle(cell_id, body))
 
     @app.post("/v1/lifecycle", response_model=HostLifecycleResult)
-    async def host_lifecycle(body: Annotated[HostLifecycle, json_body(HostLifecycle)]) -> dict[str, Any]:
+    async def host_lifecycle(
+        request: Request, body: Annotated[HostLifecycle, json_body(HostLifecycle)]
+    ) -> dict[str, Any]:
         # Each cell's report joins the same group commit as single-cell posts: one transaction for all.
-        results = await asyncio.gather(*(bbs.lifecycle(cid, report) for cid, report in body.cells.items()))
+        reports = asyncio.gather(*(bbs.lifecycle(cid, report) for cid, report in body.cells.items()))
+        results = await unless_client_gone(request, reports)
         return {"cells": dict(zip(body.cells, results, strict=True))}
 
     @app.post("/v1/placement_failures", status_code=204)

@@ -450,3 +450,56 @@ async def test_a_cell_returning_without_its_instances_keeps_the_replacements(h: 
     assert [(a["presence"], a["state"]) for a in await h.actuals()] == [("ORDINARY", "UNCLAIMED")]
     # A late `running` about the lost instance is refused: the rep stops it.
     assert (await h.lifecycle("c1", running=[running(0, "a")]))["refused"] == [ref(0, "a")]
+
+
+async def test_a_report_whose_client_left_while_it_queued_is_not_applied(h: Harness) -> None:
+    """Under load a rep's report can wait longer than the rep does; the rep sends it again, so the
+    copy nobody waits for must not be applied as well (it answers 499, which nobody reads)."""
+    import asyncio
+    import json
+
+    await h.heartbeat("c1")
+    await desire(h, 2)
+    app = create_app(h.bbs)
+    left = asyncio.Event()
+
+    async def call(path: str, report: dict[str, Any], gone: asyncio.Event | None) -> list[dict[str, Any]]:
+        body, sent, messages = json.dumps(report).encode(), False, []
+
+        async def receive() -> dict[str, Any]:
+            nonlocal sent
+            if not sent:
+                sent = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            await (gone or asyncio.Event()).wait()  # None: a client that stays
+            return {"type": "http.disconnect"}
+
+        async def send(message: dict[str, Any]) -> None:
+            messages.append(message)
+
+        scope = {"type": "http", "http_version": "1.1", "method": "POST", "scheme": "http", "path": path,
+                 "raw_path": path.encode(), "root_path": "", "query_string": b"", "server": ("bbs", 80),
+                 "client": ("rep", 1), "headers": [(b"content-type", b"application/json")]}
+        await app(scope, receive, send)
+        return messages
+
+    batcher = h.bbs._lifecycle_batcher  # (private: the only way to see a report queued behind a batch)
+    async with h.bbs.store.write():  # the first report's batch waits for this lock; the second queues
+        first = asyncio.create_task(call("/v1/cells/c1/lifecycle", {"claimed": [ref(0, "a")]}, None))
+
+        async def until(condition, what: str) -> None:
+            deadline = time.monotonic() + 5
+            while not condition() and time.monotonic() < deadline:
+                await asyncio.sleep(0.01)
+            assert condition(), f"expected {what}; queue holds {len(batcher._queue)}"
+
+        await until(lambda: batcher._worker is not None and not batcher._queue, "the first report's batch running")
+        second = asyncio.create_task(call("/v1/cells/c1/lifecycle", {"claimed": [ref(1, "b")]}, left))
+        await until(lambda: len(batcher._queue) == 1, "the second report queued behind the first batch")
+        left.set()
+        gone = await asyncio.wait_for(second, 5)
+    done = await asyncio.wait_for(first, 5)
+    assert [m["status"] for m in gone if m["type"] == "http.response.start"] == [499]
+    assert [m["status"] for m in done if m["type"] == "http.response.start"] == [200]
+    states = {a["index"]: a["state"] for a in await h.actuals()}
+    assert states == {0: "CLAIMED", 1: "UNCLAIMED"}, f"the abandoned claim was applied: {states}"
