@@ -31,6 +31,7 @@ from bbs.records import (
     CellRecord,
     DesiredRecord,
     TaskRecord,
+    fresh_instances,
     unclaimed,
 )
 
@@ -258,3 +259,15 @@ def test_setting_settled_instances_aside_decides_the_same(
 
     assert outcome(seen, part) == outcome(expected, whole)
     assert sum(settled.states.values()) + len(rest) == len(unique)
+
+
+def test_fresh_instances_are_what_unclaimed_makes_for_each_index() -> None:
+    apps = [desired(3, pg="web"), desired(0, pg="none"), desired(2, pg="api")]
+    made = fresh_instances(apps, 12.5)
+    expected = [unclaimed(d.process_guid, i, d.domain, 12.5) for d in apps for i in range(d.instances)]
+    assert [dataclasses.replace(r, mod_epoch="") for r in made] == [
+        dataclasses.replace(r, mod_epoch="") for r in expected
+    ]
+    assert len({r.mod_epoch for r in made}) == len(made)  # each its own epoch
+    made[0].ports.append({"container_port": 1, "host_port": 2})
+    assert made[1].ports == []  # no shared list

@@ -13,6 +13,7 @@ import operator
 import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from collections.abc import Iterable
 from typing import Any
 
 UNCLAIMED, CLAIMED, RUNNING, CRASHED = "UNCLAIMED", "CLAIMED", "RUNNING", "CRASHED"
@@ -119,6 +120,17 @@ def unclaimed(process_guid: str, index: int, domain: str, now: float) -> ActualR
         mod_epoch=new_epoch(),
         auctioned_at=now,
     )
+
+
+def fresh_instances(desired: Iterable[DesiredRecord], now: float) -> list[ActualRecord]:
+    """Every instance of newly desired LRPs, UNCLAIMED: what `unclaimed` gives for each index, built
+    positionally (a 250,000-instance desire goes through here)."""
+    return [
+        ActualRecord(d.process_guid, index, ORDINARY, d.domain, UNCLAIMED, "", "", "", "", [], "", 0, "", now, "",
+                     new_epoch(), 0, now)
+        for d in desired
+        for index in range(d.instances)
+    ]
 
 
 _actual_fields = operator.attrgetter(*(f.name for f in dataclasses.fields(ActualRecord)))

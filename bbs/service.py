@@ -46,6 +46,7 @@ from .records import (
     LeaseRecord,
     TaskRecord,
     completed,
+    fresh_instances,
     new_epoch,
 )
 from .restart_policy import RestartPolicy
@@ -223,14 +224,19 @@ class BBS:
                         return [Conflict(f"desired LRP {bodies[0].process_guid!r} exists")]
                     raise Conflict("a desired LRP of this batch was created concurrently")
                 # Leftover instances of an earlier LRP of the same name (normally none) are resized too.
-                actuals = ActualSet(await tx.actuals_of([r.process_guid for r in records]))
+                leftovers = await tx.actuals_of([r.process_guid for r in records])
                 starts: dict[str, set[int]] = {}
                 stops: list[Stop] = []
-                for record in records:
-                    actions = resize(record, actuals, now)
-                    starts.update(actions.starts)
-                    stops.extend(actions.stops)
-                changes = actuals.diff()
+                if not leftovers:  # the usual case, written out: 250,000 instances go through here
+                    changes = ActualChanges(inserts=fresh_instances(records, now))
+                    starts = {r.process_guid: set(range(r.instances)) for r in records}
+                else:
+                    actuals = ActualSet(leftovers)
+                    for record in records:
+                        actions = resize(record, actuals, now)
+                        starts.update(actions.starts)
+                        stops.extend(actions.stops)
+                    changes = actuals.diff()
                 await tx.apply_actual_changes(changes)
                 effects.actual_events(changes)
                 effects.lrp_starts.extend(

@@ -30,7 +30,7 @@ actual_lrps = sa.Table(
     sa.Column("idx", sa.Integer, primary_key=True),
     sa.Column("presence", sa.String(16), primary_key=True),
     sa.Column("domain", sa.String(128), nullable=False),
-    sa.Column("state", sa.String(16), nullable=False, index=True),
+    sa.Column("state", sa.String(16), nullable=False),  # no index: see migration 0005
     sa.Column("instance_guid", sa.Text, nullable=False),
     sa.Column("cell_id", sa.String(128), nullable=False, index=True),
     sa.Column("zone", sa.Text, nullable=False),
