@@ -62,8 +62,14 @@ async def unless_client_gone(request: Request, work: Awaitable[Result]) -> Resul
         watcher.cancel()
     if not task.done():
         task.cancel()
+        task.add_done_callback(_consume)  # nobody awaits it now: do not log its CancelledError
         raise ClientDisconnect()
     return task.result()
+
+
+def _consume(task: asyncio.Future[Any]) -> None:
+    if not task.cancelled():
+        task.exception()
 
 
 def json_body(model: type[Body]) -> Any:
