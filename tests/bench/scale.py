@@ -56,7 +56,7 @@ TARGETS = {"seconds_to_all_running": 60.0, "state_fetch_seconds": 1.0, "converge
            "zone_skew": 1, "peak_rss_mb": 2048}
 CELL_MEMORY_MB, CELL_DISK_MB, CELL_CONTAINERS = 32 * 1024, 64 * 1024, 250
 POLL_S = 0.25
-DESIRES_IN_FLIGHT = 64
+DESIRES_IN_FLIGHT = 64  # a deploy tool pushing 5,000 apps (--desires-in-flight); the BBS group-commits what waits
 GiB = 1024
 
 
@@ -104,7 +104,9 @@ async def bbs_samples(client: httpx.AsyncClient, bbs: str) -> dict[str, float]:
     return parse_metrics((await client.get(f"{bbs}/metrics", timeout=60)).text)
 
 
-async def measure(cluster: LocalCluster, apps: int, instances: int, timeout: float) -> dict[str, Any]:
+async def measure(
+    cluster: LocalCluster, apps: int, instances: int, timeout: float, in_flight: int = DESIRES_IN_FLIGHT
+) -> dict[str, Any]:
     bbs, auctioneer = cluster.bbs_url, cluster.auctioneer_url
     sizes = app_sizes(apps, instances)
     rep_procs = {f"rep:{r.component or cid}": r.url.split("/cells/", 1)[0] for cid, r in cluster.reps.items()}
@@ -113,9 +115,9 @@ async def measure(cluster: LocalCluster, apps: int, instances: int, timeout: flo
     async with httpx.AsyncClient(limits=limits) as client:
         stats_before = await auctioneer_stats(client, auctioneer)
         metrics_before = await metrics_of(client, component_urls)
-        light = light_session(DESIRES_IN_FLIGHT + 8)  # room for the progress polls beside the desires
+        light = light_session(in_flight + 8)  # room for the progress polls beside the desires
         t0 = time.perf_counter()
-        sem = asyncio.Semaphore(DESIRES_IN_FLIGHT)
+        sem = asyncio.Semaphore(in_flight)
 
         async def desire(i: int) -> None:
             body = {"process_guid": f"scale-{i}", "instances": sizes[i], "memory_mb": 64 + 32 * (i % 3),
@@ -206,6 +208,7 @@ async def measure(cluster: LocalCluster, apps: int, instances: int, timeout: flo
         "seconds_to_all_running": done_s,
         "running_at_end": running,
         "seconds_to_desire_all": desired_s,
+        "desires_in_flight": in_flight,
         "running_timeline": timeline[:: max(1, len(timeline) // 25)],
         "auctions": auctions,
         "lrps_placed": stats_placed.get("lrps_placed", 0) - stats_before.get("lrps_placed", 0),
@@ -234,6 +237,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cells-per-rep", type=int, default=250, help="simulated cells per rep process")
     parser.add_argument("--timeout", type=float, default=600.0)
     parser.add_argument("--convergence-interval", type=float, default=5.0)
+    parser.add_argument("--desires-in-flight", type=int, default=DESIRES_IN_FLIGHT,
+                        help="desire requests the harness keeps open at once")
     args = parser.parse_args(argv)
     if args.apps < 1 or args.instances < args.apps:
         parser.error("--instances must be at least --apps, and --apps at least 1")
@@ -249,7 +254,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             cluster.start(timeout=300.0)
             startup_s = round(time.perf_counter() - started, 3)
-            report = asyncio.run(measure(cluster, args.apps, args.instances, args.timeout))
+            report = asyncio.run(measure(cluster, args.apps, args.instances, args.timeout, args.desires_in_flight))
         except Exception as exc:  # noqa: BLE001 - reported in the JSON
             report = {"error": f"{type(exc).__name__}: {exc}"}
             startup_s = None
