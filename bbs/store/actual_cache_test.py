@@ -107,13 +107,19 @@ async def test_the_copy_answers_what_the_database_holds_while_two_replicas_write
     assert first.actual_cache.generation is not None
 
 
+async def _one_row_loaded(store: Store) -> ActualRecord:
+    """Insert one UNCLAIMED instance and load the copy (as a convergence pass would)."""
+    row = unclaimed("web", 0, "d", 0.0)
+    async with store.write() as tx:
+        await tx.apply_actual_changes(ActualChanges(inserts=[row]))
+    async with store.read() as tx:
+        await tx.all_actuals()
+    return row
+
+
 async def test_a_write_by_another_replica_makes_reads_go_to_the_database(stores: tuple[Store, Store]) -> None:
     first, second = stores
-    row = unclaimed("web", 0, "d", 0.0)
-    async with first.write() as tx:
-        await tx.apply_actual_changes(ActualChanges(inserts=[row]))
-    async with first.read() as tx:
-        await tx.all_actuals()
+    row = await _one_row_loaded(first)
     running = changed(row, state=RUNNING, cell_id="c1")
     async with second.write() as tx:
         await tx.apply_actual_changes(ActualChanges(updates=[running], previous={row.key: row}))
@@ -128,11 +134,7 @@ async def test_a_write_by_another_replica_makes_reads_go_to_the_database(stores:
 
 async def test_a_failed_write_leaves_the_copy_to_be_reloaded(stores: tuple[Store, Store]) -> None:
     first, _ = stores
-    row = unclaimed("web", 0, "d", 0.0)
-    async with first.write() as tx:
-        await tx.apply_actual_changes(ActualChanges(inserts=[row]))
-    async with first.read() as tx:
-        await tx.all_actuals()
+    row = await _one_row_loaded(first)
     with pytest.raises(RuntimeError, match="boom"):
         async with first.write() as tx:
             await tx.apply_actual_changes(ActualChanges(deletes=[row]))
@@ -142,21 +144,14 @@ async def test_a_failed_write_leaves_the_copy_to_be_reloaded(stores: tuple[Store
         assert await tx.all_actuals() == [row]  # rolled back, read again
 
 
-async def test_a_transaction_reads_its_own_writes(database_url: str) -> None:
-    store = await Store.open(database_url)
-    try:
-        row = unclaimed("web", 0, "d", 0.0)
-        async with store.write() as tx:
-            await tx.apply_actual_changes(ActualChanges(inserts=[row]))
-        async with store.read() as tx:
-            await tx.all_actuals()
-        async with store.write() as tx:
-            await tx.apply_actual_changes(ActualChanges(deletes=[row]))
-            assert await tx.actuals_for_keys([("web", 0)]) == []
-            assert await tx.actuals_of(["web"]) == []
-        assert len(store.actual_cache) == 0 and store.actual_cache.generation == 2
-    finally:
-        await store.close()
+async def test_a_transaction_reads_its_own_writes(stores: tuple[Store, Store]) -> None:
+    store, _ = stores
+    row = await _one_row_loaded(store)
+    async with store.write() as tx:
+        await tx.apply_actual_changes(ActualChanges(deletes=[row]))
+        assert await tx.actuals_for_keys([("web", 0)]) == []
+        assert await tx.actuals_of(["web"]) == []
+    assert len(store.actual_cache) == 0 and store.actual_cache.generation == 2
 
 
 async def test_writes_committed_while_a_full_read_runs_reach_the_copy(database_url: str) -> None:
