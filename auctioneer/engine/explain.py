@@ -67,7 +67,9 @@ def explain(
     factories = pickers("reference")
     state = AuctionState(cells, config)
     active: dict[str, object] = {}
-    for item in order_batch(lrps, tasks):
+    batch = order_batch(lrps, tasks, len(state.zone_names), state.process_instances)
+    state.note_batch(batch)
+    for item in batch:
         is_lrp = isinstance(item, LRPStart)
         name = (item.strategy or config.strategy) if is_lrp else config.strategy
         picker = active.get(name) or active.setdefault(name, factories[name](state))
