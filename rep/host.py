@@ -37,6 +37,9 @@ log = logging.getLogger("rep.host")
 EVACUATED_TASK_REASON = "cell evacuated before completion"
 SHUTDOWN_TASK_REASON = "cell shut down before completion"
 DRAIN_TIMEOUT_S = 10.0
+# A cell whose first heartbeat failed (its BBS not up yet: a cluster starts every process at once) tries
+# again after this, doubling up to the heartbeat interval, instead of a whole interval (TTL/3) later.
+REGISTRATION_RETRY_S = 0.1
 
 
 def lifecycle_sender(client: httpx.AsyncClient, bbs_url: str, cell_id: str) -> SendLifecycle:
@@ -113,6 +116,8 @@ class RepHost:
         self._slow_rounds = 0
         self._beating: set[str] = set()  # cells whose heartbeat is in flight
         self._beat_now = asyncio.Event()
+        self._registration_retry_s = REGISTRATION_RETRY_S
+        self._registration_retry: asyncio.TimerHandle | None = None
         self._shutdown = asyncio.Event()
         self._force = False
         self._signals_seen = 0
@@ -165,6 +170,8 @@ class RepHost:
             self._beating.difference_update(c.cell_id for c in cells)
         took = asyncio.get_running_loop().time() - started
         ok = sum(1 for r in results if r is True)
+        if any(c.awaiting_registration and not c.retired for c in cells):
+            self._retry_registration_soon()
         self.heartbeats_sent += ok
         if ok < len(cells):
             # Say it when the BBS becomes unreachable, then only every 10th failed round.
@@ -188,6 +195,15 @@ class RepHost:
                     "heartbeat round slower than its interval: the BBS answers slowly", extra={"data": slow}
                 )
         return ok
+
+    def _retry_registration_soon(self) -> None:
+        """The next round soon (backing off), not a whole interval away: no cell takes work before the
+        BBS has accepted its boot, so a rep that started before its BBS would idle for up to TTL/3."""
+        if self._registration_retry is not None:
+            self._registration_retry.cancel()
+        delay = min(self._registration_retry_s, self.heartbeat_interval_s)
+        self._registration_retry_s = min(2 * self._registration_retry_s, self.heartbeat_interval_s)
+        self._registration_retry = asyncio.get_running_loop().call_later(delay, self._beat_now.set)
 
     async def _heartbeat(self, cell: Cell) -> bool:
         response = await self._clients[cell.cell_id].put(
@@ -227,6 +243,8 @@ class RepHost:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._beat_now.wait(), timeout=max(0.0, next_at - loop.time()))
         finally:
+            if self._registration_retry is not None:
+                self._registration_retry.cancel()
             for beat in rounds:
                 beat.cancel()
 

@@ -194,3 +194,34 @@ async def test_lifecycle_body_is_the_contract(setup: tuple[RepHost, MockBBS]) ->
     cell_id, body = bbs.lifecycles[0]
     assert cell_id == "cell-2"
     assert set(json.loads(body.model_dump_json())) == set(CellLifecycle.model_fields)
+
+
+async def test_a_rep_started_before_its_bbs_registers_soon_after_the_bbs_answers() -> None:
+    """Every process of a cluster starts at once, so the first heartbeat may find no BBS: the next try
+    comes within a fraction of a second (backing off), not a whole heartbeat interval (TTL/3) later."""
+    bbs = MockBBS()
+    bbs.down = True
+    client = httpx.AsyncClient(transport=httpx.MockTransport(bbs.handle), timeout=5)
+    sim = SimExecutor(start_delay_s=0.01)
+    config = CellConfig(cell_id="early", zone="z0", rep_url="http://rep", host="127.0.0.1", memory_mb=4096,
+                        disk_mb=65536, containers=250, stacks=("cflinuxfs4",))
+    cell = Cell(config, sim, lifecycle_sender(client, BBS, "early"))
+    host = RepHost([cell], [sim], client, BBS, presence_ttl_s=60.0)  # heartbeats every 20 s
+    await host.start()
+    try:
+        await eventually(lambda: host._failed_rounds >= 2, "two failed rounds while the BBS is down",
+                         lambda: host._failed_rounds)
+        assert cell.awaiting_registration and cell.accept(work(0)).reason == "cell not yet registered with the BBS"
+        bbs.down = False
+        loop = asyncio.get_running_loop()
+        up_at = loop.time()
+        await eventually(lambda: not cell.awaiting_registration, "the cell registered", lambda: bbs.heartbeats)
+        took = loop.time() - up_at
+        assert took < 2.0, f"expected registration within 2 s of the BBS answering (interval 20 s), took {took:.2f} s"
+        assert [p.cell_id for p in bbs.heartbeats] == ["early"], bbs.heartbeats
+        # Registered: back to one heartbeat per interval (no retry storm).
+        await asyncio.sleep(0.5)
+        assert len(bbs.heartbeats) == 1, f"expected no further heartbeat within the 20 s interval, saw {bbs.heartbeats}"
+    finally:
+        await host.close()
+        await client.aclose()

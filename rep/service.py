@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import signal
 import socket
@@ -175,6 +176,10 @@ async def serve(settings: RepSettings) -> int:
     port = sock.getsockname()[1]
     base_url = f"http://{settings.advertise_host}:{port}"
     host = build_host(settings, base_url)
+    # What the imports and the setup built lives as long as the process: move it out of the cyclic
+    # collector's generations, so that neither its collections nor the interpreter's exit walk it again
+    # (that exit walk alone held a stopping rep up for about a second on a busy 2-core machine).
+    gc.freeze()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, host.on_signal, signum)

@@ -459,6 +459,35 @@ class E2ECluster:
         return self.events
 
 
+def stop_cluster(lc: Any, grace_s: float = 10.0) -> None:
+    """LocalCluster.stop() — the BBS last, every component gracefully — with the auctioneers and the reps
+    stopped one kind after the other, in the order that leaves no component waiting out a timeout.
+
+    A stopping rep reports its instances gone, so the BBS asks for new auctions:
+    - over HTTP the reps go first, while the auctioneer still takes the BBS's requests (a BBS whose
+      auctioneer is gone retries them until its shutdown gives up on them, 2 s later); the auctioneer's
+      state fetches from the stopped reps fail at once (connection refused);
+    - over NATS the auctioneers go first, while every rep still answers: an auction started after the
+      reps would wait out the whole --cell-state-timeout for their state replies.
+    """
+    if lc.transport == "nats":
+        first, sig = [n for n in lc.control_plane() if n.startswith("auctioneer")], signal.SIGTERM
+    else:
+        first, sig = sorted({rep.component for rep in lc.reps.values()}), signal.SIGINT  # as LocalCluster.stop()
+    first = [name for name in first if lc.is_running(name)]
+    try:
+        for name in first:
+            lc.kill(name, sig)
+        deadline = time.monotonic() + grace_s
+        while any(lc.is_running(name) for name in first) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        for name in first:
+            if lc.is_running(name):  # past its grace, as LocalCluster.stop() would treat it
+                lc.kill(name, signal.SIGKILL)
+    finally:
+        lc.stop()
+
+
 @pytest.fixture(params=["http", "nats"])
 def transport(request: pytest.FixtureRequest) -> str:
     """Every cluster test runs on both transports; with nats the launcher starts an embedded nats-server
@@ -466,40 +495,38 @@ def transport(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
 
-@pytest.fixture
-def make_cluster(tmp_path: Path, transport: str) -> Iterator[Callable[..., E2ECluster]]:
-    """Start a LocalCluster (real processes on loopback); stopped, with every instance process it
-    spawned, when the test ends — also when it fails."""
+def _start_cluster(started: list[E2ECluster], data_dir: Path, transport: str, cells: int = 4, zones: int = 2,
+                   bbs_args: Sequence[str] = (), rep_args: Sequence[str] = (), auctioneer_args: Sequence[str] = (),
+                   **kwargs: Any) -> E2ECluster:
+    """Start a LocalCluster in `data_dir` (appended to `started` first, so that it is stopped even when
+    it fails to start) and wait until the BBS lists every cell."""
     from deploy.cluster import LocalCluster
 
-    started: list[E2ECluster] = []
+    lc = LocalCluster(data_dir, cells=cells, zones=zones, executor="process",
+                      bbs_args=[*BBS_ARGS, *bbs_args], rep_args=[*REP_ARGS, *rep_args],
+                      auctioneer_args=[*AUCTIONEER_ARGS, *auctioneer_args], **{"transport": transport, **kwargs})
+    cluster = E2ECluster(lc)
+    started.append(cluster)
+    lc.start(timeout=60.0)
+    cluster.bbs = BBS(lc.bbs_url)
+    wait_for(lambda: expect(len(cluster.bbs.cells()) == cells,
+                            f"cells {[x['cell_id'] for x in cluster.bbs.cells()]}"),
+             30.0, f"{cells} cells present in the BBS")
+    return cluster
 
-    def make(cells: int = 4, zones: int = 2, bbs_args: Sequence[str] = (), rep_args: Sequence[str] = (),
-             auctioneer_args: Sequence[str] = (), **kwargs: Any) -> E2ECluster:
-        lc = LocalCluster(tmp_path / f"cluster{len(started)}", cells=cells, zones=zones, executor="process",
-                          bbs_args=[*BBS_ARGS, *bbs_args], rep_args=[*REP_ARGS, *rep_args],
-                          auctioneer_args=[*AUCTIONEER_ARGS, *auctioneer_args], **{"transport": transport, **kwargs})
-        cluster = E2ECluster(lc)
-        started.append(cluster)
-        lc.start(timeout=60.0)
-        cluster.bbs = BBS(lc.bbs_url)
-        wait_for(lambda: expect(len(cluster.bbs.cells()) == cells,
-                                f"cells {[x['cell_id'] for x in cluster.bbs.cells()]}"),
-                 30.0, f"{cells} cells present in the BBS")
-        return cluster
 
-    yield make
-
+def _stop_clusters(started: Sequence[E2ECluster]) -> None:
+    """Stop the clusters; then no instance process they ran may be left (the reps stop them;
+    PR_SET_PDEATHSIG takes them down with a killed rep): give the kernel a moment, then kill and report
+    stragglers."""
     for cluster in started:
         if cluster.events is not None:
             cluster.events.stop()
         if cluster.bbs is not None:
             cluster.bbs.close()
         with contextlib.suppress(Exception):
-            cluster.lc.stop()
+            stop_cluster(cluster.lc)
         _print_log_tails(cluster.lc)  # captured: pytest shows it only when the test failed
-    # No instance process of a test may outlive its cluster (the reps stop them; PR_SET_PDEATHSIG
-    # takes them down with a killed rep). Give the kernel a moment, then kill and report stragglers.
     guids = set().union(*(c.guids for c in started)) if started else set()
     leftovers: list[int] = []
     deadline = time.monotonic() + 10.0
@@ -512,6 +539,41 @@ def make_cluster(tmp_path: Path, transport: str) -> Iterator[Callable[..., E2ECl
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
     assert not leftovers, f"expected no instance processes after the cluster stopped, saw pids {leftovers}"
+
+
+@pytest.fixture
+def make_cluster(tmp_path: Path, transport: str) -> Iterator[Callable[..., E2ECluster]]:
+    """Start a LocalCluster (real processes on loopback); stopped, with every instance process it
+    spawned, when the test ends — also when it fails."""
+    started: list[E2ECluster] = []
+
+    def make(cells: int = 4, zones: int = 2, **kwargs: Any) -> E2ECluster:
+        return _start_cluster(started, tmp_path / f"cluster{len(started)}", transport, cells, zones, **kwargs)
+
+    yield make
+    _stop_clusters(started)
+
+
+@pytest.fixture(scope="module", params=["http", "nats"])
+def module_cluster(request: pytest.FixtureRequest,
+                   tmp_path_factory: pytest.TempPathFactory) -> Iterator[E2ECluster]:
+    """One cluster, on each transport in turn, for all the tests of a module that cannot disturb one
+    another: each uses guids of its own (`c.guid`) and kills, restarts or reconfigures nothing. The
+    module's CLUSTER dict holds make_cluster's arguments. Stopped (and checked for leftover instance
+    processes) after the module's last test on that transport — also when one fails."""
+    started: list[E2ECluster] = []
+    try:
+        yield _start_cluster(started, tmp_path_factory.mktemp("cluster"), str(request.param),
+                             **getattr(request.module, "CLUSTER", {}))
+    finally:
+        _stop_clusters(started)
+
+
+@pytest.fixture
+def shared_cluster(module_cluster: E2ECluster) -> Iterator[E2ECluster]:
+    """The module's cluster, for one test (see module_cluster)."""
+    yield module_cluster
+    _print_log_tails(module_cluster.lc)  # captured: pytest shows it only when this test failed
 
 
 def _print_log_tails(lc: Any, lines: int = 25) -> None:

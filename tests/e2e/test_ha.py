@@ -16,6 +16,7 @@ import contextlib
 import signal
 import threading
 import time
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -24,7 +25,7 @@ import pytest
 
 from deploy.cluster import LocalCluster
 
-from .conftest import BBS_ARGS, REP_ARGS, Unmet, expect, rep_state, wait_for
+from .conftest import BBS_ARGS, REP_ARGS, Unmet, expect, rep_state, stop_cluster, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
@@ -90,7 +91,7 @@ def ha_cluster(tmp_path: Path, fresh_postgres_database: str) -> Iterator[LocalCl
         lc.start(timeout=90.0)
         yield lc
     finally:
-        lc.stop()
+        stop_cluster(lc)
 
 
 def every_index_running_once(bbs_url: str, process_guid: str, instances: int) -> bool:
@@ -103,6 +104,18 @@ def every_index_running_once(bbs_url: str, process_guid: str, instances: int) ->
         raise Unmet(f"{len(running)}/{instances} RUNNING ORDINARY of {len(actuals)} actuals; "
                     f"first missing indices {missing}")
     return True
+
+
+def placed_any(bbs_url: str, process_guids: list[str]) -> bool:
+    """Some instance of these apps is CLAIMED or RUNNING: a rep took it from an auction."""
+    seen = {}
+    for guid in process_guids:
+        response = httpx.get(f"{bbs_url}/v1/actual_lrps", params={"process_guid": guid}, timeout=10.0)
+        response.raise_for_status()
+        seen[guid] = dict(Counter(a["state"] for a in response.json()["items"]))
+        if seen[guid].get("CLAIMED") or seen[guid].get("RUNNING"):
+            return True
+    raise Unmet(f"nothing placed yet: {seen}")
 
 
 def test_killing_the_leaders_mid_push_places_every_instance_once(ha_cluster: LocalCluster) -> None:
@@ -120,6 +133,9 @@ def test_killing_the_leaders_mid_push_places_every_instance_once(ha_cluster: Loc
             response = httpx.post(f"{survivor_url}/v1/desired_lrps", json=body, timeout=30.0)
             assert response.status_code == 201, f"expected 201 desiring fleet-{n}, saw {response.status_code}"
             if n + 1 == KILL_AFTER:
+                # Not before the first leader has placed some of it: the reps must hold work from its term.
+                wait_for(lambda: placed_any(survivor_url, [f"fleet-{i}" for i in range(KILL_AFTER)]), 30.0,
+                         f"some instances of the first {KILL_AFTER} apps placed by {leaders['auctioneer']}")
                 lc.kill(leaders["auctioneer"])
                 lc.kill(leaders["convergence"])
         for n in range(APPS):
@@ -163,7 +179,7 @@ def ha_cluster_long_ttl(tmp_path: Path, fresh_postgres_database: str) -> Iterato
         lc.start(timeout=90.0)
         yield lc
     finally:
-        lc.stop()
+        stop_cluster(lc)
 
 
 def test_a_leader_stopped_with_sigterm_hands_its_leases_over_well_before_the_ttl(
@@ -216,4 +232,4 @@ def test_on_nats_the_reps_and_auctioneers_carry_on_through_the_other_bbs(
         wait_for(lambda: every_index_running_once(second, "on-nats", 6), 60.0,
                  f"6 instances RUNNING with {first} dead")
     finally:
-        lc.stop()
+        stop_cluster(lc)

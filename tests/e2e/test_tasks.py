@@ -11,6 +11,10 @@ from .conftest import Unmet, wait_for
 
 pytestmark = [pytest.mark.e2e]
 
+# One cluster per transport for the module (conftest's module_cluster): each task has a guid of its own
+# and nothing is killed or restarted, so the tests cannot disturb one another.
+CLUSTER = {"cells": 2, "zones": 1, "cell_memory_mb": 4096}
+
 
 def completed(c, task_guid: str) -> dict:
     task = c.bbs.task(task_guid)
@@ -21,8 +25,8 @@ def completed(c, task_guid: str) -> dict:
 
 
 @pytest.mark.timeout(120)
-def test_task_returns_exit_status_and_output(make_cluster):
-    c = make_cluster(cells=2, zones=1)
+def test_task_returns_exit_status_and_output(shared_cluster):
+    c = shared_cluster
     ok = c.guid("hello-task")
     r = c.cli("task", "run", "--name", ok, "--memory", "64", "--disk", "64", "--", sys.executable, "-c",
               "import os; print('hello from', os.environ.get('CELL_ID', '?')); print('x' * 5000); print('tail-ok')")
@@ -49,8 +53,8 @@ def test_task_returns_exit_status_and_output(make_cluster):
 
 
 @pytest.mark.timeout(120)
-def test_failing_task_fails_with_its_reason(make_cluster):
-    c = make_cluster(cells=2, zones=1)
+def test_failing_task_fails_with_its_reason(shared_cluster):
+    c = shared_cluster
     bad = c.guid("failing-task")
     r = c.cli("task", "run", "--name", bad, "--memory", "64", "--disk", "64", "--",
               sys.executable, "-c", "import sys; print('about to fail'); sys.exit(3)")
@@ -65,8 +69,8 @@ def test_failing_task_fails_with_its_reason(make_cluster):
 
 
 @pytest.mark.timeout(120)
-def test_task_no_cell_can_hold_fails_after_three_rejections(make_cluster):
-    c = make_cluster(cells=2, zones=1, cell_memory_mb=4096)
+def test_task_no_cell_can_hold_fails_after_three_rejections(shared_cluster):
+    c = shared_cluster  # cells of 4096 MB: a task of 100,000 MB fits none
     huge = c.guid("huge-task")
     c.bbs.create_task(huge, [sys.executable, "-c", "print('never')"], memory_mb=100_000)
 

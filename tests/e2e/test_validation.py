@@ -5,12 +5,17 @@ from __future__ import annotations
 
 import json
 import sys
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from .conftest import APP_COMMAND
+from .conftest import APP_COMMAND, E2ECluster
 
 pytestmark = [pytest.mark.e2e]
+
+# One cluster per transport for the module (conftest's module_cluster): bad input writes nothing, which
+# each test checks, so the tests cannot disturb one another.
+CLUSTER = {"cells": 1, "zones": 1}
 
 VALID_LRP = {"process_guid": "fine-app", "instances": 0, "command": APP_COMMAND, "memory_mb": 64}
 VALID_TASK = {"task_guid": "fine-task", "command": [sys.executable, "-c", "pass"], "memory_mb": 64}
@@ -39,6 +44,14 @@ BAD_TASKS = [
 ]
 
 
+@pytest.fixture(scope="module")
+def fine_app(module_cluster: E2ECluster) -> dict:
+    """The valid app the bad updates and the CLI's bad `scale` commands aim at, created once per cluster."""
+    r = module_cluster.bbs.http.post("/v1/desired_lrps", json=VALID_LRP)
+    assert r.status_code == 201, f"expected 201 creating {VALID_LRP['process_guid']}, saw {r.status_code}: {r.text}"
+    return r.json()
+
+
 def names_field(response, field: str) -> bool:
     detail = response.json().get("detail")
     if not isinstance(detail, list):
@@ -56,10 +69,9 @@ def snapshot(c) -> tuple:
 
 
 @pytest.mark.timeout(180)
-def test_bad_input_is_rejected_naming_the_field_and_writes_nothing(make_cluster):
-    c = make_cluster(cells=1, zones=1)
+def test_bad_input_is_rejected_naming_the_field_and_writes_nothing(shared_cluster, fine_app):
+    c = shared_cluster
     http = c.bbs.http
-    assert http.post("/v1/desired_lrps", json=VALID_LRP).status_code == 201
     before = snapshot(c)
 
     problems = []
@@ -106,14 +118,16 @@ CLI_CASES = [
 
 
 @pytest.mark.timeout(180)
-def test_cli_rejects_bad_input_with_one_line_and_exit_status_2(make_cluster):
-    c = make_cluster(cells=1, zones=1)
-    assert c.bbs.http.post("/v1/desired_lrps", json=VALID_LRP).status_code == 201
+def test_cli_rejects_bad_input_with_one_line_and_exit_status_2(shared_cluster, fine_app):
+    c = shared_cluster
     before = snapshot(c)
 
+    # One `vendue` process per case, two at a time (CI has two cores): each is mostly an interpreter
+    # start-up, and none of them writes.
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        results = list(pool.map(lambda case: c.cli(*case[1]), CLI_CASES))
     problems = []
-    for what, args, field in CLI_CASES:
-        r = c.cli(*args)
+    for (what, args, field), r in zip(CLI_CASES, results, strict=True):
         lines = [line for line in r.output.splitlines() if line.strip()]
         if r.code != 2 or len(lines) != 1 or field not in lines[0]:
             problems.append(f"`vendue {' '.join(args[:3])} ...` ({what}): expected exit 2 and one line naming "

@@ -7,6 +7,7 @@ records every heartbeat and lifecycle request and accepts everything.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import socket
@@ -169,7 +170,35 @@ async def start_rep(tmp_path: Path) -> AsyncIterator[Callable[..., Any]]:
 
     yield start
     for proc in started:
-        await asyncio.to_thread(terminate_then_kill, proc, 5.0)
+        await asyncio.to_thread(stop_rep, proc)
+
+
+def stop_rep(proc: subprocess.Popen[bytes], grace_s: float = 5.0) -> None:
+    """SIGINT: the rep stops what it runs, reports it and exits. (SIGTERM would evacuate: wait for a BBS
+    to stop its instances, which the fake one never does, until SIGKILL.) SIGTERM, SIGKILL after the grace."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGINT)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=grace_s)
+    terminate_then_kill(proc, grace_s)
+
+
+NOT_REGISTERED = "cell not yet registered with the BBS"
+
+
+async def post_work(client: httpx.AsyncClient, cell_url: str, body: dict[str, Any]) -> httpx.Response:
+    """POST work to a cell, again while it answers that the BBS has not yet accepted its first heartbeat
+    (it rejects everything until then, reserving nothing; the ready file does not wait for that)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + DEADLINE_S
+    while True:
+        answer = await client.post(f"{cell_url}/work", json=body)
+        if answer.status_code != 200 or answer.json().get("reason") != NOT_REGISTERED:
+            return answer
+        if loop.time() > deadline:
+            raise AssertionError(f"expected {cell_url} to register with the BBS within {DEADLINE_S}s; "
+                                 f"it still answers {answer.json()}")
+        await asyncio.sleep(0.02)
 
 
 def desired(guid: str, command: list[str] | None = None, memory_mb: int = 256) -> DesiredLRP:
@@ -306,8 +335,8 @@ async def test_kill_9_of_a_process_rep_leaves_no_child_behind(fake_bbs: FakeBBS,
     rep = await start_rep("--cell-id", "proc-cell", "--bbs-url", fake_bbs.url, "--memory-mb", "4096")
     app = desired("web", command=[sys.executable, "-c", HTTP_SERVER], memory_mb=512)
     async with httpx.AsyncClient(timeout=DEADLINE_S) as client:
-        answer = await client.post(f"{rep.url}/work", json=work_body((app, 0), (app, 1)))
-        assert answer.json()["rejected_lrps"] == []
+        answer = await post_work(client, rep.url, work_body((app, 0), (app, 1)))
+        assert answer.json()["rejected_lrps"] == [], answer.json()
         await eventually(
             lambda: sum(len(b.running) for b in fake_bbs.lifecycle_of("proc-cell")) == 2,
             "2 running reports",
@@ -336,7 +365,8 @@ async def test_sigint_stops_the_children_of_a_process_rep_and_reports_them(
     rep = await start_rep("--cell-id", "proc-cell", "--bbs-url", fake_bbs.url, "--stop-grace", "2")
     app = desired("web", command=[sys.executable, "-c", HTTP_SERVER], memory_mb=512)
     async with httpx.AsyncClient(timeout=DEADLINE_S) as client:
-        await client.post(f"{rep.url}/work", json=work_body((app, 0)))
+        answer = await post_work(client, rep.url, work_body((app, 0)))
+        assert answer.json()["rejected_lrps"] == [], answer.json()
         await eventually(
             lambda: any(b.running for b in fake_bbs.lifecycle_of("proc-cell")),
             "a running report",
