@@ -4,8 +4,7 @@ Each scenario is cells (zones, sizes, what they already run), apps (instances, m
 deterministic for its seed, plus the strategies it compares by default. The shapes follow Diego's auction
 simulation (cloudfoundry/auction, simulation/): cold starts, an imbalanced deploy, AZ balance, a nearly
 full cluster; then the DEA and load-mark strategy examples, a production-like cluster and the 250,000
-instance scale runs (one with room to spare, one the real-services benchmark's exactly full cluster).
-`vendue simulate --scenario NAME --out FILE` writes one as a workload file.
+instance scale run. `vendue simulate --scenario NAME --out FILE` writes one as a workload file.
 """
 
 from __future__ import annotations
@@ -156,39 +155,6 @@ def scale_250k(seed: int) -> SimInput:
     return SimInput("scale-250k", cells, apps)
 
 
-def bench_app_sizes(apps: int, instances: int) -> list[int]:
-    """`apps` sizes between 1 and 2*mean-1 that add up to `instances` (deterministic): the apps of the
-    real-services benchmark (tests/bench/scale.py) and of the `scale-250k-full` scenario."""
-    mean = instances // apps
-    sizes = [max(1, mean + ((i * 37) % mean) - mean // 2) for i in range(apps)]
-    diff = instances - sum(sizes)
-    i = 0
-    while diff:
-        step = 1 if diff > 0 else -1
-        if sizes[i % apps] + step >= 1:
-            sizes[i % apps] += step
-            diff -= step
-        i += 1
-    return sizes
-
-
-FULL_CELL = (32 * GIB, 64 * GIB, 250)  # the real-services benchmark's cell
-FULL_CELLS_PER_HOST = 250  # its `vendue rep --sim` processes host 250 cells each, zones z(i % 3) per host
-
-
-def scale_250k_full(seed: int) -> SimInput:
-    """The real-services benchmark (tests/bench/scale.py) in process: 1,000 cells of 32 GiB, 64 GiB and 250
-    containers on 4 simulated hosts (zones z0/z1/z2 of 336/332/332 cells), 5,000 apps of 25-75 instances
-    (64/96/128 MB), 250,000 instances: the cluster ends exactly full, and every app should end within one
-    instance per zone. Deterministic (the seed is not used), like the benchmark."""
-    memory, disk, containers = FULL_CELL
-    cells = [cell(f"sim{h}-{i}", f"z{i % 3}", memory, disk, containers)
-             for h in range(SCALE_CELLS // FULL_CELLS_PER_HOST) for i in range(FULL_CELLS_PER_HOST)]
-    sizes = bench_app_sizes(SCALE_APPS, SCALE_INSTANCES)
-    apps = [app(f"scale-{i}", n, 64 + 32 * (i % 3), 128 + 64 * (i % 3)) for i, n in enumerate(sizes)]
-    return SimInput("scale-250k-full", cells, apps)
-
-
 COMPARE = ("diego", "dea", "binpack", "random")
 
 SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
@@ -210,9 +176,6 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
              mixed, ("diego", "dea", "loadmark", "binpack", "random")),
     Scenario("scale-250k", "Scale: 1,000 cells, 5,000 apps, 250,000 instances in one batch",
              scale_250k, ("diego",)),
-    Scenario("scale-250k-full",
-             "The scale benchmark's cluster and apps: 250,000 instances fill 1,000 cells exactly",
-             scale_250k_full, ("diego",)),
 )}
 
 

@@ -16,7 +16,7 @@ from .simulate_input import from_workload, to_workload
 
 REQUIRED = {"cold-start-small", "cold-start-large", "imbalanced", "az-distribution", "low-memory",
             "dea-example", "loadmark-example", "mixed", "scale-250k"}
-SMALL = sorted(set(SCENARIOS) - {"scale-250k", "scale-250k-full"})
+SMALL = sorted(set(SCENARIOS) - {"scale-250k"})
 
 
 def test_the_issue_s_scenarios_are_all_there_with_one_line_descriptions() -> None:
@@ -98,13 +98,3 @@ def test_split_counts_adds_up_within_bounds() -> None:
     assert sum(counts) == 1234 and min(counts) >= 1 and max(counts) <= 60
     with pytest.raises(ValueError):
         split_counts(random.Random(1), 10, 1000, 1, 99)
-
-
-def test_scale_250k_full_is_the_benchmark_s_exactly_full_cluster() -> None:
-    sim = SCENARIOS["scale-250k-full"].build(0)
-    assert len(sim.cells) == 1000 and len(sim.apps) == 5000 and sim.instances == 250_000
-    assert Counter(c.zone for c in sim.cells) == {"z0": 336, "z1": 332, "z2": 332}
-    assert {(c.memory_mb, c.disk_mb, c.containers) for c in sim.cells} == {(32 * 1024, 64 * 1024, 250)}
-    assert sum(c.containers for c in sim.cells) == sim.instances  # exactly full: containers bind
-    assert sum(a.memory_mb * len(a.indices) for a in sim.apps) < sum(c.memory_mb for c in sim.cells)
-    assert min(len(a.indices) for a in sim.apps) == 25 and max(len(a.indices) for a in sim.apps) == 75

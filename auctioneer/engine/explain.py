@@ -67,9 +67,7 @@ def explain(
     factories = pickers("reference")
     state = AuctionState(cells, config)
     active: dict[str, object] = {}
-    batch = order_batch(lrps, tasks, len(state.zone_names), state.process_instances)
-    state.note_batch(batch)
-    for item in batch:
+    for item in order_batch(lrps, tasks):
         is_lrp = isinstance(item, LRPStart)
         name = (item.strategy or config.strategy) if is_lrp else config.strategy
         picker = active.get(name) or active.setdefault(name, factories[name](state))

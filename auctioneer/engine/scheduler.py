@@ -46,7 +46,7 @@ def schedule(
             picker = active[name] = factories[name](state)
         return picker
 
-    batch = order_batch(lrps, tasks, len(state.zone_names), state.process_instances)
+    batch = order_batch(lrps, tasks)
     state.note_batch(batch)
     for item in batch:
         if state.inflight_limit_reached():

@@ -76,8 +76,6 @@ class CellSlot:
         return f"CellSlot({self.cell_id}, zone={self.zone}, mem={self.avail_m}/{self.total_m})"
 
 
-EMPTY_COUNTS: dict[str, int] = {}  # never written to
-
 ReserveListener = Callable[[CellSlot], None]
 # (cell, process guid or None for a task, the cell's new count of that process's instances / of tasks)
 CountListener = Callable[[CellSlot, "str | None", int], None]
@@ -112,17 +110,6 @@ class AuctionState:
             if slot.task_count:
                 self.task_cells[slot.pos] = slot.task_count
         self.total_starting = sum(s.starting for s in self.slots)
-        # zone -> [containers, memory, disk] left for others: the free capacity summed over its cells, less
-        # what the batch's LRPs still owe the zone for their equal shares (`note_batch`). Every reservation
-        # takes from it, and gives back when it was an owed instance. Read by `zone_room`.
-        self.zone_left: dict[str, list[int]] = {z: [0, 0, 0] for z in self.zone_names}
-        for slot in self.slots:
-            left = self.zone_left[slot.zone]
-            left[0] += slot.avail_c
-            left[1] += slot.avail_m
-            left[2] += slot.avail_d
-        # process guid -> (equal share per zone, memory, disk), for the batch's processes with a share ≥ 1
-        self._shares: dict[str, tuple[int, int, int]] = {}
         self.version = 0
         self.listeners: list[ReserveListener] = []
         self.count_listeners: list[CountListener] = []
@@ -133,33 +120,9 @@ class AuctionState:
         self.batch_instances: dict[str, int] = {}
 
     def note_batch(self, items: Sequence[LRPStart | TaskStart]) -> None:
-        """Count the batch's instances per process, and what each process owes each zone.
-
-        With Z zones, a zone-balanced process of n instances (on the cells and in this batch) ends with
-        at least n // Z — its equal share — in every zone. What it still lacks of that share in a zone is
-        *owed* there: capacity the zone must keep for it, whatever else the batch places first.
-        """
-        sizes: dict[str, tuple[int, int]] = {}
         for item in items:
             if isinstance(item, LRPStart):
                 self.batch_instances[item.process_guid] = self.batch_instances.get(item.process_guid, 0) + 1
-                sizes.setdefault(item.process_guid, (item.memory_mb, item.disk_mb))
-        zones = len(self.zone_names)
-        if zones < 2:
-            return
-        for pg, (memory_mb, disk_mb) in sizes.items():
-            counts = self.zone_counts.get(pg, EMPTY_COUNTS)
-            share = (sum(counts.values()) + self.batch_instances[pg]) // zones
-            if share < 1:
-                continue
-            self._shares[pg] = (share, memory_mb, disk_mb)
-            for zone in self.zone_names:
-                lacking = share - counts.get(zone, 0)
-                if lacking > 0:
-                    left = self.zone_left[zone]
-                    left[0] -= lacking
-                    left[1] -= lacking * memory_mb
-                    left[2] -= lacking * disk_mb
 
     # --- reservations -------------------------------------------------------------------------------
 
@@ -177,15 +140,8 @@ class AuctionState:
         slot.proc_counts[pg] = n
         self.proc_cells.setdefault(pg, {})[slot.pos] = n
         zc = self.zone_counts.setdefault(pg, {})
-        before = zc.get(slot.zone, 0)
-        zc[slot.zone] = before + 1
+        zc[slot.zone] = zc.get(slot.zone, 0) + 1
         self._zone_groups.pop(pg, None)
-        shares = self._shares.get(pg)
-        if shares is not None and before < shares[0]:  # an owed instance: what it took was set aside
-            left = self.zone_left[slot.zone]
-            left[0] += 1
-            left[1] += shares[1]
-            left[2] += shares[2]
         self.lrps_placed_by_process[pg] = self.lrps_placed_by_process.get(pg, 0) + 1
         if item.ingress_ip and slot.ingress_free:
             slot.ingress_free.pop(0)
@@ -212,10 +168,6 @@ class AuctionState:
         slot.starting += 1
         self.total_starting += 1
         self.version += 1
-        left = self.zone_left[slot.zone]
-        left[0] -= 1
-        left[1] -= memory_mb
-        left[2] -= disk_mb
 
     def _notify(self, slot: CellSlot) -> None:
         for listener in self.listeners:
@@ -262,80 +214,6 @@ class AuctionState:
                     last = n
         self._zone_groups[process_guid] = groups
         return groups
-
-    def zone_room(self, zone: str, memory_mb: int, disk_mb: int) -> int:
-        """How many instances of this size the zone has room for beyond what the batch's processes owe
-        it (`note_batch`): its summed free containers, memory and disk less the owed ones (zone totals,
-        not cell by cell: a measure of how full the zone will be, not a promise that a cell fits)."""
-        containers, memory, disk = self.zone_left[zone]
-        room = containers
-        if memory_mb > 0 and memory // memory_mb < room:
-            room = memory // memory_mb
-        if disk_mb > 0 and disk // disk_mb < room:
-            room = disk // disk_mb
-        return room
-
-    def zone_groups_by_room(self, process_guid: str, memory_mb: int, disk_mb: int) -> list[list[str]]:
-        """The order in which the Diego strategy visits zones for an instance of the process.
-
-        Diego's zone groups (`zone_groups`: instances of the process, fewest first), and for a process
-        with an equal share in every zone (`note_batch`: at least as many instances as zones) each
-        group split by `zone_room` for the item: most room first, then by name; zones equal in count
-        *and* room form one group, within which the lowest score wins. A later group is tried only when
-        nothing in the earlier ones fits, so a fuller zone (by count) is still used only when no cell of
-        an emptier one can take the instance, and a zone with less room only when the roomier one has
-        no cell that fits.
-
-        Why room: a zone-balanced app of n instances has n // Z in every zone and a +1 in n % Z of them;
-        only where those +1s go is free to choose. Sending each to the equal-count zone with the most
-        room left after what the batch still owes (water-filling) keeps the zones' free capacity level,
-        so every later app's equal share still fits and, on a cluster the work fills exactly, the last
-        apps find room in every zone. The lowest cell score cannot do this: it sees one cell, not the
-        zone, and at scale its memory term varies far more from cell to cell than the zones' free
-        capacity differs. (The scale benchmark's shape — 250,000 instances filling 1,000 cells of 250
-        containers in zones of 336/332/332 — ended with up to 158 apps 2 to 11 instances apart, the
-        last ones placed, by the lowest score and then the zone name.)
-        Why only processes with a share: smaller ones (fewer instances than zones, Diego's unique-app
-        simulations among them) need no zone to keep room for them and keep Diego's plain lowest score,
-        which spreads them evenly over the cells whatever the zones' room.
-        """
-        groups = self.zone_groups(process_guid)
-        if process_guid not in self._shares:
-            return groups
-        left = self.zone_left
-        split: list[list[str]] | None = None  # a copy of `groups` (cached, never changed) once one splits
-        for i, group in enumerate(groups):
-            if len(group) == 1:
-                if split is not None:
-                    split.append(group)
-                continue
-            if split is None:
-                split = groups[:i]
-            keyed = []
-            for zone in group:  # `zone_room`, inlined: this runs for most items
-                room, memory, disk = left[zone]
-                if memory_mb > 0 and memory // memory_mb < room:
-                    room = memory // memory_mb
-                if disk_mb > 0 and disk // disk_mb < room:
-                    room = disk // disk_mb
-                keyed.append((-room, zone))
-            if len(keyed) == 2:
-                (ra, a), (rb, b) = keyed
-                split += [[a, b]] if ra == rb else [[a], [b]] if ra < rb else [[b], [a]]
-                continue
-            keyed.sort()
-            last = None
-            for negative_room, zone in keyed:
-                if negative_room == last:
-                    split[-1].append(zone)
-                else:
-                    split.append([zone])
-                    last = negative_room
-        return groups if split is None else split
-
-    def process_instances(self, process_guid: str) -> int:
-        """Instances of the process on the cells (ordinary ones, as counted for zone balance)."""
-        return sum(self.zone_counts.get(process_guid, EMPTY_COUNTS).values())
 
     def inflight_limit_reached(self) -> bool:
         limit = self.config.max_inflight_starts

@@ -51,7 +51,6 @@ from e2e import (  # noqa: E402
 )
 
 from deploy.cluster import LocalCluster  # noqa: E402
-from deploy.scenarios import bench_app_sizes  # noqa: E402
 
 TARGETS = {"seconds_to_all_running": 60.0, "state_fetch_seconds": 1.0, "convergence_pass_seconds": 2.0,
            "zone_skew": 1, "peak_rss_mb": 2048}
@@ -59,6 +58,22 @@ CELL_MEMORY_MB, CELL_DISK_MB, CELL_CONTAINERS = 32 * 1024, 64 * 1024, 250
 POLL_S = 0.25
 DESIRES_IN_FLIGHT = 64  # a deploy tool pushing 5,000 apps (--desires-in-flight); the BBS group-commits what waits
 GiB = 1024
+
+
+def app_sizes(apps: int, instances: int) -> list[int]:
+    """`apps` sizes between 1 and 2*mean-1 that add up to `instances` (deterministic)."""
+    mean = instances // apps
+    sizes = [mean + ((i * 37) % mean) - mean // 2 for i in range(apps)]
+    sizes = [max(1, s) for s in sizes]
+    diff = instances - sum(sizes)
+    i = 0
+    while diff:
+        step = 1 if diff > 0 else -1
+        if sizes[i % apps] + step >= 1:
+            sizes[i % apps] += step
+            diff -= step
+        i += 1
+    return sizes
 
 
 def peak_rss_mb(pid: int) -> float | None:
@@ -93,7 +108,7 @@ async def measure(
     cluster: LocalCluster, apps: int, instances: int, timeout: float, in_flight: int = DESIRES_IN_FLIGHT
 ) -> dict[str, Any]:
     bbs, auctioneer = cluster.bbs_url, cluster.auctioneer_url
-    sizes = bench_app_sizes(apps, instances)
+    sizes = app_sizes(apps, instances)
     rep_procs = {f"rep:{r.component or cid}": r.url.split("/cells/", 1)[0] for cid, r in cluster.reps.items()}
     component_urls = {"bbs": bbs, "auctioneer": auctioneer, **rep_procs}
     limits = httpx.Limits(max_connections=32, max_keepalive_connections=32)

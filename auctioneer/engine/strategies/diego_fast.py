@@ -26,10 +26,6 @@ one *bucket*. Why that suffices:
   sees every state, and valid because reservations only ever take), so "nothing fits here" is usually
   O(1): a batch larger than the cluster fails fast.
 
-- Zones are visited exactly as the reference visits them (`AuctionState.zone_groups_by_room`: by count
-  of the process, then by room for the item), and within a group the first lowest score met wins, so
-  the winner of each group is the (score, zone rank, index in zone) minimum over the group's pools.
-
 Work the index does not cover falls back to the reference code path: LRPs with request filters
 (labels, volumes, ingress IP, devices), and tasks when a bin-pack weight is set. A miss is diagnosed with
 numpy over all cells and cached per requirement until the state changes.
@@ -383,9 +379,8 @@ class DiegoFast(DiegoReference):
             return lrp_score(slot, m, d, pg, sw, bw)
 
         slots = self.state.slots
-        for group in self.state.zone_groups_by_room(pg, m, d):
-            # Within a group (equal count and equal room) the reference keeps the first lowest score met:
-            # zone order (by name), then cell order.
+        for group in self.state.zone_groups(pg):
+            # Within a group the reference keeps the first lowest score met: zone order, then cell order.
             best: tuple[float, int, int, int] | None = None  # (score, zone rank, index in zone, position)
             for rank, zone in enumerate(group):
                 for pool in self.zone_pools[zone]:
