@@ -11,9 +11,9 @@ import functools
 import itertools
 import operator
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from collections.abc import Iterable
 from typing import Any
 
 UNCLAIMED, CLAIMED, RUNNING, CRASHED = "UNCLAIMED", "CLAIMED", "RUNNING", "CRASHED"

@@ -9,6 +9,16 @@ import pytest
 from common.priority_lock import PriorityLock
 
 
+async def queued(lock: PriorityLock, waiters: int) -> None:
+    """Until `waiters` tasks wait for the lock (a deadline, not a sleep)."""
+    deadline = asyncio.get_running_loop().time() + 5
+    while len(lock._urgent) + len(lock._ordinary) < waiters:
+        assert asyncio.get_running_loop().time() < deadline, (
+            f"expected {waiters} waiters, saw {len(lock._urgent) + len(lock._ordinary)}"
+        )
+        await asyncio.sleep(0.001)
+
+
 async def test_urgent_waiters_go_first_and_each_class_is_fifo() -> None:
     lock = PriorityLock()
     order: list[str] = []
@@ -21,7 +31,7 @@ async def test_urgent_waiters_go_first_and_each_class_is_fifo() -> None:
     await lock.acquire()
     tasks = [asyncio.create_task(take(name, urgent)) for name, urgent in
              [("bulk-1", False), ("lease-1", True), ("bulk-2", False), ("lease-2", True)]]
-    await asyncio.sleep(0)  # all four are queued
+    await queued(lock, 4)
     lock.release()
     await asyncio.wait_for(asyncio.gather(*tasks), 5)
     assert order == ["lease-1", "lease-2", "bulk-1", "bulk-2"]
@@ -33,7 +43,7 @@ async def test_a_cancelled_waiter_neither_keeps_nor_loses_the_lock() -> None:
     await lock.acquire()
     cancelled = asyncio.create_task(lock.acquire(urgent=True))
     after = asyncio.create_task(lock.acquire())
-    await asyncio.sleep(0)
+    await queued(lock, 2)
     cancelled.cancel()
     lock.release()  # the cancelled waiter's future is done: the lock goes to the next one
     with pytest.raises(asyncio.CancelledError):
@@ -49,7 +59,7 @@ async def test_a_waiter_cancelled_as_it_is_handed_the_lock_hands_it_on() -> None
     await lock.acquire()
     first = asyncio.create_task(lock.acquire())
     second = asyncio.create_task(lock.acquire())
-    await asyncio.sleep(0)
+    await queued(lock, 2)
     lock.release()  # hands it to `first` ...
     first.cancel()  # ... which is cancelled before it runs
     with pytest.raises(asyncio.CancelledError):

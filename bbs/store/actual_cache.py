@@ -64,7 +64,7 @@ class ActualCache:
         self._rows = {}
         self._by_guid = {}
         self._counts = {}
-        self._put_all(rows)
+        self.put(rows)
         for before, ops in self._journal:
             if before < generation:
                 continue  # in the snapshot already
@@ -110,10 +110,6 @@ class ActualCache:
         for key in keys:
             self._remove(key)
 
-    def put(self, rows: Iterable[ActualRecord]) -> None:
-        """Rows updated or inserted."""
-        self._put_all(rows)
-
     def remove_guid(self, process_guid: str) -> None:
         self.remove(list(self._by_guid.get(process_guid, {})))
 
@@ -153,7 +149,8 @@ class ActualCache:
 
     # --- upkeep ------------------------------------------------------------------------------------
 
-    def _put_all(self, rows: Iterable[ActualRecord]) -> None:
+    def put(self, rows: Iterable[ActualRecord]) -> None:
+        """Rows updated or inserted."""
         by_guid, counts = self._by_guid, self._counts
         for row in rows:
             key = (row.process_guid, row.index, row.presence)

@@ -82,7 +82,7 @@ class Store:
             if connection.dialect.name == "postgresql":
                 await connection.execution_options(isolation_level="REPEATABLE READ")
             async with connection.begin():
-                yield Tx(connection, self.actual_cache, write_lock=self._write_lock)
+                yield Tx(connection, self.actual_cache, self._write_lock)
 
     @asynccontextmanager
     async def write(self, *, urgent: bool = False) -> AsyncIterator[Tx]:
@@ -96,7 +96,7 @@ class Store:
             try:
                 async with self.engine.begin() as connection:
                     await take_advisory_lock(connection, WRITE_LOCK_KEY)
-                    tx = Tx(connection, self.actual_cache, writing=True)
+                    tx = Tx(connection, self.actual_cache, self._write_lock, writing=True)
                     yield tx
                     await tx.raise_generation()
             except BaseException:
@@ -286,15 +286,15 @@ class Tx:
     def __init__(
         self,
         connection: AsyncConnection,
-        cache: ActualCache | None = None,
+        cache: ActualCache,
+        write_lock: PriorityLock,
         *,
         writing: bool = False,
-        write_lock: PriorityLock | None = None,
     ) -> None:
         self.connection = connection
-        self._cache = cache if cache is not None else ActualCache()
+        self._cache = cache
         self._writing = writing
-        self._write_lock = write_lock or PriorityLock()  # the store's (read transactions only)
+        self._write_lock = write_lock  # the store's: a read takes it briefly (all_actuals)
         self._generation: int | None = None  # of actual_lrps, as this transaction sees it; read once
         self._cache_ops: list[CacheOp] = []
         self.wrote_actuals = False
@@ -440,9 +440,7 @@ class Tx:
         is between its commit and the copy taking its changes, so the copy matches the snapshot
         unless another replica wrote."""
         if self._writing:
-            if (cache := await self._cached()) is not None:
-                return cache.all()
-            return await self.list_actuals()
+            raise RuntimeError("all_actuals is for read transactions (it takes the write lock)")
         async with self._write_lock.hold(urgent=True):  # held for one small query
             self._cache.wanted = True
             if (cache := await self._cached()) is not None:

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import time
 
 import pytest
 import sqlalchemy as sa
 
 from bbs.actual_set import ActualChanges
 from bbs.records import RUNNING, SUSPECT, CellRecord, DesiredRecord, TaskRecord, unclaimed
-from bbs.store import Store
-from bbs.store import tables
+from bbs.store import Store, tables
 from bbs.store.database import SchemaTooNew, create_engine, is_sqlite, migrate, schema_revision
 
 
@@ -206,10 +206,18 @@ async def test_urgent_writes_go_before_queued_bulk_writes(store: Store) -> None:
 
     holder = asyncio.create_task(hold())
     await asyncio.wait_for(holding.wait(), 5)
+    lock = store._write_lock  # (private: the only way to see who waits for it)
+
+    async def waiting(n: int) -> None:
+        deadline = time.monotonic() + 5
+        while len(lock._urgent) + len(lock._ordinary) < n:
+            assert time.monotonic() < deadline, f"expected {n} queued writes, saw {len(lock._ordinary)}"
+            await asyncio.sleep(0.001)
+
     bulk = asyncio.create_task(write("bulk", urgent=False))
-    await asyncio.sleep(0)  # queued first
+    await waiting(1)  # the bulk write queues first
     lease = asyncio.create_task(write("lease", urgent=True))
-    await asyncio.sleep(0)
+    await waiting(2)
     release.set()
     await asyncio.wait_for(asyncio.gather(holder, bulk, lease), 10)
     assert order == ["lease", "bulk"], f"expected the urgent write first, saw {order}"
