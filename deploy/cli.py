@@ -20,18 +20,29 @@ def _root() -> None:
     # (typer would otherwise run that single command as the whole CLI).
 
 
-def _register() -> None:
-    # Imported for their side effect of adding commands to `app`; each module owns its commands.
+# The module that defines each top-level command. A component process (`vendue bbs`, `vendue rep`, ...)
+# imports only its own module: every module at once costs about half a second of CPU per process start
+# (nats, SQLAlchemy, the simulator), and a test run starts hundreds of processes. `--help`, no command and
+# an unknown name load them all. cli_test.py checks this table against what the modules register.
+COMMAND_MODULES: dict[str, str] = {
+    "simulate": "deploy.simulate_cmd",
+    "bbs": "deploy.bbs_cmd",
+    "auctioneer": "deploy.auctioneer_cmd",
+    "rep": "deploy.rep_cmd",
+    **dict.fromkeys(("up", "demo"), "deploy.cluster_cmd"),
+    **dict.fromkeys(
+        ("push", "scale", "delete", "apps", "instances", "cells", "task", "tasks", "events"), "deploy.client_cmd"
+    ),
+}
+
+
+def _register(command: str | None = None) -> None:
+    """Import the module defining `command` (all modules when None or unknown); each module adds its
+    commands to `app` as a side effect of being imported."""
     import importlib
 
-    for name in (
-        "deploy.simulate_cmd",
-        "deploy.bbs_cmd",
-        "deploy.auctioneer_cmd",
-        "deploy.rep_cmd",
-        "deploy.cluster_cmd",
-        "deploy.client_cmd",
-    ):
+    module = COMMAND_MODULES.get(command or "")
+    for name in [module] if module else dict.fromkeys(COMMAND_MODULES.values()):
         try:
             importlib.import_module(name)
         except ModuleNotFoundError as exc:
@@ -39,8 +50,15 @@ def _register() -> None:
                 raise
 
 
+def _command_name(argv: list[str]) -> str | None:
+    """The command a `vendue` command line names (its first argument), or None (`vendue`, `vendue --help`)."""
+    return argv[1] if len(argv) > 1 and not argv[1].startswith("-") else None
+
+
 def main() -> None:
-    _register()
+    import sys
+
+    _register(_command_name(sys.argv))
     app()
 
 
