@@ -60,7 +60,7 @@ from enum import StrEnum
 from functools import lru_cache
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from .labels import validate_label_expression
 from .objective import validate_objective
@@ -305,6 +305,10 @@ class CellPresence(Open):
     # New each time the rep starts: a cell heartbeating with a new boot id lost whatever it held before,
     # so the BBS places that work again at once instead of waiting for a presence that never expires.
     boot_id: str = ""
+    # The root URL of the rep process hosting this cell when that process hosts several (a sim host):
+    # the auctioneer then fetches all their states, and sends all their work, in one request to it
+    # (GET/POST {host_url}/state, /work; rep/api.py). Empty for a rep hosting one cell.
+    host_url: str = ""
 
 
 class CellLRP(Open):
@@ -420,6 +424,58 @@ class WorkResult(Open):
     rejected_lrps: list[LRPWork] = Field(default_factory=list)
     rejected_tasks: list[Task] = Field(default_factory=list)
     reason: str = ""
+
+
+class HostCellStates(Open):
+    """GET {host_url}/state: the states of the live cells a multi-cell rep process hosts."""
+
+    cells: list[CellState] = Field(default_factory=list)
+
+
+class HostLRPGroup(Open):
+    """Instances of one desired LRP for one cell of a host: `desired` is its position in HostWork.desired."""
+
+    desired: int = Field(ge=0)
+    indices: list[int]
+
+
+class HostCellWork(Open):
+    lrp_groups: list[HostLRPGroup] = Field(default_factory=list)
+    tasks: list[Task] = Field(default_factory=list)
+
+
+class HostWork(Open):
+    """POST {host_url}/work: the work of several cells hosted by one rep process, in one request. Each
+    desired LRP is written (and validated) once however many of the cells get its instances; each
+    cell's part means exactly what the Work {lrp_groups (desired named in full), tasks, fencing_token}
+    would mean in its own POST {rep_url}/work."""
+
+    desired: list[DesiredLRP] = Field(default_factory=list)
+    cells: dict[Guid, HostCellWork] = Field(max_length=10_000)
+    fencing_token: int = 0
+
+    @model_validator(mode="after")
+    def _references_exist(self) -> HostWork:
+        for cell_id, work in self.cells.items():
+            for i, group in enumerate(work.lrp_groups):
+                if group.desired >= len(self.desired):
+                    raise ValueError(
+                        f"cells.{cell_id}.lrp_groups.{i}.desired: {group.desired} names no entry of"
+                        f" `desired` ({len(self.desired)} entries)"
+                    )
+        return self
+
+    def instances(self, cell_id: str) -> list[tuple[DesiredLRP, int]]:
+        """One cell's LRP instances as (desired LRP, index), in the order `Work.all_lrps()` would list them."""
+        desired = self.desired
+        return [(desired[g.desired], index) for g in self.cells[cell_id].lrp_groups for index in g.indices]
+
+
+class HostWorkResult(Open):
+    """Each cell's WorkResult. A cell of the request that is not (or no longer) hosted here is absent:
+    none of its work was taken."""
+
+    cells: dict[str, WorkResult] = Field(default_factory=dict)
 
 
 class LRPPlacementFailure(Open):

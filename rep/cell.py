@@ -12,6 +12,7 @@ whose claim (or any later report) the BBS refuses is stopped and forgotten witho
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import os
 import uuid
@@ -44,6 +45,17 @@ from .outbox import Outbox, SendLifecycle
 log = logging.getLogger("rep.cell")
 
 CANCELLED = "cancelled"
+STOPPING = "stopping"
+
+
+def guid_source() -> Callable[[], str]:
+    """Instance guids in the UUID format: a random head drawn once per cell boot (the first 20 hex digits
+    of a uuid4: 74 random bits), then a counter. As unique as uuid4 in practice (no two cells or boots
+    share a head) for a tenth of its cost per instance (uuid4 reads os.urandom each time)."""
+    prefix = uuid.uuid4().hex[:20]
+    head = f"{prefix[:8]}-{prefix[8:12]}-{prefix[12:16]}-{prefix[16:20]}-"
+    counter = itertools.count()
+    return lambda: f"{head}{next(counter):012x}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +74,7 @@ class CellConfig:
     labels: dict[str, str] = field(default_factory=dict)
     report_host_metrics: bool = False  # real cells report load; simulated ones have none to report
     report_linger_s: float = 0.0  # how long the outbox lets reports gather before sending (rep/outbox.py)
+    host_url: str = ""  # the root URL of this process when it hosts several cells (CellPresence.host_url)
 
 
 @dataclass(slots=True)
@@ -77,7 +90,7 @@ class HeldInstance:
         return self.desired.process_guid
 
     def ref(self) -> InstanceRef:
-        return InstanceRef(process_guid=self.process_guid, index=self.index, instance_guid=self.instance_guid)
+        return InstanceRef(process_guid=self.desired.process_guid, index=self.index, instance_guid=self.instance_guid)
 
 
 @dataclass(slots=True)
@@ -93,7 +106,7 @@ class Cell:
         executor: Executor,
         send_lifecycle: SendLifecycle,
         *,
-        new_guid: Callable[[], str] = lambda: str(uuid.uuid4()),
+        new_guid: Callable[[], str] | None = None,
     ) -> None:
         self.config = config
         self.executor = executor
@@ -110,8 +123,14 @@ class Cell:
         # Every fencing token work was accepted under, once each, in order (a debug record: tests check
         # through it that no two auctioneers placed work here under one token, or out of order).
         self.accepted_fencing_tokens: list[int] = []
-        self._new_guid = new_guid
+        self._new_guid = new_guid or guid_source()
         self._instances: dict[str, HeldInstance] = {}
+        # Kept as instances come and go, so that a bid (`state(counts=True)`, asked every auction) costs
+        # the number of apps here, not the number of instances: process guid -> instances not stopping,
+        # process guid -> instances stopping, and how many are starting.
+        self._lrp_counts: dict[str, int] = {}
+        self._stopping_counts: dict[str, int] = {}
+        self._starting = 0
         self._by_index: dict[tuple[str, int], str] = {}
         self._tasks: dict[str, HeldTask] = {}
         self._used_memory = 0
@@ -144,9 +163,8 @@ class Cell:
         lrp_counts: dict[str, int] = {}
         stopping_counts: dict[str, int] = {}
         if counts:
-            for i in self._instances.values():
-                tally = stopping_counts if i.state == "stopping" else lrp_counts
-                tally[i.process_guid] = tally.get(i.process_guid, 0) + 1
+            lrp_counts = dict(self._lrp_counts)
+            stopping_counts = dict(self._stopping_counts)
         else:
             lrps = [
                 CellLRP(
@@ -171,7 +189,7 @@ class Cell:
             stacks=list(c.stacks),
             total=self.total(),
             available=self.available(),
-            starting_containers=sum(1 for i in self._instances.values() if i.state == "starting"),
+            starting_containers=self._starting,
             placement_tags=list(c.placement_tags),
             optional_placement_tags=list(c.optional_placement_tags),
             volume_drivers=list(c.volume_drivers),
@@ -200,6 +218,7 @@ class Cell:
             labels=dict(c.labels),
             evacuating=self.evacuating,
             boot_id=self.boot_id,
+            host_url=c.host_url,
         )
 
     @property
@@ -217,45 +236,43 @@ class Cell:
 
     def accept(self, work: Work) -> WorkResult:
         """Reserve what fits now, start it in the background, answer with the rest."""
-        lrps = work.all_lrps()
+        lrps = [(lrp.desired, lrp.index) for lrp in work.lrps]
+        lrps += [(group.desired, index) for group in work.lrp_groups for index in group.indices]
+        return self.take(lrps, work.tasks, work.fencing_token)
+
+    def take(self, lrps: list[tuple[DesiredLRP, int]], tasks: list[Task], fencing_token: int) -> WorkResult:
+        """`accept` on the parts of a Work: instances as (desired LRP, index), in order. A host's request
+        for many cells (HostWork) comes here without building one Work object per instance."""
         if self.evacuating or self.retired:
-            return WorkResult(rejected_lrps=lrps, rejected_tasks=work.tasks, reason="cell is evacuating")
+            return _all_rejected(lrps, tasks, "cell is evacuating")
         if self.awaiting_registration:
-            return WorkResult(rejected_lrps=lrps, rejected_tasks=work.tasks,
-                              reason="cell not yet registered with the BBS")
-        if work.fencing_token < self.fencing_token:
-            return WorkResult(
-                rejected_lrps=lrps,
-                rejected_tasks=work.tasks,
-                reason=f"stale fencing token {work.fencing_token} < {self.fencing_token}",
-            )
-        self.fencing_token = work.fencing_token
-        if not self.accepted_fencing_tokens or self.accepted_fencing_tokens[-1] != work.fencing_token:
-            self.accepted_fencing_tokens.append(work.fencing_token)
+            return _all_rejected(lrps, tasks, "cell not yet registered with the BBS")
+        if fencing_token < self.fencing_token:
+            return _all_rejected(lrps, tasks, f"stale fencing token {fencing_token} < {self.fencing_token}")
+        self.fencing_token = fencing_token
+        if not self.accepted_fencing_tokens or self.accepted_fencing_tokens[-1] != fencing_token:
+            self.accepted_fencing_tokens.append(fencing_token)
         reasons: list[str] = []
         rejected_lrps: list[LRPWork] = []
         rejected_tasks: list[Task] = []
-        for lrp in lrps:
-            why = self._why_not_lrp(lrp)
+        for desired, index in lrps:
+            why = self._why_not_lrp(desired, index)
             if why:
-                rejected_lrps.append(lrp)
+                rejected_lrps.append(LRPWork(desired=desired, index=index))
                 _note(reasons, why)
             else:
-                self._start_lrp(lrp)
-        for task in work.tasks:
+                self._start_lrp(desired, index)
+        for task in tasks:
             why = self._why_not_task(task)
             if why:
                 rejected_tasks.append(task)
                 _note(reasons, why)
             else:
                 self._start_task(task)
-        return WorkResult(
-            rejected_lrps=rejected_lrps, rejected_tasks=rejected_tasks, reason="; ".join(reasons)
-        )
+        return WorkResult(rejected_lrps=rejected_lrps, rejected_tasks=rejected_tasks, reason="; ".join(reasons))
 
-    def _why_not_lrp(self, lrp: LRPWork) -> str:
-        d = lrp.desired
-        if (d.process_guid, lrp.index) in self._by_index:
+    def _why_not_lrp(self, d: DesiredLRP, index: int) -> str:
+        if (d.process_guid, index) in self._by_index:
             return "instance already on this cell"
         if d.stack not in self.config.stacks:
             return f"stack {d.stack} not supported"
@@ -282,17 +299,37 @@ class Cell:
         ]
         return f"insufficient resources: {', '.join(short)}"
 
-    def _start_lrp(self, lrp: LRPWork) -> None:
-        held = HeldInstance(instance_guid=self._new_guid(), index=lrp.index, desired=lrp.desired)
-        self._instances[held.instance_guid] = held
-        self._by_index[(held.process_guid, held.index)] = held.instance_guid
-        self._used_memory += lrp.desired.memory_mb
-        self._used_disk += lrp.desired.disk_mb
+    def _start_lrp(self, desired: DesiredLRP, index: int) -> None:
+        guid = self._new_guid()
+        held = HeldInstance(guid, index, desired)
+        self._instances[guid] = held
+        process_guid = desired.process_guid
+        self._by_index[(process_guid, index)] = guid
+        self._lrp_counts[process_guid] = self._lrp_counts.get(process_guid, 0) + 1
+        self._starting += 1
+        self._used_memory += desired.memory_mb
+        self._used_disk += desired.disk_mb
         self._empty.clear()
         self.outbox.claimed(held.ref())
-        self.executor.start_lrp(
-            LRPContainer(self.cell_id, held.instance_guid, held.index, held.desired), self
-        )
+        self.executor.start_lrp(LRPContainer(self.cell_id, guid, index, desired), self)
+
+    def _stopping(self, held: HeldInstance) -> None:
+        """Mark an instance as being stopped: it holds its resources but no longer counts for its app."""
+        if held.state == STOPPING:
+            return
+        self._uncount(held)
+        held.state = STOPPING
+        self._stopping_counts[held.process_guid] = self._stopping_counts.get(held.process_guid, 0) + 1
+
+    def _uncount(self, held: HeldInstance) -> None:
+        tally = self._stopping_counts if held.state == STOPPING else self._lrp_counts
+        left = tally[held.process_guid] - 1
+        if left:
+            tally[held.process_guid] = left
+        else:
+            del tally[held.process_guid]
+        if held.state == "starting":
+            self._starting -= 1
 
     def _start_task(self, task: Task) -> None:
         self._tasks[task.task_guid] = HeldTask(task=task)
@@ -310,6 +347,7 @@ class Cell:
         key = (held.process_guid, held.index)
         if self._by_index.get(key) == held.instance_guid:
             del self._by_index[key]
+        self._uncount(held)
         self._used_memory -= held.desired.memory_mb
         self._used_disk -= held.desired.disk_mb
         self._check_empty()
@@ -329,12 +367,14 @@ class Cell:
 
     def lrp_running(self, instance_guid: str, ports: list[PortMapping]) -> None:
         held = self._instances.get(instance_guid)
-        if held is None or held.state == "stopping":
+        if held is None or held.state == STOPPING:
             return
+        if held.state == "starting":
+            self._starting -= 1
         held.state = "running"
         self.outbox.running(
             RunningInstanceReport(
-                process_guid=held.process_guid,
+                process_guid=held.desired.process_guid,
                 index=held.index,
                 instance_guid=instance_guid,
                 host=self.config.host,
@@ -344,7 +384,7 @@ class Cell:
 
     def lrp_crashed(self, instance_guid: str, reason: str) -> None:
         held = self._instances.get(instance_guid)
-        if held is None or held.state == "stopping":
+        if held is None or held.state == STOPPING:
             return  # a stop in progress reports `removed` itself
         self._forget_instance(held)
         self.outbox.crashed(
@@ -373,7 +413,7 @@ class Cell:
         held = self._instances.get(instance_guid)
         if held is None:
             return False
-        held.state = "stopping"
+        self._stopping(held)
         await self.executor.stop_lrp(instance_guid)
         if self._instances.get(instance_guid) is held:
             self._forget_instance(held)
@@ -424,7 +464,6 @@ class Cell:
                     "data": {"cell_id": self.cell_id, "process_guid": ref.process_guid, "index": ref.index}
                 },
             )
-            held.state = "stopping"
             self._forget_instance(held)
             self.in_background(self.executor.stop_lrp(ref.instance_guid))
         for task_guid in result.refused_tasks:
@@ -435,6 +474,14 @@ class Cell:
             held_task.state = "cancelling"
             self._forget_task(held_task)
             self.in_background(self.executor.cancel_task(task_guid))
+
+
+def _all_rejected(lrps: list[tuple[DesiredLRP, int]], tasks: list[Task], reason: str) -> WorkResult:
+    return WorkResult(
+        rejected_lrps=[LRPWork(desired=d, index=i) for d, i in lrps],
+        rejected_tasks=list(tasks),
+        reason=reason,
+    )
 
 
 def _note(reasons: list[str], why: str) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+from collections import Counter
 from datetime import UTC, datetime
 
 from common.models import (
@@ -126,6 +127,48 @@ async def test_the_summary_state_counts_instances_per_process() -> None:
     assert summary.lrp_counts == {"web": 2, "api": 1}
     assert summary.stopping_counts == {"web": 1}
     assert summary.available == full.available and summary.total == full.total
+
+
+async def test_the_summary_state_follows_every_change_as_the_full_state_does() -> None:
+    """The counts are kept as instances come and go (not recounted per bid): after each change they
+    equal what the per-instance state says."""
+    cell, executor = make_cell(memory_mb=4000)
+
+    def agree(step: str) -> None:
+        summary, full = cell.state(counts=True), cell.state()
+        running, stopping = Counter(), Counter()
+        for i in full.lrps:
+            (stopping if i.state == "stopping" else running)[i.process_guid] += 1
+        assert (summary.lrp_counts, summary.stopping_counts) == (dict(running), dict(stopping)), step
+        assert summary.starting_containers == sum(1 for i in full.lrps if i.state == "starting"), step
+
+    cell.accept(Work(lrp_groups=[{"desired": desired("web", memory_mb=100), "indices": [0, 1, 2, 3]},
+                                 {"desired": desired("api", memory_mb=100), "indices": [0, 1]}]))
+    agree("accepted")
+    guid = {(c.process_guid, c.index): c.instance_guid for c in executor.started}
+    cell.lrp_running(guid["web", 0], [])
+    cell.lrp_running(guid["web", 0], [])  # a repeated report changes nothing
+    cell.lrp_running(guid["api", 0], [])
+    agree("two running")
+    gate = asyncio.Event()
+    executor.stop_lrp = lambda g: gate.wait()  # type: ignore[method-assign]
+    stops = [asyncio.create_task(cell.stop_lrp(guid[k])) for k in (("web", 0), ("web", 1))]
+    await asyncio.sleep(0)
+    cell.lrp_running(guid["web", 1], [])  # a start that completes while stopping stays stopping
+    cell.lrp_crashed(guid["web", 0], "boom")  # ignored: a stop in progress reports `removed` itself
+    agree("two stopping")
+    cell.lrp_crashed(guid["api", 0], "boom")
+    cell.apply_lifecycle_result(LifecycleResult(refused=[InstanceRef(process_guid="web", index=2,
+                                                                     instance_guid=guid["web", 2])]))
+    agree("a crash and a refusal")
+    gate.set()
+    await asyncio.wait_for(asyncio.gather(*stops), 5)
+    await cell.wait_background(1.0)
+    agree("stopped")
+    assert cell.state(counts=True).lrp_counts == {"web": 1, "api": 1}
+    await cell.stop_everything("done")
+    agree("empty")
+    assert cell.state(counts=True).lrp_counts == {} and cell.state().starting_containers == 0
 
 
 async def test_rejects_a_duplicate_of_an_instance_it_holds() -> None:

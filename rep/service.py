@@ -9,19 +9,18 @@ import logging
 import signal
 import socket
 from collections.abc import Generator
+from typing import TYPE_CHECKING
 
 import httpx
 import uvicorn
 
 from common.failover import AsyncFailoverTransport, URLListError, split_urls
 from common.procutil import write_ready_file
-from common.transport.nats_connection import NatsConnection
 
 from .api import create_app
 from .cell import Cell, CellConfig
 from .executor import Executor
 from .host import HostLifecycleSender, RepHost, lifecycle_sender
-from .nats_bus import RepNatsBus
 from .process_executor import ProcessExecutor
 from .settings import (
     SIM_DEFAULT_DISK_MB,
@@ -32,6 +31,9 @@ from .settings import (
     machine_memory_mb,
 )
 from .sim_executor import SimExecutor
+
+if TYPE_CHECKING:
+    from .nats_bus import RepNatsBus
 
 log = logging.getLogger("rep")
 
@@ -91,6 +93,7 @@ def cell_configs(settings: RepSettings, base_url: str) -> list[CellConfig]:
                 labels=dict(settings.labels),
                 report_host_metrics=not sim,
                 report_linger_s=settings.report_linger,
+                host_url=base_url if settings.cells > 1 else "",
             )
         )
     return configs
@@ -162,6 +165,11 @@ def build_host(settings: RepSettings, base_url: str) -> RepHost:
 
 def connect_nats(settings: RepSettings, host: RepHost) -> RepNatsBus:
     """Start connecting to NATS in the background (retrying while unreachable); subscribe once connected."""
+    # Imported here: the NATS client (and the aiohttp it pulls in) costs a rep on HTTP ~0.4 s of CPU to import.
+    from common.transport.nats_connection import NatsConnection
+
+    from .nats_bus import RepNatsBus
+
     nats = NatsConnection(settings.nats_url, name=f"vendue-rep-{next(iter(host.cells))}", token=settings.nats_token)
     bus = RepNatsBus(host, nats)
     nats.on_connect(bus.subscribe)

@@ -1,7 +1,14 @@
-"""Fetching the bids: present cells from the BBS, then every cell's /state concurrently.
+"""Fetching the bids: present cells from the BBS, then every cell's state concurrently.
+
+A cell hosted alone by its rep is asked with GET {rep_url}/state. Cells whose presences name the same
+`host_url` (one rep process hosting many cells, `vendue rep --sim`) are asked together with ONE
+GET {host_url}/state, which answers every hosted cell's state (rep/api.py): 4 requests per auction
+instead of 1,000 for 1,000 cells in 4 processes.
 
 The whole fetch ends by one deadline (`cell_state_timeout` after it starts), as in Diego: a cell that
-fails, times out, answers with an invalid body or says it is evacuating drops out of this auction.
+fails, times out, answers with an invalid body or says it is evacuating drops out of this auction. A
+host request that fails, times out or answers an invalid body drops every cell asked of it, each with
+that reason; a cell missing from its host's answer drops out alone.
 """
 
 from __future__ import annotations
@@ -15,7 +22,7 @@ from dataclasses import dataclass, field
 import httpx
 from pydantic import BaseModel, ValidationError
 
-from common.models import CellPresence, CellState
+from common.models import CellPresence, CellState, HostCellStates
 
 from .clients import RepClients, RepUnreachable
 from .metrics import Metrics
@@ -82,12 +89,29 @@ class CellFetcher:
                 self._drop(result, presence.cell_id, _Dropped("evacuating"))
             else:
                 candidates[presence.cell_id] = presence
+        self._reps.host_of = {p.cell_id: p.host_url.rstrip("/") for p in presences if p.host_url}
+        alone: list[CellPresence] = []
+        hosted: dict[str, list[CellPresence]] = {}  # host_url -> its candidate cells
+        for presence in candidates.values():
+            if presence.host_url:
+                hosted.setdefault(presence.host_url.rstrip("/"), []).append(presence)
+            else:
+                alone.append(presence)
         deadline = asyncio.get_running_loop().time() + self._timeout
         limit = asyncio.Semaphore(self._max_concurrency)
         outcomes = await asyncio.gather(
-            *(self._fetch_one(p, deadline, limit) for p in candidates.values()), return_exceptions=True
+            *(self._fetch_one(p, deadline, limit) for p in alone),
+            *(self._fetch_host(url, cells, deadline, limit) for url, cells in hosted.items()),
+            return_exceptions=True,
         )
-        for presence, outcome in zip(candidates.values(), outcomes, strict=True):
+        by_cell: dict[str, object] = {p.cell_id: o for p, o in zip(alone, outcomes, strict=False)}
+        for cells, host_outcome in zip(hosted.values(), outcomes[len(alone):], strict=True):
+            if isinstance(host_outcome, BaseException):  # the host failed: each of its cells drops with why
+                by_cell.update((p.cell_id, host_outcome) for p in cells)
+            else:
+                by_cell.update(zip((p.cell_id for p in cells), host_outcome, strict=True))
+        for presence in candidates.values():  # in the BBS's order, whichever request answered
+            outcome = by_cell[presence.cell_id]
             if isinstance(outcome, CellState):
                 result.states.append(outcome)
                 result.rep_urls[outcome.cell_id] = presence.rep_url.rstrip("/")
@@ -105,34 +129,63 @@ class CellFetcher:
         return result
 
     async def _fetch_one(self, presence: CellPresence, deadline: float, limit: asyncio.Semaphore) -> CellState:
+        content = await self._get_state(presence.rep_url.rstrip("/") + "/state?lrps=counts", deadline, limit)
+        try:
+            state = CellState.model_validate_json(content)
+        except ValidationError as exc:
+            raise _Dropped("invalid_state", f"invalid state body: {exc.error_count()} errors") from None
+        if state.cell_id != presence.cell_id:
+            raise _Dropped("invalid_state", f"state names cell {state.cell_id!r}")
+        return _bid(state)
+
+    async def _fetch_host(
+        self, host_url: str, cells: list[CellPresence], deadline: float, limit: asyncio.Semaphore
+    ) -> list[CellState | _Dropped]:
+        """Every cell of one rep process in one request: each cell's state, or why it drops out. Asks for
+        all the host's cells (a short URL whatever their number); states of cells not asked about are ignored."""
+        content = await self._get_state(host_url + "/state?lrps=counts", deadline, limit)
+        try:
+            states = {s.cell_id: s for s in HostCellStates.model_validate_json(content).cells}
+        except ValidationError as exc:
+            raise _Dropped("invalid_state", f"invalid host state body: {exc.error_count()} errors") from None
+        outcomes: list[CellState | _Dropped] = []
+        for presence in cells:
+            state = states.get(presence.cell_id)
+            if state is None:
+                outcomes.append(_Dropped("missing", f"not in the state answer of its host {host_url}"))
+                continue
+            try:
+                outcomes.append(_bid(state))
+            except _Dropped as why:
+                outcomes.append(why)
+        return outcomes
+
+    async def _get_state(self, url: str, deadline: float, limit: asyncio.Semaphore) -> bytes:
+        """One state request within the fetch's deadline: the body of a 200, or why it failed."""
         loop = asyncio.get_running_loop()
         try:
             async with asyncio.timeout_at(deadline):
                 async with limit:
                     self._metrics.request("rep_state")
-                    response = await self._reps.get(
-                        presence.rep_url.rstrip("/") + "/state?lrps=counts", timeout=max(0.001, deadline - loop.time())
-                    )
+                    response = await self._reps.get(url, timeout=max(0.001, deadline - loop.time()))
         except TimeoutError:
             raise _Dropped("timeout", f"no state within {self._timeout:g} s") from None
         except RepUnreachable as exc:
             raise _Dropped("unreachable", str(exc)) from None
         if response.status_code != 200:
             raise _Dropped("bad_status", f"state answered {response.status_code}")
-        try:
-            state = CellState.model_validate_json(response.content)
-        except ValidationError as exc:
-            raise _Dropped("invalid_state", f"invalid state body: {exc.error_count()} errors") from None
-        if state.cell_id != presence.cell_id:
-            raise _Dropped("invalid_state", f"state names cell {state.cell_id!r}")
-        if state.evacuating:
-            raise _Dropped("evacuating")
-        return state
+        return response.content
 
     def _drop(self, result: FetchedCells, cell_id: str, why: _Dropped) -> None:
         result.dropped[cell_id] = why.detail
         self._metrics.cell_dropped(why.reason)
         log.debug("cell left out of the auction", extra={"data": {"cell_id": cell_id, "reason": why.detail}})
+
+
+def _bid(state: CellState) -> CellState:
+    if state.evacuating:
+        raise _Dropped("evacuating")
+    return state
 
 
 def _describe(exc: BaseException) -> str:

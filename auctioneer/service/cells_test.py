@@ -7,6 +7,7 @@ from auctioneer.service.cells import CellFetcher
 from auctioneer.service.clients import RepClients
 from auctioneer.service.metrics import Metrics
 from common.models import CellPresence, ResourcesModel
+from tests.auctioneer.fake_hosts import fake_host
 from tests.auctioneer.fakes import fake_bbs, fake_reps
 
 pytestmark = pytest.mark.timeout(60)
@@ -72,3 +73,54 @@ async def test_no_bbs_means_no_cells_and_says_why():
     async with httpx.AsyncClient(base_url="http://127.0.0.1:1") as to_bbs, RepClients() as to_reps:
         fetched = await fetcher("", to_bbs, to_reps)[0].fetch()
         assert fetched.states == [] and fetched.error.startswith("cell list unavailable: ConnectError")
+
+
+async def test_cells_of_one_rep_process_are_fetched_with_one_request_and_a_failing_host_drops_exactly_its_cells():
+    async with fake_reps() as reps, fake_host() as good, fake_host() as broken, fake_host() as slow, \
+            fake_bbs(reps) as bbs, httpx.AsyncClient(base_url=bbs.url) as to_bbs, RepClients() as to_reps:
+        reps.add("alone")
+        for i in range(3):
+            good.add(f"good-{i}")
+            broken.add(f"broken-{i}")
+            slow.add(f"slow-{i}")
+        good.add("leaving", evacuating=True)
+        good.add("unlisted")  # hosted there, but the BBS does not list it: not in this auction
+        good.left_out.add("good-2")  # listed by the BBS, missing from its host's answer
+        broken.state_mode, slow.state_mode = "error", "hang"
+        bbs.extra_cells = [*good.presences(), *broken.presences(), *slow.presences()]
+        bbs.extra_cells = [p for p in bbs.extra_cells if p.cell_id != "unlisted"]
+
+        f, metrics = fetcher(bbs.url, to_bbs, to_reps, timeout=0.5)
+        started = time.monotonic()
+        fetched = await f.fetch()
+
+        assert time.monotonic() - started < 3, "one deadline for the whole fetch, a hanging host included"
+        assert [s.cell_id for s in fetched.states] == ["alone", "good-0", "good-1"]
+        assert fetched.rep_urls["good-1"] == f"{good.url}/cells/good-1", "work still names each cell's own rep_url"
+        assert fetched.dropped == {
+            "good-2": f"not in the state answer of its host {good.url}",
+            "leaving": "evacuating",
+            **{f"broken-{i}": "state answered 500" for i in range(3)},
+            **{f"slow-{i}": "no state within 0.5 s" for i in range(3)},
+        }
+        assert (good.state_calls, broken.state_calls, slow.state_calls) == (1, 1, 1)
+        assert reps.state_calls == {"alone": 1}, "a cell without host_url keeps its own request"
+        assert metrics.requests_made["rep_state"] == 4, "requests made: one per host, one per lone cell"
+        assert metrics.cells_dropped == 8
+        assert to_reps.host_of == {
+            **{c: good.url for c in ("good-0", "good-1", "good-2", "leaving")},
+            **{f"broken-{i}": broken.url for i in range(3)}, **{f"slow-{i}": slow.url for i in range(3)},
+        }
+
+
+async def test_a_host_answering_an_invalid_body_drops_its_cells():
+    async with fake_host() as host, fake_bbs() as bbs, \
+            httpx.AsyncClient(base_url=bbs.url) as to_bbs, RepClients() as to_reps:
+        host.add("c0")
+        host.add("c1")
+        host.state_mode = "invalid"
+        bbs.extra_cells = host.presences()
+        fetched = await fetcher(bbs.url, to_bbs, to_reps)[0].fetch()
+        assert fetched.states == []
+        assert set(fetched.dropped) == {"c0", "c1"}
+        assert all(why.startswith("invalid host state body") for why in fetched.dropped.values()), fetched.dropped

@@ -9,6 +9,10 @@ is the difference between a state fetch well under a second and one of several s
 
 The interface is two calls that answer (status, body) or raise `RepUnreachable` / `TimeoutError`, so
 the fetcher and the dispatcher do not depend on which client library is underneath.
+
+Cells hosted by one rep process (a sim host: their presences share a `host_url`) are asked with one
+request per process instead (cells.py, dispatch.py). `RepClients.host_of` is that routing table: the
+fetcher fills it from the presences it last listed, the dispatcher reads it.
 """
 
 from __future__ import annotations
@@ -48,6 +52,8 @@ class RepClients:
     def __init__(self, max_connections: int = 256, timeout: float = 10.0) -> None:
         self.max_connections = max_connections
         self.timeout = timeout
+        # cell_id -> the root URL of the rep process hosting it, for cells hosted by a multi-cell process.
+        self.host_of: dict[str, str] = {}
         self._session: aiohttp.ClientSession | None = None
 
     def _open(self) -> aiohttp.ClientSession:

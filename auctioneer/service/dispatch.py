@@ -1,12 +1,21 @@
-"""Sending the auction's work to the winning reps: one POST per cell, all cells concurrently.
+"""Sending the auction's work to the winning reps, all of them concurrently.
+
+Over HTTP a winning cell hosted alone by its rep gets POST {rep_url}/work. The winning cells of one
+rep process hosting many (their presences share a `host_url`, RepClients.host_of) get ONE
+POST {host_url}/work (HostWork: every cell's work, each desired LRP written once; split over several
+posts of whole cells past HOST_WORK_MAX_ITEMS instances), answered with each cell's WorkResult
+(rep/api.py).
 
 What a rep rejects (its WorkResult), or the whole Work when the POST fails, comes back as rejections;
-`split_rejections` carries them into the next batch until they have had `max_attempts` tries.
+a failed host POST rejects the work of every cell in it as undelivered, and a cell its host's answer
+leaves out (not hosted there) likewise. `split_rejections` carries them into the next batch until they
+have had `max_attempts` tries.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
@@ -16,7 +25,7 @@ from pydantic import ValidationError
 
 from auctioneer.engine.diagnosis import NO_CELLS
 from auctioneer.engine.types import AuctionResult, Failure
-from common.models import WorkResult
+from common.models import HostWorkResult, WorkResult
 
 from .batcher import Batch, PendingLRP, PendingTask
 from .clients import RepClients, RepUnreachable
@@ -27,6 +36,9 @@ log = logging.getLogger("auctioneer.dispatch")
 # An auctioneer that is not elected (no lease API) sends 0, which reps always accept.
 FENCING_TOKEN = 0
 REJECTED_WITHOUT_REASON = "insufficient resources"
+# Instances and tasks per POST {host_url}/work at most (a host's cells are split over several posts
+# beyond it): the rep places a request's work without yielding, and the post must end within work_timeout.
+HOST_WORK_MAX_ITEMS = 10_000
 
 
 @dataclass(slots=True)
@@ -84,6 +96,12 @@ class BodyWriter:
         self._desired: dict[int, str] = {}
         self.fencing_token = fencing_token  # one auction, one token: every Work of it carries the same
 
+    def _desired_json(self, item: PendingLRP) -> str:
+        desired = self._desired.get(id(item.desired))
+        if desired is None:
+            desired = self._desired[id(item.desired)] = item.desired.model_dump_json()
+        return desired
+
     def body(self, work: CellWork, fencing_token: int | None = None) -> bytes:
         if fencing_token is None:
             fencing_token = self.fencing_token
@@ -91,16 +109,41 @@ class BodyWriter:
         for item in work.lrps:
             group = groups.get(id(item.desired))
             if group is None:
-                desired = self._desired.get(id(item.desired))
-                if desired is None:
-                    desired = self._desired[id(item.desired)] = item.desired.model_dump_json()
-                group = groups[id(item.desired)] = [desired]
+                group = groups[id(item.desired)] = [self._desired_json(item)]
             group.append(str(item.index))
-        lrp_groups = ",".join(f'{{"desired":{g[0]},"indices":[{",".join(g[1:])}]}}' for g in groups.values())
-        tasks = [item.task.model_dump_json() for item in work.tasks]
         return (
-            f'{{"lrp_groups":[{lrp_groups}],"tasks":[{",".join(tasks)}],"fencing_token":{fencing_token:d}}}'
+            f'{{"lrp_groups":[{_lrp_groups(groups)}],"tasks":[{_tasks(work)}],"fencing_token":{fencing_token:d}}}'
         ).encode()
+
+    def host_body(self, works: list[CellWork]) -> bytes:
+        """Several cells' work for the rep process hosting them: `HostWork(desired=..., cells=...,
+        fencing_token=...).model_dump_json()`, each desired LRP once, cells naming it by position."""
+        positions: dict[int, int] = {}  # id(desired) -> its position in `desired`
+        desired: list[str] = []
+        cells: list[str] = []
+        for work in works:
+            groups: dict[int, list[str]] = {}  # id(desired) -> [its position, index, index, ...]
+            for item in work.lrps:
+                group = groups.get(id(item.desired))
+                if group is None:
+                    position = positions.get(id(item.desired))
+                    if position is None:
+                        position = positions[id(item.desired)] = len(desired)
+                        desired.append(self._desired_json(item))
+                    group = groups[id(item.desired)] = [str(position)]
+                group.append(str(item.index))
+            cells.append(f'{json.dumps(work.cell_id)}:{{"lrp_groups":[{_lrp_groups(groups)}],"tasks":[{_tasks(work)}]}}')
+        return (
+            f'{{"desired":[{",".join(desired)}],"cells":{{{",".join(cells)}}},"fencing_token":{self.fencing_token:d}}}'
+        ).encode()
+
+
+def _lrp_groups(groups: dict[int, list[str]]) -> str:
+    return ",".join(f'{{"desired":{g[0]},"indices":[{",".join(g[1:])}]}}' for g in groups.values())
+
+
+def _tasks(work: CellWork) -> str:
+    return ",".join(item.task.model_dump_json() for item in work.tasks)
 
 
 SendOne = Callable[[CellWork, BodyWriter, asyncio.Semaphore], Awaitable[list[Rejection]]]
@@ -112,8 +155,12 @@ async def send_concurrently(
     """Send every winning cell its work at once (at most `max_concurrency` in flight) and tally what
     was placed and what came back rejected; the transport only says how one cell's work travels."""
     limit = asyncio.Semaphore(max_concurrency)
+    return tally(works, await asyncio.gather(*(send_one(w, writer, limit) for w in works)))
+
+
+def tally(works: list[CellWork], rejected: list[list[Rejection]]) -> DispatchOutcome:
+    """What was placed and what came back rejected, given each work's rejections."""
     outcome = DispatchOutcome()
-    rejected = await asyncio.gather(*(send_one(w, writer, limit) for w in works))
     for work, rejections in zip(works, rejected, strict=True):
         refused = {id(r.item) for r in rejections}
         outcome.lrps_placed += sum(1 for i in work.lrps if id(i) not in refused)
@@ -144,11 +191,59 @@ class ConcurrentWorkSender:
 
 
 class Dispatcher(ConcurrentWorkSender):
-    """Work over HTTP: one POST {rep_url}/work per winning cell."""
+    """Work over HTTP: one POST {host_url}/work per rep process hosting several winning cells, one
+    POST {rep_url}/work per other winning cell; all at once (at most `max_concurrency` in flight)."""
 
     def __init__(self, reps: RepClients, metrics: Metrics, **options: Any) -> None:
         super().__init__(metrics, **options)
         self._reps = reps
+
+    async def send(self, works: list[CellWork]) -> DispatchOutcome:
+        writer = BodyWriter(self._fencing_token())
+        limit = asyncio.Semaphore(self._max_concurrency)
+        alone: list[CellWork] = []
+        hosted: dict[str, list[CellWork]] = {}  # host_url -> the work of its cells
+        for work in works:
+            host_url = self._reps.host_of.get(work.cell_id)
+            if host_url:
+                hosted.setdefault(host_url, []).append(work)
+            else:
+                alone.append(work)
+        posts = [(url, chunk) for url, ws in hosted.items() for chunk in _chunks(ws, HOST_WORK_MAX_ITEMS)]
+        answers = await asyncio.gather(
+            *(self._send_one(w, writer, limit) for w in alone),
+            *(self._send_host(url, chunk, writer, limit) for url, chunk in posts),
+        )
+        rejected = list(answers[: len(alone)])
+        for host_answer in answers[len(alone) :]:
+            rejected.extend(host_answer)
+        return tally([*alone, *(w for _, chunk in posts for w in chunk)], rejected)
+
+    async def _send_host(
+        self, host_url: str, works: list[CellWork], writer: BodyWriter, limit: asyncio.Semaphore
+    ) -> list[list[Rejection]]:
+        """Several cells' work in one POST to the process hosting them: each work's rejections, in order."""
+        body = writer.host_body(works)
+        try:
+            async with limit, asyncio.timeout(self._timeout):
+                self._metrics.request("rep_work")
+                response = await self._reps.post_json(host_url + "/work", body, timeout=self._timeout)
+        except (TimeoutError, RepUnreachable) as exc:
+            return _host_undelivered(host_url, works, f"work not delivered: {type(exc).__name__}")
+        if response.status_code != 200:
+            return _host_undelivered(host_url, works, f"work answered {response.status_code}")
+        try:
+            result = HostWorkResult.model_validate_json(response.content)
+        except ValidationError:
+            # The host answered 200, so it took the work; a body we cannot read must not double-place it.
+            log.warning("unreadable host work result", extra={"data": {"host_url": host_url, "cells": len(works)}})
+            return [[] for _ in works]
+        left_out = "work not delivered: cell not on its host"
+        _log_undelivered(host_url, [w for w in works if w.cell_id not in result.cells], left_out)
+        return [
+            rejections_from(w, result.cells[w.cell_id]) if w.cell_id in result.cells else _rejected_whole(w, left_out)
+            for w in works
+        ]
 
     async def _send_one(self, work: CellWork, writer: BodyWriter, limit: asyncio.Semaphore) -> list[Rejection]:
         body = writer.body(work)
@@ -172,10 +267,41 @@ class Dispatcher(ConcurrentWorkSender):
         return undelivered(work, why)
 
 
+def _chunks(works: list[CellWork], max_items: int) -> list[list[CellWork]]:
+    """Consecutive runs of whole works of at most `max_items` items each (a bigger work alone)."""
+    chunks: list[list[CellWork]] = []
+    size = 0
+    for work in works:
+        if not chunks or size + len(work) > max_items:
+            chunks.append([])
+            size = 0
+        chunks[-1].append(work)
+        size += len(work)
+    return chunks
+
+
 def undelivered(work: CellWork, why: str) -> list[Rejection]:
     """The whole work as rejections that never reached the rep (any transport)."""
     log.warning("work not delivered", extra={"data": {"cell_id": work.cell_id, "items": len(work), "why": why}})
+    return _rejected_whole(work, why)
+
+
+def _rejected_whole(work: CellWork, why: str) -> list[Rejection]:
     return [Rejection(item, work.cell_id, why, True) for item in (*work.lrps, *work.tasks)]
+
+
+def _host_undelivered(host_url: str, works: list[CellWork], why: str) -> list[list[Rejection]]:
+    """Each work as undelivered (a failed host POST)."""
+    _log_undelivered(host_url, works, why)
+    return [_rejected_whole(w, why) for w in works]
+
+
+def _log_undelivered(host_url: str, works: list[CellWork], why: str) -> None:
+    """One log line for the host, not one per cell."""
+    if works:
+        log.warning("work not delivered", extra={"data": {
+            "host_url": host_url, "cells": len(works), "items": sum(len(w) for w in works), "why": why,
+        }})
 
 
 def rejections_from(work: CellWork, result: WorkResult) -> list[Rejection]:

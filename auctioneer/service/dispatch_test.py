@@ -2,6 +2,7 @@ import pytest
 
 from auctioneer.engine.diagnosis import NO_CELLS
 from auctioneer.engine.types import AuctionResult, Failure, LRPAssignment, TaskAssignment
+from auctioneer.service import dispatch
 from auctioneer.service.batcher import Batch, PendingLRP, PendingTask
 from auctioneer.service.clients import RepClients
 from auctioneer.service.dispatch import (
@@ -14,7 +15,8 @@ from auctioneer.service.dispatch import (
     split_rejections,
 )
 from auctioneer.service.metrics import Metrics
-from common.models import LRPWork, Work
+from common.models import HostWork, LRPWork, Work
+from tests.auctioneer.fake_hosts import fake_host
 from tests.auctioneer.fakes import desired, fake_reps, task
 
 pytestmark = pytest.mark.timeout(60)
@@ -119,3 +121,97 @@ async def test_a_rep_that_does_not_answer_in_time_has_all_its_work_rejected_as_u
         outcome = await Dispatcher(client, Metrics(), timeout=0.3).send([work])
         assert [(r.cell_id, r.unreachable) for r in outcome.rejections] == [("slow", True)]
         assert outcome.rejections[0].reason.startswith("work not delivered")
+
+
+def test_host_body_is_the_wire_host_work_with_each_desired_lrp_once():
+    web, api = desired("web", 4, env={"A": "1"}), desired("api", 2)
+    works = [
+        CellWork("c0", "u0", [PendingLRP(web, 0), PendingLRP(api, 1), PendingLRP(web, 2)], [PendingTask(task("t1"))]),
+        CellWork("c1", "u1", [PendingLRP(web, 1), PendingLRP(api, 0)]),
+        CellWork("c2", "u2", [], [PendingTask(task("t2"))]),
+    ]
+    writer = BodyWriter(fencing_token=9)
+    body = writer.host_body(works)
+    parsed = HostWork.model_validate_json(body)
+
+    assert body.count(b'"process_guid":"web"') == 1 and body.count(b'"process_guid":"api"') == 1
+    assert parsed.fencing_token == 9 and list(parsed.cells) == ["c0", "c1", "c2"]
+    for work in works:  # each cell's part lists what its own Work body would
+        own = Work.model_validate_json(writer.body(work))
+        assert [(d.model_dump(), i) for d, i in parsed.instances(work.cell_id)] == [
+            (lrp.desired.model_dump(), lrp.index) for lrp in own.all_lrps()]
+        assert [t.task_guid for t in parsed.cells[work.cell_id].tasks] == [t.task_guid for t in own.tasks]
+        assert own.fencing_token == 9
+
+
+async def test_cells_of_one_rep_process_get_their_work_in_one_post_and_rejections_map_back_to_each_cell():
+    async with fake_reps() as reps, fake_host() as good, fake_host() as broken, RepClients() as client:
+        reps.add("alone")
+        good.add("g-ok")
+        good.add("g-full", work_mode="reject", reason="insufficient resources: disk")
+        good.add("g-gone")
+        good.left_out.add("g-gone")  # no longer hosted there: left out of the answer
+        broken.add("b-0")
+        broken.add("b-1")
+        broken.work_mode = "error"
+        client.host_of = {cid: good.url for cid in good.cells} | {cid: broken.url for cid in broken.cells}
+        web, api = desired("web", 40), desired("api", 10)
+        works = [
+            CellWork("alone", reps.rep_url("alone"), [PendingLRP(web, i) for i in range(0, 5)]),
+            CellWork("g-ok", "unused", [PendingLRP(web, i) for i in range(5, 10)] + [PendingLRP(api, 0)],
+                     [PendingTask(task("t1"))]),
+            CellWork("g-full", "unused", [PendingLRP(web, i) for i in range(10, 15)] + [PendingLRP(api, 1)]),
+            CellWork("g-gone", "unused", [PendingLRP(web, 15)]),
+            CellWork("b-0", "unused", [PendingLRP(web, 16)]),
+            CellWork("b-1", "unused", [PendingLRP(api, 2)], [PendingTask(task("t2"))]),
+        ]
+        metrics = Metrics()
+        outcome = await Dispatcher(client, metrics, timeout=5).send(works)
+
+        assert len(good.work_posts) == 1 and len(broken.work_posts) == 1
+        assert list(good.work_posts[0].cells) == ["g-ok", "g-full", "g-gone"]
+        assert sorted(d.process_guid for d in good.work_posts[0].desired) == ["api", "web"], "each desired once"
+        assert {cell: len(posts) for cell, posts in reps.work_posts.items()} == {"alone": 1}
+        assert metrics.requests_made["rep_work"] == 3
+        assert (outcome.lrps_placed, outcome.tasks_placed) == (5 + 6, 1)
+        by_cell: dict[str, set] = {}
+        for r in outcome.rejections:
+            by_cell.setdefault(r.cell_id, set()).add((getattr(r.item, "key", None), r.reason, r.unreachable))
+        assert by_cell == {
+            "g-full": {(("web", i), "insufficient resources: disk", False) for i in range(10, 15)}
+            | {(("api", 1), "insufficient resources: disk", False)},
+            "g-gone": {(("web", 15), "work not delivered: cell not on its host", True)},
+            "b-0": {(("web", 16), "work answered 500", True)},
+            "b-1": {(("api", 2), "work answered 500", True), ("t2", "work answered 500", True)},
+        }
+        carried, failures = split_rejections(outcome.rejections, max_attempts=3)
+        assert len(carried) == 10 and not failures, "undelivered and rejected work is carried into the next batch"
+
+
+async def test_a_host_that_does_not_answer_in_time_has_all_its_cells_work_rejected_as_unreachable():
+    async with fake_host() as slow, RepClients() as client:
+        slow.add("s0")
+        slow.add("s1")
+        slow.work_mode = "hang"
+        client.host_of = {"s0": slow.url, "s1": slow.url}
+        works = [CellWork("s0", "x", [PendingLRP(desired("web"), 0)]), CellWork("s1", "x", [PendingLRP(desired("w"), 0)])]
+        outcome = await Dispatcher(client, Metrics(), timeout=0.3).send(works)
+        assert sorted((r.cell_id, r.reason, r.unreachable) for r in outcome.rejections) == [
+            ("s0", "work not delivered: TimeoutError", True), ("s1", "work not delivered: TimeoutError", True)]
+        assert outcome.lrps_placed == 0
+
+
+async def test_a_hosts_big_work_is_split_over_several_posts_of_whole_cells(monkeypatch):
+    monkeypatch.setattr(dispatch, "HOST_WORK_MAX_ITEMS", 5)
+    async with fake_host() as host, RepClients() as client:
+        for cid in ("h0", "h1", "h2"):
+            host.add(cid)
+        client.host_of = dict.fromkeys(host.cells, host.url)
+        web = desired("web", 12)
+        works = [CellWork("h0", "x", [PendingLRP(web, i) for i in range(0, 3)]),
+                 CellWork("h1", "x", [PendingLRP(web, i) for i in range(3, 5)]),
+                 CellWork("h2", "x", [PendingLRP(web, i) for i in range(5, 12)])]  # more than the cap: alone
+        metrics = Metrics()
+        outcome = await Dispatcher(client, metrics, timeout=5).send(works)
+        assert [list(post.cells) for post in host.work_posts] == [["h0", "h1"], ["h2"]]
+        assert metrics.requests_made["rep_work"] == 2 and outcome.lrps_placed == 12 and not outcome.rejections

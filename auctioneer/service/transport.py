@@ -1,6 +1,8 @@
 """The auctioneer's two transport seams: where bids come from and how work reaches a cell.
 
-HTTP: cells.CellFetcher (GET {rep_url}/state per cell) and dispatch.Dispatcher (POST {rep_url}/work).
+HTTP: cells.CellFetcher and dispatch.Dispatcher: GET {rep_url}/state and POST {rep_url}/work per cell
+hosted alone, and ONE GET {host_url}/state and POST {host_url}/work per rep process hosting several
+cells (their presences name it as `host_url`), whatever the number of its cells.
 NATS: nats_cells.NatsCellStateSource (one scatter-gather on vendue.cells.state) and
 nats_dispatch.NatsWorkSender (request/reply on vendue.cell.<id>.work). The auction sees only these.
 """
