@@ -1,10 +1,24 @@
-"""The order in which one auction's work is placed (Diego's batch ordering).
+"""The order in which one auction's work is placed (Diego's batch ordering, with each app's last partial
+round of zones held back to the end).
 
 1. Index-0 LRP instances, memory descending: every app gets its first instance before any gets a second.
 2. Tasks, memory descending.
-3. The remaining LRP instances, cycling through the LRPs in decreasing load (memory × instances in this
-   batch, ties by process guid): each cycle takes one more instance, lowest index first, of every LRP
-   that still has instances left.
+3. The remaining LRP instances that complete rounds of the zones, cycling through the LRPs in decreasing
+   load (memory × instances in this part, ties by process guid): each cycle takes one more instance,
+   lowest index first, of every LRP that still has instances left.
+4. Each LRP's last partial round: its final (instances on the cells + instances in the batch) mod zones
+   instances, apps with more of them first (then by load, then guid), an app's consecutively.
+
+Why step 4: with Z zones, a zone-balanced app of n instances has n // Z in every zone and one more in
+n % Z of them. The instances of complete rounds have no choice (each goes to the zone still short of
+the round), so where they go is fixed; only the last partial round chooses. Placed last, those choices
+see what the whole batch's complete rounds left (the Diego strategy sends each to the equal-count zone
+with the most room, `strategies.zone_room.ZoneRoom`), and on a cluster the batch fills exactly they
+take up precisely what is left. Placed mid-batch, they were made before the remaining rounds had taken
+their share, and the last apps of a full cluster were left with room in one zone only. An app's
+partial round goes in one piece, longest first, because its instances must go to different zones
+while single ones can go anywhere: the flexible work comes last. With one zone there is no partial
+round and the order is Diego's: steps 1-3.
 
 Sorts are stable, so equal keys keep the order the work arrived in. Duplicate (process_guid, index) and
 task_guid entries are dropped, keeping the first.
@@ -12,7 +26,7 @@ task_guid entries are dropped, keeping the first.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 from .types import LRPStart, TaskStart
 
@@ -21,8 +35,9 @@ def dedupe_lrps(lrps: Sequence[LRPStart]) -> list[LRPStart]:
     seen: set[tuple[str, int]] = set()
     unique = []
     for lrp in lrps:
-        if lrp.key not in seen:
-            seen.add(lrp.key)
+        key = (lrp.process_guid, lrp.index)  # `lrp.key`, without a property call per instance
+        if key not in seen:
+            seen.add(key)
             unique.append(lrp)
     return unique
 
@@ -37,13 +52,18 @@ def dedupe_tasks(tasks: Sequence[TaskStart]) -> list[TaskStart]:
     return unique
 
 
-def cycle_by_load(lrps: Sequence[LRPStart]) -> Iterator[LRPStart]:
+def by_process(lrps: Sequence[LRPStart]) -> dict[str, list[LRPStart]]:
+    """Instances grouped by process guid (in order of first arrival), each group lowest index first."""
     groups: dict[str, list[LRPStart]] = {}
     for lrp in lrps:
         groups.setdefault(lrp.process_guid, []).append(lrp)
     for members in groups.values():
         members.sort(key=lambda lrp: lrp.index)
-    ordered = sorted(groups.values(), key=lambda m: (-m[0].memory_mb * len(m), m[0].process_guid))
+    return groups
+
+
+def cycle_by_load(lrps: Sequence[LRPStart]) -> Iterator[LRPStart]:
+    ordered = sorted(by_process(lrps).values(), key=lambda m: (-m[0].memory_mb * len(m), m[0].process_guid))
     longest = max((len(m) for m in ordered), default=0)
     for round_ in range(longest):
         for members in ordered:
@@ -51,9 +71,37 @@ def cycle_by_load(lrps: Sequence[LRPStart]) -> Iterator[LRPStart]:
                 yield members[round_]
 
 
-def order_batch(lrps: Sequence[LRPStart], tasks: Sequence[TaskStart]) -> list[LRPStart | TaskStart]:
+def split_last_rounds(lrps: Sequence[LRPStart], zones: int, placed: Callable[[str], int] | None = None,
+                      ) -> tuple[list[LRPStart], list[LRPStart]]:
+    """(instances completing rounds of the zones, the last partial rounds in placing order).
+
+    An app's partial round is its last (placed + in batch) mod `zones` instances of this batch, `placed`
+    giving how many of the process the cells already hold (none when not given).
+    """
+    if zones <= 1:
+        return list(lrps), []
+    rounds: list[LRPStart] = []
+    partial: list[tuple[int, int, str, list[LRPStart]]] = []
+    for guid, members in by_process(lrps).items():
+        n = len(members)
+        tail = min(n, ((placed(guid) if placed else 0) + n) % zones)
+        rounds += members[: n - tail]
+        if tail:
+            # most constrained first: the longest partial rounds, and of those the ones whose index 0 is
+            # already placed (in step 1: their rest must avoid its zone)
+            started = 0 if members[n - tail].index == 0 else 1
+            partial.append((-tail, started, -members[0].memory_mb * n, guid, members[n - tail:]))
+    partial.sort(key=lambda p: p[:4])
+    return rounds, [lrp for *_, members in partial for lrp in members]
+
+
+def order_batch(lrps: Sequence[LRPStart], tasks: Sequence[TaskStart], zones: int = 1,
+                placed: Callable[[str], int] | None = None) -> list[LRPStart | TaskStart]:
+    """The placing order; `zones` is the auction's number of zones, `placed` the instances each process
+    already has on the cells (both only decide which instances form the last partial rounds)."""
     unique = dedupe_lrps(lrps)
     first = sorted((lrp for lrp in unique if lrp.index == 0), key=lambda lrp: -lrp.memory_mb)
-    rest = [lrp for lrp in unique if lrp.index != 0]
+    rounds, last = split_last_rounds(unique, zones, placed)
     ordered_tasks = sorted(dedupe_tasks(tasks), key=lambda t: -t.memory_mb)
-    return [*first, *ordered_tasks, *cycle_by_load(rest)]
+    return [*first, *ordered_tasks, *cycle_by_load([lrp for lrp in rounds if lrp.index != 0]),
+            *(lrp for lrp in last if lrp.index != 0)]

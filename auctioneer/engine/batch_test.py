@@ -33,3 +33,33 @@ def test_duplicates_are_dropped_keeping_the_first_and_equal_memory_keeps_arrival
     ordered = order_batch(lrps, tasks)
     assert keys(ordered) == [("b", 0), ("a", 0), "t"]
     assert ordered[0].memory_mb == 128 and ordered[2].memory_mb == 1
+
+
+def test_with_zones_each_app_s_last_partial_round_goes_last_most_constrained_first():
+    # 3 zones: a (5) = a full round 0-2 + a partial round 3-4; b (4) = 0-2 + 3; c (2) = a partial round
+    # only, its index 0 already placed in step 1, so its index 1 must avoid that zone: it goes first.
+    lrps = [*(LRPStart("a", i, 256, 1) for i in range(5)), *(LRPStart("b", i, 128, 1) for i in range(4)),
+            *(LRPStart("c", i, 64, 1) for i in range(2))]
+    assert keys(order_batch(lrps, [], zones=3)) == [
+        ("a", 0), ("b", 0), ("c", 0),  # index 0 first, memory descending, as in Diego
+        ("a", 1), ("b", 1), ("a", 2), ("b", 2),  # complete rounds, cycling by load
+        ("c", 1), ("a", 3), ("a", 4), ("b", 3),  # partial rounds: longest first, started ones first
+    ]
+
+
+def test_the_partial_round_counts_the_instances_already_on_the_cells():
+    lrps = [*(LRPStart("web", i, 64, 1) for i in range(2, 6)),
+            *(LRPStart("api", i, 128, 1) for i in range(1, 4))]
+    # nothing on the cells: web's 4 = 3 + 1 (index 5 last), api's 3 a complete round
+    assert keys(order_batch(lrps, [], zones=3)) == [
+        ("api", 1), ("web", 2), ("api", 2), ("web", 3), ("api", 3), ("web", 4), ("web", 5)]
+    # web has 2 on the cells (6 = 3 + 3: no partial round), api 1 (4 = 3 + 1: index 3 last)
+    assert keys(order_batch(lrps, [], zones=3, placed={"web": 2, "api": 1}.__getitem__)) == [
+        ("api", 1), ("web", 2), ("api", 2), ("web", 3), ("web", 4), ("web", 5), ("api", 3)]
+
+
+def test_one_zone_is_diego_s_order():
+    lrps = [LRPStart("a", i, 256, 1) for i in range(5)] + [LRPStart("b", i, 128, 1) for i in range(4)]
+    assert order_batch(lrps, [], zones=1) == order_batch(lrps, [])
+    assert keys(order_batch(lrps, [])) == [("a", 0), ("b", 0), ("a", 1), ("b", 1), ("a", 2), ("b", 2),
+                                           ("a", 3), ("b", 3), ("a", 4)]

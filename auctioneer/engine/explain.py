@@ -12,11 +12,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from .batch import order_batch
 from .filters import Work, first_rejection
+from .scheduler import begin
 from .scoring import lrp_score_components, task_score
 from .state import AuctionState
-from .strategies import pickers
 from .types import Cell, LRPStart, SchedulerConfig, TaskStart
 
 
@@ -64,13 +63,11 @@ def explain(
 ) -> Explanation:
     """Explain the placement of `target` — (process_guid, index) or a task guid — within this batch."""
     config = config or SchedulerConfig()
-    factories = pickers("reference")
-    state = AuctionState(cells, config)
-    active: dict[str, object] = {}
-    for item in order_batch(lrps, tasks):
+    state, batch, active = begin(cells, lrps, tasks, config, "reference")
+    for item in batch:
         is_lrp = isinstance(item, LRPStart)
         name = (item.strategy or config.strategy) if is_lrp else config.strategy
-        picker = active.get(name) or active.setdefault(name, factories[name](state))
+        picker = active[name]
         if (item.key if is_lrp else item.task_guid) == target:
             return _explain_item(state, picker, item, name)
         slot = picker.pick_lrp(item) if is_lrp else picker.pick_task(item)

@@ -25,6 +25,25 @@ from .types import (
 )
 
 
+def begin(cells: Sequence[Cell], lrps: Sequence[LRPStart], tasks: Sequence[TaskStart], config: SchedulerConfig,
+          engine: str) -> tuple[AuctionState, list[LRPStart | TaskStart], dict[str, Picker]]:
+    """The auction's state, its batch in placing order, and one picker per strategy the batch names,
+    each told the whole batch before the first pick (all made first, so each sees the state as the
+    batch found it)."""
+    factories = pickers(engine)
+    names = sorted({config.strategy, *(lrp.strategy for lrp in lrps if lrp.strategy)})
+    for name in names:
+        if name not in factories:
+            raise ValueError(f"unknown strategy {name!r}: expected one of {', '.join(STRATEGIES)}")
+    state = AuctionState(cells, config, {lrp.process_guid for lrp in lrps})
+    batch = order_batch(lrps, tasks, len(state.zone_names), lambda pg: sum(state.zone_instances(pg).values()))
+    state.note_batch(batch)
+    active = {name: factories[name](state) for name in names}
+    for picker in active.values():
+        picker.note_batch(batch)
+    return state, batch, active
+
+
 def schedule(
     cells: Sequence[Cell],
     lrps: Sequence[LRPStart] = (),
@@ -32,22 +51,8 @@ def schedule(
     config: SchedulerConfig | None = None,
 ) -> AuctionResult:
     config = config or SchedulerConfig()
-    factories = pickers(config.engine)
-    for name in {config.strategy, *(lrp.strategy for lrp in lrps if lrp.strategy)}:
-        if name not in factories:
-            raise ValueError(f"unknown strategy {name!r}: expected one of {', '.join(STRATEGIES)}")
-    state = AuctionState(cells, config)
-    active: dict[str, Picker] = {}
+    state, batch, active = begin(cells, lrps, tasks, config, config.engine)
     result = AuctionResult()
-
-    def picker_for(name: str) -> Picker:
-        picker = active.get(name)
-        if picker is None:
-            picker = active[name] = factories[name](state)
-        return picker
-
-    batch = order_batch(lrps, tasks)
-    state.note_batch(batch)
     for item in batch:
         if state.inflight_limit_reached():
             result.failures.append(failure_for(item, INFLIGHT_LIMIT, f"{state.total_starting} starting"))
@@ -57,7 +62,7 @@ def schedule(
             if invalid:
                 result.failures.append(failure_for(item, invalid))
                 continue
-            picker = picker_for(item.strategy or config.strategy)
+            picker = active[item.strategy or config.strategy]
             slot = picker.pick_lrp(item)
             if slot is None:
                 result.failures.append(picker.diagnose(item))
@@ -65,7 +70,7 @@ def schedule(
                 state.reserve_lrp(slot, item)
                 result.lrp_assignments.append(LRPAssignment(item.process_guid, item.index, slot.cell_id))
         else:
-            picker = picker_for(config.strategy)
+            picker = active[config.strategy]
             slot = picker.pick_task(item)
             if slot is None:
                 result.failures.append(picker.diagnose(item))

@@ -9,9 +9,11 @@ within one batch.
 from __future__ import annotations
 
 import zlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from .types import Cell, LRPStart, SchedulerConfig, TaskStart, Volume
+
+NO_CELLS: dict[int, int] = {}  # `holding`'s answer for a process no cell holds; never written to
 
 
 def instance_key(process_guid: str, index: int) -> str:
@@ -45,8 +47,9 @@ class CellSlot:
         self.tags = cell.placement_tags
         self.optional_tags = cell.optional_placement_tags
         self.drivers = cell.volume_drivers
-        self.proc_counts: dict[str, int] = {}
-        self.delayed_counts: dict[str, int] = {}
+        # Copies: reservations raise these, and the cell stays as its caller made it.
+        self.proc_counts: dict[str, int] = dict(cell.lrp_counts)
+        self.delayed_counts: dict[str, int] = dict(cell.stopping_counts)
         for inst in cell.lrps:
             counts = self.delayed_counts if inst.delayed_shutdown else self.proc_counts
             counts[inst.process_guid] = counts.get(inst.process_guid, 0) + 1
@@ -84,7 +87,10 @@ CountListener = Callable[[CellSlot, "str | None", int], None]
 class AuctionState:
     """Every cell of one auction plus the counters placement needs, kept current as work is reserved."""
 
-    def __init__(self, cells: Sequence[Cell], config: SchedulerConfig) -> None:
+    def __init__(self, cells: Sequence[Cell], config: SchedulerConfig, processes: Iterable[str] | None = None,
+                 ) -> None:
+        """`processes`: those the auction places (None: every process the cells hold), indexed up front;
+        any other is indexed when first asked about (`holding`)."""
         self.config = config
         self.zone_names: list[str] = sorted({c.zone for c in cells})
         self.zone_slots: dict[str, list[CellSlot]] = {z: [] for z in self.zone_names}
@@ -98,17 +104,17 @@ class AuctionState:
             slot = CellSlot(pos, len(members), cell)
             members.append(slot)
             self.slots.append(slot)
-        # process guid -> {cell pos: ordinary instances}, and -> {zone: instances}
-        self.proc_cells: dict[str, dict[int, int]] = {}
+        # process guid -> {cell pos: ordinary instances}, for the processes indexed so far (read through
+        # `holding`). Cells report some 250,000 counts at full scale, of the processes of earlier
+        # auctions mostly; an auction asks about the few it places.
+        self._proc_cells: dict[str, dict[int, int]] = {}
+        # process guid -> {zone: instances}: made on first use from the above, then kept current
         self.zone_counts: dict[str, dict[str, int]] = {}
         self.task_cells: dict[int, int] = {}
         for slot in self.slots:
-            for pg, n in slot.proc_counts.items():
-                self.proc_cells.setdefault(pg, {})[slot.pos] = n
-                zc = self.zone_counts.setdefault(pg, {})
-                zc[slot.zone] = zc.get(slot.zone, 0) + n
             if slot.task_count:
                 self.task_cells[slot.pos] = slot.task_count
+        self._index(None if processes is None else set(processes))
         self.total_starting = sum(s.starting for s in self.slots)
         self.version = 0
         self.listeners: list[ReserveListener] = []
@@ -136,11 +142,15 @@ class AuctionState:
     def reserve_lrp(self, slot: CellSlot, item: LRPStart) -> None:
         self._reserve(slot, item.memory_mb, item.disk_mb)
         pg = item.process_guid
+        cells_of = self.holding(pg)  # indexed before the count changes
         n = slot.proc_counts.get(pg, 0) + 1
         slot.proc_counts[pg] = n
-        self.proc_cells.setdefault(pg, {})[slot.pos] = n
-        zc = self.zone_counts.setdefault(pg, {})
-        zc[slot.zone] = zc.get(slot.zone, 0) + 1
+        if cells_of is NO_CELLS:
+            cells_of = self._proc_cells[pg] = {}
+        cells_of[slot.pos] = n
+        zc = self.zone_counts.get(pg)
+        if zc is not None:  # else made from proc_cells when first asked for
+            zc[slot.zone] = zc.get(slot.zone, 0) + 1
         self._zone_groups.pop(pg, None)
         self.lrps_placed_by_process[pg] = self.lrps_placed_by_process.get(pg, 0) + 1
         if item.ingress_ip and slot.ingress_free:
@@ -185,10 +195,56 @@ class AuctionState:
             if volume.holder is None:  # a volume the instance already holds stays as it is
                 slot.volumes[i] = Volume(volume.name, volume.size_mb, volume.labels, request.ephemeral, holder)
 
+    # --- the process index -------------------------------------------------------------------------
+
+    def _index(self, processes: set[str] | None) -> None:
+        """Index these processes (None: every one the cells hold) in one pass over the cells."""
+        proc_cells = self._proc_cells
+        for pg in processes or ():
+            proc_cells[pg] = {}
+        for slot in self.slots:
+            pos, counts = slot.pos, slot.proc_counts
+            # dict_keys & set iterates the smaller in C: a cell's hundreds of counts cost little when
+            # few of them are of the processes asked for
+            for pg in counts if processes is None else counts.keys() & processes:
+                cells_of = proc_cells.get(pg)
+                if cells_of is None:
+                    proc_cells[pg] = {pos: counts[pg]}
+                else:
+                    cells_of[pos] = counts[pg]
+        self._indexed_all = processes is None
+
+    def holding(self, process_guid: str) -> dict[int, int]:
+        """Cell position -> ordinary instances of the process there (cells holding none left out). Read
+        only; kept current by every reservation."""
+        cells_of = self._proc_cells.get(process_guid)
+        if cells_of is None:
+            if self._indexed_all:
+                return NO_CELLS
+            cells_of = self._proc_cells[process_guid] = {
+                slot.pos: slot.proc_counts[process_guid] for slot in self.slots if process_guid in slot.proc_counts
+            }
+        return cells_of
+
+    def processes(self) -> list[str]:
+        """Every process with an ordinary instance on some cell, reserved ones included."""
+        found: dict[str, int] = {}  # a dict: first-seen order, whatever the hash seed
+        for slot in self.slots:
+            found.update(slot.proc_counts)
+        return list(found)
+
     # --- queries ------------------------------------------------------------------------------------
 
     def zone_instances(self, process_guid: str) -> dict[str, int]:
-        return self.zone_counts.get(process_guid, {})
+        """Instances of the process per zone (zones holding none left out). Read only."""
+        counts = self.zone_counts.get(process_guid)
+        if counts is None:
+            counts = self.zone_counts[process_guid] = {}
+            slots = self.slots
+            for pos, n in self.holding(process_guid).items():
+                zone = slots[pos].zone
+                counts[zone] = counts.get(zone, 0) + n
+        return counts
 
     def zone_groups(self, process_guid: str) -> list[list[str]]:
         """Zones ordered by instances of the process (fewest first, ties by name), grouped when equal.
@@ -199,7 +255,7 @@ class AuctionState:
         cached = self._zone_groups.get(process_guid)
         if cached is not None:
             return cached
-        counts = self.zone_counts.get(process_guid)
+        counts = self.zone_instances(process_guid)
         if not counts:
             groups = [self.zone_names]
         else:

@@ -92,11 +92,15 @@ class Batcher:
     # --- the queue (called by the API: synchronous, never waits for an auction) ----------------------
 
     def add_lrps(self, requests: Iterable[LRPStartRequest]) -> int:
+        # Batch.add_lrp inlined: one entry per instance, every instance of every desire passes here.
+        lrps = self._pending.lrps
         n = 0
         for request in requests:
+            desired = request.desired
+            process_guid = desired.process_guid
             for index in request.indices:
-                self._pending.add_lrp(PendingLRP(request.desired, index))
-                n += 1
+                lrps[(process_guid, index)] = PendingLRP(desired, index)
+            n += len(request.indices)
         self._wake.set()
         return n
 

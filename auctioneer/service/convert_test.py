@@ -1,3 +1,4 @@
+from auctioneer.engine.state import CellSlot
 from auctioneer.engine.types import (
     AffinityRule,
     Cell,
@@ -87,10 +88,12 @@ def test_a_summary_state_counts_for_spreading_like_the_full_one():
     summary = cell_from_state(CellState.model_validate_json(
         body + ', "lrp_counts": {"web": 2}, "stopping_counts": {"api": 1}}'))
 
-    def per_process(cell):
-        return sorted((i.process_guid, i.delayed_shutdown) for i in cell.lrps)
+    def held(cell):  # what the engine counts for spreading: instances per process, and those stopping
+        slot = CellSlot(0, 0, cell)
+        return slot.proc_counts, slot.delayed_counts
 
-    assert per_process(summary) == per_process(full) == [("api", True), ("web", False), ("web", False)]
+    assert held(summary) == held(full) == ({"web": 2}, {"api": 1})
+    assert summary.lrps == []  # the counts are carried as they are, not expanded into instances
     assert summary.available == full.available
 
 

@@ -192,6 +192,9 @@ async def measure(
         worst = max(skews.items(), key=lambda kv: kv[1]) if skews else ("", 0)
         metrics_after = await metrics_of(client, component_urls)
 
+    zone_containers: Counter[str] = Counter()
+    for rep in cluster.reps.values():
+        zone_containers[rep.zone] += CELL_CONTAINERS
     pids = cluster.pids()
     made_before = stats_before.get("requests_made", {}) or {}
     made = {k: v - made_before.get(k, 0) for k, v in (stats_placed.get("requests_made", {}) or {}).items()}
@@ -221,7 +224,11 @@ async def measure(
         "convergence_pass_seconds": pass_s,
         "convergence_passes_measured": passes,
         "zone_skew": {"worst": worst[1], "worst_app": worst[0],
-                      "apps_within_1": sum(1 for s in skews.values() if s <= 1), "apps": len(skews)},
+                      "apps_within_1": sum(1 for s in skews.values() if s <= 1), "apps": len(skews),
+                      # every app within 1 puts at least n // zones in each zone: a zone with fewer
+                      # containers than that sum makes the target unreachable, whatever the placement
+                      "containers_per_zone": dict(sorted(zone_containers.items())),
+                      "each_zone_must_hold": sum(n // max(1, len(zone_containers)) for n in sizes)},
         "instances_per_cell": {"min": min(per_cell.values(), default=0), "max": max(per_cell.values(), default=0)},
         "peak_rss_mb": rss,
         "cpu_seconds_to_all_running": cpu_at_all_running,

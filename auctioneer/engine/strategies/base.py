@@ -1,8 +1,8 @@
 """What every strategy provides: a picker that chooses one cell for one piece of work.
 
-A picker is built once per auction over the shared `AuctionState` and asked, item by item in batch
-order, for a cell. It never reserves: the scheduler does, and tells every picker's indexes through
-`state.on_reserve`. `filters` are the strategy's own filters beyond the common chain (they feed the
+A picker is built once per auction over the shared `AuctionState`, told the batch (`note_batch`) and
+asked, item by item in batch order, for a cell. It never reserves: the scheduler does, and tells every
+picker's indexes through `state.on_reserve`. `filters` are the strategy's own filters beyond the common chain (they feed the
 failure breakdown); `diagnose` explains a miss.
 """
 
@@ -23,6 +23,10 @@ class Picker:
     def __init__(self, state: AuctionState) -> None:
         self.state = state
         self.config = state.config
+
+    def note_batch(self, batch: Sequence[LRPStart | TaskStart]) -> None:
+        """Told the auction's whole batch, in placing order, before the first pick; a strategy that
+        plans across the batch keeps what it needs (the Diego strategy: what each zone is owed)."""
 
     def pick_lrp(self, item: LRPStart) -> CellSlot | None:  # pragma: no cover - interface
         raise NotImplementedError

@@ -26,6 +26,10 @@ one *bucket*. Why that suffices:
   sees every state, and valid because reservations only ever take), so "nothing fits here" is usually
   O(1): a batch larger than the cluster fails fast.
 
+- Zones are visited exactly as the reference visits them (`zone_room.zone_groups`: by count of the
+  process, then by room for the item), and within a group the first lowest score met wins, so the
+  winner of each group is the (score, zone rank, index in zone) minimum over the group's pools.
+
 Work the index does not cover falls back to the reference code path: LRPs with request filters
 (labels, volumes, ingress IP, devices), and tasks when a bin-pack weight is set. A miss is diagnosed with
 numpy over all cells and cached per requirement until the state changes.
@@ -45,6 +49,7 @@ from ..scoring import LOCALITY_OFFSET, lrp_score, task_score
 from ..state import AuctionState, CellSlot
 from ..types import Failure, LRPStart, TaskStart
 from .diego_reference import DiegoReference
+from .zone_room import zone_groups
 
 # Far above float64 rounding of scores (≲ 1e-12 here), far below any real score difference that matters.
 EPS = 1e-9
@@ -370,7 +375,7 @@ class DiegoFast(DiegoReference):
             return super().pick_lrp(item)
         compatible = self._compatible_pools(item)
         pg, m, d, sw, bw = item.process_guid, item.memory_mb, item.disk_mb, self.sw, self.bw
-        counts = self.state.proc_cells.get(pg, EMPTY)
+        counts = self.state.holding(pg)
         index = self.levels.get(pg)
         if index is None and counts and len(counts) + DIRECT >= self.smallest_pool:
             index = self._level_index(pg, counts)
@@ -379,7 +384,7 @@ class DiegoFast(DiegoReference):
             return lrp_score(slot, m, d, pg, sw, bw)
 
         slots = self.state.slots
-        for group in self.state.zone_groups(pg):
+        for group in zone_groups(self.room, self.state, item):
             # Within a group the reference keeps the first lowest score met: zone order, then cell order.
             best: tuple[float, int, int, int] | None = None  # (score, zone rank, index in zone, position)
             for rank, zone in enumerate(group):

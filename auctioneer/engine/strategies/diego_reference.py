@@ -1,27 +1,37 @@
 """Diego's auction, written exactly as specified: every feasible cell scored for every item.
 
 This is the executable specification the fast engine is tested against. Zones are visited in groups
-of equal instance count of the process (fewest first, ties by zone name); within a group the lowest
-score wins, ties going to the first cell met (zone order, then the cells' input order), as Diego's
-`score < winnerScore` loop does. A fuller group is tried only when nothing in the emptier ones fits.
-Tasks ignore zones: the lowest score over all cells in input order.
+of equal instance count of the process (fewest first, ties by zone name). Where Vendue departs from
+Diego: for a process with at least as many instances as zones, equal-count zones are further ordered
+by their room for the item (most first: free capacity less what the batch still owes each zone), and
+only zones equal in count *and* room share a group (`zone_room.ZoneRoom`, which says why). Within a
+group the lowest score wins, ties going to the first cell met (zone order, then the cells' input order),
+as Diego's `score < winnerScore` loop does. A later group is tried only when nothing in the earlier ones
+fits. Tasks ignore zones: the lowest score over all cells in input order.
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 from ..scoring import lrp_score, task_score
 from ..state import CellSlot
 from ..types import LRPStart, TaskStart
 from .base import Picker
+from .zone_room import ZoneRoom, zone_groups
 
 
 class DiegoReference(Picker):
     name = "diego"
+    room: ZoneRoom | None = None  # set by note_batch; without it, Diego's own zone groups
+
+    def note_batch(self, batch: Sequence[LRPStart | TaskStart]) -> None:
+        self.room = ZoneRoom(self.state, batch)
 
     def pick_lrp(self, item: LRPStart) -> CellSlot | None:
         sw = self.config.starting_container_weight
         bw = self.config.bin_pack_first_fit_weight
-        for group in self.state.zone_groups(item.process_guid):
+        for group in zone_groups(self.room, self.state, item):
             best: CellSlot | None = None
             best_score = 0.0
             for zone in group:

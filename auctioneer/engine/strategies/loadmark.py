@@ -150,7 +150,7 @@ class LoadmarkFast(Picker):
 
     def pick_lrp(self, item: LRPStart) -> CellSlot | None:
         positions = self.index.feasible(item, self.below)
-        holding = self.state.proc_cells.get(item.process_guid)
+        holding = self.state.holding(item.process_guid)
         if holding and positions.size:
             occupied = np.fromiter((p for p, n in holding.items() if n > 0), dtype=np.int64)
             without = positions[~np.isin(positions, occupied)]

@@ -81,7 +81,7 @@ class ObjectivePicker(Picker):
         pg = item.process_guid
         total = self.totals.get(pg)
         if total is None:
-            on_cells_now = sum(self.state.proc_cells.get(pg, {}).values())
+            on_cells_now = sum(self.state.holding(pg).values())
             at_start = on_cells_now - self.state.lrps_placed_by_process.get(pg, 0)
             in_batch = self.state.batch_instances.get(pg, 1)  # 1: the item itself, if no scheduler said
             total = self.totals[pg] = float(at_start + in_batch)
@@ -185,7 +185,7 @@ class ObjectiveReference(ObjectivePicker):
 class CellColumns:
     """Every cell of the auction as numpy columns, updated in place on each reservation.
 
-    `count(x, r.RunningAppIDs)` is rebuilt per call from `state.proc_cells` (process -> {cell: instances},
+    `count(x, r.RunningAppIDs)` is rebuilt per call from `state.holding` (process -> {cell: instances},
     always current and sparse) for the processes whose AppID is x; a reservation only has to register a
     process guid it has not seen before.
     """
@@ -195,7 +195,7 @@ class CellColumns:
         self.slots = state.slots
         self.size = len(self.slots)
         self.app_id = app_id
-        self.proc_cells = state.proc_cells
+        self.holding = state.holding
         self.avail_m = np.array([s.avail_m for s in self.slots], dtype=np.float64)
         self.avail_d = np.array([s.avail_d for s in self.slots], dtype=np.float64)
         self.avail_c = np.array([s.avail_c for s in self.slots], dtype=np.int64)
@@ -208,7 +208,7 @@ class CellColumns:
         }
         self.processes_by_app: dict[float, list[str]] = {}
         self.known_processes: set[str] = set()
-        for pg in state.proc_cells:
+        for pg in state.processes():
             self.register(pg)
         self.members: dict[tuple[str, str], np.ndarray] = {}  # (list, string) -> 0/1 per cell
 
@@ -245,7 +245,7 @@ class CellColumns:
     def running_count(self, x: float) -> np.ndarray:
         counts = np.zeros(self.size, dtype=np.float64)
         for pg in self.processes_by_app.get(x, ()):  # NaN finds nothing, as NaN equals nothing
-            cells = self.proc_cells.get(pg)
+            cells = self.holding(pg)
             if cells:
                 positions = np.fromiter(cells.keys(), dtype=np.intp, count=len(cells))
                 counts[positions] += np.fromiter(cells.values(), dtype=np.float64, count=len(cells))

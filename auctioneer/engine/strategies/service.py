@@ -127,7 +127,7 @@ class ServiceFast(Picker):
             not_sticky = np.array([not holds_own_volume(slots[p], item) for p in positions], dtype=bool)
         else:
             not_sticky = np.ones(positions.size, dtype=bool)
-        same = self._counts(self.state.proc_cells.get(item.process_guid), positions)
+        same = self._counts(self.state.holding(item.process_guid), positions)
         same_delayed = self._counts(self.delayed_by_process.get(item.process_guid), positions)
         other = self.ordinary[positions] - same
         other_delayed = self.delayed[positions] - same_delayed
