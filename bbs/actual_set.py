@@ -8,10 +8,13 @@ an insert of the other key, which the diff turns into whatever rows really chang
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 from .records import ORDINARY, ActualKey, ActualRecord
+
+_key = operator.attrgetter("process_guid", "index", "presence")  # ActualRecord.key, without a call
 
 
 @dataclass(slots=True)
@@ -37,11 +40,17 @@ class ActualChanges:
 
 class ActualSet:
     def __init__(self, rows: Iterable[ActualRecord] = ()) -> None:
-        self._original: dict[ActualKey, ActualRecord] = {row.key: row for row in rows}
+        rows = list(rows)
+        self._original: dict[ActualKey, ActualRecord] = dict(zip(map(_key, rows), rows, strict=True))
         self._current: dict[ActualKey, ActualRecord] = dict(self._original)
-        self._by_index: dict[tuple[str, int], dict[str, ActualRecord]] = {}
+        by_index: dict[tuple[str, int], dict[str, ActualRecord]] = {}
         for row in self._current.values():
-            self._by_index.setdefault((row.process_guid, row.index), {})[row.presence] = row
+            slot = by_index.get((row.process_guid, row.index))
+            if slot is None:
+                by_index[(row.process_guid, row.index)] = {row.presence: row}
+            else:
+                slot[row.presence] = row
+        self._by_index = by_index
 
     def get(self, process_guid: str, index: int, presence: str = ORDINARY) -> ActualRecord | None:
         return self._by_index.get((process_guid, index), {}).get(presence)

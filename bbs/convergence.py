@@ -31,6 +31,7 @@ from .records import (
     ActualRecord,
     CellRecord,
     DesiredRecord,
+    DesiredSize,
     TaskRecord,
     changed,
     completed,
@@ -98,7 +99,7 @@ class Settled:
 
 
 def settle(
-    desired: Iterable[DesiredRecord],
+    desired: Iterable[DesiredSize | DesiredRecord],
     rows: Iterable[ActualRecord],
     cells: dict[str, CellRecord],
     now: float,
@@ -135,7 +136,7 @@ def settle(
 
 
 def converge(
-    desired: Iterable[DesiredRecord],
+    desired: Iterable[DesiredSize | DesiredRecord],
     actuals: ActualSet,
     tasks: Iterable[TaskRecord],
     cells: dict[str, CellRecord],

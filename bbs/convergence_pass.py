@@ -24,7 +24,7 @@ from .convergence import (
     touched_indices,
 )
 from .events import event
-from .records import ORDINARY, ActualRecord, CellRecord, DesiredRecord, TaskRecord
+from .records import ORDINARY, SUSPECT, ActualRecord, CellRecord, DesiredRecord, DesiredSize, TaskRecord
 from .service import BBS, Effects
 
 log = logging.getLogger("bbs.convergence")
@@ -39,11 +39,14 @@ async def converge_once(bbs: BBS, now: float | None = None) -> float | None:
     now = time.time() if now is None else now
     async with bbs.store.read() as tx:
         snapshot = await tx.all_actuals()  # first: see Tx.all_actuals
-        desired = await tx.list_desired()
+        # Only cells holding SUSPECT instances can be returning ones: skip looking through every row
+        # for them when the counts (in memory, usually) say there are none.
+        suspects = any(n for _, presence, n in await tx.count_actuals() if presence == SUSPECT)
+        desired = await tx.desired_sizes()  # definitions are read below, for the LRPs to start
         tasks = await tx.list_tasks()
         cells = {c.cell_id: c for c in await tx.list_cells()}
     holdings: dict[str, set[str]] = {}
-    returning = returning_cells(snapshot, cells, now)
+    returning = returning_cells(snapshot, cells, now) if suspects else []
     if returning:
         answers = await asyncio.gather(*(bbs.outbound.cell_instances(c.rep_url) for c in returning))
         holdings = {c.cell_id: held for c, held in zip(returning, answers, strict=True) if held is not None}
@@ -53,13 +56,14 @@ async def converge_once(bbs: BBS, now: float | None = None) -> float | None:
         _decide, desired, snapshot, tasks, cells, now, bbs.convergence, holdings
     )
     effects = Effects()
-    touched = touched_indices(changes, actions)
+    touched = touched_indices(changes, actions)  # every start among them
+    desired_now: dict[str, DesiredRecord] = {}
     touched_tasks = {t.task_guid for t in (*actions.task_updates, *actions.task_deletes)}
     touched_cells = [c.cell_id for c in (*actions.cells_disappeared, *actions.cells_forgotten)]
     if touched or touched_tasks or touched_cells:
         async with bbs.store.write() as tx:
             current = await tx.actuals_for_keys(touched) if touched else []
-            still_desired = set(await tx.desired_by_guid({pg for pg, _ in touched}))
+            desired_now = await tx.desired_by_guid({pg for pg, _ in touched})
             tasks_current = await tx.tasks_by_guid(touched_tasks) if touched_tasks else {}
             cells_current = await tx.cells_by_id(touched_cells) if touched_cells else {}
             changes = drop_stale(
@@ -67,7 +71,7 @@ async def converge_once(bbs: BBS, now: float | None = None) -> float | None:
                 actions,
                 [r for r in snapshot if (r.process_guid, r.index) in touched],
                 current,
-                still_desired,
+                set(desired_now),
                 {t.task_guid: t for t in tasks if t.task_guid in touched_tasks},
                 tasks_current,
                 cells_current,
@@ -78,9 +82,8 @@ async def converge_once(bbs: BBS, now: float | None = None) -> float | None:
             await tx.mark_cells_disappeared(c.cell_id for c in actions.cells_disappeared)
             await tx.delete_cells(c.cell_id for c in actions.cells_forgotten)
             await bbs.add_stops(tx, actions.stops, effects)
-    by_guid = {d.process_guid: d for d in desired}
     for process_guid, indices in actions.starts.items():
-        d = by_guid.get(process_guid)
+        d = desired_now.get(process_guid)
         if d is not None:
             effects.lrp_starts.append({"desired": d.to_wire(), "indices": sorted(indices)})
     effects.task_starts.extend({"task": task.to_wire()} for task in actions.tasks_to_kick)
@@ -118,7 +121,7 @@ async def converge_once(bbs: BBS, now: float | None = None) -> float | None:
 
 
 def _decide(
-    desired: list[DesiredRecord],
+    desired: list[DesiredSize],
     snapshot: list[ActualRecord],
     tasks: list[TaskRecord],
     cells: dict[str, CellRecord],

@@ -91,7 +91,7 @@ async def test_only_the_lease_holder_converges(tmp_path: Path, database_url: str
 async def test_crash_backoff_end_triggers_a_pass_without_waiting_for_the_timer(
     tmp_path: Path, database_url: str
 ) -> None:
-    from common.models import CellLifecycle
+    from bbs.lifecycle_wire import CELL_REPORT
 
     sent: list[str] = []
     settings = BBSSettings(
@@ -105,8 +105,8 @@ async def test_crash_backoff_end_triggers_a_pass_without_waiting_for_the_timer(
     async with running_bbs(settings, client=recording_client(sent)) as bbs:
         await bbs.desire_lrp(DesiredLRPCreate(process_guid="web", instances=1))
         ref = {"process_guid": "web", "index": 0, "instance_guid": "a"}
-        await bbs.lifecycle("c1", CellLifecycle.model_validate({"claimed": [ref], "running": [ref]}))
-        await bbs.lifecycle("c1", CellLifecycle.model_validate({"crashed": [ref]}))
+        await bbs.lifecycle("c1", CELL_REPORT.validate_python({"claimed": [ref], "running": [ref]}))
+        await bbs.lifecycle("c1", CELL_REPORT.validate_python({"crashed": [ref]}))
         [row] = await bbs.list_actuals()
         assert row["state"] == "CRASHED"
 

@@ -1,6 +1,6 @@
 """The rep's lifecycle reports applied to actual LRPs and tasks: pure decisions, no I/O.
 
-One `CellLifecycle` (everything a cell has to say this round) goes through `apply_lrp_reports` and
+One `CellReport` (everything a cell has to say this round) goes through `apply_lrp_reports` and
 `apply_task_reports` against the rows it names; the caller writes the net changes, answers the
 refusals, sends the auctions and stops, and publishes the events.
 """
@@ -10,9 +10,10 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
-from common.models import CellLifecycle, InstanceRef, TaskCompletion
+from common.models import TaskCompletion
 
 from .actual_set import ActualSet
+from .lifecycle_wire import CellReport, CrashReport, InstanceRef, RunningReport
 from .records import (
     CLAIMED,
     COMPLETED,
@@ -21,9 +22,11 @@ from .records import (
     PENDING,
     RUNNING,
     TASK_RUNNING,
+    UNCLAIMED,
     ActualRecord,
     TaskRecord,
     changed,
+    claimed,
     completed,
     reset_to_unclaimed,
 )
@@ -58,77 +61,96 @@ def stop_of(row: ActualRecord) -> Stop:
     return Stop(row.cell_id, row.process_guid, row.index, row.instance_guid)
 
 
-def lifecycle_keys(report: CellLifecycle) -> set[tuple[str, int]]:
+def lifecycle_keys(report: CellReport) -> set[tuple[str, int]]:
     """The (process_guid, index) pairs a report touches: the rows to read for it."""
-    refs: list[InstanceRef] = [*report.claimed, *report.running, *report.crashed, *report.removed]
-    return {(ref.process_guid, ref.index) for ref in refs}
+    keys = {(ref["process_guid"], ref["index"]) for ref in report["claimed"]}
+    for part in (report["running"], report["crashed"], report["removed"]):
+        keys.update((ref["process_guid"], ref["index"]) for ref in part)
+    return keys
 
 
 def _mine(row: ActualRecord | None, ref: InstanceRef, cell_id: str) -> bool:
-    return row is not None and row.instance_guid == ref.instance_guid and row.cell_id == cell_id
+    return row is not None and row.instance_guid == ref["instance_guid"] and row.cell_id == cell_id
 
 
 def _other_of(actuals: ActualSet, ref: InstanceRef, cell_id: str) -> ActualRecord | None:
-    other = actuals.other(ref.process_guid, ref.index)
+    other = actuals.other(ref["process_guid"], ref["index"])
     return other if _mine(other, ref, cell_id) else None
+
+
+def _address(ref: RunningReport) -> str:
+    ports = ref["ports"]
+    return f"{ref['host']}:{ports[0]['host_port']}" if ports else ref["host"]
 
 
 def apply_lrp_reports(
     actuals: ActualSet,
-    report: CellLifecycle,
+    report: CellReport,
     cell_id: str,
     zone: str,
     now: float,
     policy: RestartPolicy,
 ) -> LrpOutcome:
     out = LrpOutcome()
-    for ref in report.claimed:
-        _claim(actuals, ref, cell_id, zone, now, out)
-    for running in report.running:
+    claims, runs = report["claimed"], report["running"]
+    # A quick start's claim and running report usually come together: such a claim goes straight to
+    # RUNNING (one new record, one row update); its running report then finds nothing left to change.
+    running_of = {(r["process_guid"], r["index"], r["instance_guid"]): r for r in runs} if claims and runs else {}
+    for ref in claims:
+        _claim(actuals, ref, running_of, cell_id, zone, now, out)
+    for running in runs:
         _running(actuals, running, cell_id, now, out)
-    for crash in report.crashed:
-        _crashed(actuals, crash, crash.reason, cell_id, now, policy, out)
-    for ref in report.removed:
+    for crash in report["crashed"]:
+        _crashed(actuals, crash, cell_id, now, policy, out)
+    for ref in report["removed"]:
         _removed(actuals, ref, cell_id, now, out)
     return out
 
 
 def _claim(
-    actuals: ActualSet, ref: InstanceRef, cell_id: str, zone: str, now: float, out: LrpOutcome
+    actuals: ActualSet,
+    ref: InstanceRef,
+    running_of: dict[tuple[str, int, str], RunningReport],
+    cell_id: str,
+    zone: str,
+    now: float,
+    out: LrpOutcome,
 ) -> None:
-    row = actuals.get(ref.process_guid, ref.index)
+    row = actuals.get(ref["process_guid"], ref["index"])
     if row is None:
         out.refused.append(ref)  # not desired (any more)
-    elif row.state == "UNCLAIMED":
-        actuals.replace(
-            row,
-            changed(
+    elif row.state == UNCLAIMED:
+        running = running_of.get((ref["process_guid"], ref["index"], ref["instance_guid"]))
+        if running is None:
+            actuals.replace(
                 row,
-                state=CLAIMED,
-                instance_guid=ref.instance_guid,
-                cell_id=cell_id,
-                zone=zone,
-                since=now,
-                placement_error="",
-            ),
-        )
+                claimed(row, CLAIMED, ref["instance_guid"], cell_id, zone, now, row.host, row.ports, row.address),
+            )
+        else:
+            actuals.replace(
+                row,
+                claimed(
+                    row, RUNNING, ref["instance_guid"], cell_id, zone, now,
+                    running["host"], running["ports"], _address(running),
+                ),
+            )
     elif row.state in (CLAIMED, RUNNING) and _mine(row, ref, cell_id):
         pass  # a repeated claim: idempotent
     else:
         out.refused.append(ref)  # claimed or running elsewhere, or crashed and waiting
 
 
-def _running(actuals: ActualSet, ref, cell_id: str, now: float, out: LrpOutcome) -> None:
-    ports = [{"container_port": p.container_port, "host_port": p.host_port} for p in ref.ports]
-    address = f"{ref.host}:{ports[0]['host_port']}" if ports else ref.host
-    row = actuals.get(ref.process_guid, ref.index)
+def _running(actuals: ActualSet, ref: RunningReport, cell_id: str, now: float, out: LrpOutcome) -> None:
+    process_guid, index = ref["process_guid"], ref["index"]
+    row = actuals.get(process_guid, index)
     if row is not None and row.state in (CLAIMED, RUNNING) and _mine(row, ref, cell_id):
-        if row.state != RUNNING or row.host != ref.host or row.ports != ports:
+        host, ports = ref["host"], ref["ports"]
+        if row.state != RUNNING or row.host != host or row.ports != ports:
             since = row.since if row.state == RUNNING else now
             actuals.replace(
-                row, changed(row, state=RUNNING, host=ref.host, ports=ports, address=address, since=since)
+                row, changed(row, state=RUNNING, host=host, ports=ports, address=_address(ref), since=since)
             )
-        other = actuals.other(ref.process_guid, ref.index)
+        other = actuals.other(process_guid, index)
         if other is not None:
             # The replacement runs: the evacuating or suspect instance is no longer needed.
             actuals.remove(other)
@@ -137,24 +159,22 @@ def _running(actuals: ActualSet, ref, cell_id: str, now: float, out: LrpOutcome)
         return
     if _other_of(actuals, ref, cell_id) is not None:
         return  # still running while it is evacuated or suspected: nothing changes
-    out.refused.append(
-        InstanceRef(process_guid=ref.process_guid, index=ref.index, instance_guid=ref.instance_guid)
-    )
+    out.refused.append({"process_guid": process_guid, "index": index, "instance_guid": ref["instance_guid"]})
 
 
 def _crashed(
     actuals: ActualSet,
-    ref: InstanceRef,
-    reason: str,
+    ref: CrashReport,
     cell_id: str,
     now: float,
     policy: RestartPolicy,
     out: LrpOutcome,
 ) -> None:
-    row = actuals.get(ref.process_guid, ref.index)
+    row = actuals.get(ref["process_guid"], ref["index"])
     if row is not None and row.state in (CLAIMED, RUNNING) and _mine(row, ref, cell_id):
         count = policy.crash_count_after(row.crash_count, row.state == RUNNING, row.since, now)
         out.crashed += 1
+        reason = ref["reason"]
         if policy.restart_at_once(count):
             actuals.replace(row, reset_to_unclaimed(row, now, crash_count=count, crash_reason=reason))
             out.start(row.process_guid, row.index)
@@ -172,7 +192,7 @@ def _crashed(
 
 
 def _removed(actuals: ActualSet, ref: InstanceRef, cell_id: str, now: float, out: LrpOutcome) -> None:
-    row = actuals.get(ref.process_guid, ref.index)
+    row = actuals.get(ref["process_guid"], ref["index"])
     if row is not None and row.presence == ORDINARY and _mine(row, ref, cell_id):
         # The cell let go of a desired instance (it stopped without evacuating): place it again.
         actuals.replace(row, reset_to_unclaimed(row, now))

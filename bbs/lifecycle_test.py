@@ -6,15 +6,16 @@ import dataclasses
 
 from bbs.actual_set import ActualSet
 from bbs.lifecycle import Stop, apply_lrp_reports, apply_task_reports
-from bbs.records import CRASHED, EVACUATING, RUNNING, UNCLAIMED, TaskRecord, unclaimed
+from bbs.lifecycle_wire import CELL_REPORT, CellReport
+from bbs.records import CLAIMED, CRASHED, EVACUATING, RUNNING, UNCLAIMED, TaskRecord, unclaimed
 from bbs.restart_policy import RestartPolicy
-from common.models import CellLifecycle, TaskCompletion
+from common.models import TaskCompletion
 
 POLICY = RestartPolicy()
 
 
-def report(**parts: list[dict]) -> CellLifecycle:
-    return CellLifecycle.model_validate(parts)
+def report(**parts: list[dict]) -> CellReport:
+    return CELL_REPORT.validate_python(parts)
 
 
 def ref(index: int = 0, guid: str = "i1", pg: str = "web") -> dict:
@@ -58,26 +59,49 @@ def test_claim_then_running_sets_cell_zone_and_address() -> None:
         "i1",
         "10.0.0.5:61001",
     )
-    assert row.mod_index == 2
+    assert row.mod_index == 1  # claimed and running in one report: one transition, one new tag
     assert [r.state for r in actuals.diff().updates] == [RUNNING]
+
+
+def test_claim_and_running_together_end_as_claim_then_running_apart() -> None:
+    running = {**ref(), "host": "10.0.0.5", "ports": [{"container_port": 8080, "host_port": 61001}]}
+    together = ActualSet([unclaimed("web", 0, "d", 0.0)])
+    apply_lrp_reports(together, report(claimed=[ref()], running=[running]), "c1", "z1", 5.0, POLICY)
+    apart = ActualSet([unclaimed("web", 0, "d", 0.0)])
+    apply_lrp_reports(apart, report(claimed=[ref()]), "c1", "z1", 5.0, POLICY)
+    assert apart.get("web", 0).state == CLAIMED
+    apply_lrp_reports(apart, report(running=[running]), "c1", "z1", 5.0, POLICY)
+    one, two = together.get("web", 0), apart.get("web", 0)
+    assert (one.mod_index, two.mod_index) == (1, 2)
+    assert dataclasses.replace(one, mod_index=2, mod_epoch=two.mod_epoch) == two
+
+
+def test_running_of_another_instance_does_not_ride_on_a_claim() -> None:
+    actuals = ActualSet([unclaimed("web", 0, "d", 0.0)])
+    out = apply_lrp_reports(
+        actuals, report(claimed=[ref(guid="i1")], running=[ref(guid="i2")]), "c1", "z1", 5.0, POLICY
+    )
+    row = actuals.get("web", 0)
+    assert (row.state, row.instance_guid) == (CLAIMED, "i1")
+    assert out.refused == [ref(guid="i2")]
 
 
 def test_claim_of_an_index_held_by_another_instance_is_refused() -> None:
     actuals = running_set()
     out = apply_lrp_reports(actuals, report(claimed=[ref(guid="i2")]), "c2", "z1", 6.0, POLICY)
-    assert [r.instance_guid for r in out.refused] == ["i2"]
+    assert [r["instance_guid"] for r in out.refused] == ["i2"]
     assert not actuals.diff()
 
 
 def test_claim_of_an_undesired_index_is_refused() -> None:
     out = apply_lrp_reports(ActualSet(), report(claimed=[ref(index=7)]), "c1", "z1", 1.0, POLICY)
-    assert [(r.index, r.instance_guid) for r in out.refused] == [(7, "i1")]
+    assert [(r["index"], r["instance_guid"]) for r in out.refused] == [(7, "i1")]
 
 
 def test_running_for_an_unknown_instance_is_refused() -> None:
     actuals = running_set()
     out = apply_lrp_reports(actuals, report(running=[ref(guid="ghost")]), "c1", "z1", 6.0, POLICY)
-    assert [r.instance_guid for r in out.refused] == ["ghost"]
+    assert [r["instance_guid"] for r in out.refused] == ["ghost"]
     out = apply_lrp_reports(actuals, report(running=[ref()]), "other-cell", "z1", 6.0, POLICY)
     assert len(out.refused) == 1
 

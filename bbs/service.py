@@ -13,7 +13,6 @@ from typing import Any
 
 from common.group_commit import GroupCommit
 from common.models import (
-    CellLifecycle,
     CellPresence,
     DesiredLRPCreate,
     DesiredLRPUpdate,
@@ -31,6 +30,7 @@ from .convergence import (
 )
 from .events import EventHub, event
 from .lifecycle import LrpOutcome, Stop, apply_lrp_reports, apply_task_reports, lifecycle_keys
+from .lifecycle_wire import CellReport
 from .metrics import BBSMetrics
 from .outbound import Outbound
 from .records import (
@@ -132,7 +132,7 @@ class BBS:
         self._heartbeat_batcher: GroupCommit[tuple[str, CellPresence], None] = GroupCommit(
             self._heartbeat_batch
         )
-        self._lifecycle_batcher: GroupCommit[tuple[str, CellLifecycle], dict[str, Any]] = GroupCommit(
+        self._lifecycle_batcher: GroupCommit[tuple[str, CellReport], dict[str, Any]] = GroupCommit(
             self._lifecycle_batch
         )
 
@@ -324,17 +324,17 @@ class BBS:
         async with self.store.read() as tx:
             return [r.to_wire() for r in await tx.list_actuals(**filters)]
 
-    async def lifecycle(self, cell_id: str, report: CellLifecycle) -> dict[str, Any]:
+    async def lifecycle(self, cell_id: str, report: CellReport) -> dict[str, Any]:
         """One cell's report. Reports that arrive while another transaction runs are applied
         together in the next one (group commit): 100 cells reporting at once cost a few
         transactions, not 100."""
         return await self._lifecycle_batcher.submit((cell_id, report))
 
-    async def _lifecycle_batch(self, batch: list[tuple[str, CellLifecycle]]) -> list[dict[str, Any]]:
+    async def _lifecycle_batch(self, batch: list[tuple[str, CellReport]]) -> list[dict[str, Any]]:
         now = time.time()
         effects = Effects()
         async with self.store.write() as tx:
-            claiming = {cell_id for cell_id, report in batch if report.claimed}
+            claiming = {cell_id for cell_id, report in batch if report["claimed"]}
             cells = await tx.cells_by_id(claiming) if claiming else {}
             keys: set[tuple[str, int]] = set()
             for _, report in batch:
@@ -371,16 +371,16 @@ class BBS:
 
             refused_tasks: list[list[str]] = [[] for _ in batch]
             guids = {
-                g for _, r in batch for g in (*r.tasks_started, *(c.task_guid for c in r.tasks_completed))
+                g for _, r in batch for g in (*r["tasks_started"], *(c.task_guid for c in r["tasks_completed"]))
             }
             if guids:
                 tasks = await tx.tasks_by_guid(guids)
                 touched: dict[str, TaskRecord] = {}
                 for position, (cell_id, report) in enumerate(batch):
-                    if not report.tasks_started and not report.tasks_completed:
+                    if not report["tasks_started"] and not report["tasks_completed"]:
                         continue
                     task_outcome = apply_task_reports(
-                        tasks, report.tasks_started, report.tasks_completed, cell_id, now
+                        tasks, report["tasks_started"], report["tasks_completed"], cell_id, now
                     )
                     refused_tasks[position] = task_outcome.refused
                     for task in task_outcome.updated:
@@ -391,7 +391,7 @@ class BBS:
                 effects.events.append(lambda: [event("task_changed", t.to_wire(), now) for t in updated])
         self.run_effects(effects)
         return [
-            {"refused": [ref.model_dump(mode="json") for ref in outcome.refused], "refused_tasks": refused}
+            {"refused": outcome.refused, "refused_tasks": refused}
             for outcome, refused in zip(outcomes, refused_tasks, strict=True)
         ]
 

@@ -127,6 +127,9 @@ class ActualCache:
     def for_keys(self, keys: Iterable[tuple[str, int]]) -> list[ActualRecord]:
         """Every presence of each (process_guid, index)."""
         rows = self._rows
+        if not any(n for (_, presence), n in self._counts.items() if presence != ORDINARY):
+            # Usually every instance is ORDINARY (no evacuation, no suspect cell): one lookup per key.
+            return [row for row in map(rows.get, [(pg, index, ORDINARY) for pg, index in keys]) if row is not None]
         found: list[ActualRecord] = []
         for process_guid, index in keys:
             for presence in PRESENCES:

@@ -27,6 +27,18 @@ def test_counts_follow_puts_and_removes() -> None:
     assert len(cache) == 0 and cache.counts() == []
 
 
+def test_keys_find_every_presence_once_an_instance_has_two() -> None:
+    cache = ActualCache()
+    rows = [unclaimed("web", i, "d", 1.0) for i in range(2)]
+    cache.load(1, rows)
+    assert cache.for_keys([("web", 1), ("web", 0), ("web", 9)]) == [rows[1], rows[0]]
+    suspect = dataclasses.replace(rows[0], presence=SUSPECT)
+    cache.put([suspect])
+    assert cache.for_keys([("web", 0), ("web", 1)]) == [rows[0], suspect, rows[1]]
+    cache.remove([suspect.key])
+    assert cache.for_keys([("web", 0)]) == [rows[0]]
+
+
 def test_a_read_older_than_the_copy_does_not_replace_it() -> None:
     cache = ActualCache()
     cache.load(7, [unclaimed("web", 0, "d", 1.0)])

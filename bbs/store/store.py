@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import functools
+import itertools
 import operator
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from contextlib import asynccontextmanager
@@ -37,7 +38,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from common.priority_lock import PriorityLock
 
 from ..actual_set import ActualChanges
-from ..records import ActualRecord, CellRecord, DesiredRecord, LeaseRecord, TaskRecord, changed
+from ..records import ActualRecord, CellRecord, DesiredRecord, DesiredSize, LeaseRecord, TaskRecord, changed
 from . import tables as t
 from .actual_cache import ActualCache, CacheOp
 from .database import WRITE_LOCK_KEY, check_schema, create_engine, migrate, take_advisory_lock
@@ -262,6 +263,7 @@ _ACTUAL_DELETE = t.actual_lrps.delete().where(
     *[t.actual_lrps.c[name] == sa.bindparam(f"k_{name}") for name in _ACTUAL_KEY]
 )
 _actual_values = operator.attrgetter(*_ACTUAL_VALUES)  # the key columns are not among them
+_actual_key = operator.attrgetter("process_guid", "index", "presence")  # ActualRecord.key, without a call
 _actual_row = operator.attrgetter(*["index" if c.name == "idx" else c.name for c in t.actual_lrps.columns])
 
 
@@ -381,6 +383,12 @@ class Tx:
             query = query.where(t.desired_lrps.c.domain == domain)
         return [_desired(row) for row in await self._rows(query)]
 
+    async def desired_sizes(self) -> list[DesiredSize]:
+        """Every desired LRP's instance count (what a convergence pass needs), definitions unread."""
+        c = t.desired_lrps.c
+        query = sa.select(c.process_guid, c.domain, c.instances).order_by(self._text_order(c.process_guid))
+        return [DesiredSize(*row) for row in await self._rows(query)]
+
     async def insert_desireds(self, records: Sequence[DesiredRecord]) -> bool:
         """Insert several in one statement; False (and nothing written) when one exists already."""
         try:
@@ -490,20 +498,20 @@ class Tx:
         delete = STATEMENTS.get(dialect, "actual-delete", lambda: _ACTUAL_DELETE, t.actual_lrps, key_binds)
         # _ACTUAL_KEY order: process_guid, idx, presence = the record's key.
         await delete.executemany(connection, [r.key for r in changes.deletes])
-        groups: dict[tuple[int, ...], list[tuple[Any, ...]]] = {}
-        all_columns = tuple(range(len(_ACTUAL_VALUES)))
+        # Rows are grouped by which value columns changed (a tuple of flags, one per column), compared
+        # and picked in C (map, compress): a lifecycle round updates 10,000 rows.
+        groups: dict[tuple[bool, ...], list[tuple[Any, ...]]] = {}
+        every_column = (True,) * len(_ACTUAL_VALUES)
+        previous = changes.previous
         for record in changes.updates:
+            key = _actual_key(record)
             values = _actual_values(record)
-            before = changes.previous.get(record.key)
-            if before is None:
-                changed = all_columns
-            else:
-                old = _actual_values(before)
-                changed = tuple(i for i in all_columns if values[i] != old[i])
-            if changed:
-                groups.setdefault(changed, []).append((*(values[i] for i in changed), *record.key))
+            before = previous.get(key)
+            changed = every_column if before is None else tuple(map(operator.ne, values, _actual_values(before)))
+            if True in changed:
+                groups.setdefault(changed, []).append((*itertools.compress(values, changed), *key))
         for changed, rows in groups.items():
-            columns = tuple(_ACTUAL_VALUES[i] for i in changed)
+            columns = tuple(itertools.compress(_ACTUAL_VALUES, changed))
             update = STATEMENTS.get(
                 dialect, ("actual-update", columns), functools.partial(_actual_update, columns), t.actual_lrps,
                 [*columns, *key_binds],  # SET <columns in order> WHERE <key columns in order>: the tuples'

@@ -11,9 +11,18 @@ import pytest
 import sqlalchemy as sa
 
 from bbs.actual_set import ActualChanges
-from bbs.records import RUNNING, SUSPECT, CellRecord, DesiredRecord, TaskRecord, unclaimed
+from bbs.records import (
+    RUNNING,
+    SUSPECT,
+    CellRecord,
+    DesiredRecord,
+    DesiredSize,
+    TaskRecord,
+    changed,
+    unclaimed,
+)
 from bbs.store import Store, tables
-from bbs.store.database import SchemaTooNew, create_engine, is_sqlite, migrate, schema_revision
+from bbs.store.database import SchemaTooNew, create_engine, is_sqlite, json_dumps, migrate, schema_revision
 
 
 @pytest.fixture
@@ -67,6 +76,40 @@ async def test_desired_round_trip_and_conflict(store: Store) -> None:
     async with store.read() as tx:
         assert await tx.get_desired("web") == record
         assert await tx.list_desired(domain="other") == []
+
+
+def test_json_columns_are_encoded_as_json_dumps_would() -> None:
+    import json
+
+    for value in ([], [{"container_port": 8080, "host_port": 61000}], {"a": [1, 2.5, None, True, "é\"x"]}, "s", 5):
+        assert json_dumps(value) == json.dumps(value)
+    with pytest.raises(TypeError):
+        json_dumps({"a": object()})
+
+
+async def test_desired_sizes_are_the_counts_without_definitions(store: Store) -> None:
+    records = [DesiredRecord(g, "d", n, {"command": ["x"]}, 1.5, "epoch") for g, n in [("web", 3), ("api", 1)]]
+    async with store.write() as tx:
+        assert await tx.insert_desireds(records)
+    async with store.read() as tx:
+        assert await tx.desired_sizes() == [DesiredSize("api", "d", 1), DesiredSize("web", "d", 3)]
+
+
+async def test_updates_write_exactly_the_columns_each_row_changed(store: Store) -> None:
+    rows = [unclaimed("web", i, "d", 10.0) for i in range(4)]
+    async with store.write() as tx:
+        await tx.apply_actual_changes(ActualChanges(inserts=rows))
+    ports = [{"container_port": 8080, "host_port": 61000}]
+    updated = [
+        changed(rows[0], state=RUNNING, cell_id="c1", ports=ports, address="h:61000"),
+        changed(rows[1], placement_error="no room"),
+        changed(rows[2], state=RUNNING, cell_id="c2", ports=[{**ports[0], "host_port": 61001}]),
+        rows[3],  # unchanged: nothing to write
+    ]
+    async with store.write() as tx:
+        await tx.apply_actual_changes(ActualChanges(updates=updated, previous={r.key: r for r in rows}))
+    async with store.read() as tx:
+        assert await tx.list_actuals() == updated
 
 
 async def test_ten_thousand_actuals_bulk_insert_update_delete(store: Store) -> None:

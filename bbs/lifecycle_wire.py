@@ -1,0 +1,59 @@
+"""The reps' lifecycle reports as plain data: TypedDicts validated straight from the request bytes.
+
+`CellLifecycle` and `HostLifecycle` (common/models.py) define the wire format. A scale run sends
+250,000 claimed and 250,000 running reports, and building a model instance for each costs about as
+much again as parsing the JSON; these TypedDicts accept exactly the same bodies (same fields, types,
+defaults, bounds and unknown fields ignored; lifecycle_wire_test.py holds them to it) but validate into
+plain dicts, which the decisions in lifecycle.py read.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, NotRequired
+
+from pydantic import Field, TypeAdapter
+from typing_extensions import TypedDict
+
+from common.models import Guid, TaskCompletion
+
+
+class PortMapping(TypedDict):
+    container_port: int
+    host_port: int
+
+
+class InstanceRef(TypedDict):
+    process_guid: str
+    index: int
+    instance_guid: str
+
+
+class RunningReport(InstanceRef):
+    host: Annotated[NotRequired[str], Field(default="127.0.0.1")]
+    ports: Annotated[NotRequired[list[PortMapping]], Field(default_factory=list)]
+
+
+class CrashReport(InstanceRef):
+    reason: Annotated[NotRequired[str], Field(default="")]
+
+
+class CellReport(TypedDict):
+    """One cell's report (CellLifecycle). Task completions stay models: they are few."""
+
+    claimed: Annotated[NotRequired[list[InstanceRef]], Field(default_factory=list)]
+    running: Annotated[NotRequired[list[RunningReport]], Field(default_factory=list)]
+    crashed: Annotated[NotRequired[list[CrashReport]], Field(default_factory=list)]
+    removed: Annotated[NotRequired[list[InstanceRef]], Field(default_factory=list)]
+    tasks_started: Annotated[NotRequired[list[str]], Field(default_factory=list)]
+    tasks_completed: Annotated[NotRequired[list[TaskCompletion]], Field(default_factory=list)]
+
+
+class HostReport(TypedDict):
+    """The reports of several cells of one rep process (HostLifecycle)."""
+
+    cells: Annotated[dict[Guid, CellReport], Field(max_length=10_000)]
+
+
+CELL_REPORT = TypeAdapter(CellReport)
+HOST_REPORT = TypeAdapter(HostReport)
+
