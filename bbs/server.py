@@ -10,46 +10,36 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import gc
 import logging
 import signal
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
+from typing import TYPE_CHECKING
 
 import httpx
 import uvicorn
 
+from common import runtime
 from common.procutil import write_ready_file
-from common.transport.nats_connection import NatsConnection
 
 from .api import create_app
 from .converger import Converger
 from .events import EventHub
 from .metrics import BBSMetrics
-from .nats_transport import EventPublisher, NatsOutbound, PresenceListener
 from .outbound import Outbound
 from .service import BBS
 from .settings import BBSSettings
 from .store import Store
 
+if TYPE_CHECKING:  # imported when used: nats (and the aiohttp it loads) cost a BBS on HTTP 0.3 s at startup
+    from common.transport.nats_connection import NatsConnection
+
+    from .nats_transport import EventPublisher, PresenceListener
+
 log = logging.getLogger("bbs")
 
 STARTUP_TIMEOUT_S = 30.0
 DRAIN_TIMEOUT_S = 2.0
-# The BBS keeps every actual LRP in memory (250,000 records, with their ports lists, in a scale run) and
-# replaces thousands of them per lifecycle round. With CPython's default thresholds (700, 10, 10) the
-# cycle collector ran young collections all the time and full ones over the whole heap each time a
-# quarter of it was new: measured, GC took about a quarter of the BBS's CPU at 100,000 instances. Its
-# data are trees, freed by reference counting; cycles (asyncio's, exceptions') are few, and wait longer.
-GC_THRESHOLDS = (200_000, 50, 100)
-
-
-def tune_gc() -> None:
-    """For a serving BBS process: rarer cycle collections, and the objects of startup (modules,
-    schemas) frozen out of every later full collection."""
-    gc.collect()
-    gc.freeze()
-    gc.set_threshold(*GC_THRESHOLDS)
 
 
 @contextlib.asynccontextmanager
@@ -68,6 +58,10 @@ async def running_bbs(
         "retry_window_s": settings.lease_ttl + 1.0,
     }
     if settings.transport == "nats":
+        from common.transport.nats_connection import NatsConnection
+
+        from .nats_transport import NatsOutbound
+
         nats = NatsConnection(settings.nats_url, name="vendue-bbs", token=settings.nats_token)
         outbound: Outbound = NatsOutbound(nats, settings.auctioneer_url, metrics, **options)
     else:
@@ -78,6 +72,8 @@ async def running_bbs(
     events: EventPublisher | None = None
     presence: PresenceListener | None = None
     if nats is not None:
+        from .nats_transport import EventPublisher, PresenceListener
+
         events, presence = EventPublisher(nats), PresenceListener(bbs)
         events.attach(hub)
         nats.on_connect(presence.subscribe)
@@ -141,7 +137,7 @@ class _Server(uvicorn.Server):
 
 async def serve(settings: BBSSettings) -> None:
     async with running_bbs(settings) as bbs:
-        tune_gc()
+        runtime.tune_gc()  # every actual LRP lives in memory: rarer cycle collections
         config = uvicorn.Config(
             create_app(bbs),
             host=settings.listen,

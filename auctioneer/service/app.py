@@ -23,6 +23,7 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING
 
 import httpx
 from fastapi import FastAPI, Request
@@ -31,7 +32,6 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 from common.failover import AsyncFailoverTransport, split_urls
 from common.models import LRPStartRequest, TaskStartRequest
-from common.transport.nats_connection import NatsConnection
 
 from .auction import Auction, AuctionConfig
 from .batcher import Batcher
@@ -41,12 +41,14 @@ from .dispatch import Dispatcher
 from .forward import FORWARDED_HEADER, Forwarder
 from .leadership import Leadership
 from .metrics import Metrics
-from .nats_cells import NatsCellStateSource
-from .nats_dispatch import NatsWorkSender
-from .nats_intake import NatsAuctionIntake
 from .reporter import FailureReporter
 from .settings import AuctioneerSettings
 from .transport import CellStateSource, WorkSender
+
+if TYPE_CHECKING:  # imported when used: nats (jetstream and all) costs an auctioneer on HTTP 0.2 s at startup
+    from common.transport.nats_connection import NatsConnection
+
+    from .nats_intake import NatsAuctionIntake
 
 log = logging.getLogger("auctioneer")
 
@@ -83,6 +85,11 @@ class AuctioneerService:
             fencing_token=self.fencing_token,
         )
         if s.transport == "nats":
+            from common.transport.nats_connection import NatsConnection
+
+            from .nats_cells import NatsCellStateSource
+            from .nats_dispatch import NatsWorkSender
+
             self.nats = NatsConnection(s.nats_url, name="vendue-auctioneer", token=s.nats_token)
             self.fetcher = NatsCellStateSource(
                 self.nats, http_cells.present_cells, self.metrics, timeout=s.cell_state_timeout
@@ -103,6 +110,8 @@ class AuctioneerService:
         self.intake: NatsAuctionIntake | None = None
         self._tasks: set[asyncio.Future] = set()
         if self.nats is not None:
+            from .nats_intake import NatsAuctionIntake
+
             self.intake = NatsAuctionIntake(self.nats, self.batcher.add_lrps, self.batcher.add_tasks, self.metrics)
 
     def fencing_token(self) -> int:
