@@ -16,7 +16,8 @@ import itertools
 import logging
 import os
 import uuid
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from common.models import (
@@ -24,15 +25,11 @@ from common.models import (
     CellPresence,
     CellState,
     CellTask,
-    CrashReport,
     DesiredLRP,
     HostMetricsModel,
-    InstanceRef,
     LifecycleResult,
     LRPWork,
-    PortMapping,
     ResourcesModel,
-    RunningInstanceReport,
     Task,
     TaskCompletion,
     Work,
@@ -41,6 +38,7 @@ from common.models import (
 
 from .executor import Executor, LRPContainer, TaskContainer
 from .outbox import Outbox, SendLifecycle
+from .reports import Crash, HostPort, Ref, Running
 
 log = logging.getLogger("rep.cell")
 
@@ -89,8 +87,8 @@ class HeldInstance:
     def process_guid(self) -> str:
         return self.desired.process_guid
 
-    def ref(self) -> InstanceRef:
-        return InstanceRef(process_guid=self.desired.process_guid, index=self.index, instance_guid=self.instance_guid)
+    def ref(self) -> Ref:
+        return Ref(self.desired.process_guid, self.index, self.instance_guid)
 
 
 @dataclass(slots=True)
@@ -182,7 +180,10 @@ class Cell:
             CellTask(task_guid=t.task.task_guid, memory_mb=t.task.memory_mb, disk_mb=t.task.disk_mb)
             for t in self._tasks.values()
         ]
-        return CellState(
+        # Built from the cell's own plain data, so not validated again; every field is given (a missing
+        # one would take its default through the slow path). Asked for every cell every auction: validating
+        # a full cell's counts cost more than writing them (cell_test.py pins the equivalence).
+        return CellState.model_construct(
             cell_id=c.cell_id,
             zone=c.zone,
             rep_url=c.rep_url,
@@ -202,6 +203,10 @@ class Cell:
             host=_host_metrics() if c.report_host_metrics else None,
             fencing_token=self.fencing_token,
             accepted_fencing_tokens=list(self.accepted_fencing_tokens),
+            volumes=[],
+            ingress_ips=[],
+            devices={},
+            cached_blobs=[],
         )
 
     def presence(self) -> CellPresence:
@@ -220,6 +225,14 @@ class Cell:
             boot_id=self.boot_id,
             host_url=c.host_url,
         )
+
+    def instance_states(self) -> Counter[str]:
+        """How many instances are in each state (starting, running, stopping)."""
+        return Counter(i.state for i in self._instances.values())
+
+    @property
+    def task_count(self) -> int:
+        return len(self._tasks)
 
     @property
     def holds_nothing(self) -> bool:
@@ -274,8 +287,15 @@ class Cell:
     def _why_not_lrp(self, d: DesiredLRP, index: int) -> str:
         if (d.process_guid, index) in self._by_index:
             return "instance already on this cell"
-        if d.stack not in self.config.stacks:
+        c = self.config
+        if d.stack not in c.stacks:
             return f"stack {d.stack} not supported"
+        if (  # the common case inline (once per instance placed): room for it
+            len(self._instances) + len(self._tasks) < c.containers
+            and self._used_disk + d.disk_mb <= c.disk_mb
+            and self._used_memory + d.memory_mb <= c.memory_mb
+        ):
+            return ""
         return self._why_no_room(d.memory_mb, d.disk_mb)
 
     def _why_not_task(self, task: Task) -> str:
@@ -301,17 +321,17 @@ class Cell:
 
     def _start_lrp(self, desired: DesiredLRP, index: int) -> None:
         guid = self._new_guid()
-        held = HeldInstance(guid, index, desired)
-        self._instances[guid] = held
         process_guid = desired.process_guid
+        self._instances[guid] = HeldInstance(guid, index, desired)
         self._by_index[(process_guid, index)] = guid
-        self._lrp_counts[process_guid] = self._lrp_counts.get(process_guid, 0) + 1
+        counts = self._lrp_counts
+        counts[process_guid] = counts.get(process_guid, 0) + 1
         self._starting += 1
         self._used_memory += desired.memory_mb
         self._used_disk += desired.disk_mb
         self._empty.clear()
-        self.outbox.claimed(held.ref())
-        self.executor.start_lrp(LRPContainer(self.cell_id, guid, index, desired), self)
+        self.outbox.claimed(Ref(process_guid, index, guid))
+        self.executor.start_lrp(LRPContainer(self.config.cell_id, guid, index, desired), self)
 
     def _stopping(self, held: HeldInstance) -> None:
         """Mark an instance as being stopped: it holds its resources but no longer counts for its app."""
@@ -365,33 +385,21 @@ class Cell:
 
     # --- executor callbacks (ExecutorListener) ------------------------------------------------------
 
-    def lrp_running(self, instance_guid: str, ports: list[PortMapping]) -> None:
+    def lrp_running(self, instance_guid: str, ports: Sequence[HostPort]) -> None:
         held = self._instances.get(instance_guid)
         if held is None or held.state == STOPPING:
             return
         if held.state == "starting":
             self._starting -= 1
         held.state = "running"
-        self.outbox.running(
-            RunningInstanceReport(
-                process_guid=held.desired.process_guid,
-                index=held.index,
-                instance_guid=instance_guid,
-                host=self.config.host,
-                ports=ports,
-            )
-        )
+        self.outbox.running(Running(held.desired.process_guid, held.index, instance_guid, self.config.host, ports))
 
     def lrp_crashed(self, instance_guid: str, reason: str) -> None:
         held = self._instances.get(instance_guid)
         if held is None or held.state == STOPPING:
             return  # a stop in progress reports `removed` itself
         self._forget_instance(held)
-        self.outbox.crashed(
-            CrashReport(
-                process_guid=held.process_guid, index=held.index, instance_guid=instance_guid, reason=reason
-            )
-        )
+        self.outbox.crashed(Crash(held.process_guid, held.index, instance_guid, reason))
 
     def task_finished(self, completion: TaskCompletion) -> None:
         held = self._tasks.get(completion.task_guid)

@@ -8,7 +8,7 @@ from collections import Counter
 from datetime import UTC, datetime
 
 from common.models import (
-    CellLifecycle,
+    CellState,
     DesiredLRP,
     InstanceRef,
     LifecycleResult,
@@ -22,6 +22,7 @@ from common.models import (
 
 from .cell import Cell, CellConfig
 from .executor import Executor, ExecutorListener, LRPContainer, TaskContainer
+from .reports import Reports
 
 NOW = datetime(2024, 1, 1, tzinfo=UTC)
 
@@ -46,7 +47,7 @@ class RecordingExecutor(Executor):
         self.cancelled.append(task_guid)
 
 
-async def never_sent(batch: CellLifecycle) -> LifecycleResult:
+async def never_sent(batch: Reports) -> LifecycleResult:
     raise AssertionError("these tests read the outbox, they do not flush it")
 
 
@@ -88,7 +89,7 @@ def make_cell(
     return Cell(config, executor, never_sent, new_guid=lambda: next(guids)), executor
 
 
-def pending(cell: Cell) -> CellLifecycle:
+def pending(cell: Cell) -> Reports:
     return cell.outbox._pending
 
 
@@ -107,6 +108,19 @@ async def test_reserves_what_fits_and_rejects_the_rest_at_once() -> None:
     assert state.starting_containers == 2
     assert [(i.index, i.state) for i in state.lrps] == [(0, "starting"), (1, "starting")]
     assert [r.index for r in pending(cell).claimed] == [0, 1], "each accepted instance is claimed"
+
+
+async def test_the_state_is_what_validating_it_would_give_with_every_field_given() -> None:
+    cell, executor = make_cell(memory_mb=4000)
+    cell.accept(Work(lrps=[LRPWork(desired=desired("web", memory_mb=100), index=i) for i in range(3)]))
+    cell.accept(Work(tasks=[task("t1")]))
+    cell.lrp_running(executor.started[0].instance_guid, [])
+
+    for state in (cell.state(), cell.state(counts=True)):
+        assert state.model_fields_set == set(CellState.model_fields), "no field left to its default"
+        dumped = state.model_dump_json()
+        assert CellState.model_validate_json(dumped) == CellState.model_validate(state.model_dump())
+        assert CellState.model_validate_json(dumped).model_dump_json() == dumped
 
 
 async def test_the_summary_state_counts_instances_per_process() -> None:

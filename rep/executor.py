@@ -12,15 +12,18 @@ Implementations: `ProcessExecutor` (rep/process_executor.py, real child processe
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
-from common.models import DesiredLRP, PortMapping, Task, TaskCompletion
+from common.models import DesiredLRP, Task, TaskCompletion
+
+from .reports import HostPort
 
 
-@dataclass(frozen=True, slots=True)
-class LRPContainer:
-    """One instance to run: which LRP, which index, the guid the rep gave it, on which cell."""
+class LRPContainer(NamedTuple):
+    """One instance to run: which LRP, which index, the guid the rep gave it, on which cell. A named
+    tuple, not a frozen dataclass: as immutable, and built in less than half the time (one per start)."""
 
     cell_id: str
     instance_guid: str
@@ -45,10 +48,11 @@ class TaskContainer:
 class ExecutorListener(Protocol):
     """The cell's side: called by the executor from the event loop, never blocking.
 
-    The host part of an instance's address is the cell's advertised host, so executors report ports only.
+    The host part of an instance's address is the cell's advertised host, so executors report ports only
+    (`PortMapping`s or plain `Port`s: anything with container_port and host_port).
     """
 
-    def lrp_running(self, instance_guid: str, ports: list[PortMapping]) -> None: ...
+    def lrp_running(self, instance_guid: str, ports: Sequence[HostPort]) -> None: ...
 
     def lrp_crashed(self, instance_guid: str, reason: str) -> None: ...
 

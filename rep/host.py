@@ -26,11 +26,12 @@ from collections.abc import Awaitable, Callable, Mapping
 import httpx
 
 from common.group_commit import GroupCommit
-from common.models import CellLifecycle, CellPresences, HostLifecycle, HostLifecycleResult, LifecycleResult
+from common.models import CellPresences, HostLifecycleResult, LifecycleResult
 
 from .cell import Cell
 from .executor import Executor
 from .outbox import SendLifecycle
+from .reports import Reports, cell_json, host_json
 
 log = logging.getLogger("rep.host")
 
@@ -46,10 +47,8 @@ def lifecycle_sender(client: httpx.AsyncClient, bbs_url: str, cell_id: str) -> S
     """The outbox's transport: POST {bbs}/v1/cells/{cell_id}/lifecycle, one request per round."""
     url = f"{bbs_url.rstrip('/')}/v1/cells/{cell_id}/lifecycle"
 
-    async def send(batch: CellLifecycle) -> LifecycleResult:
-        response = await client.post(
-            url, content=batch.model_dump_json(), headers={"content-type": "application/json"}
-        )
+    async def send(batch: Reports) -> LifecycleResult:
+        response = await client.post(url, content=cell_json(batch), headers={"content-type": "application/json"})
         response.raise_for_status()
         return (
             LifecycleResult.model_validate_json(response.content) if response.content else LifecycleResult()
@@ -58,6 +57,8 @@ def lifecycle_sender(client: httpx.AsyncClient, bbs_url: str, cell_id: str) -> S
     return send
 
 
+# The answer for a cell the BBS refused nothing of (shared: its readers never change it).
+NOTHING_REFUSED = LifecycleResult()
 HOST_BATCH_CELLS = 500  # cells per host-level request (a lifecycle round or a heartbeat round)
 
 
@@ -71,24 +72,24 @@ class HostLifecycleSender:
     def __init__(self, client: httpx.AsyncClient, bbs_url: str) -> None:
         self._client = client
         self._url = f"{bbs_url.rstrip('/')}/v1/lifecycle"
-        self._group: GroupCommit[tuple[str, CellLifecycle], LifecycleResult] = GroupCommit(
+        self._group: GroupCommit[tuple[str, Reports], LifecycleResult] = GroupCommit(
             self._post, max_batch=HOST_BATCH_CELLS, split_on_failure=False
         )
 
     def for_cell(self, cell_id: str) -> SendLifecycle:
-        async def send(batch: CellLifecycle) -> LifecycleResult:
+        async def send(batch: Reports) -> LifecycleResult:
             return await self._group.submit((cell_id, batch))
 
         return send
 
-    async def _post(self, reports: list[tuple[str, CellLifecycle]]) -> list[LifecycleResult]:
-        body = HostLifecycle.model_construct(cells=dict(reports))
+    async def _post(self, reports: list[tuple[str, Reports]]) -> list[LifecycleResult]:
+        # The HostLifecycle body, written straight from the plain reports (rep/reports.py).
         response = await self._client.post(
-            self._url, content=body.model_dump_json(), headers={"content-type": "application/json"}
+            self._url, content=host_json(reports), headers={"content-type": "application/json"}
         )
         response.raise_for_status()
         answer = HostLifecycleResult.model_validate_json(response.content)
-        return [answer.cells.get(cell_id) or LifecycleResult() for cell_id, _ in reports]
+        return [answer.cells.get(cell_id) or NOTHING_REFUSED for cell_id, _ in reports]
 
 
 class RepHost:

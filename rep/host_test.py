@@ -24,6 +24,7 @@ from common.models import (
 
 from .cell import Cell, CellConfig
 from .host import HostLifecycleSender, RepHost, lifecycle_sender
+from .reports import Reports
 from .sim_executor import SimExecutor
 
 NOW = datetime(2024, 1, 1, tzinfo=UTC)
@@ -135,7 +136,7 @@ async def test_a_lone_cell_posts_its_own_lifecycle_path() -> None:
     bbs = MockBBS()
     async with httpx.AsyncClient(transport=httpx.MockTransport(bbs.handle), timeout=5) as client:
         send = lifecycle_sender(client, BBS, "cell-9")
-        await send(CellLifecycle(tasks_started=["t-1"]))
+        await send(Reports(tasks_started=["t-1"]))
     assert bbs.requests == ["POST /v1/cells/cell-9/lifecycle"]
     assert bbs.lifecycles == [("cell-9", CellLifecycle(tasks_started=["t-1"]))]
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Iterator
 
 from prometheus_client import CollectorRegistry, generate_latest
@@ -23,15 +22,16 @@ class CellCollector(Collector):
         tasks = GaugeMetricFamily("vendue_rep_tasks", "Tasks a cell holds", labels=["cell"])
         evacuating = GaugeMetricFamily("vendue_rep_evacuating", "1 while a cell evacuates", labels=["cell"])
         for cell in self.host.cells.values():
-            state = cell.state()
+            # From the cell's own records, not cell.state(): that builds a model per instance held.
+            left, offered = cell.available(), cell.total()
             for resource in ("memory_mb", "disk_mb", "containers"):
-                available.add_metric([cell.cell_id, resource], getattr(state.available, resource))
-                total.add_metric([cell.cell_id, resource], getattr(state.total, resource))
-            by_state = Counter(lrp.state for lrp in state.lrps)
+                available.add_metric([cell.cell_id, resource], getattr(left, resource))
+                total.add_metric([cell.cell_id, resource], getattr(offered, resource))
+            by_state = cell.instance_states()
             for lrp_state in ("reserved", "starting", "running", "stopping"):
                 lrps.add_metric([cell.cell_id, lrp_state], by_state.get(lrp_state, 0))
-            tasks.add_metric([cell.cell_id], len(state.tasks))
-            evacuating.add_metric([cell.cell_id], 1 if state.evacuating else 0)
+            tasks.add_metric([cell.cell_id], cell.task_count)
+            evacuating.add_metric([cell.cell_id], 1 if cell.evacuating else 0)
         yield from (available, total, lrps, tasks, evacuating)
 
 

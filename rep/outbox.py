@@ -19,45 +19,15 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 
-from common.models import (
-    CellLifecycle,
-    CrashReport,
-    InstanceRef,
-    LifecycleResult,
-    RunningInstanceReport,
-    TaskCompletion,
-)
+from common.models import LifecycleResult, TaskCompletion
+
+from .reports import Crash, Ref, Reports, Running
 
 log = logging.getLogger("rep.outbox")
 
-SendLifecycle = Callable[[CellLifecycle], Awaitable[LifecycleResult]]
+# A batch is plain data (rep/reports.py); the sender writes it as a CellLifecycle body.
+SendLifecycle = Callable[[Reports], Awaitable[LifecycleResult]]
 OnResult = Callable[[LifecycleResult], None]
-
-
-def _empty() -> CellLifecycle:
-    return CellLifecycle()
-
-
-def _size(batch: CellLifecycle) -> int:
-    return (
-        len(batch.claimed)
-        + len(batch.running)
-        + len(batch.crashed)
-        + len(batch.removed)
-        + len(batch.tasks_started)
-        + len(batch.tasks_completed)
-    )
-
-
-def _merge(older: CellLifecycle, newer: CellLifecycle) -> CellLifecycle:
-    return CellLifecycle(
-        claimed=older.claimed + newer.claimed,
-        running=older.running + newer.running,
-        crashed=older.crashed + newer.crashed,
-        removed=older.removed + newer.removed,
-        tasks_started=older.tasks_started + newer.tasks_started,
-        tasks_completed=older.tasks_completed + newer.tasks_completed,
-    )
 
 
 class Outbox:
@@ -78,7 +48,7 @@ class Outbox:
         self._backoff_max_s = backoff_max_s
         self._linger_s = linger_s
         self._sent_at = -1e9  # loop time the previous request finished
-        self._pending = _empty()
+        self._pending = Reports()
         self._in_flight = 0  # reports in the request being sent now
         self._wake = asyncio.Event()
         self._idle = asyncio.Event()
@@ -88,19 +58,19 @@ class Outbox:
 
     # --- adding reports (synchronous: callable from request handlers and executor callbacks) -------
 
-    def claimed(self, ref: InstanceRef) -> None:
+    def claimed(self, ref: Ref) -> None:
         self._pending.claimed.append(ref)
         self._kick()
 
-    def running(self, report: RunningInstanceReport) -> None:
+    def running(self, report: Running) -> None:
         self._pending.running.append(report)
         self._kick()
 
-    def crashed(self, report: CrashReport) -> None:
+    def crashed(self, report: Crash) -> None:
         self._pending.crashed.append(report)
         self._kick()
 
-    def removed(self, ref: InstanceRef) -> None:
+    def removed(self, ref: Ref) -> None:
         self._pending.removed.append(ref)
         self._kick()
 
@@ -127,7 +97,7 @@ class Outbox:
 
     @property
     def pending(self) -> int:
-        return _size(self._pending)
+        return len(self._pending)
 
     def _kick(self) -> None:
         self._idle.clear()
@@ -144,18 +114,18 @@ class Outbox:
             if self._linger_s and loop.time() - self._sent_at > self._linger_s:
                 await asyncio.sleep(self._linger_s)  # quiet until now: let this round's reports gather
             self._wake.clear()
-            batch, self._pending = self._pending, _empty()
-            if _size(batch) == 0:
+            batch, self._pending = self._pending, Reports()
+            if len(batch) == 0:
                 self._idle.set()
                 continue
-            self._in_flight = _size(batch)
+            self._in_flight = len(batch)
             try:
                 result = await self._send(batch)
             except asyncio.CancelledError:
-                self._pending = _merge(batch, self._pending)
+                self._pending = batch.then(self._pending)
                 raise
             except Exception as exc:  # noqa: BLE001 - any failure: keep the reports and retry
-                self._pending = _merge(batch, self._pending)
+                self._pending = batch.then(self._pending)
                 self.failed_requests += 1
                 failures += 1
                 delay = min(self._backoff_initial_s * 2 ** (failures - 1), self._backoff_max_s)
@@ -175,7 +145,7 @@ class Outbox:
                 self._on_result(result)
             except Exception:  # a bug in the handler must not kill the flusher
                 log.exception("handling the lifecycle result failed", extra={"data": {"cell_id": self._name}})
-            if _size(self._pending):
+            if len(self._pending):
                 self._wake.set()
             else:
                 self._idle.set()

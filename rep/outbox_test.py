@@ -7,19 +7,20 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
 
-from common.models import CellLifecycle, CrashReport, InstanceRef, LifecycleResult, RunningInstanceReport
+from common.models import LifecycleResult
 
 from .outbox import Outbox
+from .reports import Crash, Ref, Reports, Running
 
 DEADLINE_S = 5.0
 
 
-def ref(i: int) -> InstanceRef:
-    return InstanceRef(process_guid="app", index=i, instance_guid=f"g{i}")
+def ref(i: int) -> Ref:
+    return Ref("app", i, f"g{i}")
 
 
-def running(i: int) -> RunningInstanceReport:
-    return RunningInstanceReport(process_guid="app", index=i, instance_guid=f"g{i}")
+def running(i: int) -> Running:
+    return Running("app", i, f"g{i}", "127.0.0.1", [])
 
 
 async def eventually(condition: Callable[[], bool], what: str, seen: Callable[[], object]) -> None:
@@ -34,13 +35,13 @@ class FakeBBS:
     """Records every lifecycle request; can be told to fail or to hold requests until released."""
 
     def __init__(self) -> None:
-        self.requests: list[CellLifecycle] = []
+        self.requests: list[Reports] = []
         self.failures_left = 0
         self.gate = asyncio.Event()
         self.gate.set()
         self.result = LifecycleResult()
 
-    async def send(self, batch: CellLifecycle) -> LifecycleResult:
+    async def send(self, batch: Reports) -> LifecycleResult:
         await self.gate.wait()
         if self.failures_left:
             self.failures_left -= 1
@@ -101,14 +102,12 @@ async def test_a_failed_request_is_retried_with_its_reports_first(running_outbox
     outbox.claimed(ref(0))
     await eventually(lambda: bbs.failures_left < 3, "a first failed attempt", lambda: bbs.failures_left)
     outbox.running(running(0))
-    outbox.crashed(
-        CrashReport(process_guid="app", index=0, instance_guid="g0", reason="exited with status 1")
-    )
+    outbox.crashed(Crash("app", 0, "g0", "exited with status 1"))
     outbox.claimed(ref(1))
 
     assert await outbox.drain(DEADLINE_S)
 
-    delivered = CellLifecycle(
+    delivered = Reports(
         claimed=[c for r in bbs.requests for c in r.claimed],
         running=[c for r in bbs.requests for c in r.running],
         crashed=[c for r in bbs.requests for c in r.crashed],
@@ -127,12 +126,12 @@ async def test_a_failed_request_is_retried_with_its_reports_first(running_outbox
 
 async def test_results_are_handed_back(running_outbox) -> None:
     outbox, bbs, results = await running_outbox()
-    bbs.result = LifecycleResult(refused=[ref(7)])
+    bbs.result = LifecycleResult(refused=[ref(7)._asdict()])
     outbox.claimed(ref(7))
 
     assert await outbox.drain(DEADLINE_S)
 
-    assert results == [LifecycleResult(refused=[ref(7)])]
+    assert results == [LifecycleResult(refused=[ref(7)._asdict()])]
 
 
 async def test_discard_drops_pending_reports_of_one_instance_or_task() -> None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import logging
 import signal
 import socket
@@ -14,6 +13,7 @@ from typing import TYPE_CHECKING
 import httpx
 import uvicorn
 
+from common import runtime
 from common.failover import AsyncFailoverTransport, URLListError, split_urls
 from common.procutil import write_ready_file
 
@@ -97,6 +97,7 @@ def cell_configs(settings: RepSettings, base_url: str) -> list[CellConfig]:
             )
         )
     return configs
+
 
 
 CELLS_PER_CLIENT = 8  # cells sharing one pooled httpx client (a heartbeat and a report in flight each)
@@ -184,10 +185,11 @@ async def serve(settings: RepSettings) -> int:
     port = sock.getsockname()[1]
     base_url = f"http://{settings.advertise_host}:{port}"
     host = build_host(settings, base_url)
-    # What the imports and the setup built lives as long as the process: move it out of the cyclic
-    # collector's generations, so that neither its collections nor the interpreter's exit walk it again
-    # (that exit walk alone held a stopping rep up for about a second on a busy 2-core machine).
-    gc.freeze()
+    # What the imports and the setup built lives as long as the process: frozen out of the cyclic
+    # collector (whose exit walk alone held a stopping rep up for about a second on a busy 2-core
+    # machine); and rarer collections: with the defaults they took about 30% of the CPU per instance of
+    # the work route, sim starts and lifecycle reports (micro benchmark).
+    runtime.tune_gc()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, host.on_signal, signum)

@@ -1,7 +1,10 @@
 """Simulated containers, for scale work: one executor (one scheduler loop) serves every cell of a host.
 
 No task or timer per container: every future event (a start completing, a crash, a task finishing)
-is an entry in one heap ordered by due time, and a single loop pops whatever is due. Stopping a
+is an entry in one heap ordered by due time, and a single loop pops whatever is due. Starts, the bulk
+of the events, all take the same delay, so they come due in the order they were asked for: they wait
+in a FIFO queue beside the heap (O(1) instead of O(log n) per start; a start that would come due
+before the last queued one, as after a change of the delay, goes into the heap instead). Stopping a
 container just forgets it; its heap entries find no matching record when they come due and are
 skipped (lazy deletion). 1,000 cells x 250 instances is 250,000 small records and one coroutine.
 """
@@ -14,12 +17,14 @@ import itertools
 import logging
 import random
 import time
+from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from common.models import PortMapping, TaskCompletion
+from common.models import TaskCompletion
 
 from .executor import Executor, ExecutorListener, LRPContainer, TaskContainer
+from .reports import Port
 
 log = logging.getLogger("rep.sim")
 
@@ -32,7 +37,7 @@ _YIELD_EVERY = 2000  # due entries handled before letting the event loop serve r
 class _SimLRP:
     container: LRPContainer
     listener: ExecutorListener
-    ports: list[PortMapping] = field(default_factory=list)
+    ports: list[Port] | None = None  # given when it starts
 
 
 @dataclass(slots=True, eq=False)
@@ -55,6 +60,7 @@ class SimExecutor(Executor):
         self._random = random.Random(seed)
         self._clock = clock
         self._heap: list[tuple[float, int, int, object]] = []
+        self._starts: deque[tuple[float, _SimLRP]] = deque()  # in due order (see the module docstring)
         self._seq = itertools.count()
         self._lrps: dict[str, _SimLRP] = {}
         self._tasks: dict[str, _SimTask] = {}
@@ -87,7 +93,14 @@ class SimExecutor(Executor):
     def start_lrp(self, container: LRPContainer, listener: ExecutorListener) -> None:
         record = _SimLRP(container, listener)
         self._lrps[container.instance_guid] = record
-        self._push(self._clock() + self.start_delay_s, _START, record)
+        due = self._clock() + self.start_delay_s
+        starts = self._starts
+        if starts and due < starts[-1][0]:
+            self._push(due, _START, record)
+            return
+        starts.append((due, record))
+        if len(starts) == 1:
+            self._wake.set()  # perhaps sooner than what the loop waits for
 
     async def stop_lrp(self, instance_guid: str) -> None:
         self._lrps.pop(instance_guid, None)
@@ -108,11 +121,12 @@ class SimExecutor(Executor):
 
     async def _run(self) -> None:
         while True:
-            if not self._heap:
+            due = self._next_due()
+            if due is None:
                 self._wake.clear()
                 await self._wake.wait()
                 continue
-            delay = self._heap[0][0] - self._clock()
+            delay = due - self._clock()
             if delay > 0:
                 self._wake.clear()
                 try:
@@ -123,12 +137,23 @@ class SimExecutor(Executor):
             self.fire_due()
             await asyncio.sleep(0)
 
+    def _next_due(self) -> float | None:
+        if self._starts and (not self._heap or self._starts[0][0] <= self._heap[0][0]):
+            return self._starts[0][0]
+        return self._heap[0][0] if self._heap else None
+
     def fire_due(self, limit: int = _YIELD_EVERY) -> int:
-        """Handle up to `limit` entries that are due now; returns how many were handled."""
+        """Handle up to `limit` entries that are due now, earliest first; returns how many were handled."""
         now = self._clock()
+        heap, starts = self._heap, self._starts
         handled = 0
-        while self._heap and self._heap[0][0] <= now and handled < limit:
-            _, _, kind, record = heapq.heappop(self._heap)
+        while handled < limit:
+            if starts and starts[0][0] <= now and (not heap or starts[0][0] <= heap[0][0]):
+                kind, record = _START, starts.popleft()[1]
+            elif heap and heap[0][0] <= now:
+                _, _, kind, record = heapq.heappop(heap)
+            else:
+                break
             handled += 1
             try:
                 self._fire(kind, record, now)
@@ -150,10 +175,7 @@ class SimExecutor(Executor):
         if self._lrps.get(guid) is not record:
             return  # stopped meanwhile
         if kind == _START:
-            record.ports = [
-                PortMapping(container_port=p, host_port=self._fake_port())
-                for p in record.container.desired.ports
-            ]
+            record.ports = [Port(p, self._fake_port()) for p in record.container.desired.ports]
             record.listener.lrp_running(guid, record.ports)
             if self.crash_rate_per_s > 0:
                 self._push(now + self._random.expovariate(self.crash_rate_per_s), _CRASH, record)

@@ -131,3 +131,40 @@ async def test_many_cells_share_one_executor_in_bulk() -> None:
         handled += n
     assert handled == 25_000
     assert all(len(listener.running) == 250 for listener in listeners)
+
+
+async def test_events_fire_in_due_order_when_the_start_delay_changes() -> None:
+    clock, listener = Clock(), Listener()
+    sim = SimExecutor(start_delay_s=1.0, clock=clock)
+    sim.start_lrp(lrp("slow"), listener)
+    sim.start_lrp(lrp("slow-2"), listener)
+    sim.start_delay_s = 0.2
+    sim.start_lrp(lrp("quick"), listener)  # due before the ones queued earlier
+    task = Task(task_guid="t", command=["x"], created_at=NOW, updated_at=NOW)
+    sim.run_task(TaskContainer("cell-0", task), listener)  # due with "quick"
+
+    clock.now += 0.2
+    assert sim.fire_due() == 2
+    assert [g for g, _ in listener.running] == ["quick"] and [c.task_guid for c in listener.finished] == ["t"]
+    clock.now += 0.8
+    assert sim.fire_due(limit=1) == 1, "the limit holds across both queues"
+    assert sim.fire_due() == 1
+    assert [g for g, _ in listener.running] == ["quick", "slow", "slow-2"]
+
+
+async def test_the_loop_wakes_for_a_start_sooner_than_what_it_waits_for() -> None:
+    listener = Listener()
+    sim = SimExecutor(start_delay_s=30.0)
+    await sim.open()
+    try:
+        sim.start_lrp(lrp("late"), listener)
+        await asyncio.sleep(0)  # the loop now waits for "late", 30 s away
+        sim.start_delay_s = 0.0
+        sim.start_lrp(lrp("now"), listener)
+        deadline = asyncio.get_running_loop().time() + 5.0
+        while not listener.running:
+            assert asyncio.get_running_loop().time() < deadline, "the loop never woke"
+            await asyncio.sleep(0.01)
+        assert [g for g, _ in listener.running] == ["now"]
+    finally:
+        await sim.close()

@@ -1,0 +1,30 @@
+"""The rep's prometheus metrics, read from its cells at scrape time."""
+
+from __future__ import annotations
+
+from .api_test import desired, make_host
+from .metrics import metrics_registry, render
+
+
+def test_metrics_count_what_each_cell_holds_by_state() -> None:
+    host, executor = make_host(["c0", "c1"], memory_mb=4096)
+    c0 = host.cells["c0"]
+    c0.awaiting_registration = False
+    c0.take([(desired("web", memory_mb=256), 0), (desired("web", memory_mb=256), 1)], [], 1)
+    c0.lrp_running(executor.started[0].instance_guid, [])
+    c0.evacuating = True
+
+    text = render(metrics_registry(host)).decode()
+
+    for line in (
+        'vendue_rep_lrps{cell="c0",state="starting"} 1.0',
+        'vendue_rep_lrps{cell="c0",state="running"} 1.0',
+        'vendue_rep_lrps{cell="c1",state="running"} 0.0',
+        'vendue_rep_available{cell="c0",resource="memory_mb"} 3584.0',
+        'vendue_rep_available{cell="c0",resource="containers"} 248.0',
+        'vendue_rep_total{cell="c1",resource="memory_mb"} 4096.0',
+        'vendue_rep_tasks{cell="c0"} 0.0',
+        'vendue_rep_evacuating{cell="c0"} 1.0',
+        'vendue_rep_evacuating{cell="c1"} 0.0',
+    ):
+        assert line in text, line

@@ -1,0 +1,74 @@
+"""The lifecycle JSON written from plain reports is byte for byte what the wire models would write."""
+
+from __future__ import annotations
+
+from common.models import (
+    CellLifecycle,
+    CrashReport,
+    HostLifecycle,
+    InstanceRef,
+    PortMapping,
+    RunningInstanceReport,
+    TaskCompletion,
+)
+
+from .reports import Crash, Port, Ref, Reports, Running, cell_json, host_json
+
+# Strings that need escaping (quotes, backslashes, control characters, non-ASCII) as pydantic writes them.
+ODD = 'a"b\\c\n\t\x01\x7f é ✓ 😀 </script>'
+
+
+def every_kind() -> CellLifecycle:
+    return CellLifecycle(
+        claimed=[InstanceRef(process_guid="web", index=0, instance_guid="g0"),
+                 InstanceRef(process_guid="api-1", index=7, instance_guid="g7")],
+        running=[
+            RunningInstanceReport(process_guid="web", index=0, instance_guid="g0", host="10.0.0.5",
+                                  ports=[PortMapping(container_port=8080, host_port=40001),
+                                         PortMapping(container_port=2222, host_port=40002)]),
+            RunningInstanceReport(process_guid="web", index=1, instance_guid="g1", host="h", ports=[]),
+        ],
+        crashed=[CrashReport(process_guid="web", index=2, instance_guid="g2", reason=ODD)],
+        removed=[InstanceRef(process_guid="web", index=3, instance_guid="g3")],
+        tasks_started=["t1", ODD],
+        tasks_completed=[
+            TaskCompletion(task_guid="t0", exit_status=0, result="ok"),
+            TaskCompletion(task_guid="t9", failed=True, failure_reason=ODD),
+        ],
+    )
+
+
+def test_a_cell_body_equals_the_models_json() -> None:
+    model = every_kind()
+    assert cell_json(Reports.of(model)) == model.model_dump_json().encode()
+    assert cell_json(Reports()) == CellLifecycle().model_dump_json().encode(), "empty lists written too"
+
+
+def test_plain_records_and_sim_ports_write_the_same_body() -> None:
+    reports = Reports(
+        claimed=[Ref("web", 0, "g0")],
+        running=[Running("web", 0, "g0", "127.0.0.1", [Port(8080, 40000)])],
+        crashed=[Crash("web", 1, "g1", "exited with status 1")],
+        removed=[Ref("web", 1, "g1")],
+    )
+    model = reports.to_model()
+    assert model.running[0].ports == [PortMapping(container_port=8080, host_port=40000)]
+    assert cell_json(reports) == model.model_dump_json().encode()
+    assert Reports.of(model).to_model() == model, "plain form and model convert both ways"
+
+
+def test_a_host_body_equals_the_models_json() -> None:
+    cells = [("cell-0", Reports.of(every_kind())), ("cell-1", Reports(tasks_started=["t"])), ("c-2", Reports())]
+    expected = HostLifecycle(cells={cell_id: r.to_model() for cell_id, r in cells}).model_dump_json().encode()
+    assert host_json(cells) == expected
+    assert host_json([]) == HostLifecycle(cells={}).model_dump_json().encode()
+    parsed = HostLifecycle.model_validate_json(host_json(cells))
+    assert parsed.cells["cell-0"] == every_kind(), "the BBS reads back exactly what was reported"
+
+
+def test_then_keeps_older_reports_ahead_field_by_field() -> None:
+    older = Reports(claimed=[Ref("a", 0, "g0")], tasks_started=["t0"])
+    newer = Reports(claimed=[Ref("a", 1, "g1")], running=[Running("a", 0, "g0", "h", [])], tasks_started=["t1"])
+    both = older.then(newer)
+    assert [r.index for r in both.claimed] == [0, 1] and both.tasks_started == ["t0", "t1"]
+    assert len(both) == 5 and len(older) == 2, "the parts are left as they were"
