@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 from fastapi import FastAPI, Request
@@ -14,7 +13,7 @@ from fastapi.responses import JSONResponse, Response
 
 from common.models import CellPresence, HostCellStates, HostWork, HostWorkResult, LRPWork, WorkResult
 
-from .fakes import FakeCell, cell_state, serving
+from .fakes import FakeCell, cell_state, served
 
 
 @dataclass
@@ -37,6 +36,10 @@ class FakeHost:
 
     def presences(self) -> list[CellPresence]:
         return [CellPresence.model_validate({**c.state.model_dump(), "host_url": self.url}) for c in self.cells.values()]
+
+    def release(self) -> None:
+        """Let hanging handlers finish, so the server can stop."""
+        self._release.set()
 
     def app(self) -> FastAPI:
         app = FastAPI()
@@ -76,12 +79,5 @@ class FakeHost:
         return app
 
 
-@contextlib.asynccontextmanager
-async def fake_host() -> AsyncIterator[FakeHost]:
-    host = FakeHost()
-    async with serving(host.app()) as url:
-        host.url = url
-        try:
-            yield host
-        finally:
-            host._release.set()
+def fake_host() -> contextlib.AbstractAsyncContextManager[FakeHost]:
+    return served(FakeHost())

@@ -13,6 +13,7 @@ from collections import Counter
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Protocol, TypeVar
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
@@ -173,15 +174,30 @@ class FakeReps:
         return app
 
 
+class Servable(Protocol):
+    url: str
+
+    def app(self) -> FastAPI: ...
+
+    def release(self) -> None: ...
+
+
+Fake = TypeVar("Fake", bound=Servable)
+
+
 @contextlib.asynccontextmanager
-async def fake_reps() -> AsyncIterator[FakeReps]:
-    reps = FakeReps()
-    async with serving(reps.app()) as url:
-        reps.url = url
+async def served(fake: Fake) -> AsyncIterator[Fake]:
+    """Serve a fake (its `url` set) for the block; its hanging handlers are released at the end."""
+    async with serving(fake.app()) as url:
+        fake.url = url
         try:
-            yield reps
+            yield fake
         finally:
-            reps.release()
+            fake.release()
+
+
+def fake_reps() -> contextlib.AbstractAsyncContextManager[FakeReps]:
+    return served(FakeReps())
 
 
 # --- the BBS double -----------------------------------------------------------------------------------
