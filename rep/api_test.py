@@ -10,7 +10,6 @@ import httpx
 import pytest
 
 from common.models import (
-    CellLifecycle,
     CellPresence,
     DesiredLRP,
     HostCellStates,
@@ -25,11 +24,12 @@ from .api import create_app
 from .cell import Cell, CellConfig
 from .cell_test import RecordingExecutor
 from .host import RepHost
+from .reports import Reports
 
 NOW = datetime(2024, 1, 1, tzinfo=UTC)
 
 
-async def unsent(batch: CellLifecycle) -> LifecycleResult:
+async def unsent(batch: Reports) -> LifecycleResult:
     raise AssertionError("these tests do not flush outboxes")
 
 

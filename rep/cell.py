@@ -16,7 +16,6 @@ import itertools
 import logging
 import os
 import uuid
-from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -226,9 +225,11 @@ class Cell:
             host_url=c.host_url,
         )
 
-    def instance_states(self) -> Counter[str]:
-        """How many instances are in each state (starting, running, stopping)."""
-        return Counter(i.state for i in self._instances.values())
+    def instance_states(self) -> dict[str, int]:
+        """How many instances are in each state (starting, running, stopping), from the kept counts."""
+        live = sum(self._lrp_counts.values())
+        return {"starting": self._starting, "running": live - self._starting,
+                "stopping": sum(self._stopping_counts.values())}
 
     @property
     def task_count(self) -> int:

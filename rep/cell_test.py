@@ -155,6 +155,8 @@ async def test_the_summary_state_follows_every_change_as_the_full_state_does() -
             (stopping if i.state == "stopping" else running)[i.process_guid] += 1
         assert (summary.lrp_counts, summary.stopping_counts) == (dict(running), dict(stopping)), step
         assert summary.starting_containers == sum(1 for i in full.lrps if i.state == "starting"), step
+        by_state = {state: n for state, n in cell.instance_states().items() if n}
+        assert by_state == dict(Counter(i.state for i in full.lrps)), step
 
     cell.accept(Work(lrp_groups=[{"desired": desired("web", memory_mb=100), "indices": [0, 1, 2, 3]},
                                  {"desired": desired("api", memory_mb=100), "indices": [0, 1]}]))

@@ -14,14 +14,7 @@ from dataclasses import dataclass, field
 from json.encoder import encode_basestring  # C; json.dumps(ensure_ascii=False)'s string encoder
 from typing import NamedTuple, Protocol
 
-from common.models import (
-    CellLifecycle,
-    CrashReport,
-    InstanceRef,
-    PortMapping,
-    RunningInstanceReport,
-    TaskCompletion,
-)
+from common.models import TaskCompletion
 
 
 class Port(NamedTuple):
@@ -96,38 +89,6 @@ class Reports:
             self.removed + newer.removed,
             self.tasks_started + newer.tasks_started,
             self.tasks_completed + newer.tasks_completed,
-        )
-
-    def to_model(self) -> CellLifecycle:
-        """The wire model (for readers that want one; the senders write the JSON directly)."""
-        return CellLifecycle(
-            claimed=[InstanceRef(**r._asdict()) for r in self.claimed],
-            running=[
-                RunningInstanceReport(
-                    process_guid=r.process_guid,
-                    index=r.index,
-                    instance_guid=r.instance_guid,
-                    host=r.host,
-                    ports=[PortMapping(container_port=p.container_port, host_port=p.host_port) for p in r.ports],
-                )
-                for r in self.running
-            ],
-            crashed=[CrashReport(**r._asdict()) for r in self.crashed],
-            removed=[InstanceRef(**r._asdict()) for r in self.removed],
-            tasks_started=list(self.tasks_started),
-            tasks_completed=list(self.tasks_completed),
-        )
-
-    @classmethod
-    def of(cls, model: CellLifecycle) -> Reports:
-        """The plain form of a wire model."""
-        return cls(
-            [Ref(r.process_guid, r.index, r.instance_guid) for r in model.claimed],
-            [Running(r.process_guid, r.index, r.instance_guid, r.host, list(r.ports)) for r in model.running],
-            [Crash(r.process_guid, r.index, r.instance_guid, r.reason) for r in model.crashed],
-            [Ref(r.process_guid, r.index, r.instance_guid) for r in model.removed],
-            list(model.tasks_started),
-            list(model.tasks_completed),
         )
 
 

@@ -99,7 +99,6 @@ def cell_configs(settings: RepSettings, base_url: str) -> list[CellConfig]:
     return configs
 
 
-
 CELLS_PER_CLIENT = 8  # cells sharing one pooled httpx client (a heartbeat and a report in flight each)
 
 

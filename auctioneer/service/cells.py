@@ -89,12 +89,12 @@ class CellFetcher:
                 self._drop(result, presence.cell_id, _Dropped("evacuating"))
             else:
                 candidates[presence.cell_id] = presence
-        self._reps.host_of = {p.cell_id: p.host_url.rstrip("/") for p in presences if p.host_url}
+        host_of = self._reps.host_of = {p.cell_id: p.host_url.rstrip("/") for p in presences if p.host_url}
         alone: list[CellPresence] = []
         hosted: dict[str, list[CellPresence]] = {}  # host_url -> its candidate cells
         for presence in candidates.values():
             if presence.host_url:
-                hosted.setdefault(presence.host_url.rstrip("/"), []).append(presence)
+                hosted.setdefault(host_of[presence.cell_id], []).append(presence)
             else:
                 alone.append(presence)
         deadline = asyncio.get_running_loop().time() + self._timeout
@@ -104,7 +104,7 @@ class CellFetcher:
             *(self._fetch_host(url, cells, deadline, limit) for url, cells in hosted.items()),
             return_exceptions=True,
         )
-        by_cell: dict[str, object] = {p.cell_id: o for p, o in zip(alone, outcomes, strict=False)}
+        by_cell: dict[str, object] = {p.cell_id: o for p, o in zip(alone, outcomes[: len(alone)], strict=True)}
         for cells, host_outcome in zip(hosted.values(), outcomes[len(alone):], strict=True):
             if isinstance(host_outcome, BaseException):  # the host failed: each of its cells drops with why
                 by_cell.update((p.cell_id, host_outcome) for p in cells)

@@ -223,17 +223,11 @@ class Dispatcher(ConcurrentWorkSender):
         self, host_url: str, works: list[CellWork], writer: BodyWriter, limit: asyncio.Semaphore
     ) -> list[list[Rejection]]:
         """Several cells' work in one POST to the process hosting them: each work's rejections, in order."""
-        body = writer.host_body(works)
+        answer = await self._post(host_url + "/work", writer.host_body(works), limit)
+        if isinstance(answer, str):
+            return _host_undelivered(host_url, works, answer)
         try:
-            async with limit, asyncio.timeout(self._timeout):
-                self._metrics.request("rep_work")
-                response = await self._reps.post_json(host_url + "/work", body, timeout=self._timeout)
-        except (TimeoutError, RepUnreachable) as exc:
-            return _host_undelivered(host_url, works, f"work not delivered: {type(exc).__name__}")
-        if response.status_code != 200:
-            return _host_undelivered(host_url, works, f"work answered {response.status_code}")
-        try:
-            result = HostWorkResult.model_validate_json(response.content)
+            result = HostWorkResult.model_validate_json(answer)
         except ValidationError:
             # The host answered 200, so it took the work; a body we cannot read must not double-place it.
             log.warning("unreadable host work result", extra={"data": {"host_url": host_url, "cells": len(works)}})
@@ -246,25 +240,28 @@ class Dispatcher(ConcurrentWorkSender):
         ]
 
     async def _send_one(self, work: CellWork, writer: BodyWriter, limit: asyncio.Semaphore) -> list[Rejection]:
-        body = writer.body(work)
+        answer = await self._post(work.rep_url + "/work", writer.body(work), limit)
+        if isinstance(answer, str):
+            return undelivered(work, answer)
         try:
-            async with limit, asyncio.timeout(self._timeout):  # the timeout starts once a slot is free
-                self._metrics.request("rep_work")
-                response = await self._reps.post_json(work.rep_url + "/work", body, timeout=self._timeout)
-        except (TimeoutError, RepUnreachable) as exc:
-            return self._all_rejected(work, f"work not delivered: {type(exc).__name__}")
-        if response.status_code != 200:
-            return self._all_rejected(work, f"work answered {response.status_code}")
-        try:
-            result = WorkResult.model_validate_json(response.content)
+            result = WorkResult.model_validate_json(answer)
         except ValidationError:
             # The rep answered 200, so it took the work; a body we cannot read must not double-place it.
             log.warning("unreadable work result", extra={"data": {"cell_id": work.cell_id}})
             return []
         return rejections_from(work, result)
 
-    def _all_rejected(self, work: CellWork, why: str) -> list[Rejection]:
-        return undelivered(work, why)
+    async def _post(self, url: str, body: bytes, limit: asyncio.Semaphore) -> bytes | str:
+        """One work POST (a cell's or a host's): the body of a 200 answer, or why the work was not delivered."""
+        try:
+            async with limit, asyncio.timeout(self._timeout):  # the timeout starts once a slot is free
+                self._metrics.request("rep_work")
+                response = await self._reps.post_json(url, body, timeout=self._timeout)
+        except (TimeoutError, RepUnreachable) as exc:
+            return f"work not delivered: {type(exc).__name__}"
+        if response.status_code != 200:
+            return f"work answered {response.status_code}"
+        return response.content
 
 
 def _chunks(works: list[CellWork], max_items: int) -> list[list[CellWork]]:
