@@ -8,13 +8,10 @@ an insert of the other key, which the diff turns into whatever rows really chang
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
-from .records import ORDINARY, ActualKey, ActualRecord
-
-_key = operator.attrgetter("process_guid", "index", "presence")  # ActualRecord.key, without a call
+from .records import ORDINARY, ActualKey, ActualRecord, actual_key
 
 
 @dataclass(slots=True)
@@ -41,7 +38,7 @@ class ActualChanges:
 class ActualSet:
     def __init__(self, rows: Iterable[ActualRecord] = ()) -> None:
         rows = list(rows)
-        self._original: dict[ActualKey, ActualRecord] = dict(zip(map(_key, rows), rows, strict=True))
+        self._original: dict[ActualKey, ActualRecord] = dict(zip(map(actual_key, rows), rows, strict=True))
         self._current: dict[ActualKey, ActualRecord] = dict(self._original)
         by_index: dict[tuple[str, int], dict[str, ActualRecord]] = {}
         for row in self._current.values():

@@ -15,6 +15,7 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from common.interrupt import Interrupted, unless
 from common.models import (
     GUID_PATTERN,
     ActualLRPSummary,
@@ -48,27 +49,15 @@ async def unless_client_gone(request: Request, work: Awaitable[Result]) -> Resul
     """`work`, cancelled if the client disconnects first (ClientDisconnect). A rep whose report timed
     out sends it again; under load, the BBS must not also apply the copy nobody waits for: a
     cancelled report leaves its group commit before its batch starts."""
-    task = asyncio.ensure_future(work)
 
     async def client_gone() -> None:
         while (await request.receive())["type"] != "http.disconnect":
             pass
 
-    watcher = asyncio.ensure_future(client_gone())
     try:
-        await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        watcher.cancel()
-    if not task.done():
-        task.cancel()
-        task.add_done_callback(_consume)  # nobody awaits it now: do not log its CancelledError
-        raise ClientDisconnect()
-    return task.result()
-
-
-def _consume(task: asyncio.Future[Any]) -> None:
-    if not task.cancelled():
-        task.exception()
+        return await unless(work, client_gone())
+    except Interrupted:
+        raise ClientDisconnect() from None
 
 
 def json_body(model: type[Body] | TypeAdapter[Any]) -> Any:

@@ -120,20 +120,13 @@ def _claim(
     if row is None:
         out.refused.append(ref)  # not desired (any more)
     elif row.state == UNCLAIMED:
-        running = running_of.get((ref["process_guid"], ref["index"], ref["instance_guid"]))
+        guid = ref["instance_guid"]
+        running = running_of.get((ref["process_guid"], ref["index"], guid))
         if running is None:
-            actuals.replace(
-                row,
-                claimed(row, CLAIMED, ref["instance_guid"], cell_id, zone, now, row.host, row.ports, row.address),
-            )
+            new = claimed(row, CLAIMED, guid, cell_id, zone, now, row.host, row.ports, row.address)
         else:
-            actuals.replace(
-                row,
-                claimed(
-                    row, RUNNING, ref["instance_guid"], cell_id, zone, now,
-                    running["host"], running["ports"], _address(running),
-                ),
-            )
+            new = claimed(row, RUNNING, guid, cell_id, zone, now, running["host"], running["ports"], _address(running))
+        actuals.replace(row, new)
     elif row.state in (CLAIMED, RUNNING) and _mine(row, ref, cell_id):
         pass  # a repeated claim: idempotent
     else:

@@ -56,4 +56,3 @@ class HostReport(TypedDict):
 
 CELL_REPORT = TypeAdapter(CellReport)
 HOST_REPORT = TypeAdapter(HostReport)
-

@@ -143,6 +143,7 @@ def fresh_instances(desired: Iterable[DesiredRecord], now: float) -> list[Actual
     ]
 
 
+actual_key = operator.attrgetter("process_guid", "index", "presence")  # ActualRecord.key, without a call
 _actual_fields = operator.attrgetter(*(f.name for f in dataclasses.fields(ActualRecord)))
 
 

@@ -13,6 +13,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from common.interrupt import Interrupted, unless
 from common.models import DesiredLRP, LRPStartRequest, Task, TaskStartRequest
 
 log = logging.getLogger("auctioneer.batcher")
@@ -160,20 +161,12 @@ class Batcher:
     async def _unless_standby(self, batch: Batch, gate: Gate) -> Batch:
         """Run the auction, abandoning it the moment the lease is lost: a new leader (with a newer fencing
         token) may be auctioning the same work. The BBS's convergence re-auctions whatever was dropped."""
-        auction = asyncio.ensure_future(self._run_auction(batch))
-        lost = asyncio.ensure_future(gate.until_standby())
         try:
-            await asyncio.wait({auction, lost}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            lost.cancel()
-            if not auction.done():
-                auction.cancel()
-                await asyncio.gather(auction, return_exceptions=True)
-        if auction.cancelled():
+            return await unless(self._run_auction(batch), gate.until_standby())
+        except Interrupted:
             self.auctions_abandoned += 1
             log.warning("lease lost: auction abandoned", extra={"data": {"items": len(batch)}})
             return Batch()
-        return auction.result()
 
     async def stop(self, timeout: float) -> None:
         """Let the current auction finish within `timeout`, then abandon it; queued work is dropped."""

@@ -38,7 +38,16 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from common.priority_lock import PriorityLock
 
 from ..actual_set import ActualChanges
-from ..records import ActualRecord, CellRecord, DesiredRecord, DesiredSize, LeaseRecord, TaskRecord, changed
+from ..records import (
+    ActualRecord,
+    CellRecord,
+    DesiredRecord,
+    DesiredSize,
+    LeaseRecord,
+    TaskRecord,
+    actual_key,
+    changed,
+)
 from . import tables as t
 from .actual_cache import ActualCache, CacheOp
 from .database import WRITE_LOCK_KEY, check_schema, create_engine, migrate, take_advisory_lock
@@ -263,7 +272,6 @@ _ACTUAL_DELETE = t.actual_lrps.delete().where(
     *[t.actual_lrps.c[name] == sa.bindparam(f"k_{name}") for name in _ACTUAL_KEY]
 )
 _actual_values = operator.attrgetter(*_ACTUAL_VALUES)  # the key columns are not among them
-_actual_key = operator.attrgetter("process_guid", "index", "presence")  # ActualRecord.key, without a call
 _actual_row = operator.attrgetter(*["index" if c.name == "idx" else c.name for c in t.actual_lrps.columns])
 
 
@@ -504,7 +512,7 @@ class Tx:
         every_column = (True,) * len(_ACTUAL_VALUES)
         previous = changes.previous
         for record in changes.updates:
-            key = _actual_key(record)
+            key = actual_key(record)
             values = _actual_values(record)
             before = previous.get(key)
             changed = every_column if before is None else tuple(map(operator.ne, values, _actual_values(before)))

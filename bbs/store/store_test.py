@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import time
 
 import pytest
 import sqlalchemy as sa
@@ -23,6 +22,7 @@ from bbs.records import (
 )
 from bbs.store import Store, tables
 from bbs.store.database import SchemaTooNew, create_engine, is_sqlite, json_dumps, migrate, schema_revision
+from common.priority_lock_test import queued  # until n writes wait for the lock (a deadline, not a sleep)
 
 
 @pytest.fixture
@@ -250,17 +250,10 @@ async def test_urgent_writes_go_before_queued_bulk_writes(store: Store) -> None:
     holder = asyncio.create_task(hold())
     await asyncio.wait_for(holding.wait(), 5)
     lock = store._write_lock  # (private: the only way to see who waits for it)
-
-    async def waiting(n: int) -> None:
-        deadline = time.monotonic() + 5
-        while len(lock._urgent) + len(lock._ordinary) < n:
-            assert time.monotonic() < deadline, f"expected {n} queued writes, saw {len(lock._ordinary)}"
-            await asyncio.sleep(0.001)
-
     bulk = asyncio.create_task(write("bulk", urgent=False))
-    await waiting(1)  # the bulk write queues first
+    await queued(lock, 1)  # the bulk write queues first
     lease = asyncio.create_task(write("lease", urgent=True))
-    await waiting(2)
+    await queued(lock, 2)
     release.set()
     await asyncio.wait_for(asyncio.gather(holder, bulk, lease), 10)
     assert order == ["lease", "bulk"], f"expected the urgent write first, saw {order}"
