@@ -255,12 +255,23 @@ class LocalCluster:
     def stop(self) -> None:
         """Stop every component, then forget cluster.json. Idempotent.
 
-        The auctioneer and the reps go first, the reps with SIGINT (stop the containers, report them to
+        The auctioneers and the reps go first, the reps with SIGINT (stop the containers, report them to
         the BBS, exit) rather than SIGTERM (evacuate onto cells that are about to go too); the BBS goes
         last, once nobody reports to it any more. Each gets STOP_GRACE_S before SIGKILL (to its whole
         session).
+
+        A stopping rep reports its instances gone, so the BBS asks for new auctions; the auctioneers and
+        the reps go one kind after the other, in the order that leaves no component waiting out a timeout:
+        - over HTTP the reps first, while the auctioneer still takes the BBS's requests (a BBS whose
+          auctioneer is gone retries them until its shutdown gives up on them, 2 s later); the
+          auctioneer's state fetches from the stopped reps fail at once (connection refused);
+        - over NATS the auctioneers first, while every rep still answers: an auction started after the
+          reps would wait out the whole --cell-state-timeout for their state replies.
         """
-        self._stop_all([c for c in self._components.values() if not _is_bbs(c.name)])
+        others = [c for c in self._components.values() if not _is_bbs(c.name)]
+        first = [c for c in others if bool(c.cells) != (self.transport == "nats")]
+        self._stop_all(first)
+        self._stop_all([c for c in others if c not in first])
         self._stop_all([c for c in self._components.values() if _is_bbs(c.name)])
         if self.nats_server is not None:  # after the BBS: it may still publish its final events
             self.nats_server.stop()

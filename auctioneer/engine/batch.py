@@ -26,7 +26,7 @@ task_guid entries are dropped, keeping the first.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 from .types import LRPStart, TaskStart
 
@@ -52,7 +52,7 @@ def dedupe_tasks(tasks: Sequence[TaskStart]) -> list[TaskStart]:
     return unique
 
 
-def by_process(lrps: Sequence[LRPStart]) -> dict[str, list[LRPStart]]:
+def by_process(lrps: Iterable[LRPStart]) -> dict[str, list[LRPStart]]:
     """Instances grouped by process guid (in order of first arrival), each group lowest index first."""
     groups: dict[str, list[LRPStart]] = {}
     for lrp in lrps:
@@ -62,8 +62,9 @@ def by_process(lrps: Sequence[LRPStart]) -> dict[str, list[LRPStart]]:
     return groups
 
 
-def cycle_by_load(lrps: Sequence[LRPStart]) -> Iterator[LRPStart]:
-    ordered = sorted(by_process(lrps).values(), key=lambda m: (-m[0].memory_mb * len(m), m[0].process_guid))
+def cycle_by_load(groups: Iterable[list[LRPStart]]) -> Iterator[LRPStart]:
+    """Step 3 over each process's instances (lowest index first, as `by_process` groups them)."""
+    ordered = sorted((m for m in groups if m), key=lambda m: (-m[0].memory_mb * len(m), m[0].process_guid))
     longest = max((len(m) for m in ordered), default=0)
     for round_ in range(longest):
         for members in ordered:
@@ -71,28 +72,34 @@ def cycle_by_load(lrps: Sequence[LRPStart]) -> Iterator[LRPStart]:
                 yield members[round_]
 
 
-def split_last_rounds(lrps: Sequence[LRPStart], zones: int, placed: Callable[[str], int] | None = None,
-                      ) -> tuple[list[LRPStart], list[LRPStart]]:
-    """(instances completing rounds of the zones, the last partial rounds in placing order).
+def _without_index_0(members: list[LRPStart]) -> list[LRPStart]:
+    """A group (lowest index first) less its index-0 instance, which step 1 places."""
+    return [lrp for lrp in members if lrp.index != 0] if members and members[0].index <= 0 else members
+
+
+def split_last_rounds(groups: dict[str, list[LRPStart]], zones: int, placed: Callable[[str], int] | None = None,
+                      ) -> tuple[list[list[LRPStart]], list[LRPStart]]:
+    """(each process's instances completing rounds of the zones, the last partial rounds in placing
+    order), from `by_process` groups; index-0 instances left out of both (step 1 places them).
 
     An app's partial round is its last (placed + in batch) mod `zones` instances of this batch, `placed`
     giving how many of the process the cells already hold (none when not given).
     """
     if zones <= 1:
-        return list(lrps), []
-    rounds: list[LRPStart] = []
-    partial: list[tuple[int, int, str, list[LRPStart]]] = []
-    for guid, members in by_process(lrps).items():
+        return [_without_index_0(members) for members in groups.values()], []
+    rounds: list[list[LRPStart]] = []
+    partial: list[tuple[int, int, int, str, list[LRPStart]]] = []
+    for guid, members in groups.items():
         n = len(members)
         tail = min(n, ((placed(guid) if placed else 0) + n) % zones)
-        rounds += members[: n - tail]
+        rounds.append(_without_index_0(members[: n - tail] if tail else members))
         if tail:
             # most constrained first: the longest partial rounds, and of those the ones whose index 0 is
             # already placed (in step 1: their rest must avoid its zone)
             started = 0 if members[n - tail].index == 0 else 1
             partial.append((-tail, started, -members[0].memory_mb * n, guid, members[n - tail:]))
     partial.sort(key=lambda p: p[:4])
-    return rounds, [lrp for *_, members in partial for lrp in members]
+    return rounds, [lrp for *_, members in partial for lrp in members if lrp.index != 0]
 
 
 def order_batch(lrps: Sequence[LRPStart], tasks: Sequence[TaskStart], zones: int = 1,
@@ -101,7 +108,6 @@ def order_batch(lrps: Sequence[LRPStart], tasks: Sequence[TaskStart], zones: int
     already has on the cells (both only decide which instances form the last partial rounds)."""
     unique = dedupe_lrps(lrps)
     first = sorted((lrp for lrp in unique if lrp.index == 0), key=lambda lrp: -lrp.memory_mb)
-    rounds, last = split_last_rounds(unique, zones, placed)
+    rounds, last = split_last_rounds(by_process(unique), zones, placed)
     ordered_tasks = sorted(dedupe_tasks(tasks), key=lambda t: -t.memory_mb)
-    return [*first, *ordered_tasks, *cycle_by_load([lrp for lrp in rounds if lrp.index != 0]),
-            *(lrp for lrp in last if lrp.index != 0)]
+    return [*first, *ordered_tasks, *cycle_by_load(rounds), *last]

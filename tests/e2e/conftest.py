@@ -459,35 +459,6 @@ class E2ECluster:
         return self.events
 
 
-def stop_cluster(lc: Any, grace_s: float = 10.0) -> None:
-    """LocalCluster.stop() — the BBS last, every component gracefully — with the auctioneers and the reps
-    stopped one kind after the other, in the order that leaves no component waiting out a timeout.
-
-    A stopping rep reports its instances gone, so the BBS asks for new auctions:
-    - over HTTP the reps go first, while the auctioneer still takes the BBS's requests (a BBS whose
-      auctioneer is gone retries them until its shutdown gives up on them, 2 s later); the auctioneer's
-      state fetches from the stopped reps fail at once (connection refused);
-    - over NATS the auctioneers go first, while every rep still answers: an auction started after the
-      reps would wait out the whole --cell-state-timeout for their state replies.
-    """
-    if lc.transport == "nats":
-        first, sig = [n for n in lc.control_plane() if n.startswith("auctioneer")], signal.SIGTERM
-    else:
-        first, sig = sorted({rep.component for rep in lc.reps.values()}), signal.SIGINT  # as LocalCluster.stop()
-    first = [name for name in first if lc.is_running(name)]
-    try:
-        for name in first:
-            lc.kill(name, sig)
-        deadline = time.monotonic() + grace_s
-        while any(lc.is_running(name) for name in first) and time.monotonic() < deadline:
-            time.sleep(0.02)
-        for name in first:
-            if lc.is_running(name):  # past its grace, as LocalCluster.stop() would treat it
-                lc.kill(name, signal.SIGKILL)
-    finally:
-        lc.stop()
-
-
 @pytest.fixture(params=["http", "nats"])
 def transport(request: pytest.FixtureRequest) -> str:
     """Every cluster test runs on both transports; with nats the launcher starts an embedded nats-server
@@ -525,7 +496,7 @@ def _stop_clusters(started: Sequence[E2ECluster]) -> None:
         if cluster.bbs is not None:
             cluster.bbs.close()
         with contextlib.suppress(Exception):
-            stop_cluster(cluster.lc)
+            cluster.lc.stop()
         _print_log_tails(cluster.lc)  # captured: pytest shows it only when the test failed
     guids = set().union(*(c.guids for c in started)) if started else set()
     leftovers: list[int] = []

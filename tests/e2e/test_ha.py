@@ -25,7 +25,7 @@ import pytest
 
 from deploy.cluster import LocalCluster
 
-from .conftest import BBS_ARGS, REP_ARGS, Unmet, expect, rep_state, stop_cluster, wait_for
+from .conftest import BBS_ARGS, REP_ARGS, Unmet, expect, rep_state, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
@@ -91,7 +91,7 @@ def ha_cluster(tmp_path: Path, fresh_postgres_database: str) -> Iterator[LocalCl
         lc.start(timeout=90.0)
         yield lc
     finally:
-        stop_cluster(lc)
+        lc.stop()
 
 
 def every_index_running_once(bbs_url: str, process_guid: str, instances: int) -> bool:
@@ -179,7 +179,7 @@ def ha_cluster_long_ttl(tmp_path: Path, fresh_postgres_database: str) -> Iterato
         lc.start(timeout=90.0)
         yield lc
     finally:
-        stop_cluster(lc)
+        lc.stop()
 
 
 def test_a_leader_stopped_with_sigterm_hands_its_leases_over_well_before_the_ttl(
@@ -232,4 +232,4 @@ def test_on_nats_the_reps_and_auctioneers_carry_on_through_the_other_bbs(
         wait_for(lambda: every_index_running_once(second, "on-nats", 6), 60.0,
                  f"6 instances RUNNING with {first} dead")
     finally:
-        stop_cluster(lc)
+        lc.stop()

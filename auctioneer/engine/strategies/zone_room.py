@@ -33,6 +33,7 @@ class ZoneRoom:
     """The zones' room through one auction, kept current from the state's reservations."""
 
     def __init__(self, state: AuctionState, batch: Sequence[LRPStart | TaskStart]) -> None:
+        """`batch`: the one `state.note_batch` was told."""
         self.state = state
         # zone -> [containers, memory, disk] left for others (free, less what is owed to the zone)
         self.left: dict[str, list[int]] = {zone: [0, 0, 0] for zone in state.zone_names}
@@ -53,12 +54,11 @@ class ZoneRoom:
         zones = self.state.zone_names
         if len(zones) < 2:
             return
-        in_batch: dict[str, int] = {}
+        in_batch = self.state.batch_instances  # the scheduler told the state the batch first
         sizes: dict[str, tuple[int, int]] = {}
         for item in batch:
-            if isinstance(item, LRPStart):
-                in_batch[item.process_guid] = in_batch.get(item.process_guid, 0) + 1
-                sizes.setdefault(item.process_guid, (item.memory_mb, item.disk_mb))
+            if isinstance(item, LRPStart) and item.process_guid not in sizes:
+                sizes[item.process_guid] = (item.memory_mb, item.disk_mb)
         for pg, (memory_mb, disk_mb) in sizes.items():
             counts = dict(self.state.zone_instances(pg))
             share = (sum(counts.values()) + in_batch[pg]) // len(zones)

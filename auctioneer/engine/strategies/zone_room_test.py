@@ -12,6 +12,7 @@ def cell(cell_id: str, zone: str, free_containers: int, prefill=()) -> Cell:
 
 def room_for(cells, batch) -> tuple[AuctionState, ZoneRoom]:
     state = AuctionState(cells, SchedulerConfig())
+    state.note_batch(batch)  # as the scheduler does before making the pickers
     return state, ZoneRoom(state, batch)
 
 
