@@ -1,0 +1,281 @@
+"""Authentication and authorization for every Vendue server, enforced in one place: an ASGI middleware.
+
+Each service declares one `Policy`: a row per route (method and path template, as the app registers it)
+naming the roles that may call it, or PUBLIC (`/ping`, `/livez`, `/readyz`: they need nothing and tell
+nothing). The middleware, before the route runs and before any body is read:
+
+1. finds the caller's identity: a bearer token (`Authorization: Bearer ...`, checked by the service's
+   `verify_token`; tokens name the admin or reader role only) or else the client certificate the TLS
+   handshake verified (common/tls.py says what it states);
+2. finds the request's row: none → 403 (a route without a row is refused: deny by default; a test per
+   service checks every route has one), PUBLIC → served;
+3. no identity → 401; a role the row does not name → 403 naming the role and the rule.
+
+A refusal is logged with the caller's identity and counted (`on_refused(reason)`), and nothing behind
+it runs. The identity travels on in `request.state.identity` for the checks only a handler can make
+(a rep reports only for the cells in its certificate: `require_cells`).
+
+`insecure=True` (`--insecure`) turns all of this off: every caller is an admin named "insecure".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from fastapi import HTTPException, Request
+from starlette.routing import Match, Route
+from starlette.types import ASGIApp, Receive, Scope, Send
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from .tls import Identity, identity_from_der
+
+log = logging.getLogger("auth")
+
+PUBLIC: frozenset[str] = frozenset({"*public*"})
+TOKEN_ROLES = ("admin", "reader")  # a bearer token never stands for a component
+INSECURE = Identity("admin", "insecure", via="insecure")
+TLS_SCOPE_KEY = "vendue.client_cert_der"
+
+VerifyToken = Callable[[str], Awaitable[Identity | None]]
+
+
+# --- the client certificate, carried into the ASGI scope --------------------------------------------
+
+
+class PeerCertProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol, putting the verified client certificate (DER, or None) of the
+    connection into each request's scope: uvicorn itself does not pass TLS details on to the app."""
+
+    _peer_der: bytes | None = None
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        ssl_object = transport.get_extra_info("ssl_object")
+        self._peer_der = ssl_object.getpeercert(binary_form=True) if ssl_object is not None else None
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self.scope[TLS_SCOPE_KEY] = self._peer_der  # type: ignore[literal-required]
+
+
+def uvicorn_tls_options(context: Any) -> dict[str, Any]:
+    """uvicorn.Config keyword arguments that serve HTTPS with `context` (common.tls.server_context) and
+    hand the client certificate on to the app. None: plain HTTP."""
+    if context is None:
+        return {}
+    return {"ssl_context_factory": lambda _config, _default: context, "http": PeerCertProtocol}
+
+
+# --- the table ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    roles: frozenset[str]
+    why: str = ""  # said in a 403: what the rule is for
+
+    @property
+    def public(self) -> bool:
+        return self.roles is PUBLIC
+
+
+class Policy:
+    """(METHOD, path template) -> Rule. Templates are the app's own (`/v1/leases/{name}`)."""
+
+    def __init__(self, rows: Mapping[tuple[str, str], Rule | Iterable[str]]) -> None:
+        self.rows: dict[tuple[str, str], Rule] = {
+            (method.upper(), path): rule if isinstance(rule, Rule) else Rule(frozenset(rule))
+            for (method, path), rule in rows.items()
+        }
+
+    def rule(self, method: str, path: str) -> Rule | None:
+        rule = self.rows.get((method, path))
+        if rule is None and method == "HEAD":
+            rule = self.rows.get(("GET", path))
+        return rule
+
+    def missing(self, routes: Iterable[Any]) -> list[tuple[str, str]]:
+        """Routes of an app without a row (a test per service asserts there are none)."""
+        out = []
+        for route in routes:
+            if isinstance(route, Route) and route.include_in_schema is not None:
+                for method in sorted(route.methods or ()):
+                    if method != "HEAD" and self.rule(method, route.path) is None:
+                        out.append((method, route.path))
+        return out
+
+
+def rule(*roles: str, why: str = "") -> Rule:
+    return Rule(frozenset(roles), why)
+
+
+def public() -> Rule:
+    return Rule(PUBLIC)
+
+
+READ_ROLES = ("admin", "reader")  # every GET a person may make
+
+
+# --- the middleware -----------------------------------------------------------------------------------
+
+
+class Refusal(Exception):
+    def __init__(self, status: int, detail: str, reason: str) -> None:
+        super().__init__(detail)
+        self.status = status
+        self.detail = detail
+        self.reason = reason  # the metric label: no_identity, bad_token, forbidden, no_rule
+
+
+class AuthMiddleware:
+    """See the module docstring. `app` is the service's FastAPI app (its routes are matched here)."""
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        policy: Policy,
+        routes: Callable[[], Iterable[Any]],
+        verify_token: VerifyToken | None = None,
+        insecure: bool = False,
+        on_refused: Callable[[str], None] = lambda reason: None,
+        service: str = "",
+    ) -> None:
+        self.app = app
+        self.policy = policy
+        self._routes = routes
+        self.verify_token = verify_token
+        self.insecure = insecure
+        self.on_refused = on_refused
+        self.service = service
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        try:
+            identity = await self._authorize(scope)
+        except Refusal as refusal:
+            await self._refuse(scope, send, refusal)
+            return
+        scope.setdefault("state", {})["identity"] = identity
+        await self.app(scope, receive, send)
+
+    def _template(self, scope: Scope) -> str | None:
+        for route in self._routes():
+            match, _ = route.matches(scope)
+            if match is Match.FULL or match is Match.PARTIAL:  # PARTIAL: the path, another method
+                return getattr(route, "path", None)
+        return None
+
+    async def _authorize(self, scope: Scope) -> Identity | None:
+        method = scope["method"]
+        template = self._template(scope)
+        row = self.policy.rule(method, template) if template is not None else None
+        if row is not None and row.public:
+            return None
+        if self.insecure:
+            return INSECURE
+        identity = await self._identity(scope)
+        if identity is None:
+            raise Refusal(401, "authentication required: a client certificate from the cluster CA or a bearer "
+                               "token", "no_identity")
+        if template is None:  # no such route: the app answers 404 to anyone who may ask at all
+            return identity
+        if row is None:
+            raise Refusal(403, f"{method} {template} has no row in the authorization table: refused for everyone",
+                          "no_rule")
+        if identity.role not in row.roles:
+            allowed = ", ".join(sorted(row.roles)) or "nobody"
+            why = f" ({row.why})" if row.why else ""
+            raise Refusal(403, f"role {identity.role} ({identity.name}) may not {method} {template}: only "
+                               f"{allowed}{why}", "forbidden")
+        return identity
+
+    async def _identity(self, scope: Scope) -> Identity | None:
+        token = _bearer(scope)
+        if token is not None:
+            if self.verify_token is None:
+                raise Refusal(401, "bearer tokens are not accepted here", "bad_token")
+            try:
+                identity = await self.verify_token(token)
+            except Exception as exc:  # noqa: BLE001 - the verifier (the BBS) is unreachable: not authenticated
+                log.warning("token verification failed", extra={"data": {"error": repr(exc)}})
+                raise Refusal(401, "the bearer token could not be checked (the BBS did not answer)",
+                              "token_unverified") from None
+            if identity is None or identity.role not in TOKEN_ROLES:
+                raise Refusal(401, "invalid, expired or revoked bearer token", "bad_token")
+            return identity
+        der = scope.get(TLS_SCOPE_KEY)
+        if der:
+            identity = identity_from_der(der)
+            if identity is None:
+                raise Refusal(401, "the client certificate names no Vendue role", "bad_certificate")
+            return identity
+        return None
+
+    async def _refuse(self, scope: Scope, send: Send, refusal: Refusal) -> None:
+        self.on_refused(refusal.reason)
+        client = scope.get("client")
+        log.warning("request refused", extra={"data": {
+            "service": self.service, "status": refusal.status, "reason": refusal.reason,
+            "method": scope["method"], "path": scope["path"], "caller": _caller(scope),
+            "client": f"{client[0]}:{client[1]}" if client else "", "detail": refusal.detail,
+        }})
+        body = json.dumps({"detail": refusal.detail}).encode()
+        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+        if refusal.status == 401:
+            headers.append((b"www-authenticate", b'Bearer realm="vendue"'))
+        await send({"type": "http.response.start", "status": refusal.status, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
+
+def _bearer(scope: Scope) -> str | None:
+    for name, value in scope.get("headers", ()):
+        if name == b"authorization":
+            scheme, _, token = value.decode("latin-1").partition(" ")
+            if scheme.lower() == "bearer" and token.strip():
+                return token.strip()
+            return ""  # present but not a bearer token: checked (and refused) as one
+    return None
+
+
+def _caller(scope: Scope) -> str:
+    """Who the refused caller said it was, for the log (never the token itself)."""
+    if _bearer(scope) is not None:
+        return "bearer token"
+    der = scope.get(TLS_SCOPE_KEY)
+    identity = identity_from_der(der) if der else None
+    return identity.describe() if identity is not None else "anonymous"
+
+
+# --- checks only a handler can make -------------------------------------------------------------------
+
+
+def identity_of(request: Request) -> Identity | None:
+    return getattr(request.state, "identity", None)
+
+
+def require_cells(request: Request, cell_ids: Iterable[str]) -> None:
+    """403 unless the caller is not a rep (its row already said it may) or a rep speaking only for the
+    cells its certificate names."""
+    identity = identity_of(request)
+    if identity is None or identity.role != "rep":
+        return
+    foreign = sorted({c for c in cell_ids if not identity.speaks_for(c)})
+    if foreign:
+        shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
+        raise HTTPException(
+            status_code=403,
+            detail=f"rep {identity.name!r} may speak only for the cells in its certificate, not {shown}",
+        )
+
+
+def add_auth(app: Any, policy: Policy, **options: Any) -> None:
+    """Install the middleware on a FastAPI app; call after its routes are added (they are read live)."""
+    app.add_middleware(AuthMiddleware, policy=policy, routes=lambda: app.router.routes, **options)

@@ -1,0 +1,138 @@
+"""The middleware against a real uvicorn serving HTTPS on loopback, with certificates from common/tls.py."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import ssl
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import httpx
+import pytest
+import uvicorn
+from fastapi import FastAPI, Request
+
+from common.auth import Policy, add_auth, public, require_cells, rule, uvicorn_tls_options
+from common.tls import Identity, TLSFiles, client_context, init_ca, issue, server_context
+
+TOKENS = {"good-admin": Identity("admin", "ops", via="token"), "rep-token": Identity("rep", "x", via="token")}
+
+
+def make_app(refused: list[str]) -> FastAPI:
+    app = FastAPI()
+
+    @app.get("/ping")
+    async def ping() -> dict:
+        return {"ok": True}
+
+    @app.get("/things")
+    async def things(request: Request) -> dict:
+        return {"who": request.state.identity.name}
+
+    @app.post("/things")
+    async def write(request: Request) -> dict:
+        return {"wrote": True}
+
+    @app.post("/cells/report")
+    async def report(request: Request, cell: str) -> dict:
+        require_cells(request, [cell])
+        return {"ok": True}
+
+    @app.delete("/unlisted")
+    async def unlisted() -> dict:
+        return {}
+
+    async def verify(token: str) -> Identity | None:
+        return TOKENS.get(token)
+
+    policy = Policy({
+        ("GET", "/ping"): public(),
+        ("GET", "/things"): rule("admin", "reader"),
+        ("POST", "/things"): rule("admin"),
+        ("POST", "/cells/report"): rule("rep"),
+    })
+    add_auth(app, policy, verify_token=verify, on_refused=refused.append)
+    return app
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory) -> Path:
+    d = tmp_path_factory.mktemp("pki")
+    init_ca(d)
+    issue(d, role="admin", name="admin")
+    issue(d, role="reader", name="viewer")
+    issue(d, role="rep", name="rep-1", cells=["cell-1"], cell_prefixes=["sim0-"])
+    issue(d, role="bbs", name="bbs")
+    other = d / "other"
+    init_ca(other)
+    issue(other, role="admin", name="admin")
+    return d
+
+
+@contextlib.asynccontextmanager
+async def serving(pki: Path, refused: list[str]) -> AsyncIterator[str]:
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    config = uvicorn.Config(make_app(refused), log_config=None, lifespan="off",
+                            **uvicorn_tls_options(server_context(TLSFiles.in_dir(pki, "bbs"))))
+    server = uvicorn.Server(config)
+    server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
+    task = asyncio.create_task(server.serve(sockets=[sock]))
+    try:
+        async with asyncio.timeout(10):
+            while not server.started:
+                await asyncio.sleep(0.01)
+        yield f"https://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        await asyncio.wait_for(task, 10)
+
+
+def client(pki: Path, name: str | None, url: str, token: str | None = None) -> httpx.AsyncClient:
+    files = TLSFiles.in_dir(pki, name) if name else None
+    headers = {"authorization": f"Bearer {token}"} if token else {}
+    return httpx.AsyncClient(base_url=url, verify=client_context(files, ca=pki / "ca.pem"), headers=headers)
+
+
+async def status(pki: Path, url: str, name: str | None, method: str, path: str, token: str | None = None) -> int:
+    async with client(pki, name, url, token) as c:
+        return (await c.request(method, path)).status_code
+
+
+async def test_roles_tokens_and_refusals(pki: Path) -> None:
+    refused: list[str] = []
+    async with serving(pki, refused) as url:
+        assert await status(pki, url, None, "GET", "/ping") == 200  # public: nothing needed
+        assert await status(pki, url, None, "GET", "/things") == 401  # no certificate, no token
+        assert await status(pki, url, "viewer", "GET", "/things") == 200
+        assert await status(pki, url, "viewer", "POST", "/things") == 403
+        assert await status(pki, url, "admin", "POST", "/things") == 200
+        assert await status(pki, url, "admin", "DELETE", "/unlisted") == 403  # no row: refused for everyone
+        assert await status(pki, url, None, "GET", "/things", token="good-admin") == 200
+        assert await status(pki, url, None, "GET", "/things", token="wrong") == 401
+        assert await status(pki, url, None, "GET", "/things", token="rep-token") == 401  # tokens never a rep
+        assert await status(pki, url, "rep-1", "POST", "/cells/report?cell=cell-1") == 200
+        assert await status(pki, url, "rep-1", "POST", "/cells/report?cell=sim0-7") == 200
+        assert await status(pki, url, "rep-1", "POST", "/cells/report?cell=cell-2") == 403
+        assert await status(pki, url, "admin", "POST", "/cells/report?cell=cell-1") == 403
+    assert refused.count("no_identity") == 1 and refused.count("forbidden") == 2
+    assert refused.count("bad_token") == 2 and refused.count("no_rule") == 1
+
+
+async def test_a_certificate_from_another_ca_fails_the_handshake(pki: Path) -> None:
+    async with serving(pki, []) as url:
+        foreign = client_context(TLSFiles.in_dir(pki / "other", "admin"), ca=pki / "ca.pem")
+        foreign.load_verify_locations(str(pki / "ca.pem"))
+        async with httpx.AsyncClient(base_url=url, verify=foreign) as c:
+            with pytest.raises((httpx.ConnectError, httpx.ReadError, ssl.SSLError)):
+                await c.get("/things")
+
+
+def test_policy_lists_routes_without_a_row() -> None:
+    app = make_app([])
+    policy = Policy({("GET", "/ping"): public()})
+    missing = policy.missing(app.router.routes)
+    assert ("POST", "/things") in missing and ("GET", "/ping") not in missing
