@@ -279,3 +279,31 @@ def require_cells(request: Request, cell_ids: Iterable[str]) -> None:
 def add_auth(app: Any, policy: Policy, **options: Any) -> None:
     """Install the middleware on a FastAPI app; call after its routes are added (they are read live)."""
     app.add_middleware(AuthMiddleware, policy=policy, routes=lambda: app.router.routes, **options)
+
+
+def bbs_token_verifier(client: Any, *, cache_s: float = 1.0) -> VerifyToken:
+    """`client`: an httpx.AsyncClient based on the BBS URL. For the auctioneer and the reps: ask the BBS (`POST /v1/tokens/verify`, with the component's own
+    certificate) whom a bearer token stands for. An answer is kept `cache_s` so a burst of requests with
+    one token costs one check; a revoked token is refused everywhere within that."""
+    import time
+
+    cache: dict[str, tuple[float, Identity | None]] = {}
+
+    async def verify(token: str) -> Identity | None:
+        now = time.monotonic()
+        hit = cache.get(token)
+        if hit is not None and hit[0] > now:
+            return hit[1]
+        response = await client.post("/v1/tokens/verify", json={"token": token})
+        if response.status_code in (401, 404):
+            identity = None
+        else:
+            response.raise_for_status()
+            body = response.json()
+            identity = Identity(str(body["role"]), str(body["name"]), via="token")
+        if len(cache) > 1024:
+            cache.clear()
+        cache[token] = (now + cache_s, identity)
+        return identity
+
+    return verify

@@ -494,6 +494,8 @@ class TaskPlacementFailure(Open):
 class PlacementFailures(Open):
     lrps: list[LRPPlacementFailure] = Field(default_factory=list)
     tasks: list[TaskPlacementFailure] = Field(default_factory=list)
+    # The auctioneer lease's token the auction ran under: the BBS refuses (409) a report from an older term.
+    fencing_token: int = Field(default=0, ge=0, le=2**63 - 1)
 
 
 # --- the rep's batched lifecycle report -----------------------------------------------------------
@@ -588,3 +590,45 @@ class Lease(Open):
     url: str = ""
     token: int
     expires_at: float  # epoch seconds
+
+
+# --- bearer tokens (people and scripts; components use their certificates) ----------------------------
+
+TOKEN_ROLES = ("admin", "reader")
+
+
+class TokenCreate(Strict):
+    """`POST /v1/tokens` (admin): a new bearer token for a person or a script."""
+
+    role: Literal["admin", "reader"]
+    name: str = Field(default="", max_length=128)  # who it is for, shown in lists and logs
+    expires_in_s: float | None = Field(default=None, gt=0, le=10 * 365 * 86400)  # None: never expires
+
+
+class TokenInfo(Open):
+    """A token as listed: never its secret (only its hash is stored)."""
+
+    id: str
+    role: str
+    name: str
+    created_at: float
+    expires_at: float | None = None
+    revoked: bool = False
+
+
+class TokenCreated(TokenInfo):
+    """The answer to a create: the secret, shown this once."""
+
+    token: str
+
+
+class TokenVerify(Strict):
+    """`POST /v1/tokens/verify` (components): who a bearer token a caller presented stands for."""
+
+    token: str = Field(min_length=1, max_length=256)
+
+
+class TokenIdentity(Open):
+    role: str
+    name: str
+    id: str = ""

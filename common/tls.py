@@ -27,6 +27,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
+from pydantic import BaseModel
+
 ROLES = ("bbs", "auctioneer", "rep", "admin", "reader")
 CA_CERT = "ca.pem"
 CA_KEY = "ca-key.pem"
@@ -325,3 +327,49 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host.strip("[]")).is_loopback
     except ValueError:
         return False
+
+
+# --- settings every component shares ----------------------------------------------------------------
+
+
+class TLSOptions(BaseModel):
+    """Mixed into every component's settings: `--tls-cert/--tls-key/--tls-ca` (`VENDUE_TLS_CERT`, ...) and
+    `--insecure` (`VENDUE_INSECURE`)."""
+
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    tls_ca: Path | None = None
+    insecure: bool = False
+
+    def serving_files(self, listen: str) -> TLSFiles | None:
+        return serving_files(self.tls_cert, self.tls_key, self.tls_ca, insecure=self.insecure, listen=listen)
+
+    def client_files(self) -> TLSFiles | None:
+        """The certificate this component presents when it calls another (None when insecure)."""
+        return None if self.insecure else TLSFiles.from_settings(self.tls_cert, self.tls_key, self.tls_ca)
+
+
+class InsecureRefused(CertError):
+    """Plain HTTP on an address other hosts can reach, without `--insecure`."""
+
+
+def serving_files(tls_cert: Path | None, tls_key: Path | None, tls_ca: Path | None, *, insecure: bool,
+                  listen: str) -> TLSFiles | None:
+    """What a component serves with: its TLS files (HTTPS, authorization on), or None (plain HTTP,
+    authorization off: only with --insecure, or with no TLS files on a loopback address).
+
+    Raises CertError (one line naming the setting) for half-given files, and InsecureRefused for plain
+    HTTP on a non-loopback address without --insecure."""
+    if insecure:
+        return None
+    files = TLSFiles.from_settings(tls_cert, tls_key, tls_ca)
+    if files is None and not is_loopback(listen):
+        raise InsecureRefused(
+            f"tls_cert: refusing to serve plain HTTP on {listen} without TLS: give --tls-cert, --tls-key and "
+            "--tls-ca (vendue certs issue), or --insecure to run without authentication"
+        )
+    return files
+
+
+INSECURE_WARNING = ("INSECURE: TLS and authorization are off; anyone who can reach this process can "
+                    "control it (--insecure, or no --tls-* flags on loopback)")
