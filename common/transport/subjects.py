@@ -33,6 +33,16 @@ def cell_subject(cell_id: str, verb: str) -> str:
     return f"vendue.cell.{subject_token(cell_id)}.{verb}"
 
 
+def rep_subject(rep_id: str, verb: str) -> str:
+    """vendue.rep.<rep_id>.<verb> (work, stop, cancel): one rep process, whatever number of cells it hosts
+    (the one rep API: the body names the cells). NATS permissions let only that rep subscribe to it."""
+    return f"vendue.rep.{subject_token(rep_id)}.{verb}"
+
+
+def rep_wildcard(rep_id: str) -> str:
+    return f"vendue.rep.{subject_token(rep_id)}.>"
+
+
 def cell_wildcard(cell_id: str) -> str:
     return f"vendue.cell.{subject_token(cell_id)}.*"
 
