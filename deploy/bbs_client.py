@@ -4,14 +4,21 @@ Every method speaks the wire models of common/models.py. Failures are one except
 
 - `BBSUnreachable`: no answer at all (connection refused, timeout).
 - `InvalidRequest`: 422; `.errors` holds one "field: message" string per problem.
-- `NotFound` (404), `Conflict` (409), and `BBSError` for any other non-2xx answer.
+- `Refused` (401, 403: who the caller is, or what its role may do), `NotFound` (404), `Conflict` (409),
+  and `BBSError` for any other non-2xx answer.
+
+How it proves who it is (`ClientAuth`): a client certificate from the cluster CA, or a bearer token with
+only the CA to check the BBS's certificate by; nothing for an insecure (plain HTTP) cluster.
 """
 
 from __future__ import annotations
 
 import json
+import ssl
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any, TypeVar
 
 import httpx
@@ -21,6 +28,7 @@ from common.failover import FailoverTransport, split_urls
 from common.models import (
     ActualLRP,
     CellPresence,
+    CellState,
     DesiredLRP,
     DesiredLRPCreate,
     DesiredLRPUpdate,
@@ -28,6 +36,7 @@ from common.models import (
     Task,
     TaskCreate,
 )
+from common.tls import TLSFiles, client_context
 
 DEFAULT_BBS_URL = "http://127.0.0.1:8889"
 
@@ -44,6 +53,10 @@ class BBSError(Exception):
 
 class BBSUnreachable(BBSError):
     """No answer from the BBS at all."""
+
+
+class Refused(BBSError):
+    """401 (no identity the BBS accepts) or 403 (the caller's role may not do this)."""
 
 
 class NotFound(BBSError):
@@ -90,6 +103,8 @@ def _error_from_response(response: httpx.Response) -> BBSError:
     if response.status_code == 422 and isinstance(detail, list):
         return InvalidRequest(describe_errors(detail))
     text = detail if isinstance(detail, str) else (response.text.strip() or response.reason_phrase)
+    if response.status_code in (401, 403):  # the detail names the role and the rule, or what is missing
+        return Refused(f"{response.status_code}: {text}", response.status_code)
     message = f"{response.request.method} {response.request.url.path}: {response.status_code} {text}"
     if response.status_code == 404:
         return NotFound(message, 404)
@@ -132,18 +147,42 @@ def event_from_sse(event_type: str, data: str) -> Event:
                  at=datetime.now(UTC))
 
 
+@dataclass(frozen=True, slots=True)
+class ClientAuth:
+    """Who a client is to the cluster: its certificate (`tls`: cert, key and the cluster CA), or a bearer
+    `token` with only the CA (`ca`) to check the servers by. Neither: plain HTTP to an insecure cluster, or
+    the system's CAs."""
+
+    tls: TLSFiles | None = None
+    ca: Path | None = None
+    token: str | None = None
+
+    def verify(self) -> ssl.SSLContext | bool:
+        """httpx's `verify` (raises common.tls.CertError when the files cannot be used)."""
+        if self.tls is None and self.ca is None:
+            return True
+        return client_context(self.tls, ca=self.ca)
+
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.token}"} if self.token else {}
+
+
 class BBSClient:
     """`with BBSClient(url) as bbs: bbs.desired_lrps()` — one pooled httpx.Client underneath."""
 
     def __init__(self, base_url: str = DEFAULT_BBS_URL, timeout: float = 10.0,
-                 transport: httpx.BaseTransport | None = None) -> None:
+                 transport: httpx.BaseTransport | None = None, auth: ClientAuth | None = None) -> None:
         """`base_url` may list several BBS replicas, comma-separated: each request goes to the one that
-        answers (common/failover.py). `base_url` is then what the messages name: all of them."""
+        answers (common/failover.py). `base_url` is then what the messages name: all of them. `auth`: the
+        certificate or token every request carries (also those to the reps, `cell_state`)."""
         urls = split_urls(base_url)
         self.base_url = ", ".join(urls)
+        auth = auth or ClientAuth()
+        verify = auth.verify()
         if len(urls) > 1:
-            transport = FailoverTransport(urls, inner=transport)
-        self._http = httpx.Client(base_url=urls[0], timeout=timeout, transport=transport)
+            transport = FailoverTransport(urls, inner=transport, verify=verify)
+        self._http = httpx.Client(base_url=urls[0], timeout=timeout, transport=transport, verify=verify,
+                                  headers=auth.headers())
 
     def close(self) -> None:
         self._http.close()
@@ -224,6 +263,16 @@ class BBSClient:
 
     def cells(self) -> list[CellPresence]:
         return self._items("/v1/cells", CellPresence)
+
+    def cell_state(self, rep_url: str, timeout: float = 2.0) -> CellState | None:
+        """What a rep says its cell has left (GET {rep_url}/state, with this client's certificate or
+        token); None when it does not answer with one."""
+        try:
+            response = self._http.get(f"{rep_url}/state", timeout=timeout)
+            response.raise_for_status()
+            return CellState.model_validate(response.json())
+        except (httpx.HTTPError, ValidationError, ValueError):
+            return None
 
     def events(self, read_timeout: float | None = None) -> Iterator[Event]:
         """Follow the SSE stream until the server closes it (or the caller stops iterating)."""

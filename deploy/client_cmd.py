@@ -5,6 +5,11 @@ replicas: each request goes to one that answers), `VENDUE_BBS_URL`, the
 running local cluster in `--data-dir` (its cluster.json, written by `vendue up`), or the BBS default
 http://127.0.0.1:8889. Listings print rich tables, or with `--json` the wire names of common/models.py.
 
+Who they are to the cluster (docs/security.md), in order: `--tls-cert/--tls-key/--tls-ca` (or
+`VENDUE_TLS_CERT/KEY/CA`), else the admin certificate of the running local cluster (cluster.json `tls`);
+and a bearer token from `--token` (`VENDUE_TOKEN`), sent as `Authorization: Bearer ...` — with a token,
+the CA alone (`--tls-ca`, or the local cluster's) is enough. A 401 or 403 is one `error:` line, exit 1.
+
 Exit status: 0 done; 1 the BBS is unreachable, the app/task does not exist, or a task failed; 2 bad
 input — ONE line on stderr naming the field (`error: memory_mb: Input should be ...`), and nothing is
 written: the request is validated locally with the same models the BBS uses, and a 422 from the BBS
@@ -21,11 +26,11 @@ import uuid
 from collections import Counter, defaultdict
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
-import httpx
 import typer
 from pydantic import BaseModel, ValidationError
 from rich.console import Console
@@ -37,7 +42,6 @@ from common.models import (
     ActualLRP,
     ActualState,
     CellPresence,
-    CellState,
     DesiredLRPCreate,
     DesiredLRPUpdate,
     Event,
@@ -46,12 +50,14 @@ from common.models import (
     TaskCreate,
     TaskState,
 )
+from common.tls import CertError, TLSFiles
 
 from .bbs_client import (
     DEFAULT_BBS_URL,
     BBSClient,
     BBSError,
     BBSUnreachable,
+    ClientAuth,
     Conflict,
     InvalidRequest,
     NotFound,
@@ -114,6 +120,27 @@ BbsUrl = Annotated[str | None, typer.Option(
 DataDir = Annotated[Path, typer.Option(
     "--data-dir", envvar="VENDUE_DATA_DIR", help="Where `vendue up` keeps the local cluster.")]
 AsJson = Annotated[bool, typer.Option("--json", help="Print JSON (the API's wire names) instead of a table.")]
+TlsCert = Annotated[Path | None, typer.Option(
+    "--tls-cert", envvar="VENDUE_TLS_CERT", show_envvar=True,
+    help="Client certificate (with --tls-key, --tls-ca; default: the local cluster's admin.pem).")]
+TlsKey = Annotated[Path | None, typer.Option(
+    "--tls-key", envvar="VENDUE_TLS_KEY", show_envvar=True, help="The client certificate's key.")]
+TlsCa = Annotated[Path | None, typer.Option(
+    "--tls-ca", envvar="VENDUE_TLS_CA", show_envvar=True,
+    help="The cluster CA (alone: with --token, no client certificate).")]
+Token = Annotated[str | None, typer.Option(
+    "--token", envvar="VENDUE_TOKEN", show_envvar=True,
+    help="A bearer token (vendue tokens create) instead of a client certificate.")]
+
+
+@dataclass(frozen=True, slots=True)
+class Credentials:
+    """What the command line (or the environment) said about who we are: `--tls-*` and `--token`."""
+
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    tls_ca: Path | None = None
+    token: str | None = None
 
 
 # --- plumbing -------------------------------------------------------------------------------------
@@ -139,17 +166,50 @@ def resolve_bbs_url(bbs: str | None, data_dir: Path) -> tuple[str, str]:
     return DEFAULT_BBS_URL, f"the default (no --bbs, no VENDUE_BBS_URL, no running cluster in {data_dir})"
 
 
+def _as_flag(exc: CertError) -> str:
+    """common.tls names the setting (`tls_cert: ...`); the CLI names the flag (`--tls-cert: ...`)."""
+    setting, sep, why = str(exc).partition(": ")
+    return f"--{setting.replace('_', '-')}: {why}" if sep and setting.startswith("tls_") else str(exc)
+
+
+def resolve_auth(given: Credentials, data_dir: Path) -> ClientAuth:
+    """How to prove who we are: the `--tls-*` flags (all three; or `--tls-ca` alone, for a token), else
+    the running local cluster's admin certificate (cluster.json `tls`; only its CA when a token is given),
+    else nothing (an insecure cluster). Bad flags: one line, exit 2."""
+    token = given.token or None
+    if given.tls_cert is not None or given.tls_key is not None:
+        try:
+            return ClientAuth(tls=TLSFiles.from_settings(given.tls_cert, given.tls_key, given.tls_ca), token=token)
+        except CertError as exc:
+            fail(_as_flag(exc), USAGE_ERROR)
+    if given.tls_ca is not None:
+        if not given.tls_ca.is_file():
+            fail(f"--tls-ca: no such file {given.tls_ca}", USAGE_ERROR)
+        return ClientAuth(ca=given.tls_ca, token=token)
+    info = read_cluster_file(data_dir)
+    tls = info.get("tls") if info is not None else None
+    if isinstance(tls, dict):
+        files = TLSFiles(Path(tls["cert"]), Path(tls["key"]), Path(tls["ca"]))
+        return ClientAuth(ca=files.ca, token=token) if token else ClientAuth(tls=files)
+    return ClientAuth(token=token)
+
+
 @contextlib.contextmanager
-def connect(bbs: str | None, data_dir: Path) -> Iterator[BBSClient]:
+def connect(bbs: str | None, data_dir: Path, credentials: Credentials = Credentials()) -> Iterator[BBSClient]:
     """A BBS client; every BBS failure becomes one `error:` line and the right exit status."""
     url, source = resolve_bbs_url(bbs, data_dir)
-    client = BBSClient(url)
+    try:
+        client = BBSClient(url, auth=resolve_auth(credentials, data_dir))
+    except CertError as exc:
+        fail(_as_flag(exc), USAGE_ERROR)
     try:
         yield client
     except InvalidRequest as exc:
         fail(str(exc), USAGE_ERROR)
     except BBSUnreachable as exc:
-        fail(f"{exc} (BBS from {source}; start a cluster with `vendue up`)")
+        hint = ("TLS: the cluster's CA and a certificate it signed are --tls-ca, --tls-cert, --tls-key"
+                if "SSL" in str(exc) else "start a cluster with `vendue up`")
+        fail(f"{exc} (BBS from {source}; {hint})")
     except BBSError as exc:
         fail(str(exc))
     finally:
@@ -232,6 +292,10 @@ def push(
     timeout: Annotated[float, typer.Option("--timeout", help="With --wait: give up after this many seconds.")] = 60.0,
     bbs: BbsUrl = None,
     data_dir: DataDir = Path(".vendue"),
+    tls_cert: TlsCert = None,
+    tls_key: TlsKey = None,
+    tls_ca: TlsCa = None,
+    token: Token = None,
     as_json: AsJson = False,
 ) -> None:
     """Desire an app: N instances of COMMAND, placed by auction. `$PORT` is set in each instance."""
@@ -254,7 +318,7 @@ def push(
             check["path"] = health_path
         fields["health_check"] = check
     lrp: DesiredLRPCreate = validated(DesiredLRPCreate, **fields)
-    with connect(bbs, data_dir) as client:
+    with connect(bbs, data_dir, Credentials(tls_cert, tls_key, tls_ca, token)) as client:
         try:
             desired = client.desire_lrp(lrp)
         except Conflict:
@@ -289,11 +353,15 @@ def scale(
     instances: Annotated[int, typer.Option("--instances", "-i", help="The new number of instances.")],
     bbs: BbsUrl = None,
     data_dir: DataDir = Path(".vendue"),
+    tls_cert: TlsCert = None,
+    tls_key: TlsKey = None,
+    tls_ca: TlsCa = None,
+    token: Token = None,
     as_json: AsJson = False,
 ) -> None:
     """Change how many instances of an app are desired."""
     update: DesiredLRPUpdate = validated(DesiredLRPUpdate, instances=instances)
-    with connect(bbs, data_dir) as client:
+    with connect(bbs, data_dir, Credentials(tls_cert, tls_key, tls_ca, token)) as client:
         try:
             desired = client.update_desired_lrp(name, update)
         except NotFound:
@@ -309,9 +377,13 @@ def delete(
     name: Annotated[str, typer.Argument(help="The app's process guid.", show_default=False)],
     bbs: BbsUrl = None,
     data_dir: DataDir = Path(".vendue"),
+    tls_cert: TlsCert = None,
+    tls_key: TlsKey = None,
+    tls_ca: TlsCa = None,
+    token: Token = None,
 ) -> None:
     """Remove an app: its instances are stopped and forgotten."""
-    with connect(bbs, data_dir) as client:
+    with connect(bbs, data_dir, Credentials(tls_cert, tls_key, tls_ca, token)) as client:
         try:
             client.remove_desired_lrp(name)
         except NotFound:
@@ -349,9 +421,17 @@ def app_summaries(desired: Sequence[Any], actuals: Sequence[ActualLRP]) -> list[
 
 
 @app.command(cls=OneLineErrorsCommand)
-def apps(bbs: BbsUrl = None, data_dir: DataDir = Path(".vendue"), as_json: AsJson = False) -> None:
+def apps(
+    bbs: BbsUrl = None,
+    data_dir: DataDir = Path(".vendue"),
+    tls_cert: TlsCert = None,
+    tls_key: TlsKey = None,
+    tls_ca: TlsCa = None,
+    token: Token = None,
+    as_json: AsJson = False,
+) -> None:
     """Every app: desired vs running instances."""
-    with connect(bbs, data_dir) as client:
+    with connect(bbs, data_dir, Credentials(tls_cert, tls_key, tls_ca, token)) as client:
         rows = app_summaries(client.desired_lrps(), client.actual_lrps())
     if as_json:
         print_json(rows)
@@ -391,10 +471,14 @@ def instances(
     name: Annotated[str, typer.Argument(help="The app's process guid.", show_default=False)],
     bbs: BbsUrl = None,
     data_dir: DataDir = Path(".vendue"),
+    tls_cert: TlsCert = None,
+    tls_key: TlsKey = None,
+    tls_ca: TlsCa = None,
+    token: Token = None,
     as_json: AsJson = False,
 ) -> None:
     """An app's instances: index, state, cell, zone, address, since, crash count, placement error."""
-    with connect(bbs, data_dir) as client:
+    with connect(bbs, data_dir, Credentials(tls_cert, tls_key, tls_ca, token)) as client:
         try:
             desired = client.desired_lrp(name)
         except NotFound:
@@ -409,42 +493,43 @@ def instances(
 # --- cells ----------------------------------------------------------------------------------------
 
 
-def _cell_state(rep_url: str) -> CellState | None:
-    try:
-        response = httpx.get(f"{rep_url}/state", timeout=2.0)
-        response.raise_for_status()
-        return CellState.model_validate(response.json())
-    except (httpx.HTTPError, ValidationError, ValueError):
-        return None
-
-
 @app.command(cls=OneLineErrorsCommand)
-def cells(bbs: BbsUrl = None, data_dir: DataDir = Path(".vendue"), as_json: AsJson = False) -> None:
-    """The present cells (the BBS's presence), with what each has left (asked of each rep)."""
-    with connect(bbs, data_dir) as client:
+def cells(
+    bbs: BbsUrl = None,
+    data_dir: DataDir = Path(".vendue"),
+    tls_cert: TlsCert = None,
+    tls_key: TlsKey = None,
+    tls_ca: TlsCa = None,
+    token: Token = None,
+    as_json: AsJson = False,
+) -> None:
+    """The present cells (the BBS's presence), with what each has left (asked of each rep). INSECURE: the
+    rep runs without TLS and authorization (--insecure)."""
+    with connect(bbs, data_dir, Credentials(tls_cert, tls_key, tls_ca, token)) as client:
         present: list[CellPresence] = sorted(client.cells(), key=lambda c: (c.zone, c.cell_id))
-    if as_json:
-        print_json(dump(present))
-        return
-    with ThreadPoolExecutor(max_workers=16) as pool:
-        states = list(pool.map(lambda c: _cell_state(c.rep_url), present))
+        if as_json:
+            print_json(dump(present))
+            return
+        with ThreadPoolExecutor(max_workers=16) as pool:
+            states = list(pool.map(lambda c: client.cell_state(c.rep_url), present))
     table = listing_table(f"{len(present)} cell(s)")
     for column in ("CELL", "ZONE", "REP", "MEMORY FREE", "DISK FREE", "CONTAINERS FREE", "LRPS", "TASKS",
-                   "STATUS"):
+                   "INSECURE", "STATUS"):
         table.add_column(column, no_wrap=True)
     for presence, state in zip(present, states, strict=True):
+        insecure = "[red]yes[/]" if presence.insecure else "no"
         status = "[yellow]evacuating[/]" if presence.evacuating else "[green]ok[/]"
         if state is None:
             table.add_row(presence.cell_id, presence.zone, presence.rep_url,
                           f"? / {presence.total.memory_mb} MB", f"? / {presence.total.disk_mb} MB",
-                          f"? / {presence.total.containers}", "?", "?", "[red]rep unreachable[/]")
+                          f"? / {presence.total.containers}", "?", "?", insecure, "[red]rep unreachable[/]")
             continue
         table.add_row(
             presence.cell_id, presence.zone, presence.rep_url,
             f"{state.available.memory_mb} / {state.total.memory_mb} MB",
             f"{state.available.disk_mb} / {state.total.disk_mb} MB",
             f"{state.available.containers} / {state.total.containers}",
-            str(len(state.lrps)), str(len(state.tasks)),
+            str(len(state.lrps)), str(len(state.tasks)), insecure,
             "[yellow]evacuating[/]" if state.evacuating else status,
         )
     console().print(table)
@@ -474,6 +559,10 @@ def task_run(
     timeout: Annotated[float | None, typer.Option("--timeout", help="Give up waiting after this many seconds.")] = None,
     bbs: BbsUrl = None,
     data_dir: DataDir = Path(".vendue"),
+    tls_cert: TlsCert = None,
+    tls_key: TlsKey = None,
+    tls_ca: TlsCa = None,
+    token: Token = None,
     as_json: AsJson = False,
 ) -> None:
     """Run a one-off task; wait for it and print its exit status and result (exit 1 if it failed)."""
@@ -487,7 +576,7 @@ def task_run(
     if env:
         fields["env"] = parse_env(env)
     request: TaskCreate = validated(TaskCreate, **fields)
-    with connect(bbs, data_dir) as client:
+    with connect(bbs, data_dir, Credentials(tls_cert, tls_key, tls_ca, token)) as client:
         try:
             task = client.desire_task(request)
         except Conflict:
@@ -520,9 +609,14 @@ def task_cancel(
     task_guid: Annotated[str, typer.Argument(help="The task guid.", show_default=False)],
     bbs: BbsUrl = None,
     data_dir: DataDir = Path(".vendue"),
+    tls_cert: TlsCert = None,
+    tls_key: TlsKey = None,
+    tls_ca: TlsCa = None,
+    token: Token = None,
 ) -> None:
     """Cancel a task (it completes as failed, "cancelled")."""
-    _act_on_task(task_guid, bbs, data_dir, BBSClient.cancel_task, "cancelled")
+    _act_on_task(task_guid, bbs, data_dir, Credentials(tls_cert, tls_key, tls_ca, token), BBSClient.cancel_task,
+                 "cancelled")
 
 
 @task_app.command("delete", cls=OneLineErrorsCommand)
@@ -530,13 +624,18 @@ def task_delete(
     task_guid: Annotated[str, typer.Argument(help="The task guid.", show_default=False)],
     bbs: BbsUrl = None,
     data_dir: DataDir = Path(".vendue"),
+    tls_cert: TlsCert = None,
+    tls_key: TlsKey = None,
+    tls_ca: TlsCa = None,
+    token: Token = None,
 ) -> None:
     """Resolve and delete a completed task."""
-    _act_on_task(task_guid, bbs, data_dir, BBSClient.resolve_task, "deleted")
+    _act_on_task(task_guid, bbs, data_dir, Credentials(tls_cert, tls_key, tls_ca, token), BBSClient.resolve_task,
+                 "deleted")
 
 
-def _act_on_task(task_guid: str, bbs: str | None, data_dir: Path, act, done: str) -> None:
-    with connect(bbs, data_dir) as client:
+def _act_on_task(task_guid: str, bbs: str | None, data_dir: Path, credentials: Credentials, act, done: str) -> None:
+    with connect(bbs, data_dir, credentials) as client:
         try:
             act(client, task_guid)
         except NotFound:
@@ -549,12 +648,16 @@ def tasks(
     state: Annotated[str | None, typer.Option("--state", help="Only tasks in this state.")] = None,
     bbs: BbsUrl = None,
     data_dir: DataDir = Path(".vendue"),
+    tls_cert: TlsCert = None,
+    tls_key: TlsKey = None,
+    tls_ca: TlsCa = None,
+    token: Token = None,
     as_json: AsJson = False,
 ) -> None:
     """Every task: state, cell, exit status, failure, result."""
     if state is not None and state.upper() not in TaskState.__members__:
         fail(f"--state: expected one of {', '.join(TaskState.__members__)}, got {state!r}", USAGE_ERROR)
-    with connect(bbs, data_dir) as client:
+    with connect(bbs, data_dir, Credentials(tls_cert, tls_key, tls_ca, token)) as client:
         found = client.tasks(state=state.upper() if state else None)
     found.sort(key=lambda t: t.created_at)
     if as_json:
@@ -603,9 +706,17 @@ def summarize(event: Event) -> str:
 
 
 @app.command(cls=OneLineErrorsCommand)
-def events(bbs: BbsUrl = None, data_dir: DataDir = Path(".vendue"), as_json: AsJson = False) -> None:
+def events(
+    bbs: BbsUrl = None,
+    data_dir: DataDir = Path(".vendue"),
+    tls_cert: TlsCert = None,
+    tls_key: TlsKey = None,
+    tls_ca: TlsCa = None,
+    token: Token = None,
+    as_json: AsJson = False,
+) -> None:
     """Follow the BBS's event stream: one line per event (Ctrl-C to stop)."""
-    with connect(bbs, data_dir) as client:
+    with connect(bbs, data_dir, Credentials(tls_cert, tls_key, tls_ca, token)) as client:
         try:
             for event in client.events():
                 if as_json:

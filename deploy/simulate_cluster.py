@@ -226,7 +226,7 @@ class ScenarioCluster(LocalCluster):
             hosted = [(real, g.cells[0].zone) for real in g.real_ids]
             self._components[name] = _Component(name, [
                 "rep", *g.rep_args(), "--data-dir", str(self.data_dir / "cells" / name), *common,
-            ], 0, hosted)
+            ], 0, hosted, cell_prefix=f"{g.name}-" if len(g.cells) > 1 else "")
 
 
 GROUP_FLAGS = {"--cell-id", "--zone", "--zones", "--cells", "--data-dir", "--memory-mb", "--disk-mb", "--containers"}
@@ -362,7 +362,7 @@ async def _drive(cluster: LocalCluster, the_plan: Plan, strategy: str, timeout: 
                  progress: Progress | None) -> Outcome:
     deadline = time.monotonic() + timeout
     limits = httpx.Limits(max_connections=32, max_keepalive_connections=32)
-    async with httpx.AsyncClient(base_url=cluster.bbs_url, limits=limits) as client:
+    async with cluster.async_http_client(base_url=cluster.bbs_url, limits=limits) as client:
         watcher = Watcher(client)
         follow = asyncio.create_task(watcher.follow())
         try:
