@@ -14,9 +14,11 @@ from .bbs_client import (
     BBSClient,
     BBSError,
     BBSUnreachable,
+    ClientAuth,
     Conflict,
     InvalidRequest,
     NotFound,
+    Refused,
     describe_errors,
     event_from_sse,
     parse_sse,
@@ -59,6 +61,29 @@ def test_other_failures_map_to_their_exception_and_keep_the_detail(status, error
             bbs.desired_lrp("web")
     assert caught.value.status == status
     assert "nope" in str(caught.value) and "/v1/desired_lrps/web" in str(caught.value)
+
+
+@pytest.mark.parametrize("status", [401, 403])
+def test_a_refusal_is_its_status_and_the_reason_the_bbs_gave(status):
+    detail = "role reader (viewer) may not POST /v1/desired_lrps: only admin"
+    with client_answering(lambda request: httpx.Response(status, json={"detail": detail})) as bbs:
+        with pytest.raises(Refused) as caught:
+            bbs.desire_lrp(DesiredLRPCreate(process_guid="web", command=["x"]))
+    assert (caught.value.status, str(caught.value)) == (status, f"{status}: {detail}")
+
+
+def test_a_token_travels_as_a_bearer_header_on_every_request():
+    seen: list[httpx.Request] = []
+
+    def record(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return httpx.Response(200, json={"items": []})
+
+    with BBSClient("http://bbs.test", transport=httpx.MockTransport(record), auth=ClientAuth(token="t0k")) as bbs:
+        bbs.desired_lrps()
+        bbs.cell_state("http://rep.test:1800")
+    assert [(r.url.host, r.headers.get("authorization")) for r in seen] == [
+        ("bbs.test", "Bearer t0k"), ("rep.test", "Bearer t0k")]
 
 
 def test_no_answer_is_unreachable():

@@ -1,6 +1,7 @@
 """`vendue up` as a real subprocess: it serves until interrupted, stops every child on Ctrl-C or SIGTERM,
 and leaves no orphan even when it is killed with SIGKILL (PR_SET_PDEATHSIG on every child). `vendue up
---ha`: two BBS replicas and two auctioneers on an embedded PostgreSQL kept in the data dir."""
+--ha`: two BBS replicas and two auctioneers on an embedded PostgreSQL kept in the data dir. TLS by default
+(the tests act as the admin through cluster.json's `tls`); `vendue up --insecure` says so."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import json
 import os
 import shutil
 import signal
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -21,6 +23,7 @@ import pytest
 from typer.testing import CliRunner
 
 from common.procutil import child_preexec, pid_alive, terminate_then_kill
+from common.tls import INSECURE_WARNING, TLSFiles, client_context
 
 from .cli import _register, app
 from .cluster import CLUSTER_FILE, ENTRY_POINT, PROJECT_ROOT
@@ -112,17 +115,23 @@ def vendue_up(tmp_path: Path) -> Iterator[Callable[..., tuple[subprocess.Popen[b
     assert not leftovers, f"processes outlived the test: {leftovers}"
 
 
-def push_app(bbs_url: str, name: str, instances: int) -> None:
+def admin(info: dict[str, Any]) -> ssl.SSLContext | bool:
+    """httpx's `verify` for the cluster cluster.json describes: its admin certificate (True: insecure)."""
+    tls = info.get("tls")
+    return client_context(TLSFiles(Path(tls["cert"]), Path(tls["key"]), Path(tls["ca"]))) if tls else True
+
+
+def push_app(info: dict[str, Any], name: str, instances: int) -> None:
+    bbs_url, verify = info["bbs_url"], admin(info)
     body = {"process_guid": name, "instances": instances, "memory_mb": 64, "disk_mb": 32,
             "command": [sys.executable, "-c", APP_SOURCE]}
-    assert httpx.post(f"{bbs_url}/v1/desired_lrps", json=body, timeout=5.0).status_code == 201
+    assert httpx.post(f"{bbs_url}/v1/desired_lrps", json=body, timeout=5.0, verify=verify).status_code == 201
 
     def running() -> bool:
-        items = httpx.get(f"{bbs_url}/v1/actual_lrps", params={"process_guid": name}, timeout=5.0).json()["items"]
-        return sum(1 for a in items if a["state"] == "RUNNING") == instances
+        return running_count(bbs_url, name, verify) == instances
 
     wait_for(running, 30.0, f"{instances} running instances of {name}",
-             lambda: httpx.get(f"{bbs_url}/v1/actual_lrps", timeout=5.0).json()["items"])
+             lambda: httpx.get(f"{bbs_url}/v1/actual_lrps", timeout=5.0, verify=verify).json()["items"])
 
 
 def test_up_bad_arguments_exit_2_with_one_line(tmp_path: Path):
@@ -135,7 +144,7 @@ def test_up_bad_arguments_exit_2_with_one_line(tmp_path: Path):
 
 def test_no_orphans_after_kill_9_of_the_launcher(vendue_up):
     proc, info = vendue_up("--cells", "2", "--zones", "2")
-    push_app(info["bbs_url"], "orphan-check", 2)
+    push_app(info, "orphan-check", 2)
     tree = descendants(proc.pid)
     components = {info["components"][name]["pid"] for name in info["components"]}
     assert components <= tree, f"expected the components {components} below the launcher {proc.pid}"
@@ -147,14 +156,37 @@ def test_no_orphans_after_kill_9_of_the_launcher(vendue_up):
              lambda: alive(tree))
 
 
-def test_ctrl_c_stops_every_child_and_exits_0(vendue_up):
+def test_ctrl_c_stops_every_child_and_exits_0(vendue_up, tmp_path: Path):
     proc, info = vendue_up("--cells", "1", "--zones", "1")
     tree = descendants(proc.pid)
-    assert httpx.get(f"{info['bbs_url']}/ping", timeout=2.0).status_code == 200
+    assert info["bbs_url"].startswith("https://") and "insecure" not in info, info
+    ping = httpx.get(f"{info['bbs_url']}/ping", timeout=2.0, verify=admin(info))
+    assert ping.status_code == 200 and not ping.json().get("insecure"), ping.text
+    certs = Path(info["data_dir"]) / "certs"
+    assert info["tls"]["cert"] == str(certs / "admin.pem"), info
+    out = tmp_path / "up0.out"
+    wait_for(lambda: f"TLS: certificates in {certs}" in out.read_text(), 10.0,
+             "`vendue up` to say where the certificates are", out.read_text)
     proc.send_signal(signal.SIGINT)
     assert proc.wait(timeout=30.0) == 0
     assert not alive(tree), f"children left after `vendue up` stopped: {alive(tree)}"
     assert not Path(info["data_dir"], CLUSTER_FILE).exists()
+
+
+def test_up_insecure_warns_and_every_component_says_so(vendue_up, tmp_path: Path):
+    proc, info = vendue_up("--insecure", "--cells", "1", "--zones", "1")
+    assert info["insecure"] is True and "tls" not in info, info
+    for name, component in info["components"].items():
+        assert component["url"].startswith("http://"), (name, component)
+        ping = httpx.get(f"{component['url']}/ping", timeout=5.0).json()
+        assert ping.get("insecure") is True, f"expected {name}'s /ping to say insecure: {ping}"
+    out = tmp_path / "up0.out"
+    wait_for(lambda: f"warning: {INSECURE_WARNING}" in out.read_text().replace("\n", " "), 10.0,
+             "the warning line", out.read_text)
+    listed = run_cli("cells", "--data-dir", info["data_dir"])
+    assert listed.returncode == 0 and "INSECURE" in listed.stdout, listed.stdout + listed.stderr
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=30.0) == 0
 
 
 def run_cli(*args: str, timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
@@ -173,8 +205,9 @@ def reachable_dir() -> Iterator[Path]:
         shutil.rmtree(path, ignore_errors=True)
 
 
-def running_count(bbs_url: str, name: str) -> int:
-    items = httpx.get(f"{bbs_url}/v1/actual_lrps", params={"process_guid": name}, timeout=5.0).json()["items"]
+def running_count(bbs_url: str, name: str, verify: ssl.SSLContext | bool) -> int:
+    items = httpx.get(f"{bbs_url}/v1/actual_lrps", params={"process_guid": name}, timeout=5.0,
+                      verify=verify).json()["items"]
     return sum(1 for a in items if a["state"] == "RUNNING")
 
 
@@ -184,8 +217,9 @@ def test_up_ha_runs_two_of_each_on_embedded_postgres_survives_a_bbs_and_stops_cl
     components = info["components"]
     assert {"bbs", "bbs-2", "auctioneer", "auctioneer-2", "cell-0", "cell-1"} <= set(components), components
     assert info["bbs_urls"] == [components["bbs"]["url"], components["bbs-2"]["url"]], info
+    verify = admin(info)
     for name in ("bbs", "bbs-2"):
-        assert httpx.get(f"{components[name]['url']}/ping", timeout=5.0).status_code == 200, name
+        assert httpx.get(f"{components[name]['url']}/ping", timeout=5.0, verify=verify).status_code == 200, name
     assert (data_dir / "postgres" / "data" / "PG_VERSION").is_file(), "expected the database in the data dir"
     assert info["postgres"]["pid"] in descendants(proc.pid), "expected PostgreSQL below the launcher"
 
@@ -193,15 +227,15 @@ def test_up_ha_runs_two_of_each_on_embedded_postgres_survives_a_bbs_and_stops_cl
                      sys.executable, "-c", APP_SOURCE)
     assert pushed.returncode == 0, pushed.stdout + pushed.stderr
     bbs_2 = components["bbs-2"]["url"]
-    wait_for(lambda: running_count(bbs_2, "web") == 2, 60.0, "2 running instances of web (read from bbs-2)",
-             lambda: httpx.get(f"{bbs_2}/v1/actual_lrps", timeout=5.0).json()["items"])
+    wait_for(lambda: running_count(bbs_2, "web", verify) == 2, 60.0, "2 running instances of web (read from bbs-2)",
+             lambda: httpx.get(f"{bbs_2}/v1/actual_lrps", timeout=5.0, verify=verify).json()["items"])
 
     # The first BBS dies: the CLI, the reps and the auctioneers carry on through bbs-2.
     os.kill(components["bbs"]["pid"], signal.SIGKILL)
     scaled = run_cli("scale", "web", "-i", "3", "--data-dir", str(data_dir))
     assert scaled.returncode == 0, scaled.stdout + scaled.stderr
-    wait_for(lambda: running_count(bbs_2, "web") == 3, 60.0, "3 running instances of web without bbs-1",
-             lambda: httpx.get(f"{bbs_2}/v1/actual_lrps", timeout=5.0).json()["items"])
+    wait_for(lambda: running_count(bbs_2, "web", verify) == 3, 60.0, "3 running instances of web without bbs-1",
+             lambda: httpx.get(f"{bbs_2}/v1/actual_lrps", timeout=5.0, verify=verify).json()["items"])
     listed = run_cli("apps", "--json", "--data-dir", str(data_dir))
     assert listed.returncode == 0 and '"web"' in listed.stdout, listed.stdout + listed.stderr
 

@@ -1,9 +1,11 @@
-"""The launcher with the real components: start, kill, restart, stop; sim hosts; cleanup on failure."""
+"""The launcher with the real components: start, kill, restart, stop; sim hosts; cleanup on failure; TLS with
+a certificate per component by default, and the insecure mode."""
 
 from __future__ import annotations
 
 import json
 import signal
+import stat
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -11,15 +13,19 @@ from typing import Any
 
 import httpx
 import pytest
+from typer.testing import CliRunner
 
 from common.procutil import pid_alive
+from common.tls import TLSFiles, client_context, identity_of_file, init_ca, issue
 
+from .cli import _register, app
 from .cluster import CLUSTER_FILE, ClusterError, LocalCluster, read_cluster_file
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 
 FAST_BBS = ("--presence-ttl", "2", "--convergence-interval", "0.5")
 FAST_REP = ("--presence-ttl", "2")
+_register()
 
 
 def wait_for(condition: Callable[[], Any], timeout: float, expected: str) -> Any:
@@ -38,8 +44,9 @@ def wait_for(condition: Callable[[], Any], timeout: float, expected: str) -> Any
         time.sleep(0.05)
 
 
-def cell_ids(bbs_url: str) -> list[str]:
-    return sorted(c["cell_id"] for c in httpx.get(f"{bbs_url}/v1/cells", timeout=2.0).json()["items"])
+def cell_ids(lc: LocalCluster, bbs_url: str | None = None) -> list[str]:
+    response = httpx.get(f"{bbs_url or lc.bbs_url}/v1/cells", timeout=2.0, verify=lc.verify)
+    return sorted(c["cell_id"] for c in response.json()["items"])
 
 
 def all_gone(pids: list[int]) -> bool | str:
@@ -57,12 +64,16 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
 def test_start_runs_every_component_and_writes_cluster_json(cluster: LocalCluster):
     assert sorted(cluster.reps) == ["cell-0", "cell-1"]
     assert [cluster.reps[c].zone for c in ("cell-0", "cell-1")] == ["z0", "z1"]
-    assert cell_ids(cluster.bbs_url) == ["cell-0", "cell-1"]
+    assert cell_ids(cluster) == ["cell-0", "cell-1"]
     for url in (cluster.bbs_url, cluster.auctioneer_url, *(r.url for r in cluster.reps.values())):
-        assert httpx.get(f"{url}/ping", timeout=2.0).status_code == 200, url
+        assert url.startswith("https://127.0.0.1:"), url
+        assert httpx.get(f"{url}/ping", timeout=2.0, verify=cluster.verify).status_code == 200, url
     info = read_cluster_file(cluster.data_dir)
     assert info is not None
     assert info["bbs_url"] == cluster.bbs_url and info["auctioneer_url"] == cluster.auctioneer_url
+    assert "insecure" not in info and info["tls"] == {
+        "ca": str(cluster.certs_dir / "ca.pem"), "cert": str(cluster.certs_dir / "admin.pem"),
+        "key": str(cluster.certs_dir / "admin-key.pem")}
     assert {c: r["url"] for c, r in info["reps"].items()} == {c: r.url for c, r in cluster.reps.items()}
     for name in ("bbs", "auctioneer", "cell-0", "cell-1"):
         assert cluster.log_path(name).stat().st_size > 0, f"expected a log for {name}"
@@ -78,12 +89,12 @@ def test_killed_rep_restarts_on_its_port_and_reappears(cluster: LocalCluster):
     old_pid = old.proc.pid
     cluster.kill("cell-1")
     assert not pid_alive(old_pid) and not cluster.is_running("cell-1")
-    wait_for(lambda: cell_ids(cluster.bbs_url) == ["cell-0"] or str(cell_ids(cluster.bbs_url)), 15.0,
+    wait_for(lambda: cell_ids(cluster) == ["cell-0"] or str(cell_ids(cluster)), 15.0,
              "cell-1's presence to expire")
     cluster.restart("cell-1", timeout=30.0)
     assert cluster.reps["cell-1"].url == old.url
     assert cluster.reps["cell-1"].proc.pid != old_pid
-    assert cell_ids(cluster.bbs_url) == ["cell-0", "cell-1"]
+    assert cell_ids(cluster) == ["cell-0", "cell-1"]
     info = json.loads((cluster.data_dir / CLUSTER_FILE).read_text())
     assert info["reps"]["cell-1"]["pid"] == cluster.reps["cell-1"].proc.pid
 
@@ -91,15 +102,16 @@ def test_killed_rep_restarts_on_its_port_and_reappears(cluster: LocalCluster):
 def test_killed_bbs_restarts_with_its_port_and_data(cluster: LocalCluster):
     name = f"keep-{time.monotonic_ns()}"
     body = {"process_guid": name, "instances": 0, "command": ["x"]}
-    assert httpx.post(f"{cluster.bbs_url}/v1/desired_lrps", json=body, timeout=5.0).status_code == 201
-    url = cluster.bbs_url
-    cluster.kill("bbs")
-    with pytest.raises(httpx.ConnectError):
-        httpx.get(f"{url}/ping", timeout=2.0)
-    cluster.restart("bbs", timeout=30.0)
-    assert cluster.bbs_url == url
-    assert httpx.get(f"{url}/v1/desired_lrps/{name}", timeout=5.0).status_code == 200
-    wait_for(lambda: cell_ids(url) == ["cell-0", "cell-1"] or str(cell_ids(url)), 15.0,
+    with cluster.http_client(base_url=cluster.bbs_url, timeout=5.0) as http:
+        assert http.post("/v1/desired_lrps", json=body).status_code == 201
+        url = cluster.bbs_url
+        cluster.kill("bbs")
+        with pytest.raises(httpx.ConnectError):
+            http.get("/ping", timeout=2.0)
+        cluster.restart("bbs", timeout=30.0)
+        assert cluster.bbs_url == url
+        assert http.get(f"/v1/desired_lrps/{name}").status_code == 200
+    wait_for(lambda: cell_ids(cluster) == ["cell-0", "cell-1"] or str(cell_ids(cluster)), 15.0,
              "both cells to heartbeat into the restarted BBS")
 
 
@@ -107,7 +119,7 @@ def test_restart_of_a_running_component_replaces_it(cluster: LocalCluster):
     old_pid = cluster.pids()["auctioneer"]
     cluster.restart("auctioneer", timeout=30.0)
     assert cluster.pids()["auctioneer"] != old_pid and not pid_alive(old_pid)
-    assert httpx.get(f"{cluster.auctioneer_url}/ping", timeout=2.0).status_code == 200
+    assert httpx.get(f"{cluster.auctioneer_url}/ping", timeout=2.0, verify=cluster.verify).status_code == 200
 
 
 def test_unknown_component_names_the_known_ones(cluster: LocalCluster):
@@ -140,7 +152,7 @@ def test_sim_cells_hosted_several_per_process(tmp_path: Path):
     with LocalCluster(tmp_path, cells=5, zones=2, executor="sim", sim_cells_per_process=2, bbs_args=FAST_BBS,
                       rep_args=FAST_REP).start(timeout=60.0) as lc:
         assert sorted(lc.reps) == ["sim0-0", "sim0-1", "sim1-0", "sim1-1", "sim2-0"]
-        assert cell_ids(lc.bbs_url) == sorted(lc.reps)
+        assert cell_ids(lc) == sorted(lc.reps)
         assert lc.reps["sim0-0"].proc is lc.reps["sim0-1"].proc
         assert lc.reps["sim0-1"].url.endswith("/cells/sim0-1")
         assert {r.zone for r in lc.reps.values()} == {"z0", "z1"}
@@ -150,4 +162,73 @@ def test_sim_cells_hosted_several_per_process(tmp_path: Path):
         assert not lc.is_running("sim1-1")
         lc.restart("sim1-1", timeout=30.0)
         assert lc.reps["sim1-0"].proc.poll() is None
-        assert cell_ids(lc.bbs_url) == sorted(lc.reps)
+        assert cell_ids(lc) == sorted(lc.reps)
+        # A host of several cells speaks for all of them by their prefix; one cell alone, by its id.
+        for name, cells, prefixes in (("rep-0", frozenset(), ("sim0-",)), ("rep-2", frozenset({"sim2-0"}), ())):
+            identity = identity_of_file(lc.certs_dir / f"{name}.pem")
+            assert identity is not None and (identity.role, identity.name) == ("rep", name)
+            assert (identity.cells, identity.cell_prefixes) == (cells, prefixes)
+
+
+def test_every_component_has_a_certificate_of_its_own_and_callers_need_one(cluster: LocalCluster, tmp_path: Path):
+    certs = cluster.certs_dir
+    assert stat.S_IMODE(certs.stat().st_mode) == 0o700
+    assert stat.S_IMODE((certs / "ca-key.pem").stat().st_mode) == 0o600
+    expected = {"bbs": ("bbs", frozenset()), "auctioneer": ("auctioneer", frozenset()),
+                "cell-0": ("rep", frozenset({"cell-0"})), "cell-1": ("rep", frozenset({"cell-1"})),
+                "admin": ("admin", frozenset())}
+    for name, (role, cells) in expected.items():
+        identity = identity_of_file(certs / f"{name}.pem")
+        assert identity is not None and (identity.role, identity.name, identity.cells) == (role, name, cells), name
+        assert stat.S_IMODE((certs / f"{name}-key.pem").stat().st_mode) == 0o600, name
+
+    bbs = cluster.bbs_url
+    ca_only = client_context(ca=certs / "ca.pem")
+    assert httpx.get(f"{bbs}/ping", timeout=5.0, verify=ca_only).status_code == 200, "/ping is public"
+    assert httpx.get(f"{bbs}/v1/desired_lrps", timeout=5.0, verify=ca_only).status_code == 401
+    reader = client_context(cluster.issue_certificate("reader", "viewer"))
+    assert httpx.get(f"{bbs}/v1/desired_lrps", timeout=5.0, verify=reader).status_code == 200
+    refused = httpx.post(f"{bbs}/v1/desired_lrps", json={"process_guid": "nope", "instances": 0, "command": ["x"]},
+                         timeout=5.0, verify=reader)
+    assert refused.status_code == 403 and "reader" in refused.json()["detail"], refused.text
+    # A certificate the cluster's CA did not sign does not get through the handshake.
+    init_ca(tmp_path)
+    issue(tmp_path, role="admin", name="stranger")
+    stranger = client_context(TLSFiles(tmp_path / "stranger.pem", tmp_path / "stranger-key.pem", certs / "ca.pem"))
+    with pytest.raises(httpx.HTTPError):
+        httpx.get(f"{bbs}/v1/desired_lrps", timeout=5.0, verify=stranger)
+
+    # The CLI acts as the admin through cluster.json; with another certificate, as its holder.
+    listed = CliRunner().invoke(app, ["cells", "--json", "--data-dir", str(cluster.data_dir)])
+    assert listed.exit_code == 0, listed.output
+    assert [(c["cell_id"], c["insecure"]) for c in json.loads(listed.stdout)] == [("cell-0", False), ("cell-1", False)]
+    viewer = ["--tls-cert", str(certs / "viewer.pem"), "--tls-key", str(certs / "viewer-key.pem"),
+              "--tls-ca", str(certs / "ca.pem")]
+    pushed = CliRunner().invoke(app, ["push", "nope", "--data-dir", str(cluster.data_dir), *viewer, "--", "x"])
+    assert pushed.exit_code == 1, pushed.output
+    [line] = pushed.stderr.splitlines()
+    assert line.startswith("error: 403: role reader (viewer) may not POST /v1/desired_lrps: only admin"), line
+
+
+def test_an_insecure_cluster_serves_plain_http_and_says_so(tmp_path: Path):
+    with LocalCluster(tmp_path, cells=1, zones=1, bbs_args=FAST_BBS, rep_args=FAST_REP,
+                      insecure=True).start(timeout=60.0) as lc:
+        assert lc.client_tls() is None and not lc.certs_dir.exists()
+        for url in (lc.bbs_url, lc.auctioneer_url, lc.reps["cell-0"].url):
+            assert url.startswith("http://127.0.0.1:"), url
+            ping = httpx.get(f"{url}/ping", timeout=5.0).json()
+            assert ping.get("insecure") is True, f"expected {url}/ping to say insecure: {ping}"
+        info = read_cluster_file(lc.data_dir)
+        assert info is not None and info["insecure"] is True and "tls" not in info, info
+        # Authorization is off: anyone may write.
+        body = {"process_guid": "anyone", "instances": 0, "command": ["x"]}
+        assert httpx.post(f"{lc.bbs_url}/v1/desired_lrps", json=body, timeout=5.0).status_code == 201
+        assert "--insecure" in lc.log_path("bbs").read_text().splitlines()[0]
+        # The CLI finds it through cluster.json and shows it.
+        listed = CliRunner().invoke(app, ["cells", "--json", "--data-dir", str(lc.data_dir)])
+        assert listed.exit_code == 0, listed.output
+        assert [c["insecure"] for c in json.loads(listed.stdout)] == [True], listed.stdout
+        table = CliRunner().invoke(app, ["cells", "--data-dir", str(lc.data_dir)], env={"COLUMNS": "250"})
+        assert table.exit_code == 0 and "INSECURE" in table.stdout, table.output
+        row = next(line for line in table.stdout.splitlines() if "cell-0" in line)
+        assert "yes" in row, table.stdout

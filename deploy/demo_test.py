@@ -1,4 +1,4 @@
-"""`vendue demo`, the README's main job, runs to completion and cleans up after itself."""
+"""`vendue demo`, the README's main job, runs to completion (with TLS, as the admin) and cleans up after itself."""
 
 from __future__ import annotations
 
@@ -23,3 +23,4 @@ def test_demo_runs_every_step_and_succeeds():
     assert "6 x 7 = 42" in text, text
     assert re.search(r"crash count 1", text), text
     assert "moved from cell-" in text and "demo complete" in text, text
+    assert "every component serves HTTPS with a certificate from the cluster CA" in text, text

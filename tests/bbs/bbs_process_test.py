@@ -1,6 +1,7 @@
 """`vendue bbs` as a real process: ready file, HTTP, server-sent events, kill -9 and restart on the
 same database (SQLite file or PostgreSQL) with the state intact, and a graceful SIGTERM while an
-event stream is open."""
+event stream is open. The BBS serves HTTPS with a certificate from a CA in the test's directory, and the
+tests call it as an admin."""
 
 from __future__ import annotations
 
@@ -12,23 +13,39 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 
 from common.procutil import child_preexec, free_port, terminate_then_kill, wait_ready_file
+from common.tls import CA_CERT, TLSFiles, client_context, init_ca, issue
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(90)]
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def certificates(data_dir: Path) -> Path:
+    """The CA in <data_dir>/certs (made once) with a BBS's and an admin's certificate."""
+    certs = data_dir / "certs"
+    if not (certs / CA_CERT).exists():
+        init_ca(certs)
+        issue(certs, role="bbs", name="bbs")
+        issue(certs, role="admin", name="admin")
+    return certs
+
+
 class BBSProcess:
     def __init__(self, data_dir: Path, tag: str, database_url: str | None = None, *extra_args: str) -> None:
         self.ready = data_dir / f"ready-{tag}.json"
         database = ["--database-url", database_url] if database_url else []
+        certs = certificates(data_dir)
+        served = TLSFiles.in_dir(certs, "bbs")
+        tls = ["--tls-cert", str(served.cert), "--tls-key", str(served.key), "--tls-ca", str(served.ca)]
+        self.verify = client_context(TLSFiles.in_dir(certs, "admin"))  # the tests' requests: as an admin
         self.log = open(data_dir / f"bbs-{tag}.log", "wb")  # noqa: SIM115 - closed in stop()
-        dead_auctioneer = f"http://127.0.0.1:{free_port()}"  # nothing listens: sends fail, state stays
+        dead_auctioneer = f"https://127.0.0.1:{free_port()}"  # nothing listens: sends fail, state stays
         self.proc = subprocess.Popen(
             [
                 sys.executable,
@@ -46,6 +63,7 @@ class BBSProcess:
                 "--convergence-interval",
                 "0.5",
                 *database,
+                *tls,
                 *extra_args,
             ],
             cwd=ROOT,
@@ -64,6 +82,12 @@ class BBSProcess:
         terminate_then_kill(self.proc, grace_s=10)
         self.log.close()
 
+    def client(self, **options: Any) -> httpx.Client:
+        return httpx.Client(base_url=self.url, verify=self.verify, **options)
+
+    def async_client(self, **options: Any) -> httpx.AsyncClient:
+        return httpx.AsyncClient(base_url=self.url, verify=self.verify, **options)
+
 
 @pytest.fixture
 def processes() -> Iterator[list[BBSProcess]]:
@@ -80,7 +104,7 @@ def test_state_survives_kill_9_and_restart(
 ) -> None:
     first = BBSProcess(tmp_path, "1", database_url)
     processes.append(first)
-    with httpx.Client(base_url=first.url, timeout=10) as http:
+    with first.client(timeout=10) as http:
         assert http.get("/ping").json() == {"ok": True, "ready": True}
         with http.stream("GET", "/v1/events") as events:
             lines = events.iter_lines()
@@ -103,7 +127,7 @@ def test_state_survives_kill_9_and_restart(
 
     second = BBSProcess(tmp_path, "2", database_url)
     processes.append(second)
-    with httpx.Client(base_url=second.url, timeout=10) as http:
+    with second.client(timeout=10) as http:
         assert http.get("/v1/desired_lrps/web").json()["instances"] == 3
         after = http.get("/v1/actual_lrps").json()["items"]
         assert [(a["index"], a["state"]) for a in after] == [(a["index"], a["state"]) for a in before]
@@ -115,7 +139,7 @@ def test_sigterm_shuts_down_gracefully_with_an_open_event_stream(
 ) -> None:
     bbs = BBSProcess(tmp_path, "1")
     processes.append(bbs)
-    with httpx.Client(base_url=bbs.url, timeout=10) as http, http.stream("GET", "/v1/events") as events:
+    with bbs.client(timeout=10) as http, http.stream("GET", "/v1/events") as events:
         lines = events.iter_lines()
         assert next(lines) == ": connected"
         bbs.proc.send_signal(signal.SIGTERM)

@@ -51,9 +51,9 @@ async def wait_until(condition: Callable[[], Awaitable[bool]], what: str, timeou
         await asyncio.sleep(0.05)
 
 
-async def ready(url: str) -> bool:
+async def ready(bbs: BBSProcess) -> bool:
     try:
-        async with httpx.AsyncClient(base_url=url, timeout=5) as http:
+        async with bbs.async_client(timeout=5) as http:
             return bool((await http.get("/ping")).json()["ready"])
     except httpx.HTTPError:
         return False
@@ -63,8 +63,8 @@ class Burst:
     """Clients creating desired LRPs (2 instances) and tasks as fast as one BBS answers; records
     which were acknowledged. Failures (500s, refused connections) are expected while a fault lasts."""
 
-    def __init__(self, url: str, workers: int = 8) -> None:
-        self.url = url
+    def __init__(self, bbs: BBSProcess, workers: int = 8) -> None:
+        self.bbs = bbs
         self.desired: list[str] = []  # acknowledged with a 201
         self.tasks: list[str] = []
         self.failures = 0
@@ -76,7 +76,7 @@ class Burst:
         return len(self.desired) + len(self.tasks)
 
     async def _work(self, worker: int) -> None:
-        async with httpx.AsyncClient(base_url=self.url, timeout=10) as http:
+        async with self.bbs.async_client(timeout=10) as http:
             for n in range(1_000_000):
                 if self._stop.is_set():
                     return
@@ -107,8 +107,8 @@ class Burst:
         await asyncio.gather(*self._workers, return_exceptions=True)
 
 
-async def assert_all_acknowledged_present(url: str, burst: Burst) -> None:
-    async with httpx.AsyncClient(base_url=url, timeout=30) as http:
+async def assert_all_acknowledged_present(bbs: BBSProcess, burst: Burst) -> None:
+    async with bbs.async_client(timeout=30) as http:
         desired = {d["process_guid"]: d for d in (await http.get("/v1/desired_lrps")).json()["items"]}
         tasks = {t["task_guid"] for t in (await http.get("/v1/tasks")).json()["items"]}
         actuals = (await http.get("/v1/actual_lrps")).json()["items"]
@@ -131,8 +131,8 @@ async def test_any_replica_serves_any_request(
     two = BBSProcess(tmp_path, "two", fresh_postgres_database, *NO_CONVERGENCE)
     processes.append(two)
     async with (
-        httpx.AsyncClient(base_url=one.url, timeout=10) as a,
-        httpx.AsyncClient(base_url=two.url, timeout=10) as b,
+        one.async_client(timeout=10) as a,
+        two.async_client(timeout=10) as b,
     ):
         created = await a.post("/v1/desired_lrps", json={"process_guid": "web", "instances": 2})
         assert created.status_code == 201, created.text
@@ -181,7 +181,7 @@ async def test_acknowledged_writes_survive_kill_9_of_the_bbs_mid_burst(
 ) -> None:
     first = BBSProcess(tmp_path, "first", database_url, *NO_CONVERGENCE)
     processes.append(first)
-    burst = Burst(first.url)
+    burst = Burst(first)
     try:
         await wait_until(lambda: _at_least(burst, 60), "60 acknowledged writes")
         first.proc.send_signal(signal.SIGKILL)  # mid-burst: requests are in flight
@@ -191,8 +191,8 @@ async def test_acknowledged_writes_survive_kill_9_of_the_bbs_mid_burst(
 
     second = BBSProcess(tmp_path, "second", database_url, *NO_CONVERGENCE)
     processes.append(second)
-    assert await ready(second.url)
-    await assert_all_acknowledged_present(second.url, burst)
+    assert await ready(second)
+    await assert_all_acknowledged_present(second, burst)
 
 
 async def test_postgres_crash_mid_burst_is_not_ready_then_recovers_losing_nothing(
@@ -208,22 +208,22 @@ async def test_postgres_crash_mid_burst_is_not_ready_then_recovers_losing_nothin
         run_sql(server.url(), "CREATE DATABASE bbs")
         bbs = BBSProcess(tmp_path, "bbs", server.url("bbs"), *NO_CONVERGENCE)
         processes.append(bbs)
-        burst = Burst(bbs.url)
+        burst = Burst(bbs)
         try:
             await wait_until(lambda: _at_least(burst, 40), "40 acknowledged writes")
             server.stop(signal.SIGQUIT)  # immediate: no checkpoint, clients cut off mid-transaction
-            await wait_until(lambda: _not(ready(bbs.url)), "the BBS to report not ready")
+            await wait_until(lambda: _not(ready(bbs)), "the BBS to report not ready")
             failures = burst.failures
             await wait_until(
                 lambda: _true(burst.failures > failures), "writes to fail while the database is down"
             )
             server.start_again()  # recovery from the WAL
-            await wait_until(lambda: ready(bbs.url), "the BBS to report ready again")
+            await wait_until(lambda: ready(bbs), "the BBS to report ready again")
             before = burst.acknowledged
             await wait_until(lambda: _at_least(burst, before + 20), "writes to succeed again")
         finally:
             await burst.stop()
-        await assert_all_acknowledged_present(bbs.url, burst)
+        await assert_all_acknowledged_present(bbs, burst)
     finally:
         for process in processes:
             process.stop()

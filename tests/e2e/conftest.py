@@ -1,6 +1,10 @@
 """End-to-end fixtures: a real cluster (BBS, auctioneer, reps as separate OS processes on loopback, the
 process executor running real child processes) plus the helpers the tests share.
 
+TLS is on, as in `vendue up`: every component serves HTTPS with a certificate from the cluster's CA, and
+the tests talk to them as the cluster's admin (`lc.verify`: its CA and admin certificate). `insecure=True`
+to make_cluster runs one without (plain HTTP, authorization off).
+
 Nothing of the project is mocked. Synchronisation is by polling with a deadline (`wait_for`), never by
 sleeping; a failed wait says what it expected and what it saw last.
 """
@@ -11,6 +15,7 @@ import contextlib
 import json
 import os
 import signal
+import ssl
 import subprocess
 import sys
 import threading
@@ -181,9 +186,9 @@ def ask_instance(address: str, timeout: float = 2.0) -> Answer:
 
 
 class BBS:
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, verify: ssl.SSLContext | bool = True) -> None:
         self.url = url
-        self.http = httpx.Client(base_url=url, timeout=10.0)
+        self.http = httpx.Client(base_url=url, timeout=10.0, verify=verify)
 
     def close(self) -> None:
         self.http.close()
@@ -299,8 +304,8 @@ def one_process_per_index(process_guid: str, running: dict[int, dict]) -> bool:
 # --- the rep as seen from outside -----------------------------------------------------------------
 
 
-def rep_state(rep_url: str) -> dict:
-    r = httpx.get(f"{rep_url}/state", timeout=5.0)
+def rep_state(rep_url: str, verify: ssl.SSLContext | bool) -> dict:
+    r = httpx.get(f"{rep_url}/state", timeout=5.0, verify=verify)
     r.raise_for_status()
     return r.json()
 
@@ -322,6 +327,7 @@ class EventLog:
     """The BBS's /v1/events SSE stream, read in a background thread."""
 
     url: str
+    verify: ssl.SSLContext | bool = True
     events: list[Received] = field(default_factory=list)
     on_event: list[Callable[[Received], None]] = field(default_factory=list)
     connected: threading.Event = field(default_factory=threading.Event)
@@ -330,7 +336,7 @@ class EventLog:
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def start(self) -> EventLog:
-        self._client = httpx.Client(timeout=httpx.Timeout(10.0, read=None))
+        self._client = httpx.Client(timeout=httpx.Timeout(10.0, read=None), verify=self.verify)
         self._thread = threading.Thread(target=self._run, daemon=True, name="sse-reader")
         self._thread.start()
         if not self.connected.wait(10.0):
@@ -421,9 +427,14 @@ class CLIResult:
         return self.stdout + self.stderr
 
 
-def run_cli(bbs_url: str, *args: str, timeout: float = 30.0) -> CLIResult:
-    env = {**os.environ, "VENDUE_BBS_URL": bbs_url, "NO_COLOR": "1", "COLUMNS": "200", "TERM": "dumb"}
-    # The BBS comes from VENDUE_BBS_URL (an option appended after `-- COMMAND` would be part of it).
+def run_cli(lc: Any, *args: str, timeout: float = 30.0) -> CLIResult:
+    """`vendue ARGS` against the cluster `lc`: its BBS through VENDUE_BBS_URL (an option appended after
+    `-- COMMAND` would be part of it), its admin certificate found the way `vendue up`'s users find it,
+    through cluster.json in VENDUE_DATA_DIR."""
+    env = {**os.environ, "VENDUE_BBS_URL": lc.bbs_url, "VENDUE_DATA_DIR": str(lc.data_dir), "NO_COLOR": "1",
+           "COLUMNS": "200", "TERM": "dumb"}
+    for name in ("VENDUE_TLS_CERT", "VENDUE_TLS_KEY", "VENDUE_TLS_CA", "VENDUE_TOKEN"):
+        env.pop(name, None)
     proc = subprocess.run([sys.executable, "-m", "deploy.cli", *args], cwd=ROOT,
                           env=env, capture_output=True, text=True, timeout=timeout)
     return CLIResult(proc.returncode, proc.stdout, proc.stderr)
@@ -452,11 +463,14 @@ class E2ECluster:
         return self.lc.reps
 
     def cli(self, *args: str, timeout: float = 30.0) -> CLIResult:
-        return run_cli(self.lc.bbs_url, *args, timeout=timeout)
+        return run_cli(self.lc, *args, timeout=timeout)
 
     def follow_events(self) -> EventLog:
-        self.events = EventLog(self.lc.bbs_url).start()
+        self.events = EventLog(self.lc.bbs_url, self.lc.verify).start()
         return self.events
+
+    def rep_state(self, cell_id: str) -> dict:
+        return rep_state(self.reps[cell_id].url, self.lc.verify)
 
 
 @pytest.fixture(params=["http", "nats"])
@@ -479,7 +493,7 @@ def _start_cluster(started: list[E2ECluster], data_dir: Path, transport: str, ce
     cluster = E2ECluster(lc)
     started.append(cluster)
     lc.start(timeout=60.0)
-    cluster.bbs = BBS(lc.bbs_url)
+    cluster.bbs = BBS(lc.bbs_url, lc.verify)
     wait_for(lambda: expect(len(cluster.bbs.cells()) == cells,
                             f"cells {[x['cell_id'] for x in cluster.bbs.cells()]}"),
              30.0, f"{cells} cells present in the BBS")

@@ -85,7 +85,7 @@ def test_sigterm_rep_replacements_run_before_old_instances_stop(make_cluster, tm
     snapshots = [0]
 
     def poll_bbs() -> None:
-        with httpx.Client(base_url=c.lc.bbs_url, timeout=5.0) as http:
+        with c.lc.http_client(base_url=c.lc.bbs_url, timeout=5.0) as http:
             while not stop_watching.is_set():
                 try:
                     actuals = http.get("/v1/actual_lrps", params={"process_guid": guid}).json()["items"]

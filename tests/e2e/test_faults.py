@@ -149,7 +149,7 @@ def test_auctioneer_killed_mid_auction_loses_its_queue_and_everything_still_runs
                      auctioneer_args=["--cell-state-timeout", "10", *AUCTIONEER_LEASE_TTL])
 
     def stats() -> dict:
-        return httpx.get(f"{c.lc.auctioneer_url}/v1/stats", timeout=2.0).json()
+        return httpx.get(f"{c.lc.auctioneer_url}/v1/stats", timeout=2.0, verify=c.lc.verify).json()
 
     # A rep that does not answer holds the auction in its state fetch; what arrives meanwhile queues up
     # in the auctioneer, and is lost when it is killed.

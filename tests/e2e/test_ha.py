@@ -38,8 +38,9 @@ CELLS, CELLS_PER_PROCESS = 20, 10
 class LeaseHistory:
     """Every (lease, token) -> owner seen, polled from whichever BBS answers."""
 
-    def __init__(self, bbs_urls: list[str]) -> None:
-        self.bbs_urls = bbs_urls
+    def __init__(self, lc: LocalCluster) -> None:
+        self.bbs_urls = list(lc.bbs_urls)
+        self.verify = lc.verify
         self.owners: dict[tuple[str, int], set[str]] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -47,7 +48,7 @@ class LeaseHistory:
     def current(self, name: str) -> dict | None:
         for url in self.bbs_urls:
             with contextlib.suppress(httpx.HTTPError):
-                response = httpx.get(f"{url}/v1/leases/{name}", timeout=1.0)
+                response = httpx.get(f"{url}/v1/leases/{name}", timeout=1.0, verify=self.verify)
                 if response.status_code == 200:
                     lease = response.json()
                     self.owners.setdefault((name, lease["token"]), set()).add(lease["owner"])
@@ -94,8 +95,9 @@ def ha_cluster(tmp_path: Path, fresh_postgres_database: str) -> Iterator[LocalCl
         lc.stop()
 
 
-def every_index_running_once(bbs_url: str, process_guid: str, instances: int) -> bool:
-    response = httpx.get(f"{bbs_url}/v1/actual_lrps", params={"process_guid": process_guid}, timeout=10.0)
+def every_index_running_once(lc: LocalCluster, bbs_url: str, process_guid: str, instances: int) -> bool:
+    response = httpx.get(f"{bbs_url}/v1/actual_lrps", params={"process_guid": process_guid}, timeout=10.0,
+                         verify=lc.verify)
     response.raise_for_status()
     actuals = response.json()["items"]
     running = sorted(a["index"] for a in actuals if a["state"] == "RUNNING" and a["presence"] == "ORDINARY")
@@ -106,11 +108,12 @@ def every_index_running_once(bbs_url: str, process_guid: str, instances: int) ->
     return True
 
 
-def placed_any(bbs_url: str, process_guids: list[str]) -> bool:
+def placed_any(lc: LocalCluster, bbs_url: str, process_guids: list[str]) -> bool:
     """Some instance of these apps is CLAIMED or RUNNING: a rep took it from an auction."""
     seen = {}
     for guid in process_guids:
-        response = httpx.get(f"{bbs_url}/v1/actual_lrps", params={"process_guid": guid}, timeout=10.0)
+        response = httpx.get(f"{bbs_url}/v1/actual_lrps", params={"process_guid": guid}, timeout=10.0,
+                             verify=lc.verify)
         response.raise_for_status()
         seen[guid] = dict(Counter(a["state"] for a in response.json()["items"]))
         if seen[guid].get("CLAIMED") or seen[guid].get("RUNNING"):
@@ -120,7 +123,7 @@ def placed_any(bbs_url: str, process_guids: list[str]) -> bool:
 
 def test_killing_the_leaders_mid_push_places_every_instance_once(ha_cluster: LocalCluster) -> None:
     lc = ha_cluster
-    with LeaseHistory(list(lc.bbs_urls)) as history:
+    with LeaseHistory(lc) as history:
         leaders = {lease: wait_for(lambda lease=lease: holder(lc, history, lease), 4 * LEASE_TTL_S,
                                    f"a {lease} leader") for lease in ("auctioneer", "convergence")}
         other = {"auctioneer": "auctioneer-2", "auctioneer-2": "auctioneer", "bbs": "bbs-2", "bbs-2": "bbs"}
@@ -130,16 +133,16 @@ def test_killing_the_leaders_mid_push_places_every_instance_once(ha_cluster: Loc
         for n in range(APPS):
             body = {"process_guid": f"fleet-{n}", "instances": INSTANCES // APPS, "memory_mb": 16,
                     "disk_mb": 16, "command": ["sleep", "infinity"]}
-            response = httpx.post(f"{survivor_url}/v1/desired_lrps", json=body, timeout=30.0)
+            response = httpx.post(f"{survivor_url}/v1/desired_lrps", json=body, timeout=30.0, verify=lc.verify)
             assert response.status_code == 201, f"expected 201 desiring fleet-{n}, saw {response.status_code}"
             if n + 1 == KILL_AFTER:
                 # Not before the first leader has placed some of it: the reps must hold work from its term.
-                wait_for(lambda: placed_any(survivor_url, [f"fleet-{i}" for i in range(KILL_AFTER)]), 30.0,
+                wait_for(lambda: placed_any(lc, survivor_url, [f"fleet-{i}" for i in range(KILL_AFTER)]), 30.0,
                          f"some instances of the first {KILL_AFTER} apps placed by {leaders['auctioneer']}")
                 lc.kill(leaders["auctioneer"])
                 lc.kill(leaders["convergence"])
         for n in range(APPS):
-            wait_for(lambda n=n: every_index_running_once(survivor_url, f"fleet-{n}", INSTANCES // APPS), 150.0,
+            wait_for(lambda n=n: every_index_running_once(lc, survivor_url, f"fleet-{n}", INSTANCES // APPS), 150.0,
                      f"all {INSTANCES // APPS} instances of fleet-{n} RUNNING, each index once")
         survivor = other[leaders["auctioneer"]]
         wait_for(lambda: expect(holder(lc, history, "auctioneer") == survivor, holder(lc, history, "auctioneer")),
@@ -155,7 +158,7 @@ def test_killing_the_leaders_mid_push_places_every_instance_once(ha_cluster: Loc
     assert all(len(o) == 1 for o in owners_by_token.values()), f"a token held by two owners: {owners_by_token}"
     seen_tokens: set[int] = set()
     for cell_id, rep in lc.reps.items():
-        tokens = rep_state(rep.url)["accepted_fencing_tokens"]
+        tokens = rep_state(rep.url, lc.verify)["accepted_fencing_tokens"]
         assert tokens == sorted(set(tokens)), f"{cell_id} took work under tokens out of order: {tokens}"
         seen_tokens.update(tokens)
     assert len(seen_tokens) >= 2, f"expected work from both leaders' terms on the reps, saw tokens {seen_tokens}"
@@ -187,7 +190,7 @@ def test_a_leader_stopped_with_sigterm_hands_its_leases_over_well_before_the_ttl
 ) -> None:
     lc = ha_cluster_long_ttl
     other = {"auctioneer": "auctioneer-2", "auctioneer-2": "auctioneer", "bbs": "bbs-2", "bbs-2": "bbs"}
-    with LeaseHistory(list(lc.bbs_urls)) as history:
+    with LeaseHistory(lc) as history:
         for lease in ("auctioneer", "convergence"):
             leader = wait_for(lambda lease=lease: holder(lc, history, lease), 2 * GRACEFUL_TTL_S, f"a {lease} leader")
             successor = other[leader]
@@ -206,8 +209,9 @@ def test_a_leader_stopped_with_sigterm_hands_its_leases_over_well_before_the_ttl
     body = {"process_guid": "after-handover", "instances": 4, "memory_mb": 16, "disk_mb": 16,
             "command": ["sleep", "infinity"]}
     url = lc.bbs_urls[0]
-    assert httpx.post(f"{url}/v1/desired_lrps", json=body, timeout=30.0).status_code == 201
-    wait_for(lambda: every_index_running_once(url, "after-handover", 4), 60.0, "4 instances RUNNING after the handovers")
+    assert httpx.post(f"{url}/v1/desired_lrps", json=body, timeout=30.0, verify=lc.verify).status_code == 201
+    wait_for(lambda: every_index_running_once(lc, url, "after-handover", 4), 60.0,
+             "4 instances RUNNING after the handovers")
 
 
 def test_on_nats_the_reps_and_auctioneers_carry_on_through_the_other_bbs(
@@ -227,9 +231,9 @@ def test_on_nats_the_reps_and_auctioneers_carry_on_through_the_other_bbs(
         lc.kill("bbs")
         body = {"process_guid": "on-nats", "instances": 6, "memory_mb": 16, "disk_mb": 16,
                 "command": ["sleep", "infinity"]}
-        assert httpx.post(f"{second}/v1/desired_lrps", json=body, timeout=30.0).status_code == 201
+        assert httpx.post(f"{second}/v1/desired_lrps", json=body, timeout=30.0, verify=lc.verify).status_code == 201
         # RUNNING means the reps' claims and running reports, HTTP only and sent to bbs-1 first, reached bbs-2.
-        wait_for(lambda: every_index_running_once(second, "on-nats", 6), 60.0,
+        wait_for(lambda: every_index_running_once(lc, second, "on-nats", 6), 60.0,
                  f"6 instances RUNNING with {first} dead")
     finally:
         lc.stop()

@@ -21,7 +21,6 @@ from .conftest import (
     hold_for,
     one_process_per_index,
     proc_alive,
-    rep_state,
     running_ordinary,
     wait_all_running,
     wait_for,
@@ -67,7 +66,7 @@ def test_killed_instance_is_reported_crashed_and_restarted_at_once(make_cluster)
 
     victim = running[1]
     answer = ask_instance(victim["address"])
-    held = {lrp["instance_guid"]: lrp for lrp in rep_state(c.reps[victim["cell_id"]].url)["lrps"]}
+    held = {lrp["instance_guid"]: lrp for lrp in c.rep_state(victim["cell_id"])["lrps"]}
     assert victim["instance_guid"] in held, (
         f"expected the rep of {victim['cell_id']} to report instance {victim['instance_guid']}, saw {list(held)}")
     assert held[victim["instance_guid"]].get("pid") == answer.pid, (

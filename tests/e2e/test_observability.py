@@ -23,7 +23,7 @@ def test_every_component_serves_metrics_and_the_auctioneer_its_stats(make_cluste
     c.bbs.desire(guid, 3)
     wait_all_running(c.bbs, guid, 3)
 
-    stats = httpx.get(f"{c.lc.auctioneer_url}/v1/stats", timeout=5.0).json()
+    stats = httpx.get(f"{c.lc.auctioneer_url}/v1/stats", timeout=5.0, verify=c.lc.verify).json()
     assert STATS_KEYS <= set(stats), f"expected /v1/stats to hold {sorted(STATS_KEYS - set(stats))}, saw {stats}"
     assert set(stats["requests_made"]) >= {"bbs", "rep_state", "rep_work"}, stats["requests_made"]
     assert stats["auctions"] >= 1 and stats["lrps_placed"] == 3 and stats["lrps_failed"] == 0, stats
@@ -46,7 +46,7 @@ def test_every_component_serves_metrics_and_the_auctioneer_its_stats(make_cluste
     targets = {"bbs": c.lc.bbs_url, "auctioneer": c.lc.auctioneer_url,
                **{f"rep {cid}": rep.url for cid, rep in c.reps.items()}}
     for name, url in targets.items():
-        r = httpx.get(f"{url}/metrics", timeout=5.0)
+        r = httpx.get(f"{url}/metrics", timeout=5.0, verify=c.lc.verify)
         if r.status_code != 200 or not r.headers.get("content-type", "").startswith("text/plain") \
                 or not SAMPLE.search(r.text):
             problems.append(f"{name}: GET {url}/metrics answered {r.status_code} "

@@ -1,5 +1,6 @@
 """`vendue up --transport nats` as a real subprocess: an embedded nats-server (token auth) next to the
-components, shown in cluster.json, and nothing left running after Ctrl-C."""
+components (HTTPS, the test acting as the admin through cluster.json's `tls`), shown in cluster.json, and
+nothing left running after Ctrl-C."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import httpx
 import pytest
 
 from common.procutil import child_preexec, pid_alive, terminate_then_kill
+from common.tls import TLSFiles, client_context
 from deploy.cluster import CLUSTER_FILE, ENTRY_POINT, PROJECT_ROOT
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
@@ -40,9 +42,10 @@ def test_up_with_nats_starts_an_embedded_server_and_stops_everything_on_ctrl_c(t
         assert info["transport"] == "nats" and info["nats_url"].startswith("nats://127.0.0.1:"), info
         server_log = (data / "logs" / "nats-server.log").read_text()
         assert "Server is ready" in server_log
-        ping = httpx.get(f"{info['auctioneer_url']}/ping", timeout=5).json()
+        admin = client_context(TLSFiles(Path(info["tls"]["cert"]), Path(info["tls"]["key"]), Path(info["tls"]["ca"])))
+        ping = httpx.get(f"{info['auctioneer_url']}/ping", timeout=5, verify=admin).json()
         assert ping == {"ok": True, "ready": True}, ping
-        stats = httpx.get(f"{info['auctioneer_url']}/v1/stats", timeout=5).json()
+        stats = httpx.get(f"{info['auctioneer_url']}/v1/stats", timeout=5, verify=admin).json()
         assert stats["transport"] == "nats" and stats["nats"]["connected"], stats
         nats_pid = int(server_log.split("]", 1)[0].lstrip("["))
         assert pid_alive(nats_pid)

@@ -42,9 +42,9 @@ def wait_for(condition: Callable[[], Any], timeout: float, expected: str, seen: 
         time.sleep(0.1)
 
 
-def running_indices(bbs_url: str, guid: str) -> list[int]:
-    response = httpx.get(f"{bbs_url}/v1/actual_lrps", params={"process_guid": guid, "presence": "ORDINARY"},
-                         timeout=10)
+def running_indices(cluster: LocalCluster, guid: str) -> list[int]:
+    response = httpx.get(f"{cluster.bbs_url}/v1/actual_lrps", params={"process_guid": guid, "presence": "ORDINARY"},
+                         timeout=10, verify=cluster.verify)
     response.raise_for_status()
     return sorted(a["index"] for a in response.json()["items"] if a["state"] == "RUNNING")
 
@@ -53,7 +53,7 @@ def held_on_cells(cluster: LocalCluster) -> Counter:
     """(process_guid, index) -> how many cells hold it (from every rep's /state)."""
     held: Counter = Counter()
     for rep in cluster.reps.values():
-        for lrp in httpx.get(f"{rep.url}/state", timeout=10).json()["lrps"]:
+        for lrp in httpx.get(f"{rep.url}/state", timeout=10, verify=cluster.verify).json()["lrps"]:
             held[(lrp["process_guid"], lrp["index"])] += 1
     return held
 
@@ -69,30 +69,31 @@ def test_a_nats_restart_mid_push_loses_nothing_and_places_each_index_once(tmp_pa
         cluster.start(timeout=90)
         server = cluster.nats_server
         assert server is not None and server.token, "expected an embedded nats-server with a token"
-        bbs = cluster.bbs_url
-        body = {"memory_mb": 64, "disk_mb": 64, "instances": HALF}
-        assert httpx.post(f"{bbs}/v1/desired_lrps", json={"process_guid": "first", **body}, timeout=10).status_code == 201
-        wait_for(lambda: running_indices(bbs, "first"), 60, "instances of `first` running", lambda: "none")
+        with cluster.http_client(timeout=10) as http:
+            bbs = cluster.bbs_url
+            body = {"memory_mb": 64, "disk_mb": 64, "instances": HALF}
+            assert http.post(f"{bbs}/v1/desired_lrps", json={"process_guid": "first", **body}).status_code == 201
+            wait_for(lambda: running_indices(cluster, "first"), 60, "instances of `first` running", lambda: "none")
 
-        server.kill()
-        wait_for(lambda: httpx.get(f"{cluster.auctioneer_url}/ping", timeout=5).status_code == 503, 30,
-                 "the auctioneer to notice NATS is gone (/ping 503)", lambda: "still 200")
-        assert httpx.post(f"{bbs}/v1/desired_lrps", json={"process_guid": "second", **body}, timeout=10).status_code == 201
+            server.kill()
+            wait_for(lambda: http.get(f"{cluster.auctioneer_url}/ping", timeout=5).status_code == 503, 30,
+                     "the auctioneer to notice NATS is gone (/ping 503)", lambda: "still 200")
+            assert http.post(f"{bbs}/v1/desired_lrps", json={"process_guid": "second", **body}).status_code == 201
 
-        server.start()
-        for guid in ("first", "second"):
-            wait_for(lambda g=guid: running_indices(bbs, g) == list(range(HALF)), 120,
-                     f"every index of {guid} RUNNING once", lambda g=guid: f"{len(running_indices(bbs, g))} running")
+            server.start()
+            for guid in ("first", "second"):
+                wait_for(lambda g=guid: running_indices(cluster, g) == list(range(HALF)), 120, f"every index of {guid} "
+                         "RUNNING once", lambda g=guid: f"{len(running_indices(cluster, g))} running")
 
-        def each_index_once_on_cells() -> bool:
-            held = held_on_cells(cluster)
-            return len(held) == 2 * HALF and set(held.values()) == {1}
+            def each_index_once_on_cells() -> bool:
+                held = held_on_cells(cluster)
+                return len(held) == 2 * HALF and set(held.values()) == {1}
 
-        wait_for(each_index_once_on_cells, 60, "500 instances on the cells, each (guid, index) on one cell",
-                 lambda: Counter(held_on_cells(cluster).values()))
-        assert cluster.returncodes() == {}, f"no component should have exited: {cluster.returncodes()}"
-        stats = httpx.get(f"{cluster.auctioneer_url}/v1/stats", timeout=10).json()
-        assert stats["nats"]["reconnects"] >= 1, stats["nats"]
+            wait_for(each_index_once_on_cells, 60, "500 instances on the cells, each (guid, index) on one cell",
+                     lambda: Counter(held_on_cells(cluster).values()))
+            assert cluster.returncodes() == {}, f"no component should have exited: {cluster.returncodes()}"
+            stats = http.get(f"{cluster.auctioneer_url}/v1/stats").json()
+            assert stats["nats"]["reconnects"] >= 1, stats["nats"]
     finally:
         cluster.stop()
     assert cluster.nats_server is not None and not cluster.nats_server.running, "expected nats-server stopped"
