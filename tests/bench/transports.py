@@ -56,7 +56,7 @@ class _CachedCells(CellFetcher):
 
 
 async def time_state_fetches(cluster: LocalCluster, transport: str, nats_url: str, fetches: int) -> dict[str, Any]:
-    async with httpx.AsyncClient(base_url=cluster.bbs_url, timeout=30) as bbs:
+    async with cluster.async_http_client(base_url=cluster.bbs_url, timeout=30) as bbs:
         response = await bbs.get("/v1/cells")
         cells = [CellPresence.model_validate(c) for c in response.json()["items"]]
         metrics = Metrics()
@@ -97,8 +97,8 @@ async def time_state_fetches(cluster: LocalCluster, transport: str, nats_url: st
     }
 
 
-def auctioneer_fetch_mean(url: str) -> float | None:
-    samples = parse_metrics(httpx.get(f"{url}/metrics", timeout=10).text)
+def auctioneer_fetch_mean(cluster: LocalCluster) -> float | None:
+    samples = parse_metrics(httpx.get(f"{cluster.auctioneer_url}/metrics", timeout=10, verify=cluster.verify).text)
     count = samples.get("vendue_auctioneer_state_fetch_seconds_count", 0.0)
     total = samples.get("vendue_auctioneer_state_fetch_seconds_sum", 0.0)
     return round(total / count, 5) if count else None
@@ -138,9 +138,9 @@ def run_transport(transport: str, args: argparse.Namespace, apps: int, per_app: 
             started = time.perf_counter()
             cluster.start(timeout=120.0)
             startup_s = time.perf_counter() - started
-            before = asyncio.run(_stats(cluster.auctioneer_url))
+            before = asyncio.run(_stats(cluster))
             report = asyncio.run(measure(cluster, apps, per_app, args.timeout))
-            after = asyncio.run(_stats(cluster.auctioneer_url))
+            after = asyncio.run(_stats(cluster))
             fetch = asyncio.run(time_state_fetches(cluster, transport, server.url if server else "", args.fetches))
             return {
                 "transport": transport,
@@ -150,7 +150,7 @@ def run_transport(transport: str, args: argparse.Namespace, apps: int, per_app: 
                 "seconds_to_all_running": report.get("seconds_to_all_running"),
                 "seconds_to_first_running": report.get("seconds_to_first_running"),
                 "state_fetch_loaded": fetch,
-                "auctioneer_state_fetch_mean_s": auctioneer_fetch_mean(cluster.auctioneer_url),
+                "auctioneer_state_fetch_mean_s": auctioneer_fetch_mean(cluster),
                 "auctioneer": traffic(before, after),
                 "cluster_start_seconds": round(startup_s, 3),
             }
@@ -160,9 +160,9 @@ def run_transport(transport: str, args: argparse.Namespace, apps: int, per_app: 
                 server.stop()
 
 
-async def _stats(url: str) -> dict[str, Any]:
-    async with httpx.AsyncClient() as client:
-        return await auctioneer_stats(client, url)
+async def _stats(cluster: LocalCluster) -> dict[str, Any]:
+    async with cluster.async_http_client() as client:
+        return await auctioneer_stats(client, cluster.auctioneer_url)
 
 
 def main(argv: list[str] | None = None) -> int:
