@@ -105,7 +105,7 @@ def test_state_survives_kill_9_and_restart(
     first = BBSProcess(tmp_path, "1", database_url)
     processes.append(first)
     with first.client(timeout=10) as http:
-        assert http.get("/ping").json() == {"ok": True, "ready": True}
+        assert http.get("/ping").json() == {"ok": True, "ready": True, "insecure": False}
         with http.stream("GET", "/v1/events") as events:
             lines = events.iter_lines()
             assert next(lines) == ": connected"

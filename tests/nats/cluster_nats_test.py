@@ -44,7 +44,7 @@ def test_up_with_nats_starts_an_embedded_server_and_stops_everything_on_ctrl_c(t
         assert "Server is ready" in server_log
         admin = client_context(TLSFiles(Path(info["tls"]["cert"]), Path(info["tls"]["key"]), Path(info["tls"]["ca"])))
         ping = httpx.get(f"{info['auctioneer_url']}/ping", timeout=5, verify=admin).json()
-        assert ping == {"ok": True, "ready": True}, ping
+        assert ping == {"ok": True, "ready": True, "insecure": False}, ping
         stats = httpx.get(f"{info['auctioneer_url']}/v1/stats", timeout=5, verify=admin).json()
         assert stats["transport"] == "nats" and stats["nats"]["connected"], stats
         nats_pid = int(server_log.split("]", 1)[0].lstrip("["))
