@@ -51,7 +51,7 @@ async def test_bad_input_is_a_422_and_nothing_is_queued():
         assert (await client.post("/v1/tasks", json=[{"task": {"task_guid": "t"}}])).status_code == 422
         assert (await client.post("/v1/tasks", json={"not": "a list"})).status_code == 422
         assert service.batcher.pending == 0 and service.metrics.auctions == 0
-        assert (await client.get("/ping")).json() == {"ok": True}
+        assert (await client.get("/ping")).json() == {"ok": True, "insecure": True}
 
 
 @pytest.mark.parametrize("thread_threshold", [500, 0])
@@ -80,7 +80,7 @@ async def test_a_batch_is_placed_with_one_post_per_winning_cell(thread_threshold
         for cell_id, posts in reps.work_posts.items():
             for work in posts:
                 spread[cell_id] += sum(1 for lrp in work.all_lrps() if lrp.desired.process_guid == "web")
-                assert work.fencing_token == 0
+                assert work.fencing_token == 1  # the first term of the fake BBS's lease
         assert sorted(spread.values()) == [10, 10, 10]  # Diego spreads a process across cells
         assert bbs.failure_posts == 0
 

@@ -74,7 +74,7 @@ async def test_requests_over_nats_cost_one_state_request_and_one_work_request_pe
         assert stats["last_auction_messages"] == 1 + 3 + 2  # the task went to one cell
         assert stats["requests_made"]["rep_state"] == 0 and stats["requests_made"]["rep_work"] == 0
         assert sorted(len([lrp for w in reps.work[c] for lrp in w.all_lrps()]) for c in reps.work) == [10, 10, 10]
-        assert (await client.get("/ping")).json() == {"ok": True, "ready": True}
+        assert (await client.get("/ping")).json() == {"ok": True, "ready": True, "insecure": True}
 
 
 async def test_a_garbage_state_reply_skips_its_cell_is_counted_and_does_not_wait_for_the_deadline(nats_server):
@@ -145,6 +145,6 @@ async def test_nats_unreachable_at_start_is_not_ready_then_ready_once_the_server
             try:
                 server.start()
                 await service.nats.wait_connected(15)
-                assert (await client.get("/ping")).json() == {"ok": True, "ready": True}
+                assert (await client.get("/ping")).json() == {"ok": True, "ready": True, "insecure": True}
             finally:
                 server.stop()
