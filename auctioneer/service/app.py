@@ -267,7 +267,8 @@ def create_app(settings: AuctioneerSettings | None = None) -> FastAPI:
         leadership = service.leadership
         election = {"leader": leadership.leader, "fencing_token": leadership.token, "owner": leadership.owner,
                     "leader_url": leadership.url if leadership.leader else leadership.holder_url,
-                    "terms": leadership.terms, "auctions_abandoned": service.batcher.auctions_abandoned,
+                    "terms": leadership.terms, "lease_attempts": leadership.attempts,
+                    "lease_problem": leadership.problem, "auctions_abandoned": service.batcher.auctions_abandoned,
                     "forwarded": service.forwarder.forwarded}
         return {**service.metrics.stats(), **election, "pending": service.batcher.pending,
                 "auction_running": service.batcher.auction_running, "transport": service.settings.transport,

@@ -52,6 +52,7 @@ class Leadership:
         self._valid_until = 0.0  # monotonic: leadership ends here unless renewed
         self._holder_expires_at = 0.0  # epoch: when the other holder's lease runs out
         self._failures = 0  # attempts in a row without a lease (no answer, 404, or a refusal)
+        self.attempts = 0  # lease requests sent (takes and renewals), shown in /v1/stats
         # Why the last attempt got no lease answer (None: it got one, held or not); for GET /readyz.
         self.problem: str | None = "the lease has not been asked for yet"
         self._leading = asyncio.Event()
@@ -132,6 +133,7 @@ class Leadership:
 
     async def _attempt(self) -> None:
         sent = time.monotonic()
+        self.attempts += 1
         try:
             response = await self._bbs.post(
                 f"/v1/leases/{LEASE}", json={"owner": self.owner, "url": self.url, "ttl_s": self.ttl},

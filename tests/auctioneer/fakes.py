@@ -44,9 +44,10 @@ STARTUP_SECONDS = 20.0
 
 
 @contextlib.asynccontextmanager
-async def serving(app: FastAPI, ssl_context: ssl.SSLContext | None = None) -> AsyncIterator[str]:
-    """Serve `app` on a free loopback port for the block (HTTPS with `ssl_context`); yields its base URL."""
-    sock = bind("127.0.0.1", 0)
+async def serving(app: FastAPI, ssl_context: ssl.SSLContext | None = None, port: int = 0) -> AsyncIterator[str]:
+    """Serve `app` on loopback (a free port, or `port`) for the block (HTTPS with `ssl_context`); yields its
+    base URL."""
+    sock = bind("127.0.0.1", port)
     server = Server(config_for(app, graceful_timeout=2, ssl_context=ssl_context), handle_signals=False)
     task = asyncio.create_task(server.serve(sockets=[sock]))
     try:
