@@ -108,7 +108,7 @@ class AuctioneerService:
             from .nats_cells import NatsCellStateSource
             from .nats_dispatch import NatsWorkSender
 
-            self.nats = NatsConnection(s.nats_url, name="vendue-auctioneer", token=s.nats_token)
+            self.nats = NatsConnection(s.nats_url, name="vendue-auctioneer", token=s.nats_token, tls=self.tls_files)
             self.fetcher = NatsCellStateSource(
                 self.nats, http_cells.present_cells, self.metrics, timeout=s.cell_state_timeout
             )
