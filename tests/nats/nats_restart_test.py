@@ -68,7 +68,7 @@ def test_a_nats_restart_mid_push_loses_nothing_and_places_each_index_once(tmp_pa
     try:
         cluster.start(timeout=90)
         server = cluster.nats_server
-        assert server is not None and server.token, "expected an embedded nats-server with a token"
+        assert server is not None and server.tls is not None, "expected an embedded nats-server with TLS"
         with cluster.http_client(timeout=10) as http:
             bbs = cluster.bbs_url
             body = {"memory_mb": 64, "disk_mb": 64, "instances": HALF}
