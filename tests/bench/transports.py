@@ -1,4 +1,5 @@
-"""The end-to-end benchmark on both transports in one run: HTTP, then NATS (an embedded nats-server).
+"""The end-to-end benchmark on both transports in one run: HTTP, then NATS (the launcher's embedded
+nats-server: TLS, a user per certificate, like every component's HTTPS).
 
     python tests/bench/transports.py [--instances N] [--apps A] [--cells C] [--fetches K] [--quick]
 
@@ -36,8 +37,8 @@ from auctioneer.service.clients import RepClients  # noqa: E402
 from auctioneer.service.metrics import Metrics  # noqa: E402
 from auctioneer.service.nats_cells import NatsCellStateSource  # noqa: E402
 from common.models import CellPresence  # noqa: E402
+from common.tls import TLSFiles  # noqa: E402
 from common.transport.nats_connection import NatsConnection  # noqa: E402
-from common.transport.nats_server import NatsServer  # noqa: E402
 from deploy.cluster import LocalCluster  # noqa: E402
 from tests.bench.e2e import auctioneer_stats, measure, parse_metrics  # noqa: E402
 
@@ -55,7 +56,9 @@ class _CachedCells(CellFetcher):
         return self._cells
 
 
-async def time_state_fetches(cluster: LocalCluster, transport: str, nats_url: str, fetches: int) -> dict[str, Any]:
+async def time_state_fetches(cluster: LocalCluster, transport: str, fetches: int) -> dict[str, Any]:
+    """Over NATS the harness speaks as the auctioneer (its certificate: the one role that may ask every
+    cell for its state); over HTTP as the cluster's admin."""
     async with cluster.async_http_client(base_url=cluster.bbs_url, timeout=30) as bbs:
         response = await bbs.get("/v1/cells")
         cells = [CellPresence.model_validate(c) for c in response.json()["items"]]
@@ -63,7 +66,8 @@ async def time_state_fetches(cluster: LocalCluster, transport: str, nats_url: st
         nats: NatsConnection | None = None
         reps: RepClients | None = None
         if transport == "nats":
-            nats = NatsConnection(nats_url, name="bench")
+            nats = NatsConnection(cluster.nats_url, name="bench",
+                                  tls=None if cluster.insecure else TLSFiles.in_dir(cluster.certs_dir, "auctioneer"))
             nats.start()
             await nats.wait_connected(10)
 
@@ -72,7 +76,7 @@ async def time_state_fetches(cluster: LocalCluster, transport: str, nats_url: st
 
             source: Any = NatsCellStateSource(nats, listed, metrics, timeout=STATE_TIMEOUT_S)
         else:
-            reps = RepClients(256, timeout=STATE_TIMEOUT_S)
+            reps = RepClients(256, timeout=STATE_TIMEOUT_S, ssl_context=None if cluster.insecure else cluster.verify)
             source = _CachedCells(cells, bbs, reps, metrics, timeout=STATE_TIMEOUT_S)
         try:
             await source.fetch()  # warm: connections, the inbox, imports
@@ -123,16 +127,12 @@ def traffic(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
 
 def run_transport(transport: str, args: argparse.Namespace, apps: int, per_app: int) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix=f"vendue-bench-{transport}-") as tmp:
-        server = NatsServer(log_path=Path(tmp) / "nats-server.log").start() if transport == "nats" else None
-        env = {"VENDUE_TRANSPORT": transport}
-        if server is not None:
-            env["VENDUE_NATS_URL"] = server.url
         timings = ["--presence-ttl", str(args.presence_ttl)]
         cluster = LocalCluster(
             Path(tmp) / "cluster", cells=args.cells, zones=args.zones, executor="sim",
             sim_cells_per_process=args.cells, cell_memory_mb=64 * 1024, cell_disk_mb=256 * 1024,
             cell_containers=250, bbs_args=[*timings, "--convergence-interval", str(args.convergence_interval)],
-            rep_args=timings, env=env,
+            rep_args=timings, transport=transport,
         )
         try:
             started = time.perf_counter()
@@ -141,7 +141,7 @@ def run_transport(transport: str, args: argparse.Namespace, apps: int, per_app: 
             before = asyncio.run(_stats(cluster))
             report = asyncio.run(measure(cluster, apps, per_app, args.timeout))
             after = asyncio.run(_stats(cluster))
-            fetch = asyncio.run(time_state_fetches(cluster, transport, server.url if server else "", args.fetches))
+            fetch = asyncio.run(time_state_fetches(cluster, transport, args.fetches))
             return {
                 "transport": transport,
                 "instances": report.get("instances"),
@@ -156,8 +156,6 @@ def run_transport(transport: str, args: argparse.Namespace, apps: int, per_app: 
             }
         finally:
             cluster.stop()
-            if server is not None:
-                server.stop()
 
 
 async def _stats(cluster: LocalCluster) -> dict[str, Any]:
