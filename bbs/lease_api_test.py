@@ -36,7 +36,7 @@ async def http(tmp_path: Path, database_url: str, sent: list[str]):
     settings = BBSSettings(data_dir=tmp_path, database_url=database_url, auctioneer_url=CONFIGURED, send_attempts=1)
     outbound = httpx.AsyncClient(transport=httpx.MockTransport(auctioneer))
     async with running_bbs(settings, converge=False, client=outbound) as bbs:
-        transport = httpx.ASGITransport(app=create_app(bbs))
+        transport = httpx.ASGITransport(app=create_app(bbs, insecure=True))
         async with httpx.AsyncClient(transport=transport, base_url="http://bbs", timeout=10) as client:
             yield client
 
