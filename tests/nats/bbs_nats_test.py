@@ -64,7 +64,7 @@ async def test_the_bbs_talks_nats(nats_server, tmp_path: Path) -> None:
             client = httpx.AsyncClient(transport=httpx.ASGITransport(app=create_app(bbs)), base_url="http://bbs")
             async with client:
                 await bbs.outbound.nats.wait_connected(10)
-                assert (await client.get("/ping")).json() == {"ok": True, "ready": True}
+                assert (await client.get("/ping")).json() == {"ok": True, "ready": True, "insecure": True}
 
                 # A heartbeat on NATS makes the cell present, like a PUT.
                 presence = CellPresence(cell_id="cell-a", zone="z1", rep_url="http://127.0.0.1:1/cells/cell-a",
@@ -97,8 +97,8 @@ async def test_the_bbs_talks_nats(nats_server, tmp_path: Path) -> None:
                 # A claim and a running report over HTTP, then scaling down: the stop goes over NATS.
                 report = {"claimed": [{"process_guid": "web", "index": 2, "instance_guid": "g2"}],
                           "running": [{"process_guid": "web", "index": 2, "instance_guid": "g2"}]}
-                response = await client.post("/v1/cells/cell-a/lifecycle", json=report)
-                assert response.status_code == 200 and response.json()["refused"] == [], response.text
+                response = await client.post("/v1/lifecycle", json={"cells": {"cell-a": report}})
+                assert response.status_code == 200 and response.json()["cells"]["cell-a"]["refused"] == [], response.text
                 assert (await client.patch("/v1/desired_lrps/web", json={"instances": 2})).status_code == 200
                 await eventually(lambda: stops, "a stop on vendue.cell.cell-a.stop", lambda: stops)
                 assert stops == [{"process_guid": "web", "instance_guid": "g2"}]
