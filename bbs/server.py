@@ -70,7 +70,9 @@ async def running_bbs(
 
         from .nats_transport import NatsOutbound
 
-        nats = NatsConnection(settings.nats_url, name="vendue-bbs", token=settings.nats_token)
+        # With TLS files, the BBS's certificate is its NATS identity too (docs/security.md, "NATS").
+        nats = NatsConnection(settings.nats_url, name="vendue-bbs", token=settings.nats_token,
+                              tls=settings.client_files())
         outbound: Outbound = NatsOutbound(nats, settings.auctioneer_url, metrics, **options)
     else:
         outbound = Outbound(settings.auctioneer_url, metrics, **options)
