@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import ssl
 import subprocess
 import sys
 import time
@@ -19,7 +20,7 @@ import httpx
 import pytest
 
 from common.procutil import child_preexec, free_port, terminate_then_kill, wait_ready_file
-from common.tls import CA_CERT, TLSFiles, client_context, init_ca, issue
+from common.tls import CA_CERT, INSECURE_WARNING, TLSFiles, client_context, init_ca, issue
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(90)]
 
@@ -37,13 +38,20 @@ def certificates(data_dir: Path) -> Path:
 
 
 class BBSProcess:
-    def __init__(self, data_dir: Path, tag: str, database_url: str | None = None, *extra_args: str) -> None:
+    """`vendue bbs` serving HTTPS with a certificate from <data_dir>/certs (tls=False: no TLS files, plain
+    HTTP on loopback with authorization off)."""
+
+    def __init__(self, data_dir: Path, tag: str, database_url: str | None = None, *extra_args: str,
+                 tls: bool = True) -> None:
         self.ready = data_dir / f"ready-{tag}.json"
         database = ["--database-url", database_url] if database_url else []
-        certs = certificates(data_dir)
-        served = TLSFiles.in_dir(certs, "bbs")
-        tls = ["--tls-cert", str(served.cert), "--tls-key", str(served.key), "--tls-ca", str(served.ca)]
-        self.verify = client_context(TLSFiles.in_dir(certs, "admin"))  # the tests' requests: as an admin
+        tls_args: list[str] = []
+        self.verify: ssl.SSLContext | bool = True  # the tests' requests: as an admin
+        if tls:
+            certs = certificates(data_dir)
+            served = TLSFiles.in_dir(certs, "bbs")
+            tls_args = ["--tls-cert", str(served.cert), "--tls-key", str(served.key), "--tls-ca", str(served.ca)]
+            self.verify = client_context(TLSFiles.in_dir(certs, "admin"))
         self.log = open(data_dir / f"bbs-{tag}.log", "wb")  # noqa: SIM115 - closed in stop()
         dead_auctioneer = f"https://127.0.0.1:{free_port()}"  # nothing listens: sends fail, state stays
         self.proc = subprocess.Popen(
@@ -63,7 +71,7 @@ class BBSProcess:
                 "--convergence-interval",
                 "0.5",
                 *database,
-                *tls,
+                *tls_args,
                 *extra_args,
             ],
             cwd=ROOT,
@@ -137,7 +145,7 @@ def test_state_survives_kill_9_and_restart(
 def test_sigterm_shuts_down_gracefully_with_an_open_event_stream(
     tmp_path: Path, processes: list[BBSProcess]
 ) -> None:
-    bbs = BBSProcess(tmp_path, "1")
+    bbs = BBSProcess(tmp_path, "1", tls=False)
     processes.append(bbs)
     with bbs.client(timeout=10) as http, http.stream("GET", "/v1/events") as events:
         lines = events.iter_lines()
@@ -147,6 +155,18 @@ def test_sigterm_shuts_down_gracefully_with_an_open_event_stream(
     log = (tmp_path / "bbs-1.log").read_text().splitlines()
     messages = [json.loads(line)["msg"] for line in log if line.startswith("{")]
     assert "serving" in messages and "stopped" in messages
+    assert INSECURE_WARNING in messages  # no TLS files: plain HTTP on loopback, and loud about it
+
+
+def test_plain_http_beyond_loopback_is_refused_unless_insecure(tmp_path: Path) -> None:
+    argv = [sys.executable, "-m", "deploy.cli", "bbs", "--listen", "0.0.0.0", "--port", "0", "--data-dir", str(tmp_path)]
+    refused = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 2, refused.stderr
+    assert refused.stderr.splitlines() == [
+        "error: tls_cert: refusing to serve plain HTTP on 0.0.0.0 without TLS: give --tls-cert, --tls-key and "
+        "--tls-ca (vendue certs issue), or --insecure to run without authentication"
+    ]
+    assert not (tmp_path / "bbs.db").exists()  # refused before the database was opened
 
 
 def _event_types(lines: Iterator[str], want: int, timeout_s: float = 10) -> list[str]:

@@ -15,7 +15,9 @@ import pytest
 from bbs.api import create_app
 from bbs.server import running_bbs
 from bbs.settings import BBSSettings
-from common.models import CellPresence, ResourcesModel
+from common.models import CellPresence, DesiredLRPCreate, ResourcesModel
+from common.tls import TLSFiles, client_context, init_ca, issue
+from common.transport.nats_server import NatsServer, certificate_identities, issue_server_certificate
 from common.transport.subjects import (
     AUCTIONEER_LRPS,
     AUCTIONEER_QUEUE,
@@ -64,7 +66,7 @@ async def test_the_bbs_talks_nats(nats_server, tmp_path: Path) -> None:
             client = httpx.AsyncClient(transport=httpx.ASGITransport(app=create_app(bbs)), base_url="http://bbs")
             async with client:
                 await bbs.outbound.nats.wait_connected(10)
-                assert (await client.get("/ping")).json() == {"ok": True, "ready": True}
+                assert (await client.get("/ping")).json() == {"ok": True, "ready": True, "insecure": True}
 
                 # A heartbeat on NATS makes the cell present, like a PUT.
                 presence = CellPresence(cell_id="cell-a", zone="z1", rep_url="http://127.0.0.1:1/cells/cell-a",
@@ -97,10 +99,42 @@ async def test_the_bbs_talks_nats(nats_server, tmp_path: Path) -> None:
                 # A claim and a running report over HTTP, then scaling down: the stop goes over NATS.
                 report = {"claimed": [{"process_guid": "web", "index": 2, "instance_guid": "g2"}],
                           "running": [{"process_guid": "web", "index": 2, "instance_guid": "g2"}]}
-                response = await client.post("/v1/cells/cell-a/lifecycle", json=report)
-                assert response.status_code == 200 and response.json()["refused"] == [], response.text
+                response = await client.post("/v1/lifecycle", json={"cells": {"cell-a": report}})
+                assert response.status_code == 200 and response.json()["cells"]["cell-a"]["refused"] == [], response.text
                 assert (await client.patch("/v1/desired_lrps/web", json={"instances": 2})).status_code == 200
                 await eventually(lambda: stops, "a stop on vendue.cell.cell-a.stop", lambda: stops)
                 assert stops == [{"process_guid": "web", "instance_guid": "g2"}]
     finally:
         await nc.close()
+
+
+async def test_the_bbs_presents_its_certificate_to_a_tls_nats_server(tmp_path: Path) -> None:
+    """With TLS files, the BBS's certificate is its NATS identity: the server (per-role users) lets it publish
+    events, and a reader's connection receives them."""
+    pki = tmp_path / "pki"
+    init_ca(pki)
+    issue_server_certificate(pki)
+    issue(pki, role="bbs", name="bbs")
+    issue(pki, role="reader", name="viewer")
+    files = TLSFiles.in_dir(pki, "bbs")
+    with NatsServer(tls=TLSFiles.in_dir(pki, "nats"), users=certificate_identities(pki),
+                    log_path=tmp_path / "nats-server.log") as server:
+        viewer = await nats.connect(server.url, tls=client_context(TLSFiles.in_dir(pki, "viewer")),
+                                    tls_handshake_first=True, allow_reconnect=False, connect_timeout=5)
+        events: list[str] = []
+
+        async def on_event(msg) -> None:
+            events.append(msg.subject)
+
+        try:
+            await viewer.subscribe(EVENTS_ALL, cb=on_event)
+            await viewer.flush()
+            settings = BBSSettings(data_dir=tmp_path, transport="nats", nats_url=server.url, tls_cert=files.cert,
+                                   tls_key=files.key, tls_ca=files.ca, _env_file=None)
+            async with running_bbs(settings, converge=False) as bbs:
+                await bbs.outbound.nats.wait_connected(10)
+                await bbs.desire_lrp(DesiredLRPCreate(process_guid="web", instances=1))
+                await eventually(lambda: "vendue.events.desired_lrp_created" in events,
+                                 "desired_lrp_created from the BBS on the TLS server", lambda: events)
+        finally:
+            await viewer.close()
