@@ -36,6 +36,9 @@ def rep(
         "every flag has a VENDUE_* twin).",
     ),
     cell_id: str | None = typer.Option(None, "--cell-id", help="Cell id (default: from the hostname)."),
+    rep_id: str | None = typer.Option(
+        None, "--rep-id", help="The process's name (NATS subjects; default: the cell id, or the sim prefix)."
+    ),
     zone: str | None = typer.Option(None, "--zone", help="Availability zone (default z0)."),
     zones: int | None = typer.Option(None, "--zones", min=1, help="Sim: spread the cells over z0..z{Z-1}."),
     listen: str | None = typer.Option(None, "--listen", help="Address to bind (default 127.0.0.1)."),
@@ -98,6 +101,7 @@ def rep(
     given = {
         "bbs_url": bbs_url,
         "cell_id": cell_id,
+        "rep_id": rep_id,
         "zone": zone,
         "zones": zones,
         "listen": listen,

@@ -1,6 +1,6 @@
 """One cell: what it holds, what it has left, how it takes work and what it tells the BBS.
 
-Reservation is synchronous and immediate: `accept(work)` reserves whatever fits, answers the rest as
+Reservation is synchronous and immediate: `take(...)` reserves whatever fits, answers the rest as
 rejected, then hands the accepted containers to the executor, which starts them in the background.
 Everything the cell learns (claims, running, crashes, removals, task starts and completions) goes into
 its outbox (rep/outbox.py), which the BBS receives as one lifecycle request per round.
@@ -31,7 +31,6 @@ from common.models import (
     ResourcesModel,
     Task,
     TaskCompletion,
-    Work,
     WorkResult,
 )
 
@@ -71,7 +70,7 @@ class CellConfig:
     labels: dict[str, str] = field(default_factory=dict)
     report_host_metrics: bool = False  # real cells report load; simulated ones have none to report
     report_linger_s: float = 0.0  # how long the outbox lets reports gather before sending (rep/outbox.py)
-    host_url: str = ""  # the root URL of this process when it hosts several cells (CellPresence.host_url)
+    rep_id: str = ""  # the name of the rep process hosting the cell (CellPresence.rep_id)
 
 
 @dataclass(slots=True)
@@ -222,7 +221,7 @@ class Cell:
             labels=dict(c.labels),
             evacuating=self.evacuating,
             boot_id=self.boot_id,
-            host_url=c.host_url,
+            rep_id=c.rep_id,
         )
 
     def instance_states(self) -> dict[str, int]:
@@ -248,15 +247,9 @@ class Cell:
 
     # --- taking work ------------------------------------------------------------------------------
 
-    def accept(self, work: Work) -> WorkResult:
-        """Reserve what fits now, start it in the background, answer with the rest."""
-        lrps = [(lrp.desired, lrp.index) for lrp in work.lrps]
-        lrps += [(group.desired, index) for group in work.lrp_groups for index in group.indices]
-        return self.take(lrps, work.tasks, work.fencing_token)
-
     def take(self, lrps: list[tuple[DesiredLRP, int]], tasks: list[Task], fencing_token: int) -> WorkResult:
-        """`accept` on the parts of a Work: instances as (desired LRP, index), in order. A host's request
-        for many cells (HostWork) comes here without building one Work object per instance."""
+        """Reserve what fits now, start it in the background, answer with the rest. LRP instances come as
+        (desired LRP, index), in order: a HostWork's part for this cell, without a model per instance."""
         if self.evacuating or self.retired:
             return _all_rejected(lrps, tasks, "cell is evacuating")
         if self.awaiting_registration:

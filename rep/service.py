@@ -20,7 +20,7 @@ from common.procutil import write_ready_file
 from .api import create_app
 from .cell import Cell, CellConfig
 from .executor import Executor
-from .host import HostLifecycleSender, RepHost, lifecycle_sender
+from .host import HostLifecycleSender, RepHost
 from .process_executor import ProcessExecutor
 from .settings import (
     SIM_DEFAULT_DISK_MB,
@@ -62,7 +62,14 @@ def bind_socket(listen: str, port: int) -> socket.socket:
     return sock
 
 
-def cell_configs(settings: RepSettings, base_url: str) -> list[CellConfig]:
+def rep_id_of(settings: RepSettings) -> str:
+    """The process's name: `--rep-id`, else the cell id of a one-cell rep, else the `--cell-id` prefix of
+    a sim host (or the hostname-derived default)."""
+    return settings.rep_id or settings.cell_id or default_cell_id()
+
+
+def cell_configs(settings: RepSettings, base_url: str, rep_id: str) -> list[CellConfig]:
+    """Every cell's configuration; all share the process's root URL and name (one rep API)."""
     sim = settings.executor == "sim"
     if settings.cells > 1 and not sim:
         raise ConfigError("--cells: only the sim executor can host more than one cell in a process")
@@ -72,16 +79,14 @@ def cell_configs(settings: RepSettings, base_url: str) -> list[CellConfig]:
     for i in range(settings.cells):
         if settings.cells == 1:
             cell_id = settings.cell_id or default_cell_id()
-            rep_url = base_url
         else:
             cell_id = f"{settings.cell_id}-{i}" if settings.cell_id else f"cell-{i}"
-            rep_url = f"{base_url}/cells/{cell_id}"
         zone = f"z{i % settings.zones}" if settings.zones else settings.zone
         configs.append(
             CellConfig(
                 cell_id=cell_id,
                 zone=zone,
-                rep_url=rep_url,
+                rep_url=base_url,
                 host=settings.advertise_host,
                 memory_mb=memory,
                 disk_mb=disk,
@@ -93,7 +98,7 @@ def cell_configs(settings: RepSettings, base_url: str) -> list[CellConfig]:
                 labels=dict(settings.labels),
                 report_host_metrics=not sim,
                 report_linger_s=settings.report_linger,
-                host_url=base_url if settings.cells > 1 else "",
+                rep_id=rep_id,
             )
         )
     return configs
@@ -128,15 +133,17 @@ def bbs_clients(settings: RepSettings, cell_ids: list[str]) -> dict[str, httpx.A
 
 
 def build_host(settings: RepSettings, base_url: str) -> RepHost:
-    configs = cell_configs(settings, base_url)
+    rep_id = rep_id_of(settings)
+    configs = cell_configs(settings, base_url, rep_id)
     clients = bbs_clients(settings, [c.cell_id for c in configs])
+    bbs_url = bbs_urls(settings)[0]
     executors: list[Executor] = []
     cells: list[Cell] = []
     if settings.executor == "sim":
         sim = SimExecutor(start_delay_s=settings.sim_start_delay, crash_rate_per_s=settings.sim_crash_rate)
         executors.append(sim)
-    # Many cells in this process: their reports share one request per round (see HostLifecycleSender).
-    shared = HostLifecycleSender(clients[configs[0].cell_id], bbs_urls(settings)[0]) if len(configs) > 1 else None
+    # The cells' reports share one request per round (see HostLifecycleSender).
+    reports = HostLifecycleSender(clients[configs[0].cell_id], bbs_url)
     for config in configs:
         if settings.executor == "sim":
             executor: Executor = executors[0]
@@ -148,16 +155,13 @@ def build_host(settings: RepSettings, base_url: str) -> RepHost:
                 memory_limit=settings.memory_limit,
             )
             executors.append(executor)
-        if shared is not None:
-            send = shared.for_cell(config.cell_id)
-        else:
-            send = lifecycle_sender(clients[config.cell_id], bbs_urls(settings)[0], config.cell_id)
-        cells.append(Cell(config, executor, send))
+        cells.append(Cell(config, executor, reports.for_cell(config.cell_id)))
     return RepHost(
         cells,
         executors,
         clients,
-        bbs_urls(settings)[0],
+        bbs_url,
+        rep_id=rep_id,
         presence_ttl_s=settings.presence_ttl,
         evacuation_timeout_s=settings.evacuation_timeout,
     )
@@ -170,10 +174,9 @@ def connect_nats(settings: RepSettings, host: RepHost) -> RepNatsBus:
 
     from .nats_bus import RepNatsBus
 
-    nats = NatsConnection(settings.nats_url, name=f"vendue-rep-{next(iter(host.cells))}", token=settings.nats_token)
+    nats = NatsConnection(settings.nats_url, name=f"vendue-rep-{host.rep_id}", token=settings.nats_token)
     bus = RepNatsBus(host, nats)
     nats.on_connect(bus.subscribe)
-    host.also_announce = bus.publish_presence
     nats.start()
     return bus
 
@@ -222,7 +225,8 @@ async def serve(settings: RepSettings) -> int:
                     "url": base_url,
                     "port": port,
                     "executor": settings.executor,
-                    "cells": [c.config.rep_url for c in host.cells.values()][:5],
+                    "rep_id": host.rep_id,
+                    "cells": list(host.cells)[:5],
                     "cell_count": len(host.cells),
                 }
             },
