@@ -10,6 +10,7 @@ What a certificate says (ECDSA P-256, signed by the cluster CA):
   a simulated host whose cells all start with <p>;
 - DNS/IP SANs for the addresses it serves on (`localhost` and 127.0.0.1 always; `--san` adds more);
 - extended key usage serverAuth and clientAuth: every component is both (it serves, and it calls others).
+  `issue(..., client_auth=False)` makes a serving-only one (the NATS server's: it is no caller).
 
 Every component serves HTTPS with its certificate and asks each caller for one (CERT_OPTIONAL: people and
 scripts may come with a bearer token instead, common/auth.py); a certificate that the cluster CA did not
@@ -70,8 +71,9 @@ def _paths(directory: Path, name: str) -> tuple[Path, Path]:
     return directory / f"{name}.pem", directory / f"{name}-key.pem"
 
 
-def _write_key(path: Path, pem: bytes) -> None:
-    """Written with mode 0600 from the start: never readable by others, not even for a moment."""
+def write_private(path: Path, pem: bytes) -> None:
+    """Written with mode 0600 from the start: never readable by others, not even for a moment (keys, and
+    the NATS server's configuration, which names every identity)."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "wb") as out:
         out.write(pem)
@@ -116,7 +118,7 @@ def init_ca(directory: Path, *, common_name: str = "vendue cluster CA", days: in
         .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
         .sign(key, hashes.SHA256())
     )
-    _write_key(key_path, key.private_bytes(
+    write_private(key_path, key.private_bytes(
         serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
     ))
     cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
@@ -132,12 +134,17 @@ def issue(
     cell_prefixes: Iterable[str] = (),
     sans: Iterable[str] = (),
     days: int = LEAF_DAYS,
+    client_auth: bool = True,
 ) -> tuple[Path, Path]:
-    """Issue `<name>.pem` and `<name>-key.pem` in `directory`, signed by the CA there."""
+    """Issue `<name>.pem` and `<name>-key.pem` in `directory`, signed by the CA there.
+
+    `client_auth=False` makes a serving-only certificate (extended key usage serverAuth alone): TLS
+    refuses it as a client certificate, so whoever holds it cannot call anything as its role. For a
+    server that is no identity of ours (the NATS server, common/transport/nats_server.py)."""
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes, serialization
     from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+    from cryptography.x509.oid import ExtendedKeyUsageOID
 
     directory = Path(directory)
     if role not in ROLES:
@@ -149,11 +156,7 @@ def issue(
         raise CertError("cell: only a rep certificate names cells")
     ca_cert, ca_key = _load_ca(directory)
     key = ec.generate_private_key(ec.SECP256R1())
-    subject = x509.Name([
-        x509.NameAttribute(NameOID.ORGANIZATION_NAME, ORGANIZATION),
-        x509.NameAttribute(NameOID.ORGANIZATIONAL_UNIT_NAME, role),
-        x509.NameAttribute(NameOID.COMMON_NAME, name),
-    ])
+    subject = subject_name(role, name)
     alt_names: list[x509.GeneralName] = [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
     for san in sans:
         try:
@@ -181,7 +184,10 @@ def issue(
             critical=True,
         )
         .add_extension(
-            x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False
+            x509.ExtendedKeyUsage(
+                [ExtendedKeyUsageOID.SERVER_AUTH] + ([ExtendedKeyUsageOID.CLIENT_AUTH] if client_auth else [])
+            ),
+            critical=False,
         )
         .add_extension(x509.SubjectAlternativeName(alt_names), critical=False)
         .add_extension(
@@ -190,11 +196,24 @@ def issue(
         .sign(ca_key, hashes.SHA256())  # type: ignore[arg-type]
     )
     cert_path, key_path = _paths(directory, name)
-    _write_key(key_path, key.private_bytes(
+    write_private(key_path, key.private_bytes(
         serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
     ))
     cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
     return cert_path, key_path
+
+
+def subject_name(role: str, name: str):  # -> x509.Name
+    """The subject every certificate states: `O=vendue, OU=<role>, CN=<name>` (RFC 4514 string:
+    `subject_name(...).rfc4514_string()`, what nats-server's verify_and_map matches users against)."""
+    from cryptography import x509
+    from cryptography.x509.oid import NameOID
+
+    return x509.Name([
+        x509.NameAttribute(NameOID.ORGANIZATION_NAME, ORGANIZATION),
+        x509.NameAttribute(NameOID.ORGANIZATIONAL_UNIT_NAME, role),
+        x509.NameAttribute(NameOID.COMMON_NAME, name),
+    ])
 
 
 def _load_ca(directory: Path):  # -> (Certificate, PrivateKey)

@@ -3,7 +3,10 @@
     vendue auctioneer [--bbs-url URL] [--listen HOST] [--port N] [--strategy NAME] [--cell-state-timeout S]
                       [--max-attempts N] [--max-inflight-starts N] [--ready-file PATH]
                       [--transport http|nats] [--nats-url URL] [--lease-ttl S] [--advertise-url URL]
-                      [--check-config]
+                      [--tls-cert PEM --tls-key PEM --tls-ca PEM | --insecure] [--check-config]
+
+With the three TLS files it serves HTTPS and authorizes every request (docs/security.md); without them
+only on a loopback address, or anywhere with --insecure (plain HTTP, authorization off, a warning).
 """
 
 from __future__ import annotations
@@ -55,6 +58,15 @@ def auctioneer(
         None, "--advertise-url", help="Where the other auctioneers and the BBS reach this one while it leads "
         "[VENDUE_ADVERTISE_URL; the URL it listens on].",
     ),
+    tls_cert: Path | None = typer.Option(
+        None, "--tls-cert", help="This auctioneer's certificate (vendue certs issue --role auctioneer) "
+        "[VENDUE_TLS_CERT].",
+    ),
+    tls_key: Path | None = typer.Option(None, "--tls-key", help="Its private key [VENDUE_TLS_KEY]."),
+    tls_ca: Path | None = typer.Option(None, "--tls-ca", help="The cluster CA certificate [VENDUE_TLS_CA]."),
+    insecure: bool = typer.Option(
+        False, "--insecure", help="Plain HTTP, authorization off, on any address [VENDUE_INSECURE]."
+    ),
     check_config: bool = typer.Option(
         False, "--check-config", help="Validate the settings and exit: 0, or 2 and the setting at fault."
     ),
@@ -62,16 +74,19 @@ def auctioneer(
     """Run the auctioneer: batch start requests, auction them over the cells, send work to the reps."""
     from auctioneer.engine.strategies import pickers
     from auctioneer.service.app import create_app
+    from auctioneer.service.config_check import serving_context
     from auctioneer.service.server import bind, run, url_of
     from auctioneer.service.settings import AuctioneerSettings
     from common.failover import split_urls
     from common.logging import setup_logging
+    from common.tls import CertError
 
     flags = {
         "bbs_url": bbs_url, "listen": listen, "port": port, "strategy": strategy, "engine": engine,
         "cell_state_timeout": cell_state_timeout, "work_timeout": work_timeout, "max_attempts": max_attempts,
         "max_inflight_starts": max_inflight_starts, "ready_file": ready_file, "log_level": log_level,
         "transport": transport, "nats_url": nats_url, "lease_ttl": lease_ttl, "advertise_url": advertise_url,
+        "tls_cert": tls_cert, "tls_key": tls_key, "tls_ca": tls_ca, "insecure": insecure or None,
     }
     try:
         settings = AuctioneerSettings(**{k: v for k, v in flags.items() if v is not None})
@@ -96,15 +111,20 @@ def auctioneer(
         split_urls(settings.bbs_url)
     except ValueError as exc:
         raise _fail(f"bbs_url: {exc}") from None
+    try:
+        ssl_context = serving_context(settings)  # built once: every connection shares it
+    except CertError as exc:
+        raise _fail(str(exc)) from None
     log = setup_logging("auctioneer", settings.log_level)
     try:
         sock = bind(settings.listen, settings.port)
     except OSError as exc:
         raise _fail(f"--port: cannot bind {settings.listen}:{settings.port}: {exc.strerror or exc}") from None
-    log.info("listening", extra={"data": {"url": url_of(sock)}})
+    url = url_of(sock, tls=ssl_context is not None)
+    log.info("listening", extra={"data": {"url": url}})
     if settings.advertise_url is None:  # known only now: --port 0 binds a free port
-        settings = settings.model_copy(update={"advertise_url": url_of(sock)})
-    status = run(create_app(settings), sock, settings.ready_file, settings.shutdown_timeout)
+        settings = settings.model_copy(update={"advertise_url": url})
+    status = run(create_app(settings), sock, settings.ready_file, settings.shutdown_timeout, ssl_context)
     raise typer.Exit(status)
 
 

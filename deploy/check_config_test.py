@@ -22,10 +22,16 @@ def runner() -> CliRunner:
     [
         (["auctioneer", "--check-config"], {}, 0, "config ok"),
         (
-            ["auctioneer", "--check-config", "--bbs-url", "http://bbs-1:8889", "--listen", "0.0.0.0"],
+            ["auctioneer", "--check-config", "--bbs-url", "http://bbs-1:8889", "--listen", "0.0.0.0", "--insecure"],
             {},
             0,
             "config ok",
+        ),
+        (
+            ["auctioneer", "--check-config", "--listen", "0.0.0.0"],
+            {},
+            2,
+            "error: tls_cert: refusing to serve plain HTTP on 0.0.0.0",
         ),
         (
             ["auctioneer", "--check-config", "--bbs-url", "bbs-1"],

@@ -2,9 +2,16 @@
 
     POST /v1/lrps  [LRPStartRequest]  -> 202 {"accepted": n}   (n: requests queued)
     POST /v1/tasks [TaskStartRequest] -> 202 {"accepted": n}
-    GET  /ping -> {"ok": true};  GET /metrics (Prometheus);  GET /v1/stats (JSON counters)
+    GET  /ping -> {"ok": true, "insecure": false};  GET /livez -> 200;  GET /readyz -> 200, or 503 and why
+    GET  /metrics (Prometheus);  GET /v1/stats (JSON counters)
 
 Requests are only queued here; the batch loop (batcher.py) runs the auctions.
+
+Security (docs/security.md): served over HTTPS with the auctioneer's certificate (server.py), every request
+checked against the table in policy.py before it runs (common/auth.py; bearer tokens are checked by the
+BBS). Every client here (to the BBS, to the leader, to the reps) presents the auctioneer's certificate and
+trusts only the cluster CA: one TLS context, built once. Without TLS files (`--insecure`, or loopback
+only) it serves plain HTTP with authorization off, and says so.
 
 Any number of auctioneers may run: the holder of the "auctioneer" lease (leadership.py, taken through the
 BBS) auctions and fences its work with the lease's token; a standby forwards the POSTs above to the
@@ -21,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING
@@ -30,8 +38,10 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
+from common.auth import add_auth, bbs_token_verifier
 from common.failover import AsyncFailoverTransport, split_urls
 from common.models import LRPStartRequest, TaskStartRequest
+from common.tls import INSECURE_WARNING, client_context
 
 from .auction import Auction, AuctionConfig
 from .batcher import Batcher
@@ -41,6 +51,7 @@ from .dispatch import Dispatcher
 from .forward import FORWARDED_HEADER, Forwarder
 from .leadership import Leadership
 from .metrics import Metrics
+from .policy import POLICY
 from .reporter import FailureReporter
 from .settings import AuctioneerSettings
 from .transport import CellStateSource, WorkSender
@@ -59,21 +70,28 @@ class AuctioneerService:
     def __init__(self, settings: AuctioneerSettings) -> None:
         self.settings = s = settings
         self.metrics = Metrics()
+        # None: plain HTTP, authorization off (--insecure, or no TLS files on loopback; else this raises).
+        self.tls_files = s.serving_files(s.listen)
+        # One client context for every peer: our certificate, only the cluster CA trusted.
+        client_tls: ssl.SSLContext = client_context(self.tls_files) if self.tls_files else tls_context()
         # trust_env=False: the control plane talks to its peers directly, never through an HTTP proxy.
         # Several BBS URLs (comma-separated): requests go to the one that answers (common/failover.py).
         bbs_urls = split_urls(s.bbs_url)
         self.bbs = httpx.AsyncClient(
             base_url=bbs_urls[0], timeout=s.bbs_timeout, trust_env=False,
             transport=AsyncFailoverTransport(
-                bbs_urls, verify=tls_context(), trust_env=False,
+                bbs_urls, verify=client_tls, trust_env=False,
                 limits=httpx.Limits(max_connections=16, max_keepalive_connections=16),
             ),
         )
+        scheme = "https" if self.tls_files else "http"
         self.leadership = Leadership(
-            self.bbs, s.advertise_url or f"http://{s.listen}:{s.port}", s.lease_ttl, timeout=s.bbs_timeout
+            self.bbs, s.advertise_url or f"{scheme}://{s.listen}:{s.port}", s.lease_ttl, timeout=s.bbs_timeout
         )
-        self.forwarder = Forwarder(timeout=s.bbs_timeout)
-        self.reps = RepClients(s.max_concurrency, timeout=max(s.cell_state_timeout, s.work_timeout))
+        self.forwarder = Forwarder(timeout=s.bbs_timeout, verify=client_tls)
+        self.reps = RepClients(
+            s.max_concurrency, timeout=max(s.cell_state_timeout, s.work_timeout), ssl_context=client_tls
+        )
         http_cells = CellFetcher(
             self.bbs, self.reps, self.metrics, timeout=s.cell_state_timeout, bbs_timeout=s.bbs_timeout,
             max_concurrency=s.max_concurrency,
@@ -90,7 +108,7 @@ class AuctioneerService:
             from .nats_cells import NatsCellStateSource
             from .nats_dispatch import NatsWorkSender
 
-            self.nats = NatsConnection(s.nats_url, name="vendue-auctioneer", token=s.nats_token)
+            self.nats = NatsConnection(s.nats_url, name="vendue-auctioneer", token=s.nats_token, tls=self.tls_files)
             self.fetcher = NatsCellStateSource(
                 self.nats, http_cells.present_cells, self.metrics, timeout=s.cell_state_timeout
             )
@@ -98,7 +116,9 @@ class AuctioneerService:
                 self.nats, self.metrics, timeout=s.work_timeout, max_concurrency=s.max_concurrency,
                 fencing_token=self.fencing_token,
             )
-        self.reporter = FailureReporter(self.bbs, self.metrics, timeout=s.bbs_timeout)
+        self.reporter = FailureReporter(
+            self.bbs, self.metrics, timeout=s.bbs_timeout, fencing_token=self.fencing_token
+        )
         self.auction = Auction(
             self.fetcher, self.dispatcher, self.reporter, self.metrics,
             AuctionConfig(
@@ -118,10 +138,18 @@ class AuctioneerService:
         return self.leadership.token
 
     @property
-    def ready(self) -> bool:
-        return self.nats is None or self.nats.connected
+    def insecure(self) -> bool:
+        return self.tls_files is None
+
+    def not_ready(self) -> str | None:
+        """Why this auctioneer cannot do its work now (GET /readyz), or None."""
+        if self.nats is not None and not self.nats.connected:
+            return "NATS is not connected"
+        return self.leadership.problem
 
     def start(self) -> None:
+        if self.insecure:
+            log.warning(INSECURE_WARNING)
         self.batcher.start()
         if self.nats is not None and self.intake is not None:
             # Only the leader takes requests off NATS (the queue group would hand a standby its share).
@@ -143,7 +171,7 @@ class AuctioneerService:
         self.leadership.start()
         log.info("auctioneer started", extra={"data": {
             "bbs_url": self.settings.bbs_url, "strategy": self.settings.strategy,
-            "transport": self.settings.transport,
+            "transport": self.settings.transport, "insecure": self.insecure,
         }})
 
     def _background(self, coroutine) -> None:
@@ -180,7 +208,8 @@ def create_app(settings: AuctioneerSettings | None = None) -> FastAPI:
         finally:
             await service.stop()
 
-    app = FastAPI(title="vendue auctioneer", lifespan=lifespan)
+    # No /docs or /openapi.json: routes the authorization table does not list.
+    app = FastAPI(title="vendue auctioneer", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
     app.state.service = service
 
     async def to_leader(request: Request) -> Response | None:
@@ -213,11 +242,24 @@ def create_app(settings: AuctioneerSettings | None = None) -> FastAPI:
 
     @app.get("/ping")
     async def ping() -> JSONResponse:
+        insecure = service.insecure
         if service.nats is None:
-            return JSONResponse({"ok": True})
+            return JSONResponse({"ok": True, "insecure": insecure})
         if not service.nats.connected:
-            return JSONResponse({"ok": False, "ready": False, "nats": service.nats.status()}, status_code=503)
-        return JSONResponse({"ok": True, "ready": True})
+            return JSONResponse({"ok": False, "ready": False, "insecure": insecure, "nats": service.nats.status()},
+                                status_code=503)
+        return JSONResponse({"ok": True, "ready": True, "insecure": insecure})
+
+    @app.get("/livez")
+    async def livez() -> JSONResponse:
+        return JSONResponse({"ok": True})
+
+    @app.get("/readyz")
+    async def readyz() -> JSONResponse:
+        reason = service.not_ready()
+        if reason is not None:
+            return JSONResponse({"ready": False, "reason": reason}, status_code=503)
+        return JSONResponse({"ready": True})
 
     @app.get("/v1/stats")
     async def stats() -> dict:
@@ -225,14 +267,18 @@ def create_app(settings: AuctioneerSettings | None = None) -> FastAPI:
         leadership = service.leadership
         election = {"leader": leadership.leader, "fencing_token": leadership.token, "owner": leadership.owner,
                     "leader_url": leadership.url if leadership.leader else leadership.holder_url,
-                    "terms": leadership.terms, "auctions_abandoned": service.batcher.auctions_abandoned,
+                    "terms": leadership.terms, "lease_attempts": leadership.attempts,
+                    "lease_problem": leadership.problem, "auctions_abandoned": service.batcher.auctions_abandoned,
                     "forwarded": service.forwarder.forwarded}
         return {**service.metrics.stats(), **election, "pending": service.batcher.pending,
                 "auction_running": service.batcher.auction_running, "transport": service.settings.transport,
-                **extra}
+                # New connections to reps (over HTTPS each a handshake): the benchmark divides by auctions.
+                "rep_connections_opened": service.reps.connections_opened, **extra}
 
     @app.get("/metrics")
     async def metrics() -> Response:
         return Response(service.metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
 
+    add_auth(app, POLICY, verify_token=bbs_token_verifier(service.bbs), insecure=service.insecure,
+             on_refused=service.metrics.refused, service="auctioneer")
     return app

@@ -10,6 +10,7 @@ from auctioneer.engine.diagnosis import NO_CELLS
 from auctioneer.service.app import create_app
 from auctioneer.service.settings import AuctioneerSettings
 from common.models import TaskStartRequest
+from common.procutil import free_port
 from tests.auctioneer.fakes import desired, fake_bbs, fake_reps, serving, start_request, task, wait_until
 
 pytestmark = pytest.mark.timeout(60)
@@ -51,7 +52,7 @@ async def test_bad_input_is_a_422_and_nothing_is_queued():
         assert (await client.post("/v1/tasks", json=[{"task": {"task_guid": "t"}}])).status_code == 422
         assert (await client.post("/v1/tasks", json={"not": "a list"})).status_code == 422
         assert service.batcher.pending == 0 and service.metrics.auctions == 0
-        assert (await client.get("/ping")).json() == {"ok": True}
+        assert (await client.get("/ping")).json() == {"ok": True, "insecure": True}
 
 
 @pytest.mark.parametrize("thread_threshold", [500, 0])
@@ -80,7 +81,7 @@ async def test_a_batch_is_placed_with_one_post_per_winning_cell(thread_threshold
         for cell_id, posts in reps.work_posts.items():
             for work in posts:
                 spread[cell_id] += sum(1 for d, _ in work.instances(cell_id) if d.process_guid == "web")
-                assert work.fencing_token == 0
+                assert work.fencing_token == 1  # the first term of the fake BBS's lease
         assert sorted(spread.values()) == [10, 10, 10]  # Diego spreads a process across cells
         assert bbs.failure_posts == 0
 
@@ -131,3 +132,26 @@ async def test_rejected_work_is_retried_up_to_max_attempts_then_reported_with_th
         ]
         stats = service.metrics.stats()
         assert (stats["auctions"], stats["lrps_carried"], stats["lrps_failed"]) == (3, 4, 2)
+
+
+@pytest.mark.parametrize("bbs_answer", ["no lease API", "unreachable"])
+async def test_without_a_lease_it_stands_by_auctions_nothing_and_is_not_ready(bbs_answer):
+    async with fake_reps() as reps, fake_bbs(reps) as bbs:
+        reps.add("cell-0")
+        bbs.lease_api = False
+        bbs_url = bbs.url if bbs_answer == "no lease API" else f"http://127.0.0.1:{free_port()}"
+        app = create_app(AuctioneerSettings(bbs_url=bbs_url, lease_ttl=0.6, _env_file=None))
+        async with serving(app) as url, httpx.AsyncClient(base_url=url, timeout=10) as client:
+            service = app.state.service
+            response = await client.post("/v1/lrps", json=body(start_request(desired("web", 2))))
+            assert response.status_code == 202  # queued here: no leader is known to forward to
+            seen = service.leadership.attempts
+            await wait_until(lambda: service.leadership.attempts >= seen + 2,
+                             lambda: f"two more lease attempts after the post, saw {service.leadership.attempts - seen}")
+            stats = (await client.get("/v1/stats")).json()
+            assert (stats["leader"], stats["fencing_token"], stats["auctions"], stats["pending"]) == (False, 0, 0, 2)
+            assert reps.work_post_count == 0 and sum(reps.state_calls.values()) == 0
+            ready = await client.get("/readyz")
+            expected = "404" if bbs_answer == "no lease API" else "no BBS reachable"
+            assert ready.status_code == 503 and expected in ready.json()["reason"], ready.text
+            assert (await client.get("/livez")).status_code == 200

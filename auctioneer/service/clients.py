@@ -9,6 +9,11 @@ is the difference between a state fetch well under a second and one of several s
 
 The interface is two calls that answer (status, body) or raise `RepUnreachable` / `TimeoutError`, so
 the fetcher and the dispatcher do not depend on which client library is underneath.
+
+Over TLS the session presents the auctioneer's certificate and trusts only the cluster CA (the context is
+built once by the service and shared: common.tls.client_context). A handshake costs more than the request
+it opens for, so connections are pooled and kept alive; `connections_opened` counts the new ones (each a
+handshake over TLS), and /v1/stats shows it as `rep_connections_opened`.
 """
 
 from __future__ import annotations
@@ -23,7 +28,8 @@ import httpx
 
 @cache
 def tls_context() -> ssl.SSLContext:
-    """One verifying TLS context for every client: building one loads the CA bundle (~0.1 s each)."""
+    """One verifying TLS context (the system's CAs, no client certificate) for an auctioneer without TLS
+    files of its own: building one loads the CA bundle (~0.1 s each)."""
     return httpx.create_ssl_context(trust_env=False)
 
 
@@ -45,23 +51,34 @@ class RepUnreachable(Exception):
 class RepClients:
     """Pooled connections to every rep, at most `max_connections` open at once."""
 
-    def __init__(self, max_connections: int = 256, timeout: float = 10.0) -> None:
+    def __init__(
+        self, max_connections: int = 256, timeout: float = 10.0, *, ssl_context: ssl.SSLContext | None = None
+    ) -> None:
+        """`ssl_context`: for https rep URLs (common.tls.client_context: our certificate, the cluster CA)."""
         self.max_connections = max_connections
         self.timeout = timeout
+        self.ssl_context = ssl_context
+        self.connections_opened = 0  # new connections (over TLS: handshakes), not reused ones
         self._session: aiohttp.ClientSession | None = None
 
     def _open(self) -> aiohttp.ClientSession:
         # Created on first use: an aiohttp session belongs to the running event loop.
         if self._session is None or self._session.closed:
             connector = aiohttp.TCPConnector(
-                limit=self.max_connections, limit_per_host=0, ssl=tls_context(), ttl_dns_cache=300,
-                keepalive_timeout=KEEPALIVE_S,
+                limit=self.max_connections, limit_per_host=0, ssl=self.ssl_context or tls_context(),
+                ttl_dns_cache=300, keepalive_timeout=KEEPALIVE_S,
             )
+            tracing = aiohttp.TraceConfig()
+            tracing.on_connection_create_end.append(self._connection_opened)
             # trust_env=False: the control plane talks to its peers directly, never through a proxy.
             self._session = aiohttp.ClientSession(
-                connector=connector, trust_env=False, timeout=aiohttp.ClientTimeout(total=self.timeout)
+                connector=connector, trust_env=False, timeout=aiohttp.ClientTimeout(total=self.timeout),
+                trace_configs=[tracing],
             )
         return self._session
+
+    async def _connection_opened(self, *_: object) -> None:
+        self.connections_opened += 1
 
     async def get(self, url: str, *, timeout: float | None = None) -> RepResponse:
         return await self._request("GET", url, None, timeout)

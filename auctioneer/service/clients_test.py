@@ -1,11 +1,15 @@
-"""RepClients against real local HTTP servers (no mocks): answers, refusals and timeouts."""
+"""RepClients against real local HTTP(S) servers (no mocks): answers, refusals, timeouts, and over TLS the
+auctioneer's certificate on kept-alive connections."""
 
 import asyncio
 
 import pytest
+from fastapi import FastAPI, Request
 
 from auctioneer.service.clients import RepClients, RepUnreachable
 from common.procutil import free_port
+from common.tls import TLSFiles, client_context, init_ca, issue, server_context
+from tests.auctioneer.fakes import caller_of, serving
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -57,3 +61,51 @@ async def test_a_refused_connection_is_unreachable_and_a_silent_rep_times_out():
         with pytest.raises(TimeoutError):
             await reps.get(url + "/state", timeout=0.3)
         assert loop.time() - started < 5, "the timeout bounds the request"
+
+
+async def test_over_tls_reps_see_the_auctioneers_certificate_and_connections_are_reused(tmp_path):
+    init_ca(tmp_path)
+    issue(tmp_path, role="rep", name="cell-1", cells=["cell-1"])
+    issue(tmp_path, role="auctioneer", name="auctioneer")
+    callers: list[str] = []
+    rep = FastAPI()
+
+    @rep.get("/state")
+    async def state(request: Request) -> dict:
+        callers.append(caller_of(request))
+        return {}
+
+    @rep.post("/work")
+    async def work(request: Request) -> dict:
+        callers.append(caller_of(request))
+        return {}
+
+    auctioneer_tls = client_context(TLSFiles.in_dir(tmp_path, "auctioneer"))
+    async with serving(rep, server_context(TLSFiles.in_dir(tmp_path, "cell-1"))) as url, \
+            RepClients(max_connections=4, ssl_context=auctioneer_tls) as reps:
+        assert url.startswith("https://")
+        for _ in range(3):  # three auctions' worth, one after the other: one handshake in all
+            assert await reps.get(url + "/state") == (200, b"{}")
+            assert await reps.post_json(url + "/work", b"{}") == (200, b"{}")
+        assert reps.connections_opened == 1, f"expected one handshake, saw {reps.connections_opened}"
+        # Two at once need two connections: the counter counts every new one.
+        await asyncio.gather(reps.get(url + "/state"), reps.get(url + "/state"))
+        assert reps.connections_opened == 2
+    assert callers == ["auctioneer 'auctioneer'"] * 8
+
+
+async def test_a_rep_with_a_certificate_from_another_ca_is_unreachable(tmp_path):
+    init_ca(tmp_path)
+    issue(tmp_path, role="auctioneer", name="auctioneer")
+    init_ca(tmp_path / "other")
+    issue(tmp_path / "other", role="rep", name="cell-1", cells=["cell-1"])
+    rep = FastAPI()
+
+    @rep.get("/state")
+    async def state() -> dict:
+        return {}
+
+    async with serving(rep, server_context(TLSFiles.in_dir(tmp_path / "other", "cell-1"))) as url, \
+            RepClients(ssl_context=client_context(TLSFiles.in_dir(tmp_path, "auctioneer"))) as reps:
+        with pytest.raises(RepUnreachable, match="certificate verify failed"):
+            await reps.get(url + "/state")

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from auctioneer.service.config_check import config_problem
 from auctioneer.service.settings import AuctioneerSettings
+from common.tls import init_ca, issue
 
 
 def test_defaults_and_a_compose_style_setup_are_sane() -> None:
@@ -13,6 +16,7 @@ def test_defaults_and_a_compose_style_setup_are_sane() -> None:
     compose = AuctioneerSettings(
         bbs_url="http://bbs-1:8889,http://bbs-2:8889",
         listen="0.0.0.0",
+        insecure=True,
         transport="nats",
         nats_url="nats://vendue:secret@nats:4222,nats://nats-2:4222",
         strategy="binpack",
@@ -50,3 +54,43 @@ def test_nats_credentials_are_not_repeated_in_a_problem() -> None:
     found = config_problem(AuctioneerSettings(nats_url="nats://vendue:hunter2@nats:99999"))
     assert found is not None and found.startswith("nats_url: not a valid URL")
     assert "hunter2" not in found
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    d = tmp_path_factory.mktemp("pki")
+    init_ca(d)
+    issue(d, role="auctioneer", name="auctioneer")
+    issue(d, role="rep", name="cell-1", cells=["cell-1"])
+    (d / "garbage.pem").write_text("not a certificate\n")
+    return d
+
+
+def tls(pki: Path, cert: str | None = "auctioneer", key: str | None = "auctioneer",
+        ca: str | None = "ca") -> dict[str, Path]:
+    """The three settings for files in `pki` by name (None: not given)."""
+    paths = {"tls_cert": cert and f"{cert}.pem", "tls_key": key and f"{key}-key.pem", "tls_ca": ca and f"{ca}.pem"}
+    return {setting: pki / name for setting, name in paths.items() if name}
+
+
+def test_an_auctioneer_certificate_serves_on_any_address(pki: Path) -> None:
+    assert config_problem(AuctioneerSettings(_env_file=None, listen="0.0.0.0", **tls(pki))) is None
+
+
+@pytest.mark.parametrize(
+    ("files", "problem"),
+    [
+        ((None, None, None), "tls_cert: refusing to serve plain HTTP on 0.0.0.0"),
+        (("auctioneer", None, None), "tls_key: --tls-cert, --tls-key and --tls-ca go together"),
+        (("missing", "auctioneer", "ca"), "tls_cert: no such file"),
+        (("cell-1", "cell-1", "ca"), "tls_cert: "),
+        (("auctioneer", "cell-1", "ca"), "tls_cert: cannot load"),
+        (("auctioneer", "auctioneer", "garbage"), "tls_ca: cannot load"),
+    ],
+)
+def test_each_tls_problem_names_its_setting(pki: Path, files: tuple[str | None, ...], problem: str) -> None:
+    found = config_problem(AuctioneerSettings(_env_file=None, listen="0.0.0.0", **tls(pki, *files)))
+    assert found is not None and found.startswith(problem), found
+    assert "\n" not in found
+    if files[0] == "cell-1":
+        assert "states role 'rep'" in found and "--role auctioneer" in found

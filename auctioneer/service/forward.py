@@ -7,6 +7,7 @@ if this auctioneer becomes the leader (the BBS's convergence re-sends anything t
 from __future__ import annotations
 
 import logging
+import ssl
 
 import httpx
 
@@ -16,9 +17,11 @@ FORWARDED_HEADER = "x-vendue-forwarded"  # a forwarded request is never forwarde
 
 
 class Forwarder:
-    def __init__(self, timeout: float) -> None:
+    def __init__(self, timeout: float, *, verify: ssl.SSLContext | bool = True) -> None:
+        """`verify`: the auctioneer's client context (its certificate, the cluster CA): the leader takes
+        start requests only from the BBS and from other auctioneers (docs/security.md)."""
         # trust_env=False: the control plane talks to its peers directly, never through an HTTP proxy.
-        self._client = httpx.AsyncClient(timeout=timeout, trust_env=False)
+        self._client = httpx.AsyncClient(timeout=timeout, trust_env=False, verify=verify)
         self.forwarded = 0
         self.forward_failures = 0
 

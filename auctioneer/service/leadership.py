@@ -11,8 +11,9 @@ A leader that stops gracefully releases the lease (DELETE /v1/leases/auctioneer 
 token): a standby then takes it at its next attempt, within TTL/3, or at once when woken (a request it
 could not forward to the old holder wakes it).
 
-A BBS without the lease API (404) elects nobody: the auctioneer then leads unfenced (token 0), as before
-there were leases.
+No lease, no leader (docs/security.md, Fencing): an auctioneer that cannot reach the lease endpoint, or
+gets 404 from it (a BBS without the lease API), stands by and auctions nothing; it keeps trying, sooner
+after a failure (RETRY_FIRST_S, doubling up to TTL/3). `problem` says why it has no lease (GET /readyz).
 """
 
 from __future__ import annotations
@@ -50,8 +51,10 @@ class Leadership:
         self.holder_owner = ""
         self._valid_until = 0.0  # monotonic: leadership ends here unless renewed
         self._holder_expires_at = 0.0  # epoch: when the other holder's lease runs out
-        self._unelected = False
-        self._failures = 0  # attempts in a row without an answer
+        self._failures = 0  # attempts in a row without a lease (no answer, 404, or a refusal)
+        self.attempts = 0  # lease requests sent (takes and renewals), shown in /v1/stats
+        # Why the last attempt got no lease answer (None: it got one, held or not); for GET /readyz.
+        self.problem: str | None = "the lease has not been asked for yet"
         self._leading = asyncio.Event()
         self._standing_by = asyncio.Event()
         self._standing_by.set()
@@ -62,7 +65,7 @@ class Leadership:
 
     @property
     def leader(self) -> bool:
-        return self._unelected or (self.token > 0 and time.monotonic() < self._valid_until)
+        return self.token > 0 and time.monotonic() < self._valid_until
 
     def on_change(self, listener: Callable[[bool], None]) -> None:
         """Call `listener(leader)` whenever this auctioneer becomes leader or stops being it."""
@@ -89,7 +92,7 @@ class Leadership:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
             self._task = None
-        held = self.leader and not self._unelected
+        held = self.leader
         self._valid_until = 0.0
         self._settle(False)
         if release and held:
@@ -116,11 +119,9 @@ class Leadership:
         while True:
             await self._attempt()
             self._settle(self.leader)
-            if self._unelected:
-                return
             wait = renew_every
             if self._failures:
-                wait = min(wait, RETRY_FIRST_S * 2 ** (self._failures - 1))
+                wait = min(wait, RETRY_FIRST_S * 2 ** min(self._failures - 1, 20))  # bounded: no float overflow
             if self.leader:  # wake by expiry too: leadership must end on time when renewals fail
                 wait = min(wait, max(0.0, self._valid_until - time.monotonic()))
             elif self._holder_expires_at:
@@ -132,26 +133,28 @@ class Leadership:
 
     async def _attempt(self) -> None:
         sent = time.monotonic()
+        self.attempts += 1
         try:
             response = await self._bbs.post(
                 f"/v1/leases/{LEASE}", json={"owner": self.owner, "url": self.url, "ttl_s": self.ttl},
                 timeout=self._timeout,
             )
         except httpx.HTTPError as exc:
-            self._failures += 1
-            log.warning("lease renewal failed", extra={"data": {"error": repr(exc), "leader": self.leader}})
+            # Leadership, if any, runs out on time (_valid_until): the BBS holds the lease at least as long.
+            self._failed("no BBS reachable for the lease", error=repr(exc))
             return
-        self._failures = 0
         if response.status_code == 404:
-            log.warning("the BBS has no lease API: leading unelected, without fencing")
-            self._unelected = True
+            self._valid_until = 0.0  # no lease API, no leader: never lead unelected
+            self._failed("the BBS has no lease API (404 from POST /v1/leases/auctioneer)")
             return
         try:
             response.raise_for_status()
             lease = Lease.model_validate_json(response.content)
         except (httpx.HTTPError, ValidationError) as exc:
-            log.warning("lease renewal refused", extra={"data": {"error": repr(exc), "leader": self.leader}})
+            self._failed(f"the BBS refused the lease ({response.status_code})", error=repr(exc)[:300])
             return
+        self._failures = 0
+        self.problem = None
         self.holder_url, self.holder_owner = lease.url, lease.owner
         if lease.held:
             self.token = lease.token
@@ -160,6 +163,13 @@ class Leadership:
         else:
             self._valid_until = 0.0  # someone else holds it: step down at once
             self._holder_expires_at = lease.expires_at
+
+    def _failed(self, problem: str, **data: str) -> None:
+        """An attempt without a lease answer: retried sooner; logged when the problem is new (not every retry)."""
+        self._failures += 1
+        if problem != self.problem:
+            log.warning("no lease: " + problem, extra={"data": {**data, "leader": self.leader}})
+        self.problem = problem
 
     def _settle(self, leader: bool) -> None:
         """Fire the transition, if any, to `leader`."""

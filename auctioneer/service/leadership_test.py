@@ -1,6 +1,6 @@
 """The auctioneer's election against a real BBS in-process (SQLite): one leader, a standby that knows
-where it is, a takeover with the next fencing token within one TTL, stepping down on time, and the
-release of the lease on a graceful stop."""
+where it is, a takeover with the next fencing token within one TTL, stepping down on time, the release of
+the lease on a graceful stop, and no leadership without a lease (a 404, an unreachable BBS)."""
 
 from __future__ import annotations
 
@@ -84,16 +84,52 @@ async def test_a_leader_that_cannot_renew_steps_down_when_its_lease_runs_out(tmp
                 await leader.stop()
 
 
-async def test_without_a_lease_api_the_auctioneer_leads_unfenced() -> None:
-    async with httpx.AsyncClient(transport=httpx.MockTransport(lambda r: httpx.Response(404)),
-                                 base_url="http://old-bbs") as old:
-        lone = Leadership(old, "http://a1", TTL)
+@pytest.mark.parametrize("bbs", ["no lease API", "unreachable"])
+async def test_without_a_lease_answer_the_auctioneer_never_leads(bbs: str) -> None:
+    attempts = 0
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        nonlocal attempts
+        attempts += 1
+        if bbs == "unreachable":
+            raise httpx.ConnectError("connection refused", request=request)
+        return httpx.Response(404, json={"detail": "Not Found"})
+
+    async with httpx.AsyncClient(transport=httpx.MockTransport(answer), base_url="http://bbs") as client:
+        lone = Leadership(client, "http://a1", TTL)
+        changes: list[bool] = []
+        lone.on_change(changes.append)
         lone.start()
         try:
-            await wait_until(lambda: lone.leader, lambda: f"leading; saw {describe(lone)}")
-            assert lone.token == 0
+            # Retried sooner than TTL/3 after a failure; three tries leave it as it started.
+            await wait_until(lambda: attempts >= 3, lambda: f"3 lease attempts, saw {attempts}")
+            assert (lone.leader, lone.token, changes) == (False, 0, []), describe(lone)
+            expected = "404" if bbs == "no lease API" else "no BBS reachable"
+            assert lone.problem is not None and expected in lone.problem, lone.problem
         finally:
             await lone.stop()
+        assert attempts >= 3 and not lone.leader
+
+
+async def test_a_leader_that_gets_404_steps_down_at_once(tmp_path: Path) -> None:
+    lease_api = {"yes": True}
+
+    async with bbs_client(tmp_path) as bbs:
+        async def answer(request: httpx.Request) -> httpx.Response:
+            return await bbs.send(request) if lease_api["yes"] else httpx.Response(404)
+
+        async with httpx.AsyncClient(transport=httpx.MockTransport(answer), base_url="http://bbs") as replaced:
+            leader = Leadership(replaced, "http://a1", 60.0)  # its lease would last a minute without the 404
+            leader.start()
+            try:
+                await wait_until(lambda: leader.leader, lambda: f"leading; saw {describe(leader)}")
+                lease_api["yes"] = False
+                leader.wake()
+                await wait_until(lambda: not leader.leader, lambda: f"standing by; saw {describe(leader)}",
+                                 timeout=2.0)
+                assert leader.problem is not None and "404" in leader.problem
+            finally:
+                await leader.stop()
 
 
 async def test_a_leader_that_stops_releases_the_lease_and_the_standby_leads_long_before_the_ttl(

@@ -50,6 +50,14 @@ class Metrics:
             "vendue_auctioneer_stale_token_refusals", "Work items reps refused for a stale fencing token.",
             registry=r,
         )
+        self._stale_reports = Counter(
+            "vendue_auctioneer_stale_reports", "Placement-failure reports the BBS refused (409) for an older "
+            "fencing token.", registry=r,
+        )
+        # The name every service shares (docs/security.md): requests common/auth.py refused, by reason.
+        self._refused = Counter(
+            "vendue_refused_requests", "Requests refused by authorization, by reason.", ["reason"], registry=r,
+        )
         self._cells_dropped = Counter(
             "vendue_auctioneer_cells_dropped", "Cells left out of an auction, by reason.", ["reason"],
             registry=r,
@@ -72,6 +80,7 @@ class Metrics:
         self.last_batch_size = 0
         self.last_auction_at = 0.0  # epoch seconds when the last auction completed (failover benchmark)
         self.stale_token_refusals = 0  # work items reps refused for carrying an older fencing token
+        self.stale_reports = 0  # failure reports the BBS refused for an older fencing token
 
     def request(self, target: str, n: int = 1) -> None:
         self.requests_made[target] = self.requests_made.get(target, 0) + n
@@ -104,6 +113,14 @@ class Metrics:
     def stale_token_refused(self, items: int) -> None:
         self.stale_token_refusals += items
         self._stale_refusals.inc(items)
+
+    def stale_report(self) -> None:
+        self.stale_reports += 1
+        self._stale_reports.inc()
+
+    def refused(self, reason: str) -> None:
+        """common.auth's `on_refused`: one request refused (no_identity, forbidden, bad_token, ...)."""
+        self._refused.labels(reason).inc()
 
     def auction(self, batch_size: int, seconds: float) -> None:
         self.auctions += 1
@@ -151,6 +168,7 @@ class Metrics:
             "last_batch_size": self.last_batch_size,
             "last_auction_at": self.last_auction_at,
             "stale_token_refusals": self.stale_token_refusals,
+            "stale_reports": self.stale_reports,
         }
 
     def exposition(self) -> bytes:

@@ -3,12 +3,18 @@
 Sent in the background so the next auction need not wait on the BBS; retried with backoff a few times.
 If the BBS stays down the report is dropped with a log line: its convergence re-auctions UNCLAIMED LRPs
 and PENDING tasks, so nothing is lost, only the placement_error text.
+
+Each report carries the fencing token of the auction it comes from (the lease's, read when the auction
+reports: the batcher abandons an auction the moment its lease is lost, so that is the auction's term). The
+BBS answers 409 to a token older than the lease's current one: a newer leader is auctioning the same work,
+so the report is dropped with one log line and never retried.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 
 import httpx
 
@@ -28,8 +34,10 @@ class FailureReporter:
         timeout: float = 5.0,
         attempts: int = 4,
         backoff: float = 0.2,
+        fencing_token: Callable[[], int] = lambda: 0,
     ) -> None:
         self._bbs = bbs
+        self._fencing_token = fencing_token
         self._metrics = metrics
         self._timeout = timeout
         self._attempts = attempts
@@ -40,6 +48,7 @@ class FailureReporter:
         """Start sending `failures`; returns the task (None when there is nothing to report)."""
         if not failures.lrps and not failures.tasks:
             return None
+        failures = failures.model_copy(update={"fencing_token": self._fencing_token()})
         task = asyncio.create_task(self.send(failures), name="report-placement-failures")
         self._inflight.add(task)
         task.add_done_callback(self._inflight.discard)
@@ -61,6 +70,13 @@ class FailureReporter:
             else:
                 if response.is_success:
                     return True
+                if response.status_code == 409:
+                    self._metrics.stale_report()
+                    log.warning("placement failures refused: a newer auctioneer holds the lease", extra={"data": {
+                        "lrps": len(failures.lrps), "tasks": len(failures.tasks),
+                        "fencing_token": failures.fencing_token, "bbs": response.text[:200],
+                    }})
+                    return False
                 why = f"BBS answered {response.status_code}"
                 if response.status_code < 500:  # the BBS refused this body: sending it again will not help
                     break

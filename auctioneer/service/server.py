@@ -1,5 +1,6 @@
-"""Serving the app with uvicorn, programmatically: our own socket (so `--port 0` works), a ready file
-once requests are answered, and SIGTERM/SIGINT as a graceful shutdown that exits 0.
+"""Serving the app with uvicorn, programmatically: our own socket (so `--port 0` works), HTTPS when given a
+server TLS context (common.tls.server_context: the client certificate reaches the app, common/auth.py), a
+ready file once requests are answered, and SIGTERM/SIGINT as a graceful shutdown that exits 0.
 """
 
 from __future__ import annotations
@@ -10,12 +11,14 @@ import json
 import os
 import signal
 import socket
+import ssl
 from collections.abc import Callable, Generator
 from pathlib import Path
 
 import uvicorn
 
 from common import runtime
+from common.auth import uvicorn_tls_options
 
 GRACEFUL_SHUTDOWN_SECONDS = 10.0
 
@@ -69,13 +72,13 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-def url_of(sock: socket.socket) -> str:
+def url_of(sock: socket.socket, *, tls: bool = False) -> str:
     host, port = sock.getsockname()[:2]
     if host in ("0.0.0.0", "::", ""):  # listening everywhere: loopback reaches it
         host = "127.0.0.1"
     if ":" in host:
         host = f"[{host}]"
-    return f"http://{host}:{port}"
+    return f"{'https' if tls else 'http'}://{host}:{port}"
 
 
 def write_ready_file(path: Path, url: str) -> None:
@@ -85,17 +88,20 @@ def write_ready_file(path: Path, url: str) -> None:
     os.replace(tmp, path)
 
 
-def config_for(app, graceful_timeout: float = GRACEFUL_SHUTDOWN_SECONDS) -> uvicorn.Config:
+def config_for(app, graceful_timeout: float = GRACEFUL_SHUTDOWN_SECONDS,
+               ssl_context: ssl.SSLContext | None = None) -> uvicorn.Config:
+    """`ssl_context`: serve HTTPS with it (built once, shared by every connection); None: plain HTTP."""
     return uvicorn.Config(
         app, log_config=None, access_log=False, lifespan="on", timeout_graceful_shutdown=int(graceful_timeout) or 1,
+        **uvicorn_tls_options(ssl_context),
     )
 
 
 def run(app, sock: socket.socket, ready_file: Path | None = None,
-        graceful_timeout: float = GRACEFUL_SHUTDOWN_SECONDS) -> int:
+        graceful_timeout: float = GRACEFUL_SHUTDOWN_SECONDS, ssl_context: ssl.SSLContext | None = None) -> int:
     """Serve until SIGTERM/SIGINT; returns the exit status."""
-    url = url_of(sock)
-    server = Server(config_for(app, graceful_timeout),
+    url = url_of(sock, tls=ssl_context is not None)
+    server = Server(config_for(app, graceful_timeout, ssl_context),
                     on_ready=(lambda: write_ready_file(ready_file, url)) if ready_file else None)
     runtime.tune_gc()  # a batch and 1,000 cell states per auction: rarer cycle collections
     with sock:

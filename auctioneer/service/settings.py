@@ -7,12 +7,16 @@ from pathlib import Path
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from common.tls import TLSOptions
 from common.transport import Transport
 
 DEFAULT_PORT = 8890
 
 
-class AuctioneerSettings(BaseSettings):
+class AuctioneerSettings(TLSOptions, BaseSettings):
+    """TLSOptions: `--tls-cert/--tls-key/--tls-ca` (VENDUE_TLS_*) and `--insecure` (VENDUE_INSECURE); see
+    docs/security.md."""
+
     model_config = SettingsConfigDict(env_prefix="VENDUE_", extra="ignore")
 
     bbs_url: str = "http://127.0.0.1:8889"

