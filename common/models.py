@@ -46,11 +46,12 @@ Rep (`vendue rep`): one API for the N >= 1 cells of the process; `rep_url` (ever
 it) is the process's root URL, and the bodies name the cells they concern. NATS carries the same bodies
 (common/transport/subjects.py).
   GET    /livez                                          -> {"ok": true}
-  GET    /ping, /readyz                                  -> {"ok": true}; 503 with the
+  GET    /ping, /readyz                                  -> {"ok": true, "insecure": bool}; 503 with the
                                                             reason while it cannot take work (NATS down)
   GET    /state?lrps=counts|full&cells=a,b               -> HostCellStates (every live cell, or those named;
                                                             default counts: the summary form)
-  POST   /work                 HostWork                  -> HostWorkResult (per cell: the part it rejects)
+  POST   /work                 HostWork                  -> HostWorkResult (per cell: the part it rejects);
+                                                            409 under a stale or unknown fencing token
   POST   /stop                 StopInstances             -> 202 Found (the instance guids it holds)
   POST   /cancel               CancelTasks               -> 202 Found (the task guids it holds)
   POST   /evacuate             EvacuateCells (optional)  -> 202 {"evacuating": [cell_id]} (none named: all)
@@ -314,6 +315,8 @@ class CellPresence(Open):
     # auctioneer asks each process once per auction), `rep_id` its name (the CN of its certificate), which
     # names its NATS subjects vendue.rep.<rep_id>.work|stop|cancel.
     rep_id: str = Field(default="", max_length=128)
+    # Its rep serves plain HTTP with authorization off (--insecure, or no TLS files on loopback): said loudly.
+    insecure: bool = False
 
 
 class CellLRP(Open):
@@ -367,6 +370,7 @@ class CellState(Open):
     stopping_counts: dict[str, int] = Field(default_factory=dict)  # being stopped: hold resources only
     tasks: list[CellTask] = Field(default_factory=list)
     host: HostMetricsModel | None = None
+    insecure: bool = False  # its rep serves plain HTTP with authorization off
     fencing_token: int = 0  # the highest auctioneer fencing token this rep has seen
     accepted_fencing_tokens: list[int] = Field(default_factory=list)  # debug: tokens it took work under, in order
     # What the service strategy places against (optional; a rep that offers none leaves them empty).

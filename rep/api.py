@@ -14,6 +14,12 @@ Every route concerns the process; the bodies and the query name the cells they c
 At 250 cells per process an auction costs the process 2 requests, not 500, and each desired LRP is
 validated once per process instead of once per cell that wins one of its instances. NATS carries the
 same bodies (rep/nats_bus.py); both call the same RepHost methods.
+
+Security (docs/security.md): served over HTTPS with the rep's certificate (rep/service.py), every request
+checked against the table in rep/policy.py before it runs (common/auth.py; bearer tokens are checked by
+the BBS). Work is taken only under the auctioneer lease's current fencing token (rep/fencing.py): 409
+for the whole POST otherwise. `insecure` (no TLS: `--insecure`, or loopback without TLS files) turns
+authorization off, and /ping says so.
 """
 
 from __future__ import annotations
@@ -27,25 +33,36 @@ from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import BaseModel, ValidationError
 
+from common.auth import VerifyToken, add_auth
 from common.models import CancelTasks, EvacuateCells, HostWork, StopInstances
 
+from .fencing import Fencing, Refused
 from .host import RepHost
-from .metrics import metrics_registry, render
+from .metrics import metrics_registry, refusal_counter, render
+from .policy import POLICY
 
 JSON = "application/json"
 M = TypeVar("M", bound=BaseModel)
 MAX_CELLS_QUERY = 100_000  # characters of `?cells=`: 10,000 cell ids of ten characters
 
 
-def create_app(host: RepHost, not_ready: Callable[[], str] | None = None) -> FastAPI:
-    """`not_ready()` says why the rep cannot take work yet ("" when it can): /ping and /readyz then answer 503."""
+def create_app(
+    host: RepHost,
+    fencing: Fencing,
+    *,
+    insecure: bool,
+    verify_token: VerifyToken | None = None,
+    not_ready: Callable[[], str] | None = None,
+) -> FastAPI:
+    """`verify_token`: whom a bearer token stands for (the BBS says: common.auth.bbs_token_verifier).
+    `not_ready()` says why the rep cannot take work yet ("" when it can): /ping and /readyz then answer 503."""
     app = FastAPI(title="vendue rep", docs_url=None, redoc_url=None, openapi_url=None)
 
     def readiness() -> Response:
         why = not_ready() if not_ready is not None else ""
         if why:
-            return JSONResponse({"ok": False, "ready": False, "reason": why}, status_code=503)
-        return JSONResponse({"ok": True})
+            return JSONResponse({"ok": False, "ready": False, "insecure": insecure, "reason": why}, status_code=503)
+        return JSONResponse({"ok": True, "insecure": insecure})
 
     @app.get("/ping")
     async def ping() -> Response:
@@ -69,6 +86,10 @@ def create_app(host: RepHost, not_ready: Callable[[], str] | None = None) -> Fas
     @app.post("/work")
     async def work(request: Request) -> Response:
         body = _parse(HostWork, await request.body())
+        try:
+            await fencing.admit(body.fencing_token)
+        except Refused as refused:  # nothing of it taken: the auctioneer carries it to its next auction
+            return JSONResponse({"detail": refused.reason}, status_code=refused.status)
         return Response(host.take(body).model_dump_json(), media_type=JSON)
 
     @app.post("/stop", status_code=202)
@@ -100,6 +121,8 @@ def create_app(host: RepHost, not_ready: Callable[[], str] | None = None) -> Fas
     async def metrics() -> Response:
         return Response(render(registry), media_type=CONTENT_TYPE_LATEST)
 
+    add_auth(app, POLICY, verify_token=verify_token, insecure=insecure, on_refused=refusal_counter(registry),
+             service="rep")
     return app
 
 

@@ -23,10 +23,22 @@ from common.models import (
 from .api import create_app
 from .cell import Cell, CellConfig
 from .cell_test import RecordingExecutor
+from .fencing import Fencing
 from .host import RepHost
 from .reports import Reports
 
 NOW = datetime(2024, 1, 1, tzinfo=UTC)
+LEASE_TOKEN = 5  # the auctioneer lease's token, as these tests' BBS would say
+
+
+async def lease_token() -> int:
+    return LEASE_TOKEN
+
+
+def app_of(host: RepHost, tmp_path) -> httpx.AsyncClient:
+    """An in-process client of the rep's app (authorization off: the policy has its own test)."""
+    app = create_app(host, Fencing(tmp_path / "fencing-token", lease_token), insecure=True)
+    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://rep")
 
 
 async def unsent(batch: Reports) -> LifecycleResult:
@@ -51,13 +63,15 @@ def make_host(cell_ids: list[str], memory_mb: int = 4096) -> tuple[RepHost, Reco
 
 
 @pytest.fixture
-async def rep() -> AsyncIterator[tuple[RepHost, RecordingExecutor, httpx.AsyncClient]]:
+async def rep(tmp_path) -> AsyncIterator[tuple[RepHost, RecordingExecutor, httpx.AsyncClient]]:
     host, executor = make_host(["c0", "c1", "c2", "c3"])
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=create_app(host)), base_url="http://rep") as client:
+    async with app_of(host, tmp_path) as client:
         yield host, executor, client
 
 
-def host_body(cells: dict[str, list[tuple[int, list[int]]]], apps: list[DesiredLRP], fencing_token: int = 0) -> dict:
+def host_body(
+    cells: dict[str, list[tuple[int, list[int]]]], apps: list[DesiredLRP], fencing_token: int = LEASE_TOKEN
+) -> dict:
     return {
         "desired": [d.model_dump(mode="json") for d in apps],
         "cells": {cid: {"lrp_groups": [{"desired": d, "indices": ix} for d, ix in groups], "tasks": []}
@@ -93,7 +107,7 @@ async def test_state_answers_every_live_cell_in_one_request(rep) -> None:
 async def test_work_places_each_cells_part_and_answers_each_cells_result(rep) -> None:
     host, executor, client = rep
     web, api = desired("web"), desired("api", memory_mb=3000)
-    host.cells["c1"].take([], [], 7)  # c1 has seen token 7: older work is refused
+    host.cells["c1"].take([], [], 7)  # c1 took work under token 7: older work is refused by the cell too
     host.cells["c2"].evacuating = True
     body = host_body({
         "c0": [(0, [0, 1]), (1, [0, 1])],  # api needs 3000 MB per instance: only one fits on c0
@@ -116,9 +130,9 @@ async def test_work_places_each_cells_part_and_answers_each_cells_result(rep) ->
     assert host.cells["c0"].fencing_token == 5 and host.cells["c0"].accepted_fencing_tokens == [5]
 
 
-async def test_a_one_cell_rep_serves_the_same_api() -> None:
+async def test_a_one_cell_rep_serves_the_same_api(tmp_path) -> None:
     host, executor = make_host(["solo"])
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=create_app(host)), base_url="http://rep") as client:
+    async with app_of(host, tmp_path) as client:
         answer = await client.post("/work", json=host_body({"solo": [(0, [0, 1])]}, [desired("web")]))
         assert HostWorkResult.model_validate_json(answer.content).cells["solo"].rejected_lrps == []
         states = HostCellStates.model_validate_json((await client.get("/state")).content).cells

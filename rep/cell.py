@@ -71,6 +71,7 @@ class CellConfig:
     report_host_metrics: bool = False  # real cells report load; simulated ones have none to report
     report_linger_s: float = 0.0  # how long the outbox lets reports gather before sending (rep/outbox.py)
     rep_id: str = ""  # the name of the rep process hosting the cell (CellPresence.rep_id)
+    insecure: bool = False  # the process serves plain HTTP, authorization off (CellPresence.insecure)
 
 
 @dataclass(slots=True)
@@ -199,6 +200,7 @@ class Cell:
             stopping_counts=stopping_counts,
             tasks=tasks,
             host=_host_metrics() if c.report_host_metrics else None,
+            insecure=c.insecure,
             fencing_token=self.fencing_token,
             accepted_fencing_tokens=list(self.accepted_fencing_tokens),
             volumes=[],
@@ -222,6 +224,7 @@ class Cell:
             evacuating=self.evacuating,
             boot_id=self.boot_id,
             rep_id=c.rep_id,
+            insecure=c.insecure,
         )
 
     def instance_states(self) -> dict[str, int]:
@@ -251,11 +254,11 @@ class Cell:
         """Reserve what fits now, start it in the background, answer with the rest. LRP instances come as
         (desired LRP, index), in order: a HostWork's part for this cell, without a model per instance."""
         if self.evacuating or self.retired:
-            return _all_rejected(lrps, tasks, "cell is evacuating")
+            return all_rejected(lrps, tasks, "cell is evacuating")
         if self.awaiting_registration:
-            return _all_rejected(lrps, tasks, "cell not yet registered with the BBS")
+            return all_rejected(lrps, tasks, "cell not yet registered with the BBS")
         if fencing_token < self.fencing_token:
-            return _all_rejected(lrps, tasks, f"stale fencing token {fencing_token} < {self.fencing_token}")
+            return all_rejected(lrps, tasks, f"stale fencing token {fencing_token} < {self.fencing_token}")
         self.fencing_token = fencing_token
         if not self.accepted_fencing_tokens or self.accepted_fencing_tokens[-1] != fencing_token:
             self.accepted_fencing_tokens.append(fencing_token)
@@ -478,7 +481,7 @@ class Cell:
             self.in_background(self.executor.cancel_task(task_guid))
 
 
-def _all_rejected(lrps: list[tuple[DesiredLRP, int]], tasks: list[Task], reason: str) -> WorkResult:
+def all_rejected(lrps: list[tuple[DesiredLRP, int]], tasks: list[Task], reason: str) -> WorkResult:
     return WorkResult(
         rejected_lrps=[LRPWork(desired=d, index=i) for d, i in lrps],
         rejected_tasks=list(tasks),

@@ -38,7 +38,7 @@ from common.models import (
     StopInstances,
 )
 
-from .cell import Cell
+from .cell import Cell, all_rejected
 from .executor import Executor
 from .outbox import SendLifecycle
 from .reports import Reports, host_json
@@ -149,6 +149,13 @@ class RepHost:
             if cell is not None:
                 results[cell_id] = cell.take(work.instances(cell_id), part.tasks, work.fencing_token)
         return HostWorkResult.model_construct(cells=results)
+
+    def refuse(self, work: HostWork, reason: str) -> HostWorkResult:
+        """Each hosted cell's part of the work, all rejected with `reason` (nothing taken)."""
+        return HostWorkResult.model_construct(cells={
+            cell_id: all_rejected(work.instances(cell_id), part.tasks, reason)
+            for cell_id, part in work.cells.items() if self.find(cell_id) is not None
+        })
 
     def stop(self, request: StopInstances) -> Found:
         """Stop the named instances the cells hold (in the background); answers those found."""

@@ -5,8 +5,10 @@
 - `vendue.rep.<rep_id>.*`: one subscription for the process, the verb in the last token: `work`
   (HostWork -> HostWorkResult), `stop` (StopInstances -> Found), `cancel` (CancelTasks -> Found).
 
-Handlers are the same RepHost methods the HTTP routes call. Heartbeats and lifecycle reports stay HTTP
-(the BBS REST API: PUT /v1/cells, POST /v1/lifecycle).
+Handlers are the same RepHost methods the HTTP routes call, and work passes the same fencing check
+(rep/fencing.py): under a stale or unknown token the reply rejects all of it, with the reason. Who may
+publish to these subjects is NATS's to enforce (each role's permissions, docs/security.md). Heartbeats and
+lifecycle reports stay HTTP (the BBS REST API: PUT /v1/cells, POST /v1/lifecycle).
 """
 
 from __future__ import annotations
@@ -19,19 +21,21 @@ from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 from pydantic import ValidationError
 
-from common.models import CancelTasks, HostWork, StopInstances
+from common.models import CancelTasks, HostWork, HostWorkResult, StopInstances
 from common.transport.nats_connection import NatsConnection
 from common.transport.subjects import CELLS_STATE, REP_ID_HEADER, rep_wildcard
 
+from .fencing import Fencing, Refused
 from .host import RepHost
 
 log = logging.getLogger("rep.nats")
 
 
 class RepNatsBus:
-    def __init__(self, host: RepHost, nats: NatsConnection) -> None:
+    def __init__(self, host: RepHost, nats: NatsConnection, fencing: Fencing) -> None:
         self.host = host
         self.nats = nats
+        self.fencing = fencing
         self._subscriptions: list[Subscription] = []
         self.state_requests = 0
         self.bad_requests = 0
@@ -68,7 +72,7 @@ class RepNatsBus:
         verb = msg.subject.rsplit(".", 1)[-1]
         try:
             if verb == "work":
-                body = self.host.take(HostWork.model_validate_json(msg.data)).model_dump_json().encode()
+                body = (await self._work(HostWork.model_validate_json(msg.data))).model_dump_json().encode()
             elif verb == "stop":
                 body = self.host.stop(StopInstances.model_validate_json(msg.data)).model_dump_json().encode()
             elif verb == "cancel":
@@ -84,3 +88,10 @@ class RepNatsBus:
                 await msg.respond(body)
             except Exception:
                 log.debug("reply not sent", exc_info=True)
+
+    async def _work(self, work: HostWork) -> HostWorkResult:
+        try:
+            await self.fencing.admit(work.fencing_token)
+        except Refused as refused:
+            return self.host.refuse(work, refused.reason)
+        return self.host.take(work)

@@ -211,6 +211,10 @@ class Dispatcher(ConcurrentWorkSender):
                 response = await self._reps.post_json(rep.url + "/work", writer.body(works), timeout=self._timeout)
         except (TimeoutError, RepUnreachable) as exc:
             return undelivered(rep, works, f"work not delivered: {type(exc).__name__}")
+        if response.status_code == 409:  # a stale or unknown fencing token: refused whole, as over NATS
+            why = _detail(response.content) or "fencing token refused"
+            log.info("work refused", extra={"data": {"rep": rep.url, "cells": len(works), "why": why}})
+            return [[Rejection(item, w.cell_id, why, False) for item in (*w.lrps, *w.tasks)] for w in works]
         if response.status_code != 200:
             return undelivered(rep, works, f"work answered {response.status_code}")
         return self._rejections_in(rep, works, response.content)
@@ -233,6 +237,15 @@ def undelivered(rep: RepAddress, works: list[CellWork], why: str) -> list[list[R
     """Each work as rejections that never reached the rep (a failed request, any transport)."""
     _log_undelivered(rep, works, why)
     return [_rejected_whole(w, why) for w in works]
+
+
+def _detail(body: bytes) -> str:
+    """The `detail` of an error answer ({"detail": "..."}), or ""."""
+    try:
+        detail = json.loads(body).get("detail")
+    except (ValueError, AttributeError):
+        return ""
+    return detail if isinstance(detail, str) else ""
 
 
 def _rejected_whole(work: CellWork, why: str) -> list[Rejection]:

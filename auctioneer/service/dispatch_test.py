@@ -194,3 +194,16 @@ async def test_a_reps_big_work_is_split_over_several_posts_of_whole_cells(monkey
         outcome = await Dispatcher(client, metrics, timeout=5).send(works)
         assert [list(post.cells) for post in reps.work_posts["h"]] == [["h0", "h1"], ["h2"]]
         assert metrics.requests_made["rep_work"] == 2 and outcome.lrps_placed == 12 and not outcome.rejections
+
+
+async def test_work_a_rep_refuses_for_its_fencing_token_is_rejected_with_the_reason_not_lost():
+    async with fake_reps() as reps, RepClients() as client:
+        reps.add("f0", rep="fenced", work_mode="fenced")
+        reps.add("f1", rep="fenced")
+        fenced = rep(reps, "fenced")
+        works = [CellWork("f0", fenced, [PendingLRP(desired("web"), 0)]),
+                 CellWork("f1", fenced, [], [PendingTask(task("t1"))])]
+        outcome = await Dispatcher(client, Metrics(), timeout=5, fencing_token=lambda: 7).send(works)
+        assert sorted((r.cell_id, r.reason, r.unreachable) for r in outcome.rejections) == [
+            ("f0", "stale fencing token 7 < 99", False), ("f1", "stale fencing token 7 < 99", False)]
+        assert (outcome.lrps_placed, outcome.tasks_placed) == (0, 0)

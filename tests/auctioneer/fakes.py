@@ -119,14 +119,15 @@ class FakeCell:
 @dataclass
 class FakeRep:
     """One rep process: how it answers. `state_mode`: "ok", "error" (500), "hang" (never answers until the
-    test ends), "invalid" (not a HostCellStates); `work_mode`: "ok", "error", "hang"."""
+    test ends), "invalid" (not a HostCellStates); `work_mode`: "ok", "error", "hang", "fenced" (409: a
+    newer auctioneer's token reached it)."""
 
     state_mode: str = "ok"
     work_mode: str = "ok"
     left_out: set[str] = field(default_factory=set)  # cells it leaves out of its answers (not hosted after all)
 
 
-REP_MODES = {"state_mode": ("ok", "error", "hang", "invalid"), "work_mode": ("ok", "error", "hang")}
+REP_MODES = {"state_mode": ("ok", "error", "hang", "invalid"), "work_mode": ("ok", "error", "hang", "fenced")}
 
 
 @dataclass
@@ -200,6 +201,8 @@ class FakeReps:
                 await self._release.wait()
             if rep.work_mode == "error":
                 return JSONResponse({"detail": "boom"}, status_code=500)
+            if rep.work_mode == "fenced":
+                return JSONResponse({"detail": f"stale fencing token {body.fencing_token} < 99"}, status_code=409)
             results = {}
             for cell_id, part in body.cells.items():
                 cell = self.cells.get(cell_id)

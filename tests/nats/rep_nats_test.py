@@ -75,6 +75,12 @@ async def test_a_sim_rep_serves_its_cells_over_nats(nats_server, fake_bbs: FakeB
         assert rep_subject("sim.a", "work") == "vendue.rep.sim_a.work"
         result = HostWorkResult.model_validate_json(reply.data).cells["cell-1"]
         assert [lrp.index for lrp in result.rejected_lrps] == [2] and "memory" in result.reason
+        # Under a token the BBS's lease does not carry, everything is rejected, with the reason.
+        forged = json.dumps(work_body("cell-2", (app, 5), fencing_token=9)).encode()
+        refused = HostWorkResult.model_validate_json((await nc.request(rep_subject("sim.a", "work"), forged,
+                                                                       timeout=10)).data).cells["cell-2"]
+        assert [lrp.index for lrp in refused.rejected_lrps] == [5]
+        assert refused.reason == "unknown fencing token 9 (the lease's is 1)"
 
         # The NATS bid is the summary form (per-process counts); the instances are in the full state over HTTP.
         await nc.publish(CELLS_STATE, b"", reply=inbox)

@@ -54,10 +54,13 @@ async def test_sim_rep_hosts_three_cells_heartbeats_and_reports_in_batches(
     assert [presences[c].zone for c in cell_ids] == ["z0", "z1", "z0"]
     assert {(presences[c].rep_url, presences[c].rep_id) for c in cell_ids} == {(rep.url, "sim-a")}
     assert presences["cell-0"].placement_tags == ["blue"] and not presences["cell-0"].evacuating
+    # No TLS files, on loopback: served, but loudly insecure.
+    assert all(presences[c].insecure for c in cell_ids) and "INSECURE" in rep.stderr.read_text()
 
     async with httpx.AsyncClient(timeout=DEADLINE_S) as client:
         listed = (await client.get(f"{rep.url}/cells")).json()["items"]
         assert [c["cell_id"] for c in listed] == cell_ids
+        assert (await client.get(f"{rep.url}/ping")).json() == {"ok": True, "insecure": True}
         states = HostCellStates.model_validate_json((await client.get(f"{rep.url}/state")).content).cells
         assert [(s.cell_id, s.rep_url, s.evacuating) for s in states] == [(c, rep.url, False) for c in cell_ids]
         assert all(s.available == s.total and s.total.memory_mb == 1024 for s in states)
