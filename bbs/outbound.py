@@ -182,7 +182,8 @@ class Outbound:
 
     def cancel_task(self, cell: CellRecord, task_guid: str) -> None:
         """Queue a cancel for the cell's rep; the burst's cancels for one rep process go in one request."""
-        self._queue(self._cancels, cell, TaskCancel(cell_id=cell.cell_id, task_guid=task_guid), self._send_cancels)
+        cancel = TaskCancel(cell_id=cell.cell_id, task_guid=task_guid)
+        self._queue(self._cancels, cell, cancel, self._send_cancels)
 
     def _queue(self, queues: dict[RepKey, list[Any]], cell: CellRecord, item: Any,
                send: Callable[[RepKey], Awaitable[None]]) -> None:

@@ -78,7 +78,8 @@ class Effects:
     events: list[Callable[[], list[dict[str, Any]]]] = field(default_factory=list)  # built lazily
     lrp_starts: list[dict[str, Any]] = field(default_factory=list)
     task_starts: list[dict[str, Any]] = field(default_factory=list)
-    stops: list[tuple[CellRecord, str, str]] = field(default_factory=list)  # (cell, process_guid, instance_guid)
+    # (cell, process_guid, instance_guid)
+    stops: list[tuple[CellRecord, str, str]] = field(default_factory=list)
     cancels: list[tuple[CellRecord, str]] = field(default_factory=list)  # (cell, task_guid)
     callbacks: list[TaskRecord] = field(default_factory=list)
     wake_convergence: bool = False

@@ -209,7 +209,8 @@ class Demo:
         response = httpx.get(f"{self.cluster.reps[actual.cell_id].url}/state",
                              params={"lrps": "full", "cells": actual.cell_id}, timeout=5.0)
         response.raise_for_status()
-        lrps = [lrp for state in HostCellStates.model_validate_json(response.content).cells for lrp in state.lrps]
+        states = HostCellStates.model_validate_json(response.content).cells
+        lrps = [lrp for state in states for lrp in state.lrps]
         return next((lrp.pid for lrp in lrps if lrp.instance_guid == actual.instance_guid), None)
 
     def evacuate(self) -> None:

@@ -55,13 +55,15 @@ def create_app(
     not_ready: Callable[[], str] | None = None,
 ) -> FastAPI:
     """`verify_token`: whom a bearer token stands for (the BBS says: common.auth.bbs_token_verifier).
-    `not_ready()` says why the rep cannot take work yet ("" when it can): /ping and /readyz then answer 503."""
+    `not_ready()` says why the rep cannot take work yet ("" when it can): /ping and /readyz then answer
+    503."""
     app = FastAPI(title="vendue rep", docs_url=None, redoc_url=None, openapi_url=None)
 
     def readiness() -> Response:
         why = not_ready() if not_ready is not None else ""
         if why:
-            return JSONResponse({"ok": False, "ready": False, "insecure": insecure, "reason": why}, status_code=503)
+            answer = {"ok": False, "ready": False, "insecure": insecure, "reason": why}
+            return JSONResponse(answer, status_code=503)
         return JSONResponse({"ok": True, "insecure": insecure})
 
     @app.get("/ping")

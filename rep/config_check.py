@@ -43,7 +43,8 @@ def config_problem(settings: RepSettings) -> str | None:
 
 @dataclass(frozen=True, slots=True)
 class RepTLS:
-    """What a rep with TLS files serves and calls with: each context built once, shared by every connection."""
+    """What a rep with TLS files serves and calls with: each context built once, shared by every
+    connection."""
 
     files: TLSFiles
     identity: Identity  # the certificate's: the process's name (rep_id) and the cells it may speak for

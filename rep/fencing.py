@@ -77,7 +77,8 @@ class Fencing:
             try:
                 await asyncio.to_thread(write_token, self._path, token)
             except OSError as exc:  # still the lease's token: taken, but a restart would not remember it
-                log.error("fencing token not saved", extra={"data": {"path": str(self._path), "error": repr(exc)}})
+                log.error("fencing token not saved",
+                          extra={"data": {"path": str(self._path), "error": repr(exc)}})
             self.highest = token
             self._refused = {t: r for t, r in self._refused.items() if t > token}
             log.info("fencing token accepted", extra={"data": {"token": token}})

@@ -17,7 +17,7 @@ from tests.rep.fakes import DEADLINE_S, FakeBBS, desired, post_work, work_body
 from .fencing import FENCING_FILE, Fencing, Refused, read_token
 
 pytestmark = pytest.mark.timeout(180)
-start_rep, fake_bbs = fakes.start_rep, fakes.fake_bbs  # fixtures: real rep processes (always stopped), the BBS
+start_rep, fake_bbs = fakes.start_rep, fakes.fake_bbs  # fixtures: rep processes (always stopped), the BBS
 
 
 class Lease:
@@ -86,11 +86,13 @@ async def test_stale_and_unknown_tokens_are_409_and_the_highest_survives_a_resta
     async with httpx.AsyncClient(timeout=DEADLINE_S) as client:
         taken = await post_work(client, rep.url, work_body("f-0", (app, 0), fencing_token=3))
         assert taken.status_code == 200 and taken.json()["cells"]["f-0"]["rejected_lrps"] == [], taken.text
-        assert (await client.post(f"{rep.url}/work", json=work_body("f-0", (app, 1), fencing_token=3))).status_code == 200
+        again = await client.post(f"{rep.url}/work", json=work_body("f-0", (app, 1), fencing_token=3))
+        assert again.status_code == 200, again.text
         assert fake_bbs.lease_lookups == 1, "a token already accepted is not asked about again"
 
         fake_bbs.lease_token = 4  # a new leader; the old one keeps sending
-        assert (await client.post(f"{rep.url}/work", json=work_body("f-1", (app, 2), fencing_token=4))).status_code == 200
+        newer = await client.post(f"{rep.url}/work", json=work_body("f-1", (app, 2), fencing_token=4))
+        assert newer.status_code == 200, newer.text
         stale = await client.post(f"{rep.url}/work", json=work_body("f-1", (app, 3), fencing_token=3))
         assert stale.status_code == 409 and stale.json() == {"detail": "stale fencing token 3 < 4"}, stale.text
 
@@ -100,7 +102,7 @@ async def test_stale_and_unknown_tokens_are_409_and_the_highest_survives_a_resta
         still = await client.post(f"{rep.url}/work", json=work_body("f-1", (app, 5), fencing_token=4))
         assert still.status_code == 200 and still.json()["cells"]["f-1"]["rejected_lrps"] == [], still.text
         states = HostCellStates.model_validate_json((await client.get(f"{rep.url}/state")).content).cells
-        assert {s.cell_id: s.lrp_counts for s in states} == {"f-0": {"app": 2}, "f-1": {"app": 2}}, "refused: nothing"
+        assert {s.cell_id: s.lrp_counts for s in states} == {"f-0": {"app": 2}, "f-1": {"app": 2}}, "none refused"
         assert states[1].accepted_fencing_tokens == [4]
 
     rep.proc.send_signal(signal.SIGINT)

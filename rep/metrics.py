@@ -42,7 +42,7 @@ def metrics_registry(host: RepHost) -> CollectorRegistry:
 
 
 def refusal_counter(registry: CollectorRegistry) -> Callable[[str], None]:
-    """common.auth's `on_refused`: requests authorization refused, by reason (the name every service shares)."""
+    """common.auth's `on_refused`: requests authorization refused, by reason (a name every service shares)."""
     refused = Counter("vendue_refused_requests", "Requests refused by authorization, by reason.", ["reason"],
                       registry=registry)
     return lambda reason: refused.labels(reason).inc()

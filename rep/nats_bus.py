@@ -53,7 +53,8 @@ class RepNatsBus:
         self._subscriptions.append(await nc.subscribe(CELLS_STATE, cb=self._on_state_request))
         await nc.flush()
         self.subscribed = True
-        log.info("serving cells over NATS", extra={"data": {"rep_id": self.host.rep_id, "cells": len(self.host.cells)}})
+        serving = {"rep_id": self.host.rep_id, "cells": len(self.host.cells)}
+        log.info("serving cells over NATS", extra={"data": serving})
 
     # --- handlers -------------------------------------------------------------------------------------
 
@@ -63,7 +64,8 @@ class RepNatsBus:
         self.state_requests += 1
         try:
             await self.nats.client.publish(
-                msg.reply, self.host.states().model_dump_json().encode(), headers={REP_ID_HEADER: self.host.rep_id}
+                msg.reply, self.host.states().model_dump_json().encode(),
+                headers={REP_ID_HEADER: self.host.rep_id},
             )
         except Exception:  # disconnected: the auctioneer's deadline drops the cells that did not answer
             log.debug("state reply not published", exc_info=True)
@@ -81,7 +83,8 @@ class RepNatsBus:
                 body = json.dumps({"error": f"unknown verb {verb!r}"}).encode()
         except ValidationError as exc:
             self.bad_requests += 1
-            log.warning("unreadable request", extra={"data": {"subject": msg.subject, "errors": exc.error_count()}})
+            log.warning("unreadable request",
+                        extra={"data": {"subject": msg.subject, "errors": exc.error_count()}})
             body = json.dumps({"error": f"invalid body: {exc.error_count()} errors"}).encode()
         if msg.reply:
             try:

@@ -84,7 +84,9 @@ def test_every_route_has_a_row(tmp_path: Path) -> None:
     assert {path for _, path in POLICY.rows} >= {"/state", "/work", "/stop", "/cancel", "/evacuate", "/cells"}
 
 
-async def test_every_route_refuses_callers_without_identity_or_role(pki: Path, bbs: FakeBBS, start_rep) -> None:
+async def test_every_route_refuses_callers_without_identity_or_role(
+    pki: Path, bbs: FakeBBS, start_rep
+) -> None:
     rep = await start_rep("--executor", "sim", "--cells", "3", "--cell-id", "sim0", "--bbs-url", bbs.url,
                           "--presence-ttl", "1", *tls_flags(pki))
     assert rep.url.startswith("https://")
@@ -118,13 +120,13 @@ async def test_every_route_refuses_callers_without_identity_or_role(pki: Path, b
         assert answer.status_code == 403, (name, answer.text)
     async with as_(pki, CALLERS["auctioneer"]) as auctioneer:
         answer = await post_work(auctioneer, rep.url, work_body("sim0-0", (app, 0)))
-        assert answer.status_code == 200 and HostWorkResult.model_validate_json(answer.content).cells["sim0-0"] \
-            .rejected_lrps == [], answer.text
+        assert answer.status_code == 200, answer.text
+        assert HostWorkResult.model_validate_json(answer.content).cells["sim0-0"].rejected_lrps == []
         states = HostCellStates.model_validate_json((await auctioneer.get(f"{rep.url}/state")).content).cells
     assert [s.lrp_counts for s in states] == [{"app": 1}, {}, {}]
     assert not any(s.insecure for s in states)
 
-    # The BBS stops and cancels; a person reads with a bearer token the BBS vouches for, and may not place work.
+    # The BBS stops and cancels; a person reads with a bearer token the BBS vouches for, may not place work.
     async with as_(pki, CALLERS["bbs"]) as the_bbs:
         stop = await the_bbs.post(f"{rep.url}/stop", json={"instances": [
             {"cell_id": "sim0-1", "process_guid": "app", "instance_guid": "nope"}]})
@@ -146,7 +148,8 @@ async def test_every_route_refuses_callers_without_identity_or_role(pki: Path, b
 async def test_a_certificate_from_another_ca_fails_the_handshake(pki: Path, bbs: FakeBBS, start_rep) -> None:
     rep = await start_rep("--executor", "sim", "--cells", "3", "--cell-id", "sim0", "--bbs-url", bbs.url,
                           *tls_flags(pki))
-    stranger = TLSFiles(pki / "other" / "auctioneer-1.pem", pki / "other" / "auctioneer-1-key.pem", pki / "ca.pem")
+    other = pki / "other"
+    stranger = TLSFiles(other / "auctioneer-1.pem", other / "auctioneer-1-key.pem", pki / "ca.pem")
     async with httpx.AsyncClient(verify=client_context(stranger), timeout=DEADLINE_S) as client:
         with pytest.raises(httpx.TransportError):
             await client.get(f"{rep.url}/state")

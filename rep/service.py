@@ -136,7 +136,9 @@ def bbs_verify(tls: RepTLS | None) -> ssl.SSLContext:
     return tls.client if tls is not None else httpx.create_ssl_context()
 
 
-def bbs_clients(settings: RepSettings, cell_ids: list[str], verify: ssl.SSLContext) -> dict[str, httpx.AsyncClient]:
+def bbs_clients(
+    settings: RepSettings, cell_ids: list[str], verify: ssl.SSLContext
+) -> dict[str, httpx.AsyncClient]:
     """Small connection pools, each shared by a few cells: cost per request stays flat with cell count.
     Each fails over between the BBS replicas on its own (common/failover.py)."""
     connections = 2 * CELLS_PER_CLIENT + 4

@@ -106,7 +106,8 @@ class CellFetcher:
         deadline = asyncio.get_running_loop().time() + self._timeout
         limit = asyncio.Semaphore(self._max_concurrency)
         outcomes = await asyncio.gather(
-            *(self._fetch_rep(url, cells, deadline, limit) for url, cells in by_rep.items()), return_exceptions=True
+            *(self._fetch_rep(url, cells, deadline, limit) for url, cells in by_rep.items()),
+            return_exceptions=True,
         )
         by_cell: dict[str, object] = {}
         for cells, rep_outcome in zip(by_rep.values(), outcomes, strict=True):

@@ -165,9 +165,8 @@ class ConcurrentWorkSender:
             by_rep.setdefault(work.rep, []).append(work)
         requests = [(rep, chunk) for rep, ws in by_rep.items() for chunk in _chunks(ws, HOST_WORK_MAX_ITEMS)]
         answers = await asyncio.gather(*(self._send_rep(rep, chunk, writer, limit) for rep, chunk in requests))
-        return tally(
-            [w for _, chunk in requests for w in chunk], [rejected for answer in answers for rejected in answer]
-        )
+        sent = [w for _, chunk in requests for w in chunk]
+        return tally(sent, [rejected for answer in answers for rejected in answer])
 
     async def _send_rep(
         self, rep: RepAddress, works: list[CellWork], writer: BodyWriter, limit: asyncio.Semaphore
@@ -184,7 +183,8 @@ class ConcurrentWorkSender:
             # The rep answered, so it took the work; a body we cannot read must not double-place it.
             self._metrics.bad_reply("work")
             log.warning("unreadable work result", extra={"data": {
-                "rep": rep.url or rep.rep_id, "cells": len(works), "errors": exc.error_count(), "head": answer[:80],
+                "rep": rep.url or rep.rep_id, "cells": len(works), "errors": exc.error_count(),
+                "head": answer[:80],
             }})
             return [[] for _ in works]
         left_out = "work not delivered: cell not on its rep"
@@ -208,7 +208,8 @@ class Dispatcher(ConcurrentWorkSender):
         try:
             async with limit, asyncio.timeout(self._timeout):  # the timeout starts once a slot is free
                 self._metrics.request("rep_work")
-                response = await self._reps.post_json(rep.url + "/work", writer.body(works), timeout=self._timeout)
+                body = writer.body(works)
+                response = await self._reps.post_json(rep.url + "/work", body, timeout=self._timeout)
         except (TimeoutError, RepUnreachable) as exc:
             return undelivered(rep, works, f"work not delivered: {type(exc).__name__}")
         if response.status_code == 409:  # a stale or unknown fencing token: refused whole, as over NATS
@@ -256,7 +257,8 @@ def _log_undelivered(rep: RepAddress, works: list[CellWork], why: str) -> None:
     """One log line for the process, not one per cell."""
     if works:
         log.warning("work not delivered", extra={"data": {
-            "rep": rep.url or rep.rep_id, "cells": len(works), "items": sum(len(w) for w in works), "why": why,
+            "rep": rep.url or rep.rep_id, "cells": len(works), "items": sum(len(w) for w in works),
+            "why": why,
         }})
 
 

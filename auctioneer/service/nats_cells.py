@@ -137,8 +137,9 @@ class NatsCellStateSource:
                 "rep_id": rep_id, "errors": exc.error_count(), "bytes": len(msg.data), "head": msg.data[:80],
             }})
             why = f"invalid state body: {exc.error_count()} errors"
-            return [(cell_id, why) for cell_id, p in expected.items() if rep_id is not None and p.rep_id == rep_id]
-        # Only the process the BBS names for a cell speaks for it: a state of another process's cell is ignored.
+            return [(cell_id, why) for cell_id, p in expected.items()
+                    if rep_id is not None and p.rep_id == rep_id]
+        # Only the process the BBS names for a cell speaks for it: another process's cell's state is ignored.
         return [(s.cell_id, "evacuating" if s.evacuating else s) for s in states
                 if s.cell_id in expected and expected[s.cell_id].rep_id == rep_id]
 

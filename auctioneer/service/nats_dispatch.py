@@ -54,14 +54,17 @@ class NatsWorkSender(ConcurrentWorkSender):
         try:
             async with limit:
                 self._metrics.message("work_request")
-                reply = await self._nats.client.request(rep_subject(rep.rep_id, "work"), body, timeout=self._timeout)
+                subject = rep_subject(rep.rep_id, "work")
+                reply = await self._nats.client.request(subject, body, timeout=self._timeout)
         except Exception as exc:  # no responders, timeout, disconnected: the work did not (surely) arrive
             return undelivered(rep, works, f"work not delivered: {type(exc).__name__}")
         self._metrics.message("work_reply")
         return self._rejections_in(rep, works, reply.data)
 
 
-def split_to_fit(works: list[CellWork], writer: BodyWriter, max_bytes: int) -> list[tuple[list[CellWork], bytes]]:
+def split_to_fit(
+    works: list[CellWork], writer: BodyWriter, max_bytes: int
+) -> list[tuple[list[CellWork], bytes]]:
     """The works as one body, or halves (recursively) when it is larger than `max_bytes`: first the list
     of cells, then a single cell's work (its parts then travel in separate requests)."""
     body = writer.body(works)
