@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from collections.abc import Awaitable
 from typing import Annotated, Any, TypeVar
 
@@ -15,12 +14,12 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from common.auth import add_auth, require_cells
 from common.interrupt import Interrupted, unless
 from common.models import (
     GUID_PATTERN,
     ActualLRPSummary,
     ActualState,
-    CellPresence,
     CellPresences,
     DesiredLRP,
     DesiredLRPCreate,
@@ -28,15 +27,20 @@ from common.models import (
     HostLifecycleResult,
     Lease,
     LeaseRequest,
-    LifecycleResult,
     PlacementFailures,
     Presence,
     Task,
     TaskCreate,
     TaskState,
+    TokenCreate,
+    TokenCreated,
+    TokenIdentity,
+    TokenVerify,
 )
+from common.tls import Identity
 
-from .lifecycle_wire import CELL_REPORT, HOST_REPORT, CellReport, HostReport
+from .lifecycle_wire import HOST_REPORT, HostReport
+from .policy import POLICY, require_lease_holder
 from .service import BBS, Conflict, NotFound
 
 GuidPath = Annotated[str, Path(pattern=GUID_PATTERN)]
@@ -110,8 +114,14 @@ class RequestMetrics:
             self.bbs.metrics.requests.labels(scope["method"], path, str(status["code"])).inc()
 
 
-def create_app(bbs: BBS) -> FastAPI:
-    app = FastAPI(title="Vendue BBS", version="1")
+def create_app(bbs: BBS, *, insecure: bool | None = None) -> FastAPI:
+    """The BBS's API, every route behind the authorization table of bbs/policy.py. `insecure=True`:
+    authorization off, every caller an admin named "insecure" (what `--insecure`, or no TLS files on a
+    loopback address, serves; in-process tests too). None: as the settings say."""
+    if insecure is None:
+        insecure = bbs.settings.serving_files(bbs.settings.listen) is None
+    # No /redoc and no OAuth2 redirect page: every route has a row in the table, and these would only add rows.
+    app = FastAPI(title="Vendue BBS", version="1", redoc_url=None, swagger_ui_oauth2_redirect_url=None)
     app.add_middleware(RequestMetrics, bbs=bbs)
 
     @app.exception_handler(ClientDisconnect)
@@ -128,7 +138,20 @@ def create_app(bbs: BBS) -> FastAPI:
 
     @app.get("/ping")
     async def ping() -> dict[str, bool]:
-        return {"ok": True, "ready": await bbs.store.ping() and bbs.transport_ready()}
+        return {"ok": True, "ready": await unready_reason(bbs) is None, "insecure": insecure}
+
+    @app.get("/livez")
+    async def livez() -> dict[str, bool]:
+        """Serving at all (a process supervisor restarts it otherwise)."""
+        return {"ok": True}
+
+    @app.get("/readyz")
+    async def readyz() -> JSONResponse:
+        """503 with the reason while the database or NATS is not there (a load balancer skips it)."""
+        reason = await unready_reason(bbs)
+        if reason is not None:
+            return JSONResponse({"ready": False, "reason": reason}, status_code=503)
+        return JSONResponse({"ready": True})
 
     @app.get("/metrics")
     async def metrics() -> Response:
@@ -178,20 +201,20 @@ def create_app(bbs: BBS) -> FastAPI:
     async def summarize_actuals(process_guid: str | None = None) -> dict[str, Any]:
         return await bbs.summarize_actuals(process_guid)
 
-    @app.post("/v1/cells/{cell_id}/lifecycle", response_model=LifecycleResult)
-    async def lifecycle(
-        request: Request, cell_id: GuidPath, body: Annotated[CellReport, json_body(CELL_REPORT)]
-    ) -> dict[str, Any]:
-        return await unless_client_gone(request, bbs.lifecycle(cell_id, body))
-
     @app.post("/v1/lifecycle", response_model=HostLifecycleResult)
     async def host_lifecycle(
         request: Request, body: Annotated[HostReport, json_body(HOST_REPORT)]
     ) -> dict[str, Any]:
-        # Each cell's report joins the same group commit as single-cell posts: one transaction for all.
         cells = body["cells"]
-        reports = asyncio.gather(*(bbs.lifecycle(cid, report) for cid, report in cells.items()))
-        results = await unless_client_gone(request, reports)
+        require_cells(request, cells)
+
+        async def every_cell() -> list[dict[str, Any]]:
+            # Each cell's report joins the same group commit as other reps' reports: one transaction for all.
+            # In a coroutine (a task once started), not a bare gather: a cancelled gather future ends with
+            # a CancelledError *exception* rather than cancelled, and a client gone would be a 500.
+            return await asyncio.gather(*(bbs.lifecycle(cid, report) for cid, report in cells.items()))
+
+        results = await unless_client_gone(request, every_cell())
         return {"cells": dict(zip(cells, results, strict=True))}
 
     @app.post("/v1/placement_failures", status_code=204)
@@ -224,24 +247,9 @@ def create_app(bbs: BBS) -> FastAPI:
 
     # --- cells and events -----------------------------------------------------------------------
 
-    @app.put("/v1/cells/{cell_id}", status_code=204)
-    async def heartbeat(cell_id: GuidPath, body: CellPresence) -> Response:
-        if body.cell_id != cell_id:
-            raise RequestValidationError(
-                [
-                    {
-                        "loc": ("body", "cell_id"),
-                        "msg": f"must equal the cell_id in the path ({cell_id!r})",
-                        "type": "value_error",
-                        "input": body.cell_id,
-                    }
-                ]
-            )
-        await bbs.heartbeat(cell_id, body)
-        return Response(status_code=204)
-
     @app.put("/v1/cells", status_code=204)
-    async def heartbeats(body: Annotated[CellPresences, json_body(CellPresences)]) -> Response:
+    async def heartbeats(request: Request, body: Annotated[CellPresences, json_body(CellPresences)]) -> Response:
+        require_cells(request, (presence.cell_id for presence in body.cells))
         await asyncio.gather(*(bbs.heartbeat(presence.cell_id, presence) for presence in body.cells))
         return Response(status_code=204)
 
@@ -252,16 +260,19 @@ def create_app(bbs: BBS) -> FastAPI:
     # --- leases (the auctioneer has no database: it is elected through any BBS replica) ----------
 
     @app.post("/v1/leases/{name}", response_model=Lease)
-    async def acquire_lease(name: GuidPath, body: LeaseRequest) -> dict[str, Any]:
+    async def acquire_lease(request: Request, name: GuidPath, body: LeaseRequest) -> dict[str, Any]:
+        require_lease_holder(request, name)
         held, lease = await bbs.take_lease(name, body.owner, url=body.url, ttl=body.ttl_s)
         return {"held": held, "owner": lease.owner, "url": lease.url, "token": lease.token,
                 "expires_at": lease.expires_at}
 
     @app.delete("/v1/leases/{name}", status_code=204)
-    async def release_lease(name: GuidPath, owner: Annotated[str, Query(min_length=1, max_length=128)],
+    async def release_lease(request: Request, name: GuidPath,
+                            owner: Annotated[str, Query(min_length=1, max_length=128)],
                             token: Annotated[int, Query(ge=0)]) -> Response:
         """Give the lease up on a graceful stop, so a standby takes it at once: only its holder may, and
         only for its own term (owner and fencing token); released twice is still 204."""
+        require_lease_holder(request, name)
         released = await bbs.release_lease(name, owner, token)
         if released is None:
             raise NotFound(f"nobody ever took the lease {name!r}")
@@ -271,8 +282,8 @@ def create_app(bbs: BBS) -> FastAPI:
 
     @app.get("/v1/leases/{name}", response_model=Lease)
     async def get_lease(name: GuidPath) -> dict[str, Any]:
-        lease = await bbs.lease(name)
-        if lease is None or lease.expires_at < time.time():
+        lease = await bbs.held_lease(name)  # unexpired by the database's clock, not this replica's
+        if lease is None:
             raise NotFound(f"nobody holds the lease {name!r}")
         return {"held": True, "owner": lease.owner, "url": lease.url, "token": lease.token,
                 "expires_at": lease.expires_at}
@@ -285,4 +296,44 @@ def create_app(bbs: BBS) -> FastAPI:
             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
         )
 
+    # --- bearer tokens (people and scripts; the secret is shown once, only its hash is kept) ----------
+
+    @app.post("/v1/tokens", status_code=201, response_model=TokenCreated)
+    async def create_token(body: TokenCreate) -> dict[str, Any]:
+        return await bbs.create_token(body)
+
+    @app.get("/v1/tokens")
+    async def list_tokens() -> Response:
+        return items(await bbs.list_tokens())
+
+    # Before DELETE /v1/tokens/{token_id}: the authorization middleware takes the first route whose path
+    # matches, and "verify" would match that one's path.
+    @app.post("/v1/tokens/verify", response_model=TokenIdentity)
+    async def verify_token(body: TokenVerify) -> dict[str, Any]:
+        record = await bbs.verify_token(body.token)
+        if record is None:
+            raise NotFound("no valid token: unknown, expired or revoked")
+        return {"role": record.role, "name": record.name, "id": record.id}
+
+    @app.delete("/v1/tokens/{token_id}", status_code=204)
+    async def revoke_token(token_id: Annotated[str, Path(min_length=1, max_length=32)]) -> Response:
+        await bbs.revoke_token(token_id)
+        return Response(status_code=204)
+
+    async def verify_bearer(secret: str) -> Identity | None:
+        """The middleware's token check: the database itself, no cache (a revoked token fails at once)."""
+        record = await bbs.verify_token(secret)
+        return None if record is None else Identity(record.role, record.name or f"token {record.id}", via="token")
+
+    add_auth(app, POLICY, verify_token=verify_bearer, insecure=insecure, service="bbs",
+             on_refused=lambda reason: bbs.metrics.refused.labels(reason).inc())
     return app
+
+
+async def unready_reason(bbs: BBS) -> str | None:
+    """Why this BBS cannot serve now (None: it can)."""
+    if not await bbs.store.ping():
+        return "the database does not answer"
+    if not bbs.transport_ready():
+        return "not connected to NATS"
+    return None

@@ -1,5 +1,6 @@
 """The BBS HTTP API in-process (httpx ASGITransport), on SQLite and on PostgreSQL. The auctioneer, the reps
-and callback receivers are one recording transport: we see exactly what the BBS sends them."""
+and callback receivers are one recording transport: we see exactly what the BBS sends them. Authorization
+is off here (insecure: every caller an admin); policy_test.py serves the same API over HTTPS with it on."""
 
 from __future__ import annotations
 
@@ -68,13 +69,14 @@ class Harness:
             "total": {"memory_mb": 4096, "disk_mb": 8192, "containers": 100},
             **extra,
         }
-        response = await self.http.put(f"/v1/cells/{cell_id}", json=body)
+        response = await self.http.put("/v1/cells", json={"cells": [body]})
         assert response.status_code == 204, response.text
 
     async def lifecycle(self, cell_id: str, **report: Any) -> dict[str, Any]:
-        response = await self.http.post(f"/v1/cells/{cell_id}/lifecycle", json=report)
+        """One cell's report, and the BBS's answer for that cell."""
+        response = await self.http.post("/v1/lifecycle", json={"cells": {cell_id: report}})
         assert response.status_code == 200, response.text
-        return response.json()
+        return response.json()["cells"][cell_id]
 
 
 @pytest.fixture
@@ -90,7 +92,7 @@ async def h(tmp_path: Path, database_url: str):
     )
     outbound = httpx.AsyncClient(transport=httpx.MockTransport(rec.handle), timeout=5)
     async with running_bbs(settings, converge=False, client=outbound) as bbs:
-        transport = httpx.ASGITransport(app=create_app(bbs))
+        transport = httpx.ASGITransport(app=create_app(bbs, insecure=True))
         async with httpx.AsyncClient(transport=transport, base_url="http://bbs", timeout=10) as http:
             yield Harness(bbs, http, rec)
 
@@ -112,7 +114,9 @@ async def desire(h: Harness, instances: int = 3, pg: str = "web") -> dict[str, A
 
 
 async def test_ping_and_metrics(h: Harness) -> None:
-    assert (await h.http.get("/ping")).json() == {"ok": True, "ready": True}
+    assert (await h.http.get("/ping")).json() == {"ok": True, "ready": True, "insecure": True}
+    assert (await h.http.get("/livez")).json() == {"ok": True}
+    assert (await h.http.get("/readyz")).json() == {"ready": True}
     await h.http.get("/v1/desired_lrps")
     text = (await h.http.get("/metrics")).text
     assert 'vendue_bbs_requests_total{method="GET",route="/v1/desired_lrps",status="200"} 1.0' in text
@@ -184,15 +188,16 @@ async def test_a_body_that_is_not_json_is_422(h: Harness) -> None:
 async def test_bad_query_and_path_values_are_422(h: Harness) -> None:
     assert (await h.http.get("/v1/actual_lrps", params={"state": "SLEEPING"})).status_code == 422
     response = await h.http.put(
-        "/v1/cells/c1",
-        json={
-            "cell_id": "c2",
+        "/v1/cells",
+        json={"cells": [{
+            "cell_id": "not a guid!",
             "zone": "z",
             "rep_url": "http://x",
             "total": {"memory_mb": 1, "disk_mb": 1, "containers": 1},
-        },
+        }]},
     )
-    assert response.status_code == 422 and response.json()["detail"][0]["loc"] == ["body", "cell_id"]
+    assert response.status_code == 422 and response.json()["detail"][0]["loc"] == ["body", "cells", 0, "cell_id"]
+    assert (await h.http.get("/v1/cells")).json() == {"items": []}
 
 
 async def test_claim_run_and_conflicting_claims(h: Harness) -> None:
@@ -370,7 +375,7 @@ async def test_a_host_reports_many_cells_in_one_request(h: Harness) -> None:
                       "c2": {"claimed": [ref(1, "b"), ref(0, "dup")]}}}
     response = await h.http.post("/v1/lifecycle", json=body)
     assert response.status_code == 200, response.text
-    # Each cell's part is answered as its own POST /v1/cells/{id}/lifecycle would be.
+    # Each cell's part is answered on its own.
     assert response.json() == {"cells": {"c1": {"refused": [], "refused_tasks": []},
                                          "c2": {"refused": [ref(0, "dup")], "refused_tasks": []}}}
     rows = {a["index"]: (a["state"], a["cell_id"], a["zone"]) for a in await h.actuals()}
@@ -460,7 +465,7 @@ async def test_a_report_whose_client_left_while_it_queued_is_not_applied(h: Harn
 
     await h.heartbeat("c1")
     await desire(h, 2)
-    app = create_app(h.bbs)
+    app = create_app(h.bbs, insecure=True)
     left = asyncio.Event()
 
     async def call(path: str, report: dict[str, Any], gone: asyncio.Event | None) -> list[dict[str, Any]]:
@@ -485,7 +490,7 @@ async def test_a_report_whose_client_left_while_it_queued_is_not_applied(h: Harn
 
     batcher = h.bbs._lifecycle_batcher  # (private: the only way to see a report queued behind a batch)
     async with h.bbs.store.write():  # the first report's batch waits for this lock; the second queues
-        first = asyncio.create_task(call("/v1/cells/c1/lifecycle", {"claimed": [ref(0, "a")]}, None))
+        first = asyncio.create_task(call("/v1/lifecycle", {"cells": {"c1": {"claimed": [ref(0, "a")]}}}, None))
 
         async def until(condition, what: str) -> None:
             deadline = time.monotonic() + 5
@@ -494,7 +499,7 @@ async def test_a_report_whose_client_left_while_it_queued_is_not_applied(h: Harn
             assert condition(), f"expected {what}; queue holds {len(batcher._queue)}"
 
         await until(lambda: batcher._worker is not None and not batcher._queue, "the first report's batch running")
-        second = asyncio.create_task(call("/v1/cells/c1/lifecycle", {"claimed": [ref(1, "b")]}, left))
+        second = asyncio.create_task(call("/v1/lifecycle", {"cells": {"c1": {"claimed": [ref(1, "b")]}}}, left))
         await until(lambda: len(batcher._queue) == 1, "the second report queued behind the first batch")
         left.set()
         gone = await asyncio.wait_for(second, 5)

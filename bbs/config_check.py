@@ -17,6 +17,7 @@ from common.config_check import (
     nats_url_problem,
     url_problem,
 )
+from common.tls import CertError, server_context
 
 from .settings import BBSSettings
 from .store.database import UnsupportedDatabase, database_url, is_sqlite
@@ -29,6 +30,7 @@ def config_problem(settings: BBSSettings) -> str | None:
         url_problem("auctioneer_url", settings.auctioneer_url, HTTP_SCHEMES),
         nats_url_problem("nats_url", settings.nats_url),
         host_problem("listen", settings.listen),
+        _tls_problem(settings),
         log_level_problem(settings.log_level),
         _timing_problem(settings),
     )
@@ -50,6 +52,18 @@ def _database_problem(settings: BBSSettings) -> str | None:
     if is_sqlite(url) and url.database in (None, "", ":memory:"):
         # Every pooled connection would get a memory database of its own.
         return "database_url: an SQLite database must be a file, not in memory"
+    return None
+
+
+def _tls_problem(settings: BBSSettings) -> str | None:
+    """The three TLS files given together, readable, the key matching the certificate; or plain HTTP only
+    where it is allowed (loopback, or --insecure)."""
+    try:
+        files = settings.serving_files(settings.listen)
+        if files is not None:
+            server_context(files)
+    except CertError as exc:
+        return str(exc)
     return None
 
 

@@ -36,7 +36,7 @@ async def http(tmp_path: Path, database_url: str, sent: list[str]):
     settings = BBSSettings(data_dir=tmp_path, database_url=database_url, auctioneer_url=CONFIGURED, send_attempts=1)
     outbound = httpx.AsyncClient(transport=httpx.MockTransport(auctioneer))
     async with running_bbs(settings, converge=False, client=outbound) as bbs:
-        transport = httpx.ASGITransport(app=create_app(bbs))
+        transport = httpx.ASGITransport(app=create_app(bbs, insecure=True))
         async with httpx.AsyncClient(transport=transport, base_url="http://bbs", timeout=10) as client:
             yield client
 
@@ -150,3 +150,16 @@ async def test_releasing_a_lease_never_taken_is_404_and_owner_and_token_are_requ
     missing = await http.delete("/v1/leases/auctioneer", params={"owner": "a"})
     assert missing.status_code == 422
     assert missing.json()["detail"][0]["loc"] == ["query", "token"]
+
+
+async def test_a_replica_whose_clock_runs_ahead_neither_takes_nor_loses_an_unexpired_lease(
+    http: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Expiry is the database's call: this BBS's own clock an hour off changes nothing."""
+    await take(http, "a", ttl_s=30.0, url="http://a:1")
+    real_time = time.time
+    monkeypatch.setattr(time, "time", lambda: real_time() + 3600)
+    refused = await take(http, "b", url="http://b:2")
+    assert (refused["held"], refused["owner"], refused["token"]) == (False, "a", 1)
+    current = await http.get("/v1/leases/auctioneer")
+    assert current.status_code == 200 and current.json()["owner"] == "a", current.text

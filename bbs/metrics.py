@@ -26,6 +26,18 @@ class BBSMetrics:
             ["kind", "outcome"],
             registry=self.registry,
         )
+        self.refused = Counter(
+            "vendue_refused_requests_total",
+            "Requests refused by authentication or authorization (401/403), by reason",
+            ["reason"],
+            registry=self.registry,
+        )
+        self.stale_writes = Counter(
+            "vendue_bbs_stale_writes_total",
+            "Writes refused (409) for carrying a fencing token older than the lease's current one",
+            ["kind"],
+            registry=self.registry,
+        )
         self.convergence_seconds = Histogram(
             "vendue_bbs_convergence_seconds",
             "Duration of one convergence pass",

@@ -284,3 +284,24 @@ class LeaseRecord:
     token: int
     expires_at: float
     url: str = ""
+
+
+@dataclass(slots=True, frozen=True)
+class TokenRecord:
+    """A bearer token as stored: never its secret, only the SHA-256 of it (hex)."""
+
+    id: str
+    name: str
+    role: str
+    secret_sha256: str
+    created_at: float
+    expires_at: float | None = None
+    revoked_at: float | None = None
+
+    def valid(self, now: float) -> bool:
+        return self.revoked_at is None and (self.expires_at is None or self.expires_at > now)
+
+    def to_wire(self) -> dict[str, Any]:
+        """TokenInfo: what a list shows (the hash stays here too)."""
+        return {"id": self.id, "role": self.role, "name": self.name, "created_at": self.created_at,
+                "expires_at": self.expires_at, "revoked": self.revoked_at is not None}

@@ -1,8 +1,13 @@
-"""Running a BBS: the runtime (store, outbound calls, events, convergence) and the HTTP server.
+"""Running a BBS: the runtime (store, outbound calls, events, convergence) and the HTTP(S) server.
 
 async with running_bbs(settings) as bbs:      # what tests use, with or without HTTP
     app = create_app(bbs)
 await serve(settings)                          # `vendue bbs`: runtime + uvicorn until SIGTERM/SIGINT
+
+With TLS files (`--tls-cert/--tls-key/--tls-ca`) the BBS serves HTTPS, asks callers for a certificate from
+the cluster CA, authorizes every request (bbs/policy.py), and presents its own certificate on every call
+it makes. Without them it serves plain HTTP with authorization off: only on a loopback address, or with
+`--insecure` (docs/security.md).
 """
 
 from __future__ import annotations
@@ -12,7 +17,6 @@ import contextlib
 import functools
 import logging
 import signal
-import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import TYPE_CHECKING
 
@@ -20,14 +24,16 @@ import httpx
 import uvicorn
 
 from common import runtime
+from common.auth import uvicorn_tls_options
 from common.procutil import write_ready_file
+from common.tls import INSECURE_WARNING, client_context, server_context
 
 from .api import create_app
 from .converger import Converger
 from .events import EventHub
 from .metrics import BBSMetrics
 from .outbound import Outbound
-from .service import BBS
+from .service import AUCTIONEER_LEASE, BBS
 from .settings import BBSSettings
 from .store import Store
 
@@ -47,8 +53,10 @@ async def running_bbs(
     settings: BBSSettings, *, converge: bool = True, client: httpx.AsyncClient | None = None
 ) -> AsyncIterator[BBS]:
     """A started BBS: the database migrated, the auctioneer sender and (unless `converge=False`,
-    for tests that step convergence themselves) the convergence loop running."""
+    for tests that step convergence themselves) the convergence loop running. `client`: what the BBS
+    calls the auctioneer, the reps and task callbacks with (default: outbound_client(settings))."""
     store = await Store.open(settings.resolved_database_url())
+    client = client or outbound_client(settings)
     metrics = BBSMetrics()
     hub = EventHub()
     nats: NatsConnection | None = None
@@ -62,7 +70,9 @@ async def running_bbs(
 
         from .nats_transport import NatsOutbound
 
-        nats = NatsConnection(settings.nats_url, name="vendue-bbs", token=settings.nats_token)
+        # With TLS files, the BBS's certificate is its NATS identity too (docs/security.md, "NATS").
+        nats = NatsConnection(settings.nats_url, name="vendue-bbs", token=settings.nats_token,
+                              tls=settings.client_files())
         outbound: Outbound = NatsOutbound(nats, settings.auctioneer_url, metrics, **options)
     else:
         outbound = Outbound(settings.auctioneer_url, metrics, **options)
@@ -94,16 +104,22 @@ async def running_bbs(
         await store.close()
 
 
-AUCTIONEER_LEASE = "auctioneer"  # auctioneer/service/leadership.py takes it through the lease API
+def outbound_client(settings: BBSSettings) -> httpx.AsyncClient:
+    """One pooled client (connections kept alive) for every call the BBS makes: with TLS it presents the
+    BBS's certificate and trusts only the cluster CA."""
+    files = settings.client_files()
+    return httpx.AsyncClient(
+        timeout=settings.http_timeout,
+        verify=client_context(files) if files is not None else True,
+        limits=httpx.Limits(max_connections=100, max_keepalive_connections=50),
+    )
 
 
 async def elected_auctioneer_url(store: Store) -> str | None:
-    """The URL of the auctioneer holding an unexpired lease, None when none does."""
+    """The URL of the auctioneer holding an unexpired lease (by the database's clock), None when none does."""
     async with store.read() as tx:
-        lease = await tx.lease(AUCTIONEER_LEASE)
-    if lease is None or not lease.url or lease.expires_at < time.time():
-        return None
-    return lease.url
+        lease = await tx.held_lease(AUCTIONEER_LEASE)
+    return lease.url if lease is not None and lease.url else None
 
 
 class _Server(uvicorn.Server):
@@ -133,16 +149,23 @@ class _Server(uvicorn.Server):
 
 
 async def serve(settings: BBSSettings) -> None:
+    """Raises common.tls.CertError (InsecureRefused among them) before anything starts when the TLS
+    settings cannot be served with."""
+    files = settings.serving_files(settings.listen)
+    tls = server_context(files) if files is not None else None
+    if files is None:
+        log.warning(INSECURE_WARNING, extra={"data": {"listen": settings.listen, "insecure": settings.insecure}})
     async with running_bbs(settings) as bbs:
         runtime.tune_gc()  # every actual LRP lives in memory: rarer cycle collections
         config = uvicorn.Config(
-            create_app(bbs),
+            create_app(bbs, insecure=files is None),
             host=settings.listen,
             port=settings.port,
             log_config=None,
             access_log=False,
             lifespan="off",
             timeout_graceful_shutdown=5,
+            **uvicorn_tls_options(tls),
         )
         server = _Server(config, on_exit=bbs.hub.close)
         serving = asyncio.create_task(server.serve())
@@ -155,7 +178,8 @@ async def serve(settings: BBSSettings) -> None:
                 raise TimeoutError(f"the BBS HTTP server did not start within {STARTUP_TIMEOUT_S}s")
             await asyncio.sleep(0.01)
         host, port = server.servers[0].sockets[0].getsockname()[:2]
-        url = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{port}"
+        scheme = "https" if tls is not None else "http"
+        url = f"{scheme}://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{port}"
         log.info("serving", extra={"data": {"url": url, "database": _safe_url(settings)}})
         print(url, flush=True)
         if settings.ready_file is not None:

@@ -5,7 +5,9 @@ net changes in bulk), then the side effects after commit — events, auctions, s
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
+import secrets
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -18,6 +20,7 @@ from common.models import (
     DesiredLRPUpdate,
     PlacementFailures,
     TaskCreate,
+    TokenCreate,
 )
 
 from .actual_set import ActualChanges, ActualSet
@@ -45,6 +48,7 @@ from .records import (
     DesiredRecord,
     LeaseRecord,
     TaskRecord,
+    TokenRecord,
     completed,
     fresh_instances,
     new_epoch,
@@ -57,6 +61,9 @@ log = logging.getLogger("bbs.service")
 
 CANCELLED = "cancelled"
 THREAD_ABOVE = 500  # instances in one lifecycle round above which its decisions run in a thread
+AUCTIONEER_LEASE = "auctioneer"  # auctioneer/service/leadership.py takes it through the lease API
+TOKEN_PREFIX = "vdt_"  # says what a leaked string is (secret scanners match on it)
+TOKEN_BYTES = 32
 
 
 class NotFound(Exception):
@@ -65,6 +72,12 @@ class NotFound(Exception):
 
 class Conflict(Exception):
     pass
+
+
+def token_hash(secret: str) -> str:
+    """What is stored of a bearer token: the SHA-256 of the whole string (a 256-bit random secret needs
+    no salt or slow hash: nothing can be guessed from it)."""
+    return hashlib.sha256(secret.encode()).hexdigest()
 
 
 def placement_message(error: str, detail: str) -> str:
@@ -396,9 +409,19 @@ class BBS:
         ]
 
     async def placement_failures(self, body: PlacementFailures) -> None:
+        """Record the auctioneer's failures, unless they come from a term older than the auctioneer
+        lease's current one (Conflict, nothing written): a deposed leader must not fail what the new
+        one is placing."""
         now = time.time()
         effects = Effects()
         async with self.store.write() as tx:
+            lease = await tx.lease(AUCTIONEER_LEASE)
+            if lease is not None and body.fencing_token < lease.token:
+                self.metrics.stale_writes.labels("placement_failures").inc()
+                raise Conflict(
+                    f"fencing_token {body.fencing_token} is older than the auctioneer lease's current token "
+                    f"{lease.token}: a report from a deposed auctioneer is not applied"
+                )
             if body.lrps:
                 changed = await tx.set_placement_errors(
                     [(f.process_guid, f.index, placement_message(f.error, f.detail)) for f in body.lrps]
@@ -570,15 +593,15 @@ class BBS:
         self, name: str, owner: str, *, url: str = "", ttl: float | None = None
     ) -> int | None:
         """Take or renew the lease `name` for `ttl` seconds (default: this BBS's lease TTL); its fencing
-        token when held, None when another owner holds it."""
+        token when held, None when another owner holds it. Expiry is by the database's clock."""
         ttl = self.settings.lease_ttl if ttl is None else ttl
         async with self.store.write(urgent=True) as tx:
-            return await tx.acquire_lease(name, owner, ttl, time.time(), url)
+            return await tx.acquire_lease(name, owner, ttl, url=url)
 
     async def take_lease(self, name: str, owner: str, *, url: str, ttl: float) -> tuple[bool, LeaseRecord]:
         """Acquire or renew, then the lease as it stands after, in one transaction: (held, lease)."""
         async with self.store.write(urgent=True) as tx:
-            token = await tx.acquire_lease(name, owner, ttl, time.time(), url)
+            token = await tx.acquire_lease(name, owner, ttl, url=url)
             lease = await tx.lease(name)
         assert lease is not None  # acquire_lease creates the row when there is none
         return token is not None, lease
@@ -590,9 +613,46 @@ class BBS:
             return await tx.release_lease(name, owner, token)
 
     async def lease(self, name: str) -> LeaseRecord | None:
+        """The lease row as stored, expired or not."""
         async with self.store.read() as tx:
             return await tx.lease(name)
 
+    async def held_lease(self, name: str) -> LeaseRecord | None:
+        """The lease while someone holds it, by the database's clock; None when nobody does."""
+        async with self.store.read() as tx:
+            return await tx.held_lease(name)
+
+    # --- bearer tokens ----------------------------------------------------------------------------
+
+    async def create_token(self, body: TokenCreate) -> dict[str, Any]:
+        """A new token: its secret is in the answer (TokenCreated) and nowhere else, ever."""
+        now = time.time()
+        secret = TOKEN_PREFIX + secrets.token_urlsafe(TOKEN_BYTES)
+        record = TokenRecord(
+            id=secrets.token_hex(8), name=body.name, role=body.role, secret_sha256=token_hash(secret),
+            created_at=now, expires_at=None if body.expires_in_s is None else now + body.expires_in_s,
+        )
+        async with self.store.write() as tx:
+            await tx.insert_token(record)
+        log.info("token created", extra={"data": {"id": record.id, "role": record.role, "name": record.name}})
+        return {**record.to_wire(), "token": secret}
+
+    async def list_tokens(self) -> list[dict[str, Any]]:
+        async with self.store.read() as tx:
+            return [r.to_wire() for r in await tx.list_tokens()]
+
+    async def revoke_token(self, token_id: str) -> None:
+        async with self.store.write() as tx:
+            if not await tx.revoke_token(token_id, time.time()):
+                raise NotFound(f"no token with id {token_id!r}")
+        log.info("token revoked", extra={"data": {"id": token_id}})
+
+    async def verify_token(self, secret: str) -> TokenRecord | None:
+        """The valid (unrevoked, unexpired) token with this secret, read from the database each time: a
+        revoked token is refused from the next request on, by every replica."""
+        async with self.store.read() as tx:
+            record = await tx.token_by_hash(token_hash(secret))
+        return record if record is not None and record.valid(time.time()) else None
 
 def rebooted_cells(existing: dict[str, CellRecord], latest: dict[str, CellPresence]) -> list[str]:
     """Cells whose heartbeat carries a boot id other than the one the BBS last saw."""

@@ -10,10 +10,14 @@ from pathlib import Path
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from common.tls import TLSOptions
 from common.transport import Transport
 
 
-class BBSSettings(BaseSettings):
+class BBSSettings(BaseSettings, TLSOptions):
+    """TLSOptions: `--tls-cert/--tls-key/--tls-ca` (VENDUE_TLS_*) serve HTTPS and are presented on every
+    call the BBS makes; `--insecure` (VENDUE_INSECURE) serves plain HTTP with authorization off."""
+
     model_config = SettingsConfigDict(env_prefix="VENDUE_", extra="ignore")
 
     listen: str = "127.0.0.1"

@@ -167,11 +167,16 @@ class AuthMiddleware:
         await self.app(scope, receive, send)
 
     def _template(self, scope: Scope) -> str | None:
+        """The path template of the route this request will reach: the first full match (path and
+        method), else the first route with the path (another method: the app answers 405)."""
+        partial = None
         for route in self._routes():
             match, _ = route.matches(scope)
-            if match is Match.FULL or match is Match.PARTIAL:  # PARTIAL: the path, another method
+            if match is Match.FULL:
                 return getattr(route, "path", None)
-        return None
+            if match is Match.PARTIAL and partial is None:
+                partial = getattr(route, "path", None)
+        return partial
 
     async def _authorize(self, scope: Scope) -> Identity | None:
         method = scope["method"]

@@ -7,7 +7,9 @@ HTTP API (JSON; every list endpoint answers {"items": [...]}; errors are FastAPI
 {"detail": [{"loc": [...], "msg": ..., "type": ...}]} or {"detail": "text"} for 404/409):
 
 BBS (`vendue bbs`, default http://127.0.0.1:8889)
-  GET    /ping                                   -> {"ok": true, "ready": bool}
+  (HTTPS and the authorization table of docs/security.md; plain HTTP only on loopback or --insecure)
+  GET    /ping                                   -> {"ok": true, "ready": bool, "insecure": bool}
+  GET    /livez, /readyz                         -> 200 while serving; /readyz 503 {"ready": false, "reason"}
   GET    /metrics                                -> prometheus text
   POST   /v1/desired_lrps            DesiredLRPCreate   -> 201 DesiredLRP (409 if it exists)
   GET    /v1/desired_lrps                               -> {"items": [DesiredLRP]}
@@ -16,9 +18,10 @@ BBS (`vendue bbs`, default http://127.0.0.1:8889)
   DELETE /v1/desired_lrps/{process_guid}                -> 204 (its actual LRPs are stopped and removed)
   GET    /v1/actual_lrps?process_guid=&cell_id=&state=&presence=  -> {"items": [ActualLRP]}
   GET    /v1/actual_lrps/summary?process_guid=           -> ActualLRPSummary (counts only: cheap to poll)
-  POST   /v1/lifecycle          HostLifecycle  -> HostLifecycleResult   (the rep's batched reports: every
-                                                   cell of a rep process in one request per round)
-  POST   /v1/placement_failures          PlacementFailures -> 204   (the auctioneer, once per batch)
+  POST   /v1/lifecycle          HostLifecycle  -> HostLifecycleResult   (the reports of every cell of a rep
+                                                   process: one request per round per process)
+  POST   /v1/placement_failures          PlacementFailures -> 204   (the auctioneer, once per batch;
+                                                   409 for a fencing_token older than the lease's)
   POST   /v1/tasks                   TaskCreate         -> 201 Task (409 if it exists)
   GET    /v1/tasks?state=&domain=                       -> {"items": [Task]}
   GET    /v1/tasks/{task_guid}                          -> Task
@@ -31,6 +34,10 @@ BBS (`vendue bbs`, default http://127.0.0.1:8889)
   POST   /v1/leases/{name}           LeaseRequest       -> Lease (acquire or renew; held=false: another owner)
   GET    /v1/leases/{name}                              -> Lease (the current holder; 404 if none)
   DELETE /v1/leases/{name}?owner=O&token=T              -> 204 (the holder gives it up; 409 if not the holder)
+  POST   /v1/tokens                  TokenCreate        -> 201 TokenCreated (the secret, shown this once)
+  GET    /v1/tokens                                     -> {"items": [TokenInfo]}
+  DELETE /v1/tokens/{token_id}                          -> 204 (revoked; 404 if unknown)
+  POST   /v1/tokens/verify           TokenVerify        -> TokenIdentity (404: unknown, expired or revoked)
 
 Auctioneer (`vendue auctioneer`, default http://127.0.0.1:8890)
   POST   /v1/lrps    [LRPStartRequest]   -> 202 {"accepted": n}

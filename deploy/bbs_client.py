@@ -27,6 +27,9 @@ from common.models import (
     Event,
     Task,
     TaskCreate,
+    TokenCreate,
+    TokenCreated,
+    TokenInfo,
 )
 
 DEFAULT_BBS_URL = "http://127.0.0.1:8889"
@@ -224,6 +227,17 @@ class BBSClient:
 
     def cells(self) -> list[CellPresence]:
         return self._items("/v1/cells", CellPresence)
+
+    def create_token(self, request: TokenCreate) -> TokenCreated:
+        """A new bearer token (admin); its secret is in the answer and nowhere else."""
+        body = request.model_dump(mode="json", exclude_none=True)
+        return TokenCreated.model_validate(self._request("POST", "/v1/tokens", json_body=body).json())
+
+    def tokens(self) -> list[TokenInfo]:
+        return self._items("/v1/tokens", TokenInfo)
+
+    def revoke_token(self, token_id: str) -> None:
+        self._request("DELETE", f"/v1/tokens/{token_id}")
 
     def events(self, read_timeout: float | None = None) -> Iterator[Event]:
         """Follow the SSE stream until the server closes it (or the caller stops iterating)."""

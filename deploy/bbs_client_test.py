@@ -8,7 +8,7 @@ import json
 import httpx
 import pytest
 
-from common.models import DesiredLRPCreate, TaskCreate
+from common.models import DesiredLRPCreate, TaskCreate, TokenCreate
 
 from .bbs_client import (
     BBSClient,
@@ -85,6 +85,29 @@ def test_requests_carry_the_wire_body_and_query():
     assert json.loads(seen[0].content) == {"task_guid": "t1", "command": ["echo", "hi"], "memory_mb": 64}
     assert task.task_guid == "t1" and task.memory_mb == 64
     assert dict(seen[1].url.params) == {"process_guid": "web", "state": "RUNNING"}
+
+
+def test_token_requests_carry_the_wire_body_and_never_send_an_unset_expiry():
+    seen: list[httpx.Request] = []
+    info = {"id": "abc", "role": "reader", "name": "ci", "created_at": 1.0, "expires_at": None, "revoked": False}
+
+    def record(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        if request.method == "POST":
+            return httpx.Response(201, json={**info, "token": "vdt_secret"})
+        if request.method == "GET":
+            return httpx.Response(200, json={"items": [info]})
+        return httpx.Response(404, json={"detail": "no token with id 'abc'"})
+
+    with client_answering(record) as bbs:
+        created = bbs.create_token(TokenCreate(role="reader", name="ci"))
+        listed = bbs.tokens()
+        with pytest.raises(NotFound):
+            bbs.revoke_token("abc")
+    assert json.loads(seen[0].content) == {"role": "reader", "name": "ci"}
+    assert (created.token, created.id) == ("vdt_secret", "abc")
+    assert [t.id for t in listed] == ["abc"] and not hasattr(listed[0], "token")
+    assert (seen[2].method, seen[2].url.path) == ("DELETE", "/v1/tokens/abc")
 
 
 def test_parse_sse_skips_comments_and_joins_multiline_data():

@@ -101,9 +101,18 @@ def bbs(
     nats_url: str | None = typer.Option(
         None, "--nats-url", help="NATS server(s), credentials allowed [VENDUE_NATS_URL]; token: VENDUE_NATS_TOKEN."
     ),
+    tls_cert: Path | None = typer.Option(
+        None, "--tls-cert", help="The BBS's certificate (vendue certs issue --role bbs) [VENDUE_TLS_CERT]."
+    ),
+    tls_key: Path | None = typer.Option(None, "--tls-key", help="Its private key [VENDUE_TLS_KEY]."),
+    tls_ca: Path | None = typer.Option(None, "--tls-ca", help="The cluster CA's ca.pem [VENDUE_TLS_CA]."),
+    insecure: bool = typer.Option(
+        False, "--insecure", help="Plain HTTP, authorization off: anyone who reaches it controls it [VENDUE_INSECURE]."
+    ),
 ) -> None:
     """Serve the BBS (HTTP API, event stream, convergence loop) until SIGTERM or SIGINT."""
-    settings = _settings(**{k: v for k, v in locals().items() if k not in ("ctx", "check_config")})
+    flags = {k: v for k, v in locals().items() if k not in ("ctx", "check_config", "insecure")}
+    settings = _settings(**flags, insecure=insecure or None)  # no --insecure: VENDUE_INSECURE decides
     ctx.obj = settings
     if check_config:
         from bbs.config_check import config_problem
@@ -119,6 +128,7 @@ def bbs(
     from bbs.server import serve
     from bbs.store.database import SchemaTooNew
     from common.logging import setup_logging
+    from common.tls import CertError
 
     log = setup_logging("bbs", settings.log_level)
     try:
@@ -126,6 +136,9 @@ def bbs(
     except SchemaTooNew as exc:
         log.error(str(exc))  # one line, not a traceback: the operator's next step is in it
         raise typer.Exit(1) from None
+    except CertError as exc:  # TLS files missing or unusable, or plain HTTP where it is refused
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
 
 
 @bbs_app.command()

@@ -46,3 +46,40 @@ def test_check_config_exits_0_or_2_with_one_line_naming_the_setting(tmp_path: Pa
     assert bad_range.exit_code == 2
     assert bad_range.output.strip() == "error: presence_ttl: Input should be greater than 0"
     assert not list(tmp_path.iterdir())  # nothing was created or connected to
+
+
+def test_tls_flags_and_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("VENDUE_TLS_CA", str(tmp_path / "ca.pem"))
+    monkeypatch.setenv("VENDUE_INSECURE", "1")
+    settings = _settings(tls_cert=tmp_path / "bbs.pem", tls_key=tmp_path / "bbs-key.pem")
+    assert (settings.tls_cert, settings.tls_key, settings.tls_ca) == (
+        tmp_path / "bbs.pem", tmp_path / "bbs-key.pem", tmp_path / "ca.pem")
+    assert settings.insecure is True and settings.serving_files("0.0.0.0") is None
+
+
+def test_check_config_validates_the_tls_settings(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from common.tls import init_ca, issue
+    from deploy.cli import app
+
+    pki = tmp_path / "pki"
+    init_ca(pki)
+    issue(pki, role="bbs", name="bbs")
+    tls = ["--tls-cert", str(pki / "bbs.pem"), "--tls-key", str(pki / "bbs-key.pem"), "--tls-ca", str(pki / "ca.pem")]
+    runner = CliRunner()
+    data = ["--data-dir", str(tmp_path / "data")]
+    cases = [
+        ([*tls, "--listen", "0.0.0.0"], 0, "config ok"),
+        (["--listen", "0.0.0.0", "--insecure"], 0, "config ok"),
+        ([], 0, "config ok"),  # plain HTTP on loopback: allowed (and loud when it runs)
+        (["--listen", "0.0.0.0"], 2, "error: tls_cert: refusing to serve plain HTTP on 0.0.0.0"),
+        (tls[:2], 2, "error: tls_key: --tls-cert, --tls-key and --tls-ca go together"),
+        (["--tls-cert", str(pki / "nope.pem"), *tls[2:]], 2, f"error: tls_cert: no such file {pki / 'nope.pem'}"),
+        ([*tls[:3], str(pki / "ca-key.pem"), *tls[4:]], 2, "error: tls_cert: cannot load"),  # the CA's key
+    ]
+    for args, code, line in cases:
+        result = runner.invoke(app, ["bbs", "--check-config", *data, *args])
+        assert result.exit_code == code, (args, result.output)
+        assert result.output.startswith(line) and len(result.output.splitlines()) == 1, (args, result.output)
+    assert not (tmp_path / "data").exists()

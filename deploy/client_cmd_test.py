@@ -177,7 +177,7 @@ def test_cells_json_lists_presence(bbs_url):
     cell_id = unique("cell")
     presence = {"cell_id": cell_id, "zone": "z9", "rep_url": f"http://127.0.0.1:{free_port()}",
                 "total": {"memory_mb": 1024, "disk_mb": 2048, "containers": 10}}
-    assert httpx.put(f"{bbs_url}/v1/cells/{cell_id}", json=presence).status_code == 204
+    assert httpx.put(f"{bbs_url}/v1/cells", json={"cells": [presence]}).status_code == 204
     listed = vendue(bbs_url, "cells", "--json")
     assert listed.exit_code == 0, listed.output
     cells = {c.cell_id: c for c in (CellPresence.model_validate(c) for c in json.loads(listed.stdout))}

@@ -45,6 +45,7 @@ from ..records import (
     DesiredSize,
     LeaseRecord,
     TaskRecord,
+    TokenRecord,
     actual_key,
     changed,
 )
@@ -645,10 +646,21 @@ class Tx:
         return (await self.connection.execute(query)).scalar()
 
     # --- leases ---------------------------------------------------------------------------------
+    # A lease's expiry is decided by the database's clock, never by a replica's: two BBS replicas whose
+    # clocks disagree would otherwise both see "expired" (or both "held") and fencing would not hold.
 
-    async def acquire_lease(self, name: str, owner: str, ttl: float, now: float, url: str = "") -> int | None:
+    async def database_time(self) -> float:
+        """Now, in epoch seconds, by the database server's clock."""
+        return float((await self.connection.execute(sa.select(_database_now(self.connection.dialect)))).scalar_one())
+
+    async def acquire_lease(
+        self, name: str, owner: str, ttl: float, now: float | None = None, url: str = ""
+    ) -> int | None:
         """Take or renew the lease `name`; its fencing token when held, None when someone else has it.
-        `url` is where the holder answers (peers forward to it); a renewal may change it."""
+        `url` is where the holder answers (peers forward to it); a renewal may change it. `now`: the
+        database's clock unless given (tests pin it)."""
+        if now is None:
+            now = await self.database_time()
         rows = await self._rows(sa.select(t.leases).where(t.leases.c.name == name))
         if not rows:
             try:
@@ -679,7 +691,7 @@ class Tx:
         rows = await self._rows(sa.select(t.leases).where(t.leases.c.name == name))
         if not rows:
             return None
-        # Expired for every replica whatever its clock: 0, not "now".
+        # Expired by every clock: 0, not "now".
         released = await self.connection.execute(
             t.leases.update()
             .where(t.leases.c.name == name, t.leases.c.owner == owner, t.leases.c.token == token)
@@ -690,7 +702,55 @@ class Tx:
     async def lease(self, name: str) -> LeaseRecord | None:
         """The lease row `name` as stored (expired or not), None if nobody ever took it."""
         rows = await self._rows(sa.select(t.leases).where(t.leases.c.name == name))
+        return _lease(rows[0]) if rows else None
+
+    async def held_lease(self, name: str) -> LeaseRecord | None:
+        """The lease `name` while someone holds it (unexpired by the database's clock), else None."""
+        now = _database_now(self.connection.dialect)
+        rows = await self._rows(sa.select(t.leases).where(t.leases.c.name == name, t.leases.c.expires_at >= now))
+        return _lease(rows[0]) if rows else None
+
+    # --- bearer tokens --------------------------------------------------------------------------
+
+    async def insert_token(self, record: TokenRecord) -> None:
+        await self.connection.execute(t.tokens.insert().values(_token_params(record)))
+
+    async def list_tokens(self) -> list[TokenRecord]:
+        query = sa.select(t.tokens).order_by(t.tokens.c.created_at, self._text_order(t.tokens.c.id))
+        return [_token(row) for row in await self._rows(query)]
+
+    async def token_by_hash(self, secret_sha256: str) -> TokenRecord | None:
+        """The token whose secret hashes to this (valid or not: the caller decides)."""
+        rows = await self._rows(sa.select(t.tokens).where(t.tokens.c.secret_sha256 == secret_sha256))
+        return _token(rows[0]) if rows else None
+
+    async def revoke_token(self, token_id: str, now: float) -> bool:
+        """Revoke it from `now` on (a token revoked before keeps its first revocation time); False when
+        there is no such token."""
+        rows = await self._rows(sa.select(t.tokens.c.revoked_at).where(t.tokens.c.id == token_id))
         if not rows:
-            return None
-        row = rows[0]
-        return LeaseRecord(row.name, row.owner, row.token, row.expires_at, row.url or "")
+            return False
+        if rows[0].revoked_at is None:
+            await self.connection.execute(t.tokens.update().where(t.tokens.c.id == token_id).values(revoked_at=now))
+        return True
+
+
+def _database_now(dialect: sa.engine.Dialect) -> sa.ColumnElement[float]:
+    """The database server's clock in epoch seconds, as an SQL expression. SQLite evaluates 'now' once per
+    statement; julianday works on every version (unixepoch('subsec') needs 3.42). PostgreSQL:
+    clock_timestamp() is the time of the call (now() would be the transaction's start)."""
+    if dialect.name == "postgresql":
+        return sa.cast(sa.extract("epoch", sa.func.clock_timestamp()), sa.Float)
+    return (sa.func.julianday("now") - 2440587.5) * 86400.0
+
+
+def _lease(row: sa.Row[Any]) -> LeaseRecord:
+    return LeaseRecord(row.name, row.owner, row.token, row.expires_at, row.url or "")
+
+
+def _token(row: sa.Row[Any]) -> TokenRecord:
+    return TokenRecord(row.id, row.name, row.role, row.secret_sha256, row.created_at, row.expires_at, row.revoked_at)
+
+
+def _token_params(record: TokenRecord) -> dict[str, Any]:
+    return dataclasses.asdict(record)

@@ -17,6 +17,7 @@ from bbs.records import (
     DesiredRecord,
     DesiredSize,
     TaskRecord,
+    TokenRecord,
     changed,
     unclaimed,
 )
@@ -36,7 +37,7 @@ async def store(database_url: str):
 
 async def test_migrates_an_empty_database_to_head(store: Store, database_url: str) -> None:
     current, head = await schema_revision(store.engine)
-    assert current == head == "0005"
+    assert current == head == "0006"
     if is_sqlite(database_url):
         async with store.read() as tx:
             assert (await tx.connection.exec_driver_sql("PRAGMA journal_mode")).scalar() == "wal"
@@ -49,7 +50,7 @@ async def test_refuses_a_schema_newer_than_this_code(store: Store, database_url:
     async with store.engine.begin() as connection:
         await connection.execute(sa.text("UPDATE alembic_version SET version_num = '9999_from_the_future'"))
     expected = (
-        "database schema 9999_from_the_future is newer than this BBS (knows up to 0005): upgrade the BBS"
+        "database schema 9999_from_the_future is newer than this BBS (knows up to 0006): upgrade the BBS"
     )
     for run_migrations in (True, False):
         with pytest.raises(SchemaTooNew) as refused:
@@ -62,7 +63,7 @@ async def test_replicas_opening_an_empty_postgres_database_together_migrate_it_o
 ) -> None:
     opened = await asyncio.gather(*(Store.open(fresh_postgres_database) for _ in range(4)))
     try:
-        assert {(await schema_revision(s.engine))[0] for s in opened} == {"0005"}
+        assert {(await schema_revision(s.engine))[0] for s in opened} == {"0006"}
     finally:
         await asyncio.gather(*(s.close() for s in opened))
 
@@ -170,6 +171,55 @@ async def test_lease_is_held_by_one_owner_until_it_expires(store: Store) -> None
         assert await tx.acquire_lease("convergence", "b", ttl=10, now=116) == 2
 
 
+async def test_lease_expiry_is_decided_by_the_database_clock(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A replica whose own clock runs an hour ahead (or behind) neither takes an unexpired lease nor
+    sees it as expired: without `now`, the store asks the database for the time."""
+    import time
+
+    async with store.write() as tx:
+        database_now = await tx.database_time()
+        assert await tx.acquire_lease("convergence", "a", ttl=30) == 1
+    assert abs(database_now - time.time()) < 5, "this test's database runs on this machine's clock"
+    real_time = time.time
+    for skew in (3600.0, -3600.0):
+        monkeypatch.setattr(time, "time", lambda skew=skew: real_time() + skew)
+        async with store.write() as tx:
+            assert await tx.acquire_lease("convergence", "b", ttl=30) is None
+            assert (await tx.held_lease("convergence")).owner == "a"
+            lease = await tx.lease("convergence")
+    assert database_now + 29 < lease.expires_at < database_now + 35, lease
+    async with store.write() as tx:  # the lease runs out by the database's clock: another owner takes it
+        assert await tx.acquire_lease("convergence", "a", ttl=0.05) == 1
+    deadline = real_time() + 5
+    while True:
+        async with store.write() as tx:
+            if (taken := await tx.acquire_lease("convergence", "b", ttl=30)) is not None:
+                break
+        assert real_time() < deadline, "expected the 0.05 s lease to expire by the database clock within 5 s"
+        await asyncio.sleep(0.02)
+    assert taken == 2
+
+
+async def test_tokens_are_kept_by_hash_listed_and_revoked(store: Store) -> None:
+    first = TokenRecord("t1", "ops", "admin", "a" * 64, created_at=100.0)
+    second = TokenRecord("t2", "", "reader", "b" * 64, created_at=200.0, expires_at=300.0)
+    async with store.write() as tx:
+        await tx.insert_token(first)
+        await tx.insert_token(second)
+    async with store.read() as tx:
+        assert await tx.list_tokens() == [first, second]
+        assert await tx.token_by_hash("b" * 64) == second
+        assert await tx.token_by_hash("c" * 64) is None
+    async with store.write() as tx:
+        assert await tx.revoke_token("t1", now=150.0)
+        assert await tx.revoke_token("t1", now=160.0)  # revoked twice: still revoked, from the first time
+        assert not await tx.revoke_token("nope", now=150.0)
+    async with store.read() as tx:
+        revoked = await tx.token_by_hash("a" * 64)
+    assert revoked == dataclasses.replace(first, revoked_at=150.0) and not revoked.valid(now=151.0)
+    assert second.valid(now=299.0) and not second.valid(now=300.0)
+
+
 async def test_upgrade_from_the_first_schema_keeps_rows_and_lifts_string_limits(database_url: str) -> None:
     engine = create_engine(database_url)
     store = Store(engine)
@@ -180,7 +230,7 @@ async def test_upgrade_from_the_first_schema_keeps_rows_and_lifts_string_limits(
         async with engine.begin() as connection:  # the store of this code needs 0004's generations table
             await connection.execute(tables.actual_lrps.insert().values(row))
         await migrate(engine)
-        assert (await schema_revision(engine))[0] == "0005"
+        assert (await schema_revision(engine))[0] == "0006"
         # What reps report is stored whole on both databases (PostgreSQL enforced VARCHAR(n) before).
         long = dataclasses.replace(
             unclaimed("web", 1, "d", 1.0),

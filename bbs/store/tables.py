@@ -95,3 +95,18 @@ generations = sa.Table(
     sa.Column("name", sa.String(64), primary_key=True),
     sa.Column("value", sa.BigInteger, nullable=False),
 )
+
+# Bearer tokens of people and scripts (0006): a token is `vdt_<secret>`, and only the SHA-256 of the whole
+# string is kept, so a stolen database (or backup) holds no usable token. Rows stay after a revoke
+# (`revoked_at`), so `vendue tokens list` shows what was revoked when.
+tokens = sa.Table(
+    "tokens",
+    metadata,
+    sa.Column("id", sa.String(32), primary_key=True),
+    sa.Column("name", sa.String(128), nullable=False),
+    sa.Column("role", sa.String(16), nullable=False),
+    sa.Column("secret_sha256", sa.String(64), nullable=False, unique=True, index=True),
+    sa.Column("created_at", sa.Float, nullable=False),
+    sa.Column("expires_at", sa.Float, nullable=True),
+    sa.Column("revoked_at", sa.Float, nullable=True),
+)

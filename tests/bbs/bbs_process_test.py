@@ -17,6 +17,7 @@ import httpx
 import pytest
 
 from common.procutil import child_preexec, free_port, terminate_then_kill, wait_ready_file
+from common.tls import INSECURE_WARNING
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(90)]
 
@@ -81,7 +82,7 @@ def test_state_survives_kill_9_and_restart(
     first = BBSProcess(tmp_path, "1", database_url)
     processes.append(first)
     with httpx.Client(base_url=first.url, timeout=10) as http:
-        assert http.get("/ping").json() == {"ok": True, "ready": True}
+        assert http.get("/ping").json() == {"ok": True, "ready": True, "insecure": True}
         with http.stream("GET", "/v1/events") as events:
             lines = events.iter_lines()
             assert next(lines) == ": connected"
@@ -123,6 +124,18 @@ def test_sigterm_shuts_down_gracefully_with_an_open_event_stream(
     log = (tmp_path / "bbs-1.log").read_text().splitlines()
     messages = [json.loads(line)["msg"] for line in log if line.startswith("{")]
     assert "serving" in messages and "stopped" in messages
+    assert INSECURE_WARNING in messages  # no TLS files: plain HTTP on loopback, and loud about it
+
+
+def test_plain_http_beyond_loopback_is_refused_unless_insecure(tmp_path: Path) -> None:
+    argv = [sys.executable, "-m", "deploy.cli", "bbs", "--listen", "0.0.0.0", "--port", "0", "--data-dir", str(tmp_path)]
+    refused = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 2, refused.stderr
+    assert refused.stderr.splitlines() == [
+        "error: tls_cert: refusing to serve plain HTTP on 0.0.0.0 without TLS: give --tls-cert, --tls-key and "
+        "--tls-ca (vendue certs issue), or --insecure to run without authentication"
+    ]
+    assert not (tmp_path / "bbs.db").exists()  # refused before the database was opened
 
 
 def _event_types(lines: Iterator[str], want: int, timeout_s: float = 10) -> list[str]:

@@ -15,7 +15,9 @@ import pytest
 from bbs.api import create_app
 from bbs.server import running_bbs
 from bbs.settings import BBSSettings
-from common.models import CellPresence, CellPresences, ResourcesModel, StopInstances
+from common.models import CellPresence, CellPresences, DesiredLRPCreate, ResourcesModel, StopInstances
+from common.tls import TLSFiles, client_context, init_ca, issue
+from common.transport.nats_server import NatsServer, certificate_identities, issue_server_certificate
 from common.transport.subjects import AUCTIONEER_LRPS, AUCTIONEER_QUEUE, EVENTS_ALL, rep_subject
 
 pytestmark = pytest.mark.timeout(60)
@@ -58,7 +60,7 @@ async def test_the_bbs_talks_nats(nats_server, tmp_path: Path) -> None:
             client = httpx.AsyncClient(transport=httpx.ASGITransport(app=create_app(bbs)), base_url="http://bbs")
             async with client:
                 await bbs.outbound.nats.wait_connected(10)
-                assert (await client.get("/ping")).json() == {"ok": True, "ready": True}
+                assert (await client.get("/ping")).json() == {"ok": True, "ready": True, "insecure": True}
 
                 presence = CellPresence(cell_id="cell-a", zone="z1", rep_url="http://127.0.0.1:1", rep_id="rep-a",
                                         total=ResourcesModel(memory_mb=1024, disk_mb=1024, containers=10))
@@ -89,3 +91,35 @@ async def test_the_bbs_talks_nats(nats_server, tmp_path: Path) -> None:
                     {"instances": [{"cell_id": "cell-a", "process_guid": "web", "instance_guid": "g2"}]}]
     finally:
         await nc.close()
+
+
+async def test_the_bbs_presents_its_certificate_to_a_tls_nats_server(tmp_path: Path) -> None:
+    """With TLS files, the BBS's certificate is its NATS identity: the server (per-role users) lets it publish
+    events, and a reader's connection receives them."""
+    pki = tmp_path / "pki"
+    init_ca(pki)
+    issue_server_certificate(pki)
+    issue(pki, role="bbs", name="bbs")
+    issue(pki, role="reader", name="viewer")
+    files = TLSFiles.in_dir(pki, "bbs")
+    with NatsServer(tls=TLSFiles.in_dir(pki, "nats"), users=certificate_identities(pki),
+                    log_path=tmp_path / "nats-server.log") as server:
+        viewer = await nats.connect(server.url, tls=client_context(TLSFiles.in_dir(pki, "viewer")),
+                                    tls_handshake_first=True, allow_reconnect=False, connect_timeout=5)
+        events: list[str] = []
+
+        async def on_event(msg) -> None:
+            events.append(msg.subject)
+
+        try:
+            await viewer.subscribe(EVENTS_ALL, cb=on_event)
+            await viewer.flush()
+            settings = BBSSettings(data_dir=tmp_path, transport="nats", nats_url=server.url, tls_cert=files.cert,
+                                   tls_key=files.key, tls_ca=files.ca, _env_file=None)
+            async with running_bbs(settings, converge=False) as bbs:
+                await bbs.outbound.nats.wait_connected(10)
+                await bbs.desire_lrp(DesiredLRPCreate(process_guid="web", instances=1))
+                await eventually(lambda: "vendue.events.desired_lrp_created" in events,
+                                 "desired_lrp_created from the BBS on the TLS server", lambda: events)
+        finally:
+            await viewer.close()

@@ -1,0 +1,67 @@
+"""The BBS's authorization table (docs/security.md, "BBS"), and the checks only a handler can make.
+
+Every route of bbs/api.py has exactly one row here (policy_test.py checks it); a route without one is
+refused for everyone. Roles: people and scripts are admin or reader (a certificate or a bearer token);
+components are bbs, auctioneer and rep (certificates only).
+"""
+
+from __future__ import annotations
+
+from fastapi import HTTPException, Request
+
+from common.auth import READ_ROLES, Policy, identity_of, public, rule
+
+from .service import AUCTIONEER_LEASE
+
+# Whoever places or converges reads the BBS's state: people, the auctioneer, other BBS replicas.
+STATE_READERS = (*READ_ROLES, "auctioneer", "bbs")
+LEASE_RULE = "a lease is held only by the role it belongs to: the auctioneer, and only the lease 'auctioneer'"
+
+POLICY = Policy({
+    ("GET", "/ping"): public(),
+    ("GET", "/livez"): public(),
+    ("GET", "/readyz"): public(),
+    ("GET", "/metrics"): rule(*READ_ROLES),
+    ("GET", "/openapi.json"): rule(*READ_ROLES),
+    ("GET", "/docs"): rule(*READ_ROLES),
+    # desired LRPs and tasks: people write, everyone who places or watches reads
+    ("POST", "/v1/desired_lrps"): rule("admin"),
+    ("GET", "/v1/desired_lrps"): rule(*STATE_READERS),
+    ("GET", "/v1/desired_lrps/{process_guid}"): rule(*STATE_READERS),
+    ("PATCH", "/v1/desired_lrps/{process_guid}"): rule("admin"),
+    ("DELETE", "/v1/desired_lrps/{process_guid}"): rule("admin"),
+    ("GET", "/v1/actual_lrps"): rule(*STATE_READERS),
+    ("GET", "/v1/actual_lrps/summary"): rule(*STATE_READERS),
+    ("POST", "/v1/tasks"): rule("admin"),
+    ("GET", "/v1/tasks"): rule(*STATE_READERS),
+    ("GET", "/v1/tasks/{task_guid}"): rule(*STATE_READERS),
+    ("POST", "/v1/tasks/{task_guid}/cancel"): rule("admin"),
+    ("DELETE", "/v1/tasks/{task_guid}"): rule("admin"),
+    # the reps' reports: each only for the cells in its certificate (require_cells in the handler)
+    ("PUT", "/v1/cells"): rule("rep", why="a rep reports for the cells in its certificate"),
+    ("POST", "/v1/lifecycle"): rule("rep", why="a rep reports for the cells in its certificate"),
+    ("GET", "/v1/cells"): rule(*STATE_READERS),
+    # the auctioneer: its failures (fenced by its lease's token), its election
+    ("POST", "/v1/placement_failures"): rule("auctioneer", why="the auctioneer reports what it could not place"),
+    ("POST", "/v1/leases/{name}"): rule("auctioneer", why=LEASE_RULE),
+    ("DELETE", "/v1/leases/{name}"): rule("auctioneer", why=LEASE_RULE),
+    ("GET", "/v1/leases/{name}"): rule(*STATE_READERS, "rep"),
+    ("GET", "/v1/events"): rule(*READ_ROLES),
+    # bearer tokens: people manage them; components ask who one stands for
+    ("POST", "/v1/tokens"): rule("admin"),
+    ("GET", "/v1/tokens"): rule("admin"),
+    ("DELETE", "/v1/tokens/{token_id}"): rule("admin"),
+    ("POST", "/v1/tokens/verify"): rule("bbs", "auctioneer", "rep", why="components check the tokens callers bring"),
+})
+
+
+def require_lease_holder(request: Request, name: str) -> None:
+    """403 unless the caller may take or give up the lease `name`: the auctioneer, for the lease
+    "auctioneer" only (the convergence lease is the BBS's own and never goes through the API). With
+    authorization off (--insecure) anyone may, as with everything else."""
+    identity = identity_of(request)
+    if identity is not None and identity.via == "insecure":
+        return
+    if identity is None or identity.role != "auctioneer" or name != AUCTIONEER_LEASE:
+        caller = "an unknown caller" if identity is None else f"role {identity.role} ({identity.name})"
+        raise HTTPException(status_code=403, detail=f"{caller} may not hold the lease {name!r}: {LEASE_RULE}")

@@ -1,0 +1,81 @@
+"""`vendue tokens create|list|revoke` against a real `vendue bbs` process (client_cmd_test.py's: plain HTTP
+on loopback, so the CLI acts as the insecure admin; policy_test.py uses tokens over HTTPS)."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import httpx
+import pytest
+
+from .client_cmd_test import bbs_url, vendue  # noqa: F401 - bbs_url is the module's BBS process fixture
+from .tokens_cmd import parse_duration
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def listed(url: str) -> list[dict]:
+    result = vendue(url, "tokens", "list", "--json")
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def test_create_prints_the_token_once_and_it_stands_for_its_role(bbs_url: str) -> None:  # noqa: F811
+    created = vendue(bbs_url, "tokens", "create", "--role", "reader", "--name", "ci", "--expires", "12h", "--json")
+    assert created.exit_code == 0, created.output
+    body = json.loads(created.stdout)
+    assert set(body) == {"token", "id", "role", "name", "expires_at"}
+    assert body["token"].startswith("vdt_") and (body["role"], body["name"]) == ("reader", "ci")
+    assert abs(body["expires_at"] - (time.time() + 12 * 3600)) < 60
+    verified = httpx.post(f"{bbs_url}/v1/tokens/verify", json={"token": body["token"]}).json()
+    assert verified == {"role": "reader", "name": "ci", "id": body["id"]}
+
+    plain = vendue(bbs_url, "tokens", "create", "--role", "admin")
+    assert plain.exit_code == 0, plain.output
+    [token] = plain.stdout.splitlines()  # the token alone on stdout, for scripts; the note on stderr
+    assert token.startswith("vdt_") and "shown once" in plain.stderr
+
+    everything = vendue(bbs_url, "tokens", "list", "--json").stdout + vendue(bbs_url, "tokens", "list").stdout
+    assert body["token"] not in everything and token not in everything
+    assert body["id"] in {t["id"] for t in listed(bbs_url)}
+
+
+def test_revoke_marks_it_revoked_and_verification_fails(bbs_url: str) -> None:  # noqa: F811
+    body = json.loads(vendue(bbs_url, "tokens", "create", "--role", "reader", "--json").stdout)
+    revoked = vendue(bbs_url, "tokens", "revoke", body["id"])
+    assert (revoked.exit_code, revoked.stdout.strip()) == (0, f"revoked {body['id']}")
+    assert {t["id"]: t["revoked"] for t in listed(bbs_url)}[body["id"]] is True
+    assert httpx.post(f"{bbs_url}/v1/tokens/verify", json={"token": body["token"]}).status_code == 404
+    table = vendue(bbs_url, "tokens", "list")
+    assert table.exit_code == 0 and body["id"] in table.stdout and "revoked" in table.stdout
+    unknown = vendue(bbs_url, "tokens", "revoke", "nosuchtoken")
+    assert unknown.exit_code == 1 and unknown.stderr.splitlines() == ["error: no token with id 'nosuchtoken'"]
+
+
+@pytest.mark.parametrize(("args", "field"), [
+    (["--role", "rep"], "role"),
+    (["--role", "auctioneer"], "role"),
+    ([], "--role"),
+    (["--role", "reader", "--expires", "soon"], "--expires"),
+    (["--role", "reader", "--expires", "0"], "expires_in_s"),
+    (["--role", "reader", "--expires", "4000d"], "expires_in_s"),
+    (["--role", "reader", "--name", "n" * 200], "name"),
+])
+def test_bad_input_is_one_line_naming_the_field_exit_2_and_nothing_created(
+    bbs_url: str, args: list[str], field: str  # noqa: F811
+) -> None:
+    before = listed(bbs_url)
+    result = vendue(bbs_url, "tokens", "create", *args)
+    assert result.exit_code == 2, f"expected exit 2 for {args}, saw {result.exit_code}: {result.output}"
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and field in lines[0], lines
+    assert result.stdout == "" and listed(bbs_url) == before
+
+
+def test_durations() -> None:
+    assert [parse_duration(d) for d in ("90", "90s", "15m", "12h", "30d", "1.5h")] == [
+        90, 90, 900, 43200, 30 * 86400, 5400]
+    for bad in ("", "h", "12 hours", "-1h", "1w"):
+        with pytest.raises(ValueError, match="duration"):
+            parse_duration(bad)
