@@ -116,3 +116,16 @@ def test_each_tls_problem_names_its_setting(pki: Path, files: tuple[str | None, 
     assert "\n" not in found
     if files[0] == "auctioneer":
         assert "states role 'auctioneer'" in found and "--role rep" in found
+
+
+def test_the_rep_id_is_the_certificates_cn_else_the_flag_else_the_cell_or_the_sim_prefix(pki: Path) -> None:
+    from rep.config_check import serving_tls
+    from rep.service import rep_id_of
+
+    assert rep_id_of(RepSettings(_env_file=None, cell_id="cell-7"), None) == "cell-7"
+    assert rep_id_of(RepSettings(_env_file=None, executor="sim", cells=3, cell_id="sim0"), None) == "sim0"
+    assert rep_id_of(RepSettings(_env_file=None, cell_id="cell-7", rep_id="vm-7"), None) == "vm-7"
+    secure = RepSettings(_env_file=None, cell_id="cell-1", rep_id="ignored", **tls(pki))
+    assert rep_id_of(secure, serving_tls(secure)) == "rep-a"
+    with pytest.raises(ValidationError):
+        RepSettings(_env_file=None, rep_id="a b")
