@@ -33,6 +33,7 @@ from common.models import (
     DesiredLRPCreate,
     DesiredLRPUpdate,
     Event,
+    HostCellStates,
     Task,
     TaskCreate,
     TokenCreate,
@@ -267,15 +268,16 @@ class BBSClient:
     def cells(self) -> list[CellPresence]:
         return self._items("/v1/cells", CellPresence)
 
-    def cell_state(self, rep_url: str, timeout: float = 2.0) -> CellState | None:
-        """What a rep says its cell has left (GET {rep_url}/state, with this client's certificate or
-        token); None when it does not answer with one."""
+    def cell_state(self, rep_url: str, cell_id: str, timeout: float = 2.0) -> CellState | None:
+        """One cell's full state, from its rep process (GET {rep_url}/state naming the cell, with this
+        client's certificate or token); None when it does not answer with one."""
         try:
-            response = self._http.get(f"{rep_url}/state", timeout=timeout)
+            response = self._http.get(f"{rep_url}/state", params={"lrps": "full", "cells": cell_id}, timeout=timeout)
             response.raise_for_status()
-            return CellState.model_validate(response.json())
+            states = HostCellStates.model_validate_json(response.content).cells
         except (httpx.HTTPError, ValidationError, ValueError):
             return None
+        return next((s for s in states if s.cell_id == cell_id), None)
 
     def create_token(self, request: TokenCreate) -> TokenCreated:
         """A new bearer token (admin); its secret is in the answer and nowhere else."""

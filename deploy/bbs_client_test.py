@@ -81,7 +81,7 @@ def test_a_token_travels_as_a_bearer_header_on_every_request():
 
     with BBSClient("http://bbs.test", transport=httpx.MockTransport(record), auth=ClientAuth(token="t0k")) as bbs:
         bbs.desired_lrps()
-        bbs.cell_state("http://rep.test:1800")
+        bbs.cell_state("http://rep.test:1800", "cell-0")
     assert [(r.url.host, r.headers.get("authorization")) for r in seen] == [
         ("bbs.test", "Bearer t0k"), ("rep.test", "Bearer t0k")]
 

@@ -511,7 +511,7 @@ def cells(
             print_json(dump(present))
             return
         with ThreadPoolExecutor(max_workers=16) as pool:
-            states = list(pool.map(lambda c: client.cell_state(c.rep_url), present))
+            states = list(pool.map(lambda c: client.cell_state(c.rep_url, c.cell_id), present))
     table = listing_table(f"{len(present)} cell(s)")
     for column in ("CELL", "ZONE", "REP", "MEMORY FREE", "DISK FREE", "CONTAINERS FREE", "LRPS", "TASKS",
                    "INSECURE", "STATUS"):

@@ -204,8 +204,8 @@ class Demo:
                        f"(crash count [bold]{actual.crash_count}[/]; crashes 1–2 restart at once)")
 
     def pid_on_rep(self, actual: ActualLRP) -> int | None:
-        """The instance's OS process, as its rep reports it in GET {rep_url}/state."""
-        state = self.bbs.cell_state(self.cluster.reps[actual.cell_id].url, timeout=5.0)
+        """The instance's OS process, as its rep reports it in GET {rep_url}/state?lrps=full&cells=<cell>."""
+        state = self.bbs.cell_state(self.cluster.reps[actual.cell_id].url, actual.cell_id, timeout=5.0)
         if state is None:
             raise DemoFailed(f"expected the rep of {actual.cell_id} to answer GET /state")
         return next((lrp.pid for lrp in state.lrps if lrp.instance_guid == actual.instance_guid), None)

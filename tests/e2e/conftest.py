@@ -304,10 +304,12 @@ def one_process_per_index(process_guid: str, running: dict[int, dict]) -> bool:
 # --- the rep as seen from outside -----------------------------------------------------------------
 
 
-def rep_state(rep_url: str, verify: ssl.SSLContext | bool) -> dict:
-    r = httpx.get(f"{rep_url}/state", timeout=5.0, verify=verify)
+def rep_state(rep_url: str, cell_id: str, verify: ssl.SSLContext | bool) -> dict:
+    """One cell's full state, from its rep process's GET /state (the one rep API)."""
+    r = httpx.get(f"{rep_url}/state", params={"lrps": "full", "cells": cell_id}, timeout=5.0, verify=verify)
     r.raise_for_status()
-    return r.json()
+    [state] = r.json()["cells"]
+    return state
 
 
 # --- events ---------------------------------------------------------------------------------------
@@ -470,7 +472,7 @@ class E2ECluster:
         return self.events
 
     def rep_state(self, cell_id: str) -> dict:
-        return rep_state(self.reps[cell_id].url, self.lc.verify)
+        return rep_state(self.reps[cell_id].url, cell_id, self.lc.verify)
 
 
 @pytest.fixture(params=["http", "nats"])
