@@ -32,10 +32,7 @@ USAGE_ERROR = 2
 
 def cluster_table(cluster: LocalCluster) -> Table:
     """Where every component is: zone, URL, pid (logs: <data-dir>/logs/<component>.log)."""
-    security = ("[red]INSECURE[/]: plain HTTP, no authorization" if cluster.insecure
-                else f"TLS: certificates in {cluster.certs_dir}")
-    table = Table(title=f"local cluster in {cluster.data_dir}",
-                  caption=f"{security}; logs: {cluster.logs_dir}/<component>.log")
+    table = Table(title=f"local cluster in {cluster.data_dir}", caption=f"logs: {cluster.logs_dir}/<component>.log")
     for column in ("COMPONENT", "ZONE", "URL", "PID"):
         table.add_column(column, no_wrap=True)
     pids = cluster.pids()
@@ -121,6 +118,9 @@ def up(
         with out.status(f"starting {what} and {cells} cell(s)…"):
             cluster.start(timeout=60.0 + cells * 0.5)
         out.print(cluster_table(cluster))
+        if not insecure:
+            out.print(f"TLS: certificates in {cluster.certs_dir} (the CLI's: admin.pem, found through cluster.json)",
+                      highlight=False, soft_wrap=True)
         out.print(f"presence TTL {DEFAULT_PRESENCE_TTL_S:g} s, convergence every {DEFAULT_CONVERGENCE_INTERVAL_S:g} s. "
                   f"The CLI finds this cluster through {data_dir}/cluster.json, or:")
         out.print(f"  export VENDUE_BBS_URL={','.join(cluster.bbs_urls)}", highlight=False, soft_wrap=True)
