@@ -190,9 +190,12 @@ def mounts(service: dict[str, Any]) -> dict[str, tuple[str, bool]]:
 def on_host(service: dict[str, Any], volumes: Path, value: str) -> str:
     """`value` with each of the service's mount targets replaced by that volume's directory under `volumes`:
     what the service would find at a path inside its container, found on this machine."""
-    for target, (volume, _) in sorted(mounts(service).items(), key=lambda item: -len(item[0])):
-        value = re.sub(re.escape(target) + r"(?![\w.-])", lambda _, v=volume: str(volumes / v), value)
-    return value
+    targets = mounts(service)
+    if not targets:
+        return value
+    # One pass, longest target first: a path already moved is never matched again.
+    pattern = "|".join(re.escape(target) for target in sorted(targets, key=len, reverse=True))
+    return re.sub(rf"({pattern})(?![\w.-])", lambda match: str(volumes / targets[match.group(1)][0]), value)
 
 
 def vendue_services(services: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -286,6 +289,9 @@ def test_every_vendue_service_serves_tls_with_its_own_certificate_and_none_is_in
         # Its key in a volume of its own, read-only: no other service, nor an app a rep runs, reads it.
         assert read_only and readers[volume] == [name], f"{name}: {volume} at {target}, mounted by {readers[volume]}"
         assert not list((volumes / volume).glob("ca-key*")), f"{name}: the CA's key is in {volume}"
+        made_by_certs = {v for v, _ in mounts(services[CERTS_SERVICE]).values()}
+        others = {v for v, _ in mounts(service).values()} & made_by_certs - {volume}
+        assert not others, f"{name} also mounts {sorted(others)}: keys that are not its own"
         files = TLSFiles(*(Path(on_host(service, volumes, env[setting])) for setting in TLS_SETTINGS))
         assert stat.S_IMODE(files.key.stat().st_mode) == 0o600, f"{name}: {files.key}"
         identity = files.identity()
