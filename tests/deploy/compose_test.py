@@ -93,16 +93,20 @@ def volumes(services: dict[str, dict[str, Any]], tmp_path_factory: pytest.TempPa
     """Every named volume the certs service fills, as a directory, after running its script (the
     service's own entrypoint and command, its mount targets moved to those directories)."""
     root = tmp_path_factory.mktemp("volumes")
-    certs = services[CERTS_SERVICE]
-    for volume, _ in mounts(certs).values():
+    for volume, _ in mounts(services[CERTS_SERVICE]).values():
         (root / volume).mkdir()
+    run_certs_script(services, root)
+    return root
+
+
+def run_certs_script(services: dict[str, dict[str, Any]], volumes: Path) -> None:
+    certs = services[CERTS_SERVICE]
     bin_dir = Path(sys.executable).parent
     assert (bin_dir / "vendue").is_file(), f"no `vendue` script beside {sys.executable}: pip install -e ."
-    argv = [on_host(certs, root, arg) for arg in [*certs["entrypoint"], *certs["command"]]]
+    argv = [on_host(certs, volumes, arg) for arg in [*certs["entrypoint"], *certs["command"]]]
     env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}
     result = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=180)
     assert result.returncode == 0, f"the certs script failed:\n{result.stdout}{result.stderr}"
-    return root
 
 
 def component(service: dict[str, Any]) -> str | None:
@@ -321,6 +325,18 @@ def test_the_operator_gets_an_admin_certificate_and_not_the_cas_key(
     assert files.identity() is not None and files.identity().role == "admin"  # type: ignore[union-attr]
     assert stat.S_IMODE(files.key.stat().st_mode) == 0o600
     assert f"docker compose cp certs:{match.group(1)} " in (ROOT / "README.md").read_text()
+
+
+@pytest.mark.slow  # the certs script, twice
+def test_the_certs_script_runs_again_on_every_up_and_keeps_what_it_made(
+    services: dict[str, dict[str, Any]], volumes: Path
+) -> None:
+    def contents() -> dict[str, bytes]:
+        return {str(path.relative_to(volumes)): path.read_bytes() for path in volumes.rglob("*") if path.is_file()}
+
+    before = contents()
+    run_certs_script(services, volumes)
+    assert contents() == before  # the same CA and keys: running services and the operator's copy stay valid
 
 
 def dns_names(cert: Path) -> set[str]:
