@@ -48,7 +48,7 @@ async def converge_once(bbs: BBS, now: float | None = None) -> float | None:
     holdings: dict[str, set[str]] = {}
     returning = returning_cells(snapshot, cells, now) if suspects else []
     if returning:
-        answers = await asyncio.gather(*(bbs.outbound.cell_instances(c.rep_url) for c in returning))
+        answers = await asyncio.gather(*(bbs.outbound.cell_instances(c) for c in returning))
         holdings = {c.cell_id: held for c, held in zip(returning, answers, strict=True) if held is not None}
     # The pure decision runs in a worker thread: on 10,000 instances it is CPU work the event loop
     # (heartbeats, reports) should not wait for. The snapshot is this pass's own data.

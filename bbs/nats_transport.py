@@ -1,12 +1,13 @@
 """The BBS on NATS (`--transport nats`): what it sends and hears there instead of (or besides) HTTP.
 
 - NatsOutbound: auction requests as requests on `vendue.auctioneer.lrps` / `.tasks` (the auctioneers'
-  queue group answers {"accepted": n}); stops and cancels on `vendue.cell.<id>.stop` / `.cancel`, falling
-  back to the rep's HTTP API when no rep answers there (a rep running HTTP only). Completion callbacks and
-  the evacuation check of a rep's /state stay HTTP (inherited).
+  queue group answers {"accepted": n}); a rep process's stop and cancel batches (the same bodies as over
+  HTTP) on `vendue.rep.<rep_id>.stop` / `.cancel`, falling back to the rep's HTTP API when no rep answers
+  there (a rep running HTTP only). Completion callbacks and the evacuation check of a rep's /state stay
+  HTTP (inherited).
 - EventPublisher: every Event also on `vendue.events.<type>`, in commit order, from one pump task.
-- PresenceListener: a CellPresence on `vendue.cells.heartbeat` is a presence PUT; a cell is present if
-  either transport heartbeated it within the TTL.
+
+Presence stays HTTP (PUT /v1/cells every round): one surface fewer to secure.
 
 Whatever fails is logged and left to convergence, as with HTTP: nothing desired is lost.
 """
@@ -18,28 +19,13 @@ import json
 import logging
 from collections import deque
 from typing import Any
-from urllib.parse import quote
 
-from nats.aio.client import Client
-from nats.aio.msg import Msg
-from pydantic import ValidationError
-
-from common.models import CellPresence
 from common.transport.nats_connection import NatsConnection
-from common.transport.subjects import (
-    AUCTIONEER_LRPS,
-    AUCTIONEER_TASKS,
-    CELLS_HEARTBEAT,
-    CancelTask,
-    StopLRP,
-    cell_subject,
-    event_subject,
-)
+from common.transport.subjects import AUCTIONEER_LRPS, AUCTIONEER_TASKS, event_subject, rep_subject
 
 from .events import EventHub
 from .metrics import BBSMetrics
-from .outbound import Outbound
-from .service import BBS
+from .outbound import Outbound, RepKey
 
 log = logging.getLogger("bbs.nats")
 
@@ -106,34 +92,20 @@ class NatsOutbound(Outbound):
             await asyncio.sleep(delay)  # back off between attempts
             delay = min(delay * 2, 1.0)
 
-    def stop_instance(self, rep_url: str, process_guid: str, instance_guid: str, *, cell_id: str = "") -> None:
-        if not cell_id:
-            super().stop_instance(rep_url, process_guid, instance_guid)
-            return
-        path = f"/v1/lrps/{quote(process_guid, safe='')}/instances/{quote(instance_guid, safe='')}/stop"
-        body = StopLRP(process_guid=process_guid, instance_guid=instance_guid).model_dump_json().encode()
-        self._spawn(self._rep_request(cell_subject(cell_id, "stop"), body, "stop", rep_url.rstrip("/") + path))
-
-    def cancel_task(self, rep_url: str, task_guid: str, *, cell_id: str = "") -> None:
-        if not cell_id:
-            super().cancel_task(rep_url, task_guid)
-            return
-        body = CancelTask(task_guid=task_guid).model_dump_json().encode()
-        url = rep_url.rstrip("/") + f"/v1/tasks/{quote(task_guid, safe='')}/cancel"
-        self._spawn(self._rep_request(cell_subject(cell_id, "cancel"), body, "cancel", url))
-
-    async def _rep_request(self, subject: str, body: bytes, kind: str, http_url: str) -> bool:
-        if self.nats.connected:
+    async def _rep_request(self, rep: RepKey, verb: str, body: bytes) -> bool:
+        rep_url, rep_id = rep
+        if rep_id and self.nats.connected:
+            subject = rep_subject(rep_id, verb)
             async with self._rep_slots:
                 try:
                     await self.nats.client.request(subject, body, timeout=self._request_timeout)
-                    self.metrics.rep_requests.labels(kind=kind, outcome="ok").inc()
+                    self.metrics.rep_requests.labels(kind=verb, outcome="ok").inc()
                     return True
                 except Exception as exc:
                     log.info("rep did not answer on NATS; trying HTTP", extra={"data": {
                         "subject": subject, "error": repr(exc),
                     }})
-        return await self._post(http_url, None, kind)
+        return await super()._rep_request(rep, verb, body)
 
 
 class EventPublisher:
@@ -181,41 +153,3 @@ class EventPublisher:
         if self._pump is not None:
             self._pump.cancel()
             await asyncio.gather(self._pump, return_exceptions=True)
-
-
-class PresenceListener:
-    """Heartbeats from NATS, committed the same way as a PUT /v1/cells/<id> (grouped transactions)."""
-
-    def __init__(self, bbs: BBS) -> None:
-        self.bbs = bbs
-        self.received = 0
-        self.invalid = 0
-        self._inflight: set[asyncio.Task[None]] = set()
-
-    async def subscribe(self, nc: Client) -> None:
-        await nc.subscribe(CELLS_HEARTBEAT, cb=self._on_heartbeat)
-
-    async def _on_heartbeat(self, msg: Msg) -> None:
-        try:
-            presence = CellPresence.model_validate_json(msg.data)
-        except ValidationError as exc:
-            self.invalid += 1
-            log.warning("unreadable heartbeat", extra={"data": {"errors": exc.error_count(), "head": msg.data[:80]}})
-            return
-        self.received += 1
-        # Not awaited here: the subscription's callbacks run one at a time, and heartbeats arriving
-        # together should share one transaction (the BBS's group commit), not queue for one each.
-        task = asyncio.create_task(self._commit(presence))
-        self._inflight.add(task)
-        task.add_done_callback(self._inflight.discard)
-
-    async def _commit(self, presence: CellPresence) -> None:
-        try:
-            await self.bbs.heartbeat(presence.cell_id, presence)
-        except Exception:
-            log.exception("heartbeat from NATS not stored", extra={"data": {"cell_id": presence.cell_id}})
-
-    async def close(self) -> None:
-        for task in list(self._inflight):
-            task.cancel()
-        await asyncio.gather(*self._inflight, return_exceptions=True)

@@ -5,26 +5,40 @@ the instances stay UNCLAIMED and the tasks PENDING, and the next pass auctions t
 Auctioneer sends are coalesced: whatever was queued while the previous POST ran goes in the next one.
 They go to the holder of the "auctioneer" lease when there is one (its URL, cached for a moment and
 read again after a failed send), else to the configured auctioneer URL.
+
+Stops and cancels are batched per rep process (the one rep API: POST {rep_url}/stop, /cancel, the body
+naming each cell): everything queued for a process in one burst (one transaction's effects, one
+convergence pass) goes in one request.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
-from urllib.parse import quote
 
 import httpx
+from pydantic import ValidationError
+
+from common.models import CancelTasks, HostCellStates, InstanceStop, StopInstances, TaskCancel
 
 from .metrics import BBSMetrics
+from .records import CellRecord
 
 log = logging.getLogger("bbs.outbound")
 
+JSON_HEADERS = {"content-type": "application/json"}
+
 REP_CONCURRENCY = 64
-LEADER_CACHE_S = 1.0
-MAX_RETRY_DELAY_S = 1.0  # between auctioneer send attempts within the retry window  # how long a looked-up lease holder's URL is used before it is looked up again
+LEADER_CACHE_S = 1.0  # how long a looked-up lease holder's URL is used before it is looked up again
+MAX_RETRY_DELAY_S = 1.0  # between auctioneer send attempts within the retry window
+REP_BATCH_MAX = 10_000  # stops (or cancels) per request to one rep process
+
+# A rep process: (its root URL, its id). Stops and cancels queued for it travel together.
+RepKey = tuple[str, str]
 
 # The elected auctioneer's URL, or None when no auctioneer holds the lease (a lone, unelected one).
 FindAuctioneer = Callable[[], Awaitable[str | None]]
@@ -62,6 +76,8 @@ class Outbound:
         self._idle = asyncio.Event()
         self._idle.set()
         self._rep_slots = asyncio.Semaphore(REP_CONCURRENCY)
+        self._stops: dict[RepKey, list[InstanceStop]] = {}  # queued for the rep's next stop request
+        self._cancels: dict[RepKey, list[TaskCancel]] = {}
         self._background: set[asyncio.Task[None]] = set()
         self._sender: asyncio.Task[None] | None = None
 
@@ -159,24 +175,52 @@ class Outbound:
 
     # --- reps and callbacks -----------------------------------------------------------------------
 
-    def stop_instance(self, rep_url: str, process_guid: str, instance_guid: str, *, cell_id: str = "") -> None:
-        path = f"/v1/lrps/{quote(process_guid, safe='')}/instances/{quote(instance_guid, safe='')}/stop"
-        self._spawn(self._post(rep_url.rstrip("/") + path, None, "stop"))
+    def stop_instance(self, cell: CellRecord, process_guid: str, instance_guid: str) -> None:
+        """Queue a stop for the cell's rep; the burst's stops for one rep process go in one request."""
+        stop = InstanceStop(cell_id=cell.cell_id, process_guid=process_guid, instance_guid=instance_guid)
+        self._queue(self._stops, cell, stop, self._send_stops)
 
-    def cancel_task(self, rep_url: str, task_guid: str, *, cell_id: str = "") -> None:
-        self._spawn(
-            self._post(rep_url.rstrip("/") + f"/v1/tasks/{quote(task_guid, safe='')}/cancel", None, "cancel")
-        )
+    def cancel_task(self, cell: CellRecord, task_guid: str) -> None:
+        """Queue a cancel for the cell's rep; the burst's cancels for one rep process go in one request."""
+        cancel = TaskCancel(cell_id=cell.cell_id, task_guid=task_guid)
+        self._queue(self._cancels, cell, cancel, self._send_cancels)
+
+    def _queue(self, queues: dict[RepKey, list[Any]], cell: CellRecord, item: Any,
+               send: Callable[[RepKey], Awaitable[None]]) -> None:
+        key = (cell.rep_url.rstrip("/"), cell.rep_id)
+        queued = queues.get(key)
+        if queued is None:  # the first of a burst: the send runs once the burst's caller has queued the rest
+            queued = queues[key] = []
+            self._spawn(send(key))
+        queued.append(item)
+
+    async def _send_stops(self, rep: RepKey) -> None:
+        stops = self._stops.pop(rep)
+        for first in range(0, len(stops), REP_BATCH_MAX):
+            body = StopInstances.model_construct(instances=stops[first : first + REP_BATCH_MAX])
+            await self._rep_request(rep, "stop", body.model_dump_json().encode())
+
+    async def _send_cancels(self, rep: RepKey) -> None:
+        cancels = self._cancels.pop(rep)
+        for first in range(0, len(cancels), REP_BATCH_MAX):
+            body = CancelTasks.model_construct(tasks=cancels[first : first + REP_BATCH_MAX])
+            await self._rep_request(rep, "cancel", body.model_dump_json().encode())
+
+    async def _rep_request(self, rep: RepKey, verb: str, body: bytes) -> bool:
+        """One stop or cancel batch to a rep process (POST {rep_url}/stop or /cancel)."""
+        return await self._post(f"{rep[0]}/{verb}", body, verb)
 
     def _spawn(self, coroutine: Any) -> None:
         task = asyncio.create_task(coroutine)
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
-    async def _post(self, url: str, body: Any, kind: str) -> bool:
+    async def _post(self, url: str, body: bytes | dict[str, Any], kind: str) -> bool:
+        """POST (JSON bytes, or data written as JSON) to a rep or a callback URL; True on a 2xx answer."""
+        content = body if isinstance(body, bytes) else json.dumps(body).encode()
         async with self._rep_slots:
             try:
-                response = await self.client.post(url, json=body)
+                response = await self.client.post(url, content=content, headers=JSON_HEADERS)
                 response.raise_for_status()
             except (httpx.HTTPError, httpx.InvalidURL) as exc:
                 self.metrics.rep_requests.labels(kind=kind, outcome="error").inc()
@@ -185,18 +229,21 @@ class Outbound:
             self.metrics.rep_requests.labels(kind=kind, outcome="ok").inc()
             return True
 
-    async def cell_instances(self, rep_url: str) -> set[str] | None:
-        """The instance guids a rep holds (from its /state), or None when it does not answer."""
+    async def cell_instances(self, cell: CellRecord) -> set[str] | None:
+        """The instance guids a cell holds (GET {rep_url}/state?lrps=full&cells=<id>), or None when its rep
+        does not answer or no longer hosts it."""
+        url = f"{cell.rep_url.rstrip('/')}/state"
         try:
-            response = await self.client.get(rep_url.rstrip("/") + "/state")
+            response = await self.client.get(url, params={"lrps": "full", "cells": cell.cell_id})
             response.raise_for_status()
-            lrps = response.json().get("lrps", [])
-            self.metrics.rep_requests.labels(kind="state", outcome="ok").inc()
-            return {str(lrp["instance_guid"]) for lrp in lrps}
-        except (httpx.HTTPError, ValueError, KeyError, TypeError, AttributeError) as exc:
+            states = HostCellStates.model_validate_json(response.content).cells
+        except (httpx.HTTPError, ValidationError) as exc:
             self.metrics.rep_requests.labels(kind="state", outcome="error").inc()
-            log.info("cell state fetch failed", extra={"data": {"rep_url": rep_url, "error": repr(exc)}})
+            log.info("cell state fetch failed", extra={"data": {"rep_url": cell.rep_url, "error": repr(exc)}})
             return None
+        self.metrics.rep_requests.labels(kind="state", outcome="ok").inc()
+        state = next((s for s in states if s.cell_id == cell.cell_id), None)
+        return None if state is None else {lrp.instance_guid for lrp in state.lrps}
 
     async def task_callback(self, url: str, task: dict[str, Any]) -> bool:
         """POST the Task to its completion_callback_url; True on a 2xx answer."""

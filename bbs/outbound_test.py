@@ -6,6 +6,12 @@ import httpx
 
 from bbs.metrics import BBSMetrics
 from bbs.outbound import Outbound
+from bbs.records import CellRecord
+from common.models import CancelTasks, StopInstances
+
+
+def cell(cell_id: str, rep_url: str, rep_id: str = "") -> CellRecord:
+    return CellRecord(cell_id, {"zone": "z1", "rep_url": rep_url, "rep_id": rep_id}, expires_at=0.0)
 
 
 async def test_queued_starts_are_coalesced_and_a_failed_send_is_retried_then_dropped() -> None:
@@ -39,8 +45,8 @@ async def test_queued_starts_are_coalesced_and_a_failed_send_is_retried_then_dro
 async def test_rep_calls_to_bad_urls_are_logged_not_raised() -> None:
     outbound = Outbound("http://auctioneer.test", BBSMetrics(), client=httpx.AsyncClient(timeout=1))
     try:
-        outbound.stop_instance("http://127.0.0.1:1", "web", "g1")  # nothing listens on port 1
-        outbound.cancel_task("not a url", "t1")
+        outbound.stop_instance(cell("c1", "http://127.0.0.1:1"), "web", "g1")  # nothing listens on port 1
+        outbound.cancel_task(cell("c2", "not a url"), "t1")
         await outbound.drain(5)
         assert not await outbound.task_callback("http://127.0.0.1:1/cb", {"task_guid": "t1"})
     finally:
@@ -73,5 +79,58 @@ async def test_a_start_request_outlives_a_dead_leader_until_the_lease_names_the_
         outbound.auction_lrps([{"n": 1}])
         await outbound.drain(10)
         assert delivered == ["standby.test"], delivered
+    finally:
+        await outbound.close()
+
+
+async def test_stops_and_cancels_of_one_burst_go_in_one_request_per_rep_process() -> None:
+    requests: list[tuple[str, bytes]] = []
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        requests.append((f"{request.method} {request.url}", request.content))
+        return httpx.Response(202, json={"found": []})
+
+    client = httpx.AsyncClient(transport=httpx.MockTransport(handle))
+    outbound = Outbound("http://auctioneer.test", BBSMetrics(), client=client)
+    a0, a1, b0 = cell("a-0", "http://a.test/", "a"), cell("a-1", "http://a.test", "a"), cell("b-0", "http://b.test", "b")
+    try:
+        outbound.stop_instance(a0, "web", "g0")  # one transaction's effects: queued together
+        outbound.stop_instance(b0, "web", "g1")
+        outbound.stop_instance(a1, "api", "g2")
+        outbound.cancel_task(a1, "t1")
+        outbound.cancel_task(a0, "t2")
+        await outbound.drain(5)
+        by_route = {route: body for route, body in requests}
+        assert sorted(by_route) == ["POST http://a.test/cancel", "POST http://a.test/stop", "POST http://b.test/stop"]
+        stops = StopInstances.model_validate_json(by_route["POST http://a.test/stop"]).instances
+        assert [(s.cell_id, s.process_guid, s.instance_guid) for s in stops] == [("a-0", "web", "g0"), ("a-1", "api", "g2")]
+        cancels = CancelTasks.model_validate_json(by_route["POST http://a.test/cancel"]).tasks
+        assert [(c.cell_id, c.task_guid) for c in cancels] == [("a-1", "t1"), ("a-0", "t2")]
+
+        outbound.stop_instance(a0, "web", "g3")  # a later burst: its own request
+        await outbound.drain(5)
+        assert [route for route, _ in requests].count("POST http://a.test/stop") == 2
+    finally:
+        await outbound.close()
+
+
+async def test_a_cells_instances_are_read_from_its_reps_full_state() -> None:
+    state = {"cell_id": "a-1", "zone": "z1", "rep_url": "http://a.test",
+             "total": {"memory_mb": 1, "disk_mb": 1, "containers": 1},
+             "available": {"memory_mb": 1, "disk_mb": 1, "containers": 1},
+             "lrps": [{"process_guid": "web", "index": 0, "instance_guid": "g0", "memory_mb": 1, "disk_mb": 1}]}
+    asked: list[str] = []
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        asked.append(str(request.url))
+        wanted = request.url.params["cells"]
+        return httpx.Response(200, json={"cells": [state] if wanted == "a-1" else []})
+
+    client = httpx.AsyncClient(transport=httpx.MockTransport(handle))
+    outbound = Outbound("http://auctioneer.test", BBSMetrics(), client=client)
+    try:
+        assert await outbound.cell_instances(cell("a-1", "http://a.test", "a")) == {"g0"}
+        assert asked == ["http://a.test/state?lrps=full&cells=a-1"]
+        assert await outbound.cell_instances(cell("a-2", "http://a.test", "a")) is None, "not hosted there (any more)"
     finally:
         await outbound.close()

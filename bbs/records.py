@@ -252,7 +252,13 @@ class CellRecord:
 
     @property
     def rep_url(self) -> str:
+        """The root URL of the rep process hosting the cell."""
         return str(self.presence.get("rep_url", ""))
+
+    @property
+    def rep_id(self) -> str:
+        """The name of the rep process hosting the cell (its NATS subjects)."""
+        return str(self.presence.get("rep_id", ""))
 
     @property
     def zone(self) -> str:

@@ -40,7 +40,7 @@ from .store import Store
 if TYPE_CHECKING:  # imported when used: nats (and the aiohttp it loads) cost a BBS on HTTP 0.3 s at startup
     from common.transport.nats_connection import NatsConnection
 
-    from .nats_transport import EventPublisher, PresenceListener
+    from .nats_transport import EventPublisher
 
 log = logging.getLogger("bbs")
 
@@ -80,13 +80,11 @@ async def running_bbs(
     outbound.set_find_auctioneer(functools.partial(elected_auctioneer_url, store))
     converger = Converger(bbs, settings.convergence_interval, settings.lease_ttl)
     events: EventPublisher | None = None
-    presence: PresenceListener | None = None
     if nats is not None:
-        from .nats_transport import EventPublisher, PresenceListener
+        from .nats_transport import EventPublisher
 
-        events, presence = EventPublisher(nats), PresenceListener(bbs)
+        events = EventPublisher(nats)
         events.attach(hub)
-        nats.on_connect(presence.subscribe)
         nats.start()
         bbs.transport_ready = lambda: nats.connected
     outbound.start()
@@ -100,8 +98,7 @@ async def running_bbs(
         with contextlib.suppress(TimeoutError):
             await outbound.drain(DRAIN_TIMEOUT_S)
         await outbound.close()
-        if presence is not None and events is not None and nats is not None:
-            await presence.close()
+        if events is not None and nats is not None:
             await events.close()
             await nats.close()
         await store.close()

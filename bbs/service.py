@@ -91,9 +91,9 @@ class Effects:
     events: list[Callable[[], list[dict[str, Any]]]] = field(default_factory=list)  # built lazily
     lrp_starts: list[dict[str, Any]] = field(default_factory=list)
     task_starts: list[dict[str, Any]] = field(default_factory=list)
-    # (rep_url, process_guid, instance_guid, cell_id)
-    stops: list[tuple[str, str, str, str]] = field(default_factory=list)
-    cancels: list[tuple[str, str, str]] = field(default_factory=list)  # (rep_url, task_guid, cell_id)
+    # (cell, process_guid, instance_guid)
+    stops: list[tuple[CellRecord, str, str]] = field(default_factory=list)
+    cancels: list[tuple[CellRecord, str]] = field(default_factory=list)  # (cell, task_guid)
     callbacks: list[TaskRecord] = field(default_factory=list)
     wake_convergence: bool = False
     pass_due: float | None = None  # epoch seconds: a convergence pass is needed then
@@ -173,7 +173,7 @@ class BBS:
         for s in stops:
             cell = cells.get(s.cell_id)
             if cell is not None and cell.rep_url:
-                effects.stops.append((cell.rep_url, s.process_guid, s.instance_guid, cell.cell_id))
+                effects.stops.append((cell, s.process_guid, s.instance_guid))
 
     def run_effects(self, effects: Effects) -> None:
         if self.hub.listening:
@@ -185,10 +185,10 @@ class BBS:
             self.outbound.auction_lrps(effects.lrp_starts)
         if effects.task_starts:
             self.outbound.auction_tasks(effects.task_starts)
-        for rep_url, process_guid, instance_guid, cell_id in effects.stops:
-            self.outbound.stop_instance(rep_url, process_guid, instance_guid, cell_id=cell_id)
-        for rep_url, task_guid, cell_id in effects.cancels:
-            self.outbound.cancel_task(rep_url, task_guid, cell_id=cell_id)
+        for cell, process_guid, instance_guid in effects.stops:
+            self.outbound.stop_instance(cell, process_guid, instance_guid)
+        for cell, task_guid in effects.cancels:
+            self.outbound.cancel_task(cell, task_guid)
         for task in effects.callbacks:
             url = task.definition.get("completion_callback_url")
             if url:
@@ -494,7 +494,7 @@ class BBS:
             if task.state == TASK_RUNNING:
                 cell = await tx.get_cell(task.cell_id)
                 if cell is not None and cell.rep_url:
-                    effects.cancels.append((cell.rep_url, task_guid, cell.cell_id))
+                    effects.cancels.append((cell, task_guid))
             task = completed(task, now, failed=True, failure_reason=CANCELLED)
             await tx.update_tasks([task])
         wire = task.to_wire()

@@ -49,14 +49,21 @@ Auctioneer (`vendue auctioneer`, default http://127.0.0.1:8890)
                        last_auction_at, ...} (counters the benchmark reads)
   A standby (not holding the "auctioneer" lease) forwards POST /v1/lrps and /v1/tasks to the holder.
 
-Rep (`vendue rep`; `rep_url` is a base URL and may carry a path prefix, e.g. the simulated cells of one
-`vendue rep --sim --cells N` process are http://127.0.0.1:PORT/cells/<cell_id>)
-  GET    {rep_url}/ping                                            -> {"ok": true}
-  GET    {rep_url}/state[?lrps=counts]                             -> CellState (counts: the summary form)
-  POST   {rep_url}/work              Work                          -> WorkResult (the part it rejects)
-  POST   {rep_url}/v1/lrps/{process_guid}/instances/{instance_guid}/stop   -> 202
-  POST   {rep_url}/v1/tasks/{task_guid}/cancel                      -> 202
-  POST   {rep_url}/evacuate                                         -> 202
+Rep (`vendue rep`): one API for the N >= 1 cells of the process; `rep_url` (every cell's presence names
+it) is the process's root URL, and the bodies name the cells they concern. NATS carries the same bodies
+(common/transport/subjects.py).
+  GET    /livez                                          -> {"ok": true}
+  GET    /ping, /readyz                                  -> {"ok": true, "insecure": bool}; 503 with the
+                                                            reason while it cannot take work (NATS down)
+  GET    /state?lrps=counts|full&cells=a,b               -> HostCellStates (every live cell, or those named;
+                                                            default counts: the summary form)
+  POST   /work                 HostWork                  -> HostWorkResult (per cell: the part it rejects);
+                                                            409 under a stale or unknown fencing token
+  POST   /stop                 StopInstances             -> 202 Found (the instance guids it holds)
+  POST   /cancel               CancelTasks               -> 202 Found (the task guids it holds)
+  POST   /evacuate             EvacuateCells (optional)  -> 202 {"evacuating": [cell_id]} (none named: all)
+  GET    /cells                                          -> {"items": [{cell_id, rep_url, zone}]}
+  GET    /metrics                                        -> prometheus text
 """
 
 from __future__ import annotations
@@ -299,7 +306,7 @@ class HostMetricsModel(Open):
 class CellPresence(Open):
     cell_id: Guid
     zone: str
-    rep_url: str
+    rep_url: str  # the root URL of the rep process hosting the cell (rep/api.py)
     stacks: list[str] = Field(default_factory=lambda: [DEFAULT_STACK])
     total: ResourcesModel
     placement_tags: list[str] = Field(default_factory=list)
@@ -311,10 +318,12 @@ class CellPresence(Open):
     # New each time the rep starts: a cell heartbeating with a new boot id lost whatever it held before,
     # so the BBS places that work again at once instead of waiting for a presence that never expires.
     boot_id: str = ""
-    # The root URL of the rep process hosting this cell when that process hosts several (a sim host):
-    # the auctioneer then fetches all their states, and sends all their work, in one request to it
-    # (GET/POST {host_url}/state, /work; rep/api.py). Empty for a rep hosting one cell.
-    host_url: str = ""
+    # The rep process hosting this cell: `rep_url` is its root URL (shared by every cell it hosts: the
+    # auctioneer asks each process once per auction), `rep_id` its name (the CN of its certificate), which
+    # names its NATS subjects vendue.rep.<rep_id>.work|stop|cancel.
+    rep_id: str = Field(default="", max_length=128)
+    # Its rep serves plain HTTP with authorization off (--insecure, or no TLS files on loopback): said loudly.
+    insecure: bool = False
 
 
 class CellLRP(Open):
@@ -368,6 +377,7 @@ class CellState(Open):
     stopping_counts: dict[str, int] = Field(default_factory=dict)  # being stopped: hold resources only
     tasks: list[CellTask] = Field(default_factory=list)
     host: HostMetricsModel | None = None
+    insecure: bool = False  # its rep serves plain HTTP with authorization off
     fencing_token: int = 0  # the highest auctioneer fencing token this rep has seen
     accepted_fencing_tokens: list[int] = Field(default_factory=list)  # debug: tokens it took work under, in order
     # What the service strategy places against (optional; a rep that offers none leaves them empty).
@@ -398,67 +408,49 @@ class LRPWork(Open):
     index: int
 
 
-class LRPGroup(Open):
-    """Instances of one desired LRP, the desired LRP written once (the auctioneer's form of Work)."""
-
-    desired: DesiredLRP
-    indices: list[int]
-
-
-class Work(Open):
-    """LRP instances come as `lrps` (one entry per instance) and/or `lrp_groups` (one entry per desired
-    LRP with its indices: what the auctioneer sends, since a cell winning 100 instances of an app would
-    otherwise get, and parse, the same DesiredLRP 100 times). `all_lrps()` reads both."""
-
-    lrps: list[LRPWork] = Field(default_factory=list)
-    lrp_groups: list[LRPGroup] = Field(default_factory=list)
-    tasks: list[Task] = Field(default_factory=list)
-    fencing_token: int = 0
-
-    def all_lrps(self) -> list[LRPWork]:
-        grouped = [
-            LRPWork.model_construct(desired=group.desired, index=index)  # validated as part of the group
-            for group in self.lrp_groups
-            for index in group.indices
-        ]
-        return [*self.lrps, *grouped] if self.lrps else grouped
-
-
 class WorkResult(Open):
-    """The part of the work the rep rejected (not enough room, stale token, evacuating)."""
+    """The part of one cell's work the rep rejected (not enough room, stale token, evacuating)."""
 
     rejected_lrps: list[LRPWork] = Field(default_factory=list)
     rejected_tasks: list[Task] = Field(default_factory=list)
     reason: str = ""
 
 
+# The most items one rep request may carry (cells, desired LRPs, instances per group, tasks, stops): far
+# above what an auction sends one process (the auctioneer splits a process's work past 10,000 items),
+# and a bound on what a body can make the rep allocate.
+MAX_ITEMS = 100_000
+CellIds = Annotated[list[Guid], Field(max_length=10_000)]
+
+
 class HostCellStates(Open):
-    """GET {host_url}/state: the states of the live cells a multi-cell rep process hosts."""
+    """GET {rep_url}/state (and the reply on vendue.cells.state): the states of the live cells of one rep
+    process, or of those the request named that it hosts."""
 
     cells: list[CellState] = Field(default_factory=list)
 
 
-class HostLRPGroup(Open):
-    """Instances of one desired LRP for one cell of a host: `desired` is its position in HostWork.desired."""
+class HostLRPGroup(Strict):
+    """Instances of one desired LRP for one cell: `desired` is its position in HostWork.desired."""
 
     desired: int = Field(ge=0)
-    indices: list[int]
+    indices: list[Annotated[int, Field(ge=0)]] = Field(max_length=MAX_ITEMS)
 
 
-class HostCellWork(Open):
-    lrp_groups: list[HostLRPGroup] = Field(default_factory=list)
-    tasks: list[Task] = Field(default_factory=list)
+class HostCellWork(Strict):
+    lrp_groups: list[HostLRPGroup] = Field(default_factory=list, max_length=MAX_ITEMS)
+    tasks: list[Task] = Field(default_factory=list, max_length=MAX_ITEMS)
 
 
-class HostWork(Open):
-    """POST {host_url}/work: the work of several cells hosted by one rep process, in one request. Each
-    desired LRP is written (and validated) once however many of the cells get its instances; each
-    cell's part means exactly what the Work {lrp_groups (desired named in full), tasks, fencing_token}
-    would mean in its own POST {rep_url}/work."""
+class HostWork(Strict):
+    """POST {rep_url}/work (and vendue.rep.<rep_id>.work): the work of one or more cells of one rep process,
+    in one request. Each desired LRP is written (and validated) once however many of the cells get its
+    instances; cells name it by position. Every part was placed under `fencing_token` (the auctioneer
+    lease's token: a rep refuses an older or unknown one)."""
 
-    desired: list[DesiredLRP] = Field(default_factory=list)
+    desired: list[DesiredLRP] = Field(default_factory=list, max_length=MAX_ITEMS)
     cells: dict[Guid, HostCellWork] = Field(max_length=10_000)
-    fencing_token: int = 0
+    fencing_token: int = Field(default=0, ge=0, le=2**63 - 1)
 
     @model_validator(mode="after")
     def _references_exist(self) -> HostWork:
@@ -472,7 +464,7 @@ class HostWork(Open):
         return self
 
     def instances(self, cell_id: str) -> list[tuple[DesiredLRP, int]]:
-        """One cell's LRP instances as (desired LRP, index), in the order `Work.all_lrps()` would list them."""
+        """One cell's LRP instances as (desired LRP, index), group by group."""
         desired = self.desired
         return [(desired[g.desired], index) for g in self.cells[cell_id].lrp_groups for index in g.indices]
 
@@ -482,6 +474,41 @@ class HostWorkResult(Open):
     none of its work was taken."""
 
     cells: dict[str, WorkResult] = Field(default_factory=dict)
+
+
+class InstanceStop(Strict):
+    cell_id: Guid
+    process_guid: str = Field(min_length=1, max_length=128)
+    instance_guid: str = Field(min_length=1, max_length=128)
+
+
+class StopInstances(Strict):
+    """POST {rep_url}/stop (and vendue.rep.<rep_id>.stop): stop these instances (the BBS, in one batch)."""
+
+    instances: list[InstanceStop] = Field(min_length=1, max_length=MAX_ITEMS)
+
+
+class TaskCancel(Strict):
+    cell_id: Guid
+    task_guid: str = Field(min_length=1, max_length=128)
+
+
+class CancelTasks(Strict):
+    """POST {rep_url}/cancel (and vendue.rep.<rep_id>.cancel): cancel these tasks (the BBS, in one batch)."""
+
+    tasks: list[TaskCancel] = Field(min_length=1, max_length=MAX_ITEMS)
+
+
+class Found(Open):
+    """The answer to a stop or a cancel: the guids (instance or task) the rep held and now stops."""
+
+    found: list[str] = Field(default_factory=list)
+
+
+class EvacuateCells(Strict):
+    """POST {rep_url}/evacuate: the cells to evacuate (none named: every cell of the process)."""
+
+    cells: CellIds | None = None
 
 
 class LRPPlacementFailure(Open):
@@ -549,8 +576,7 @@ class LifecycleResult(Open):
 
 
 class HostLifecycle(Open):
-    """The lifecycle reports of several cells hosted by one rep process, in one request. Each cell's
-    report means exactly what it would mean in its own POST /v1/cells/{cell_id}/lifecycle."""
+    """POST /v1/lifecycle: the lifecycle reports of the cells of one rep process, in one request."""
 
     cells: dict[Guid, CellLifecycle] = Field(max_length=10_000)
 

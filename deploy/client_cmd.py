@@ -41,6 +41,7 @@ from common.models import (
     DesiredLRPCreate,
     DesiredLRPUpdate,
     Event,
+    HostCellStates,
     Presence,
     Task,
     TaskCreate,
@@ -409,13 +410,15 @@ def instances(
 # --- cells ----------------------------------------------------------------------------------------
 
 
-def _cell_state(rep_url: str) -> CellState | None:
+def cell_state(rep_url: str, cell_id: str, timeout: float = 2.0) -> CellState | None:
+    """One cell's full state, from its rep process (GET {rep_url}/state naming the cell); None if unknown."""
     try:
-        response = httpx.get(f"{rep_url}/state", timeout=2.0)
+        response = httpx.get(f"{rep_url}/state", params={"lrps": "full", "cells": cell_id}, timeout=timeout)
         response.raise_for_status()
-        return CellState.model_validate(response.json())
+        states = HostCellStates.model_validate_json(response.content).cells
     except (httpx.HTTPError, ValidationError, ValueError):
         return None
+    return next((s for s in states if s.cell_id == cell_id), None)
 
 
 @app.command(cls=OneLineErrorsCommand)
@@ -427,7 +430,7 @@ def cells(bbs: BbsUrl = None, data_dir: DataDir = Path(".vendue"), as_json: AsJs
         print_json(dump(present))
         return
     with ThreadPoolExecutor(max_workers=16) as pool:
-        states = list(pool.map(lambda c: _cell_state(c.rep_url), present))
+        states = list(pool.map(lambda c: cell_state(c.rep_url, c.cell_id), present))
     table = listing_table(f"{len(present)} cell(s)")
     for column in ("CELL", "ZONE", "REP", "MEMORY FREE", "DISK FREE", "CONTAINERS FREE", "LRPS", "TASKS",
                    "STATUS"):

@@ -35,9 +35,9 @@ from rich.table import Table
 from common.models import (
     ActualLRP,
     ActualState,
-    CellState,
     DesiredLRPCreate,
     HealthCheck,
+    HostCellStates,
     Presence,
     Task,
     TaskCreate,
@@ -205,11 +205,13 @@ class Demo:
                        f"(crash count [bold]{actual.crash_count}[/]; crashes 1–2 restart at once)")
 
     def pid_on_rep(self, actual: ActualLRP) -> int | None:
-        """The instance's OS process, as its rep reports it in GET {rep_url}/state."""
-        response = httpx.get(f"{self.cluster.reps[actual.cell_id].url}/state", timeout=5.0)
+        """The instance's OS process, as its rep reports it in GET {rep_url}/state?lrps=full&cells=<cell>."""
+        response = httpx.get(f"{self.cluster.reps[actual.cell_id].url}/state",
+                             params={"lrps": "full", "cells": actual.cell_id}, timeout=5.0)
         response.raise_for_status()
-        state = CellState.model_validate(response.json())
-        return next((lrp.pid for lrp in state.lrps if lrp.instance_guid == actual.instance_guid), None)
+        states = HostCellStates.model_validate_json(response.content).cells
+        lrps = [lrp for state in states for lrp in state.lrps]
+        return next((lrp.pid for lrp in lrps if lrp.instance_guid == actual.instance_guid), None)
 
     def evacuate(self) -> None:
         self.step("5. stop one cell (SIGTERM to its rep: it evacuates)")

@@ -1,6 +1,9 @@
 """`vendue rep`: run a cell agent (or, with --sim --cells N, N simulated cells in one process).
 
 Settings come from `VENDUE_*` environment variables (rep/settings.py); flags given here override them.
+With `--tls-cert/--tls-key/--tls-ca` it serves HTTPS and authorizes every request (docs/security.md);
+without them only on a loopback address, or anywhere with --insecure (plain HTTP, authorization off, a
+warning).
 """
 
 from __future__ import annotations
@@ -36,6 +39,9 @@ def rep(
         "every flag has a VENDUE_* twin).",
     ),
     cell_id: str | None = typer.Option(None, "--cell-id", help="Cell id (default: from the hostname)."),
+    rep_id: str | None = typer.Option(
+        None, "--rep-id", help="The process's name (NATS subjects; default: the cell id, or the sim prefix)."
+    ),
     zone: str | None = typer.Option(None, "--zone", help="Availability zone (default z0)."),
     zones: int | None = typer.Option(None, "--zones", min=1, help="Sim: spread the cells over z0..z{Z-1}."),
     listen: str | None = typer.Option(None, "--listen", help="Address to bind (default 127.0.0.1)."),
@@ -82,11 +88,20 @@ def rep(
     nats_url: str | None = typer.Option(
         None, "--nats-url", help="NATS server(s), credentials allowed (VENDUE_NATS_URL; token: VENDUE_NATS_TOKEN)."
     ),
+    tls_cert: Path | None = typer.Option(
+        None, "--tls-cert", help="This rep's certificate (vendue certs issue --role rep) [VENDUE_TLS_CERT]."
+    ),
+    tls_key: Path | None = typer.Option(None, "--tls-key", help="Its private key [VENDUE_TLS_KEY]."),
+    tls_ca: Path | None = typer.Option(None, "--tls-ca", help="The cluster CA certificate [VENDUE_TLS_CA]."),
+    insecure: bool = typer.Option(
+        False, "--insecure", help="Plain HTTP, authorization off, on any address [VENDUE_INSECURE]."
+    ),
     check_config: bool = typer.Option(
         False, "--check-config", help="Validate the settings and exit: 0, or 2 and the setting at fault."
     ),
 ) -> None:
     """Run a rep: advertise the cell, take work from auctions, run it, report to the BBS."""
+    from common.tls import CertError
     from rep.service import ConfigError, serve
     from rep.settings import RepSettings
 
@@ -98,6 +113,7 @@ def rep(
     given = {
         "bbs_url": bbs_url,
         "cell_id": cell_id,
+        "rep_id": rep_id,
         "zone": zone,
         "zones": zones,
         "listen": listen,
@@ -125,6 +141,10 @@ def rep(
         "log_level": log_level,
         "transport": transport,
         "nats_url": nats_url,
+        "tls_cert": tls_cert,
+        "tls_key": tls_key,
+        "tls_ca": tls_ca,
+        "insecure": insecure or None,
     }
     try:
         settings = RepSettings(**{k: v for k, v in given.items() if v is not None})
@@ -146,7 +166,7 @@ def rep(
     setup_logging("rep", settings.log_level)
     try:
         status = runtime.run(serve(settings))
-    except ConfigError as exc:
+    except (ConfigError, CertError) as exc:  # CertError: TLS files, or plain HTTP off loopback
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(USAGE_ERROR) from None
     raise typer.Exit(status)

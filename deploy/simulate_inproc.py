@@ -24,8 +24,8 @@ from datetime import UTC, datetime
 from auctioneer.engine.strategies import pickers
 from auctioneer.service.auction import Auction, AuctionConfig
 from auctioneer.service.batcher import Batch, PendingLRP, PendingTask
-from auctioneer.service.cells import FetchedCells
-from auctioneer.service.dispatch import BodyWriter, CellWork, Rejection, send_concurrently
+from auctioneer.service.cells import FetchedCells, RepAddress
+from auctioneer.service.dispatch import CellWork, DispatchOutcome, Rejection, tally
 from auctioneer.service.metrics import Metrics
 from common.models import (
     AffinityRuleModel,
@@ -149,7 +149,7 @@ class InProcessCells:
         for cell_id, rep in self.reps.items():
             self.metrics.request("rep_state")
             result.states.append(rep.state())
-            result.rep_urls[cell_id] = f"inproc://{cell_id}"
+            result.reps[cell_id] = RepAddress(f"inproc://{cell_id}", cell_id)  # a rep process per cell
         result.seconds = time.perf_counter() - started
         self.metrics.state_fetch(result.seconds)
         return result
@@ -162,12 +162,9 @@ class InProcessWork:
         self.reps = reps
         self.metrics = metrics
 
-    async def send(self, works: list[CellWork]):
-        return await send_concurrently(works, self._send_one, BodyWriter(), max_concurrency=256)
-
-    async def _send_one(self, work: CellWork, writer: BodyWriter, limit: asyncio.Semaphore) -> list[Rejection]:
-        self.metrics.request("rep_work")
-        return self.reps[work.cell_id].perform(work)
+    async def send(self, works: list[CellWork]) -> DispatchOutcome:
+        self.metrics.request("rep_work", len(works))
+        return tally(works, [self.reps[work.cell_id].perform(work) for work in works])
 
 
 class InProcessReporter:

@@ -1,18 +1,25 @@
-"""The rep's HTTP API (see common/models.py): the same routes for every cell a process hosts.
+"""The rep's HTTP API (see common/models.py): one API for the N >= 1 cells of the process, at its root.
 
-Each cell is served under `/cells/<cell_id>`; a process hosting exactly one cell also serves it at
-the root. At the root of a multi-cell (sim) host: GET /ping, GET /cells (the hosted cells' rep URLs),
-POST /evacuate (evacuate every cell), and the host-level forms of a cell's two auction routes, which
-the auctioneer uses for every cell whose presence names this process as its `host_url`:
+Every route concerns the process; the bodies and the query name the cells they concern:
 
-- GET /state[?lrps=counts|full][&cells=a,b]: HostCellStates, the state of every live hosted cell (or
-  of those named), in one answer instead of one request per cell;
+- GET /state[?lrps=counts|full][&cells=a,b]: HostCellStates, the state of every live cell (or of those
+  named that live here); the default, counts, is the summary form the auctioneer fetches;
 - POST /work: HostWork, every cell's work in one body with each desired LRP written once; answers
-  HostWorkResult, each cell's WorkResult exactly as its own POST {rep_url}/work would have. A cell the
-  process does not host (or has retired) is left out of the answer, its work untouched.
+  HostWorkResult, each cell's WorkResult. A cell the process does not host (or has retired) is left out
+  of the answer, its work untouched;
+- POST /stop (StopInstances), POST /cancel (CancelTasks): batches from the BBS; answer Found;
+- POST /evacuate (EvacuateCells, optional: none named evacuates every cell), GET /cells, GET /metrics;
+- GET /ping, /readyz (503 with the reason while the rep cannot take work, e.g. NATS down), /livez.
 
-At 250 cells per process this turns 500 requests per auction into 2, and validates each desired LRP
-once per process instead of once per cell that wins one of its instances.
+At 250 cells per process an auction costs the process 2 requests, not 500, and each desired LRP is
+validated once per process instead of once per cell that wins one of its instances. NATS carries the
+same bodies (rep/nats_bus.py); both call the same RepHost methods.
+
+Security (docs/security.md): served over HTTPS with the rep's certificate (rep/service.py), every request
+checked against the table in rep/policy.py before it runs (common/auth.py; bearer tokens are checked by
+the BBS). Work is taken only under the auctioneer lease's current fencing token (rep/fencing.py): 409
+for the whole POST otherwise. `insecure` (no TLS: `--insecure`, or loopback without TLS files) turns
+authorization off, and /ping says so.
 """
 
 from __future__ import annotations
@@ -20,74 +27,95 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Literal, TypeVar
 
-from fastapi import APIRouter, Depends, FastAPI, HTTPException, Request, Response
+from fastapi import FastAPI, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import BaseModel, ValidationError
 
-from common.models import HostCellStates, HostWork, HostWorkResult, Work
+from common.auth import VerifyToken, add_auth
+from common.models import CancelTasks, EvacuateCells, HostWork, StopInstances
 
-from .cell import Cell
+from .fencing import Fencing, Refused
 from .host import RepHost
-from .metrics import metrics_registry, render
+from .metrics import metrics_registry, refusal_counter, render
+from .policy import POLICY
 
 JSON = "application/json"
 M = TypeVar("M", bound=BaseModel)
+MAX_CELLS_QUERY = 100_000  # characters of `?cells=`: 10,000 cell ids of ten characters
 
 
-def create_app(host: RepHost, not_ready: Callable[[], str] | None = None) -> FastAPI:
-    """`not_ready()` says why the rep cannot take work yet ("" when it can): /ping then answers 503."""
+def create_app(
+    host: RepHost,
+    fencing: Fencing,
+    *,
+    insecure: bool,
+    verify_token: VerifyToken | None = None,
+    not_ready: Callable[[], str] | None = None,
+) -> FastAPI:
+    """`verify_token`: whom a bearer token stands for (the BBS says: common.auth.bbs_token_verifier).
+    `not_ready()` says why the rep cannot take work yet ("" when it can): /ping and /readyz then answer
+    503."""
     app = FastAPI(title="vendue rep", docs_url=None, redoc_url=None, openapi_url=None)
 
-    def ping_answer() -> Response:
+    def readiness() -> Response:
         why = not_ready() if not_ready is not None else ""
         if why:
-            return JSONResponse({"ok": False, "ready": False, "reason": why}, status_code=503)
-        return JSONResponse({"ok": True})
+            answer = {"ok": False, "ready": False, "insecure": insecure, "reason": why}
+            return JSONResponse(answer, status_code=503)
+        return JSONResponse({"ok": True, "insecure": insecure})
 
-    async def the_cell(request: Request) -> Cell:  # async: a sync dependency would run in a thread
-        cell_id = request.path_params.get("cell_id")
-        cell = host.find(cell_id)
-        if cell is None:
-            raise HTTPException(status_code=404, detail=f"no cell {cell_id!r} here")
-        return cell
+    @app.get("/ping")
+    async def ping() -> Response:
+        return readiness()
 
-    cell_routes = APIRouter()
+    @app.get("/readyz")
+    async def readyz() -> Response:
+        return readiness()
 
-    @cell_routes.get("/ping")
-    async def ping(cell: Cell = Depends(the_cell)) -> Response:
-        return ping_answer()
+    @app.get("/livez")
+    async def livez() -> dict[str, bool]:
+        return {"ok": True}
 
-    @cell_routes.get("/state")
-    async def state(lrps: Literal["full", "counts"] = "full", cell: Cell = Depends(the_cell)) -> Response:
-        return Response(cell.state(counts=lrps == "counts").model_dump_json(), media_type=JSON)
+    @app.get("/state")
+    async def state(
+        lrps: Literal["full", "counts"] = "counts", cells: str = Query("", max_length=MAX_CELLS_QUERY)
+    ) -> Response:
+        named = [c for c in cells.split(",") if c] if cells else None
+        return Response(host.states(named, counts=lrps == "counts").model_dump_json(), media_type=JSON)
 
-    @cell_routes.post("/work")
-    async def work(request: Request, cell: Cell = Depends(the_cell)) -> Response:
-        body = _parse(Work, await request.body())
-        return Response(cell.accept(body).model_dump_json(), media_type=JSON)
+    @app.post("/work")
+    async def work(request: Request) -> Response:
+        body = _parse(HostWork, await request.body())
+        try:
+            await fencing.admit(body.fencing_token)
+        except Refused as refused:  # nothing of it taken: the auctioneer carries it to its next auction
+            return JSONResponse({"detail": refused.reason}, status_code=refused.status)
+        return Response(host.take(body).model_dump_json(), media_type=JSON)
 
-    @cell_routes.post("/v1/lrps/{process_guid}/instances/{instance_guid}/stop", status_code=202)
-    async def stop_lrp(
-        process_guid: str, instance_guid: str, cell: Cell = Depends(the_cell)
-    ) -> dict[str, bool]:
-        found = cell.has_instance(instance_guid)
-        if found:
-            cell.in_background(cell.stop_lrp(instance_guid))
-        return {"found": found}
+    @app.post("/stop", status_code=202)
+    async def stop(request: Request) -> Response:
+        body = _parse(StopInstances, await request.body())
+        return Response(host.stop(body).model_dump_json(), status_code=202, media_type=JSON)
 
-    @cell_routes.post("/v1/tasks/{task_guid}/cancel", status_code=202)
-    async def cancel_task(task_guid: str, cell: Cell = Depends(the_cell)) -> dict[str, bool]:
-        found = cell.has_task(task_guid)
-        if found:
-            cell.in_background(cell.cancel_task(task_guid))
-        return {"found": found}
+    @app.post("/cancel", status_code=202)
+    async def cancel(request: Request) -> Response:
+        body = _parse(CancelTasks, await request.body())
+        return Response(host.cancel(body).model_dump_json(), status_code=202, media_type=JSON)
 
-    @cell_routes.post("/evacuate", status_code=202)
-    async def evacuate(cell: Cell = Depends(the_cell)) -> dict[str, bool]:
-        host.evacuate([cell])
-        return {"evacuating": True}
+    @app.post("/evacuate", status_code=202)
+    async def evacuate(request: Request) -> dict[str, list[str]]:
+        raw = await request.body()
+        named = _parse(EvacuateCells, raw).cells if raw.strip() else None
+        cells = host.live(named)
+        host.evacuate(cells)
+        return {"evacuating": [c.cell_id for c in cells]}
+
+    @app.get("/cells")
+    async def list_cells() -> dict[str, list[dict[str, str]]]:
+        return {"items": [{"cell_id": c.cell_id, "rep_url": c.config.rep_url, "zone": c.config.zone}
+                          for c in host.live()]}
 
     registry = metrics_registry(host)
 
@@ -95,46 +123,8 @@ def create_app(host: RepHost, not_ready: Callable[[], str] | None = None) -> Fas
     async def metrics() -> Response:
         return Response(render(registry), media_type=CONTENT_TYPE_LATEST)
 
-    app.include_router(cell_routes, prefix="/cells/{cell_id}")
-    if host.single is not None:
-        app.include_router(cell_routes)
-    else:
-
-        @app.get("/ping")
-        async def host_ping() -> Response:
-            return ping_answer()
-
-        @app.get("/cells")
-        async def host_cells() -> dict[str, list[dict[str, str]]]:
-            return {
-                "items": [
-                    {"cell_id": c.cell_id, "rep_url": c.config.rep_url, "zone": c.config.zone}
-                    for c in host.cells.values()
-                    if not c.retired
-                ]
-            }
-
-        @app.post("/evacuate", status_code=202)
-        async def host_evacuate() -> dict[str, bool]:
-            host.evacuate()
-            return {"evacuating": True}
-
-        @app.get("/state")
-        async def host_state(lrps: Literal["full", "counts"] = "counts", cells: str = "") -> Response:
-            wanted = [c for c in cells.split(",") if c] if cells else list(host.cells)
-            states = [cell.state(counts=lrps == "counts") for cell in map(host.find, wanted) if cell is not None]
-            return Response(HostCellStates.model_construct(cells=states).model_dump_json(), media_type=JSON)
-
-        @app.post("/work")
-        async def host_work(request: Request) -> Response:
-            body = _parse(HostWork, await request.body())
-            results = {}
-            for cell_id, work in body.cells.items():
-                cell = host.find(cell_id)
-                if cell is not None:  # one not hosted here is left out of the answer: nothing of it taken
-                    results[cell_id] = cell.take(body.instances(cell_id), work.tasks, body.fencing_token)
-            return Response(HostWorkResult.model_construct(cells=results).model_dump_json(), media_type=JSON)
-
+    add_auth(app, POLICY, verify_token=verify_token, insecure=insecure, on_refused=refusal_counter(registry),
+             service="rep")
     return app
 
 

@@ -1,4 +1,4 @@
-"""The host-level routes of a multi-cell rep (GET /state, POST /work at the root), in-process over ASGI."""
+"""The one rep API (every route at the root, the bodies naming the cells), in-process over ASGI."""
 
 from __future__ import annotations
 
@@ -12,21 +12,33 @@ import pytest
 from common.models import (
     CellPresence,
     DesiredLRP,
+    Found,
     HostCellStates,
     HostWorkResult,
     LifecycleResult,
     ModificationTag,
-    Work,
-    WorkResult,
+    Task,
 )
 
 from .api import create_app
 from .cell import Cell, CellConfig
 from .cell_test import RecordingExecutor
+from .fencing import Fencing
 from .host import RepHost
 from .reports import Reports
 
 NOW = datetime(2024, 1, 1, tzinfo=UTC)
+LEASE_TOKEN = 5  # the auctioneer lease's token, as these tests' BBS would say
+
+
+async def lease_token() -> int:
+    return LEASE_TOKEN
+
+
+def app_of(host: RepHost, tmp_path) -> httpx.AsyncClient:
+    """An in-process client of the rep's app (authorization off: the policy has its own test)."""
+    app = create_app(host, Fencing(tmp_path / "fencing-token", lease_token), insecure=True)
+    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://rep")
 
 
 async def unsent(batch: Reports) -> LifecycleResult:
@@ -41,23 +53,25 @@ def make_host(cell_ids: list[str], memory_mb: int = 4096) -> tuple[RepHost, Reco
     executor = RecordingExecutor()
     cells = [
         Cell(
-            CellConfig(cell_id=cid, zone="z0", rep_url=f"http://rep/cells/{cid}", host="127.0.0.1", memory_mb=memory_mb,
-                       disk_mb=65536, containers=250, stacks=("cflinuxfs4",), host_url="http://rep"),
+            CellConfig(cell_id=cid, zone="z0", rep_url="http://rep", host="127.0.0.1", memory_mb=memory_mb,
+                       disk_mb=65536, containers=250, stacks=("cflinuxfs4",), rep_id="rep-a"),
             executor, unsent,
         )
         for cid in cell_ids
     ]
-    return RepHost(cells, [executor], httpx.AsyncClient(), "http://bbs.test"), executor
+    return RepHost(cells, [executor], httpx.AsyncClient(), "http://bbs.test", rep_id="rep-a"), executor
 
 
 @pytest.fixture
-async def rep() -> AsyncIterator[tuple[RepHost, RecordingExecutor, httpx.AsyncClient]]:
+async def rep(tmp_path) -> AsyncIterator[tuple[RepHost, RecordingExecutor, httpx.AsyncClient]]:
     host, executor = make_host(["c0", "c1", "c2", "c3"])
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=create_app(host)), base_url="http://rep") as client:
+    async with app_of(host, tmp_path) as client:
         yield host, executor, client
 
 
-def host_body(cells: dict[str, list[tuple[int, list[int]]]], apps: list[DesiredLRP], fencing_token: int = 0) -> dict:
+def host_body(
+    cells: dict[str, list[tuple[int, list[int]]]], apps: list[DesiredLRP], fencing_token: int = LEASE_TOKEN
+) -> dict:
     return {
         "desired": [d.model_dump(mode="json") for d in apps],
         "cells": {cid: {"lrp_groups": [{"desired": d, "indices": ix} for d, ix in groups], "tasks": []}
@@ -66,9 +80,14 @@ def host_body(cells: dict[str, list[tuple[int, list[int]]]], apps: list[DesiredL
     }
 
 
-async def test_host_state_answers_every_live_cell_in_one_request(rep) -> None:
+def task(guid: str) -> Task:
+    return Task(task_guid=guid, command=["true"], created_at=NOW, updated_at=NOW)
+
+
+async def test_state_answers_every_live_cell_in_one_request(rep) -> None:
     host, _, client = rep
-    host.cells["c0"].accept(Work(lrp_groups=[{"desired": desired("web"), "indices": [0, 1]}]))
+    web = desired("web")
+    host.cells["c0"].take([(web, 0), (web, 1)], [], 0)
     host.cells["c3"].retired = True
 
     everyone = HostCellStates.model_validate_json((await client.get("/state")).content)
@@ -79,11 +98,16 @@ async def test_host_state_answers_every_live_cell_in_one_request(rep) -> None:
     some = HostCellStates.model_validate_json((await client.get("/state", params={"cells": "c1,c3,nope"})).content)
     assert [s.cell_id for s in some.cells] == ["c1"]
 
+    full = HostCellStates.model_validate_json((await client.get("/state?lrps=full&cells=c0")).content)
+    assert [(lrp.process_guid, lrp.index) for lrp in full.cells[0].lrps] == [("web", 0), ("web", 1)]
+    bad = await client.get("/state?lrps=all")
+    assert bad.status_code == 422 and bad.json()["detail"][0]["loc"] == ["query", "lrps"], bad.text
 
-async def test_host_work_places_each_cells_part_and_answers_each_cells_result(rep) -> None:
+
+async def test_work_places_each_cells_part_and_answers_each_cells_result(rep) -> None:
     host, executor, client = rep
     web, api = desired("web"), desired("api", memory_mb=3000)
-    host.cells["c1"].accept(Work(fencing_token=7))  # c1 has seen token 7: older work is refused
+    host.cells["c1"].take([], [], 7)  # c1 took work under token 7: older work is refused by the cell too
     host.cells["c2"].evacuating = True
     body = host_body({
         "c0": [(0, [0, 1]), (1, [0, 1])],  # api needs 3000 MB per instance: only one fits on c0
@@ -106,26 +130,52 @@ async def test_host_work_places_each_cells_part_and_answers_each_cells_result(re
     assert host.cells["c0"].fencing_token == 5 and host.cells["c0"].accepted_fencing_tokens == [5]
 
 
-async def test_each_cells_part_means_what_its_own_post_means(rep) -> None:
-    """The same work through POST /work at the root and through each cell's POST {rep_url}/work, on two
-    identical hosts, leaves the same cells holding the same instances and answers the same results."""
-    _, executor, client = rep
-    twin, twin_executor = make_host(["c0", "c1", "c2", "c3"])
-    web, api = desired("web", memory_mb=1500), desired("api", memory_mb=1000)
-    parts = {"c0": [(0, [0, 1, 2]), (1, [0])], "c1": [(1, [1, 2])], "c3": [(0, [3]), (1, [0])]}
+async def test_a_one_cell_rep_serves_the_same_api(tmp_path) -> None:
+    host, executor = make_host(["solo"])
+    async with app_of(host, tmp_path) as client:
+        answer = await client.post("/work", json=host_body({"solo": [(0, [0, 1])]}, [desired("web")]))
+        assert HostWorkResult.model_validate_json(answer.content).cells["solo"].rejected_lrps == []
+        states = HostCellStates.model_validate_json((await client.get("/state")).content).cells
+        assert [(s.cell_id, s.lrp_counts) for s in states] == [("solo", {"web": 2})]
+        assert (await client.get("/cells/solo/state")).status_code == 404, "no per-cell routes"
+    assert sorted(c.index for c in executor.started) == [0, 1]
 
-    host_results = HostWorkResult.model_validate_json(
-        (await client.post("/work", json=host_body(parts, [web, api]))).content).cells
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=create_app(twin)), base_url="http://rep") as own:
-        for cell_id, groups in parts.items():
-            work = {"lrp_groups": [{"desired": [web, api][d].model_dump(mode="json"), "indices": ix} for d, ix in groups]}
-            answer = WorkResult.model_validate_json((await own.post(f"/cells/{cell_id}/work", json=work)).content)
-            assert answer.model_dump() == host_results[cell_id].model_dump(), cell_id
 
-    def placed(ex: RecordingExecutor) -> list[tuple[str, str, int]]:
-        return sorted((c.cell_id, c.process_guid, c.index) for c in ex.started)
+async def test_stop_and_cancel_take_batches_and_answer_what_was_found(rep) -> None:
+    host, executor, client = rep
+    web = desired("web")
+    host.cells["c0"].take([(web, 0)], [task("t0")], 0)
+    host.cells["c1"].take([(web, 1)], [task("t1")], 0)
+    guid = {c: next(iter(host.cells[c]._instances)) for c in ("c0", "c1")}
 
-    assert placed(executor) == placed(twin_executor) and len(placed(executor)) == 7
+    stops = [{"cell_id": "c0", "process_guid": "web", "instance_guid": guid["c0"]},
+             {"cell_id": "c1", "process_guid": "web", "instance_guid": guid["c0"]},  # not on c1
+             {"cell_id": "c1", "process_guid": "web", "instance_guid": guid["c1"]},
+             {"cell_id": "elsewhere", "process_guid": "web", "instance_guid": "x"}]
+    response = await client.post("/stop", json={"instances": stops})
+    assert response.status_code == 202, response.text
+    assert Found.model_validate_json(response.content).found == [guid["c0"], guid["c1"]]
+
+    cancels = [{"cell_id": "c1", "task_guid": "t1"}, {"cell_id": "c1", "task_guid": "t0"}]
+    response = await client.post("/cancel", json={"tasks": cancels})
+    assert response.status_code == 202 and Found.model_validate_json(response.content).found == ["t1"]
+    for cell in (host.cells["c0"], host.cells["c1"]):
+        await cell.wait_background(5)
+    assert not host.cells["c0"]._instances and not host.cells["c1"]._instances
+    assert list(host.cells["c0"]._tasks) == ["t0"] and not host.cells["c1"]._tasks
+
+
+async def test_evacuate_names_cells_or_means_every_cell(rep) -> None:
+    host, _, client = rep
+    response = await client.post("/evacuate", json={"cells": ["c1", "nope"]})
+    assert response.status_code == 202 and response.json() == {"evacuating": ["c1"]}
+    assert [c.cell_id for c in host.cells.values() if c.evacuating] == ["c1"]
+    bad = await client.post("/evacuate", json={"cells": ["no/such id"]})
+    assert bad.status_code == 422 and bad.json()["detail"][0]["loc"][:2] == ["body", "cells"], bad.text
+    response = await client.post("/evacuate")
+    assert response.status_code == 202 and response.json() == {"evacuating": ["c0", "c1", "c2", "c3"]}
+    assert all(c.evacuating for c in host.cells.values())
+    await host.close()
 
 
 async def test_each_desired_lrp_is_validated_once_per_request(rep) -> None:
@@ -142,6 +192,7 @@ async def test_each_desired_lrp_is_validated_once_per_request(rep) -> None:
      "cells.c0.lrp_groups.0.desired: 1 names no entry of `desired` (0 entries)"),
     ({"cells": {"c0": {"lrp_groups": [{"desired": -1, "indices": [0]}]}}}, ["body", "cells", "c0", "lrp_groups", 0,
                                                                               "desired"], "greater than or equal"),
+    ({"cells": {}, "fencing_tokn": 3}, ["body", "fencing_tokn"], "Extra inputs are not permitted"),
 ])
 async def test_a_bad_host_work_body_is_a_422_naming_the_field(rep, body, loc, says) -> None:
     host, executor, client = rep
@@ -152,11 +203,8 @@ async def test_a_bad_host_work_body_is_a_422_naming_the_field(rep, body, loc, sa
     assert executor.started == []
 
 
-def test_a_multi_cell_host_names_itself_in_each_presence_and_a_single_cell_rep_does_not() -> None:
+def test_every_cell_names_its_process_in_its_presence() -> None:
     host, _ = make_host(["c0", "c1"])
-    assert {c.presence().host_url for c in host.cells.values()} == {"http://rep"}
-    single = Cell(CellConfig(cell_id="solo", zone="z0", rep_url="http://solo", host="h", memory_mb=1, disk_mb=1,
-                             containers=1, stacks=("cflinuxfs4",)), RecordingExecutor(), unsent)
-    assert single.presence().host_url == ""
+    assert {(c.presence().rep_url, c.presence().rep_id) for c in host.cells.values()} == {("http://rep", "rep-a")}
     # It travels through the BBS's JSON and back.
-    assert CellPresence.model_validate_json(host.cells["c0"].presence().model_dump_json()).host_url == "http://rep"
+    assert CellPresence.model_validate_json(host.cells["c0"].presence().model_dump_json()).rep_id == "rep-a"

@@ -1,6 +1,6 @@
 """One cell: what it holds, what it has left, how it takes work and what it tells the BBS.
 
-Reservation is synchronous and immediate: `accept(work)` reserves whatever fits, answers the rest as
+Reservation is synchronous and immediate: `take(...)` reserves whatever fits, answers the rest as
 rejected, then hands the accepted containers to the executor, which starts them in the background.
 Everything the cell learns (claims, running, crashes, removals, task starts and completions) goes into
 its outbox (rep/outbox.py), which the BBS receives as one lifecycle request per round.
@@ -31,7 +31,6 @@ from common.models import (
     ResourcesModel,
     Task,
     TaskCompletion,
-    Work,
     WorkResult,
 )
 
@@ -71,7 +70,8 @@ class CellConfig:
     labels: dict[str, str] = field(default_factory=dict)
     report_host_metrics: bool = False  # real cells report load; simulated ones have none to report
     report_linger_s: float = 0.0  # how long the outbox lets reports gather before sending (rep/outbox.py)
-    host_url: str = ""  # the root URL of this process when it hosts several cells (CellPresence.host_url)
+    rep_id: str = ""  # the name of the rep process hosting the cell (CellPresence.rep_id)
+    insecure: bool = False  # the process serves plain HTTP, authorization off (CellPresence.insecure)
 
 
 @dataclass(slots=True)
@@ -200,6 +200,7 @@ class Cell:
             stopping_counts=stopping_counts,
             tasks=tasks,
             host=_host_metrics() if c.report_host_metrics else None,
+            insecure=c.insecure,
             fencing_token=self.fencing_token,
             accepted_fencing_tokens=list(self.accepted_fencing_tokens),
             volumes=[],
@@ -222,7 +223,8 @@ class Cell:
             labels=dict(c.labels),
             evacuating=self.evacuating,
             boot_id=self.boot_id,
-            host_url=c.host_url,
+            rep_id=c.rep_id,
+            insecure=c.insecure,
         )
 
     def instance_states(self) -> dict[str, int]:
@@ -248,21 +250,15 @@ class Cell:
 
     # --- taking work ------------------------------------------------------------------------------
 
-    def accept(self, work: Work) -> WorkResult:
-        """Reserve what fits now, start it in the background, answer with the rest."""
-        lrps = [(lrp.desired, lrp.index) for lrp in work.lrps]
-        lrps += [(group.desired, index) for group in work.lrp_groups for index in group.indices]
-        return self.take(lrps, work.tasks, work.fencing_token)
-
     def take(self, lrps: list[tuple[DesiredLRP, int]], tasks: list[Task], fencing_token: int) -> WorkResult:
-        """`accept` on the parts of a Work: instances as (desired LRP, index), in order. A host's request
-        for many cells (HostWork) comes here without building one Work object per instance."""
+        """Reserve what fits now, start it in the background, answer with the rest. LRP instances come as
+        (desired LRP, index), in order: a HostWork's part for this cell, without a model per instance."""
         if self.evacuating or self.retired:
-            return _all_rejected(lrps, tasks, "cell is evacuating")
+            return all_rejected(lrps, tasks, "cell is evacuating")
         if self.awaiting_registration:
-            return _all_rejected(lrps, tasks, "cell not yet registered with the BBS")
+            return all_rejected(lrps, tasks, "cell not yet registered with the BBS")
         if fencing_token < self.fencing_token:
-            return _all_rejected(lrps, tasks, f"stale fencing token {fencing_token} < {self.fencing_token}")
+            return all_rejected(lrps, tasks, f"stale fencing token {fencing_token} < {self.fencing_token}")
         self.fencing_token = fencing_token
         if not self.accepted_fencing_tokens or self.accepted_fencing_tokens[-1] != fencing_token:
             self.accepted_fencing_tokens.append(fencing_token)
@@ -485,7 +481,7 @@ class Cell:
             self.in_background(self.executor.cancel_task(task_guid))
 
 
-def _all_rejected(lrps: list[tuple[DesiredLRP, int]], tasks: list[Task], reason: str) -> WorkResult:
+def all_rejected(lrps: list[tuple[DesiredLRP, int]], tasks: list[Task], reason: str) -> WorkResult:
     return WorkResult(
         rejected_lrps=[LRPWork(desired=d, index=i) for d, i in lrps],
         rejected_tasks=list(tasks),

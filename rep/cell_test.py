@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 from collections import Counter
+from collections.abc import Sequence
 from datetime import UTC, datetime
 
 from common.models import (
@@ -12,12 +13,11 @@ from common.models import (
     DesiredLRP,
     InstanceRef,
     LifecycleResult,
-    LRPWork,
     ModificationTag,
     PortMapping,
     Task,
     TaskCompletion,
-    Work,
+    WorkResult,
 )
 
 from .cell import Cell, CellConfig
@@ -89,15 +89,20 @@ def make_cell(
     return Cell(config, executor, never_sent, new_guid=lambda: next(guids)), executor
 
 
+def take(
+    cell: Cell, lrps: Sequence[tuple[DesiredLRP, int]] = (), tasks: Sequence[Task] = (), fencing_token: int = 0
+) -> WorkResult:
+    """A cell's part of a HostWork, as the rep hands it over."""
+    return cell.take(list(lrps), list(tasks), fencing_token)
+
+
 def pending(cell: Cell) -> Reports:
     return cell.outbox._pending
 
 
 async def test_reserves_what_fits_and_rejects_the_rest_at_once() -> None:
     cell, executor = make_cell(memory_mb=1000)
-    work = Work(lrps=[LRPWork(desired=desired(memory_mb=400), index=i) for i in range(3)])
-
-    result = cell.accept(work)
+    result = take(cell, [(desired(memory_mb=400), i) for i in range(3)])
 
     assert [w.index for w in result.rejected_lrps] == [2]
     assert result.reason == "insufficient resources: memory"
@@ -112,8 +117,8 @@ async def test_reserves_what_fits_and_rejects_the_rest_at_once() -> None:
 
 async def test_the_state_is_what_validating_it_would_give_with_every_field_given() -> None:
     cell, executor = make_cell(memory_mb=4000)
-    cell.accept(Work(lrps=[LRPWork(desired=desired("web", memory_mb=100), index=i) for i in range(3)]))
-    cell.accept(Work(tasks=[task("t1")]))
+    take(cell, [(desired("web", memory_mb=100), i) for i in range(3)])
+    take(cell, tasks=[task("t1")])
     cell.lrp_running(executor.started[0].instance_guid, [])
 
     for state in (cell.state(), cell.state(counts=True)):
@@ -125,8 +130,7 @@ async def test_the_state_is_what_validating_it_would_give_with_every_field_given
 
 async def test_the_summary_state_counts_instances_per_process() -> None:
     cell, executor = make_cell(memory_mb=4000)
-    cell.accept(Work(lrps=[LRPWork(desired=desired("web", memory_mb=100), index=i) for i in range(3)]
-                     + [LRPWork(desired=desired("api", memory_mb=100), index=0)]))
+    take(cell, [(desired("web", memory_mb=100), i) for i in range(3)] + [(desired("api", memory_mb=100), 0)])
     held = {i.index: i.instance_guid for i in cell.state().lrps if i.process_guid == "web"}
     gate = asyncio.Event()
     executor.stop_lrp = lambda guid: gate.wait()  # type: ignore[method-assign]  # the stop takes a while
@@ -158,8 +162,8 @@ async def test_the_summary_state_follows_every_change_as_the_full_state_does() -
         by_state = {state: n for state, n in cell.instance_states().items() if n}
         assert by_state == dict(Counter(i.state for i in full.lrps)), step
 
-    cell.accept(Work(lrp_groups=[{"desired": desired("web", memory_mb=100), "indices": [0, 1, 2, 3]},
-                                 {"desired": desired("api", memory_mb=100), "indices": [0, 1]}]))
+    web, api = desired("web", memory_mb=100), desired("api", memory_mb=100)
+    take(cell, [(web, 0), (web, 1), (web, 2), (web, 3), (api, 0), (api, 1)])
     agree("accepted")
     guid = {(c.process_guid, c.index): c.instance_guid for c in executor.started}
     cell.lrp_running(guid["web", 0], [])
@@ -189,11 +193,9 @@ async def test_the_summary_state_follows_every_change_as_the_full_state_does() -
 
 async def test_rejects_a_duplicate_of_an_instance_it_holds() -> None:
     cell, executor = make_cell()
-    cell.accept(Work(lrps=[LRPWork(desired=desired(), index=0)]))
+    take(cell, [(desired(), 0)])
 
-    result = cell.accept(
-        Work(lrps=[LRPWork(desired=desired(), index=0), LRPWork(desired=desired(), index=1)])
-    )
+    result = take(cell, [(desired(), 0), (desired(), 1)])
 
     assert [w.index for w in result.rejected_lrps] == [0]
     assert "already" in result.reason
@@ -204,7 +206,7 @@ async def test_rejects_everything_while_evacuating() -> None:
     cell, executor = make_cell()
     cell.evacuating = True
 
-    result = cell.accept(Work(lrps=[LRPWork(desired=desired(), index=0)], tasks=[task()]))
+    result = take(cell, [(desired(), 0)], tasks=[task()])
 
     assert len(result.rejected_lrps) == 1 and len(result.rejected_tasks) == 1
     assert result.reason == "cell is evacuating"
@@ -214,9 +216,9 @@ async def test_rejects_everything_while_evacuating() -> None:
 
 async def test_rejects_work_with_a_stale_fencing_token() -> None:
     cell, _ = make_cell()
-    assert cell.accept(Work(fencing_token=5)).rejected_lrps == []
+    assert take(cell, fencing_token=5).rejected_lrps == []
 
-    result = cell.accept(Work(lrps=[LRPWork(desired=desired(), index=0)], fencing_token=4))
+    result = take(cell, [(desired(), 0)], fencing_token=4)
 
     assert len(result.rejected_lrps) == 1
     assert "stale fencing token 4 < 5" in result.reason
@@ -225,28 +227,23 @@ async def test_rejects_work_with_a_stale_fencing_token() -> None:
 
 async def test_rejects_an_unsupported_stack_and_counts_disk_and_containers() -> None:
     cell, _ = make_cell(disk_mb=2048, containers=2)
-    result = cell.accept(
-        Work(
-            lrps=[
-                LRPWork(desired=desired(stack="windows"), index=0),
-                LRPWork(desired=desired(disk_mb=2000), index=1),
-                LRPWork(desired=desired(disk_mb=100), index=2),
-            ],
-            tasks=[task(memory_mb=1, disk_mb=10)],
-        )
+    result = take(
+        cell,
+        [(desired(stack="windows"), 0), (desired(disk_mb=2000), 1), (desired(disk_mb=100), 2)],
+        tasks=[task(memory_mb=1, disk_mb=10)],
     )
     assert [w.index for w in result.rejected_lrps] == [0, 2]
     assert [t.task_guid for t in result.rejected_tasks] == []
     assert "stack windows not supported" in result.reason
     assert "insufficient resources: disk" in result.reason
 
-    full = cell.accept(Work(tasks=[task("t2")]))
+    full = take(cell, tasks=[task("t2")])
     assert full.reason == "insufficient resources: containers, disk"
 
 
 async def test_running_report_uses_the_advertised_host() -> None:
     cell, _ = make_cell()
-    cell.accept(Work(lrps=[LRPWork(desired=desired(), index=3)]))
+    take(cell, [(desired(), 3)])
 
     cell.lrp_running("g0", [PortMapping(container_port=8080, host_port=61001)])
 
@@ -259,7 +256,7 @@ async def test_running_report_uses_the_advertised_host() -> None:
 
 async def test_a_crash_frees_the_resources_and_is_reported() -> None:
     cell, _ = make_cell(memory_mb=256)
-    cell.accept(Work(lrps=[LRPWork(desired=desired(), index=0)]))
+    take(cell, [(desired(), 0)])
 
     cell.lrp_crashed("g0", "exited with status 3")
 
@@ -267,12 +264,12 @@ async def test_a_crash_frees_the_resources_and_is_reported() -> None:
     assert cell.state().available.memory_mb == 256
     assert cell.holds_nothing
     # The same index can come back (a restart gets a new instance guid).
-    assert cell.accept(Work(lrps=[LRPWork(desired=desired(), index=0)])).rejected_lrps == []
+    assert take(cell, [(desired(), 0)]).rejected_lrps == []
 
 
 async def test_stop_reports_removed_once_the_executor_stopped_it() -> None:
     cell, executor = make_cell()
-    cell.accept(Work(lrps=[LRPWork(desired=desired(), index=0)]))
+    take(cell, [(desired(), 0)])
 
     assert await cell.stop_lrp("g0") is True
     assert await cell.stop_lrp("g0") is False, "a second stop finds nothing"
@@ -284,7 +281,7 @@ async def test_stop_reports_removed_once_the_executor_stopped_it() -> None:
 
 async def test_a_crash_during_a_stop_is_not_reported_as_a_crash() -> None:
     cell, _ = make_cell()
-    cell.accept(Work(lrps=[LRPWork(desired=desired(), index=0)]))
+    take(cell, [(desired(), 0)])
     cell._instances["g0"].state = "stopping"
 
     cell.lrp_crashed("g0", "killed by signal 15")
@@ -294,7 +291,7 @@ async def test_a_crash_during_a_stop_is_not_reported_as_a_crash() -> None:
 
 async def test_refused_instances_are_stopped_and_forgotten_silently() -> None:
     cell, executor = make_cell()
-    cell.accept(Work(lrps=[LRPWork(desired=desired(), index=i) for i in range(2)], tasks=[task()]))
+    take(cell, [(desired(), i) for i in range(2)], tasks=[task()])
     cell.lrp_running("g1", [])
 
     cell.apply_lifecycle_result(
@@ -314,7 +311,7 @@ async def test_refused_instances_are_stopped_and_forgotten_silently() -> None:
 
 async def test_tasks_reserve_start_complete_and_cancel() -> None:
     cell, executor = make_cell(memory_mb=300)
-    result = cell.accept(Work(tasks=[task("t1", 200), task("t2", 200)]))
+    result = take(cell, tasks=[task("t1", 200), task("t2", 200)])
     assert [t.task_guid for t in result.rejected_tasks] == ["t2"]
     assert pending(cell).tasks_started == ["t1"]
     assert [t.task_guid for t in cell.state().tasks] == ["t1"]
@@ -323,7 +320,7 @@ async def test_tasks_reserve_start_complete_and_cancel() -> None:
     assert pending(cell).tasks_completed[0].result == "ok"
     assert cell.available().memory_mb == 300
 
-    cell.accept(Work(tasks=[task("t3")]))
+    take(cell, tasks=[task("t3")])
     assert await cell.cancel_task("t3") is True
     done = pending(cell).tasks_completed[-1]
     assert (done.task_guid, done.failed, done.failure_reason) == ("t3", True, "cancelled")
@@ -332,7 +329,7 @@ async def test_tasks_reserve_start_complete_and_cancel() -> None:
 
 async def test_stop_everything_stops_instances_and_fails_tasks() -> None:
     cell, _ = make_cell()
-    cell.accept(Work(lrps=[LRPWork(desired=desired(), index=i) for i in range(3)], tasks=[task()]))
+    take(cell, [(desired(), i) for i in range(3)], tasks=[task()])
 
     await cell.stop_everything("cell evacuated before completion")
 
@@ -351,9 +348,9 @@ async def test_presence_describes_the_cell() -> None:
 async def test_work_waits_until_the_bbs_has_seen_this_boot():
     cell, _ = make_cell()
     cell.awaiting_registration = True
-    result = cell.accept(Work(lrps=[LRPWork(desired=desired(), index=0)]))
+    result = take(cell, [(desired(), 0)])
     assert [w.index for w in result.rejected_lrps] == [0]
     assert result.reason == "cell not yet registered with the BBS"
     cell.awaiting_registration = False
-    assert cell.accept(Work(lrps=[LRPWork(desired=desired(), index=0)])).rejected_lrps == []
+    assert take(cell, [(desired(), 0)]).rejected_lrps == []
     assert cell.presence().boot_id == cell.boot_id != ""

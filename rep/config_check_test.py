@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from pydantic import ValidationError
 
+from common.tls import init_ca, issue
 from rep.config_check import config_problem
 from rep.settings import RepSettings
 
@@ -22,6 +25,7 @@ def test_defaults_and_a_compose_style_cell_are_sane() -> None:
         nats_url="nats://vendue:secret@nats:4222",
         memory_mb=2048,
         disk_mb=4096,
+        insecure=True,  # on 0.0.0.0 without TLS files: only when asked for
     )
     assert config_problem(compose) is None
     assert config_problem(RepSettings(executor="sim", cells=100, zones=2)) is None
@@ -34,7 +38,7 @@ def test_defaults_and_a_compose_style_cell_are_sane() -> None:
         ({"bbs_url": "http://bbs-1:port"}, "bbs_url: not a valid URL"),
         ({"bbs_url": "http://bbs-1:8889,,http://bbs-2:8889"}, "bbs_url: empty URL in the list"),
         ({"nats_url": "nats://a:4222, ,nats://b:4222"}, "nats_url: empty server"),
-        ({"listen": "any"}, None),  # a host name: resolving it is the runtime's business
+        ({"listen": "any", "insecure": True}, None),  # a host name: resolving it is the runtime's business
         ({"listen": "0.0.0.0 "}, "listen: '0.0.0.0 ' is neither"),
         ({"advertise_host": "rep_z0"}, "advertise_host: 'rep_z0' is neither"),
         ({"log_level": "verbose"}, "log_level: not one of"),
@@ -73,3 +77,55 @@ def test_single_value_ranges_are_refused_by_the_settings_themselves(
     with pytest.raises(ValidationError) as exc:
         RepSettings(**settings)
     assert exc.value.errors()[0]["loc"] == (setting,)
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    d = tmp_path_factory.mktemp("pki")
+    init_ca(d)
+    issue(d, role="rep", name="rep-a", cells=["cell-1"])
+    issue(d, role="auctioneer", name="auctioneer")
+    (d / "garbage.pem").write_text("not a certificate\n")
+    return d
+
+
+def tls(pki: Path, cert: str | None = "rep-a", key: str | None = "rep-a", ca: str | None = "ca") -> dict[str, Path]:
+    """The three settings for files in `pki` by name (None: not given)."""
+    paths = {"tls_cert": cert and f"{cert}.pem", "tls_key": key and f"{key}-key.pem", "tls_ca": ca and f"{ca}.pem"}
+    return {setting: pki / name for setting, name in paths.items() if name}
+
+
+def test_a_rep_certificate_serves_on_any_address(pki: Path) -> None:
+    assert config_problem(RepSettings(_env_file=None, listen="0.0.0.0", **tls(pki))) is None
+
+
+@pytest.mark.parametrize(
+    ("files", "problem"),
+    [
+        ((None, None, None), "tls_cert: refusing to serve plain HTTP on 0.0.0.0"),
+        (("rep-a", None, None), "tls_key: --tls-cert, --tls-key and --tls-ca go together"),
+        (("missing", "rep-a", "ca"), "tls_cert: no such file"),
+        (("auctioneer", "auctioneer", "ca"), "tls_cert: "),
+        (("rep-a", "auctioneer", "ca"), "tls_cert: cannot load"),
+        (("rep-a", "rep-a", "garbage"), "tls_ca: cannot load"),
+    ],
+)
+def test_each_tls_problem_names_its_setting(pki: Path, files: tuple[str | None, ...], problem: str) -> None:
+    found = config_problem(RepSettings(_env_file=None, listen="0.0.0.0", **tls(pki, *files)))
+    assert found is not None and found.startswith(problem), found
+    assert "\n" not in found
+    if files[0] == "auctioneer":
+        assert "states role 'auctioneer'" in found and "--role rep" in found
+
+
+def test_the_rep_id_is_the_certificates_cn_else_the_flag_else_the_cell_or_the_sim_prefix(pki: Path) -> None:
+    from rep.config_check import serving_tls
+    from rep.service import rep_id_of
+
+    assert rep_id_of(RepSettings(_env_file=None, cell_id="cell-7"), None) == "cell-7"
+    assert rep_id_of(RepSettings(_env_file=None, executor="sim", cells=3, cell_id="sim0"), None) == "sim0"
+    assert rep_id_of(RepSettings(_env_file=None, cell_id="cell-7", rep_id="vm-7"), None) == "vm-7"
+    secure = RepSettings(_env_file=None, cell_id="cell-1", rep_id="ignored", **tls(pki))
+    assert rep_id_of(secure, serving_tls(secure)) == "rep-a"
+    with pytest.raises(ValidationError):
+        RepSettings(_env_file=None, rep_id="a b")

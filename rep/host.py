@@ -1,16 +1,16 @@
 """The rep process: the cells it hosts, its BBS client, heartbeats, outbox flushers and shutdown.
 
 One process hosts one cell (process executor) or many simulated ones (sim executor). Everything that
-talks to the BBS lives here: one pooled httpx client for the process, one flusher per cell (one
-lifecycle request in flight per cell), and one heartbeat loop that PUTs every cell's presence every
-TTL/3. A process hosting many cells sends their reports and heartbeats together: one lifecycle request
-and one heartbeat request per round for the process (HostLifecycleSender, PUT /v1/cells), not per cell.
+talks to the BBS lives here: pooled httpx clients, one flusher per cell (one lifecycle request in
+flight per cell), and one heartbeat loop that PUTs every cell's presence every TTL/3. The cells' reports
+and heartbeats travel together, however many cells the process hosts: one lifecycle request and one
+heartbeat request per round for the process (HostLifecycleSender, PUT /v1/cells), not per cell.
 
 Shutdown:
-- SIGTERM, or POST /evacuate at the root: evacuate every cell (heartbeat evacuating=true, reject
+- SIGTERM, or POST /evacuate naming no cell: evacuate every cell (heartbeat evacuating=true, reject
   work, wait until the BBS stopped every instance or the evacuation timeout passed, stop what is
-  left, report it `removed`), then exit. POST {rep_url}/evacuate evacuates one cell of a sim host; the
-  process exits once every cell is evacuated.
+  left, report it `removed`), then exit. POST /evacuate naming cells evacuates those; the process
+  exits once every cell is evacuated.
 - SIGINT: stop every container (SIGTERM, then SIGKILL after the grace), report them, exit.
 - A second signal: kill every container at once, report what can be reported within a second, exit.
 """
@@ -21,17 +21,27 @@ import asyncio
 import contextlib
 import logging
 import signal
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Iterable, Mapping
 
 import httpx
 
 from common.group_commit import GroupCommit
-from common.models import CellPresences, HostLifecycleResult, LifecycleResult
+from common.models import (
+    CancelTasks,
+    CellPresences,
+    Found,
+    HostCellStates,
+    HostLifecycleResult,
+    HostWork,
+    HostWorkResult,
+    LifecycleResult,
+    StopInstances,
+)
 
-from .cell import Cell
+from .cell import Cell, all_rejected
 from .executor import Executor
 from .outbox import SendLifecycle
-from .reports import Reports, cell_json, host_json
+from .reports import Reports, host_json
 
 log = logging.getLogger("rep.host")
 
@@ -43,29 +53,15 @@ DRAIN_TIMEOUT_S = 10.0
 REGISTRATION_RETRY_S = 0.1
 
 
-def lifecycle_sender(client: httpx.AsyncClient, bbs_url: str, cell_id: str) -> SendLifecycle:
-    """The outbox's transport: POST {bbs}/v1/cells/{cell_id}/lifecycle, one request per round."""
-    url = f"{bbs_url.rstrip('/')}/v1/cells/{cell_id}/lifecycle"
-
-    async def send(batch: Reports) -> LifecycleResult:
-        response = await client.post(url, content=cell_json(batch), headers={"content-type": "application/json"})
-        response.raise_for_status()
-        return (
-            LifecycleResult.model_validate_json(response.content) if response.content else LifecycleResult()
-        )
-
-    return send
-
-
 # The answer for a cell the BBS refused nothing of (shared: its readers never change it).
 NOTHING_REFUSED = LifecycleResult()
 HOST_BATCH_CELLS = 500  # cells per host-level request (a lifecycle round or a heartbeat round)
 
 
 class HostLifecycleSender:
-    """The outboxes' transport on a process hosting many cells: the reports of every cell that has
-    something to say go in ONE POST {bbs}/v1/lifecycle (group commit: whatever cells queued while the
-    previous request was in flight go in the next one). Each cell's outbox still has one request in
+    """The outboxes' transport: the reports of every cell of the process that has something to say go
+    in ONE POST {bbs}/v1/lifecycle (group commit: whatever cells queued while the previous request was
+    in flight go in the next one). Each cell's outbox still has one request in
     flight, so a cell appears at most once per request, and a failed request fails every cell's send:
     each outbox keeps its reports and retries them, as with its own request."""
 
@@ -100,10 +96,12 @@ class RepHost:
         client: httpx.AsyncClient | Mapping[str, httpx.AsyncClient],
         bbs_url: str,
         *,
+        rep_id: str = "",
         presence_ttl_s: float = 10.0,
         evacuation_timeout_s: float = 600.0,
     ) -> None:
         self.cells = {cell.cell_id: cell for cell in cells}
+        self.rep_id = rep_id  # the process's name (CellPresence.rep_id): its NATS subjects
         self.executors = executors
         # One pooled client, or one per cell (a sim host shards its cells over several small pools:
         # httpcore's pool bookkeeping grows with connections x waiting requests, so one big pool
@@ -124,17 +122,60 @@ class RepHost:
         self._signals_seen = 0
         self._loops: list[asyncio.Task[None]] = []
         self._evacuations: dict[str, asyncio.Task[None]] = {}
-        # Another way to announce presence each round (NATS heartbeats), besides the HTTP PUT.
-        self.also_announce: Callable[[list[Cell]], Awaitable[int]] | None = None
 
-    @property
-    def single(self) -> Cell | None:
-        """The cell, when this process hosts exactly one (its routes are also served at the root)."""
-        return next(iter(self.cells.values())) if len(self.cells) == 1 else None
-
-    def find(self, cell_id: str | None) -> Cell | None:
-        cell = self.single if cell_id is None else self.cells.get(cell_id)
+    def find(self, cell_id: str) -> Cell | None:
+        """The live cell `cell_id` hosted here (None when it is not, or was retired)."""
+        cell = self.cells.get(cell_id)
         return None if cell is None or cell.retired else cell
+
+    def live(self, cell_ids: Iterable[str] | None = None) -> list[Cell]:
+        """The live cells named (those hosted here), or every live cell."""
+        if cell_ids is None:
+            return [c for c in self.cells.values() if not c.retired]
+        return [c for c in map(self.find, cell_ids) if c is not None]
+
+    # --- the one rep API (HTTP and NATS: rep/api.py, rep/nats_bus.py) --------------------------------
+
+    def states(self, cell_ids: Iterable[str] | None = None, *, counts: bool = True) -> HostCellStates:
+        """The bids of the live cells named (or of every live cell); `counts`: the summary form."""
+        return HostCellStates.model_construct(cells=[c.state(counts=counts) for c in self.live(cell_ids)])
+
+    def take(self, work: HostWork) -> HostWorkResult:
+        """Each hosted cell's part of the work (a cell not hosted here, or retired, is left out of the
+        answer, its work untouched). Validated once for the process: each desired LRP once."""
+        results = {}
+        for cell_id, part in work.cells.items():
+            cell = self.find(cell_id)
+            if cell is not None:
+                results[cell_id] = cell.take(work.instances(cell_id), part.tasks, work.fencing_token)
+        return HostWorkResult.model_construct(cells=results)
+
+    def refuse(self, work: HostWork, reason: str) -> HostWorkResult:
+        """Each hosted cell's part of the work, all rejected with `reason` (nothing taken)."""
+        return HostWorkResult.model_construct(cells={
+            cell_id: all_rejected(work.instances(cell_id), part.tasks, reason)
+            for cell_id, part in work.cells.items() if self.find(cell_id) is not None
+        })
+
+    def stop(self, request: StopInstances) -> Found:
+        """Stop the named instances the cells hold (in the background); answers those found."""
+        found = []
+        for stop in request.instances:
+            cell = self.find(stop.cell_id)
+            if cell is not None and cell.has_instance(stop.instance_guid):
+                cell.in_background(cell.stop_lrp(stop.instance_guid))
+                found.append(stop.instance_guid)
+        return Found(found=found)
+
+    def cancel(self, request: CancelTasks) -> Found:
+        """Cancel the named tasks the cells hold (in the background); answers those found."""
+        found = []
+        for cancel in request.tasks:
+            cell = self.find(cancel.cell_id)
+            if cell is not None and cell.has_task(cancel.task_guid):
+                cell.in_background(cell.cancel_task(cancel.task_guid))
+                found.append(cancel.task_guid)
+        return Found(found=found)
 
     # --- running ------------------------------------------------------------------------------------
 
@@ -147,7 +188,8 @@ class RepHost:
         self._loops.append(asyncio.create_task(self._heartbeat_loop(), name="heartbeat"))
 
     async def heartbeat_once(self) -> int:
-        """PUT every live cell's presence, concurrently; returns how many the BBS accepted.
+        """PUT every live cell's presence (PUT /v1/cells, a request per HOST_BATCH_CELLS cells, concurrently);
+        returns how many the BBS accepted.
 
         A cell whose previous heartbeat is still in flight (a slow BBS) is skipped: heartbeats never
         pile up, and the next round goes out on schedule for everyone else.
@@ -155,18 +197,10 @@ class RepHost:
         cells = [c for c in self.cells.values() if not c.retired and c.cell_id not in self._beating]
         self._beating.update(c.cell_id for c in cells)
         started = asyncio.get_running_loop().time()
-        if self.also_announce is not None:
-            try:
-                await self.also_announce(cells)
-            except Exception:
-                log.debug("extra presence announcement failed", exc_info=True)
         try:
-            if len(self.cells) == 1:
-                results = await asyncio.gather(*(self._heartbeat(c) for c in cells), return_exceptions=True)
-            else:
-                chunks = [cells[i : i + HOST_BATCH_CELLS] for i in range(0, len(cells), HOST_BATCH_CELLS)]
-                outcomes = await asyncio.gather(*(self._heartbeats(c) for c in chunks), return_exceptions=True)
-                results = [outcome for chunk, outcome in zip(chunks, outcomes, strict=True) for _ in chunk]
+            chunks = [cells[i : i + HOST_BATCH_CELLS] for i in range(0, len(cells), HOST_BATCH_CELLS)]
+            outcomes = await asyncio.gather(*(self._heartbeats(c) for c in chunks), return_exceptions=True)
+            results = [outcome for chunk, outcome in zip(chunks, outcomes, strict=True) for _ in chunk]
         finally:
             self._beating.difference_update(c.cell_id for c in cells)
         took = asyncio.get_running_loop().time() - started
@@ -206,20 +240,8 @@ class RepHost:
         self._registration_retry_s = min(2 * self._registration_retry_s, self.heartbeat_interval_s)
         self._registration_retry = asyncio.get_running_loop().call_later(delay, self._beat_now.set)
 
-    async def _heartbeat(self, cell: Cell) -> bool:
-        response = await self._clients[cell.cell_id].put(
-            f"{self.bbs_url}/v1/cells/{cell.cell_id}",
-            content=cell.presence().model_dump_json(),
-            headers={"content-type": "application/json"},
-        )
-        response.raise_for_status()
-        cell.awaiting_registration = False
-        return True
-
     async def _heartbeats(self, cells: list[Cell]) -> bool:
-        """Many cells' presences in one PUT /v1/cells (a process hosting many cells)."""
-        if not cells:
-            return True
+        """These cells' presences in one PUT /v1/cells."""
         body = CellPresences.model_construct(cells=[c.presence() for c in cells])
         response = await self._clients[cells[0].cell_id].put(
             f"{self.bbs_url}/v1/cells", content=body.model_dump_json(), headers={"content-type": "application/json"}

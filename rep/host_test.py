@@ -17,14 +17,12 @@ from common.models import (
     CellPresences,
     DesiredLRP,
     HostLifecycle,
-    LRPWork,
     ModificationTag,
-    Work,
+    WorkResult,
 )
 
 from .cell import Cell, CellConfig
-from .host import HostLifecycleSender, RepHost, lifecycle_sender
-from .reports import Reports
+from .host import HostLifecycleSender, RepHost
 from .sim_executor import SimExecutor
 
 NOW = datetime(2024, 1, 1, tzinfo=UTC)
@@ -51,12 +49,6 @@ class MockBBS:
             body = HostLifecycle.model_validate_json(request.content)
             self.lifecycles.extend(body.cells.items())
             return httpx.Response(200, json={"cells": {cid: {"refused": []} for cid in body.cells}})
-        if request.method == "PUT" and parts[:2] == ["v1", "cells"]:
-            self.heartbeats.append(CellPresence.model_validate_json(request.content))
-            return httpx.Response(204)
-        if request.method == "POST" and parts[-1] == "lifecycle":
-            self.lifecycles.append((parts[2], CellLifecycle.model_validate_json(request.content)))
-            return httpx.Response(200, json={"refused": [], "refused_tasks": []})
         return httpx.Response(404, json={"detail": "no route"})
 
 
@@ -80,7 +72,7 @@ async def setup() -> AsyncIterator[tuple[RepHost, MockBBS]]:
             CellConfig(
                 cell_id=f"cell-{i}",
                 zone="z0",
-                rep_url=f"http://rep/cells/cell-{i}",
+                rep_url="http://rep",
                 host="127.0.0.1",
                 memory_mb=4096,
                 disk_mb=65536,
@@ -102,9 +94,10 @@ async def setup() -> AsyncIterator[tuple[RepHost, MockBBS]]:
     await client.aclose()
 
 
-def work(*indices: int) -> Work:
+def give(cell: Cell, *indices: int) -> WorkResult:
+    """Instances of one app, as a cell's part of a HostWork."""
     desired = DesiredLRP(process_guid="app", created_at=NOW, modification_tag=ModificationTag(epoch="e"))
-    return Work(lrps=[LRPWork(desired=desired, index=i) for i in indices])
+    return cell.take([(desired, i) for i in indices], [], 0)
 
 
 async def test_heartbeats_every_cell_each_period(setup: tuple[RepHost, MockBBS]) -> None:
@@ -113,13 +106,13 @@ async def test_heartbeats_every_cell_each_period(setup: tuple[RepHost, MockBBS])
     first_round = {p.cell_id for p in bbs.heartbeats[:3]}
     assert first_round == {"cell-0", "cell-1", "cell-2"}, "one heartbeat per cell per round"
     puts = [r for r in bbs.requests if r.startswith("PUT")]
-    assert set(puts) == {"PUT /v1/cells"}, f"a host of many cells heartbeats them in one PUT; saw {puts}"
+    assert set(puts) == {"PUT /v1/cells"}, f"the cells of a process heartbeat in one PUT; saw {puts}"
 
 
 async def test_cells_reporting_in_the_same_round_share_one_request(setup: tuple[RepHost, MockBBS]) -> None:
     host, bbs = setup
     for cell_id in ("cell-0", "cell-1", "cell-2"):
-        host.cells[cell_id].accept(work(0))
+        give(host.cells[cell_id], 0)
     await eventually(
         lambda: sum(len(b.running) for _, b in bbs.lifecycles) == 3, "three running reports", lambda: bbs.lifecycles
     )
@@ -132,19 +125,10 @@ async def test_cells_reporting_in_the_same_round_share_one_request(setup: tuple[
     assert len([cid for cid, b in bbs.lifecycles[:3] if b.claimed]) == 3, "first request: every claim"
 
 
-async def test_a_lone_cell_posts_its_own_lifecycle_path() -> None:
-    bbs = MockBBS()
-    async with httpx.AsyncClient(transport=httpx.MockTransport(bbs.handle), timeout=5) as client:
-        send = lifecycle_sender(client, BBS, "cell-9")
-        await send(Reports(tasks_started=["t-1"]))
-    assert bbs.requests == ["POST /v1/cells/cell-9/lifecycle"]
-    assert bbs.lifecycles == [("cell-9", CellLifecycle(tasks_started=["t-1"]))]
-
-
 async def test_reports_reach_the_bbs_after_an_outage(setup: tuple[RepHost, MockBBS]) -> None:
     host, bbs = setup
     bbs.down = True
-    host.cells["cell-0"].accept(work(0, 1))
+    give(host.cells["cell-0"], 0, 1)
     outbox = host.cells["cell-0"].outbox
     await eventually(
         lambda: outbox.failed_requests >= 2, "failed attempts while down", lambda: outbox.failed_requests
@@ -163,7 +147,7 @@ async def test_reports_reach_the_bbs_after_an_outage(setup: tuple[RepHost, MockB
 async def test_evacuation_waits_until_the_bbs_stopped_every_instance(setup: tuple[RepHost, MockBBS]) -> None:
     host, bbs = setup
     cell = host.cells["cell-1"]
-    cell.accept(work(0, 1))
+    give(cell, 0, 1)
     await eventually(
         lambda: all(i.state == "running" for i in cell.state().lrps), "running instances", cell.state
     )
@@ -175,7 +159,7 @@ async def test_evacuation_waits_until_the_bbs_stopped_every_instance(setup: tupl
         "an evacuating heartbeat",
         lambda: bbs.heartbeats[-3:],
     )
-    assert cell.accept(work(5)).reason == "cell is evacuating"
+    assert give(cell, 5).reason == "cell is evacuating"
     await asyncio.sleep(0.1)  # a window in which nothing may happen: it holds instances, so it waits
     assert not cell.retired, "still holding instances: keeps waiting for the BBS"
 
@@ -190,7 +174,7 @@ async def test_evacuation_waits_until_the_bbs_stopped_every_instance(setup: tupl
 
 async def test_lifecycle_body_is_the_contract(setup: tuple[RepHost, MockBBS]) -> None:
     host, bbs = setup
-    host.cells["cell-2"].accept(work(4))
+    give(host.cells["cell-2"], 4)
     await eventually(lambda: bool(bbs.lifecycles), "a lifecycle request", lambda: None)
     cell_id, body = bbs.lifecycles[0]
     assert cell_id == "cell-2"
@@ -206,13 +190,13 @@ async def test_a_rep_started_before_its_bbs_registers_soon_after_the_bbs_answers
     sim = SimExecutor(start_delay_s=0.01)
     config = CellConfig(cell_id="early", zone="z0", rep_url="http://rep", host="127.0.0.1", memory_mb=4096,
                         disk_mb=65536, containers=250, stacks=("cflinuxfs4",))
-    cell = Cell(config, sim, lifecycle_sender(client, BBS, "early"))
+    cell = Cell(config, sim, HostLifecycleSender(client, BBS).for_cell("early"))
     host = RepHost([cell], [sim], client, BBS, presence_ttl_s=60.0)  # heartbeats every 20 s
     await host.start()
     try:
         await eventually(lambda: host._failed_rounds >= 2, "two failed rounds while the BBS is down",
                          lambda: host._failed_rounds)
-        assert cell.awaiting_registration and cell.accept(work(0)).reason == "cell not yet registered with the BBS"
+        assert cell.awaiting_registration and give(cell, 0).reason == "cell not yet registered with the BBS"
         bbs.down = False
         loop = asyncio.get_running_loop()
         up_at = loop.time()

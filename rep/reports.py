@@ -2,9 +2,9 @@
 
 A sim host reports every one of its instances claimed and then running: building a pydantic model per
 report and dumping it again was a third of the rep's CPU per instance. The records here are named
-tuples with the wire models' field names (so code and tests read them the same way), and the writers
-produce exactly the bytes `CellLifecycle(...).model_dump_json()` / `HostLifecycle(...).model_dump_json()`
-would (reports_test.py pins that). Task completions are rare and stay `TaskCompletion` models.
+tuples with the wire models' field names (so code and tests read them the same way), and the writer
+produces exactly the bytes `HostLifecycle(...).model_dump_json()` would (reports_test.py pins that).
+Task completions are rare and stay `TaskCompletion` models.
 """
 
 from __future__ import annotations
@@ -129,13 +129,6 @@ def write_cell(reports: Reports, out: list[str]) -> None:
     out.append('],"tasks_completed":[')
     out.append(",".join(c.model_dump_json() for c in reports.tasks_completed))
     out.append("]}")
-
-
-def cell_json(reports: Reports) -> bytes:
-    """CellLifecycle(reports).model_dump_json(), as UTF-8 bytes."""
-    out: list[str] = []
-    write_cell(reports, out)
-    return "".join(out).encode()
 
 
 def host_json(cells: Sequence[tuple[str, Reports]]) -> bytes:

@@ -12,7 +12,7 @@ from common.models import (
     TaskCompletion,
 )
 
-from .reports import Crash, Port, Ref, Reports, Running, cell_json, host_json
+from .reports import Crash, Port, Ref, Reports, Running, host_json
 
 
 def to_model(reports: Reports) -> CellLifecycle:
@@ -71,10 +71,15 @@ def every_kind() -> CellLifecycle:
     )
 
 
+def one_cell(model: CellLifecycle) -> bytes:
+    """The host body of one cell reporting `model`, as the model writes it."""
+    return HostLifecycle(cells={"c": model}).model_dump_json().encode()
+
+
 def test_a_cell_body_equals_the_models_json() -> None:
     model = every_kind()
-    assert cell_json(plain(model)) == model.model_dump_json().encode()
-    assert cell_json(Reports()) == CellLifecycle().model_dump_json().encode(), "empty lists written too"
+    assert host_json([("c", plain(model))]) == one_cell(model)
+    assert host_json([("c", Reports())]) == one_cell(CellLifecycle()), "empty lists written too"
 
 
 def test_plain_records_and_sim_ports_write_the_same_body() -> None:
@@ -86,7 +91,7 @@ def test_plain_records_and_sim_ports_write_the_same_body() -> None:
     )
     model = to_model(reports)
     assert model.running[0].ports == [PortMapping(container_port=8080, host_port=40000)]
-    assert cell_json(reports) == model.model_dump_json().encode()
+    assert host_json([("c", reports)]) == one_cell(model)
     assert to_model(plain(model)) == model, "plain form and model convert both ways"
 
 

@@ -1,4 +1,11 @@
-"""Assemble a rep process from its settings and run it: bind, serve, announce, wait, shut down."""
+"""Assemble a rep process from its settings and run it: bind, serve, announce, wait, shut down.
+
+With TLS files (docs/security.md) the rep serves HTTPS with its certificate and authorizes every request
+(rep/api.py, rep/policy.py); its name (rep_id) is the certificate's CN, and each of its cells must be one
+the certificate names. Every BBS client presents that certificate and trusts only the cluster CA (one
+client context, built once). Without them it serves plain HTTP with authorization off (only on loopback,
+or with --insecure), and says so: a warning at start, `"insecure": true` in /ping and in every presence.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +14,7 @@ import contextlib
 import logging
 import signal
 import socket
+import ssl
 from collections.abc import Generator
 from typing import TYPE_CHECKING
 
@@ -14,13 +22,17 @@ import httpx
 import uvicorn
 
 from common import runtime
+from common.auth import bbs_token_verifier, uvicorn_tls_options
 from common.failover import AsyncFailoverTransport, URLListError, split_urls
 from common.procutil import write_ready_file
+from common.tls import INSECURE_WARNING
 
 from .api import create_app
 from .cell import Cell, CellConfig
+from .config_check import RepTLS, serving_tls
 from .executor import Executor
-from .host import HostLifecycleSender, RepHost, lifecycle_sender
+from .fencing import FENCING_FILE, Fencing, lease_token_from
+from .host import HostLifecycleSender, RepHost
 from .process_executor import ProcessExecutor
 from .settings import (
     SIM_DEFAULT_DISK_MB,
@@ -62,7 +74,16 @@ def bind_socket(listen: str, port: int) -> socket.socket:
     return sock
 
 
-def cell_configs(settings: RepSettings, base_url: str) -> list[CellConfig]:
+def rep_id_of(settings: RepSettings, tls: RepTLS | None) -> str:
+    """The process's name: its certificate's CN, else `--rep-id`, else the cell id of a one-cell rep, else
+    the `--cell-id` prefix of a sim host (or the hostname-derived default)."""
+    if tls is not None:
+        return tls.identity.name
+    return settings.rep_id or settings.cell_id or default_cell_id()
+
+
+def cell_configs(settings: RepSettings, base_url: str, rep_id: str, *, insecure: bool) -> list[CellConfig]:
+    """Every cell's configuration; all share the process's root URL and name (one rep API)."""
     sim = settings.executor == "sim"
     if settings.cells > 1 and not sim:
         raise ConfigError("--cells: only the sim executor can host more than one cell in a process")
@@ -72,16 +93,14 @@ def cell_configs(settings: RepSettings, base_url: str) -> list[CellConfig]:
     for i in range(settings.cells):
         if settings.cells == 1:
             cell_id = settings.cell_id or default_cell_id()
-            rep_url = base_url
         else:
             cell_id = f"{settings.cell_id}-{i}" if settings.cell_id else f"cell-{i}"
-            rep_url = f"{base_url}/cells/{cell_id}"
         zone = f"z{i % settings.zones}" if settings.zones else settings.zone
         configs.append(
             CellConfig(
                 cell_id=cell_id,
                 zone=zone,
-                rep_url=rep_url,
+                rep_url=base_url,
                 host=settings.advertise_host,
                 memory_mb=memory,
                 disk_mb=disk,
@@ -93,7 +112,8 @@ def cell_configs(settings: RepSettings, base_url: str) -> list[CellConfig]:
                 labels=dict(settings.labels),
                 report_host_metrics=not sim,
                 report_linger_s=settings.report_linger,
-                host_url=base_url if settings.cells > 1 else "",
+                rep_id=rep_id,
+                insecure=insecure,
             )
         )
     return configs
@@ -110,33 +130,58 @@ def bbs_urls(settings: RepSettings) -> list[str]:
         raise ConfigError(f"bbs_url: {exc}") from None
 
 
-def bbs_clients(settings: RepSettings, cell_ids: list[str]) -> dict[str, httpx.AsyncClient]:
+def bbs_verify(tls: RepTLS | None) -> ssl.SSLContext:
+    """What every BBS client verifies with (built once: loading a CA bundle per client costs ~0.1 s each):
+    the rep's certificate and the cluster CA, or (no TLS files) the default CA bundle."""
+    return tls.client if tls is not None else httpx.create_ssl_context()
+
+
+def bbs_clients(
+    settings: RepSettings, cell_ids: list[str], verify: ssl.SSLContext
+) -> dict[str, httpx.AsyncClient]:
     """Small connection pools, each shared by a few cells: cost per request stays flat with cell count.
     Each fails over between the BBS replicas on its own (common/failover.py)."""
     connections = 2 * CELLS_PER_CLIENT + 4
-    tls = httpx.create_ssl_context()  # built once: loading the CA bundle per client costs ~0.1 s each
     urls = bbs_urls(settings)
     clients: dict[str, httpx.AsyncClient] = {}
     for first in range(0, len(cell_ids), CELLS_PER_CLIENT):
         limits = httpx.Limits(max_connections=connections, max_keepalive_connections=connections)
         client = httpx.AsyncClient(
             timeout=httpx.Timeout(settings.http_timeout),
-            transport=AsyncFailoverTransport(urls, verify=tls, limits=limits),
+            transport=AsyncFailoverTransport(urls, verify=verify, limits=limits),
         )
         clients.update((cell_id, client) for cell_id in cell_ids[first : first + CELLS_PER_CLIENT])
     return clients
 
 
-def build_host(settings: RepSettings, base_url: str) -> RepHost:
-    configs = cell_configs(settings, base_url)
-    clients = bbs_clients(settings, [c.cell_id for c in configs])
+def bbs_control_client(settings: RepSettings, verify: ssl.SSLContext) -> httpx.AsyncClient:
+    """The client for the rep's own questions to the BBS (whom a bearer token stands for, the auctioneer
+    lease's fencing token), based on its URL; few and rare, so a small pool."""
+    urls = bbs_urls(settings)
+    limits = httpx.Limits(max_connections=4, max_keepalive_connections=4)
+    return httpx.AsyncClient(
+        base_url=urls[0], timeout=httpx.Timeout(settings.http_timeout),
+        transport=AsyncFailoverTransport(urls, verify=verify, limits=limits),
+    )
+
+
+def build_host(settings: RepSettings, base_url: str, tls: RepTLS | None, verify: ssl.SSLContext) -> RepHost:
+    rep_id = rep_id_of(settings, tls)
+    configs = cell_configs(settings, base_url, rep_id, insecure=tls is None)
+    if tls is not None:
+        foreign = [c.cell_id for c in configs if not tls.identity.speaks_for(c.cell_id)]
+        if foreign:  # the BBS would refuse every heartbeat of these: say so now, not as a silent outage
+            raise ConfigError(f"cell_id: the certificate {tls.files.cert} does not name cell {foreign[0]} "
+                              "(vendue certs issue --role rep --cell ID, or --cell-prefix P)")
+    clients = bbs_clients(settings, [c.cell_id for c in configs], verify)
+    bbs_url = bbs_urls(settings)[0]
     executors: list[Executor] = []
     cells: list[Cell] = []
     if settings.executor == "sim":
         sim = SimExecutor(start_delay_s=settings.sim_start_delay, crash_rate_per_s=settings.sim_crash_rate)
         executors.append(sim)
-    # Many cells in this process: their reports share one request per round (see HostLifecycleSender).
-    shared = HostLifecycleSender(clients[configs[0].cell_id], bbs_urls(settings)[0]) if len(configs) > 1 else None
+    # The cells' reports share one request per round (see HostLifecycleSender).
+    reports = HostLifecycleSender(clients[configs[0].cell_id], bbs_url)
     for config in configs:
         if settings.executor == "sim":
             executor: Executor = executors[0]
@@ -148,42 +193,48 @@ def build_host(settings: RepSettings, base_url: str) -> RepHost:
                 memory_limit=settings.memory_limit,
             )
             executors.append(executor)
-        if shared is not None:
-            send = shared.for_cell(config.cell_id)
-        else:
-            send = lifecycle_sender(clients[config.cell_id], bbs_urls(settings)[0], config.cell_id)
-        cells.append(Cell(config, executor, send))
+        cells.append(Cell(config, executor, reports.for_cell(config.cell_id)))
     return RepHost(
         cells,
         executors,
         clients,
-        bbs_urls(settings)[0],
+        bbs_url,
+        rep_id=rep_id,
         presence_ttl_s=settings.presence_ttl,
         evacuation_timeout_s=settings.evacuation_timeout,
     )
 
 
-def connect_nats(settings: RepSettings, host: RepHost) -> RepNatsBus:
-    """Start connecting to NATS in the background (retrying while unreachable); subscribe once connected."""
+def connect_nats(settings: RepSettings, host: RepHost, fencing: Fencing, tls: RepTLS | None) -> RepNatsBus:
+    """Start connecting to NATS in the background (retrying while unreachable); subscribe once connected.
+    With TLS files the rep's certificate is its NATS user (its subjects: vendue.rep.<rep_id>.>)."""
     # Imported here: the NATS client (and the aiohttp it pulls in) costs a rep on HTTP ~0.4 s of CPU to import.
     from common.transport.nats_connection import NatsConnection
 
     from .nats_bus import RepNatsBus
 
-    nats = NatsConnection(settings.nats_url, name=f"vendue-rep-{next(iter(host.cells))}", token=settings.nats_token)
-    bus = RepNatsBus(host, nats)
+    nats = NatsConnection(settings.nats_url, name=f"vendue-rep-{host.rep_id}", token=settings.nats_token,
+                          tls=tls.files if tls is not None else None)
+    bus = RepNatsBus(host, nats, fencing)
     nats.on_connect(bus.subscribe)
-    host.also_announce = bus.publish_presence
     nats.start()
     return bus
 
 
 async def serve(settings: RepSettings) -> int:
     """Run the rep until it is told to stop (signal or /evacuate); returns the exit status."""
+    tls = serving_tls(settings)  # CertError (a usage error) before anything is bound or started
+    verify = bbs_verify(tls)
     sock = bind_socket(settings.listen, settings.port)
     port = sock.getsockname()[1]
-    base_url = f"http://{settings.advertise_host}:{port}"
-    host = build_host(settings, base_url)
+    base_url = f"{'https' if tls else 'http'}://{settings.advertise_host}:{port}"
+    host = build_host(settings, base_url, tls, verify)
+    if tls is None:
+        log.warning(INSECURE_WARNING)
+    bbs = bbs_control_client(settings, verify)
+    fencing = Fencing(settings.data_dir / FENCING_FILE, lease_token_from(bbs))
+    for cell in host.cells.values():  # what a previous run accepted (the cell state's debug field)
+        cell.fencing_token = fencing.highest
     # What the imports and the setup built lives as long as the process: frozen out of the cyclic
     # collector (whose exit walk alone held a stopping rep up for about a second on a busy 2-core
     # machine); and rarer collections: with the defaults they took about 30% of the CPU per instance of
@@ -195,14 +246,19 @@ async def serve(settings: RepSettings) -> int:
     await host.start()
     bus: RepNatsBus | None = None
     if settings.transport == "nats":
-        bus = connect_nats(settings, host)
+        bus = connect_nats(settings, host, fencing, tls)
+    app = create_app(
+        host, fencing, insecure=tls is None, verify_token=bbs_token_verifier(bbs),
+        not_ready=(lambda: "" if bus is None or bus.ready else "NATS not connected"),
+    )
     server = _Server(
         uvicorn.Config(
-            create_app(host, not_ready=(lambda: "" if bus is None or bus.ready else "NATS not connected")),
-            log_config=None, access_log=False, lifespan="off", timeout_graceful_shutdown=5,
+            app, log_config=None, access_log=False, lifespan="off", timeout_graceful_shutdown=5,
             # The auctioneer comes back every auction: keep its connections (it drops them after
-            # KEEPALIVE_S in auctioneer/service/clients.py, before this server would).
+            # KEEPALIVE_S in auctioneer/service/clients.py, before this server would); over TLS each
+            # new one is a handshake.
             timeout_keep_alive=REP_KEEPALIVE_S,
+            **uvicorn_tls_options(tls.server if tls is not None else None),
         )
     )
     serving = asyncio.create_task(server.serve(sockets=[sock]), name="uvicorn")
@@ -222,7 +278,9 @@ async def serve(settings: RepSettings) -> int:
                     "url": base_url,
                     "port": port,
                     "executor": settings.executor,
-                    "cells": [c.config.rep_url for c in host.cells.values()][:5],
+                    "rep_id": host.rep_id,
+                    "insecure": tls is None,
+                    "cells": list(host.cells)[:5],
                     "cell_count": len(host.cells),
                 }
             },
@@ -240,6 +298,7 @@ async def serve(settings: RepSettings) -> int:
         with contextlib.suppress(Exception):
             await asyncio.wait_for(serving, timeout=10)
         await host.close_clients()
+        await bbs.aclose()
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(signum)
     log.info("rep stopped")

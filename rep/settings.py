@@ -12,7 +12,8 @@ from typing import Literal
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from common.models import DEFAULT_STACK
+from common.models import DEFAULT_STACK, GUID_PATTERN
+from common.tls import TLSOptions
 from common.transport import Transport
 
 MIB = 1024 * 1024
@@ -22,16 +23,23 @@ SIM_DEFAULT_MEMORY_MB = 64 * 1024
 SIM_DEFAULT_DISK_MB = 256 * 1024
 
 
-class RepSettings(BaseSettings):
+class RepSettings(TLSOptions, BaseSettings):
+    """TLSOptions: `--tls-cert/--tls-key/--tls-ca` (VENDUE_TLS_*) and `--insecure` (VENDUE_INSECURE); see
+    docs/security.md. With TLS files the rep's name (rep_id) is its certificate's CN."""
+
     model_config = SettingsConfigDict(env_prefix="VENDUE_", extra="ignore")
 
     bbs_url: str = "http://127.0.0.1:8889"
-    # nats: also serve state, work, stop and cancel over NATS and publish heartbeats there (the HTTP
-    # API stays up: the BBS reports and the CLI use it).
+    # nats: also serve state, work, stop and cancel over NATS (the HTTP API stays up: the CLI and the
+    # evacuation check use it; heartbeats and reports to the BBS stay HTTP).
     transport: Transport = "http"
     nats_url: str = "nats://127.0.0.1:4222"  # may carry credentials: nats://user:pass@host:port
     nats_token: str | None = None
     cell_id: str | None = None  # default: derived from the hostname (or cell-<i> for a sim host)
+    # The process's name (CellPresence.rep_id, NATS subjects vendue.rep.<rep_id>.*): its certificate's CN
+    # when it has one; else this; else the cell id of a one-cell rep, or the --cell-id prefix of a sim host
+    # (rep/service.py rep_id_of).
+    rep_id: str | None = Field(default=None, pattern=GUID_PATTERN)
     zone: str = "z0"
     zones: int | None = Field(default=None, ge=1)  # sim host: spread cells over z0..z{zones-1}
     listen: str = "127.0.0.1"

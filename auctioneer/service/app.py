@@ -19,7 +19,7 @@ holder's URL (forward.py), queueing them itself when it cannot. /v1/stats says `
 `fencing_token`.
 
 With `transport="nats"` the same batcher is also fed from `vendue.auctioneer.lrps`/`.tasks`, bids come
-from one scatter-gather on `vendue.cells.state` and work goes out on `vendue.cell.<id>.work`; /ping
+from one scatter-gather on `vendue.cells.state` and work goes out on `vendue.rep.<rep_id>.work`; /ping
 answers 503 {"ok": false, "ready": false} while NATS is unreachable. The cell list and the failure
 reports stay HTTP calls to the BBS (its REST API).
 """

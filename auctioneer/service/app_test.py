@@ -80,7 +80,7 @@ async def test_a_batch_is_placed_with_one_post_per_winning_cell(thread_threshold
         spread = Counter()
         for cell_id, posts in reps.work_posts.items():
             for work in posts:
-                spread[cell_id] += sum(1 for lrp in work.all_lrps() if lrp.desired.process_guid == "web")
+                spread[cell_id] += sum(1 for d, _ in work.instances(cell_id) if d.process_guid == "web")
                 assert work.fencing_token == 1  # the first term of the fake BBS's lease
         assert sorted(spread.values()) == [10, 10, 10]  # Diego spreads a process across cells
         assert bbs.failure_posts == 0
@@ -126,7 +126,7 @@ async def test_rejected_work_is_retried_up_to_max_attempts_then_reported_with_th
         await client.post("/v1/lrps", json=body(start_request(desired("web", 2))))
         await wait_until(lambda: len(bbs.failure_reports) == 1, lambda: f"one report, saw {bbs.failure_reports}")
         await idle(service, 3)
-        assert [len(w.all_lrps()) for w in reps.work_posts["grumpy"]] == [2, 2, 2]
+        assert [len(w.instances("grumpy")) for w in reps.work_posts["grumpy"]] == [2, 2, 2]
         assert [(f.index, f.error) for f in bbs.failure_reports[0].lrps] == [
             (0, "insufficient resources: disk"), (1, "insufficient resources: disk"),
         ]

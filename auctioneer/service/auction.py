@@ -62,7 +62,7 @@ class Auction:
         failures = [_annotate(f, fetched) for f in result.failures]
 
         dispatched = time.perf_counter()
-        outcome = await self._dispatcher.send(group_work(result, batch, fetched.rep_urls))
+        outcome = await self._dispatcher.send(group_work(result, batch, fetched.reps))
         dispatch_seconds = time.perf_counter() - dispatched
         stale = sum(1 for r in outcome.rejections if r.reason.startswith(STALE_TOKEN_REASON))
         if stale:  # a newer leader has reached these reps: this auctioneer's lease is (about to be) gone

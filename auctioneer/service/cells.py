@@ -1,14 +1,13 @@
-"""Fetching the bids: present cells from the BBS, then every cell's state concurrently.
+"""Fetching the bids: present cells from the BBS, then every rep process's state concurrently.
 
-A cell hosted alone by its rep is asked with GET {rep_url}/state. Cells whose presences name the same
-`host_url` (one rep process hosting many cells, `vendue rep --sim`) are asked together with ONE
-GET {host_url}/state, which answers every hosted cell's state (rep/api.py): 4 requests per auction
-instead of 1,000 for 1,000 cells in 4 processes.
+Every cell's presence names the rep process hosting it (`rep_url`, its root URL, and `rep_id`). The
+cells of one process are asked together with ONE GET {rep_url}/state?lrps=counts, which answers every
+hosted cell's state (rep/api.py): 4 requests per auction for 1,000 cells in 4 processes, 1 per cell for
+reps hosting one cell each (VMs, as in Diego).
 
 The whole fetch ends by one deadline (`cell_state_timeout` after it starts), as in Diego: a cell that
-fails, times out, answers with an invalid body or says it is evacuating drops out of this auction. A
-host request that fails, times out or answers an invalid body drops every cell asked of it, each with
-that reason; a cell missing from its host's answer drops out alone.
+is missing from its process's answer, or says it is evacuating, drops out of this auction; a request
+that fails, times out or answers an invalid body drops every cell of that process, each with that reason.
 """
 
 from __future__ import annotations
@@ -18,6 +17,7 @@ import logging
 import time
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import httpx
 from pydantic import BaseModel, ValidationError
@@ -34,10 +34,21 @@ class _CellList(BaseModel):
     items: list[CellPresence]
 
 
+class RepAddress(NamedTuple):
+    """Where the rep process hosting a cell answers: its root URL (HTTP) and its id (NATS subjects)."""
+
+    url: str
+    rep_id: str
+
+    @classmethod
+    def of(cls, presence: CellPresence) -> RepAddress:
+        return cls(presence.rep_url.rstrip("/"), presence.rep_id)
+
+
 @dataclass(slots=True)
 class FetchedCells:
     states: list[CellState] = field(default_factory=list)
-    rep_urls: dict[str, str] = field(default_factory=dict)  # cell_id -> the rep_url the state came from
+    reps: dict[str, RepAddress] = field(default_factory=dict)  # cell_id -> its rep process, for the work
     dropped: dict[str, str] = field(default_factory=dict)  # cell_id -> why it is not in this auction
     error: str = ""  # set when the BBS could not list the cells
     seconds: float = 0.0
@@ -89,32 +100,26 @@ class CellFetcher:
                 self._drop(result, presence.cell_id, _Dropped("evacuating"))
             else:
                 candidates[presence.cell_id] = presence
-        host_of = self._reps.host_of = {p.cell_id: p.host_url.rstrip("/") for p in presences if p.host_url}
-        alone: list[CellPresence] = []
-        hosted: dict[str, list[CellPresence]] = {}  # host_url -> its candidate cells
+        by_rep: dict[str, list[CellPresence]] = {}  # rep_url -> its candidate cells
         for presence in candidates.values():
-            if presence.host_url:
-                hosted.setdefault(host_of[presence.cell_id], []).append(presence)
-            else:
-                alone.append(presence)
+            by_rep.setdefault(presence.rep_url.rstrip("/"), []).append(presence)
         deadline = asyncio.get_running_loop().time() + self._timeout
         limit = asyncio.Semaphore(self._max_concurrency)
         outcomes = await asyncio.gather(
-            *(self._fetch_one(p, deadline, limit) for p in alone),
-            *(self._fetch_host(url, cells, deadline, limit) for url, cells in hosted.items()),
+            *(self._fetch_rep(url, cells, deadline, limit) for url, cells in by_rep.items()),
             return_exceptions=True,
         )
-        by_cell: dict[str, object] = {p.cell_id: o for p, o in zip(alone, outcomes[: len(alone)], strict=True)}
-        for cells, host_outcome in zip(hosted.values(), outcomes[len(alone):], strict=True):
-            if isinstance(host_outcome, BaseException):  # the host failed: each of its cells drops with why
-                by_cell.update((p.cell_id, host_outcome) for p in cells)
+        by_cell: dict[str, object] = {}
+        for cells, rep_outcome in zip(by_rep.values(), outcomes, strict=True):
+            if isinstance(rep_outcome, BaseException):  # the request failed: each of its cells drops with why
+                by_cell.update((p.cell_id, rep_outcome) for p in cells)
             else:
-                by_cell.update(zip((p.cell_id for p in cells), host_outcome, strict=True))
+                by_cell.update(zip((p.cell_id for p in cells), rep_outcome, strict=True))
         for presence in candidates.values():  # in the BBS's order, whichever request answered
             outcome = by_cell[presence.cell_id]
             if isinstance(outcome, CellState):
                 result.states.append(outcome)
-                result.rep_urls[outcome.cell_id] = presence.rep_url.rstrip("/")
+                result.reps[outcome.cell_id] = RepAddress.of(presence)
             elif isinstance(outcome, _Dropped):
                 self._drop(result, presence.cell_id, outcome)
             else:  # an unexpected error: still only this cell drops out
@@ -128,36 +133,26 @@ class CellFetcher:
             }})
         return result
 
-    async def _fetch_one(self, presence: CellPresence, deadline: float, limit: asyncio.Semaphore) -> CellState:
-        content = await self._get_state(presence.rep_url.rstrip("/") + "/state?lrps=counts", deadline, limit)
-        try:
-            state = CellState.model_validate_json(content)
-        except ValidationError as exc:
-            raise _Dropped("invalid_state", f"invalid state body: {exc.error_count()} errors") from None
-        if state.cell_id != presence.cell_id:
-            raise _Dropped("invalid_state", f"state names cell {state.cell_id!r}")
-        return _bid(state)
-
-    async def _fetch_host(
-        self, host_url: str, cells: list[CellPresence], deadline: float, limit: asyncio.Semaphore
+    async def _fetch_rep(
+        self, rep_url: str, cells: list[CellPresence], deadline: float, limit: asyncio.Semaphore
     ) -> list[CellState | _Dropped]:
         """Every cell of one rep process in one request: each cell's state, or why it drops out. Asks for
-        all the host's cells (a short URL whatever their number); states of cells not asked about are ignored."""
-        content = await self._get_state(host_url + "/state?lrps=counts", deadline, limit)
+        all the process's cells (a short URL whatever their number); states of cells not asked about are
+        ignored."""
+        content = await self._get_state(rep_url + "/state?lrps=counts", deadline, limit)
         try:
             states = {s.cell_id: s for s in HostCellStates.model_validate_json(content).cells}
         except ValidationError as exc:
-            raise _Dropped("invalid_state", f"invalid host state body: {exc.error_count()} errors") from None
+            raise _Dropped("invalid_state", f"invalid state body: {exc.error_count()} errors") from None
         outcomes: list[CellState | _Dropped] = []
         for presence in cells:
             state = states.get(presence.cell_id)
             if state is None:
-                outcomes.append(_Dropped("missing", f"not in the state answer of its host {host_url}"))
-                continue
-            try:
-                outcomes.append(_bid(state))
-            except _Dropped as why:
-                outcomes.append(why)
+                outcomes.append(_Dropped("missing", f"not in the state answer of its rep {rep_url}"))
+            elif state.evacuating:
+                outcomes.append(_Dropped("evacuating"))
+            else:
+                outcomes.append(state)
         return outcomes
 
     async def _get_state(self, url: str, deadline: float, limit: asyncio.Semaphore) -> bytes:
@@ -180,12 +175,6 @@ class CellFetcher:
         result.dropped[cell_id] = why.detail
         self._metrics.cell_dropped(why.reason)
         log.debug("cell left out of the auction", extra={"data": {"cell_id": cell_id, "reason": why.detail}})
-
-
-def _bid(state: CellState) -> CellState:
-    if state.evacuating:
-        raise _Dropped("evacuating")
-    return state
 
 
 def _describe(exc: BaseException) -> str:

@@ -7,7 +7,6 @@ from auctioneer.service.cells import CellFetcher
 from auctioneer.service.clients import RepClients
 from auctioneer.service.metrics import Metrics
 from common.models import CellPresence, ResourcesModel
-from tests.auctioneer.fake_hosts import fake_host
 from tests.auctioneer.fakes import fake_bbs, fake_reps
 
 pytestmark = pytest.mark.timeout(60)
@@ -44,7 +43,7 @@ async def test_every_present_cell_is_fetched_once_and_failing_cells_drop_out():
         elapsed = time.monotonic() - started
 
         assert sorted(s.cell_id for s in fetched.states) == [f"good-{i}" for i in range(5)]
-        assert fetched.rep_urls["good-3"] == reps.rep_url("good-3")
+        assert fetched.reps["good-3"] == (reps.rep_url("good-3"), "good-3")
         assert set(fetched.dropped) == {
             "gone", "evacuating-presence", "evacuating-state", "error", "invalid", "slow",
         }, fetched.dropped
@@ -54,11 +53,12 @@ async def test_every_present_cell_is_fetched_once_and_failing_cells_drop_out():
         assert elapsed < 3, f"the fetch should end by its deadline (0.5 s), took {elapsed:.2f} s"
         assert bbs.cells_calls == 1
         assert metrics.requests_made == {"bbs": 1, "rep_state": 10, "rep_work": 0}, (reps.state_calls, fetched.dropped)
+        assert fetched.dropped["invalid"].startswith("invalid state body"), fetched.dropped
         assert metrics.cells_dropped == 6
         assert fetched.seconds == metrics.last_state_fetch_seconds > 0
 
 
-async def test_a_state_naming_another_cell_is_refused():
+async def test_a_state_naming_another_cell_is_not_taken_for_its_cell():
     async with fake_reps() as reps, fake_bbs(reps) as bbs, \
             httpx.AsyncClient(base_url=bbs.url) as to_bbs, RepClients() as to_reps:
         reps.add("c1")
@@ -66,7 +66,7 @@ async def test_a_state_naming_another_cell_is_refused():
         bbs.extra_cells = reps.presences()
         reps.cells["c1"].state.cell_id = "c2"  # the rep at c1's URL answers for another cell
         fetched = await fetcher(bbs.url, to_bbs, to_reps)[0].fetch()
-        assert fetched.states == [] and "c1" in fetched.dropped
+        assert fetched.states == [] and fetched.dropped == {"c1": f"not in the state answer of its rep {reps.rep_url('c1')}"}
 
 
 async def test_no_bbs_means_no_cells_and_says_why():
@@ -75,52 +75,43 @@ async def test_no_bbs_means_no_cells_and_says_why():
         assert fetched.states == [] and fetched.error.startswith("cell list unavailable: ConnectError")
 
 
-async def test_cells_of_one_rep_process_are_fetched_with_one_request_and_a_failing_host_drops_exactly_its_cells():
-    async with fake_reps() as reps, fake_host() as good, fake_host() as broken, fake_host() as slow, \
-            fake_bbs(reps) as bbs, httpx.AsyncClient(base_url=bbs.url) as to_bbs, RepClients() as to_reps:
+async def test_cells_of_one_rep_process_are_fetched_with_one_request_and_a_failing_one_drops_exactly_its_cells():
+    async with fake_reps() as reps, fake_bbs() as bbs, \
+            httpx.AsyncClient(base_url=bbs.url) as to_bbs, RepClients() as to_reps:
         reps.add("alone")
         for i in range(3):
-            good.add(f"good-{i}")
-            broken.add(f"broken-{i}")
-            slow.add(f"slow-{i}")
-        good.add("leaving", evacuating=True)
-        good.add("unlisted")  # hosted there, but the BBS does not list it: not in this auction
-        good.left_out.add("good-2")  # listed by the BBS, missing from its host's answer
-        broken.state_mode, slow.state_mode = "error", "hang"
-        bbs.extra_cells = [*good.presences(), *broken.presences(), *slow.presences()]
-        bbs.extra_cells = [p for p in bbs.extra_cells if p.cell_id != "unlisted"]
+            reps.add(f"good-{i}", rep="good")
+            reps.add(f"broken-{i}", rep="broken", state_mode="error")
+            reps.add(f"slow-{i}", rep="slow", state_mode="hang")
+        reps.add("leaving", rep="good", evacuating=True)
+        reps.add("unlisted", rep="good")  # hosted there, but the BBS does not list it: not in this auction
+        reps.reps["good"].left_out.add("good-2")  # listed by the BBS, missing from its process's answer
+        bbs.extra_cells = [p for p in reps.presences() if p.cell_id != "unlisted"]
 
         f, metrics = fetcher(bbs.url, to_bbs, to_reps, timeout=0.5)
         started = time.monotonic()
         fetched = await f.fetch()
 
-        assert time.monotonic() - started < 3, "one deadline for the whole fetch, a hanging host included"
+        assert time.monotonic() - started < 3, "one deadline for the whole fetch, a hanging process included"
         assert [s.cell_id for s in fetched.states] == ["alone", "good-0", "good-1"]
-        assert fetched.rep_urls["good-1"] == f"{good.url}/cells/good-1", "work still names each cell's own rep_url"
+        assert fetched.reps["good-1"] == (reps.rep_url("good"), "good"), "work goes to the cell's process"
         assert fetched.dropped == {
-            "good-2": f"not in the state answer of its host {good.url}",
+            "good-2": f"not in the state answer of its rep {reps.rep_url('good')}",
             "leaving": "evacuating",
             **{f"broken-{i}": "state answered 500" for i in range(3)},
             **{f"slow-{i}": "no state within 0.5 s" for i in range(3)},
         }
-        assert (good.state_calls, broken.state_calls, slow.state_calls) == (1, 1, 1)
-        assert reps.state_calls == {"alone": 1}, "a cell without host_url keeps its own request"
-        assert metrics.requests_made["rep_state"] == 4, "requests made: one per host, one per lone cell"
+        assert reps.state_calls == {"alone": 1, "good": 1, "broken": 1, "slow": 1}, "one request per process"
+        assert metrics.requests_made["rep_state"] == 4
         assert metrics.cells_dropped == 8
-        assert to_reps.host_of == {
-            **{c: good.url for c in ("good-0", "good-1", "good-2", "leaving")},
-            **{f"broken-{i}": broken.url for i in range(3)}, **{f"slow-{i}": slow.url for i in range(3)},
-        }
 
 
-async def test_a_host_answering_an_invalid_body_drops_its_cells():
-    async with fake_host() as host, fake_bbs() as bbs, \
+async def test_a_rep_answering_an_invalid_body_drops_its_cells():
+    async with fake_reps() as reps, fake_bbs(reps) as bbs, \
             httpx.AsyncClient(base_url=bbs.url) as to_bbs, RepClients() as to_reps:
-        host.add("c0")
-        host.add("c1")
-        host.state_mode = "invalid"
-        bbs.extra_cells = host.presences()
+        reps.add("c0", rep="r")
+        reps.add("c1", rep="r", state_mode="invalid")
         fetched = await fetcher(bbs.url, to_bbs, to_reps)[0].fetch()
         assert fetched.states == []
         assert set(fetched.dropped) == {"c0", "c1"}
-        assert all(why.startswith("invalid host state body") for why in fetched.dropped.values()), fetched.dropped
+        assert all(why.startswith("invalid state body") for why in fetched.dropped.values()), fetched.dropped

@@ -1,7 +1,7 @@
 """The HTTP client the auctioneer talks to reps with: aiohttp, keep-alive connections, one session.
 
 Every other HTTP client in Vendue is httpx; this one is not, for speed. An auction makes one state
-request and one work request per cell (2,000 requests at 1,000 cells), and here httpx spends
+request and one work request per rep process (2,000 requests at 1,000 one-cell reps), and here httpx spends
 1.4-3 ms of CPU per request (anyio, the pure-Python h11 parser, and a connection pool that rescans
 its connections for every request it queues) where aiohttp, with its C parser, spends 0.2-0.3 ms
 (measured on this 2-core machine, 2,000 GETs of a 10 KB state against uvicorn). At 1,000 cells that
@@ -9,10 +9,6 @@ is the difference between a state fetch well under a second and one of several s
 
 The interface is two calls that answer (status, body) or raise `RepUnreachable` / `TimeoutError`, so
 the fetcher and the dispatcher do not depend on which client library is underneath.
-
-Cells hosted by one rep process (a sim host: their presences share a `host_url`) are asked with one
-request per process instead (cells.py, dispatch.py). `RepClients.host_of` is that routing table: the
-fetcher fills it from the presences it last listed, the dispatcher reads it.
 
 Over TLS the session presents the auctioneer's certificate and trusts only the cluster CA (the context is
 built once by the service and shared: common.tls.client_context). A handshake costs more than the request
@@ -62,8 +58,6 @@ class RepClients:
         self.max_connections = max_connections
         self.timeout = timeout
         self.ssl_context = ssl_context
-        # cell_id -> the root URL of the rep process hosting it, for cells hosted by a multi-cell process.
-        self.host_of: dict[str, str] = {}
         self.connections_opened = 0  # new connections (over TLS: handshakes), not reused ones
         self._session: aiohttp.ClientSession | None = None
 

@@ -1,15 +1,14 @@
-"""Sending the auction's work to the winning reps, all of them concurrently.
+"""Sending the auction's work to the winning reps, every rep process concurrently.
 
-Over HTTP a winning cell hosted alone by its rep gets POST {rep_url}/work. The winning cells of one
-rep process hosting many (their presences share a `host_url`, RepClients.host_of) get ONE
-POST {host_url}/work (HostWork: every cell's work, each desired LRP written once; split over several
-posts of whole cells past HOST_WORK_MAX_ITEMS instances), answered with each cell's WorkResult
-(rep/api.py).
+The winning cells of one rep process (their presences name the same rep: cells.RepAddress) get their
+work in ONE request: HostWork, every cell's work with each desired LRP written once, split over several
+requests of whole cells past HOST_WORK_MAX_ITEMS instances; answered with each cell's WorkResult
+(HostWorkResult, rep/api.py). Over HTTP that is POST {rep_url}/work (Dispatcher), over NATS a request
+on vendue.rep.<rep_id>.work (nats_dispatch.NatsWorkSender); the rest is shared.
 
-What a rep rejects (its WorkResult), or the whole Work when the POST fails, comes back as rejections;
-a failed host POST rejects the work of every cell in it as undelivered, and a cell its host's answer
-leaves out (not hosted there) likewise. `split_rejections` carries them into the next batch until they
-have had `max_attempts` tries.
+What a rep rejects (a cell's WorkResult) comes back as rejections; a failed request rejects the work of
+every cell in it as undelivered, and a cell the answer leaves out (not hosted there) likewise.
+`split_rejections` carries them into the next batch until they have had `max_attempts` tries.
 """
 
 from __future__ import annotations
@@ -17,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,6 +27,7 @@ from auctioneer.engine.types import AuctionResult, Failure
 from common.models import HostWorkResult, WorkResult
 
 from .batcher import Batch, PendingLRP, PendingTask
+from .cells import RepAddress
 from .clients import RepClients, RepUnreachable
 from .metrics import Metrics
 
@@ -36,15 +36,15 @@ log = logging.getLogger("auctioneer.dispatch")
 # An auctioneer that is not elected (no lease API) sends 0, which reps always accept.
 FENCING_TOKEN = 0
 REJECTED_WITHOUT_REASON = "insufficient resources"
-# Instances and tasks per POST {host_url}/work at most (a host's cells are split over several posts
-# beyond it): the rep places a request's work without yielding, and the post must end within work_timeout.
+# Instances and tasks per work request at most (a process's cells are split over several requests beyond
+# it): the rep places a request's work without yielding, and the request must end within work_timeout.
 HOST_WORK_MAX_ITEMS = 10_000
 
 
 @dataclass(slots=True)
 class CellWork:
     cell_id: str
-    rep_url: str
+    rep: RepAddress
     lrps: list[PendingLRP] = field(default_factory=list)
     tasks: list[PendingTask] = field(default_factory=list)
 
@@ -67,14 +67,14 @@ class DispatchOutcome:
     rejections: list[Rejection] = field(default_factory=list)
 
 
-def group_work(result: AuctionResult, batch: Batch, rep_urls: dict[str, str]) -> list[CellWork]:
-    """The engine's assignments as one Work per winning cell."""
+def group_work(result: AuctionResult, batch: Batch, reps: dict[str, RepAddress]) -> list[CellWork]:
+    """The engine's assignments as one CellWork per winning cell."""
     works: dict[str, CellWork] = {}
 
     def work_for(cell_id: str) -> CellWork:
         work = works.get(cell_id)
         if work is None:
-            work = works[cell_id] = CellWork(cell_id, rep_urls[cell_id])
+            work = works[cell_id] = CellWork(cell_id, reps[cell_id])
         return work
 
     for a in result.lrp_assignments:
@@ -85,16 +85,15 @@ def group_work(result: AuctionResult, batch: Batch, rep_urls: dict[str, str]) ->
 
 
 class BodyWriter:
-    """Work bodies as JSON: the instances of each desired LRP as one `lrp_groups` entry, and each
-    desired LRP serialised once per auction however many cells get its instances.
-
-    Equivalent to `Work(lrp_groups=..., tasks=..., fencing_token=...).model_dump_json()`; at 250,000
-    instances serialising (and the rep parsing) the same DesiredLRP per instance would dominate.
+    """Work bodies as JSON (`HostWork(desired=..., cells=..., fencing_token=...).model_dump_json()`), each
+    desired LRP serialised once per auction however many cells and processes get its instances, and each
+    cell's instances of it as one `lrp_groups` entry naming it by position. At 250,000 instances
+    serialising (and the rep parsing) the same DesiredLRP per instance would dominate.
     """
 
     def __init__(self, fencing_token: int = FENCING_TOKEN) -> None:
         self._desired: dict[int, str] = {}
-        self.fencing_token = fencing_token  # one auction, one token: every Work of it carries the same
+        self.fencing_token = fencing_token  # one auction, one token: every body of it carries the same
 
     def _desired_json(self, item: PendingLRP) -> str:
         desired = self._desired.get(id(item.desired))
@@ -102,22 +101,8 @@ class BodyWriter:
             desired = self._desired[id(item.desired)] = item.desired.model_dump_json()
         return desired
 
-    def body(self, work: CellWork, fencing_token: int | None = None) -> bytes:
-        if fencing_token is None:
-            fencing_token = self.fencing_token
-        groups: dict[int, list[str]] = {}  # id(desired) -> [its JSON, index, index, ...]
-        for item in work.lrps:
-            group = groups.get(id(item.desired))
-            if group is None:
-                group = groups[id(item.desired)] = [self._desired_json(item)]
-            group.append(str(item.index))
-        return (
-            f'{{"lrp_groups":[{_lrp_groups(groups)}],"tasks":[{_tasks(work)}],"fencing_token":{fencing_token:d}}}'
-        ).encode()
-
-    def host_body(self, works: list[CellWork]) -> bytes:
-        """Several cells' work for the rep process hosting them: `HostWork(desired=..., cells=...,
-        fencing_token=...).model_dump_json()`, each desired LRP once, cells naming it by position."""
+    def body(self, works: list[CellWork]) -> bytes:
+        """The work of these cells (of one rep process) as one HostWork body."""
         positions: dict[int, int] = {}  # id(desired) -> its position in `desired`
         desired: list[str] = []
         cells: list[str] = []
@@ -146,18 +131,6 @@ def _tasks(work: CellWork) -> str:
     return ",".join(item.task.model_dump_json() for item in work.tasks)
 
 
-SendOne = Callable[[CellWork, BodyWriter, asyncio.Semaphore], Awaitable[list[Rejection]]]
-
-
-async def send_concurrently(
-    works: list[CellWork], send_one: SendOne, writer: BodyWriter, max_concurrency: int
-) -> DispatchOutcome:
-    """Send every winning cell its work at once (at most `max_concurrency` in flight) and tally what
-    was placed and what came back rejected; the transport only says how one cell's work travels."""
-    limit = asyncio.Semaphore(max_concurrency)
-    return tally(works, await asyncio.gather(*(send_one(w, writer, limit) for w in works)))
-
-
 def tally(works: list[CellWork], rejected: list[list[Rejection]]) -> DispatchOutcome:
     """What was placed and what came back rejected, given each work's rejections."""
     outcome = DispatchOutcome()
@@ -170,8 +143,10 @@ def tally(works: list[CellWork], rejected: list[list[Rejection]]) -> DispatchOut
 
 
 class ConcurrentWorkSender:
-    """What every transport's work sender shares: its settings, and one auction's work sent to every
-    winning cell at once (send_concurrently). A transport says how one cell's work travels (_send_one)."""
+    """What every transport's work sender shares: its settings, the winning cells grouped by rep process
+    (one request per process, or per HOST_WORK_MAX_ITEMS of it), every request at once (at most
+    `max_concurrency` in flight), and the answers read back. A transport says how one process's
+    request travels (_send_rep)."""
 
     def __init__(
         self, metrics: Metrics, *, timeout: float = 10.0, max_concurrency: int = 256,
@@ -183,85 +158,67 @@ class ConcurrentWorkSender:
         self._fencing_token = fencing_token  # the lease's token, read per auction (it changes with the leader)
 
     async def send(self, works: list[CellWork]) -> DispatchOutcome:
-        return await send_concurrently(works, self._send_one, BodyWriter(self._fencing_token()),
-                                       self._max_concurrency)
-
-    async def _send_one(self, work: CellWork, writer: BodyWriter, limit: asyncio.Semaphore) -> list[Rejection]:
-        raise NotImplementedError
-
-
-class Dispatcher(ConcurrentWorkSender):
-    """Work over HTTP: one POST {host_url}/work per rep process hosting several winning cells, one
-    POST {rep_url}/work per other winning cell; all at once (at most `max_concurrency` in flight)."""
-
-    def __init__(self, reps: RepClients, metrics: Metrics, **options: Any) -> None:
-        super().__init__(metrics, **options)
-        self._reps = reps
-
-    async def send(self, works: list[CellWork]) -> DispatchOutcome:
         writer = BodyWriter(self._fencing_token())
         limit = asyncio.Semaphore(self._max_concurrency)
-        alone: list[CellWork] = []
-        hosted: dict[str, list[CellWork]] = {}  # host_url -> the work of its cells
+        by_rep: dict[RepAddress, list[CellWork]] = {}
         for work in works:
-            host_url = self._reps.host_of.get(work.cell_id)
-            if host_url:
-                hosted.setdefault(host_url, []).append(work)
-            else:
-                alone.append(work)
-        posts = [(url, chunk) for url, ws in hosted.items() for chunk in _chunks(ws, HOST_WORK_MAX_ITEMS)]
-        answers = await asyncio.gather(
-            *(self._send_one(w, writer, limit) for w in alone),
-            *(self._send_host(url, chunk, writer, limit) for url, chunk in posts),
-        )
-        rejected = list(answers[: len(alone)])
-        for host_answer in answers[len(alone) :]:
-            rejected.extend(host_answer)
-        return tally([*alone, *(w for _, chunk in posts for w in chunk)], rejected)
+            by_rep.setdefault(work.rep, []).append(work)
+        requests = [(rep, chunk) for rep, ws in by_rep.items() for chunk in _chunks(ws, HOST_WORK_MAX_ITEMS)]
+        answers = await asyncio.gather(*(self._send_rep(rep, chunk, writer, limit) for rep, chunk in requests))
+        sent = [w for _, chunk in requests for w in chunk]
+        return tally(sent, [rejected for answer in answers for rejected in answer])
 
-    async def _send_host(
-        self, host_url: str, works: list[CellWork], writer: BodyWriter, limit: asyncio.Semaphore
+    async def _send_rep(
+        self, rep: RepAddress, works: list[CellWork], writer: BodyWriter, limit: asyncio.Semaphore
     ) -> list[list[Rejection]]:
-        """Several cells' work in one POST to the process hosting them: each work's rejections, in order."""
-        answer = await self._post(host_url + "/work", writer.host_body(works), limit)
-        if isinstance(answer, str):
-            return _host_undelivered(host_url, works, answer)
+        """Several cells' work in one request to their rep process: each work's rejections, in order."""
+        raise NotImplementedError
+
+    def _rejections_in(self, rep: RepAddress, works: list[CellWork], answer: bytes) -> list[list[Rejection]]:
+        """Each work's rejections in a rep's HostWorkResult. A cell the answer leaves out (not hosted
+        there) had none of its work taken."""
         try:
             result = HostWorkResult.model_validate_json(answer)
-        except ValidationError:
-            # The host answered 200, so it took the work; a body we cannot read must not double-place it.
-            log.warning("unreadable host work result", extra={"data": {"host_url": host_url, "cells": len(works)}})
+        except ValidationError as exc:
+            # The rep answered, so it took the work; a body we cannot read must not double-place it.
+            self._metrics.bad_reply("work")
+            log.warning("unreadable work result", extra={"data": {
+                "rep": rep.url or rep.rep_id, "cells": len(works), "errors": exc.error_count(),
+                "head": answer[:80],
+            }})
             return [[] for _ in works]
-        left_out = "work not delivered: cell not on its host"
-        _log_undelivered(host_url, [w for w in works if w.cell_id not in result.cells], left_out)
+        left_out = "work not delivered: cell not on its rep"
+        _log_undelivered(rep, [w for w in works if w.cell_id not in result.cells], left_out)
         return [
             rejections_from(w, result.cells[w.cell_id]) if w.cell_id in result.cells else _rejected_whole(w, left_out)
             for w in works
         ]
 
-    async def _send_one(self, work: CellWork, writer: BodyWriter, limit: asyncio.Semaphore) -> list[Rejection]:
-        answer = await self._post(work.rep_url + "/work", writer.body(work), limit)
-        if isinstance(answer, str):
-            return undelivered(work, answer)
-        try:
-            result = WorkResult.model_validate_json(answer)
-        except ValidationError:
-            # The rep answered 200, so it took the work; a body we cannot read must not double-place it.
-            log.warning("unreadable work result", extra={"data": {"cell_id": work.cell_id}})
-            return []
-        return rejections_from(work, result)
 
-    async def _post(self, url: str, body: bytes, limit: asyncio.Semaphore) -> bytes | str:
-        """One work POST (a cell's or a host's): the body of a 200 answer, or why the work was not delivered."""
+class Dispatcher(ConcurrentWorkSender):
+    """Work over HTTP: one POST {rep_url}/work per rep process with winning cells."""
+
+    def __init__(self, reps: RepClients, metrics: Metrics, **options: Any) -> None:
+        super().__init__(metrics, **options)
+        self._reps = reps
+
+    async def _send_rep(
+        self, rep: RepAddress, works: list[CellWork], writer: BodyWriter, limit: asyncio.Semaphore
+    ) -> list[list[Rejection]]:
         try:
             async with limit, asyncio.timeout(self._timeout):  # the timeout starts once a slot is free
                 self._metrics.request("rep_work")
-                response = await self._reps.post_json(url, body, timeout=self._timeout)
+                body = writer.body(works)
+                response = await self._reps.post_json(rep.url + "/work", body, timeout=self._timeout)
         except (TimeoutError, RepUnreachable) as exc:
-            return f"work not delivered: {type(exc).__name__}"
+            return undelivered(rep, works, f"work not delivered: {type(exc).__name__}")
+        if response.status_code == 409:  # a stale or unknown fencing token: refused whole, as over NATS
+            why = _detail(response.content) or "fencing token refused"
+            log.info("work refused", extra={"data": {"rep": rep.url, "cells": len(works), "why": why}})
+            return [[Rejection(item, w.cell_id, why, False) for item in (*w.lrps, *w.tasks)] for w in works]
         if response.status_code != 200:
-            return f"work answered {response.status_code}"
-        return response.content
+            return undelivered(rep, works, f"work answered {response.status_code}")
+        return self._rejections_in(rep, works, response.content)
 
 
 def _chunks(works: list[CellWork], max_items: int) -> list[list[CellWork]]:
@@ -277,32 +234,36 @@ def _chunks(works: list[CellWork], max_items: int) -> list[list[CellWork]]:
     return chunks
 
 
-def undelivered(work: CellWork, why: str) -> list[Rejection]:
-    """The whole work as rejections that never reached the rep (any transport)."""
-    log.warning("work not delivered", extra={"data": {"cell_id": work.cell_id, "items": len(work), "why": why}})
-    return _rejected_whole(work, why)
+def undelivered(rep: RepAddress, works: list[CellWork], why: str) -> list[list[Rejection]]:
+    """Each work as rejections that never reached the rep (a failed request, any transport)."""
+    _log_undelivered(rep, works, why)
+    return [_rejected_whole(w, why) for w in works]
+
+
+def _detail(body: bytes) -> str:
+    """The `detail` of an error answer ({"detail": "..."}), or ""."""
+    try:
+        detail = json.loads(body).get("detail")
+    except (ValueError, AttributeError):
+        return ""
+    return detail if isinstance(detail, str) else ""
 
 
 def _rejected_whole(work: CellWork, why: str) -> list[Rejection]:
     return [Rejection(item, work.cell_id, why, True) for item in (*work.lrps, *work.tasks)]
 
 
-def _host_undelivered(host_url: str, works: list[CellWork], why: str) -> list[list[Rejection]]:
-    """Each work as undelivered (a failed host POST)."""
-    _log_undelivered(host_url, works, why)
-    return [_rejected_whole(w, why) for w in works]
-
-
-def _log_undelivered(host_url: str, works: list[CellWork], why: str) -> None:
-    """One log line for the host, not one per cell."""
+def _log_undelivered(rep: RepAddress, works: list[CellWork], why: str) -> None:
+    """One log line for the process, not one per cell."""
     if works:
         log.warning("work not delivered", extra={"data": {
-            "host_url": host_url, "cells": len(works), "items": sum(len(w) for w in works), "why": why,
+            "rep": rep.url or rep.rep_id, "cells": len(works), "items": sum(len(w) for w in works),
+            "why": why,
         }})
 
 
 def rejections_from(work: CellWork, result: WorkResult) -> list[Rejection]:
-    """What the rep's WorkResult refused, mapped back to the pending items sent (any transport)."""
+    """What a cell's WorkResult refused, mapped back to the pending items sent."""
     if not result.rejected_lrps and not result.rejected_tasks:
         return []
     reason = result.reason or REJECTED_WITHOUT_REASON

@@ -1,19 +1,19 @@
-"""Fetching the bids over NATS: one request on `vendue.cells.state`, every rep answers, gather by a deadline.
+"""Fetching the bids over NATS: one request on `vendue.cells.state`, every rep process answers once
+(HostCellStates of its live cells), gathered by a deadline.
 
 The BBS still says which cells are present (GET /v1/cells), so the gather knows whom to wait for: it ends
 as soon as every present, non-evacuating cell has answered, or at `cell_state_timeout`. A cell that did not
 answer drops out of this auction ("timeout"), as with HTTP. One publish replaces N requests: an auction
-over 100 cells costs 1 + 100 messages on one connection instead of 100 HTTP round trips.
+over 100 rep processes costs 1 + 100 messages on one connection instead of 100 HTTP round trips.
 
-A reply that is not a CellState (not JSON, or not the model) is logged, counted in `bad_replies` and its
-cell dropped ("invalid_state"). Replies name their cell in a header, so even garbage is attributed and
-does not hold the gather open until the deadline.
+A reply that is not a HostCellStates (not JSON, or not the model) is logged, counted in `bad_replies` and
+the cells of its process dropped ("invalid_state"): replies name their rep process in a header, so even
+garbage is attributed and does not hold the gather open until the deadline.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 from collections import Counter
@@ -22,11 +22,11 @@ from collections.abc import Awaitable, Callable
 from nats.aio.msg import Msg
 from pydantic import ValidationError
 
-from common.models import CellPresence, CellState
+from common.models import CellPresence, CellState, HostCellStates
 from common.transport.nats_connection import NatsConnection
-from common.transport.subjects import CELL_ID_HEADER, CELLS_STATE
+from common.transport.subjects import CELLS_STATE, REP_ID_HEADER
 
-from .cells import FetchedCells
+from .cells import FetchedCells, RepAddress
 from .metrics import Metrics
 
 log = logging.getLogger("auctioneer.nats_cells")
@@ -82,11 +82,10 @@ class NatsCellStateSource:
 
         async def on_reply(msg: Msg) -> None:
             self._metrics.message("state_reply")
-            cell_id, outcome = self._read(msg)
-            if cell_id is None or cell_id not in waiting:
-                return  # unattributable garbage (counted), a cell the BBS does not list, or a duplicate
-            waiting.discard(cell_id)
-            answered[cell_id] = outcome
+            for cell_id, outcome in self._read(msg, expected):
+                if cell_id in waiting:  # not: a cell the BBS does not list, or a duplicate
+                    waiting.discard(cell_id)
+                    answered[cell_id] = outcome
             if not waiting:
                 complete.set()
 
@@ -119,7 +118,7 @@ class NatsCellStateSource:
             outcome = answered.get(cell_id)
             if isinstance(outcome, CellState):
                 result.states.append(outcome)
-                result.rep_urls[cell_id] = presence.rep_url.rstrip("/")
+                result.reps[cell_id] = RepAddress.of(presence)
             elif outcome is None:
                 self._drop(result, cell_id, "timeout", f"no state within {self._timeout:g} s")
             elif outcome == "evacuating":
@@ -127,39 +126,26 @@ class NatsCellStateSource:
             else:
                 self._drop(result, cell_id, "invalid_state", outcome)
 
-    def _read(self, msg: Msg) -> tuple[str | None, CellState | str]:
-        """(the cell the reply is from, its state or why it is unusable)."""
-        named = (msg.headers or {}).get(CELL_ID_HEADER)
+    def _read(self, msg: Msg, expected: dict[str, CellPresence]) -> list[tuple[str, CellState | str]]:
+        """(cell, its state or why it is unusable) for every cell a reply speaks for."""
+        rep_id = (msg.headers or {}).get(REP_ID_HEADER)
         try:
-            state = CellState.model_validate_json(msg.data)
+            states = HostCellStates.model_validate_json(msg.data).cells
         except ValidationError as exc:
-            cell_id = named or _cell_id_of(msg.data)
             self._metrics.bad_reply("state")
             log.warning("unreadable state reply", extra={"data": {
-                "cell_id": cell_id, "errors": exc.error_count(), "bytes": len(msg.data), "head": msg.data[:80],
+                "rep_id": rep_id, "errors": exc.error_count(), "bytes": len(msg.data), "head": msg.data[:80],
             }})
-            return cell_id, f"invalid state body: {exc.error_count()} errors"
-        if named is not None and named != state.cell_id:
-            self._metrics.bad_reply("state")
-            log.warning("state reply names another cell", extra={"data": {"header": named, "body": state.cell_id}})
-            return named, f"state names cell {state.cell_id!r}"
-        if state.evacuating:
-            return state.cell_id, "evacuating"
-        return state.cell_id, state
+            why = f"invalid state body: {exc.error_count()} errors"
+            return [(cell_id, why) for cell_id, p in expected.items()
+                    if rep_id is not None and p.rep_id == rep_id]
+        # Only the process the BBS names for a cell speaks for it: another process's cell's state is ignored.
+        return [(s.cell_id, "evacuating" if s.evacuating else s) for s in states
+                if s.cell_id in expected and expected[s.cell_id].rep_id == rep_id]
 
     def _drop(self, result: FetchedCells, cell_id: str, reason: str, detail: str) -> None:
         result.dropped[cell_id] = detail
         self._metrics.cell_dropped(reason)
-
-
-def _cell_id_of(body: bytes) -> str | None:
-    """The `cell_id` of a JSON object that is otherwise not a CellState (None if there is none)."""
-    try:
-        data = json.loads(body)
-    except (ValueError, UnicodeDecodeError):
-        return None
-    value = data.get("cell_id") if isinstance(data, dict) else None
-    return value if isinstance(value, str) else None
 
 
 def _describe(exc: BaseException) -> str:

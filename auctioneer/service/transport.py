@@ -1,10 +1,9 @@
 """The auctioneer's two transport seams: where bids come from and how work reaches a cell.
 
-HTTP: cells.CellFetcher and dispatch.Dispatcher: GET {rep_url}/state and POST {rep_url}/work per cell
-hosted alone, and ONE GET {host_url}/state and POST {host_url}/work per rep process hosting several
-cells (their presences name it as `host_url`), whatever the number of its cells.
+Both ask each rep process once, whatever the number of its cells (the one rep API, rep/api.py).
+HTTP: cells.CellFetcher and dispatch.Dispatcher: GET {rep_url}/state and POST {rep_url}/work.
 NATS: nats_cells.NatsCellStateSource (one scatter-gather on vendue.cells.state) and
-nats_dispatch.NatsWorkSender (request/reply on vendue.cell.<id>.work). The auction sees only these.
+nats_dispatch.NatsWorkSender (request/reply on vendue.rep.<rep_id>.work). The auction sees only these.
 """
 
 from __future__ import annotations

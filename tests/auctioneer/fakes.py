@@ -1,9 +1,10 @@
 """Test doubles of the auctioneer's peers, served over real HTTP (uvicorn on port 0 in the test's loop).
 
-`FakeReps` hosts any number of cells under /cells/<cell_id> (like `vendue rep --sim`) and records every
-state fetch and work POST; `FakeBBS` lists cells, grants the "auctioneer" lease, verifies bearer tokens and
-records placement-failure reports (409 for a fencing token older than the lease's). `serving` serves
-HTTPS when given a server TLS context, and a fake then records who called (their certificate's identity).
+`FakeReps` serves any number of rep processes, each hosting any number of cells behind the one rep API
+(GET /state, POST /work at its root URL, {url}/reps/<rep_id>), and records every state fetch and work
+POST; `FakeBBS` lists cells, grants the "auctioneer" lease, verifies bearer tokens and records
+placement-failure reports (409 for a fencing token older than the lease's). `serving` serves HTTPS when
+given a server TLS context, and a fake then records who called (their certificate's identity).
 """
 
 from __future__ import annotations
@@ -27,15 +28,18 @@ from common.models import (
     CellPresence,
     CellState,
     DesiredLRP,
+    HostCellStates,
+    HostWork,
+    HostWorkResult,
     Lease,
     LeaseRequest,
     LRPStartRequest,
+    LRPWork,
     ModificationTag,
     PlacementFailures,
     ResourcesModel,
     Task,
     TokenVerify,
-    Work,
     WorkResult,
 )
 from common.tls import identity_from_der
@@ -107,40 +111,60 @@ def cell_state(cell_id: str, rep_url: str, zone: str = "z1", memory_mb: int = 81
 @dataclass
 class FakeCell:
     state: CellState
-    # How it answers: "ok", "reject" (rejects all work with `reason`), "error" (500), "hang" (never
-    # answers until the test ends), "invalid" (a body that is not a CellState).
+    rep_id: str  # the process hosting it
+    work_mode: str = "ok"  # "ok", or "reject": its rep rejects all its work with `reason`
+    reason: str = "insufficient resources: memory"
+
+
+@dataclass
+class FakeRep:
+    """One rep process: how it answers. `state_mode`: "ok", "error" (500), "hang" (never answers until the
+    test ends), "invalid" (not a HostCellStates); `work_mode`: "ok", "error", "hang", "fenced" (409: a
+    newer auctioneer's token reached it)."""
+
     state_mode: str = "ok"
     work_mode: str = "ok"
-    reason: str = "insufficient resources: memory"
+    left_out: set[str] = field(default_factory=set)  # cells it leaves out of its answers (not hosted after all)
+
+
+REP_MODES = {"state_mode": ("ok", "error", "hang", "invalid"), "work_mode": ("ok", "error", "hang", "fenced")}
 
 
 @dataclass
 class FakeReps:
     cells: dict[str, FakeCell] = field(default_factory=dict)
-    state_calls: Counter = field(default_factory=Counter)
-    work_posts: dict[str, list[Work]] = field(default_factory=dict)
+    reps: dict[str, FakeRep] = field(default_factory=dict)
+    state_calls: Counter = field(default_factory=Counter)  # rep_id -> GET /state requests
+    work_posts: dict[str, list[HostWork]] = field(default_factory=dict)  # rep_id -> the work it was sent
     url: str = ""
     _release: asyncio.Event = field(default_factory=asyncio.Event)
 
-    def rep_url(self, cell_id: str) -> str:
-        return f"{self.url}/cells/{cell_id}"
+    def rep_url(self, rep_id: str) -> str:
+        return f"{self.url}/reps/{rep_id}"
 
-    def add(self, cell_id: str, zone: str = "z1", **fields) -> FakeCell:
-        modes = {k: fields.pop(k) for k in ("state_mode", "work_mode", "reason") if k in fields}
-        cell = FakeCell(cell_state(cell_id, self.rep_url(cell_id), zone, **fields), **modes)
+    def add(self, cell_id: str, zone: str = "z1", *, rep: str | None = None, **fields) -> FakeCell:
+        """A cell hosted by the process `rep` (default: a process of its own, named as the cell). A
+        `state_mode` or a `work_mode` other than "reject" is how its process answers."""
+        rep_id = rep or cell_id
+        process = self.reps.setdefault(rep_id, FakeRep())
+        for mode, values in REP_MODES.items():
+            if fields.get(mode) in values:
+                setattr(process, mode, fields.pop(mode))
+        modes = {k: fields.pop(k) for k in ("work_mode", "reason") if k in fields}
+        cell = FakeCell(cell_state(cell_id, self.rep_url(rep_id), zone, **fields), rep_id, **modes)
         self.cells[cell_id] = cell
         return cell
 
     def presences(self) -> list[CellPresence]:
-        return [CellPresence.model_validate(c.state.model_dump()) for c in self.cells.values()]
+        return [CellPresence.model_validate({**c.state.model_dump(), "rep_id": c.rep_id}) for c in self.cells.values()]
 
     @property
     def lrps_received(self) -> int:
-        return sum(len(w.all_lrps()) for posts in self.work_posts.values() for w in posts)
+        return sum(len(w.instances(c)) for posts in self.work_posts.values() for w in posts for c in w.cells)
 
     @property
     def tasks_received(self) -> int:
-        return sum(len(w.tasks) for posts in self.work_posts.values() for w in posts)
+        return sum(len(part.tasks) for posts in self.work_posts.values() for w in posts for part in w.cells.values())
 
     @property
     def work_post_count(self) -> int:
@@ -153,32 +177,43 @@ class FakeReps:
     def app(self) -> FastAPI:
         app = FastAPI()
 
-        @app.get("/cells/{cell_id}/state")
-        async def state(cell_id: str) -> Response:
-            self.state_calls[cell_id] += 1
-            cell = self.cells[cell_id]
-            if cell.state_mode == "hang":
+        @app.get("/reps/{rep_id}/state")
+        async def state(rep_id: str, cells: str = "") -> Response:
+            self.state_calls[rep_id] += 1
+            rep = self.reps[rep_id]
+            if rep.state_mode == "hang":
                 await self._release.wait()
-            if cell.state_mode == "error":
+            if rep.state_mode == "error":
                 return JSONResponse({"detail": "boom"}, status_code=500)
-            if cell.state_mode == "invalid":
-                return JSONResponse({"cell_id": cell_id})
-            return Response(cell.state.model_dump_json(), media_type="application/json")
+            if rep.state_mode == "invalid":
+                return JSONResponse({"cells": [{"cell_id": "half"}]})
+            named = set(cells.split(",")) if cells else None
+            states = [c.state for cid, c in self.cells.items()
+                      if c.rep_id == rep_id and cid not in rep.left_out and (named is None or cid in named)]
+            return Response(HostCellStates(cells=states).model_dump_json(), media_type="application/json")
 
-        @app.post("/cells/{cell_id}/work")
-        async def work(cell_id: str, request: Request) -> Response:
-            body = Work.model_validate_json(await request.body())
-            self.work_posts.setdefault(cell_id, []).append(body)
-            cell = self.cells[cell_id]
-            if cell.work_mode == "hang":
+        @app.post("/reps/{rep_id}/work")
+        async def work(rep_id: str, request: Request) -> Response:
+            body = HostWork.model_validate_json(await request.body())
+            self.work_posts.setdefault(rep_id, []).append(body)
+            rep = self.reps[rep_id]
+            if rep.work_mode == "hang":
                 await self._release.wait()
-            if cell.work_mode == "error":
+            if rep.work_mode == "error":
                 return JSONResponse({"detail": "boom"}, status_code=500)
-            if cell.work_mode == "reject":
-                result = WorkResult(rejected_lrps=body.all_lrps(), rejected_tasks=body.tasks, reason=cell.reason)
-            else:
-                result = WorkResult()
-            return Response(result.model_dump_json(), media_type="application/json")
+            if rep.work_mode == "fenced":
+                return JSONResponse({"detail": f"stale fencing token {body.fencing_token} < 99"}, status_code=409)
+            results = {}
+            for cell_id, part in body.cells.items():
+                cell = self.cells.get(cell_id)
+                if cell is None or cell.rep_id != rep_id or cell_id in rep.left_out:
+                    continue
+                if cell.work_mode == "reject":
+                    lrps = [LRPWork(desired=d, index=i) for d, i in body.instances(cell_id)]
+                    results[cell_id] = WorkResult(rejected_lrps=lrps, rejected_tasks=part.tasks, reason=cell.reason)
+                else:
+                    results[cell_id] = WorkResult()
+            return Response(HostWorkResult(cells=results).model_dump_json(), media_type="application/json")
 
         return app
 

@@ -81,7 +81,7 @@ async def test_50_instances_over_3_cells_cost_one_cell_list_3_state_fetches_and_
             assert bbs.cells_calls == 1
             assert sum(reps.state_calls.values()) == 3 and set(reps.state_calls) == {"cell-0", "cell-1", "cell-2"}
             assert reps.work_post_count <= 3
-            indices = sorted(lrp.index for posts in reps.work_posts.values() for w in posts for lrp in w.all_lrps())
+            indices = sorted(i for posts in reps.work_posts.values() for w in posts for c in w.cells for _, i in w.instances(c))
             assert indices == list(range(50))
             assert stats["requests_made"] == {"bbs": 1, "rep_state": 3, "rep_work": reps.work_post_count}
             assert (stats["lrps_placed"], stats["lrps_failed"]) == (50, 0)

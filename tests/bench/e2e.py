@@ -199,7 +199,7 @@ async def measure(cluster: LocalCluster, apps: int, per_app: int, timeout: float
     total = apps * per_app
     bbs = cluster.bbs_url
     # Every distinct process that serves HTTP: the BBS, the auctioneer, and the rep process(es).
-    rep_procs = {f"rep:{r.component or cid}": r.url.split("/cells/", 1)[0] for cid, r in cluster.reps.items()}
+    rep_procs = {f"rep:{r.component or cid}": r.url for cid, r in cluster.reps.items()}
     component_urls = {"bbs": bbs, "auctioneer": cluster.auctioneer_url, **rep_procs}
     limits = httpx.Limits(max_connections=64, max_keepalive_connections=64)
     async with httpx.AsyncClient(limits=limits) as client:

@@ -109,7 +109,7 @@ async def measure(
 ) -> dict[str, Any]:
     bbs, auctioneer = cluster.bbs_url, cluster.auctioneer_url
     sizes = app_sizes(apps, instances)
-    rep_procs = {f"rep:{r.component or cid}": r.url.split("/cells/", 1)[0] for cid, r in cluster.reps.items()}
+    rep_procs = {f"rep:{r.component or cid}": r.url for cid, r in cluster.reps.items()}
     component_urls = {"bbs": bbs, "auctioneer": auctioneer, **rep_procs}
     limits = httpx.Limits(max_connections=32, max_keepalive_connections=32)
     async with httpx.AsyncClient(limits=limits) as client:

@@ -299,10 +299,12 @@ def one_process_per_index(process_guid: str, running: dict[int, dict]) -> bool:
 # --- the rep as seen from outside -----------------------------------------------------------------
 
 
-def rep_state(rep_url: str) -> dict:
-    r = httpx.get(f"{rep_url}/state", timeout=5.0)
+def rep_state(rep_url: str, cell_id: str) -> dict:
+    """One cell's full state, from its rep process's GET /state (the one rep API)."""
+    r = httpx.get(f"{rep_url}/state", params={"lrps": "full", "cells": cell_id}, timeout=5.0)
     r.raise_for_status()
-    return r.json()
+    [state] = r.json()["cells"]
+    return state
 
 
 # --- events ---------------------------------------------------------------------------------------

@@ -155,7 +155,7 @@ def test_killing_the_leaders_mid_push_places_every_instance_once(ha_cluster: Loc
     assert all(len(o) == 1 for o in owners_by_token.values()), f"a token held by two owners: {owners_by_token}"
     seen_tokens: set[int] = set()
     for cell_id, rep in lc.reps.items():
-        tokens = rep_state(rep.url)["accepted_fencing_tokens"]
+        tokens = rep_state(rep.url, cell_id)["accepted_fencing_tokens"]
         assert tokens == sorted(set(tokens)), f"{cell_id} took work under tokens out of order: {tokens}"
         seen_tokens.update(tokens)
     assert len(seen_tokens) >= 2, f"expected work from both leaders' terms on the reps, saw tokens {seen_tokens}"

@@ -67,7 +67,7 @@ def test_killed_instance_is_reported_crashed_and_restarted_at_once(make_cluster)
 
     victim = running[1]
     answer = ask_instance(victim["address"])
-    held = {lrp["instance_guid"]: lrp for lrp in rep_state(c.reps[victim["cell_id"]].url)["lrps"]}
+    held = {lrp["instance_guid"]: lrp for lrp in rep_state(c.reps[victim["cell_id"]].url, victim["cell_id"])["lrps"]}
     assert victim["instance_guid"] in held, (
         f"expected the rep of {victim['cell_id']} to report instance {victim['instance_guid']}, saw {list(held)}")
     assert held[victim["instance_guid"]].get("pid") == answer.pid, (

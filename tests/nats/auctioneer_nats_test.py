@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import time
+from collections import Counter
 
 import httpx
 import nats
@@ -50,10 +51,12 @@ def body(*requests) -> bytes:
     return json.dumps([r.model_dump(mode="json") for r in requests]).encode()
 
 
-async def test_requests_over_nats_cost_one_state_request_and_one_work_request_per_winning_cell(nats_server):
+async def test_requests_over_nats_cost_one_state_request_and_one_work_request_per_winning_rep(nats_server):
     async with auctioneer(nats_server.url) as (reps, bbs, client, service):
         for i in range(3):
             await reps.add(f"cell-{i}", zone=f"z{i}")
+        await reps.add("sim-0", zone="z3", rep="sim")  # two cells of one process
+        await reps.add("sim-1", zone="z4", rep="sim")
         nc = await nats.connect(nats_server.url)
         try:
             reply = await nc.request(AUCTIONEER_LRPS, body(start_request(desired("web", 30, memory_mb=64))), timeout=5)
@@ -69,13 +72,15 @@ async def test_requests_over_nats_cost_one_state_request_and_one_work_request_pe
         stats = (await client.get("/v1/stats")).json()
         assert (stats["lrps_placed"], stats["tasks_placed"], stats["lrps_failed"]) == (30, 1, 0), stats
         assert stats["transport"] == "nats" and stats["bad_replies"] == 0
-        # Per auction: one state request, one reply per cell, one work request and reply per winner.
-        assert reps.state_requests == 2 and sum(reps.state_replies.values()) == 6
+        # Per auction: one state request, one reply per rep process, one work request and reply per winning process.
+        assert reps.state_requests == 2 and reps.state_replies == {"cell-0": 2, "cell-1": 2, "cell-2": 2, "sim": 2}
         works = sum(len(w) for w in reps.work.values())
-        assert stats["messages"] == {"state_request": 2, "state_reply": 6, "work_request": works, "work_reply": works}
-        assert stats["last_auction_messages"] == 1 + 3 + 2  # the task went to one cell
+        assert stats["messages"] == {"state_request": 2, "state_reply": 8, "work_request": works, "work_reply": works}
+        assert stats["last_auction_messages"] == 1 + 4 + 2  # the task went to one process
         assert stats["requests_made"]["rep_state"] == 0 and stats["requests_made"]["rep_work"] == 0
-        assert sorted(len([lrp for w in reps.work[c] for lrp in w.all_lrps()]) for c in reps.work) == [10, 10, 10]
+        placed = Counter(c for works in reps.work.values() for w in works for c in w.cells for _ in w.instances(c))
+        assert sorted(placed.values()) == [6, 6, 6, 6, 6], placed  # Diego spreads the process over the cells
+        assert set(reps.work["sim"][0].cells) == {"sim-0", "sim-1"}, "both cells' work in one request"
         assert (await client.get("/ping")).json() == {"ok": True, "ready": True, "insecure": True}
 
 

@@ -1,6 +1,6 @@
 """The BBS in-process with `transport="nats"` against a real nats-server: auction requests go out on
-vendue.auctioneer.lrps, events on vendue.events.<type>, heartbeats on vendue.cells.heartbeat count as
-presence, and stops go to vendue.cell.<id>.stop."""
+vendue.auctioneer.lrps, events on vendue.events.<type>, and a rep process's stops go to
+vendue.rep.<rep_id>.stop as one batch (presence stays an HTTP PUT)."""
 
 from __future__ import annotations
 
@@ -15,16 +15,10 @@ import pytest
 from bbs.api import create_app
 from bbs.server import running_bbs
 from bbs.settings import BBSSettings
-from common.models import CellPresence, DesiredLRPCreate, ResourcesModel
+from common.models import CellPresence, CellPresences, DesiredLRPCreate, ResourcesModel, StopInstances
 from common.tls import TLSFiles, client_context, init_ca, issue
 from common.transport.nats_server import NatsServer, certificate_identities, issue_server_certificate
-from common.transport.subjects import (
-    AUCTIONEER_LRPS,
-    AUCTIONEER_QUEUE,
-    CELLS_HEARTBEAT,
-    EVENTS_ALL,
-    cell_subject,
-)
+from common.transport.subjects import AUCTIONEER_LRPS, AUCTIONEER_QUEUE, EVENTS_ALL, rep_subject
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -44,7 +38,7 @@ async def test_the_bbs_talks_nats(nats_server, tmp_path: Path) -> None:
     nc = await nats.connect(nats_server.url)
     auctions: list[list[dict]] = []
     events: list[tuple[str, dict]] = []
-    stops: list[dict] = []
+    stops: list[StopInstances] = []
 
     async def on_auction(msg) -> None:
         auctions.append(json.loads(msg.data))
@@ -54,12 +48,12 @@ async def test_the_bbs_talks_nats(nats_server, tmp_path: Path) -> None:
         events.append((msg.subject, json.loads(msg.data)))
 
     async def on_stop(msg) -> None:
-        stops.append(json.loads(msg.data))
-        await msg.respond(b'{"found": true}')
+        stops.append(StopInstances.model_validate_json(msg.data))
+        await msg.respond(b'{"found": []}')
 
     await nc.subscribe(AUCTIONEER_LRPS, queue=AUCTIONEER_QUEUE, cb=on_auction)
     await nc.subscribe(EVENTS_ALL, cb=on_event)
-    await nc.subscribe(cell_subject("cell-a", "stop"), cb=on_stop)
+    await nc.subscribe(rep_subject("rep-a", "stop"), cb=on_stop)
     await nc.flush()
     try:
         async with running_bbs(settings) as bbs:
@@ -68,22 +62,12 @@ async def test_the_bbs_talks_nats(nats_server, tmp_path: Path) -> None:
                 await bbs.outbound.nats.wait_connected(10)
                 assert (await client.get("/ping")).json() == {"ok": True, "ready": True, "insecure": True}
 
-                # A heartbeat on NATS makes the cell present, like a PUT.
-                presence = CellPresence(cell_id="cell-a", zone="z1", rep_url="http://127.0.0.1:1/cells/cell-a",
+                presence = CellPresence(cell_id="cell-a", zone="z1", rep_url="http://127.0.0.1:1", rep_id="rep-a",
                                         total=ResourcesModel(memory_mb=1024, disk_mb=1024, containers=10))
-                await nc.publish(CELLS_HEARTBEAT, presence.model_dump_json().encode())
-                cells: list = []
-
-                async def listed() -> None:
-                    cells[:] = (await client.get("/v1/cells")).json()["items"]
-
-                loop = asyncio.get_running_loop()
-                deadline = loop.time() + 15
-                while not cells:
-                    assert loop.time() < deadline, "expected cell-a present after its NATS heartbeat"
-                    await listed()
-                    await asyncio.sleep(0.02)
-                assert [c["cell_id"] for c in cells] == ["cell-a"]
+                beat = await client.put("/v1/cells", content=CellPresences(cells=[presence]).model_dump_json())
+                assert beat.status_code == 204, beat.text
+                cells = (await client.get("/v1/cells")).json()["items"]
+                assert [(c["cell_id"], c["rep_id"]) for c in cells] == [("cell-a", "rep-a")]
 
                 # Desire: one auction request over NATS holding every index; events on NATS.
                 created = await client.post("/v1/desired_lrps", json={"process_guid": "web", "instances": 3})
@@ -102,8 +86,9 @@ async def test_the_bbs_talks_nats(nats_server, tmp_path: Path) -> None:
                 response = await client.post("/v1/lifecycle", json={"cells": {"cell-a": report}})
                 assert response.status_code == 200 and response.json()["cells"]["cell-a"]["refused"] == [], response.text
                 assert (await client.patch("/v1/desired_lrps/web", json={"instances": 2})).status_code == 200
-                await eventually(lambda: stops, "a stop on vendue.cell.cell-a.stop", lambda: stops)
-                assert stops == [{"process_guid": "web", "instance_guid": "g2"}]
+                await eventually(lambda: stops, "a stop on vendue.rep.rep-a.stop", lambda: stops)
+                assert [s.model_dump() for s in stops] == [
+                    {"instances": [{"cell_id": "cell-a", "process_guid": "web", "instance_guid": "g2"}]}]
     finally:
         await nc.close()
 

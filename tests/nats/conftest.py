@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from common.transport.nats_server import NatsServer
-from tests.rep.rep_process_test import fake_bbs, start_rep  # noqa: F401 - the rep tests' fixtures, shared
+from tests.rep.fakes import fake_bbs, start_rep  # noqa: F401 - the rep tests' fixtures, shared
 
 
 @pytest.fixture

@@ -1,7 +1,9 @@
-"""Test doubles of reps on NATS: cells that answer the state scatter-gather and take work, recording both.
+"""Test doubles of rep processes on NATS: each answers the state scatter-gather once for its cells and
+takes work on vendue.rep.<rep_id>.work, recording both.
 
-A cell can answer normally, with garbage ("garbage": not JSON), with JSON that is not a CellState
-("invalid"), or not at all ("silent"), to exercise the auctioneer's handling of each.
+A process can answer normally, with garbage ("garbage": not JSON), with JSON that is not a HostCellStates
+("invalid"), or not at all ("silent"), to exercise the auctioneer's handling of each; a cell's work can
+be rejected ("reject").
 """
 
 from __future__ import annotations
@@ -15,65 +17,95 @@ import nats
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
-from common.models import CellPresence, CellState, Work, WorkResult
-from common.transport.subjects import CELL_ID_HEADER, CELLS_STATE, cell_subject
+from common.models import (
+    CellPresence,
+    CellState,
+    HostCellStates,
+    HostWork,
+    HostWorkResult,
+    LRPWork,
+    WorkResult,
+)
+from common.transport.subjects import CELLS_STATE, REP_ID_HEADER, rep_subject
 from tests.auctioneer.fakes import cell_state
 
 
 @dataclass
 class NatsFakeCell:
     state: CellState
+    rep_id: str
+    work_mode: str = "ok"  # ok | reject
+
+
+@dataclass
+class NatsFakeRep:
     state_mode: str = "ok"  # ok | garbage | invalid | silent
-    work_mode: str = "ok"  # ok | reject | garbage
+    work_mode: str = "ok"  # ok | garbage
 
 
 @dataclass
 class NatsFakeReps:
     nc: Client
     cells: dict[str, NatsFakeCell] = field(default_factory=dict)
+    reps: dict[str, NatsFakeRep] = field(default_factory=dict)
     state_requests: int = 0
-    state_replies: Counter = field(default_factory=Counter)
-    work: dict[str, list[Work]] = field(default_factory=dict)
+    state_replies: Counter = field(default_factory=Counter)  # rep_id -> replies sent
+    work: dict[str, list[HostWork]] = field(default_factory=dict)  # rep_id -> the work it was sent
 
-    async def add(self, cell_id: str, zone: str = "z1", **fields) -> NatsFakeCell:
-        modes = {k: fields.pop(k) for k in ("state_mode", "work_mode") if k in fields}
-        cell = NatsFakeCell(cell_state(cell_id, f"http://127.0.0.1:1/cells/{cell_id}", zone, **fields), **modes)
+    async def add(self, cell_id: str, zone: str = "z1", *, rep: str | None = None, **fields) -> NatsFakeCell:
+        """A cell of the process `rep` (default: a process of its own, named as the cell); `state_mode`
+        and a `work_mode` other than "reject" are how its process answers."""
+        rep_id = rep or cell_id
+        if rep_id not in self.reps:
+            self.reps[rep_id] = NatsFakeRep()
+            await self.nc.subscribe(rep_subject(rep_id, "work"), cb=self._work_handler(rep_id))
+            await self.nc.flush()
+        process = self.reps[rep_id]
+        if "state_mode" in fields:
+            process.state_mode = fields.pop("state_mode")
+        if fields.get("work_mode") == "garbage":
+            process.work_mode = fields.pop("work_mode")
+        modes = {k: fields.pop(k) for k in ("work_mode",) if k in fields}
+        cell = NatsFakeCell(cell_state(cell_id, "http://127.0.0.1:1", zone, **fields), rep_id, **modes)
         self.cells[cell_id] = cell
-        await self.nc.subscribe(cell_subject(cell_id, "work"), cb=self._work_handler(cell))
-        await self.nc.flush()
         return cell
 
     def presences(self) -> list[CellPresence]:
-        return [CellPresence.model_validate(c.state.model_dump()) for c in self.cells.values()]
+        return [CellPresence.model_validate({**c.state.model_dump(), "rep_id": c.rep_id}) for c in self.cells.values()]
 
     @property
     def lrps_received(self) -> int:
-        return sum(len(w.all_lrps()) for works in self.work.values() for w in works)
+        return sum(len(w.instances(c)) for works in self.work.values() for w in works for c in w.cells)
 
     async def on_state(self, msg: Msg) -> None:
         self.state_requests += 1
-        for cell_id, cell in self.cells.items():
-            if cell.state_mode == "silent":
+        for rep_id, rep in self.reps.items():
+            if rep.state_mode == "silent":
                 continue
+            states = HostCellStates(cells=[c.state for c in self.cells.values() if c.rep_id == rep_id])
             body = {
-                "ok": cell.state.model_dump_json().encode(),
+                "ok": states.model_dump_json().encode(),
                 "garbage": b"\x00not json{",
-                "invalid": b'{"cell_id": "%s"}' % cell_id.encode(),
-            }[cell.state_mode]
-            self.state_replies[cell_id] += 1
-            await self.nc.publish(msg.reply, body, headers={CELL_ID_HEADER: cell_id})
+                "invalid": b'{"cells": [{"cell_id": "half"}]}',
+            }[rep.state_mode]
+            self.state_replies[rep_id] += 1
+            await self.nc.publish(msg.reply, body, headers={REP_ID_HEADER: rep_id})
 
-    def _work_handler(self, cell: NatsFakeCell):
+    def _work_handler(self, rep_id: str):
         async def handle(msg: Msg) -> None:
-            work = Work.model_validate_json(msg.data)
-            self.work.setdefault(cell.state.cell_id, []).append(work)
-            if cell.work_mode == "garbage":
+            work = HostWork.model_validate_json(msg.data)
+            self.work.setdefault(rep_id, []).append(work)
+            if self.reps[rep_id].work_mode == "garbage":
                 await msg.respond(b"<html>")
-            elif cell.work_mode == "reject":
-                result = WorkResult(rejected_lrps=work.all_lrps(), rejected_tasks=work.tasks, reason="full")
-                await msg.respond(result.model_dump_json().encode())
-            else:
-                await msg.respond(WorkResult().model_dump_json().encode())
+                return
+            results = {}
+            for cell_id, part in work.cells.items():
+                if self.cells[cell_id].work_mode == "reject":
+                    lrps = [LRPWork(desired=d, index=i) for d, i in work.instances(cell_id)]
+                    results[cell_id] = WorkResult(rejected_lrps=lrps, rejected_tasks=part.tasks, reason="full")
+                else:
+                    results[cell_id] = WorkResult()
+            await msg.respond(HostWorkResult(cells=results).model_dump_json().encode())
 
         return handle
 

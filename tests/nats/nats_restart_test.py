@@ -50,11 +50,12 @@ def running_indices(bbs_url: str, guid: str) -> list[int]:
 
 
 def held_on_cells(cluster: LocalCluster) -> Counter:
-    """(process_guid, index) -> how many cells hold it (from every rep's /state)."""
+    """(process_guid, index) -> how many cells hold it (from every rep process's full /state)."""
     held: Counter = Counter()
-    for rep in cluster.reps.values():
-        for lrp in httpx.get(f"{rep.url}/state", timeout=10).json()["lrps"]:
-            held[(lrp["process_guid"], lrp["index"])] += 1
+    for url in {rep.url for rep in cluster.reps.values()}:
+        for cell in httpx.get(f"{url}/state?lrps=full", timeout=10).json()["cells"]:
+            for lrp in cell["lrps"]:
+                held[(lrp["process_guid"], lrp["index"])] += 1
     return held
 
 

@@ -1,6 +1,7 @@
 """`vendue rep --sim --cells 3 --transport nats` as a real process, against a real nats-server and the
-recording fake BBS of tests/rep: state as one scatter-gather, work/stop/cancel by request/reply,
-heartbeats on NATS as well as HTTP, and /ping not ready while NATS is unreachable."""
+recording fake BBS of tests/rep: state as one scatter-gather (one reply for the process), work/stop/cancel
+by request/reply on vendue.rep.<rep_id>.*, heartbeats over HTTP only, and /ping not ready while NATS is
+unreachable."""
 
 from __future__ import annotations
 
@@ -11,11 +12,11 @@ import httpx
 import nats
 import pytest
 
-from common.models import CellPresence, CellState, WorkResult
+from common.models import Found, HostCellStates, HostWorkResult
 from common.procutil import free_port
 from common.transport.nats_server import NatsServer
-from common.transport.subjects import CELL_ID_HEADER, CELLS_HEARTBEAT, CELLS_STATE, cell_subject
-from tests.rep.rep_process_test import FakeBBS, desired, eventually, work_body
+from common.transport.subjects import CELLS_STATE, REP_ID_HEADER, rep_subject
+from tests.rep.fakes import FakeBBS, desired, eventually, work_body
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 
@@ -48,60 +49,58 @@ async def collect_replies(nc) -> tuple[str, list]:
 
 async def test_a_sim_rep_serves_its_cells_over_nats(nats_server, fake_bbs: FakeBBS, start_rep) -> None:
     nc = await nats.connect(nats_server.url)
-    beats: list[CellPresence] = []
-
-    async def on_beat(msg) -> None:
-        beats.append(CellPresence.model_validate_json(msg.data))
-
-    await nc.subscribe(CELLS_HEARTBEAT, cb=on_beat)
     try:
         rep = await start_rep(
-            "--sim", "--cells", "3", "--bbs-url", fake_bbs.url, "--presence-ttl", "0.6",
+            "--sim", "--cells", "3", "--bbs-url", fake_bbs.url, "--presence-ttl", "0.6", "--rep-id", "sim.a",
             "--transport", "nats", "--nats-url", nats_server.url, "--memory-mb", "1024",
         )  # fmt: skip
         await ping_ready(rep.url)
-
-        # Heartbeats arrive on NATS and over HTTP.
-        await eventually(lambda: {b.cell_id for b in beats} == set(CELLS), "NATS heartbeats of every cell",
-                         lambda: sorted({b.cell_id for b in beats}))
         await eventually(lambda: {b.cell_id for b in fake_bbs.heartbeats} == set(CELLS),
                          "HTTP heartbeats of every cell", lambda: len(fake_bbs.heartbeats))
+        assert {b.rep_id for b in fake_bbs.heartbeats} == {"sim.a"}
 
-        # One state request, one reply per hosted cell, each naming its cell in a header.
+        # One state request, one reply for the process (its name in a header) holding every cell.
         inbox, replies = await collect_replies(nc)
         await nc.publish(CELLS_STATE, b"", reply=inbox)
-        await eventually(lambda: len(replies) == 3, "3 state replies", lambda: len(replies))
-        states = {m.headers[CELL_ID_HEADER]: CellState.model_validate_json(m.data) for m in replies}
-        assert set(states) == set(CELLS) and all(s.cell_id == c for c, s in states.items())
-        assert states["cell-1"].rep_url == f"{rep.url}/cells/cell-1"
+        await eventually(lambda: len(replies) == 1, "1 state reply", lambda: len(replies))
+        assert replies[0].headers[REP_ID_HEADER] == "sim.a"
+        states = HostCellStates.model_validate_json(replies[0].data).cells
+        assert [s.cell_id for s in states] == CELLS and {s.rep_url for s in states} == {rep.url}
 
-        # Work by request/reply: one more than fits is rejected at once.
+        # Work by request/reply on the process's subject (a `.` in its id becomes `_`): one more than fits
+        # is rejected at once.
         app = desired("app", memory_mb=400)
-        body = json.dumps(work_body((app, 0), (app, 1), (app, 2))).encode()
-        reply = await nc.request(cell_subject("cell-1", "work"), body, timeout=10)
-        result = WorkResult.model_validate_json(reply.data)
+        body = json.dumps(work_body("cell-1", (app, 0), (app, 1), (app, 2))).encode()
+        reply = await nc.request(rep_subject("sim.a", "work"), body, timeout=10)
+        assert rep_subject("sim.a", "work") == "vendue.rep.sim_a.work"
+        result = HostWorkResult.model_validate_json(reply.data).cells["cell-1"]
         assert [lrp.index for lrp in result.rejected_lrps] == [2] and "memory" in result.reason
+        # Under a token the BBS's lease does not carry, everything is rejected, with the reason.
+        forged = json.dumps(work_body("cell-2", (app, 5), fencing_token=9)).encode()
+        refused = HostWorkResult.model_validate_json((await nc.request(rep_subject("sim.a", "work"), forged,
+                                                                       timeout=10)).data).cells["cell-2"]
+        assert [lrp.index for lrp in refused.rejected_lrps] == [5]
+        assert refused.reason == "unknown fencing token 9 (the lease's is 1)"
 
-        # Stop one of them; stopping an unknown instance says not found.
+        # The NATS bid is the summary form (per-process counts); the instances are in the full state over HTTP.
         await nc.publish(CELLS_STATE, b"", reply=inbox)
-        await eventually(lambda: len(replies) == 6, "3 more state replies", lambda: len(replies))
-        # The NATS bid is the summary form (per-process counts); the instances themselves are in the
-        # full state over HTTP.
-        counts = {CellState.model_validate_json(m.data).cell_id: CellState.model_validate_json(m.data).lrp_counts
-                  for m in replies[3:]}
+        await eventually(lambda: len(replies) == 2, "another state reply", lambda: len(replies))
+        counts = {s.cell_id: s.lrp_counts for s in HostCellStates.model_validate_json(replies[1].data).cells}
         assert counts == {"cell-0": {}, "cell-1": {"app": 2}, "cell-2": {}}, counts
         async with httpx.AsyncClient(timeout=10) as client:
-            held = CellState.model_validate_json((await client.get(f"{rep.url}/cells/cell-1/state")).content).lrps
+            answer = await client.get(f"{rep.url}/state", params={"lrps": "full", "cells": "cell-1"})
+        held = HostCellStates.model_validate_json(answer.content).cells[0].lrps
         assert sorted(lrp.index for lrp in held) == [0, 1]
-        stop = {"process_guid": "app", "instance_guid": held[0].instance_guid}
-        reply = await nc.request(cell_subject("cell-1", "stop"), json.dumps(stop).encode(), timeout=10)
-        assert json.loads(reply.data) == {"found": True}
-        reply = await nc.request(cell_subject("cell-1", "stop"), json.dumps({**stop, "instance_guid": "x"}).encode(),
-                                 timeout=10)
-        assert json.loads(reply.data) == {"found": False}
-        reply = await nc.request(cell_subject("cell-0", "cancel"), b'{"task_guid": "nope"}', timeout=10)
-        assert json.loads(reply.data) == {"found": False}
-        reply = await nc.request(cell_subject("cell-0", "work"), b"garbage", timeout=10)
+
+        # Stop one of them (a batch; an unknown instance is not found); cancel; garbage is refused.
+        stops = {"instances": [{"cell_id": "cell-1", "process_guid": "app", "instance_guid": held[0].instance_guid},
+                               {"cell_id": "cell-1", "process_guid": "app", "instance_guid": "x"}]}
+        reply = await nc.request(rep_subject("sim.a", "stop"), json.dumps(stops).encode(), timeout=10)
+        assert Found.model_validate_json(reply.data).found == [held[0].instance_guid]
+        cancels = {"tasks": [{"cell_id": "cell-0", "task_guid": "nope"}]}
+        reply = await nc.request(rep_subject("sim.a", "cancel"), json.dumps(cancels).encode(), timeout=10)
+        assert Found.model_validate_json(reply.data).found == []
+        reply = await nc.request(rep_subject("sim.a", "work"), b"garbage", timeout=10)
         assert "invalid body" in json.loads(reply.data)["error"]
         await eventually(
             lambda: any(r.instance_guid == held[0].instance_guid for _, body in fake_bbs.lifecycles for r in body.removed),
@@ -122,6 +121,9 @@ async def test_a_rep_started_before_nats_is_not_ready_then_serves_once_nats_is_u
         async with httpx.AsyncClient(timeout=10) as client:
             response = await client.get(f"{rep.url}/ping")
             assert response.status_code == 503 and response.json()["ready"] is False, response.text
+            readyz = await client.get(f"{rep.url}/readyz")
+            assert readyz.status_code == 503 and readyz.json()["reason"] == "NATS not connected", readyz.text
+            assert (await client.get(f"{rep.url}/livez")).status_code == 200, "alive while not ready"
             await eventually(lambda: "NATS unreachable" in rep.stderr.read_text(), "a clear log line",
                              lambda: rep.stderr.read_text()[-500:])
             server.start()
@@ -131,7 +133,8 @@ async def test_a_rep_started_before_nats_is_not_ready_then_serves_once_nats_is_u
         try:
             inbox, replies = await collect_replies(nc)
             await nc.publish(CELLS_STATE, b"", reply=inbox)
-            await eventually(lambda: len(replies) == 2, "2 state replies", lambda: len(replies))
+            await eventually(lambda: len(replies) == 1, "1 state reply", lambda: len(replies))
+            assert len(HostCellStates.model_validate_json(replies[0].data).cells) == 2
         finally:
             await nc.close()
     finally:

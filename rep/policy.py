@@ -1,0 +1,25 @@
+"""The rep's authorization table (docs/security.md, "Rep"): one row per route of rep/api.py.
+
+Work comes only from the auctioneer (and only under the lease's current fencing token: rep/fencing.py);
+stops and cancels only from the BBS; evacuating cells is a person's decision. policy_test.py checks every
+route has a row.
+"""
+
+from __future__ import annotations
+
+from common.auth import READ_ROLES, Policy, public, rule
+
+READ = rule("auctioneer", "bbs", *READ_ROLES)
+
+POLICY = Policy({
+    ("GET", "/ping"): public(),
+    ("GET", "/livez"): public(),
+    ("GET", "/readyz"): public(),
+    ("GET", "/state"): READ,
+    ("GET", "/cells"): READ,
+    ("POST", "/work"): rule("auctioneer", why="work comes from the auctioneer holding the lease"),
+    ("POST", "/stop"): rule("bbs", why="the BBS stops instances"),
+    ("POST", "/cancel"): rule("bbs", why="the BBS cancels tasks"),
+    ("POST", "/evacuate"): rule("admin", why="evacuating cells is an operator's decision"),
+    ("GET", "/metrics"): rule(*READ_ROLES),
+})
