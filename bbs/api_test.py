@@ -23,6 +23,8 @@ AUCTIONEER = "http://auctioneer.test"
 
 @dataclass
 class Recorder:
+    """The outside world of the BBS: the auctioneer, and reps speaking the one rep API (rep/api.py)."""
+
     sent: list[tuple[str, Any]] = field(default_factory=list)  # (url, json body)
     auctioneer_down: bool = False
     holdings: dict[str, list[str]] = field(default_factory=dict)  # rep_url -> instance guids in its /state
@@ -34,17 +36,29 @@ class Recorder:
             rep_url = f"{request.url.scheme}://{request.url.host}"
             if rep_url not in self.holdings:
                 return httpx.Response(503)
+            cell_id = request.url.params["cells"]
             lrps = [
                 {"process_guid": "web", "index": 0, "instance_guid": g, "memory_mb": 1, "disk_mb": 1}
                 for g in self.holdings[rep_url]
             ]
-            return httpx.Response(200, json={"lrps": lrps})
+            size = {"memory_mb": 1, "disk_mb": 1, "containers": 1}
+            state = {"cell_id": cell_id, "zone": "z1", "rep_url": rep_url, "total": size, "available": size,
+                     "lrps": lrps}
+            return httpx.Response(200, json={"cells": [state]})
         body = httpx.Response(200, content=request.content).json() if request.content else None
         self.sent.append((str(request.url), body))
-        return httpx.Response(202, json={})
+        return httpx.Response(202, json={"found": []})
 
     def to(self, prefix: str) -> list[Any]:
         return [body for url, body in self.sent if url.startswith(prefix)]
+
+    def stopped(self, rep_url: str = "http://c1.rep") -> list[tuple[str, str]]:
+        """(cell_id, instance_guid) of every stop sent to that rep process, in its batched bodies."""
+        return sorted((i["cell_id"], i["instance_guid"]) for body in self.to(f"{rep_url}/stop")
+                      for i in body["instances"])
+
+    def cancelled(self, rep_url: str = "http://c1.rep") -> list[tuple[str, str]]:
+        return sorted((t["cell_id"], t["task_guid"]) for body in self.to(f"{rep_url}/cancel") for t in body["tasks"])
 
 
 @dataclass
@@ -250,10 +264,8 @@ async def test_scaling_down_stops_extra_instances_on_their_rep_and_up_auctions(h
     stale = await h.http.patch("/v1/desired_lrps/web", json={"instances": 5, "modification_tag": tag})
     assert stale.status_code == 409
     await h.settle()
-    assert sorted(url for url, _ in h.rec.sent if url.startswith("http://c1.rep")) == [
-        "http://c1.rep/v1/lrps/web/instances/g1/stop",
-        "http://c1.rep/v1/lrps/web/instances/g2/stop",
-    ]
+    assert {url for url, _ in h.rec.sent if url.startswith("http://c1.rep")} == {"http://c1.rep/stop"}
+    assert h.rec.stopped() == [("c1", "g1"), ("c1", "g2")]
     assert [a["index"] for a in await h.actuals()] == [0]
     # A late `removed` from the rep for a deleted index is simply ignored.
     assert (await h.lifecycle("c1", removed=[ref(1, "g1")]))["refused"] == []
@@ -271,7 +283,7 @@ async def test_delete_desired_stops_and_removes_everything(h: Harness) -> None:
     assert (await h.http.delete("/v1/desired_lrps/web")).status_code == 404
     await h.settle()
     assert await h.actuals() == []
-    assert [u for u, _ in h.rec.sent if "/stop" in u] == ["http://c1.rep/v1/lrps/web/instances/a/stop"]
+    assert h.rec.stopped() == [("c1", "a")]
 
 
 async def test_auctioneer_down_still_accepts_and_leaves_state_for_convergence(h: Harness) -> None:
@@ -355,7 +367,8 @@ async def test_cancel_and_delete_task(h: Harness) -> None:
         )
     assert (await h.http.post("/v1/tasks/t1/cancel")).status_code == 409
     await h.settle()
-    assert [u for u, _ in h.rec.sent if u.startswith("http://c1.rep")] == ["http://c1.rep/v1/tasks/t2/cancel"]
+    assert {u for u, _ in h.rec.sent if u.startswith("http://c1.rep")} == {"http://c1.rep/cancel"}
+    assert h.rec.cancelled() == [("c1", "t2")]
     assert (await h.http.delete("/v1/tasks/t1")).status_code == 204
     assert (await h.http.get("/v1/tasks/t1")).status_code == 404
     assert [t["task_guid"] for t in (await h.http.get("/v1/tasks")).json()["items"]] == ["t2"]
@@ -418,7 +431,7 @@ async def test_evacuation_replaces_running_instances_then_stops_the_old_ones(h: 
         (1, "EVACUATING", "c1"),
         (1, "ORDINARY", ""),
     ]
-    assert [u for u, _ in h.rec.sent if "/stop" in u] == ["http://c1.rep/v1/lrps/web/instances/a/stop"]
+    assert h.rec.stopped() == [("c1", "a")]
     # The old cell reporting the stopped evacuee as removed is fine; the other one crashing drops it.
     await h.lifecycle("c1", removed=[ref(0, "a")], crashed=[ref(1, "b")])
     assert sorted((a["index"], a["presence"]) for a in await h.actuals()) == [

@@ -1,11 +1,15 @@
 """docker-compose.yml and the Dockerfile, checked without a Docker engine.
 
-What `docker compose up` would find out the slow way is found here: every Vendue service's command
-passes the component's own `--check-config` with that service's environment; every URL names a
-service that exists, of the right kind, on the port it listens on; credentials agree with the nats
-and postgres services; the topology is two BBS, two auctioneers and four reps in two zones; every
-service has a health check, and the Vendue one answers right to what /ping says; the nats service's
-command, run by the local nats-server binary, admits the services' credentials and no one else.
+What `docker compose up` would find out the slow way is found here: the one-shot certs service's own
+script, run with its volumes in a temporary directory, makes what every Vendue service needs: each
+service's `--check-config` passes with that service's environment and its own volume; each serves HTTPS
+with a certificate of its role that names the host the others dial, none is `--insecure`, and none can
+read another's key or the CA's. Every URL names a service that exists, of the right kind, on the port it
+listens on, over https or tls; database credentials agree with the postgres service; the topology is two
+BBS, two auctioneers and four reps in two zones; every service has a health check (the Vendue one asks
+/readyz over HTTPS, trusting the CA) and waits for its dependencies; the nats service's command, run by
+the local nats-server binary on the configuration the certs service wrote, admits every service's
+certificate and no one without one.
 
 Compose's `${VAR:-default}` interpolation is applied with every variable unset (as on a machine with
 no .env file), so the defaults themselves must agree.
@@ -17,6 +21,7 @@ import json
 import os
 import re
 import shlex
+import stat
 import subprocess
 import sys
 import threading
@@ -38,11 +43,19 @@ COMPONENTS = ("bbs", "auctioneer", "rep")
 URL_TARGETS = {
     "VENDUE_BBS_URL": "bbs",
     "VENDUE_AUCTIONEER_URL": "auctioneer",
+    "VENDUE_ADVERTISE_URL": "auctioneer",
     "VENDUE_NATS_URL": "nats",
     "VENDUE_DATABASE_URL": "postgres",
 }
-DEFAULT_PORTS = {"http": 80, "https": 443, "nats": 4222, "postgresql": 5432, "postgresql+asyncpg": 5432}
+# Between Vendue's own services only these: HTTPS, and NATS over TLS (PostgreSQL is the database's own).
+SECURE_SCHEMES = {"VENDUE_BBS_URL": "https", "VENDUE_AUCTIONEER_URL": "https", "VENDUE_ADVERTISE_URL": "https",
+                  "VENDUE_NATS_URL": "tls"}
+DEFAULT_PORTS = {"http": 80, "https": 443, "nats": 4222, "tls": 4222, "postgresql": 5432, "postgresql+asyncpg": 5432}
 POSTGRES_PORT = 5432
+TLS_SETTINGS = ("VENDUE_TLS_CERT", "VENDUE_TLS_KEY", "VENDUE_TLS_CA")
+CERTS_SERVICE = "certs"
+# The first nats-server release that takes a TLS-first handshake (`tls { handshake_first: auto }`).
+NATS_TLS_FIRST = (2, 10, 4)
 _VARIABLE = re.compile(r"\$\$|\$\{(?P<name>\w+)(?:(?P<op>:?-)(?P<default>[^}]*))?\}|\$(?P<bare>\w+)")
 
 
@@ -75,6 +88,27 @@ def services() -> dict[str, dict[str, Any]]:
     return document["services"]
 
 
+@pytest.fixture(scope="module")
+def volumes(services: dict[str, dict[str, Any]], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Every named volume the certs service fills, as a directory, after running its script (the
+    service's own entrypoint and command, its mount targets moved to those directories)."""
+    root = tmp_path_factory.mktemp("volumes")
+    for volume, _ in mounts(services[CERTS_SERVICE]).values():
+        (root / volume).mkdir()
+    run_certs_script(services, root)
+    return root
+
+
+def run_certs_script(services: dict[str, dict[str, Any]], volumes: Path) -> None:
+    certs = services[CERTS_SERVICE]
+    bin_dir = Path(sys.executable).parent
+    assert (bin_dir / "vendue").is_file(), f"no `vendue` script beside {sys.executable}: pip install -e ."
+    argv = [on_host(certs, volumes, arg) for arg in [*certs["entrypoint"], *certs["command"]]]
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}
+    result = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=180)
+    assert result.returncode == 0, f"the certs script failed:\n{result.stdout}{result.stderr}"
+
+
 def component(service: dict[str, Any]) -> str | None:
     """bbs, auctioneer or rep for a service running the Vendue image; None for the others."""
     command = service.get("command") or []
@@ -105,12 +139,8 @@ def listen_port(name: str, service: dict[str, Any]) -> int:
         return int(
             environment(service).get("VENDUE_PORT") or _settings_class(kind).model_fields["port"].default
         )
-    if kind == "nats":
-        command = service.get("command") or []
-        for flag in ("--port", "-p"):
-            if flag in command:
-                return int(command[command.index(flag) + 1])
-        return 4222
+    if kind == "nats":  # from its configuration file, which the certs service writes
+        return int(nats_listen_address(certs_script())[1])
     if kind == "postgres":
         return int(environment(service).get("PGPORT", POSTGRES_PORT))
     raise AssertionError(f"{name}: unknown kind of service")
@@ -137,9 +167,43 @@ def image_environment() -> dict[str, str]:
     return env
 
 
-def nats_auth(services: dict[str, dict[str, Any]]) -> tuple[str, str]:
-    command = services["nats"]["command"]
-    return command[command.index("--user") + 1], command[command.index("--pass") + 1]
+def certs_script() -> str:
+    """The one-shot certs service's shell script (compose's `$$` already read as `$`)."""
+    document = interpolate(yaml.safe_load(COMPOSE_FILE.read_text()))
+    [script] = document["services"][CERTS_SERVICE]["command"]
+    return script
+
+
+def nats_listen_address(script: str) -> tuple[str, str]:
+    """The `--listen HOST:PORT` the certs script gives `vendue certs nats-config`."""
+    match = re.search(r"vendue certs nats-config .*--listen (\S+):(\d+)", script)
+    assert match, "the certs service must write the NATS configuration with an explicit --listen"
+    return match.group(1), match.group(2)
+
+
+def mounts(service: dict[str, Any]) -> dict[str, tuple[str, bool]]:
+    """Mount target -> (named volume, read-only) for a service's `volumes` (the short syntax)."""
+    found = {}
+    for entry in service.get("volumes") or []:
+        volume, target, *options = str(entry).split(":")
+        assert not volume.startswith((".", "/")), f"{entry}: a bind mount, not a named volume"
+        found[target] = (volume, "ro" in options)
+    return found
+
+
+def on_host(service: dict[str, Any], volumes: Path, value: str) -> str:
+    """`value` with each of the service's mount targets replaced by that volume's directory under `volumes`:
+    what the service would find at a path inside its container, found on this machine."""
+    targets = mounts(service)
+    if not targets:
+        return value
+    # One pass, longest target first: a path already moved is never matched again.
+    pattern = "|".join(re.escape(target) for target in sorted(targets, key=len, reverse=True))
+    return re.sub(rf"({pattern})(?![\w.-])", lambda match: str(volumes / targets[match.group(1)][0]), value)
+
+
+def vendue_services(services: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {name: s for name, s in services.items() if component(s) is not None}
 
 
 def urls_of(service: dict[str, Any]) -> Iterator[tuple[str, str]]:
@@ -177,18 +241,27 @@ def test_dockerignore_keeps_what_pip_install_needs() -> None:
         assert not any(fnmatch(needed, pattern) for pattern in patterns), f".dockerignore drops {needed}"
 
 
+def test_dockerignore_keeps_certificates_and_keys_out_of_the_image() -> None:
+    patterns = [line.strip() for line in (ROOT / ".dockerignore").read_text().splitlines()]
+    # The operator copies the admin key next to the compose file; `COPY .` would keep it in a layer.
+    assert "**/*.pem" in patterns
+
+
 # --- every Vendue service ----------------------------------------------------------------------------
 
 
-@pytest.mark.slow  # eight interpreter start-ups
-def test_every_vendue_service_passes_its_components_check_config(services: dict[str, dict[str, Any]]) -> None:
-    vendue = {name: s for name, s in services.items() if component(s) is not None}
+@pytest.mark.slow  # the certs script's dozen `vendue certs` runs, then eight interpreter start-ups
+def test_every_vendue_service_passes_its_components_check_config(
+    services: dict[str, dict[str, Any]], volumes: Path
+) -> None:
+    vendue = vendue_services(services)
     assert vendue
     host_env = {key: value for key, value in os.environ.items() if not key.startswith("VENDUE_")}
     # Started together and then awaited: eight interpreter start-ups share the wait.
     running = {}
     for name, service in vendue.items():
         env = {**host_env, **image_environment(), **environment(service)}
+        env = {key: on_host(service, volumes, value) for key, value in env.items()}
         argv = [sys.executable, "-m", "deploy.cli", *service["command"], "--check-config"]
         running[name] = subprocess.Popen(
             argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
@@ -198,8 +271,85 @@ def test_every_vendue_service_passes_its_components_check_config(services: dict[
         assert (process.returncode, output.strip()) == (0, "config ok"), f"{name}: {output}"
 
 
+@pytest.mark.slow  # the certs script
+def test_every_vendue_service_serves_tls_with_its_own_certificate_and_none_is_insecure(
+    services: dict[str, dict[str, Any]], volumes: Path
+) -> None:
+    from common.tls import TLSFiles
+
+    vendue = vendue_services(services)
+    readers: dict[str, list[str]] = {}  # volume -> the Vendue services that mount it
+    for name, service in vendue.items():
+        for volume, _ in mounts(service).values():
+            readers.setdefault(volume, []).append(name)
+    for name, service in vendue.items():
+        env = {**image_environment(), **environment(service)}
+        assert "--insecure" not in service["command"], name
+        assert env.get("VENDUE_INSECURE", "").lower() in ("", "0", "false", "no"), name
+        assert all(env.get(setting) for setting in TLS_SETTINGS), f"{name}: needs {TLS_SETTINGS}"
+        [(target, (volume, read_only))] = [
+            (target, how) for target, how in mounts(service).items() if env["VENDUE_TLS_KEY"].startswith(target + "/")
+        ]
+        # Its key in a volume of its own, read-only: no other service, nor an app a rep runs, reads it.
+        assert read_only and readers[volume] == [name], f"{name}: {volume} at {target}, mounted by {readers[volume]}"
+        assert not list((volumes / volume).glob("ca-key*")), f"{name}: the CA's key is in {volume}"
+        made_by_certs = {v for v, _ in mounts(services[CERTS_SERVICE]).values()}
+        others = {v for v, _ in mounts(service).values()} & made_by_certs - {volume}
+        assert not others, f"{name} also mounts {sorted(others)}: keys that are not its own"
+        files = TLSFiles(*(Path(on_host(service, volumes, env[setting])) for setting in TLS_SETTINGS))
+        assert stat.S_IMODE(files.key.stat().st_mode) == 0o600, f"{name}: {files.key}"
+        identity = files.identity()
+        assert identity is not None and identity.role == component(service), f"{name}: {identity}"
+        # The others dial it by its service name (a rep: its advertise host) and check that name.
+        dialled = [name, env.get("VENDUE_ADVERTISE_HOST", name)]
+        assert set(dialled) <= dns_names(files.cert), f"{name}: {sorted(dns_names(files.cert))}"
+        if identity.role == "rep":
+            assert identity.speaks_for(env["VENDUE_CELL_ID"]), f"{name}: {identity}"
+        for setting, url in urls_of(service):
+            if setting in SECURE_SCHEMES:
+                assert urlsplit(url).scheme == SECURE_SCHEMES[setting], f"{name}: {setting}={url}"
+
+
+@pytest.mark.slow  # the certs script
+def test_the_operator_gets_an_admin_certificate_and_not_the_cas_key(
+    services: dict[str, dict[str, Any]], volumes: Path
+) -> None:
+    from common.tls import TLSFiles
+
+    script = certs_script()
+    match = re.search(r"docker compose cp certs:(\S+) ", script)  # what the README tells the operator
+    assert match, "the certs script should say where the operator's certificate is"
+    copied = Path(on_host(services[CERTS_SERVICE], volumes, match.group(1)))
+    assert sorted(path.name for path in copied.iterdir()) == ["admin-key.pem", "admin.pem", "ca.pem"]
+    files = TLSFiles.in_dir(copied, "admin")
+    assert files.identity() is not None and files.identity().role == "admin"  # type: ignore[union-attr]
+    assert stat.S_IMODE(files.key.stat().st_mode) == 0o600
+    assert f"docker compose cp certs:{match.group(1)} " in (ROOT / "README.md").read_text()
+
+
+@pytest.mark.slow  # the certs script, twice
+def test_the_certs_script_runs_again_on_every_up_and_keeps_what_it_made(
+    services: dict[str, dict[str, Any]], volumes: Path
+) -> None:
+    def contents() -> dict[str, bytes]:
+        return {str(path.relative_to(volumes)): path.read_bytes() for path in volumes.rglob("*") if path.is_file()}
+
+    before = contents()
+    run_certs_script(services, volumes)
+    assert contents() == before  # the same CA and keys: running services and the operator's copy stay valid
+
+
+def dns_names(cert: Path) -> set[str]:
+    from cryptography import x509
+
+    names = x509.load_pem_x509_certificate(cert.read_bytes()).extensions.get_extension_for_class(
+        x509.SubjectAlternativeName
+    ).value
+    return set(names.get_values_for_type(x509.DNSName))
+
+
 def test_every_vendue_service_uses_the_one_image(services: dict[str, dict[str, Any]]) -> None:
-    vendue = [s for s in services.values() if component(s) is not None]
+    vendue = [*vendue_services(services).values(), services[CERTS_SERVICE]]  # the certs service runs it too
     assert {(s["image"], s["build"]) for s in vendue} == {(vendue[0]["image"], ".")}
 
 
@@ -210,11 +360,13 @@ def test_every_url_names_a_service_of_the_right_kind_on_its_port(services: dict[
             target = parts.hostname
             assert target in services, f"{name}: {setting} names {target!r}, not a service"
             assert kind_of(target, services[target]) == URL_TARGETS[setting], f"{name}: {setting} -> {target}"
+            if setting == "VENDUE_ADVERTISE_URL":  # where the others reach this very service
+                assert target == name, f"{name}: {setting} names {target}"
             port = parts.port or DEFAULT_PORTS[parts.scheme]
             assert port == listen_port(target, services[target]), f"{name}: {setting} port {port}"
     needed = {
         "bbs": {"VENDUE_NATS_URL", "VENDUE_DATABASE_URL", "VENDUE_AUCTIONEER_URL"},
-        "auctioneer": {"VENDUE_NATS_URL", "VENDUE_BBS_URL"},
+        "auctioneer": {"VENDUE_NATS_URL", "VENDUE_BBS_URL", "VENDUE_ADVERTISE_URL"},
         "rep": {"VENDUE_NATS_URL", "VENDUE_BBS_URL"},
     }
     for name, service in services.items():
@@ -232,19 +384,21 @@ def test_every_rep_and_auctioneer_can_fail_over_to_every_bbs(services: dict[str,
             assert listed == bbs_replicas, f"{name} lists {sorted(listed)}: losing a BBS must not cut it off"
 
 
-def test_nats_credentials_agree_with_the_nats_service(services: dict[str, dict[str, Any]]) -> None:
-    user, password = nats_auth(services)
-    assert user and password
+def test_nats_urls_carry_no_credentials_each_component_is_its_certificate(
+    services: dict[str, dict[str, Any]],
+) -> None:
     nats_urls = [
         (name, url)
         for name, s in services.items()
         for setting, url in urls_of(s)
         if setting == "VENDUE_NATS_URL"
     ]
-    assert len(nats_urls) == len([s for s in services.values() if component(s)])  # every component
+    assert len(nats_urls) == len(vendue_services(services))  # every component
     for name, url in nats_urls:
         parts = urlsplit(url)
-        assert (unquote(parts.username or ""), unquote(parts.password or "")) == (user, password), name
+        assert (parts.username, parts.password) == (None, None), f"{name}: NATS users are certificates"
+        assert "VENDUE_NATS_TOKEN" not in environment(services[name]), name
+    assert "--user" not in services["nats"]["command"] and "--auth" not in services["nats"]["command"]
 
 
 def test_database_credentials_agree_with_the_postgres_service(services: dict[str, dict[str, Any]]) -> None:
@@ -281,7 +435,12 @@ def test_two_bbs_two_auctioneers_and_four_reps_in_two_zones(services: dict[str, 
 def test_every_service_has_a_healthcheck_and_waits_for_healthy_dependencies(
     services: dict[str, dict[str, Any]],
 ) -> None:
+    certs = services[CERTS_SERVICE]
+    # The one-shot: runs to completion once per `up`, never restarted; the others wait for it to succeed.
+    assert str(certs.get("restart", "no")) == "no" and "healthcheck" not in certs
     for name, service in services.items():
+        if name == CERTS_SERVICE:
+            continue
         test = (service.get("healthcheck") or {}).get("test")
         assert test and test != ["NONE"], f"{name}: no healthcheck"
         if component(service) is not None:
@@ -289,10 +448,13 @@ def test_every_service_has_a_healthcheck_and_waits_for_healthy_dependencies(
             assert "VENDUE_PORT" in environment(service), name
         for dependency, condition in (service.get("depends_on") or {}).items():
             assert dependency in services, f"{name} depends on unknown {dependency}"
-            assert condition == {"condition": "service_healthy"}, f"{name} -> {dependency}"
-    for kind in ("bbs", "auctioneer", "rep"):
+            wanted = "service_completed_successfully" if dependency == CERTS_SERVICE else "service_healthy"
+            assert condition == {"condition": wanted}, f"{name} -> {dependency}"
+    for kind in ("bbs", "auctioneer", "rep", "nats"):
         for name, service in of_kind(services, kind).items():
-            assert "nats" in service["depends_on"], name
+            assert CERTS_SERVICE in service["depends_on"], name
+            if kind != "nats":
+                assert "nats" in service["depends_on"], name
 
 
 def test_a_bbs_is_published_on_the_host(services: dict[str, dict[str, Any]]) -> None:
@@ -312,80 +474,116 @@ def test_reps_get_time_to_evacuate_before_docker_kills_them(services: dict[str, 
         assert grace > float(env["VENDUE_EVACUATION_TIMEOUT"]) + float(env["VENDUE_STOP_GRACE"]), name
 
 
-# --- the health check script against /ping answers --------------------------------------------------------
+# --- the health check script against /readyz answers ------------------------------------------------------
 
 
-class _Ping(BaseHTTPRequestHandler):
+class _Readyz(BaseHTTPRequestHandler):
     status = 200
-    body = b"{}"
+    asked: list[str] = []
 
     def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        self.asked.append(self.path)
         self.send_response(self.status)
         self.send_header("Content-Type", "application/json")
         self.end_headers()
-        self.wfile.write(self.body)
+        self.wfile.write(json.dumps({"ready": self.status == 200}).encode())
 
     def log_message(self, *args: object) -> None:
         pass
 
 
+@pytest.fixture(scope="module")
+def health_pki(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A CA with a BBS's certificate, and another CA with one (a server the check must not trust)."""
+    from common.tls import init_ca, issue
+
+    root = tmp_path_factory.mktemp("health-pki")
+    for ca in ("cluster", "other"):
+        init_ca(root / ca)
+        issue(root / ca, role="bbs", name="bbs-1")
+    return root
+
+
 @pytest.mark.parametrize(
-    ("status", "body", "healthy"),
+    ("status", "signed_by", "healthy"),
     [
-        (200, {"ok": True}, True),  # auctioneer and rep: ready
-        (200, {"ok": True, "ready": True}, True),  # BBS: ready
-        (200, {"ok": True, "ready": False}, False),  # BBS: database or NATS not there yet
-        (503, {"ok": False, "ready": False}, False),  # auctioneer or rep waiting for NATS or the BBS
+        (200, "cluster", True),  # ready
+        (503, "cluster", False),  # the database, NATS or the BBS not there yet
+        (200, "other", False),  # whoever answers must hold a certificate of the cluster CA
     ],
 )
-def test_the_health_check_follows_ping(
-    services: dict[str, dict[str, Any]], status: int, body: dict[str, bool], healthy: bool
+def test_the_health_check_follows_readyz_over_https(
+    services: dict[str, dict[str, Any]], health_pki: Path, status: int, signed_by: str, healthy: bool
 ) -> None:
-    handler = type("Ping", (_Ping,), {"status": status, "body": json.dumps(body).encode()})
+    from common.tls import TLSFiles, server_context
+
+    handler = type("Readyz", (_Readyz,), {"status": status, "asked": []})
     server = HTTPServer(("127.0.0.1", 0), handler)
+    # The components' own server context: it asks for a client certificate, and the check has none.
+    context = server_context(TLSFiles.in_dir(health_pki / signed_by, "bbs-1"))
+    server.socket = context.wrap_socket(server.socket, server_side=True)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
         service = services["bbs-1"]
         kind, *argv = service["healthcheck"]["test"]
         assert kind == "CMD" and argv[0] == "python"
-        env = {**os.environ, "VENDUE_PORT": str(server.server_address[1])}
+        env = {**os.environ, "VENDUE_PORT": str(server.server_address[1]),
+               "VENDUE_TLS_CA": str(health_pki / "cluster" / "ca.pem")}
         result = subprocess.run([sys.executable, *argv[1:]], env=env, capture_output=True, timeout=30)
         assert (result.returncode == 0) == healthy, result.stderr
+        assert handler.asked == (["/readyz"] if signed_by == "cluster" else [])
     finally:
         server.shutdown()
         server.server_close()
 
 
-# --- the nats service's command, run for real -------------------------------------------------------------
+# --- the nats service's command on the certs service's configuration, run for real ------------------------
 
 
-async def test_the_nats_command_admits_the_services_credentials_and_no_one_else(
-    services: dict[str, dict[str, Any]],
+def test_the_nats_image_takes_tls_first_handshakes(services: dict[str, dict[str, Any]]) -> None:
+    image = services["nats"]["image"]
+    match = re.fullmatch(r"nats:(\d+)\.(\d+)\.(\d+)-alpine", image)
+    assert match, f"{image}: pin a release (nats:X.Y.Z-alpine), {'.'.join(map(str, NATS_TLS_FIRST))} or later"
+    assert tuple(int(part) for part in match.groups()) >= NATS_TLS_FIRST, image
+
+
+@pytest.mark.slow  # the certs script
+async def test_the_nats_configuration_admits_every_services_certificate_and_no_one_else(
+    services: dict[str, dict[str, Any]], volumes: Path
 ) -> None:
     import nats
-    from nats.errors import Error as NatsError
 
     from common.procutil import free_port
+    from common.tls import TLSFiles, client_context
     from common.transport.nats_server import NatsServer
 
-    command = list(services["nats"]["command"])
+    nats_service = services["nats"]
+    command = [on_host(nats_service, volumes, arg) for arg in nats_service["command"]]
     assert command[0] == "nats-server"
-    # The compose ports become free loopback ports; every other flag is the compose file's own.
-    command[command.index("--port") + 1] = "0"
+    assert all(read_only for _, read_only in mounts(nats_service).values())
+    # The compose ports become free loopback ports (flags win over the file); all else is the file's own.
     command[command.index("--http_port") + 1] = str(free_port("127.0.0.1"))
 
     class ComposeNats(NatsServer):
         def _argv(self, binary: Path) -> list[str]:
-            argv = [str(binary), "-a", self.host, *command[1:]]
-            argv[argv.index("--port") + 1] = str(self.port)
-            return argv
+            return [str(binary), *command[1:], "--addr", self.host, "--port", str(self.port)]
 
-    url = next(url for _, url in urls_of(services["bbs-1"]) if url.startswith("nats://"))
-    parts = urlsplit(url)
     with ComposeNats() as server:
-        local = parts._replace(netloc=f"{parts.username}:{parts.password}@127.0.0.1:{server.port}").geturl()
-        client = await nats.connect(local, connect_timeout=5, allow_reconnect=False)
-        await client.close()
-        with pytest.raises((NatsError, OSError)):
-            await nats.connect(server.url, connect_timeout=5, allow_reconnect=False, max_reconnect_attempts=0)
+        for name, service in vendue_services(services).items():
+            env = environment(service)
+            files = TLSFiles(*(Path(on_host(service, volumes, env[setting])) for setting in TLS_SETTINGS))
+            dialled = urlsplit(env["VENDUE_NATS_URL"]).hostname  # the server's certificate must name it
+            client = await nats.connect(
+                f"tls://{server.host}:{server.port}", tls=client_context(files), tls_hostname=dialled, tls_handshake_first=True,
+                connect_timeout=5, allow_reconnect=False,
+            )
+            try:
+                assert client.is_connected, name
+            finally:
+                await client.close()
+        some_ca = Path(on_host(services["bbs-1"], volumes, environment(services["bbs-1"])["VENDUE_TLS_CA"]))
+        with pytest.raises(OSError, match="CERTIFICATE_REQUIRED"):  # trusts the server, presents nothing
+            await nats.connect(f"tls://{server.host}:{server.port}", tls=client_context(ca=some_ca), tls_hostname="nats",
+                               tls_handshake_first=True, connect_timeout=5, allow_reconnect=False,
+                               max_reconnect_attempts=0)
