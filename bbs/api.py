@@ -16,8 +16,10 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from common.auth import add_auth, require_cells
 from common.interrupt import Interrupted, unless
+from common.limits import add_limits
 from common.models import (
     GUID_PATTERN,
+    INT32_MAX,
     ActualLRPSummary,
     ActualState,
     CellPresences,
@@ -41,12 +43,16 @@ from common.tls import Identity
 
 from .lifecycle_wire import HOST_REPORT, HostReport
 from .policy import POLICY, require_lease_holder
+from .quotas import QuotaExceeded, callback_problem
 from .service import BBS, Conflict, NotFound
 
 GuidPath = Annotated[str, Path(pattern=GUID_PATTERN)]
 Body = TypeVar("Body", bound=BaseModel)
 Result = TypeVar("Result")
 CLIENT_GONE = 499  # nginx's "client closed request": logged and counted, never seen by the client
+# The reps' and the auctioneer's batches (common/limits.py): at 250 cells a rep process and 250,000 instances,
+# a lifecycle round is up to ~18 MB and a failed auction's report ~36 MB, under the bulk body cap.
+BULK_ROUTES = {("POST", "/v1/lifecycle"), ("PUT", "/v1/cells"), ("POST", "/v1/placement_failures")}
 
 
 async def unless_client_gone(request: Request, work: Awaitable[Result]) -> Result:
@@ -135,6 +141,10 @@ def create_app(bbs: BBS, *, insecure: bool | None = None) -> FastAPI:
     @app.exception_handler(Conflict)
     async def _conflict(_: Request, exc: Conflict) -> JSONResponse:
         return JSONResponse({"detail": str(exc)}, status_code=409)
+
+    @app.exception_handler(QuotaExceeded)
+    async def _quota(_: Request, exc: QuotaExceeded) -> JSONResponse:
+        return JSONResponse({"detail": str(exc)}, status_code=429)
 
     @app.get("/ping")
     async def ping() -> dict[str, bool]:
@@ -226,6 +236,10 @@ def create_app(bbs: BBS, *, insecure: bool | None = None) -> FastAPI:
 
     @app.post("/v1/tasks", status_code=201, response_model=Task)
     async def desire_task(body: TaskCreate) -> dict[str, Any]:
+        if (problem := callback_problem(bbs.settings, body.completion_callback_url)) is not None:
+            raise RequestValidationError([{"type": "value_error", "loc": ("body", "completion_callback_url"),
+                                           "msg": f"refused callback URL: {problem} (allow it: --callback-allow)",
+                                           "input": body.completion_callback_url}])
         return await bbs.desire_task(body)
 
     @app.get("/v1/tasks")
@@ -269,7 +283,7 @@ def create_app(bbs: BBS, *, insecure: bool | None = None) -> FastAPI:
     @app.delete("/v1/leases/{name}", status_code=204)
     async def release_lease(request: Request, name: GuidPath,
                             owner: Annotated[str, Query(min_length=1, max_length=128)],
-                            token: Annotated[int, Query(ge=0)]) -> Response:
+                            token: Annotated[int, Query(ge=0, le=INT32_MAX)]) -> Response:
         """Give the lease up on a graceful stop, so a standby takes it at once: only its holder may, and
         only for its own term (owner and fencing token); released twice is still 204."""
         require_lease_holder(request, name)
@@ -290,8 +304,11 @@ def create_app(bbs: BBS, *, insecure: bool | None = None) -> FastAPI:
 
     @app.get("/v1/events")
     async def events() -> StreamingResponse:
+        limit = bbs.settings.max_event_subscribers
+        if bbs.hub.full(limit):
+            raise QuotaExceeded(f"quota: at most {limit} event stream subscribers (max_event_subscribers)")
         return StreamingResponse(
-            bbs.hub.stream(),
+            bbs.hub.stream(limit),
             media_type="text/event-stream",
             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
         )
@@ -327,6 +344,7 @@ def create_app(bbs: BBS, *, insecure: bool | None = None) -> FastAPI:
 
     add_auth(app, POLICY, verify_token=verify_bearer, insecure=insecure, service="bbs",
              on_refused=lambda reason: bbs.metrics.refused.labels(reason).inc())
+    add_limits(app, bbs.settings, bulk=BULK_ROUTES)
     return app
 
 

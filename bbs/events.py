@@ -78,10 +78,19 @@ class EventHub:
         for queue in list(self._subscribers):
             self._drop(queue)
 
-    async def stream(self) -> AsyncIterator[str]:
-        """SSE text for one subscriber: events as they come, a comment line every heartbeat_s."""
+    def full(self, max_subscribers: int) -> bool:
+        """Whether another subscriber would be one too many (the API answers 429 then)."""
+        return len(self._subscribers) >= max_subscribers
+
+    async def stream(self, max_subscribers: int | None = None) -> AsyncIterator[str]:
+        """SSE text for one subscriber: events as they come, a comment line every heartbeat_s. A stream
+        that begins when `max_subscribers` already follow ends at once (the API checks `full` first: this
+        holds the bound for requests that raced past that check)."""
         queue: asyncio.Queue[str] = asyncio.Queue(self.queue_chunks)
         if self._closed:
+            return
+        if max_subscribers is not None and self.full(max_subscribers):
+            yield ": too many subscribers\n\n"
             return
         self._subscribers.add(queue)
         try:

@@ -14,38 +14,38 @@ from typing import Annotated, NotRequired
 from pydantic import Field, TypeAdapter
 from typing_extensions import TypedDict
 
-from common.models import Guid, TaskCompletion
+from common.models import MAX_ITEMS, Guid, Port, ProcessText, ReportedGuid, StoreInt, TaskCompletion
 
 
 class PortMapping(TypedDict):
-    container_port: int
-    host_port: int
+    container_port: Port
+    host_port: Port
 
 
 class InstanceRef(TypedDict):
-    process_guid: str
-    index: int
-    instance_guid: str
+    process_guid: ReportedGuid
+    index: StoreInt
+    instance_guid: ReportedGuid
 
 
 class RunningReport(InstanceRef):
-    host: Annotated[NotRequired[str], Field(default="127.0.0.1")]
-    ports: Annotated[NotRequired[list[PortMapping]], Field(default_factory=list)]
+    host: Annotated[NotRequired[str], Field(default="127.0.0.1", max_length=255)]
+    ports: Annotated[NotRequired[list[PortMapping]], Field(default_factory=list, max_length=16)]
 
 
 class CrashReport(InstanceRef):
-    reason: Annotated[NotRequired[str], Field(default="")]
+    reason: Annotated[NotRequired[ProcessText], Field(default="")]
 
 
 class CellReport(TypedDict):
     """One cell's report (CellLifecycle). Task completions stay models: they are few."""
 
-    claimed: Annotated[NotRequired[list[InstanceRef]], Field(default_factory=list)]
-    running: Annotated[NotRequired[list[RunningReport]], Field(default_factory=list)]
-    crashed: Annotated[NotRequired[list[CrashReport]], Field(default_factory=list)]
-    removed: Annotated[NotRequired[list[InstanceRef]], Field(default_factory=list)]
-    tasks_started: Annotated[NotRequired[list[str]], Field(default_factory=list)]
-    tasks_completed: Annotated[NotRequired[list[TaskCompletion]], Field(default_factory=list)]
+    claimed: Annotated[NotRequired[list[InstanceRef]], Field(default_factory=list, max_length=MAX_ITEMS)]
+    running: Annotated[NotRequired[list[RunningReport]], Field(default_factory=list, max_length=MAX_ITEMS)]
+    crashed: Annotated[NotRequired[list[CrashReport]], Field(default_factory=list, max_length=MAX_ITEMS)]
+    removed: Annotated[NotRequired[list[InstanceRef]], Field(default_factory=list, max_length=MAX_ITEMS)]
+    tasks_started: Annotated[NotRequired[list[ReportedGuid]], Field(default_factory=list, max_length=MAX_ITEMS)]
+    tasks_completed: Annotated[NotRequired[list[TaskCompletion]], Field(default_factory=list, max_length=MAX_ITEMS)]
 
 
 class HostReport(TypedDict):

@@ -36,6 +36,7 @@ from .lifecycle import LrpOutcome, Stop, apply_lrp_reports, apply_task_reports, 
 from .lifecycle_wire import CellReport
 from .metrics import BBSMetrics
 from .outbound import Outbound
+from .quotas import QuotaExceeded, check_scale, desire_refusal
 from .records import (
     COMPLETED,
     ORDINARY,
@@ -204,21 +205,28 @@ class BBS:
         """Store a desired LRP with UNCLAIMED instances and send the auctioneer one start request.
         Desires arriving together share one transaction (group commit)."""
         result = await self._desire_batcher.submit(body)
-        if isinstance(result, Conflict):
+        if isinstance(result, Conflict | QuotaExceeded):
             raise result
         return result
 
-    async def _desire_batch(self, bodies: list[DesiredLRPCreate]) -> list[dict[str, Any] | Conflict]:
+    async def _desire_batch(
+        self, bodies: list[DesiredLRPCreate]
+    ) -> list[dict[str, Any] | Conflict | QuotaExceeded]:
         now = time.time()
         effects = Effects()
-        results: list[DesiredRecord | Conflict] = []
+        results: list[DesiredRecord | Conflict | QuotaExceeded] = []
         records: list[DesiredRecord] = []
         async with self.store.write() as tx:
             taken = set(await tx.desired_by_guid(b.process_guid for b in bodies))
+            lrps, instances = await tx.desired_totals()
             for body in bodies:
                 if body.process_guid in taken:
                     results.append(Conflict(f"desired LRP {body.process_guid!r} exists"))
                     continue
+                if (refusal := desire_refusal(self.settings, lrps, instances, body.instances)) is not None:
+                    results.append(QuotaExceeded(refusal))
+                    continue
+                lrps, instances = lrps + 1, instances + body.instances
                 taken.add(body.process_guid)
                 record = DesiredRecord(
                     process_guid=body.process_guid,
@@ -296,6 +304,8 @@ class BBS:
                 )
             if body.instances is None or body.instances == record.instances:
                 return record.to_wire()
+            if body.instances > record.instances:  # scaling up counts against the instance quota
+                check_scale(self.settings, (await tx.desired_totals())[1], record.instances, body.instances)
             record.instances = body.instances
             record.definition = {**record.definition, "instances": body.instances}
             record.mod_index += 1

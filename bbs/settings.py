@@ -10,11 +10,14 @@ from pathlib import Path
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from common.limits import RequestLimitOptions
 from common.tls import TLSOptions
 from common.transport import Transport
 
+from .quotas import QuotaOptions
 
-class BBSSettings(BaseSettings, TLSOptions):
+
+class BBSSettings(BaseSettings, TLSOptions, RequestLimitOptions, QuotaOptions):
     """TLSOptions: `--tls-cert/--tls-key/--tls-ca` (VENDUE_TLS_*) serve HTTPS and are presented on every
     call the BBS makes; `--insecure` (VENDUE_INSECURE) serves plain HTTP with authorization off."""
 

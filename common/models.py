@@ -77,12 +77,78 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validat
 
 from .labels import validate_label_expression
 from .objective import validate_objective
+from .urls import MAX_URL_CHARS, http_url, http_url_or_none
 
 GUID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$"
 Guid = Annotated[str, Field(pattern=GUID_PATTERN)]
 MegaBytes = Annotated[int, Field(ge=1, le=1_048_576)]
 DEFAULT_STACK = "cflinuxfs4"
 DEFAULT_DOMAIN = "vendue"
+
+# --- limits: every integer, string and list a request carries is bounded (a 422 names the field) -----
+# Integers are bounded to what the store holds: beyond, the database refuses the write (a 500) instead of
+# the API refusing the request.
+INT32_MAX = 2**31 - 1  # PostgreSQL INTEGER: instance indices, exit statuses, lease tokens, counts, sizes
+INT64_MAX = 2**63 - 1  # BIGINT, and SQLite's widest integer: fencing tokens
+# A command is argv (no shell). Linux refuses to exec any argument or environment string over 128 KiB
+# (MAX_ARG_STRLEN), and a character is up to 4 bytes of UTF-8: past these, a process could never start.
+MAX_ARGV = 256
+MAX_ARG_CHARS = 32_768
+MAX_ENV = 1_000  # Linux's ~2 MiB for argv and env together holds far fewer large ones (the body cap first)
+MAX_ENV_NAME_CHARS = 256
+MAX_TAGS = 64  # placement tags, volume drivers, stacks, volumes, devices, affinity rules, labels
+MAX_NAME_CHARS = 128  # a tag, a stack, a zone, a label key, a guid a rep reports
+MAX_LABEL_CHARS = 256  # a label value
+MAX_TEXT_CHARS = 4_096  # free text: a crash reason, a placement error, a failure reason
+MAX_RESULT_CHARS = 10_240  # a task's result (Diego reads at most 10 KB of a task's result file)
+
+StoreInt = Annotated[int, Field(ge=0, le=INT32_MAX)]  # an index, a count: what an INTEGER column holds
+ExitStatus = Annotated[int, Field(ge=-INT32_MAX - 1, le=INT32_MAX)]  # negative: the signal that ended it
+FencingToken = Annotated[int, Field(ge=0, le=INT64_MAX)]
+Port = Annotated[int, Field(ge=0, le=65_535)]
+Name = Annotated[str, Field(min_length=1, max_length=MAX_NAME_CHARS)]
+Names = Annotated[list[Name], Field(max_length=MAX_TAGS)]
+Labels = Annotated[dict[Annotated[str, Field(max_length=MAX_NAME_CHARS)],
+                        Annotated[str, Field(max_length=MAX_LABEL_CHARS)]], Field(max_length=MAX_TAGS)]
+ReportedGuid = Annotated[str, Field(max_length=MAX_NAME_CHARS)]  # what a rep reports back: checked by lookup
+Text = Annotated[str, Field(max_length=MAX_TEXT_CHARS)]
+
+
+def _no_nul(text: str) -> str:
+    if "\0" in text:
+        raise ValueError("contains a NUL character (no C string, argv or environment can hold one)")
+    return text
+
+
+def _program(argv: list[str]) -> list[str]:
+    if argv and not argv[0]:
+        raise ValueError("the command's first element (the program to run) is empty")
+    return argv
+
+
+def _environment(env: dict[str, str]) -> dict[str, str]:
+    for name in env:
+        if not name or "=" in name or "\0" in name:
+            raise ValueError(f"invalid environment variable name {name[:64]!r}: empty, or holding '=' or NUL")
+    return env
+
+
+def _nul_replaced(text: str) -> str:
+    """What a process printed or said may hold NUL, which no database text column takes: kept, visibly."""
+    return text.replace("\0", "\ufffd") if "\0" in text else text
+
+
+Argument = Annotated[str, Field(max_length=MAX_ARG_CHARS), AfterValidator(_no_nul)]
+# A command may be empty for an LRP (the sim executor runs nothing; the process executor reports the
+# instance crashed, "has no command"): the tests and the benchmarks desire such LRPs. An empty program
+# name, or a NUL anywhere, is refused.
+Command = Annotated[list[Argument], Field(max_length=MAX_ARGV), AfterValidator(_program)]
+Environment = Annotated[
+    dict[Annotated[str, Field(max_length=MAX_ENV_NAME_CHARS)], Argument],
+    Field(max_length=MAX_ENV),
+    AfterValidator(_environment),
+]
+ProcessText = Annotated[str, Field(max_length=MAX_TEXT_CHARS), AfterValidator(_nul_replaced)]
 
 
 class Strict(BaseModel):
@@ -98,8 +164,8 @@ class Open(BaseModel):
 
 
 class ModificationTag(Open):
-    epoch: str
-    index: int = 0
+    epoch: str = Field(max_length=64)
+    index: StoreInt = 0
 
 
 # --- desired LRPs ---------------------------------------------------------------------------------
@@ -108,7 +174,7 @@ class ModificationTag(Open):
 class HealthCheck(Strict):
     type: Literal["port", "process", "http"] = "port"
     timeout_s: float = Field(default=60.0, gt=0, le=3600)
-    path: str = "/"
+    path: Annotated[str, Field(max_length=MAX_URL_CHARS), AfterValidator(_no_nul)] = "/"
 
 
 def _label_expression(text: str) -> str:
@@ -134,7 +200,7 @@ LabelExpression = Annotated[str, Field(max_length=1024), AfterValidator(_label_e
 
 
 class VolumeRequestModel(Strict):
-    name: Annotated[str, Field(min_length=1, max_length=128)]
+    name: Name
     size_mb: int = Field(default=0, ge=0, le=1_048_576 * 16)
     label_match: LabelExpression = ""
     ephemeral: bool = False
@@ -156,34 +222,26 @@ class PlacementFields(Strict):
     memory_mb: MegaBytes = 256
     disk_mb: MegaBytes = 1024
     stack: Annotated[str, Field(min_length=1, max_length=64)] = DEFAULT_STACK
-    placement_tags: list[Annotated[str, Field(min_length=1, max_length=128)]] = Field(default_factory=list)
-    volume_drivers: list[Annotated[str, Field(min_length=1, max_length=128)]] = Field(default_factory=list)
+    placement_tags: Names = Field(default_factory=list)
+    volume_drivers: Names = Field(default_factory=list)
     strategy: Literal["diego", "dea", "loadmark", "service", "objective", "binpack", "random"] | None = None
     objective: Annotated[str | None, Field(max_length=1024), AfterValidator(_objective)] = None
-    source_blob: str | None = None
+    source_blob: Annotated[str | None, Field(max_length=MAX_URL_CHARS)] = None
     labels_match: LabelExpression = ""
-    volumes: list[VolumeRequestModel] = Field(default_factory=list)
+    volumes: list[VolumeRequestModel] = Field(default_factory=list, max_length=MAX_TAGS)
     ingress_ip: bool = False
-    devices: list[DeviceRequestModel] = Field(default_factory=list)
-    affinity: list[AffinityRuleModel] = Field(default_factory=list)
+    devices: list[DeviceRequestModel] = Field(default_factory=list, max_length=MAX_TAGS)
+    affinity: list[AffinityRuleModel] = Field(default_factory=list, max_length=MAX_TAGS)
 
 
 class DesiredLRPCreate(PlacementFields):
     process_guid: Guid
     domain: Guid = DEFAULT_DOMAIN
     instances: int = Field(default=1, ge=0, le=10_000)
-    command: list[str] = Field(default_factory=list, max_length=256)
-    env: dict[str, str] = Field(default_factory=dict)
+    command: Command = Field(default_factory=list)
+    env: Environment = Field(default_factory=dict)
     ports: list[Annotated[int, Field(ge=1, le=65535)]] = Field(default_factory=lambda: [8080], max_length=16)
     health_check: HealthCheck = Field(default_factory=HealthCheck)
-
-    @field_validator("env")
-    @classmethod
-    def _env_names(cls, env: dict[str, str]) -> dict[str, str]:
-        for name in env:
-            if not name or "=" in name or "\0" in name:
-                raise ValueError(f"invalid environment variable name {name!r}")
-        return env
 
 
 class DesiredLRP(DesiredLRPCreate):
@@ -215,8 +273,8 @@ class Presence(StrEnum):
 
 
 class PortMapping(Open):
-    container_port: int
-    host_port: int
+    container_port: Port
+    host_port: Port
 
 
 class ActualLRP(Open):
@@ -259,14 +317,15 @@ class TaskState(StrEnum):
 class TaskCreate(Strict):
     task_guid: Guid
     domain: Guid = DEFAULT_DOMAIN
-    command: list[str] = Field(min_length=1, max_length=256)
-    env: dict[str, str] = Field(default_factory=dict)
+    command: Annotated[Command, Field(min_length=1)]
+    env: Environment = Field(default_factory=dict)
     memory_mb: MegaBytes = 256
     disk_mb: MegaBytes = 1024
     stack: Annotated[str, Field(min_length=1, max_length=64)] = DEFAULT_STACK
-    placement_tags: list[Annotated[str, Field(min_length=1, max_length=128)]] = Field(default_factory=list)
-    volume_drivers: list[Annotated[str, Field(min_length=1, max_length=128)]] = Field(default_factory=list)
-    completion_callback_url: str | None = None
+    placement_tags: Names = Field(default_factory=list)
+    volume_drivers: Names = Field(default_factory=list)
+    # http(s) only; the BBS also refuses link-local and cloud metadata addresses (common/urls.py).
+    completion_callback_url: Annotated[str | None, AfterValidator(http_url_or_none)] = None
 
 
 class Task(TaskCreate):
@@ -275,7 +334,7 @@ class Task(TaskCreate):
     cell_id: str = ""
     failed: bool = False
     failure_reason: str = ""
-    exit_status: int | None = None
+    exit_status: ExitStatus | None = None
     result: str = ""
     rejection_count: int = 0
     created_at: datetime
@@ -305,25 +364,35 @@ class HostMetricsModel(Open):
 
 class CellPresence(Open):
     cell_id: Guid
-    zone: str
-    rep_url: str  # the root URL of the rep process hosting the cell (rep/api.py)
-    stacks: list[str] = Field(default_factory=lambda: [DEFAULT_STACK])
+    zone: Name
+    # The root URL of the rep process hosting the cell (rep/api.py): http(s), where the BBS sends stops.
+    rep_url: Annotated[str, AfterValidator(http_url)]
+    stacks: Names = Field(default_factory=lambda: [DEFAULT_STACK])
     total: ResourcesModel
-    placement_tags: list[str] = Field(default_factory=list)
-    optional_placement_tags: list[str] = Field(default_factory=list)
-    volume_drivers: list[str] = Field(default_factory=list)
-    labels: dict[str, str] = Field(default_factory=dict)
+    placement_tags: Names = Field(default_factory=list)
+    optional_placement_tags: Names = Field(default_factory=list)
+    volume_drivers: Names = Field(default_factory=list)
+    labels: Labels = Field(default_factory=dict)
     evacuating: bool = False
     expires_at: datetime | None = None  # set by the BBS: now + TTL at the last heartbeat
     # New each time the rep starts: a cell heartbeating with a new boot id lost whatever it held before,
     # so the BBS places that work again at once instead of waiting for a presence that never expires.
-    boot_id: str = ""
+    boot_id: str = Field(default="", max_length=MAX_NAME_CHARS)
     # The rep process hosting this cell: `rep_url` is its root URL (shared by every cell it hosts: the
     # auctioneer asks each process once per auction), `rep_id` its name (the CN of its certificate), which
     # names its NATS subjects vendue.rep.<rep_id>.work|stop|cancel.
     rep_id: str = Field(default="", max_length=128)
     # Its rep serves plain HTTP with authorization off (--insecure, or no TLS files on loopback): said loudly.
     insecure: bool = False
+
+    @field_validator("total")
+    @classmethod
+    def _sizes(cls, total: ResourcesModel) -> ResourcesModel:
+        # Not on ResourcesModel itself: a bid's `available` goes below zero when a cell is overcommitted.
+        for name in ("memory_mb", "disk_mb", "containers"):
+            if not 0 <= getattr(total, name) <= INT32_MAX:
+                raise ValueError(f"{name} must be between 0 and {INT32_MAX}")
+        return total
 
 
 class CellLRP(Open):
@@ -394,7 +463,7 @@ class LRPStartRequest(Open):
     """BBS -> auctioneer: start these indices of this desired LRP (one request, all indices)."""
 
     desired: DesiredLRP
-    indices: list[int] = Field(min_length=1)
+    indices: list[StoreInt] = Field(min_length=1, max_length=10_000)  # DesiredLRPCreate.instances at most
 
 
 class TaskStartRequest(Open):
@@ -433,8 +502,8 @@ class HostCellStates(Open):
 class HostLRPGroup(Strict):
     """Instances of one desired LRP for one cell: `desired` is its position in HostWork.desired."""
 
-    desired: int = Field(ge=0)
-    indices: list[Annotated[int, Field(ge=0)]] = Field(max_length=MAX_ITEMS)
+    desired: int = Field(ge=0, le=MAX_ITEMS)
+    indices: list[StoreInt] = Field(max_length=MAX_ITEMS)
 
 
 class HostCellWork(Strict):
@@ -450,7 +519,7 @@ class HostWork(Strict):
 
     desired: list[DesiredLRP] = Field(default_factory=list, max_length=MAX_ITEMS)
     cells: dict[Guid, HostCellWork] = Field(max_length=10_000)
-    fencing_token: int = Field(default=0, ge=0, le=2**63 - 1)
+    fencing_token: FencingToken = 0
 
     @model_validator(mode="after")
     def _references_exist(self) -> HostWork:
@@ -512,60 +581,61 @@ class EvacuateCells(Strict):
 
 
 class LRPPlacementFailure(Open):
-    process_guid: str
-    index: int
-    error: str
-    detail: str = ""
+    process_guid: ReportedGuid
+    index: StoreInt
+    error: Text
+    detail: Text = ""
 
 
 class TaskPlacementFailure(Open):
-    task_guid: str
-    error: str
-    detail: str = ""
+    task_guid: ReportedGuid
+    error: Text
+    detail: Text = ""
 
 
 class PlacementFailures(Open):
-    lrps: list[LRPPlacementFailure] = Field(default_factory=list)
-    tasks: list[TaskPlacementFailure] = Field(default_factory=list)
+    # An auction of 250,000 instances that cannot fit reports every one (the bulk body cap allows it).
+    lrps: list[LRPPlacementFailure] = Field(default_factory=list, max_length=MAX_ITEMS * 10)
+    tasks: list[TaskPlacementFailure] = Field(default_factory=list, max_length=MAX_ITEMS)
     # The auctioneer lease's token the auction ran under: the BBS refuses (409) a report from an older term.
-    fencing_token: int = Field(default=0, ge=0, le=2**63 - 1)
+    fencing_token: FencingToken = 0
 
 
 # --- the rep's batched lifecycle report -----------------------------------------------------------
 
 
 class InstanceRef(Open):
-    process_guid: str
-    index: int
-    instance_guid: str
+    process_guid: ReportedGuid
+    index: StoreInt
+    instance_guid: ReportedGuid
 
 
 class RunningInstanceReport(InstanceRef):
-    host: str = "127.0.0.1"
-    ports: list[PortMapping] = Field(default_factory=list)
+    host: str = Field(default="127.0.0.1", max_length=255)  # a DNS name or an address
+    ports: list[PortMapping] = Field(default_factory=list, max_length=16)  # DesiredLRPCreate.ports at most
 
 
 class CrashReport(InstanceRef):
-    reason: str = ""
+    reason: ProcessText = ""
 
 
 class TaskCompletion(Open):
-    task_guid: str
+    task_guid: ReportedGuid
     failed: bool = False
-    failure_reason: str = ""
-    exit_status: int | None = None
-    result: str = ""
+    failure_reason: ProcessText = ""
+    exit_status: ExitStatus | None = None
+    result: Annotated[str, Field(max_length=MAX_RESULT_CHARS), AfterValidator(_nul_replaced)] = ""
 
 
 class CellLifecycle(Open):
     """Everything one cell has to tell the BBS this round, in one request."""
 
-    claimed: list[InstanceRef] = Field(default_factory=list)
-    running: list[RunningInstanceReport] = Field(default_factory=list)
-    crashed: list[CrashReport] = Field(default_factory=list)
-    removed: list[InstanceRef] = Field(default_factory=list)
-    tasks_started: list[str] = Field(default_factory=list)
-    tasks_completed: list[TaskCompletion] = Field(default_factory=list)
+    claimed: list[InstanceRef] = Field(default_factory=list, max_length=MAX_ITEMS)
+    running: list[RunningInstanceReport] = Field(default_factory=list, max_length=MAX_ITEMS)
+    crashed: list[CrashReport] = Field(default_factory=list, max_length=MAX_ITEMS)
+    removed: list[InstanceRef] = Field(default_factory=list, max_length=MAX_ITEMS)
+    tasks_started: list[ReportedGuid] = Field(default_factory=list, max_length=MAX_ITEMS)
+    tasks_completed: list[TaskCompletion] = Field(default_factory=list, max_length=MAX_ITEMS)
 
 
 class LifecycleResult(Open):
@@ -620,7 +690,7 @@ class Lease(Open):
     held: bool
     owner: str
     url: str = ""
-    token: int
+    token: StoreInt
     expires_at: float  # epoch seconds
 
 

@@ -34,6 +34,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import BaseModel, ValidationError
 
 from common.auth import VerifyToken, add_auth
+from common.limits import RequestLimitOptions, add_limits
 from common.models import CancelTasks, EvacuateCells, HostWork, StopInstances
 
 from .fencing import Fencing, Refused
@@ -44,6 +45,8 @@ from .policy import POLICY
 JSON = "application/json"
 M = TypeVar("M", bound=BaseModel)
 MAX_CELLS_QUERY = 100_000  # characters of `?cells=`: 10,000 cell ids of ten characters
+# The batches from the auctioneer and the BBS (common/limits.py): work of 10,000 instances is up to ~5.4 MB.
+BULK_ROUTES = {("POST", "/work"), ("POST", "/stop"), ("POST", "/cancel")}
 
 
 def create_app(
@@ -53,10 +56,11 @@ def create_app(
     insecure: bool,
     verify_token: VerifyToken | None = None,
     not_ready: Callable[[], str] | None = None,
+    limits: RequestLimitOptions | None = None,
 ) -> FastAPI:
     """`verify_token`: whom a bearer token stands for (the BBS says: common.auth.bbs_token_verifier).
     `not_ready()` says why the rep cannot take work yet ("" when it can): /ping and /readyz then answer
-    503."""
+    503. `limits`: body caps, timeout, concurrency (common/limits.py; default: the defaults)."""
     app = FastAPI(title="vendue rep", docs_url=None, redoc_url=None, openapi_url=None)
 
     def readiness() -> Response:
@@ -125,6 +129,7 @@ def create_app(
 
     add_auth(app, POLICY, verify_token=verify_token, insecure=insecure, on_refused=refusal_counter(registry),
              service="rep")
+    add_limits(app, limits or RequestLimitOptions(), bulk=BULK_ROUTES)
     return app
 
 

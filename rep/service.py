@@ -249,7 +249,7 @@ async def serve(settings: RepSettings) -> int:
         bus = connect_nats(settings, host, fencing, tls)
     app = create_app(
         host, fencing, insecure=tls is None, verify_token=bbs_token_verifier(bbs),
-        not_ready=(lambda: "" if bus is None or bus.ready else "NATS not connected"),
+        not_ready=(lambda: "" if bus is None or bus.ready else "NATS not connected"), limits=settings,
     )
     server = _Server(
         uvicorn.Config(

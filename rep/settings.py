@@ -12,6 +12,7 @@ from typing import Literal
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from common.limits import RequestLimitOptions
 from common.models import DEFAULT_STACK, GUID_PATTERN
 from common.tls import TLSOptions
 from common.transport import Transport
@@ -23,7 +24,7 @@ SIM_DEFAULT_MEMORY_MB = 64 * 1024
 SIM_DEFAULT_DISK_MB = 256 * 1024
 
 
-class RepSettings(TLSOptions, BaseSettings):
+class RepSettings(TLSOptions, RequestLimitOptions, BaseSettings):
     """TLSOptions: `--tls-cert/--tls-key/--tls-ca` (VENDUE_TLS_*) and `--insecure` (VENDUE_INSECURE); see
     docs/security.md. With TLS files the rep's name (rep_id) is its certificate's CN."""
 

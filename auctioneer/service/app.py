@@ -40,6 +40,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 from common.auth import add_auth, bbs_token_verifier
 from common.failover import AsyncFailoverTransport, split_urls
+from common.limits import add_limits
 from common.models import LRPStartRequest, TaskStartRequest
 from common.tls import INSECURE_WARNING, client_context
 
@@ -281,4 +282,6 @@ def create_app(settings: AuctioneerSettings | None = None) -> FastAPI:
 
     add_auth(app, POLICY, verify_token=bbs_token_verifier(service.bbs), insecure=service.insecure,
              on_refused=service.metrics.refused, service="auctioneer")
+    # The BBS's start requests are batches (5,000 LRPs' start requests are ~4 MB): common/limits.py.
+    add_limits(app, service.settings, bulk={("POST", "/v1/lrps"), ("POST", "/v1/tasks")})
     return app

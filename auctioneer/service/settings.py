@@ -7,13 +7,14 @@ from pathlib import Path
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from common.limits import RequestLimitOptions
 from common.tls import TLSOptions
 from common.transport import Transport
 
 DEFAULT_PORT = 8890
 
 
-class AuctioneerSettings(TLSOptions, BaseSettings):
+class AuctioneerSettings(TLSOptions, RequestLimitOptions, BaseSettings):
     """TLSOptions: `--tls-cert/--tls-key/--tls-ca` (VENDUE_TLS_*) and `--insecure` (VENDUE_INSECURE); see
     docs/security.md."""
 

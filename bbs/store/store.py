@@ -398,6 +398,12 @@ class Tx:
         query = sa.select(c.process_guid, c.domain, c.instances).order_by(self._text_order(c.process_guid))
         return [DesiredSize(*row) for row in await self._rows(query)]
 
+    async def desired_totals(self) -> tuple[int, int]:
+        """(desired LRPs, instances they desire in total): what the quotas (bbs/quotas.py) count."""
+        c = t.desired_lrps.c
+        row = (await self._rows(sa.select(sa.func.count(), sa.func.coalesce(sa.func.sum(c.instances), 0))))[0]
+        return int(row[0]), int(row[1])
+
     async def insert_desireds(self, records: Sequence[DesiredRecord]) -> bool:
         """Insert several in one statement; False (and nothing written) when one exists already."""
         try:

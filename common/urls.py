@@ -1,0 +1,82 @@
+"""URLs that come from outside: a rep's URL, a task's completion callback.
+
+`http_url` is the wire models' check (an absolute http(s) URL with a host, bounded). `callback_refusal`
+is what the BBS adds for a completion callback, which it will POST the finished task to: never a
+link-local address (169.254.0.0/16, fe80::/10) and never a cloud metadata service (169.254.169.254,
+fd00:ec2::254, metadata.google.internal), where a POST from inside the cluster could reach credentials,
+unless the operator allowlisted that host (`vendue bbs --callback-allow HOST`). Addresses are read the
+way the resolver reads them, so `http://2852039166/` or `http://0xa9.0xfe.0xa9.0xfe/` (169.254.169.254
+spelled otherwise) are refused too.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+from collections.abc import Iterable
+from urllib.parse import urlsplit
+
+MAX_URL_CHARS = 2_048
+METADATA_HOSTS = frozenset({"metadata.google.internal", "metadata", "instance-data", "instance-data.ec2.internal"})
+METADATA_ADDRESSES = frozenset({ipaddress.ip_address("169.254.169.254"), ipaddress.ip_address("fd00:ec2::254")})
+
+Address = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+
+def http_url(text: str) -> str:
+    """`text` if it is an absolute http(s) URL with a host (a ValueError saying what is wrong otherwise)."""
+    if len(text) > MAX_URL_CHARS:
+        raise ValueError(f"URL longer than {MAX_URL_CHARS} characters")
+    if any(c in text for c in "\0\r\n\t "):
+        raise ValueError("URL holds whitespace or a control character")
+    try:
+        parts = urlsplit(text)
+        parts.port  # noqa: B018 - raises ValueError for a port that is not a number in 0-65535
+    except ValueError as exc:
+        raise ValueError(f"not a URL: {exc}") from None
+    if parts.scheme not in ("http", "https"):
+        raise ValueError(f"only http and https URLs are allowed, not {parts.scheme or 'a relative URL'}")
+    if not parts.hostname:
+        raise ValueError("the URL names no host")
+    return text
+
+
+def http_url_or_none(text: str | None) -> str | None:
+    return None if text is None else http_url(text)
+
+
+def host_address(host: str) -> Address | None:
+    """The IP address `host` stands for when it is one, in any spelling the C resolver accepts (IPv4 as
+    one number, hex or octal parts), else None (a name)."""
+    host = host.strip("[]")
+    try:
+        address = ipaddress.ip_address(host.split("%", 1)[0])  # fe80::1%eth0: the zone says nothing
+    except ValueError:
+        try:
+            address = ipaddress.IPv4Address(socket.inet_aton(host))  # 2852039166, 0xa9.0xfe.0xa9.0xfe
+        except (OSError, ValueError):
+            return None
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return address.ipv4_mapped
+    return address
+
+
+def forbidden_address(address: Address) -> str | None:
+    """Why a callback must not go to `address`, or None."""
+    if address in METADATA_ADDRESSES:
+        return f"{address} is a cloud metadata address"
+    if address.is_link_local:
+        return f"{address} is a link-local address"
+    return None
+
+
+def callback_refusal(url: str, allow: Iterable[str] = ()) -> str | None:
+    """Why the BBS must not POST a task's result to `url` (an http(s) URL already), or None. `allow`: hosts
+    (names or addresses, as written in URLs) the operator allowlisted."""
+    host = (urlsplit(url).hostname or "").rstrip(".").lower()
+    if host in {h.strip("[]").rstrip(".").lower() for h in allow}:
+        return None
+    if host in METADATA_HOSTS:
+        return f"{host} is a cloud metadata service"
+    address = host_address(host)
+    return forbidden_address(address) if address is not None else None
