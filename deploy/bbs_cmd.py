@@ -14,6 +14,7 @@ import typer
 from common import runtime
 
 from .cli import app
+from .limit_flags import MAX_BODY_BYTES, MAX_BULK_BODY_BYTES, MAX_CONCURRENT_REQUESTS, REQUEST_TIMEOUT
 
 bbs_app = typer.Typer(
     help="The BBS: desired and actual state, tasks, cell presence, convergence, events.",
@@ -109,9 +110,27 @@ def bbs(
     insecure: bool = typer.Option(
         False, "--insecure", help="Plain HTTP, authorization off: anyone who reaches it controls it [VENDUE_INSECURE]."
     ),
+    max_body_bytes: int | None = MAX_BODY_BYTES,
+    max_bulk_body_bytes: int | None = MAX_BULK_BODY_BYTES,
+    request_timeout: float | None = REQUEST_TIMEOUT,
+    max_concurrent_requests: int | None = MAX_CONCURRENT_REQUESTS,
+    max_lrps: int | None = typer.Option(
+        None, "--max-lrps", help="Desired LRPs at most; more is 429 [VENDUE_MAX_LRPS; 100000]."
+    ),
+    max_instances: int | None = typer.Option(
+        None, "--max-instances", help="Desired instances in total at most [VENDUE_MAX_INSTANCES; 1000000]."
+    ),
+    max_event_subscribers: int | None = typer.Option(
+        None, "--max-event-subscribers", help="Open event streams at most [VENDUE_MAX_EVENT_SUBSCRIBERS; 256]."
+    ),
+    callback_allow: list[str] = typer.Option(
+        [], "--callback-allow", help="A host task callbacks may name although link-local or a metadata service, "
+        "repeatable [VENDUE_CALLBACK_ALLOW, a JSON list].",
+    ),
 ) -> None:
     """Serve the BBS (HTTP API, event stream, convergence loop) until SIGTERM or SIGINT."""
     flags = {k: v for k, v in locals().items() if k not in ("ctx", "check_config", "insecure")}
+    flags["callback_allow"] = callback_allow or None
     settings = _settings(**flags, insecure=insecure or None)  # no --insecure: VENDUE_INSECURE decides
     ctx.obj = settings
     if check_config:

@@ -17,6 +17,7 @@ from common import runtime
 from common.logging import setup_logging
 
 from .cli import app
+from .limit_flags import MAX_BODY_BYTES, MAX_BULK_BODY_BYTES, MAX_CONCURRENT_REQUESTS, REQUEST_TIMEOUT
 
 USAGE_ERROR = 2
 
@@ -96,6 +97,10 @@ def rep(
     insecure: bool = typer.Option(
         False, "--insecure", help="Plain HTTP, authorization off, on any address [VENDUE_INSECURE]."
     ),
+    max_body_bytes: int | None = MAX_BODY_BYTES,
+    max_bulk_body_bytes: int | None = MAX_BULK_BODY_BYTES,
+    request_timeout: float | None = REQUEST_TIMEOUT,
+    max_concurrent_requests: int | None = MAX_CONCURRENT_REQUESTS,
     check_config: bool = typer.Option(
         False, "--check-config", help="Validate the settings and exit: 0, or 2 and the setting at fault."
     ),
@@ -145,6 +150,8 @@ def rep(
         "tls_key": tls_key,
         "tls_ca": tls_ca,
         "insecure": insecure or None,
+        "max_body_bytes": max_body_bytes, "max_bulk_body_bytes": max_bulk_body_bytes,
+        "request_timeout": request_timeout, "max_concurrent_requests": max_concurrent_requests,
     }
     try:
         settings = RepSettings(**{k: v for k, v in given.items() if v is not None})
