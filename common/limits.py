@@ -10,6 +10,9 @@ outermost, installed by each app factory (`add_limits`):
   250,000 instances, measured bodies are up to ~18 MB for a rep's lifecycle round, ~36 MB for the
   placement failures of an auction of 250,000 instances that all fail, ~5.4 MB for a rep's work of
   10,000 instances of distinct LRPs and ~4 MB for the BBS's start requests for 5,000 LRPs.
+  The rest of a refused body is discarded by the HTTP server as it arrives (as for any request refused
+  unread, a 401 too), so a client that sends its whole body before reading still reads the 413. Only a
+  body declared over DISCARD_LIMIT_BYTES is cut off: that 413 closes the connection.
 - **Timeout.** A request whose answer has not begun after `--request-timeout` seconds (60, the Kubernetes
   API server's default) is cancelled and answered 504. An answer that began (an event stream) is not
   timed: `--max-event-subscribers` bounds streams instead.
@@ -39,6 +42,7 @@ DEFAULT_MAX_BULK_BODY_BYTES = 64 * MIB
 DEFAULT_REQUEST_TIMEOUT_S = 60.0
 DEFAULT_MAX_CONCURRENT_REQUESTS = 1_024
 RETRY_AFTER_S = 1
+DISCARD_LIMIT_BYTES = 64 * MIB
 PROBES = frozenset({"/ping", "/livez", "/readyz"})
 
 Route = tuple[str, str]  # (METHOD, path): bulk routes have no path parameters, so the path is exact
@@ -59,7 +63,7 @@ class BodyTooLarge(HTTPException):
     HTTPException (413 and the detail), and the middleware does if it reaches that far."""
 
     def __init__(self, cap: int, setting: str) -> None:
-        super().__init__(413, too_large(cap, setting), headers={"connection": "close"})
+        super().__init__(413, too_large(cap, setting))
 
 
 class LimitsMiddleware:
@@ -83,7 +87,8 @@ class LimitsMiddleware:
         setting = "max-bulk-body-bytes" if bulk else "max-body-bytes"
         declared = _content_length(scope)
         if declared is not None and declared > cap:
-            await _too_large(send, cap, setting)
+            close = [(b"connection", b"close")] if declared > DISCARD_LIMIT_BYTES else []
+            await _answer(send, 413, too_large(cap, setting), close)
             return
 
         self.in_flight += 1
@@ -126,7 +131,7 @@ class LimitsMiddleware:
         except BodyTooLarge:
             if started:
                 raise
-            await _too_large(send, cap, setting)
+            await _answer(send, 413, too_large(cap, setting))
         finally:
             release()
 
@@ -148,11 +153,6 @@ def _content_length(scope: Scope) -> int | None:
 
 def too_large(cap: int, setting: str) -> str:
     return f"request body larger than {cap} bytes (--{setting})"
-
-
-async def _too_large(send: Send, cap: int, setting: str) -> None:
-    # Connection: close, so the server drops the connection instead of reading the rest of the body.
-    await _answer(send, 413, too_large(cap, setting), [(b"connection", b"close")])
 
 
 async def _answer(send: Send, status: int, detail: str, extra: list[tuple[bytes, bytes]] | None = None) -> None:
