@@ -22,6 +22,7 @@ from common.models import (
     TaskCreate,
     TokenCreate,
 )
+from common.urls import resolved_refusal
 
 from .actual_set import ActualChanges, ActualSet
 from .convergence import (
@@ -526,7 +527,11 @@ class BBS:
 
     async def _callback(self, url: str, task: TaskRecord) -> None:
         """POST the completed Task to its callback URL; once delivered, the task is resolved (deleted).
-        A failed delivery leaves it COMPLETED: convergence retries until it expires."""
+        A failed delivery leaves it COMPLETED: convergence retries until it expires. A URL refused now (its
+        name resolves to a link-local or metadata address: common/urls.py) is not POSTed to at all."""
+        if (refusal := await resolved_refusal(url, self.settings.callback_allow)) is not None:
+            log.warning("task callback refused", extra={"data": {"task_guid": task.task_guid, "reason": refusal}})
+            return
         if not await self.outbound.task_callback(url, task.to_wire()):
             return
         async with self.store.write() as tx:

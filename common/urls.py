@@ -6,11 +6,15 @@ link-local address (169.254.0.0/16, fe80::/10) and never a cloud metadata servic
 fd00:ec2::254, metadata.google.internal), where a POST from inside the cluster could reach credentials,
 unless the operator allowlisted that host (`vendue bbs --callback-allow HOST`). Addresses are read the
 way the resolver reads them, so `http://2852039166/` or `http://0xa9.0xfe.0xa9.0xfe/` (169.254.169.254
-spelled otherwise) are refused too.
+spelled otherwise) are refused too. A name is checked again just before each delivery, against every
+address it resolves to then (`resolved_refusal`): anyone can point a name of their own at
+169.254.169.254. (The HTTP client resolves the name once more to connect: a name whose answer changes in
+between is not caught.)
 """
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
 import socket
 from collections.abc import Iterable
@@ -70,13 +74,43 @@ def forbidden_address(address: Address) -> str | None:
     return None
 
 
+def _host(url: str) -> str:
+    return (urlsplit(url).hostname or "").rstrip(".").lower()
+
+
+def _allowed(host: str, allow: Iterable[str]) -> bool:
+    return host in {h.strip("[]").rstrip(".").lower() for h in allow}
+
+
 def callback_refusal(url: str, allow: Iterable[str] = ()) -> str | None:
     """Why the BBS must not POST a task's result to `url` (an http(s) URL already), or None. `allow`: hosts
     (names or addresses, as written in URLs) the operator allowlisted."""
-    host = (urlsplit(url).hostname or "").rstrip(".").lower()
-    if host in {h.strip("[]").rstrip(".").lower() for h in allow}:
+    host = _host(url)
+    if _allowed(host, allow):
         return None
     if host in METADATA_HOSTS:
         return f"{host} is a cloud metadata service"
     address = host_address(host)
     return forbidden_address(address) if address is not None else None
+
+
+async def resolve(host: str) -> list[str]:
+    """The addresses `host` resolves to now (none when it does not)."""
+    try:
+        infos = await asyncio.get_running_loop().getaddrinfo(host, None, type=socket.SOCK_STREAM)
+    except (OSError, UnicodeError):
+        return []  # the delivery fails as it would have
+    return [str(info[4][0]) for info in infos]
+
+
+async def resolved_refusal(url: str, allow: Iterable[str] = ()) -> str | None:
+    """callback_refusal, and for a name, also for every address it resolves to now."""
+    refusal = callback_refusal(url, allow)
+    host = _host(url)
+    if refusal is not None or _allowed(host, allow) or host_address(host) is not None:
+        return refusal
+    for resolved in await resolve(host):
+        address = host_address(resolved)
+        if address is not None and (why := forbidden_address(address)) is not None:
+            return f"{host} resolves to {why}"
+    return None

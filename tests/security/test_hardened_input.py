@@ -253,3 +253,34 @@ async def test_a_rep_answers_a_body_that_is_not_utf8_with_422(tmp_path: Path) ->
             assert "input" not in response.json()["detail"][0], "the raw body is not echoed back"
     assert (executor.started, executor.stopped, executor.tasks, executor.cancelled) == ([], [], [], [])
     assert not host.cells["c0"].evacuating
+
+
+async def test_a_callback_whose_name_resolves_to_the_metadata_address_is_not_posted(
+    tmp_path: Path, database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A name of one's own may point at 169.254.169.254: checked again, resolved, before each delivery (the
+    resolver is replaced: these names resolve nowhere here)."""
+    answers = {"rebind.test": ["169.254.169.254"], "fine.test": ["127.0.0.1"]}
+
+    async def resolve(host: str) -> list[str]:
+        return answers.get(host, [])
+
+    monkeypatch.setattr("common.urls.resolve", resolve)
+    recorder = Recorder()
+    settings = BBSSettings(data_dir=tmp_path, database_url=database_url, auctioneer_url=AUCTIONEER, send_attempts=1)
+    outbound = httpx.AsyncClient(transport=httpx.MockTransport(recorder.handle), timeout=5)
+    async with running_bbs(settings, converge=False, client=outbound) as bbs:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=create_app(bbs, insecure=True)),
+                                     base_url="http://bbs") as http:
+            for guid in ("rebind", "fine"):
+                created = await http.post("/v1/tasks", json={**TASK, "task_guid": guid,
+                                                             "completion_callback_url": f"http://{guid}.test/done"})
+                assert created.status_code == 201, created.text  # a name says nothing until it is resolved
+            report = {"tasks_started": ["rebind", "fine"],
+                      "tasks_completed": [{"task_guid": "rebind", "exit_status": 0},
+                                          {"task_guid": "fine", "exit_status": 0}]}
+            assert (await http.post("/v1/lifecycle", json={"cells": {"cell-1": report}})).status_code == 200
+            await bbs.outbound.drain(5.0)
+            assert [body["task_guid"] for body in recorder.to("http://fine.test/done")] == ["fine"]
+            assert recorder.to("http://rebind.test") == [], "the task was POSTed to a metadata address"
+            assert (await http.get("/v1/tasks/rebind")).json()["state"] == "COMPLETED"  # kept, undelivered
