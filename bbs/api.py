@@ -48,6 +48,8 @@ from .quotas import QuotaExceeded, callback_problem
 from .service import BBS, Conflict, NotFound
 
 GuidPath = Annotated[str, Path(pattern=GUID_PATTERN)]
+# A filter names a guid: anything else matches nothing, and a NUL would reach the database (a 500 on PostgreSQL).
+GuidQuery = Annotated[str | None, Query(pattern=GUID_PATTERN)]
 Body = TypeVar("Body", bound=BaseModel)
 Result = TypeVar("Result")
 CLIENT_GONE = 499  # nginx's "client closed request": logged and counted, never seen by the client
@@ -192,19 +194,19 @@ def create_app(bbs: BBS, *, insecure: bool | None = None) -> FastAPI:
         return await bbs.desire_lrp(body)
 
     @app.get("/v1/desired_lrps")
-    async def list_desired(domain: str | None = None) -> Response:
+    async def list_desired(domain: GuidQuery = None) -> Response:
         return items(await bbs.list_desired(domain))
 
     @app.get("/v1/desired_lrps/{process_guid}", response_model=DesiredLRP)
-    async def get_desired(process_guid: str) -> dict[str, Any]:
+    async def get_desired(process_guid: GuidPath) -> dict[str, Any]:
         return await bbs.get_desired(process_guid)
 
     @app.patch("/v1/desired_lrps/{process_guid}", response_model=DesiredLRP)
-    async def update_desired(process_guid: str, body: DesiredLRPUpdate) -> dict[str, Any]:
+    async def update_desired(process_guid: GuidPath, body: DesiredLRPUpdate) -> dict[str, Any]:
         return await bbs.update_desired(process_guid, body)
 
     @app.delete("/v1/desired_lrps/{process_guid}", status_code=204)
-    async def remove_desired(process_guid: str) -> Response:
+    async def remove_desired(process_guid: GuidPath) -> Response:
         await bbs.remove_desired(process_guid)
         return Response(status_code=204)
 
@@ -212,8 +214,8 @@ def create_app(bbs: BBS, *, insecure: bool | None = None) -> FastAPI:
 
     @app.get("/v1/actual_lrps")
     async def list_actuals(
-        process_guid: str | None = None,
-        cell_id: str | None = None,
+        process_guid: GuidQuery = None,
+        cell_id: GuidQuery = None,
         state: ActualState | None = None,
         presence: Presence | None = None,
     ) -> Response:
@@ -226,7 +228,7 @@ def create_app(bbs: BBS, *, insecure: bool | None = None) -> FastAPI:
         return items(rows)
 
     @app.get("/v1/actual_lrps/summary", response_model=ActualLRPSummary)
-    async def summarize_actuals(process_guid: str | None = None) -> dict[str, Any]:
+    async def summarize_actuals(process_guid: GuidQuery = None) -> dict[str, Any]:
         return await bbs.summarize_actuals(process_guid)
 
     @app.post("/v1/lifecycle", response_model=HostLifecycleResult, openapi_extra=documented_body(HostLifecycle))
@@ -261,19 +263,19 @@ def create_app(bbs: BBS, *, insecure: bool | None = None) -> FastAPI:
         return await bbs.desire_task(body)
 
     @app.get("/v1/tasks")
-    async def list_tasks(state: TaskState | None = None, domain: str | None = None) -> Response:
+    async def list_tasks(state: TaskState | None = None, domain: GuidQuery = None) -> Response:
         return items(await bbs.list_tasks(state.value if state else None, domain))
 
     @app.get("/v1/tasks/{task_guid}", response_model=Task)
-    async def get_task(task_guid: str) -> dict[str, Any]:
+    async def get_task(task_guid: GuidPath) -> dict[str, Any]:
         return await bbs.get_task(task_guid)
 
     @app.post("/v1/tasks/{task_guid}/cancel", response_model=Task)
-    async def cancel_task(task_guid: str) -> dict[str, Any]:
+    async def cancel_task(task_guid: GuidPath) -> dict[str, Any]:
         return await bbs.cancel_task(task_guid)
 
     @app.delete("/v1/tasks/{task_guid}", status_code=204)
-    async def delete_task(task_guid: str) -> Response:
+    async def delete_task(task_guid: GuidPath) -> Response:
         await bbs.delete_task(task_guid)
         return Response(status_code=204)
 
@@ -300,7 +302,7 @@ def create_app(bbs: BBS, *, insecure: bool | None = None) -> FastAPI:
 
     @app.delete("/v1/leases/{name}", status_code=204)
     async def release_lease(request: Request, name: GuidPath,
-                            owner: Annotated[str, Query(min_length=1, max_length=128)],
+                            owner: Annotated[str, Query(pattern=r"^[^\x00]{1,128}$")],
                             token: Annotated[int, Query(ge=0, le=INT32_MAX)]) -> Response:
         """Give the lease up on a graceful stop, so a standby takes it at once: only its holder may, and
         only for its own term (owner and fencing token); released twice is still 204."""
@@ -351,7 +353,7 @@ def create_app(bbs: BBS, *, insecure: bool | None = None) -> FastAPI:
         return {"role": record.role, "name": record.name, "id": record.id}
 
     @app.delete("/v1/tokens/{token_id}", status_code=204)
-    async def revoke_token(token_id: Annotated[str, Path(min_length=1, max_length=32)]) -> Response:
+    async def revoke_token(token_id: Annotated[str, Path(pattern=r"^[0-9A-Za-z_-]{1,32}$")]) -> Response:
         await bbs.revoke_token(token_id)
         return Response(status_code=204)
 

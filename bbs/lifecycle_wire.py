@@ -14,7 +14,7 @@ from typing import Annotated, NotRequired
 from pydantic import Field, TypeAdapter
 from typing_extensions import TypedDict
 
-from common.models import MAX_ITEMS, Guid, Port, ProcessText, ReportedGuid, StoreInt, TaskCompletion
+from common.models import MAX_ITEMS, Guid, Host, Port, ProcessText, StoreInt, TaskCompletion
 
 
 class PortMapping(TypedDict):
@@ -23,13 +23,13 @@ class PortMapping(TypedDict):
 
 
 class InstanceRef(TypedDict):
-    process_guid: ReportedGuid
+    process_guid: Guid
     index: StoreInt
-    instance_guid: ReportedGuid
+    instance_guid: Guid
 
 
 class RunningReport(InstanceRef):
-    host: Annotated[NotRequired[str], Field(default="127.0.0.1", max_length=255)]
+    host: Annotated[NotRequired[Host], Field(default="127.0.0.1")]
     ports: Annotated[NotRequired[list[PortMapping]], Field(default_factory=list, max_length=16)]
 
 
@@ -44,7 +44,7 @@ class CellReport(TypedDict):
     running: Annotated[NotRequired[list[RunningReport]], Field(default_factory=list, max_length=MAX_ITEMS)]
     crashed: Annotated[NotRequired[list[CrashReport]], Field(default_factory=list, max_length=MAX_ITEMS)]
     removed: Annotated[NotRequired[list[InstanceRef]], Field(default_factory=list, max_length=MAX_ITEMS)]
-    tasks_started: Annotated[NotRequired[list[ReportedGuid]], Field(default_factory=list, max_length=MAX_ITEMS)]
+    tasks_started: Annotated[NotRequired[list[Guid]], Field(default_factory=list, max_length=MAX_ITEMS)]
     tasks_completed: Annotated[NotRequired[list[TaskCompletion]], Field(default_factory=list, max_length=MAX_ITEMS)]
 
 

@@ -102,22 +102,15 @@ MAX_LABEL_CHARS = 256  # a label value
 MAX_TEXT_CHARS = 4_096  # free text: a crash reason, a placement error, a failure reason
 MAX_RESULT_CHARS = 10_240  # a task's result (Diego reads at most 10 KB of a task's result file)
 
-StoreInt = Annotated[int, Field(ge=0, le=INT32_MAX)]  # an index, a count: what an INTEGER column holds
-ExitStatus = Annotated[int, Field(ge=-INT32_MAX - 1, le=INT32_MAX)]  # negative: the signal that ended it
-FencingToken = Annotated[int, Field(ge=0, le=INT64_MAX)]
-Port = Annotated[int, Field(ge=0, le=65_535)]
-Name = Annotated[str, Field(min_length=1, max_length=MAX_NAME_CHARS)]
-Names = Annotated[list[Name], Field(max_length=MAX_TAGS)]
-Labels = Annotated[dict[Annotated[str, Field(max_length=MAX_NAME_CHARS)],
-                        Annotated[str, Field(max_length=MAX_LABEL_CHARS)]], Field(max_length=MAX_TAGS)]
-ReportedGuid = Annotated[str, Field(max_length=MAX_NAME_CHARS)]  # what a rep reports back: checked by lookup
-Text = Annotated[str, Field(max_length=MAX_TEXT_CHARS)]
-
-
 def _no_nul(text: str) -> str:
+    # No C string (argv, env) holds one, and no PostgreSQL text column: a NUL reaching the store is a 500.
     if "\0" in text:
-        raise ValueError("contains a NUL character (no C string, argv or environment can hold one)")
+        raise ValueError("contains a NUL character")
     return text
+
+
+def _no_nul_or_none(text: str | None) -> str | None:
+    return None if text is None else _no_nul(text)
 
 
 def _program(argv: list[str]) -> list[str]:
@@ -138,6 +131,22 @@ def _nul_replaced(text: str) -> str:
     return text.replace("\0", "\ufffd") if "\0" in text else text
 
 
+StoreInt = Annotated[int, Field(ge=0, le=INT32_MAX)]  # an index, a count: what an INTEGER column holds
+ExitStatus = Annotated[int, Field(ge=-INT32_MAX - 1, le=INT32_MAX)]  # negative: the signal that ended it
+FencingToken = Annotated[int, Field(ge=0, le=INT64_MAX)]
+Port = Annotated[int, Field(ge=0, le=65_535)]
+Name = Annotated[str, Field(min_length=1, max_length=MAX_NAME_CHARS), AfterValidator(_no_nul)]
+Names = Annotated[list[Name], Field(max_length=MAX_TAGS)]
+Labels = Annotated[
+    dict[Annotated[str, Field(max_length=MAX_NAME_CHARS), AfterValidator(_no_nul)],
+         Annotated[str, Field(max_length=MAX_LABEL_CHARS), AfterValidator(_no_nul)]],
+    Field(max_length=MAX_TAGS),
+]
+Stack = Annotated[str, Field(min_length=1, max_length=64), AfterValidator(_no_nul)]
+# What a process printed or said (a crash reason, a failure, a placement error): a NUL is kept as U+FFFD.
+ProcessText = Annotated[str, Field(max_length=MAX_TEXT_CHARS), AfterValidator(_nul_replaced)]
+# A host a rep reports an instance at: a DNS name or an address (IPv6 with its zone).
+Host = Annotated[str, Field(max_length=255, pattern=r"^[A-Za-z0-9.:%_\[\]-]*$")]
 Argument = Annotated[str, Field(max_length=MAX_ARG_CHARS), AfterValidator(_no_nul)]
 # A command may be empty for an LRP (the sim executor runs nothing; the process executor reports the
 # instance crashed, "has no command"): the tests and the benchmarks desire such LRPs. An empty program
@@ -148,7 +157,6 @@ Environment = Annotated[
     Field(max_length=MAX_ENV),
     AfterValidator(_environment),
 ]
-ProcessText = Annotated[str, Field(max_length=MAX_TEXT_CHARS), AfterValidator(_nul_replaced)]
 
 
 class Strict(BaseModel):
@@ -207,7 +215,7 @@ class VolumeRequestModel(Strict):
 
 
 class DeviceRequestModel(Strict):
-    kind: Annotated[str, Field(min_length=1, max_length=64)]
+    kind: Name
     count: int = Field(default=1, ge=1, le=64)
 
 
@@ -221,12 +229,12 @@ class PlacementFields(Strict):
 
     memory_mb: MegaBytes = 256
     disk_mb: MegaBytes = 1024
-    stack: Annotated[str, Field(min_length=1, max_length=64)] = DEFAULT_STACK
+    stack: Stack = DEFAULT_STACK
     placement_tags: Names = Field(default_factory=list)
     volume_drivers: Names = Field(default_factory=list)
     strategy: Literal["diego", "dea", "loadmark", "service", "objective", "binpack", "random"] | None = None
     objective: Annotated[str | None, Field(max_length=1024), AfterValidator(_objective)] = None
-    source_blob: Annotated[str | None, Field(max_length=MAX_URL_CHARS)] = None
+    source_blob: Annotated[str | None, Field(max_length=MAX_URL_CHARS), AfterValidator(_no_nul_or_none)] = None
     labels_match: LabelExpression = ""
     volumes: list[VolumeRequestModel] = Field(default_factory=list, max_length=MAX_TAGS)
     ingress_ip: bool = False
@@ -321,7 +329,7 @@ class TaskCreate(Strict):
     env: Environment = Field(default_factory=dict)
     memory_mb: MegaBytes = 256
     disk_mb: MegaBytes = 1024
-    stack: Annotated[str, Field(min_length=1, max_length=64)] = DEFAULT_STACK
+    stack: Stack = DEFAULT_STACK
     placement_tags: Names = Field(default_factory=list)
     volume_drivers: Names = Field(default_factory=list)
     # http(s) only; the BBS also refuses link-local and cloud metadata addresses (common/urls.py).
@@ -377,11 +385,11 @@ class CellPresence(Open):
     expires_at: datetime | None = None  # set by the BBS: now + TTL at the last heartbeat
     # New each time the rep starts: a cell heartbeating with a new boot id lost whatever it held before,
     # so the BBS places that work again at once instead of waiting for a presence that never expires.
-    boot_id: str = Field(default="", max_length=MAX_NAME_CHARS)
+    boot_id: Annotated[str, Field(max_length=MAX_NAME_CHARS), AfterValidator(_no_nul)] = ""
     # The rep process hosting this cell: `rep_url` is its root URL (shared by every cell it hosts: the
     # auctioneer asks each process once per auction), `rep_id` its name (the CN of its certificate), which
     # names its NATS subjects vendue.rep.<rep_id>.work|stop|cancel.
-    rep_id: str = Field(default="", max_length=128)
+    rep_id: Annotated[str, Field(max_length=MAX_NAME_CHARS), AfterValidator(_no_nul)] = ""
     # Its rep serves plain HTTP with authorization off (--insecure, or no TLS files on loopback): said loudly.
     insecure: bool = False
 
@@ -581,16 +589,16 @@ class EvacuateCells(Strict):
 
 
 class LRPPlacementFailure(Open):
-    process_guid: ReportedGuid
+    process_guid: Guid
     index: StoreInt
-    error: Text
-    detail: Text = ""
+    error: ProcessText
+    detail: ProcessText = ""
 
 
 class TaskPlacementFailure(Open):
-    task_guid: ReportedGuid
-    error: Text
-    detail: Text = ""
+    task_guid: Guid
+    error: ProcessText
+    detail: ProcessText = ""
 
 
 class PlacementFailures(Open):
@@ -605,13 +613,13 @@ class PlacementFailures(Open):
 
 
 class InstanceRef(Open):
-    process_guid: ReportedGuid
+    process_guid: Guid
     index: StoreInt
-    instance_guid: ReportedGuid
+    instance_guid: Guid
 
 
 class RunningInstanceReport(InstanceRef):
-    host: str = Field(default="127.0.0.1", max_length=255)  # a DNS name or an address
+    host: Host = "127.0.0.1"
     ports: list[PortMapping] = Field(default_factory=list, max_length=16)  # DesiredLRPCreate.ports at most
 
 
@@ -620,7 +628,7 @@ class CrashReport(InstanceRef):
 
 
 class TaskCompletion(Open):
-    task_guid: ReportedGuid
+    task_guid: Guid
     failed: bool = False
     failure_reason: ProcessText = ""
     exit_status: ExitStatus | None = None
@@ -634,7 +642,7 @@ class CellLifecycle(Open):
     running: list[RunningInstanceReport] = Field(default_factory=list, max_length=MAX_ITEMS)
     crashed: list[CrashReport] = Field(default_factory=list, max_length=MAX_ITEMS)
     removed: list[InstanceRef] = Field(default_factory=list, max_length=MAX_ITEMS)
-    tasks_started: list[ReportedGuid] = Field(default_factory=list, max_length=MAX_ITEMS)
+    tasks_started: list[Guid] = Field(default_factory=list, max_length=MAX_ITEMS)
     tasks_completed: list[TaskCompletion] = Field(default_factory=list, max_length=MAX_ITEMS)
 
 
@@ -678,8 +686,9 @@ class Event(Open):
 class LeaseRequest(Strict):
     """Take or renew a lease (`POST /v1/leases/{name}`): the same owner renews and keeps its token."""
 
-    owner: str = Field(min_length=1, max_length=128)
-    url: str = Field(default="", max_length=2048)  # where the holder answers: peers forward to it
+    owner: Annotated[str, Field(min_length=1, max_length=MAX_NAME_CHARS), AfterValidator(_no_nul)]
+    # Where the holder answers: peers forward to it.
+    url: Annotated[str, Field(max_length=MAX_URL_CHARS), AfterValidator(_no_nul)] = ""
     ttl_s: float = Field(gt=0, le=3600)
 
 
@@ -703,7 +712,8 @@ class TokenCreate(Strict):
     """`POST /v1/tokens` (admin): a new bearer token for a person or a script."""
 
     role: Literal["admin", "reader"]
-    name: str = Field(default="", max_length=128)  # who it is for, shown in lists and logs
+    # Who it is for, shown in lists and logs.
+    name: Annotated[str, Field(max_length=MAX_NAME_CHARS), AfterValidator(_no_nul)] = ""
     expires_in_s: float | None = Field(default=None, gt=0, le=10 * 365 * 86400)  # None: never expires
 
 

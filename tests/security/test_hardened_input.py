@@ -284,3 +284,52 @@ async def test_a_callback_whose_name_resolves_to_the_metadata_address_is_not_pos
             assert [body["task_guid"] for body in recorder.to("http://fine.test/done")] == ["fine"]
             assert recorder.to("http://rebind.test") == [], "the task was POSTed to a metadata address"
             assert (await http.get("/v1/tasks/rebind")).json()["state"] == "COMPLETED"  # kept, undelivered
+
+
+# --- NUL anywhere: no PostgreSQL text column holds one (each of these was a 500 there) -------------------------
+
+NUL_EVERYWHERE = [
+    ("GET", "/v1/desired_lrps/a%00b", "process_guid", {}),
+    ("PATCH", "/v1/desired_lrps/a%00", "process_guid", {"json": {"instances": 1}}),
+    ("DELETE", "/v1/desired_lrps/a%00", "process_guid", {}),
+    ("GET", "/v1/desired_lrps", "domain", {"params": {"domain": "a\0"}}),
+    ("GET", "/v1/actual_lrps", "cell_id", {"params": {"cell_id": "b\0"}}),
+    ("GET", "/v1/actual_lrps/summary", "process_guid", {"params": {"process_guid": "a\0"}}),
+    ("GET", "/v1/tasks", "domain", {"params": {"domain": "a\0"}}),
+    ("GET", "/v1/tasks/a%00", "task_guid", {}),
+    ("POST", "/v1/tasks/a%00/cancel", "task_guid", {}),
+    ("DELETE", "/v1/tasks/a%00", "task_guid", {}),
+    ("DELETE", "/v1/tokens/a%00", "token_id", {}),
+    ("POST", "/v1/tokens", "name", {"json": {"role": "admin", "name": "a\0"}}),
+    ("POST", "/v1/leases/auctioneer", "owner", {"json": {"owner": "a\0", "ttl_s": 1}}),
+    ("POST", "/v1/leases/auctioneer", "url", {"json": {"owner": "a", "ttl_s": 1, "url": "http://x\0"}}),
+    ("DELETE", "/v1/leases/auctioneer", "owner", {"params": {"owner": "a\0", "token": 1}}),
+    ("POST", "/v1/desired_lrps", "source_blob", {"json": {**LRP, "source_blob": "a\0"}}),
+    ("POST", "/v1/desired_lrps", "stack", {"json": {**LRP, "stack": "s\0"}}),
+    ("POST", "/v1/tasks", "placement_tags", {"json": {**TASK, "placement_tags": ["t\0"]}}),
+    ("PUT", "/v1/cells", "zone", {"json": {"cells": [{**CELL, "zone": "z\0"}]}}),
+    ("PUT", "/v1/cells", "labels", {"json": {"cells": [{**CELL, "labels": {"k": "v\0"}}]}}),
+    ("POST", "/v1/lifecycle", "instance_guid",
+     {"json": {"cells": {"c": {"claimed": [{"process_guid": "web", "index": 0, "instance_guid": "i\0"}]}}}}),
+    ("POST", "/v1/lifecycle", "host",
+     {"json": {"cells": {"c": {"running": [{"process_guid": "web", "index": 0, "instance_guid": "i", "host": "h\0"}]}}}}),
+    ("POST", "/v1/lifecycle", "tasks_started", {"json": {"cells": {"c": {"tasks_started": ["t\0"]}}}}),
+    ("POST", "/v1/placement_failures", "process_guid",
+     {"json": {"lrps": [{"process_guid": "w\0", "index": 0, "error": "e"}]}}),
+]
+
+
+@pytest.mark.parametrize(("method", "path", "field", "request_"), NUL_EVERYWHERE,
+                         ids=[f"{m} {p} {f}" for m, p, f, _ in NUL_EVERYWHERE])
+async def test_a_nul_in_any_field_that_reaches_the_store_is_422(http: httpx.AsyncClient, method: str, path: str,
+                                                               field: str, request_: dict[str, Any]) -> None:
+    await refused(http, method, path, field, **request_)
+
+
+async def test_a_nul_in_what_a_process_printed_is_kept_visibly(http: httpx.AsyncClient) -> None:
+    assert (await http.post("/v1/tasks", json=TASK)).status_code == 201
+    done = {"task_guid": "t1", "exit_status": 1, "failed": True, "failure_reason": "exit\0", "result": "a\0b"}
+    report = {"tasks_started": ["t1"], "tasks_completed": [done]}
+    assert (await http.post("/v1/lifecycle", json={"cells": {"cell-1": report}})).status_code == 200
+    task = (await http.get("/v1/tasks/t1")).json()
+    assert (task["failure_reason"], task["result"]) == ("exit\ufffd", "a\ufffdb")
