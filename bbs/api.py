@@ -326,7 +326,7 @@ def create_app(bbs: BBS, *, insecure: bool | None = None) -> FastAPI:
         return None if record is None else Identity(record.role, record.name or f"token {record.id}", via="token")
 
     add_auth(app, POLICY, verify_token=verify_bearer, insecure=insecure, service="bbs",
-             on_refused=lambda reason: bbs.metrics.refused.labels(reason).inc())
+             on_refused=bbs.metrics.refused)
     return app
 
 

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fastapi import HTTPException, Request
+from prometheus_client import CollectorRegistry, Counter
 from starlette.routing import Match, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
@@ -312,3 +313,11 @@ def bbs_token_verifier(client: Any, *, cache_s: float = 1.0) -> VerifyToken:
         return identity
 
     return verify
+
+
+def refusal_counter(registry: CollectorRegistry) -> Callable[[str], None]:
+    """An `on_refused` for `add_auth`: `vendue_refused_requests_total{reason}` in `registry`, the series
+    every service exports under the same name (docs/security.md)."""
+    refused = Counter("vendue_refused_requests", "Requests refused by authentication or authorization "
+                      "(401/403), by reason", ["reason"], registry=registry)
+    return lambda reason: refused.labels(reason).inc()
