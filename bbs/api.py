@@ -14,7 +14,7 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from common.auth import add_auth, require_cells
+from common.auth import add_auth, require_cells, token_identity
 from common.interrupt import Interrupted, unless
 from common.models import (
     GUID_PATTERN,
@@ -306,8 +306,6 @@ def create_app(bbs: BBS, *, insecure: bool | None = None) -> FastAPI:
     async def list_tokens() -> Response:
         return items(await bbs.list_tokens())
 
-    # Before DELETE /v1/tokens/{token_id}: the authorization middleware takes the first route whose path
-    # matches, and "verify" would match that one's path.
     @app.post("/v1/tokens/verify", response_model=TokenIdentity)
     async def verify_token(body: TokenVerify) -> dict[str, Any]:
         record = await bbs.verify_token(body.token)
@@ -323,7 +321,7 @@ def create_app(bbs: BBS, *, insecure: bool | None = None) -> FastAPI:
     async def verify_bearer(secret: str) -> Identity | None:
         """The middleware's token check: the database itself, no cache (a revoked token fails at once)."""
         record = await bbs.verify_token(secret)
-        return None if record is None else Identity(record.role, record.name or f"token {record.id}", via="token")
+        return None if record is None else token_identity(record.role, record.name, record.id)
 
     add_auth(app, POLICY, verify_token=verify_bearer, insecure=insecure, service="bbs",
              on_refused=bbs.metrics.refused)

@@ -298,3 +298,13 @@ async def test_the_components_token_verifier_asks_this_bbs(pki: Path, calls: dic
         identity = await verify(token)
         assert identity is not None and (identity.role, identity.name, identity.via) == ("admin", "ops", "token")
         assert await verify("vdt_unknown") is None
+        # A token made without a name is named by its id, here as in the BBS's own check (its 403s say so).
+        unnamed = calls["admin"].post("/v1/tokens", json={"role": "reader"}).json()
+        identity = await verify(unnamed["token"])
+        assert identity is not None and identity.name == f"token {unnamed['id']}", identity
+        denied = calls[None].post("/v1/tasks", headers={"authorization": f"Bearer {unnamed['token']}"})
+        assert f"role reader (token {unnamed['id']})" in denied.json()["detail"], denied.text
+    # A BBS refusing the component itself (no certificate: 401) says nothing about the token: not "invalid".
+    async with httpx.AsyncClient(base_url=bbs.url, verify=client_context(ca=pki / "ca.pem"), timeout=10) as client:
+        with pytest.raises(httpx.HTTPStatusError):
+            await bbs_token_verifier(client)(token)

@@ -18,6 +18,7 @@ from common.auth import Policy, add_auth, public, require_cells, rule, uvicorn_t
 from common.tls import Identity, TLSFiles, client_context, init_ca, issue, server_context
 
 TOKENS = {"good-admin": Identity("admin", "ops", via="token"), "rep-token": Identity("rep", "x", via="token")}
+ASKED: list[str] = []  # every token the app's verifier was asked about
 
 
 def make_app(refused: list[str]) -> FastAPI:
@@ -45,6 +46,7 @@ def make_app(refused: list[str]) -> FastAPI:
         return {}
 
     async def verify(token: str) -> Identity | None:
+        ASKED.append(token)
         return TOKENS.get(token)
 
     policy = Policy({
@@ -129,6 +131,17 @@ async def test_a_certificate_from_another_ca_fails_the_handshake(pki: Path) -> N
         async with httpx.AsyncClient(base_url=url, verify=foreign) as c:
             with pytest.raises((httpx.ConnectError, httpx.ReadError, ssl.SSLError)):
                 await c.get("/things")
+
+
+async def test_an_authorization_header_of_another_scheme_is_refused_without_asking_the_verifier(pki: Path) -> None:
+    refused: list[str] = []
+    ASKED.clear()
+    async with serving(pki, refused) as url, client(pki, None, url) as c:
+        for header in ("Basic YWRtaW46cHc=", "Bearer", "good-admin"):
+            response = await c.get("/things", headers={"authorization": header})
+            assert response.status_code == 401, f"{header!r}: {response.status_code} {response.text}"
+            assert "no bearer token" in response.json()["detail"], response.text
+    assert ASKED == [] and refused == ["bad_token"] * 3
 
 
 def test_policy_lists_routes_without_a_row() -> None:

@@ -299,8 +299,8 @@ class FakeBBS:
 
         @app.post("/v1/tokens/verify")
         async def verify_token(body: TokenVerify) -> Response:
-            if body.token not in self.tokens:
-                return JSONResponse({"detail": "unknown token"}, status_code=401)
+            if body.token not in self.tokens:  # as the real BBS answers (bbs/api.py)
+                return JSONResponse({"detail": "no valid token: unknown, expired or revoked"}, status_code=404)
             role, name = self.tokens[body.token]
             return JSONResponse({"role": role, "name": name})
 
