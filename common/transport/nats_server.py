@@ -59,13 +59,14 @@ SERVER_CERT_NAME = "nats"
 INBOX_ALL = "_INBOX.>"  # nats-py's request inboxes
 AUCTIONEER_ALL = "vendue.auctioneer.>"  # AUCTIONEER_LRPS, AUCTIONEER_TASKS
 REP_ANY = "vendue.rep.*."  # + verb: that verb on every rep (the senders' side)
-# A rep answers a state request once per cell it hosts (a simulated host runs hundreds), and any other
-# request once; the server allows that many replies to each request it delivered to the rep...
-REP_REPLIES_PER_REQUEST = 4096
-# Replies are allowed for this long after the request: far beyond how long a rep or the auctioneer takes to
-# answer (at once; the senders wait 5-10 s by default). nats-server keeps an entry per request until then,
-# and scans them all on every delivery once there are more than 4096: a short window keeps that map small.
-REPLY_WINDOW = "1m"
+# One reply to each request the server delivered to the user (a rep process answers a state request once,
+# for all its cells; the auctioneer a start request once), within a window far beyond how long either
+# takes to answer (at once; the senders wait 5-10 s by default). nats-server keeps an entry per request
+# until then, and scans them all on every delivery once there are more than 4096: a short window keeps
+# that map small. nats-server counts each delivery of the request to the user against `max`: a connection
+# with two subscriptions matching one request has used up its reply, so each component subscribes once
+# to any subject (rep/nats_bus.py: one wildcard for the process).
+ONE_REPLY = {"max": 1, "expires": "1m"}
 TLS_HANDSHAKE_TIMEOUT_S = 2.0
 
 
@@ -120,9 +121,8 @@ def permissions_for(identity: Identity) -> dict[str, Any]:
     """What the identity may publish and subscribe to: the NATS table of docs/security.md.
 
     "Publish nothing" is an explicit deny of `>` (a user without publish rules may publish anything).
-    Replies pass by `allow_responses`: only to the reply subject of a request the server delivered to
-    this user, within REPLY_WINDOW; a rep up to REP_REPLIES_PER_REQUEST times (one per cell), the
-    auctioneer once (its answer to a start request)."""
+    Replies pass by `allow_responses` (ONE_REPLY): only to the reply subject of a request the server
+    delivered to this user, once."""
     nothing = {"deny": [">"]}
     if identity.role == "bbs":
         return {
@@ -133,13 +133,13 @@ def permissions_for(identity: Identity) -> dict[str, Any]:
         return {
             "publish": {"allow": [CELLS_STATE, REP_ANY + "work"]},
             "subscribe": {"allow": [AUCTIONEER_ALL, INBOX_ALL]},  # queue subscriptions included
-            "allow_responses": {"max": 1, "expires": REPLY_WINDOW},  # {"accepted": n} to the BBS
+            "allow_responses": ONE_REPLY,  # {"accepted": n} to the BBS
         }
     if identity.role == "rep":
         return {
             "publish": nothing,
             "subscribe": {"allow": [CELLS_STATE, rep_wildcard(identity.name)]},
-            "allow_responses": {"max": REP_REPLIES_PER_REQUEST, "expires": REPLY_WINDOW},
+            "allow_responses": ONE_REPLY,
         }
     if identity.role in ("admin", "reader"):
         return {"publish": nothing, "subscribe": {"allow": [EVENTS_ALL]}}
