@@ -16,7 +16,7 @@ import json
 import logging
 import ssl
 import stat
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -44,6 +44,7 @@ from common.transport.subjects import (
     rep_subject,
     rep_wildcard,
 )
+from tests.rep.fakes import eventually
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -84,15 +85,6 @@ def server(pki: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Nats
 
 
 # --- helpers ------------------------------------------------------------------------------------------
-
-
-async def eventually(condition: Callable[[], object], expected: str, seen: Callable[[], object]) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + WAIT_S
-    while not condition():
-        if loop.time() > deadline:
-            raise AssertionError(f"expected {expected} within {WAIT_S:g} s; saw {seen()}")
-        await asyncio.sleep(0.02)
 
 
 @dataclass
