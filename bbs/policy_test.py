@@ -33,7 +33,7 @@ CALLERS = {"admin": "admin", "reader": "viewer", "bbs": "bbs", "auctioneer": "au
 
 
 def presence(cell_id: str, **fields: Any) -> dict[str, Any]:
-    return {"cell_id": cell_id, "rep_url": f"https://127.0.0.1:1/cells/{cell_id}", **CELL, **fields}
+    return {"cell_id": cell_id, "rep_url": "https://127.0.0.1:1", **CELL, **fields}  # its rep process's root
 
 
 # One valid request per row (path parameters filled in, a body that would write): (path, json, params).
