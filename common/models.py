@@ -39,10 +39,11 @@ BBS (`vendue bbs`, default http://127.0.0.1:8889)
   DELETE /v1/tokens/{token_id}                          -> 204 (revoked; 404 if unknown)
   POST   /v1/tokens/verify           TokenVerify        -> TokenIdentity (404: unknown, expired or revoked)
 
-Auctioneer (`vendue auctioneer`, default http://127.0.0.1:8890)
+Auctioneer (`vendue auctioneer`, default http://127.0.0.1:8890; HTTPS and its table as the BBS)
   POST   /v1/lrps    [LRPStartRequest]   -> 202 {"accepted": n}
   POST   /v1/tasks   [TaskStartRequest]  -> 202 {"accepted": n}
-  GET    /ping -> {"ok": true}, GET /metrics
+  GET    /ping -> {"ok": true, "insecure": bool} (over NATS also "ready"; 503 while NATS is down),
+  GET    /livez, /readyz (503 {"ready": false, "reason"}), GET /metrics
   GET    /v1/stats -> {auctions, lrps_placed, lrps_failed, tasks_placed, tasks_failed,
                        requests_made: {bbs, rep_state, rep_work}, last_state_fetch_seconds,
                        last_auction_seconds, leader, fencing_token, stale_token_refusals,
