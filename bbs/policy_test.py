@@ -79,9 +79,7 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture
 def bbs(pki: Path, tmp_path: Path) -> Iterator[BBSProcess]:
-    files = TLSFiles.in_dir(pki, "bbs")
-    process = BBSProcess(tmp_path, "tls", None, "--tls-cert", str(files.cert), "--tls-key", str(files.key),
-                         "--tls-ca", str(files.ca))
+    process = BBSProcess(tmp_path, "tls", certs=pki)
     try:
         yield process
     finally:
