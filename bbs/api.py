@@ -120,7 +120,8 @@ def create_app(bbs: BBS, *, insecure: bool | None = None) -> FastAPI:
     loopback address, serves; in-process tests too). None: as the settings say."""
     if insecure is None:
         insecure = bbs.settings.serving_files(bbs.settings.listen) is None
-    # No /redoc and no OAuth2 redirect page: every route has a row in the table, and these would only add rows.
+    # No /redoc and no OAuth2 redirect page: every route has a row in the table, and these would only add
+    # rows.
     app = FastAPI(title="Vendue BBS", version="1", redoc_url=None, swagger_ui_oauth2_redirect_url=None)
     app.add_middleware(RequestMetrics, bbs=bbs)
 
@@ -248,7 +249,9 @@ def create_app(bbs: BBS, *, insecure: bool | None = None) -> FastAPI:
     # --- cells and events -----------------------------------------------------------------------
 
     @app.put("/v1/cells", status_code=204)
-    async def heartbeats(request: Request, body: Annotated[CellPresences, json_body(CellPresences)]) -> Response:
+    async def heartbeats(
+        request: Request, body: Annotated[CellPresences, json_body(CellPresences)]
+    ) -> Response:
         require_cells(request, (presence.cell_id for presence in body.cells))
         await asyncio.gather(*(bbs.heartbeat(presence.cell_id, presence) for presence in body.cells))
         return Response(status_code=204)

@@ -154,7 +154,8 @@ async def serve(settings: BBSSettings) -> None:
     files = settings.serving_files(settings.listen)
     tls = server_context(files) if files is not None else None
     if files is None:
-        log.warning(INSECURE_WARNING, extra={"data": {"listen": settings.listen, "insecure": settings.insecure}})
+        log.warning(INSECURE_WARNING,
+                    extra={"data": {"listen": settings.listen, "insecure": settings.insecure}})
     async with running_bbs(settings) as bbs:
         runtime.tune_gc()  # every actual LRP lives in memory: rarer cycle collections
         config = uvicorn.Config(

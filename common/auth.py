@@ -215,8 +215,8 @@ class AuthMiddleware:
                 identity = await self.verify_token(token)
             except Exception as exc:  # noqa: BLE001 - the verifier (the BBS) did not say: not authenticated
                 log.warning("token verification failed", extra={"data": {"error": repr(exc)}})
-                raise Refusal(401, "the bearer token could not be checked (the BBS did not say whom it stands "
-                                   "for)", "token_unverified") from None
+                raise Refusal(401, "the bearer token could not be checked (the BBS did not say whom it "
+                                   "stands for)", "token_unverified") from None
             if identity is None or identity.role not in TOKEN_ROLES:  # a token never stands for a component
                 raise Refusal(401, "invalid, expired or revoked bearer token", "bad_token")
             return identity

@@ -102,7 +102,9 @@ def client(pki: Path, name: str | None, url: str, token: str | None = None) -> h
     return httpx.AsyncClient(base_url=url, verify=client_context(files, ca=pki / "ca.pem"), headers=headers)
 
 
-async def status(pki: Path, url: str, name: str | None, method: str, path: str, token: str | None = None) -> int:
+async def status(
+    pki: Path, url: str, name: str | None, method: str, path: str, token: str | None = None
+) -> int:
     async with client(pki, name, url, token) as c:
         return (await c.request(method, path)).status_code
 
@@ -136,7 +138,9 @@ async def test_a_certificate_from_another_ca_fails_the_handshake(pki: Path) -> N
                 await c.get("/things")
 
 
-async def test_an_authorization_header_of_another_scheme_is_refused_without_asking_the_verifier(pki: Path) -> None:
+async def test_an_authorization_header_of_another_scheme_is_refused_without_asking_the_verifier(
+    pki: Path,
+) -> None:
     refused: list[str] = []
     ASKED.clear()
     async with serving(pki, refused) as url, client(pki, None, url) as c:

@@ -380,7 +380,8 @@ class CellState(Open):
     host: HostMetricsModel | None = None
     insecure: bool = False  # its rep serves plain HTTP with authorization off
     fencing_token: int = 0  # the highest auctioneer fencing token this rep has seen
-    accepted_fencing_tokens: list[int] = Field(default_factory=list)  # debug: tokens it took work under, in order
+    # debug: the tokens it took work under, in order
+    accepted_fencing_tokens: list[int] = Field(default_factory=list)
     # What the service strategy places against (optional; a rep that offers none leaves them empty).
     volumes: list[CellVolume] = Field(default_factory=list)
     ingress_ips: list[str] = Field(default_factory=list)  # free ingress IPs

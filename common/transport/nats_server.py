@@ -79,7 +79,9 @@ class NatsServerError(RuntimeError):
 # --- TLS mode: certificates, users, permissions ---------------------------------------------------
 
 
-def issue_server_certificate(certs_dir: Path, *, name: str = SERVER_CERT_NAME, sans: Iterable[str] = ()) -> TLSFiles:
+def issue_server_certificate(
+    certs_dir: Path, *, name: str = SERVER_CERT_NAME, sans: Iterable[str] = ()
+) -> TLSFiles:
     """The NATS server's own certificate (`nats.pem`, `nats-key.pem`) from the CA in `certs_dir`.
 
     The server is none of our identities, but `issue` writes a role into every subject and ROLES stays
@@ -160,8 +162,8 @@ def server_config(*, host: str, port: int, tls: TLSFiles, users: Iterable[Identi
         "port": port,
         "tls": {
             "cert_file": str(Path(tls.cert).resolve()), "key_file": str(Path(tls.key).resolve()),
-            "ca_file": str(Path(tls.ca).resolve()), "verify_and_map": True, "timeout": TLS_HANDSHAKE_TIMEOUT_S,
-            "handshake_first": "auto",
+            "ca_file": str(Path(tls.ca).resolve()), "verify_and_map": True,
+            "timeout": TLS_HANDSHAKE_TIMEOUT_S, "handshake_first": "auto",
         },
         "authorization": {"users": list(accounts.values())},
     }
@@ -228,7 +230,8 @@ class NatsServer:
         if token and (user or password):
             raise ValueError("give a token or a user and password, not both")
         if tls is not None and (token or user or password):
-            raise ValueError("tls: with TLS every client is its certificate; a token or password is for --insecure")
+            raise ValueError("tls: with TLS every client is its certificate; a token or password is for "
+                             "--insecure")
         users = tuple(users)
         if users and tls is None:
             raise ValueError("users: certificate users need tls (the server's certificate and the CA)")
@@ -261,7 +264,8 @@ class NatsServer:
         if self.token:
             return f"nats://{quote(self.token, safe='')}@{self.host}:{self.port}"
         if self.user:
-            return f"nats://{quote(self.user, safe='')}:{quote(self.password or '', safe='')}@{self.host}:{self.port}"
+            credentials = f"{quote(self.user, safe='')}:{quote(self.password or '', safe='')}"
+            return f"nats://{credentials}@{self.host}:{self.port}"
         return self.url
 
     @property
@@ -325,7 +329,8 @@ class NatsServer:
         if self.tls is not None:
             config = server_config(host=self.host, port=self.port, tls=self.tls, users=self.users)
         else:
-            secret = {"token": self.token} if self.token else {"user": self.user, "password": self.password or ""}
+            secret = ({"token": self.token} if self.token
+                      else {"user": self.user, "password": self.password or ""})
             config = {"host": self.host, "port": self.port, "authorization": secret}
         write_config(self.config_path, config)
 
@@ -356,8 +361,10 @@ class NatsServer:
         deadline = time.monotonic() + timeout
         while not accepts_clients(self.host, self.port):
             if self.proc.poll() is not None:
-                raise NatsServerError(f"nats-server exited with {self.proc.returncode} before serving port {self.port}")
+                raise NatsServerError(
+                    f"nats-server exited with {self.proc.returncode} before serving port {self.port}")
             if time.monotonic() > deadline:
-                raise NatsServerError(f"expected nats-server to accept clients on {self.url} within {timeout:g} s")
+                raise NatsServerError(
+                    f"expected nats-server to accept clients on {self.url} within {timeout:g} s")
             time.sleep(0.02)
 

@@ -135,7 +135,9 @@ async def peers(server: NatsServer, pki: Path, *names: str) -> AsyncIterator[dic
                 await peer.nc.close()
 
 
-async def refused_connection(server: NatsServer, context: ssl.SSLContext, *, tls_first: bool = True) -> BaseException:
+async def refused_connection(
+    server: NatsServer, context: ssl.SSLContext, *, tls_first: bool = True
+) -> BaseException:
     """Connect once, no retry; return what stopped it (fail if it connected)."""
     try:
         nc = await nats.connect(server.url, tls=context, tls_handshake_first=tls_first, allow_reconnect=False,
@@ -157,7 +159,9 @@ def replier(nc: Client, *bodies: bytes):
 
 
 @pytest.mark.parametrize("tls_first", [True, False], ids=["tls-first", "info-then-upgrade"])
-async def test_a_connection_without_a_client_certificate_is_refused(server: NatsServer, pki: Path, tls_first: bool):
+async def test_a_connection_without_a_client_certificate_is_refused(
+    server: NatsServer, pki: Path, tls_first: bool
+):
     no_certificate = client_context(ca=pki / "ca.pem")  # trusts the server, presents nothing
     refusal = await refused_connection(server, no_certificate, tls_first=tls_first)
     assert isinstance(refusal, OSError), f"expected the TLS handshake to fail; got {refusal!r}"
@@ -179,7 +183,8 @@ async def test_a_certificate_from_another_ca_is_refused(server: NatsServer, pki:
 async def test_the_servers_own_certificate_is_no_client(server: NatsServer, pki: Path):
     assert "CN=nats,OU=reader,O=vendue" not in [u["user"] for u in _users(server)]
     refusal = await refused_connection(server, context_for(pki, "nats"))
-    assert "BAD_CERTIFICATE" in str(refusal), f"expected serverAuth-only to fail the handshake; got {refusal!r}"
+    assert "BAD_CERTIFICATE" in str(refusal), (
+        f"expected serverAuth-only to fail the handshake; got {refusal!r}")
 
 
 async def test_a_certificate_issued_later_is_refused_until_a_reload_names_it(tmp_path: Path):
@@ -189,7 +194,8 @@ async def test_a_certificate_issued_later_is_refused_until_a_reload_names_it(tmp
         async with peers(late_server, pki, "bbs") as opened:
             issue(pki, role="rep", name="rep-9", cells=["cell-9"])
             refusal = await refused_connection(late_server, context_for(pki, "rep-9"))
-            assert "authorization violation" in str(refusal).lower(), f"expected no such user; got {refusal!r}"
+            assert "authorization violation" in str(refusal).lower(), (
+                f"expected no such user; got {refusal!r}")
 
             late_server.reload(certificate_identities(pki))
             admitted: list[Peer] = []
@@ -201,7 +207,8 @@ async def test_a_certificate_issued_later_is_refused_until_a_reload_names_it(tmp
             loop = asyncio.get_running_loop()
             deadline = loop.time() + WAIT_S
             while not admitted:  # the server applies the new file moments after SIGHUP
-                assert loop.time() < deadline, f"expected rep-9 to connect after the reload within {WAIT_S:g} s"
+                assert loop.time() < deadline, (
+                    f"expected rep-9 to connect after the reload within {WAIT_S:g} s")
                 await try_connect()
             await admitted[0].nc.close()
             await opened["bbs"].nc.flush(timeout=5)  # the others' connections outlive the reload
@@ -243,7 +250,9 @@ async def test_a_rep_publishes_only_replies_and_hears_only_its_own_subjects(serv
         assert rep0.received == [], "rep-0 must not hear rep-1's subjects"
 
 
-async def test_the_auctioneer_sends_work_and_state_requests_and_every_reply_comes_back(server: NatsServer, pki: Path):
+async def test_the_auctioneer_sends_work_and_state_requests_and_every_reply_comes_back(
+    server: NatsServer, pki: Path
+):
     async with peers(server, pki, "auctioneer", "rep-0", "rep-1") as p:
         auctioneer, rep0, rep1 = p.values()
         await rep0.nc.subscribe(rep_subject("rep-0", "work"), cb=replier(rep0.nc, b"rep-0 took it"))
@@ -277,7 +286,9 @@ async def test_the_auctioneer_sends_work_and_state_requests_and_every_reply_come
         await auctioneer.refused(f'subscription to "{rep_wildcard("rep-0")}"')
 
 
-async def test_the_bbs_sends_start_requests_to_the_auctioneers_queue_and_stops_to_reps(server: NatsServer, pki: Path):
+async def test_the_bbs_sends_start_requests_to_the_auctioneers_queue_and_stops_to_reps(
+    server: NatsServer, pki: Path
+):
     async with peers(server, pki, "bbs", "auctioneer", "rep-0") as p:
         bbs, auctioneer, rep0 = p.values()
         await auctioneer.nc.subscribe(AUCTIONEER_LRPS, queue=AUCTIONEER_QUEUE,
@@ -325,7 +336,8 @@ async def test_a_component_connects_with_either_url_scheme_and_its_refusals_are_
     server: NatsServer, pki: Path, scheme: str, caplog: pytest.LogCaptureFixture
 ):
     caplog.set_level(logging.WARNING, logger="common.nats")
-    conn = NatsConnection(f"{scheme}://127.0.0.1:{server.port}", name="rep-0", tls=TLSFiles.in_dir(pki, "rep-0"))
+    conn = NatsConnection(f"{scheme}://127.0.0.1:{server.port}", name="rep-0",
+                          tls=TLSFiles.in_dir(pki, "rep-0"))
     conn.start()
     try:
         await conn.wait_connected(WAIT_S)
@@ -391,7 +403,8 @@ def test_the_configuration_is_private_and_names_every_client_certificate_by_its_
     }
     assert {u["user"] for u in _users(server)} == subjects
     rep0 = next(u for u in _users(server) if u["user"] == "CN=rep-0,OU=rep,O=vendue")["permissions"]
-    assert rep0["publish"] == {"deny": [">"]} and rep0["subscribe"] == {"allow": [CELLS_STATE, "vendue.rep.rep-0.>"]}
+    assert rep0["publish"] == {"deny": [">"]}
+    assert rep0["subscribe"] == {"allow": [CELLS_STATE, "vendue.rep.rep-0.>"]}
 
 
 def test_tls_mode_takes_no_shared_secret_and_users_need_tls(pki: Path, tmp_path: Path):
