@@ -72,7 +72,7 @@ from __future__ import annotations
 from datetime import datetime
 from enum import StrEnum
 from functools import lru_cache
-from typing import Annotated, Literal
+from typing import Annotated, Literal, get_args
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -628,13 +628,14 @@ class Lease(Open):
 
 # --- bearer tokens (people and scripts; components use their certificates) ----------------------------
 
-TOKEN_ROLES = ("admin", "reader")
+TokenRole = Literal["admin", "reader"]  # a bearer token never stands for a component
+TOKEN_ROLES: tuple[str, ...] = get_args(TokenRole)
 
 
 class TokenCreate(Strict):
     """`POST /v1/tokens` (admin): a new bearer token for a person or a script."""
 
-    role: Literal["admin", "reader"]
+    role: TokenRole
     name: str = Field(default="", max_length=128)  # who it is for, shown in lists and logs
     expires_in_s: float | None = Field(default=None, gt=0, le=10 * 365 * 86400)  # None: never expires
 
