@@ -21,7 +21,7 @@ import asyncio
 import contextlib
 import logging
 import signal
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 import httpx
 
@@ -159,22 +159,28 @@ class RepHost:
 
     def stop(self, request: StopInstances) -> Found:
         """Stop the named instances the cells hold (in the background); answers those found."""
-        found = []
-        for stop in request.instances:
-            cell = self.find(stop.cell_id)
-            if cell is not None and cell.has_instance(stop.instance_guid):
-                cell.in_background(cell.stop_lrp(stop.instance_guid))
-                found.append(stop.instance_guid)
-        return Found(found=found)
+        named = ((s.cell_id, s.instance_guid) for s in request.instances)
+        return self._in_background(named, Cell.has_instance, Cell.stop_lrp)
 
     def cancel(self, request: CancelTasks) -> Found:
         """Cancel the named tasks the cells hold (in the background); answers those found."""
+        named = ((c.cell_id, c.task_guid) for c in request.tasks)
+        return self._in_background(named, Cell.has_task, Cell.cancel_task)
+
+    def _in_background(
+        self,
+        named: Iterable[tuple[str, str]],
+        holds: Callable[[Cell, str], bool],
+        act: Callable[[Cell, str], object],  # a coroutine: Cell.stop_lrp, Cell.cancel_task
+    ) -> Found:
+        """`act(cell, guid)` in the background for each (cell id, guid) a live cell here holds; answers those
+        found."""
         found = []
-        for cancel in request.tasks:
-            cell = self.find(cancel.cell_id)
-            if cell is not None and cell.has_task(cancel.task_guid):
-                cell.in_background(cell.cancel_task(cancel.task_guid))
-                found.append(cancel.task_guid)
+        for cell_id, guid in named:
+            cell = self.find(cell_id)
+            if cell is not None and holds(cell, guid):
+                cell.in_background(act(cell, guid))
+                found.append(guid)
         return Found(found=found)
 
     # --- running ------------------------------------------------------------------------------------
