@@ -18,10 +18,10 @@ import json
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable
-from typing import Any
+from typing import Any, Literal
 
 import httpx
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from common.models import CancelTasks, HostCellStates, InstanceStop, StopInstances, TaskCancel
 
@@ -39,8 +39,14 @@ REP_BATCH_MAX = 10_000  # stops (or cancels) per request to one rep process
 
 # A rep process: (its root URL, its id). Stops and cancels queued for it travel together.
 RepKey = tuple[str, str]
+RepVerb = Literal["stop", "cancel"]
+# The body of a batch of each verb (the one rep API's StopInstances and CancelTasks).
+REP_BATCHES: dict[RepVerb, Callable[[list[Any]], BaseModel]] = {
+    "stop": lambda stops: StopInstances.model_construct(instances=stops),
+    "cancel": lambda cancels: CancelTasks.model_construct(tasks=cancels),
+}
 
-# The elected auctioneer's URL, or None when no auctioneer holds the lease (a lone, unelected one).
+# The elected auctioneer's URL, or None when no auctioneer holds the lease (then the configured URL is used).
 FindAuctioneer = Callable[[], Awaitable[str | None]]
 
 
@@ -76,8 +82,8 @@ class Outbound:
         self._idle = asyncio.Event()
         self._idle.set()
         self._rep_slots = asyncio.Semaphore(REP_CONCURRENCY)
-        self._stops: dict[RepKey, list[InstanceStop]] = {}  # queued for the rep's next stop request
-        self._cancels: dict[RepKey, list[TaskCancel]] = {}
+        # (verb, rep) -> the stops or cancels queued for the rep process's next request of that verb
+        self._rep_queues: dict[tuple[RepVerb, RepKey], list[Any]] = {}
         self._background: set[asyncio.Task[None]] = set()
         self._sender: asyncio.Task[None] | None = None
 
@@ -177,36 +183,29 @@ class Outbound:
 
     def stop_instance(self, cell: CellRecord, process_guid: str, instance_guid: str) -> None:
         """Queue a stop for the cell's rep; the burst's stops for one rep process go in one request."""
-        stop = InstanceStop(cell_id=cell.cell_id, process_guid=process_guid, instance_guid=instance_guid)
-        self._queue(self._stops, cell, stop, self._send_stops)
+        self._queue("stop", cell, InstanceStop(cell_id=cell.cell_id, process_guid=process_guid,
+                                               instance_guid=instance_guid))
 
     def cancel_task(self, cell: CellRecord, task_guid: str) -> None:
         """Queue a cancel for the cell's rep; the burst's cancels for one rep process go in one request."""
-        cancel = TaskCancel(cell_id=cell.cell_id, task_guid=task_guid)
-        self._queue(self._cancels, cell, cancel, self._send_cancels)
+        self._queue("cancel", cell, TaskCancel(cell_id=cell.cell_id, task_guid=task_guid))
 
-    def _queue(self, queues: dict[RepKey, list[Any]], cell: CellRecord, item: Any,
-               send: Callable[[RepKey], Awaitable[None]]) -> None:
-        key = (cell.rep_url.rstrip("/"), cell.rep_id)
-        queued = queues.get(key)
+    def _queue(self, verb: RepVerb, cell: CellRecord, item: InstanceStop | TaskCancel) -> None:
+        key = (verb, (cell.rep_url.rstrip("/"), cell.rep_id))
+        queued = self._rep_queues.get(key)
         if queued is None:  # the first of a burst: the send runs once the burst's caller has queued the rest
-            queued = queues[key] = []
-            self._spawn(send(key))
+            queued = self._rep_queues[key] = []
+            self._spawn(self._send_queued(key))
         queued.append(item)
 
-    async def _send_stops(self, rep: RepKey) -> None:
-        stops = self._stops.pop(rep)
-        for first in range(0, len(stops), REP_BATCH_MAX):
-            body = StopInstances.model_construct(instances=stops[first : first + REP_BATCH_MAX])
-            await self._rep_request(rep, "stop", body.model_dump_json().encode())
+    async def _send_queued(self, key: tuple[RepVerb, RepKey]) -> None:
+        verb, rep = key
+        items = self._rep_queues.pop(key)
+        for first in range(0, len(items), REP_BATCH_MAX):
+            body = REP_BATCHES[verb](items[first : first + REP_BATCH_MAX])
+            await self._rep_request(rep, verb, body.model_dump_json().encode())
 
-    async def _send_cancels(self, rep: RepKey) -> None:
-        cancels = self._cancels.pop(rep)
-        for first in range(0, len(cancels), REP_BATCH_MAX):
-            body = CancelTasks.model_construct(tasks=cancels[first : first + REP_BATCH_MAX])
-            await self._rep_request(rep, "cancel", body.model_dump_json().encode())
-
-    async def _rep_request(self, rep: RepKey, verb: str, body: bytes) -> bool:
+    async def _rep_request(self, rep: RepKey, verb: RepVerb, body: bytes) -> bool:
         """One stop or cancel batch to a rep process (POST {rep_url}/stop or /cancel)."""
         return await self._post(f"{rep[0]}/{verb}", body, verb)
 
