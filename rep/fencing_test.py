@@ -1,5 +1,5 @@
 """Fencing on the rep: in-process (rep/fencing.py against a scripted lease), then a real
-`vendue rep --sim` process against the fake BBS of tests/rep, restarted on the same data dir."""
+`vendue rep --sim` process against the fake BBS (tests/fake_bbs.py), restarted on the same data dir."""
 
 from __future__ import annotations
 
@@ -11,8 +11,9 @@ import httpx
 import pytest
 
 from common.models import HostCellStates
+from tests.fake_bbs import FakeBBS
 from tests.rep import fakes
-from tests.rep.fakes import DEADLINE_S, FakeBBS, desired, post_work, work_body
+from tests.rep.fakes import DEADLINE_S, desired, post_work, work_body
 
 from .fencing import FENCING_FILE, Fencing, Refused, read_token
 
@@ -84,7 +85,7 @@ async def test_stale_and_unknown_tokens_are_409_and_the_highest_survives_a_resta
 ) -> None:
     args = ("--sim", "--cells", "2", "--cell-id", "f", "--bbs-url", fake_bbs.url, "--memory-mb", "1024")
     app = desired("app", memory_mb=64)
-    fake_bbs.lease_token = 3
+    fake_bbs.hold_lease(3)
     rep = await start_rep(*args)
     async with httpx.AsyncClient(timeout=DEADLINE_S) as client:
         taken = await post_work(client, rep.url, work_body("f-0", (app, 0), fencing_token=3))
@@ -93,7 +94,7 @@ async def test_stale_and_unknown_tokens_are_409_and_the_highest_survives_a_resta
         assert again.status_code == 200, again.text
         assert fake_bbs.lease_lookups == 1, "a token already accepted is not asked about again"
 
-        fake_bbs.lease_token = 4  # a new leader; the old one keeps sending
+        fake_bbs.hold_lease(4)  # a new leader; the old one keeps sending
         newer = await client.post(f"{rep.url}/work", json=work_body("f-1", (app, 2), fencing_token=4))
         assert newer.status_code == 200, newer.text
         stale = await client.post(f"{rep.url}/work", json=work_body("f-1", (app, 3), fencing_token=3))
