@@ -36,6 +36,9 @@ REP_CONCURRENCY = 64
 LEADER_CACHE_S = 1.0  # how long a looked-up lease holder's URL is used before it is looked up again
 MAX_RETRY_DELAY_S = 1.0  # between auctioneer send attempts within the retry window
 REP_BATCH_MAX = 10_000  # stops (or cancels) per request to one rep process
+# Cells named per state request to one rep process: 100 ids of at most 128 characters keep the request's head
+# under 16 KB, which any HTTP server takes.
+REP_STATE_CELLS_MAX = 100
 
 # A rep process: (its root URL, its id). Stops and cancels queued for it travel together.
 RepKey = tuple[str, str]
@@ -228,21 +231,32 @@ class Outbound:
             self.metrics.rep_requests.labels(kind=kind, outcome="ok").inc()
             return True
 
-    async def cell_instances(self, cell: CellRecord) -> set[str] | None:
-        """The instance guids a cell holds (GET {rep_url}/state?lrps=full&cells=<id>), or None when its rep
-        does not answer or no longer hosts it."""
-        url = f"{cell.rep_url.rstrip('/')}/state"
+    async def cells_instances(self, cells: Iterable[CellRecord]) -> dict[str, set[str]]:
+        """The instance guids each cell holds, asked of each rep process once (per REP_STATE_CELLS_MAX of
+        its cells): GET {rep_url}/state?lrps=full&cells=a,b. A cell whose rep does not answer, or no longer
+        hosts it, is left out."""
+        by_rep: dict[str, list[str]] = {}
+        for cell in cells:
+            by_rep.setdefault(cell.rep_url.rstrip("/"), []).append(cell.cell_id)
+        asks = [(url, ids[first : first + REP_STATE_CELLS_MAX])
+                for url, ids in by_rep.items() for first in range(0, len(ids), REP_STATE_CELLS_MAX)]
+        answers = await asyncio.gather(*(self._instances_of(url, ids) for url, ids in asks))
+        return {cell_id: held for answer in answers for cell_id, held in answer.items()}
+
+    async def _instances_of(self, rep_url: str, cell_ids: list[str]) -> dict[str, set[str]]:
+        """One rep process's answer for these cells of it: each named cell it hosts -> its instance guids."""
         try:
-            response = await self.client.get(url, params={"lrps": "full", "cells": cell.cell_id})
+            params = {"lrps": "full", "cells": ",".join(cell_ids)}
+            response = await self.client.get(f"{rep_url}/state", params=params)
             response.raise_for_status()
             states = HostCellStates.model_validate_json(response.content).cells
         except (httpx.HTTPError, ValidationError) as exc:
             self.metrics.rep_requests.labels(kind="state", outcome="error").inc()
-            log.info("cell state fetch failed", extra={"data": {"rep_url": cell.rep_url, "error": repr(exc)}})
-            return None
+            log.info("cell state fetch failed", extra={"data": {"rep_url": rep_url, "error": repr(exc)}})
+            return {}
         self.metrics.rep_requests.labels(kind="state", outcome="ok").inc()
-        state = next((s for s in states if s.cell_id == cell.cell_id), None)
-        return None if state is None else {lrp.instance_guid for lrp in state.lrps}
+        named = set(cell_ids)
+        return {s.cell_id: {lrp.instance_guid for lrp in s.lrps} for s in states if s.cell_id in named}
 
     async def task_callback(self, url: str, task: dict[str, Any]) -> bool:
         """POST the Task to its completion_callback_url; True on a 2xx answer."""
