@@ -1,7 +1,7 @@
 """The rep process: the cells it hosts, its BBS client, heartbeats, outbox flushers and shutdown.
 
 One process hosts one cell (process executor) or many simulated ones (sim executor). Everything that
-talks to the BBS lives here: pooled httpx clients, one flusher per cell (one lifecycle request in
+talks to the BBS lives here: one pooled httpx client, one flusher per cell (one lifecycle request in
 flight per cell), and one heartbeat loop that PUTs every cell's presence every TTL/3. The cells' reports
 and heartbeats travel together, however many cells the process hosts: one lifecycle request and one
 heartbeat request per round for the process (HostLifecycleSender, PUT /v1/cells), not per cell.
@@ -21,7 +21,7 @@ import asyncio
 import contextlib
 import logging
 import signal
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 
 import httpx
 
@@ -93,7 +93,7 @@ class RepHost:
         self,
         cells: list[Cell],
         executors: list[Executor],
-        client: httpx.AsyncClient | Mapping[str, httpx.AsyncClient],
+        client: httpx.AsyncClient,
         bbs_url: str,
         *,
         rep_id: str = "",
@@ -103,10 +103,7 @@ class RepHost:
         self.cells = {cell.cell_id: cell for cell in cells}
         self.rep_id = rep_id  # the process's name (CellPresence.rep_id): its NATS subjects
         self.executors = executors
-        # One pooled client, or one per cell (a sim host shards its cells over several small pools:
-        # httpcore's pool bookkeeping grows with connections x waiting requests, so one big pool
-        # serving hundreds of cells spends its time managing itself).
-        self._clients = client if isinstance(client, Mapping) else {cid: client for cid in self.cells}
+        self._client = client  # the process's: its requests are host-level, a few in flight at most
         self.bbs_url = bbs_url.rstrip("/")
         self.heartbeat_interval_s = presence_ttl_s / 3
         self.evacuation_timeout_s = evacuation_timeout_s
@@ -249,7 +246,7 @@ class RepHost:
     async def _heartbeats(self, cells: list[Cell]) -> bool:
         """These cells' presences in one PUT /v1/cells."""
         body = CellPresences.model_construct(cells=[c.presence() for c in cells])
-        response = await self._clients[cells[0].cell_id].put(
+        response = await self._client.put(
             f"{self.bbs_url}/v1/cells", content=body.model_dump_json(), headers={"content-type": "application/json"}
         )
         response.raise_for_status()
@@ -349,10 +346,6 @@ class RepHost:
         await asyncio.gather(*self._loops, *self._evacuations.values(), return_exceptions=True)
         for executor in self.executors:
             await executor.close()
-
-    async def close_clients(self) -> None:
-        for client in {id(c): c for c in self._clients.values()}.values():
-            await client.aclose()
 
 
 def _log_round_error(task: asyncio.Task[int]) -> None:
