@@ -28,6 +28,10 @@ written mode 0600 as `nats-server.conf` in `config_dir`, by default next to the 
   (INFO, then the TLS upgrade), for other clients and for the readiness probe.
 Permission violations do not close a connection: the server drops the message (or the subscription) and
 sends `-ERR 'Permissions Violation ...'`, which nats-py hands to the error callback.
+
+Token or user/password mode (--insecure clusters): the secret goes in the same 0600 configuration file,
+never on the server's command line, which every local user can read (ps); without a `config_dir` or a
+log, in a private temporary folder removed on stop.
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterable
 from importlib import metadata
@@ -241,8 +246,14 @@ class NatsServer:
         self.tls = tls
         self.users = users
         self.config_path: Path | None = None
+        self._private_dir: Path | None = None  # made for a secret's file when no folder was named
         if tls is not None:
             self.config_path = (config_dir if config_dir is not None else log_path.parent) / CONFIG_FILE  # type: ignore[union-attr]
+        elif token or user:
+            folder = config_dir if config_dir is not None else log_path.parent if log_path is not None else None
+            if folder is None:
+                folder = self._private_dir = Path(tempfile.mkdtemp(prefix="vendue-nats-"))
+            self.config_path = folder / CONFIG_FILE
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -288,6 +299,8 @@ class NatsServer:
         """SIGTERM, then SIGKILL after `grace_s`. Idempotent; the port is kept for a later start()."""
         if self.proc is not None:
             terminate_then_kill(self.proc, grace_s=grace_s)
+        if self._private_dir is not None:  # made again (write_config) if started again
+            shutil.rmtree(self._private_dir, ignore_errors=True)
 
     def reload(self, users: Iterable[Identity]) -> None:
         """TLS mode: from now on, these are the users (a rep issued since the start, one removed).
@@ -316,19 +329,19 @@ class NatsServer:
         self.stop()
 
     def _write_config(self) -> None:
-        assert self.tls is not None and self.config_path is not None
-        write_config(self.config_path, server_config(host=self.host, port=self.port, tls=self.tls, users=self.users))
+        assert self.config_path is not None
+        if self.tls is not None:
+            config = server_config(host=self.host, port=self.port, tls=self.tls, users=self.users)
+        else:  # the one shared secret
+            secret = {"token": self.token} if self.token else {"user": self.user, "password": self.password or ""}
+            config = {"host": self.host, "port": self.port, "authorization": secret}
+        write_config(self.config_path, config)
 
     def _argv(self, binary: Path) -> list[str]:
-        if self.config_path is not None:  # TLS mode: all of it in the file (the port too: a reload reads it)
+        if self.config_path is not None:  # all of it in the file (the port too: a reload reads it)
             self._write_config()
             return [str(binary), "-c", str(self.config_path)]
-        argv = [str(binary), "-a", self.host, "-p", str(self.port)]
-        if self.token:
-            argv += ["--auth", self.token]
-        elif self.user:
-            argv += ["--user", self.user, "--pass", self.password or ""]
-        return argv
+        return [str(binary), "-a", self.host, "-p", str(self.port)]
 
     def _spawn(self, binary: Path) -> None:
         out: int | object = subprocess.DEVNULL

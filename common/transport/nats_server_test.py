@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import stat
+from pathlib import Path
+
 import nats
 import pytest
 from nats.errors import NoServersError
@@ -27,6 +30,24 @@ async def test_a_token_server_takes_the_token_and_refuses_a_client_without_it():
         await nc.close()
         with pytest.raises((NoServersError, nats.errors.Error, OSError)):
             await nats.connect(server.url, max_reconnect_attempts=0, connect_timeout=2, allow_reconnect=False)
+
+
+def command_line(pid: int) -> str:
+    return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+
+
+@pytest.mark.parametrize("secret", [{"token": "s3cret-token"}, {"user": "vendue", "password": "s3cret-pw"}])
+async def test_the_secret_is_in_a_private_file_never_on_the_command_line(secret: dict[str, str]) -> None:
+    with NatsServer(**secret) as server:
+        assert server.proc is not None and server.config_path is not None
+        argv = command_line(server.proc.pid)
+        assert "s3cret" not in argv, f"expected no secret in the server's command line: {argv}"
+        assert stat.S_IMODE(server.config_path.stat().st_mode) == 0o600
+        nc = await nats.connect(server.client_url)  # the file is what the server enforces
+        await nc.close()
+        with pytest.raises((NoServersError, nats.errors.Error, OSError)):
+            await nats.connect(server.url, max_reconnect_attempts=0, connect_timeout=2, allow_reconnect=False)
+    assert not server.config_path.exists(), "expected the private folder removed on stop"
 
 
 async def test_user_and_password_ride_in_the_url():
