@@ -41,6 +41,7 @@ from common.tls import Identity
 
 from .lifecycle_wire import HOST_REPORT, HostReport
 from .policy import POLICY, require_lease_holder
+from .redact import env_for_caller
 from .service import BBS, Conflict, NotFound
 
 GuidPath = Annotated[str, Path(pattern=GUID_PATTERN)]
@@ -165,12 +166,12 @@ def create_app(bbs: BBS, *, insecure: bool | None = None) -> FastAPI:
         return await bbs.desire_lrp(body)
 
     @app.get("/v1/desired_lrps")
-    async def list_desired(domain: str | None = None) -> Response:
-        return items(await bbs.list_desired(domain))
+    async def list_desired(request: Request, domain: str | None = None) -> Response:
+        return items(env_for_caller(request, await bbs.list_desired(domain)))
 
     @app.get("/v1/desired_lrps/{process_guid}", response_model=DesiredLRP)
-    async def get_desired(process_guid: str) -> dict[str, Any]:
-        return await bbs.get_desired(process_guid)
+    async def get_desired(request: Request, process_guid: str) -> dict[str, Any]:
+        return env_for_caller(request, [await bbs.get_desired(process_guid)])[0]
 
     @app.patch("/v1/desired_lrps/{process_guid}", response_model=DesiredLRP)
     async def update_desired(process_guid: str, body: DesiredLRPUpdate) -> dict[str, Any]:
@@ -230,12 +231,12 @@ def create_app(bbs: BBS, *, insecure: bool | None = None) -> FastAPI:
         return await bbs.desire_task(body)
 
     @app.get("/v1/tasks")
-    async def list_tasks(state: TaskState | None = None, domain: str | None = None) -> Response:
-        return items(await bbs.list_tasks(state.value if state else None, domain))
+    async def list_tasks(request: Request, state: TaskState | None = None, domain: str | None = None) -> Response:
+        return items(env_for_caller(request, await bbs.list_tasks(state.value if state else None, domain)))
 
     @app.get("/v1/tasks/{task_guid}", response_model=Task)
-    async def get_task(task_guid: str) -> dict[str, Any]:
-        return await bbs.get_task(task_guid)
+    async def get_task(request: Request, task_guid: str) -> dict[str, Any]:
+        return env_for_caller(request, [await bbs.get_task(task_guid)])[0]
 
     @app.post("/v1/tasks/{task_guid}/cancel", response_model=Task)
     async def cancel_task(task_guid: str) -> dict[str, Any]:

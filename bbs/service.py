@@ -53,6 +53,7 @@ from .records import (
     fresh_instances,
     new_epoch,
 )
+from .redact import masked_env
 from .restart_policy import RestartPolicy
 from .settings import BBSSettings
 from .store import Store, Tx
@@ -516,8 +517,9 @@ class BBS:
 
     async def _callback(self, url: str, task: TaskRecord) -> None:
         """POST the completed Task to its callback URL; once delivered, the task is resolved (deleted).
-        A failed delivery leaves it COMPLETED: convergence retries until it expires."""
-        if not await self.outbound.task_callback(url, task.to_wire()):
+        A failed delivery leaves it COMPLETED: convergence retries until it expires. The receiver gets the
+        outcome, not the task's secrets: env values masked, as in events."""
+        if not await self.outbound.task_callback(url, masked_env(task.to_wire())):
             return
         async with self.store.write() as tx:
             current = await tx.get_task(task.task_guid)
