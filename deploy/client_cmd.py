@@ -512,8 +512,10 @@ def cells(
         if as_json:
             print_json(dump(present))
             return
+        rep_urls = sorted({c.rep_url for c in present})  # one request per rep process, whatever its cells
         with ThreadPoolExecutor(max_workers=16) as pool:
-            states = list(pool.map(lambda c: client.cell_state(c.rep_url, c.cell_id), present))
+            by_rep = dict(zip(rep_urls, pool.map(client.cell_states, rep_urls), strict=True))
+    states = [by_rep[c.rep_url].get(c.cell_id) for c in present]
     table = listing_table(f"{len(present)} cell(s)")
     for column in ("CELL", "ZONE", "REP", "MEMORY FREE", "DISK FREE", "CONTAINERS FREE", "LRPS", "TASKS",
                    "INSECURE", "STATUS"):

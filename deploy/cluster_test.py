@@ -157,6 +157,12 @@ def test_sim_cells_hosted_several_per_process(tmp_path: Path):
         assert lc.reps["sim0-1"].url == lc.reps["sim0-0"].url, "cells of one process share its URL"
         assert {r.zone for r in lc.reps.values()} == {"z0", "z1"}
         assert len(lc.pids()) == 2 + 3
+        # `vendue cells` (as the admin, over TLS) shows every cell's state, asked of its rep process.
+        table = CliRunner().invoke(app, ["cells", "--data-dir", str(lc.data_dir)], env={"COLUMNS": "250"})
+        assert table.exit_code == 0, table.output
+        rows = {cell_id: [line for line in table.stdout.splitlines() if f" {cell_id} " in line] for cell_id in lc.reps}
+        assert all(len(row) == 1 and "?" not in row[0] and "unreachable" not in row[0] for row in rows.values()), (
+            table.stdout)
         # A process hosting many cells is killed and restarted as a unit, by any of its cell ids.
         lc.kill("sim1-0", signal.SIGKILL)
         assert not lc.is_running("sim1-1")
