@@ -74,9 +74,9 @@ def auctioneer(
     """Run the auctioneer: batch start requests, auction them over the cells, send work to the reps."""
     from auctioneer.engine.strategies import pickers
     from auctioneer.service.app import create_app
-    from auctioneer.service.config_check import serving_context
     from auctioneer.service.server import bind, run, url_of
     from auctioneer.service.settings import AuctioneerSettings
+    from common.config_check import serving_tls
     from common.failover import split_urls
     from common.logging import setup_logging
     from common.tls import CertError
@@ -112,9 +112,10 @@ def auctioneer(
     except ValueError as exc:
         raise _fail(f"bbs_url: {exc}") from None
     try:
-        ssl_context = serving_context(settings)  # built once: every connection shares it
+        tls = serving_tls(settings, settings.listen, "auctioneer")  # built once: every connection shares it
     except CertError as exc:
         raise _fail(str(exc)) from None
+    ssl_context = tls.server if tls is not None else None
     log = setup_logging("auctioneer", settings.log_level)
     try:
         sock = bind(settings.listen, settings.port)
