@@ -132,7 +132,8 @@ TlsCa = Annotated[Path | None, typer.Option(
     help="The cluster CA (alone: with --token, no client certificate).")]
 Token = Annotated[str | None, typer.Option(
     "--token", envvar="VENDUE_TOKEN", show_envvar=True,
-    help="A bearer token (vendue tokens create) instead of a client certificate.")]
+    help="A bearer token (vendue tokens create) instead of a client certificate; prefer VENDUE_TOKEN: a "
+    "flag's value is visible to every user of the machine (ps).")]
 
 
 @dataclass(frozen=True, slots=True)
