@@ -258,9 +258,9 @@ class LocalCluster:
     def certs_dir(self) -> Path:
         return self.data_dir / CERTS_DIR
 
-    @property
-    def scheme(self) -> str:
-        return "http" if self.insecure else "https"
+    def _loopback_url(self, port: int) -> str:
+        """Where a component of this cluster listening on `port` is reached: HTTPS, or HTTP when insecure."""
+        return f"{'http' if self.insecure else 'https'}://127.0.0.1:{port}"
 
     # --- talking to the cluster -------------------------------------------------------------------
 
@@ -429,8 +429,7 @@ class LocalCluster:
 
     def control_plane(self) -> dict[str, str]:
         """The launcher's name -> URL of every BBS and auctioneer ("bbs", "auctioneer", "bbs-2", ...)."""
-        return {c.name: c.url or f"{self.scheme}://127.0.0.1:{c.port}" for c in self._components.values()
-                if not c.cells}
+        return {c.name: c.url or self._loopback_url(c.port) for c in self._components.values() if not c.cells}
 
     def pids(self) -> dict[str, int]:
         """The launcher's name -> pid of every component process that is running."""
@@ -440,7 +439,7 @@ class LocalCluster:
 
     def _live_bbs_url(self) -> str:
         """The URL of a BBS replica that is running ("" if none is)."""
-        return next((c.url or f"{self.scheme}://127.0.0.1:{c.port}" for c in self._components.values()
+        return next((c.url or self._loopback_url(c.port) for c in self._components.values()
                      if _is_bbs(c.name) and c.running), "")
 
     def _component(self, name: str) -> _Component:
@@ -458,8 +457,8 @@ class LocalCluster:
         ports: list[int] = []
         for _ in range(2 * pairs):
             ports.append(_free_port_besides(set(ports)))
-        bbs_urls = [f"{self.scheme}://127.0.0.1:{port}" for port in ports[:pairs]]
-        auctioneer_urls = [f"{self.scheme}://127.0.0.1:{port}" for port in ports[pairs:]]
+        bbs_urls = [self._loopback_url(port) for port in ports[:pairs]]
+        auctioneer_urls = [self._loopback_url(port) for port in ports[pairs:]]
         self.bbs_url, self.bbs_urls, self.auctioneer_url = bbs_urls[0], list(bbs_urls), auctioneer_urls[0]
         for i in range(pairs):
             suffix = f"-{i + 1}" if i else ""
@@ -593,7 +592,7 @@ class LocalCluster:
         ready = self._ready_path(component.name)
         with contextlib.suppress(FileNotFoundError):
             ready.unlink()
-        # What the launcher decides at start (the NATS server's URL, the certificates) comes after the plan.
+        # The transport and the certificates (issued at start, after the plan) follow the component's own arguments.
         argv = [*ENTRY_POINT, *component.args, *self._transport_args(), *self._security_args(component),
                 "--port", str(component.port), "--ready-file", str(ready)]
         self.logs_dir.mkdir(parents=True, exist_ok=True)

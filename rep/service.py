@@ -22,13 +22,13 @@ import uvicorn
 
 from common import runtime
 from common.auth import bbs_token_verifier, uvicorn_tls_options
+from common.config_check import ServingTLS, serving_tls
 from common.failover import AsyncFailoverTransport, URLListError, split_urls
 from common.procutil import write_ready_file
 from common.tls import INSECURE_WARNING
 
 from .api import create_app
 from .cell import Cell, CellConfig
-from .config_check import RepTLS, serving_tls
 from .executor import Executor
 from .fencing import FENCING_FILE, Fencing, lease_token_from
 from .host import HostLifecycleSender, RepHost
@@ -73,7 +73,7 @@ def bind_socket(listen: str, port: int) -> socket.socket:
     return sock
 
 
-def rep_id_of(settings: RepSettings, tls: RepTLS | None) -> str:
+def rep_id_of(settings: RepSettings, tls: ServingTLS | None) -> str:
     """The process's name: its certificate's CN, else `--rep-id`, else the cell id of a one-cell rep, else
     the `--cell-id` prefix of a sim host (or the hostname-derived default)."""
     if tls is not None:
@@ -131,7 +131,7 @@ def bbs_urls(settings: RepSettings) -> list[str]:
         raise ConfigError(f"bbs_url: {exc}") from None
 
 
-def bbs_client(settings: RepSettings, tls: RepTLS | None) -> httpx.AsyncClient:
+def bbs_client(settings: RepSettings, tls: ServingTLS | None) -> httpx.AsyncClient:
     """The process's one pooled client to the BBS, based on its URL: heartbeats, lifecycle reports, the
     auctioneer lease's fencing token, whom a bearer token stands for. It fails over between the BBS
     replicas (common/failover.py), presenting the rep's certificate and trusting the cluster CA (without
@@ -145,7 +145,7 @@ def bbs_client(settings: RepSettings, tls: RepTLS | None) -> httpx.AsyncClient:
     )
 
 
-def build_host(settings: RepSettings, base_url: str, tls: RepTLS | None, bbs: httpx.AsyncClient) -> RepHost:
+def build_host(settings: RepSettings, base_url: str, tls: ServingTLS | None, bbs: httpx.AsyncClient) -> RepHost:
     rep_id = rep_id_of(settings, tls)
     configs = cell_configs(settings, base_url, rep_id, insecure=tls is None)
     if tls is not None:
@@ -184,7 +184,7 @@ def build_host(settings: RepSettings, base_url: str, tls: RepTLS | None, bbs: ht
     )
 
 
-def connect_nats(settings: RepSettings, host: RepHost, fencing: Fencing, tls: RepTLS | None) -> RepNatsBus:
+def connect_nats(settings: RepSettings, host: RepHost, fencing: Fencing, tls: ServingTLS | None) -> RepNatsBus:
     """Start connecting to NATS in the background (retrying while unreachable); subscribe once connected.
     With TLS files the rep's certificate is its NATS user (its subjects: vendue.rep.<rep_id>.>)."""
     # Imported here: the NATS client (and the aiohttp it pulls in) costs a rep on HTTP ~0.4 s of CPU to import.
@@ -202,7 +202,8 @@ def connect_nats(settings: RepSettings, host: RepHost, fencing: Fencing, tls: Re
 
 async def serve(settings: RepSettings) -> int:
     """Run the rep until it is told to stop (signal or /evacuate); returns the exit status."""
-    tls = serving_tls(settings)  # CertError (a usage error) before anything is bound or started
+    # CertError (a usage error) before anything is bound or started.
+    tls = serving_tls(settings, settings.listen, "rep")
     sock = bind_socket(settings.listen, settings.port)
     port = sock.getsockname()[1]
     base_url = f"{'https' if tls else 'http'}://{settings.advertise_host}:{port}"
