@@ -14,7 +14,7 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from common.auth import add_auth, require_cells
+from common.auth import add_auth, require_cells, token_identity
 from common.interrupt import Interrupted, unless
 from common.limits import add_limits
 from common.models import (
@@ -45,6 +45,7 @@ from common.tls import Identity
 from .lifecycle_wire import HOST_REPORT, HostReport
 from .policy import POLICY, require_lease_holder
 from .quotas import QuotaExceeded, callback_problem
+from .redact import env_for_caller
 from .service import BBS, Conflict, NotFound
 
 GuidPath = Annotated[str, Path(pattern=GUID_PATTERN)]
@@ -146,7 +147,8 @@ def create_app(bbs: BBS, *, insecure: bool | None = None) -> FastAPI:
     loopback address, serves; in-process tests too). None: as the settings say."""
     if insecure is None:
         insecure = bbs.settings.serving_files(bbs.settings.listen) is None
-    # No /redoc and no OAuth2 redirect page: every route has a row in the table, and these would only add rows.
+    # No /redoc and no OAuth2 redirect page: every route has a row in the table, and these would only add
+    # rows.
     app = FastAPI(title="Vendue BBS", version="1", redoc_url=None, swagger_ui_oauth2_redirect_url=None)
     app.add_middleware(RequestMetrics, bbs=bbs)
 
@@ -194,12 +196,12 @@ def create_app(bbs: BBS, *, insecure: bool | None = None) -> FastAPI:
         return await bbs.desire_lrp(body)
 
     @app.get("/v1/desired_lrps")
-    async def list_desired(domain: GuidQuery = None) -> Response:
-        return items(await bbs.list_desired(domain))
+    async def list_desired(request: Request, domain: GuidQuery = None) -> Response:
+        return items(env_for_caller(request, await bbs.list_desired(domain)))
 
     @app.get("/v1/desired_lrps/{process_guid}", response_model=DesiredLRP)
-    async def get_desired(process_guid: GuidPath) -> dict[str, Any]:
-        return await bbs.get_desired(process_guid)
+    async def get_desired(request: Request, process_guid: GuidPath) -> dict[str, Any]:
+        return env_for_caller(request, [await bbs.get_desired(process_guid)])[0]
 
     @app.patch("/v1/desired_lrps/{process_guid}", response_model=DesiredLRP)
     async def update_desired(process_guid: GuidPath, body: DesiredLRPUpdate) -> dict[str, Any]:
@@ -263,12 +265,12 @@ def create_app(bbs: BBS, *, insecure: bool | None = None) -> FastAPI:
         return await bbs.desire_task(body)
 
     @app.get("/v1/tasks")
-    async def list_tasks(state: TaskState | None = None, domain: GuidQuery = None) -> Response:
-        return items(await bbs.list_tasks(state.value if state else None, domain))
+    async def list_tasks(request: Request, state: TaskState | None = None, domain: GuidQuery = None) -> Response:
+        return items(env_for_caller(request, await bbs.list_tasks(state.value if state else None, domain)))
 
     @app.get("/v1/tasks/{task_guid}", response_model=Task)
-    async def get_task(task_guid: GuidPath) -> dict[str, Any]:
-        return await bbs.get_task(task_guid)
+    async def get_task(request: Request, task_guid: GuidPath) -> dict[str, Any]:
+        return env_for_caller(request, [await bbs.get_task(task_guid)])[0]
 
     @app.post("/v1/tasks/{task_guid}/cancel", response_model=Task)
     async def cancel_task(task_guid: GuidPath) -> dict[str, Any]:
@@ -282,7 +284,9 @@ def create_app(bbs: BBS, *, insecure: bool | None = None) -> FastAPI:
     # --- cells and events -----------------------------------------------------------------------
 
     @app.put("/v1/cells", status_code=204, openapi_extra=documented_body(CellPresences))
-    async def heartbeats(request: Request, body: Annotated[CellPresences, json_body(CellPresences)]) -> Response:
+    async def heartbeats(
+        request: Request, body: Annotated[CellPresences, json_body(CellPresences)]
+    ) -> Response:
         require_cells(request, (presence.cell_id for presence in body.cells))
         await asyncio.gather(*(bbs.heartbeat(presence.cell_id, presence) for presence in body.cells))
         return Response(status_code=204)
@@ -343,8 +347,6 @@ def create_app(bbs: BBS, *, insecure: bool | None = None) -> FastAPI:
     async def list_tokens() -> Response:
         return items(await bbs.list_tokens())
 
-    # Before DELETE /v1/tokens/{token_id}: the authorization middleware takes the first route whose path
-    # matches, and "verify" would match that one's path.
     @app.post("/v1/tokens/verify", response_model=TokenIdentity)
     async def verify_token(body: TokenVerify) -> dict[str, Any]:
         record = await bbs.verify_token(body.token)
@@ -360,10 +362,10 @@ def create_app(bbs: BBS, *, insecure: bool | None = None) -> FastAPI:
     async def verify_bearer(secret: str) -> Identity | None:
         """The middleware's token check: the database itself, no cache (a revoked token fails at once)."""
         record = await bbs.verify_token(secret)
-        return None if record is None else Identity(record.role, record.name or f"token {record.id}", via="token")
+        return None if record is None else token_identity(record.role, record.name, record.id)
 
     add_auth(app, POLICY, verify_token=verify_bearer, insecure=insecure, service="bbs",
-             on_refused=lambda reason: bbs.metrics.refused.labels(reason).inc())
+             on_refused=bbs.metrics.refused)
     add_limits(app, bbs.settings, bulk=BULK_ROUTES)
     return app
 

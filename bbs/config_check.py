@@ -2,7 +2,8 @@
 
 Ranges of single values (a negative TTL, a port above 65535) are refused by BBSSettings itself;
 this adds what needs parsing or several settings together: the database URL, the URLs the BBS
-calls, and timings that contradict each other. Nothing is connected to.
+calls, and timings that contradict each other. Nothing is connected to; the TLS files are read
+(common.config_check.serving_tls, which `vendue bbs` serves with).
 """
 
 from __future__ import annotations
@@ -15,9 +16,9 @@ from common.config_check import (
     host_problem,
     log_level_problem,
     nats_url_problem,
+    tls_problem,
     url_problem,
 )
-from common.tls import CertError, server_context
 
 from .settings import BBSSettings
 from .store.database import UnsupportedDatabase, database_url, is_sqlite
@@ -30,7 +31,7 @@ def config_problem(settings: BBSSettings) -> str | None:
         url_problem("auctioneer_url", settings.auctioneer_url, HTTP_SCHEMES),
         nats_url_problem("nats_url", settings.nats_url),
         host_problem("listen", settings.listen),
-        _tls_problem(settings),
+        tls_problem(settings, settings.listen, "bbs"),
         log_level_problem(settings.log_level),
         _timing_problem(settings),
     )
@@ -52,18 +53,6 @@ def _database_problem(settings: BBSSettings) -> str | None:
     if is_sqlite(url) and url.database in (None, "", ":memory:"):
         # Every pooled connection would get a memory database of its own.
         return "database_url: an SQLite database must be a file, not in memory"
-    return None
-
-
-def _tls_problem(settings: BBSSettings) -> str | None:
-    """The three TLS files given together, readable, the key matching the certificate; or plain HTTP only
-    where it is allowed (loopback, or --insecure)."""
-    try:
-        files = settings.serving_files(settings.listen)
-        if files is not None:
-            server_context(files)
-    except CertError as exc:
-        return str(exc)
     return None
 
 

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from bbs.config_check import config_problem
 from bbs.settings import BBSSettings
 from bbs.store.database import UnsupportedDatabase, database_url
+from common.tls import TLSFiles, init_ca, issue
 
 
 def test_defaults_and_both_databases_are_sane() -> None:
@@ -62,3 +65,21 @@ def test_database_urls_get_their_async_driver() -> None:
     assert str(database_url("sqlite+aiosqlite:///bbs.db")) == "sqlite+aiosqlite:///bbs.db"
     with pytest.raises(UnsupportedDatabase):
         database_url("sqlite+pysqlite:///bbs.db")
+
+
+def test_the_tls_check_is_the_shared_one_for_the_role_bbs(tmp_path: Path) -> None:
+    """common.config_check tests each TLS problem; here: the BBS asks for its role, on its listen address."""
+    init_ca(tmp_path)
+    for role in ("bbs", "admin"):
+        issue(tmp_path, role=role, name=role)
+
+    def tls(name: str) -> dict[str, Path]:
+        files = TLSFiles.in_dir(tmp_path, name)
+        return {"tls_cert": files.cert, "tls_key": files.key, "tls_ca": files.ca}
+
+    assert config_problem(BBSSettings(listen="0.0.0.0", **tls("bbs"))) is None
+    found = config_problem(BBSSettings(listen="0.0.0.0", **tls("admin")))
+    assert found is not None and found.startswith("tls_cert: ") and "states role 'admin'" in found, found
+    assert "--role bbs" in found
+    found = config_problem(BBSSettings(listen="0.0.0.0"))
+    assert found is not None and found.startswith("tls_cert: refusing to serve plain HTTP on 0.0.0.0"), found

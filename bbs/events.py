@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any
 
 from .records import iso
+from .redact import masked_env
 
 HEARTBEAT_S = 15.0
 QUEUE_CHUNKS = 1000
@@ -23,8 +24,9 @@ _CLOSED = ""  # sentinel chunk: the stream ends
 
 
 def event(kind: str, data: dict[str, Any], at: float | None = None) -> dict[str, Any]:
-    """One Event (common.models.Event) as plain data."""
-    return {"type": kind, "data": data, "at": iso(time.time() if at is None else at)}
+    """One Event (common.models.Event) as plain data. Every event is built here, so this is where env
+    values are masked: no SSE or NATS subscriber, admin or not, ever gets them (bbs/redact.py)."""
+    return {"type": kind, "data": masked_env(data), "at": iso(time.time() if at is None else at)}
 
 
 def sse_chunk(events: Iterable[dict[str, Any]]) -> str:

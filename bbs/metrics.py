@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
+from common.auth import refusal_counter
+
 
 class BBSMetrics:
     def __init__(self) -> None:
@@ -26,12 +28,7 @@ class BBSMetrics:
             ["kind", "outcome"],
             registry=self.registry,
         )
-        self.refused = Counter(
-            "vendue_refused_requests_total",
-            "Requests refused by authentication or authorization (401/403), by reason",
-            ["reason"],
-            registry=self.registry,
-        )
+        self.refused = refusal_counter(self.registry)  # common.auth's on_refused
         self.stale_writes = Counter(
             "vendue_bbs_stale_writes_total",
             "Writes refused (409) for carrying a fencing token older than the lease's current one",

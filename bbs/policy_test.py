@@ -33,7 +33,7 @@ CALLERS = {"admin": "admin", "reader": "viewer", "bbs": "bbs", "auctioneer": "au
 
 
 def presence(cell_id: str, **fields: Any) -> dict[str, Any]:
-    return {"cell_id": cell_id, "rep_url": f"https://127.0.0.1:1/cells/{cell_id}", **CELL, **fields}
+    return {"cell_id": cell_id, "rep_url": "https://127.0.0.1:1", **CELL, **fields}  # its rep process's root
 
 
 # One valid request per row (path parameters filled in, a body that would write): (path, json, params).
@@ -79,9 +79,7 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture
 def bbs(pki: Path, tmp_path: Path) -> Iterator[BBSProcess]:
-    files = TLSFiles.in_dir(pki, "bbs")
-    process = BBSProcess(tmp_path, "tls", None, "--tls-cert", str(files.cert), "--tls-key", str(files.key),
-                         "--tls-ca", str(files.ca))
+    process = BBSProcess(tmp_path, "tls", certs=pki)
     try:
         yield process
     finally:
@@ -92,8 +90,10 @@ def bbs(pki: Path, tmp_path: Path) -> Iterator[BBSProcess]:
 def calls(pki: Path, bbs: BBSProcess) -> Iterator[dict[str | None, httpx.Client]]:
     """A keep-alive client per role (None: no certificate), trusting only the cluster CA."""
     clients: dict[str | None, httpx.Client] = {
-        role: httpx.Client(base_url=bbs.url, timeout=10,
-                           verify=client_context(TLSFiles.in_dir(pki, name) if name else None, ca=pki / "ca.pem"))
+        role: httpx.Client(
+            base_url=bbs.url, timeout=10,
+            verify=client_context(TLSFiles.in_dir(pki, name) if name else None, ca=pki / "ca.pem"),
+        )
         for role, name in {**CALLERS, None: None}.items()
     }
     try:
@@ -149,7 +149,8 @@ def test_every_route_refuses_a_caller_without_identity_and_every_role_outside_it
     for (method, template), rule in POLICY.rows.items():
         if rule.public:
             response = calls[None].get(template)
-            assert response.status_code == 200, f"{template} is public: {response.status_code} {response.text}"
+            assert response.status_code == 200, (
+                f"{template} is public: {response.status_code} {response.text}")
             continue
         response = send(calls[None], method, template)
         assert response.status_code == 401, f"{method} {template} without identity: {response.status_code}"
@@ -158,7 +159,8 @@ def test_every_route_refuses_a_caller_without_identity_and_every_role_outside_it
             if role in rule.roles:
                 continue
             response = send(calls[role], method, template)
-            assert response.status_code == 403, f"{method} {template} as {role}: {response.status_code} {response.text}"
+            assert response.status_code == 403, (
+                f"{method} {template} as {role}: {response.status_code} {response.text}")
             assert f"role {role}" in response.json()["detail"], response.text
     assert state(admin) == before, "a refused request wrote something"
     assert refused_count(admin, "no_identity") - no_identity_before == expected_401
@@ -198,8 +200,8 @@ def test_only_the_auctioneer_holds_a_lease_and_only_the_auctioneer_lease(
     body = {"owner": "mallory", "ttl_s": 300}
     for role in ("admin", "reader", "rep", "bbs"):
         for method, params in (("POST", None), ("DELETE", {"owner": "a", "token": 1})):
-            response = calls[role].request(method, "/v1/leases/auctioneer", json=body if method == "POST" else None,
-                                           params=params)
+            response = calls[role].request(method, "/v1/leases/auctioneer",
+                                           json=body if method == "POST" else None, params=params)
             assert response.status_code == 403, f"{method} lease as {role}: {response.status_code}"
     auctioneer = calls["auctioneer"]
     for name in ("convergence", "other"):
@@ -212,7 +214,8 @@ def test_only_the_auctioneer_holds_a_lease_and_only_the_auctioneer_lease(
         assert lease.status_code == 404 or lease.json()["owner"] != "mallory", lease.text
     held = auctioneer.post("/v1/leases/auctioneer", json={"owner": "a", "url": "https://a:1", "ttl_s": 30})
     assert held.status_code == 200 and held.json()["held"] is True, held.text
-    assert calls["rep"].get("/v1/leases/auctioneer").json()["owner"] == "a"  # a rep reads the auctioneer lease
+    # a rep reads the auctioneer lease
+    assert calls["rep"].get("/v1/leases/auctioneer").json()["owner"] == "a"
 
 
 def test_a_placement_failure_report_from_a_deposed_auctioneer_is_refused(
@@ -221,7 +224,8 @@ def test_a_placement_failure_report_from_a_deposed_auctioneer_is_refused(
     auctioneer, admin = calls["auctioneer"], calls["admin"]
     assert admin.post("/v1/tasks", json={"task_guid": "t1", "command": ["true"]}).status_code == 201
     first = auctioneer.post("/v1/leases/auctioneer", json={"owner": "a", "ttl_s": 30}).json()
-    assert auctioneer.delete("/v1/leases/auctioneer", params={"owner": "a", "token": first["token"]}).status_code == 204
+    released = auctioneer.delete("/v1/leases/auctioneer", params={"owner": "a", "token": first["token"]})
+    assert released.status_code == 204, released.text
     second = auctioneer.post("/v1/leases/auctioneer", json={"owner": "b", "ttl_s": 30}).json()
     assert (first["token"], second["token"]) == (1, 2)
     failure = {"tasks": [{"task_guid": "t1", "error": "insufficient resources"}]}
@@ -254,7 +258,8 @@ def test_bearer_tokens(bbs: BBSProcess, tmp_path: Path, calls: dict[str | None, 
     ops = admin.post("/v1/tokens", json={"role": "admin", "name": "ops"}).json()
     assert as_token(ops["token"], "GET", "/v1/tokens").status_code == 200
     assert as_token(ops["token"], "PUT", "/v1/cells", json={"cells": [presence("cell-1")]}).status_code == 403
-    assert as_token(ops["token"], "POST", "/v1/tokens/verify", json={"token": ops["token"]}).status_code == 403
+    verify = as_token(ops["token"], "POST", "/v1/tokens/verify", json={"token": ops["token"]})
+    assert verify.status_code == 403, verify.text
     for role in ("rep", "auctioneer", "bbs"):
         component = admin.post("/v1/tokens", json={"role": role})
         assert component.status_code == 422 and component.json()["detail"][0]["loc"] == ["body", "role"]
@@ -285,7 +290,8 @@ def test_bearer_tokens(bbs: BBSProcess, tmp_path: Path, calls: dict[str | None, 
     brief = admin.post("/v1/tokens", json={"role": "reader", "expires_in_s": 0.05}).json()
     deadline = time.monotonic() + 5
     while (response := as_token(brief["token"], "GET", "/v1/tasks")).status_code != 401:
-        assert time.monotonic() < deadline, f"expected the 0.05 s token refused within 5 s, saw {response.status_code}"
+        assert time.monotonic() < deadline, (
+            f"expected the 0.05 s token refused within 5 s, saw {response.status_code}")
     assert refused_count(admin, "bad_token") >= 3
 
 
@@ -296,5 +302,17 @@ async def test_the_components_token_verifier_asks_this_bbs(pki: Path, calls: dic
     async with httpx.AsyncClient(base_url=bbs.url, verify=client_context(files), timeout=10) as client:
         verify = bbs_token_verifier(client, cache_s=0.0)
         identity = await verify(token)
-        assert identity is not None and (identity.role, identity.name, identity.via) == ("admin", "ops", "token")
+        assert identity is not None
+        assert (identity.role, identity.name, identity.via) == ("admin", "ops", "token")
         assert await verify("vdt_unknown") is None
+        # A token made without a name is named by its id, here as in the BBS's own check (its 403s say so).
+        unnamed = calls["admin"].post("/v1/tokens", json={"role": "reader"}).json()
+        identity = await verify(unnamed["token"])
+        assert identity is not None and identity.name == f"token {unnamed['id']}", identity
+        denied = calls[None].post("/v1/tasks", headers={"authorization": f"Bearer {unnamed['token']}"})
+        assert f"role reader (token {unnamed['id']})" in denied.json()["detail"], denied.text
+    # A BBS refusing the component itself (no certificate: 401) says nothing about the token: not "invalid".
+    no_certificate = client_context(ca=pki / "ca.pem")
+    async with httpx.AsyncClient(base_url=bbs.url, verify=no_certificate, timeout=10) as client:
+        with pytest.raises(httpx.HTTPStatusError):
+            await bbs_token_verifier(client)(token)

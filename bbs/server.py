@@ -25,8 +25,9 @@ import uvicorn
 
 from common import runtime
 from common.auth import uvicorn_tls_options
+from common.config_check import serving_tls
 from common.procutil import write_ready_file
-from common.tls import INSECURE_WARNING, client_context, server_context
+from common.tls import INSECURE_WARNING, client_context
 
 from .api import create_app
 from .converger import Converger
@@ -151,14 +152,14 @@ class _Server(uvicorn.Server):
 async def serve(settings: BBSSettings) -> None:
     """Raises common.tls.CertError (InsecureRefused among them) before anything starts when the TLS
     settings cannot be served with."""
-    files = settings.serving_files(settings.listen)
-    tls = server_context(files) if files is not None else None
-    if files is None:
+    served = serving_tls(settings, settings.listen, "bbs")  # a certificate of the role bbs, or plain HTTP
+    tls = served.server if served is not None else None
+    if served is None:
         log.warning(INSECURE_WARNING, extra={"data": {"listen": settings.listen, "insecure": settings.insecure}})
     async with running_bbs(settings) as bbs:
         runtime.tune_gc()  # every actual LRP lives in memory: rarer cycle collections
         config = uvicorn.Config(
-            create_app(bbs, insecure=files is None),
+            create_app(bbs, insecure=served is None),
             host=settings.listen,
             port=settings.port,
             log_config=None,

@@ -55,6 +55,7 @@ from .records import (
     fresh_instances,
     new_epoch,
 )
+from .redact import masked_env
 from .restart_policy import RestartPolicy
 from .settings import BBSSettings
 from .store import Store, Tx
@@ -527,12 +528,13 @@ class BBS:
 
     async def _callback(self, url: str, task: TaskRecord) -> None:
         """POST the completed Task to its callback URL; once delivered, the task is resolved (deleted).
-        A failed delivery leaves it COMPLETED: convergence retries until it expires. A URL refused now (its
-        name resolves to a link-local or metadata address: common/urls.py) is not POSTed to at all."""
+        A failed delivery leaves it COMPLETED: convergence retries until it expires. The receiver gets the
+        outcome, not the task's secrets: env values masked, as in events. A URL refused now (its name
+        resolves to a link-local or metadata address: common/urls.py) is not POSTed to at all."""
         if (refusal := await resolved_refusal(url, self.settings.callback_allow)) is not None:
             log.warning("task callback refused", extra={"data": {"task_guid": task.task_guid, "reason": refusal}})
             return
-        if not await self.outbound.task_callback(url, task.to_wire()):
+        if not await self.outbound.task_callback(url, masked_env(task.to_wire())):
             return
         async with self.store.write() as tx:
             current = await tx.get_task(task.task_guid)

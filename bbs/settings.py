@@ -28,8 +28,9 @@ class BBSSettings(BaseSettings, TLSOptions, RequestLimitOptions, QuotaOptions):
     data_dir: Path = Path(".vendue")
     database_url: str | None = None  # default: sqlite+aiosqlite:///<data_dir>/bbs.db
     auctioneer_url: str = "http://127.0.0.1:8890"
-    # nats: auction requests, stops and cancels go over NATS, every event is also published on
-    # vendue.events.<type>, and heartbeats on vendue.cells.heartbeat count as presence PUTs.
+    # nats: auction requests, stops and cancels go over NATS, and every event is also published on
+    # vendue.events.<type>; the reps' heartbeats and lifecycle reports stay HTTP (PUT /v1/cells,
+    # POST /v1/lifecycle).
     transport: Transport = "http"
     nats_url: str = "nats://127.0.0.1:4222"  # may carry credentials: nats://user:pass@host:port
     nats_token: str | None = None

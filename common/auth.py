@@ -23,21 +23,23 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from fastapi import HTTPException, Request
+from prometheus_client import CollectorRegistry, Counter
 from starlette.routing import Match, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from .models import TOKEN_ROLES, TokenIdentity
 from .tls import Identity, identity_from_der
 
 log = logging.getLogger("auth")
 
 PUBLIC: frozenset[str] = frozenset({"*public*"})
-TOKEN_ROLES = ("admin", "reader")  # a bearer token never stands for a component
 INSECURE = Identity("admin", "insecure", via="insecure")
 TLS_SCOPE_KEY = "vendue.client_cert_der"
 
@@ -103,7 +105,7 @@ class Policy:
         """Routes of an app without a row (a test per service asserts there are none)."""
         out = []
         for route in routes:
-            if isinstance(route, Route) and route.include_in_schema is not None:
+            if isinstance(route, Route):  # the docs pages too: a route hidden from the schema is still served
                 for method in sorted(route.methods or ()):
                     if method != "HEAD" and self.rule(method, route.path) is None:
                         out.append((method, route.path))
@@ -188,13 +190,13 @@ class AuthMiddleware:
             return None
         identity = await self._identity(scope)
         if identity is None:
-            raise Refusal(401, "authentication required: a client certificate from the cluster CA or a bearer "
-                               "token", "no_identity")
+            raise Refusal(401, "authentication required: a client certificate from the cluster CA or a "
+                               "bearer token", "no_identity")
         if template is None:  # no such route: the app answers 404 to anyone who may ask at all
             return identity
         if row is None:
-            raise Refusal(403, f"{method} {template} has no row in the authorization table: refused for everyone",
-                          "no_rule")
+            raise Refusal(403, f"{method} {template} has no row in the authorization table: refused for "
+                               "everyone", "no_rule")
         if identity.role not in row.roles:
             allowed = ", ".join(sorted(row.roles)) or "nobody"
             why = f" ({row.why})" if row.why else ""
@@ -205,15 +207,17 @@ class AuthMiddleware:
     async def _identity(self, scope: Scope) -> Identity | None:
         token = _bearer(scope)
         if token is not None:
+            if not token:  # another scheme (Basic ...): no token to ask anyone about
+                raise Refusal(401, "the Authorization header holds no bearer token", "bad_token")
             if self.verify_token is None:
                 raise Refusal(401, "bearer tokens are not accepted here", "bad_token")
             try:
                 identity = await self.verify_token(token)
-            except Exception as exc:  # noqa: BLE001 - the verifier (the BBS) is unreachable: not authenticated
+            except Exception as exc:  # noqa: BLE001 - the verifier (the BBS) did not say: not authenticated
                 log.warning("token verification failed", extra={"data": {"error": repr(exc)}})
-                raise Refusal(401, "the bearer token could not be checked (the BBS did not answer)",
-                              "token_unverified") from None
-            if identity is None or identity.role not in TOKEN_ROLES:
+                raise Refusal(401, "the bearer token could not be checked (the BBS did not say whom it "
+                                   "stands for)", "token_unverified") from None
+            if identity is None or identity.role not in TOKEN_ROLES:  # a token never stands for a component
                 raise Refusal(401, "invalid, expired or revoked bearer token", "bad_token")
             return identity
         der = scope.get(TLS_SCOPE_KEY)
@@ -286,12 +290,18 @@ def add_auth(app: Any, policy: Policy, **options: Any) -> None:
     app.add_middleware(AuthMiddleware, policy=policy, routes=lambda: app.router.routes, **options)
 
 
-def bbs_token_verifier(client: Any, *, cache_s: float = 1.0) -> VerifyToken:
-    """`client`: an httpx.AsyncClient based on the BBS URL. For the auctioneer and the reps: ask the BBS (`POST /v1/tokens/verify`, with the component's own
-    certificate) whom a bearer token stands for. An answer is kept `cache_s` so a burst of requests with
-    one token costs one check; a revoked token is refused everywhere within that."""
-    import time
+def token_identity(role: str, name: str, token_id: str) -> Identity:
+    """Whom a bearer token stands for, the same on every service: its role, and its name (a token made
+    without one: its id, so a log line still says which)."""
+    return Identity(role, name or f"token {token_id}", via="token")
 
+
+def bbs_token_verifier(client: Any, *, cache_s: float = 1.0) -> VerifyToken:
+    """For the auctioneer and the reps: ask the BBS whom a bearer token stands for (`POST /v1/tokens/verify`;
+    `client`: an httpx.AsyncClient based on the BBS URL, presenting the component's own certificate). An
+    answer is kept `cache_s` so a burst of requests with one token costs one check; a revoked token is
+    refused everywhere within that. Only a 404 says the token is not valid: any other failure (the BBS
+    unreachable, or refusing this component) raises, and the request is refused as unverified."""
     cache: dict[str, tuple[float, Identity | None]] = {}
 
     async def verify(token: str) -> Identity | None:
@@ -300,15 +310,23 @@ def bbs_token_verifier(client: Any, *, cache_s: float = 1.0) -> VerifyToken:
         if hit is not None and hit[0] > now:
             return hit[1]
         response = await client.post("/v1/tokens/verify", json={"token": token})
-        if response.status_code in (401, 404):
+        if response.status_code == 404:
             identity = None
         else:
             response.raise_for_status()
-            body = response.json()
-            identity = Identity(str(body["role"]), str(body["name"]), via="token")
+            found = TokenIdentity.model_validate_json(response.content)
+            identity = token_identity(found.role, found.name, found.id)
         if len(cache) > 1024:
             cache.clear()
         cache[token] = (now + cache_s, identity)
         return identity
 
     return verify
+
+
+def refusal_counter(registry: CollectorRegistry) -> Callable[[str], None]:
+    """An `on_refused` for `add_auth`: `vendue_refused_requests_total{reason}` in `registry`, the series
+    every service exports under the same name (docs/security.md)."""
+    refused = Counter("vendue_refused_requests", "Requests refused by authentication or authorization "
+                      "(401/403), by reason", ["reason"], registry=registry)
+    return lambda reason: refused.labels(reason).inc()

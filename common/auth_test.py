@@ -18,6 +18,7 @@ from common.auth import Policy, add_auth, public, require_cells, rule, uvicorn_t
 from common.tls import Identity, TLSFiles, client_context, init_ca, issue, server_context
 
 TOKENS = {"good-admin": Identity("admin", "ops", via="token"), "rep-token": Identity("rep", "x", via="token")}
+ASKED: list[str] = []  # every token the app's verifier was asked about
 
 
 def make_app(refused: list[str]) -> FastAPI:
@@ -45,6 +46,7 @@ def make_app(refused: list[str]) -> FastAPI:
         return {}
 
     async def verify(token: str) -> Identity | None:
+        ASKED.append(token)
         return TOKENS.get(token)
 
     policy = Policy({
@@ -82,13 +84,16 @@ async def serving(pki: Path, refused: list[str]) -> AsyncIterator[str]:
     server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
     task = asyncio.create_task(server.serve(sockets=[sock]))
     try:
-        async with asyncio.timeout(10):
-            while not server.started:
-                await asyncio.sleep(0.01)
+        deadline = asyncio.get_running_loop().time() + 10
+        while not server.started:
+            assert not task.done(), f"expected uvicorn to start; it ended: {task}"
+            assert asyncio.get_running_loop().time() < deadline, "expected uvicorn to start within 10 s"
+            await asyncio.sleep(0.01)
         yield f"https://127.0.0.1:{port}"
     finally:
         server.should_exit = True
         await asyncio.wait_for(task, 10)
+        sock.close()
 
 
 def client(pki: Path, name: str | None, url: str, token: str | None = None) -> httpx.AsyncClient:
@@ -97,7 +102,9 @@ def client(pki: Path, name: str | None, url: str, token: str | None = None) -> h
     return httpx.AsyncClient(base_url=url, verify=client_context(files, ca=pki / "ca.pem"), headers=headers)
 
 
-async def status(pki: Path, url: str, name: str | None, method: str, path: str, token: str | None = None) -> int:
+async def status(
+    pki: Path, url: str, name: str | None, method: str, path: str, token: str | None = None
+) -> int:
     async with client(pki, name, url, token) as c:
         return (await c.request(method, path)).status_code
 
@@ -124,11 +131,24 @@ async def test_roles_tokens_and_refusals(pki: Path) -> None:
 
 async def test_a_certificate_from_another_ca_fails_the_handshake(pki: Path) -> None:
     async with serving(pki, []) as url:
-        foreign = client_context(TLSFiles.in_dir(pki / "other", "admin"), ca=pki / "ca.pem")
-        foreign.load_verify_locations(str(pki / "ca.pem"))
+        foreign = client_context(ca=pki / "ca.pem")  # trusts the server; presents another CA's admin
+        foreign.load_cert_chain(pki / "other" / "admin.pem", pki / "other" / "admin-key.pem")
         async with httpx.AsyncClient(base_url=url, verify=foreign) as c:
             with pytest.raises((httpx.ConnectError, httpx.ReadError, ssl.SSLError)):
                 await c.get("/things")
+
+
+async def test_an_authorization_header_of_another_scheme_is_refused_without_asking_the_verifier(
+    pki: Path,
+) -> None:
+    refused: list[str] = []
+    ASKED.clear()
+    async with serving(pki, refused) as url, client(pki, None, url) as c:
+        for header in ("Basic YWRtaW46cHc=", "Bearer", "good-admin"):
+            response = await c.get("/things", headers={"authorization": header})
+            assert response.status_code == 401, f"{header!r}: {response.status_code} {response.text}"
+            assert "no bearer token" in response.json()["detail"], response.text
+    assert ASKED == [] and refused == ["bad_token"] * 3
 
 
 def test_policy_lists_routes_without_a_row() -> None:

@@ -1,6 +1,8 @@
-"""The shared `--check-config` checks: URLs, NATS server lists, hosts, log levels."""
+"""The shared `--check-config` checks: URLs, NATS server lists, hosts, log levels, a component's TLS files."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 
@@ -9,9 +11,12 @@ from common.config_check import (
     host_problem,
     log_level_problem,
     nats_url_problem,
+    serving_tls,
+    tls_problem,
     url_list_problem,
     url_problem,
 )
+from common.tls import TLSOptions, init_ca, issue
 
 
 @pytest.mark.parametrize("url", ["http://bbs-1:8889", "https://bbs.example.com", "http://[::1]:8889/"])
@@ -52,3 +57,52 @@ def test_log_levels_and_first_problem() -> None:
     assert first_problem(None, log_level_problem("loud"), "later") == (
         "log_level: not one of debug, info, warning, error, critical"
     )
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    d = tmp_path_factory.mktemp("pki")
+    init_ca(d)
+    issue(d, role="rep", name="rep-a", cells=["cell-1"])
+    issue(d, role="auctioneer", name="auctioneer")
+    (d / "garbage.pem").write_text("not a certificate\n")
+    return d
+
+
+def tls(pki: Path, cert: str | None = "rep-a", key: str | None = "rep-a", ca: str | None = "ca") -> TLSOptions:
+    """The TLS settings for files in `pki` by name (None: not given)."""
+    paths = {"tls_cert": cert and f"{cert}.pem", "tls_key": key and f"{key}-key.pem", "tls_ca": ca and f"{ca}.pem"}
+    return TLSOptions(**{setting: pki / name for setting, name in paths.items() if name})
+
+
+def test_a_certificate_of_the_role_serves_on_any_address_with_both_contexts(pki: Path) -> None:
+    served = serving_tls(tls(pki), "0.0.0.0", "rep")
+    assert served is not None and (served.identity.role, served.identity.name) == ("rep", "rep-a")
+    assert served.identity.speaks_for("cell-1") and served.files.cert == pki / "rep-a.pem"
+    assert served.server is not served.client
+
+
+def test_plain_http_only_on_loopback_or_insecure(pki: Path) -> None:
+    assert serving_tls(TLSOptions(), "127.0.0.1", "rep") is None
+    assert serving_tls(TLSOptions(insecure=True), "0.0.0.0", "rep") is None
+    assert serving_tls(tls(pki, ca="garbage").model_copy(update={"insecure": True}), "0.0.0.0", "rep") is None
+
+
+@pytest.mark.parametrize(
+    ("files", "problem"),
+    [
+        ((None, None, None), "tls_cert: refusing to serve plain HTTP on 0.0.0.0"),
+        (("rep-a", None, None), "tls_key: --tls-cert, --tls-key and --tls-ca go together"),
+        (("missing", "rep-a", "ca"), "tls_cert: no such file"),
+        (("auctioneer", "auctioneer", "ca"), "tls_cert: "),
+        (("rep-a", "auctioneer", "ca"), "tls_cert: cannot load"),
+        (("garbage", "rep-a", "ca"), "tls_cert: cannot load"),
+        (("rep-a", "rep-a", "garbage"), "tls_ca: cannot load"),
+    ],
+)
+def test_each_tls_problem_names_its_setting(pki: Path, files: tuple[str | None, ...], problem: str) -> None:
+    found = tls_problem(tls(pki, *files), "0.0.0.0", "rep")
+    assert found is not None and found.startswith(problem), found
+    assert "\n" not in found
+    if files[0] == "auctioneer":
+        assert "states role 'auctioneer'" in found and "the rep needs one issued with --role rep" in found

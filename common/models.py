@@ -39,10 +39,11 @@ BBS (`vendue bbs`, default http://127.0.0.1:8889)
   DELETE /v1/tokens/{token_id}                          -> 204 (revoked; 404 if unknown)
   POST   /v1/tokens/verify           TokenVerify        -> TokenIdentity (404: unknown, expired or revoked)
 
-Auctioneer (`vendue auctioneer`, default http://127.0.0.1:8890)
+Auctioneer (`vendue auctioneer`, default http://127.0.0.1:8890; HTTPS and its table as the BBS)
   POST   /v1/lrps    [LRPStartRequest]   -> 202 {"accepted": n}
   POST   /v1/tasks   [TaskStartRequest]  -> 202 {"accepted": n}
-  GET    /ping -> {"ok": true}, GET /metrics
+  GET    /ping -> {"ok": true, "insecure": bool} (over NATS also "ready"; 503 while NATS is down),
+  GET    /livez, /readyz (503 {"ready": false, "reason"}), GET /metrics
   GET    /v1/stats -> {auctions, lrps_placed, lrps_failed, tasks_placed, tasks_failed,
                        requests_made: {bbs, rep_state, rep_work}, last_state_fetch_seconds,
                        last_auction_seconds, leader, fencing_token, stale_token_refusals,
@@ -71,7 +72,7 @@ from __future__ import annotations
 from datetime import datetime
 from enum import StrEnum
 from functools import lru_cache
-from typing import Annotated, Literal
+from typing import Annotated, Literal, get_args
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -456,7 +457,8 @@ class CellState(Open):
     host: HostMetricsModel | None = None
     insecure: bool = False  # its rep serves plain HTTP with authorization off
     fencing_token: int = 0  # the highest auctioneer fencing token this rep has seen
-    accepted_fencing_tokens: list[int] = Field(default_factory=list)  # debug: tokens it took work under, in order
+    # debug: the tokens it took work under, in order
+    accepted_fencing_tokens: list[int] = Field(default_factory=list)
     # What the service strategy places against (optional; a rep that offers none leaves them empty).
     volumes: list[CellVolume] = Field(default_factory=list)
     ingress_ips: list[str] = Field(default_factory=list)  # free ingress IPs
@@ -705,13 +707,14 @@ class Lease(Open):
 
 # --- bearer tokens (people and scripts; components use their certificates) ----------------------------
 
-TOKEN_ROLES = ("admin", "reader")
+TokenRole = Literal["admin", "reader"]  # a bearer token never stands for a component
+TOKEN_ROLES: tuple[str, ...] = get_args(TokenRole)
 
 
 class TokenCreate(Strict):
     """`POST /v1/tokens` (admin): a new bearer token for a person or a script."""
 
-    role: Literal["admin", "reader"]
+    role: TokenRole
     # Who it is for, shown in lists and logs.
     name: Annotated[str, Field(max_length=MAX_NAME_CHARS), AfterValidator(_no_nul)] = ""
     expires_in_s: float | None = Field(default=None, gt=0, le=10 * 365 * 86400)  # None: never expires

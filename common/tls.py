@@ -83,7 +83,7 @@ def write_private(path: Path, pem: bytes) -> None:
 def init_ca(directory: Path, *, common_name: str = "vendue cluster CA", days: int = CA_DAYS) -> Path:
     """Write a new cluster CA (`ca.pem`, `ca-key.pem`) into `directory`; refuses to overwrite one."""
     from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives import hashes
     from cryptography.hazmat.primitives.asymmetric import ec
     from cryptography.x509.oid import NameOID
 
@@ -107,21 +107,11 @@ def init_ca(directory: Path, *, common_name: str = "vendue cluster CA", days: in
         .not_valid_before(now - dt.timedelta(minutes=5))  # a little slack for clocks that differ
         .not_valid_after(now + dt.timedelta(days=days))
         .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True, key_cert_sign=True, crl_sign=True, content_commitment=False,
-                key_encipherment=False, data_encipherment=False, key_agreement=False, encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
-        )
+        .add_extension(_key_usage(key_cert_sign=True, crl_sign=True), critical=True)
         .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
         .sign(key, hashes.SHA256())
     )
-    write_private(key_path, key.private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-    ))
-    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    _write_pair(cert_path, key_path, cert, key)
     return cert_path
 
 
@@ -142,7 +132,7 @@ def issue(
     refuses it as a client certificate, so whoever holds it cannot call anything as its role. For a
     server that is no identity of ours (the NATS server, common/transport/nats_server.py)."""
     from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives import hashes
     from cryptography.hazmat.primitives.asymmetric import ec
     from cryptography.x509.oid import ExtendedKeyUsageOID
 
@@ -157,7 +147,9 @@ def issue(
     ca_cert, ca_key = _load_ca(directory)
     key = ec.generate_private_key(ec.SECP256R1())
     subject = subject_name(role, name)
-    alt_names: list[x509.GeneralName] = [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
+    alt_names: list[x509.GeneralName] = [
+        x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
+    ]
     for san in sans:
         try:
             alt_names.append(x509.IPAddress(ipaddress.ip_address(san)))
@@ -175,14 +167,7 @@ def issue(
         .not_valid_before(now - dt.timedelta(minutes=5))
         .not_valid_after(min(now + dt.timedelta(days=days), ca_cert.not_valid_after_utc))
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True, key_encipherment=False, key_cert_sign=False, crl_sign=False,
-                content_commitment=False, data_encipherment=False, key_agreement=True, encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
-        )
+        .add_extension(_key_usage(key_agreement=True), critical=True)
         .add_extension(
             x509.ExtendedKeyUsage(
                 [ExtendedKeyUsageOID.SERVER_AUTH] + ([ExtendedKeyUsageOID.CLIENT_AUTH] if client_auth else [])
@@ -191,16 +176,36 @@ def issue(
         )
         .add_extension(x509.SubjectAlternativeName(alt_names), critical=False)
         .add_extension(
-            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False  # type: ignore[arg-type]
+            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()),  # type: ignore[arg-type]
+            critical=False,
         )
         .sign(ca_key, hashes.SHA256())  # type: ignore[arg-type]
     )
     cert_path, key_path = _paths(directory, name)
+    _write_pair(cert_path, key_path, cert, key)
+    return cert_path, key_path
+
+
+def _key_usage(*, key_cert_sign: bool = False, crl_sign: bool = False, key_agreement: bool = False):
+    """x509.KeyUsage: digital signatures, and what else the certificate is for (a CA signs certificates
+    and CRLs; a leaf agrees keys)."""
+    from cryptography import x509
+
+    return x509.KeyUsage(
+        digital_signature=True, key_cert_sign=key_cert_sign, crl_sign=crl_sign, key_agreement=key_agreement,
+        content_commitment=False, key_encipherment=False, data_encipherment=False, encipher_only=False,
+        decipher_only=False,
+    )
+
+
+def _write_pair(cert_path: Path, key_path: Path, cert, key) -> None:  # (Certificate, PrivateKey)
+    """The key first (0600, PKCS#8, unencrypted: components start unattended), then the certificate."""
+    from cryptography.hazmat.primitives import serialization
+
     write_private(key_path, key.private_bytes(
         serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
     ))
     cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    return cert_path, key_path
 
 
 def subject_name(role: str, name: str):  # -> x509.Name
@@ -224,7 +229,9 @@ def _load_ca(directory: Path):  # -> (Certificate, PrivateKey)
         cert = x509.load_pem_x509_certificate((directory / CA_CERT).read_bytes())
         key = serialization.load_pem_private_key((directory / CA_KEY).read_bytes(), password=None)
     except FileNotFoundError as exc:
-        raise CertError(f"{directory}: no CA there ({exc.filename}); run `vendue certs init {directory}`") from None
+        raise CertError(
+            f"{directory}: no CA there ({exc.filename}); run `vendue certs init {directory}`"
+        ) from None
     except ValueError as exc:
         raise CertError(f"{directory}: the CA cannot be read: {exc}") from None
     return cert, key
@@ -297,7 +304,8 @@ class TLSFiles:
         if not given:
             return None
         if len(given) != 3:
-            missing = [flag for flag, p in (("tls_cert", cert), ("tls_key", key), ("tls_ca", ca)) if p is None]
+            missing = [flag for flag, p in (("tls_cert", cert), ("tls_key", key), ("tls_ca", ca))
+                       if p is None]
             raise CertError(f"{missing[0]}: --tls-cert, --tls-key and --tls-ca go together")
         for flag, path in (("tls_cert", cert), ("tls_key", key), ("tls_ca", ca)):
             if not Path(path).is_file():  # type: ignore[arg-type]
@@ -318,10 +326,7 @@ def server_context(files: TLSFiles) -> ssl.SSLContext:
     a bearer token and no certificate finishes the handshake; one with a certificate the CA did not sign
     does not)."""
     context = _harden(ssl.create_default_context(ssl.Purpose.CLIENT_AUTH, cafile=str(files.ca)))
-    try:
-        context.load_cert_chain(str(files.cert), str(files.key))
-    except (ssl.SSLError, OSError) as exc:
-        raise CertError(f"tls_cert: cannot load {files.cert} with {files.key}: {exc}") from None
+    _load_own(context, files)
     context.verify_mode = ssl.CERT_OPTIONAL
     return context
 
@@ -329,13 +334,20 @@ def server_context(files: TLSFiles) -> ssl.SSLContext:
 def client_context(files: TLSFiles | None = None, *, ca: Path | None = None) -> ssl.SSLContext:
     """Trust only the cluster CA, and present our certificate (when given: a person with a token has none)."""
     cafile = files.ca if files is not None else ca
-    context = _harden(ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=str(cafile) if cafile else None))
+    context = _harden(
+        ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=str(cafile) if cafile else None)
+    )
     if files is not None:
-        try:
-            context.load_cert_chain(str(files.cert), str(files.key))
-        except (ssl.SSLError, OSError) as exc:
-            raise CertError(f"tls_cert: cannot load {files.cert} with {files.key}: {exc}") from None
+        _load_own(context, files)
     return context
+
+
+def _load_own(context: ssl.SSLContext, files: TLSFiles) -> None:
+    """The certificate and key this side presents; CertError (naming tls_cert) when they do not load."""
+    try:
+        context.load_cert_chain(str(files.cert), str(files.key))
+    except (ssl.SSLError, OSError) as exc:
+        raise CertError(f"tls_cert: cannot load {files.cert} with {files.key}: {exc}") from None
 
 
 def is_loopback(host: str) -> bool:

@@ -17,7 +17,14 @@ import typer
 from pydantic import ValidationError
 
 from .cli import app
-from .limit_flags import MAX_BODY_BYTES, MAX_BULK_BODY_BYTES, MAX_CONCURRENT_REQUESTS, REQUEST_TIMEOUT
+from .component_flags import INSECURE_FLAG, TLS_CA_FLAG, TLS_KEY_FLAG, tls_cert_flag, tls_settings
+from .limit_flags import (
+    MAX_BODY_BYTES,
+    MAX_BULK_BODY_BYTES,
+    MAX_CONCURRENT_REQUESTS,
+    REQUEST_TIMEOUT,
+    limit_settings,
+)
 
 USAGE_ERROR = 2
 
@@ -59,15 +66,10 @@ def auctioneer(
         None, "--advertise-url", help="Where the other auctioneers and the BBS reach this one while it leads "
         "[VENDUE_ADVERTISE_URL; the URL it listens on].",
     ),
-    tls_cert: Path | None = typer.Option(
-        None, "--tls-cert", help="This auctioneer's certificate (vendue certs issue --role auctioneer) "
-        "[VENDUE_TLS_CERT].",
-    ),
-    tls_key: Path | None = typer.Option(None, "--tls-key", help="Its private key [VENDUE_TLS_KEY]."),
-    tls_ca: Path | None = typer.Option(None, "--tls-ca", help="The cluster CA certificate [VENDUE_TLS_CA]."),
-    insecure: bool = typer.Option(
-        False, "--insecure", help="Plain HTTP, authorization off, on any address [VENDUE_INSECURE]."
-    ),
+    tls_cert: Path | None = tls_cert_flag("auctioneer"),
+    tls_key: Path | None = TLS_KEY_FLAG,
+    tls_ca: Path | None = TLS_CA_FLAG,
+    insecure: bool = INSECURE_FLAG,
     max_body_bytes: int | None = MAX_BODY_BYTES,
     max_bulk_body_bytes: int | None = MAX_BULK_BODY_BYTES,
     request_timeout: float | None = REQUEST_TIMEOUT,
@@ -79,9 +81,9 @@ def auctioneer(
     """Run the auctioneer: batch start requests, auction them over the cells, send work to the reps."""
     from auctioneer.engine.strategies import pickers
     from auctioneer.service.app import create_app
-    from auctioneer.service.config_check import serving_context
     from auctioneer.service.server import bind, run, url_of
     from auctioneer.service.settings import AuctioneerSettings
+    from common.config_check import serving_tls
     from common.failover import split_urls
     from common.logging import setup_logging
     from common.tls import CertError
@@ -91,9 +93,8 @@ def auctioneer(
         "cell_state_timeout": cell_state_timeout, "work_timeout": work_timeout, "max_attempts": max_attempts,
         "max_inflight_starts": max_inflight_starts, "ready_file": ready_file, "log_level": log_level,
         "transport": transport, "nats_url": nats_url, "lease_ttl": lease_ttl, "advertise_url": advertise_url,
-        "tls_cert": tls_cert, "tls_key": tls_key, "tls_ca": tls_ca, "insecure": insecure or None,
-        "max_body_bytes": max_body_bytes, "max_bulk_body_bytes": max_bulk_body_bytes,
-        "request_timeout": request_timeout, "max_concurrent_requests": max_concurrent_requests,
+        **tls_settings(tls_cert, tls_key, tls_ca, insecure),
+        **limit_settings(max_body_bytes, max_bulk_body_bytes, request_timeout, max_concurrent_requests),
     }
     try:
         settings = AuctioneerSettings(**{k: v for k, v in flags.items() if v is not None})
@@ -119,9 +120,10 @@ def auctioneer(
     except ValueError as exc:
         raise _fail(f"bbs_url: {exc}") from None
     try:
-        ssl_context = serving_context(settings)  # built once: every connection shares it
+        tls = serving_tls(settings, settings.listen, "auctioneer")  # built once: every connection shares it
     except CertError as exc:
         raise _fail(str(exc)) from None
+    ssl_context = tls.server if tls is not None else None
     log = setup_logging("auctioneer", settings.log_level)
     try:
         sock = bind(settings.listen, settings.port)

@@ -178,7 +178,7 @@ class BBSClient:
                  transport: httpx.BaseTransport | None = None, auth: ClientAuth | None = None) -> None:
         """`base_url` may list several BBS replicas, comma-separated: each request goes to the one that
         answers (common/failover.py). `base_url` is then what the messages name: all of them. `auth`: the
-        certificate or token every request carries (also those to the reps, `cell_state`)."""
+        certificate or token every request carries (also those to the reps, `cell_states`)."""
         urls = split_urls(base_url)
         self.base_url = ", ".join(urls)
         auth = auth or ClientAuth()
@@ -268,16 +268,18 @@ class BBSClient:
     def cells(self) -> list[CellPresence]:
         return self._items("/v1/cells", CellPresence)
 
-    def cell_state(self, rep_url: str, cell_id: str, timeout: float = 2.0) -> CellState | None:
-        """One cell's full state, from its rep process (GET {rep_url}/state naming the cell, with this
-        client's certificate or token); None when it does not answer with one."""
+    def cell_states(self, rep_url: str, cell_ids: Sequence[str] = (), timeout: float = 2.0) -> dict[str, CellState]:
+        """The full states of the cells a rep process hosts (GET {rep_url}/state, with this client's
+        certificate or token), by cell id: those named, or every one (one request however many it hosts);
+        empty when it does not answer with them."""
+        params = {"lrps": "full", **({"cells": ",".join(cell_ids)} if cell_ids else {})}
         try:
-            response = self._http.get(f"{rep_url}/state", params={"lrps": "full", "cells": cell_id}, timeout=timeout)
+            response = self._http.get(f"{rep_url}/state", params=params, timeout=timeout)
             response.raise_for_status()
             states = HostCellStates.model_validate_json(response.content).cells
         except (httpx.HTTPError, ValidationError, ValueError):
-            return None
-        return next((s for s in states if s.cell_id == cell_id), None)
+            return {}
+        return {state.cell_id: state for state in states}
 
     def create_token(self, request: TokenCreate) -> TokenCreated:
         """A new bearer token (admin); its secret is in the answer and nowhere else."""

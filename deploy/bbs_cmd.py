@@ -14,6 +14,7 @@ import typer
 from common import runtime
 
 from .cli import app
+from .component_flags import INSECURE_FLAG, TLS_CA_FLAG, TLS_KEY_FLAG, tls_cert_flag, tls_settings
 from .limit_flags import MAX_BODY_BYTES, MAX_BULK_BODY_BYTES, MAX_CONCURRENT_REQUESTS, REQUEST_TIMEOUT
 
 bbs_app = typer.Typer(
@@ -97,19 +98,15 @@ def bbs(
         False, "--check-config", help="Validate the settings and exit: 0, or 2 and the setting at fault."
     ),
     transport: str | None = typer.Option(
-        None, "--transport", help="http or nats: auction requests, stops, events and heartbeats [VENDUE_TRANSPORT]."
+        None, "--transport", help="http or nats: auction requests, stops and cancels, events [VENDUE_TRANSPORT]."
     ),
     nats_url: str | None = typer.Option(
         None, "--nats-url", help="NATS server(s), credentials allowed [VENDUE_NATS_URL]; token: VENDUE_NATS_TOKEN."
     ),
-    tls_cert: Path | None = typer.Option(
-        None, "--tls-cert", help="The BBS's certificate (vendue certs issue --role bbs) [VENDUE_TLS_CERT]."
-    ),
-    tls_key: Path | None = typer.Option(None, "--tls-key", help="Its private key [VENDUE_TLS_KEY]."),
-    tls_ca: Path | None = typer.Option(None, "--tls-ca", help="The cluster CA's ca.pem [VENDUE_TLS_CA]."),
-    insecure: bool = typer.Option(
-        False, "--insecure", help="Plain HTTP, authorization off: anyone who reaches it controls it [VENDUE_INSECURE]."
-    ),
+    tls_cert: Path | None = tls_cert_flag("bbs"),
+    tls_key: Path | None = TLS_KEY_FLAG,
+    tls_ca: Path | None = TLS_CA_FLAG,
+    insecure: bool = INSECURE_FLAG,
     max_body_bytes: int | None = MAX_BODY_BYTES,
     max_bulk_body_bytes: int | None = MAX_BULK_BODY_BYTES,
     request_timeout: float | None = REQUEST_TIMEOUT,
@@ -129,9 +126,10 @@ def bbs(
     ),
 ) -> None:
     """Serve the BBS (HTTP API, event stream, convergence loop) until SIGTERM or SIGINT."""
-    flags = {k: v for k, v in locals().items() if k not in ("ctx", "check_config", "insecure")}
+    tls = tls_settings(tls_cert, tls_key, tls_ca, insecure)
+    flags = {k: v for k, v in locals().items() if k not in ("ctx", "check_config", "tls", *tls)}
     flags["callback_allow"] = callback_allow or None
-    settings = _settings(**flags, insecure=insecure or None)  # no --insecure: VENDUE_INSECURE decides
+    settings = _settings(**flags, **tls)
     ctx.obj = settings
     if check_config:
         from bbs.config_check import config_problem

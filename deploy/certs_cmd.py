@@ -14,7 +14,7 @@ from typing import Annotated, NoReturn
 import typer
 
 from common.config_check import host_problem
-from common.tls import CA_CERT, ROLES, CertError, TLSFiles, init_ca, issue
+from common.tls import CA_CERT, CA_KEY, ROLES, CertError, TLSFiles, init_ca, issue
 
 from .cli import app
 
@@ -38,10 +38,11 @@ def certs_init(
         cert = init_ca(directory)
     except (CertError, OSError) as exc:
         _fail(str(exc))
+    key = cert.with_name(CA_KEY)
     if json_out:
-        typer.echo(json.dumps({"ca": str(cert), "ca_key": str(cert.with_name("ca-key.pem"))}))
+        typer.echo(json.dumps({"ca": str(cert), "ca_key": str(key)}))
     else:
-        typer.echo(f"CA written: {cert} (key {cert.with_name('ca-key.pem')}, mode 0600)")
+        typer.echo(f"CA written: {cert} (key {key}, mode 0600)")
 
 
 @certs.command("issue")

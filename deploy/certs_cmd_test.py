@@ -106,3 +106,12 @@ def test_nats_config_refuses_a_directory_without_client_certificates_or_ca(tmp_p
 
 def test_issue_refuses_a_rep_without_cells(pki: Path) -> None:
     assert one_error(vendue("certs", "issue", pki, "--role", "rep", "--name", "rep-x")).startswith("error: cell: ")
+
+
+def test_init_writes_the_ca_and_its_private_key_once(tmp_path: Path) -> None:
+    result = vendue("certs", "init", tmp_path / "pki", "--json")
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.stdout)
+    assert out == {"ca": str(tmp_path / "pki" / "ca.pem"), "ca_key": str(tmp_path / "pki" / "ca-key.pem")}
+    assert stat.S_IMODE(Path(out["ca_key"]).stat().st_mode) == 0o600
+    assert "a CA is already there" in one_error(vendue("certs", "init", tmp_path / "pki"))

@@ -1,5 +1,5 @@
-"""`vendue auctioneer --check-config` and `vendue rep --check-config`: 0 and `config ok`, or 2 and one
-line naming the setting at fault; nothing is started, bound or created either way."""
+"""`vendue auctioneer|rep|bbs --check-config`: 0 and `config ok`, or 2 and one line naming the setting at
+fault; nothing is started, bound or created either way."""
 
 from __future__ import annotations
 
@@ -67,12 +67,17 @@ def runner() -> CliRunner:
             2,
             "error: nats_url: not a valid URL",
         ),
+        # No --insecure flag: the environment's VENDUE_INSECURE decides, for every component.
+        (["auctioneer", "--check-config", "--listen", "0.0.0.0"], {"VENDUE_INSECURE": "1"}, 0, "config ok"),
+        (["rep", "--check-config", "--listen", "0.0.0.0"], {"VENDUE_INSECURE": "1"}, 0, "config ok"),
+        (["bbs", "--check-config", "--listen", "0.0.0.0"], {"VENDUE_INSECURE": "1"}, 0, "config ok"),
+        (["rep", "--check-config", "--listen", "0.0.0.0"], {"VENDUE_INSECURE": "0"}, 2, "error: tls_cert: refusing"),
     ],
 )
 def test_check_config(
     runner: CliRunner, tmp_path: Path, args: list[str], env: dict[str, str], code: int, output: str
 ) -> None:
-    argv = [*args, "--data-dir", str(tmp_path)] if args[0] == "rep" else args
+    argv = [*args, "--data-dir", str(tmp_path)] if args[0] in ("rep", "bbs") else args
     result = runner.invoke(app, argv, env=env)
     assert result.exit_code == code, result.output
     assert result.output.startswith(output), result.output

@@ -19,17 +19,19 @@ is reported the same way.
 from __future__ import annotations
 
 import contextlib
+import functools
+import inspect
 import json
 import sys
 import time
 import uuid
 from collections import Counter, defaultdict
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import Annotated, Any, NoReturn, get_type_hints
 
 import typer
 from pydantic import BaseModel, ValidationError
@@ -130,17 +132,43 @@ TlsCa = Annotated[Path | None, typer.Option(
     help="The cluster CA (alone: with --token, no client certificate).")]
 Token = Annotated[str | None, typer.Option(
     "--token", envvar="VENDUE_TOKEN", show_envvar=True,
-    help="A bearer token (vendue tokens create) instead of a client certificate.")]
+    help="A bearer token (vendue tokens create) instead of a client certificate; prefer VENDUE_TOKEN: a "
+    "flag's value is visible to every user of the machine (ps).")]
 
 
 @dataclass(frozen=True, slots=True)
-class Credentials:
-    """What the command line (or the environment) said about who we are: `--tls-*` and `--token`."""
+class Connection:
+    """Where the BBS is and who we are to it, as the command line (or the environment) said. Every field is
+    an option of every BBS command (`bbs_command`)."""
 
-    tls_cert: Path | None = None
-    tls_key: Path | None = None
-    tls_ca: Path | None = None
-    token: str | None = None
+    bbs: BbsUrl = None
+    data_dir: DataDir = Path(".vendue")
+    tls_cert: TlsCert = None
+    tls_key: TlsKey = None
+    tls_ca: TlsCa = None
+    token: Token = None
+
+
+def bbs_command(command: Callable[..., None]) -> Callable[..., None]:
+    """`command`, which takes `connection: Connection = Connection()`, as typer is to see it: with the
+    Connection's options (--bbs, --data-dir, --tls-*, --token) in that parameter's place, gathered back into
+    one Connection when it runs. One definition of the options for every command that talks to the BBS."""
+    signature = inspect.signature(command, eval_str=True)
+    place = signature.parameters["connection"]
+    hints = get_type_hints(Connection, include_extras=True)
+    options = [inspect.Parameter(f.name, place.kind, annotation=hints[f.name], default=f.default)
+               for f in fields(Connection)]
+    parameters = list(signature.parameters.values())
+    at = parameters.index(place)
+
+    @functools.wraps(command)
+    def with_connection(**given: Any) -> None:
+        connection = Connection(**{option.name: given.pop(option.name) for option in options})
+        command(connection=connection, **given)
+
+    with_connection.__signature__ = signature.replace(  # type: ignore[attr-defined]
+        parameters=[*parameters[:at], *options, *parameters[at + 1:]])
+    return with_connection
 
 
 # --- plumbing -------------------------------------------------------------------------------------
@@ -151,17 +179,16 @@ def fail(message: str, code: int = FAILURE) -> NoReturn:
     raise typer.Exit(code)
 
 
-def resolve_bbs_url(bbs: str | None, data_dir: Path) -> tuple[str, str]:
+def resolve_bbs_url(bbs: str | None, data_dir: Path, local: dict[str, Any] | None) -> tuple[str, str]:
     """The BBS URL to use (several comma-separated: replicas to fail over between) and where it came
-    from (for the "unreachable" message)."""
+    from (for the "unreachable" message). `local`: the running local cluster's cluster.json, if any."""
     if bbs:
         try:
             return ",".join(split_urls(bbs)), "--bbs/VENDUE_BBS_URL"
         except URLListError as exc:
             fail(f"--bbs: {exc}", USAGE_ERROR)
-    info = read_cluster_file(data_dir)
-    if info is not None and (info.get("bbs_urls") or info.get("bbs_url")):
-        urls = info.get("bbs_urls") or [info["bbs_url"]]  # an HA cluster lists every BBS replica
+    if local is not None and (local.get("bbs_urls") or local.get("bbs_url")):
+        urls = local.get("bbs_urls") or [local["bbs_url"]]  # an HA cluster lists every BBS replica
         return ",".join(str(url) for url in urls), f"the local cluster in {data_dir}"
     return DEFAULT_BBS_URL, f"the default (no --bbs, no VENDUE_BBS_URL, no running cluster in {data_dir})"
 
@@ -172,10 +199,10 @@ def _as_flag(exc: CertError) -> str:
     return f"--{setting.replace('_', '-')}: {why}" if sep and setting.startswith("tls_") else str(exc)
 
 
-def resolve_auth(given: Credentials, data_dir: Path) -> ClientAuth:
+def resolve_auth(given: Connection, local: dict[str, Any] | None) -> ClientAuth:
     """How to prove who we are: the `--tls-*` flags (all three; or `--tls-ca` alone, for a token), else
-    the running local cluster's admin certificate (cluster.json `tls`; only its CA when a token is given),
-    else nothing (an insecure cluster). Bad flags: one line, exit 2."""
+    the running local cluster's admin certificate (`local`: its cluster.json `tls`; only its CA when a
+    token is given), else nothing (an insecure cluster). Bad flags: one line, exit 2."""
     token = given.token or None
     if given.tls_cert is not None or given.tls_key is not None:
         try:
@@ -186,8 +213,7 @@ def resolve_auth(given: Credentials, data_dir: Path) -> ClientAuth:
         if not given.tls_ca.is_file():
             fail(f"--tls-ca: no such file {given.tls_ca}", USAGE_ERROR)
         return ClientAuth(ca=given.tls_ca, token=token)
-    info = read_cluster_file(data_dir)
-    tls = info.get("tls") if info is not None else None
+    tls = local.get("tls") if local is not None else None
     if isinstance(tls, dict):
         files = TLSFiles(Path(tls["cert"]), Path(tls["key"]), Path(tls["ca"]))
         return ClientAuth(ca=files.ca, token=token) if token else ClientAuth(tls=files)
@@ -195,11 +221,12 @@ def resolve_auth(given: Credentials, data_dir: Path) -> ClientAuth:
 
 
 @contextlib.contextmanager
-def connect(bbs: str | None, data_dir: Path, credentials: Credentials = Credentials()) -> Iterator[BBSClient]:
+def connect(connection: Connection) -> Iterator[BBSClient]:
     """A BBS client; every BBS failure becomes one `error:` line and the right exit status."""
-    url, source = resolve_bbs_url(bbs, data_dir)
+    local = read_cluster_file(connection.data_dir)  # read once: it may give the URL and the certificate
+    url, source = resolve_bbs_url(connection.bbs, connection.data_dir, local)
     try:
-        client = BBSClient(url, auth=resolve_auth(credentials, data_dir))
+        client = BBSClient(url, auth=resolve_auth(connection, local))
     except CertError as exc:
         fail(_as_flag(exc), USAGE_ERROR)
     try:
@@ -273,6 +300,7 @@ def age(moment: datetime | None, now: datetime | None = None) -> str:
 
 
 @app.command(cls=OneLineErrorsCommand)
+@bbs_command
 def push(
     name: Annotated[str, typer.Argument(help="The app's process guid.", show_default=False)],
     command: Annotated[list[str] | None, typer.Argument(metavar="-- COMMAND...",
@@ -290,12 +318,7 @@ def push(
     domain: Annotated[str | None, typer.Option("--domain", help="Domain the app belongs to.")] = None,
     wait: Annotated[bool, typer.Option("--wait", help="Wait until every instance runs.")] = False,
     timeout: Annotated[float, typer.Option("--timeout", help="With --wait: give up after this many seconds.")] = 60.0,
-    bbs: BbsUrl = None,
-    data_dir: DataDir = Path(".vendue"),
-    tls_cert: TlsCert = None,
-    tls_key: TlsKey = None,
-    tls_ca: TlsCa = None,
-    token: Token = None,
+    connection: Connection = Connection(),
     as_json: AsJson = False,
 ) -> None:
     """Desire an app: N instances of COMMAND, placed by auction. `$PORT` is set in each instance."""
@@ -318,7 +341,7 @@ def push(
             check["path"] = health_path
         fields["health_check"] = check
     lrp: DesiredLRPCreate = validated(DesiredLRPCreate, **fields)
-    with connect(bbs, data_dir, Credentials(tls_cert, tls_key, tls_ca, token)) as client:
+    with connect(connection) as client:
         try:
             desired = client.desire_lrp(lrp)
         except Conflict:
@@ -348,20 +371,16 @@ def _wait_running(client: BBSClient, name: str, instances: int, timeout: float) 
 
 
 @app.command(cls=OneLineErrorsCommand)
+@bbs_command
 def scale(
     name: Annotated[str, typer.Argument(help="The app's process guid.", show_default=False)],
     instances: Annotated[int, typer.Option("--instances", "-i", help="The new number of instances.")],
-    bbs: BbsUrl = None,
-    data_dir: DataDir = Path(".vendue"),
-    tls_cert: TlsCert = None,
-    tls_key: TlsKey = None,
-    tls_ca: TlsCa = None,
-    token: Token = None,
+    connection: Connection = Connection(),
     as_json: AsJson = False,
 ) -> None:
     """Change how many instances of an app are desired."""
     update: DesiredLRPUpdate = validated(DesiredLRPUpdate, instances=instances)
-    with connect(bbs, data_dir, Credentials(tls_cert, tls_key, tls_ca, token)) as client:
+    with connect(connection) as client:
         try:
             desired = client.update_desired_lrp(name, update)
         except NotFound:
@@ -373,17 +392,13 @@ def scale(
 
 
 @app.command(cls=OneLineErrorsCommand)
+@bbs_command
 def delete(
     name: Annotated[str, typer.Argument(help="The app's process guid.", show_default=False)],
-    bbs: BbsUrl = None,
-    data_dir: DataDir = Path(".vendue"),
-    tls_cert: TlsCert = None,
-    tls_key: TlsKey = None,
-    tls_ca: TlsCa = None,
-    token: Token = None,
+    connection: Connection = Connection(),
 ) -> None:
     """Remove an app: its instances are stopped and forgotten."""
-    with connect(bbs, data_dir, Credentials(tls_cert, tls_key, tls_ca, token)) as client:
+    with connect(connection) as client:
         try:
             client.remove_desired_lrp(name)
         except NotFound:
@@ -421,17 +436,13 @@ def app_summaries(desired: Sequence[Any], actuals: Sequence[ActualLRP]) -> list[
 
 
 @app.command(cls=OneLineErrorsCommand)
+@bbs_command
 def apps(
-    bbs: BbsUrl = None,
-    data_dir: DataDir = Path(".vendue"),
-    tls_cert: TlsCert = None,
-    tls_key: TlsKey = None,
-    tls_ca: TlsCa = None,
-    token: Token = None,
+    connection: Connection = Connection(),
     as_json: AsJson = False,
 ) -> None:
     """Every app: desired vs running instances."""
-    with connect(bbs, data_dir, Credentials(tls_cert, tls_key, tls_ca, token)) as client:
+    with connect(connection) as client:
         rows = app_summaries(client.desired_lrps(), client.actual_lrps())
     if as_json:
         print_json(rows)
@@ -467,18 +478,14 @@ def instances_table(actuals: Sequence[ActualLRP], title: str) -> Table:
 
 
 @app.command(cls=OneLineErrorsCommand)
+@bbs_command
 def instances(
     name: Annotated[str, typer.Argument(help="The app's process guid.", show_default=False)],
-    bbs: BbsUrl = None,
-    data_dir: DataDir = Path(".vendue"),
-    tls_cert: TlsCert = None,
-    tls_key: TlsKey = None,
-    tls_ca: TlsCa = None,
-    token: Token = None,
+    connection: Connection = Connection(),
     as_json: AsJson = False,
 ) -> None:
     """An app's instances: index, state, cell, zone, address, since, crash count, placement error."""
-    with connect(bbs, data_dir, Credentials(tls_cert, tls_key, tls_ca, token)) as client:
+    with connect(connection) as client:
         try:
             desired = client.desired_lrp(name)
         except NotFound:
@@ -494,24 +501,22 @@ def instances(
 
 
 @app.command(cls=OneLineErrorsCommand)
+@bbs_command
 def cells(
-    bbs: BbsUrl = None,
-    data_dir: DataDir = Path(".vendue"),
-    tls_cert: TlsCert = None,
-    tls_key: TlsKey = None,
-    tls_ca: TlsCa = None,
-    token: Token = None,
+    connection: Connection = Connection(),
     as_json: AsJson = False,
 ) -> None:
     """The present cells (the BBS's presence), with what each has left (asked of each rep). INSECURE: the
     rep runs without TLS and authorization (--insecure)."""
-    with connect(bbs, data_dir, Credentials(tls_cert, tls_key, tls_ca, token)) as client:
+    with connect(connection) as client:
         present: list[CellPresence] = sorted(client.cells(), key=lambda c: (c.zone, c.cell_id))
         if as_json:
             print_json(dump(present))
             return
+        rep_urls = sorted({c.rep_url for c in present})  # one request per rep process, whatever its cells
         with ThreadPoolExecutor(max_workers=16) as pool:
-            states = list(pool.map(lambda c: client.cell_state(c.rep_url, c.cell_id), present))
+            by_rep = dict(zip(rep_urls, pool.map(client.cell_states, rep_urls), strict=True))
+    states = [by_rep[c.rep_url].get(c.cell_id) for c in present]
     table = listing_table(f"{len(present)} cell(s)")
     for column in ("CELL", "ZONE", "REP", "MEMORY FREE", "DISK FREE", "CONTAINERS FREE", "LRPS", "TASKS",
                    "INSECURE", "STATUS"):
@@ -546,6 +551,7 @@ def _print_task_outcome(task: Task) -> None:
 
 
 @task_app.command("run", cls=OneLineErrorsCommand)
+@bbs_command
 def task_run(
     command: Annotated[list[str] | None, typer.Argument(metavar="-- COMMAND...", help="What to run (argv).")] = None,
     name: Annotated[str | None, typer.Option("--name", help="The task guid (default: task-<random>).")] = None,
@@ -557,12 +563,7 @@ def task_run(
     domain: Annotated[str | None, typer.Option("--domain", help="Domain the task belongs to.")] = None,
     detach: Annotated[bool, typer.Option("--detach", help="Return once the task is accepted.")] = False,
     timeout: Annotated[float | None, typer.Option("--timeout", help="Give up waiting after this many seconds.")] = None,
-    bbs: BbsUrl = None,
-    data_dir: DataDir = Path(".vendue"),
-    tls_cert: TlsCert = None,
-    tls_key: TlsKey = None,
-    tls_ca: TlsCa = None,
-    token: Token = None,
+    connection: Connection = Connection(),
     as_json: AsJson = False,
 ) -> None:
     """Run a one-off task; wait for it and print its exit status and result (exit 1 if it failed)."""
@@ -576,7 +577,7 @@ def task_run(
     if env:
         fields["env"] = parse_env(env)
     request: TaskCreate = validated(TaskCreate, **fields)
-    with connect(bbs, data_dir, Credentials(tls_cert, tls_key, tls_ca, token)) as client:
+    with connect(connection) as client:
         try:
             task = client.desire_task(request)
         except Conflict:
@@ -605,37 +606,27 @@ def _wait_completed(client: BBSClient, task_guid: str, timeout: float | None) ->
 
 
 @task_app.command("cancel", cls=OneLineErrorsCommand)
+@bbs_command
 def task_cancel(
     task_guid: Annotated[str, typer.Argument(help="The task guid.", show_default=False)],
-    bbs: BbsUrl = None,
-    data_dir: DataDir = Path(".vendue"),
-    tls_cert: TlsCert = None,
-    tls_key: TlsKey = None,
-    tls_ca: TlsCa = None,
-    token: Token = None,
+    connection: Connection = Connection(),
 ) -> None:
     """Cancel a task (it completes as failed, "cancelled")."""
-    _act_on_task(task_guid, bbs, data_dir, Credentials(tls_cert, tls_key, tls_ca, token), BBSClient.cancel_task,
-                 "cancelled")
+    _act_on_task(task_guid, connection, BBSClient.cancel_task, "cancelled")
 
 
 @task_app.command("delete", cls=OneLineErrorsCommand)
+@bbs_command
 def task_delete(
     task_guid: Annotated[str, typer.Argument(help="The task guid.", show_default=False)],
-    bbs: BbsUrl = None,
-    data_dir: DataDir = Path(".vendue"),
-    tls_cert: TlsCert = None,
-    tls_key: TlsKey = None,
-    tls_ca: TlsCa = None,
-    token: Token = None,
+    connection: Connection = Connection(),
 ) -> None:
     """Resolve and delete a completed task."""
-    _act_on_task(task_guid, bbs, data_dir, Credentials(tls_cert, tls_key, tls_ca, token), BBSClient.resolve_task,
-                 "deleted")
+    _act_on_task(task_guid, connection, BBSClient.resolve_task, "deleted")
 
 
-def _act_on_task(task_guid: str, bbs: str | None, data_dir: Path, credentials: Credentials, act, done: str) -> None:
-    with connect(bbs, data_dir, credentials) as client:
+def _act_on_task(task_guid: str, connection: Connection, act, done: str) -> None:
+    with connect(connection) as client:
         try:
             act(client, task_guid)
         except NotFound:
@@ -644,20 +635,16 @@ def _act_on_task(task_guid: str, bbs: str | None, data_dir: Path, credentials: C
 
 
 @app.command(cls=OneLineErrorsCommand)
+@bbs_command
 def tasks(
     state: Annotated[str | None, typer.Option("--state", help="Only tasks in this state.")] = None,
-    bbs: BbsUrl = None,
-    data_dir: DataDir = Path(".vendue"),
-    tls_cert: TlsCert = None,
-    tls_key: TlsKey = None,
-    tls_ca: TlsCa = None,
-    token: Token = None,
+    connection: Connection = Connection(),
     as_json: AsJson = False,
 ) -> None:
     """Every task: state, cell, exit status, failure, result."""
     if state is not None and state.upper() not in TaskState.__members__:
         fail(f"--state: expected one of {', '.join(TaskState.__members__)}, got {state!r}", USAGE_ERROR)
-    with connect(bbs, data_dir, Credentials(tls_cert, tls_key, tls_ca, token)) as client:
+    with connect(connection) as client:
         found = client.tasks(state=state.upper() if state else None)
     found.sort(key=lambda t: t.created_at)
     if as_json:
@@ -706,17 +693,13 @@ def summarize(event: Event) -> str:
 
 
 @app.command(cls=OneLineErrorsCommand)
+@bbs_command
 def events(
-    bbs: BbsUrl = None,
-    data_dir: DataDir = Path(".vendue"),
-    tls_cert: TlsCert = None,
-    tls_key: TlsKey = None,
-    tls_ca: TlsCa = None,
-    token: Token = None,
+    connection: Connection = Connection(),
     as_json: AsJson = False,
 ) -> None:
     """Follow the BBS's event stream: one line per event (Ctrl-C to stop)."""
-    with connect(bbs, data_dir, Credentials(tls_cert, tls_key, tls_ca, token)) as client:
+    with connect(connection) as client:
         try:
             for event in client.events():
                 if as_json:

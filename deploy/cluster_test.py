@@ -157,6 +157,12 @@ def test_sim_cells_hosted_several_per_process(tmp_path: Path):
         assert lc.reps["sim0-1"].url == lc.reps["sim0-0"].url, "cells of one process share its URL"
         assert {r.zone for r in lc.reps.values()} == {"z0", "z1"}
         assert len(lc.pids()) == 2 + 3
+        # `vendue cells` (as the admin, over TLS) shows every cell's state, asked of its rep process.
+        table = CliRunner().invoke(app, ["cells", "--data-dir", str(lc.data_dir)], env={"COLUMNS": "250"})
+        assert table.exit_code == 0, table.output
+        rows = {cell_id: [line for line in table.stdout.splitlines() if f" {cell_id} " in line] for cell_id in lc.reps}
+        assert all(len(row) == 1 and "?" not in row[0] and "unreachable" not in row[0] for row in rows.values()), (
+            table.stdout)
         # A process hosting many cells is killed and restarted as a unit, by any of its cell ids.
         lc.kill("sim1-0", signal.SIGKILL)
         assert not lc.is_running("sim1-1")
@@ -232,3 +238,16 @@ def test_an_insecure_cluster_serves_plain_http_and_says_so(tmp_path: Path):
         assert table.exit_code == 0 and "INSECURE" in table.stdout, table.output
         row = next(line for line in table.stdout.splitlines() if "cell-0" in line)
         assert "yes" in row, table.stdout
+
+
+def test_the_database_url_reaches_the_bbs_by_its_environment_never_its_command_line_or_log(tmp_path: Path):
+    database = tmp_path / "elsewhere" / "bbs.db"
+    database.parent.mkdir()
+    url = f"sqlite+aiosqlite:///{database}"
+    with LocalCluster(tmp_path / "cluster", cells=1, zones=1, bbs_args=FAST_BBS, rep_args=FAST_REP,
+                      database_url=url).start(timeout=60.0) as lc:
+        assert database.is_file(), "expected the BBS on the database it was given"
+        cmdline = Path(f"/proc/{lc.pids()['bbs']}/cmdline").read_bytes().decode()
+        assert str(database) not in cmdline, cmdline
+        starting = [line for line in lc.log_path("bbs").read_text().splitlines() if "launcher: starting" in line]
+        assert starting and all(str(database) not in line for line in starting), starting

@@ -205,9 +205,10 @@ class Demo:
 
     def pid_on_rep(self, actual: ActualLRP) -> int | None:
         """The instance's OS process, as its rep reports it in GET {rep_url}/state?lrps=full&cells=<cell>."""
-        state = self.bbs.cell_state(self.cluster.reps[actual.cell_id].url, actual.cell_id, timeout=5.0)
+        cell_id = actual.cell_id
+        state = self.bbs.cell_states(self.cluster.reps[cell_id].url, [cell_id], timeout=5.0).get(cell_id)
         if state is None:
-            raise DemoFailed(f"expected the rep of {actual.cell_id} to answer GET /state")
+            raise DemoFailed(f"expected the rep of {cell_id} to answer GET /state")
         return next((lrp.pid for lrp in state.lrps if lrp.instance_guid == actual.instance_guid), None)
 
     def evacuate(self) -> None:

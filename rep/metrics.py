@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
-from prometheus_client import CollectorRegistry, Counter, generate_latest
+from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -39,13 +39,6 @@ def metrics_registry(host: RepHost) -> CollectorRegistry:
     registry = CollectorRegistry()
     registry.register(CellCollector(host))
     return registry
-
-
-def refusal_counter(registry: CollectorRegistry) -> Callable[[str], None]:
-    """common.auth's `on_refused`: requests authorization refused, by reason (a name every service shares)."""
-    refused = Counter("vendue_refused_requests", "Requests refused by authorization, by reason.", ["reason"],
-                      registry=registry)
-    return lambda reason: refused.labels(reason).inc()
 
 
 def render(registry: CollectorRegistry) -> bytes:

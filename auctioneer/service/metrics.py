@@ -9,6 +9,8 @@ import time
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 
+from common.auth import refusal_counter
+
 REQUEST_TARGETS = ("bbs", "rep_state", "rep_work")
 # NATS messages the auctioneer sends or receives, by kind (one state request gathers many replies).
 MESSAGE_KINDS = ("state_request", "state_reply", "work_request", "work_reply")
@@ -54,10 +56,7 @@ class Metrics:
             "vendue_auctioneer_stale_reports", "Placement-failure reports the BBS refused (409) for an older "
             "fencing token.", registry=r,
         )
-        # The name every service shares (docs/security.md): requests common/auth.py refused, by reason.
-        self._refused = Counter(
-            "vendue_refused_requests", "Requests refused by authorization, by reason.", ["reason"], registry=r,
-        )
+        self.refused = refusal_counter(r)  # common.auth's on_refused
         self._cells_dropped = Counter(
             "vendue_auctioneer_cells_dropped", "Cells left out of an auction, by reason.", ["reason"],
             registry=r,
@@ -117,10 +116,6 @@ class Metrics:
     def stale_report(self) -> None:
         self.stale_reports += 1
         self._stale_reports.inc()
-
-    def refused(self, reason: str) -> None:
-        """common.auth's `on_refused`: one request refused (no_identity, forbidden, bad_token, ...)."""
-        self._refused.labels(reason).inc()
 
     def auction(self, batch_size: int, seconds: float) -> None:
         self.auctions += 1

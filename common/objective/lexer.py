@@ -54,12 +54,14 @@ def _is_name_start(ch: str) -> bool:
 
 
 def check_length(text: str) -> None:
-    size = len(text.encode("utf-8"))
+    # surrogatepass: a lone surrogate (JSON may carry "\ud800") is counted, then refused by the lexer as
+    # the character it is, rather than failing the encoding with a UnicodeEncodeError.
+    size = len(text.encode("utf-8", "surrogatepass"))
     if size <= MAX_BYTES:
         return
     used = 0
     for i, ch in enumerate(text):
-        used += len(ch.encode("utf-8"))
+        used += len(ch.encode("utf-8", "surrogatepass"))
         if used > MAX_BYTES:
             raise ObjectiveError(i + 1, f"expression is {size} bytes long, the limit is {MAX_BYTES}")
     raise AssertionError("unreachable")  # pragma: no cover

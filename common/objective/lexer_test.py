@@ -31,6 +31,7 @@ def test_a_number_keeps_its_fraction_but_not_a_dangling_dot():
     ("r[0]", 2, "["),
     ("1 + ²", 5, "²"),
     ("a;b", 2, ";"),
+    ("1 + \ud800", 5, "\ud800"),  # a lone surrogate (JSON can carry one): refused, not an encoding error
 ])
 def test_characters_outside_the_language_are_refused_with_their_column(text, column, char):
     with pytest.raises(ObjectiveError) as err:

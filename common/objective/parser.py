@@ -13,6 +13,9 @@ here reaches eval/exec, and every name is looked up in a fixed table.
 
 from __future__ import annotations
 
+import math
+import sys
+
 from .errors import MAX_DEPTH, ObjectiveError
 from .lexer import Kind, Token, iter_tokens
 from .nodes import (
@@ -128,7 +131,11 @@ class _Parser:
         tok = self.tok
         if tok.kind is Kind.NUMBER:
             self.advance()
-            return Num(float(tok.text), tok.column)
+            value = float(tok.text)
+            if not math.isfinite(value):  # a literal is what it says, never silently infinity
+                raise ObjectiveError(tok.column, f"number too large ({len(tok.text)} digits): the largest is "
+                                                 f"about {sys.float_info.max:.1e}")
+            return Num(value, tok.column)
         if tok.kind is Kind.LPAREN:
             self.advance()
             self.enter(tok.column)

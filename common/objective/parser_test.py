@@ -112,6 +112,7 @@ def test_a_constant_modulus_may_combine_numbers_and_azs():
     ("ai.Stack * 2", 1, "ai.Stack is a string: allowed only as count's first argument"),
     ("-ai.AppSourceBlobID", 2, "ai.AppSourceBlobID is a string: allowed only as count's first argument"),
     ("(r.Stack)", 2, "r.Stack is a list of strings: allowed only as count's second argument"),
+    ("1 + " + "9" * 309, 5, "number too large (309 digits): the largest is about 1.8e+308"),
 ])
 def test_every_refusal_names_its_column_and_reason(text, column, reason):
     assert refusal(text) == (column, reason)
@@ -137,6 +138,10 @@ def test_the_tree_height_is_capped_too():
     column, reason = refusal(" + ".join(["1"] * (MAX_DEPTH + 1)))
     assert reason.startswith("expression is nested too deeply")
     assert column == 4 * MAX_DEPTH - 1  # the operator that would make the tree too tall
+
+
+def test_the_largest_literal_is_the_largest_float():
+    assert tree("9" * 308) == Num(float("9" * 308), 1)
 
 
 def test_refusals_report_the_first_problem_in_reading_order():

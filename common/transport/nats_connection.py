@@ -118,8 +118,8 @@ class NatsConnection:
         """For /ping and /v1/stats: whether NATS is reachable now, and how it went."""
         return {
             "connected": self.connected, "url": redact(self.url), "tls": self._tls is not None,
-            "reconnects": self.reconnects, "disconnects": self.disconnects, "failed_attempts": self.failed_attempts,
-            "permission_violations": self.permission_violations,
+            "reconnects": self.reconnects, "disconnects": self.disconnects,
+            "failed_attempts": self.failed_attempts, "permission_violations": self.permission_violations,
         }
 
     async def until_connected(self, timeout: float) -> bool:
@@ -143,7 +143,8 @@ class NatsConnection:
     def start(self) -> None:
         """Begin connecting in the background; returns at once."""
         if self._connecting is None:
-            self._connecting = asyncio.create_task(self._connect_until_done(), name=f"nats-connect-{self.name}")
+            self._connecting = asyncio.create_task(self._connect_until_done(),
+                                                   name=f"nats-connect-{self.name}")
 
     async def wait_connected(self, timeout: float) -> None:
         """Wait (bounded) for the first connection; raises TimeoutError naming the server."""
@@ -211,14 +212,16 @@ class NatsConnection:
         try:
             await nc.connect(
                 servers=server_list(self.url), name=self.name, token=self._token,
-                connect_timeout=max(1, round(self._connect_timeout)), reconnect_time_wait=self._reconnect_wait,
-                max_reconnect_attempts=1, allow_reconnect=False, tls=self._tls,
+                connect_timeout=max(1, round(self._connect_timeout)),
+                reconnect_time_wait=self._reconnect_wait, max_reconnect_attempts=1, allow_reconnect=False,
+                tls=self._tls,
                 tls_handshake_first=self._tls is not None,
                 error_cb=self._on_error, disconnected_cb=self._on_disconnected,
                 reconnected_cb=self._on_reconnected, closed_cb=self._on_closed,
             )
         except BaseException:
-            # Bounded: after a failed TLS handshake nats-py waits for ever for a socket the TLS layer took over.
+            # Bounded: after a failed TLS handshake nats-py waits for ever for a socket the TLS layer took
+            # over.
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(nc.close(), self._connect_timeout)
             raise
@@ -230,10 +233,12 @@ class NatsConnection:
         if isinstance(exc, NatsError) and PERMISSIONS_ERR in str(exc).lower():
             self.permission_violations += 1
             now = asyncio.get_running_loop().time()
-            if self._violation_logged_at is None or now - self._violation_logged_at >= UNREACHABLE_LOG_EVERY_S:
+            last = self._violation_logged_at
+            if last is None or now - last >= UNREACHABLE_LOG_EVERY_S:
                 self._violation_logged_at = now
                 log.warning("NATS refused a message: not permitted for this identity", extra={"data": {
-                    "url": redact(self.url), "error": _describe(exc), "violations": self.permission_violations,
+                    "url": redact(self.url), "error": _describe(exc),
+                    "violations": self.permission_violations,
                 }})
         elif self._nc is not None:  # before the first connection, the retry loop reports failures
             log.debug("NATS error", extra={"data": {"error": _describe(exc)}})

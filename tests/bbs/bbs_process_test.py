@@ -38,17 +38,18 @@ def certificates(data_dir: Path) -> Path:
 
 
 class BBSProcess:
-    """`vendue bbs` serving HTTPS with a certificate from <data_dir>/certs (tls=False: no TLS files, plain
-    HTTP on loopback with authorization off)."""
+    """`vendue bbs` serving HTTPS with `bbs.pem` from `certs`, a CA directory that also holds `admin.pem`
+    (default: made in <data_dir>/certs). tls=False: no TLS files, plain HTTP on loopback with
+    authorization off."""
 
     def __init__(self, data_dir: Path, tag: str, database_url: str | None = None, *extra_args: str,
-                 tls: bool = True) -> None:
+                 tls: bool = True, certs: Path | None = None) -> None:
         self.ready = data_dir / f"ready-{tag}.json"
         database = ["--database-url", database_url] if database_url else []
         tls_args: list[str] = []
         self.verify: ssl.SSLContext | bool = True  # the tests' requests: as an admin
         if tls:
-            certs = certificates(data_dir)
+            certs = certs or certificates(data_dir)
             served = TLSFiles.in_dir(certs, "bbs")
             tls_args = ["--tls-cert", str(served.cert), "--tls-key", str(served.key), "--tls-ca", str(served.ca)]
             self.verify = client_context(TLSFiles.in_dir(certs, "admin"))

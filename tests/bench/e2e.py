@@ -419,19 +419,18 @@ def main(argv: list[str] | None = None) -> int:
             },
         }
 
-    if args.database == "sqlite":
+    def measure_one(database: str, database_url: Callable[[], str | None]) -> dict[str, Any]:
+        """One database: the suite, or with `--tls both` both suites compared."""
         if args.tls == "both":
-            print(json.dumps(compare_tls({tls: measure_all("sqlite", lambda: None, tls) for tls in ("off", "on")})))
-        else:
-            print(json.dumps(measure_all("sqlite", lambda: None)))
+            return compare_tls({tls: measure_all(database, database_url, tls) for tls in ("off", "on")})
+        return measure_all(database, database_url)
+
+    if args.database == "sqlite":
+        print(json.dumps(measure_one("sqlite", lambda: None)))
         return 0
     with postgres_databases() as fresh_database:
         if args.database == "postgres":
-            if args.tls == "both":
-                print(json.dumps(compare_tls({tls: measure_all("postgres", fresh_database, tls)
-                                              for tls in ("off", "on")})))
-            else:
-                print(json.dumps(measure_all("postgres", fresh_database)))
+            print(json.dumps(measure_one("postgres", fresh_database)))
             return 0
         by_database = {"sqlite": measure_all("sqlite", lambda: None),
                        "postgres": measure_all("postgres", fresh_database)}

@@ -217,8 +217,8 @@ def test_a_leader_stopped_with_sigterm_hands_its_leases_over_well_before_the_ttl
 def test_on_nats_the_reps_and_auctioneers_carry_on_through_the_other_bbs(
     tmp_path: Path, fresh_postgres_database: str
 ) -> None:
-    """The BBS URL list serves the HTTP parts of the NATS transport too (lifecycle reports, heartbeats'
-    HTTP twin, the auctioneer's cell list and failure reports)."""
+    """The BBS URL list serves the HTTP parts of the NATS transport too (lifecycle reports, heartbeats,
+    the auctioneer's cell list and failure reports)."""
     lc = LocalCluster(
         tmp_path / "cluster", cells=2, zones=2, executor="sim", sim_cells_per_process=2, ha=True,
         database_url=fresh_postgres_database, transport="nats",

@@ -45,7 +45,7 @@ def test_division_by_a_column_with_zeros_is_zero_there():
     assert got.tolist() == [3.0, 0.0, 0.0, 2.0]
 
 
-HUGE = "9" * 310  # parses to inf (no exponents in the language)
+HUGE = f"({'9' * 308} * 10)"  # overflows to inf (no exponents in the language; larger literals are refused)
 FIXED_CELLS = [
     BidFacts(0.0, 0.0, 0.0, 0.0, 1.0),
     BidFacts(3.0, 5.0, 0.0, 0.0, 1.0),  # nothing in total: x / 0 with x > 0
@@ -110,7 +110,7 @@ def test_a_cell_independent_objective_still_gives_one_value_per_cell():
     cells = [BidFacts(1.0, 1.0, 1.0, 1.0, 1.0), BidFacts(2.0, 2.0, 2.0, 2.0, 2.0)]
     ai = InstanceFacts(1.0, 5.0, 1.0, 1.0, 1.0, None, "s")
     assert compile_columns(parse_objective("ai.AppID mod azs"))(ai, BidTable(cells), 4.0).tolist() == [1.0, 1.0]
-    assert compile_columns(parse_objective("(9" + "9" * 400 + ") * 0"))(ai, BidTable(cells), 4.0).tolist() == [
+    assert compile_columns(parse_objective(f"{HUGE} * 0"))(ai, BidTable(cells), 4.0).tolist() == [
         -math.inf, -math.inf]  # inf * 0 is NaN, which ranks lowest
 
 

@@ -1,0 +1,35 @@
+"""Who sees the values of a desired LRP's or a task's `env` (docs/security.md, "Secrets").
+
+`env` carries an app's secrets (database passwords, API keys). Its values go to an admin's GETs and,
+inside start requests and work, to the auctioneer and the reps that run the app; nowhere else. Events
+(SSE and NATS), completion callbacks and every other caller's answers show the names only, each value
+`***`. `command` is shown as it is, as Diego shows it: secrets belong in `env`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import Request
+
+from common.auth import identity_of
+
+MASK = "***"
+SEES_ENV = "admin"  # the one role whose answers carry env values (insecure mode: every caller is one)
+
+
+def masked_env(row: dict[str, Any]) -> dict[str, Any]:
+    """`row` (a DesiredLRP, a Task, an event's data) with every env value `***`; as it is without env.
+    A copy: the row may be shared with what the auctioneer is sent."""
+    env = row.get("env")
+    if not env:
+        return row
+    return {**row, "env": dict.fromkeys(env, MASK)}
+
+
+def env_for_caller(request: Request, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """`rows` as the caller may see them: whole for an admin, env values masked for everyone else."""
+    identity = identity_of(request)
+    if identity is not None and identity.role == SEES_ENV:
+        return rows
+    return [masked_env(row) for row in rows]
