@@ -7,13 +7,13 @@ import time
 from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
-from types import SimpleNamespace
 
 import httpx
 import pytest
 
 from common.limits import LimitsMiddleware
 from tests.bbs.bbs_process_test import BBSProcess
+from tests.security.apps import auctioneer_app, bbs_app, rep_app
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 
@@ -82,17 +82,7 @@ def test_event_subscribers_past_the_bound_are_429_naming_it(bbs: BBSProcess) -> 
 
 def test_every_server_has_the_limits_outermost() -> None:
     """Outermost: the body cap, the timeout and the concurrency limit cover authorization too (a token check
-    waits on the BBS). The factories only keep what they are given until a request comes."""
-    from auctioneer.service.app import create_app as auctioneer_app
-    from auctioneer.service.settings import AuctioneerSettings
-    from bbs.api import create_app as bbs_app
-    from bbs.settings import BBSSettings
-    from rep.api import create_app as rep_app
-
-    apps = {
-        "bbs": bbs_app(SimpleNamespace(settings=BBSSettings(insecure=True)), insecure=True),  # type: ignore[arg-type]
-        "auctioneer": auctioneer_app(AuctioneerSettings(insecure=True)),
-        "rep": rep_app(None, None, insecure=True),  # type: ignore[arg-type]
-    }
+    waits on the BBS)."""
+    apps = {"bbs": bbs_app(), "auctioneer": auctioneer_app(), "rep": rep_app()}
     for name, app in apps.items():
         assert app.user_middleware[0].cls is LimitsMiddleware, f"{name}: {[m.cls for m in app.user_middleware]}"

@@ -19,23 +19,19 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 import requests
 import schemathesis
 from hypothesis import HealthCheck, settings
 
-from auctioneer.service.app import create_app as auctioneer_app
 from auctioneer.service.policy import POLICY as AUCTIONEER_POLICY
-from auctioneer.service.settings import AuctioneerSettings
-from bbs.api import create_app as bbs_app
 from bbs.policy import POLICY as BBS_POLICY
-from bbs.settings import BBSSettings
 from common.auth import Policy
 from common.procutil import child_preexec, terminate_then_kill, wait_ready_file
 from common.tls import TLSFiles, init_ca, issue
 from tests.bbs.bbs_process_test import BBSProcess
+from tests.security.apps import auctioneer_app, bbs_app
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
@@ -48,13 +44,8 @@ Sessions = dict[str, tuple[requests.Session, dict]]
 CHECKS = [schemathesis.checks.not_a_server_error, schemathesis.checks.response_schema_conformance]
 
 
-def _bbs_schema() -> dict:
-    # create_app only keeps the BBS it is given until a request comes: its settings are all it reads.
-    return bbs_app(SimpleNamespace(settings=BBSSettings(insecure=True)), insecure=True).openapi()  # type: ignore[arg-type]
-
-
-BBS_SCHEMA = schemathesis.openapi.from_dict(_bbs_schema()).exclude(path="/v1/events")
-AUCTIONEER_SCHEMA = schemathesis.openapi.from_dict(auctioneer_app(AuctioneerSettings(insecure=True)).openapi())
+BBS_SCHEMA = schemathesis.openapi.from_dict(bbs_app().openapi()).exclude(path="/v1/events")
+AUCTIONEER_SCHEMA = schemathesis.openapi.from_dict(auctioneer_app().openapi())
 
 
 @pytest.fixture(scope="module")
@@ -142,8 +133,7 @@ def test_the_auctioneer_api_never_fails_and_answers_as_documented(case: schemath
 
 def test_the_schemas_list_every_route_but_the_stream() -> None:
     """A route missing from a schema would go unfuzzed: the schemas hold every row of the tables."""
-    for schema, policy in ((_bbs_schema(), BBS_POLICY), (auctioneer_app(AuctioneerSettings(insecure=True)).openapi(),
-                                                           AUCTIONEER_POLICY)):
+    for schema, policy in ((bbs_app().openapi(), BBS_POLICY), (auctioneer_app().openapi(), AUCTIONEER_POLICY)):
         documented = {(method.upper(), path) for path, ops in schema["paths"].items() for method in ops}
         undocumented = {row for row, rule in policy.rows.items() if row not in documented}
         assert undocumented <= {("GET", "/openapi.json"), ("GET", "/docs")}, json.dumps(sorted(undocumented))
