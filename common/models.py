@@ -1,7 +1,7 @@
 """Wire models: the bodies of every API between client, BBS, auctioneer and rep (pydantic v2).
 
 These are the boundary. Request bodies forbid unknown fields so a typo is a 422 naming the field, not
-a silently ignored setting. Field names follow ../shared/DESIGN.md "Wire names".
+a silently ignored setting. Every integer, string and list they carry is bounded (docs/limits.md). Field names follow ../shared/DESIGN.md "Wire names".
 
 HTTP API (JSON; every list endpoint answers {"items": [...]}; errors are FastAPI's 422 shape
 {"detail": [{"loc": [...], "msg": ..., "type": ...}]} or {"detail": "text"} for 404/409):
@@ -98,10 +98,11 @@ MAX_ARG_CHARS = 32_768
 MAX_ENV = 1_000  # Linux's ~2 MiB for argv and env together holds far fewer large ones (the body cap first)
 MAX_ENV_NAME_CHARS = 256
 MAX_TAGS = 64  # placement tags, volume drivers, stacks, volumes, devices, affinity rules, labels
-MAX_NAME_CHARS = 128  # a tag, a stack, a zone, a label key, a guid a rep reports
+MAX_NAME_CHARS = 128  # a tag, a zone, a volume, a label key, an owner, a rep's id
 MAX_LABEL_CHARS = 256  # a label value
 MAX_TEXT_CHARS = 4_096  # free text: a crash reason, a placement error, a failure reason
 MAX_RESULT_CHARS = 10_240  # a task's result (Diego reads at most 10 KB of a task's result file)
+
 
 def _no_nul(text: str) -> str:
     # No C string (argv, env) holds one, and no PostgreSQL text column: a NUL reaching the store is a 500.
