@@ -63,7 +63,7 @@ def every_kind() -> CellLifecycle:
         ],
         crashed=[CrashReport(process_guid="web", index=2, instance_guid="g2", reason=ODD)],
         removed=[InstanceRef(process_guid="web", index=3, instance_guid="g3")],
-        tasks_started=["t1", ODD],
+        tasks_started=["t1", "t-2.x_y"],  # guids: no character needs escaping (common.models.Guid)
         tasks_completed=[
             TaskCompletion(task_guid="t0", exit_status=0, result="ok"),
             TaskCompletion(task_guid="t9", failed=True, failure_reason=ODD),
