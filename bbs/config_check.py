@@ -19,6 +19,7 @@ from common.config_check import (
 )
 from common.tls import CertError, server_context
 
+from .encryption import KeyRingError
 from .settings import BBSSettings
 from .store.database import UnsupportedDatabase, database_url, is_sqlite
 
@@ -31,6 +32,7 @@ def config_problem(settings: BBSSettings) -> str | None:
         nats_url_problem("nats_url", settings.nats_url),
         host_problem("listen", settings.listen),
         _tls_problem(settings),
+        _key_ring_problem(settings),
         log_level_problem(settings.log_level),
         _timing_problem(settings),
     )
@@ -63,6 +65,15 @@ def _tls_problem(settings: BBSSettings) -> str | None:
         if files is not None:
             server_context(files)
     except CertError as exc:
+        return str(exc)
+    return None
+
+
+def _key_ring_problem(settings: BBSSettings) -> str | None:
+    """The key ring readable (its file 0600 or stricter), well formed, its active key among its keys."""
+    try:
+        settings.key_ring()
+    except KeyRingError as exc:
         return str(exc)
     return None
 

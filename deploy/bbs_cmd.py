@@ -106,6 +106,11 @@ def bbs(
     ),
     tls_key: Path | None = typer.Option(None, "--tls-key", help="Its private key [VENDUE_TLS_KEY]."),
     tls_ca: Path | None = typer.Option(None, "--tls-ca", help="The cluster CA's ca.pem [VENDUE_TLS_CA]."),
+    encryption_keys_file: Path | None = typer.Option(
+        None, "--encryption-keys-file",
+        help="Key ring sealing command and env at rest, mode 0600 [VENDUE_ENCRYPTION_KEYS_FILE; or its JSON in "
+        "VENDUE_ENCRYPTION_KEYS]. Without one they are stored in the clear.",
+    ),
     insecure: bool = typer.Option(
         False, "--insecure", help="Plain HTTP, authorization off: anyone who reaches it controls it [VENDUE_INSECURE]."
     ),
@@ -125,6 +130,7 @@ def bbs(
         raise typer.Exit(0)
     if ctx.invoked_subcommand is not None:
         return
+    from bbs.encryption import KeyRingError
     from bbs.server import serve
     from bbs.store.database import SchemaTooNew
     from common.logging import setup_logging
@@ -136,7 +142,7 @@ def bbs(
     except SchemaTooNew as exc:
         log.error(str(exc))  # one line, not a traceback: the operator's next step is in it
         raise typer.Exit(1) from None
-    except CertError as exc:  # TLS files missing or unusable, or plain HTTP where it is refused
+    except (CertError, KeyRingError) as exc:  # TLS files or key ring unusable, plain HTTP where refused
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
 
@@ -165,3 +171,50 @@ def migrate(ctx: typer.Context) -> None:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from None
     typer.echo(f"database at revision {current}")
+
+
+@bbs_app.command("rotate-keys")
+def rotate_keys(
+    ctx: typer.Context,
+    batch: int = typer.Option(200, "--batch", min=1, max=10_000, help="Rows per transaction."),
+    as_json: bool = typer.Option(False, "--json", help="Print what was done as JSON."),
+) -> None:
+    """Seal every desired LRP and task again with the key ring's active key, a batch per transaction.
+
+    Safe while the BBS serves, and resumable: run it again after an interruption; a second run changes
+    nothing. Give every BBS replica the new key (as an older key, then as the active one) first.
+    """
+    import json
+
+    from bbs.encryption import KeyRingError
+    from bbs.store import Store
+    from bbs.store.database import SchemaTooNew
+    from bbs.store.rotation import rotate_keys as run_rotation
+    from common.logging import setup_logging
+
+    settings = ctx.obj
+    setup_logging("bbs", settings.log_level)
+
+    async def run():  # type: ignore[no-untyped-def]
+        store = await Store.open(settings.resolved_database_url(), keys=settings.key_ring())
+        try:
+            return await run_rotation(store, batch)
+        finally:
+            await store.close()
+
+    try:
+        rotation = asyncio.run(run())
+    except KeyRingError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    except SchemaTooNew as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from None
+    if as_json:
+        typer.echo(json.dumps(rotation.to_json()))
+        return
+    done = rotation.resealed
+    typer.echo(f"sealed {done['desired_lrps']} desired LRPs and {done['tasks']} tasks with key "
+               f"{rotation.active!r} in {rotation.batches} batches")
+    for table, labels in rotation.labels.items():
+        typer.echo(f"{table}: " + (", ".join(f"{rows} {label}" for label, rows in labels.items()) or "none"))
