@@ -56,7 +56,7 @@ from ..records import (
 )
 from . import tables as t
 from .actual_cache import ActualCache, CacheOp
-from .database import WRITE_LOCK_KEY, check_schema, create_engine, migrate, take_advisory_lock
+from .database import WRITE_LOCK_KEY, WRITER_OPTION, check_schema, create_engine, migrate, take_advisory_lock
 from .driver import DriverStatement, StatementCache, result_processors
 from .sealing import SECRET_FIELDS, open_definition, seal_definition
 
@@ -74,6 +74,7 @@ class Store:
     def __init__(self, engine: AsyncEngine, keys: KeyRing | None = None) -> None:
         """`keys`: the key ring sealing command and env (None: they are stored in the clear)."""
         self.engine = engine
+        self._writer = engine.execution_options(**{WRITER_OPTION: True})  # same pool, BEGIN IMMEDIATE on SQLite
         self.keys = keys
         self._write_lock = PriorityLock()
         self.actual_cache = ActualCache()
@@ -115,7 +116,7 @@ class Store:
         async with self._write_lock.hold(urgent):
             tx: Tx | None = None
             try:
-                async with self.engine.begin() as connection:
+                async with self._writer.begin() as connection:
                     await take_advisory_lock(connection, WRITE_LOCK_KEY)
                     tx = Tx(connection, self.actual_cache, self._write_lock, keys=self.keys, writing=True)
                     yield tx
