@@ -409,7 +409,8 @@ class Tx:
         )
 
     def _desired_params(self, record: DesiredRecord) -> dict[str, Any]:
-        clear, label, sealed = seal_definition(self._keys, t.desired_lrps.name, record.process_guid, record.definition)
+        guid = record.process_guid
+        clear, label, sealed = seal_definition(self._keys, t.desired_lrps.name, guid, record.definition)
         return {**_desired_columns(record), "definition": clear, "key_label": label, "sealed": sealed}
 
     def _task(self, row: sa.Row[Any]) -> TaskRecord:
