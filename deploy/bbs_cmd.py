@@ -181,14 +181,15 @@ def rotate_keys(
 ) -> None:
     """Seal every desired LRP and task again with the key ring's active key, a batch per transaction.
 
-    Safe while the BBS serves, and resumable: run it again after an interruption; a second run changes
-    nothing. Give every BBS replica the new key (as an older key, then as the active one) first.
+    Safe while the BBS serves; run it again after an interruption (a second run changes nothing).
+    Every BBS replica needs the new key in its ring first (docs/security.md, "Encryption at rest").
     """
     import json
 
     from bbs.encryption import KeyRingError
     from bbs.store import Store
     from bbs.store.database import SchemaTooNew
+    from bbs.store.rotation import required
     from bbs.store.rotation import rotate_keys as run_rotation
     from common.logging import setup_logging
 
@@ -196,7 +197,8 @@ def rotate_keys(
     setup_logging("bbs", settings.log_level)
 
     async def run():  # type: ignore[no-untyped-def]
-        store = await Store.open(settings.resolved_database_url(), keys=settings.key_ring())
+        keys = required(settings.key_ring())  # before the database is opened (or made)
+        store = await Store.open(settings.resolved_database_url(), keys=keys)
         try:
             return await run_rotation(store, batch)
         finally:

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..encryption import KeyRingError
+from ..encryption import KeyRing, KeyRingError
 from .store import Store
 
 TABLES = ("desired_lrps", "tasks")
@@ -35,14 +35,19 @@ class Rotation:
         return {"active": self.active, "resealed": self.resealed, "batches": self.batches, "labels": self.labels}
 
 
+def required(keys: KeyRing | None) -> KeyRing:
+    """The ring to rotate to; KeyRingError (one line for the operator) when there is none."""
+    if keys is None:
+        raise KeyRingError("encryption_keys_file: rotate-keys needs the key ring (a file, or VENDUE_ENCRYPTION_KEYS)")
+    return keys
+
+
 async def rotate_keys(
     store: Store, batch: int = BATCH, on_batch: Callable[[str, int], None] | None = None
 ) -> Rotation:
     """Reseal every row of TABLES not under the active key, `batch` rows per transaction; `on_batch(table,
     rows)` after each. Raises encryption.KeyRingError without a ring."""
-    if store.keys is None:
-        raise KeyRingError("encryption_keys_file: rotate-keys needs the key ring (a file, or VENDUE_ENCRYPTION_KEYS)")
-    rotation = Rotation(store.keys.active)
+    rotation = Rotation(required(store.keys).active)
     for table in TABLES:
         after = ""
         while True:

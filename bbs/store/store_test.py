@@ -307,3 +307,25 @@ async def test_urgent_writes_go_before_queued_bulk_writes(store: Store) -> None:
     release.set()
     await asyncio.wait_for(asyncio.gather(holder, bulk, lease), 10)
     assert order == ["lease", "bulk"], f"expected the urgent write first, saw {order}"
+
+
+async def test_sqlite_write_transactions_take_the_write_lock_at_begin(tmp_path) -> None:
+    """Another process writing the file (`vendue bbs rotate-keys` beside a serving BBS) waits for a write
+    transaction from its start, so the transaction's reads stay current and its first write cannot fail with
+    "database is locked"; read transactions hold no write lock."""
+    import sqlite3
+
+    store = await Store.open(f"sqlite+aiosqlite:///{tmp_path / 'bbs.db'}")
+    other = sqlite3.connect(tmp_path / "bbs.db", timeout=0, isolation_level=None)
+    try:
+        async with store.write() as tx:
+            await tx.list_tasks()  # reads only, so far
+            with pytest.raises(sqlite3.OperationalError, match="database is locked"):
+                other.execute("BEGIN IMMEDIATE")
+        async with store.read() as tx:
+            await tx.list_tasks()
+            other.execute("BEGIN IMMEDIATE")
+            other.execute("ROLLBACK")
+    finally:
+        other.close()
+        await store.close()

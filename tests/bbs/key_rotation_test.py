@@ -1,7 +1,7 @@
 """Encryption at rest with real `vendue bbs` processes (SQLite file and PostgreSQL): `vendue bbs rotate-keys`
 while a BBS serves and clients keep writing loses nothing and leaves every record sealed with the active key
 and readable, a second run changes nothing; a BBS without the key of an encrypted database, or with a keys
-file others may read, refuses to start with one line and exit 2."""
+file others may read, refuses to start with one line and exit 2 (--check-config: deploy/bbs_cmd_test.py)."""
 
 from __future__ import annotations
 
@@ -225,22 +225,6 @@ def test_a_bbs_without_the_key_of_an_encrypted_database_refuses_to_start(tmp_pat
             assert http.get("/v1/tasks/t1").json()["env"] == {"DATABASE_PASSWORD": "pw-t1"}
     finally:
         again.stop()
-
-
-def test_check_config_validates_the_keys_file(tmp_path: Path) -> None:
-    keys = write_keys(tmp_path / "bbs-keys.json", "k1", "k1")
-    data = ["--data-dir", str(tmp_path / "data")]
-    ok = vendue("bbs", "--check-config", *data, "--encryption-keys-file", str(keys))
-    assert (ok.returncode, ok.stdout.strip()) == (0, "config ok")
-    keys.chmod(0o640)
-    too_open = vendue("bbs", "--check-config", *data, "--encryption-keys-file", str(keys))
-    assert (too_open.returncode, too_open.stderr.strip()) == (2, (
-        f"error: encryption_keys_file: {keys} is mode 0640; it holds keys, so it must be 0600 or stricter "
-        f"(chmod 600 {keys})"))
-    malformed = vendue("bbs", "--check-config", *data, VENDUE_ENCRYPTION_KEYS='{"active": "k9", "keys": {}}')
-    assert (malformed.returncode, malformed.stderr.strip()) == (
-        2, 'error: encryption_keys: expected {"active": LABEL, "keys": {LABEL: BASE64, ...}}')
-    assert not (tmp_path / "data").exists()  # nothing was created or connected to
 
 
 async def test_no_request_fails_for_want_of_the_key_on_a_plain_database(tmp_path: Path) -> None:
