@@ -11,7 +11,8 @@ bulk statements (executemany), never one round trip per instance.
 
 Write transactions run one at a time across every BBS process on the database, so the logic's
 read-decide-write is correct as written, on either database, with any number of replicas: SQLite has
-a single writer anyway; on PostgreSQL each write transaction first takes a transaction-scoped
+a single writer, taken at BEGIN IMMEDIATE (so another process's writes, e.g. `vendue bbs rotate-keys`,
+wait for the whole transaction, not only its writes); on PostgreSQL each write transaction first takes a transaction-scoped
 advisory lock (released at commit, rollback, or when the client dies) and then reads committed rows.
 Within a process an asyncio lock queues writers first, so waiting ones hold no pool connection.
 Reads see one snapshot (SQLite's WAL transaction; REPEATABLE READ on PostgreSQL).
