@@ -45,11 +45,10 @@ async def converge_once(bbs: BBS, now: float | None = None) -> float | None:
         desired = await tx.desired_sizes()  # definitions are read below, for the LRPs to start
         tasks = await tx.list_tasks()
         cells = {c.cell_id: c for c in await tx.list_cells()}
-    holdings: dict[str, set[str]] = {}
     returning = returning_cells(snapshot, cells, now) if suspects else []
-    if returning:
-        answers = await asyncio.gather(*(bbs.outbound.cell_instances(c) for c in returning))
-        holdings = {c.cell_id: held for c, held in zip(returning, answers, strict=True) if held is not None}
+    # What the returning cells still hold, asked of each rep process once (a sim host's cells return
+    # together).
+    holdings = await bbs.outbound.cells_instances(returning) if returning else {}
     # The pure decision runs in a worker thread: on 10,000 instances it is CPU work the event loop
     # (heartbeats, reports) should not wait for. The snapshot is this pass's own data.
     actions, changes, counts = await asyncio.to_thread(

@@ -25,7 +25,7 @@ from common.transport.subjects import AUCTIONEER_LRPS, AUCTIONEER_TASKS, event_s
 
 from .events import EventHub
 from .metrics import BBSMetrics
-from .outbound import Outbound, RepKey
+from .outbound import Outbound, RepKey, RepVerb
 
 log = logging.getLogger("bbs.nats")
 
@@ -92,7 +92,7 @@ class NatsOutbound(Outbound):
             await asyncio.sleep(delay)  # back off between attempts
             delay = min(delay * 2, 1.0)
 
-    async def _rep_request(self, rep: RepKey, verb: str, body: bytes) -> bool:
+    async def _rep_request(self, rep: RepKey, verb: RepVerb, body: bytes) -> bool:
         rep_url, rep_id = rep
         if rep_id and self.nats.connected:
             subject = rep_subject(rep_id, verb)

@@ -18,10 +18,10 @@ import json
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable
-from typing import Any
+from typing import Any, Literal
 
 import httpx
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from common.models import CancelTasks, HostCellStates, InstanceStop, StopInstances, TaskCancel
 
@@ -36,11 +36,20 @@ REP_CONCURRENCY = 64
 LEADER_CACHE_S = 1.0  # how long a looked-up lease holder's URL is used before it is looked up again
 MAX_RETRY_DELAY_S = 1.0  # between auctioneer send attempts within the retry window
 REP_BATCH_MAX = 10_000  # stops (or cancels) per request to one rep process
+# Cells named per state request to one rep process: 100 ids of at most 128 characters keep the request's head
+# under 16 KB, which any HTTP server takes.
+REP_STATE_CELLS_MAX = 100
 
 # A rep process: (its root URL, its id). Stops and cancels queued for it travel together.
 RepKey = tuple[str, str]
+RepVerb = Literal["stop", "cancel"]
+# The body of a batch of each verb (the one rep API's StopInstances and CancelTasks).
+REP_BATCHES: dict[RepVerb, Callable[[list[Any]], BaseModel]] = {
+    "stop": lambda stops: StopInstances.model_construct(instances=stops),
+    "cancel": lambda cancels: CancelTasks.model_construct(tasks=cancels),
+}
 
-# The elected auctioneer's URL, or None when no auctioneer holds the lease (a lone, unelected one).
+# The elected auctioneer's URL, or None when no auctioneer holds the lease (then the configured URL is used).
 FindAuctioneer = Callable[[], Awaitable[str | None]]
 
 
@@ -76,8 +85,8 @@ class Outbound:
         self._idle = asyncio.Event()
         self._idle.set()
         self._rep_slots = asyncio.Semaphore(REP_CONCURRENCY)
-        self._stops: dict[RepKey, list[InstanceStop]] = {}  # queued for the rep's next stop request
-        self._cancels: dict[RepKey, list[TaskCancel]] = {}
+        # (verb, rep) -> the stops or cancels queued for the rep process's next request of that verb
+        self._rep_queues: dict[tuple[RepVerb, RepKey], list[Any]] = {}
         self._background: set[asyncio.Task[None]] = set()
         self._sender: asyncio.Task[None] | None = None
 
@@ -177,36 +186,29 @@ class Outbound:
 
     def stop_instance(self, cell: CellRecord, process_guid: str, instance_guid: str) -> None:
         """Queue a stop for the cell's rep; the burst's stops for one rep process go in one request."""
-        stop = InstanceStop(cell_id=cell.cell_id, process_guid=process_guid, instance_guid=instance_guid)
-        self._queue(self._stops, cell, stop, self._send_stops)
+        self._queue("stop", cell, InstanceStop(cell_id=cell.cell_id, process_guid=process_guid,
+                                               instance_guid=instance_guid))
 
     def cancel_task(self, cell: CellRecord, task_guid: str) -> None:
         """Queue a cancel for the cell's rep; the burst's cancels for one rep process go in one request."""
-        cancel = TaskCancel(cell_id=cell.cell_id, task_guid=task_guid)
-        self._queue(self._cancels, cell, cancel, self._send_cancels)
+        self._queue("cancel", cell, TaskCancel(cell_id=cell.cell_id, task_guid=task_guid))
 
-    def _queue(self, queues: dict[RepKey, list[Any]], cell: CellRecord, item: Any,
-               send: Callable[[RepKey], Awaitable[None]]) -> None:
-        key = (cell.rep_url.rstrip("/"), cell.rep_id)
-        queued = queues.get(key)
+    def _queue(self, verb: RepVerb, cell: CellRecord, item: InstanceStop | TaskCancel) -> None:
+        key = (verb, (cell.rep_url.rstrip("/"), cell.rep_id))
+        queued = self._rep_queues.get(key)
         if queued is None:  # the first of a burst: the send runs once the burst's caller has queued the rest
-            queued = queues[key] = []
-            self._spawn(send(key))
+            queued = self._rep_queues[key] = []
+            self._spawn(self._send_queued(key))
         queued.append(item)
 
-    async def _send_stops(self, rep: RepKey) -> None:
-        stops = self._stops.pop(rep)
-        for first in range(0, len(stops), REP_BATCH_MAX):
-            body = StopInstances.model_construct(instances=stops[first : first + REP_BATCH_MAX])
-            await self._rep_request(rep, "stop", body.model_dump_json().encode())
+    async def _send_queued(self, key: tuple[RepVerb, RepKey]) -> None:
+        verb, rep = key
+        items = self._rep_queues.pop(key)
+        for first in range(0, len(items), REP_BATCH_MAX):
+            body = REP_BATCHES[verb](items[first : first + REP_BATCH_MAX])
+            await self._rep_request(rep, verb, body.model_dump_json().encode())
 
-    async def _send_cancels(self, rep: RepKey) -> None:
-        cancels = self._cancels.pop(rep)
-        for first in range(0, len(cancels), REP_BATCH_MAX):
-            body = CancelTasks.model_construct(tasks=cancels[first : first + REP_BATCH_MAX])
-            await self._rep_request(rep, "cancel", body.model_dump_json().encode())
-
-    async def _rep_request(self, rep: RepKey, verb: str, body: bytes) -> bool:
+    async def _rep_request(self, rep: RepKey, verb: RepVerb, body: bytes) -> bool:
         """One stop or cancel batch to a rep process (POST {rep_url}/stop or /cancel)."""
         return await self._post(f"{rep[0]}/{verb}", body, verb)
 
@@ -229,21 +231,32 @@ class Outbound:
             self.metrics.rep_requests.labels(kind=kind, outcome="ok").inc()
             return True
 
-    async def cell_instances(self, cell: CellRecord) -> set[str] | None:
-        """The instance guids a cell holds (GET {rep_url}/state?lrps=full&cells=<id>), or None when its rep
-        does not answer or no longer hosts it."""
-        url = f"{cell.rep_url.rstrip('/')}/state"
+    async def cells_instances(self, cells: Iterable[CellRecord]) -> dict[str, set[str]]:
+        """The instance guids each cell holds, asked of each rep process once (per REP_STATE_CELLS_MAX of
+        its cells): GET {rep_url}/state?lrps=full&cells=a,b. A cell whose rep does not answer, or no longer
+        hosts it, is left out."""
+        by_rep: dict[str, list[str]] = {}
+        for cell in cells:
+            by_rep.setdefault(cell.rep_url.rstrip("/"), []).append(cell.cell_id)
+        asks = [(url, ids[first : first + REP_STATE_CELLS_MAX])
+                for url, ids in by_rep.items() for first in range(0, len(ids), REP_STATE_CELLS_MAX)]
+        answers = await asyncio.gather(*(self._instances_of(url, ids) for url, ids in asks))
+        return {cell_id: held for answer in answers for cell_id, held in answer.items()}
+
+    async def _instances_of(self, rep_url: str, cell_ids: list[str]) -> dict[str, set[str]]:
+        """One rep process's answer for these cells of it: each named cell it hosts -> its instance guids."""
         try:
-            response = await self.client.get(url, params={"lrps": "full", "cells": cell.cell_id})
+            params = {"lrps": "full", "cells": ",".join(cell_ids)}
+            response = await self.client.get(f"{rep_url}/state", params=params)
             response.raise_for_status()
             states = HostCellStates.model_validate_json(response.content).cells
         except (httpx.HTTPError, ValidationError) as exc:
             self.metrics.rep_requests.labels(kind="state", outcome="error").inc()
-            log.info("cell state fetch failed", extra={"data": {"rep_url": cell.rep_url, "error": repr(exc)}})
-            return None
+            log.info("cell state fetch failed", extra={"data": {"rep_url": rep_url, "error": repr(exc)}})
+            return {}
         self.metrics.rep_requests.labels(kind="state", outcome="ok").inc()
-        state = next((s for s in states if s.cell_id == cell.cell_id), None)
-        return None if state is None else {lrp.instance_guid for lrp in state.lrps}
+        named = set(cell_ids)
+        return {s.cell_id: {lrp.instance_guid for lrp in s.lrps} for s in states if s.cell_id in named}
 
     async def task_callback(self, url: str, task: dict[str, Any]) -> bool:
         """POST the Task to its completion_callback_url; True on a 2xx answer."""

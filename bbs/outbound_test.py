@@ -5,7 +5,7 @@ from __future__ import annotations
 import httpx
 
 from bbs.metrics import BBSMetrics
-from bbs.outbound import Outbound
+from bbs.outbound import REP_STATE_CELLS_MAX, Outbound
 from bbs.records import CellRecord
 from common.models import CancelTasks, StopInstances
 
@@ -114,23 +114,43 @@ async def test_stops_and_cancels_of_one_burst_go_in_one_request_per_rep_process(
         await outbound.close()
 
 
-async def test_a_cells_instances_are_read_from_its_reps_full_state() -> None:
-    state = {"cell_id": "a-1", "zone": "z1", "rep_url": "http://a.test",
-             "total": {"memory_mb": 1, "disk_mb": 1, "containers": 1},
-             "available": {"memory_mb": 1, "disk_mb": 1, "containers": 1},
-             "lrps": [{"process_guid": "web", "index": 0, "instance_guid": "g0", "memory_mb": 1, "disk_mb": 1}]}
+def full_state(cell_id: str, rep_url: str, *guids: str) -> dict:
+    size = {"memory_mb": 1, "disk_mb": 1, "containers": 1}
+    return {"cell_id": cell_id, "zone": "z1", "rep_url": rep_url, "total": size, "available": size,
+            "lrps": [{"process_guid": "web", "index": i, "instance_guid": g, "memory_mb": 1, "disk_mb": 1}
+                     for i, g in enumerate(guids)]}
+
+
+async def test_cells_instances_are_read_from_their_reps_full_state_one_request_per_rep_process() -> None:
+    hosted = {"http://a.test": [full_state("a-1", "http://a.test", "g0"), full_state("a-3", "http://a.test")],
+              "http://b.test": [full_state("b-1", "http://b.test", "g1", "g2")]}
     asked: list[str] = []
 
     def handle(request: httpx.Request) -> httpx.Response:
         asked.append(str(request.url))
-        wanted = request.url.params["cells"]
-        return httpx.Response(200, json={"cells": [state] if wanted == "a-1" else []})
+        if request.url.host == "down.test":
+            raise httpx.ConnectError("connection refused", request=request)
+        wanted = request.url.params["cells"].split(",")
+        rep_url = f"http://{request.url.host}"
+        return httpx.Response(200, json={"cells": [s for s in hosted[rep_url] if s["cell_id"] in wanted]})
 
     client = httpx.AsyncClient(transport=httpx.MockTransport(handle))
     outbound = Outbound("http://auctioneer.test", BBSMetrics(), client=client)
     try:
-        assert await outbound.cell_instances(cell("a-1", "http://a.test", "a")) == {"g0"}
-        assert asked == ["http://a.test/state?lrps=full&cells=a-1"]
-        assert await outbound.cell_instances(cell("a-2", "http://a.test", "a")) is None, "not hosted there (any more)"
+        returning = [cell("a-1", "http://a.test", "a"), cell("b-1", "http://b.test/", "b"),
+                     cell("a-2", "http://a.test", "a"), cell("a-3", "http://a.test", "a"),
+                     cell("d-1", "http://down.test", "d")]
+        held = await outbound.cells_instances(returning)
+        # a-2: not hosted there (any more); d-1: its rep does not answer. Neither is known.
+        assert held == {"a-1": {"g0"}, "a-3": set(), "b-1": {"g1", "g2"}}
+        assert sorted(asked) == ["http://a.test/state?lrps=full&cells=a-1%2Ca-2%2Ca-3",
+                                 "http://b.test/state?lrps=full&cells=b-1",
+                                 "http://down.test/state?lrps=full&cells=d-1"]
+
+        asked.clear()  # a process hosting many cells: REP_STATE_CELLS_MAX of them per request
+        many = [cell(f"a-{i}", "http://a.test", "a") for i in range(REP_STATE_CELLS_MAX + 1)]
+        assert await outbound.cells_instances(many) == {"a-1": {"g0"}, "a-3": set()}
+        named = [httpx.URL(url).params["cells"].split(",") for url in asked]
+        assert [len(n) for n in named] == [REP_STATE_CELLS_MAX, 1] and sum(named, []) == [c.cell_id for c in many]
     finally:
         await outbound.close()

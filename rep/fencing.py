@@ -49,30 +49,28 @@ class Fencing:
         self._path = path
         self._current_token = current_token
         self.highest = read_token(path)  # 0: none accepted yet (0 is never a lease's token)
-        self._refused: dict[int, tuple[float, Refused]] = {}  # token -> (until, why): recent refusals
+        self._refused: dict[int, tuple[float, str, int]] = {}  # token -> (until, reason, status): recent refusals
         self._checking = asyncio.Lock()
         self.lookups = 0  # questions asked of the BBS (tests check the hot path asks none)
 
     async def admit(self, token: int) -> None:
         """Return when work under `token` may be taken; raise Refused when it may not."""
-        if token == self.highest and token:
+        if self._settled(token):
             return
-        if token < self.highest:
-            raise Refused(f"stale fencing token {token} < {self.highest}")
         async with self._checking:  # one question at a time: a burst under a new token asks once
-            if token == self.highest and token:
+            if self._settled(token):  # settled while this one waited: by the question it waited for
                 return
-            if token < self.highest:
-                raise Refused(f"stale fencing token {token} < {self.highest}")
             now = time.monotonic()
             cached = self._refused.get(token)
             if cached is not None and cached[0] > now:
-                raise cached[1]
+                raise Refused(cached[1], cached[2])
             refusal = await self._check(token)
             if refusal is not None:
                 if len(self._refused) >= REFUSALS_KEPT:
                     self._refused.clear()
-                self._refused[token] = (now + REFUSAL_CACHE_S, refusal)
+                # Its reason and status, not the exception: one raised again would keep every raising
+                # frame (and its request body) in its growing traceback.
+                self._refused[token] = (now + REFUSAL_CACHE_S, refusal.reason, refusal.status)
                 raise refusal
             try:
                 await asyncio.to_thread(write_token, self._path, token)
@@ -82,6 +80,15 @@ class Fencing:
             self.highest = token
             self._refused = {t: r for t, r in self._refused.items() if t > token}
             log.info("fencing token accepted", extra={"data": {"token": token}})
+
+    def _settled(self, token: int) -> bool:
+        """True for the token accepted last (the hot path: one comparison); raises Refused for an older one
+        (a deposed leader: no question asked). False: the BBS must be asked."""
+        if token == self.highest and token:
+            return True
+        if token < self.highest:
+            raise Refused(f"stale fencing token {token} < {self.highest}")
+        return False
 
     async def _check(self, token: int) -> Refused | None:
         """Ask the BBS whether `token` is the current lease's: None when it is, else why not."""

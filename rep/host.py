@@ -1,7 +1,7 @@
 """The rep process: the cells it hosts, its BBS client, heartbeats, outbox flushers and shutdown.
 
 One process hosts one cell (process executor) or many simulated ones (sim executor). Everything that
-talks to the BBS lives here: pooled httpx clients, one flusher per cell (one lifecycle request in
+talks to the BBS lives here: one pooled httpx client, one flusher per cell (one lifecycle request in
 flight per cell), and one heartbeat loop that PUTs every cell's presence every TTL/3. The cells' reports
 and heartbeats travel together, however many cells the process hosts: one lifecycle request and one
 heartbeat request per round for the process (HostLifecycleSender, PUT /v1/cells), not per cell.
@@ -21,7 +21,7 @@ import asyncio
 import contextlib
 import logging
 import signal
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable
 
 import httpx
 
@@ -93,7 +93,7 @@ class RepHost:
         self,
         cells: list[Cell],
         executors: list[Executor],
-        client: httpx.AsyncClient | Mapping[str, httpx.AsyncClient],
+        client: httpx.AsyncClient,
         bbs_url: str,
         *,
         rep_id: str = "",
@@ -103,10 +103,7 @@ class RepHost:
         self.cells = {cell.cell_id: cell for cell in cells}
         self.rep_id = rep_id  # the process's name (CellPresence.rep_id): its NATS subjects
         self.executors = executors
-        # One pooled client, or one per cell (a sim host shards its cells over several small pools:
-        # httpcore's pool bookkeeping grows with connections x waiting requests, so one big pool
-        # serving hundreds of cells spends its time managing itself).
-        self._clients = client if isinstance(client, Mapping) else {cid: client for cid in self.cells}
+        self._client = client  # the process's: its requests are host-level, a few in flight at most
         self.bbs_url = bbs_url.rstrip("/")
         self.heartbeat_interval_s = presence_ttl_s / 3
         self.evacuation_timeout_s = evacuation_timeout_s
@@ -159,22 +156,28 @@ class RepHost:
 
     def stop(self, request: StopInstances) -> Found:
         """Stop the named instances the cells hold (in the background); answers those found."""
-        found = []
-        for stop in request.instances:
-            cell = self.find(stop.cell_id)
-            if cell is not None and cell.has_instance(stop.instance_guid):
-                cell.in_background(cell.stop_lrp(stop.instance_guid))
-                found.append(stop.instance_guid)
-        return Found(found=found)
+        named = ((s.cell_id, s.instance_guid) for s in request.instances)
+        return self._in_background(named, Cell.has_instance, Cell.stop_lrp)
 
     def cancel(self, request: CancelTasks) -> Found:
         """Cancel the named tasks the cells hold (in the background); answers those found."""
+        named = ((c.cell_id, c.task_guid) for c in request.tasks)
+        return self._in_background(named, Cell.has_task, Cell.cancel_task)
+
+    def _in_background(
+        self,
+        named: Iterable[tuple[str, str]],
+        holds: Callable[[Cell, str], bool],
+        act: Callable[[Cell, str], object],  # a coroutine: Cell.stop_lrp, Cell.cancel_task
+    ) -> Found:
+        """`act(cell, guid)` in the background for each (cell id, guid) a live cell here holds; answers those
+        found."""
         found = []
-        for cancel in request.tasks:
-            cell = self.find(cancel.cell_id)
-            if cell is not None and cell.has_task(cancel.task_guid):
-                cell.in_background(cell.cancel_task(cancel.task_guid))
-                found.append(cancel.task_guid)
+        for cell_id, guid in named:
+            cell = self.find(cell_id)
+            if cell is not None and holds(cell, guid):
+                cell.in_background(act(cell, guid))
+                found.append(guid)
         return Found(found=found)
 
     # --- running ------------------------------------------------------------------------------------
@@ -243,7 +246,7 @@ class RepHost:
     async def _heartbeats(self, cells: list[Cell]) -> bool:
         """These cells' presences in one PUT /v1/cells."""
         body = CellPresences.model_construct(cells=[c.presence() for c in cells])
-        response = await self._clients[cells[0].cell_id].put(
+        response = await self._client.put(
             f"{self.bbs_url}/v1/cells", content=body.model_dump_json(), headers={"content-type": "application/json"}
         )
         response.raise_for_status()
@@ -343,10 +346,6 @@ class RepHost:
         await asyncio.gather(*self._loops, *self._evacuations.values(), return_exceptions=True)
         for executor in self.executors:
             await executor.close()
-
-    async def close_clients(self) -> None:
-        for client in {id(c): c for c in self._clients.values()}.values():
-            await client.aclose()
 
 
 def _log_round_error(task: asyncio.Task[int]) -> None:

@@ -1,6 +1,6 @@
 """The rep's authorization table against a real `vendue rep --executor sim --cells 3` process serving HTTPS
-with certificates made here (common.tls), and the fake BBS of tests/rep over HTTPS (it answers the lease
-and verifies bearer tokens)."""
+with certificates made here (common.tls), and the fake BBS (tests/fake_bbs.py) over HTTPS (it answers the
+lease and verifies bearer tokens)."""
 
 from __future__ import annotations
 
@@ -20,18 +20,9 @@ from rep.api import create_app
 from rep.fencing import Fencing
 from rep.host import RepHost
 from rep.policy import POLICY
+from tests.fake_bbs import FakeBBS, fake_bbs
 from tests.rep import fakes
-from tests.rep.fakes import (
-    DEADLINE_S,
-    REPO,
-    STARTUP_S,
-    FakeBBS,
-    desired,
-    eventually,
-    post_work,
-    serving_fake_bbs,
-    work_body,
-)
+from tests.rep.fakes import DEADLINE_S, REPO, STARTUP_S, desired, eventually, post_work, work_body
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 start_rep = fakes.start_rep  # the fixture: real rep processes, always stopped
@@ -56,7 +47,8 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture
 async def bbs(pki: Path) -> AsyncIterator[FakeBBS]:
-    async with serving_fake_bbs(server_context(TLSFiles.in_dir(pki, "bbs"))) as fake:
+    async with fake_bbs(ssl_context=server_context(TLSFiles.in_dir(pki, "bbs"))) as fake:
+        fake.hold_lease(1)  # work_body's token
         fake.tokens = {"admin-token": ("admin", "ops"), "reader-token": ("reader", "dash")}
         yield fake
 
@@ -94,7 +86,8 @@ async def test_every_route_refuses_callers_without_identity_or_role(
                      lambda: [p.cell_id for p in bbs.heartbeats])
     presence: CellPresence = bbs.heartbeats[-1]
     assert (presence.rep_id, presence.rep_url, presence.insecure) == ("rep-a", rep.url, False)
-    assert set(bbs.callers) == {"rep 'rep-a'"}, "every BBS call presents the rep's certificate"
+    callers = {caller for caller, _ in bbs.callers}
+    assert callers == {"rep 'rep-a'"}, "every BBS call presents the rep's certificate"
 
     async with as_(pki, None) as anonymous:
         ping = await anonymous.get(f"{rep.url}/ping")

@@ -2,8 +2,8 @@
 
 With TLS files (docs/security.md) the rep serves HTTPS with its certificate and authorizes every request
 (rep/api.py, rep/policy.py); its name (rep_id) is the certificate's CN, and each of its cells must be one
-the certificate names. Every BBS client presents that certificate and trusts only the cluster CA (one
-client context, built once). Without them it serves plain HTTP with authorization off (only on loopback,
+the certificate names. Its one BBS client presents that certificate and trusts only the cluster CA.
+Without them it serves plain HTTP with authorization off (only on loopback,
 or with --insecure), and says so: a warning at start, `"insecure": true` in /ping and in every presence.
 """
 
@@ -14,7 +14,6 @@ import contextlib
 import logging
 import signal
 import socket
-import ssl
 from collections.abc import Generator
 from typing import TYPE_CHECKING
 
@@ -119,7 +118,9 @@ def cell_configs(settings: RepSettings, base_url: str, rep_id: str, *, insecure:
     return configs
 
 
-CELLS_PER_CLIENT = 8  # cells sharing one pooled httpx client (a heartbeat and a report in flight each)
+# Connections to the BBS: what the process says there is host-level (one lifecycle request in flight, a
+# heartbeat request per HOST_BATCH_CELLS cells), besides rare questions (a fencing token, a bearer token).
+BBS_CONNECTIONS = 16
 
 
 def bbs_urls(settings: RepSettings) -> list[str]:
@@ -130,42 +131,21 @@ def bbs_urls(settings: RepSettings) -> list[str]:
         raise ConfigError(f"bbs_url: {exc}") from None
 
 
-def bbs_verify(tls: RepTLS | None) -> ssl.SSLContext:
-    """What every BBS client verifies with (built once: loading a CA bundle per client costs ~0.1 s each):
-    the rep's certificate and the cluster CA, or (no TLS files) the default CA bundle."""
-    return tls.client if tls is not None else httpx.create_ssl_context()
-
-
-def bbs_clients(
-    settings: RepSettings, cell_ids: list[str], verify: ssl.SSLContext
-) -> dict[str, httpx.AsyncClient]:
-    """Small connection pools, each shared by a few cells: cost per request stays flat with cell count.
-    Each fails over between the BBS replicas on its own (common/failover.py)."""
-    connections = 2 * CELLS_PER_CLIENT + 4
+def bbs_client(settings: RepSettings, tls: RepTLS | None) -> httpx.AsyncClient:
+    """The process's one pooled client to the BBS, based on its URL: heartbeats, lifecycle reports, the
+    auctioneer lease's fencing token, whom a bearer token stands for. It fails over between the BBS
+    replicas (common/failover.py), presenting the rep's certificate and trusting the cluster CA (without
+    TLS files: the default CA bundle)."""
     urls = bbs_urls(settings)
-    clients: dict[str, httpx.AsyncClient] = {}
-    for first in range(0, len(cell_ids), CELLS_PER_CLIENT):
-        limits = httpx.Limits(max_connections=connections, max_keepalive_connections=connections)
-        client = httpx.AsyncClient(
-            timeout=httpx.Timeout(settings.http_timeout),
-            transport=AsyncFailoverTransport(urls, verify=verify, limits=limits),
-        )
-        clients.update((cell_id, client) for cell_id in cell_ids[first : first + CELLS_PER_CLIENT])
-    return clients
-
-
-def bbs_control_client(settings: RepSettings, verify: ssl.SSLContext) -> httpx.AsyncClient:
-    """The client for the rep's own questions to the BBS (whom a bearer token stands for, the auctioneer
-    lease's fencing token), based on its URL; few and rare, so a small pool."""
-    urls = bbs_urls(settings)
-    limits = httpx.Limits(max_connections=4, max_keepalive_connections=4)
+    verify = tls.client if tls is not None else httpx.create_ssl_context()
+    limits = httpx.Limits(max_connections=BBS_CONNECTIONS, max_keepalive_connections=BBS_CONNECTIONS)
     return httpx.AsyncClient(
         base_url=urls[0], timeout=httpx.Timeout(settings.http_timeout),
         transport=AsyncFailoverTransport(urls, verify=verify, limits=limits),
     )
 
 
-def build_host(settings: RepSettings, base_url: str, tls: RepTLS | None, verify: ssl.SSLContext) -> RepHost:
+def build_host(settings: RepSettings, base_url: str, tls: RepTLS | None, bbs: httpx.AsyncClient) -> RepHost:
     rep_id = rep_id_of(settings, tls)
     configs = cell_configs(settings, base_url, rep_id, insecure=tls is None)
     if tls is not None:
@@ -173,7 +153,6 @@ def build_host(settings: RepSettings, base_url: str, tls: RepTLS | None, verify:
         if foreign:  # the BBS would refuse every heartbeat of these: say so now, not as a silent outage
             raise ConfigError(f"cell_id: the certificate {tls.files.cert} does not name cell {foreign[0]} "
                               "(vendue certs issue --role rep --cell ID, or --cell-prefix P)")
-    clients = bbs_clients(settings, [c.cell_id for c in configs], verify)
     bbs_url = bbs_urls(settings)[0]
     executors: list[Executor] = []
     cells: list[Cell] = []
@@ -181,7 +160,7 @@ def build_host(settings: RepSettings, base_url: str, tls: RepTLS | None, verify:
         sim = SimExecutor(start_delay_s=settings.sim_start_delay, crash_rate_per_s=settings.sim_crash_rate)
         executors.append(sim)
     # The cells' reports share one request per round (see HostLifecycleSender).
-    reports = HostLifecycleSender(clients[configs[0].cell_id], bbs_url)
+    reports = HostLifecycleSender(bbs, bbs_url)
     for config in configs:
         if settings.executor == "sim":
             executor: Executor = executors[0]
@@ -197,7 +176,7 @@ def build_host(settings: RepSettings, base_url: str, tls: RepTLS | None, verify:
     return RepHost(
         cells,
         executors,
-        clients,
+        bbs,
         bbs_url,
         rep_id=rep_id,
         presence_ttl_s=settings.presence_ttl,
@@ -224,14 +203,13 @@ def connect_nats(settings: RepSettings, host: RepHost, fencing: Fencing, tls: Re
 async def serve(settings: RepSettings) -> int:
     """Run the rep until it is told to stop (signal or /evacuate); returns the exit status."""
     tls = serving_tls(settings)  # CertError (a usage error) before anything is bound or started
-    verify = bbs_verify(tls)
     sock = bind_socket(settings.listen, settings.port)
     port = sock.getsockname()[1]
     base_url = f"{'https' if tls else 'http'}://{settings.advertise_host}:{port}"
-    host = build_host(settings, base_url, tls, verify)
+    bbs = bbs_client(settings, tls)
+    host = build_host(settings, base_url, tls, bbs)
     if tls is None:
         log.warning(INSECURE_WARNING)
-    bbs = bbs_control_client(settings, verify)
     fencing = Fencing(settings.data_dir / FENCING_FILE, lease_token_from(bbs))
     for cell in host.cells.values():  # what a previous run accepted (the cell state's debug field)
         cell.fencing_token = fencing.highest
@@ -297,7 +275,6 @@ async def serve(settings: RepSettings) -> int:
         server.should_exit = True
         with contextlib.suppress(Exception):
             await asyncio.wait_for(serving, timeout=10)
-        await host.close_clients()
         await bbs.aclose()
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(signum)

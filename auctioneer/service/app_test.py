@@ -11,7 +11,8 @@ from auctioneer.service.app import create_app
 from auctioneer.service.settings import AuctioneerSettings
 from common.models import TaskStartRequest
 from common.procutil import free_port
-from tests.auctioneer.fakes import desired, fake_bbs, fake_reps, serving, start_request, task, wait_until
+from tests.auctioneer.fakes import desired, fake_reps, serving, start_request, task, wait_until
+from tests.fake_bbs import fake_bbs
 
 pytestmark = pytest.mark.timeout(60)
 

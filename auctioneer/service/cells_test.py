@@ -7,7 +7,8 @@ from auctioneer.service.cells import CellFetcher
 from auctioneer.service.clients import RepClients
 from auctioneer.service.metrics import Metrics
 from common.models import CellPresence, ResourcesModel
-from tests.auctioneer.fakes import fake_bbs, fake_reps
+from tests.auctioneer.fakes import fake_reps
+from tests.fake_bbs import fake_bbs
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -20,10 +20,12 @@ from __future__ import annotations
 
 import ssl
 from functools import cache
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import aiohttp
 import httpx
+from aiohttp.client_proto import ResponseHandler
+from aiohttp.tracing import Trace
 
 
 @cache
@@ -64,21 +66,15 @@ class RepClients:
     def _open(self) -> aiohttp.ClientSession:
         # Created on first use: an aiohttp session belongs to the running event loop.
         if self._session is None or self._session.closed:
-            connector = aiohttp.TCPConnector(
-                limit=self.max_connections, limit_per_host=0, ssl=self.ssl_context or tls_context(),
+            connector = _CountingConnector(
+                self, limit=self.max_connections, limit_per_host=0, ssl=self.ssl_context or tls_context(),
                 ttl_dns_cache=300, keepalive_timeout=KEEPALIVE_S,
             )
-            tracing = aiohttp.TraceConfig()
-            tracing.on_connection_create_end.append(self._connection_opened)
             # trust_env=False: the control plane talks to its peers directly, never through a proxy.
             self._session = aiohttp.ClientSession(
-                connector=connector, trust_env=False, timeout=aiohttp.ClientTimeout(total=self.timeout),
-                trace_configs=[tracing],
+                connector=connector, trust_env=False, timeout=aiohttp.ClientTimeout(total=self.timeout)
             )
         return self._session
-
-    async def _connection_opened(self, *_: object) -> None:
-        self.connections_opened += 1
 
     async def get(self, url: str, *, timeout: float | None = None) -> RepResponse:
         return await self._request("GET", url, None, timeout)
@@ -107,6 +103,24 @@ class RepClients:
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
+
+
+class _CountingConnector(aiohttp.TCPConnector):
+    """Counts the connections it opens into `RepClients.connections_opened`. Not a TraceConfig: a session
+    with one builds trace objects and awaits its signals on every request (~15 us of CPU each, measured),
+    where this costs nothing on a reused connection. `_create_connection` is aiohttp's own seam for a new
+    connection (the same signature throughout 3.x)."""
+
+    def __init__(self, clients: RepClients, **options: Any) -> None:
+        super().__init__(**options)
+        self._clients = clients
+
+    async def _create_connection(
+        self, req: aiohttp.ClientRequest, traces: list[Trace], timeout: aiohttp.ClientTimeout
+    ) -> ResponseHandler:
+        protocol = await super()._create_connection(req, traces, timeout)
+        self._clients.connections_opened += 1
+        return protocol
 
 
 def _describe(exc: BaseException) -> str:

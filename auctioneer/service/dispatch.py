@@ -33,7 +33,7 @@ from .metrics import Metrics
 
 log = logging.getLogger("auctioneer.dispatch")
 
-# An auctioneer that is not elected (no lease API) sends 0, which reps always accept.
+# What a sender given no token writes: no lease's (a lease's tokens start at 1), so every rep refuses it.
 FENCING_TOKEN = 0
 REJECTED_WITHOUT_REASON = "insufficient resources"
 # Instances and tasks per work request at most (a process's cells are split over several requests beyond

@@ -23,8 +23,9 @@ from common.procutil import free_port
 from common.tls import INSECURE_WARNING, TLSFiles, client_context, init_ca, issue, server_context
 from deploy.cli import _register
 from deploy.cli import app as cli
-from tests.auctioneer.fakes import FakeBBS, desired, fake_bbs, serving, start_request, wait_until
+from tests.auctioneer.fakes import desired, serving, start_request, wait_until
 from tests.auctioneer.process_test import auctioneer_process
+from tests.fake_bbs import FakeBBS, fake_bbs
 
 pytestmark = pytest.mark.timeout(120)
 

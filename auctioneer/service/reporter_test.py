@@ -4,7 +4,7 @@ import pytest
 from auctioneer.service.metrics import Metrics
 from auctioneer.service.reporter import FailureReporter
 from common.models import LRPPlacementFailure, PlacementFailures, TaskPlacementFailure
-from tests.auctioneer.fakes import fake_bbs
+from tests.fake_bbs import fake_bbs
 
 pytestmark = pytest.mark.timeout(60)
 

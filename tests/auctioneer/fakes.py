@@ -2,9 +2,8 @@
 
 `FakeReps` serves any number of rep processes, each hosting any number of cells behind the one rep API
 (GET /state, POST /work at its root URL, {url}/reps/<rep_id>), and records every state fetch and work
-POST; `FakeBBS` lists cells, grants the "auctioneer" lease, verifies bearer tokens and records
-placement-failure reports (409 for a fencing token older than the lease's). `serving` serves HTTPS when
-given a server TLS context, and a fake then records who called (their certificate's identity).
+POST; the BBS double is tests/fake_bbs.py. `serving` serves HTTPS when given a server TLS context, and
+`caller_of` says who called (the client certificate's identity).
 """
 
 from __future__ import annotations
@@ -31,15 +30,11 @@ from common.models import (
     HostCellStates,
     HostWork,
     HostWorkResult,
-    Lease,
-    LeaseRequest,
     LRPStartRequest,
     LRPWork,
     ModificationTag,
-    PlacementFailures,
     ResourcesModel,
     Task,
-    TokenVerify,
     WorkResult,
 )
 from common.tls import identity_from_der
@@ -244,90 +239,8 @@ def fake_reps() -> contextlib.AbstractAsyncContextManager[FakeReps]:
     return served(FakeReps())
 
 
-# --- the BBS double -----------------------------------------------------------------------------------
-
-
 def caller_of(request: Request) -> str:
     """Who called, by the client certificate of the connection: "auctioneer 'a1'", or "anonymous"."""
     der = request.scope.get(TLS_SCOPE_KEY)
     identity = identity_from_der(der) if der else None
     return identity.describe() if identity is not None else "anonymous"
-
-
-@dataclass
-class FakeBBS:
-    reps: FakeReps | None = None
-    extra_cells: list[CellPresence] = field(default_factory=list)
-    cells_calls: int = 0
-    failure_reports: list[PlacementFailures] = field(default_factory=list)
-    failure_posts: int = 0
-    fail_reports_times: int = 0  # answer 500 to this many placement-failure POSTs first
-    # The "auctioneer" lease, as the BBS keeps it; lease_api=False answers 404 (a BBS without leases).
-    lease_api: bool = True
-    lease: Lease = field(default_factory=lambda: Lease(held=False, owner="", token=0, expires_at=0.0))
-    lease_posts: int = 0
-    tokens: dict[str, tuple[str, str]] = field(default_factory=dict)  # bearer token -> (role, name)
-    callers: Counter = field(default_factory=Counter)  # (caller_of, "METHOD /path") -> requests
-    url: str = ""
-
-    def app(self) -> FastAPI:
-        app = FastAPI()
-
-        @app.middleware("http")
-        async def record_caller(request: Request, call_next):
-            self.callers[(caller_of(request), f"{request.method} {request.url.path}")] += 1
-            return await call_next(request)
-
-        @app.post("/v1/leases/{name}")
-        async def take_lease(name: str, body: LeaseRequest) -> Response:
-            self.lease_posts += 1
-            if not self.lease_api or name != "auctioneer":
-                return JSONResponse({"detail": "Not Found"}, status_code=404)
-            now, lease = time.time(), self.lease
-            if lease.owner != body.owner and lease.expires_at <= now:  # free: a new term, a newer token
-                lease = Lease(held=True, owner=body.owner, url=body.url, token=lease.token + 1, expires_at=0.0)
-            if lease.owner == body.owner:
-                lease = lease.model_copy(update={"url": body.url, "expires_at": now + body.ttl_s})
-            self.lease = lease
-            return JSONResponse({**lease.model_dump(), "held": lease.owner == body.owner})
-
-        @app.delete("/v1/leases/{name}", status_code=204)
-        async def release_lease(name: str, owner: str, token: int) -> Response:
-            if (owner, token) == (self.lease.owner, self.lease.token):
-                self.lease = self.lease.model_copy(update={"expires_at": 0.0})
-            return Response(status_code=204)
-
-        @app.post("/v1/tokens/verify")
-        async def verify_token(body: TokenVerify) -> Response:
-            if body.token not in self.tokens:
-                return JSONResponse({"detail": "unknown token"}, status_code=401)
-            role, name = self.tokens[body.token]
-            return JSONResponse({"role": role, "name": name})
-
-        @app.get("/v1/cells")
-        async def cells() -> dict:
-            self.cells_calls += 1
-            present = (self.reps.presences() if self.reps else []) + self.extra_cells
-            return {"items": [p.model_dump(mode="json") for p in present]}
-
-        @app.post("/v1/placement_failures")
-        async def placement_failures(request: Request) -> Response:
-            self.failure_posts += 1
-            if self.fail_reports_times > 0:
-                self.fail_reports_times -= 1
-                return JSONResponse({"detail": "unavailable"}, status_code=503)
-            report = PlacementFailures.model_validate_json(await request.body())
-            if report.fencing_token < self.lease.token:
-                return JSONResponse({"detail": f"stale fencing token {report.fencing_token}"}, status_code=409)
-            self.failure_reports.append(report)
-            return Response(status_code=204)
-
-        return app
-
-
-@contextlib.asynccontextmanager
-async def fake_bbs(reps: FakeReps | None = None, ssl_context: ssl.SSLContext | None = None) -> AsyncIterator[FakeBBS]:
-    bbs = FakeBBS(reps=reps)
-    async with serving(bbs.app(), ssl_context) as url:
-        bbs.url = url
-        yield bbs

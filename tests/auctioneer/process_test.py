@@ -12,7 +12,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.auctioneer.fakes import desired, fake_bbs, fake_reps, start_request, wait_until
+from tests.auctioneer.fakes import desired, fake_reps, start_request, wait_until
+from tests.fake_bbs import fake_bbs
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 

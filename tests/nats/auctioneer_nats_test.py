@@ -20,7 +20,8 @@ from common.tls import TLSFiles, init_ca, issue, server_context
 from common.transport.nats_connection import NatsConnection
 from common.transport.nats_server import NatsServer, certificate_identities, issue_server_certificate
 from common.transport.subjects import AUCTIONEER_LRPS, AUCTIONEER_TASKS
-from tests.auctioneer.fakes import desired, fake_bbs, serving, start_request, task, wait_until
+from tests.auctioneer.fakes import desired, serving, start_request, task, wait_until
+from tests.fake_bbs import fake_bbs
 from tests.nats.fakes import nats_fake_reps
 
 pytestmark = pytest.mark.timeout(60)

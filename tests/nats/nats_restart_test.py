@@ -42,18 +42,17 @@ def wait_for(condition: Callable[[], Any], timeout: float, expected: str, seen: 
         time.sleep(0.1)
 
 
-def running_indices(cluster: LocalCluster, guid: str) -> list[int]:
-    response = httpx.get(f"{cluster.bbs_url}/v1/actual_lrps", params={"process_guid": guid, "presence": "ORDINARY"},
-                         timeout=10, verify=cluster.verify)
+def running_indices(http: httpx.Client, cluster: LocalCluster, guid: str) -> list[int]:
+    response = http.get(f"{cluster.bbs_url}/v1/actual_lrps", params={"process_guid": guid, "presence": "ORDINARY"})
     response.raise_for_status()
     return sorted(a["index"] for a in response.json()["items"] if a["state"] == "RUNNING")
 
 
-def held_on_cells(cluster: LocalCluster) -> Counter:
+def held_on_cells(http: httpx.Client, cluster: LocalCluster) -> Counter:
     """(process_guid, index) -> how many cells hold it (from every rep process's full /state)."""
     held: Counter = Counter()
     for url in {rep.url for rep in cluster.reps.values()}:
-        for cell in httpx.get(f"{url}/state?lrps=full", timeout=10, verify=cluster.verify).json()["cells"]:
+        for cell in http.get(f"{url}/state?lrps=full").json()["cells"]:
             for lrp in cell["lrps"]:
                 held[(lrp["process_guid"], lrp["index"])] += 1
     return held
@@ -74,7 +73,7 @@ def test_a_nats_restart_mid_push_loses_nothing_and_places_each_index_once(tmp_pa
             bbs = cluster.bbs_url
             body = {"memory_mb": 64, "disk_mb": 64, "instances": HALF}
             assert http.post(f"{bbs}/v1/desired_lrps", json={"process_guid": "first", **body}).status_code == 201
-            wait_for(lambda: running_indices(cluster, "first"), 60, "instances of `first` running", lambda: "none")
+            wait_for(lambda: running_indices(http, cluster, "first"), 60, "instances of `first` running", lambda: "none")
 
             server.kill()
             wait_for(lambda: http.get(f"{cluster.auctioneer_url}/ping", timeout=5).status_code == 503, 30,
@@ -83,15 +82,16 @@ def test_a_nats_restart_mid_push_loses_nothing_and_places_each_index_once(tmp_pa
 
             server.start()
             for guid in ("first", "second"):
-                wait_for(lambda g=guid: running_indices(cluster, g) == list(range(HALF)), 120, f"every index of {guid} "
-                         "RUNNING once", lambda g=guid: f"{len(running_indices(cluster, g))} running")
+                wait_for(lambda g=guid: running_indices(http, cluster, g) == list(range(HALF)), 120,
+                         f"every index of {guid} RUNNING once",
+                         lambda g=guid: f"{len(running_indices(http, cluster, g))} running")
 
             def each_index_once_on_cells() -> bool:
-                held = held_on_cells(cluster)
+                held = held_on_cells(http, cluster)
                 return len(held) == 2 * HALF and set(held.values()) == {1}
 
             wait_for(each_index_once_on_cells, 60, "500 instances on the cells, each (guid, index) on one cell",
-                     lambda: Counter(held_on_cells(cluster).values()))
+                     lambda: Counter(held_on_cells(http, cluster).values()))
             assert cluster.returncodes() == {}, f"no component should have exited: {cluster.returncodes()}"
             stats = http.get(f"{cluster.auctioneer_url}/v1/stats").json()
             assert stats["nats"]["reconnects"] >= 1, stats["nats"]

@@ -1,7 +1,7 @@
 """`vendue rep --sim --cells 3 --transport nats` as a real process, against a real nats-server and the
-recording fake BBS of tests/rep: state as one scatter-gather (one reply for the process), work/stop/cancel
-by request/reply on vendue.rep.<rep_id>.*, heartbeats over HTTP only, and /ping not ready while NATS is
-unreachable."""
+recording fake BBS (tests/fake_bbs.py): state as one scatter-gather (one reply for the process),
+work/stop/cancel by request/reply on vendue.rep.<rep_id>.*, heartbeats over HTTP only, and /ping not ready
+while NATS is unreachable."""
 
 from __future__ import annotations
 
@@ -16,7 +16,8 @@ from common.models import Found, HostCellStates, HostWorkResult
 from common.procutil import free_port
 from common.transport.nats_server import NatsServer
 from common.transport.subjects import CELLS_STATE, REP_ID_HEADER, rep_subject
-from tests.rep.fakes import FakeBBS, desired, eventually, work_body
+from tests.fake_bbs import FakeBBS
+from tests.rep.fakes import desired, eventually, work_body
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 

@@ -1,8 +1,5 @@
-"""Test doubles and helpers for `vendue rep` as a real process: a small recording fake BBS (served by
-uvicorn on a free loopback port inside the test's event loop, over HTTPS when given a TLS context; it
-records every heartbeat and lifecycle request and accepts everything, answers the "auctioneer" lease with
-`lease_token` and verifies the bearer tokens in `tokens`), and a fixture starting rep processes that are
-always stopped.
+"""Test doubles and helpers for `vendue rep` as a real process: the fake BBS (tests/fake_bbs.py) as a
+fixture, its lease held under token 1, and a fixture starting rep processes that are always stopped.
 """
 
 from __future__ import annotations
@@ -11,36 +8,21 @@ import asyncio
 import contextlib
 import json
 import signal
-import socket
-import ssl
 import subprocess
 import sys
-import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-import uvicorn
-from fastapi import FastAPI, Request, Response
-from fastapi.responses import JSONResponse
 
-from common.auth import TLS_SCOPE_KEY, uvicorn_tls_options
-from common.models import (
-    CellLifecycle,
-    CellPresence,
-    CellPresences,
-    DesiredLRP,
-    HostLifecycle,
-    HostWork,
-    ModificationTag,
-    TokenVerify,
-)
+from common.models import DesiredLRP, HostWork, ModificationTag
 from common.procutil import child_preexec, terminate_then_kill
-from common.tls import identity_from_der
+from tests.fake_bbs import FakeBBS
+from tests.fake_bbs import fake_bbs as serving_fake_bbs
 
 STARTUP_S = 60.0  # imports alone take seconds on a busy 2-core machine without bytecode caches
 DEADLINE_S = 30.0
@@ -58,101 +40,12 @@ http.server.HTTPServer(("127.0.0.1", int(os.environ["PORT"])), Handler).serve_fo
 """
 
 
-@dataclass
-class FakeBBS:
-    url: str = ""
-    heartbeats: list[CellPresence] = field(default_factory=list)
-    lifecycles: list[tuple[str, CellLifecycle]] = field(default_factory=list)
-    routes: list[str] = field(default_factory=list)  # the route of every request, in order
-    lease_token: int | None = 1  # the "auctioneer" lease's fencing token; None: nobody holds it (404)
-    lease_lookups: int = 0
-    tokens: dict[str, tuple[str, str]] = field(default_factory=dict)  # bearer token -> (role, name)
-    callers: list[str] = field(default_factory=list)  # over TLS: who called, by client certificate
-
-    def lifecycle_of(self, cell_id: str) -> list[CellLifecycle]:
-        return [body for cid, body in self.lifecycles if cid == cell_id]
-
-    def beats_of(self, cell_id: str) -> list[CellPresence]:
-        return [p for p in self.heartbeats if p.cell_id == cell_id]
-
-    def app(self) -> FastAPI:
-        app = FastAPI()
-
-        @app.middleware("http")
-        async def record_caller(request: Request, call_next):
-            der = request.scope.get(TLS_SCOPE_KEY)
-            identity = identity_from_der(der) if der else None
-            self.callers.append(identity.describe() if identity is not None else "anonymous")
-            return await call_next(request)
-
-        @app.put("/v1/cells", status_code=204)
-        async def heartbeats(request: Request) -> Response:
-            self.routes.append("PUT /v1/cells")
-            self.heartbeats.extend(CellPresences.model_validate_json(await request.body()).cells)
-            return Response(status_code=204)
-
-        @app.post("/v1/lifecycle")
-        async def host_lifecycle(request: Request) -> dict[str, Any]:
-            self.routes.append("POST /v1/lifecycle")
-            body = HostLifecycle.model_validate_json(await request.body())
-            self.lifecycles.extend(body.cells.items())
-            return {"cells": {cell_id: {"refused": [], "refused_tasks": []} for cell_id in body.cells}}
-
-        @app.get("/v1/leases/{name}")
-        async def lease(name: str) -> Response:
-            self.lease_lookups += 1
-            if name != "auctioneer" or self.lease_token is None:
-                return JSONResponse({"detail": f"nobody holds the lease {name!r}"}, status_code=404)
-            return JSONResponse({"held": True, "owner": "a1", "url": "", "token": self.lease_token,
-                                 "expires_at": time.time() + 15})
-
-        @app.post("/v1/tokens/verify")
-        async def verify_token(body: TokenVerify) -> Response:
-            if body.token not in self.tokens:
-                return JSONResponse({"detail": "unknown token"}, status_code=401)
-            role, name = self.tokens[body.token]
-            return JSONResponse({"role": role, "name": name})
-
-        return app
-
-
-@contextlib.asynccontextmanager
-async def serving_fake_bbs(ssl_context: ssl.SSLContext | None = None) -> AsyncIterator[FakeBBS]:
-    """A FakeBBS on a free loopback port for the block (HTTPS with `ssl_context`: common.tls.server_context)."""
-    bbs = FakeBBS()
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    bbs.url = f"{'https' if ssl_context else 'http'}://127.0.0.1:{sock.getsockname()[1]}"
-    server = uvicorn.Server(uvicorn.Config(bbs.app(), log_config=None, access_log=False, lifespan="off",
-                                           **uvicorn_tls_options(ssl_context)))
-    server.capture_signals = _no_signal_capture  # type: ignore[method-assign]
-    serving = asyncio.create_task(server.serve(sockets=[sock]))
-    try:
-        await eventually(lambda: server.started or serving.done(), "the fake BBS to start", lambda: serving)
-        assert server.started, f"the fake BBS did not start: {serving}"
-        yield bbs
-    finally:
-        server.should_exit = True
-        await asyncio.wait_for(serving, timeout=DEADLINE_S)
-        sock.close()
-
-
 @pytest.fixture
 async def fake_bbs() -> AsyncIterator[FakeBBS]:
+    """The fake BBS over HTTP, the "auctioneer" lease held under token 1 (work_body's)."""
     async with serving_fake_bbs() as bbs:
+        bbs.hold_lease(1)
         yield bbs
-
-
-class _NoSignals:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        return None
-
-
-def _no_signal_capture() -> _NoSignals:
-    return _NoSignals()
 
 
 async def eventually(
