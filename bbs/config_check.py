@@ -20,6 +20,7 @@ from common.config_check import (
     url_problem,
 )
 
+from .encryption import KeyRingError
 from .settings import BBSSettings
 from .store.database import UnsupportedDatabase, database_url, is_sqlite
 
@@ -32,6 +33,7 @@ def config_problem(settings: BBSSettings) -> str | None:
         nats_url_problem("nats_url", settings.nats_url),
         host_problem("listen", settings.listen),
         tls_problem(settings, settings.listen, "bbs"),
+        _key_ring_problem(settings),
         log_level_problem(settings.log_level),
         _timing_problem(settings),
     )
@@ -53,6 +55,15 @@ def _database_problem(settings: BBSSettings) -> str | None:
     if is_sqlite(url) and url.database in (None, "", ":memory:"):
         # Every pooled connection would get a memory database of its own.
         return "database_url: an SQLite database must be a file, not in memory"
+    return None
+
+
+def _key_ring_problem(settings: BBSSettings) -> str | None:
+    """The key ring readable (its file 0600 or stricter), well formed, its active key among its keys."""
+    try:
+        settings.key_ring()
+    except KeyRingError as exc:
+        return str(exc)
     return None
 
 

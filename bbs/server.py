@@ -46,6 +46,8 @@ if TYPE_CHECKING:  # imported when used: nats (and the aiohttp it loads) cost a 
 log = logging.getLogger("bbs")
 
 STARTUP_TIMEOUT_S = 30.0
+ENCRYPTION_OFF_WARNING = ("encryption at rest is off: desired LRP and task command and env are stored in the "
+                          "clear (give --encryption-keys-file or VENDUE_ENCRYPTION_KEYS)")
 DRAIN_TIMEOUT_S = 2.0
 
 
@@ -56,7 +58,12 @@ async def running_bbs(
     """A started BBS: the database migrated, the auctioneer sender and (unless `converge=False`,
     for tests that step convergence themselves) the convergence loop running. `client`: what the BBS
     calls the auctioneer, the reps and task callbacks with (default: outbound_client(settings))."""
-    store = await Store.open(settings.resolved_database_url())
+    # Both raise encryption.KeyRingError (one line) before anything starts: a ring that cannot be used,
+    # or a database holding records sealed with a key it lacks.
+    keys = settings.key_ring()
+    store = await Store.open(settings.resolved_database_url(), keys=keys)
+    if keys is None:
+        log.warning(ENCRYPTION_OFF_WARNING)
     client = client or outbound_client(settings)
     metrics = BBSMetrics()
     hub = EventHub()

@@ -7,13 +7,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import Field
+from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from common.limits import RequestLimitOptions
 from common.tls import TLSOptions
 from common.transport import Transport
 
+from .encryption import KeyRing, load_key_ring
 from .quotas import QuotaOptions
 
 
@@ -36,6 +37,10 @@ class BBSSettings(BaseSettings, TLSOptions, RequestLimitOptions, QuotaOptions):
     nats_token: str | None = None
     ready_file: Path | None = None
     log_level: str = "info"
+    # Encryption at rest of command and env (bbs/encryption.py): a key ring file (0600), or its JSON in
+    # VENDUE_ENCRYPTION_KEYS; never a flag holding keys (argv is readable by every local user).
+    encryption_keys_file: Path | None = None
+    encryption_keys: SecretStr | None = None
 
     # HTTP calls made by the BBS (auctioneer, reps, completion callbacks).
     http_timeout: float = Field(default=5.0, gt=0)
@@ -56,6 +61,11 @@ class BBSSettings(BaseSettings, TLSOptions, RequestLimitOptions, QuotaOptions):
     crash_reset_after: float = Field(default=300.0, gt=0)
     lease_ttl: float = Field(default=15.0, gt=0)
     forget_cell_after: float = Field(default=3600.0, gt=0)  # drop an expired cell's row after this
+
+    def key_ring(self) -> KeyRing | None:
+        """The key ring (None: encryption at rest off); raises encryption.KeyRingError, naming the setting."""
+        given = self.encryption_keys.get_secret_value() if self.encryption_keys is not None else None
+        return load_key_ring(self.encryption_keys_file, given)
 
     def resolved_database_url(self) -> str:
         if self.database_url:

@@ -106,6 +106,11 @@ def bbs(
     tls_cert: Path | None = tls_cert_flag("bbs"),
     tls_key: Path | None = TLS_KEY_FLAG,
     tls_ca: Path | None = TLS_CA_FLAG,
+    encryption_keys_file: Path | None = typer.Option(
+        None, "--encryption-keys-file",
+        help="Key ring sealing command and env at rest, mode 0600 [VENDUE_ENCRYPTION_KEYS_FILE; or its JSON in "
+        "VENDUE_ENCRYPTION_KEYS]. Without one they are stored in the clear.",
+    ),
     insecure: bool = INSECURE_FLAG,
     max_body_bytes: int | None = MAX_BODY_BYTES,
     max_bulk_body_bytes: int | None = MAX_BULK_BODY_BYTES,
@@ -142,6 +147,7 @@ def bbs(
         raise typer.Exit(0)
     if ctx.invoked_subcommand is not None:
         return
+    from bbs.encryption import KeyRingError
     from bbs.server import serve
     from bbs.store.database import SchemaTooNew
     from common.logging import setup_logging
@@ -153,7 +159,7 @@ def bbs(
     except SchemaTooNew as exc:
         log.error(str(exc))  # one line, not a traceback: the operator's next step is in it
         raise typer.Exit(1) from None
-    except CertError as exc:  # TLS files missing or unusable, or plain HTTP where it is refused
+    except (CertError, KeyRingError) as exc:  # TLS files or key ring unusable, plain HTTP where refused
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
 
@@ -182,3 +188,52 @@ def migrate(ctx: typer.Context) -> None:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from None
     typer.echo(f"database at revision {current}")
+
+
+@bbs_app.command("rotate-keys")
+def rotate_keys(
+    ctx: typer.Context,
+    batch: int = typer.Option(200, "--batch", min=1, max=10_000, help="Rows per transaction."),
+    as_json: bool = typer.Option(False, "--json", help="Print what was done as JSON."),
+) -> None:
+    """Seal every desired LRP and task again with the key ring's active key, a batch per transaction.
+
+    Safe while the BBS serves; run it again after an interruption (a second run changes nothing).
+    Every BBS replica needs the new key in its ring first (docs/security.md, "Encryption at rest").
+    """
+    import json
+
+    from bbs.encryption import KeyRingError
+    from bbs.store import Store
+    from bbs.store.database import SchemaTooNew
+    from bbs.store.rotation import required
+    from bbs.store.rotation import rotate_keys as run_rotation
+    from common.logging import setup_logging
+
+    settings = ctx.obj
+    setup_logging("bbs", settings.log_level)
+
+    async def run():  # type: ignore[no-untyped-def]
+        keys = required(settings.key_ring())  # before the database is opened (or made)
+        store = await Store.open(settings.resolved_database_url(), keys=keys)
+        try:
+            return await run_rotation(store, batch)
+        finally:
+            await store.close()
+
+    try:
+        rotation = asyncio.run(run())
+    except KeyRingError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    except SchemaTooNew as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from None
+    if as_json:
+        typer.echo(json.dumps(rotation.to_json()))
+        return
+    done = rotation.resealed
+    typer.echo(f"sealed {done['desired_lrps']} desired LRPs and {done['tasks']} tasks with key "
+               f"{rotation.active!r} in {rotation.batches} batches")
+    for table, labels in rotation.labels.items():
+        typer.echo(f"{table}: " + (", ".join(f"{rows} {label}" for label, rows in labels.items()) or "none"))

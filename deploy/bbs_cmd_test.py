@@ -83,3 +83,41 @@ def test_check_config_validates_the_tls_settings(tmp_path: Path) -> None:
         assert result.exit_code == code, (args, result.output)
         assert result.output.startswith(line) and len(result.output.splitlines()) == 1, (args, result.output)
     assert not (tmp_path / "data").exists()
+
+
+def test_check_config_validates_the_key_ring(tmp_path: Path) -> None:
+    import base64
+    import json
+
+    from typer.testing import CliRunner
+
+    from deploy.cli import app
+
+    keys = tmp_path / "bbs-keys.json"
+    keys.write_text(json.dumps({"active": "k1", "keys": {"k1": base64.b64encode(bytes(32)).decode()}}))
+    keys.chmod(0o600)
+    data = ["--data-dir", str(tmp_path / "data")]
+    runner = CliRunner()
+    ok = runner.invoke(app, ["bbs", "--check-config", *data, "--encryption-keys-file", str(keys)])
+    assert (ok.exit_code, ok.output.strip()) == (0, "config ok")
+    keys.chmod(0o640)
+    too_open = runner.invoke(app, ["bbs", "--check-config", *data, "--encryption-keys-file", str(keys)])
+    assert (too_open.exit_code, too_open.output.strip()) == (2, (
+        f"error: encryption_keys_file: {keys} is mode 0640; it holds keys, so it must be 0600 or stricter "
+        f"(chmod 600 {keys})"))
+    malformed = runner.invoke(app, ["bbs", "--check-config", *data],
+                              env={"VENDUE_ENCRYPTION_KEYS": '{"active": "k9", "keys": {}}'})
+    assert (malformed.exit_code, malformed.output.strip()) == (
+        2, 'error: encryption_keys: expected {"active": LABEL, "keys": {LABEL: BASE64, ...}}')
+    assert not (tmp_path / "data").exists()  # nothing was created or connected to
+
+
+def test_rotate_keys_without_a_key_ring_is_refused_before_the_database_is_touched(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from deploy.cli import app
+
+    refused = CliRunner().invoke(app, ["bbs", "--data-dir", str(tmp_path), "rotate-keys"])
+    assert (refused.exit_code, refused.output.strip()) == (
+        2, "error: encryption_keys_file: rotate-keys needs the key ring (a file, or VENDUE_ENCRYPTION_KEYS)")
+    assert not list(tmp_path.iterdir())

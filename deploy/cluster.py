@@ -27,6 +27,11 @@ itself. Every component serves HTTPS with `--tls-cert/--tls-key/--tls-ca`; clust
 files (`tls`) so the CLI finds them. With `insecure=True` every component gets `--insecure` instead: plain
 HTTP, authorization off, and cluster.json says `"insecure": true`.
 
+Encryption at rest is on by default too, with or without TLS: the BBS seals desired LRPs' and tasks' command
+and env with the key ring in <data-dir>/bbs-keys.json (mode 0600; made once, kept across runs, shared by the
+HA replicas), which it finds through VENDUE_ENCRYPTION_KEYS_FILE in its environment, never on its command
+line. `encryption=False` (benchmarks comparing the two) stores them in the clear.
+
 The BBS and the auctioneer need each other's URL, so their ports are picked up front; a rep's port is
 whatever it bound first (`--port 0`) and is kept across restarts, like the BBS's and the auctioneer's.
 
@@ -63,7 +68,7 @@ from typing import Any
 import httpx
 
 from common.procutil import child_preexec, free_port, pid_alive, terminate_then_kill, wait_ready_file
-from common.tls import CA_CERT, CertError, TLSFiles, client_context, init_ca, issue
+from common.tls import CA_CERT, CertError, TLSFiles, client_context, init_ca, issue, write_private
 from common.transport.nats_connection import redact
 from common.transport.nats_server import (
     NatsServer,
@@ -90,8 +95,10 @@ CERTS_DIR = "certs"
 ADMIN_CERT = "admin"
 # The children's security comes from the flags the launcher passes, never from the environment it runs in
 # (a VENDUE_INSECURE=1 there must not turn TLS off behind the launcher's back).
-SECURITY_ENV = ("VENDUE_TLS_CERT", "VENDUE_TLS_KEY", "VENDUE_TLS_CA", "VENDUE_INSECURE")
+SECURITY_ENV = ("VENDUE_TLS_CERT", "VENDUE_TLS_KEY", "VENDUE_TLS_CA", "VENDUE_INSECURE",
+                "VENDUE_ENCRYPTION_KEYS", "VENDUE_ENCRYPTION_KEYS_FILE")
 DATABASE_ENV = "VENDUE_DATABASE_URL"  # the BBS's database, password included: for the BBS replicas only
+KEYS_FILE = "bbs-keys.json"  # the BBS's key ring (encryption at rest), in the data dir
 # With ha=True the first BBS and auctioneer keep their single-cluster names; "-1" names them too.
 FIRST_OF = {"bbs-1": "bbs", "auctioneer-1": "auctioneer"}
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -196,6 +203,7 @@ class LocalCluster:
         ha: bool = False,
         database_url: str | None = None,
         insecure: bool = False,
+        encryption: bool = True,
     ) -> None:
         if ha and not database_url and not embedded_postgres.available():
             raise ClusterError("ha needs PostgreSQL (SQLite cannot be shared by two BBS processes): install the "
@@ -238,6 +246,7 @@ class LocalCluster:
         self.reps: dict[str, RepProcess] = {}
         # No TLS and no authorization anywhere (every component gets --insecure); else HTTPS with certificates.
         self.insecure = insecure
+        self.encryption = encryption  # the BBS seals command and env at rest with <data-dir>/bbs-keys.json
         self._verify: ssl.SSLContext | None = None  # the admin's client context, made once
         self._components: dict[str, _Component] = {}
         self._started = False
@@ -311,6 +320,7 @@ class LocalCluster:
             self._start_postgres()
             self._plan()
             self._make_certificates()
+            self._make_key_ring()
             self._start_nats(deadline - time.monotonic())  # its users are the certificates just issued
             # All at once: every URL a component needs is known up front, and the reps keep heartbeating
             # until the BBS answers, so startup costs one interpreter start, not six in a row.
@@ -563,6 +573,21 @@ class LocalCluster:
         except CertError as exc:
             raise ClusterError(f"cannot make the certificates in {self.certs_dir}: {exc}") from None
 
+    def _make_key_ring(self) -> None:
+        """The BBS's key ring, made once (0600 from the start) and kept: a new one would lock the BBS out of
+        what the old one sealed."""
+        from bbs.encryption import new_key_ring_json  # loaded by the launcher only, not by every CLI command
+
+        path = self.data_dir / KEYS_FILE
+        if self.encryption and not path.exists():
+            write_private(path, new_key_ring_json().encode())
+
+    def _key_ring_env(self, component: _Component) -> dict[str, str]:
+        """Where a BBS finds its key ring: in its environment, not on its command line (`ps` shows those)."""
+        if self.encryption and _is_bbs(component.name):
+            return {"VENDUE_ENCRYPTION_KEYS_FILE": str(self.data_dir / KEYS_FILE)}
+        return {}
+
     def _security_args(self, component: _Component) -> list[str]:
         if self.insecure:
             return ["--insecure"]
@@ -601,7 +626,8 @@ class LocalCluster:
             log.flush()
             component.proc = subprocess.Popen(
                 argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                env=self._child_env(component), cwd=self.data_dir, start_new_session=True,
+                env={**self._child_env(component), **self._key_ring_env(component)}, cwd=self.data_dir,
+                start_new_session=True,
                 preexec_fn=child_preexec(die_with_parent=True),
             )
         component.url = ""

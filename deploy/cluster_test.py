@@ -3,6 +3,7 @@ a certificate per component by default, and the insecure mode."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
 import stat
@@ -216,6 +217,32 @@ def test_every_component_has_a_certificate_of_its_own_and_callers_need_one(clust
     assert line.startswith("error: 403: role reader (viewer) may not POST /v1/desired_lrps: only admin"), line
 
 
+def test_the_bbs_seals_command_and_env_with_a_key_ring_named_in_its_environment(cluster: LocalCluster):
+    keys = cluster.data_dir / "bbs-keys.json"
+    assert stat.S_IMODE(keys.stat().st_mode) == 0o600
+    key = next(iter(json.loads(keys.read_text())["keys"].values()))
+    for name, pid in cluster.pids().items():
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes()
+        environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        assert b"bbs-keys" not in argv and key.encode() not in argv, name
+        given = [item for item in environ if item.startswith(b"VENDUE_ENCRYPTION_KEYS")]
+        assert given == ([f"VENDUE_ENCRYPTION_KEYS_FILE={keys}".encode()] if name == "bbs" else []), name
+    body = {"process_guid": "sealed", "instances": 0, "command": ["./run"], "env": {"PASSWORD": "pw-at-rest"}}
+    created = httpx.post(f"{cluster.bbs_url}/v1/desired_lrps", json=body, timeout=5.0, verify=cluster.verify)
+    assert created.status_code == 201, created.text
+    assert stored_label(cluster.data_dir, "sealed") == "k1"
+    assert b"pw-at-rest" not in b"".join(f.read_bytes() for f in (cluster.data_dir / "bbs").glob("bbs.db*"))
+
+
+def stored_label(data_dir: Path, process_guid: str) -> str | None:
+    """The key label of a desired LRP's row in the local cluster's SQLite database, read directly."""
+    import sqlite3
+
+    with contextlib.closing(sqlite3.connect(data_dir / "bbs" / "bbs.db")) as db:
+        [(label,)] = db.execute("SELECT key_label FROM desired_lrps WHERE process_guid = ?", (process_guid,))
+    return label
+
+
 def test_an_insecure_cluster_serves_plain_http_and_says_so(tmp_path: Path):
     with LocalCluster(tmp_path, cells=1, zones=1, bbs_args=FAST_BBS, rep_args=FAST_REP,
                       insecure=True).start(timeout=60.0) as lc:
@@ -238,6 +265,15 @@ def test_an_insecure_cluster_serves_plain_http_and_says_so(tmp_path: Path):
         assert table.exit_code == 0 and "INSECURE" in table.stdout, table.output
         row = next(line for line in table.stdout.splitlines() if "cell-0" in line)
         assert "yes" in row, table.stdout
+        # Encryption at rest does not depend on TLS.
+        assert stored_label(lc.data_dir, "anyone") == "k1"
+    keys = (tmp_path / "bbs-keys.json").read_bytes()
+    with LocalCluster(tmp_path, cells=1, zones=1, bbs_args=FAST_BBS, rep_args=FAST_REP,
+                      insecure=True).start(timeout=60.0) as again:
+        # The key ring is kept across runs: what the first run sealed still opens.
+        assert (tmp_path / "bbs-keys.json").read_bytes() == keys
+        kept = httpx.get(f"{again.bbs_url}/v1/desired_lrps/anyone", timeout=5.0)
+        assert kept.status_code == 200 and kept.json()["command"] == ["x"], kept.text
 
 
 def test_the_database_url_reaches_the_bbs_by_its_environment_never_its_command_line_or_log(tmp_path: Path):

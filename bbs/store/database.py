@@ -37,6 +37,8 @@ PG_CONNECT_TIMEOUT_S = 5.0
 PG_COMMAND_TIMEOUT_S = 60.0
 PG_IDLE_IN_TRANSACTION_MS = 60_000
 PG_LOCK_TIMEOUT_MS = 30_000
+# Execution option of the store's write transactions (see create_engine's BEGIN on SQLite).
+WRITER_OPTION = "vendue_writer"
 SQLITE_CHECKPOINT_PAGES = 16_384  # checkpoint the WAL at about 64 MiB (4 KiB pages), not 4 MiB
 SQLITE_CACHE_KIB = 65_536  # page cache per connection: the hot tables of 250,000 instances fit
 
@@ -147,7 +149,11 @@ def create_engine(url: str | URL) -> AsyncEngine:
 
     @sa.event.listens_for(engine.sync_engine, "begin")
     def _on_begin(connection) -> None:  # type: ignore[no-untyped-def]
-        connection.exec_driver_sql("BEGIN")
+        # A write transaction takes the database's write lock at BEGIN: one that read first would otherwise
+        # fail at its first write ("database is locked", no waiting) if another process committed since its
+        # read (`vendue bbs rotate-keys` while the BBS serves).
+        immediate = connection.get_execution_options().get(WRITER_OPTION)
+        connection.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
 
     return engine
 

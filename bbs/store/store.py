@@ -11,13 +11,18 @@ bulk statements (executemany), never one round trip per instance.
 
 Write transactions run one at a time across every BBS process on the database, so the logic's
 read-decide-write is correct as written, on either database, with any number of replicas: SQLite has
-a single writer anyway; on PostgreSQL each write transaction first takes a transaction-scoped
+a single writer, taken at BEGIN IMMEDIATE (so another process's writes, e.g. `vendue bbs rotate-keys`,
+wait for the whole transaction, not only its writes); on PostgreSQL each write transaction first takes a transaction-scoped
 advisory lock (released at commit, rollback, or when the client dies) and then reads committed rows.
 Within a process an asyncio lock queues writers first, so waiting ones hold no pool connection.
 Reads see one snapshot (SQLite's WAL transaction; REPEATABLE READ on PostgreSQL).
 
 Actual LRPs are also kept in memory (actual_cache.py): a transaction reads them from there while the
 stored generation number says no other replica wrote since, and its committed changes go there too.
+
+With a key ring (bbs/encryption.py), the `command` and `env` of desired LRPs and tasks are sealed on the way
+in and opened on the way out (sealing.py): once per record read, never per instance, and never sealed again
+while unchanged.
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from common.priority_lock import PriorityLock
 
 from ..actual_set import ActualChanges
+from ..encryption import KeyRing, KeyRingError, no_key_ring
 from ..records import (
     ActualRecord,
     CellRecord,
@@ -51,8 +57,9 @@ from ..records import (
 )
 from . import tables as t
 from .actual_cache import ActualCache, CacheOp
-from .database import WRITE_LOCK_KEY, check_schema, create_engine, migrate, take_advisory_lock
+from .database import WRITE_LOCK_KEY, WRITER_OPTION, check_schema, create_engine, migrate, take_advisory_lock
 from .driver import DriverStatement, StatementCache, result_processors
+from .sealing import SECRET_FIELDS, open_definition, seal_definition
 
 CHUNK = 400  # rows per IN (...) list: well under every database's bound-parameter limit
 PARTITION = 1000  # rows converted between two yields to the event loop
@@ -65,23 +72,28 @@ def _chunks(items: Sequence[Any], size: int = CHUNK) -> Iterable[Sequence[Any]]:
 
 
 class Store:
-    def __init__(self, engine: AsyncEngine) -> None:
+    def __init__(self, engine: AsyncEngine, keys: KeyRing | None = None) -> None:
+        """`keys`: the key ring sealing command and env (None: they are stored in the clear)."""
         self.engine = engine
+        self._writer = engine.execution_options(**{WRITER_OPTION: True})  # same pool, BEGIN IMMEDIATE on SQLite
+        self.keys = keys
         self._write_lock = PriorityLock()
         self.actual_cache = ActualCache()
 
     @classmethod
-    async def open(cls, url: str, *, run_migrations: bool = True) -> Store:
+    async def open(cls, url: str, *, run_migrations: bool = True, keys: KeyRing | None = None) -> Store:
         """Open the database at `url`, migrating it to this code's schema (an empty one gets all of
-        it); raises database.SchemaTooNew for a database a newer BBS migrated."""
+        it); raises database.SchemaTooNew for a database a newer BBS migrated, and
+        encryption.KeyRingError when it holds records sealed with a key `keys` lacks (or there is no ring)."""
         engine = create_engine(url)
         try:
             await (migrate(engine) if run_migrations else check_schema(engine))
+            await _refuse_unknown_keys(engine, keys)
         except BaseException:
             await engine.dispose()
             raise
         _compile_hot_statements(engine.dialect)
-        return cls(engine)
+        return cls(engine, keys)
 
     async def close(self) -> None:
         await self.engine.dispose()
@@ -93,7 +105,7 @@ class Store:
             if connection.dialect.name == "postgresql":
                 await connection.execution_options(isolation_level="REPEATABLE READ")
             async with connection.begin():
-                yield Tx(connection, self.actual_cache, self._write_lock)
+                yield Tx(connection, self.actual_cache, self._write_lock, keys=self.keys)
 
     @asynccontextmanager
     async def write(self, *, urgent: bool = False) -> AsyncIterator[Tx]:
@@ -105,9 +117,9 @@ class Store:
         async with self._write_lock.hold(urgent):
             tx: Tx | None = None
             try:
-                async with self.engine.begin() as connection:
+                async with self._writer.begin() as connection:
                     await take_advisory_lock(connection, WRITE_LOCK_KEY)
-                    tx = Tx(connection, self.actual_cache, self._write_lock, writing=True)
+                    tx = Tx(connection, self.actual_cache, self._write_lock, keys=self.keys, writing=True)
                     yield tx
                     await tx.raise_generation()
             except BaseException:
@@ -131,31 +143,41 @@ class Store:
             return False
 
 
+async def _refuse_unknown_keys(engine: AsyncEngine, keys: KeyRing | None) -> None:
+    """KeyRingError, before anything is served, when a sealed record could not be opened: the database
+    holds records sealed with a key and there is no ring, or the ring lacks that key."""
+    async with engine.connect() as connection:
+        for table in _SEALED_TABLES:
+            for label in sorted(label for label in await _key_labels(connection, table) if label is not None):
+                if keys is None:
+                    raise KeyRingError(no_key_ring(label))
+                if label not in keys.labels:
+                    raise KeyRingError(keys.lacks(label))
+
+
+async def _key_labels(connection: AsyncConnection, table: sa.Table) -> dict[str | None, int]:
+    """How many rows of `table` are sealed under each key label (None: stored in the clear)."""
+    query = sa.select(table.c.key_label, sa.func.count()).group_by(table.c.key_label)
+    return {label: int(count) for label, count in (await connection.execute(query)).all()}
+
+
 # --- row <-> record ---------------------------------------------------------------------------------
 
 
-def _desired(row: sa.Row[Any]) -> DesiredRecord:
-    return DesiredRecord(
-        process_guid=row.process_guid,
-        domain=row.domain,
-        instances=row.instances,
-        definition=row.definition,
-        created_at=row.created_at,
-        mod_epoch=row.mod_epoch,
-        mod_index=row.mod_index,
-    )
-
-
-def _desired_params(record: DesiredRecord) -> dict[str, Any]:
+def _desired_columns(record: DesiredRecord) -> dict[str, Any]:
+    """Every column but the definition and its sealed part."""
     return {
         "process_guid": record.process_guid,
         "domain": record.domain,
         "instances": record.instances,
-        "definition": record.definition,
         "created_at": record.created_at,
         "mod_epoch": record.mod_epoch,
         "mod_index": record.mod_index,
     }
+
+
+def _without_secrets(definition: dict[str, Any]) -> dict[str, Any]:
+    return {name: value for name, value in definition.items() if name not in SECRET_FIELDS}
 
 
 _ACTUAL_FIELDS = [c.name for c in t.actual_lrps.columns if c.name != "idx"]
@@ -189,16 +211,15 @@ def _actual_reader(dialect: sa.engine.Dialect, result: sa.CursorResult[Any]) -> 
     return convert
 
 
-_TASK_FIELDS = [c.name for c in t.tasks.columns]
-assert [f.name for f in dataclasses.fields(TaskRecord)] == _TASK_FIELDS
-
-
-def _task(row: sa.Row[Any]) -> TaskRecord:
-    return TaskRecord(*row)
-
-
-def _task_params(record: TaskRecord) -> dict[str, Any]:
-    return {name: getattr(record, name) for name in _TASK_FIELDS}
+_TASK_FIELDS = [f.name for f in dataclasses.fields(TaskRecord)]
+# Records are built from the first columns of a row, positionally; the sealed part follows them.
+assert [c.name for c in t.tasks.columns] == [*_TASK_FIELDS, "key_label", "sealed"]
+_TASK_WIDTH = len(_TASK_FIELDS)
+# A task's definition never changes after it is created: updates (every state change) leave it, and its
+# sealed part, alone.
+_TASK_UPDATED_FIELDS = [name for name in _TASK_FIELDS if name not in ("task_guid", "definition")]
+_SEALED_TABLES = (t.desired_lrps, t.tasks)
+_GUID_COLUMN = {t.desired_lrps.name: "process_guid", t.tasks.name: "task_guid"}
 
 
 def _cell(row: sa.Row[Any]) -> CellRecord:
@@ -225,6 +246,7 @@ def _keyed_update(table: sa.Table, key_columns: Sequence[str]) -> sa.Update:
 _ACTUAL_KEY = ("process_guid", "idx", "presence")
 _ACTUAL_VALUES = [name for name in _ACTUAL_FIELDS if name not in _ACTUAL_KEY]
 _UPDATE_TASK = _keyed_update(t.tasks, ["task_guid"])
+_UPDATE_DEFINITION = {table.name: _keyed_update(table, [_GUID_COLUMN[table.name]]) for table in _SEALED_TABLES}
 _UPDATE_CELL = _keyed_update(t.cells, ["cell_id"])
 
 
@@ -300,9 +322,11 @@ class Tx:
         cache: ActualCache,
         write_lock: PriorityLock,
         *,
+        keys: KeyRing | None = None,
         writing: bool = False,
     ) -> None:
         self.connection = connection
+        self._keys = keys
         self._cache = cache
         self._writing = writing
         self._write_lock = write_lock  # the store's: a read takes it briefly (all_actuals)
@@ -370,27 +394,88 @@ class Tx:
         if params:
             await self.connection.execute(statement, params)
 
+    # --- sealed definitions ---------------------------------------------------------------------
+
+    def _desired(self, row: sa.Row[Any]) -> DesiredRecord:
+        return DesiredRecord(
+            process_guid=row.process_guid,
+            domain=row.domain,
+            instances=row.instances,
+            definition=open_definition(
+                self._keys, t.desired_lrps.name, row.process_guid, row.definition, row.key_label, row.sealed
+            ),
+            created_at=row.created_at,
+            mod_epoch=row.mod_epoch,
+            mod_index=row.mod_index,
+        )
+
+    def _desired_params(self, record: DesiredRecord) -> dict[str, Any]:
+        guid = record.process_guid
+        clear, label, sealed = seal_definition(self._keys, t.desired_lrps.name, guid, record.definition)
+        return {**_desired_columns(record), "definition": clear, "key_label": label, "sealed": sealed}
+
+    def _task(self, row: sa.Row[Any]) -> TaskRecord:
+        record = TaskRecord(*row[:_TASK_WIDTH])
+        record.definition = open_definition(
+            self._keys, t.tasks.name, record.task_guid, record.definition, row.key_label, row.sealed
+        )
+        return record
+
+    def _task_params(self, record: TaskRecord) -> dict[str, Any]:
+        clear, label, sealed = seal_definition(self._keys, t.tasks.name, record.task_guid, record.definition)
+        params = {name: getattr(record, name) for name in _TASK_FIELDS}
+        return {**params, "definition": clear, "key_label": label, "sealed": sealed}
+
+    async def key_labels(self) -> dict[str, dict[str | None, int]]:
+        """Per table (desired_lrps, tasks): how many rows are sealed under each key label (None: clear)."""
+        return {table.name: await _key_labels(self.connection, table) for table in _SEALED_TABLES}
+
+    async def reseal(self, table_name: str, after: str, limit: int) -> list[str]:
+        """Seal with the active key up to `limit` rows of `table_name` (desired_lrps or tasks) whose guid
+        sorts after `after` and whose key is another (rows in the clear too); their guids, in order.
+        Walking the guids (not "the first rows not yet done") makes a whole pass one read of the table, and a
+        pass stopped half-way resumes by starting again: rows already done are passed over."""
+        if self._keys is None:
+            raise RuntimeError("resealing needs the key ring")
+        table = t.desired_lrps if table_name == t.desired_lrps.name else t.tasks
+        guid = table.c[_GUID_COLUMN[table.name]]
+        c = table.c
+        query = (
+            sa.select(guid, c.definition, c.key_label, c.sealed)
+            .where(guid > after, sa.or_(c.key_label.is_(None), c.key_label != self._keys.active))
+            .order_by(guid)
+            .limit(limit)
+        )
+        rows = await self._rows(query)
+        params = []
+        for row_guid, clear, label, sealed in rows:
+            definition = open_definition(self._keys, table.name, row_guid, clear, label, sealed)
+            clear, label, sealed = seal_definition(self._keys, table.name, row_guid, definition)
+            params.append({f"k_{guid.name}": row_guid, "definition": clear, "key_label": label, "sealed": sealed})
+        await self._executemany(_UPDATE_DEFINITION[table.name], params)
+        return [row[0] for row in rows]
+
     # --- desired LRPs ---------------------------------------------------------------------------
 
     async def get_desired(self, process_guid: str) -> DesiredRecord | None:
         rows = await self._rows(
             sa.select(t.desired_lrps).where(t.desired_lrps.c.process_guid == process_guid)
         )
-        return _desired(rows[0]) if rows else None
+        return self._desired(rows[0]) if rows else None
 
     async def desired_by_guid(self, process_guids: Iterable[str]) -> dict[str, DesiredRecord]:
         found: dict[str, DesiredRecord] = {}
         for chunk in _chunks(sorted(set(process_guids))):
             query = sa.select(t.desired_lrps).where(t.desired_lrps.c.process_guid.in_(list(chunk)))
             for row in await self._rows(query):
-                found[row.process_guid] = _desired(row)
+                found[row.process_guid] = self._desired(row)
         return found
 
     async def list_desired(self, domain: str | None = None) -> list[DesiredRecord]:
         query = sa.select(t.desired_lrps).order_by(self._text_order(t.desired_lrps.c.process_guid))
         if domain is not None:
             query = query.where(t.desired_lrps.c.domain == domain)
-        return [_desired(row) for row in await self._rows(query)]
+        return [self._desired(row) for row in await self._rows(query)]
 
     async def desired_sizes(self) -> list[DesiredSize]:
         """Every desired LRP's instance count (what a convergence pass needs), definitions unread."""
@@ -408,17 +493,25 @@ class Tx:
         """Insert several in one statement; False (and nothing written) when one exists already."""
         try:
             async with self.connection.begin_nested():
-                await self._executemany(t.desired_lrps.insert(), [_desired_params(r) for r in records])
+                await self._executemany(t.desired_lrps.insert(), [self._desired_params(r) for r in records])
         except IntegrityError:
             return False
         return True
 
     async def update_desired(self, record: DesiredRecord) -> None:
-        await self.connection.execute(
-            t.desired_lrps.update()
-            .where(t.desired_lrps.c.process_guid == record.process_guid)
-            .values(_desired_params(record))
-        )
+        """Write `record` over its row. Its command and env never change (an update changes the instances):
+        a sealed row keeps its sealed part as it is, never sealed again; a row in the clear is written whole
+        (and sealed, with a ring)."""
+        where = t.desired_lrps.c.process_guid == record.process_guid
+        if self._keys is not None:
+            kept = await self.connection.execute(
+                t.desired_lrps.update()
+                .where(where, t.desired_lrps.c.key_label.is_not(None))
+                .values({**_desired_columns(record), "definition": _without_secrets(record.definition)})
+            )
+            if kept.rowcount == 1:
+                return
+        await self.connection.execute(t.desired_lrps.update().where(where).values(self._desired_params(record)))
 
     async def delete_desired(self, process_guid: str) -> None:
         await self.connection.execute(
@@ -574,14 +667,14 @@ class Tx:
 
     async def get_task(self, task_guid: str) -> TaskRecord | None:
         rows = await self._rows(sa.select(t.tasks).where(t.tasks.c.task_guid == task_guid))
-        return _task(rows[0]) if rows else None
+        return self._task(rows[0]) if rows else None
 
     async def tasks_by_guid(self, task_guids: Iterable[str]) -> dict[str, TaskRecord]:
         found: dict[str, TaskRecord] = {}
         for chunk in _chunks(sorted(set(task_guids))):
             query = sa.select(t.tasks).where(t.tasks.c.task_guid.in_(list(chunk)))
             for row in await self._rows(query):
-                found[row.task_guid] = _task(row)
+                found[row.task_guid] = self._task(row)
         return found
 
     async def list_tasks(self, state: str | None = None, domain: str | None = None) -> list[TaskRecord]:
@@ -590,22 +683,22 @@ class Tx:
             query = query.where(t.tasks.c.state == state)
         if domain is not None:
             query = query.where(t.tasks.c.domain == domain)
-        return await self._records(query, _task)
+        return await self._records(query, self._task)
 
     async def insert_task(self, record: TaskRecord) -> bool:
         """False when a task with this guid exists already."""
         try:
             # In a savepoint: on PostgreSQL a failed statement would void the whole transaction.
             async with self.connection.begin_nested():
-                await self.connection.execute(t.tasks.insert().values(_task_params(record)))
+                await self.connection.execute(t.tasks.insert().values(self._task_params(record)))
         except IntegrityError:
             return False
         return True
 
     async def update_tasks(self, records: Iterable[TaskRecord]) -> None:
-        params = [{"k_task_guid": r.task_guid, **_task_params(r)} for r in records]
-        for p in params:
-            del p["task_guid"]
+        """Write the state of these tasks (their definitions never change, and are left as stored)."""
+        params = [{"k_task_guid": r.task_guid, **{name: getattr(r, name) for name in _TASK_UPDATED_FIELDS}}
+                  for r in records]
         await self._executemany(_UPDATE_TASK, params)
 
     async def delete_tasks(self, task_guids: Iterable[str]) -> None:

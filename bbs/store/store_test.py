@@ -37,7 +37,7 @@ async def store(database_url: str):
 
 async def test_migrates_an_empty_database_to_head(store: Store, database_url: str) -> None:
     current, head = await schema_revision(store.engine)
-    assert current == head == "0006"
+    assert current == head == "0007"
     if is_sqlite(database_url):
         async with store.read() as tx:
             assert (await tx.connection.exec_driver_sql("PRAGMA journal_mode")).scalar() == "wal"
@@ -50,7 +50,7 @@ async def test_refuses_a_schema_newer_than_this_code(store: Store, database_url:
     async with store.engine.begin() as connection:
         await connection.execute(sa.text("UPDATE alembic_version SET version_num = '9999_from_the_future'"))
     expected = (
-        "database schema 9999_from_the_future is newer than this BBS (knows up to 0006): upgrade the BBS"
+        "database schema 9999_from_the_future is newer than this BBS (knows up to 0007): upgrade the BBS"
     )
     for run_migrations in (True, False):
         with pytest.raises(SchemaTooNew) as refused:
@@ -63,7 +63,7 @@ async def test_replicas_opening_an_empty_postgres_database_together_migrate_it_o
 ) -> None:
     opened = await asyncio.gather(*(Store.open(fresh_postgres_database) for _ in range(4)))
     try:
-        assert {(await schema_revision(s.engine))[0] for s in opened} == {"0006"}
+        assert {(await schema_revision(s.engine))[0] for s in opened} == {"0007"}
     finally:
         await asyncio.gather(*(s.close() for s in opened))
 
@@ -230,7 +230,7 @@ async def test_upgrade_from_the_first_schema_keeps_rows_and_lifts_string_limits(
         async with engine.begin() as connection:  # the store of this code needs 0004's generations table
             await connection.execute(tables.actual_lrps.insert().values(row))
         await migrate(engine)
-        assert (await schema_revision(engine))[0] == "0006"
+        assert (await schema_revision(engine))[0] == "0007"
         # What reps report is stored whole on both databases (PostgreSQL enforced VARCHAR(n) before).
         long = dataclasses.replace(
             unclaimed("web", 1, "d", 1.0),
@@ -307,3 +307,25 @@ async def test_urgent_writes_go_before_queued_bulk_writes(store: Store) -> None:
     release.set()
     await asyncio.wait_for(asyncio.gather(holder, bulk, lease), 10)
     assert order == ["lease", "bulk"], f"expected the urgent write first, saw {order}"
+
+
+async def test_sqlite_write_transactions_take_the_write_lock_at_begin(tmp_path) -> None:
+    """Another process writing the file (`vendue bbs rotate-keys` beside a serving BBS) waits for a write
+    transaction from its start, so the transaction's reads stay current and its first write cannot fail with
+    "database is locked"; read transactions hold no write lock."""
+    import sqlite3
+
+    store = await Store.open(f"sqlite+aiosqlite:///{tmp_path / 'bbs.db'}")
+    other = sqlite3.connect(tmp_path / "bbs.db", timeout=0, isolation_level=None)
+    try:
+        async with store.write() as tx:
+            await tx.list_tasks()  # reads only, so far
+            with pytest.raises(sqlite3.OperationalError, match="database is locked"):
+                other.execute("BEGIN IMMEDIATE")
+        async with store.read() as tx:
+            await tx.list_tasks()
+            other.execute("BEGIN IMMEDIATE")
+            other.execute("ROLLBACK")
+    finally:
+        other.close()
+        await store.close()

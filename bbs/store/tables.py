@@ -11,6 +11,13 @@ import sqlalchemy as sa
 
 metadata = sa.MetaData()
 
+
+def sealed_columns() -> list[sa.Column[str]]:
+    """A definition's `command` and `env` sealed under the key `key_label` (0007; store/sealing.py), taken
+    out of the JSON `definition`; both NULL where they are stored in the clear (no key ring)."""
+    return [sa.Column("key_label", sa.String(64), nullable=True), sa.Column("sealed", sa.Text, nullable=True)]
+
+
 desired_lrps = sa.Table(
     "desired_lrps",
     metadata,
@@ -21,6 +28,7 @@ desired_lrps = sa.Table(
     sa.Column("created_at", sa.Float, nullable=False),
     sa.Column("mod_epoch", sa.String(64), nullable=False),
     sa.Column("mod_index", sa.Integer, nullable=False),
+    *sealed_columns(),
 )
 
 actual_lrps = sa.Table(
@@ -63,6 +71,7 @@ tasks = sa.Table(
     sa.Column("updated_at", sa.Float, nullable=False),
     sa.Column("first_completed_at", sa.Float, nullable=True),
     sa.Column("auctioned_at", sa.Float, nullable=False),
+    *sealed_columns(),
 )
 
 cells = sa.Table(

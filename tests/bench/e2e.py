@@ -4,6 +4,7 @@
     python tests/bench/e2e.py [--instances N] [--apps A] [--cells C] [--quick]
                               [--presence-ttl S] [--convergence-interval S] [--progress summary|events]
                               [--database sqlite|postgres|both] [--tls on|off|both]
+                              [--encryption on|off|both]
 
 Desires A apps x N/A instances (default 100 x 100 = 10,000), measures the seconds until every instance
 is RUNNING in the BBS (its own counts, GET /v1/actual_lrps/summary polled every 50 ms; then confirmed by
@@ -23,6 +24,12 @@ harness calls as the cluster's admin; `off` runs the cluster `--insecure` (plain
 then on and adds the ratio on/off of the seconds to all RUNNING (one comparison at a time: not with
 `--database both`). Each run reports `handshakes_per_auction`: the connections the auctioneer opened to
 reps (its /v1/stats `rep_connections_opened`, each a TLS handshake when on) per auction.
+
+`--encryption on` (the default, as `vendue up`): the BBS seals every desired LRP's command and env (each app
+desires a few env values, as a real app's database URL and credentials) with a key ring; `off` stores them in
+the clear; `both` runs off then on and adds, per run size, the ratio on/off of the seconds to all RUNNING
+(target <= 1.1) and the BBS's peak RSS of each (target: no larger). Every run reports the BBS's peak RSS
+(`bbs_peak_rss_mb`, its VmHWM). One comparison at a time: not with `--tls both` or `--database both`.
 """
 
 from __future__ import annotations
@@ -52,6 +59,10 @@ from deploy.cluster import LocalCluster  # noqa: E402
 
 TARGET_SECONDS_10K = 5.0
 TARGET_PG_SQLITE_RATIO = 1.5
+TARGET_ENCRYPTION_RATIO = 1.1
+# What each app desires in env: what the BBS seals (and a real app carries: where its database is, and how in).
+BENCH_ENV = {"DATABASE_URL": "postgresql://app:s3cret-password@db.internal:5432/app",
+             "API_TOKEN": "tok_" + "0123456789abcdef" * 2, "LOG_LEVEL": "info", "REGION": "eu-west-1"}
 SUMMARY_POLL_S = 0.05
 # Desires in flight at once: a client pushing many apps (cf push in parallel, or a deploy pipeline) does
 # not wait for one app before pushing the next; the BBS group-commits whatever arrives together.
@@ -229,7 +240,7 @@ async def measure(cluster: LocalCluster, apps: int, per_app: int, timeout: float
 
         async def desire(i: int) -> None:
             body = {"process_guid": f"bench-{apps}x{per_app}-{i}", "instances": per_app, "memory_mb": 128,
-                    "disk_mb": 256, "command": ["sleep", "infinity"]}
+                    "disk_mb": 256, "command": ["sleep", "infinity"], "env": BENCH_ENV}
             async with sem, light.post(f"{bbs}/v1/desired_lrps", json=body) as r:
                 if r.status != 201:
                     raise RuntimeError(f"desiring {body['process_guid']}: HTTP {r.status} {(await r.text())[:300]}")
@@ -289,6 +300,7 @@ async def measure(cluster: LocalCluster, apps: int, per_app: int, timeout: float
         "cells": len(cluster.reps),
         "zones": cluster.zones,
         "tls": "off" if cluster.insecure else "on",
+        "encryption": "on" if cluster.encryption else "off",
         "all_running": done_s is not None,
         "seconds_to_all_running": round(done_s, 3) if done_s is not None else None,
         "seconds_to_desire_all": round(desired_s, 3) if desired_s is not None else None,
@@ -341,9 +353,20 @@ def handshakes(before: dict[str, Any], after: dict[str, Any], auctions: int) -> 
             "handshakes_per_auction": round(opened / auctions, 3) if auctions else None}
 
 
+def peak_rss_mb(pid: int) -> float | None:
+    """A process's peak resident memory (VmHWM), in MiB; None once it is gone."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return round(int(line.split()[1]) / 1024, 1)
+    except OSError:
+        return None
+    return None
+
+
 def run_once(apps: int, per_app: int, cells: int, zones: int, timeout: float, presence_ttl: float,
              convergence_interval: float, progress: str = "summary",
-             database_url: str | None = None, insecure: bool = False) -> dict[str, Any]:
+             database_url: str | None = None, insecure: bool = False, encryption: bool = True) -> dict[str, Any]:
     timings = ["--presence-ttl", str(presence_ttl)]
     # ignore_cleanup_errors: a component still flushing its log while the directory goes must not turn
     # a finished measurement into a traceback.
@@ -353,13 +376,14 @@ def run_once(apps: int, per_app: int, cells: int, zones: int, timeout: float, pr
             # Room for a full load of 128 MB / 256 MB instances: 10,000 over 100 cells is 100 per cell.
             cell_memory_mb=64 * 1024, cell_disk_mb=256 * 1024, cell_containers=250,
             bbs_args=[*timings, "--convergence-interval", str(convergence_interval)], rep_args=timings,
-            database_url=database_url, insecure=insecure,
+            database_url=database_url, insecure=insecure, encryption=encryption,
         )
         started = time.perf_counter()
         try:
             cluster.start(timeout=120.0)
             startup_s = time.perf_counter() - started
             report = asyncio.run(measure(cluster, apps, per_app, timeout, progress))
+            report["bbs_peak_rss_mb"] = peak_rss_mb(cluster.pids()["bbs"])
             report["cluster_start_seconds"] = round(startup_s, 3)
             report["presence_ttl_s"] = presence_ttl
             report["convergence_interval_s"] = convergence_interval
@@ -387,22 +411,26 @@ def main(argv: list[str] | None = None) -> int:
                              "(which makes the BBS serialise every change for the stream)")
     parser.add_argument("--tls", choices=("on", "off", "both"), default="on",
                         help="HTTPS with certificates (default), plain HTTP (--insecure), or both compared")
+    parser.add_argument("--encryption", choices=("on", "off", "both"), default="on",
+                        help="command and env sealed at rest (default), in the clear, or both compared")
     args = parser.parse_args(argv)
     if args.apps < 1 or args.instances < args.apps:
         parser.error("--instances must be at least --apps, and --apps at least 1")
-    if args.tls == "both" and args.database == "both":
-        parser.error("--tls both compares on one database: give --database sqlite or postgres")
+    if [args.tls, args.encryption, args.database].count("both") > 1:
+        parser.error("one comparison at a time: --tls, --encryption or --database both, not two of them")
 
     per_app = args.instances // args.apps
     runs = [(max(1, args.apps // 10), per_app)]  # 1,000 instances by default
     if not args.quick:
         runs.insert(0, (args.apps, per_app))
-    def measure_all(database: str, database_url: Callable[[], str | None], tls: str = args.tls) -> dict[str, Any]:
+    def measure_all(database: str, database_url: Callable[[], str | None], tls: str = args.tls,
+                    encryption: str = args.encryption) -> dict[str, Any]:
         results = []
         for apps, n in runs:
             try:
                 results.append(run_once(apps, n, args.cells, args.zones, args.timeout, args.presence_ttl,
-                                        args.convergence_interval, args.progress, database_url(), tls == "off"))
+                                        args.convergence_interval, args.progress, database_url(), tls == "off",
+                                        encryption == "on"))
             except Exception as exc:  # noqa: BLE001 - reported in the JSON, not raised
                 results.append({"apps": apps, "instances_per_app": n, "error": f"{type(exc).__name__}: {exc}"})
         big = next((r for r in results if r.get("instances") == 10_000), None)
@@ -411,6 +439,7 @@ def main(argv: list[str] | None = None) -> int:
             "transport": "http",
             "database": database,
             "tls": tls,
+            "encryption": encryption,
             "runs": results,
             "target": {
                 "seconds_to_all_running_10000": TARGET_SECONDS_10K,
@@ -422,7 +451,9 @@ def main(argv: list[str] | None = None) -> int:
     def measure_one(database: str, database_url: Callable[[], str | None]) -> dict[str, Any]:
         """One database: the suite, or with `--tls both` both suites compared."""
         if args.tls == "both":
-            return compare_tls({tls: measure_all(database, database_url, tls) for tls in ("off", "on")})
+            return compare_tls({tls: measure_all(database, database_url, tls=tls) for tls in ("off", "on")})
+        if args.encryption == "both":
+            return compare_encryption({on: measure_all(database, database_url, encryption=on) for on in ("off", "on")})
         return measure_all(database, database_url)
 
     if args.database == "sqlite":
@@ -478,6 +509,37 @@ def compare_tls(by_tls: dict[str, dict[str, Any]]) -> dict[str, Any]:
             for n in off_s
         },
     }
+
+
+def compare_encryption(by_encryption: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Both suites (encryption at rest off, then on) and, per run size, the seconds to all RUNNING and the
+    BBS's peak RSS of each, with the ratio on/off of the seconds (target <= 1.1) and whether memory grew."""
+    off, on = by_encryption["off"], by_encryption["on"]
+    off_s, on_s = seconds_by_size(off), seconds_by_size(on)
+    off_rss, on_rss = rss_by_size(off), rss_by_size(on)
+    compared = {}
+    for n in off_s:
+        seconds_ratio = ratio(on_s.get(n), off_s[n])
+        compared[str(n)] = {
+            "seconds_to_all_running": {"off": off_s[n], "on": on_s.get(n), "ratio_on_over_off": seconds_ratio},
+            "bbs_peak_rss_mb": {"off": off_rss.get(n), "on": on_rss.get(n)},
+            "met": {"ratio_at_most_1.1": seconds_ratio <= TARGET_ENCRYPTION_RATIO if seconds_ratio else None,
+                    "bbs_memory_no_larger": (on_rss[n] <= off_rss[n]) if on_rss.get(n) and off_rss.get(n) else None},
+        }
+    return {
+        "benchmark": "e2e",
+        "transport": "http",
+        "database": on["database"],
+        "tls": on["tls"],
+        "encryption": "both",
+        "suites": by_encryption,
+        "encryption_on_vs_off": compared,
+    }
+
+
+def rss_by_size(suite: dict[str, Any]) -> dict[int, float | None]:
+    """A suite's BBS peak RSS (MiB) by run size (instances)."""
+    return {r["instances"]: r.get("bbs_peak_rss_mb") for r in suite["runs"] if "instances" in r}
 
 
 def compare_databases(by_database: dict[str, dict[str, Any]]) -> dict[str, Any]:

@@ -3,7 +3,7 @@ simulated cells in 3 zones (32 GiB memory, 64 GiB disk, 250 containers each), BB
 over HTTP, the cells hosted by `vendue rep --sim` processes.
 
     python tests/bench/scale.py [--instances 250000] [--apps 5000] [--cells 1000] [--cells-per-rep 250]
-                                [--tls on|off|both]
+                                [--tls on|off|both] [--encryption on|off|both]
 
 Prints ONE JSON object (never asserts on time):
 - seconds from the first desire until every instance is RUNNING in the BBS (its own counts, polled);
@@ -20,6 +20,10 @@ Prints ONE JSON object (never asserts on time):
 `--tls on` (the default, as `vendue up`): HTTPS with a certificate per component, the harness acting as
 the cluster's admin; `off`: the cluster runs `--insecure`; `both`: off then on, with both reports and the
 ratio on/off of the seconds to all RUNNING and of the state fetch.
+
+`--encryption on` (the default, as `vendue up`): the BBS seals each app's command and env (a few values, as
+e2e.py's) at rest; `off`: in the clear; `both`: off then on, with the ratio on/off of the seconds to all
+RUNNING (target <= 1.1) and the BBS's peak RSS of each (target: no larger). One comparison at a time.
 
 Targets (reported, not asserted): all RUNNING within 60 s; state fetch under 1 s; a convergence pass
 under 2 s; every app's zone split within 1; BBS and auctioneer peak RSS under 2 GiB each.
@@ -47,6 +51,8 @@ if str(ROOT) not in sys.path:
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from e2e import (  # noqa: E402
+    BENCH_ENV,
+    TARGET_ENCRYPTION_RATIO,
     auctioneer_stats,
     by_route,
     delta,
@@ -54,6 +60,7 @@ from e2e import (  # noqa: E402
     light_session,
     metrics_of,
     parse_metrics,
+    peak_rss_mb,
     ratio,
     summary_running,
 )
@@ -82,16 +89,6 @@ def app_sizes(apps: int, instances: int) -> list[int]:
             diff -= step
         i += 1
     return sizes
-
-
-def peak_rss_mb(pid: int) -> float | None:
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return round(int(line.split()[1]) / 1024, 1)
-    except OSError:
-        return None
-    return None
 
 
 def cpu_seconds(pid: int) -> float | None:
@@ -129,7 +126,7 @@ async def measure(
 
         async def desire(i: int) -> None:
             body = {"process_guid": f"scale-{i}", "instances": sizes[i], "memory_mb": 64 + 32 * (i % 3),
-                    "disk_mb": 128 + 64 * (i % 3), "command": ["sleep", "infinity"]}
+                    "disk_mb": 128 + 64 * (i % 3), "command": ["sleep", "infinity"], "env": BENCH_ENV}
             async with sem, light.post(f"{bbs}/v1/desired_lrps", json=body,
                                        timeout=aiohttp.ClientTimeout(total=120)) as r:
                 if r.status != 201:
@@ -257,21 +254,43 @@ def main(argv: list[str] | None = None) -> int:
                         help="desire requests the harness keeps open at once")
     parser.add_argument("--tls", choices=("on", "off", "both"), default="on",
                         help="HTTPS with certificates (default), plain HTTP (--insecure), or both compared")
+    parser.add_argument("--encryption", choices=("on", "off", "both"), default="on",
+                        help="command and env sealed at rest (default), in the clear, or both compared")
     args = parser.parse_args(argv)
     if args.apps < 1 or args.instances < args.apps:
         parser.error("--instances must be at least --apps, and --apps at least 1")
-    if args.tls != "both":
-        print(json.dumps(run(args, insecure=args.tls == "off")))
-        return 0
-    by_tls = {"off": run(args, insecure=True), "on": run(args, insecure=False)}
-    compared = {key: {"off": by_tls["off"].get(key), "on": by_tls["on"].get(key),
-                      "ratio_on_over_off": ratio(by_tls["on"].get(key), by_tls["off"].get(key))}
-                for key in ("seconds_to_all_running", "state_fetch_seconds_full_cells")}
-    print(json.dumps({"benchmark": "scale", "tls": "both", "suites": by_tls, "tls_on_vs_off": compared}))
+    if args.tls == "both" and args.encryption == "both":
+        parser.error("one comparison at a time: --tls both or --encryption both, not both")
+    insecure, encryption = args.tls == "off", args.encryption != "off"
+    if args.tls == "both":
+        by_tls = {"off": run(args, insecure=True, encryption=encryption),
+                  "on": run(args, insecure=False, encryption=encryption)}
+        print(json.dumps({"benchmark": "scale", "tls": "both", "suites": by_tls, "tls_on_vs_off": compared(by_tls)}))
+    elif args.encryption == "both":
+        by_encryption = {"off": run(args, insecure, encryption=False), "on": run(args, insecure, encryption=True)}
+        on_vs_off = compared(by_encryption)
+        rss = {name: by_encryption[name].get("peak_rss_mb", {}).get("bbs") for name in ("off", "on")}
+        seconds_ratio = on_vs_off["seconds_to_all_running"]["ratio_on_over_off"]
+        on_vs_off["bbs_peak_rss_mb"] = rss
+        on_vs_off["met"] = {
+            "ratio_at_most_1.1": seconds_ratio <= TARGET_ENCRYPTION_RATIO if seconds_ratio else None,
+            "bbs_memory_no_larger": rss["on"] <= rss["off"] if rss["on"] and rss["off"] else None,
+        }
+        print(json.dumps({"benchmark": "scale", "encryption": "both", "suites": by_encryption,
+                          "encryption_on_vs_off": on_vs_off}))
+    else:
+        print(json.dumps(run(args, insecure, encryption)))
     return 0
 
 
-def run(args: argparse.Namespace, insecure: bool) -> dict[str, Any]:
+def compared(suites: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The off and on runs' seconds to all RUNNING and state fetch, and their ratio on/off."""
+    return {key: {"off": suites["off"].get(key), "on": suites["on"].get(key),
+                  "ratio_on_over_off": ratio(suites["on"].get(key), suites["off"].get(key))}
+            for key in ("seconds_to_all_running", "state_fetch_seconds_full_cells")}
+
+
+def run(args: argparse.Namespace, insecure: bool, encryption: bool = True) -> dict[str, Any]:
     """One cluster of the size `args` give, measured; the report (an "error" in it when it failed)."""
     timings = ["--presence-ttl", "30"]
     with tempfile.TemporaryDirectory(prefix="vendue-scale-", ignore_cleanup_errors=True) as tmp:
@@ -280,7 +299,7 @@ def run(args: argparse.Namespace, insecure: bool) -> dict[str, Any]:
             sim_cells_per_process=args.cells_per_rep,
             cell_memory_mb=CELL_MEMORY_MB, cell_disk_mb=CELL_DISK_MB, cell_containers=CELL_CONTAINERS,
             bbs_args=[*timings, "--convergence-interval", str(args.convergence_interval)], rep_args=timings,
-            insecure=insecure,
+            insecure=insecure, encryption=encryption,
         )
         started = time.perf_counter()
         try:
@@ -298,6 +317,7 @@ def run(args: argparse.Namespace, insecure: bool) -> dict[str, Any]:
         "transport": "http",
         "database": "sqlite",
         "tls": "off" if insecure else "on",
+        "encryption": "on" if encryption else "off",
         "cluster_start_seconds": startup_s,
         **report,
         "targets": TARGETS,

@@ -1,0 +1,51 @@
+"""A definition as stored: `command` and `env` sealed with the key ring (bbs/encryption.py), the rest in the
+clear in the JSON `definition` column (convergence and the API filter on nothing inside the sealed part).
+
+    clear, label, sealed = seal_definition(ring, "tasks", guid, definition)   # what a row holds
+    definition = open_definition(ring, "tasks", guid, clear, label, sealed)   # the record's again
+
+The associated data names the table, the row and the column, so a sealed value copied into another row
+(or from a task into a desired LRP of the same guid) does not open.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from ..encryption import KeyRing, KeyRingError, no_key_ring
+from .database import json_dumps
+
+SECRET_FIELDS = frozenset({"command", "env"})
+SEALED_COLUMN = "sealed"
+
+
+def associated_data(table: str, guid: str) -> bytes:
+    return f"{table}/{guid}/{SEALED_COLUMN}".encode()
+
+
+def seal_definition(
+    ring: KeyRing | None, table: str, guid: str, definition: dict[str, Any]
+) -> tuple[dict[str, Any], str | None, str | None]:
+    """(definition without command and env, the active key's label, those two sealed); without a ring,
+    (definition, None, None). A definition without either still gets a sealed (empty) part, so every row a
+    ring wrote carries its label and rotate-keys passes over it."""
+    if ring is None:
+        return definition, None, None
+    secret = {name: value for name, value in definition.items() if name in SECRET_FIELDS}
+    clear = {name: value for name, value in definition.items() if name not in SECRET_FIELDS}
+    return clear, ring.active, ring.seal(json_dumps(secret).encode(), associated_data(table, guid))
+
+
+def open_definition(
+    ring: KeyRing | None, table: str, guid: str, clear: dict[str, Any], label: str | None, sealed: str | None
+) -> dict[str, Any]:
+    """The whole definition of a row: `clear` (a dict decoded for this row alone, completed in place) with
+    the sealed part opened. Raises KeyRingError when the ring (or its key `label`) is missing, and
+    encryption.UndecryptableValue when the sealed part does not open for this row."""
+    if label is None:
+        return clear
+    if ring is None:
+        raise KeyRingError(no_key_ring(label))
+    clear.update(json.loads(ring.open(label, sealed or "", associated_data(table, guid))))
+    return clear
