@@ -1,29 +1,13 @@
 import pytest
 
 from .errors import MAX_DEPTH, ObjectiveError
-from .nodes import Attr, BinOp, Count, Neg, Num, ValueType, Zones
+from .nodes import Num, ValueType
 from .parser import parse_objective
+from .testing import shape
 
 
 def tree(text):
     return parse_objective(text).root
-
-
-def shape(node):
-    """The tree as nested tuples, without columns: easy to compare."""
-    match node:
-        case Num(value=v):
-            return v
-        case Zones():
-            return "azs"
-        case Attr(owner=o, name=n):
-            return f"{o}.{n}"
-        case Neg(operand=x):
-            return ("neg", shape(x))
-        case BinOp(op=op, left=a, right=b):
-            return (op, shape(a), shape(b))
-        case Count(needle=x, haystack=xs):
-            return ("count", shape(x), shape(xs))
 
 
 def refusal(text):
