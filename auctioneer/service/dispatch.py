@@ -184,7 +184,7 @@ class ConcurrentWorkSender:
             self._metrics.bad_reply("work")
             log.warning("unreadable work result", extra={"data": {
                 "rep": rep.url or rep.rep_id, "cells": len(works), "errors": exc.error_count(),
-                "head": answer[:80],
+                "bytes": len(answer),  # not the body: rejected work carries the app's env (its secrets)
             }})
             return [[] for _ in works]
         left_out = "work not delivered: cell not on its rep"

@@ -91,7 +91,8 @@ class NatsAuctionIntake:
     async def _refuse(self, msg: Msg, kind: str, exc: ValidationError) -> None:
         self._metrics.bad_reply(f"intake_{kind}")
         log.warning("unreadable auction request", extra={"data": {
-            "subject": msg.subject, "errors": exc.error_count(), "head": msg.data[:80],
+            # Not the body: a start request carries the app's env (its secrets).
+            "subject": msg.subject, "errors": exc.error_count(), "bytes": len(msg.data),
         }})
         if msg.reply:
             await self._answer(msg, {"error": f"invalid {kind} request: {exc.error_count()} errors"})
