@@ -80,11 +80,14 @@ def assert_not_run(c: E2ECluster, cell_id: str, guid: str, marker: Path) -> None
     assert not marker.exists(), f"the forged command ran: {marker} exists"
 
 
-def current_lease(c: E2ECluster) -> dict[str, Any]:
-    with c.lc.http_client(base_url=c.lc.bbs_url, timeout=10.0) as http:
-        response = http.get("/v1/leases/auctioneer")
-    assert response.status_code == 200, f"expected the auctioneer lease, saw {response.status_code} {response.text}"
-    return response.json()
+def current_lease(c: E2ECluster, timeout: float = 30.0) -> dict[str, Any]:
+    """The auctioneer's lease, waiting for it: a cluster just started (or a loaded machine) may not have
+    elected its auctioneer yet, and no lease means no leader."""
+    def held() -> dict[str, Any]:
+        with c.lc.http_client(base_url=c.lc.bbs_url, timeout=10.0) as http:
+            response = http.get("/v1/leases/auctioneer")
+        return expect(response.status_code == 200 and response.json(), f"{response.status_code} {response.text}")
+    return wait_for(held, timeout, "the auctioneer to hold its lease")
 
 
 # --- forged work ------------------------------------------------------------------------------------
