@@ -27,6 +27,7 @@ pids it had to kill (a clean stop leaves none). A run killed before that is swep
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import re
 import shutil
@@ -42,7 +43,7 @@ from deploy.cluster import FIRST_OF, ClusterError, LocalCluster
 from tests.e2e.conftest import proc_environ
 
 from .hosts import Host
-from .netns import Network, new_tag
+from .netns import PREFIX, Network, NetworkError, ip, new_tag
 
 T = TypeVar("T")
 CONTROL = "control"
@@ -50,14 +51,22 @@ DATA_PREFIX = "vendue-hosts-"  # + the tag (pid in hex + 2 random hex digits) + 
 OUR_DATA_DIR = re.compile(r"^vendue-hosts-([0-9a-f]+)-")
 
 
+@functools.cache
 def unavailable_reason() -> str | None:
-    """Why network namespaces cannot be made here (None: they can)."""
+    """Why network namespaces cannot be made here (None: they can): not Linux, not root, no `ip`, or root
+    without the capability (a container not given CAP_SYS_ADMIN), found by making one and removing it."""
     if not sys.platform.startswith("linux"):
         return "network namespaces are Linux only"
     if os.geteuid() != 0:
         return "making network namespaces needs root (CI runs as root)"
     if shutil.which("ip") is None:
         return "needs `ip` from iproute2 (apt-get install iproute2)"
+    probe = f"{PREFIX}{new_tag()}-probe"  # swept like any namespace of ours if this process dies now
+    try:
+        ip("netns", "add", probe)
+    except NetworkError as exc:
+        return f"cannot make a network namespace here, root as it is: {exc}"
+    ip("netns", "del", probe, check=False)
     return None
 
 

@@ -241,7 +241,10 @@ def test_the_leader_auctioneer_cut_off_from_the_database_gives_way_and_no_cell_t
     with httpx.Client(verify=client_context(TLSFiles.in_dir(cluster.certs_dir, leader)),
                       timeout=5.0) as old_leader:  # the old leader's own certificate
         for cell_id, rep in cluster.reps.items():
-            assert rep_state(rep.url, cell_id, cluster.verify)["fencing_token"] == new_token, cell_id
+            state = rep_state(rep.url, cell_id, cluster.verify)
+            # Work from the old leader, then the new one's, never the other way round nor the old one again.
+            assert state["fencing_token"] == new_token, (cell_id, state["fencing_token"])
+            assert state["accepted_fencing_tokens"] == [old_token, new_token], (cell_id, state)
             answer = old_leader.post(f"{rep.url}/work", json=work_under(old_token, cell_id, replay))
             assert answer.status_code == 409 and "stale fencing token" in answer.text, (
                 f"expected {cell_id} to refuse work under the old token {old_token} (the new one is {new_token}), "
