@@ -99,9 +99,13 @@ class MultiHostCluster(LocalCluster):
         sweep_data_dirs()
         data_dir = Path(tempfile.mkdtemp(prefix=f"{DATA_PREFIX}{new_tag()}-"))
         data_dir.chmod(0o755)  # PostgreSQL's own user must reach its files (the server runs as it under root)
-        super().__init__(data_dir, cells=cells, zones=zones, executor="process", bbs_args=bbs_args,
-                         auctioneer_args=auctioneer_args, rep_args=rep_args, transport=transport, ha=True,
-                         **options)
+        try:
+            super().__init__(data_dir, cells=cells, zones=zones, executor="process", bbs_args=bbs_args,
+                             auctioneer_args=auctioneer_args, rep_args=rep_args, transport=transport, ha=True,
+                             **options)
+        except BaseException:
+            shutil.rmtree(data_dir, ignore_errors=True)
+            raise
         self.separate_auctioneers = separate_auctioneers
         self.network: Network | None = None
         self.hosts: dict[str, Host] = {}
