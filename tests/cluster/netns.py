@@ -74,16 +74,18 @@ def netns_pids(namespace: str) -> list[int]:
     return [int(pid) for pid in ip("netns", "pids", namespace, check=False).split()]
 
 
-def _tag_pid(tag: str) -> int | None:
-    """The pid of the process that made names with `tag` (None: not one of our tags)."""
-    try:
-        return int(tag[:-2], 16) if len(tag) > 2 else None
-    except ValueError:
-        return None
-
-
 def new_tag() -> str:
+    """What this process's names carry: its pid in hex and two random hex digits."""
     return f"{os.getpid():x}{secrets.token_hex(1)}"
+
+
+def dead_tag(tag: str) -> bool:
+    """Whether the process that made names with `tag` is gone (False for what is not one of our tags)."""
+    try:
+        pid = int(tag[:-2], 16) if len(tag) > 2 else None
+    except ValueError:
+        return False
+    return pid is not None and not pid_alive(pid)
 
 
 def used_networks() -> list[ipaddress.IPv4Network]:
@@ -126,20 +128,15 @@ def sweep() -> list[str]:
     """Remove the namespaces, bridges and veths of networks whose process is gone (killed before its
     teardown); what it removed. A live process's network is left alone."""
     removed: list[str] = []
-
-    def dead(tag: str) -> bool:
-        pid = _tag_pid(tag)
-        return pid is not None and not pid_alive(pid)
-
     for line in ip("netns", "list").splitlines():
         name = line.split()[0] if line.split() else ""
-        if (match := OUR_NAMESPACE.match(name)) and dead(match[1]):
+        if (match := OUR_NAMESPACE.match(name)) and dead_tag(match[1]):
             kill_namespace_processes(name)
             ip("netns", "del", name, check=False)
             removed.append(name)
     for line in ip("-o", "link", "show").splitlines():
         name = line.split(":")[1].strip().split("@")[0] if ":" in line else ""
-        if (match := OUR_BRIDGE.match(name) or OUR_VETH.match(name)) and dead(match[1]):
+        if (match := OUR_BRIDGE.match(name) or OUR_VETH.match(name)) and dead_tag(match[1]):
             ip("link", "del", name, check=False)
             removed.append(name)
     return removed

@@ -1,6 +1,6 @@
 """The hosts' network: two namespaces on a bridge reach each other and the root namespace; a partition
-(link down) and a cut (between two hosts only) make packets vanish until healed; close() and sweep() leave
-nothing behind, processes included. Needs root and `ip` (skipped otherwise, saying why)."""
+(link down) and a cut (between two hosts only) make packets vanish until healed; close() and sweep() (and
+sweep_data_dirs) leave nothing behind, processes and files included. Needs root and `ip` (skipped otherwise, saying why)."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import sys
 import textwrap
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -22,7 +23,7 @@ from tests.e2e.conftest import wait_for
 
 from . import netns
 from .hosts import Host
-from .multihost import unavailable_reason
+from .multihost import sweep_data_dirs, unavailable_reason
 from .netns import Network
 
 PORT = 7070
@@ -124,18 +125,20 @@ def test_sweep_removes_what_a_killed_run_left_and_spares_live_ones(two_hosts: tu
     live, _, _ = two_hosts
     # A run that builds a network, starts a process in it, and is killed before its teardown.
     script = textwrap.dedent("""
-        import subprocess, sys
+        import subprocess, sys, tempfile
         from tests.cluster.hosts import Host
+        from tests.cluster.multihost import DATA_PREFIX
         from tests.cluster.netns import Network
         network = Network.create(["x"])
         host = Host("x", network.hosts["x"].address, network.namespace_path("x"))
         proc = host.run(lambda: subprocess.Popen(["sleep", "60"], start_new_session=True))
-        print(network.hosts["x"].namespace, network.bridge, proc.pid, flush=True)
+        files = tempfile.mkdtemp(prefix=f"{DATA_PREFIX}{network.tag}-")
+        print(network.hosts["x"].namespace, network.bridge, proc.pid, files, flush=True)
         sys.stdin.read()
     """)
     run = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
                            cwd=os.getcwd(), preexec_fn=child_preexec())
-    namespace, bridge, sleeper = run.stdout.readline().split()  # type: ignore[union-attr]
+    namespace, bridge, sleeper, files = run.stdout.readline().split()  # type: ignore[union-attr]
     run.kill()
     run.wait(timeout=10)
     assert pid_alive(int(sleeper)), "expected the dead run's process still there (its own session, no parent)"
@@ -145,3 +148,4 @@ def test_sweep_removes_what_a_killed_run_left_and_spares_live_ones(two_hosts: tu
     wait_for(lambda: not pid_alive(int(sleeper)), 5.0, f"the dead run's process {sleeper} killed")
     assert not [name for name in removed if live.tag in name], "expected the live network spared"
     assert all(link.namespace in netns.ip("netns", "list") for link in live.hosts.values())
+    assert Path(files) in sweep_data_dirs() and not Path(files).exists(), f"expected {files} removed"

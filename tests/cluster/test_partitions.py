@@ -25,6 +25,7 @@ from typing import Any
 import httpx
 import pytest
 
+from bbs.settings import BBSSettings
 from common.models import ActualLRP, DesiredLRP
 from common.tls import TLSFiles, client_context
 from deploy.client_cmd import app_summaries
@@ -52,7 +53,8 @@ LEASE_TTL_S = 3.0
 # Long enough to see a wrong state come back: the rep's next heartbeats and reports, and several
 # convergence passes (every 0.5 s).
 SETTLE_S = 3.0
-HTTP_TIMEOUT_S = 5.0  # the BBS's --http-timeout default: how long its stop to an unreachable rep may hang
+# How long a stop the BBS sends an unreachable rep may hang (its --http-timeout, left at the default).
+HTTP_TIMEOUT_S = BBSSettings.model_fields["http_timeout"].default
 CUT_OFF_S = HTTP_TIMEOUT_S + 2.0
 
 
