@@ -35,7 +35,7 @@ def postgres_url() -> Iterator[str]:
     server: PostgresServer | None = None
     try:
         try:
-            # Throwaway: no fsync (THROWAWAY_OPTIONS), which only this test server gets, never `vendue up --ha`.
+            # Throwaway: no fsync (THROWAWAY_OPTIONS), for this test server only, never `vendue up --ha`.
             server = PostgresServer.start(root, durable=False)
         except Exception as exc:  # noqa: BLE001 - reported as the tests' failure
             pytest.fail(

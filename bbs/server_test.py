@@ -32,7 +32,7 @@ async def test_sqlite_synchronous_in_force_on_the_bbs_connections(
             read = (await tx.connection.exec_driver_sql("PRAGMA synchronous")).scalar()
         async with bbs.store.write() as tx:
             written = (await tx.connection.exec_driver_sql("PRAGMA synchronous")).scalar()
-    assert (read, written) == (expected, expected), f"expected synchronous={expected} for {given or 'the default'}"
+    assert (read, written) == (expected, expected), f"expected {expected} for {given or 'the default'}"
 
 
 def test_the_environment_chooses_when_no_flag_does(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -180,7 +180,8 @@ def migrate(ctx: typer.Context) -> None:
     setup_logging("bbs", settings.log_level)
 
     async def run() -> tuple[str | None, str | None]:
-        engine = create_engine(settings.resolved_database_url(), sqlite_synchronous=settings.sqlite_synchronous)
+        engine = create_engine(settings.resolved_database_url(),
+                               sqlite_synchronous=settings.sqlite_synchronous)
         try:
             await run_migrations(engine)
             return await schema_revision(engine)

@@ -55,12 +55,12 @@ def test_a_bad_sqlite_synchronous_is_exit_2_with_one_line_by_flag_or_environment
 
     runner = CliRunner()
     expected = "error: sqlite_synchronous: Input should be 'full' or 'normal'"
-    by_flag = runner.invoke(app, ["bbs", "--check-config", "--data-dir", str(tmp_path), "--sqlite-synchronous", "off"])
-    by_env = runner.invoke(app, ["bbs", "--check-config", "--data-dir", str(tmp_path)],
-                           env={"VENDUE_SQLITE_SYNCHRONOUS": "off"})
+    check = ["bbs", "--check-config", "--data-dir", str(tmp_path)]
+    by_flag = runner.invoke(app, [*check, "--sqlite-synchronous", "off"])
+    by_env = runner.invoke(app, check, env={"VENDUE_SQLITE_SYNCHRONOUS": "off"})
     for result in (by_flag, by_env):
         assert (result.exit_code, result.output.strip()) == (2, expected), result.output
-    good = runner.invoke(app, ["bbs", "--check-config", "--data-dir", str(tmp_path), "--sqlite-synchronous", "normal"])
+    good = runner.invoke(app, [*check, "--sqlite-synchronous", "normal"])
     assert (good.exit_code, good.output.strip()) == (0, "config ok")
     assert not list(tmp_path.iterdir())  # nothing was created or connected to
 

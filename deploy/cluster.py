@@ -252,7 +252,7 @@ class LocalCluster:
         self._verify: ssl.SSLContext | None = None  # the admin's client context, made once
         self._components: dict[str, _Component] = {}
         self._started = False
-        # Networks (CIDR) besides loopback the embedded PostgreSQL takes connections from (a cluster on hosts).
+        # Networks (CIDR) besides loopback the embedded PostgreSQL takes connections from (hosts' clusters).
         self.postgres_clients: tuple[str, ...] = ()
 
     # --- paths ------------------------------------------------------------------------------------
@@ -272,13 +272,13 @@ class LocalCluster:
         return self.data_dir / CERTS_DIR
 
     def _url(self, name: str, port: int) -> str:
-        """Where component `name` of this cluster listening on `port` is reached: HTTPS, or HTTP when insecure."""
+        """Where component `name` listening on `port` is reached: HTTPS, or HTTP when insecure."""
         return f"{'http' if self.insecure else 'https'}://{self._address(name)}:{port}"
 
     # --- where the components run (what a cluster on several hosts changes: tests/cluster/multihost.py) ---
 
     def _address(self, name: str) -> str:
-        """The address component `name` ("bbs", "cell-0", "postgres", "nats", ...) serves on: loopback here."""
+        """The address component `name` ("bbs", "cell-0", "postgres", "nats", ...) serves on: loopback."""
         return LOOPBACK
 
     def _on_host(self, name: str, start: Callable[[], T]) -> T:
@@ -494,7 +494,8 @@ class LocalCluster:
         for _ in range(2 * pairs):
             ports.append(_free_port_besides(set(ports)))
         suffixes = [f"-{i + 1}" if i else "" for i in range(pairs)]
-        bbs_urls = [self._url(f"bbs{suffix}", port) for suffix, port in zip(suffixes, ports[:pairs], strict=True)]
+        bbs_urls = [self._url(f"bbs{suffix}", port)
+                    for suffix, port in zip(suffixes, ports[:pairs], strict=True)]
         auctioneer_urls = [self._url(f"auctioneer{suffix}", port)
                            for suffix, port in zip(suffixes, ports[pairs:], strict=True)]
         self.bbs_url, self.bbs_urls, self.auctioneer_url = bbs_urls[0], list(bbs_urls), auctioneer_urls[0]
@@ -577,7 +578,8 @@ class LocalCluster:
             server_files = issue_server_certificate(self.certs_dir, sans=self._sans("nats"))
         except CertError as exc:
             raise ClusterError(f"cannot make the NATS server's certificate in {self.certs_dir}: {exc}") from None
-        return NatsServer(host=host, tls=server_files, users=certificate_identities(self.certs_dir), log_path=log_path)
+        return NatsServer(host=host, tls=server_files, users=certificate_identities(self.certs_dir),
+                          log_path=log_path)
 
     def _make_certificates(self) -> None:
         """The CA (once, kept across runs) and, at each start, a certificate for every component and the
@@ -596,8 +598,8 @@ class LocalCluster:
                     issue(self.certs_dir, role="bbs" if _is_bbs(component.name) else "auctioneer",
                           name=component.name, sans=sans)
                 elif component.cell_prefix:
-                    issue(self.certs_dir, role="rep", name=component.name, cell_prefixes=[component.cell_prefix],
-                          sans=sans)
+                    issue(self.certs_dir, role="rep", name=component.name,
+                          cell_prefixes=[component.cell_prefix], sans=sans)
                 else:
                     issue(self.certs_dir, role="rep", name=component.name,
                           cells=[cell_id for cell_id, _ in component.cells], sans=sans)
@@ -657,8 +659,8 @@ class LocalCluster:
             log.flush()
             env = {**self._child_env(component), **self._key_ring_env(component)}
             component.proc = self._on_host(component.name, lambda: subprocess.Popen(
-                argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=self.data_dir,
-                start_new_session=True,
+                argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
+                cwd=self.data_dir, start_new_session=True,
                 preexec_fn=child_preexec(die_with_parent=True),
             ))
         component.url = ""

@@ -115,11 +115,12 @@ def up(
     # too: a shell without job control starts background commands with SIGINT ignored.
     for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, _raise_keyboard_interrupt)
+    durability = ["--sqlite-synchronous", sqlite_synchronous] if sqlite_synchronous else []
     cluster = LocalCluster(data_dir, cells=cells, zones=zones, executor=executor, cell_memory_mb=cell_memory_mb,
                            cell_disk_mb=cell_disk_mb, sim_cells_per_process=sim_cells_per_process,
                            transport=transport, nats_url=nats_url if transport == "nats" else None,
                            ha=ha, database_url=database_url, insecure=insecure,
-                           bbs_args=["--sqlite-synchronous", sqlite_synchronous] if sqlite_synchronous else ())
+                           bbs_args=durability)
     if insecure:
         warn_insecure(out)
     what = "two BBS replicas, two auctioneers" if ha else "the BBS, the auctioneer"

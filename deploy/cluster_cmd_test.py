@@ -136,7 +136,8 @@ def push_app(info: dict[str, Any], name: str, instances: int) -> None:
 
 def test_up_bad_arguments_exit_2_with_one_line(tmp_path: Path):
     for args, field in ((["--cells", "0"], "--cells"), (["--executor", "docker"], "--executor"),
-                        (["--zones", "x"], "--zones"), (["--sqlite-synchronous", "off"], "--sqlite-synchronous")):
+                        (["--zones", "x"], "--zones"),
+                        (["--sqlite-synchronous", "off"], "--sqlite-synchronous")):
         result = CliRunner().invoke(app, ["up", "--data-dir", str(tmp_path), *args])
         assert result.exit_code == 2, result.output
         assert len(result.stderr.splitlines()) == 1 and field in result.stderr, result.stderr

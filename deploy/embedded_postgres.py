@@ -294,8 +294,9 @@ class PostgresServer:
     def url(self, database: str = "postgres") -> str:
         """A SQLAlchemy URL with the superuser's password: a secret, for the environment of the BBS
         (VENDUE_DATABASE_URL) and never for a command line or a log."""
-        return URL.create("postgresql+asyncpg", username=SUPERUSER, password=self.password or None,
-                          host=self.host, port=self.port, database=database).render_as_string(hide_password=False)
+        url = URL.create("postgresql+asyncpg", username=SUPERUSER, password=self.password or None,
+                         host=self.host, port=self.port, database=database)
+        return url.render_as_string(hide_password=False)
 
     def _as_user(self) -> dict[str, object]:
         if self.user is None:
@@ -414,8 +415,8 @@ class ClusterPostgres:
             shutil.rmtree(self.throwaway, ignore_errors=True)
 
 
-def start_under(data_dir: Path, *, log_path: Path | None = None, database: str = "vendue", host: str = "127.0.0.1",
-                clients: Sequence[str] = ()) -> ClusterPostgres:
+def start_under(data_dir: Path, *, log_path: Path | None = None, database: str = "vendue",
+                host: str = "127.0.0.1", clients: Sequence[str] = ()) -> ClusterPostgres:
     """Start (or start again, with its data) the server kept in `data_dir/postgres`, with a database
     `database`; `host` and `clients` as PostgresServer.start takes them.
 

@@ -265,8 +265,10 @@ class RepHost:
             previous = self._last_beat_sent.get(cell.cell_id)
             if previous is not None and answered - previous >= self.presence_ttl_s:
                 reasserted = cell.reassert_running()
-                log.info("presence may have expired: running instances reported again", extra={"data": {
-                    "cell_id": cell.cell_id, "instances": reasserted, "silent_s": round(answered - previous, 3)}})
+                silence = {"cell_id": cell.cell_id, "instances": reasserted,
+                           "silent_s": round(answered - previous, 3)}
+                log.info("presence may have expired: running instances reported again",
+                         extra={"data": silence})
             self._last_beat_sent[cell.cell_id] = sent
         return True
 

@@ -223,11 +223,13 @@ async def test_after_a_silence_of_a_ttl_running_instances_are_reported_again_and
     give(cell, 0, 1)
 
     def running_reports() -> list[str]:
-        return [r.instance_guid for cell_id, body in bbs.lifecycles if cell_id == "cell-0" for r in body.running]
+        return [r.instance_guid for cell_id, body in bbs.lifecycles if cell_id == "cell-0"
+                for r in body.running]
 
     await eventually(lambda: len(running_reports()) == 2, "two running reports", running_reports)
     beats = len(bbs.heartbeats)
-    await eventually(lambda: len(bbs.heartbeats) >= beats + 6, "two more rounds of heartbeats", lambda: bbs.heartbeats)
+    await eventually(lambda: len(bbs.heartbeats) >= beats + 6, "two more rounds of heartbeats",
+                     lambda: bbs.heartbeats)
     assert len(running_reports()) == 2, "heartbeats on time: no instance reported again"
 
     replaced, kept = running_reports()

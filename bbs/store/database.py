@@ -111,7 +111,7 @@ def create_engine(url: str | URL, *, sqlite_synchronous: str = "full") -> AsyncE
     are checked before use (a restarted server is noticed) and named `vendue-bbs` in pg_stat_activity."""
     synchronous = SQLITE_SYNCHRONOUS.get(sqlite_synchronous)
     if synchronous is None:
-        raise ValueError(f"sqlite_synchronous must be one of {sorted(SQLITE_SYNCHRONOUS)}, got {sqlite_synchronous!r}")
+        raise ValueError(f"sqlite_synchronous: {sorted(SQLITE_SYNCHRONOUS)}, not {sqlite_synchronous!r}")
     parsed = database_url(url) if isinstance(url, str) else url
     if not is_sqlite(parsed):
         return create_async_engine(

@@ -425,8 +425,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.apps < 1 or args.instances < args.apps:
         parser.error("--instances must be at least --apps, and --apps at least 1")
     if [args.tls, args.encryption, args.database, args.sqlite_synchronous].count("both") > 1:
-        parser.error("one comparison at a time: --tls, --encryption, --database or --sqlite-synchronous both, "
-                     "not two of them")
+        parser.error("one comparison at a time: --tls, --encryption, --database or --sqlite-synchronous "
+                     "both, not two of them")
     if args.sqlite_synchronous == "both" and args.database != "sqlite":
         parser.error("--sqlite-synchronous both compares SQLite runs: not with --database postgres")
 
@@ -564,7 +564,8 @@ def compare_synchronous(by_mode: dict[str, dict[str, Any]]) -> dict[str, Any]:
         "sqlite_synchronous": "both",
         "suites": by_mode,
         "full_vs_normal": {
-            str(n): {"normal": normal_s[n], "full": full_s.get(n), "ratio_full_over_normal": ratio(full_s.get(n), normal_s[n])}
+            str(n): {"normal": normal_s[n], "full": full_s.get(n),
+                     "ratio_full_over_normal": ratio(full_s.get(n), normal_s[n])}
             for n in normal_s
         },
     }

@@ -2,7 +2,7 @@
 process of that host is started.
 
     host = Host("cell-0", "198.18.7.3", Path("/run/netns/vendue-1a2b3c-cell-0"))
-    proc = host.run(lambda: subprocess.Popen([...]))    # the child is in the namespace from its first instruction
+    proc = host.run(lambda: subprocess.Popen([...]))    # in the namespace from its first instruction
     host.close()                                         # after its processes are gone
 
 Linux keeps the network namespace per thread and a child inherits its forking thread's: a process started
@@ -49,7 +49,8 @@ class Host:
         self.address = address
         self.namespace = namespace
         self._thread = concurrent.futures.ThreadPoolExecutor(
-            max_workers=1, thread_name_prefix=f"host-{name}", initializer=enter_namespace, initargs=(namespace,)
+            max_workers=1, thread_name_prefix=f"host-{name}", initializer=enter_namespace,
+            initargs=(namespace,),
         )
 
     def run(self, call: Callable[[], T], timeout: float = START_TIMEOUT_S) -> T:

@@ -32,11 +32,14 @@ def test_components_serve_tls_on_their_hosts_address_only(multihost: Callable[..
         # The admin's client checks the certificate against the address it dialled: it names the address.
         assert httpx.get(f"{url}/ping", verify=cluster.verify, timeout=5.0).status_code == 200, component
     presence = httpx.get(f"{cluster.bbs_url}/v1/cells", verify=cluster.verify, timeout=5.0).json()["items"]
-    assert {cell["cell_id"]: cell["rep_url"] for cell in presence} == {c: r.url for c, r in cluster.reps.items()}
+    assert {cell["cell_id"]: cell["rep_url"] for cell in presence} == {
+        cell_id: rep.url for cell_id, rep in cluster.reps.items()}
     assert sorted(cluster.host_pids("cell-0")) == [cluster.reps["cell-0"].proc.pid]
 
 
-def test_postgres_killed_and_restarted_on_its_host_keeps_the_data(multihost: Callable[..., MultiHostCluster]) -> None:
+def test_postgres_killed_and_restarted_on_its_host_keeps_the_data(
+    multihost: Callable[..., MultiHostCluster],
+) -> None:
     cluster = multihost(cells=1)
     with cluster.http_client(base_url=cluster.bbs_url, timeout=5.0) as http:
         desired = {"process_guid": "kept", "instances": 0, "memory_mb": 64, "command": ["true"]}

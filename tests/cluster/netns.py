@@ -230,8 +230,8 @@ class Network:
         """Packets between hosts `a` and `b` go nowhere, both ways; each still reaches everyone else."""
         one, other = self.link(a), self.link(b)
         for source, target in ((one, other), (other, one)):
-            ip("-n", source.namespace, "neigh", "replace", target.address, "lladdr", NOWHERE_MAC, "dev", "eth0",
-               "nud", "permanent")
+            ip("-n", source.namespace, "neigh", "replace", target.address, "lladdr", NOWHERE_MAC,
+               "dev", "eth0", "nud", "permanent")
         self._cuts.add(frozenset((a, b)))
 
     def mend(self, a: str, b: str) -> None:

@@ -1,6 +1,7 @@
 """The hosts' network: two namespaces on a bridge reach each other and the root namespace; a partition
 (link down) and a cut (between two hosts only) make packets vanish until healed; close() and sweep() (and
-sweep_data_dirs) leave nothing behind, processes and files included. Needs root and `ip` (skipped otherwise, saying why)."""
+sweep_data_dirs) leave nothing behind, processes and files included. Needs root and `ip` (skipped
+otherwise, saying why)."""
 
 from __future__ import annotations
 
@@ -64,7 +65,8 @@ def two_hosts() -> Iterator[tuple[Network, Host, Host]]:
 
 def test_names_and_addresses_stay_within_bounds() -> None:
     tag = netns.new_tag()
-    assert len(f"{netns.VETH_PREFIX}{tag}h{netns.MAX_HOSTS}") <= 15 and len(f"{netns.BRIDGE_PREFIX}{tag}") <= 15
+    assert len(f"{netns.VETH_PREFIX}{tag}h{netns.MAX_HOSTS}") <= 15
+    assert len(f"{netns.BRIDGE_PREFIX}{tag}") <= 15
     assert netns.OUR_BRIDGE.match(f"{netns.BRIDGE_PREFIX}{tag}") and not netns.OUR_VETH.match(f"vdbr{tag}")
 
 
@@ -84,7 +86,7 @@ def test_hosts_reach_each_other_until_partitioned_or_cut(two_hosts: tuple[Networ
     servers = [a.run(lambda: listen(a.address)), b.run(lambda: listen(b.address))]
     try:
         assert b.run(lambda: not reaches("127.0.0.1")), "expected b's loopback to be b's own (nothing there)"
-        assert reaches(b.address) and a.run(lambda: reaches(b.address)), "expected b reachable from root and a"
+        assert reaches(b.address) and a.run(lambda: reaches(b.address)), "expected b reachable from all"
 
         network.partition("b")
         assert network.is_partitioned("b")
@@ -121,7 +123,9 @@ def test_close_kills_every_process_and_removes_everything(two_hosts: tuple[Netwo
     assert not [name for name in [*veths, network.bridge] if f" {name}:" in links or f" {name}@" in links]
 
 
-def test_sweep_removes_what_a_killed_run_left_and_spares_live_ones(two_hosts: tuple[Network, Host, Host]) -> None:
+def test_sweep_removes_what_a_killed_run_left_and_spares_live_ones(
+    two_hosts: tuple[Network, Host, Host],
+) -> None:
     live, _, _ = two_hosts
     # A run that builds a network, starts a process in it, and is killed before its teardown.
     script = textwrap.dedent("""
@@ -136,8 +140,8 @@ def test_sweep_removes_what_a_killed_run_left_and_spares_live_ones(two_hosts: tu
         print(network.hosts["x"].namespace, network.bridge, proc.pid, files, flush=True)
         sys.stdin.read()
     """)
-    run = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                           cwd=os.getcwd(), preexec_fn=child_preexec())
+    run = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                           text=True, cwd=os.getcwd(), preexec_fn=child_preexec())
     namespace, bridge, sleeper, files = run.stdout.readline().split()  # type: ignore[union-attr]
     run.kill()
     run.wait(timeout=10)

@@ -73,7 +73,8 @@ def counted(bbs: BBS, process_guid: str, actuals: list[dict]) -> tuple[int, dict
     SuspectRunningActualLRPs)."""
     desired = [DesiredLRP.model_validate(d) for d in bbs.desired() if d["process_guid"] == process_guid]
     [app] = app_summaries(desired, [ActualLRP.model_validate(a) for a in actuals])
-    return app["running"], bbs.http.get("/v1/actual_lrps/summary", params={"process_guid": process_guid}).json()
+    summary = bbs.http.get("/v1/actual_lrps/summary", params={"process_guid": process_guid}).json()
+    return app["running"], summary
 
 
 def one_process_per_index(cluster: MultiHostCluster, bbs: BBS, process_guid: str,
@@ -91,7 +92,8 @@ def one_process_per_index(cluster: MultiHostCluster, bbs: BBS, process_guid: str
     if held != expected:
         raise Unmet(f"the reps hold {sorted(held)}, the BBS says {sorted(expected)}")
     processes = cluster.instance_processes(process_guid)
-    on_hosts = {(host, index): pids for host, by_index in processes.items() for index, pids in by_index.items()}
+    on_hosts = {(host, index): pids for host, by_index in processes.items()
+                for index, pids in by_index.items()}
     wanted = {(cell_id, index) for cell_id, index, _ in expected}
     if set(on_hosts) != wanted or any(len(pids) != 1 for pids in on_hosts.values()):
         raise Unmet(f"processes by (host, index) {on_hosts}, expected one for each of {sorted(wanted)}")
@@ -113,7 +115,7 @@ def test_a_cell_cut_off_from_everything_is_replaced_and_stops_its_instances_once
     cluster = multihost(cells=CELLS, bbs_args=E2E_BBS_ARGS, rep_args=E2E_REP_ARGS)
     bbs = BBS(cluster.bbs_url, cluster.verify)
     bbs.desire("web", INSTANCES)
-    wait_for(lambda: one_process_per_index(cluster, bbs, "web"), 30.0, f"{INSTANCES} instances of web, one each")
+    wait_for(lambda: one_process_per_index(cluster, bbs, "web"), 30.0, f"{INSTANCES} instances, one each")
     placed = Counter(a["cell_id"] for a in bbs.actuals("web"))
     cut, on_cut = max(placed.items(), key=lambda item: item[1])
     lost = {a["index"]: a["instance_guid"] for a in bbs.actuals("web") if a["cell_id"] == cut}
@@ -130,7 +132,7 @@ def test_a_cell_cut_off_from_everything_is_replaced_and_stops_its_instances_once
         actuals = bbs.actuals("web")
         by_index = running_by_index(actuals)
         if sorted(by_index) != list(range(INSTANCES)):
-            raise AssertionError(f"an index stopped counting as running while {cut} was cut off: {brief(actuals)}")
+            raise AssertionError(f"an index stopped counting as running, {cut} cut off: {brief(actuals)}")
         for index, rows in by_index.items():
             ordinary = [a for a in rows if a["presence"] == "ORDINARY"]
             suspects = [a for a in rows if a["presence"] == "SUSPECT"]
@@ -147,8 +149,8 @@ def test_a_cell_cut_off_from_everything_is_replaced_and_stops_its_instances_once
                       f"lost {sorted(lost)} on {cut}: {brief(actuals)}")
 
     wait_for(replaced, 4 * PRESENCE_TTL_S + 15.0, f"the instances of {cut} replaced on the other cells")
-    assert seen_suspects == set(lost), f"expected every instance of {cut} SUSPECT first, saw {sorted(seen_suspects)}"
-    assert 1 <= suspects_counted <= len(lost), f"expected the BBS to count the suspects, saw {suspects_counted}"
+    assert seen_suspects == set(lost), f"expected {cut}'s instances SUSPECT first, saw {seen_suspects}"
+    assert 1 <= suspects_counted <= len(lost), f"expected the BBS to count suspects, saw {suspects_counted}"
     still_there = cluster.instance_processes("web").get(cut, {})
     assert sorted(still_there) == sorted(lost), f"expected {cut}, unreachable, to run its old instances still"
     # Longer than any call the BBS made to the cut-off rep can wait (its stops of the replaced instances):
@@ -183,8 +185,8 @@ def log_messages(path: Path, after: int) -> list[str]:
 
 def work_under(token: int, cell_id: str, desired: dict[str, Any]) -> dict[str, Any]:
     """A HostWork placing index 0 of `desired` on `cell_id` under fencing token `token`."""
-    return {"desired": [desired], "cells": {cell_id: {"lrp_groups": [{"desired": 0, "indices": [0]}], "tasks": []}},
-            "fencing_token": token}
+    placed = {"lrp_groups": [{"desired": 0, "indices": [0]}], "tasks": []}
+    return {"desired": [desired], "cells": {cell_id: placed}, "fencing_token": token}
 
 
 def test_the_leader_auctioneer_cut_off_from_the_database_gives_way_and_no_cell_takes_its_work(
@@ -199,13 +201,13 @@ def test_the_leader_auctioneer_cut_off_from_the_database_gives_way_and_no_cell_t
     standby = next(n for n in names if n != leader)
     old_token = auctioneer_stats(cluster, leader)["fencing_token"]
     bbs.desire("before", CELLS)  # one instance per cell: every cell takes the leader's token
-    wait_for(lambda: one_process_per_index(cluster, bbs, "before", CELLS), 30.0, "before: one instance per cell")
+    wait_for(lambda: one_process_per_index(cluster, bbs, "before", CELLS), 30.0, "before: one per cell")
     assert {a["cell_id"] for a in bbs.actuals("before")} == set(cluster.reps)
     log = cluster.log_path(leader)
     log_size = log.stat().st_size
     auctions_before = auctioneer_stats(cluster, leader)["auctions"]
 
-    # The leader's host loses the control host (both BBS replicas and PostgreSQL); it still reaches every cell.
+    # The leader's host loses the control host (both BBS replicas, PostgreSQL); it still reaches every cell.
     cluster.cut(cluster.host_of(leader), "control")
     cut_at = time.monotonic()
     stepped_down: float | None = None
@@ -220,24 +222,24 @@ def test_the_leader_auctioneer_cut_off_from_the_database_gives_way_and_no_cell_t
         if took_over is None and new["leader"] and new["fencing_token"] > old_token:
             took_over = now
         return expect(stepped_down is not None and took_over is not None,
-                      f"old leader stepped down: {stepped_down is not None}, standby leads: {took_over is not None}")
+                      f"old leader down: {stepped_down is not None}, standby leads: {took_over is not None}")
 
     wait_for(handed_over, LEASE_TTL_S + 5.0, "the leader to step down and the standby to take over")
     assert stepped_down is not None and took_over is not None
     assert stepped_down - cut_at <= LEASE_TTL_S + 0.5, (
-        f"the old leader still led {stepped_down - cut_at:.2f}s after it lost the BBS (lease TTL {LEASE_TTL_S}s)")
+        f"the old leader still led {stepped_down - cut_at:.2f}s after losing the BBS (TTL {LEASE_TTL_S}s)")
     assert took_over - cut_at <= LEASE_TTL_S + 1.0, (
-        f"the standby took over {took_over - cut_at:.2f}s after the cut (lease TTL {LEASE_TTL_S}s + 1 s allowed)")
+        f"the standby took over {took_over - cut_at:.2f}s after the cut (TTL {LEASE_TTL_S}s + 1 s allowed)")
     assert stepped_down <= took_over, "the standby led while the old leader still did"
     said = log_messages(log, log_size)
-    assert "standby" in said and any(m.startswith("no lease:") for m in said), f"the old leader's log said {said}"
+    assert "standby" in said and any(m.startswith("no lease:") for m in said), f"the old leader logged {said}"
     old = auctioneer_stats(cluster, leader)
     assert not old["leader"] and old["lease_problem"] == "no BBS reachable for the lease", old
 
     # The new leader places work on every cell: each takes its token, and from then on refuses the old one.
     new_token = auctioneer_stats(cluster, standby)["fencing_token"]
     bbs.desire("after", CELLS)
-    wait_for(lambda: one_process_per_index(cluster, bbs, "after", CELLS), 30.0, "after: one instance per cell")
+    wait_for(lambda: one_process_per_index(cluster, bbs, "after", CELLS), 30.0, "after: one per cell")
     assert auctioneer_stats(cluster, leader)["auctions"] == auctions_before, "the cut-off leader auctioned"
     replay = bbs.desire("replayed", 0)  # desired, no instance: only a replayed work could start one
     with httpx.Client(verify=client_context(TLSFiles.in_dir(cluster.certs_dir, leader)),
@@ -249,7 +251,7 @@ def test_the_leader_auctioneer_cut_off_from_the_database_gives_way_and_no_cell_t
             assert state["accepted_fencing_tokens"] == [old_token, new_token], (cell_id, state)
             answer = old_leader.post(f"{rep.url}/work", json=work_under(old_token, cell_id, replay))
             assert answer.status_code == 409 and "stale fencing token" in answer.text, (
-                f"expected {cell_id} to refuse work under the old token {old_token} (the new one is {new_token}), "
+                f"expected {cell_id} to refuse work under the old token {old_token} (new: {new_token}), "
                 f"saw {answer.status_code} {answer.text}")
     assert not cluster.instance_processes("replayed"), "a replayed work of the old leader started an instance"
 
