@@ -5,8 +5,14 @@ token older than one it has seen, so a paused old leader cannot place work after
 
 Renewal runs every TTL/3. Leadership is judged locally and conservatively: it lasts until the send time
 of the last successful renewal plus the TTL (the BBS counts the TTL from later, when it wrote the row),
-so a leader that cannot reach any BBS stops auctioneering before anyone else can take over. A standby
-tries again as soon as the holder's lease runs out, so it takes over within one TTL of the leader dying.
+so a leader that cannot reach any BBS stops auctioneering before anyone else can take over. And it ends
+sooner, as soon as the leader cannot renew (Diego's auctioneer stops when it loses its lock): a renewal
+that fails, or has no answer within the request timeout (min(bbs_timeout, TTL/3); it may still be trying
+another BBS replica), ends leadership at once, so the running auction is abandoned and nothing more is
+dispatched (work already sent stays fenced by the token). It keeps trying, and leads again once a
+renewal succeeds: with the same token if the BBS still has it as the owner (nobody took over meanwhile),
+else it stands by. A standby tries again as soon as the holder's lease runs out, so it takes over within
+one TTL of the leader dying.
 A leader that stops gracefully releases the lease (DELETE /v1/leases/auctioneer with its owner and
 token): a standby then takes it at its next attempt, within TTL/3, or at once when woken (a request it
 could not forward to the old holder wakes it).
@@ -117,7 +123,7 @@ class Leadership:
     async def _run(self) -> None:
         renew_every = self.ttl / 3
         while True:
-            await self._attempt()
+            await self._attempt_in_time()
             self._settle(self.leader)
             wait = renew_every
             if self._failures:
@@ -131,6 +137,20 @@ class Leadership:
             self._poke.clear()
             self._settle(self.leader)
 
+    async def _attempt_in_time(self) -> None:
+        """One attempt. A leader whose renewal has no answer within the request timeout steps down while
+        the attempt goes on (the failover transport may be trying the next replica): a renewal that
+        succeeds late makes it lead again."""
+        attempt = asyncio.ensure_future(self._attempt())
+        try:
+            if self.leader:
+                done, _ = await asyncio.wait({attempt}, timeout=self._timeout)
+                if not done:
+                    self._step_down("the lease renewal is overdue", timeout_s=self._timeout)
+            await attempt
+        finally:
+            attempt.cancel()  # only when this task was cancelled (stop) while it waited
+
     async def _attempt(self) -> None:
         sent = time.monotonic()
         self.attempts += 1
@@ -140,11 +160,9 @@ class Leadership:
                 timeout=self._timeout,
             )
         except httpx.HTTPError as exc:
-            # Leadership, if any, runs out on time (_valid_until): the BBS holds the lease at least as long.
             self._failed("no BBS reachable for the lease", error=repr(exc))
             return
-        if response.status_code == 404:
-            self._valid_until = 0.0  # no lease API, no leader: never lead unelected
+        if response.status_code == 404:  # no lease API, no leader: never lead unelected
             self._failed("the BBS has no lease API (404 from POST /v1/leases/auctioneer)")
             return
         try:
@@ -165,11 +183,20 @@ class Leadership:
             self._holder_expires_at = lease.expires_at
 
     def _failed(self, problem: str, **data: str) -> None:
-        """An attempt without a lease answer: retried sooner; logged when the problem is new (not every retry)."""
+        """An attempt without a lease answer: leadership ends now (it cannot renew); retried sooner; logged
+        when the problem is new (not every retry)."""
         self._failures += 1
         if problem != self.problem:
             log.warning("no lease: " + problem, extra={"data": {**data, "leader": self.leader}})
         self.problem = problem
+        self._step_down(problem)
+
+    def _step_down(self, why: str, **data: float) -> None:
+        """End leadership now (the token is kept: a renewal that succeeds may resume it)."""
+        if self.leader:
+            log.warning("stepping down: " + why, extra={"data": {**data, "token": self.token}})
+        self._valid_until = 0.0
+        self._settle(False)
 
     def _settle(self, leader: bool) -> None:
         """Fire the transition, if any, to `leader`."""

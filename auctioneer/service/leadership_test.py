@@ -1,9 +1,11 @@
 """The auctioneer's election against a real BBS in-process (SQLite): one leader, a standby that knows
-where it is, a takeover with the next fencing token within one TTL, stepping down on time, the release of
+where it is, a takeover with the next fencing token within one TTL, stepping down as soon as a renewal fails
+or is overdue (and leading again with the same token when the lease is still its own), the release of
 the lease on a graceful stop, and no leadership without a lease (a 404, an unreachable BBS)."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator
@@ -60,28 +62,113 @@ async def test_one_leads_the_other_stands_by_and_takes_over_with_the_next_token(
             assert second.token == 2
 
 
-async def test_a_leader_that_cannot_renew_steps_down_when_its_lease_runs_out(tmp_path: Path) -> None:
-    reachable = {"yes": True}
+class Switchable:
+    """A BBS client's transport the test breaks and mends: "up" passes to the BBS, "down" refuses at once,
+    "500" answers an error, "hang" keeps the request until the test lets it through (`release`)."""
 
+    def __init__(self, bbs: httpx.AsyncClient) -> None:
+        self.bbs = bbs
+        self.mode = "up"
+        self.release = asyncio.Event()
+        self.hung = 0  # requests held by "hang"
+
+    async def __call__(self, request: httpx.Request) -> httpx.Response:
+        if self.mode == "down":
+            raise httpx.ConnectError("unreachable", request=request)
+        if self.mode == "500":
+            return httpx.Response(500, json={"detail": "database unavailable"})
+        if self.mode == "hang":
+            self.hung += 1
+            await self.release.wait()
+        return await self.bbs.send(request)
+
+
+RENEW_TTL = 1.5  # renewals every 0.5 s: a leader that stepped down only when its lease ran out would take 1.5 s
+
+
+@pytest.mark.parametrize("failure", ["down", "500"])
+async def test_a_leader_that_cannot_renew_steps_down_at_once_and_leads_again_with_its_token(
+    tmp_path: Path, failure: str,
+) -> None:
     async with bbs_client(tmp_path) as bbs:
-        async def cut(request: httpx.Request) -> httpx.Response:
-            if not reachable["yes"]:
-                raise httpx.ConnectError("unreachable", request=request)
-            return await bbs.send(request)
-
-        async with httpx.AsyncClient(transport=httpx.MockTransport(cut), base_url="http://bbs") as flaky:
-            leader = Leadership(flaky, "http://a1", TTL)
+        link = Switchable(bbs)
+        async with httpx.AsyncClient(transport=httpx.MockTransport(link), base_url="http://bbs") as client:
+            leader = Leadership(client, "http://a1", RENEW_TTL)
             changes: list[bool] = []
             leader.on_change(changes.append)
             leader.start()
             try:
                 await wait_until(lambda: leader.leader, lambda: f"leading; saw {describe(leader)}")
-                reachable["yes"] = False
+                token, attempts = leader.token, leader.attempts
+                await wait_until(lambda: leader.attempts > attempts, lambda: "a renewal")  # just renewed
+                link.mode = failure
+                cut_at = time.monotonic()
                 await wait_until(lambda: not leader.leader and changes == [True, False],
                                  lambda: f"stepped down; saw {describe(leader)}, changes {changes}",
-                                 timeout=TTL + 0.5)
+                                 timeout=RENEW_TTL)
+                # At the next renewal (TTL/3 later), not when the last renewal's TTL ran out.
+                assert time.monotonic() - cut_at < RENEW_TTL / 3 + 0.3, (
+                    f"stepped down {time.monotonic() - cut_at:.2f} s after the cut (TTL {RENEW_TTL} s)")
+                assert leader.problem is not None and leader.token == token
+
+                link.mode = "up"  # nobody took the lease meanwhile: the BBS still names a1 its owner
+                await wait_until(lambda: leader.leader, lambda: f"leading again; saw {describe(leader)}",
+                                 timeout=RENEW_TTL)
+                assert (leader.token, changes, leader.terms, leader.problem) == (token, [True, False, True], 2, None)
             finally:
                 await leader.stop()
+
+
+async def test_a_leader_whose_renewal_has_no_answer_in_time_steps_down_and_a_late_answer_restores_it(
+    tmp_path: Path,
+) -> None:
+    async with bbs_client(tmp_path) as bbs:
+        link = Switchable(bbs)
+        async with httpx.AsyncClient(transport=httpx.MockTransport(link), base_url="http://bbs") as client:
+            # The request timeout is 0.3 s; the hung request itself never times out (the mock ignores it),
+            # as when the failover transport is still trying the next BBS replica.
+            leader = Leadership(client, "http://a1", RENEW_TTL, timeout=0.3)
+            changes: list[bool] = []
+            leader.on_change(changes.append)
+            leader.start()
+            try:
+                await wait_until(lambda: leader.leader, lambda: f"leading; saw {describe(leader)}")
+                token = leader.token
+                link.mode = "hang"
+                await wait_until(lambda: link.hung == 1, lambda: "a renewal sent", timeout=RENEW_TTL)
+                hung_at = time.monotonic()
+                await wait_until(lambda: not leader.leader, lambda: f"stepped down; saw {describe(leader)}",
+                                 timeout=RENEW_TTL)
+                assert 0.25 <= time.monotonic() - hung_at < 0.6, time.monotonic() - hung_at
+                assert changes == [True, False]
+                link.mode = "up"
+                link.release.set()  # the same renewal answers late: the lease is still a1's
+                await wait_until(lambda: leader.leader, lambda: f"leading again; saw {describe(leader)}",
+                                 timeout=1.0)
+                assert (leader.token, changes) == (token, [True, False, True])
+            finally:
+                await leader.stop()
+
+
+async def test_a_leader_that_stepped_down_stands_by_when_another_took_the_lease_meanwhile(tmp_path: Path) -> None:
+    async with bbs_client(tmp_path) as bbs:
+        link = Switchable(bbs)
+        async with httpx.AsyncClient(transport=httpx.MockTransport(link), base_url="http://bbs") as client:
+            first, second = Leadership(client, "http://a1", RENEW_TTL), Leadership(bbs, "http://a2", RENEW_TTL)
+            first.start()
+            try:
+                await wait_until(lambda: first.leader, lambda: f"a1 leading; saw {describe(first)}")
+                second.start()
+                link.mode = "down"  # a1 cut off from the BBS; a2 is not
+                await wait_until(lambda: second.leader, lambda: f"a2 leading; saw {describe(first, second)}",
+                                 timeout=RENEW_TTL + 1.0)
+                link.mode = "up"
+                await wait_until(lambda: first.problem is None, lambda: f"a1 back; saw {describe(first)}",
+                                 timeout=RENEW_TTL)
+                assert (first.leader, first.holder_url, second.token) == (False, "http://a2", first.token + 1)
+            finally:
+                await first.stop()
+                await second.stop()
 
 
 @pytest.mark.parametrize("bbs", ["no lease API", "unreachable"])
