@@ -15,8 +15,9 @@ only) it serves plain HTTP with authorization off, and says so.
 
 Any number of auctioneers may run: the holder of the "auctioneer" lease (leadership.py, taken through the
 BBS) auctions and fences its work with the lease's token; a standby forwards the POSTs above to the
-holder's URL (forward.py), queueing them itself when it cannot. /v1/stats says `leader` and
-`fencing_token`.
+holder's URL (forward.py), and hands them back to the BBS (503) when it knows no holder or cannot reach
+it: it never keeps work it may not auction. /v1/stats says `leader`, `fencing_token`, `forwarded` and
+`handed_back`.
 
 With `transport="nats"` the same batcher is also fed from `vendue.auctioneer.lrps`/`.tasks`, bids come
 from one scatter-gather on `vendue.cells.state` and work goes out on `vendue.rep.<rep_id>.work`; /ping
@@ -213,30 +214,31 @@ def create_app(settings: AuctioneerSettings | None = None) -> FastAPI:
     app = FastAPI(title="vendue auctioneer", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
     app.state.service = service
 
-    async def to_leader(request: Request) -> Response | None:
-        """A standby's answer: the leader's, once the request is forwarded; None to queue it here."""
+    async def not_here(request: Request) -> Response | None:
+        """None: this auctioneer leads, the request is queued here. Else a standby's answer: the leader's,
+        once forwarded to the holder it knows; or, when it knows none or cannot reach it, 503, handing the
+        request back (forward.py): the BBS asks the lease for the leader again and retries at once."""
         leadership = service.leadership
-        if leadership.leader or request.headers.get(FORWARDED_HEADER):
+        if leadership.leader:
             return None
-        leader_url = leadership.holder_url
-        if not leader_url or leader_url == leadership.url:
-            return None
-        forwarded = await service.forwarder.forward(leader_url, request.url.path, await request.body())
-        if forwarded is None:
-            leadership.wake()  # the holder may be gone (a released lease): try for it now
-            return None
-        return Response(forwarded.content, status_code=202, media_type="application/json")
+        holder = leadership.holder_url
+        if holder and holder != leadership.url and not request.headers.get(FORWARDED_HEADER):
+            forwarded = await service.forwarder.forward(holder, request.url.path, await request.body())
+            if forwarded is not None:
+                return Response(forwarded.content, status_code=202, media_type="application/json")
+        leadership.wake()  # the lease may be free (a released or expired one): try for it now
+        return service.forwarder.hand_back(holder if holder != leadership.url else "")
 
     @app.post("/v1/lrps", status_code=202)
     async def start_lrps(requests: list[LRPStartRequest], request: Request) -> Response:
-        if (answer := await to_leader(request)) is not None:
+        if (answer := await not_here(request)) is not None:
             return answer
         service.batcher.add_lrps(requests)
         return JSONResponse({"accepted": len(requests)}, status_code=202)
 
     @app.post("/v1/tasks", status_code=202)
     async def start_tasks(requests: list[TaskStartRequest], request: Request) -> Response:
-        if (answer := await to_leader(request)) is not None:
+        if (answer := await not_here(request)) is not None:
             return answer
         service.batcher.add_tasks(requests)
         return JSONResponse({"accepted": len(requests)}, status_code=202)
@@ -270,7 +272,7 @@ def create_app(settings: AuctioneerSettings | None = None) -> FastAPI:
                     "leader_url": leadership.url if leadership.leader else leadership.holder_url,
                     "terms": leadership.terms, "lease_attempts": leadership.attempts,
                     "lease_problem": leadership.problem, "auctions_abandoned": service.batcher.auctions_abandoned,
-                    "forwarded": service.forwarder.forwarded}
+                    "forwarded": service.forwarder.forwarded, "handed_back": service.forwarder.handed_back}
         return {**service.metrics.stats(), **election, "pending": service.batcher.pending,
                 "auction_running": service.batcher.auction_running, "transport": service.settings.transport,
                 # New connections to reps (over HTTPS each a handshake): the benchmark divides by auctions.

@@ -22,7 +22,10 @@ async def cluster(**settings):
     async with fake_reps() as reps, fake_bbs(reps) as bbs:
         app = create_app(AuctioneerSettings(bbs_url=bbs.url, _env_file=None, **settings))
         async with serving(app) as url, httpx.AsyncClient(base_url=url, timeout=10) as client:
-            yield reps, bbs, client, app.state.service
+            service = app.state.service
+            # A start request before the election is handed back (503): the BBS would retry it.
+            await wait_until(lambda: service.leadership.leader, lambda: "the auctioneer leading")
+            yield reps, bbs, client, service
 
 
 def body(*requests) -> list:
@@ -145,14 +148,52 @@ async def test_without_a_lease_it_stands_by_auctions_nothing_and_is_not_ready(bb
         async with serving(app) as url, httpx.AsyncClient(base_url=url, timeout=10) as client:
             service = app.state.service
             response = await client.post("/v1/lrps", json=body(start_request(desired("web", 2))))
-            assert response.status_code == 202  # queued here: no leader is known to forward to
+            # Handed back, not kept: no leader is known to forward to, and this one may never lead.
+            assert response.status_code == 503 and "no leader is known" in response.json()["detail"], response.text
+            assert response.headers["retry-after"] == "1"
             seen = service.leadership.attempts
             await wait_until(lambda: service.leadership.attempts >= seen + 2,
                              lambda: f"two more lease attempts after the post, saw {service.leadership.attempts - seen}")
             stats = (await client.get("/v1/stats")).json()
-            assert (stats["leader"], stats["fencing_token"], stats["auctions"], stats["pending"]) == (False, 0, 0, 2)
+            assert (stats["leader"], stats["fencing_token"], stats["auctions"], stats["pending"]) == (False, 0, 0, 0)
+            assert stats["handed_back"] == 1
             assert reps.work_post_count == 0 and sum(reps.state_calls.values()) == 0
             ready = await client.get("/readyz")
             expected = "404" if bbs_answer == "no lease API" else "no BBS reachable"
             assert ready.status_code == 503 and expected in ready.json()["reason"], ready.text
             assert (await client.get("/livez")).status_code == 200
+
+
+async def test_a_standby_forwards_to_the_leader_and_hands_back_what_it_cannot_forward():
+    """a1 leads, a2 stands by: a2 forwards a start request to a1. Once a1 is gone (it released the lease),
+    a2 cannot forward: it answers 503 (the BBS asks the lease again and retries) rather than keep the
+    request, and takes the free lease at once; the retry is then a2's to auction."""
+    async with fake_reps() as reps, fake_bbs(reps) as bbs:
+        reps.add("cell-0")
+        ports = {name: free_port() for name in ("a1", "a2")}
+        apps = {name: create_app(AuctioneerSettings(bbs_url=bbs.url, port=port, lease_ttl=60.0, _env_file=None))
+                for name, port in ports.items()}
+        first, second = (apps[name].state.service for name in ("a1", "a2"))
+        a1 = contextlib.AsyncExitStack()
+        async with a1:
+            a1_url = await a1.enter_async_context(serving(apps["a1"], port=ports["a1"]))
+            await wait_until(lambda: first.leadership.leader, lambda: "a1 leading")
+            async with serving(apps["a2"], port=ports["a2"]) as a2_url, \
+                    httpx.AsyncClient(base_url=a2_url, timeout=10) as client:
+                await wait_until(lambda: second.leadership.holder_url == a1_url,
+                                 lambda: f"a2 knowing a1 leads, saw {second.leadership.holder_url!r}")
+                response = await client.post("/v1/lrps", json=body(start_request(desired("web", 1))))
+                assert response.status_code == 202 and second.forwarder.forwarded == 1, response.text
+                await idle(first, 1)
+                assert reps.lrps_received == 1 and second.batcher.pending == 0
+
+                await a1.aclose()  # a graceful stop: a1 releases the lease
+                response = await client.post("/v1/lrps", json=body(start_request(desired("api", 1))))
+                assert response.status_code == 503 and a1_url in response.json()["detail"], response.text
+                assert (second.forwarder.handed_back, second.batcher.pending) == (1, 0)
+                # Woken by the failed forward, a2 takes the released lease long before its next attempt.
+                await wait_until(lambda: second.leadership.leader, lambda: "a2 leading", timeout=5.0)
+                response = await client.post("/v1/lrps", json=body(start_request(desired("api", 1))))
+                assert response.status_code == 202, response.text
+                await idle(second, 1)
+                assert reps.lrps_received == 2

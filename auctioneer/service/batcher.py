@@ -130,7 +130,7 @@ class Batcher:
         while not self._stopping:
             await self._wake.wait()
             if self._gate is not None and not self._gate.leader:
-                await self._gate.until_leader()  # a standby keeps what it queued until it leads
+                await self._gate.until_leader()  # what a leader queued waits while it cannot renew
             self._wake.clear()
             if self._stopping:
                 break

@@ -62,6 +62,11 @@ async def test_50_instances_over_3_cells_cost_one_cell_list_3_state_fetches_and_
         async with auctioneer_process(tmp_path, "--bbs-url", bbs.url) as (url, proc), \
                 httpx.AsyncClient(base_url=url, timeout=10) as client:
             assert (await client.get("/ping")).json() == {"ok": True, "insecure": True}
+            # Elected (the only auctioneer): before that a start request is handed back (503) for a retry.
+            deadline = time.monotonic() + 10
+            while not (stats := (await client.get("/v1/stats")).json())["leader"]:
+                assert time.monotonic() < deadline, f"expected the auctioneer to lead, saw {stats}"
+                await asyncio.sleep(0.02)
             web = desired("web", 50, memory_mb=64)
             response = await client.post("/v1/lrps", json=[start_request(web).model_dump(mode="json")])
             assert response.status_code == 202 and response.json() == {"accepted": 1}

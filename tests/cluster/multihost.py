@@ -34,15 +34,12 @@ import shutil
 import signal
 import sys
 import tempfile
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-import httpx
-
 from deploy.cluster import FIRST_OF, ClusterError, LocalCluster
-from tests.e2e.conftest import expect, proc_environ, wait_for
+from tests.e2e.conftest import proc_environ
 
 from .hosts import Host
 from .netns import PREFIX, Network, NetworkError, dead_tag, ip, new_tag
@@ -153,26 +150,11 @@ class MultiHostCluster(LocalCluster):
             for name, link in self.network.hosts.items():
                 self.hosts[name] = Host(name, link.address, self.network.namespace_path(name))
             self.postgres_clients = (str(self.network.subnet),)
-            started = time.monotonic()
             super().start(timeout)
-            self._await_election(max(1.0, timeout - (time.monotonic() - started)))
         except BaseException:
             self.close()
             raise
         return self
-
-    def _await_election(self, timeout: float) -> None:
-        """Wait until both auctioneers name one leader. Until then a start request the BBS sends to a
-        standby that knows no leader yet waits there until that standby leads, or convergence re-sends it
-        30 s later (stale unclaimed): a test would see its first app take that long."""
-        auctioneers = {name: url for name, url in self.control_plane().items() if not name.startswith("bbs")}
-
-        def elected() -> bool:
-            named = {name: httpx.get(f"{url}/v1/stats", verify=self.verify, timeout=2.0).json()["leader_url"]
-                     for name, url in auctioneers.items()}
-            return expect(len(set(named.values())) == 1 and all(named.values()), f"leaders named: {named}")
-
-        wait_for(elected, timeout, "both auctioneers to name one leader")
 
     def __enter__(self) -> MultiHostCluster:
         if self.network is None:
