@@ -31,6 +31,10 @@ from pathlib import Path
 from pydantic import BaseModel
 
 ROLES = ("bbs", "auctioneer", "rep", "admin", "reader")
+# The role of a NATS server's certificate on its cluster's routes (common/transport/nats_server.py): routes
+# are mutual TLS, so it is a client certificate, but no identity of ours: `identity_from_der` finds none
+# in it, so no HTTPS service of ours and no NATS user (certificate_identities) takes it from a caller.
+NATS_ROUTE_ROLE = "nats-route"
 CA_CERT = "ca.pem"
 CA_KEY = "ca-key.pem"
 CELL_URI = "urn:vendue:cell:"
@@ -137,7 +141,7 @@ def issue(
     from cryptography.x509.oid import ExtendedKeyUsageOID
 
     directory = Path(directory)
-    if role not in ROLES:
+    if role not in ROLES and role != NATS_ROUTE_ROLE:
         raise CertError(f"role: must be one of {', '.join(ROLES)}, got {role!r}")
     if not name or "/" in name or name.startswith(".") or name in ("ca", "ca-key"):
         raise CertError(f"name: {name!r} cannot name a certificate file")

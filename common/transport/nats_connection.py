@@ -3,7 +3,9 @@
 nats-py's own initial connect either gives up or loops silently; here the first connection is retried
 with a growing delay and a clear log line ("NATS unreachable ..."), so a component started before its
 NATS server waits for it instead of crash-looping. Once connected, nats-py reconnects by itself for
-ever (subscriptions are restored, publishes made while disconnected are buffered and flushed).
+ever (subscriptions are restored, publishes made while disconnected are buffered and flushed), to any
+server of the list (`nats://a:4222,nats://b:4222`: a NATS cluster) or that the servers announced; a
+server that went silent is noticed by its unanswered pings (PING_INTERVAL_S).
 
 `connected` is what /ping reports as readiness. Callbacks registered with `on_connect` run once, after
 the first successful connection (subscriptions made then survive later reconnects).
@@ -43,6 +45,12 @@ log = logging.getLogger("common.nats")
 
 OnConnect = Callable[[Client], Awaitable[None]]
 
+# A server gone silent (cut off: its packets vanish, so TCP reports nothing) is given up after
+# MAX_OUTSTANDING_PINGS + 1 pings without a PONG, within ~3 * PING_INTERVAL_S, and the client moves to
+# another server of the cluster (every URL of --nats-url). nats-py's default, a ping every two minutes,
+# would leave a rep unreachable (every auction waiting its state timeout for it) for up to six.
+PING_INTERVAL_S = 2
+MAX_OUTSTANDING_PINGS = 2
 FIRST_BACKOFF_S = 0.25
 MAX_BACKOFF_S = 5.0
 # While unreachable at start, say so on the first failure and then every this many seconds.
@@ -214,6 +222,7 @@ class NatsConnection:
                 servers=server_list(self.url), name=self.name, token=self._token,
                 connect_timeout=max(1, round(self._connect_timeout)),
                 reconnect_time_wait=self._reconnect_wait, max_reconnect_attempts=1, allow_reconnect=False,
+                ping_interval=PING_INTERVAL_S, max_outstanding_pings=MAX_OUTSTANDING_PINGS,
                 tls=self._tls,
                 tls_handshake_first=self._tls is not None,
                 error_cb=self._on_error, disconnected_cb=self._on_disconnected,

