@@ -22,7 +22,7 @@ import httpx
 import pytest
 from typer.testing import CliRunner
 
-from common.procutil import child_preexec, pid_alive, terminate_then_kill
+from common.procutil import app_python, child_preexec, pid_alive, terminate_then_kill
 from common.tls import INSECURE_WARNING, TLSFiles, client_context
 
 from .cli import _register, app
@@ -124,7 +124,7 @@ def admin(info: dict[str, Any]) -> ssl.SSLContext | bool:
 def push_app(info: dict[str, Any], name: str, instances: int) -> None:
     bbs_url, verify = info["bbs_url"], admin(info)
     body = {"process_guid": name, "instances": instances, "memory_mb": 64, "disk_mb": 32,
-            "command": [sys.executable, "-c", APP_SOURCE]}
+            "command": [app_python(), "-c", APP_SOURCE]}
     assert httpx.post(f"{bbs_url}/v1/desired_lrps", json=body, timeout=5.0, verify=verify).status_code == 201
 
     def running() -> bool:
@@ -224,7 +224,7 @@ def test_up_ha_runs_two_of_each_on_embedded_postgres_survives_a_bbs_and_stops_cl
     assert info["postgres"]["pid"] in descendants(proc.pid), "expected PostgreSQL below the launcher"
 
     pushed = run_cli("push", "web", "-i", "2", "-m", "64", "--data-dir", str(data_dir), "--",
-                     sys.executable, "-c", APP_SOURCE)
+                     app_python(), "-c", APP_SOURCE)
     assert pushed.returncode == 0, pushed.stdout + pushed.stderr
     bbs_2 = components["bbs-2"]["url"]
     wait_for(lambda: running_count(bbs_2, "web", verify) == 2, 60.0, "2 running instances of web (read from bbs-2)",

@@ -29,6 +29,8 @@ from typing import Any
 import httpx
 import pytest
 
+from common.procutil import app_python
+
 ROOT = Path(__file__).resolve().parents[2]
 
 # Short timings so that presence expiry and convergence happen within a test's budget.
@@ -67,7 +69,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
         pass
 http.server.ThreadingHTTPServer(("127.0.0.1", int(os.environ["PORT"])), Handler).serve_forever()
 """
-APP_COMMAND = [sys.executable, "-c", APP_SOURCE]
+APP_COMMAND = [app_python(), "-c", APP_SOURCE]  # a Python the apps' own users may run
 
 
 # --- polling --------------------------------------------------------------------------------------
