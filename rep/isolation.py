@@ -96,10 +96,12 @@ class Sandbox:
 
 
 def make_reachable_dir(directory: Path) -> None:
-    """`directory` and the levels of it that are Vendue's (<instances-dir>/<rep-key>/<cell>), 0711 and
-    root's: every user may pass through, nobody but root may list or write."""
-    directory.mkdir(mode=0o711, parents=True, exist_ok=True)
-    for level in (directory.parent.parent, directory.parent, directory):
+    """A cell's instances' directory, <instances-dir>/<rep-key>/<cell>: the two levels the rep owns 0711 and
+    root's (every user may pass through, nobody but root may list or write); <instances-dir> made 0711 if
+    missing, else left as the operator made it (isolation_problem checked that everyone may pass it)."""
+    directory.parent.parent.mkdir(mode=0o711, parents=True, exist_ok=True)
+    for level in (directory.parent, directory):
+        level.mkdir(mode=0o711, exist_ok=True)
         os.chown(level, 0, 0)
         level.chmod(0o711)
 
