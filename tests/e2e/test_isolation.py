@@ -296,6 +296,10 @@ def nobody_env() -> dict[str, str]:
     for needed in (ROOT, Path(packages)):
         if unreachable_by_others(needed) is not None:
             pytest.skip(f"{needed} is out of reach of uid {NOBODY}")
+    version = subprocess.run([app_python(), "-c", "import sys; print(sys.version_info[:2])"], capture_output=True,
+                             text=True, timeout=30).stdout.strip()
+    if version != str(sys.version_info[:2]):
+        pytest.skip(f"{app_python()} is Python {version}, this environment's packages are for {sys.version_info[:2]}")
     return {"PATH": "/usr/bin:/bin", "HOME": "/tmp", "PYTHONPATH": f"{ROOT}:{packages}", "PYTHONUNBUFFERED": "1"}
 
 
