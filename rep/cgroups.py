@@ -12,8 +12,9 @@ OWN cgroup + /vendue/<rep-key>, so that apps stay inside whatever cgroup the rep
 hierarchy's root, as kubelet's --cgroup-root). <rep-key> tells the reps of one machine apart
 (rep/isolation.py). cgroup v2 wants the controllers enabled in cgroup.subtree_control of every level from
 the rep's cgroup down, which the kernel refuses in a cgroup that holds processes ("no internal
-processes"): there the rep's cgroup must be delegated to it with nothing else in it, or `--cgroup-parent`
-names a place that can.
+processes"): as a delegated service does (systemd Delegate=yes), the rep then moves itself into a leaf of
+its own, <base>/rep, and enables them. Other processes in the rep's cgroup still stand in the way: give the
+rep a cgroup of its own, or `--cgroup-parent`.
 
 Limits. memory = memory_mb with swap included (v1: memory.limit_in_bytes, then memory.memsw.limit_in_bytes
 where the kernel accounts swap; v2: memory.max and memory.swap.max = 0); pids.max; CPU shares as Diego
@@ -50,6 +51,7 @@ log = logging.getLogger("rep.cgroups")
 CGROUP_FS = Path("/sys/fs/cgroup")
 REQUIRED = ("memory", "pids", "cpu")
 OWN_LEVEL = "vendue"  # below the rep's own cgroup, unless --cgroup-parent names the place
+REP_LEAF = "rep"  # cgroup v2: where the rep moves itself, <base>/rep, to enable controllers in its own cgroup
 PROCS = "cgroup.procs"
 # A SIGKILLed process leaves its cgroup within milliseconds; one that does not within this much is stuck in
 # the kernel (uninterruptible I/O): the cgroup is left for the next attempt (the rep's next start).
@@ -62,6 +64,10 @@ Version = Literal["cgroup-v1", "cgroup-v2"]
 
 class CgroupsUnavailable(Exception):
     """The controllers this rep needs are missing or not writable (one line that says which)."""
+
+
+class _Busy(CgroupsUnavailable):
+    """cgroup v2 refused to enable controllers in a cgroup that holds processes."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,6 +152,7 @@ class Hierarchy:
     controllers: frozenset[str]
     top: Path  # the rep's own cgroup in it, or the hierarchy's root with --cgroup-parent
     levels: tuple[str, ...]  # below `top`: vendue/<rep-key>, or the parent's path and <rep-key>
+    own: bool = True  # `top` is the rep's own cgroup (not --cgroup-parent's root)
 
     @property
     def base(self) -> Path:
@@ -197,7 +204,7 @@ def detect(
                             f"(it offers: {' '.join(sorted(offered)) or 'nothing'})")
             continue
         levels = (*parent_levels, rep_key) if parent else (OWN_LEVEL, rep_key)
-        return Cgroups("cgroup-v2", (Hierarchy(frozenset(REQUIRED), top, levels),))
+        return Cgroups("cgroup-v2", (Hierarchy(frozenset(REQUIRED), top, levels, own=not parent),))
 
     v1 = [m for m in mounts if m.fstype == "cgroup"]
     by_controller: dict[str, Mount] = {}
@@ -213,7 +220,7 @@ def detect(
                 continue
             top = mount.point if parent else _in_mount(mount, own.get(controller, "/"))
             levels = (*parent_levels, rep_key) if parent else (OWN_LEVEL, rep_key)
-            hierarchies[mount.point] = Hierarchy(mount.options & {*REQUIRED, "freezer"}, top, levels)
+            hierarchies[mount.point] = Hierarchy(mount.options & {*REQUIRED, "freezer"}, top, levels, own=not parent)
         return Cgroups("cgroup-v1", tuple(hierarchies.values()))
     if v1:
         found = sorted(by_controller)
@@ -243,10 +250,25 @@ def _enable_controllers(directory: Path) -> None:
     try:
         (directory / "cgroup.subtree_control").write_text(" ".join(f"+{c}" for c in REQUIRED))
     except OSError as exc:
-        hint = (" (it holds processes: run the rep in a cgroup delegated to it alone, or give --cgroup-parent)"
-                if exc.errno == errno.EBUSY else "")
-        raise CgroupsUnavailable(f"cannot enable {', '.join(REQUIRED)} in {directory}/cgroup.subtree_control: "
-                                 f"{exc.strerror}{hint}") from None
+        problem = f"cannot enable {', '.join(REQUIRED)} in {directory}/cgroup.subtree_control: {exc.strerror}"
+        if exc.errno == errno.EBUSY:
+            raise _Busy(f"{problem} (it holds processes: run the rep in a cgroup delegated to it alone, or "
+                        "give --cgroup-parent)") from None
+        raise CgroupsUnavailable(problem) from None
+
+
+def _enable_below_own(h: Hierarchy) -> None:
+    """cgroup v2: enable the controllers in the rep's own cgroup, which holds the rep: the kernel refuses
+    while it does, so the rep moves itself into its leaf (<base>/rep) and tries again."""
+    try:
+        _enable_controllers(h.top)
+    except _Busy:
+        if not h.own:
+            raise
+        leaf = h.base / REP_LEAF
+        _makedirs(leaf)
+        (leaf / PROCS).write_text(str(os.getpid()))
+        _enable_controllers(h.top)  # still busy: other processes share the rep's cgroup
 
 
 class CellCgroups:
@@ -264,7 +286,7 @@ class CellCgroups:
             try:
                 path = h.top
                 if self.version == "cgroup-v2":
-                    _enable_controllers(path)
+                    _enable_below_own(h)
                 for level in (*h.levels, self.cell_id):
                     path = path / level
                     _makedirs(path)

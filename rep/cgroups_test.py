@@ -15,6 +15,7 @@ import pytest
 
 from common.procutil import child_preexec
 
+from . import cgroups as cgroups_module
 from .cgroups import (
     CellCgroups,
     Cgroups,
@@ -146,6 +147,37 @@ def test_v2_cell_enables_the_controllers_on_every_level_down(fake_v2: Path) -> N
     top = fake_v2 / OWN.lstrip("/")
     for level in (top, top / "vendue", top / "vendue" / "k123", top / "vendue" / "k123" / "cell-0"):
         assert (level / "cgroup.subtree_control").read_text() == "+memory +pids +cpu", level
+
+
+def test_v2_a_rep_in_its_own_busy_cgroup_moves_itself_into_a_leaf_first(
+    fake_v2: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    top = fake_v2 / OWN.lstrip("/")
+    real = cgroups_module._enable_controllers
+
+    def kernel(directory: Path) -> None:  # refuses in the rep's cgroup while a process is in it
+        if directory == top and not (top / "vendue" / "k123" / "rep" / "cgroup.procs").exists():
+            raise cgroups_module._Busy("busy")
+        real(directory)
+
+    monkeypatch.setattr(cgroups_module, "_enable_controllers", kernel)
+    cell = detect_fake_v2(fake_v2).cell("cell-0")
+    cell.open()
+    assert (top / "vendue" / "k123" / "rep" / "cgroup.procs").read_text() == str(os.getpid())
+    assert (top / "vendue" / "k123" / "cell-0" / "cgroup.subtree_control").read_text() == "+memory +pids +cpu"
+    assert [c.dirs[0].name for c in cell.leftovers()] == [], "the rep's leaf is no instance"
+
+
+def test_v2_with_a_cgroup_parent_a_busy_cgroup_is_refused(fake_v2: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (fake_v2 / "cgroup.controllers").write_text("cpu memory pids\n")
+
+    def busy(directory: Path) -> None:
+        raise cgroups_module._Busy(f"cannot enable in {directory}: busy")
+
+    monkeypatch.setattr(cgroups_module, "_enable_controllers", busy)
+    with pytest.raises(CgroupsUnavailable, match="busy"):
+        detect_fake_v2(fake_v2, parent="/apps").cell("cell-0").open()
+    assert not (fake_v2 / "apps").exists()
 
 
 def test_v2_instance_limits_memory_without_swap_pids_and_cpu_weight(fake_v2: Path) -> None:
