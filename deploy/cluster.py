@@ -393,6 +393,7 @@ class LocalCluster:
         first = [c for c in others if bool(c.cells) != (self.transport == "nats")]
         self._stop_all(first)
         self._stop_all([c for c in others if c not in first])
+        self._sweep_reps()
         self._stop_all([c for c in self._components.values() if _is_bbs(c.name)])
         if self.nats_server is not None:  # after the BBS: it may still publish its final events
             self.nats_server.stop()
@@ -404,6 +405,17 @@ class LocalCluster:
             info = json.loads(cluster_file.read_text())
             if info.get("pid") == os.getpid():
                 cluster_file.unlink()
+
+    def _sweep_reps(self) -> None:
+        """What the isolating reps left (one killed, one that missed its grace): its next start would kill and
+        remove it; this cluster will not start it again."""
+        if self.isolation != "cgroups":
+            return
+        from rep.isolation import sweep_rep
+
+        for component in self._components.values():
+            if component.cells and "--data-dir" in component.args:
+                sweep_rep(Path(component.args[component.args.index("--data-dir") + 1]))
 
     @staticmethod
     def _stop_signal(component: _Component) -> int:

@@ -42,6 +42,7 @@ import logging
 import os
 import re
 import signal
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -168,6 +169,14 @@ class Cgroups:
 
     def cell(self, cell_id: str) -> CellCgroups:
         return CellCgroups(self, cell_id)
+
+    def cell_ids(self) -> list[str]:
+        """The cells this rep has (or had) cgroups for."""
+        found: set[str] = set()
+        for h in self.hierarchies:
+            with contextlib.suppress(FileNotFoundError):
+                found.update(entry.name for entry in h.base.iterdir() if entry.is_dir() and entry.name != REP_LEAF)
+        return sorted(found)
 
 
 def detect(
@@ -470,6 +479,17 @@ class InstanceCgroup:
             self.kill_now()
             await asyncio.sleep(interval)
             interval = min(interval * 2, 0.05)
+        return self.remove()
+
+    def kill_blocking(self, timeout_s: float = KILL_TIMEOUT_S) -> bool:
+        """`kill` for a caller without an event loop (a launcher cleaning up after a rep it stopped for
+        good); the rep itself never blocks its loop on it."""
+        deadline = time.monotonic() + timeout_s
+        while self.pids():
+            if time.monotonic() > deadline:
+                return False
+            self.kill_now()
+            time.sleep(0.01)
         return self.remove()
 
     def remove(self) -> bool:

@@ -22,6 +22,7 @@ rep restarted on the same data dir finds what its previous run left.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import shutil
@@ -127,6 +128,23 @@ def disown_instance_dir(directory: Path) -> None:
         directory.chmod(0o700)
     except OSError:
         shutil.rmtree(directory, ignore_errors=True)
+
+
+def sweep_rep(data_dir: Path, instances_dir: Path = DEFAULT_INSTANCES_DIR) -> None:
+    """Remove what an isolating rep on `data_dir` left: what its next start would (rep/process_executor.py
+    open), for whoever stops a rep for good, maybe killed (a launcher, a test): every process still in its
+    cells' cgroups killed, the cgroups and its instances' directories removed. Never while it runs."""
+    if os.geteuid() != 0:
+        return
+    key = rep_key(data_dir)
+    with contextlib.suppress(CgroupsUnavailable):
+        cgroups = detect(key)
+        for cell_id in cgroups.cell_ids():
+            cell = cgroups.cell(cell_id)
+            for cgroup in cell.leftovers():
+                cgroup.kill_blocking()
+            cell.remove()
+    shutil.rmtree(Path(instances_dir) / key, ignore_errors=True)
 
 
 def instances_dir_of(settings: RepSettings) -> Path:

@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from common.procutil import child_preexec
+
 from .app_users import AppUser
+from .cgroups import limits_for
 from .isolation import (
     Isolation,
     disown_instance_dir,
@@ -17,6 +22,7 @@ from .isolation import (
     make_instance_dir,
     prepare_isolation,
     rep_key,
+    sweep_rep,
 )
 from .settings import RepSettings
 
@@ -111,3 +117,20 @@ def test_an_instance_dir_is_its_users_and_a_kept_one_goes_back_to_root(tmp_path:
 
     st = directory.stat()
     assert (st.st_uid, st.st_mode & 0o777) == (0, 0o700)
+
+
+def test_sweeping_a_rep_stopped_for_good_leaves_nothing_of_it(tmp_path: Path, isolation: Isolation) -> None:
+    isolation.open_cell("cell-i")
+    cgroup = isolation.cgroups.cell("cell-i").create("left", limits_for(64, 8))
+    (isolation.instances_dir("cell-i") / "left").mkdir()
+    stray = subprocess.Popen(["sleep", "60"], preexec_fn=child_preexec(die_with_parent=False,
+                                                                      cgroup_procs=cgroup.procs_files))
+    try:
+        sweep_rep(tmp_path / "data")
+
+        assert stray.wait(timeout=30) == -signal.SIGKILL
+        assert not isolation.instances_root.exists()
+        assert not any(h.base.exists() for h in isolation.cgroups.hierarchies)
+    finally:
+        stray.kill()
+        stray.wait(timeout=30)
