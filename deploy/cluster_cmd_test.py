@@ -24,6 +24,7 @@ from typer.testing import CliRunner
 
 from common.procutil import app_python, child_preexec, pid_alive, terminate_then_kill
 from common.tls import INSECURE_WARNING, TLSFiles, client_context
+from rep.isolation import sweep_rep
 
 from .cli import _register, app
 from .cluster import CLUSTER_FILE, ENTRY_POINT, PROJECT_ROOT
@@ -87,9 +88,11 @@ def vendue_up(tmp_path: Path) -> Iterator[Callable[..., tuple[subprocess.Popen[b
     """Start `vendue up` in its own session; whatever it leaves is killed (and reported) at the end."""
     started: list[subprocess.Popen[bytes]] = []
     tracked: set[int] = set()
+    data_dirs: list[Path] = []
 
     def start(*args: str, data_dir: Path | None = None) -> tuple[subprocess.Popen[bytes], dict[str, Any]]:
         data_dir = data_dir or tmp_path / f"up{len(started)}"
+        data_dirs.append(data_dir)
         log = open(tmp_path / f"up{len(started)}.out", "wb")  # noqa: SIM115 - the child holds it
         proc = subprocess.Popen([*ENTRY_POINT, "up", "--data-dir", str(data_dir), *args], stdout=log,
                                 stderr=subprocess.STDOUT, cwd=PROJECT_ROOT, start_new_session=True,
@@ -112,6 +115,9 @@ def vendue_up(tmp_path: Path) -> Iterator[Callable[..., tuple[subprocess.Popen[b
     leftovers = alive(tracked)
     for pid in leftovers:
         os.kill(pid, signal.SIGKILL)
+    for data_dir in data_dirs:  # a launcher killed -9 could not sweep what its isolating reps left
+        for rep_dir in (data_dir / "cells").glob("*"):
+            sweep_rep(rep_dir)
     assert not leftovers, f"processes outlived the test: {leftovers}"
 
 
