@@ -84,8 +84,32 @@ def rep(
         None, "--evacuation-timeout", help="Drain limit, s (600)."
     ),
     stop_grace: float | None = typer.Option(None, "--stop-grace", help="SIGTERM->SIGKILL grace, s (10)."),
+    isolation: str | None = typer.Option(
+        None, "--isolation",
+        help="Process executor: cgroups (default; needs root: each instance under its own uid, in its own "
+        "cgroup) or none (apps run as the rep's own user, unisolated) [VENDUE_ISOLATION].",
+    ),
+    app_uid_range: str | None = typer.Option(
+        None, "--app-uid-range", help="Uids (gid = uid) given to instances, LO-HI (100000-165535)."
+    ),
+    pids_limit: int | None = typer.Option(
+        None, "--pids-limit", min=1, help="Processes and threads per instance (1024)."
+    ),
+    cgroup_parent: str | None = typer.Option(
+        None, "--cgroup-parent",
+        help="Put the instances' cgroups under this one, absolute from each hierarchy's root (default: "
+        "the rep's own cgroup + /vendue).",
+    ),
+    instances_dir: Path | None = typer.Option(
+        None, "--instances-dir",
+        help="Where instance directories live. Default with cgroups: /var/lib/vendue/instances/<key>/<cell>/ "
+        "(<key> from the data dir), reachable by the apps' users whatever the data dir's parents; with "
+        "--isolation none: <data-dir>/<cell>/containers/.",
+    ),
+    cgroup_fs: Path | None = typer.Option(None, "--cgroup-fs", hidden=True),  # tests: another cgroup mount
     memory_limit: bool | None = typer.Option(
-        None, "--memory-limit/--no-memory-limit", help="Cap each child's RLIMIT_DATA at its memory_mb."
+        None, "--memory-limit/--no-memory-limit",
+        help="--isolation none: cap each child's RLIMIT_DATA at its memory_mb.",
     ),
     data_dir: Path | None = typer.Option(None, "--data-dir", help="Container directories (default .vendue)."),
     ready_file: Path | None = typer.Option(None, "--ready-file", help="Write {url, pid} here once serving."),
@@ -143,6 +167,12 @@ def rep(
         "presence_ttl": presence_ttl,
         "evacuation_timeout": evacuation_timeout,
         "stop_grace": stop_grace,
+        "isolation": isolation,
+        "app_uid_range": app_uid_range,
+        "pids_limit": pids_limit,
+        "cgroup_parent": cgroup_parent,
+        "instances_dir": instances_dir,
+        "cgroup_fs": cgroup_fs,
         "memory_limit": memory_limit,
         "data_dir": data_dir,
         "ready_file": ready_file,

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import signal
 import socket
 from collections.abc import Generator
@@ -32,6 +33,7 @@ from .cell import Cell, CellConfig
 from .executor import Executor
 from .fencing import FENCING_FILE, Fencing, lease_token_from
 from .host import HostLifecycleSender, RepHost
+from .isolation import NONE_WARNING, Isolation, IsolationError, prepare_isolation
 from .process_executor import ProcessExecutor
 from .settings import (
     SIM_DEFAULT_DISK_MB,
@@ -81,8 +83,10 @@ def rep_id_of(settings: RepSettings, tls: ServingTLS | None) -> str:
     return settings.rep_id or settings.cell_id or default_cell_id()
 
 
-def cell_configs(settings: RepSettings, base_url: str, rep_id: str, *, insecure: bool) -> list[CellConfig]:
-    """Every cell's configuration; all share the process's root URL and name (one rep API)."""
+def cell_configs(settings: RepSettings, base_url: str, rep_id: str, *, insecure: bool,
+                 isolation: str = "") -> list[CellConfig]:
+    """Every cell's configuration; all share the process's root URL and name (one rep API). `isolation`:
+    how its instances are isolated, as advertised (`isolation_name`)."""
     sim = settings.executor == "sim"
     if settings.cells > 1 and not sim:
         raise ConfigError("--cells: only the sim executor can host more than one cell in a process")
@@ -113,9 +117,18 @@ def cell_configs(settings: RepSettings, base_url: str, rep_id: str, *, insecure:
                 report_linger_s=settings.report_linger,
                 rep_id=rep_id,
                 insecure=insecure,
+                isolation=isolation,
             )
         )
     return configs
+
+
+def isolation_name(settings: RepSettings, isolation: Isolation | None) -> str:
+    """What the cells advertise (CellPresence.isolation): cgroup-v1 or cgroup-v2, none, or sim (simulated
+    containers isolate nothing, and run nothing)."""
+    if settings.executor == "sim":
+        return "sim"
+    return isolation.name if isolation is not None else "none"
 
 
 # Connections to the BBS: what the process says there is host-level (one lifecycle request in flight, a
@@ -147,7 +160,17 @@ def bbs_client(settings: RepSettings, tls: ServingTLS | None) -> httpx.AsyncClie
 
 def build_host(settings: RepSettings, base_url: str, tls: ServingTLS | None, bbs: httpx.AsyncClient) -> RepHost:
     rep_id = rep_id_of(settings, tls)
-    configs = cell_configs(settings, base_url, rep_id, insecure=tls is None)
+    try:  # before anything runs: a rep that cannot isolate as asked says so and exits 2
+        isolation = prepare_isolation(settings)
+        configs = cell_configs(settings, base_url, rep_id, insecure=tls is None,
+                               isolation=isolation_name(settings, isolation))
+        if isolation is not None:
+            for config in configs:
+                isolation.open_cell(config.cell_id)
+    except IsolationError as exc:
+        raise ConfigError(str(exc)) from None
+    if settings.executor == "process" and isolation is None:
+        log.warning(NONE_WARNING, extra={"data": {"uid": os.geteuid()}})
     if tls is not None:
         foreign = [c.cell_id for c in configs if not tls.identity.speaks_for(c.cell_id)]
         if foreign:  # the BBS would refuse every heartbeat of these: say so now, not as a silent outage
@@ -168,6 +191,7 @@ def build_host(settings: RepSettings, base_url: str, tls: ServingTLS | None, bbs
             executor = ProcessExecutor(
                 settings.data_dir,
                 config.cell_id,
+                isolation=isolation,
                 stop_grace_s=settings.stop_grace,
                 memory_limit=settings.memory_limit,
             )

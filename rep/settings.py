@@ -9,13 +9,17 @@ import socket
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from common.limits import RequestLimitOptions
 from common.models import DEFAULT_STACK, GUID_PATTERN
 from common.tls import TLSOptions
 from common.transport import Transport
+
+from .app_users import DEFAULT_RANGE as DEFAULT_UID_RANGE
+from .app_users import parse_uid_range
+from .cgroups import CGROUP_FS
 
 MIB = 1024 * 1024
 # A simulated cell is not the machine: give it room for a full load of default-sized containers
@@ -64,11 +68,33 @@ class RepSettings(TLSOptions, RequestLimitOptions, BaseSettings):
     presence_ttl: float = Field(default=10.0, gt=0)
     evacuation_timeout: float = Field(default=600.0, ge=0)
     stop_grace: float = Field(default=10.0, ge=0)
-    memory_limit: bool = True  # process executor: cap each child's RLIMIT_DATA at the LRP's memory_mb
+    # Process executor (rep/isolation.py): each instance under its own uid, in its own cgroup (memory =
+    # memory_mb, pids, CPU shares), in its own directory under instances_dir; or "none": as the rep's own
+    # user, with RLIMIT_DATA = memory_mb (memory_limit) as its only limit.
+    isolation: Literal["cgroups", "none"] = "cgroups"
+    app_uid_range: str = DEFAULT_UID_RANGE
+    pids_limit: int = Field(default=1024, ge=1)
+    cgroup_parent: str | None = None  # absolute from each hierarchy's root; default: the rep's own cgroup/vendue
+    instances_dir: Path | None = None  # default /var/lib/vendue/instances (isolated)
+    cgroup_fs: Path = CGROUP_FS  # where the cgroup hierarchies are mounted (a hidden flag, for tests)
+    memory_limit: bool = True  # --isolation none: cap each child's RLIMIT_DATA at the LRP's memory_mb
     data_dir: Path = Path(".vendue")
     ready_file: Path | None = None
     http_timeout: float = Field(default=10.0, gt=0)
     log_level: str = "info"
+
+    @field_validator("app_uid_range")
+    @classmethod
+    def _uid_range(cls, value: str) -> str:
+        parse_uid_range(value)
+        return value
+
+    @field_validator("cgroup_parent")
+    @classmethod
+    def _cgroup_parent(cls, value: str | None) -> str | None:
+        if value is not None and (not value.startswith("/") or ".." in value.split("/")):
+            raise ValueError(f"expected an absolute cgroup path without '..' (e.g. /vendue), got {value!r}")
+        return value
 
 
 def default_cell_id() -> str:
