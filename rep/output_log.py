@@ -25,6 +25,7 @@ log = logging.getLogger("rep.output")
 MIB = 1024 * 1024
 LOG_NAME = "output.log"
 ROTATED_NAME = "output.log.1"
+LOG_NAMES = (LOG_NAME, ROTATED_NAME)
 CHUNK_BYTES = 256 * 1024  # one read per readiness callback: at most this much work before the loop moves on
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _FILE_FLAGS = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC

@@ -1,7 +1,11 @@
 """Real child processes as containers.
 
 Each container is a directory `<data-dir>/<cell_id>/containers/<instance_guid>` (tasks:
-`task-<task_guid>`) holding `output.log` (stdout and stderr) and `pid` (pid and kernel start time).
+`task-<task_guid>`) holding `output.log` and `output.log.1` (stdout and stderr through a pipe the rep
+reads, capped and rotated: rep/output_log.py) and `pid` (pid and kernel start time). Its disk_mb is
+enforced on the whole directory, logs included (rep/disk_usage.py): measured every
+`disk_check_interval_s` and on exit; over it, the instance is stopped as a stop would and reported
+crashed with "disk quota exceeded (N MB used of M MB)" (a task: failed with that reason).
 The child:
 - runs `desired.command` (argv, no shell) in that directory, with the rep's environment minus its
   `VENDUE_*` settings, then `desired.env`, then PORT (host port of the first container port; every
@@ -40,14 +44,18 @@ import httpx
 from common.models import HealthCheck, PortMapping, TaskCompletion
 from common.procutil import child_preexec, free_port, signal_process, terminate_then_kill_async
 
+from .disk_usage import DiskWatcher
 from .executor import Executor, ExecutorListener, LRPContainer, TaskContainer
+from .output_log import LOG_NAMES, OutputLog
 
 log = logging.getLogger("rep.process")
 
 MIB = 1024 * 1024
 RESULT_BYTES = 4096
-LOG_NAME = "output.log"
 PID_NAME = "pid"
+# How long an ended container's output may take to drain: every process holding the pipe is gone by then,
+# but for one that escaped the kill (which then gets EPIPE).
+OUTPUT_DRAIN_S = 1.0
 
 
 @dataclass(slots=True, eq=False)
@@ -59,6 +67,13 @@ class _Child:
     proc: asyncio.subprocess.Process | None = None
     stop_requested: asyncio.Event = field(default_factory=asyncio.Event)
     runner: asyncio.Task[None] | None = None
+    output: OutputLog | None = None
+    over_quota: str = ""  # the disk watcher's verdict, once it has stopped the container
+
+    async def close_output(self) -> None:
+        if self.output is not None:
+            await self.output.finish(OUTPUT_DRAIN_S)
+            self.output.close()
 
 
 def exit_reason(returncode: int) -> str:
@@ -85,12 +100,17 @@ class ProcessExecutor(Executor):
         stop_grace_s: float = 10.0,
         memory_limit: bool = True,
         process_grace_s: float = 1.0,
+        log_cap_bytes: int = 10 * MIB,
+        disk_check_interval_s: float = 2.0,
     ) -> None:
         self.containers_dir = Path(data_dir) / cell_id / "containers"
         self.cell_id = cell_id
         self.stop_grace_s = stop_grace_s
         self.memory_limit = memory_limit
         self.process_grace_s = process_grace_s
+        self.log_cap_bytes = log_cap_bytes
+        self._disk = DiskWatcher(disk_check_interval_s)
+        self._quota_stops: set[asyncio.Task[int]] = set()
         self._lrps: dict[str, _Child] = {}
         self._tasks: dict[str, _Child] = {}
         self._http: httpx.AsyncClient | None = None
@@ -102,6 +122,7 @@ class ProcessExecutor(Executor):
         killed = kill_leftovers(self.containers_dir)
         if killed:
             log.info("killed leftover container processes", extra={"data": {"pids": killed}})
+        self._disk.start()
 
     async def close(self) -> None:
         children = list(self._lrps.values()) + list(self._tasks.values())
@@ -110,6 +131,7 @@ class ProcessExecutor(Executor):
         runners = [c.runner for c in children if c.runner is not None]
         if runners:
             await asyncio.wait(runners, timeout=self.stop_grace_s + 5)
+        await self._disk.stop()
         if self._http is not None:
             await self._http.aclose()
 
@@ -164,6 +186,7 @@ class ProcessExecutor(Executor):
             except OSError as exc:
                 listener.lrp_crashed(child.guid, f"failed to start: {exc}")
                 return
+            self._watch_disk(child, desired.disk_mb)
             if child.stop_requested.is_set():
                 await terminate_then_kill_async(proc, self.stop_grace_s, group=True)
                 return
@@ -174,7 +197,7 @@ class ProcessExecutor(Executor):
             if proc.returncode is not None:
                 keep_directory = True
                 signal_process(proc.pid, signal.SIGKILL, group=True)
-                listener.lrp_crashed(child.guid, exit_reason(proc.returncode))
+                listener.lrp_crashed(child.guid, await self._crash_reason(child, proc.returncode))
                 return
             if not healthy:
                 keep_directory = True
@@ -188,7 +211,7 @@ class ProcessExecutor(Executor):
             if await _exited_or_stop(proc, child.stop_requested):
                 keep_directory = True
                 signal_process(proc.pid, signal.SIGKILL, group=True)  # what the leader left behind
-                listener.lrp_crashed(child.guid, exit_reason(proc.returncode or 0))
+                listener.lrp_crashed(child.guid, await self._crash_reason(child, proc.returncode or 0))
             else:
                 await terminate_then_kill_async(proc, self.stop_grace_s, group=True)
         except Exception as exc:
@@ -197,7 +220,9 @@ class ProcessExecutor(Executor):
                 signal_process(child.proc.pid, signal.SIGKILL, group=True)
             listener.lrp_crashed(child.guid, f"executor error: {exc!r}")
         finally:
+            self._disk.unwatch(child.guid)
             self._lrps.pop(child.guid, None)
+            await child.close_output()
             _cleanup(child.directory, keep_log=keep_directory)
 
     async def _wait_healthy(
@@ -276,19 +301,23 @@ class ProcessExecutor(Executor):
                     )
                 )
                 return
+            self._watch_disk(child, task.disk_mb)
             if not await _exited_or_stop(proc, child.stop_requested):
                 await terminate_then_kill_async(proc, self.stop_grace_s, group=True)
                 return  # cancelled: the cell reports it
             signal_process(proc.pid, signal.SIGKILL, group=True)
             status = proc.returncode or 0
-            failed = status != 0
+            over_quota = child.over_quota or await self._disk.check(child.guid)
+            failed = status != 0 or bool(over_quota)
+            assert child.output is not None
+            await child.output.finish(OUTPUT_DRAIN_S)
             listener.task_finished(
                 TaskCompletion(
                     task_guid=task.task_guid,
                     failed=failed,
-                    failure_reason=exit_reason(status) if failed else "",
+                    failure_reason=(over_quota or exit_reason(status)) if failed else "",
                     exit_status=status,
-                    result=_tail(child.directory / LOG_NAME, RESULT_BYTES),
+                    result=child.output.tail(RESULT_BYTES),
                 )
             )
         except Exception as exc:
@@ -301,8 +330,29 @@ class ProcessExecutor(Executor):
                 )
             )
         finally:
+            self._disk.unwatch(child.guid)
             self._tasks.pop(child.guid, None)
+            await child.close_output()
             _cleanup(child.directory, keep_log=False)
+
+    # --- disk quota ---------------------------------------------------------------------------------
+
+    def _watch_disk(self, child: _Child, disk_mb: int) -> None:
+        self._disk.watch(child.guid, child.directory, disk_mb, lambda reason: self._stop_over_quota(child, reason))
+
+    def _stop_over_quota(self, child: _Child, reason: str) -> None:
+        """The disk watcher's verdict: stop the container as a stop would; its runner then sees it end and
+        reports the crash (or the task's failure) with `reason`."""
+        child.over_quota = reason
+        if child.proc is not None and child.proc.returncode is None:
+            stop = asyncio.create_task(terminate_then_kill_async(child.proc, self.stop_grace_s, group=True))
+            self._quota_stops.add(stop)
+            stop.add_done_callback(self._quota_stops.discard)
+
+    async def _crash_reason(self, child: _Child, returncode: int) -> str:
+        """Why a container ended on its own: over its disk quota (found by the watcher, or measured now),
+        else its exit."""
+        return child.over_quota or await self._disk.check(child.guid) or exit_reason(returncode)
 
     # --- spawning -----------------------------------------------------------------------------------
 
@@ -310,17 +360,23 @@ class ProcessExecutor(Executor):
         self, child: _Child, argv: list[str], env: dict[str, str], data_limit: int | None
     ) -> asyncio.subprocess.Process:
         child.directory.mkdir(parents=True, exist_ok=True)
-        with open(child.directory / LOG_NAME, "ab") as output:
+        output = OutputLog(child.directory, self.log_cap_bytes)
+        try:
             proc = await asyncio.create_subprocess_exec(
                 *argv,
                 cwd=child.directory,
                 env=env,
                 stdin=subprocess.DEVNULL,
-                stdout=output,
+                stdout=output.writer,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
                 preexec_fn=child_preexec(data_limit_bytes=data_limit),
             )
+        except BaseException:
+            output.close()
+            raise
+        output.start()
+        child.output = output
         child.proc = proc
         (child.directory / PID_NAME).write_text(
             json.dumps({"pid": proc.pid, "start_time": _start_time(proc.pid), "guid": child.guid}) + "\n"
@@ -340,23 +396,21 @@ async def _exited_or_stop(proc: asyncio.subprocess.Process, stop: asyncio.Event)
     return proc.returncode is not None and not stop.is_set()
 
 
-def _tail(path: Path, size: int) -> str:
-    try:
-        with open(path, "rb") as f:
-            f.seek(0, os.SEEK_END)
-            f.seek(max(0, f.tell() - size))
-            return f.read().decode("utf-8", errors="replace")
-    except OSError:
-        return ""
-
-
 def _cleanup(directory: Path, *, keep_log: bool) -> None:
-    """Remove a finished container's directory; a crashed one keeps its log for the operator."""
-    if keep_log:
-        with contextlib.suppress(OSError):
-            (directory / PID_NAME).unlink()
+    """Remove a finished container's directory; a crashed one keeps its logs for the operator, and only
+    them (what it wrote, perhaps past its disk quota, is no longer counted against the cell)."""
+    if not keep_log:
+        shutil.rmtree(directory, ignore_errors=True)
         return
-    shutil.rmtree(directory, ignore_errors=True)
+    with contextlib.suppress(OSError), os.scandir(directory) as entries:
+        for entry in entries:
+            if entry.name in LOG_NAMES:
+                continue
+            if entry.is_dir(follow_symlinks=False):
+                shutil.rmtree(entry.path, ignore_errors=True)
+            else:
+                with contextlib.suppress(OSError):
+                    os.unlink(entry.path)
 
 
 def _group_members(pgid: int) -> list[int]:
