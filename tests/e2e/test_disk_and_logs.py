@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from .conftest import APP_COMMAND, Unmet, app_processes, brief, expect, wait_all_running, wait_for
+from .conftest import APP_SOURCE, Unmet, app_processes, brief, expect, wait_all_running, wait_for
 
 pytestmark = [pytest.mark.e2e]
 
@@ -223,7 +223,7 @@ def test_a_rep_given_no_sizes_offers_the_machine(make_cluster, transport):
     c = make_cluster(cells=1, zones=1, cell_memory_mb=None, cell_disk_mb=None,
                      rep_args=["--disk-reserve-mb", "2048"])
     guid = c.guid("where")
-    c.bbs.desire(guid, 1, command=APP_COMMAND, memory_mb=64, disk_mb=64)
+    c.bbs.desire(guid, 1, command=[APP_PYTHON, "-c", APP_SOURCE], memory_mb=64, disk_mb=64)
     [instance] = wait_all_running(c.bbs, guid, 1).values()
     fs = os.statvfs(instance_dir(c, instance))
 
