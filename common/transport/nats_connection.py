@@ -5,7 +5,8 @@ with a growing delay and a clear log line ("NATS unreachable ..."), so a compone
 NATS server waits for it instead of crash-looping. Once connected, nats-py reconnects by itself for
 ever (subscriptions are restored, publishes made while disconnected are buffered and flushed), to any
 server of the list (`nats://a:4222,nats://b:4222`: a NATS cluster) or that the servers announced; a
-server that went silent is noticed by its unanswered pings (PING_INTERVAL_S).
+server that went silent is noticed by its unanswered pings (PING_INTERVAL_S), and its connection is
+aborted, not closed politely (`_LeavingClient`).
 
 `connected` is what /ping reports as readiness. Callbacks registered with `on_connect` run once, after
 the first successful connection (subscriptions made then survive later reconnects).
@@ -212,7 +213,7 @@ class NatsConnection:
             return
 
     async def _connect_once(self) -> Client:
-        nc = Client()
+        nc = _LeavingClient()
         # Servers that refuse TCP: two tries each (max_reconnect_attempts=1), then NoServersError. A server
         # that answers but fails the handshake (TLS, INFO, CONNECT): no second try (allow_reconnect=False),
         # the cause (a certificate refused, a server without TLS-first) is raised as it is, for the log
@@ -266,6 +267,20 @@ class NatsConnection:
     async def _on_closed(self) -> None:
         if self._nc is not None and not self._closed:
             log.error("NATS connection closed", extra={"data": {"url": redact(self.url)}})
+
+
+class _LeavingClient(Client):
+    """nats-py's client, except that it leaves a broken connection at once. Before reconnecting, nats-py
+    closes the old connection gracefully and waits until it is closed; over TLS that is a close_notify
+    to the server and a wait for its answer, which a server cut off never sends: asyncio gives up after
+    its SSL shutdown timeout, 30 s, and only then would the client try another server. Aborted instead,
+    the connection is gone at once (what it still had to send was lost either way)."""
+
+    async def _attempt_reconnect(self) -> None:
+        writer = getattr(self._transport, "_io_writer", None)  # nats-py's TcpTransport: a StreamWriter
+        if writer is not None:
+            writer.transport.abort()
+        await super()._attempt_reconnect()
 
 
 def _describe(exc: BaseException) -> str:

@@ -7,9 +7,14 @@
         cluster.instance_processes("web")                # host -> index -> pids, read from the namespaces
 
 Hosts (netns.py, one network namespace each, on one bridge):
-- `control`: both BBS replicas, PostgreSQL, and NATS when the transport is nats; both auctioneers too,
-  unless `separate_auctioneers`, which puts them on hosts `auctioneer-1` and `auctioneer-2` (so that the
-  leader alone can be cut off from the BBS and its database while it still reaches every cell);
+- `control`: PostgreSQL; both BBS replicas, unless `separate_bbs`, which puts them on hosts `bbs-1` and
+  `bbs-2` (so that one replica alone can be cut off from the database); both auctioneers too, unless
+  `separate_auctioneers`, which puts them on hosts `auctioneer-1` and `auctioneer-2` (so that the leader
+  alone can be cut off from the BBS and its database while it still reaches every cell);
+- on transport nats, a NATS cluster of three servers, "nats", "nats-2" and "nats-3", on hosts `nats-1`,
+  `nats-2` and `nats-3` (client port 4222, routes on 6222 between all three over mutual TLS: what a NATS
+  deployment past one machine looks like, common/transport/nats_server.py `cluster_servers`); every
+  component is given all three URLs and moves to another server when its own goes;
 - one host per cell, named as the cell (`cell-0`, ...), running its rep with the process executor.
 
 Every component binds its host's address, never loopback, with TLS on: its certificate carries that
@@ -34,20 +39,26 @@ import shutil
 import signal
 import sys
 import tempfile
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
+from common.transport.nats_server import ROUTE_PORT, NatsServer, NatsServerError, cluster_servers
 from deploy.cluster import FIRST_OF, ClusterError, LocalCluster
 from tests.e2e.conftest import proc_environ
 
 from .hosts import Host
-from .netns import PREFIX, Network, NetworkError, dead_tag, ip, new_tag
+from .netns import PREFIX, Network, NetworkError, dead_tag, established_peers, ip, new_tag
 
 T = TypeVar("T")
 CONTROL = "control"
 DATA_PREFIX = "vendue-hosts-"  # + the tag (pid in hex + 2 random hex digits) + "-" + mkdtemp's suffix
 OUR_DATA_DIR = re.compile(r"^vendue-hosts-([0-9a-f]+)-")
+# The NATS cluster on transport nats: each server's name (as `kill`, `restart` and `host_of` take it) and
+# its host. Every server listens on the usual ports, each on its own host.
+NATS_HOSTS = {"nats": "nats-1", "nats-2": "nats-2", "nats-3": "nats-3"}
+NATS_CLIENT_PORT = 4222
 
 
 @functools.cache
@@ -87,6 +98,7 @@ class MultiHostCluster(LocalCluster):
         zones: int = 1,
         *,
         separate_auctioneers: bool = False,
+        separate_bbs: bool = False,
         transport: str = "http",
         bbs_args: Sequence[str] = (),
         auctioneer_args: Sequence[str] = (),
@@ -106,24 +118,33 @@ class MultiHostCluster(LocalCluster):
             shutil.rmtree(data_dir, ignore_errors=True)
             raise
         self.separate_auctioneers = separate_auctioneers
+        self.separate_bbs = separate_bbs
+        # The NATS cluster's servers by name (NATS_HOSTS), once started; "nats" is also `nats_server`.
+        self.nats_servers: dict[str, NatsServer] = {}
         self.network: Network | None = None
         self.hosts: dict[str, Host] = {}
 
     # --- the layout -------------------------------------------------------------------------------------
 
     def host_names(self) -> list[str]:
+        bbs = ["bbs-1", "bbs-2"] if self.separate_bbs else []
         auctioneers = ["auctioneer-1", "auctioneer-2"] if self.separate_auctioneers else []
-        return [CONTROL, *auctioneers, *(f"cell-{i}" for i in range(self.cells))]
+        nats = list(NATS_HOSTS.values()) if self.transport == "nats" else []
+        return [CONTROL, *bbs, *auctioneers, *nats, *(f"cell-{i}" for i in range(self.cells))]
 
     def host_of(self, component: str) -> str:
         """The host a component runs on: "bbs", "bbs-2", "auctioneer", "auctioneer-2", "postgres",
-        "nats" or a cell id."""
+        "nats", "nats-2", "nats-3" or a cell id."""
         name = FIRST_OF.get(component, component)
         if name.startswith("cell-"):
             return name
         if name in ("auctioneer", "auctioneer-2") and self.separate_auctioneers:
             return "auctioneer-1" if name == "auctioneer" else "auctioneer-2"
-        if name in ("bbs", "bbs-2", "auctioneer", "auctioneer-2", "postgres", "nats"):
+        if name in ("bbs", "bbs-2") and self.separate_bbs:
+            return "bbs-1" if name == "bbs" else "bbs-2"
+        if name in NATS_HOSTS and self.transport == "nats":
+            return NATS_HOSTS[name]
+        if name in ("bbs", "bbs-2", "auctioneer", "auctioneer-2", "postgres"):
             return CONTROL
         raise KeyError(f"no component {component!r} in this cluster")
 
@@ -155,6 +176,32 @@ class MultiHostCluster(LocalCluster):
             self.close()
             raise
         return self
+
+    def _start_nats(self, timeout: float) -> None:
+        """Transport nats: the three servers of NATS_HOSTS, each on its host, routed to one another; every
+        component gets all three URLs. (A cluster needs TLS: an insecure one gets LocalCluster's single
+        server.)"""
+        if self.transport != "nats" or self.nats_url or self.insecure:
+            super()._start_nats(timeout)
+            return
+        places = {name: (self._address(name), NATS_CLIENT_PORT, ROUTE_PORT) for name in NATS_HOSTS}
+        self.nats_servers = cluster_servers(places, certs_dir=self.certs_dir, directory=self.data_dir / "nats")
+        self.nats_server = self.nats_servers["nats"]
+        deadline = time.monotonic() + timeout
+        try:
+            for name, server in self.nats_servers.items():
+                self._on_host(name, lambda server=server: server.start(max(1.0, deadline - time.monotonic())))
+        except NatsServerError as exc:
+            raise ClusterError(f"the NATS cluster did not start: {exc}") from None
+        self.nats_url = ",".join(server.url for server in self.nats_servers.values())
+
+    def stop(self) -> None:
+        """LocalCluster's (which stops the first NATS server), and the other NATS servers."""
+        try:
+            super().stop()
+        finally:
+            for server in self.nats_servers.values():
+                server.stop()
 
     def __enter__(self) -> MultiHostCluster:
         if self.network is None:
@@ -204,7 +251,7 @@ class MultiHostCluster(LocalCluster):
         self._net().mend(a, b)
 
     def kill(self, component: str, sig: int = signal.SIGKILL) -> None:
-        """LocalCluster's, and "postgres" and "nats" too."""
+        """LocalCluster's, and "postgres" and each NATS server too."""
         server = self._server(component)
         if server is None:
             super().kill(component, sig)
@@ -217,15 +264,15 @@ class MultiHostCluster(LocalCluster):
             server.proc.wait(timeout=30.0)
 
     def restart(self, component: str, timeout: float = 30.0) -> None:
-        """LocalCluster's, and "postgres" (its data kept) and "nats" too, on their host."""
+        """LocalCluster's, and "postgres" (its data kept) and each NATS server too, on their host."""
         if component == "postgres" and self.postgres is not None:
             server = self.postgres.server
             server.stop()
             self._on_host("postgres", server.start_again)
-        elif component == "nats" and self.nats_server is not None:
-            nats = self.nats_server
+        elif component in NATS_HOSTS:
+            nats = self._server(component)
             nats.stop()
-            self._on_host("nats", lambda: nats.start(timeout=timeout))
+            self._on_host(component, lambda: nats.start(timeout=timeout))
         else:
             super().restart(component, timeout)
 
@@ -235,10 +282,11 @@ class MultiHostCluster(LocalCluster):
             if self.postgres is None:
                 raise ClusterError("no PostgreSQL in this cluster")
             return self.postgres.server
-        if component == "nats":
-            if self.nats_server is None:
-                raise ClusterError("no NATS server in this cluster (transport http)")
-            return self.nats_server
+        if component in NATS_HOSTS:
+            server = self.nats_servers.get(component) or (self.nats_server if component == "nats" else None)
+            if server is None:
+                raise ClusterError(f"no NATS server {component!r} in this cluster")
+            return server
         return None
 
     # --- the real processes ---------------------------------------------------------------------------
@@ -246,6 +294,18 @@ class MultiHostCluster(LocalCluster):
     def host_pids(self, host: str) -> list[int]:
         """Every live process on the host (its namespace's, `ip netns pids`)."""
         return self._net().pids(host)
+
+    def nats_clients(self) -> dict[str, set[str]]:
+        """Component (launcher name) -> the NATS servers (NATS_HOSTS names) its process holds a connection
+        to, read from the kernel's socket tables: a connection to a server cut off stays there until the
+        client gives it up. A component with none is left out."""
+        servers = {self.host(host).address: name for name, host in NATS_HOSTS.items() if host in self.hosts}
+        found: dict[str, set[str]] = {}
+        for component, pid in self.pids().items():
+            for address, port in established_peers(pid):
+                if port == NATS_CLIENT_PORT and address in servers:
+                    found.setdefault(component, set()).add(servers[address])
+        return found
 
     def instance_processes(self, process_guid: str) -> dict[str, dict[int, list[int]]]:
         """host -> INSTANCE_INDEX -> pids of the live processes whose environment says they are an instance

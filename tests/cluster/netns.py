@@ -34,6 +34,8 @@ import os
 import random
 import re
 import secrets
+import socket
+import struct
 import subprocess
 import time
 from collections.abc import Sequence
@@ -55,6 +57,7 @@ NOWHERE_MAC = "02:00:00:00:00:00"  # locally administered, owned by no interface
 NETNS_DIR = Path("/run/netns")  # where `ip netns add` mounts each namespace
 IP_TIMEOUT_S = 30.0
 GONE_TIMEOUT_S = 10.0  # for the processes of a namespace to die after SIGKILL
+TCP_ESTABLISHED = "01"  # the state column of /proc/net/tcp
 
 
 class NetworkError(RuntimeError):
@@ -72,6 +75,33 @@ def ip(*args: str, check: bool = True) -> str:
 def netns_pids(namespace: str) -> list[int]:
     """Every process in the namespace (`ip netns pids`; none when it is gone)."""
     return [int(pid) for pid in ip("netns", "pids", namespace, check=False).split()]
+
+
+def established_peers(pid: int) -> set[tuple[str, int]]:
+    """The (IPv4 address, port) of the other end of every established TCP connection of process `pid`,
+    from the kernel's tables (its sockets in /proc/PID/fd, its namespace's /proc/PID/net/tcp): where it
+    is connected, whatever it says. Empty once it is gone."""
+    try:
+        inodes = {link[len("socket:["):-1] for fd in os.listdir(f"/proc/{pid}/fd")
+                  if (link := _readlink(f"/proc/{pid}/fd/{fd}")).startswith("socket:[")}
+        rows = Path(f"/proc/{pid}/net/tcp").read_text().splitlines()[1:]
+    except (FileNotFoundError, ProcessLookupError):
+        return set()
+    peers = set()
+    for row in rows:
+        fields = row.split()  # sl local rem st tx:rx tr:when retrnsmt uid timeout inode
+        if fields[3] == TCP_ESTABLISHED and fields[9] in inodes:
+            address, port = fields[2].split(":")
+            # The kernel prints the address's four bytes as one native-endian number.
+            peers.add((socket.inet_ntoa(struct.pack("=I", int(address, 16))), int(port, 16)))
+    return peers
+
+
+def _readlink(path: str) -> str:
+    try:
+        return os.readlink(path)
+    except OSError:  # closed meanwhile
+        return ""
 
 
 def new_tag() -> str:

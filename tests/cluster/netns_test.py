@@ -153,3 +153,16 @@ def test_sweep_removes_what_a_killed_run_left_and_spares_live_ones(
     assert not [name for name in removed if live.tag in name], "expected the live network spared"
     assert all(link.namespace in netns.ip("netns", "list") for link in live.hosts.values())
     assert Path(files) in sweep_data_dirs() and not Path(files).exists(), f"expected {files} removed"
+
+
+def test_established_peers_are_read_from_the_kernels_tables() -> None:
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        port = server.getsockname()[1]
+        with socket.create_connection(("127.0.0.1", port), timeout=5.0) as client:
+            accepted, _ = server.accept()
+            with accepted:
+                peers = netns.established_peers(os.getpid())
+                assert ("127.0.0.1", port) in peers, peers  # the client's end
+                assert ("127.0.0.1", client.getsockname()[1]) in peers, peers  # the accepted end
+    assert ("127.0.0.1", port) not in netns.established_peers(os.getpid())
+    assert netns.established_peers(2**22 + 1) == set()  # no such process
