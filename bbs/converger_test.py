@@ -142,3 +142,33 @@ async def test_a_stopping_holder_releases_the_lease_and_the_other_replica_conver
         assert time.monotonic() - stopped_at < ttl / 10
         lease = await other.lease("convergence")
         assert lease is not None and lease.owner == other.converger.owner and lease.token == 2, lease
+
+
+async def test_a_late_heartbeat_never_cuts_a_presence_short(
+    tmp_path: Path, database_url: str, monkeypatch
+) -> None:
+    """A heartbeat that reached a replica cut off from the database is written once it is back, after the
+    rep's next heartbeats went through another replica: it must not move the cell's expiry back (the
+    cell would be found gone at the next pass and its instances replaced)."""
+    from bbs import service as bbs_service
+
+    settings = BBSSettings(data_dir=tmp_path, database_url=database_url, auctioneer_url="http://auctioneer.test",
+                           convergence_interval=0.1, presence_ttl=5.0)
+    presence = CellPresence.model_validate({"cell_id": "c1", "zone": "z", "rep_url": "http://c1",
+                                            "total": {"memory_mb": 1, "disk_mb": 1, "containers": 1}})
+    async with running_bbs(settings, client=recording_client([])) as bbs:
+        await bbs.heartbeat("c1", presence)
+        async with bbs.store.read() as tx:
+            [fresh] = await tx.list_cells()
+        sent_at = time.time() - 4.0  # the late one: sent 4 s ago, it would expire in 1 s
+        monkeypatch.setattr(bbs_service.time, "time", lambda: sent_at)
+        await bbs.heartbeat("c1", presence)
+        monkeypatch.undo()
+        async with bbs.store.read() as tx:
+            [kept] = await tx.list_cells()
+        assert kept.expires_at == fresh.expires_at, (fresh.expires_at, kept.expires_at)
+        passes = bbs.converger.passes if bbs.converger else 0
+        await wait_for(lambda: bbs.converger is not None and bbs.converger.passes > passes + 15, "passes")
+        async with bbs.store.read() as tx:
+            [cell] = await tx.list_cells()
+        assert not cell.disappeared and cell.present(time.time())

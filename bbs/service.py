@@ -565,6 +565,13 @@ class BBS:
         # Urgent: a heartbeat stuck behind bulk writes would let presences expire under load.
         async with self.store.write(urgent=True) as tx:
             existing = await tx.cells_by_id(records)
+            # A heartbeat older than the presence stored is dropped: one that reached this replica while
+            # it could not reach the database, written once it can, after the rep's next heartbeats went
+            # through another replica, would cut the presence short and have the cell's instances replaced.
+            late = [cell_id for cell_id, r in records.items()
+                    if cell_id in existing and existing[cell_id].expires_at > r.expires_at]
+            for cell_id in late:
+                del records[cell_id], latest[cell_id]
             await tx.put_cells(
                 [r for i, r in records.items() if i in existing],
                 [r for i, r in records.items() if i not in existing],

@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import signal
 from collections.abc import Callable, Iterable
 
@@ -107,6 +108,12 @@ class RepHost:
         self.bbs_url = bbs_url.rstrip("/")
         self.presence_ttl_s = presence_ttl_s
         self.heartbeat_interval_s = presence_ttl_s / 3
+        # A heartbeat that has no answer within TTL/2 goes to the next BBS replica (the failover transport
+        # moves on after a timeout): one sent TTL/3 after the last accepted one then still lands before
+        # the presence expires. With the client's own timeout (10 s), a replica that hangs (cut off from
+        # its database) let every presence it served expire first, and their instances be replaced.
+        read_timeout = client.timeout.read
+        self.heartbeat_timeout_s = min(presence_ttl_s / 2, read_timeout if read_timeout is not None else math.inf)
         # Loop time each cell's last accepted heartbeat was sent: a gap of a TTL means the BBS may have let
         # its presence expire (see _heartbeats).
         self._last_beat_sent: dict[str, float] = {}
@@ -253,7 +260,8 @@ class RepHost:
         loop = asyncio.get_running_loop()
         sent = loop.time()
         response = await self._client.put(
-            f"{self.bbs_url}/v1/cells", content=body.model_dump_json(), headers={"content-type": "application/json"}
+            f"{self.bbs_url}/v1/cells", content=body.model_dump_json(), headers={"content-type": "application/json"},
+            timeout=self.heartbeat_timeout_s,
         )
         response.raise_for_status()
         answered = loop.time()

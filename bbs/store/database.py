@@ -37,6 +37,16 @@ PG_CONNECT_TIMEOUT_S = 5.0
 PG_COMMAND_TIMEOUT_S = 60.0
 PG_IDLE_IN_TRANSACTION_MS = 60_000
 PG_LOCK_TIMEOUT_MS = 30_000
+# How soon the server gives up a replica that vanished (partitioned, its host gone): TCP keepalives on an
+# idle connection (PG_KEEPALIVE_IDLE_S, then PG_KEEPALIVE_COUNT probes PG_KEEPALIVE_INTERVAL_S apart) and a
+# bound on unacknowledged data otherwise. A replica cut off in the middle of a write transaction holds
+# the write lock (and row locks) until its session ends: every other replica's writes, heartbeats among
+# them, wait until then, which without these is idle_in_transaction_session_timeout (60 s), or the
+# kernel's two hours of keepalive idle when the server was the one waiting for an answer.
+PG_KEEPALIVE_IDLE_S = 2
+PG_KEEPALIVE_INTERVAL_S = 1
+PG_KEEPALIVE_COUNT = 3
+PG_TCP_USER_TIMEOUT_MS = 5_000
 # Execution option of the store's write transactions (see create_engine's BEGIN on SQLite).
 WRITER_OPTION = "vendue_writer"
 SQLITE_CHECKPOINT_PAGES = 16_384  # checkpoint the WAL at about 64 MiB (4 KiB pages), not 4 MiB
@@ -131,6 +141,10 @@ def create_engine(url: str | URL, *, sqlite_synchronous: str = "full") -> AsyncE
                     # write lock for ever, and a write must fail rather than wait for ever.
                     "idle_in_transaction_session_timeout": str(PG_IDLE_IN_TRANSACTION_MS),
                     "lock_timeout": str(PG_LOCK_TIMEOUT_MS),
+                    "tcp_keepalives_idle": str(PG_KEEPALIVE_IDLE_S),
+                    "tcp_keepalives_interval": str(PG_KEEPALIVE_INTERVAL_S),
+                    "tcp_keepalives_count": str(PG_KEEPALIVE_COUNT),
+                    "tcp_user_timeout": str(PG_TCP_USER_TIMEOUT_MS),
                 },
             },
         )

@@ -329,3 +329,20 @@ async def test_sqlite_write_transactions_take_the_write_lock_at_begin(tmp_path) 
     finally:
         other.close()
         await store.close()
+
+
+async def test_postgres_gives_up_a_vanished_replicas_session_within_seconds(database_url: str) -> None:
+    """A replica cut off mid-transaction holds the write lock until the server ends its session: the
+    server's keepalives and its bound on unacknowledged data end it within seconds (database.py)."""
+    if is_sqlite(database_url):
+        pytest.skip("SQLite has one writer process and no network")
+    engine = create_engine(database_url)
+    try:
+        async with engine.connect() as connection:
+            shown = {name: (await connection.exec_driver_sql(f"SHOW {name}")).scalar_one()
+                     for name in ("tcp_keepalives_idle", "tcp_keepalives_interval", "tcp_keepalives_count",
+                                  "tcp_user_timeout")}
+    finally:
+        await engine.dispose()
+    assert shown == {"tcp_keepalives_idle": "2", "tcp_keepalives_interval": "1", "tcp_keepalives_count": "3",
+                     "tcp_user_timeout": "5000"}, shown
