@@ -49,7 +49,7 @@ from tests.chaos.checker import Checker  # noqa: E402
 from tests.chaos.faults import Fault, inject, plan, targets  # noqa: E402
 from tests.chaos.invariants import Problem  # noqa: E402
 from tests.chaos.ledger import Ledger  # noqa: E402
-from tests.chaos.report import count_markers, fault_rows, repairs, tasks  # noqa: E402
+from tests.chaos.report import fault_rows, read_markers, repairs, tasks  # noqa: E402
 from tests.chaos.workload import Workload  # noqa: E402
 from tests.cluster.multihost import MultiHostCluster, unavailable_reason  # noqa: E402
 from tests.e2e.conftest import Unmet, expect, proc_environ, rep_state, wait_for  # noqa: E402
@@ -173,7 +173,7 @@ def run_campaign(settings: Settings, progress: Callable[[str], None] = log,
         stop_checker.set()
         threads[0].join(timeout=30.0)
         final = checker.observe()  # nothing in flight any more: the ledger is final
-        runs = count_markers(markers_dir)
+        runs = read_markers(markers_dir)
         report |= _summary(settings, began, faults, ledger, checker, runs, final.problem, settled)
         if final.problem is not None:
             report["final"]["diagnosis"] = diagnose(cluster, checker, final.problem)

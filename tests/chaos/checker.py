@@ -37,17 +37,18 @@ TICK_S = 0.5
 
 @dataclass
 class TaskHistory:
-    states: list[str] = field(default_factory=list)  # the states seen, each change once
+    states: list[str] = field(default_factory=list)  # the states seen ("RUNNING@cell-1"), each change once
     completions: int = 0  # times it was seen entering COMPLETED
     hosts_at_once: int = 0  # most hosts seen running it at one observation
     last: dict[str, Any] = field(default_factory=dict)
 
     def see(self, task: dict[str, Any]) -> None:
         state = task["state"]
-        if not self.states or self.states[-1] != state:
-            self.states.append(state)
-            if state == "COMPLETED":
-                self.completions += 1
+        if self.last.get("state") != state and state == "COMPLETED":
+            self.completions += 1
+        shown = f"{state}@{task['cell_id']}" if task.get("cell_id") else state
+        if not self.states or self.states[-1] != shown:
+            self.states.append(shown)
         self.last = task
 
 

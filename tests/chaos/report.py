@@ -16,6 +16,8 @@ from .checker import TaskHistory
 from .faults import Fault
 from .ledger import ACKNOWLEDGED, UNKNOWN, Write
 
+DETAILS = 10  # tasks of the findings described at most
+
 
 def percentiles(values: Iterable[float]) -> dict[str, Any]:
     ordered = sorted(values)
@@ -55,30 +57,43 @@ def fault_rows(faults: Sequence[Fault], started: float) -> list[dict[str, Any]]:
              **({"restart_errors": f.restart_errors} if f.restart_errors else {})} for f in faults]
 
 
-def count_markers(directory: Path) -> Counter[str]:
-    """task guid -> runs of its command (files `<task guid>.<hex>`)."""
-    return Counter(path.name.rsplit(".", 1)[0] for path in directory.iterdir() if "." in path.name)
+def read_markers(directory: Path) -> dict[str, list[str]]:
+    """task guid -> a line per run of its command (files `<task guid>.<hex>`: "<cell> <pid> <unix time>")."""
+    runs: dict[str, list[str]] = {}
+    for path in sorted(directory.iterdir()):
+        if "." in path.name:
+            runs.setdefault(path.name.rsplit(".", 1)[0], []).append(path.read_text(errors="replace").strip())
+    return runs
 
 
-def tasks(writes: Sequence[Write], histories: dict[str, TaskHistory], runs: Counter[str]) -> dict[str, Any]:
+def tasks(writes: Sequence[Write], histories: dict[str, TaskHistory],
+          markers: dict[str, list[str]]) -> dict[str, Any]:
     """What became of every task the workload asked for. Findings: an acknowledged task never COMPLETED,
     one COMPLETED twice, one whose command ran twice (two markers, or on two hosts at once), one that
-    succeeded without its command running, and one refused (never created) whose command ran."""
+    succeeded without its command running, and one refused (never created) whose command ran.
+    `details`: for each task of a finding, the states the checker saw and its runs (markers)."""
+    runs = Counter({guid: len(lines) for guid, lines in markers.items()})
     created = {w.guid for w in writes if w.kind == "task" and w.outcome == ACKNOWLEDGED}
     maybe = {w.guid for w in writes if w.kind == "task" and w.outcome == UNKNOWN}
     asked = {w.guid for w in writes if w.kind == "task"}
     last = {guid: h.last for guid, h in histories.items() if h.last}
     completed = {guid for guid, task in last.items() if task.get("state") == "COMPLETED"}
     failed = Counter(str(last[guid].get("failure_reason") or "?") for guid in completed if last[guid].get("failed"))
-    return {
-        "created": len(created),
-        "unknown_outcome": len(maybe),
-        "completed": len(completed & (created | maybe)),
-        "failed_by_reason": dict(failed.most_common()),
+    found = {
         "never_completed": sorted(created - completed),
         "completed_twice": sorted(g for g, h in histories.items() if h.completions > 1),
         "run_twice": sorted({g for g, n in runs.items() if n > 1} | {g for g, h in histories.items()
                                                                       if h.hosts_at_once > 1}),
         "succeeded_without_running": sorted(g for g in completed if not last[g].get("failed") and runs[g] == 0),
         "ran_but_never_created": sorted(g for g in runs if g in asked and g not in created | maybe),
+    }
+    return {
+        "created": len(created),
+        "unknown_outcome": len(maybe),
+        "completed": len(completed & (created | maybe)),
+        "failed_by_reason": dict(failed.most_common()),
+        **found,
+        "details": {guid: {"states_seen": histories[guid].states if guid in histories else [],
+                           "runs": markers.get(guid, [])}
+                    for guid in sorted(set().union(*found.values()))[:DETAILS]},
     }

@@ -1,12 +1,11 @@
 from __future__ import annotations
 
-from collections import Counter
 from pathlib import Path
 
 from .checker import TaskHistory
 from .faults import Fault
 from .ledger import ACKNOWLEDGED, REFUSED, Ledger
-from .report import count_markers, fault_rows, percentiles, repairs, tasks
+from .report import fault_rows, percentiles, read_markers, repairs, tasks
 
 
 def test_percentiles_are_nearest_rank() -> None:
@@ -30,10 +29,10 @@ def test_repairs_run_from_the_heal_and_unrepaired_faults_are_counted_aside() -> 
     assert rows[2]["repair_s"] is None and rows[2]["unrepaired"] == "cells not present"
 
 
-def test_markers_count_the_runs_of_each_task(tmp_path: Path) -> None:
-    for name in ("t-1.00aa", "t-1.00bb", "t-2.00cc"):
-        (tmp_path / name).touch()
-    assert count_markers(tmp_path) == Counter({"t-1": 2, "t-2": 1})
+def test_markers_tell_the_runs_of_each_task(tmp_path: Path) -> None:
+    for name, line in (("t-1.00aa", "cell-0 10 1.5"), ("t-1.00bb", "cell-1 11 2.5"), ("t-2.00cc", "")):
+        (tmp_path / name).write_text(line + "\n")
+    assert read_markers(tmp_path) == {"t-1": ["cell-0 10 1.5", "cell-1 11 2.5"], "t-2": [""]}
 
 
 def test_what_became_of_the_tasks() -> None:
@@ -46,11 +45,16 @@ def test_what_became_of_the_tasks() -> None:
         histories[guid].see({"state": "RUNNING"})
         histories[guid].see({"state": "COMPLETED", "failed": False})
     histories["lost"].see({"state": "PENDING"})
-    histories["twice"].see({"state": "RUNNING"})
+    histories["twice"].see({"state": "RUNNING", "cell_id": "cell-2"})
     histories["twice"].see({"state": "COMPLETED", "failed": True, "failure_reason": "cell disappeared"})
-    summary = tasks(ledger.snapshot(), histories, Counter({"ok": 1, "twice": 2, "refused": 1}))
+    markers = {"ok": ["cell-0 1 1.0"], "twice": ["cell-0 2 2.0", "cell-2 3 3.0"], "refused": ["cell-1 4 4.0"]}
+    summary = tasks(ledger.snapshot(), histories, markers)
+    details = summary.pop("details")
     assert summary == {
         "created": 4, "unknown_outcome": 0, "completed": 3, "failed_by_reason": {"cell disappeared": 1},
         "never_completed": ["lost"], "completed_twice": ["twice"], "run_twice": ["twice"],
         "succeeded_without_running": ["liar"], "ran_but_never_created": ["refused"],
     }
+    assert details["twice"] == {"states_seen": ["RUNNING", "COMPLETED", "RUNNING@cell-2", "COMPLETED"],
+                                "runs": ["cell-0 2 2.0", "cell-2 3 3.0"]}
+    assert set(details) == {"lost", "twice", "liar", "refused"}
