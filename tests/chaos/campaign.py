@@ -191,7 +191,8 @@ def run_campaign(settings: Settings, progress: Callable[[str], None] = log,
             report["logs"] = str(keep_logs)
         leftovers = cluster.close()
         strays = _kill_strays(prefix)
-    report["leftover_processes"] = {"killed_at_teardown": leftovers, "strays": strays}
+    report["leftover_processes"] = {"count": len(leftovers) + len(strays), "killed_at_teardown": leftovers,
+                                    "strays": strays}
     report["duration_s"] = round(time.monotonic() - started, 1)
     findings = _findings(report)
     report["findings"], report["ok"] = findings, not findings
@@ -247,26 +248,31 @@ def diagnose(cluster: MultiHostCluster, checker: Checker, problem: Problem | Non
 
 
 def _summary(settings: Settings, began: float, faults: list[Fault], ledger: Ledger, checker: Checker,
-             runs: Any, final_problem: Problem | None, settled: str) -> dict[str, Any]:
+             runs: dict[str, list[str]], final_problem: Problem | None, settled: str) -> dict[str, Any]:
     by_kind: dict[str, int] = {}
     for fault in faults:
         by_kind[fault.kind] = by_kind.get(fault.kind, 0) + 1
     for episodes in (*checker.duplicates.values(), checker.undesired):
         episodes.close_all()
     duplicates = {source: episodes.summary(began) for source, episodes in checker.duplicates.items()}
+    task_report = tasks(ledger.snapshot(), checker.tasks, runs)
     return {
         "faults": {"injected": len(faults), "by_kind": by_kind, "list": fault_rows(faults, began)},
         "repair_s": repairs(faults),
-        "duplicates": {
+        "duplicates": {  # past the repair deadline: the findings
             "count": sum(d["unhealed"]["count"] for d in duplicates.values()),
             "longest_s": max(d["unhealed"]["longest_s"] for d in duplicates.values()),
-            "by_source": duplicates,  # each: every episode, and the unhealed ones (past the repair deadline)
+            # every episode, during the faults and their repair too (what a fault costs, Diego's semantics)
+            "seen": {"count": sum(d["count"] for d in duplicates.values()),
+                     "longest_s": max(d["longest_s"] for d in duplicates.values())},
+            "by_source": duplicates,  # "bbs": two RUNNING records for an index; "real": two process trees
         },
         "undesired_processes": checker.undesired.summary(began),
         "writes": ledger.counts(),
         "writes_lost": len(checker.lost),
         "writes_lost_detail": checker.lost,
-        "tasks": tasks(ledger.snapshot(), checker.tasks, runs),
+        "tasks_run_twice": len(task_report["run_twice"]),
+        "tasks": task_report,
         "final": {"repaired": final_problem is None, "problem": final_problem and str(final_problem),
                   "settle": settled or "ok"},
         "observations": {"count": checker.observations, "bbs_unreachable": checker.unreachable},
@@ -313,7 +319,7 @@ def _findings(report: dict[str, Any]) -> list[str]:
     if not report["final"]["repaired"]:
         found.append(f"not repaired at the end: {report['final']['problem']}")
     leftovers = report["leftover_processes"]
-    if leftovers["killed_at_teardown"] or leftovers["strays"]:
+    if leftovers["count"]:
         found.append(f"processes left after the teardown: {leftovers}")
     return found
 
