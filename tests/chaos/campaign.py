@@ -316,6 +316,9 @@ def _findings(report: dict[str, Any]) -> list[str]:
     if report["undesired_processes"]["unhealed"]["count"]:
         found.append(f"{report['undesired_processes']['unhealed']['count']} processes of indices not desired "
                      "past the repair deadline")
+    if unrepaired := [f for f in report["faults"]["list"] if f["repair_s"] is None]:
+        found.append(f"{len(unrepaired)} faults not repaired within {report['settings']['repair_timeout_s']:g}s "
+                     f"of their heal: {[(f['kind'], f['target'], f.get('unrepaired')) for f in unrepaired]}")
     if not report["final"]["repaired"]:
         found.append(f"not repaired at the end: {report['final']['problem']}")
     leftovers = report["leftover_processes"]
