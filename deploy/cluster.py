@@ -198,8 +198,8 @@ class LocalCluster:
         cells: int = 4,
         zones: int = 2,
         executor: str = "process",
-        cell_memory_mb: int = 4096,
-        cell_disk_mb: int = 8192,
+        cell_memory_mb: int | None = 4096,  # None: the rep's own default (the machine's, rep/capacity.py)
+        cell_disk_mb: int | None = 8192,
         cell_containers: int = 250,
         bbs_args: Sequence[str] = (),
         auctioneer_args: Sequence[str] = (),
@@ -565,7 +565,8 @@ class LocalCluster:
 
         common = [
             "--bbs-url", ",".join(bbs_urls), "--executor", self.executor,
-            "--memory-mb", str(self.cell_memory_mb), "--disk-mb", str(self.cell_disk_mb),
+            *(["--memory-mb", str(self.cell_memory_mb)] if self.cell_memory_mb is not None else []),
+            *(["--disk-mb", str(self.cell_disk_mb)] if self.cell_disk_mb is not None else []),
             "--containers", str(self.cell_containers),
             *(["--isolation", self.isolation] if self.isolation else []),
             "--presence-ttl", str(DEFAULT_PRESENCE_TTL_S),

@@ -56,9 +56,20 @@ def rep(
     port: int | None = typer.Option(None, "--port", min=0, max=65535, help="Port (default 1800; 0 = free)."),
     advertise_host: str | None = typer.Option(None, "--advertise-host", help="Host in rep and app URLs."),
     memory_mb: int | None = typer.Option(
-        None, "--memory-mb", min=1, help="Memory to offer (default: machine)."
+        None, "--memory-mb", min=1,
+        help="Memory to offer, MB (default: MemTotal of /proc/meminfo less --memory-reserve-mb; sim 64 GB).",
     ),
-    disk_mb: int | None = typer.Option(None, "--disk-mb", min=1, help="Disk to offer (default: free disk)."),
+    disk_mb: int | None = typer.Option(
+        None, "--disk-mb", min=1,
+        help="Disk to offer, MB (default: the size of the filesystem holding the instance directories less "
+        "--disk-reserve-mb; sim 256 GB).",
+    ),
+    memory_reserve_mb: int | None = typer.Option(
+        None, "--memory-reserve-mb", min=0, help="Memory kept back from the default --memory-mb, MB (0)."
+    ),
+    disk_reserve_mb: int | None = typer.Option(
+        None, "--disk-reserve-mb", min=0, help="Disk kept back from the default --disk-mb, MB (1024)."
+    ),
     containers: int | None = typer.Option(None, "--containers", min=1, help="Container slots (default 250)."),
     stack: list[str] = typer.Option([], "--stack", help="Supported stack, repeatable (default cflinuxfs4)."),
     tag: list[str] = typer.Option([], "--tag", help="Placement tag of this cell, repeatable."),
@@ -111,6 +122,14 @@ def rep(
         None, "--memory-limit/--no-memory-limit",
         help="--isolation none: cap each child's RLIMIT_DATA at its memory_mb.",
     ),
+    log_cap_mb: int | None = typer.Option(
+        None, "--log-cap-mb", min=1,
+        help="An instance's output.log and output.log.1 together, MB (10); the older half rotates away.",
+    ),
+    disk_check_interval: float | None = typer.Option(
+        None, "--disk-check-interval", min=0.001,
+        help="Measure every instance's directory against its disk_mb this often, s (2); also on exit.",
+    ),
     data_dir: Path | None = typer.Option(None, "--data-dir", help="Container directories (default .vendue)."),
     ready_file: Path | None = typer.Option(None, "--ready-file", help="Write {url, pid} here once serving."),
     log_level: str | None = typer.Option(None, "--log-level", help="debug, info, warning, error."),
@@ -153,6 +172,8 @@ def rep(
         "advertise_host": advertise_host,
         "memory_mb": memory_mb,
         "disk_mb": disk_mb,
+        "memory_reserve_mb": memory_reserve_mb,
+        "disk_reserve_mb": disk_reserve_mb,
         "containers": containers,
         "stacks": stack or None,
         "placement_tags": tag or None,
@@ -174,6 +195,8 @@ def rep(
         "instances_dir": instances_dir,
         "cgroup_fs": cgroup_fs,
         "memory_limit": memory_limit,
+        "log_cap_mb": log_cap_mb,
+        "disk_check_interval": disk_check_interval,
         "data_dir": data_dir,
         "ready_file": ready_file,
         "log_level": log_level,

@@ -2,8 +2,12 @@
 
 Each container is a directory (tasks: `task-<task_guid>`): isolated, `<instances-dir>/<rep-key>/<cell_id>/
 <instance_guid>`, 0700 and owned by the instance's own uid; with `--isolation none`,
-`<data-dir>/<cell_id>/containers/<instance_guid>`. It holds `output.log` (stdout and stderr), `tmp/`, and
-unisolated `pid` (pid and kernel start time). The child:
+`<data-dir>/<cell_id>/containers/<instance_guid>`. It holds `output.log` and `output.log.1` (stdout and
+stderr through a pipe the rep reads, capped and rotated: rep/output_log.py), `tmp/`, and unisolated `pid`
+(pid and kernel start time). Its disk_mb is enforced on the whole directory, logs included
+(rep/disk_usage.py): measured every `disk_check_interval_s` and on exit; over it, the instance is stopped
+as a stop would and reported crashed with "disk quota exceeded (N MB used of M MB)" (a task: failed with
+that reason). The child:
 - runs `desired.command` (argv, no shell) in that directory with exactly this environment: PATH (a
   standard one, unless the LRP sets its own), the LRP's `env`, then Vendue's own variables: PORT (host
   port of the first container port; every container port gets a free host port), INSTANCE_INDEX,
@@ -41,7 +45,6 @@ import logging
 import os
 import shutil
 import signal
-import stat
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -53,15 +56,19 @@ from common.procutil import free_port, signal_process, terminate_then_kill_async
 
 from .app_users import NoAppUser
 from .cgroups import CellCgroups, limits_for
+from .disk_usage import DiskWatcher
 from .executor import Executor, ExecutorListener, LRPContainer, TaskContainer
 from .isolation import TMP, Isolation, Sandbox, disown_instance_dir, make_instance_dir
+from .output_log import LOG_NAMES, OutputLog
 
 log = logging.getLogger("rep.process")
 
 MIB = 1024 * 1024
 RESULT_BYTES = 4096
-LOG_NAME = "output.log"
 PID_NAME = "pid"
+# How long an ended container's output may take to drain: every process holding the pipe is gone by then,
+# but for one that escaped the kill (which then gets EPIPE).
+OUTPUT_DRAIN_S = 1.0
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # A start that fails on the way (no uid left, a cgroup or a directory not made, exec refused) is the
 # instance's failure to start, not the executor's.
@@ -77,6 +84,13 @@ class _Child:
     proc: asyncio.subprocess.Process | None = None
     stop_requested: asyncio.Event = field(default_factory=asyncio.Event)
     runner: asyncio.Task[None] | None = None
+    output: OutputLog | None = None
+    over_quota: str = ""  # the disk watcher's verdict, once it has stopped the container
+
+    async def close_output(self) -> None:
+        if self.output is not None:
+            await self.output.finish(OUTPUT_DRAIN_S)
+            self.output.close()
 
     @property
     def directory(self) -> Path:
@@ -108,6 +122,8 @@ class ProcessExecutor(Executor):
         stop_grace_s: float = 10.0,
         memory_limit: bool = True,
         process_grace_s: float = 1.0,
+        log_cap_bytes: int = 10 * MIB,
+        disk_check_interval_s: float = 2.0,
     ) -> None:
         self.isolation = isolation  # None: --isolation none
         self._cgroups: CellCgroups | None = None
@@ -120,6 +136,9 @@ class ProcessExecutor(Executor):
         self.stop_grace_s = stop_grace_s
         self.memory_limit = memory_limit  # RLIMIT_DATA, unisolated only: a cgroup limits memory otherwise
         self.process_grace_s = process_grace_s
+        self.log_cap_bytes = log_cap_bytes
+        self._disk = DiskWatcher(disk_check_interval_s)
+        self._quota_stops: set[asyncio.Task[None]] = set()
         self._lrps: dict[str, _Child] = {}
         self._tasks: dict[str, _Child] = {}
         self._http: httpx.AsyncClient | None = None
@@ -131,6 +150,7 @@ class ProcessExecutor(Executor):
 
     async def open(self) -> None:
         self._http = httpx.AsyncClient(timeout=httpx.Timeout(2.0))
+        self._disk.start()
         if self.isolation is None or self._cgroups is None:
             self.containers_dir.mkdir(parents=True, exist_ok=True)
             killed = kill_leftovers(self.containers_dir)
@@ -155,6 +175,7 @@ class ProcessExecutor(Executor):
         runners = [c.runner for c in children if c.runner is not None]
         if runners:
             await asyncio.wait(runners, timeout=self.stop_grace_s + 5)
+        await self._disk.stop()
         if self._http is not None:
             await self._http.aclose()
         if self._cgroups is not None:
@@ -213,6 +234,7 @@ class ProcessExecutor(Executor):
             except START_ERRORS as exc:
                 listener.lrp_crashed(child.guid, f"failed to start: {exc}")
                 return
+            self._watch_disk(child, desired.disk_mb)
             if child.stop_requested.is_set():
                 await self._terminate(child, proc, self.stop_grace_s)
                 return
@@ -322,19 +344,22 @@ class ProcessExecutor(Executor):
                     )
                 )
                 return
+            self._watch_disk(child, task.disk_mb)
             if not await _exited_or_stop(proc, child.stop_requested):
                 await self._terminate(child, proc, self.stop_grace_s)
                 return  # cancelled: the cell reports it
             status = proc.returncode or 0
             reason = await self._exited(child, status)
-            failed = status != 0
+            failed = status != 0 or bool(child.over_quota)
+            assert child.output is not None
+            await child.output.finish(OUTPUT_DRAIN_S)
             listener.task_finished(
                 TaskCompletion(
                     task_guid=task.task_guid,
                     failed=failed,
                     failure_reason=reason if failed else "",
                     exit_status=status,
-                    result=_tail(child.directory / LOG_NAME, RESULT_BYTES),
+                    result=child.output.tail(RESULT_BYTES),
                 )
             )
         except Exception as exc:
@@ -377,17 +402,19 @@ class ProcessExecutor(Executor):
         await asyncio.wait_for(proc.wait(), timeout=30.0)
 
     async def _exited(self, child: _Child, returncode: int) -> str:
-        """The main process ended on its own: kill what it left behind; say why it ended."""
+        """The main process ended on its own: kill what it left behind; say why it ended (over its disk
+        quota, as the watcher found or as measured now, comes first: `child.over_quota` is then set)."""
         reason = exit_reason(returncode)
         cgroup = child.sandbox.cgroup
         if cgroup is None:
             if child.proc is not None:
                 signal_process(child.proc.pid, signal.SIGKILL, group=True)  # what the leader left behind
-            return reason
-        if cgroup.oom_kills() > 0:  # read before the cgroup goes
-            reason = f"out of memory ({reason})"
-        await cgroup.kill()
-        return reason
+        else:
+            if cgroup.oom_kills() > 0:  # read before the cgroup goes
+                reason = f"out of memory ({reason})"
+            await cgroup.kill()
+        child.over_quota = child.over_quota or await self._disk.check(child.guid)
+        return child.over_quota or reason
 
     def _kill_now(self, child: _Child) -> None:
         if child.sandbox.cgroup is not None:
@@ -399,16 +426,17 @@ class ProcessExecutor(Executor):
         """Undo `_isolate`: the cgroup emptied and removed, the directory removed (a crashed one kept for its
         log, made root's), and only then the uid given back: nothing runs under it any more."""
         sandbox = child.sandbox
+        self._disk.unwatch(child.guid)
         emptied = True
         if sandbox.cgroup is not None:
             emptied = await sandbox.cgroup.kill()
+        await child.close_output()
         if not keep_log:
             shutil.rmtree(sandbox.directory, ignore_errors=True)
-        elif sandbox.user is not None:
-            disown_instance_dir(sandbox.directory)
         else:
-            with contextlib.suppress(OSError):
-                (sandbox.directory / PID_NAME).unlink()
+            _keep_only_logs(sandbox.directory)
+            if sandbox.user is not None:
+                disown_instance_dir(sandbox.directory)
         if sandbox.user is not None and self.isolation is not None:
             if emptied:
                 self.isolation.users.release(sandbox.user)
@@ -416,22 +444,42 @@ class ProcessExecutor(Executor):
                 log.error("uid kept: a process of the container would not die",
                           extra={"data": {"guid": child.guid, "uid": sandbox.user.uid}})
 
+    # --- disk quota ---------------------------------------------------------------------------------
+
+    def _watch_disk(self, child: _Child, disk_mb: int) -> None:
+        self._disk.watch(child.guid, child.directory, disk_mb, lambda reason: self._stop_over_quota(child, reason))
+
+    def _stop_over_quota(self, child: _Child, reason: str) -> None:
+        """The disk watcher's verdict: stop the container as a stop would; its runner then sees it end and
+        reports the crash (or the task's failure) with `reason`."""
+        child.over_quota = reason
+        if child.proc is not None and child.proc.returncode is None:
+            stop = asyncio.create_task(self._terminate(child, child.proc, self.stop_grace_s))
+            self._quota_stops.add(stop)
+            stop.add_done_callback(self._quota_stops.discard)
+
     # --- spawning -----------------------------------------------------------------------------------
 
     async def _spawn(self, child: _Child, argv: list[str], env: dict[str, str]) -> asyncio.subprocess.Process:
         """Start `argv` with `env` in the container's directory, inside its sandbox."""
         sandbox = child.sandbox
-        with open(sandbox.directory / LOG_NAME, "ab") as output:
+        output = OutputLog(sandbox.directory, self.log_cap_bytes)
+        try:
             proc = await asyncio.create_subprocess_exec(
                 *argv,
                 cwd=sandbox.directory,
                 env=env,
                 stdin=subprocess.DEVNULL,
-                stdout=output,
+                stdout=output.writer,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
                 preexec_fn=sandbox.preexec(),
             )
+        except BaseException:
+            output.close()
+            raise
+        output.start()
+        child.output = output
         child.proc = proc
         if sandbox.cgroup is None:  # for kill_leftovers; an isolated instance's cgroup says all of that
             (sandbox.directory / PID_NAME).write_text(
@@ -452,20 +500,18 @@ async def _exited_or_stop(proc: asyncio.subprocess.Process, stop: asyncio.Event)
     return proc.returncode is not None and not stop.is_set()
 
 
-def _tail(path: Path, size: int) -> str:
-    """The last `size` bytes of a container's log. The app owns the directory and may have put a link to a
-    file only root may read in its log's place: a symbolic link is not followed, a hard link (two names)
-    or anything but a regular file not read."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
-        return ""
-    with open(fd, "rb") as f:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
-            return ""
-        f.seek(max(0, st.st_size - size))
-        return f.read(size).decode("utf-8", errors="replace")
+def _keep_only_logs(directory: Path) -> None:
+    """A crashed container's directory keeps its logs for the operator, and only them (what it wrote,
+    perhaps past its disk quota, is no longer counted against the cell)."""
+    with contextlib.suppress(OSError), os.scandir(directory) as entries:
+        for entry in entries:
+            if entry.name in LOG_NAMES:
+                continue
+            if entry.is_dir(follow_symlinks=False):
+                shutil.rmtree(entry.path, ignore_errors=True)
+            else:
+                with contextlib.suppress(OSError):
+                    os.unlink(entry.path)
 
 
 def _group_members(pgid: int) -> list[int]:

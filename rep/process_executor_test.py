@@ -423,6 +423,7 @@ import os, sys, time, pathlib
 if os.fork() == 0:
     os.setsid()
     if os.fork() == 0:
+        print("escapee", os.getpid(), flush=True)  # in output.log, which a crashed instance keeps
         pathlib.Path("escapee.pid").write_text(str(os.getpid()))
         time.sleep(120)
     os._exit(0)
@@ -454,7 +455,7 @@ async def test_a_main_process_that_exits_leaves_nothing_behind(isolated: Process
                                  check=HealthCheck(type="process", timeout_s=DEADLINE_S), ports=[]), listener)
     await eventually(lambda: bool(listener.crashed), "a crash report", lambda: listener.running)
     assert listener.crashed == [("inst-1", "exited with status 7")]
-    escapee = int((isolated.containers_dir / "inst-1" / "escapee.pid").read_text())
+    escapee = int((isolated.containers_dir / "inst-1" / "output.log").read_text().split()[-1])
     assert not pid_alive(escapee), "the escapee went with its main process"
 
 
@@ -541,3 +542,87 @@ async def test_leftovers_of_a_previous_run_are_killed(tmp_path: Path) -> None:
         for p in (proc, stranger):
             p.kill()
             p.wait(timeout=DEADLINE_S)
+
+
+# --- disk quota and output log (rep/disk_usage.py, rep/output_log.py) ------------------------------
+
+# Serves $PORT, then writes $FILL_MB MB into its directory (and says so), then keeps serving.
+FILLS_ITS_DISK = HTTP_SERVER.replace(
+    "http.server.HTTPServer(",
+    "import threading\n"
+    "def fill():\n"
+    "    time.sleep(0.3)\n"
+    "    with open('fill', 'wb') as f:\n"
+    "        for _ in range(int(os.environ['FILL_MB'])): f.write(os.urandom(1 << 20)); f.flush()\n"
+    "    print('filled', flush=True)\n"
+    "threading.Thread(target=fill).start()\n"
+    "http.server.HTTPServer(",
+)
+
+
+@pytest.fixture(params=["cgroups", "none"])
+async def quick_disk_executor(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[ProcessExecutor]:
+    isolation = isolation_for(tmp_path) if request.param == "cgroups" else None
+    ex = ProcessExecutor(tmp_path, "cell-p", isolation=isolation, stop_grace_s=0.5, process_grace_s=0.3,
+                         disk_check_interval_s=0.1, log_cap_bytes=8192)
+    await ex.open()
+    yield ex
+    ex.kill_all()
+    await ex.close()
+
+
+async def test_an_instance_past_its_disk_mb_is_stopped_and_crashed_with_the_reason(
+    quick_disk_executor: ProcessExecutor,
+) -> None:
+    executor, listener = quick_disk_executor, Listener()
+    running = container([PYTHON, "-c", FILLS_ITS_DISK], env={"FILL_MB": "12"})
+    executor.start_lrp(running._replace(desired=running.desired.model_copy(update={"disk_mb": 8})), listener)
+    await eventually(lambda: bool(listener.running), "a running report", lambda: listener.crashed)
+    pid = executor.pid_of("inst-1")
+    assert pid is not None
+
+    await eventually(lambda: bool(listener.crashed), "a crash report", lambda: listener.running)
+
+    [(guid, reason)] = listener.crashed
+    assert guid == "inst-1" and reason.startswith("disk quota exceeded (") and reason.endswith(" MB used of 8 MB)")
+    assert 8 < int(reason.split("(")[1].split()[0]) <= 13, reason
+    assert not pid_alive(pid)
+    directory = executor.containers_dir / "inst-1"
+    assert sorted(p.name for p in directory.iterdir()) == ["output.log"], "only the log is kept, not the fill"
+
+
+@pytest.mark.parametrize("isolated", [True, False])
+async def test_a_task_that_ends_past_its_disk_mb_fails_with_the_reason(tmp_path: Path, isolated: bool) -> None:
+    # No round between start and exit (a minute apart): only the measurement on exit can catch it.
+    isolation = isolation_for(tmp_path) if isolated else None
+    executor = ProcessExecutor(tmp_path, "cell-p", isolation=isolation, stop_grace_s=0.5,
+                               disk_check_interval_s=60.0)
+    await executor.open()
+    try:
+        listener = Listener()
+        script = "import os\nwith open('fill', 'wb') as f: f.write(os.urandom(3 << 20))\nprint('wrote it')"
+        task = Task(task_guid="t1", command=[PYTHON, "-c", script], disk_mb=2, created_at=NOW,
+                    updated_at=NOW)
+        executor.run_task(TaskContainer("cell-p", task), listener)
+        await eventually(lambda: bool(listener.finished), "a task completion", lambda: None)
+    finally:
+        executor.kill_all()
+        await executor.close()
+    [done] = listener.finished
+    assert (done.failed, done.exit_status, done.result) == (True, 0, "wrote it\n")
+    used = done.failure_reason.removeprefix("disk quota exceeded (").removesuffix(" MB used of 2 MB)")
+    assert used.isdigit() and int(used) >= 3, f"expected the quota's reason, saw {done.failure_reason!r}"
+
+
+async def test_a_tasks_result_is_its_last_4_kib_across_the_rotated_log(
+    quick_disk_executor: ProcessExecutor,
+) -> None:
+    listener = Listener()
+    # 8 KiB cap: output.log rotates every 4 KiB, so the last 4 KiB straddle output.log.1 and output.log.
+    script = "import sys\nfor i in range(2000): print(f'{i:09d}')\nprint('the end')"
+    task = Task(task_guid="t1", command=[PYTHON, "-c", script], created_at=NOW, updated_at=NOW)
+    quick_disk_executor.run_task(TaskContainer("cell-p", task), listener)
+    await eventually(lambda: bool(listener.finished), "a task completion", lambda: None)
+    [done] = listener.finished
+    written = "".join(f"{i:09d}\n" for i in range(2000)) + "the end\n"
+    assert not done.failed and done.result == written[-4096:]

@@ -16,6 +16,7 @@ import os
 import signal
 import socket
 from collections.abc import Generator
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import httpx
@@ -29,20 +30,14 @@ from common.procutil import write_ready_file
 from common.tls import INSECURE_WARNING
 
 from .api import create_app
+from .capacity import CapacityError, cell_capacity
 from .cell import Cell, CellConfig
 from .executor import Executor
 from .fencing import FENCING_FILE, Fencing, lease_token_from
 from .host import HostLifecycleSender, RepHost
-from .isolation import NONE_WARNING, Isolation, IsolationError, prepare_isolation
-from .process_executor import ProcessExecutor
-from .settings import (
-    SIM_DEFAULT_DISK_MB,
-    SIM_DEFAULT_MEMORY_MB,
-    RepSettings,
-    default_cell_id,
-    free_disk_mb,
-    machine_memory_mb,
-)
+from .isolation import NONE_WARNING, Isolation, IsolationError, instances_dir_of, prepare_isolation
+from .process_executor import MIB, ProcessExecutor
+from .settings import SIM_DEFAULT_DISK_MB, SIM_DEFAULT_MEMORY_MB, RepSettings, default_cell_id
 from .sim_executor import SimExecutor
 
 if TYPE_CHECKING:
@@ -83,6 +78,12 @@ def rep_id_of(settings: RepSettings, tls: ServingTLS | None) -> str:
     return settings.rep_id or settings.cell_id or default_cell_id()
 
 
+def instances_root(settings: RepSettings) -> Path:
+    """Where the process executor's instance directories live (each cell's below it): its filesystem is
+    the disk a cell offers by default."""
+    return instances_dir_of(settings) if settings.isolation == "cgroups" else settings.data_dir
+
+
 def cell_configs(settings: RepSettings, base_url: str, rep_id: str, *, insecure: bool,
                  isolation: str = "") -> list[CellConfig]:
     """Every cell's configuration; all share the process's root URL and name (one rep API). `isolation`:
@@ -90,8 +91,18 @@ def cell_configs(settings: RepSettings, base_url: str, rep_id: str, *, insecure:
     sim = settings.executor == "sim"
     if settings.cells > 1 and not sim:
         raise ConfigError("--cells: only the sim executor can host more than one cell in a process")
-    memory = settings.memory_mb or (SIM_DEFAULT_MEMORY_MB if sim else machine_memory_mb())
-    disk = settings.disk_mb or (SIM_DEFAULT_DISK_MB if sim else free_disk_mb(settings.data_dir))
+    if sim:
+        memory = settings.memory_mb or SIM_DEFAULT_MEMORY_MB
+        disk = settings.disk_mb or SIM_DEFAULT_DISK_MB
+    else:
+        try:
+            memory, disk = cell_capacity(
+                memory_mb=settings.memory_mb, disk_mb=settings.disk_mb, instances_dir=instances_root(settings),
+                cells=settings.cells, memory_reserve_mb=settings.memory_reserve_mb,
+                disk_reserve_mb=settings.disk_reserve_mb,
+            )
+        except CapacityError as exc:
+            raise ConfigError(str(exc)) from None
     configs = []
     for i in range(settings.cells):
         if settings.cells == 1:
@@ -194,6 +205,8 @@ def build_host(settings: RepSettings, base_url: str, tls: ServingTLS | None, bbs
                 isolation=isolation,
                 stop_grace_s=settings.stop_grace,
                 memory_limit=settings.memory_limit,
+                log_cap_bytes=settings.log_cap_mb * MIB,
+                disk_check_interval_s=settings.disk_check_interval,
             )
             executors.append(executor)
         cells.append(Cell(config, executor, reports.for_cell(config.cell_id)))
