@@ -46,7 +46,7 @@ if str(ROOT) not in sys.path:
 
 from deploy.cluster import ClusterError  # noqa: E402
 from tests.chaos.checker import Checker  # noqa: E402
-from tests.chaos.faults import Fault, inject, plan, targets  # noqa: E402
+from tests.chaos.faults import KINDS, Fault, inject, plan, targets  # noqa: E402
 from tests.chaos.invariants import Problem  # noqa: E402
 from tests.chaos.ledger import Ledger  # noqa: E402
 from tests.chaos.report import fault_rows, read_markers, repairs, tasks  # noqa: E402
@@ -74,8 +74,12 @@ class Settings:
     quiet_s: tuple[float, float] = (1.0, 3.0)  # between a repair and the next fault, drawn uniformly
     repair_timeout_s: float = 30.0  # past it a fault counts as unrepaired and the next one comes
     final_timeout_s: float = 40.0  # for the cluster to settle after the last fault
+    faults: tuple[str, ...] = tuple(KINDS)  # the kinds of fault to inject
 
     def __post_init__(self) -> None:
+        unknown = sorted(set(self.faults) - set(KINDS))
+        if unknown or not self.faults:
+            raise ValueError(f"faults: some of {', '.join(KINDS)}, got {', '.join(unknown or ['none'])}")
         if self.minutes <= 0:
             raise ValueError(f"minutes: more than 0, got {self.minutes}")
         if self.transport not in ("http", "nats"):
@@ -150,7 +154,7 @@ def run_campaign(settings: Settings, progress: Callable[[str], None] = log,
             if time.monotonic() + quiet + LAST_FAULT_MARGIN_S > end:
                 break
             time.sleep(quiet)  # the quiet period's length, with the workload writing: not a synchronisation
-            fault = plan(fault_rng, targets(cluster))
+            fault = plan(fault_rng, {kind: hit for kind, hit in targets(cluster).items() if kind in settings.faults})
             faults.append(fault)
             checker.fault_started()
             try:
@@ -334,9 +338,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, required=True, help="fixes the choice of faults and writes")
     parser.add_argument("--transport", choices=("http", "nats"), default="http")
     parser.add_argument("--keep-logs", type=Path, help="copy every component's log here before the teardown")
+    parser.add_argument("--faults", default=",".join(KINDS),
+                        help=f"the kinds of fault to inject, comma-separated (default: all: {','.join(KINDS)})")
     args = parser.parse_args(argv)
     try:
-        settings = Settings(args.minutes, args.seed, args.transport)
+        settings = Settings(args.minutes, args.seed, args.transport,
+                            faults=tuple(kind.strip() for kind in args.faults.split(",") if kind.strip()))
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
