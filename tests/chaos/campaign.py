@@ -45,7 +45,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from deploy.cluster import ClusterError  # noqa: E402
-from tests.chaos.checker import Checker  # noqa: E402
+from tests.chaos.checker import TICK_S, Checker  # noqa: E402
 from tests.chaos.faults import KINDS, Fault, inject, plan, targets  # noqa: E402
 from tests.chaos.invariants import Problem  # noqa: E402
 from tests.chaos.ledger import Ledger  # noqa: E402
@@ -86,6 +86,12 @@ class Settings:
             raise ValueError(f"transport: http or nats, got {self.transport!r}")
 
     @property
+    def stable_s(self) -> float:
+        """Repaired means so for this long: what a heal sets off (a cell's reports, a convergence pass) is
+        over by then."""
+        return self.presence_ttl_s + self.convergence_interval_s
+
+    @property
     def repair_deadline_s(self) -> float:
         """After a heal, the invariants must hold again within this: presence TTL (a rep back from a
         partition learns what was replaced) + a convergence interval + the start time."""
@@ -105,7 +111,7 @@ class Settings:
         return ["--presence-ttl", str(self.presence_ttl_s)]
 
     def as_json(self) -> dict[str, Any]:
-        return {**asdict(self), "repair_deadline_s": self.repair_deadline_s}
+        return {**asdict(self), "repair_deadline_s": self.repair_deadline_s, "stable_s": self.stable_s}
 
 
 class CampaignUnavailable(RuntimeError):
@@ -141,7 +147,7 @@ def run_campaign(settings: Settings, progress: Callable[[str], None] = log,
         markers_dir = cluster.data_dir / "task-markers"
         markers_dir.mkdir()
         markers_dir.chmod(0o777)  # every app's uid writes its marker there (rep/isolation.py)
-        checker = Checker(cluster, ledger, settings.repair_deadline_s)
+        checker = Checker(cluster, ledger, settings.repair_deadline_s, settings.stable_s)
         workload = Workload(cluster.bbs_urls, cluster.verify, ledger, workload_rng, markers_dir, prefix)
         threads = [threading.Thread(target=checker.run, args=(stop_checker,), name="checker", daemon=True),
                    threading.Thread(target=workload.run, args=(stop_workload,), name="workload", daemon=True)]
@@ -173,10 +179,10 @@ def run_campaign(settings: Settings, progress: Callable[[str], None] = log,
             progress(_describe(fault, began))
         stop_workload.set()
         threads[1].join(timeout=30.0)
-        settled = _settle(checker, ledger, settings.final_timeout_s)
         stop_checker.set()
         threads[0].join(timeout=30.0)
-        final = checker.observe()  # nothing in flight any more: the ledger is final
+        settled = _settle(checker, ledger, settings.final_timeout_s)  # nothing in flight: the ledger is final
+        final = checker.last or checker.observe()
         runs = read_markers(markers_dir)
         report |= _summary(settings, began, faults, ledger, checker, runs, final.problem, settled)
         if final.problem is not None:
@@ -211,19 +217,20 @@ def _describe(fault: Fault, began: float) -> str:
 
 
 def _settle(checker: Checker, ledger: Ledger, timeout: float) -> str:
-    """Wait for the cluster repaired and every acknowledged task COMPLETED; "" or what was seen last."""
+    """Observe (the checker's thread stopped) until the cluster is repaired for the checker's `stable_s` and
+    every acknowledged task COMPLETED; "" or what was seen last."""
     created = {w.guid for w in ledger.snapshot() if w.kind == "task" and w.outcome == "acknowledged"}
 
     def settled() -> bool:
-        last = checker.last
-        if last is None or last.problem is not None:
-            raise Unmet(str(last.problem) if last else "no observation yet")
+        last = checker.observe()
+        if last.problem is not None or not checker.stable():
+            raise Unmet(str(last.problem or f"repaired for less than {checker.stable_s:g}s"))
         open_tasks = sorted(g for g in created if checker.tasks.get(g) is None
                             or checker.tasks[g].last.get("state") != "COMPLETED")
         return bool(expect(not open_tasks, f"{len(open_tasks)} tasks not COMPLETED: {open_tasks[:5]}"))
 
     try:
-        wait_for(settled, timeout, "the cluster repaired and every task COMPLETED", interval=0.25)
+        wait_for(settled, timeout, "the cluster repaired and every task COMPLETED", interval=TICK_S)
     except AssertionError as exc:
         return str(exc)
     return ""

@@ -1,10 +1,10 @@
 """The campaign's independent checker: it reads the BBS (as the admin) and the real processes on every host
 (observe.py) every TICK_S, in a thread of its own, and keeps what it found.
 
-    checker = Checker(cluster, ledger, repair_deadline_s=9.0)
+    checker = Checker(cluster, ledger, repair_deadline_s=9.0, stable_s=4.0)
     threading.Thread(target=checker.run, args=(stop,)).start()
     checker.fault_started(); ...; checker.fault_healed(at)      # from the fault injector
-    checker.wait_repaired(timeout)                             # -> when it first saw the cluster repaired
+    checker.wait_repaired(timeout)                             # -> when the cluster was repaired
 
 What it asserts, continuously:
 - every write the BBS acknowledged is there (ledger.py): at every read, against what the ledger accepted
@@ -17,7 +17,10 @@ What it asserts, continuously:
   the findings);
 - every task is COMPLETED at most once (entered COMPLETED and left it: that is twice), and the processes of
   one task never run on two hosts at once.
-Whether the cluster is repaired (invariants.convergence_problem) is asked of every observation after a heal.
+Whether the cluster is repaired (invariants.convergence_problem) is asked of every observation. Repaired
+after a heal means from an observation on, for `stable_s` (presence TTL + convergence interval): a moment
+that looks right while the reps' reports of the heal are still on their way (an instance refused, stopped
+and placed again a second later) is not a repair.
 """
 
 from __future__ import annotations
@@ -61,10 +64,12 @@ class Observation:
 
 
 class Checker:
-    def __init__(self, cluster: Any, ledger: Ledger, repair_deadline_s: float, tick_s: float = TICK_S) -> None:
+    def __init__(self, cluster: Any, ledger: Ledger, repair_deadline_s: float, stable_s: float,
+                 tick_s: float = TICK_S) -> None:
         self.cluster = cluster  # a MultiHostCluster: hosts, host_pids, bbs_urls, verify, reps
         self.ledger = ledger
         self.repair_deadline_s = repair_deadline_s
+        self.stable_s = stable_s
         self.tick_s = tick_s
         self.bbs = BBSReader(cluster.bbs_urls, cluster.verify)
         self.cells = sorted(cluster.reps)
@@ -81,6 +86,7 @@ class Checker:
         self._healed_at: float | None = None  # the heal whose repair is awaited
         self._repaired = threading.Event()
         self._repaired_at: float | None = None
+        self._stable_since: float | None = None  # the first of the observations seeing it repaired since
         self._desired_seen: dict[str, int | None] = {}
         self._desired_changed: dict[str, float] = {}
 
@@ -96,11 +102,12 @@ class Checker:
         with self._lock:
             self._fault_active = False
             self._due_from = at + self.repair_deadline_s
-            self._healed_at, self._repaired_at = at, None
+            self._healed_at, self._repaired_at, self._stable_since = at, None, None
             self._repaired.clear()
 
     def wait_repaired(self, timeout: float) -> float | None:
-        """When the checker first saw the cluster repaired after the last heal (None: not within `timeout`)."""
+        """When the cluster was repaired after the last heal: the first of the observations that saw it so for
+        `stable_s` after it (None: not within `timeout`)."""
         if not self._repaired.wait(timeout):
             return None
         return self._repaired_at
@@ -124,11 +131,19 @@ class Checker:
         self.last = observation
         self._check(observation, before, after)
         with self._lock:
-            if self._healed_at is not None and at >= self._healed_at and observation.problem is None:
-                if self._repaired_at is None:
-                    self._repaired_at = at
+            if observation.problem is not None:
+                self._stable_since = None
+            elif self._stable_since is None and (self._healed_at is None or at >= self._healed_at):
+                self._stable_since = at
+            if self._healed_at is not None and self.stable() and self._repaired_at is None:
+                self._repaired_at = self._stable_since
                 self._repaired.set()
         return observation
+
+    def stable(self) -> bool:
+        """Whether the observations have seen the cluster repaired for `stable_s`, up to the last one."""
+        return (self._stable_since is not None and self.last is not None
+                and self.last.at - self._stable_since >= self.stable_s)
 
     def _check(self, observation: Observation, before: list[Write], after: list[Write]) -> None:
         at, view, processes = observation.at, observation.view, observation.processes
