@@ -14,8 +14,11 @@ Outcomes:
   the request never left, the write cannot have happened.
 - UNKNOWN (a timeout or a broken connection after the request left, or a 5xx): it may have happened, or
   may still happen later (a stalled BBS commits once it runs again). Either state is acceptable from then
-  on, and the workload never writes to that app again (it is quarantined: a later write could be undone by
-  the late commit of this one, and that would not be a lost write).
+  on, and the workload leaves that app alone (it is quarantined: a later write could be undone by the late
+  commit of this one, and that would not be a lost write) until it RESOLVES it: long after (past the BBS's
+  request timeout, when the request is over on the BBS's side for sure), it reads what the BBS shows and
+  writes that down as a "resolve", acknowledged; from then on that state is the app's, as after any
+  acknowledged write.
 A write still IN_FLIGHT is acceptable either way too: the checker computes its expectations before it reads
 the BBS, so a write acknowledged after that read is not required to show in it.
 
@@ -39,7 +42,7 @@ OUTCOMES = (ACKNOWLEDGED, REFUSED, NOT_SENT, UNKNOWN)
 ABSENT = None  # the state of an app or task that is not in the BBS
 PRESENT = "present"  # the state of a task that is
 
-LRP_WRITES = ("desire", "scale", "delete")
+LRP_WRITES = ("desire", "scale", "delete", "resolve")
 TASK_WRITES = ("task",)
 
 
@@ -48,7 +51,7 @@ class Write:
     seq: int
     kind: str  # "desire" | "scale" | "delete" | "task"
     guid: str  # the app's process_guid or the task's task_guid
-    instances: int | None  # what a desire or a scale sets; None for a delete and a task
+    instances: int | None  # what a desire, a scale or a resolve sets; None for a delete, a task, an absence
     started: float  # time.monotonic() before the request left
     ended: float | None = None
     outcome: str = IN_FLIGHT
@@ -57,7 +60,7 @@ class Write:
 
     @property
     def state(self) -> int | str | None:
-        """What the write makes the BBS show for its guid."""
+        """What the write makes the BBS show for its guid (a resolve: what the BBS showed)."""
         if self.kind == "delete":
             return ABSENT
         return PRESENT if self.kind == "task" else self.instances
@@ -102,10 +105,17 @@ class Ledger:
         with self._lock:
             return [Write(**{name: getattr(w, name) for name in Write.__dataclass_fields__}) for w in self.writes]
 
-    def quarantined(self) -> set[str]:
-        """The guids with a write of unknown outcome: the workload leaves them alone."""
+    def quarantined(self, kinds: tuple[str, ...] = LRP_WRITES + TASK_WRITES) -> dict[str, float]:
+        """The guids with a write of one of `kinds` of unknown outcome, not resolved since -> when that write
+        ended: the workload leaves them alone."""
+        found: dict[str, float] = {}
         with self._lock:
-            return {w.guid for w in self.writes if w.outcome == UNKNOWN}
+            for write in self.writes:
+                if write.outcome == UNKNOWN and write.kind in kinds:
+                    found[write.guid] = write.ended or write.started
+                elif write.kind == "resolve" and write.outcome == ACKNOWLEDGED:
+                    found.pop(write.guid, None)
+        return found
 
     def expectations(self) -> Expectations:
         return expectations_of(self.snapshot())
@@ -126,6 +136,8 @@ def expectations_of(writes: list[Write]) -> Expectations:
     pinned_by: dict[str, Write] = {}
     for write in writes:
         acceptable = states.setdefault(write.guid, {ABSENT})
+        if write.kind == "resolve" and write.outcome == ACKNOWLEDGED:
+            uncertain.discard(write.guid)
         if write.outcome == ACKNOWLEDGED and write.guid not in uncertain:
             acceptable.clear()
             acceptable.add(write.state)

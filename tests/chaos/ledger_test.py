@@ -40,10 +40,20 @@ def test_an_unknown_outcome_accepts_either_state_from_then_on_and_quarantines_th
     ledger.end(ledger.begin("desire", "a", 2), ACKNOWLEDGED, 201)
     ledger.end(ledger.begin("scale", "a", 4), UNKNOWN, detail="ReadTimeout")
     assert ledger.expectations().lrps == {"a": frozenset({2, 4})}
-    assert ledger.quarantined() == {"a"}
+    assert set(ledger.quarantined()) == {"a"}
     # Were it written again, the late commit of the unknown one could still undo it: both stay acceptable.
     ledger.end(ledger.begin("scale", "a", 1), ACKNOWLEDGED, 200)
     assert ledger.expectations().lrps == {"a": frozenset({1, 2, 4})}
+
+
+def test_a_resolve_ends_the_quarantine_with_what_the_bbs_showed() -> None:
+    ledger = Ledger()
+    ledger.end(ledger.begin("desire", "a", 2), ACKNOWLEDGED, 201)
+    ledger.end(ledger.begin("delete", "a"), UNKNOWN, detail="ReadTimeout")
+    ledger.end(ledger.begin("resolve", "a", None), ACKNOWLEDGED)  # the BBS showed it absent
+    assert ledger.quarantined() == {} and ledger.expectations().lrps == {"a": frozenset({ABSENT})}
+    ledger.end(ledger.begin("desire", "a", 3), ACKNOWLEDGED, 201)
+    assert ledger.expectations().lrps == {"a": frozenset({3})}
 
 
 def test_a_write_in_flight_is_acceptable_either_way() -> None:

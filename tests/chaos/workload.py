@@ -11,6 +11,9 @@ check), 1-4 instances of 16-64 MB. A task runs a Python snippet that first creat
 `<markers_dir>/<TASK_GUID>.<random hex>` (O_EXCL: every run of the command makes one more file), then
 sleeps a little and exits 0: the checker counts the files to see whether a task ran at most once.
 
+A write of unknown outcome (ledger.py) quarantines its app; RESOLVE_AFTER_S later, past the BBS's request
+timeout, the workload reads the app's state, writes it down as a resolve and may write to the app again.
+
 Each write goes to one BBS replica; when no connection can be made to it (refused, or no TCP or TLS
 handshake in time) the request never left, and the next replica is tried. No connection is reused, so an
 error after the handshake always means the request may have arrived (ledger.UNKNOWN). The seed fixes the
@@ -23,6 +26,7 @@ import contextlib
 import random
 import ssl
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -32,7 +36,7 @@ import httpx
 from common.procutil import app_python
 from tests.e2e.conftest import APP_COMMAND
 
-from .ledger import ACKNOWLEDGED, NOT_SENT, REFUSED, UNKNOWN, Ledger, Write
+from .ledger import ACKNOWLEDGED, LRP_WRITES, NOT_SENT, REFUSED, UNKNOWN, Ledger, Write
 
 WRITE_TIMEOUT_S = 5.0
 PACE_S = (0.3, 1.2)  # the pause between two writes, drawn uniformly
@@ -41,6 +45,9 @@ MAX_APPS = 12  # apps desired at once, quarantined ones included (they stay)
 INSTANCES = (1, 4)
 TASK_SLEEP_S = (0.5, 3.0)
 SLEEP_COMMAND = ["sleep", "1000000"]
+# The BBS answers 504 and drops a request after its --request-timeout (60 s): past it, with a margin, a write
+# of unknown outcome is over on its side.
+RESOLVE_AFTER_S = 90.0
 # argv: markers_dir, seconds to sleep. The marker first, so a run the rep kills early still counts.
 TASK_SOURCE = r"""
 import os, secrets, sys, time
@@ -96,9 +103,13 @@ class Workload:
 
     def step(self) -> Write:
         """One write, chosen at random among those that make sense now."""
-        quarantined = self.ledger.quarantined()
+        quarantined = self.ledger.quarantined(LRP_WRITES)
         for guid in [g for g in self.apps if g in quarantined]:
             del self.apps[guid]
+        if due := sorted(g for g, ended in quarantined.items() if time.monotonic() - ended >= RESOLVE_AFTER_S):
+            resolved = self.resolve(due[0])
+            if resolved is not None:
+                return resolved
         choices = ["task", "task"]
         if len(self.apps) < MAX_ACTIVE_APPS and self._desired_count() < MAX_APPS:
             choices += ["desire", "desire"]
@@ -146,6 +157,22 @@ class Workload:
         if write.outcome == ACKNOWLEDGED:
             del self.apps[guid]
         return write
+
+    def resolve(self, guid: str) -> Write | None:
+        """Write down the app's state as the BBS shows it now (None: no replica answered, later then)."""
+        for url in self.bbs_urls:
+            try:
+                response = self.http.get(f"{url}/v1/desired_lrps/{guid}")
+            except httpx.HTTPError:
+                continue
+            if response.status_code in (200, 404):
+                instances = int(response.json()["instances"]) if response.status_code == 200 else None
+                write = self.ledger.begin("resolve", guid, instances)
+                self.ledger.end(write, ACKNOWLEDGED, response.status_code)
+                if instances is not None:
+                    self.apps[guid] = instances
+                return write
+        return None
 
     def run_task(self) -> Write:
         guid = self._guid("task")
