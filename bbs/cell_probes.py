@@ -1,4 +1,5 @@
-"""Asking a cell's rep what the cell holds, in the background: a convergence pass never waits on a silent host.
+"""Asking a cell's rep what the cell holds, in the background: a convergence pass never waits on a silent
+host.
 
 Two decisions need a cell's own word: the keep-replicas policy's check of a lost cell (bbs/cell_loss.py: does
 its rep still answer?) and a late claim (bbs/placements.py: does the present cell that accepted an instance
@@ -33,7 +34,7 @@ AskCell = Callable[[CellRecord, float], Awaitable[CellState | None]]
 
 @dataclass(frozen=True, slots=True)
 class Probe:
-    """What a cell's rep said the cell holds, asked at `started_at` (epoch s); `lrps` None: it did not answer."""
+    """What a cell's rep said the cell holds, asked at `started_at` (epoch s); `lrps` None: no answer."""
 
     started_at: float
     lrps: frozenset[tuple[str, int]] | None  # (process_guid, index) of every instance it holds
@@ -99,5 +100,6 @@ class CellProbes:
         probe = probe_of(started_at, state)
         self._latest[cell.cell_id] = probe
         log.info("cell probed", extra={"data": {
-            "cell_id": cell.cell_id, "answered": probe.answered, "seconds": round(self._clock() - started_at, 3)}})
+            "cell_id": cell.cell_id, "answered": probe.answered,
+            "seconds": round(self._clock() - started_at, 3)}})
         self.on_done()

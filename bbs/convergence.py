@@ -176,7 +176,7 @@ class _Waits:
     def claim_awaited(self, row: ActualRecord) -> bool:
         """Whether a stale UNCLAIMED `row` waits for the claim of the present cell that accepted it."""
         placement = self.placements.instance(row.process_guid, row.index) if self.placements else None
-        if placement is None or placement.placed_at < row.auctioned_at or placement.cell_id not in self.present:
+        if not self._current(placement, row.auctioned_at):
             return False
         probe = self.probes.get(placement.cell_id)
         held = probe is not None and probe.lrps is not None and (row.process_guid, row.index) in probe.lrps
@@ -184,10 +184,15 @@ class _Waits:
 
     def task_claim_awaited(self, task: TaskRecord) -> bool:
         placement = self.placements.task(task.task_guid) if self.placements else None
-        if placement is None or placement.placed_at < task.auctioned_at or placement.cell_id not in self.present:
+        if not self._current(placement, task.auctioned_at):
             return False
         probe = self.probes.get(placement.cell_id)
         return self._wait(placement, probe, probe is not None and task.task_guid in probe.tasks)
+
+    def _current(self, placement: Placement | None, auctioned_at: float) -> bool:
+        """A placement of the work's latest auction, on a cell that is present."""
+        return (placement is not None and placement.placed_at >= auctioned_at
+                and placement.cell_id in self.present)
 
     def _wait(self, placement: Placement, probe: Probe | None, held: bool) -> bool:
         wait = wait_for_claim(placement, probe, held, self.now, self.config.stale_unclaimed)

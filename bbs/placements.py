@@ -113,7 +113,7 @@ class PlacementLog:
             report.parse()
             assert report.lrps is not None and report.tasks is not None
             lrps.update((key, Placement(cell_id, report.placed_at)) for key, cell_id in report.lrps.items())
-            tasks.update((guid, Placement(cell_id, report.placed_at)) for guid, cell_id in report.tasks.items())
+            tasks.update((g, Placement(cell_id, report.placed_at)) for g, cell_id in report.tasks.items())
         self._lrps, self._tasks = lrps, tasks
 
     def pruned(self) -> None:
@@ -169,7 +169,9 @@ class Wait:
     probe: bool = False  # ask that cell what it holds
 
 
-def wait_for_claim(placement: Placement, probe: Probe | None, held: bool, now: float, recheck: float) -> Wait | None:
+def wait_for_claim(
+    placement: Placement, probe: Probe | None, held: bool, now: float, recheck: float
+) -> Wait | None:
     """For a stale instance or task that a present cell accepted: None to auction it again, or Wait.
     `probe`: the latest of that cell; `held`: whether that probe lists it."""
     if probe is None or probe.started_at < placement.placed_at:

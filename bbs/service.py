@@ -145,7 +145,8 @@ class BBS:
         self.on_wake: Callable[[], None] = lambda: None  # set by the converger
         # Convergence's own state between passes (the leader's): what cells were asked what they hold, and
         # the auctioneer's reports of what they accepted.
-        self.probes = CellProbes(outbound.cell_state, settings.cell_loss_check, on_done=lambda: self.on_wake())
+        self.probes = CellProbes(outbound.cell_state, settings.cell_loss_check,
+                                 on_done=lambda: self.on_wake())
         self.placement_log = PlacementLog()
         self.on_due: Callable[[float], None] = lambda when: None  # set by the converger
         self.converger: Any = None  # the Converger driving this BBS, if any
@@ -322,7 +323,8 @@ class BBS:
                 record.definition = {**record.definition, "on_cell_loss": body.on_cell_loss}
             if body.instances is not None and scale:
                 if body.instances > record.instances:  # scaling up counts against the instance quota
-                    check_scale(self.settings, (await tx.desired_totals())[1], record.instances, body.instances)
+                    total = (await tx.desired_totals())[1]
+                    check_scale(self.settings, total, record.instances, body.instances)
                 record.instances = body.instances
                 record.definition = {**record.definition, "instances": body.instances}
             record.mod_index += 1
@@ -451,7 +453,8 @@ class BBS:
                     f"{lease.token}: a report from a deposed auctioneer is not applied"
                 )
             if body.accepted:  # kept until the claims arrive (bbs/placements.py)
-                await tx.insert_placement(now, {cell_id: work.model_dump() for cell_id, work in body.accepted.items()})
+                accepted = {cell: work.model_dump() for cell, work in body.accepted.items()}
+                await tx.insert_placement(now, accepted)
             if body.lrps:
                 changed = await tx.set_placement_errors(
                     [(f.process_guid, f.index, placement_message(f.error, f.detail)) for f in body.lrps]
@@ -630,7 +633,7 @@ class BBS:
             if cell is None:
                 raise NotFound(f"no cell {cell_id!r}")
             if cell.present(now):
-                raise Conflict(f"cell {cell_id!r} is present (its rep heartbeats): stop its rep, or drain it, first")
+                raise Conflict(f"cell {cell_id!r} is present (its rep heartbeats): stop or drain it first")
             held = await tx.list_actuals(cell_id=cell_id)
             await self._rework_cell(tx, held, forget_rebooted_cell, cell_id, now, effects)
             await tx.delete_cells([cell_id])

@@ -707,7 +707,8 @@ class CellPresences(Open):
 class Event(Open):
     """One change, as sent on the BBS's SSE stream (`event: <type>`, `data: <json>`) and on NATS."""
 
-    type: str  # desired_lrp_created|_changed|_removed, actual_lrp_..., task_..., cell_appeared|_disappeared|_removed
+    # desired_lrp_created|_changed|_removed, actual_lrp_..., task_..., cell_appeared|_disappeared|_removed
+    type: str
     data: dict
     at: datetime
 

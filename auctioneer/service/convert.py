@@ -128,7 +128,9 @@ def task_starts(items: Iterable[PendingTask]) -> list[TaskStart]:
     return [task_start(item.task) for item in items]
 
 
-def placement_failures(failures: Iterable[Failure], accepted: dict[str, AcceptedWork] | None = None) -> PlacementFailures:
+def placement_failures(
+    failures: Iterable[Failure], accepted: dict[str, AcceptedWork] | None = None
+) -> PlacementFailures:
     """An auction's report to the BBS: its failures, and what each cell accepted."""
     body = PlacementFailures(accepted=accepted or {})
     for f in failures:

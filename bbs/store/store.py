@@ -64,6 +64,8 @@ from .sealing import SECRET_FIELDS, open_definition, seal_definition
 CHUNK = 400  # rows per IN (...) list: well under every database's bound-parameter limit
 PARTITION = 1000  # rows converted between two yields to the event loop
 T = TypeVar("T")
+# A stored report of what cells accepted: (id, placed_at, {cell_id: {"lrps": ..., "tasks": ...}}).
+StoredPlacement = tuple[int, float, dict[str, dict[str, str]]]
 
 
 def _chunks(items: Sequence[Any], size: int = CHUNK) -> Iterable[Sequence[Any]]:
@@ -759,9 +761,9 @@ class Tx:
         query = sa.select(t.placements.c.id, t.placements.c.placed_at).order_by(t.placements.c.id)
         return [(int(row[0]), float(row[1])) for row in await self._rows(query)]
 
-    async def placements_by_id(self, ids: Iterable[int]) -> list[tuple[int, float, dict[str, dict[str, str]]]]:
+    async def placements_by_id(self, ids: Iterable[int]) -> list[StoredPlacement]:
         """(id, placed_at, accepted) of these reports."""
-        found: list[tuple[int, float, dict[str, dict[str, str]]]] = []
+        found: list[StoredPlacement] = []
         for chunk in _chunks(sorted(set(ids))):
             query = sa.select(t.placements).where(t.placements.c.id.in_(list(chunk)))
             found.extend((int(row.id), float(row.placed_at), row.accepted) for row in await self._rows(query))

@@ -108,7 +108,8 @@ generations = sa.Table(
 
 # What cells accepted, as the auctioneer reported it (0008): one row per report, `accepted` as it came
 # ({cell_id: {"lrps": "pg:index ...", "tasks": "guid ..."}}, common/accepted_work.py), kept until every
-# instance and task in it was claimed or placed again (bbs/placements.py). `placed_at`: when the BBS stored it.
+# instance and task in it was claimed or placed again (bbs/placements.py). `placed_at`: when the BBS stored
+# it.
 placements = sa.Table(
     "placements",
     metadata,
