@@ -628,11 +628,20 @@ async def test_an_accepted_instance_whose_claim_is_late_is_not_auctioned_again_w
 async def test_accepted_work_is_forgotten_once_claimed_and_a_bad_report_is_422(h: Harness) -> None:
     await h.heartbeat("c1")
     await desire(h, 2)
+    await desire(h, 1, pg="api")  # stays UNCLAIMED: a report must be taken apart to see what it names
     await report_accepted(h, "c1", lrps="web:0 web:1")
     await h.lifecycle("c1", claimed=[ref(0, "a"), ref(1, "b")])
     async with h.bbs.store.read() as tx:
         assert len(await tx.placement_times()) == 1
-    await converge_once(h.bbs, time.time() + 16)  # older than half the staleness limit: looked at
+    await converge_once(h.bbs, time.time() + 5)  # younger than the staleness limit: not looked at
+    async with h.bbs.store.read() as tx:
+        assert len(await tx.placement_times()) == 1
+    await converge_once(h.bbs, time.time() + 31)  # web's claims are in: the report goes
+    async with h.bbs.store.read() as tx:
+        assert await tx.placement_times() == []
+    await report_accepted(h, "c1", lrps="api:0")
+    await h.lifecycle("c1", claimed=[ref(0, "c", pg="api")])
+    await converge_once(h.bbs, time.time() + 31)  # nothing UNCLAIMED: the report goes unread
     async with h.bbs.store.read() as tx:
         assert await tx.placement_times() == []
     for accepted, name in (({"c1": {"lrps": "web 0"}}, "lrps"), ({"c1": {"tasks": "a  b"}}, "tasks")):

@@ -26,8 +26,18 @@ from .convergence import (
     touched_indices,
 )
 from .events import event
-from .placements import PlacementLog, Report, prune
-from .records import ORDINARY, SUSPECT, ActualRecord, CellRecord, DesiredRecord, DesiredSize, TaskRecord
+from .placements import PlacementLog, Report, parse_all, prune
+from .records import (
+    ORDINARY,
+    PENDING,
+    SUSPECT,
+    UNCLAIMED,
+    ActualRecord,
+    CellRecord,
+    DesiredRecord,
+    DesiredSize,
+    TaskRecord,
+)
 from .service import BBS, Effects
 
 log = logging.getLogger("bbs.convergence")
@@ -40,24 +50,31 @@ async def converge_once(bbs: BBS, now: float | None = None) -> float | None:
     Decided on a snapshot read without the write lock; applied in one write transaction that
     keeps only the decisions about rows nobody changed meanwhile (see convergence.drop_stale)."""
     now = time.time() if now is None else now
-    log_ = bbs.placement_log
-    prune_age = bbs.convergence.stale_unclaimed / 2
+    placed = bbs.placement_log
     async with bbs.store.read() as tx:
         snapshot = await tx.all_actuals()  # first: see Tx.all_actuals
+        counted = await tx.count_actuals()
         # Only cells holding SUSPECT instances can be returning ones: skip looking through every row
         # for them when the counts (in memory, usually) say there are none.
-        suspects = any(n for _, presence, n in await tx.count_actuals() if presence == SUSPECT)
+        suspects = any(n for _, presence, n in counted if presence == SUSPECT)
         desired = await tx.desired_sizes()  # definitions are read below, for the LRPs to start
         tasks = await tx.list_tasks()
         cells = {c.cell_id: c for c in await tx.list_cells()}
-        # The auctioneer's reports of what cells accepted (bbs/placements.py): their ids and times each pass,
-        # a new one's contents once, and the rows of those old enough for their claims to be in by now.
-        fetch = log_.sync(await tx.placement_times())
+        # The auctioneer's reports of what cells accepted (bbs/placements.py): their ids and times each
+        # pass, a new one's contents once. Those older than the staleness limit are done with when nothing
+        # is UNCLAIMED or PENDING (they go whole, unread); else they are taken apart, once, and what they
+        # name is looked up.
+        fetch = placed.sync(await tx.placement_times())
         if fetch:
-            log_.add(await tx.placements_by_id(fetch))
-        due = await asyncio.to_thread(log_.due_for_pruning, now, prune_age) if log_.reports else []
-        due_keys = {key for report in due for key in (report.lrps or ())}
-        due_rows = await tx.actuals_for_keys(due_keys) if due_keys else []
+            placed.add(await tx.placements_by_id(fetch))
+        due = placed.due(now, bbs.convergence.stale_unclaimed)
+        waiting = any(n for state, presence, n in counted if state == UNCLAIMED and presence == ORDINARY) or any(
+            t.state == PENDING for t in tasks)
+        due_rows: list[ActualRecord] = []
+        if due and waiting:
+            await asyncio.to_thread(parse_all, due)
+            due_keys = {key for report in due for key in (report.lrps or ())}
+            due_rows = await tx.actuals_for_keys(due_keys) if due_keys else []
     returning = returning_cells(snapshot, cells, now) if suspects else []
     # What the returning cells still hold, asked of each rep process once (a sim host's cells return
     # together).
@@ -66,9 +83,11 @@ async def converge_once(bbs: BBS, now: float | None = None) -> float | None:
     # The pure decision runs in a worker thread: on 10,000 instances it is CPU work the event loop
     # (heartbeats, reports) should not wait for. The snapshot is this pass's own data.
     actions, changes, counts, resolved = await asyncio.to_thread(
-        _decide, desired, snapshot, tasks, cells, now, bbs.convergence, holdings, bbs.probes.latest(), log_,
-        due, due_rows,
+        _decide, desired, snapshot, tasks, cells, now, bbs.convergence, holdings, bbs.probes.latest(), placed,
+        due if waiting else [], due_rows,
     )
+    if not waiting:
+        resolved = [report.id for report in due]
     bbs.probes.request(cells[cell_id] for cell_id in sorted(actions.probe_cells) if cell_id in cells)
     effects = Effects()
     touched = touched_indices(changes, actions)  # every start among them
@@ -77,8 +96,8 @@ async def converge_once(bbs: BBS, now: float | None = None) -> float | None:
     touched_cells = [c.cell_id for c in (*actions.cells_disappeared, *actions.cells_forgotten)]
     if resolved:
         for report_id in resolved:  # every claim of these is in: forgotten here, deleted below
-            del log_.reports[report_id]
-        log_.pruned()
+            del placed.reports[report_id]
+        placed.pruned()
     if touched or touched_tasks or touched_cells or resolved:
         async with bbs.store.write() as tx:
             current = await tx.actuals_for_keys(touched) if touched else []
@@ -153,7 +172,8 @@ def _decide(
     due: list[Report],
     due_rows: list[ActualRecord],
 ) -> tuple[ConvergenceActions, ActualChanges, list[tuple[str, str, int]], list[int]]:
-    """The pass's decisions, and the placement reports whose every claim is in (to delete)."""
+    """The pass's decisions, and which of the `due` placement reports (taken apart) have every claim in
+    (to delete)."""
     resolved: list[int] = []
     if due:
         present = {cell_id for cell_id, cell in cells.items() if cell.present(now)}

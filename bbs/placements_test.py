@@ -12,6 +12,7 @@ from bbs.placements import (
     Report,
     Wait,
     instance_waits,
+    parse_all,
     prune,
     task_waits,
     wait_for_claim,
@@ -37,12 +38,13 @@ def test_the_log_follows_the_stored_reports_and_the_latest_placement_wins() -> N
     assert log.instance("web", 0) is None and log.task("t1") is None
 
 
-def test_only_reports_old_enough_are_taken_apart_for_pruning() -> None:
+def test_reports_old_enough_are_due_and_taken_apart_only_when_asked() -> None:
     log = PlacementLog()
     log.add([report(1, 10.0, c1=("web:0", "")), report(2, 40.0, c1=("web:1", ""))])
-    due = log.due_for_pruning(now=50.0, age=15.0)
-    assert [r.id for r in due] == [1] and due[0].lrps == {("web", 0): "c1"} and due[0].accepted == {}
-    assert log.reports[2].lrps is None  # still as stored: nothing done per instance yet
+    due = log.due(now=50.0, age=15.0)
+    assert [r.id for r in due] == [1] and due[0].lrps is None  # still as stored: nothing done per instance
+    parse_all(due)
+    assert due[0].lrps == {("web", 0): "c1"} and due[0].accepted == {}
 
 
 def test_pruning_keeps_what_still_waits_for_its_claim() -> None:
