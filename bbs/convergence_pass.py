@@ -97,7 +97,6 @@ async def converge_once(bbs: BBS, now: float | None = None) -> float | None:
     if resolved:
         for report_id in resolved:  # every claim of these is in: forgotten here, deleted below
             del placed.reports[report_id]
-        placed.pruned()
     if touched or touched_tasks or touched_cells or resolved:
         async with bbs.store.write() as tx:
             current = await tx.actuals_for_keys(touched) if touched else []
@@ -183,7 +182,6 @@ def _decide(
             prune(report, rows, by_guid, present)
             if not report.waiting:
                 resolved.append(report.id)
-        placements.pruned()
     settled, rest = settle(desired, snapshot, cells, now, config)
     actuals = ActualSet(rest)
     actions = converge(desired, actuals, tasks, cells, now, config, holdings, settled, probes, placements)

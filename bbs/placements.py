@@ -13,10 +13,10 @@ Tasks kicked after `--kick-task` are treated the same way.
 
 Cost: the report's strings are validated by one pattern per cell and stored as they came; a convergence
 pass reads the reports' ids and times only. A report older than the staleness limit is deleted unread
-when nothing is UNCLAIMED or PENDING (the counts say so, in memory); otherwise it is taken apart, once
-(a few µs an instance, lookups included: about 1 s for 250,000), and deleted when every instance and task in it is claimed,
-or kept with only what still waits. A report is also taken apart when a pass finds a stale instance or
-task to look up. Nothing is done per instance per pass.
+when nothing is UNCLAIMED or PENDING (the counts say so, in memory); otherwise it is taken apart, once (a
+few µs an instance, lookups included: about 1 s for 250,000), and deleted when every instance and task in
+it is claimed, or kept with only what still waits. A report is also taken apart when a pass looks up a
+stale instance or task in it (newest report first). Nothing is done per instance per pass.
 """
 
 from __future__ import annotations
@@ -68,55 +68,43 @@ class Report:
 class PlacementLog:
     """The stored reports one BBS process knows (the convergence leader's), taken apart as far as needed."""
 
-    reports: dict[int, Report] = field(default_factory=dict)
-    _lrps: dict[InstanceKey, Placement] | None = None  # the index of every report's instances, when built
-    _tasks: dict[str, Placement] | None = None
+    reports: dict[int, Report] = field(default_factory=dict)  # by id: the order they were stored in
 
     def sync(self, stored: Iterable[tuple[int, float]]) -> list[int]:
         """Keep the reports still stored (another leader may have deleted some); the ids to fetch."""
         ids = {report_id for report_id, _ in stored}
-        gone = [report_id for report_id in self.reports if report_id not in ids]
-        for report_id in gone:
+        for report_id in [r for r in self.reports if r not in ids]:
             del self.reports[report_id]
-        if gone:
-            self._lrps = self._tasks = None
         return sorted(ids - set(self.reports))
 
     def add(self, fetched: Iterable[tuple[int, float, dict[str, dict[str, str]]]]) -> None:
-        for report_id, placed_at, accepted in fetched:
+        for report_id, placed_at, accepted in sorted(fetched, key=lambda f: f[0]):
             self.reports[report_id] = Report(report_id, placed_at, accepted)
-        self._lrps = self._tasks = None
 
     def due(self, now: float, age: float) -> list[Report]:
         """The reports at least `age` old: the ones whose claims should be in by now."""
         return [r for r in self.reports.values() if r.placed_at <= now - age]
 
     def instance(self, process_guid: str, index: int) -> Placement | None:
-        """The latest placement of this instance that is still waiting for its claim."""
-        if self._lrps is None:
-            self._index()
-        assert self._lrps is not None
-        return self._lrps.get((process_guid, index))
+        """The latest placement of this instance still waiting for its claim. Looked up only for a stale
+        instance: the reports newest first, each taken apart the first time."""
+        key = (process_guid, index)
+        for report in reversed(self.reports.values()):
+            report.parse()
+            assert report.lrps is not None
+            cell_id = report.lrps.get(key)
+            if cell_id is not None:
+                return Placement(cell_id, report.placed_at)
+        return None
 
     def task(self, task_guid: str) -> Placement | None:
-        if self._tasks is None:
-            self._index()
-        assert self._tasks is not None
-        return self._tasks.get(task_guid)
-
-    def _index(self) -> None:
-        lrps: dict[InstanceKey, Placement] = {}
-        tasks: dict[str, Placement] = {}
-        for report in sorted(self.reports.values(), key=lambda r: r.placed_at):  # the latest wins
+        for report in reversed(self.reports.values()):
             report.parse()
-            assert report.lrps is not None and report.tasks is not None
-            lrps.update((key, Placement(cell_id, report.placed_at)) for key, cell_id in report.lrps.items())
-            tasks.update((g, Placement(cell_id, report.placed_at)) for g, cell_id in report.tasks.items())
-        self._lrps, self._tasks = lrps, tasks
-
-    def pruned(self) -> None:
-        """The reports changed (prune): the index is built again when next needed."""
-        self._lrps = self._tasks = None
+            assert report.tasks is not None
+            cell_id = report.tasks.get(task_guid)
+            if cell_id is not None:
+                return Placement(cell_id, report.placed_at)
+        return None
 
 
 def parse_all(reports: Iterable[Report]) -> None:
