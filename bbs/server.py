@@ -61,7 +61,8 @@ async def running_bbs(
     # Both raise encryption.KeyRingError (one line) before anything starts: a ring that cannot be used,
     # or a database holding records sealed with a key it lacks.
     keys = settings.key_ring()
-    store = await Store.open(settings.resolved_database_url(), keys=keys)
+    store = await Store.open(settings.resolved_database_url(), keys=keys,
+                             sqlite_synchronous=settings.sqlite_synchronous)
     if keys is None:
         log.warning(ENCRYPTION_OFF_WARNING)
     client = client or outbound_client(settings)

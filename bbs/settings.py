@@ -6,6 +6,7 @@ Every timing of DESIGN.md "Defaults" that the BBS applies is here, so tests can 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -28,6 +29,9 @@ class BBSSettings(BaseSettings, TLSOptions, RequestLimitOptions, QuotaOptions):
     port: int = Field(default=8889, ge=0, le=65535)
     data_dir: Path = Path(".vendue")
     database_url: str | None = None  # default: sqlite+aiosqlite:///<data_dir>/bbs.db
+    # SQLite only: full (an acknowledged write survives a power loss) or normal (in WAL mode, only a crash
+    # of the process; faster). See bbs/store/database.py SQLITE_SYNCHRONOUS.
+    sqlite_synchronous: Literal["full", "normal"] = "full"
     auctioneer_url: str = "http://127.0.0.1:8890"
     # nats: auction requests, stops and cancels go over NATS, and every event is also published on
     # vendue.events.<type>; the reps' heartbeats and lifecycle reports stay HTTP (PUT /v1/cells,

@@ -55,6 +55,11 @@ def bbs(
         "--database-url",
         help="SQLAlchemy async URL [VENDUE_DATABASE_URL; sqlite+aiosqlite:///<data-dir>/bbs.db].",
     ),
+    sqlite_synchronous: str | None = typer.Option(
+        None, "--sqlite-synchronous",
+        help="SQLite: full (an acknowledged write survives a power loss) or normal (only a crash of the BBS; "
+        "faster) [VENDUE_SQLITE_SYNCHRONOUS; full].",
+    ),
     auctioneer_url: str | None = typer.Option(
         None, "--auctioneer-url", help="Auctioneer base URL [VENDUE_AUCTIONEER_URL; http://127.0.0.1:8890]."
     ),
@@ -183,7 +188,8 @@ def migrate(ctx: typer.Context) -> None:
     setup_logging("bbs", settings.log_level)
 
     async def run() -> tuple[str | None, str | None]:
-        engine = create_engine(settings.resolved_database_url())
+        engine = create_engine(settings.resolved_database_url(),
+                               sqlite_synchronous=settings.sqlite_synchronous)
         try:
             await run_migrations(engine)
             return await schema_revision(engine)
@@ -223,7 +229,8 @@ def rotate_keys(
 
     async def run():  # type: ignore[no-untyped-def]
         keys = required(settings.key_ring())  # before the database is opened (or made)
-        store = await Store.open(settings.resolved_database_url(), keys=keys)
+        store = await Store.open(settings.resolved_database_url(), keys=keys,
+                                 sqlite_synchronous=settings.sqlite_synchronous)
         try:
             return await run_rotation(store, batch)
         finally:

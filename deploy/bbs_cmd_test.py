@@ -48,6 +48,23 @@ def test_check_config_exits_0_or_2_with_one_line_naming_the_setting(tmp_path: Pa
     assert not list(tmp_path.iterdir())  # nothing was created or connected to
 
 
+def test_a_bad_sqlite_synchronous_is_exit_2_with_one_line_by_flag_or_environment(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from deploy.cli import app
+
+    runner = CliRunner()
+    expected = "error: sqlite_synchronous: Input should be 'full' or 'normal'"
+    check = ["bbs", "--check-config", "--data-dir", str(tmp_path)]
+    by_flag = runner.invoke(app, [*check, "--sqlite-synchronous", "off"])
+    by_env = runner.invoke(app, check, env={"VENDUE_SQLITE_SYNCHRONOUS": "off"})
+    for result in (by_flag, by_env):
+        assert (result.exit_code, result.output.strip()) == (2, expected), result.output
+    good = runner.invoke(app, [*check, "--sqlite-synchronous", "normal"])
+    assert (good.exit_code, good.output.strip()) == (0, "config ok")
+    assert not list(tmp_path.iterdir())  # nothing was created or connected to
+
+
 def test_tls_flags_and_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("VENDUE_TLS_CA", str(tmp_path / "ca.pem"))
     monkeypatch.setenv("VENDUE_INSECURE", "1")

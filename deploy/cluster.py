@@ -63,7 +63,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 
@@ -104,6 +104,8 @@ FIRST_OF = {"bbs-1": "bbs", "auctioneer-1": "auctioneer"}
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 # Every component is this interpreter running the CLI module: no need for `vendue` on PATH.
 ENTRY_POINT = (sys.executable, "-m", "deploy.cli")
+LOOPBACK = "127.0.0.1"
+T = TypeVar("T")
 
 
 class ClusterError(RuntimeError):
@@ -250,6 +252,8 @@ class LocalCluster:
         self._verify: ssl.SSLContext | None = None  # the admin's client context, made once
         self._components: dict[str, _Component] = {}
         self._started = False
+        # Networks (CIDR) besides loopback the embedded PostgreSQL takes connections from (hosts' clusters).
+        self.postgres_clients: tuple[str, ...] = ()
 
     # --- paths ------------------------------------------------------------------------------------
 
@@ -267,9 +271,31 @@ class LocalCluster:
     def certs_dir(self) -> Path:
         return self.data_dir / CERTS_DIR
 
-    def _loopback_url(self, port: int) -> str:
-        """Where a component of this cluster listening on `port` is reached: HTTPS, or HTTP when insecure."""
-        return f"{'http' if self.insecure else 'https'}://127.0.0.1:{port}"
+    def _url(self, name: str, port: int) -> str:
+        """Where component `name` listening on `port` is reached: HTTPS, or HTTP when insecure."""
+        return f"{'http' if self.insecure else 'https'}://{self._address(name)}:{port}"
+
+    # --- where the components run (what a cluster on several hosts changes: tests/cluster/multihost.py) ---
+
+    def _address(self, name: str) -> str:
+        """The address component `name` ("bbs", "cell-0", "postgres", "nats", ...) serves on: loopback."""
+        return LOOPBACK
+
+    def _on_host(self, name: str, start: Callable[[], T]) -> T:
+        """Run `start` (which starts a process) on component `name`'s machine: here, in this thread."""
+        return start()
+
+    def _address_args(self, component: _Component) -> list[str]:
+        """The flags binding a component to its address (none for loopback, every component's default)."""
+        address = self._address(component.name)
+        if address == LOOPBACK:
+            return []
+        return ["--listen", address, *(["--advertise-host", address] if component.cells else [])]
+
+    def _sans(self, name: str) -> list[str]:
+        """The addresses a component's certificate names besides loopback (which every one names)."""
+        address = self._address(name)
+        return [] if address == LOOPBACK else [address]
 
     # --- talking to the cluster -------------------------------------------------------------------
 
@@ -439,7 +465,7 @@ class LocalCluster:
 
     def control_plane(self) -> dict[str, str]:
         """The launcher's name -> URL of every BBS and auctioneer ("bbs", "auctioneer", "bbs-2", ...)."""
-        return {c.name: c.url or self._loopback_url(c.port) for c in self._components.values() if not c.cells}
+        return {c.name: c.url or self._url(c.name, c.port) for c in self._components.values() if not c.cells}
 
     def pids(self) -> dict[str, int]:
         """The launcher's name -> pid of every component process that is running."""
@@ -449,7 +475,7 @@ class LocalCluster:
 
     def _live_bbs_url(self) -> str:
         """The URL of a BBS replica that is running ("" if none is)."""
-        return next((c.url or self._loopback_url(c.port) for c in self._components.values()
+        return next((c.url or self._url(c.name, c.port) for c in self._components.values()
                      if _is_bbs(c.name) and c.running), "")
 
     def _component(self, name: str) -> _Component:
@@ -467,11 +493,13 @@ class LocalCluster:
         ports: list[int] = []
         for _ in range(2 * pairs):
             ports.append(_free_port_besides(set(ports)))
-        bbs_urls = [self._loopback_url(port) for port in ports[:pairs]]
-        auctioneer_urls = [self._loopback_url(port) for port in ports[pairs:]]
+        suffixes = [f"-{i + 1}" if i else "" for i in range(pairs)]
+        bbs_urls = [self._url(f"bbs{suffix}", port)
+                    for suffix, port in zip(suffixes, ports[:pairs], strict=True)]
+        auctioneer_urls = [self._url(f"auctioneer{suffix}", port)
+                           for suffix, port in zip(suffixes, ports[pairs:], strict=True)]
         self.bbs_url, self.bbs_urls, self.auctioneer_url = bbs_urls[0], list(bbs_urls), auctioneer_urls[0]
-        for i in range(pairs):
-            suffix = f"-{i + 1}" if i else ""
+        for i, suffix in enumerate(suffixes):
             # Pair i's auctioneer tries its own BBS first; every BBS starts auctions on its own auctioneer
             # until a lease holder is known.
             own_first = ",".join(bbs_urls[i:] + bbs_urls[:i])
@@ -519,7 +547,9 @@ class LocalCluster:
         if not self.ha or self.database_url:
             return
         try:
-            self.postgres = embedded_postgres.start_under(self.data_dir, log_path=self.logs_dir / "postgres.log")
+            self.postgres = self._on_host("postgres", lambda: embedded_postgres.start_under(
+                self.data_dir, log_path=self.logs_dir / "postgres.log", host=self._address("postgres"),
+                clients=self.postgres_clients))
         except RuntimeError as exc:
             raise ClusterError(f"PostgreSQL did not start: {exc}") from None
         self.database_url = self.postgres.url
@@ -528,9 +558,9 @@ class LocalCluster:
         """The embedded nats-server, when this cluster runs on NATS and no server was named."""
         if self.transport != "nats" or self.nats_url:
             return
-        self.nats_server = self._nats_server()
+        server = self.nats_server = self._nats_server()
         try:
-            self.nats_server.start(timeout=max(timeout, 1.0))
+            self._on_host("nats", lambda: server.start(timeout=max(timeout, 1.0)))
         except NatsServerError as exc:
             raise ClusterError(f"nats-server did not start: {exc}") from None
         self.nats_url = self.nats_server.url
@@ -540,15 +570,16 @@ class LocalCluster:
         certificate from the cluster CA, and one user per certificate in the certs dir, with its role's
         permissions; every component connects with its certificate. Insecure: a random token, handed to
         the children as VENDUE_NATS_TOKEN."""
-        log_path = self.logs_dir / "nats-server.log"
+        log_path, host = self.logs_dir / "nats-server.log", self._address("nats")
         if self.insecure:
             self._nats_token = secrets.token_urlsafe(16)
-            return NatsServer(token=self._nats_token, log_path=log_path)
+            return NatsServer(host=host, token=self._nats_token, log_path=log_path)
         try:
-            server_files = issue_server_certificate(self.certs_dir)
+            server_files = issue_server_certificate(self.certs_dir, sans=self._sans("nats"))
         except CertError as exc:
             raise ClusterError(f"cannot make the NATS server's certificate in {self.certs_dir}: {exc}") from None
-        return NatsServer(tls=server_files, users=certificate_identities(self.certs_dir), log_path=log_path)
+        return NatsServer(host=host, tls=server_files, users=certificate_identities(self.certs_dir),
+                          log_path=log_path)
 
     def _make_certificates(self) -> None:
         """The CA (once, kept across runs) and, at each start, a certificate for every component and the
@@ -562,14 +593,16 @@ class LocalCluster:
                 init_ca(self.certs_dir)
             issue(self.certs_dir, role="admin", name=ADMIN_CERT)
             for component in self._components.values():
+                sans = self._sans(component.name)
                 if not component.cells:
                     issue(self.certs_dir, role="bbs" if _is_bbs(component.name) else "auctioneer",
-                          name=component.name)
+                          name=component.name, sans=sans)
                 elif component.cell_prefix:
-                    issue(self.certs_dir, role="rep", name=component.name, cell_prefixes=[component.cell_prefix])
+                    issue(self.certs_dir, role="rep", name=component.name,
+                          cell_prefixes=[component.cell_prefix], sans=sans)
                 else:
                     issue(self.certs_dir, role="rep", name=component.name,
-                          cells=[cell_id for cell_id, _ in component.cells])
+                          cells=[cell_id for cell_id, _ in component.cells], sans=sans)
         except CertError as exc:
             raise ClusterError(f"cannot make the certificates in {self.certs_dir}: {exc}") from None
 
@@ -619,17 +652,17 @@ class LocalCluster:
             ready.unlink()
         # The transport and the certificates (issued at start, after the plan) follow the component's own arguments.
         argv = [*ENTRY_POINT, *component.args, *self._transport_args(), *self._security_args(component),
-                "--port", str(component.port), "--ready-file", str(ready)]
+                *self._address_args(component), "--port", str(component.port), "--ready-file", str(ready)]
         self.logs_dir.mkdir(parents=True, exist_ok=True)
         with open(self.logs_dir / f"{component.name}.log", "ab") as log:
             log.write(f"--- launcher: starting {' '.join(argv[len(ENTRY_POINT):])}\n".encode())
             log.flush()
-            component.proc = subprocess.Popen(
-                argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                env={**self._child_env(component), **self._key_ring_env(component)}, cwd=self.data_dir,
-                start_new_session=True,
+            env = {**self._child_env(component), **self._key_ring_env(component)}
+            component.proc = self._on_host(component.name, lambda: subprocess.Popen(
+                argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
+                cwd=self.data_dir, start_new_session=True,
                 preexec_fn=child_preexec(die_with_parent=True),
-            )
+            ))
         component.url = ""
 
     def _log_tail(self, name: str, lines: int = 15) -> str:

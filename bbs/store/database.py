@@ -41,6 +41,10 @@ PG_LOCK_TIMEOUT_MS = 30_000
 WRITER_OPTION = "vendue_writer"
 SQLITE_CHECKPOINT_PAGES = 16_384  # checkpoint the WAL at about 64 MiB (4 KiB pages), not 4 MiB
 SQLITE_CACHE_KIB = 65_536  # page cache per connection: the hot tables of 250,000 instances fit
+# SQLite's `synchronous` pragma by setting (--sqlite-synchronous). In WAL mode FULL syncs the WAL at every
+# commit, so an acknowledged write survives a power loss; NORMAL syncs only at checkpoints, so it survives
+# a crash of the process but the last commits may be lost with the machine.
+SQLITE_SYNCHRONOUS = {"full": "FULL", "normal": "NORMAL"}
 
 
 def _json_encoder() -> Any:
@@ -101,10 +105,13 @@ def is_sqlite(url: str | URL) -> bool:
     return make_url(url).get_backend_name() == "sqlite"
 
 
-def create_engine(url: str | URL) -> AsyncEngine:
-    """An async engine. SQLite: the file's folder created, WAL, and real BEGINs. PostgreSQL: a
-    bounded pool whose connections are checked before use (a restarted server is noticed) and
-    named `vendue-bbs` in pg_stat_activity."""
+def create_engine(url: str | URL, *, sqlite_synchronous: str = "full") -> AsyncEngine:
+    """An async engine. SQLite: the file's folder created, WAL, `synchronous` as `sqlite_synchronous`
+    says (a key of SQLITE_SYNCHRONOUS), and real BEGINs. PostgreSQL: a bounded pool whose connections
+    are checked before use (a restarted server is noticed) and named `vendue-bbs` in pg_stat_activity."""
+    synchronous = SQLITE_SYNCHRONOUS.get(sqlite_synchronous)
+    if synchronous is None:
+        raise ValueError(f"sqlite_synchronous: {sorted(SQLITE_SYNCHRONOUS)}, not {sqlite_synchronous!r}")
     parsed = database_url(url) if isinstance(url, str) else url
     if not is_sqlite(parsed):
         return create_async_engine(
@@ -138,7 +145,7 @@ def create_engine(url: str | URL) -> AsyncEngine:
         dbapi_connection.isolation_level = None
         cursor = dbapi_connection.cursor()
         cursor.execute("PRAGMA journal_mode=WAL")
-        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.execute(f"PRAGMA synchronous={synchronous}")
         cursor.execute("PRAGMA busy_timeout=30000")
         # At 250,000 instances a lifecycle round rewrites pages all over the table: with the default
         # 1,000-page WAL checkpoints and 2 MiB page cache, checkpointing and re-reading pages took

@@ -83,11 +83,13 @@ class Store:
         self.actual_cache = ActualCache()
 
     @classmethod
-    async def open(cls, url: str, *, run_migrations: bool = True, keys: KeyRing | None = None) -> Store:
+    async def open(cls, url: str, *, run_migrations: bool = True, keys: KeyRing | None = None,
+                   sqlite_synchronous: str = "full") -> Store:
         """Open the database at `url`, migrating it to this code's schema (an empty one gets all of
         it); raises database.SchemaTooNew for a database a newer BBS migrated, and
-        encryption.KeyRingError when it holds records sealed with a key `keys` lacks (or there is no ring)."""
-        engine = create_engine(url)
+        encryption.KeyRingError when it holds records sealed with a key `keys` lacks (or there is no ring).
+        `sqlite_synchronous`: see database.create_engine (PostgreSQL ignores it)."""
+        engine = create_engine(url, sqlite_synchronous=sqlite_synchronous)
         try:
             await (migrate(engine) if run_migrations else check_schema(engine))
             await _refuse_unknown_keys(engine, keys)

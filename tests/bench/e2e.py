@@ -4,7 +4,7 @@
     python tests/bench/e2e.py [--instances N] [--apps A] [--cells C] [--quick]
                               [--presence-ttl S] [--convergence-interval S] [--progress summary|events]
                               [--database sqlite|postgres|both] [--tls on|off|both]
-                              [--encryption on|off|both]
+                              [--encryption on|off|both] [--sqlite-synchronous full|normal|both]
 
 Desires A apps x N/A instances (default 100 x 100 = 10,000), measures the seconds until every instance
 is RUNNING in the BBS (its own counts, GET /v1/actual_lrps/summary polled every 50 ms; then confirmed by
@@ -30,6 +30,10 @@ desires a few env values, as a real app's database URL and credentials) with a k
 the clear; `both` runs off then on and adds, per run size, the ratio on/off of the seconds to all RUNNING
 (target <= 1.1) and the BBS's peak RSS of each (target: no larger). Every run reports the BBS's peak RSS
 (`bbs_peak_rss_mb`, its VmHWM). One comparison at a time: not with `--tls both` or `--database both`.
+
+`--sqlite-synchronous full` (the default, as `vendue bbs`: an acknowledged write survives a power loss)
+or `normal` (only a crash of the BBS); `both` runs normal then full on SQLite and adds, per run size, the
+ratio full/normal of the seconds to all RUNNING: what durability costs. One comparison at a time.
 """
 
 from __future__ import annotations
@@ -366,7 +370,8 @@ def peak_rss_mb(pid: int) -> float | None:
 
 def run_once(apps: int, per_app: int, cells: int, zones: int, timeout: float, presence_ttl: float,
              convergence_interval: float, progress: str = "summary",
-             database_url: str | None = None, insecure: bool = False, encryption: bool = True) -> dict[str, Any]:
+             database_url: str | None = None, insecure: bool = False, encryption: bool = True,
+             sqlite_synchronous: str = "full") -> dict[str, Any]:
     timings = ["--presence-ttl", str(presence_ttl)]
     # ignore_cleanup_errors: a component still flushing its log while the directory goes must not turn
     # a finished measurement into a traceback.
@@ -375,7 +380,8 @@ def run_once(apps: int, per_app: int, cells: int, zones: int, timeout: float, pr
             Path(tmp), cells=cells, zones=zones, executor="sim", sim_cells_per_process=cells,
             # Room for a full load of 128 MB / 256 MB instances: 10,000 over 100 cells is 100 per cell.
             cell_memory_mb=64 * 1024, cell_disk_mb=256 * 1024, cell_containers=250,
-            bbs_args=[*timings, "--convergence-interval", str(convergence_interval)], rep_args=timings,
+            bbs_args=[*timings, "--convergence-interval", str(convergence_interval),
+                      "--sqlite-synchronous", sqlite_synchronous], rep_args=timings,
             database_url=database_url, insecure=insecure, encryption=encryption,
         )
         started = time.perf_counter()
@@ -413,24 +419,30 @@ def main(argv: list[str] | None = None) -> int:
                         help="HTTPS with certificates (default), plain HTTP (--insecure), or both compared")
     parser.add_argument("--encryption", choices=("on", "off", "both"), default="on",
                         help="command and env sealed at rest (default), in the clear, or both compared")
+    parser.add_argument("--sqlite-synchronous", choices=("full", "normal", "both"), default="full",
+                        help="SQLite's synchronous pragma: full (default), normal, or both compared")
     args = parser.parse_args(argv)
     if args.apps < 1 or args.instances < args.apps:
         parser.error("--instances must be at least --apps, and --apps at least 1")
-    if [args.tls, args.encryption, args.database].count("both") > 1:
-        parser.error("one comparison at a time: --tls, --encryption or --database both, not two of them")
+    if [args.tls, args.encryption, args.database, args.sqlite_synchronous].count("both") > 1:
+        parser.error("one comparison at a time: --tls, --encryption, --database or --sqlite-synchronous "
+                     "both, not two of them")
+    if args.sqlite_synchronous == "both" and args.database != "sqlite":
+        parser.error("--sqlite-synchronous both compares SQLite runs: not with --database postgres")
 
     per_app = args.instances // args.apps
     runs = [(max(1, args.apps // 10), per_app)]  # 1,000 instances by default
     if not args.quick:
         runs.insert(0, (args.apps, per_app))
     def measure_all(database: str, database_url: Callable[[], str | None], tls: str = args.tls,
-                    encryption: str = args.encryption) -> dict[str, Any]:
+                    encryption: str = args.encryption,
+                    synchronous: str = args.sqlite_synchronous) -> dict[str, Any]:
         results = []
         for apps, n in runs:
             try:
                 results.append(run_once(apps, n, args.cells, args.zones, args.timeout, args.presence_ttl,
                                         args.convergence_interval, args.progress, database_url(), tls == "off",
-                                        encryption == "on"))
+                                        encryption == "on", synchronous))
             except Exception as exc:  # noqa: BLE001 - reported in the JSON, not raised
                 results.append({"apps": apps, "instances_per_app": n, "error": f"{type(exc).__name__}: {exc}"})
         big = next((r for r in results if r.get("instances") == 10_000), None)
@@ -440,6 +452,7 @@ def main(argv: list[str] | None = None) -> int:
             "database": database,
             "tls": tls,
             "encryption": encryption,
+            **({"sqlite_synchronous": synchronous} if database == "sqlite" else {}),
             "runs": results,
             "target": {
                 "seconds_to_all_running_10000": TARGET_SECONDS_10K,
@@ -454,6 +467,9 @@ def main(argv: list[str] | None = None) -> int:
             return compare_tls({tls: measure_all(database, database_url, tls=tls) for tls in ("off", "on")})
         if args.encryption == "both":
             return compare_encryption({on: measure_all(database, database_url, encryption=on) for on in ("off", "on")})
+        if args.sqlite_synchronous == "both":
+            return compare_synchronous({mode: measure_all(database, database_url, synchronous=mode)
+                                        for mode in ("normal", "full")})
         return measure_all(database, database_url)
 
     if args.database == "sqlite":
@@ -534,6 +550,24 @@ def compare_encryption(by_encryption: dict[str, dict[str, Any]]) -> dict[str, An
         "encryption": "both",
         "suites": by_encryption,
         "encryption_on_vs_off": compared,
+    }
+
+
+def compare_synchronous(by_mode: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Both suites (SQLite synchronous=NORMAL, then FULL) and, per run size, the seconds to all RUNNING of
+    each and the ratio full/normal: what an acknowledged write surviving a power loss costs."""
+    normal_s, full_s = seconds_by_size(by_mode["normal"]), seconds_by_size(by_mode["full"])
+    return {
+        "benchmark": "e2e",
+        "transport": "http",
+        "database": "sqlite",
+        "sqlite_synchronous": "both",
+        "suites": by_mode,
+        "full_vs_normal": {
+            str(n): {"normal": normal_s[n], "full": full_s.get(n),
+                     "ratio_full_over_normal": ratio(full_s.get(n), normal_s[n])}
+            for n in normal_s
+        },
     }
 
 

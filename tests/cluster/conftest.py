@@ -1,0 +1,35 @@
+"""The `multihost` fixture: start a MultiHostCluster (real hosts in network namespaces, see multihost.py);
+closed when the test ends, also when it fails: every process gone, the namespaces, veths, bridge and files
+removed, and no process left to kill (a clean stop leaves none). Skipped, saying why, where network
+namespaces cannot be made (not root, no `ip`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from tests.e2e.conftest import _print_log_tails
+
+from .multihost import MultiHostCluster, unavailable_reason
+
+
+@pytest.fixture
+def multihost() -> Iterator[Callable[..., MultiHostCluster]]:
+    if (reason := unavailable_reason()) is not None:
+        pytest.skip(reason)
+    started: list[MultiHostCluster] = []
+
+    def make(**options: Any) -> MultiHostCluster:
+        cluster = MultiHostCluster(**options)
+        started.append(cluster)
+        return cluster.start(timeout=60.0)
+
+    yield make
+    leftovers: dict[str, list[int]] = {}
+    for cluster in started:
+        _print_log_tails(cluster)  # captured: pytest shows it only when the test failed
+        if killed := cluster.close():
+            leftovers[str(cluster.data_dir)] = killed
+    assert not leftovers, f"expected no process left after the cluster stopped, killed {leftovers}"
