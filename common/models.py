@@ -406,6 +406,9 @@ class CellPresence(Open):
     rep_id: Annotated[str, Field(max_length=MAX_NAME_CHARS), AfterValidator(_no_nul)] = ""
     # Its rep serves plain HTTP with authorization off (--insecure, or no TLS files on loopback): said loudly.
     insecure: bool = False
+    # How its rep isolates instances (rep/isolation.py): "cgroup-v1" or "cgroup-v2" (own uid and cgroup
+    # each), "none" (as the rep's own user: --isolation none), "sim" (simulated); "" from a rep too old to say.
+    isolation: Annotated[str, Field(max_length=MAX_NAME_CHARS), AfterValidator(_no_nul)] = ""
 
     @field_validator("total")
     @classmethod
@@ -469,6 +472,7 @@ class CellState(Open):
     tasks: list[CellTask] = Field(default_factory=list)
     host: HostMetricsModel | None = None
     insecure: bool = False  # its rep serves plain HTTP with authorization off
+    isolation: str = ""  # how its rep isolates instances (CellPresence.isolation)
     fencing_token: int = 0  # the highest auctioneer fencing token this rep has seen
     # debug: the tokens it took work under, in order
     accepted_fencing_tokens: list[int] = Field(default_factory=list)

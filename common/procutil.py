@@ -1,7 +1,9 @@
 """Child-process helpers shared by the rep's process executor, the local launcher and the tests.
 
 - `child_preexec(...)`: a `preexec_fn` that makes a child die with its parent (Linux PR_SET_PDEATHSIG
-  = SIGKILL, so even `kill -9` of the parent takes the child down) and optionally caps its data segment.
+  = SIGKILL, so even `kill -9` of the parent takes the child down), optionally caps its data segment, and
+  for an isolated instance first puts it in its cgroups and drops it to its own user.
+- `app_python()`: a Python interpreter an app's unprivileged user may run.
 - `free_port()`: a TCP port that was free a moment ago on the given host.
 - `terminate_then_kill(...)` / `terminate_then_kill_async(...)`: SIGTERM, wait a grace period, SIGKILL;
   optionally to the child's whole process group (children started with `start_new_session=True`).
@@ -24,7 +26,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -50,16 +52,43 @@ def set_parent_death_signal(sig: int = signal.SIGKILL) -> None:
         _LIBC.prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
 
 
-def child_preexec(*, die_with_parent: bool = True, data_limit_bytes: int | None = None) -> Callable[[], None]:
-    """A `preexec_fn` for subprocess/asyncio: die with the parent, optionally cap RLIMIT_DATA.
+def child_preexec(
+    *,
+    die_with_parent: bool = True,
+    data_limit_bytes: int | None = None,
+    cgroup_procs: Sequence[str] = (),
+    uid: int | None = None,
+    gid: int | None = None,
+) -> Callable[[], None]:
+    """A `preexec_fn` for subprocess/asyncio, doing in this order:
 
-    RLIMIT_DATA (not RLIMIT_AS) is the memory limit: Python and many runtimes reserve far more address
-    space than they use, so an address-space cap breaks them while a data-segment cap (heap + private
-    mappings, Linux >= 4.7) tracks what a process actually allocates.
+    1. join the cgroups (writes "0", itself, to each `cgroup_procs` file): while still root, and before
+       anything it runs can fork, so that nothing of it is ever outside;
+    2. become `uid`/`gid` with no supplementary groups (subprocess's own user= and group= apply before the
+       preexec_fn, too early for step 1);
+    3. die with the parent: after the change of uid, which clears PR_SET_PDEATHSIG;
+    4. cap RLIMIT_DATA (not RLIMIT_AS: Python and many runtimes reserve far more address space than they
+       use, so an address-space cap breaks them while a data-segment cap, heap + private mappings, Linux
+       >= 4.7, tracks what a process actually allocates). Not needed where a memory cgroup limits it.
+
+    It runs between fork and exec: nothing here imports or allocates much. A failure raises, and the
+    child then never execs.
     """
     parent_pid = os.getpid()
+    procs = tuple(os.fsencode(path) for path in cgroup_procs)
 
     def preexec() -> None:
+        for path in procs:
+            fd = os.open(path, os.O_WRONLY)
+            try:
+                os.write(fd, b"0")
+            finally:
+                os.close(fd)
+        if gid is not None:
+            os.setgroups([])
+            os.setgid(gid)
+        if uid is not None:
+            os.setuid(uid)
         if die_with_parent:
             set_parent_death_signal(signal.SIGKILL)
             # The parent may have died between fork and prctl: then we were reparented already.
@@ -72,6 +101,30 @@ def child_preexec(*, die_with_parent: bool = True, data_limit_bytes: int | None 
                 resource.setrlimit(resource.RLIMIT_DATA, (data_limit_bytes, data_limit_bytes))
 
     return preexec
+
+
+def unreachable_by_others(path: Path) -> Path | None:
+    """The first of `path`'s ancestors (then `path` itself) that a user who is neither its owner nor in its
+    group cannot traverse (execute); None when every one of them can."""
+    resolved = Path(os.path.realpath(path))
+    for step in (*reversed(resolved.parents), resolved):
+        try:
+            if not os.stat(step).st_mode & 0o001:
+                return step
+        except OSError:
+            return step
+    return None
+
+
+def app_python() -> str:
+    """A Python interpreter an app's unprivileged user may execute: the first of this interpreter (resolved),
+    /usr/bin/python3, /usr/local/bin/python3 that every user can reach and run. This one may live under a
+    home directory (e.g. pyenv's under /root, mode 0700), out of an app user's reach."""
+    candidates = [os.path.realpath(sys.executable), "/usr/bin/python3", "/usr/local/bin/python3"]
+    for candidate in candidates:
+        if os.path.isfile(candidate) and unreachable_by_others(Path(candidate)) is None:
+            return candidate
+    return candidates[0]
 
 
 def free_port(host: str = "127.0.0.1") -> int:

@@ -523,7 +523,8 @@ def cells(
     as_json: AsJson = False,
 ) -> None:
     """The present cells (the BBS's presence), with what each has left (asked of each rep). INSECURE: the
-    rep runs without TLS and authorization (--insecure)."""
+    rep runs without TLS and authorization (--insecure). ISOLATION: how its instances are isolated
+    (cgroup-v1/cgroup-v2: own uid and cgroup each; none: as the rep's own user; sim: simulated)."""
     if ctx.invoked_subcommand is not None:
         return
     with connect(connection) as client:
@@ -537,22 +538,24 @@ def cells(
     states = [by_rep[c.rep_url].get(c.cell_id) for c in present]
     table = listing_table(f"{len(present)} cell(s)")
     for column in ("CELL", "ZONE", "REP", "MEMORY FREE", "DISK FREE", "CONTAINERS FREE", "LRPS", "TASKS",
-                   "INSECURE", "STATUS"):
+                   "INSECURE", "ISOLATION", "STATUS"):
         table.add_column(column, no_wrap=True)
     for presence, state in zip(present, states, strict=True):
         insecure = "[red]yes[/]" if presence.insecure else "no"
+        isolation = "[red]none[/]" if presence.isolation == "none" else (presence.isolation or "?")
         status = "[yellow]evacuating[/]" if presence.evacuating else "[green]ok[/]"
         if state is None:
             table.add_row(presence.cell_id, presence.zone, presence.rep_url,
                           f"? / {presence.total.memory_mb} MB", f"? / {presence.total.disk_mb} MB",
-                          f"? / {presence.total.containers}", "?", "?", insecure, "[red]rep unreachable[/]")
+                          f"? / {presence.total.containers}", "?", "?", insecure, isolation,
+                          "[red]rep unreachable[/]")
             continue
         table.add_row(
             presence.cell_id, presence.zone, presence.rep_url,
             f"{state.available.memory_mb} / {state.total.memory_mb} MB",
             f"{state.available.disk_mb} / {state.total.disk_mb} MB",
             f"{state.available.containers} / {state.total.containers}",
-            str(len(state.lrps)), str(len(state.tasks)), insecure,
+            str(len(state.lrps)), str(len(state.tasks)), insecure, isolation,
             "[yellow]evacuating[/]" if state.evacuating else status,
         )
     console().print(table)

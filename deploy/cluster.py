@@ -32,6 +32,12 @@ and env with the key ring in <data-dir>/bbs-keys.json (mode 0600; made once, kep
 HA replicas), which it finds through VENDUE_ENCRYPTION_KEYS_FILE in its environment, never on its command
 line. `encryption=False` (benchmarks comparing the two) stores them in the clear.
 
+Process-executor reps isolate their instances (rep/isolation.py: each under its own uid, in its own cgroup)
+where the launcher can, i.e. runs as root on a machine with the cgroup controllers; elsewhere they run with
+`--isolation none` (apps as the launcher's user, unisolated), and `isolation_summary()` says which and why.
+`isolation="cgroups"|"none"` decides instead. Either way the BBS's data dir is 0700: no app reads its
+database.
+
 The BBS and the auctioneer need each other's URL, so their ports are picked up front; a rep's port is
 whatever it bound first (`--port 0`) and is kept across restarts, like the BBS's and the auctioneer's.
 
@@ -192,8 +198,8 @@ class LocalCluster:
         cells: int = 4,
         zones: int = 2,
         executor: str = "process",
-        cell_memory_mb: int = 4096,
-        cell_disk_mb: int = 8192,
+        cell_memory_mb: int | None = 4096,  # None: the rep's own default (the machine's, rep/capacity.py)
+        cell_disk_mb: int | None = 8192,
         cell_containers: int = 250,
         bbs_args: Sequence[str] = (),
         auctioneer_args: Sequence[str] = (),
@@ -206,6 +212,7 @@ class LocalCluster:
         database_url: str | None = None,
         insecure: bool = False,
         encryption: bool = True,
+        isolation: str | None = None,
     ) -> None:
         if ha and not database_url and not embedded_postgres.available():
             raise ClusterError("ha needs PostgreSQL (SQLite cannot be shared by two BBS processes): install the "
@@ -249,11 +256,36 @@ class LocalCluster:
         # No TLS and no authorization anywhere (every component gets --insecure); else HTTPS with certificates.
         self.insecure = insecure
         self.encryption = encryption  # the BBS seals command and env at rest with <data-dir>/bbs-keys.json
+        if isolation not in (None, "cgroups", "none"):
+            raise ValueError(f"isolation must be 'cgroups' or 'none', got {isolation!r}")
+        # The process executor's: "cgroups" or "none" (why not cgroups, when chosen for want of them).
+        self.isolation, self.isolation_reason = self._choose_isolation(isolation)
         self._verify: ssl.SSLContext | None = None  # the admin's client context, made once
         self._components: dict[str, _Component] = {}
         self._started = False
         # Networks (CIDR) besides loopback the embedded PostgreSQL takes connections from (hosts' clusters).
         self.postgres_clients: tuple[str, ...] = ()
+
+    def _choose_isolation(self, asked: str | None) -> tuple[str, str]:
+        if self.executor != "process":
+            return "", ""
+        if asked is not None:
+            return asked, ""
+        from rep.isolation import isolation_problem  # the launcher only: not every CLI command
+        from rep.settings import RepSettings
+
+        problem = isolation_problem(RepSettings(executor="process", isolation="cgroups"))
+        return ("none", problem.split("; ")[0]) if problem else ("cgroups", "")
+
+    def isolation_summary(self) -> str:
+        """One line: how this cluster's reps isolate their instances, and why not when they do not."""
+        if not self.isolation:
+            return f"isolation: none needed (the {self.executor} executor runs no processes)"
+        if self.isolation == "cgroups":
+            return ("isolation: cgroups: every instance under its own uid, in its own cgroup (memory, pids, "
+                    "CPU shares), in its own directory")
+        because = f" ({self.isolation_reason})" if self.isolation_reason else ""
+        return f"isolation: none{because}: apps run as uid {os.geteuid()}, unisolated"
 
     # --- paths ------------------------------------------------------------------------------------
 
@@ -345,6 +377,11 @@ class LocalCluster:
         try:
             self._start_postgres()
             self._plan()
+            for component in self._components.values():  # no app reads the database (SQLite) or its files
+                if _is_bbs(component.name):
+                    bbs_dir = Path(component.args[component.args.index("--data-dir") + 1])
+                    bbs_dir.mkdir(mode=0o700, exist_ok=True)
+                    bbs_dir.chmod(0o700)
             self._make_certificates()
             self._make_key_ring()
             self._start_nats(deadline - time.monotonic())  # its users are the certificates just issued
@@ -382,6 +419,7 @@ class LocalCluster:
         first = [c for c in others if bool(c.cells) != (self.transport == "nats")]
         self._stop_all(first)
         self._stop_all([c for c in others if c not in first])
+        self._sweep_reps()
         self._stop_all([c for c in self._components.values() if _is_bbs(c.name)])
         if self.nats_server is not None:  # after the BBS: it may still publish its final events
             self.nats_server.stop()
@@ -393,6 +431,17 @@ class LocalCluster:
             info = json.loads(cluster_file.read_text())
             if info.get("pid") == os.getpid():
                 cluster_file.unlink()
+
+    def _sweep_reps(self) -> None:
+        """What the isolating reps left (one killed, one that missed its grace): its next start would kill and
+        remove it; this cluster will not start it again."""
+        if self.isolation != "cgroups":
+            return
+        from rep.isolation import sweep_rep
+
+        for component in self._components.values():
+            if component.cells and "--data-dir" in component.args:
+                sweep_rep(Path(component.args[component.args.index("--data-dir") + 1]))
 
     @staticmethod
     def _stop_signal(component: _Component) -> int:
@@ -516,8 +565,10 @@ class LocalCluster:
 
         common = [
             "--bbs-url", ",".join(bbs_urls), "--executor", self.executor,
-            "--memory-mb", str(self.cell_memory_mb), "--disk-mb", str(self.cell_disk_mb),
+            *(["--memory-mb", str(self.cell_memory_mb)] if self.cell_memory_mb is not None else []),
+            *(["--disk-mb", str(self.cell_disk_mb)] if self.cell_disk_mb is not None else []),
             "--containers", str(self.cell_containers),
+            *(["--isolation", self.isolation] if self.isolation else []),
             "--presence-ttl", str(DEFAULT_PRESENCE_TTL_S),
             "--evacuation-timeout", str(DEFAULT_EVACUATION_TIMEOUT_S),
         ]

@@ -128,6 +128,7 @@ def up(
         with out.status(f"starting {what} and {cells} cell(s)…"):
             cluster.start(timeout=60.0 + cells * 0.5)
         out.print(cluster_table(cluster))
+        out.print(cluster.isolation_summary(), highlight=False, soft_wrap=True)
         if not insecure:
             out.print(f"TLS: certificates in {cluster.certs_dir} (the CLI's: admin.pem, found through cluster.json)",
                       highlight=False, soft_wrap=True)

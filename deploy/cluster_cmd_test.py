@@ -22,8 +22,9 @@ import httpx
 import pytest
 from typer.testing import CliRunner
 
-from common.procutil import child_preexec, pid_alive, terminate_then_kill
+from common.procutil import app_python, child_preexec, pid_alive, terminate_then_kill
 from common.tls import INSECURE_WARNING, TLSFiles, client_context
+from rep.isolation import sweep_rep
 
 from .cli import _register, app
 from .cluster import CLUSTER_FILE, ENTRY_POINT, PROJECT_ROOT
@@ -87,9 +88,11 @@ def vendue_up(tmp_path: Path) -> Iterator[Callable[..., tuple[subprocess.Popen[b
     """Start `vendue up` in its own session; whatever it leaves is killed (and reported) at the end."""
     started: list[subprocess.Popen[bytes]] = []
     tracked: set[int] = set()
+    data_dirs: list[Path] = []
 
     def start(*args: str, data_dir: Path | None = None) -> tuple[subprocess.Popen[bytes], dict[str, Any]]:
         data_dir = data_dir or tmp_path / f"up{len(started)}"
+        data_dirs.append(data_dir)
         log = open(tmp_path / f"up{len(started)}.out", "wb")  # noqa: SIM115 - the child holds it
         proc = subprocess.Popen([*ENTRY_POINT, "up", "--data-dir", str(data_dir), *args], stdout=log,
                                 stderr=subprocess.STDOUT, cwd=PROJECT_ROOT, start_new_session=True,
@@ -112,6 +115,9 @@ def vendue_up(tmp_path: Path) -> Iterator[Callable[..., tuple[subprocess.Popen[b
     leftovers = alive(tracked)
     for pid in leftovers:
         os.kill(pid, signal.SIGKILL)
+    for data_dir in data_dirs:  # a launcher killed -9 could not sweep what its isolating reps left
+        for rep_dir in (data_dir / "cells").glob("*"):
+            sweep_rep(rep_dir)
     assert not leftovers, f"processes outlived the test: {leftovers}"
 
 
@@ -124,7 +130,7 @@ def admin(info: dict[str, Any]) -> ssl.SSLContext | bool:
 def push_app(info: dict[str, Any], name: str, instances: int) -> None:
     bbs_url, verify = info["bbs_url"], admin(info)
     body = {"process_guid": name, "instances": instances, "memory_mb": 64, "disk_mb": 32,
-            "command": [sys.executable, "-c", APP_SOURCE]}
+            "command": [app_python(), "-c", APP_SOURCE]}
     assert httpx.post(f"{bbs_url}/v1/desired_lrps", json=body, timeout=5.0, verify=verify).status_code == 201
 
     def running() -> bool:
@@ -227,7 +233,7 @@ def test_up_ha_runs_two_of_each_on_embedded_postgres_survives_a_bbs_and_stops_cl
     assert info["postgres"]["pid"] in descendants(proc.pid), "expected PostgreSQL below the launcher"
 
     pushed = run_cli("push", "web", "-i", "2", "-m", "64", "--data-dir", str(data_dir), "--",
-                     sys.executable, "-c", APP_SOURCE)
+                     app_python(), "-c", APP_SOURCE)
     assert pushed.returncode == 0, pushed.stdout + pushed.stderr
     bbs_2 = components["bbs-2"]["url"]
     wait_for(lambda: running_count(bbs_2, "web", verify) == 2, 60.0, "2 running instances of web (read from bbs-2)",

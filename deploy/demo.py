@@ -18,7 +18,6 @@ import contextlib
 import os
 import shutil
 import signal
-import sys
 import tempfile
 import time
 import uuid
@@ -42,6 +41,7 @@ from common.models import (
     TaskCreate,
     TaskState,
 )
+from common.procutil import app_python
 
 from .bbs_client import BBSClient, BBSError, ClientAuth
 from .cluster import ClusterError, LocalCluster
@@ -153,7 +153,7 @@ class Demo:
         self.step(f"2. push {APP_NAME}: {APP_INSTANCES} instances of a tiny Python HTTP server on $PORT")
         self.bbs.desire_lrp(DesiredLRPCreate(
             process_guid=APP_NAME, instances=APP_INSTANCES, memory_mb=128, disk_mb=64,
-            command=[sys.executable, "-c", APP_SOURCE], ports=[8080], health_check=HealthCheck(type="port"),
+            command=[app_python(), "-c", APP_SOURCE], ports=[8080], health_check=HealthCheck(type="port"),
         ))
         answers = wait_until(self.all_running, f"{APP_INSTANCES} instances of {APP_NAME} running and answering")
         self.out.print(self.placement_table("where the auction placed them", answers))
@@ -164,7 +164,7 @@ class Demo:
     def task(self) -> None:
         self.step("3. run a one-off task")
         guid = f"demo-task-{uuid.uuid4().hex[:6]}"
-        self.bbs.desire_task(TaskCreate(task_guid=guid, command=[sys.executable, "-c", TASK_SOURCE], memory_mb=64,
+        self.bbs.desire_task(TaskCreate(task_guid=guid, command=[app_python(), "-c", TASK_SOURCE], memory_mb=64,
                                         disk_mb=64))
 
         def completed() -> Task:
@@ -249,6 +249,7 @@ def run_demo(console: Console, keep: bool = False, transport: str = "http", nats
         with console.status("starting…"):
             cluster.start(timeout=60.0)
         console.print(cluster_table(cluster))
+        console.print(cluster.isolation_summary(), highlight=False)
         if not insecure:
             console.print(f"every component serves HTTPS with a certificate from the cluster CA in {cluster.certs_dir}; "
                           "the demo talks to them as the admin (admin.pem)", highlight=False)

@@ -56,9 +56,20 @@ def rep(
     port: int | None = typer.Option(None, "--port", min=0, max=65535, help="Port (default 1800; 0 = free)."),
     advertise_host: str | None = typer.Option(None, "--advertise-host", help="Host in rep and app URLs."),
     memory_mb: int | None = typer.Option(
-        None, "--memory-mb", min=1, help="Memory to offer (default: machine)."
+        None, "--memory-mb", min=1,
+        help="Memory to offer, MB (default: MemTotal of /proc/meminfo less --memory-reserve-mb; sim 64 GB).",
     ),
-    disk_mb: int | None = typer.Option(None, "--disk-mb", min=1, help="Disk to offer (default: free disk)."),
+    disk_mb: int | None = typer.Option(
+        None, "--disk-mb", min=1,
+        help="Disk to offer, MB (default: the size of the filesystem holding the instance directories less "
+        "--disk-reserve-mb; sim 256 GB).",
+    ),
+    memory_reserve_mb: int | None = typer.Option(
+        None, "--memory-reserve-mb", min=0, help="Memory kept back from the default --memory-mb, MB (0)."
+    ),
+    disk_reserve_mb: int | None = typer.Option(
+        None, "--disk-reserve-mb", min=0, help="Disk kept back from the default --disk-mb, MB (1024)."
+    ),
     containers: int | None = typer.Option(None, "--containers", min=1, help="Container slots (default 250)."),
     stack: list[str] = typer.Option([], "--stack", help="Supported stack, repeatable (default cflinuxfs4)."),
     tag: list[str] = typer.Option([], "--tag", help="Placement tag of this cell, repeatable."),
@@ -84,8 +95,40 @@ def rep(
         None, "--evacuation-timeout", help="Drain limit, s (600)."
     ),
     stop_grace: float | None = typer.Option(None, "--stop-grace", help="SIGTERM->SIGKILL grace, s (10)."),
+    isolation: str | None = typer.Option(
+        None, "--isolation",
+        help="Process executor: cgroups (default; needs root: each instance under its own uid, in its own "
+        "cgroup) or none (apps run as the rep's own user, unisolated) [VENDUE_ISOLATION].",
+    ),
+    app_uid_range: str | None = typer.Option(
+        None, "--app-uid-range", help="Uids (gid = uid) given to instances, LO-HI (100000-165535)."
+    ),
+    pids_limit: int | None = typer.Option(
+        None, "--pids-limit", min=1, help="Processes and threads per instance (1024)."
+    ),
+    cgroup_parent: str | None = typer.Option(
+        None, "--cgroup-parent",
+        help="Put the instances' cgroups under this one, absolute from each hierarchy's root (default: "
+        "the rep's own cgroup + /vendue).",
+    ),
+    instances_dir: Path | None = typer.Option(
+        None, "--instances-dir",
+        help="Where instance directories live. Default with cgroups: /var/lib/vendue/instances/<key>/<cell>/ "
+        "(<key> from the data dir), reachable by the apps' users whatever the data dir's parents; with "
+        "--isolation none: <data-dir>/<cell>/containers/.",
+    ),
+    cgroup_fs: Path | None = typer.Option(None, "--cgroup-fs", hidden=True),  # tests: another cgroup mount
     memory_limit: bool | None = typer.Option(
-        None, "--memory-limit/--no-memory-limit", help="Cap each child's RLIMIT_DATA at its memory_mb."
+        None, "--memory-limit/--no-memory-limit",
+        help="--isolation none: cap each child's RLIMIT_DATA at its memory_mb.",
+    ),
+    log_cap_mb: int | None = typer.Option(
+        None, "--log-cap-mb", min=1,
+        help="An instance's output.log and output.log.1 together, MB (10); the older half rotates away.",
+    ),
+    disk_check_interval: float | None = typer.Option(
+        None, "--disk-check-interval", min=0.001,
+        help="Measure every instance's directory against its disk_mb this often, s (2); also on exit.",
     ),
     data_dir: Path | None = typer.Option(None, "--data-dir", help="Container directories (default .vendue)."),
     ready_file: Path | None = typer.Option(None, "--ready-file", help="Write {url, pid} here once serving."),
@@ -129,6 +172,8 @@ def rep(
         "advertise_host": advertise_host,
         "memory_mb": memory_mb,
         "disk_mb": disk_mb,
+        "memory_reserve_mb": memory_reserve_mb,
+        "disk_reserve_mb": disk_reserve_mb,
         "containers": containers,
         "stacks": stack or None,
         "placement_tags": tag or None,
@@ -143,7 +188,15 @@ def rep(
         "presence_ttl": presence_ttl,
         "evacuation_timeout": evacuation_timeout,
         "stop_grace": stop_grace,
+        "isolation": isolation,
+        "app_uid_range": app_uid_range,
+        "pids_limit": pids_limit,
+        "cgroup_parent": cgroup_parent,
+        "instances_dir": instances_dir,
+        "cgroup_fs": cgroup_fs,
         "memory_limit": memory_limit,
+        "log_cap_mb": log_cap_mb,
+        "disk_check_interval": disk_check_interval,
         "data_dir": data_dir,
         "ready_file": ready_file,
         "log_level": log_level,

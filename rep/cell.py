@@ -72,6 +72,7 @@ class CellConfig:
     report_linger_s: float = 0.0  # how long the outbox lets reports gather before sending (rep/outbox.py)
     rep_id: str = ""  # the name of the rep process hosting the cell (CellPresence.rep_id)
     insecure: bool = False  # the process serves plain HTTP, authorization off (CellPresence.insecure)
+    isolation: str = ""  # how its instances are isolated (CellPresence.isolation)
 
 
 @dataclass(slots=True)
@@ -202,6 +203,7 @@ class Cell:
             tasks=tasks,
             host=_host_metrics() if c.report_host_metrics else None,
             insecure=c.insecure,
+            isolation=c.isolation,
             fencing_token=self.fencing_token,
             accepted_fencing_tokens=list(self.accepted_fencing_tokens),
             volumes=[],
@@ -226,6 +228,7 @@ class Cell:
             boot_id=self.boot_id,
             rep_id=c.rep_id,
             insecure=c.insecure,
+            isolation=c.isolation,
         )
 
     def instance_states(self) -> dict[str, int]:

@@ -3,7 +3,8 @@
 Single-value ranges (presence TTL > 0, evacuation timeout >= 0, memory/disk/containers >= 1, the
 executor's name) are refused by RepSettings itself; this adds what needs parsing or several settings
 together. Nothing is resolved, created or connected to: the data dir need not exist yet. The TLS files are
-read (common.config_check.serving_tls, which `vendue rep` serves and calls the BBS with).
+read (common.config_check.serving_tls, which `vendue rep` serves and calls the BBS with), and so are this
+process's cgroups for the process executor's isolation (rep/isolation.py: root, the controllers).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from common.config_check import (
 )
 from common.models import GUID_PATTERN
 
+from .isolation import isolation_problem
 from .settings import RepSettings
 
 _GUID = re.compile(GUID_PATTERN)
@@ -36,6 +38,7 @@ def config_problem(settings: RepSettings) -> str | None:
         host_problem("advertise_host", settings.advertise_host),
         log_level_problem(settings.log_level),
         _cell_problem(settings),
+        isolation_problem(settings),
     )
 
 

@@ -13,7 +13,8 @@ from rep.settings import RepSettings
 
 
 def test_defaults_and_a_compose_style_cell_are_sane() -> None:
-    assert config_problem(RepSettings()) is None
+    # Whether the default isolation is possible depends on the machine (root, cgroups): tested below.
+    assert config_problem(RepSettings(isolation="none")) is None
     compose = RepSettings(
         bbs_url="http://bbs-1:8889,http://bbs-2:8889",
         listen="0.0.0.0",
@@ -25,6 +26,7 @@ def test_defaults_and_a_compose_style_cell_are_sane() -> None:
         nats_url="nats://vendue:secret@nats:4222",
         memory_mb=2048,
         disk_mb=4096,
+        isolation="none",
         insecure=True,  # on 0.0.0.0 without TLS files: only when asked for
     )
     assert config_problem(compose) is None
@@ -117,3 +119,28 @@ def test_the_rep_id_is_the_certificates_cn_else_the_flag_else_the_cell_or_the_si
     assert rep_id_of(secure, serving_tls(secure, secure.listen, "rep")) == "rep-a"
     with pytest.raises(ValidationError):
         RepSettings(_env_file=None, rep_id="a b")
+
+
+def test_a_rep_that_cannot_isolate_is_refused_in_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    problem = config_problem(RepSettings())
+    assert problem is not None and problem.startswith("cannot isolate instances: not running as root (uid 1000)")
+    assert "--isolation none" in problem and "\n" not in problem
+    assert config_problem(RepSettings(isolation="none")) is None
+    assert config_problem(RepSettings(executor="sim")) is None
+
+
+@pytest.mark.parametrize(("setting", "value", "problem"), [
+    ("app_uid_range", "5", "app_uid_range"),
+    ("app_uid_range", "9-3", "app_uid_range"),
+    ("cgroup_parent", "vendue", "cgroup_parent"),
+    ("cgroup_parent", "/a/../b", "cgroup_parent"),
+    ("pids_limit", 0, "pids_limit"),
+    ("isolation", "chroot", "isolation"),
+])
+def test_bad_isolation_settings_name_the_setting(setting: str, value: object, problem: str) -> None:
+    with pytest.raises(ValidationError) as raised:
+        RepSettings(**{setting: value})
+    assert raised.value.errors()[0]["loc"] == (problem,)

@@ -1,25 +1,39 @@
-"""Real child processes as containers.
+"""Real child processes as containers, isolated as rep/isolation.py describes.
 
-Each container is a directory `<data-dir>/<cell_id>/containers/<instance_guid>` (tasks:
-`task-<task_guid>`) holding `output.log` (stdout and stderr) and `pid` (pid and kernel start time).
-The child:
-- runs `desired.command` (argv, no shell) in that directory, with the rep's environment minus its
-  `VENDUE_*` settings, then `desired.env`, then PORT (host port of the first container port; every
-  container port gets a free host port), INSTANCE_INDEX, INSTANCE_GUID, PROCESS_GUID, CELL_ID
-  (tasks: TASK_GUID, CELL_ID);
-- leads its own process group (stop signals go to the whole group) and gets PR_SET_PDEATHSIG(SIGKILL),
-  so `kill -9` of the rep takes it down too. Grandchildren do not inherit PDEATHSIG: a command that
-  forks and does not `exec` leaves them behind until the rep restarts and kills its leftovers (every
-  process still in a recorded process group that carries the container's guid in its environment);
-- memory: RLIMIT_DATA = memory_mb (heap and private writable mappings, Linux >= 4.7). RLIMIT_AS would
-  break runtimes that reserve large address ranges (Python, Go, the JVM). Thread stacks count against
-  RLIMIT_DATA, so very thread-heavy apps need more memory_mb. `--no-memory-limit` turns it off.
+Each container is a directory (tasks: `task-<task_guid>`): isolated, `<instances-dir>/<rep-key>/<cell_id>/
+<instance_guid>`, 0700 and owned by the instance's own uid; with `--isolation none`,
+`<data-dir>/<cell_id>/containers/<instance_guid>`. It holds `output.log` and `output.log.1` (stdout and
+stderr through a pipe the rep reads, capped and rotated: rep/output_log.py), `tmp/`, and unisolated `pid`
+(pid and kernel start time). Its disk_mb is enforced on the whole directory, logs included
+(rep/disk_usage.py): measured every `disk_check_interval_s` and on exit; over it, the instance is stopped
+as a stop would and reported crashed with "disk quota exceeded (N MB used of M MB)" (a task: failed with
+that reason). The child:
+- runs `desired.command` (argv, no shell) in that directory with exactly this environment: PATH (a
+  standard one, unless the LRP sets its own), the LRP's `env`, then Vendue's own variables: PORT (host
+  port of the first container port; every container port gets a free host port), INSTANCE_INDEX,
+  INSTANCE_GUID, PROCESS_GUID, CELL_ID (tasks: TASK_GUID, CELL_ID), HOME (its directory) and TMPDIR (its
+  tmp/). Nothing of the rep's own environment (its settings, its NATS credentials), with
+  `--isolation none` neither;
+- isolated: runs in its own cgroup and under its own uid, both entered before exec
+  (common/procutil.child_preexec), so that stop, delete and crash kill everything it started (setsid,
+  double forks and new process groups included), and a rep that starts after a crash kills what its cgroups
+  still hold. An instance whose main process died after the OOM killer struck in its cgroup crashed with
+  "out of memory (killed by signal 9)" (its exit status in brackets);
+- unisolated: leads its own process group (stop signals go to the whole group) and gets
+  PR_SET_PDEATHSIG(SIGKILL), so `kill -9` of the rep takes it down too. Grandchildren do not inherit
+  PDEATHSIG: a command that forks and does not `exec` leaves them behind until the rep restarts and kills
+  its leftovers (every process still in a recorded process group that carries the container's guid in its
+  environment). Memory: RLIMIT_DATA = memory_mb (heap and private writable mappings, Linux >= 4.7).
+  RLIMIT_AS would break runtimes that reserve large address ranges (Python, Go, the JVM). Thread stacks
+  count against RLIMIT_DATA, so very thread-heavy apps need more memory_mb. `--no-memory-limit` turns it
+  off.
 
 An instance is RUNNING once its health check passes within `health_check.timeout_s`: `port` (a TCP
 connect to 127.0.0.1:PORT; with no ports it degrades to `process`), `http` (GET path answers 2xx),
 `process` (still alive after a short grace). A child that exits, or never turns healthy, is a crash:
 "exited with status N" / "killed by signal N" / "health check (port) did not pass within 60s".
-Stop: SIGTERM to the group, SIGKILL after the grace period.
+Stop: SIGTERM to every process of the instance (its cgroup; unisolated its process group), SIGKILL after
+the grace period.
 """
 
 from __future__ import annotations
@@ -38,27 +52,49 @@ from pathlib import Path
 import httpx
 
 from common.models import HealthCheck, PortMapping, TaskCompletion
-from common.procutil import child_preexec, free_port, signal_process, terminate_then_kill_async
+from common.procutil import free_port, signal_process, terminate_then_kill_async
 
+from .app_users import NoAppUser
+from .cgroups import CellCgroups, limits_for
+from .disk_usage import DiskWatcher
 from .executor import Executor, ExecutorListener, LRPContainer, TaskContainer
+from .isolation import TMP, Isolation, Sandbox, disown_instance_dir, make_instance_dir
+from .output_log import LOG_NAMES, OutputLog
 
 log = logging.getLogger("rep.process")
 
 MIB = 1024 * 1024
 RESULT_BYTES = 4096
-LOG_NAME = "output.log"
 PID_NAME = "pid"
+# How long an ended container's output may take to drain: every process holding the pipe is gone by then,
+# but for one that escaped the kill (which then gets EPIPE).
+OUTPUT_DRAIN_S = 1.0
+DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+# A start that fails on the way (no uid left, a cgroup or a directory not made, exec refused) is the
+# instance's failure to start, not the executor's.
+START_ERRORS = (OSError, subprocess.SubprocessError, NoAppUser)
 
 
 @dataclass(slots=True, eq=False)
 class _Child:
-    """One container's process and the request to stop it."""
+    """One container's process, what it runs in, and the request to stop it."""
 
     guid: str
-    directory: Path
+    sandbox: Sandbox
     proc: asyncio.subprocess.Process | None = None
     stop_requested: asyncio.Event = field(default_factory=asyncio.Event)
     runner: asyncio.Task[None] | None = None
+    output: OutputLog | None = None
+    over_quota: str = ""  # the disk watcher's verdict, once it has stopped the container
+
+    async def close_output(self) -> None:
+        if self.output is not None:
+            await self.output.finish(OUTPUT_DRAIN_S)
+            self.output.close()
+
+    @property
+    def directory(self) -> Path:
+        return self.sandbox.directory
 
 
 def exit_reason(returncode: int) -> str:
@@ -82,26 +118,55 @@ class ProcessExecutor(Executor):
         data_dir: Path,
         cell_id: str,
         *,
+        isolation: Isolation | None = None,
         stop_grace_s: float = 10.0,
         memory_limit: bool = True,
         process_grace_s: float = 1.0,
+        log_cap_bytes: int = 10 * MIB,
+        disk_check_interval_s: float = 2.0,
     ) -> None:
-        self.containers_dir = Path(data_dir) / cell_id / "containers"
+        self.isolation = isolation  # None: --isolation none
+        self._cgroups: CellCgroups | None = None
+        if isolation is not None:
+            self.containers_dir = isolation.instances_dir(cell_id)
+            self._cgroups = isolation.cgroups.cell(cell_id)
+        else:
+            self.containers_dir = Path(data_dir) / cell_id / "containers"
         self.cell_id = cell_id
         self.stop_grace_s = stop_grace_s
-        self.memory_limit = memory_limit
+        self.memory_limit = memory_limit  # RLIMIT_DATA, unisolated only: a cgroup limits memory otherwise
         self.process_grace_s = process_grace_s
+        self.log_cap_bytes = log_cap_bytes
+        self._disk = DiskWatcher(disk_check_interval_s)
+        self._quota_stops: set[asyncio.Task[None]] = set()
         self._lrps: dict[str, _Child] = {}
         self._tasks: dict[str, _Child] = {}
         self._http: httpx.AsyncClient | None = None
-        self._base_env = {k: v for k, v in os.environ.items() if not k.startswith("VENDUE_")}
+
+    @property
+    def isolation_name(self) -> str:
+        """As the cell advertises it: cgroup-v1, cgroup-v2 or none."""
+        return self.isolation.name if self.isolation is not None else "none"
 
     async def open(self) -> None:
-        self.containers_dir.mkdir(parents=True, exist_ok=True)
         self._http = httpx.AsyncClient(timeout=httpx.Timeout(2.0))
-        killed = kill_leftovers(self.containers_dir)
-        if killed:
-            log.info("killed leftover container processes", extra={"data": {"pids": killed}})
+        self._disk.start()
+        if self.isolation is None or self._cgroups is None:
+            self.containers_dir.mkdir(parents=True, exist_ok=True)
+            killed = kill_leftovers(self.containers_dir)
+            if killed:
+                log.info("killed leftover container processes", extra={"data": {"pids": killed}})
+            return
+        self.isolation.open_cell(self.cell_id)
+        # What a previous run of this rep left (it was killed): every process in those cgroups, then them.
+        leftovers = self._cgroups.leftovers()
+        for cgroup in leftovers:
+            await cgroup.kill()
+        for directory in self.containers_dir.iterdir():
+            shutil.rmtree(directory, ignore_errors=True)
+        if leftovers:
+            log.info("killed what a previous run left in its cgroups",
+                     extra={"data": {"cgroups": [str(c.dirs[0]) for c in leftovers]}})
 
     async def close(self) -> None:
         children = list(self._lrps.values()) + list(self._tasks.values())
@@ -110,14 +175,21 @@ class ProcessExecutor(Executor):
         runners = [c.runner for c in children if c.runner is not None]
         if runners:
             await asyncio.wait(runners, timeout=self.stop_grace_s + 5)
+        await self._disk.stop()
         if self._http is not None:
             await self._http.aclose()
+        if self._cgroups is not None:
+            # Outside the data dir, on a machine other reps share: nothing of this cell stays behind, not
+            # even the logs of crashed instances (kept while the rep runs).
+            shutil.rmtree(self.containers_dir, ignore_errors=True)
+            with contextlib.suppress(OSError):
+                self.containers_dir.parent.rmdir()  # <rep-key>, once its last cell is gone
+            self._cgroups.remove()
 
     def kill_all(self) -> None:
         for child in list(self._lrps.values()) + list(self._tasks.values()):
             child.stop_requested.set()
-            if child.proc is not None and child.proc.returncode is None:
-                signal_process(child.proc.pid, signal.SIGKILL, group=True)
+            self._kill_now(child)
 
     def pid_of(self, instance_guid: str) -> int | None:
         child = self._lrps.get(instance_guid)
@@ -126,7 +198,7 @@ class ProcessExecutor(Executor):
     # --- LRPs ---------------------------------------------------------------------------------------
 
     def start_lrp(self, container: LRPContainer, listener: ExecutorListener) -> None:
-        child = _Child(container.instance_guid, self.containers_dir / container.instance_guid)
+        child = _Child(container.instance_guid, Sandbox(self.containers_dir / container.instance_guid))
         self._lrps[child.guid] = child
         child.runner = asyncio.create_task(
             self._run_lrp(child, container, listener), name=f"lrp-{child.guid}"
@@ -148,37 +220,35 @@ class ProcessExecutor(Executor):
                 listener.lrp_crashed(child.guid, "failed to start: the desired LRP has no command")
                 return
             ports = [PortMapping(container_port=p, host_port=free_port()) for p in desired.ports]
-            env = {
-                **self._base_env,
-                **desired.env,
+            own = {
                 "INSTANCE_INDEX": str(c.index),
                 "INSTANCE_GUID": c.instance_guid,
                 "PROCESS_GUID": desired.process_guid,
                 "CELL_ID": c.cell_id,
             }
             if ports:
-                env["PORT"] = str(ports[0].host_port)
-            data_limit = desired.memory_mb * MIB if self.memory_limit else None
+                own["PORT"] = str(ports[0].host_port)
             try:
-                proc = await self._spawn(child, desired.command, env, data_limit)
-            except OSError as exc:
+                self._isolate(child, desired.memory_mb)
+                proc = await self._spawn(child, desired.command, self._env(child, desired.env, own))
+            except START_ERRORS as exc:
                 listener.lrp_crashed(child.guid, f"failed to start: {exc}")
                 return
+            self._watch_disk(child, desired.disk_mb)
             if child.stop_requested.is_set():
-                await terminate_then_kill_async(proc, self.stop_grace_s, group=True)
+                await self._terminate(child, proc, self.stop_grace_s)
                 return
             healthy = await self._wait_healthy(child, proc, desired.health_check, ports)
             if child.stop_requested.is_set():
-                await terminate_then_kill_async(proc, self.stop_grace_s, group=True)
+                await self._terminate(child, proc, self.stop_grace_s)
                 return
             if proc.returncode is not None:
                 keep_directory = True
-                signal_process(proc.pid, signal.SIGKILL, group=True)
-                listener.lrp_crashed(child.guid, exit_reason(proc.returncode))
+                listener.lrp_crashed(child.guid, await self._exited(child, proc.returncode))
                 return
             if not healthy:
                 keep_directory = True
-                await terminate_then_kill_async(proc, 0.5, group=True)
+                await self._terminate(child, proc, 0.5)
                 check = desired.health_check
                 listener.lrp_crashed(
                     child.guid, f"health check ({check.type}) did not pass within {check.timeout_s:g}s"
@@ -187,18 +257,16 @@ class ProcessExecutor(Executor):
             listener.lrp_running(child.guid, ports)
             if await _exited_or_stop(proc, child.stop_requested):
                 keep_directory = True
-                signal_process(proc.pid, signal.SIGKILL, group=True)  # what the leader left behind
-                listener.lrp_crashed(child.guid, exit_reason(proc.returncode or 0))
+                listener.lrp_crashed(child.guid, await self._exited(child, proc.returncode or 0))
             else:
-                await terminate_then_kill_async(proc, self.stop_grace_s, group=True)
+                await self._terminate(child, proc, self.stop_grace_s)
         except Exception as exc:
             log.exception("container failed", extra={"data": {"instance_guid": child.guid}})
-            if child.proc is not None and child.proc.returncode is None:
-                signal_process(child.proc.pid, signal.SIGKILL, group=True)
+            self._kill_now(child)
             listener.lrp_crashed(child.guid, f"executor error: {exc!r}")
         finally:
             self._lrps.pop(child.guid, None)
-            _cleanup(child.directory, keep_log=keep_directory)
+            await self._release(child, keep_log=keep_directory)
 
     async def _wait_healthy(
         self, child: _Child, proc: asyncio.subprocess.Process, check: HealthCheck, ports: list[PortMapping]
@@ -250,7 +318,7 @@ class ProcessExecutor(Executor):
 
     def run_task(self, container: TaskContainer, listener: ExecutorListener) -> None:
         guid = container.task_guid
-        child = _Child(guid, self.containers_dir / f"task-{guid}")
+        child = _Child(guid, Sandbox(self.containers_dir / f"task-{guid}"))
         self._tasks[guid] = child
         child.runner = asyncio.create_task(self._run_task(child, container, listener), name=f"task-{guid}")
 
@@ -265,36 +333,38 @@ class ProcessExecutor(Executor):
     async def _run_task(self, child: _Child, c: TaskContainer, listener: ExecutorListener) -> None:
         task = c.task
         try:
-            env = {**self._base_env, **task.env, "TASK_GUID": task.task_guid, "CELL_ID": c.cell_id}
-            data_limit = task.memory_mb * MIB if self.memory_limit else None
             try:
-                proc = await self._spawn(child, task.command, env, data_limit)
-            except OSError as exc:
+                self._isolate(child, task.memory_mb)
+                env = self._env(child, task.env, {"TASK_GUID": task.task_guid, "CELL_ID": c.cell_id})
+                proc = await self._spawn(child, task.command, env)
+            except START_ERRORS as exc:
                 listener.task_finished(
                     TaskCompletion(
                         task_guid=task.task_guid, failed=True, failure_reason=f"failed to start: {exc}"
                     )
                 )
                 return
+            self._watch_disk(child, task.disk_mb)
             if not await _exited_or_stop(proc, child.stop_requested):
-                await terminate_then_kill_async(proc, self.stop_grace_s, group=True)
+                await self._terminate(child, proc, self.stop_grace_s)
                 return  # cancelled: the cell reports it
-            signal_process(proc.pid, signal.SIGKILL, group=True)
             status = proc.returncode or 0
-            failed = status != 0
+            reason = await self._exited(child, status)
+            failed = status != 0 or bool(child.over_quota)
+            assert child.output is not None
+            await child.output.finish(OUTPUT_DRAIN_S)
             listener.task_finished(
                 TaskCompletion(
                     task_guid=task.task_guid,
                     failed=failed,
-                    failure_reason=exit_reason(status) if failed else "",
+                    failure_reason=reason if failed else "",
                     exit_status=status,
-                    result=_tail(child.directory / LOG_NAME, RESULT_BYTES),
+                    result=child.output.tail(RESULT_BYTES),
                 )
             )
         except Exception as exc:
             log.exception("task failed in the executor", extra={"data": {"task_guid": task.task_guid}})
-            if child.proc is not None and child.proc.returncode is None:
-                signal_process(child.proc.pid, signal.SIGKILL, group=True)
+            self._kill_now(child)
             listener.task_finished(
                 TaskCompletion(
                     task_guid=task.task_guid, failed=True, failure_reason=f"executor error: {exc!r}"
@@ -302,29 +372,119 @@ class ProcessExecutor(Executor):
             )
         finally:
             self._tasks.pop(child.guid, None)
-            _cleanup(child.directory, keep_log=False)
+            await self._release(child, keep_log=False)
+
+    # --- isolation ----------------------------------------------------------------------------------
+
+    def _isolate(self, child: _Child, memory_mb: int) -> None:
+        """Give the container its user, its cgroup and its directory (undone by `_release`)."""
+        sandbox = child.sandbox
+        if self.isolation is None or self._cgroups is None:
+            sandbox.data_limit_bytes = memory_mb * MIB if self.memory_limit else None
+            make_instance_dir(sandbox.directory, None)
+            return
+        sandbox.user = self.isolation.users.acquire()
+        sandbox.cgroup = self._cgroups.create(child.guid, limits_for(memory_mb, self.isolation.pids_limit))
+        make_instance_dir(sandbox.directory, sandbox.user)
+
+    def _env(self, child: _Child, requested: dict[str, str], own: dict[str, str]) -> dict[str, str]:
+        """Exactly what the LRP or task asks for and Vendue's own variables (see the module's docstring)."""
+        return {"PATH": DEFAULT_PATH, **requested, **own,
+                "HOME": str(child.directory), "TMPDIR": str(child.directory / TMP)}
+
+    async def _terminate(self, child: _Child, proc: asyncio.subprocess.Process, grace_s: float) -> None:
+        """SIGTERM to every process of the container, SIGKILL after `grace_s`."""
+        cgroup = child.sandbox.cgroup
+        if cgroup is None:
+            await terminate_then_kill_async(proc, grace_s, group=True)
+            return
+        await cgroup.stop(grace_s)
+        await asyncio.wait_for(proc.wait(), timeout=30.0)
+
+    async def _exited(self, child: _Child, returncode: int) -> str:
+        """The main process ended on its own: kill what it left behind; say why it ended (over its disk
+        quota, as the watcher found or as measured now, comes first: `child.over_quota` is then set)."""
+        reason = exit_reason(returncode)
+        cgroup = child.sandbox.cgroup
+        if cgroup is None:
+            if child.proc is not None:
+                signal_process(child.proc.pid, signal.SIGKILL, group=True)  # what the leader left behind
+        else:
+            if cgroup.oom_kills() > 0:  # read before the cgroup goes
+                reason = f"out of memory ({reason})"
+            await cgroup.kill()
+        child.over_quota = child.over_quota or await self._disk.check(child.guid)
+        return child.over_quota or reason
+
+    def _kill_now(self, child: _Child) -> None:
+        if child.sandbox.cgroup is not None:
+            child.sandbox.cgroup.kill_now()
+        elif child.proc is not None and child.proc.returncode is None:
+            signal_process(child.proc.pid, signal.SIGKILL, group=True)
+
+    async def _release(self, child: _Child, *, keep_log: bool) -> None:
+        """Undo `_isolate`: the cgroup emptied and removed, the directory removed (a crashed one kept for its
+        log, made root's), and only then the uid given back: nothing runs under it any more."""
+        sandbox = child.sandbox
+        self._disk.unwatch(child.guid)
+        emptied = True
+        if sandbox.cgroup is not None:
+            emptied = await sandbox.cgroup.kill()
+        await child.close_output()
+        if not keep_log:
+            shutil.rmtree(sandbox.directory, ignore_errors=True)
+        else:
+            _keep_only_logs(sandbox.directory)
+            if sandbox.user is not None:
+                disown_instance_dir(sandbox.directory)
+        if sandbox.user is not None and self.isolation is not None:
+            if emptied:
+                self.isolation.users.release(sandbox.user)
+            else:  # a process of it would not die: its uid stays taken rather than go to another instance
+                log.error("uid kept: a process of the container would not die",
+                          extra={"data": {"guid": child.guid, "uid": sandbox.user.uid}})
+
+    # --- disk quota ---------------------------------------------------------------------------------
+
+    def _watch_disk(self, child: _Child, disk_mb: int) -> None:
+        self._disk.watch(child.guid, child.directory, disk_mb, lambda reason: self._stop_over_quota(child, reason))
+
+    def _stop_over_quota(self, child: _Child, reason: str) -> None:
+        """The disk watcher's verdict: stop the container as a stop would; its runner then sees it end and
+        reports the crash (or the task's failure) with `reason`."""
+        child.over_quota = reason
+        if child.proc is not None and child.proc.returncode is None:
+            stop = asyncio.create_task(self._terminate(child, child.proc, self.stop_grace_s))
+            self._quota_stops.add(stop)
+            stop.add_done_callback(self._quota_stops.discard)
 
     # --- spawning -----------------------------------------------------------------------------------
 
-    async def _spawn(
-        self, child: _Child, argv: list[str], env: dict[str, str], data_limit: int | None
-    ) -> asyncio.subprocess.Process:
-        child.directory.mkdir(parents=True, exist_ok=True)
-        with open(child.directory / LOG_NAME, "ab") as output:
+    async def _spawn(self, child: _Child, argv: list[str], env: dict[str, str]) -> asyncio.subprocess.Process:
+        """Start `argv` with `env` in the container's directory, inside its sandbox."""
+        sandbox = child.sandbox
+        output = OutputLog(sandbox.directory, self.log_cap_bytes)
+        try:
             proc = await asyncio.create_subprocess_exec(
                 *argv,
-                cwd=child.directory,
+                cwd=sandbox.directory,
                 env=env,
                 stdin=subprocess.DEVNULL,
-                stdout=output,
+                stdout=output.writer,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
-                preexec_fn=child_preexec(data_limit_bytes=data_limit),
+                preexec_fn=sandbox.preexec(),
             )
+        except BaseException:
+            output.close()
+            raise
+        output.start()
+        child.output = output
         child.proc = proc
-        (child.directory / PID_NAME).write_text(
-            json.dumps({"pid": proc.pid, "start_time": _start_time(proc.pid), "guid": child.guid}) + "\n"
-        )
+        if sandbox.cgroup is None:  # for kill_leftovers; an isolated instance's cgroup says all of that
+            (sandbox.directory / PID_NAME).write_text(
+                json.dumps({"pid": proc.pid, "start_time": _start_time(proc.pid), "guid": child.guid}) + "\n"
+            )
         return proc
 
 
@@ -340,23 +500,18 @@ async def _exited_or_stop(proc: asyncio.subprocess.Process, stop: asyncio.Event)
     return proc.returncode is not None and not stop.is_set()
 
 
-def _tail(path: Path, size: int) -> str:
-    try:
-        with open(path, "rb") as f:
-            f.seek(0, os.SEEK_END)
-            f.seek(max(0, f.tell() - size))
-            return f.read().decode("utf-8", errors="replace")
-    except OSError:
-        return ""
-
-
-def _cleanup(directory: Path, *, keep_log: bool) -> None:
-    """Remove a finished container's directory; a crashed one keeps its log for the operator."""
-    if keep_log:
-        with contextlib.suppress(OSError):
-            (directory / PID_NAME).unlink()
-        return
-    shutil.rmtree(directory, ignore_errors=True)
+def _keep_only_logs(directory: Path) -> None:
+    """A crashed container's directory keeps its logs for the operator, and only them (what it wrote,
+    perhaps past its disk quota, is no longer counted against the cell)."""
+    with contextlib.suppress(OSError), os.scandir(directory) as entries:
+        for entry in entries:
+            if entry.name in LOG_NAMES:
+                continue
+            if entry.is_dir(follow_symlinks=False):
+                shutil.rmtree(entry.path, ignore_errors=True)
+            else:
+                with contextlib.suppress(OSError):
+                    os.unlink(entry.path)
 
 
 def _group_members(pgid: int) -> list[int]:

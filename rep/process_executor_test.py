@@ -1,14 +1,15 @@
-"""The process executor with real child processes (`python -c` programs) on loopback."""
+"""The process executor with real child processes (`python -c` programs) on loopback, isolated (as root,
+where the machine has the cgroup controllers) and with `--isolation none`."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime
@@ -17,15 +18,19 @@ from pathlib import Path
 import pytest
 
 from common.models import DesiredLRP, HealthCheck, ModificationTag, PortMapping, Task, TaskCompletion
-from common.procutil import child_preexec, pid_alive
+from common.procutil import app_python, child_preexec, pid_alive
 
+from .cgroups import limits_for
 from .executor import LRPContainer, TaskContainer
+from .isolation import Isolation, isolation_problem, prepare_isolation
 from .process_executor import PID_NAME, ProcessExecutor, kill_leftovers
+from .settings import RepSettings
 
 pytestmark = pytest.mark.timeout(120)
 
 NOW = datetime(2024, 1, 1, tzinfo=UTC)
 DEADLINE_S = 30.0  # child Pythons start slowly on a busy 2-core machine
+PYTHON = app_python()  # one an app's own user may run
 
 # Listens on $PORT only after LISTEN_DELAY seconds; GET /env answers the vendue variables as JSON.
 HTTP_SERVER = """
@@ -34,7 +39,8 @@ time.sleep(float(os.environ.get("LISTEN_DELAY", "0")))
 class Handler(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
         names = ("PORT", "INSTANCE_INDEX", "INSTANCE_GUID", "PROCESS_GUID", "CELL_ID", "GREETING")
-        body = json.dumps({k: os.environ.get(k) for k in names} | {"cwd": os.getcwd()}).encode()
+        body = json.dumps({k: os.environ.get(k) for k in names} | {"cwd": os.getcwd(), "uid": os.getuid(),
+                          "gid": os.getgid(), "groups": os.getgroups()}).encode()
         self.send_response(200); self.end_headers(); self.wfile.write(body)
     def log_message(self, *args):
         pass
@@ -106,9 +112,21 @@ def listening(port: int) -> bool:
         return sock.connect_ex(("127.0.0.1", port)) == 0
 
 
-@pytest.fixture
-async def executor(tmp_path: Path) -> AsyncIterator[ProcessExecutor]:
-    ex = ProcessExecutor(tmp_path, "cell-p", stop_grace_s=0.5, process_grace_s=0.3)
+def isolation_for(data_dir: Path, **settings: object) -> Isolation:
+    """The machine's isolation for a rep with this data dir; skips the test where there is none."""
+    rep = RepSettings(data_dir=data_dir, **settings)
+    problem = isolation_problem(rep)
+    if problem is not None:
+        pytest.skip(problem)
+    isolation = prepare_isolation(rep)
+    assert isolation is not None
+    return isolation
+
+
+@pytest.fixture(params=["cgroups", "none"])
+async def executor(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[ProcessExecutor]:
+    isolation = isolation_for(tmp_path) if request.param == "cgroups" else None
+    ex = ProcessExecutor(tmp_path, "cell-p", isolation=isolation, stop_grace_s=0.5, process_grace_s=0.3)
     await ex.open()
     yield ex
     ex.kill_all()
@@ -119,7 +137,7 @@ async def test_running_only_once_the_child_listens_with_its_environment(executor
     listening_when_reported: list[bool] = []
     listener = Listener(lambda guid, ports: listening_when_reported.append(listening(ports[0].host_port)))
     executor.start_lrp(
-        container([sys.executable, "-c", HTTP_SERVER], env={"LISTEN_DELAY": "1.0", "GREETING": "hi"}),
+        container([PYTHON, "-c", HTTP_SERVER], env={"LISTEN_DELAY": "1.0", "GREETING": "hi"}),
         listener,
     )
     await eventually(lambda: executor.pid_of("inst-1") is not None, "a child process", lambda: None)
@@ -145,7 +163,8 @@ async def test_running_only_once_the_child_listens_with_its_environment(executor
     )
     assert env["GREETING"] == "hi"
     assert env["cwd"] == str(executor.containers_dir / "inst-1")
-    assert json.loads((executor.containers_dir / "inst-1" / PID_NAME).read_text())["pid"] == pid
+    if executor.isolation is None:
+        assert json.loads((executor.containers_dir / "inst-1" / PID_NAME).read_text())["pid"] == pid
 
     await executor.stop_lrp("inst-1")
 
@@ -156,7 +175,7 @@ async def test_running_only_once_the_child_listens_with_its_environment(executor
 
 async def test_a_child_killed_by_signal_9_is_reported_crashed(executor: ProcessExecutor) -> None:
     listener = Listener()
-    executor.start_lrp(container([sys.executable, "-c", HTTP_SERVER]), listener)
+    executor.start_lrp(container([PYTHON, "-c", HTTP_SERVER]), listener)
     await eventually(lambda: bool(listener.running), "a running report", lambda: listener.crashed)
     pid = executor.pid_of("inst-1")
     assert pid is not None
@@ -165,12 +184,16 @@ async def test_a_child_killed_by_signal_9_is_reported_crashed(executor: ProcessE
 
     await eventually(lambda: bool(listener.crashed), "a crash report", lambda: listener.running)
     assert listener.crashed == [("inst-1", "killed by signal 9")]
-    assert (executor.containers_dir / "inst-1" / "output.log").exists(), "a crashed container keeps its log"
+    kept = executor.containers_dir / "inst-1"
+    assert (kept / "output.log").exists(), "a crashed container keeps its log"
+    if executor.isolation is not None:
+        owner, mode = kept.stat().st_uid, kept.stat().st_mode & 0o777
+        assert (owner, mode) == (0, 0o700), "kept for root: the next holder of its uid may not enter it"
 
 
 async def test_an_exit_during_startup_is_a_crash_with_its_status(executor: ProcessExecutor) -> None:
     listener = Listener()
-    executor.start_lrp(container([sys.executable, "-c", "import sys; sys.exit(3)"]), listener)
+    executor.start_lrp(container([PYTHON, "-c", "import sys; sys.exit(3)"]), listener)
     await eventually(lambda: bool(listener.crashed), "a crash report", lambda: listener.running)
     assert listener.crashed == [("inst-1", "exited with status 3")]
     assert listener.running == []
@@ -192,7 +215,7 @@ async def test_a_missing_executable_fails_the_start(executor: ProcessExecutor) -
 
 async def test_a_child_that_never_listens_fails_its_health_check(executor: ProcessExecutor) -> None:
     listener = Listener()
-    never = [sys.executable, "-c", "import time; time.sleep(60)"]
+    never = [PYTHON, "-c", "import time; time.sleep(60)"]
     executor.start_lrp(container(never, check=HealthCheck(type="port", timeout_s=1.0)), listener)
     await eventually(lambda: executor.pid_of("inst-1") is not None, "a child process", lambda: None)
     pid = executor.pid_of("inst-1")
@@ -205,12 +228,12 @@ async def test_a_child_that_never_listens_fails_its_health_check(executor: Proce
 async def test_http_and_process_health_checks(executor: ProcessExecutor) -> None:
     listener = Listener()
     executor.start_lrp(
-        container([sys.executable, "-c", HTTP_SERVER], guid="h", check=HealthCheck(type="http", path="/env")),
+        container([PYTHON, "-c", HTTP_SERVER], guid="h", check=HealthCheck(type="http", path="/env")),
         listener,
     )
     executor.start_lrp(
         container(
-            [sys.executable, "-c", "import time; time.sleep(60)"],
+            [PYTHON, "-c", "import time; time.sleep(60)"],
             guid="p",
             check=HealthCheck(type="process"),
             ports=[],
@@ -224,7 +247,7 @@ async def test_http_and_process_health_checks(executor: ProcessExecutor) -> None
 async def test_stop_sends_sigterm_then_sigkill_after_the_grace(executor: ProcessExecutor) -> None:
     listener = Listener()
     executor.start_lrp(
-        container([sys.executable, "-c", IGNORES_SIGTERM], check=HealthCheck(type="process"), ports=[]),
+        container([PYTHON, "-c", IGNORES_SIGTERM], check=HealthCheck(type="process"), ports=[]),
         listener,
     )
     directory = executor.containers_dir / "inst-1"
@@ -255,7 +278,7 @@ async def test_a_task_reports_exit_status_and_the_tail_of_its_output(executor: P
     executor.run_task(
         TaskContainer(
             "cell-p",
-            Task(task_guid="t1", command=[sys.executable, "-c", script], created_at=NOW, updated_at=NOW),
+            Task(task_guid="t1", command=[PYTHON, "-c", script], created_at=NOW, updated_at=NOW),
         ),
         listener,
     )
@@ -273,10 +296,10 @@ async def test_a_task_reports_exit_status_and_the_tail_of_its_output(executor: P
 
 async def test_a_successful_task_and_a_cancelled_one(executor: ProcessExecutor) -> None:
     listener = Listener()
-    ok = Task(task_guid="ok", command=[sys.executable, "-c", "print('done')"], created_at=NOW, updated_at=NOW)
+    ok = Task(task_guid="ok", command=[PYTHON, "-c", "print('done')"], created_at=NOW, updated_at=NOW)
     slow = Task(
         task_guid="slow",
-        command=[sys.executable, "-c", "import time; time.sleep(60)"],
+        command=[PYTHON, "-c", "import time; time.sleep(60)"],
         created_at=NOW,
         updated_at=NOW,
     )
@@ -290,17 +313,218 @@ async def test_a_successful_task_and_a_cancelled_one(executor: ProcessExecutor) 
     assert [c.task_guid for c in listener.finished] == ["ok"], "a cancel reports nothing from the executor"
 
 
+def environ_of(pid: int) -> dict[str, str]:
+    """The environment a process was started with (as root: any process's)."""
+    items = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    return dict(item.decode().split("=", 1) for item in items if b"=" in item)
+
+
+async def test_the_environment_is_exactly_the_lrps_and_vendues_own(
+    executor: ProcessExecutor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("REP_SECRET", "the rep's, not the app's")
+    listener = Listener()
+    executor.start_lrp(container([PYTHON, "-c", HTTP_SERVER], env={"GREETING": "hi"}), listener)
+    await eventually(lambda: bool(listener.running), "a running report", lambda: listener.crashed)
+    pid = executor.pid_of("inst-1")
+    assert pid is not None
+    directory = executor.containers_dir / "inst-1"
+
+    env = environ_of(pid)
+
+    port = str(listener.running[0][1][0].host_port)
+    assert env == {
+        "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "GREETING": "hi",
+        "INSTANCE_INDEX": "2", "INSTANCE_GUID": "inst-1", "PROCESS_GUID": "web", "CELL_ID": "cell-p",
+        "PORT": port, "HOME": str(directory), "TMPDIR": str(directory / "tmp"),
+    }
+    assert (directory / "tmp").is_dir()
+
+
+async def test_an_lrp_may_set_its_own_path(executor: ProcessExecutor) -> None:
+    listener = Listener()
+    executor.start_lrp(container([PYTHON, "-c", HTTP_SERVER], env={"PATH": "/opt/app/bin:/usr/bin"}), listener)
+    await eventually(lambda: bool(listener.running), "a running report", lambda: listener.crashed)
+    pid = executor.pid_of("inst-1")
+    assert pid is not None and environ_of(pid)["PATH"] == "/opt/app/bin:/usr/bin"
+
+
+# --- isolation (cgroups) -------------------------------------------------------------------------
+
+
+@pytest.fixture
+async def isolated(tmp_path: Path) -> AsyncIterator[ProcessExecutor]:
+    ex = ProcessExecutor(tmp_path, "cell-p", isolation=isolation_for(tmp_path, pids_limit=16),
+                         stop_grace_s=0.5, process_grace_s=0.3)
+    await ex.open()
+    yield ex
+    ex.kill_all()
+    await ex.close()
+
+
+async def test_each_isolated_instance_has_its_own_uid_and_directory(isolated: ProcessExecutor) -> None:
+    import httpx
+
+    listener = Listener()
+    for guid in ("a", "b"):
+        isolated.start_lrp(container([PYTHON, "-c", HTTP_SERVER], guid=guid), listener)
+    await eventually(lambda: len(listener.running) == 2, "two running reports", lambda: listener.crashed)
+
+    seen = {}
+    async with httpx.AsyncClient(timeout=5) as client:
+        for guid, ports in listener.running:
+            seen[guid] = (await client.get(f"http://127.0.0.1:{ports[0].host_port}/")).json()
+    uids = {guid: answer["uid"] for guid, answer in seen.items()}
+    assert 0 not in uids.values() and os.geteuid() not in uids.values(), uids
+    assert uids["a"] != uids["b"], f"two instances, one uid: {uids}"
+    for guid, answer in seen.items():
+        assert (answer["gid"], answer["groups"]) == (answer["uid"], []), answer
+        directory = isolated.containers_dir / guid
+        st = directory.stat()
+        assert (st.st_uid, st.st_gid, st.st_mode & 0o777) == (answer["uid"], answer["uid"], 0o700)
+        assert answer["cwd"] == str(directory)
+        assert isolated.isolation is not None
+        assert isolated.isolation.users.held() >= set(uids.values())
+
+    await isolated.stop_lrp("a")
+    await isolated.stop_lrp("b")
+
+    assert isolated.isolation.users.held().isdisjoint(uids.values()), "the uids go back once the instances are gone"
+
+
+# Allocates twice its memory_mb (MEMORY_MB below), a MiB at a time, each page touched.
+GREEDY = """
+import time
+chunks = [b"x" * 2**20 for _ in range(2 * 32)]
+time.sleep(60)
+"""
+
+
+async def test_an_instance_over_its_memory_is_killed_out_of_memory_and_its_neighbour_runs_on(
+    isolated: ProcessExecutor,
+) -> None:
+    listener = Listener()
+    isolated.start_lrp(container([PYTHON, "-c", HTTP_SERVER], guid="neighbour"), listener)
+    await eventually(lambda: bool(listener.running), "the neighbour running", lambda: listener.crashed)
+    neighbour = isolated.pid_of("neighbour")
+    greedy = container([PYTHON, "-c", GREEDY], guid="greedy", check=HealthCheck(type="process"), ports=[])
+    isolated.start_lrp(greedy._replace(desired=greedy.desired.model_copy(update={"memory_mb": 32})), listener)
+
+    await eventually(lambda: bool(listener.crashed), "the greedy one crashed", lambda: listener.running)
+
+    assert listener.crashed == [("greedy", "out of memory (killed by signal 9)")]
+    assert neighbour is not None and pid_alive(neighbour) and isolated.pid_of("neighbour") == neighbour
+
+
+# Forks a grandchild in a session of its own (setsid, then a second fork: the classic daemon), which
+# writes its pid to escapee.pid and sleeps; then it serves (or, with EXIT_AFTER set, exits 7).
+ESCAPES = """
+import os, sys, time, pathlib
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        print("escapee", os.getpid(), flush=True)  # in output.log, which a crashed instance keeps
+        pathlib.Path("escapee.pid").write_text(str(os.getpid()))
+        time.sleep(120)
+    os._exit(0)
+while not pathlib.Path("escapee.pid").exists():
+    time.sleep(0.01)
+if os.environ.get("EXIT_AFTER"):
+    sys.exit(7)
+time.sleep(120)
+"""
+
+
+async def test_a_stop_kills_a_setsid_double_forked_escapee(isolated: ProcessExecutor) -> None:
+    listener = Listener()
+    isolated.start_lrp(container([PYTHON, "-c", ESCAPES], check=HealthCheck(type="process"), ports=[]), listener)
+    pid_file = isolated.containers_dir / "inst-1" / "escapee.pid"
+    await eventually(lambda: bool(listener.running) and pid_file.exists() and pid_file.read_text() != "",
+                     "running, with its escapee", lambda: listener.crashed)
+    escapee = int(pid_file.read_text())
+    assert pid_alive(escapee) and os.getsid(escapee) != os.getsid(isolated.pid_of("inst-1") or 0)
+
+    await asyncio.wait_for(isolated.stop_lrp("inst-1"), timeout=DEADLINE_S)
+
+    assert not pid_alive(escapee), "a stop kills everything in the instance's cgroup"
+
+
+async def test_a_main_process_that_exits_leaves_nothing_behind(isolated: ProcessExecutor) -> None:
+    listener = Listener()
+    isolated.start_lrp(container([PYTHON, "-c", ESCAPES], env={"EXIT_AFTER": "1"},
+                                 check=HealthCheck(type="process", timeout_s=DEADLINE_S), ports=[]), listener)
+    await eventually(lambda: bool(listener.crashed), "a crash report", lambda: listener.running)
+    assert listener.crashed == [("inst-1", "exited with status 7")]
+    escapee = int((isolated.containers_dir / "inst-1" / "output.log").read_text().split()[-1])
+    assert not pid_alive(escapee), "the escapee went with its main process"
+
+
+# Forks until the pids limit refuses, says so, and keeps trying.
+FORK_BOMB = """
+import os, time, pathlib
+while True:
+    try:
+        os.fork()
+    except OSError:
+        pathlib.Path("limited").touch()
+        time.sleep(0.05)
+"""
+
+
+async def test_a_fork_bomb_stops_at_the_pids_limit_and_the_executor_runs_on(isolated: ProcessExecutor) -> None:
+    listener = Listener()
+    bomb = container([PYTHON, "-c", FORK_BOMB], guid="bomb", check=HealthCheck(type="process"), ports=[])
+    isolated.start_lrp(bomb, listener)
+    await eventually(lambda: (isolated.containers_dir / "bomb" / "limited").exists(), "a fork refused",
+                     lambda: listener.crashed)
+    cgroup = isolated._lrps["bomb"].sandbox.cgroup
+    assert cgroup is not None and 1 < len(cgroup.pids()) <= 16, cgroup.pids()
+
+    await asyncio.wait_for(isolated.stop_lrp("bomb"), timeout=DEADLINE_S)
+
+    assert cgroup.pids() == set() and not cgroup.dirs[0].exists()
+    isolated.start_lrp(container([PYTHON, "-c", HTTP_SERVER], guid="after"), listener)
+    await eventually(lambda: [g for g, _ in listener.running if g == "after"] == ["after"],
+                     "another instance running", lambda: (listener.crashed, listener.running,
+                     (isolated.containers_dir / "after" / "output.log").read_text()))
+
+
+async def test_a_restarted_rep_kills_what_its_previous_run_left_in_its_cgroups(tmp_path: Path) -> None:
+    isolation = isolation_for(tmp_path)
+    cgroup = isolation.cgroups.cell("cell-p").create("old-guid", limits_for(64, 16))
+    (isolation.instances_dir("cell-p") / "old-guid").mkdir(parents=True)
+    stray = subprocess.Popen(["sleep", "60"], start_new_session=True,
+                             preexec_fn=child_preexec(die_with_parent=False, cgroup_procs=cgroup.procs_files,
+                                                      uid=65534, gid=65534))
+    try:
+        assert cgroup.pids() == {stray.pid}
+        ex = ProcessExecutor(tmp_path, "cell-p", isolation=isolation)
+
+        await ex.open()
+
+        assert stray.wait(timeout=DEADLINE_S) == -signal.SIGKILL
+        assert not cgroup.dirs[0].exists() and list(ex.containers_dir.iterdir()) == []
+        await ex.close()
+        assert not ex.containers_dir.exists()
+    finally:
+        stray.kill()
+        stray.wait(timeout=DEADLINE_S)
+        cgroup.remove()
+        isolation.cgroups.cell("cell-p").remove()
+        shutil.rmtree(isolation.instances_root, ignore_errors=True)
+
+
 async def test_leftovers_of_a_previous_run_are_killed(tmp_path: Path) -> None:
     containers = tmp_path / "cell-p" / "containers"
     leftover = containers / "old-guid"
     leftover.mkdir(parents=True)
     proc = subprocess.Popen(
-        [sys.executable, "-c", "import time; time.sleep(60)"],
+        [PYTHON, "-c", "import time; time.sleep(60)"],
         env={**os.environ, "INSTANCE_GUID": "old-guid"},
         start_new_session=True,
         preexec_fn=child_preexec(),
     )
-    stranger = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
+    stranger = subprocess.Popen([PYTHON, "-c", "import time; time.sleep(60)"], start_new_session=True)
     try:
         (leftover / PID_NAME).write_text(json.dumps({"pid": proc.pid, "guid": "old-guid"}))
         (containers / "reused-pid").mkdir()
@@ -318,3 +542,87 @@ async def test_leftovers_of_a_previous_run_are_killed(tmp_path: Path) -> None:
         for p in (proc, stranger):
             p.kill()
             p.wait(timeout=DEADLINE_S)
+
+
+# --- disk quota and output log (rep/disk_usage.py, rep/output_log.py) ------------------------------
+
+# Serves $PORT, then writes $FILL_MB MB into its directory (and says so), then keeps serving.
+FILLS_ITS_DISK = HTTP_SERVER.replace(
+    "http.server.HTTPServer(",
+    "import threading\n"
+    "def fill():\n"
+    "    time.sleep(0.3)\n"
+    "    with open('fill', 'wb') as f:\n"
+    "        for _ in range(int(os.environ['FILL_MB'])): f.write(os.urandom(1 << 20)); f.flush()\n"
+    "    print('filled', flush=True)\n"
+    "threading.Thread(target=fill).start()\n"
+    "http.server.HTTPServer(",
+)
+
+
+@pytest.fixture(params=["cgroups", "none"])
+async def quick_disk_executor(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[ProcessExecutor]:
+    isolation = isolation_for(tmp_path) if request.param == "cgroups" else None
+    ex = ProcessExecutor(tmp_path, "cell-p", isolation=isolation, stop_grace_s=0.5, process_grace_s=0.3,
+                         disk_check_interval_s=0.1, log_cap_bytes=8192)
+    await ex.open()
+    yield ex
+    ex.kill_all()
+    await ex.close()
+
+
+async def test_an_instance_past_its_disk_mb_is_stopped_and_crashed_with_the_reason(
+    quick_disk_executor: ProcessExecutor,
+) -> None:
+    executor, listener = quick_disk_executor, Listener()
+    running = container([PYTHON, "-c", FILLS_ITS_DISK], env={"FILL_MB": "12"})
+    executor.start_lrp(running._replace(desired=running.desired.model_copy(update={"disk_mb": 8})), listener)
+    await eventually(lambda: bool(listener.running), "a running report", lambda: listener.crashed)
+    pid = executor.pid_of("inst-1")
+    assert pid is not None
+
+    await eventually(lambda: bool(listener.crashed), "a crash report", lambda: listener.running)
+
+    [(guid, reason)] = listener.crashed
+    assert guid == "inst-1" and reason.startswith("disk quota exceeded (") and reason.endswith(" MB used of 8 MB)")
+    assert 8 < int(reason.split("(")[1].split()[0]) <= 13, reason
+    assert not pid_alive(pid)
+    directory = executor.containers_dir / "inst-1"
+    assert sorted(p.name for p in directory.iterdir()) == ["output.log"], "only the log is kept, not the fill"
+
+
+@pytest.mark.parametrize("isolated", [True, False])
+async def test_a_task_that_ends_past_its_disk_mb_fails_with_the_reason(tmp_path: Path, isolated: bool) -> None:
+    # No round between start and exit (a minute apart): only the measurement on exit can catch it.
+    isolation = isolation_for(tmp_path) if isolated else None
+    executor = ProcessExecutor(tmp_path, "cell-p", isolation=isolation, stop_grace_s=0.5,
+                               disk_check_interval_s=60.0)
+    await executor.open()
+    try:
+        listener = Listener()
+        script = "import os\nwith open('fill', 'wb') as f: f.write(os.urandom(3 << 20))\nprint('wrote it')"
+        task = Task(task_guid="t1", command=[PYTHON, "-c", script], disk_mb=2, created_at=NOW,
+                    updated_at=NOW)
+        executor.run_task(TaskContainer("cell-p", task), listener)
+        await eventually(lambda: bool(listener.finished), "a task completion", lambda: None)
+    finally:
+        executor.kill_all()
+        await executor.close()
+    [done] = listener.finished
+    assert (done.failed, done.exit_status, done.result) == (True, 0, "wrote it\n")
+    used = done.failure_reason.removeprefix("disk quota exceeded (").removesuffix(" MB used of 2 MB)")
+    assert used.isdigit() and int(used) >= 3, f"expected the quota's reason, saw {done.failure_reason!r}"
+
+
+async def test_a_tasks_result_is_its_last_4_kib_across_the_rotated_log(
+    quick_disk_executor: ProcessExecutor,
+) -> None:
+    listener = Listener()
+    # 8 KiB cap: output.log rotates every 4 KiB, so the last 4 KiB straddle output.log.1 and output.log.
+    script = "import sys\nfor i in range(2000): print(f'{i:09d}')\nprint('the end')"
+    task = Task(task_guid="t1", command=[PYTHON, "-c", script], created_at=NOW, updated_at=NOW)
+    quick_disk_executor.run_task(TaskContainer("cell-p", task), listener)
+    await eventually(lambda: bool(listener.finished), "a task completion", lambda: None)
+    [done] = listener.finished
+    written = "".join(f"{i:09d}\n" for i in range(2000)) + "the end\n"
+    assert not done.failed and done.result == written[-4096:]

@@ -12,9 +12,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import signal
 import socket
 from collections.abc import Generator
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import httpx
@@ -28,19 +30,14 @@ from common.procutil import write_ready_file
 from common.tls import INSECURE_WARNING
 
 from .api import create_app
+from .capacity import CapacityError, cell_capacity
 from .cell import Cell, CellConfig
 from .executor import Executor
 from .fencing import FENCING_FILE, Fencing, lease_token_from
 from .host import HostLifecycleSender, RepHost
-from .process_executor import ProcessExecutor
-from .settings import (
-    SIM_DEFAULT_DISK_MB,
-    SIM_DEFAULT_MEMORY_MB,
-    RepSettings,
-    default_cell_id,
-    free_disk_mb,
-    machine_memory_mb,
-)
+from .isolation import NONE_WARNING, Isolation, IsolationError, instances_dir_of, prepare_isolation
+from .process_executor import MIB, ProcessExecutor
+from .settings import SIM_DEFAULT_DISK_MB, SIM_DEFAULT_MEMORY_MB, RepSettings, default_cell_id
 from .sim_executor import SimExecutor
 
 if TYPE_CHECKING:
@@ -81,13 +78,31 @@ def rep_id_of(settings: RepSettings, tls: ServingTLS | None) -> str:
     return settings.rep_id or settings.cell_id or default_cell_id()
 
 
-def cell_configs(settings: RepSettings, base_url: str, rep_id: str, *, insecure: bool) -> list[CellConfig]:
-    """Every cell's configuration; all share the process's root URL and name (one rep API)."""
+def instances_root(settings: RepSettings) -> Path:
+    """Where the process executor's instance directories live (each cell's below it): its filesystem is
+    the disk a cell offers by default."""
+    return instances_dir_of(settings) if settings.isolation == "cgroups" else settings.data_dir
+
+
+def cell_configs(settings: RepSettings, base_url: str, rep_id: str, *, insecure: bool,
+                 isolation: str = "") -> list[CellConfig]:
+    """Every cell's configuration; all share the process's root URL and name (one rep API). `isolation`:
+    how its instances are isolated, as advertised (`isolation_name`)."""
     sim = settings.executor == "sim"
     if settings.cells > 1 and not sim:
         raise ConfigError("--cells: only the sim executor can host more than one cell in a process")
-    memory = settings.memory_mb or (SIM_DEFAULT_MEMORY_MB if sim else machine_memory_mb())
-    disk = settings.disk_mb or (SIM_DEFAULT_DISK_MB if sim else free_disk_mb(settings.data_dir))
+    if sim:
+        memory = settings.memory_mb or SIM_DEFAULT_MEMORY_MB
+        disk = settings.disk_mb or SIM_DEFAULT_DISK_MB
+    else:
+        try:
+            memory, disk = cell_capacity(
+                memory_mb=settings.memory_mb, disk_mb=settings.disk_mb, instances_dir=instances_root(settings),
+                cells=settings.cells, memory_reserve_mb=settings.memory_reserve_mb,
+                disk_reserve_mb=settings.disk_reserve_mb,
+            )
+        except CapacityError as exc:
+            raise ConfigError(str(exc)) from None
     configs = []
     for i in range(settings.cells):
         if settings.cells == 1:
@@ -113,9 +128,18 @@ def cell_configs(settings: RepSettings, base_url: str, rep_id: str, *, insecure:
                 report_linger_s=settings.report_linger,
                 rep_id=rep_id,
                 insecure=insecure,
+                isolation=isolation,
             )
         )
     return configs
+
+
+def isolation_name(settings: RepSettings, isolation: Isolation | None) -> str:
+    """What the cells advertise (CellPresence.isolation): cgroup-v1 or cgroup-v2, none, or sim (simulated
+    containers isolate nothing, and run nothing)."""
+    if settings.executor == "sim":
+        return "sim"
+    return isolation.name if isolation is not None else "none"
 
 
 # Connections to the BBS: what the process says there is host-level (one lifecycle request in flight, a
@@ -147,7 +171,17 @@ def bbs_client(settings: RepSettings, tls: ServingTLS | None) -> httpx.AsyncClie
 
 def build_host(settings: RepSettings, base_url: str, tls: ServingTLS | None, bbs: httpx.AsyncClient) -> RepHost:
     rep_id = rep_id_of(settings, tls)
-    configs = cell_configs(settings, base_url, rep_id, insecure=tls is None)
+    try:  # before anything runs: a rep that cannot isolate as asked says so and exits 2
+        isolation = prepare_isolation(settings)
+        configs = cell_configs(settings, base_url, rep_id, insecure=tls is None,
+                               isolation=isolation_name(settings, isolation))
+        if isolation is not None:
+            for config in configs:
+                isolation.open_cell(config.cell_id)
+    except IsolationError as exc:
+        raise ConfigError(str(exc)) from None
+    if settings.executor == "process" and isolation is None:
+        log.warning(NONE_WARNING, extra={"data": {"uid": os.geteuid()}})
     if tls is not None:
         foreign = [c.cell_id for c in configs if not tls.identity.speaks_for(c.cell_id)]
         if foreign:  # the BBS would refuse every heartbeat of these: say so now, not as a silent outage
@@ -168,8 +202,11 @@ def build_host(settings: RepSettings, base_url: str, tls: ServingTLS | None, bbs
             executor = ProcessExecutor(
                 settings.data_dir,
                 config.cell_id,
+                isolation=isolation,
                 stop_grace_s=settings.stop_grace,
                 memory_limit=settings.memory_limit,
+                log_cap_bytes=settings.log_cap_mb * MIB,
+                disk_check_interval_s=settings.disk_check_interval,
             )
             executors.append(executor)
         cells.append(Cell(config, executor, reports.for_cell(config.cell_id)))

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
 import socket
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from common.limits import RequestLimitOptions
@@ -17,7 +15,10 @@ from common.models import DEFAULT_STACK, GUID_PATTERN
 from common.tls import TLSOptions
 from common.transport import Transport
 
-MIB = 1024 * 1024
+from .app_users import DEFAULT_RANGE as DEFAULT_UID_RANGE
+from .app_users import parse_uid_range
+from .cgroups import CGROUP_FS
+
 # A simulated cell is not the machine: give it room for a full load of default-sized containers
 # (250 x 256 MB memory, 250 x 1 GB disk) instead of copying this host's sizes into every one of them.
 SIM_DEFAULT_MEMORY_MB = 64 * 1024
@@ -46,8 +47,12 @@ class RepSettings(TLSOptions, RequestLimitOptions, BaseSettings):
     listen: str = "127.0.0.1"
     port: int = Field(default=1800, ge=0, le=65535)
     advertise_host: str = "127.0.0.1"
+    # None: the process executor offers the machine (rep/capacity.py) less these reserves, the sim its
+    # SIM_DEFAULT_*.
     memory_mb: int | None = Field(default=None, ge=1)
     disk_mb: int | None = Field(default=None, ge=1)
+    memory_reserve_mb: int = Field(default=0, ge=0)
+    disk_reserve_mb: int = Field(default=1024, ge=0)
     containers: int = Field(default=250, ge=1)
     stacks: list[str] = Field(default_factory=lambda: [DEFAULT_STACK])
     placement_tags: list[str] = Field(default_factory=list)
@@ -64,11 +69,37 @@ class RepSettings(TLSOptions, RequestLimitOptions, BaseSettings):
     presence_ttl: float = Field(default=10.0, gt=0)
     evacuation_timeout: float = Field(default=600.0, ge=0)
     stop_grace: float = Field(default=10.0, ge=0)
-    memory_limit: bool = True  # process executor: cap each child's RLIMIT_DATA at the LRP's memory_mb
+    # Process executor (rep/isolation.py): each instance under its own uid, in its own cgroup (memory =
+    # memory_mb, pids, CPU shares), in its own directory under instances_dir; or "none": as the rep's own
+    # user, with RLIMIT_DATA = memory_mb (memory_limit) as its only limit.
+    isolation: Literal["cgroups", "none"] = "cgroups"
+    app_uid_range: str = DEFAULT_UID_RANGE
+    pids_limit: int = Field(default=1024, ge=1)
+    cgroup_parent: str | None = None  # absolute from each hierarchy's root; default: the rep's own cgroup/vendue
+    instances_dir: Path | None = None  # default /var/lib/vendue/instances (isolated)
+    cgroup_fs: Path = CGROUP_FS  # where the cgroup hierarchies are mounted (a hidden flag, for tests)
+    memory_limit: bool = True  # --isolation none: cap each child's RLIMIT_DATA at the LRP's memory_mb
+    # Process executor: an instance's output.log and output.log.1 together (rep/output_log.py), and how
+    # often every instance's directory is measured against its disk_mb (rep/disk_usage.py).
+    log_cap_mb: int = Field(default=10, ge=1)
+    disk_check_interval: float = Field(default=2.0, gt=0)
     data_dir: Path = Path(".vendue")
     ready_file: Path | None = None
     http_timeout: float = Field(default=10.0, gt=0)
     log_level: str = "info"
+
+    @field_validator("app_uid_range")
+    @classmethod
+    def _uid_range(cls, value: str) -> str:
+        parse_uid_range(value)
+        return value
+
+    @field_validator("cgroup_parent")
+    @classmethod
+    def _cgroup_parent(cls, value: str | None) -> str | None:
+        if value is not None and (not value.startswith("/") or ".." in value.split("/")):
+            raise ValueError(f"expected an absolute cgroup path without '..' (e.g. /vendue), got {value!r}")
+        return value
 
 
 def default_cell_id() -> str:
@@ -76,19 +107,3 @@ def default_cell_id() -> str:
     name = re.sub(r"[^A-Za-z0-9_.-]", "-", socket.gethostname()).strip("-_.") or "cell"
     return name[:100]
 
-
-def machine_memory_mb() -> int:
-    try:
-        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // MIB)
-    except (ValueError, OSError, AttributeError):
-        return 4096
-
-
-def free_disk_mb(path: Path) -> int:
-    probe = path
-    while not probe.exists() and probe != probe.parent:
-        probe = probe.parent
-    try:
-        return int(shutil.disk_usage(probe).free // MIB)
-    except OSError:
-        return 10 * 1024

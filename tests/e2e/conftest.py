@@ -14,10 +14,12 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import ssl
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -28,6 +30,8 @@ from typing import Any
 
 import httpx
 import pytest
+
+from common.procutil import app_python
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -67,7 +71,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
         pass
 http.server.ThreadingHTTPServer(("127.0.0.1", int(os.environ["PORT"])), Handler).serve_forever()
 """
-APP_COMMAND = [sys.executable, "-c", APP_SOURCE]
+APP_COMMAND = [app_python(), "-c", APP_SOURCE]  # a Python the apps' own users may run
 
 
 # --- polling --------------------------------------------------------------------------------------
@@ -561,6 +565,17 @@ def shared_cluster(module_cluster: E2ECluster) -> Iterator[E2ECluster]:
     """The module's cluster, for one test (see module_cluster)."""
     yield module_cluster
     _print_log_tails(module_cluster.lc)  # captured: pytest shows it only when this test failed
+
+
+@pytest.fixture
+def app_writable_dir() -> Iterator[Path]:
+    """A directory every app may write, whatever uid its rep gave it (rep/isolation.py): for the files an
+    app leaves for the test. tmp_path is out of their reach (its parents are root's, 0700). Not sticky: the
+    kernel's protected_regular would keep one app from appending to a file another created there."""
+    directory = Path(tempfile.mkdtemp(prefix="vendue-apps-"))
+    directory.chmod(0o777)
+    yield directory
+    shutil.rmtree(directory, ignore_errors=True)
 
 
 def _print_log_tails(lc: Any, lines: int = 25) -> None:

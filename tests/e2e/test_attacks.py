@@ -62,7 +62,7 @@ def rep_url(c: E2ECluster, cell_id: str) -> str:
 
 
 def forged_work(c: E2ECluster, cell_id: str, marker: Path, fencing_token: int) -> tuple[str, dict[str, Any]]:
-    """A HostWork for `cell_id` whose one instance would create `marker`: a real desired LRP (desired
+    """A HostWork for `cell_id` whose one instance would create `marker` (in a directory its uid may write): a real desired LRP (desired
     with 0 instances, so nobody else places it) with a command of the attacker's choosing."""
     assert c.bbs is not None
     guid = c.guid("forged")
@@ -93,8 +93,9 @@ def current_lease(c: E2ECluster, timeout: float = 30.0) -> dict[str, Any]:
 # --- forged work ------------------------------------------------------------------------------------
 
 
-def test_forged_work_without_a_certificate_is_refused(cluster: E2ECluster, tmp_path: Path) -> None:
-    marker = tmp_path / "pwned"
+def test_forged_work_without_a_certificate_is_refused(cluster: E2ECluster, tmp_path: Path,
+                                                    app_writable_dir: Path) -> None:
+    marker = app_writable_dir / "pwned"
     guid, body = forged_work(cluster, "cell-0", marker, SECOND)
     with as_caller(cluster, None, base_url=rep_url(cluster, "cell-0")) as stranger:
         answer = stranger.post("/work", json=body)
@@ -112,9 +113,9 @@ def test_forged_work_without_a_certificate_is_refused(cluster: E2ECluster, tmp_p
 
 @pytest.mark.parametrize("who", ["cell-1", "admin", "bbs"])
 def test_forged_work_with_a_genuine_certificate_of_another_role_is_forbidden(
-    cluster: E2ECluster, tmp_path: Path, who: str
+    cluster: E2ECluster, app_writable_dir: Path, who: str
 ) -> None:
-    marker = tmp_path / "pwned"
+    marker = app_writable_dir / "pwned"
     guid, body = forged_work(cluster, "cell-0", marker, current_lease(cluster)["token"])
     with as_caller(cluster, certificate(cluster, who), base_url=rep_url(cluster, "cell-0")) as caller:
         answer = caller.post("/work", json=body)
@@ -183,13 +184,13 @@ def test_a_lease_hijack_by_admin_reader_or_rep_is_forbidden(cluster: E2ECluster)
 
 
 def test_stale_and_unknown_fencing_tokens_are_refused_and_the_leader_keeps_working(
-    cluster: E2ECluster, tmp_path: Path
+    cluster: E2ECluster, app_writable_dir: Path
 ) -> None:
     assert cluster.bbs is not None
     token = current_lease(cluster)["token"]
     auctioneer = certificate(cluster, "auctioneer")  # a genuine auctioneer certificate, misused
     for forged in (SECOND, token - 1):
-        marker = tmp_path / f"pwned-{forged}"
+        marker = app_writable_dir / f"pwned-{forged}"
         guid, body = forged_work(cluster, "cell-0", marker, forged)
         with as_caller(cluster, auctioneer, base_url=rep_url(cluster, "cell-0")) as caller:
             answer = caller.post("/work", json=body)

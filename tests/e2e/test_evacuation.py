@@ -34,11 +34,13 @@ def epoch(iso: str) -> float:
 
 
 @pytest.mark.timeout(180)
-def test_sigterm_rep_replacements_run_before_old_instances_stop(make_cluster, tmp_path: Path):
+def test_sigterm_rep_replacements_run_before_old_instances_stop(make_cluster, app_writable_dir: Path):
     c = make_cluster(cells=3, zones=1, rep_args=["--stop-grace", "3"])
     events = c.follow_events()
     guid = c.guid("evacuee")
-    sigterm_log = tmp_path / "sigterm.log"  # each instance notes here when it gets SIGTERM (wall clock)
+    sigterm_log = app_writable_dir / "sigterm.log"  # each instance notes here when it gets SIGTERM (wall clock)
+    sigterm_log.touch()
+    sigterm_log.chmod(0o666)  # the instances run under uids of their own
     c.bbs.desire(guid, 4, env={"SIGTERM_LOG": str(sigterm_log)})
     running = wait_all_running(c.bbs, guid, 4)
     per_cell = Counter(a["cell_id"] for a in running.values())

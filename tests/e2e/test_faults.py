@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import os
 import signal
-import sys
 
 import httpx
 import pytest
+
+from common.procutil import app_python
 
 from .conftest import (
     Unmet,
@@ -115,7 +116,7 @@ def test_auctioneer_killed_with_requests_queued_everything_runs_once_it_is_back(
     for guid in apps:
         c.bbs.desire(guid, 2)
     task = c.guid("queued-task")
-    c.bbs.create_task(task, [sys.executable, "-c", "print('ran after all')"])
+    c.bbs.create_task(task, [app_python(), "-c", "print('ran after all')"])
     c.bbs.scale(first, 3)
 
     # Nothing can be placed without the auctioneer.

@@ -13,7 +13,6 @@ import asyncio
 import contextlib
 import json
 import os
-import sys
 import threading
 import uuid
 from collections.abc import Iterator
@@ -24,6 +23,7 @@ import httpx
 import nats
 import pytest
 
+from common.procutil import app_python
 from common.tls import TLSFiles, client_context
 from common.transport.subjects import EVENTS_ALL
 
@@ -45,7 +45,7 @@ SECRET = f"s3cr3t-{uuid.uuid4().hex}"  # the app's env value: nobody but the adm
 ENV = {"DB_PASSWORD": SECRET}
 MASKED = {"DB_PASSWORD": "***"}
 # The task proves it got the value without naming it on its command line.
-TASK_COMMAND = [sys.executable, "-c",
+TASK_COMMAND = [app_python(), "-c",
                 "import os, sys; sys.exit(0 if os.environ.get('DB_PASSWORD', '').startswith('s3cr3t-') else 3)"]
 CONTROL_PLANE = {"bbs", "bbs-2", "auctioneer", "auctioneer-2", "cell-0", "cell-1"}
 

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import json
-import sys
 
 import pytest
+
+from common.procutil import app_python
 
 from .conftest import Unmet, wait_for
 
@@ -28,7 +29,7 @@ def completed(c, task_guid: str) -> dict:
 def test_task_returns_exit_status_and_output(shared_cluster):
     c = shared_cluster
     ok = c.guid("hello-task")
-    r = c.cli("task", "run", "--name", ok, "--memory", "64", "--disk", "64", "--", sys.executable, "-c",
+    r = c.cli("task", "run", "--name", ok, "--memory", "64", "--disk", "64", "--", app_python(), "-c",
               "import os; print('hello from', os.environ.get('CELL_ID', '?')); print('x' * 5000); print('tail-ok')")
     assert r.code == 0, f"expected `vendue task run` to succeed, saw exit {r.code}: {r.output}"
     assert f"task {ok} succeeded" in r.stdout and "exit status 0" in r.stdout and "tail-ok" in r.stdout, (
@@ -57,7 +58,7 @@ def test_failing_task_fails_with_its_reason(shared_cluster):
     c = shared_cluster
     bad = c.guid("failing-task")
     r = c.cli("task", "run", "--name", bad, "--memory", "64", "--disk", "64", "--",
-              sys.executable, "-c", "import sys; print('about to fail'); sys.exit(3)")
+              app_python(), "-c", "import sys; print('about to fail'); sys.exit(3)")
     assert r.code == 1, f"expected `vendue task run` of a failing task to exit 1, saw {r.code}: {r.output}"
     assert f"task {bad} failed" in r.stdout, f"expected the failure in the output, saw:\n{r.stdout}"
 
@@ -72,7 +73,7 @@ def test_failing_task_fails_with_its_reason(shared_cluster):
 def test_task_no_cell_can_hold_fails_after_three_rejections(shared_cluster):
     c = shared_cluster  # cells of 4096 MB: a task of 100,000 MB fits none
     huge = c.guid("huge-task")
-    c.bbs.create_task(huge, [sys.executable, "-c", "print('never')"], memory_mb=100_000)
+    c.bbs.create_task(huge, [app_python(), "-c", "print('never')"], memory_mb=100_000)
 
     def failed() -> dict:
         task = completed(c, huge)

@@ -4,10 +4,11 @@ nothing."""
 from __future__ import annotations
 
 import json
-import sys
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+
+from common.procutil import app_python
 
 from .conftest import APP_COMMAND, E2ECluster
 
@@ -18,7 +19,7 @@ pytestmark = [pytest.mark.e2e]
 CLUSTER = {"cells": 1, "zones": 1}
 
 VALID_LRP = {"process_guid": "fine-app", "instances": 0, "command": APP_COMMAND, "memory_mb": 64}
-VALID_TASK = {"task_guid": "fine-task", "command": [sys.executable, "-c", "pass"], "memory_mb": 64}
+VALID_TASK = {"task_guid": "fine-task", "command": [app_python(), "-c", "pass"], "memory_mb": 64}
 
 # (what is wrong, body, the field the 422 must name)
 BAD_LRPS = [

@@ -21,6 +21,7 @@ import pytest
 
 from common.models import DesiredLRP, HostWork, ModificationTag
 from common.procutil import child_preexec, terminate_then_kill
+from rep.isolation import sweep_rep
 from tests.fake_bbs import FakeBBS
 from tests.fake_bbs import fake_bbs as serving_fake_bbs
 
@@ -94,6 +95,7 @@ async def start_rep(tmp_path: Path) -> AsyncIterator[Callable[..., Any]]:
     yield start
     for proc in started:
         await asyncio.to_thread(stop_rep, proc)
+    sweep_rep(tmp_path / "data")  # what an isolating rep killed along the way left (rep/isolation.py)
 
 
 def stop_rep(proc: subprocess.Popen[bytes], grace_s: float = 5.0) -> None:

@@ -6,13 +6,12 @@ import asyncio
 import os
 import signal
 import socket
-import sys
 
 import httpx
 import pytest
 
 from common.models import CellState, HostCellStates
-from common.procutil import pid_alive
+from common.procutil import app_python, pid_alive
 from tests.fake_bbs import FakeBBS
 from tests.rep.fakes import (
     DEADLINE_S,
@@ -155,7 +154,7 @@ def serves(port: int) -> bool:
 
 async def test_kill_9_of_a_process_rep_leaves_no_child_behind(fake_bbs: FakeBBS, start_rep) -> None:
     rep = await start_rep("--cell-id", "proc-cell", "--bbs-url", fake_bbs.url, "--memory-mb", "4096")
-    app = desired("web", command=[sys.executable, "-c", HTTP_SERVER], memory_mb=512)
+    app = desired("web", command=[app_python(), "-c", HTTP_SERVER], memory_mb=512)
     async with httpx.AsyncClient(timeout=DEADLINE_S) as client:
         answer = await post_work(client, rep.url, work_body("proc-cell", (app, 0), (app, 1)))
         assert answer.json()["cells"]["proc-cell"]["rejected_lrps"] == [], answer.json()
@@ -185,7 +184,7 @@ async def test_sigint_stops_the_children_of_a_process_rep_and_reports_them(
     fake_bbs: FakeBBS, start_rep
 ) -> None:
     rep = await start_rep("--cell-id", "proc-cell", "--bbs-url", fake_bbs.url, "--stop-grace", "2")
-    app = desired("web", command=[sys.executable, "-c", HTTP_SERVER], memory_mb=512)
+    app = desired("web", command=[app_python(), "-c", HTTP_SERVER], memory_mb=512)
     async with httpx.AsyncClient(timeout=DEADLINE_S) as client:
         answer = await post_work(client, rep.url, work_body("proc-cell", (app, 0)))
         assert answer.json()["cells"]["proc-cell"]["rejected_lrps"] == [], answer.json()
