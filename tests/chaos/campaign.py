@@ -70,6 +70,7 @@ class Settings:
     lease_ttl_s: float = 3.0
     stale_unclaimed_s: float = 5.0  # re-auction unclaimed work after: short, to meet late claims
     kick_task_s: float = 5.0
+    cell_loss_grace_s: float = 3.0  # keep-replicas apps: a cell cut off past TTL + this is checked, then left
     start_allowance_s: float = 5.0  # for an instance or a restarted component to start
     quiet_s: tuple[float, float] = (1.0, 3.0)  # between a repair and the next fault, drawn uniformly
     repair_timeout_s: float = 30.0  # past it a fault counts as unrepaired and the next one comes
@@ -101,6 +102,7 @@ class Settings:
         return ["--presence-ttl", str(self.presence_ttl_s), "--convergence-interval",
                 str(self.convergence_interval_s), "--lease-ttl", str(self.lease_ttl_s),
                 "--stale-unclaimed", str(self.stale_unclaimed_s), "--kick-task", str(self.kick_task_s),
+                "--cell-loss-grace", str(self.cell_loss_grace_s),
                 # Completed tasks stay to the end: the checker must find every one.
                 "--expire-completed-task", str(self.minutes * 60 + 3600)]
 

@@ -7,7 +7,8 @@ write at a time, chosen by a seeded random generator, and writes every one in th
         ...
 
 Apps are small: a `sleep` (process health check) or, one in three, the e2e tests' HTTP app (port health
-check), 1-4 instances of 16-64 MB. A task runs a Python snippet that first creates a marker file
+check), 1-4 instances of 16-64 MB; one in four keeps its replicas when it loses a cell (`on_cell_loss:
+keep-replicas`, the service scheduler's policy; the others are rescheduled, Diego's). A task runs a Python snippet that first creates a marker file
 `<markers_dir>/<TASK_GUID>.<random hex>` (O_EXCL: every run of the command makes one more file), then
 sleeps a little and exits 0: the checker counts the files to see whether a task ran at most once.
 
@@ -134,7 +135,8 @@ class Workload:
 
     def desire(self) -> Write:
         guid, instances = self._guid("app"), self.rng.randint(*INSTANCES)
-        body: dict[str, Any] = {"process_guid": guid, "instances": instances, "disk_mb": 64}
+        body: dict[str, Any] = {"process_guid": guid, "instances": instances, "disk_mb": 64,
+                                "on_cell_loss": "keep-replicas" if self.rng.random() < 1 / 4 else "reschedule"}
         if self.rng.random() < 1 / 3:
             body |= {"command": APP_COMMAND, "memory_mb": 64, "ports": [8080]}
         else:
