@@ -295,6 +295,11 @@ def create_app(bbs: BBS, *, insecure: bool | None = None) -> FastAPI:
     async def list_cells() -> Response:
         return items(await bbs.list_cells())
 
+    @app.delete("/v1/cells/{cell_id}", status_code=204)
+    async def remove_cell(cell_id: GuidPath) -> Response:
+        await bbs.remove_cell(cell_id)
+        return Response(status_code=204)
+
     # --- leases (the auctioneer has no database: it is elected through any BBS replica) ----------
 
     @app.post("/v1/leases/{name}", response_model=Lease)

@@ -4,6 +4,8 @@ is off here (insecure: every caller an admin); policy_test.py serves the same AP
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -521,3 +523,130 @@ async def test_a_report_whose_client_left_while_it_queued_is_not_applied(h: Harn
     assert [m["status"] for m in done if m["type"] == "http.response.start"] == [200]
     states = {a["index"]: a["state"] for a in await h.actuals()}
     assert states == {0: "CLAIMED", 1: "UNCLAIMED"}, f"the abandoned claim was applied: {states}"
+
+
+# --- cell loss, removal and late claims (bbs/cell_loss.py, bbs/placements.py) ----------------------------
+
+
+async def test_on_cell_loss_is_validated_kept_and_changed_without_touching_instances(h: Harness) -> None:
+    bad = await h.http.post("/v1/desired_lrps", json={"process_guid": "db", "on_cell_loss": "sometimes"})
+    assert bad.status_code == 422 and bad.json()["detail"][0]["loc"] == ["body", "on_cell_loss"], bad.text
+    created = await h.http.post("/v1/desired_lrps", json={"process_guid": "db", "instances": 2,
+                                                          "on_cell_loss": "keep-replicas"})
+    assert created.status_code == 201 and created.json()["on_cell_loss"] == "keep-replicas", created.text
+    listed = (await h.http.get("/v1/desired_lrps")).json()["items"]
+    assert [d["on_cell_loss"] for d in listed] == ["keep-replicas"]
+    assert (await desire(h, 1, pg="web"))["on_cell_loss"] == "reschedule"  # Diego's, by default
+    await h.settle()
+    sent = len(h.rec.sent)
+    patched = await h.http.patch("/v1/desired_lrps/db", json={"on_cell_loss": "reschedule"})
+    assert patched.status_code == 200, patched.text
+    body = patched.json()
+    assert (body["on_cell_loss"], body["instances"]) == ("reschedule", 2)
+    assert body["modification_tag"]["index"] == 1
+    await h.settle()
+    assert len(h.rec.sent) == sent, "a policy change neither auctions nor stops anything"
+    assert len(await h.actuals(process_guid="db")) == 2
+    refused = await h.http.patch("/v1/desired_lrps/db", json={"on_cell_loss": "never"})
+    assert refused.status_code == 422 and refused.json()["detail"][0]["loc"] == ["body", "on_cell_loss"]
+
+
+async def expire(h: Harness, cell_id: str) -> None:
+    """The cell's presence expired (as if it had stopped heartbeating a TTL ago)."""
+    async with h.bbs.store.write() as tx:
+        cell = await tx.get_cell(cell_id)
+        assert cell is not None
+        await tx.put_cells([dataclasses.replace(cell, expires_at=time.time() - 1.0)], [])
+
+
+async def test_removing_a_lost_cell_places_again_everything_it_held(h: Harness) -> None:
+    await h.heartbeat("c1")
+    await h.heartbeat("c2")
+    created = await h.http.post("/v1/desired_lrps", json={"process_guid": "web", "instances": 2,
+                                                          "on_cell_loss": "keep-replicas"})
+    assert created.status_code == 201
+    await h.lifecycle("c1", claimed=[ref(0, "a")], running=[running(0, "a")])
+    await h.lifecycle("c2", claimed=[ref(1, "b")], running=[running(1, "b")])
+    present = await h.http.delete("/v1/cells/c1")
+    assert present.status_code == 409 and "is present" in present.json()["detail"], present.text
+    await expire(h, "c1")
+    await converge_once(h.bbs)
+    # keep-replicas, two instances: index 0 stays on the lost cell, SUSPECT (still RUNNING), unreplaced.
+    rows = sorted((a["index"], a["presence"], a["state"], a["cell_id"]) for a in await h.actuals())
+    assert rows == [(0, "SUSPECT", "RUNNING", "c1"), (1, "ORDINARY", "RUNNING", "c2")]
+    await h.settle()
+    auctions = len(h.rec.to(AUCTIONEER + "/v1/lrps"))
+
+    assert (await h.http.delete("/v1/cells/c1")).status_code == 204
+    await converge_once(h.bbs)  # the pass the removal wakes
+    rows = sorted((a["index"], a["presence"], a["state"], a["cell_id"]) for a in await h.actuals())
+    assert rows == [(0, "ORDINARY", "UNCLAIMED", ""), (1, "ORDINARY", "RUNNING", "c2")]
+    await h.settle()
+    new = h.rec.to(AUCTIONEER + "/v1/lrps")[auctions:]
+    assert [[s["indices"] for s in batch] for batch in new] == [[[0]]]
+    assert [c["cell_id"] for c in (await h.http.get("/v1/cells")).json()["items"]] == ["c2"]
+    assert (await h.http.delete("/v1/cells/c1")).status_code == 404
+
+
+async def report_accepted(h: Harness, cell_id: str, lrps: str = "", tasks: str = "") -> None:
+    report = {"accepted": {cell_id: {"lrps": lrps, "tasks": tasks}}, "fencing_token": 0}
+    response = await h.http.post("/v1/placement_failures", json=report)
+    assert response.status_code == 204, response.text
+
+
+async def test_an_accepted_instance_whose_claim_is_late_is_not_auctioned_again_while_its_cell_holds_it(
+    h: Harness,
+) -> None:
+    h.bbs.convergence = dataclasses.replace(h.bbs.convergence, stale_unclaimed=0.5)
+    await h.heartbeat("c1")
+    await desire(h, 1)
+    await report_accepted(h, "c1", lrps="web:0")  # the auctioneer placed it on c1; c1's claim is slow
+    h.rec.holdings["http://c1.rep"] = ["g"]  # c1's rep holds web/0
+    stale = time.time() + 1.0  # past the 0.5 s staleness limit; c1 is present (TTL 10 s)
+
+    async def probed_after(t: float) -> float:
+        deadline = time.monotonic() + 10.0
+        while (probe := h.bbs.probes.latest().get("c1")) is None or probe.started_at <= t:
+            assert time.monotonic() < deadline, f"expected c1 probed after {t}, saw {probe}"
+            await asyncio.sleep(0.02)
+        return probe.started_at
+
+    await converge_once(h.bbs, stale)  # nothing heard from c1 since it accepted: asked, not auctioned
+    first = await probed_after(0.0)
+    await converge_once(h.bbs, stale)  # c1 says it holds it: still not auctioned
+    await h.settle()
+    assert len(h.rec.to(AUCTIONEER + "/v1/lrps")) == 1, "the instance c1 accepted was auctioned a second time"
+    assert [(a["state"], a["presence"]) for a in await h.actuals()] == [("UNCLAIMED", "ORDINARY")]
+
+    h.rec.holdings["http://c1.rep"] = []  # c1's rep restarted: it no longer holds web/0
+    await probed_after(first)
+    await converge_once(h.bbs, stale + 1.0)
+    await h.settle()
+    assert [s["indices"] for s in h.rec.to(AUCTIONEER + "/v1/lrps")[-1]] == [[0]]
+
+
+async def test_accepted_work_is_forgotten_once_claimed_and_a_bad_report_is_422(h: Harness) -> None:
+    await h.heartbeat("c1")
+    await desire(h, 2)
+    await desire(h, 1, pg="api")  # stays UNCLAIMED: a report must be taken apart to see what it names
+    await report_accepted(h, "c1", lrps="web:0 web:1")
+    await h.lifecycle("c1", claimed=[ref(0, "a"), ref(1, "b")])
+    async with h.bbs.store.read() as tx:
+        assert len(await tx.placement_times()) == 1
+    await converge_once(h.bbs, time.time() + 5)  # younger than the staleness limit: not looked at
+    async with h.bbs.store.read() as tx:
+        assert len(await tx.placement_times()) == 1
+    await converge_once(h.bbs, time.time() + 31)  # web's claims are in: the report goes
+    async with h.bbs.store.read() as tx:
+        assert await tx.placement_times() == []
+    await report_accepted(h, "c1", lrps="api:0")
+    await h.lifecycle("c1", claimed=[ref(0, "c", pg="api")])
+    await converge_once(h.bbs, time.time() + 31)  # nothing UNCLAIMED: the report goes unread
+    async with h.bbs.store.read() as tx:
+        assert await tx.placement_times() == []
+    for accepted, name in (({"c1": {"lrps": "web 0"}}, "lrps"), ({"c1": {"tasks": "a  b"}}, "tasks")):
+        response = await h.http.post("/v1/placement_failures", json={"accepted": accepted})
+        assert response.status_code == 422 and response.json()["detail"][0]["loc"] == [
+            "body", "accepted", "c1", name], response.text
+    async with h.bbs.store.read() as tx:
+        assert await tx.placement_times() == []

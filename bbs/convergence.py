@@ -1,21 +1,26 @@
 """One convergence pass as a pure function: desired, actual, tasks and cells in; actions out.
 
 DESIGN.md "Converge": missing index → UNCLAIMED + auction; extra index → removed and stopped on its
-rep; UNCLAIMED left unplaced → auctioned again; CLAIMED/RUNNING on a cell whose presence expired →
-SUSPECT with an ORDINARY replacement (dropped once the replacement runs, promoted back when its cell
-returns first); CRASHED whose backoff elapsed → UNCLAIMED + auction. Tasks: PENDING kicked again;
-PENDING too long, or RUNNING on a missing cell → failed; COMPLETED too long → deleted.
+rep; UNCLAIMED left unplaced → auctioned again, unless a present cell accepted it (bbs/placements.py);
+CLAIMED/RUNNING on a cell whose presence expired → SUSPECT with an ORDINARY replacement (dropped once
+the replacement runs, promoted back when its cell returns first), or for `keep-replicas` LRPs SUSPECT
+without one until bbs/cell_loss.py says otherwise; CRASHED whose backoff elapsed → UNCLAIMED + auction.
+Tasks: PENDING kicked again (unless a present cell accepted it); PENDING too long, or RUNNING on a
+missing cell → failed; COMPLETED too long → deleted.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from .actual_set import ActualChanges, ActualSet
+from .cell_loss import CellLossConfig, keep_on_cell_loss
+from .cell_probes import Probe
 from .lifecycle import Stop, stop_of
+from .placements import Placement, PlacementLog, wait_for_claim
 from .records import (
     CLAIMED,
     COMPLETED,
@@ -52,6 +57,7 @@ class ConvergenceConfig:
     expire_completed_task: float = 120.0
     forget_cell_after: float = 3600.0
     policy: RestartPolicy = field(default_factory=RestartPolicy)
+    cell_loss: CellLossConfig = field(default_factory=CellLossConfig)
 
 
 @dataclass(slots=True)
@@ -65,7 +71,8 @@ class ConvergenceActions:
     tasks_failed: list[TaskRecord] = field(default_factory=list)  # also in task_updates
     cells_disappeared: list[CellRecord] = field(default_factory=list)
     cells_forgotten: list[CellRecord] = field(default_factory=list)
-    next_restart_at: float | None = None  # when the earliest waiting CRASHED instance is due
+    next_restart_at: float | None = None  # when a pass is due next: a crash backoff ends, a cell-loss grace
+    probe_cells: set[str] = field(default_factory=set)  # cells to ask what they hold (bbs/cell_probes.py)
 
     def due_at(self, when: float) -> None:
         self.next_restart_at = when if self.next_restart_at is None else min(self.next_restart_at, when)
@@ -135,6 +142,65 @@ def settle(
     return settled, rest
 
 
+@dataclass(slots=True)
+class _Waits:
+    """What keeps an instance from being placed again this pass: its cell's loss under `keep-replicas`
+    (bbs/cell_loss.py), or a late claim of the present cell that accepted it (bbs/placements.py)."""
+
+    wanted: dict[str, DesiredSize | DesiredRecord]
+    cells: dict[str, CellRecord]
+    present: set[str]
+    probes: Mapping[str, Probe]
+    placements: PlacementLog | None
+    now: float
+    config: ConvergenceConfig
+    out: ConvergenceActions
+    kept: set[tuple[str, int]] = field(default_factory=set)  # suspects kept without a replacement
+
+    def keep_on_lost_cell(self, row: ActualRecord) -> bool:
+        """Whether `row`, on a cell that is not present, stays without a replacement for now."""
+        d = self.wanted.get(row.process_guid)
+        if d is None:
+            return False
+        keep = keep_on_cell_loss(d.on_cell_loss, d.instances, self.cells.get(row.cell_id),
+                                 self.probes.get(row.cell_id), self.now, self.config.cell_loss)
+        if keep is None:
+            return False
+        if keep.probe:
+            self.out.probe_cells.add(row.cell_id)
+        if keep.due is not None:
+            self.out.due_at(keep.due)
+        self.kept.add((row.process_guid, row.index))
+        return True
+
+    def claim_awaited(self, row: ActualRecord) -> bool:
+        """Whether a stale UNCLAIMED `row` waits for the claim of the present cell that accepted it."""
+        placement = self.placements.instance(row.process_guid, row.index) if self.placements else None
+        if not self._current(placement, row.auctioned_at):
+            return False
+        probe = self.probes.get(placement.cell_id)
+        held = probe is not None and probe.lrps is not None and (row.process_guid, row.index) in probe.lrps
+        return self._wait(placement, probe, held)
+
+    def task_claim_awaited(self, task: TaskRecord) -> bool:
+        placement = self.placements.task(task.task_guid) if self.placements else None
+        if not self._current(placement, task.auctioned_at):
+            return False
+        probe = self.probes.get(placement.cell_id)
+        return self._wait(placement, probe, probe is not None and task.task_guid in probe.tasks)
+
+    def _current(self, placement: Placement | None, auctioned_at: float) -> bool:
+        """A placement of the work's latest auction, on a cell that is present."""
+        return (placement is not None and placement.placed_at >= auctioned_at
+                and placement.cell_id in self.present)
+
+    def _wait(self, placement: Placement, probe: Probe | None, held: bool) -> bool:
+        wait = wait_for_claim(placement, probe, held, self.now, self.config.stale_unclaimed)
+        if wait is not None and wait.probe:
+            self.out.probe_cells.add(placement.cell_id)
+        return wait is not None
+
+
 def converge(
     desired: Iterable[DesiredSize | DesiredRecord],
     actuals: ActualSet,
@@ -144,6 +210,8 @@ def converge(
     config: ConvergenceConfig,
     holdings: dict[str, set[str]] | None = None,
     settled: Settled | None = None,
+    probes: Mapping[str, Probe] | None = None,
+    placements: PlacementLog | None = None,
 ) -> ConvergenceActions:
     """Decide one pass. `actuals` is edited in place: its `diff()` is the actual LRP part.
 
@@ -153,11 +221,15 @@ def converge(
     this pass. None: trust every returning cell (no state was fetched).
 
     `settled`: instances set aside by `settle`, not in `actuals`; the decisions are the same as with
-    them in it."""
+    them in it.
+
+    `probes`: the latest answer of each cell asked what it holds (bbs/cell_probes.py); the cells to ask
+    are in the actions' `probe_cells`. `placements`: which cells accepted which work (bbs/placements.py)."""
     out = ConvergenceActions()
     wanted = {d.process_guid: d for d in desired}
     present = {cell_id for cell_id, cell in cells.items() if cell.present(now)}
     settled = settled if settled is not None else Settled()
+    waits = _Waits(wanted, cells, present, probes or {}, placements, now, config, out)
 
     # Extra instances first, then the evacuating/suspect ones, then ORDINARY ones: a suspect promoted
     # back replaces its ORDINARY replacement before that replacement would be re-auctioned.
@@ -168,23 +240,26 @@ def converge(
             out.stop(row)
     for row in actuals:
         if row.presence == SUSPECT:
-            _converge_suspect(actuals, row, present, holdings, out)
+            _converge_suspect(actuals, row, present, holdings, out, waits)
         elif row.presence == EVACUATING:
             _converge_evacuating(actuals, row, present, out)
     for row in actuals:
         if row.presence == ORDINARY and actuals.get(row.process_guid, row.index) is row:
-            _converge_ordinary(actuals, row, present, now, config, out)
+            _converge_ordinary(actuals, row, present, now, config, out, waits)
+    kept = waits.kept
     for d in wanted.values():
         held = settled.indices.get(d.process_guid, ())
         if len(held) == d.instances:
             continue  # every index settled
         for index in range(d.instances):
             if index not in held and actuals.get(d.process_guid, index) is None:
+                if kept and (d.process_guid, index) in kept:
+                    continue  # a suspect on a lost cell, kept there without a replacement
                 actuals.put(unclaimed(d.process_guid, index, d.domain, now))
                 out.start(d.process_guid, index)
 
     for task in tasks:
-        _converge_task(task, present, now, config, out)
+        _converge_task(task, present, now, config, out, waits)
     for cell in cells.values():
         if cell.cell_id in present:
             continue
@@ -209,6 +284,7 @@ def _converge_suspect(
     present: set[str],
     holdings: dict[str, set[str]] | None,
     out: ConvergenceActions,
+    waits: _Waits,
 ) -> None:
     ordinary = actuals.get(row.process_guid, row.index)
     replacement_runs = ordinary is not None and ordinary.state == RUNNING
@@ -228,6 +304,11 @@ def _converge_suspect(
     elif replacement_runs:
         actuals.remove(row)
         out.stop(row)  # if its rep is reachable at all, it stops the now redundant instance
+    elif ordinary is None and not waits.keep_on_lost_cell(row):
+        # Kept without a replacement (keep-replicas) until now: its cell is lost, or its LRP's policy changed.
+        replacement = unclaimed(row.process_guid, row.index, row.domain, waits.now)
+        actuals.put(dataclasses.replace(replacement, crash_count=row.crash_count))
+        out.start(row.process_guid, row.index)
 
 
 def _converge_evacuating(
@@ -248,9 +329,10 @@ def _converge_ordinary(
     now: float,
     config: ConvergenceConfig,
     out: ConvergenceActions,
+    waits: _Waits,
 ) -> None:
     if row.state == UNCLAIMED:
-        if now - max(row.since, row.auctioned_at) >= config.stale_unclaimed:
+        if now - max(row.since, row.auctioned_at) >= config.stale_unclaimed and not waits.claim_awaited(row):
             actuals.replace(row, dataclasses.replace(row, auctioned_at=now))  # internal: no new tag
             out.start(row.process_guid, row.index)
     elif row.state == CRASHED:
@@ -262,6 +344,8 @@ def _converge_ordinary(
     elif row.cell_id not in present:  # CLAIMED or RUNNING on a cell whose presence expired
         if actuals.other(row.process_guid, row.index) is None:
             actuals.replace(row, changed(row, presence=SUSPECT))
+            if waits.keep_on_lost_cell(row):
+                return  # keep-replicas: no replacement for now
             replacement = unclaimed(row.process_guid, row.index, row.domain, now)
             actuals.put(dataclasses.replace(replacement, crash_count=row.crash_count))
         else:
@@ -271,12 +355,17 @@ def _converge_ordinary(
 
 
 def _converge_task(
-    task: TaskRecord, present: set[str], now: float, config: ConvergenceConfig, out: ConvergenceActions
+    task: TaskRecord,
+    present: set[str],
+    now: float,
+    config: ConvergenceConfig,
+    out: ConvergenceActions,
+    waits: _Waits,
 ) -> None:
     if task.state == PENDING:
         if now - task.created_at >= config.expire_pending_task:
             _fail(task, NOT_STARTED_IN_TIME, now, out)
-        elif now - task.auctioned_at >= config.kick_task:
+        elif now - task.auctioned_at >= config.kick_task and not waits.task_claim_awaited(task):
             kicked = dataclasses.replace(task, auctioned_at=now)
             out.task_updates.append(kicked)
             out.tasks_to_kick.append(kicked)

@@ -11,8 +11,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Mapping
 
 from .actual_set import ActualChanges, ActualSet
+from .cell_probes import Probe
 from .convergence import (
     ConvergenceActions,
     ConvergenceConfig,
@@ -24,7 +26,18 @@ from .convergence import (
     touched_indices,
 )
 from .events import event
-from .records import ORDINARY, SUSPECT, ActualRecord, CellRecord, DesiredRecord, DesiredSize, TaskRecord
+from .placements import PlacementLog, Report, parse_all, prune
+from .records import (
+    ORDINARY,
+    PENDING,
+    SUSPECT,
+    UNCLAIMED,
+    ActualRecord,
+    CellRecord,
+    DesiredRecord,
+    DesiredSize,
+    TaskRecord,
+)
 from .service import BBS, Effects
 
 log = logging.getLogger("bbs.convergence")
@@ -37,29 +50,54 @@ async def converge_once(bbs: BBS, now: float | None = None) -> float | None:
     Decided on a snapshot read without the write lock; applied in one write transaction that
     keeps only the decisions about rows nobody changed meanwhile (see convergence.drop_stale)."""
     now = time.time() if now is None else now
+    placed = bbs.placement_log
     async with bbs.store.read() as tx:
         snapshot = await tx.all_actuals()  # first: see Tx.all_actuals
+        counted = await tx.count_actuals()
         # Only cells holding SUSPECT instances can be returning ones: skip looking through every row
         # for them when the counts (in memory, usually) say there are none.
-        suspects = any(n for _, presence, n in await tx.count_actuals() if presence == SUSPECT)
+        suspects = any(n for _, presence, n in counted if presence == SUSPECT)
         desired = await tx.desired_sizes()  # definitions are read below, for the LRPs to start
         tasks = await tx.list_tasks()
         cells = {c.cell_id: c for c in await tx.list_cells()}
+        # The auctioneer's reports of what cells accepted (bbs/placements.py): their ids and times each
+        # pass, a new one's contents once. Those older than the staleness limit are done with when nothing
+        # is UNCLAIMED or PENDING (they go whole, unread); else they are taken apart, once, and what they
+        # name is looked up.
+        fetch = placed.sync(await tx.placement_times())
+        if fetch:
+            placed.add(await tx.placements_by_id(fetch))
+        due = placed.due(now, bbs.convergence.stale_unclaimed)
+        waiting = any(n for state, presence, n in counted if state == UNCLAIMED and presence == ORDINARY) or any(
+            t.state == PENDING for t in tasks)
+        due_rows: list[ActualRecord] = []
+        if due and waiting:
+            await asyncio.to_thread(parse_all, due)
+            due_keys = {key for report in due for key in (report.lrps or ())}
+            due_rows = await tx.actuals_for_keys(due_keys) if due_keys else []
     returning = returning_cells(snapshot, cells, now) if suspects else []
     # What the returning cells still hold, asked of each rep process once (a sim host's cells return
     # together).
     holdings = await bbs.outbound.cells_instances(returning) if returning else {}
+    bbs.probes.keep_only(cells)
     # The pure decision runs in a worker thread: on 10,000 instances it is CPU work the event loop
     # (heartbeats, reports) should not wait for. The snapshot is this pass's own data.
-    actions, changes, counts = await asyncio.to_thread(
-        _decide, desired, snapshot, tasks, cells, now, bbs.convergence, holdings
+    actions, changes, counts, resolved = await asyncio.to_thread(
+        _decide, desired, snapshot, tasks, cells, now, bbs.convergence, holdings, bbs.probes.latest(), placed,
+        due if waiting else [], due_rows,
     )
+    if not waiting:
+        resolved = [report.id for report in due]
+    bbs.probes.request(cells[cell_id] for cell_id in sorted(actions.probe_cells) if cell_id in cells)
     effects = Effects()
     touched = touched_indices(changes, actions)  # every start among them
     desired_now: dict[str, DesiredRecord] = {}
     touched_tasks = {t.task_guid for t in (*actions.task_updates, *actions.task_deletes)}
     touched_cells = [c.cell_id for c in (*actions.cells_disappeared, *actions.cells_forgotten)]
-    if touched or touched_tasks or touched_cells:
+    if resolved:
+        for report_id in resolved:  # every claim of these is in: forgotten here, deleted below
+            del placed.reports[report_id]
+    if touched or touched_tasks or touched_cells or resolved:
         async with bbs.store.write() as tx:
             current = await tx.actuals_for_keys(touched) if touched else []
             desired_now = await tx.desired_by_guid({pg for pg, _ in touched})
@@ -80,6 +118,7 @@ async def converge_once(bbs: BBS, now: float | None = None) -> float | None:
             await tx.delete_tasks(t.task_guid for t in actions.task_deletes)
             await tx.mark_cells_disappeared(c.cell_id for c in actions.cells_disappeared)
             await tx.delete_cells(c.cell_id for c in actions.cells_forgotten)
+            await tx.delete_placements(resolved)
             await bbs.add_stops(tx, actions.stops, effects)
     for process_guid, indices in actions.starts.items():
         d = desired_now.get(process_guid)
@@ -127,11 +166,26 @@ def _decide(
     now: float,
     config: ConvergenceConfig,
     holdings: dict[str, set[str]],
-) -> tuple[ConvergenceActions, ActualChanges, list[tuple[str, str, int]]]:
+    probes: Mapping[str, Probe],
+    placements: PlacementLog,
+    due: list[Report],
+    due_rows: list[ActualRecord],
+) -> tuple[ConvergenceActions, ActualChanges, list[tuple[str, str, int]], list[int]]:
+    """The pass's decisions, and which of the `due` placement reports (taken apart) have every claim in
+    (to delete)."""
+    resolved: list[int] = []
+    if due:
+        present = {cell_id for cell_id, cell in cells.items() if cell.present(now)}
+        rows = {(r.process_guid, r.index): r for r in due_rows if r.presence == ORDINARY}
+        by_guid = {t.task_guid: t for t in tasks} if any(report.tasks for report in due) else {}
+        for report in due:
+            prune(report, rows, by_guid, present)
+            if not report.waiting:
+                resolved.append(report.id)
     settled, rest = settle(desired, snapshot, cells, now, config)
     actuals = ActualSet(rest)
-    actions = converge(desired, actuals, tasks, cells, now, config, holdings, settled)
-    return actions, actuals.diff(), _count(actuals, settled)
+    actions = converge(desired, actuals, tasks, cells, now, config, holdings, settled, probes, placements)
+    return actions, actuals.diff(), _count(actuals, settled), resolved
 
 
 def _count(actuals: ActualSet, settled: Settled) -> list[tuple[str, str, int]]:

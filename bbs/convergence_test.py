@@ -8,6 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bbs.actual_set import ActualSet
+from bbs.cell_loss import CellLossConfig
+from bbs.cell_probes import Probe
 from bbs.convergence import (
     CELL_DISAPPEARED,
     NOT_STARTED_IN_TIME,
@@ -19,10 +21,12 @@ from bbs.convergence import (
     settle,
 )
 from bbs.lifecycle import Stop
+from bbs.placements import PlacementLog
 from bbs.records import (
     CLAIMED,
     CRASHED,
     EVACUATING,
+    KEEP_REPLICAS,
     ORDINARY,
     RUNNING,
     SUSPECT,
@@ -38,8 +42,8 @@ from bbs.records import (
 CONFIG = ConvergenceConfig()
 
 
-def desired(instances: int = 2, pg: str = "web") -> DesiredRecord:
-    return DesiredRecord(pg, "d", instances, {}, 0.0, "e")
+def desired(instances: int = 2, pg: str = "web", on_cell_loss: str = "reschedule") -> DesiredRecord:
+    return DesiredRecord(pg, "d", instances, {}, 0.0, "e", on_cell_loss=on_cell_loss)
 
 
 def on_cell(
@@ -209,9 +213,125 @@ def test_suspect_of_a_returning_cell_that_lost_it_is_dropped() -> None:
     assert [(r.presence, r.state) for r in actuals] == [(ORDINARY, UNCLAIMED)]
 
 
+# --- keep-replicas: what happens to instances on a lost cell (bbs/cell_loss.py) --------------------------
+
+KEEP = ConvergenceConfig(cell_loss=CellLossConfig(grace=30.0, check=5.0))
+
+
+def on(pg: str, index: int, cell_id: str = "c1", presence: str = ORDINARY) -> ActualRecord:
+    return dataclasses.replace(on_cell(index, cell=cell_id, presence=presence), process_guid=pg,
+                               instance_guid=f"{pg}-{index}")
+
+
+def keep_apps() -> list[DesiredRecord]:
+    return [desired(3, "trio", KEEP_REPLICAS), desired(1, "solo", KEEP_REPLICAS), desired(1, "diego")]
+
+
+def test_keep_replicas_instances_of_a_lost_cell_stay_suspect_without_replacements_through_the_grace() -> None:
+    # c1 expired at 100; trio's index 0, solo and diego's one instance ran there, trio's others on c2.
+    actuals = ActualSet([on("trio", 0), on("trio", 1, "c2"), on("trio", 2, "c2"), on("solo", 0),
+                         on("diego", 0)])
+    cells = {**cell("c1", expires_at=100.0), **cell("c2", expires_at=1000.0)}
+    out = converge(keep_apps(), actuals, [], cells, 110.0, KEEP)
+    assert out.starts == {"diego": {0}}  # Diego's policy: a replacement at once
+    assert sorted((r.process_guid, r.index, r.state) for r in actuals if r.presence == SUSPECT) == [
+        ("diego", 0, RUNNING), ("solo", 0, RUNNING), ("trio", 0, RUNNING)]  # counted as running suspects
+    assert actuals.get("trio", 0) is None and actuals.get("solo", 0) is None  # no replacement
+    assert out.next_restart_at == 130.0 and out.probe_cells == set()  # a pass is due when the grace ends
+
+    # Passes during the grace change nothing: no replacement for the kept indices (not "missing").
+    again = converge(keep_apps(), actuals, [], cells, 120.0, KEEP)
+    assert again.starts == {} and actuals.get("trio", 0) is None and actuals.get("solo", 0) is None
+
+
+def keep_after_expiry() -> tuple[ActualSet, dict[str, CellRecord]]:
+    actuals = ActualSet([on("trio", 0, presence=SUSPECT), on("trio", 1, "c2"), on("trio", 2, "c2"),
+                         on("solo", 0, presence=SUSPECT)])
+    return actuals, {**cell("c1", expires_at=100.0), **cell("c2", expires_at=1000.0)}
+
+
+def test_after_the_grace_the_cell_is_checked_and_only_single_instance_apps_move_if_it_is_down() -> None:
+    actuals, cells = keep_after_expiry()
+    out = converge(keep_apps()[:2], actuals, [], cells, 130.0, KEEP)
+    assert out.starts == {} and out.probe_cells == {"c1"}  # the check
+    answered = converge(keep_apps()[:2], actuals, [], cells, 131.0, KEEP,
+                        probes={"c1": Probe(130.0, frozenset())})
+    assert answered.starts == {} and answered.probe_cells == set()  # its rep answers: not lost
+    down = converge(keep_apps()[:2], actuals, [], cells, 135.0, KEEP, probes={"c1": Probe(130.5, None)})
+    assert down.starts == {"solo": {0}}  # lost: the single instance is replaced ...
+    assert actuals.get("solo", 0).state == UNCLAIMED and actuals.other("solo", 0).presence == SUSPECT
+    assert actuals.get("trio", 0) is None  # ... the several-replica app's stays, SUSPECT, unreplaced
+    later = converge(keep_apps()[:2], actuals, [], cells, 160.0, KEEP, probes={"c1": Probe(130.5, None)})
+    assert later.starts == {} and actuals.get("trio", 0) is None
+
+
+def test_a_lost_cell_that_returns_keeps_its_instances() -> None:
+    actuals, cells = keep_after_expiry()
+    back = {**cell("c1", expires_at=200.0), **cell("c2", expires_at=1000.0)}
+    out = converge(keep_apps()[:2], actuals, [], back, 150.0, KEEP, holdings={"c1": {"trio-0", "solo-0"}})
+    assert out.starts == {} and out.stops == []
+    assert sorted((r.process_guid, r.index, r.presence) for r in actuals if r.cell_id == "c1") == [
+        ("solo", 0, ORDINARY), ("trio", 0, ORDINARY)]
+
+
+def test_a_removed_cell_or_a_policy_changed_to_reschedule_replaces_the_kept_suspects() -> None:
+    actuals, cells = keep_after_expiry()
+    out = converge(keep_apps()[:2], actuals, [], {"c2": cells["c2"]}, 110.0, KEEP)  # c1's row is gone
+    assert out.starts == {"trio": {0}, "solo": {0}}
+    actuals, cells = keep_after_expiry()
+    out = converge([desired(3, "trio"), desired(1, "solo")], actuals, [], cells, 110.0, KEEP)
+    assert out.starts == {"trio": {0}, "solo": {0}}
+
+
+# --- late claims: work a present cell accepted is not auctioned again (bbs/placements.py) ------------------
+
+
+def placed(cell_id: str = "c1", placed_at: float = 2.0, lrps: str = "web:0", tasks: str = "") -> PlacementLog:
+    log = PlacementLog()
+    log.add([(1, placed_at, {cell_id: {"lrps": lrps, "tasks": tasks}})])
+    return log
+
+
+def test_a_stale_instance_a_present_cell_accepted_is_not_auctioned_again() -> None:
+    actuals = ActualSet([unclaimed("web", 0, "d", 1.0)])  # auctioned at 1, placed on c1 at 2, stale at 31
+    cells = cell("c1", expires_at=1000.0)
+    out = converge([desired(1)], actuals, [], cells, 40.0, CONFIG, placements=placed())
+    assert out.starts == {} and out.probe_cells == {"c1"} and not actuals.diff()
+    holds = {"c1": Probe(35.0, frozenset({("web", 0)}))}
+    assert converge([desired(1)], actuals, [], cells, 40.0, CONFIG, holds, placements=placed()).starts == {}
+    silent = {"c1": Probe(35.0, None)}  # a stalled rep, still present: wait for it
+    out = converge([desired(1)], actuals, [], cells, 40.0, CONFIG, probes=silent, placements=placed())
+    assert out.starts == {}
+    lost = {"c1": Probe(35.0, frozenset())}  # it answers without it: auctioned again
+    out = converge([desired(1)], actuals, [], cells, 40.0, CONFIG, probes=lost, placements=placed())
+    assert out.starts == {"web": {0}}
+
+
+def test_a_late_claim_is_not_awaited_from_a_cell_that_is_gone_or_for_an_older_auction() -> None:
+    cells = cell("c1", expires_at=20.0)  # expired before the instance went stale
+    out = converge([desired(1)], ActualSet([unclaimed("web", 0, "d", 1.0)]), [], cells, 40.0, CONFIG,
+                   placements=placed())
+    assert out.starts == {"web": {0}}
+    present = cell("c1", expires_at=1000.0)
+    auctioned_again = ActualSet([unclaimed("web", 0, "d", 5.0)])  # after the placement of 2: that one is over
+    out = converge([desired(1)], auctioned_again, [], present, 40.0, CONFIG, placements=placed())
+    assert out.starts == {"web": {0}}
+
+
+def test_a_task_a_present_cell_accepted_is_not_kicked_again() -> None:
+    cells = cell("c1", expires_at=1000.0)
+    log = placed(lrps="", tasks="t")
+    pending = task(auctioned_at=1.0)
+    assert converge([], ActualSet(), [pending], cells, 40.0, CONFIG, placements=log).tasks_to_kick == []
+    lost = {"c1": Probe(35.0, frozenset(), frozenset())}
+    out = converge([], ActualSet(), [pending], cells, 40.0, CONFIG, probes=lost, placements=log)
+    assert [t.task_guid for t in out.tasks_to_kick] == ["t"]
+
+
 @settings(max_examples=300, deadline=None)
 @given(
     instances=st.lists(st.integers(0, 4), min_size=1, max_size=2),
+    keep=st.lists(st.booleans(), min_size=2, max_size=2),
     rows=st.lists(
         st.tuples(
             st.integers(0, 1),  # app
@@ -225,9 +345,10 @@ def test_suspect_of_a_returning_cell_that_lost_it_is_dropped() -> None:
     ),
 )
 def test_setting_settled_instances_aside_decides_the_same(
-    instances: list[int], rows: list[tuple[int, int, str, str, str, float]]
+    instances: list[int], keep: list[bool], rows: list[tuple[int, int, str, str, str, float]]
 ) -> None:
-    apps = [desired(n, pg=f"app-{i}") for i, n in enumerate(instances)]
+    apps = [desired(n, pg=f"app-{i}", on_cell_loss=KEEP_REPLICAS if keep[i] else "reschedule")
+            for i, n in enumerate(instances)]
     unique: dict[tuple[str, int, str], ActualRecord] = {}
     for app, index, state, presence, cell_id, since in rows:
         row = dataclasses.replace(

@@ -150,8 +150,15 @@ def _running(actuals: ActualSet, ref: RunningReport, cell_id: str, now: float, o
             if other.cell_id and other.instance_guid:
                 out.stops.append(stop_of(other))
         return
-    if _other_of(actuals, ref, cell_id) is not None:
-        return  # still running while it is evacuated or suspected: nothing changes
+    other = _other_of(actuals, ref, cell_id)
+    if other is not None:
+        # Still running while it is evacuated or suspected: it stays so. One suspected while it started
+        # (CLAIMED when its cell went silent) does run now: say so, or once promoted back (its cell returns
+        # before the replacement runs) it would stay CLAIMED for good, its rep having reported it already.
+        if other.state == CLAIMED:
+            actuals.replace(other, changed(other, state=RUNNING, host=ref["host"], ports=ref["ports"],
+                                           address=_address(ref), since=now))
+        return
     out.refused.append({"process_guid": process_guid, "index": index, "instance_guid": ref["instance_guid"]})
 
 

@@ -7,7 +7,7 @@ import dataclasses
 from bbs.actual_set import ActualSet
 from bbs.lifecycle import Stop, apply_lrp_reports, apply_task_reports
 from bbs.lifecycle_wire import CELL_REPORT, CellReport
-from bbs.records import CLAIMED, CRASHED, EVACUATING, RUNNING, UNCLAIMED, TaskRecord, unclaimed
+from bbs.records import CLAIMED, CRASHED, EVACUATING, RUNNING, SUSPECT, UNCLAIMED, TaskRecord, unclaimed
 from bbs.restart_policy import RestartPolicy
 from common.models import TaskCompletion
 
@@ -148,6 +148,28 @@ def test_replacement_running_removes_the_evacuating_instance_and_stops_it() -> N
     # A late report from the old cell about it is refused: its rep stops the instance.
     out = apply_lrp_reports(actuals, report(running=[ref()]), "c1", "z1", 9.0, POLICY)
     assert len(out.refused) == 1
+
+
+def test_running_of_an_instance_suspected_while_it_started_is_recorded() -> None:
+    # Claimed on c1, whose presence expired before its running report arrived: SUSPECT and CLAIMED, with a
+    # replacement to place. Its running report must not be lost: if c1 returns before the replacement
+    # runs, the suspect is promoted back, and it would stay CLAIMED for good.
+    actuals = ActualSet([unclaimed("web", 0, "d", 0.0)])
+    apply_lrp_reports(actuals, report(claimed=[ref()]), "c1", "z1", 1.0, POLICY)
+    started = actuals.get("web", 0)
+    actuals.replace(started, dataclasses.replace(started, presence=SUSPECT))
+    actuals.put(unclaimed("web", 0, "d", 4.0))
+    actuals = ActualSet(list(actuals))
+    running = {**ref(), "host": "10.0.0.5", "ports": [{"container_port": 8080, "host_port": 61001}]}
+    out = apply_lrp_reports(actuals, report(running=[running]), "c1", "z1", 5.0, POLICY)
+    suspect = actuals.other("web", 0)
+    assert out.refused == [] and out.stops == []
+    assert (suspect.presence, suspect.state, suspect.address, suspect.since) == (SUSPECT, RUNNING, "10.0.0.5:61001",
+                                                                                  5.0)
+    assert actuals.get("web", 0).state == UNCLAIMED  # the replacement is still to be placed
+    # Reported again (its rep reasserts after a silence): nothing more changes.
+    assert not apply_lrp_reports(ActualSet(list(actuals)), report(running=[running]), "c1", "z1", 6.0,
+                                 POLICY).refused
 
 
 def test_removed_ordinary_instance_is_placed_again() -> None:

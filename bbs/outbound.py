@@ -23,7 +23,7 @@ from typing import Any, Literal
 import httpx
 from pydantic import BaseModel, ValidationError
 
-from common.models import CancelTasks, HostCellStates, InstanceStop, StopInstances, TaskCancel
+from common.models import CancelTasks, CellState, HostCellStates, InstanceStop, StopInstances, TaskCancel
 
 from .metrics import BBSMetrics
 from .records import CellRecord
@@ -257,6 +257,21 @@ class Outbound:
         self.metrics.rep_requests.labels(kind="state", outcome="ok").inc()
         named = set(cell_ids)
         return {s.cell_id: {lrp.instance_guid for lrp in s.lrps} for s in states if s.cell_id in named}
+
+    async def cell_state(self, cell: CellRecord, timeout: float) -> CellState | None:
+        """One cell's full state from its rep process (GET {rep_url}/state?lrps=full&cells=C) within `timeout`
+        seconds; None when the rep does not answer, errs, or no longer hosts the cell (bbs/cell_probes.py)."""
+        try:
+            response = await self.client.get(f"{cell.rep_url.rstrip('/')}/state",
+                                              params={"lrps": "full", "cells": cell.cell_id}, timeout=timeout)
+            response.raise_for_status()
+            states = HostCellStates.model_validate_json(response.content).cells
+        except (httpx.HTTPError, httpx.InvalidURL, ValidationError) as exc:
+            self.metrics.rep_requests.labels(kind="state", outcome="error").inc()
+            log.info("cell state fetch failed", extra={"data": {"cell_id": cell.cell_id, "error": repr(exc)}})
+            return None
+        self.metrics.rep_requests.labels(kind="state", outcome="ok").inc()
+        return next((s for s in states if s.cell_id == cell.cell_id), None)
 
     async def task_callback(self, url: str, task: dict[str, Any]) -> bool:
         """POST the Task to its completion_callback_url; True on a 2xx answer."""

@@ -41,6 +41,7 @@ POLICY = Policy({
     ("PUT", "/v1/cells"): rule("rep", why="a rep reports for the cells in its certificate"),
     ("POST", "/v1/lifecycle"): rule("rep", why="a rep reports for the cells in its certificate"),
     ("GET", "/v1/cells"): rule(*STATE_READERS),
+    ("DELETE", "/v1/cells/{cell_id}"): rule("admin", why="a person declares a cell gone for good"),
     # the auctioneer: its failures (fenced by its lease's token), its election
     ("POST", "/v1/placement_failures"): rule("auctioneer",
                                              why="the auctioneer reports what it could not place"),

@@ -56,6 +56,7 @@ SAMPLES: dict[tuple[str, str], tuple[str, Any, dict[str, Any] | None]] = {
     ("PUT", "/v1/cells"): ("/v1/cells", {"cells": [presence("cell-1")]}, None),
     ("POST", "/v1/lifecycle"): ("/v1/lifecycle", {"cells": {"cell-1": {}}}, None),
     ("GET", "/v1/cells"): ("/v1/cells", None, None),
+    ("DELETE", "/v1/cells/{cell_id}"): ("/v1/cells/cell-1", None, None),
     ("POST", "/v1/placement_failures"): ("/v1/placement_failures", {"fencing_token": 0}, None),
     ("POST", "/v1/leases/{name}"): ("/v1/leases/auctioneer", {"owner": "probe", "ttl_s": 30}, None),
     ("DELETE", "/v1/leases/{name}"): ("/v1/leases/auctioneer", None, {"owner": "probe", "token": 1}),

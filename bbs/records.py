@@ -21,6 +21,7 @@ ORDINARY, EVACUATING, SUSPECT = "ORDINARY", "EVACUATING", "SUSPECT"
 PENDING, TASK_RUNNING, COMPLETED, RESOLVING = "PENDING", "RUNNING", "COMPLETED", "RESOLVING"
 
 ActualKey = tuple[str, int, str]  # (process_guid, index, presence): the actual_lrps primary key
+RESCHEDULE, KEEP_REPLICAS = "reschedule", "keep-replicas"  # a desired LRP's on_cell_loss (bbs/cell_loss.py)
 
 
 # An epoch only has to be unique: a random per-process prefix and a counter are, and cost no system
@@ -52,6 +53,7 @@ class DesiredRecord:
     created_at: float
     mod_epoch: str
     mod_index: int = 0
+    on_cell_loss: str = RESCHEDULE  # also a column: a convergence pass reads it without the definition
 
     def to_wire(self) -> dict[str, Any]:
         return {
@@ -59,6 +61,7 @@ class DesiredRecord:
             "process_guid": self.process_guid,
             "domain": self.domain,
             "instances": self.instances,
+            "on_cell_loss": self.on_cell_loss,
             "created_at": iso(self.created_at),
             "modification_tag": {"epoch": self.mod_epoch, "index": self.mod_index},
         }
@@ -72,6 +75,7 @@ class DesiredSize:
     process_guid: str
     domain: str
     instances: int
+    on_cell_loss: str = RESCHEDULE
 
 
 @dataclass(slots=True)

@@ -104,6 +104,7 @@ async def running_bbs(
     finally:
         hub.close()
         await converger.stop()
+        await bbs.probes.close()
         with contextlib.suppress(TimeoutError):
             await outbound.drain(DRAIN_TIMEOUT_S)
         await outbound.close()

@@ -25,6 +25,8 @@ from common.models import (
 from common.urls import resolved_refusal
 
 from .actual_set import ActualChanges, ActualSet
+from .cell_loss import CellLossConfig
+from .cell_probes import CellProbes
 from .convergence import (
     ConvergenceConfig,
     evacuate,
@@ -37,6 +39,7 @@ from .lifecycle import LrpOutcome, Stop, apply_lrp_reports, apply_task_reports, 
 from .lifecycle_wire import CellReport
 from .metrics import BBSMetrics
 from .outbound import Outbound
+from .placements import PlacementLog
 from .quotas import QuotaExceeded, check_scale, desire_refusal
 from .records import (
     COMPLETED,
@@ -137,8 +140,14 @@ class BBS:
             expire_completed_task=settings.expire_completed_task,
             forget_cell_after=settings.forget_cell_after,
             policy=self.policy,
+            cell_loss=CellLossConfig(grace=settings.cell_loss_grace, check=settings.cell_loss_check),
         )
         self.on_wake: Callable[[], None] = lambda: None  # set by the converger
+        # Convergence's own state between passes (the leader's): what cells were asked what they hold, and
+        # the auctioneer's reports of what they accepted.
+        self.probes = CellProbes(outbound.cell_state, settings.cell_loss_check,
+                                 on_done=lambda: self.on_wake())
+        self.placement_log = PlacementLog()
         self.on_due: Callable[[float], None] = lambda when: None  # set by the converger
         self.converger: Any = None  # the Converger driving this BBS, if any
         self.transport_ready: Callable[[], bool] = lambda: True  # NATS connected (when it is the transport)
@@ -237,6 +246,7 @@ class BBS:
                     definition=body.model_dump(mode="json"),
                     created_at=now,
                     mod_epoch=new_epoch(),
+                    on_cell_loss=body.on_cell_loss,
                 )
                 records.append(record)
                 results.append(record)
@@ -304,15 +314,23 @@ class BBS:
                 raise Conflict(
                     f"modification_tag {tag.epoch}:{tag.index} is stale (now {record.mod_epoch}:{record.mod_index})"
                 )
-            if body.instances is None or body.instances == record.instances:
+            scale = body.instances is not None and body.instances != record.instances
+            policy = body.on_cell_loss is not None and body.on_cell_loss != record.on_cell_loss
+            if not scale and not policy:
                 return record.to_wire()
-            if body.instances > record.instances:  # scaling up counts against the instance quota
-                check_scale(self.settings, (await tx.desired_totals())[1], record.instances, body.instances)
-            record.instances = body.instances
-            record.definition = {**record.definition, "instances": body.instances}
+            if body.on_cell_loss is not None and policy:  # convergence applies it from its next pass
+                record.on_cell_loss = body.on_cell_loss
+                record.definition = {**record.definition, "on_cell_loss": body.on_cell_loss}
+            if body.instances is not None and scale:
+                if body.instances > record.instances:  # scaling up counts against the instance quota
+                    total = (await tx.desired_totals())[1]
+                    check_scale(self.settings, total, record.instances, body.instances)
+                record.instances = body.instances
+                record.definition = {**record.definition, "instances": body.instances}
             record.mod_index += 1
             await tx.update_desired(record)
-            await self._resize(tx, record, now, effects)
+            if scale:
+                await self._resize(tx, record, now, effects)
         effects.events.insert(0, lambda: [event("desired_lrp_changed", record.to_wire(), now)])
         self.run_effects(effects)
         return record.to_wire()
@@ -421,9 +439,9 @@ class BBS:
         ]
 
     async def placement_failures(self, body: PlacementFailures) -> None:
-        """Record the auctioneer's failures, unless they come from a term older than the auctioneer
-        lease's current one (Conflict, nothing written): a deposed leader must not fail what the new
-        one is placing."""
+        """Record the auctioneer's report of an auction — its failures, and what each cell accepted —
+        unless it comes from a term older than the auctioneer lease's current one (Conflict, nothing
+        written): a deposed leader must not fail what the new one is placing."""
         now = time.time()
         effects = Effects()
         async with self.store.write() as tx:
@@ -434,6 +452,9 @@ class BBS:
                     f"fencing_token {body.fencing_token} is older than the auctioneer lease's current token "
                     f"{lease.token}: a report from a deposed auctioneer is not applied"
                 )
+            if body.accepted:  # kept until the claims arrive (bbs/placements.py)
+                accepted = {cell: work.model_dump() for cell, work in body.accepted.items()}
+                await tx.insert_placement(now, accepted)
             if body.lrps:
                 changed = await tx.set_placement_errors(
                     [(f.process_guid, f.index, placement_message(f.error, f.detail)) for f in body.lrps]
@@ -606,6 +627,27 @@ class BBS:
         await tx.apply_actual_changes(changes)
         effects.actual_events(changes)
         await self.add_starts(tx, starts, effects)
+
+    async def remove_cell(self, cell_id: str) -> None:
+        """Forget a cell that is gone for good (`vendue cells remove`): everything it held is placed again
+        at once, whatever the LRPs' `on_cell_loss` (its ORDINARY instances are auctioned again, its
+        suspect and evacuating ones dropped, their indices replaced by the next convergence pass), and its
+        row is deleted. A cell that heartbeats is refused (Conflict): stop or drain its rep first."""
+        now = time.time()
+        effects = Effects(wake_convergence=True)
+        async with self.store.write() as tx:
+            cell = await tx.get_cell(cell_id)
+            if cell is None:
+                raise NotFound(f"no cell {cell_id!r}")
+            if cell.present(now):
+                raise Conflict(f"cell {cell_id!r} is present (its rep heartbeats): stop or drain it first")
+            held = await tx.list_actuals(cell_id=cell_id)
+            await self._rework_cell(tx, held, forget_rebooted_cell, cell_id, now, effects)
+            await tx.delete_cells([cell_id])
+        log.info("cell removed", extra={"data": {"cell_id": cell_id, "instances": len(held)}})
+        wire = cell.to_wire()
+        effects.events.append(lambda: [event("cell_removed", wire, now)])
+        self.run_effects(effects)
 
     async def list_cells(self) -> list[dict[str, Any]]:
         async with self.store.read() as tx:

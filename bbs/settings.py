@@ -65,6 +65,10 @@ class BBSSettings(BaseSettings, TLSOptions, RequestLimitOptions, QuotaOptions):
     crash_reset_after: float = Field(default=300.0, gt=0)
     lease_ttl: float = Field(default=15.0, gt=0)
     forget_cell_after: float = Field(default=3600.0, gt=0)  # drop an expired cell's row after this
+    # keep-replicas LRPs (bbs/cell_loss.py): after a cell's presence expired, wait this long, then check
+    # it for up to cell_loss_check (its rep asked for the cell's state) before moving single-instance apps.
+    cell_loss_grace: float = Field(default=30.0, ge=0)
+    cell_loss_check: float = Field(default=5.0, gt=0)
 
     def key_ring(self) -> KeyRing | None:
         """The key ring (None: encryption at rest off); raises encryption.KeyRingError, naming the setting."""

@@ -20,7 +20,8 @@ BBS (`vendue bbs`, default http://127.0.0.1:8889)
   GET    /v1/actual_lrps/summary?process_guid=           -> ActualLRPSummary (counts only: cheap to poll)
   POST   /v1/lifecycle          HostLifecycle  -> HostLifecycleResult   (the reports of every cell of a rep
                                                    process: one request per round per process)
-  POST   /v1/placement_failures          PlacementFailures -> 204   (the auctioneer, once per batch;
+  POST   /v1/placement_failures          PlacementFailures -> 204   (the auctioneer, once per auction: what it
+                                                   could not place and what each cell accepted;
                                                    409 for a fencing_token older than the lease's)
   POST   /v1/tasks                   TaskCreate         -> 201 Task (409 if it exists)
   GET    /v1/tasks?state=&domain=                       -> {"items": [Task]}
@@ -30,6 +31,8 @@ BBS (`vendue bbs`, default http://127.0.0.1:8889)
   PUT    /v1/cells                   CellPresences      -> 204 (the heartbeats of every cell of a rep process;
                                                    a presence lives for the TTL)
   GET    /v1/cells                                      -> {"items": [CellPresence]} (present cells)
+  DELETE /v1/cells/{cell_id}                            -> 204 (forget a cell that is gone: everything it held
+                                                   is placed again; 409 while it is present, 404 unknown)
   GET    /v1/events                                     -> text/event-stream of Event (SSE)
   POST   /v1/leases/{name}           LeaseRequest       -> Lease (acquire or renew; held=false: another owner)
   GET    /v1/leases/{name}                              -> Lease (the current holder; 404 if none)
@@ -76,6 +79,7 @@ from typing import Annotated, Literal, get_args
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from .accepted_work import LRPS_PATTERN, TASKS_PATTERN
 from .labels import validate_label_expression
 from .objective import validate_objective
 from .urls import MAX_URL_CHARS, http_url, http_url_or_none
@@ -244,6 +248,12 @@ class PlacementFields(Strict):
     affinity: list[AffinityRuleModel] = Field(default_factory=list, max_length=MAX_TAGS)
 
 
+# What happens to an LRP's instances when their cell's presence expires (bbs/cell_loss.py): `reschedule`,
+# Diego's, replaces them at once (SUSPECT until the replacement runs); `keep-replicas`, the seeds' service
+# scheduler's, waits out the BBS's cell-loss grace and check, then moves only apps with a single instance.
+OnCellLoss = Literal["reschedule", "keep-replicas"]
+
+
 class DesiredLRPCreate(PlacementFields):
     process_guid: Guid
     domain: Guid = DEFAULT_DOMAIN
@@ -252,6 +262,7 @@ class DesiredLRPCreate(PlacementFields):
     env: Environment = Field(default_factory=dict)
     ports: list[Annotated[int, Field(ge=1, le=65535)]] = Field(default_factory=lambda: [8080], max_length=16)
     health_check: HealthCheck = Field(default_factory=HealthCheck)
+    on_cell_loss: OnCellLoss = "reschedule"
 
 
 class DesiredLRP(DesiredLRPCreate):
@@ -262,6 +273,7 @@ class DesiredLRP(DesiredLRPCreate):
 
 class DesiredLRPUpdate(Strict):
     instances: int | None = Field(default=None, ge=0, le=10_000)
+    on_cell_loss: OnCellLoss | None = None
     # Optimistic update: when given, the update applies only if the tag still matches (else 409).
     modification_tag: ModificationTag | None = None
 
@@ -608,10 +620,27 @@ class TaskPlacementFailure(Open):
     detail: ProcessText = ""
 
 
+# A token of AcceptedWork is at most a guid (128), a colon, ten digits and a space.
+MAX_ACCEPTED_CHARS = MAX_ITEMS * 140
+
+
+class AcceptedWork(Open):
+    """What one cell accepted in an auction, in common/accepted_work.py's compact form: `lrps` is
+    "process_guid:index" tokens, `tasks` task guids, each separated by single spaces."""
+
+    lrps: Annotated[str, Field(max_length=MAX_ACCEPTED_CHARS, pattern=LRPS_PATTERN)] = ""
+    tasks: Annotated[str, Field(max_length=MAX_ACCEPTED_CHARS, pattern=TASKS_PATTERN)] = ""
+
+
 class PlacementFailures(Open):
+    """The auctioneer's report of one auction (POST /v1/placement_failures): what it could not place, and
+    what each cell accepted. The BBS keeps the second until the cells' claims arrive, so that work a
+    present cell accepted is not auctioned again however late its claim is (bbs/placements.py)."""
+
     # An auction of 250,000 instances that cannot fit reports every one (the bulk body cap allows it).
     lrps: list[LRPPlacementFailure] = Field(default_factory=list, max_length=MAX_ITEMS * 10)
     tasks: list[TaskPlacementFailure] = Field(default_factory=list, max_length=MAX_ITEMS)
+    accepted: dict[Guid, AcceptedWork] = Field(default_factory=dict, max_length=10_000)  # by cell id
     # The auctioneer lease's token the auction ran under: the BBS refuses (409) a report from an older term.
     fencing_token: FencingToken = 0
 
@@ -682,7 +711,8 @@ class CellPresences(Open):
 class Event(Open):
     """One change, as sent on the BBS's SSE stream (`event: <type>`, `data: <json>`) and on NATS."""
 
-    type: str  # desired_lrp_created|_changed|_removed, actual_lrp_..., task_..., cell_appeared|_disappeared
+    # desired_lrp_created|_changed|_removed, actual_lrp_..., task_..., cell_appeared|_disappeared|_removed
+    type: str
     data: dict
     at: datetime
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -157,6 +157,9 @@ class LRPSpec(_Model):
     devices: list[DeviceRequest] = Field(default_factory=list)
     affinity: list[AffinityRule] = Field(default_factory=list)
     previous_cell: str | None = None
+    # What the BBS does when the instance's cell is lost (common/models.py DesiredLRPCreate); the engine
+    # ignores it, a simulation over real services passes it on. Optional: files without it load as before.
+    on_cell_loss: Literal["reschedule", "keep-replicas"] = "reschedule"
 
 
 class TaskSpec(_Model):

@@ -35,6 +35,7 @@ def test_contract_example_parses_with_defaults() -> None:
     assert c.placement_tags == [] and c.labels == {} and c.host is None
     assert (c.prefill_memory_mb, c.prefill_disk_mb, c.prefill_containers) == (512, 1024, 1)
     assert workload.lrps[0].stack == "cflinuxfs4" and workload.lrps[0].strategy is None
+    assert workload.lrps[0].on_cell_loss == "reschedule"  # a file without the field keeps Diego's policy
     assert workload.tasks[0].task_guid == "migrate"
     assert workload.now is None and workload.config.max_inflight_starts == 0
 
@@ -62,6 +63,8 @@ def test_unknown_fields_are_ignored_everywhere() -> None:
         ({"cells": [cell()], "lrps": [lrp(memory_mb=True)]}, "lrps[0].memory_mb: must be an integer"),
         ({"cells": [cell()], "lrps": [lrp(process_guid="")]}, "lrps[0].process_guid: must not be empty"),
         ({"cells": [cell()], "lrps": [lrp(index=-1)]}, "lrps[0].index: must be >= 0"),
+        ({"cells": [cell()], "lrps": [lrp(on_cell_loss="never")]},
+         "lrps[0].on_cell_loss: Input should be 'reschedule' or 'keep-replicas'"),
         ({"cells": [cell()], "lrps": [{"process_guid": "web", "memory_mb": 1, "disk_mb": 1}]},
          "lrps[0].index: required"),
         ({"cells": [cell(memory_mb=0)]}, "cells[0].memory_mb: must be >= 1"),

@@ -99,6 +99,14 @@ def bbs(
         None, "--crash-reset-after", help="Running this long resets the crash count, s [300]."
     ),
     lease_ttl: float | None = typer.Option(None, "--lease-ttl", help="Convergence lease TTL, s [15]."),
+    cell_loss_grace: float | None = typer.Option(
+        None, "--cell-loss-grace",
+        help="keep-replicas LRPs: wait this long after a cell's presence expired before its check, s [30].",
+    ),
+    cell_loss_check: float | None = typer.Option(
+        None, "--cell-loss-check",
+        help="How long the check (and a late claim's) waits for the cell's rep to answer, s [5].",
+    ),
     check_config: bool = typer.Option(
         False, "--check-config", help="Validate the settings and exit: 0, or 2 and the setting at fault."
     ),

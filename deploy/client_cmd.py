@@ -1,4 +1,4 @@
-"""The client commands: `vendue push|scale|delete|apps|instances|cells|task run|tasks|events`.
+"""The client commands: `vendue push|scale|delete|apps|instances|cells [remove]|task run|tasks|events`.
 
 They talk to a BBS found, in order, through `--bbs URL[,URL...]` (alias `--bbs-url`; several BBS
 replicas: each request goes to one that answers), `VENDUE_BBS_URL`, the
@@ -130,6 +130,10 @@ TlsKey = Annotated[Path | None, typer.Option(
 TlsCa = Annotated[Path | None, typer.Option(
     "--tls-ca", envvar="VENDUE_TLS_CA", show_envvar=True,
     help="The cluster CA (alone: with --token, no client certificate).")]
+OnCellLossOption = Annotated[str | None, typer.Option(
+    "--on-cell-loss",
+    help="When the app's cell is lost: reschedule (Diego's, the default: replace its instances at once) or "
+    "keep-replicas (wait out the BBS's --cell-loss-grace and check, then move only single-instance apps).")]
 Token = Annotated[str | None, typer.Option(
     "--token", envvar="VENDUE_TOKEN", show_envvar=True,
     help="A bearer token (vendue tokens create) instead of a client certificate; prefer VENDUE_TOKEN: a "
@@ -316,6 +320,7 @@ def push(
     health_path: Annotated[str | None, typer.Option("--health-path", help="Path of the http health check.")] = None,
     env: Annotated[list[str] | None, typer.Option("--env", "-e", help="NAME=VALUE (repeatable).")] = None,
     domain: Annotated[str | None, typer.Option("--domain", help="Domain the app belongs to.")] = None,
+    on_cell_loss: OnCellLossOption = None,
     wait: Annotated[bool, typer.Option("--wait", help="Wait until every instance runs.")] = False,
     timeout: Annotated[float, typer.Option("--timeout", help="With --wait: give up after this many seconds.")] = 60.0,
     connection: Connection = Connection(),
@@ -327,7 +332,7 @@ def push(
              USAGE_ERROR)
     fields: dict[str, Any] = {"process_guid": name, "instances": instances, "memory_mb": memory_mb,
                               "disk_mb": disk_mb, "command": list(command)}
-    optional = {"stack": stack, "strategy": strategy, "domain": domain}
+    optional = {"stack": stack, "strategy": strategy, "domain": domain, "on_cell_loss": on_cell_loss}
     fields.update({k: v for k, v in optional.items() if v is not None})
     if tags:
         fields["placement_tags"] = list(tags)
@@ -374,12 +379,17 @@ def _wait_running(client: BBSClient, name: str, instances: int, timeout: float) 
 @bbs_command
 def scale(
     name: Annotated[str, typer.Argument(help="The app's process guid.", show_default=False)],
-    instances: Annotated[int, typer.Option("--instances", "-i", help="The new number of instances.")],
+    instances: Annotated[int | None, typer.Option("--instances", "-i",
+                                                  help="The new number of instances.")] = None,
+    on_cell_loss: OnCellLossOption = None,
     connection: Connection = Connection(),
     as_json: AsJson = False,
 ) -> None:
-    """Change how many instances of an app are desired."""
-    update: DesiredLRPUpdate = validated(DesiredLRPUpdate, instances=instances)
+    """Change how many instances of an app are desired, and/or what happens to them when their cell is
+    lost."""
+    if instances is None and on_cell_loss is None:
+        fail("--instances: give the new number of instances (-i N), or --on-cell-loss", USAGE_ERROR)
+    update: DesiredLRPUpdate = validated(DesiredLRPUpdate, instances=instances, on_cell_loss=on_cell_loss)
     with connect(connection) as client:
         try:
             desired = client.update_desired_lrp(name, update)
@@ -388,7 +398,7 @@ def scale(
     if as_json:
         print_json(desired.model_dump(mode="json"))
         return
-    typer.echo(f"scaled {name} to {desired.instances} instance(s)")
+    typer.echo(f"scaled {name} to {desired.instances} instance(s), on cell loss: {desired.on_cell_loss}")
 
 
 @app.command(cls=OneLineErrorsCommand)
@@ -500,15 +510,23 @@ def instances(
 # --- cells ----------------------------------------------------------------------------------------
 
 
-@app.command(cls=OneLineErrorsCommand)
+cells_app = typer.Typer(help="The present cells; `remove` forgets one that is gone.",
+                        invoke_without_command=True, no_args_is_help=False, cls=OneLineErrorsGroup)
+app.add_typer(cells_app, name="cells")
+
+
+@cells_app.callback()
 @bbs_command
 def cells(
+    ctx: typer.Context,
     connection: Connection = Connection(),
     as_json: AsJson = False,
 ) -> None:
     """The present cells (the BBS's presence), with what each has left (asked of each rep). INSECURE: the
     rep runs without TLS and authorization (--insecure). ISOLATION: how its instances are isolated
     (cgroup-v1/cgroup-v2: own uid and cgroup each; none: as the rep's own user; sim: simulated)."""
+    if ctx.invoked_subcommand is not None:
+        return
     with connect(connection) as client:
         present: list[CellPresence] = sorted(client.cells(), key=lambda c: (c.zone, c.cell_id))
         if as_json:
@@ -541,6 +559,24 @@ def cells(
             "[yellow]evacuating[/]" if state.evacuating else status,
         )
     console().print(table)
+
+
+@cells_app.command("remove", cls=OneLineErrorsCommand)
+@bbs_command
+def cells_remove(
+    cell_id: Annotated[str, typer.Argument(metavar="CELL", help="The cell's id.", show_default=False)],
+    connection: Connection = Connection(),
+) -> None:
+    """Forget a cell that is gone for good: everything it held is placed again now, whatever the apps'
+    --on-cell-loss. Refused while the cell heartbeats (stop or drain its rep first)."""
+    with connect(connection) as client:
+        try:
+            client.remove_cell(cell_id)
+        except NotFound:
+            fail(f"no cell named {cell_id!r}")
+        except Conflict as exc:
+            fail(str(exc))
+    typer.echo(f"removed {cell_id}: what it held is being placed again")
 
 
 # --- tasks ----------------------------------------------------------------------------------------

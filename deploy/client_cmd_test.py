@@ -53,6 +53,9 @@ def task_guids(bbs) -> set[str]:
     (["push", "APP", "--bogus", "--", "x"], "--bogus"),
     (["scale", "APP", "-i", "-1"], "instances"),
     (["scale", "APP"], "--instances"),
+    (["push", "APP", "--on-cell-loss", "sometimes", "--", "x"], "on_cell_loss"),
+    (["scale", "APP", "--on-cell-loss", "never"], "on_cell_loss"),
+    (["cells", "remove"], "CELL"),
     (["task", "run", "-m", "0", "--", "x"], "memory_mb"),
     (["task", "run", "--name", "no way", "--", "x"], "task_guid"),
     (["task", "run"], "command"),
@@ -125,6 +128,14 @@ def test_push_apps_instances_scale_delete_round_trip_with_json_shapes(bbs):
 
     scaled = bbs.vendue("scale", name, "-i", "3", "--json")
     assert scaled.exit_code == 0 and json.loads(scaled.stdout)["instances"] == 3
+    assert json.loads(scaled.stdout)["on_cell_loss"] == "reschedule"  # Diego's, unless asked otherwise
+    kept = bbs.vendue("scale", name, "--on-cell-loss", "keep-replicas", "--json")
+    assert kept.exit_code == 0, kept.output
+    changed = json.loads(kept.stdout)
+    assert (changed["instances"], changed["on_cell_loss"]) == (3, "keep-replicas")
+    policy = bbs.vendue("push", unique("db"), "--on-cell-loss", "keep-replicas", "--json", "--", "x")
+    assert policy.exit_code == 0, policy.output
+    assert json.loads(policy.stdout)["on_cell_loss"] == "keep-replicas"
 
     assert bbs.vendue("delete", name).exit_code == 0
     assert name not in desired_guids(bbs)
@@ -163,6 +174,13 @@ def test_cells_json_lists_presence(bbs):
     assert cells[cell_id].zone == "z9" and cells[cell_id].total.memory_mb == 1024
     table = bbs.vendue("cells")
     assert table.exit_code == 0 and cell_id in table.stdout and "rep unreachable" in table.stdout
+    # `cells remove` forgets a cell that is gone; one that heartbeats is refused, an unknown one is not found.
+    present = bbs.vendue("cells", "remove", cell_id)
+    assert present.exit_code == 1 and f"cell '{cell_id}' is present" in present.stderr, present.output
+    assert cell_id in {c["cell_id"] for c in json.loads(bbs.vendue("cells", "--json").stdout)}
+    unknown = bbs.vendue("cells", "remove", "no-such-cell")
+    assert unknown.exit_code == 1, unknown.output
+    assert unknown.stderr.strip() == "error: no cell named 'no-such-cell'"
 
 
 def test_events_json_prints_one_event_per_line(bbs, tmp_path: Path):

@@ -178,7 +178,8 @@ def test_two_strategies_inproc_with_a_report(tmp_path) -> None:
     assert list(by_strategy) == ["diego", "binpack"]
     for s in by_strategy.values():
         assert (s["placed"], s["failed"], s["rounds"]) == (232, 0, 1)
-        assert s["communications_by_kind"]["rep_state"] == 14 and s["communications_by_kind"]["bbs"] == 1
+        # Per auction: a state request per cell; the BBS's cell list and the auction's report.
+        assert s["communications_by_kind"]["rep_state"] == 14 and s["communications_by_kind"]["bbs"] == 2
         assert s["seconds"] > 0 and s["wait_s"]["max"] <= s["seconds"]
         assert sum(c["instances"] for c in s["per_cell"]) == 232
         assert len(s["app_zone_split"]) == 30

@@ -5,7 +5,8 @@ engine, send each winning cell its work, report what no cell could take — with
 (auctioneer/service/transport.py) answered in memory: a `SimRep` per cell gives its `CellState` (what it
 runs, what it has left) and takes or refuses `Work` as a real rep would. Requests are counted where the
 HTTP transport would make them: one BBS cell list and one GET /state per cell per auction, one POST /work
-per winning cell, one POST /v1/placement_failures per auction with failures. Work a rep refused is
+per winning cell, one POST /v1/placement_failures per auction that placed or failed anything (the report
+also tells the BBS what each cell accepted). Work a rep refused is
 carried into the next round, as the batcher does, until it has had `max_attempts` tries.
 
 Everything is submitted at once, as one batch (a cold start, a deploy); a wait is the time from that
@@ -175,7 +176,7 @@ class InProcessReporter:
         self.failures: list[dict] = []
 
     def report(self, failures: PlacementFailures) -> None:
-        if not failures.lrps and not failures.tasks:
+        if not failures.lrps and not failures.tasks and not failures.accepted:
             return None
         self.metrics.request("bbs")
         self.failures += [{"process_guid": f.process_guid, "index": f.index, "error": f.error, "detail": f.detail}

@@ -25,7 +25,8 @@ def test_one_auction_counts_a_state_request_per_cell_and_a_work_request_per_winn
     assert placed[("old", 0)] == "a" and outcome.prefill_keys == {("old", 0)}
     assert placed[("big", 0)] == "b"  # only b has 900 MB free
     winners = {cell_id for key, cell_id in placed.items() if key != ("old", 0)}
-    assert outcome.communications == {"bbs": 1, "rep_state": 3, "rep_work": len(winners)}
+    # The cell list, and the report of what each winner accepted.
+    assert outcome.communications == {"bbs": 2, "rep_state": 3, "rep_work": len(winners)}
     assert outcome.failures == [] and len(outcome.waits) == 3
     assert all(0 <= w <= outcome.seconds for w in outcome.waits)
 
@@ -34,7 +35,7 @@ def test_failures_are_reported_once_per_auction_with_diego_s_error() -> None:
     sim = three_cells()
     sim.apps.append(app("huge", 1, 5000, 10))
     outcome = run_inproc(sim, "diego")
-    assert outcome.communications["bbs"] == 2  # the cell list and one placement-failure report
+    assert outcome.communications["bbs"] == 2  # the cell list and one report (failures, what cells accepted)
     [failure] = outcome.failures
     assert (failure["process_guid"], failure["index"], failure["error"]) == ("huge", 0, "insufficient resources: memory")
     assert failure["detail"].startswith("0/3 cells fit")

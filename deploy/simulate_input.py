@@ -19,7 +19,7 @@ from common.workload import CellSpec, LRPSpec, SchedulerSettings, TaskSpec, Work
 # LRP fields a desired LRP carries besides guid, memory and disk (wire names, shared with DesiredLRP).
 PLACEMENT_FIELDS = (
     "stack", "placement_tags", "volume_drivers", "domain", "strategy", "objective", "source_blob",
-    "labels_match", "volumes", "ingress_ip", "devices", "affinity",
+    "labels_match", "volumes", "ingress_ip", "devices", "affinity", "on_cell_loss",
 )
 _LRP_DEFAULTS = {name: f.get_default(call_default_factory=True) for name, f in LRPSpec.model_fields.items()}
 

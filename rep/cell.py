@@ -95,7 +95,8 @@ class HeldInstance:
 @dataclass(slots=True)
 class HeldTask:
     task: Task
-    state: str = "running"  # running | cancelling
+    # claiming (its start not yet accepted by the BBS: its command does not run yet) | running | cancelling
+    state: str = "claiming"
 
 
 class Cell:
@@ -353,12 +354,21 @@ class Cell:
             self._starting -= 1
 
     def _start_task(self, task: Task) -> None:
+        """Reserve it and claim it; its command runs once the BBS accepted the claim (`_run_claimed_tasks`):
+        a task runs at most once, though work may reach two cells (a late claim, an auction request sent
+        twice), as Diego's rep starts a container only after the BBS's StartTask."""
         self._tasks[task.task_guid] = HeldTask(task=task)
         self._used_memory += task.memory_mb
         self._used_disk += task.disk_mb
         self._empty.clear()
         self.outbox.task_started(task.task_guid)
-        self.executor.run_task(TaskContainer(self.cell_id, task), self)
+
+    def _run_claimed_tasks(self) -> None:
+        """Run every task whose claim the BBS just accepted: delivered (no longer pending) and not refused."""
+        for held in self._tasks.values():
+            if held.state == "claiming" and not self.outbox.start_pending(held.task.task_guid):
+                held.state = "running"
+                self.executor.run_task(TaskContainer(self.cell_id, held.task), self)
 
     # --- forgetting -------------------------------------------------------------------------------
 
@@ -473,7 +483,8 @@ class Cell:
     # --- what the BBS answered ----------------------------------------------------------------------
 
     def apply_lifecycle_result(self, result: LifecycleResult) -> None:
-        """The BBS refused these: stop and forget them, silently (they are not ours)."""
+        """The BBS answered a report: stop and forget what it refused, silently (not ours); then run the tasks
+        whose claims it accepted."""
         for ref in result.refused:
             self.outbox.discard_instance(ref.instance_guid)
             held = self._instances.get(ref.instance_guid)
@@ -492,9 +503,11 @@ class Cell:
             held_task = self._tasks.get(task_guid)
             if held_task is None:
                 continue
-            held_task.state = "cancelling"
+            ran, held_task.state = held_task.state == "running", "cancelling"
             self._forget_task(held_task)
-            self.in_background(self.executor.cancel_task(task_guid))
+            if ran:
+                self.in_background(self.executor.cancel_task(task_guid))
+        self._run_claimed_tasks()
 
 
 def all_rejected(lrps: list[tuple[DesiredLRP, int]], tasks: list[Task], reason: str) -> WorkResult:

@@ -301,7 +301,8 @@ async def test_refused_instances_are_stopped_and_forgotten_silently() -> None:
     )
     await cell.wait_background(1.0)
 
-    assert executor.stopped == ["g1"] and executor.cancelled == ["t1"]
+    # The task's claim refused before it ran: never run, so nothing to cancel.
+    assert executor.stopped == ["g1"] and executor.cancelled == [] and executor.tasks == []
     assert [i.instance_guid for i in cell.state().lrps] == ["g0"]
     assert cell.state().tasks == []
     p = pending(cell)
@@ -325,6 +326,21 @@ async def test_tasks_reserve_start_complete_and_cancel() -> None:
     done = pending(cell).tasks_completed[-1]
     assert (done.task_guid, done.failed, done.failure_reason) == ("t3", True, "cancelled")
     assert executor.cancelled == ["t3"]
+
+
+async def test_a_task_runs_only_once_the_bbs_accepted_its_claim() -> None:
+    cell, executor = make_cell()
+    take(cell, tasks=[task("t1"), task("t2")])
+    assert executor.tasks == [], "nothing runs before the BBS accepted the claims"
+    sent = cell.outbox._pending  # what the flusher takes and delivers
+    cell.outbox._pending = type(sent)()
+    take(cell, tasks=[task("t3")])  # claimed while that request was in flight
+    cell.apply_lifecycle_result(LifecycleResult(refused_tasks=["t2"]))  # the BBS's answer: t2 is another's
+    assert [c.task.task_guid for c in executor.tasks] == ["t1"]
+    assert [t.task_guid for t in cell.state().tasks] == ["t1", "t3"]
+    cell.outbox._pending = type(sent)()  # t3's claim delivered too, accepted
+    cell.apply_lifecycle_result(LifecycleResult())
+    assert [c.task.task_guid for c in executor.tasks] == ["t1", "t3"], "each run once"
 
 
 async def test_stop_everything_stops_instances_and_fails_tasks() -> None:

@@ -59,6 +59,9 @@ PROCS = "cgroup.procs"
 KILL_TIMEOUT_S = 30.0
 DIEGO_MAX_WEIGHT_MB = 8192  # Diego: memory beyond 8 GiB earns no more CPU weight
 MAX_SHARES = 1024
+CELL_MAX_SHARES = 262144  # cgroup v1's ceiling for cpu.shares
+V2_DEFAULT_WEIGHT = 100  # cgroup v2's cpu.weight of a cgroup nobody weighed (v1: 1024 shares)
+CELL_MAX_WEIGHT = 10000
 
 Version = Literal["cgroup-v1", "cgroup-v2"]
 
@@ -288,6 +291,8 @@ class CellCgroups:
         self.hierarchies = cgroups.hierarchies
         self.cell_id = cell_id
         self.dirs = tuple(h.base / cell_id for h in cgroups.hierarchies)
+        self._live: set[str] = set()
+        self._weighed = 0  # the instance count the cell's CPU weight was last written for
 
     def open(self) -> None:
         """Make the cell's level (and those above it) in every hierarchy: proves they are writable."""
@@ -321,7 +326,33 @@ class CellCgroups:
         except OSError:
             cgroup.remove()
             raise
+        self._live.add(guid)
+        self._weigh()
         return cgroup
+
+    def released(self, guid: str) -> None:
+        """An instance's cgroup is gone: the cell weighs one instance less."""
+        self._live.discard(guid)
+        self._weigh()
+
+    def _weigh(self) -> None:
+        """The cell's CPU weight against the host's other processes: 1024 shares (v2: weight 100, the
+        default of a process) per instance it holds. Diego's shares (∝ memory) only split CPU among the
+        instances; without this, 100 instances in one cgroup would together weigh what one unisolated
+        process does, and isolated apps would start several times slower on a busy host."""
+        count = max(1, len(self._live))
+        if count == self._weighed:
+            return
+        for h, cell in zip(self.hierarchies, self.dirs, strict=True):
+            if self.version == "cgroup-v2":
+                control, value = cell / "cpu.weight", min(CELL_MAX_WEIGHT, V2_DEFAULT_WEIGHT * count)
+            elif "cpu" in h.controllers:
+                control, value = cell / "cpu.shares", min(CELL_MAX_SHARES, MAX_SHARES * count)
+            else:
+                continue
+            with contextlib.suppress(OSError):  # a weight not written costs speed, never correctness
+                control.write_text(str(value))
+        self._weighed = count
 
     def leftovers(self) -> list[InstanceCgroup]:
         """The instances' cgroups a previous run of this rep left (it died without stopping them)."""

@@ -191,6 +191,20 @@ def test_v2_instance_limits_memory_without_swap_pids_and_cpu_weight(fake_v2: Pat
     assert cgroup.procs_files == (str(path / "cgroup.procs"),)
 
 
+def test_v2_cell_weighs_a_default_process_per_instance_it_holds(fake_v2: Path) -> None:
+    cell = detect_fake_v2(fake_v2).cell("cell-0")
+    cell.open()
+    weight = fake_v2 / OWN.lstrip("/") / "vendue" / "k123" / "cell-0" / "cpu.weight"
+    for guid in ("a", "b", "c"):
+        cell.create(guid, limits_for(64, 64))
+    assert weight.read_text() == "300"
+    cell.released("a")
+    assert weight.read_text() == "200"
+    cell.released("b")
+    cell.released("c")
+    assert weight.read_text() == "100", "an empty cell still weighs one process"
+
+
 def test_v2_oom_kills_come_from_memory_events(fake_v2: Path) -> None:
     cgroup = detect_fake_v2(fake_v2).cell("cell-0").create("g", limits_for(64, 8))
     assert cgroup.oom_kills() == 0
@@ -271,6 +285,16 @@ def test_v1_limits_are_set_in_each_hierarchy(v1_cell: CellCgroups) -> None:
     assert by_name["pids.max"].joinpath("pids.max").read_text().strip() == "33"
     assert by_name["cpu.shares"].joinpath("cpu.shares").read_text().strip() == str(cpu_shares(96))
     assert cgroup.remove()
+
+
+def test_v1_cell_shares_grow_with_its_instances_and_shrink_as_they_go(v1_cell: CellCgroups) -> None:
+    cgroups = [v1_cell.create(f"g{i}", limits_for(32, 16)) for i in range(3)]
+    [cpu_cell] = [path.parent for path in cgroups[0].dirs if (path / "cpu.shares").exists()]
+    assert (cpu_cell / "cpu.shares").read_text().strip() == "3072", "1024 shares per instance, as 3 processes"
+    for i, cgroup in enumerate(cgroups):
+        assert cgroup.remove()
+        v1_cell.released(f"g{i}")
+    assert (cpu_cell / "cpu.shares").read_text().strip() == "1024"
 
 
 def test_v1_a_child_joins_before_exec_and_stop_kills_what_ignores_sigterm(v1_cell: CellCgroups) -> None:

@@ -95,6 +95,10 @@ class Outbox:
         p.tasks_started = [g for g in p.tasks_started if g != task_guid]
         p.tasks_completed = [c for c in p.tasks_completed if c.task_guid != task_guid]
 
+    def start_pending(self, task_guid: str) -> bool:
+        """Whether this task's start is still to be delivered (not yet in a request the BBS answered)."""
+        return task_guid in self._pending.tasks_started
+
     @property
     def pending(self) -> int:
         return len(self._pending)

@@ -430,6 +430,8 @@ class ProcessExecutor(Executor):
         emptied = True
         if sandbox.cgroup is not None:
             emptied = await sandbox.cgroup.kill()
+            if self._cgroups is not None:
+                self._cgroups.released(child.guid)
         await child.close_output()
         if not keep_log:
             shutil.rmtree(sandbox.directory, ignore_errors=True)

@@ -9,6 +9,7 @@ import pytest
 from auctioneer.engine.diagnosis import NO_CELLS
 from auctioneer.service.app import create_app
 from auctioneer.service.settings import AuctioneerSettings
+from common.accepted_work import lrps_of
 from common.models import TaskStartRequest
 from common.procutil import free_port
 from tests.auctioneer.fakes import desired, fake_reps, serving, start_request, task, wait_until
@@ -76,9 +77,9 @@ async def test_a_batch_is_placed_with_one_post_per_winning_cell(thread_threshold
         stats = (await client.get("/v1/stats")).json()
         assert (stats["lrps_placed"], stats["tasks_placed"], stats["lrps_failed"], stats["tasks_failed"]) == (36, 1, 0, 0)
         # Both posts may arrive before the first auction or split over two; either way at most one
-        # state fetch and one work POST per cell per auction.
+        # state fetch and one work POST per cell per auction, and two BBS requests: its cells, its report.
         auctions = stats["auctions"]
-        assert stats["requests_made"] == {"bbs": auctions, "rep_state": 3 * auctions,
+        assert stats["requests_made"] == {"bbs": 2 * auctions, "rep_state": 3 * auctions,
                                           "rep_work": reps.work_post_count}
         assert reps.work_post_count <= 3 * auctions
         spread = Counter()
@@ -87,7 +88,18 @@ async def test_a_batch_is_placed_with_one_post_per_winning_cell(thread_threshold
                 spread[cell_id] += sum(1 for d, _ in work.instances(cell_id) if d.process_guid == "web")
                 assert work.fencing_token == 1  # the first term of the fake BBS's lease
         assert sorted(spread.values()) == [10, 10, 10]  # Diego spreads a process across cells
-        assert bbs.failure_posts == 0
+        # Each auction's report names no failure, and what each cell accepted: exactly what it was sent.
+        await wait_until(lambda: len(bbs.failure_reports) == auctions,
+                         lambda: f"{auctions} reports, saw {len(bbs.failure_reports)}")
+        assert not any(r.lrps or r.tasks for r in bbs.failure_reports)
+        accepted = {(cell_id, key) for r in bbs.failure_reports for cell_id, work in r.accepted.items()
+                    for key in lrps_of(work.lrps)}
+        sent = {(cell_id, (d.process_guid, index)) for cell_id, posts in reps.work_posts.items()
+                for work in posts for d, index in work.instances(cell_id)}
+        assert accepted == sent and len(sent) == 36
+        assert [(c, w.tasks) for r in bbs.failure_reports for c, w in r.accepted.items() if w.tasks] == [
+            (cell_id, "t1") for cell_id, posts in reps.work_posts.items() for work in posts
+            if work.cells[cell_id].tasks]
 
         metrics = (await client.get("/metrics")).text
         assert "vendue_auctioneer_auctions_total" in metrics

@@ -69,7 +69,7 @@ class Auction:
             self._metrics.stale_token_refused(stale)
         carried, exhausted = split_rejections(outcome.rejections, self._config.max_attempts)
         failures += exhausted
-        self._reporter.report(placement_failures(failures))
+        self._reporter.report(placement_failures(failures, outcome.accepted))
 
         seconds = time.perf_counter() - started
         requests_after, messages_after = self._metrics.traffic()

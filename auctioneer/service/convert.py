@@ -23,6 +23,7 @@ from auctioneer.engine.types import (
     host_metrics_from,
 )
 from common.models import (
+    AcceptedWork,
     CellState,
     DesiredLRP,
     LRPPlacementFailure,
@@ -127,8 +128,11 @@ def task_starts(items: Iterable[PendingTask]) -> list[TaskStart]:
     return [task_start(item.task) for item in items]
 
 
-def placement_failures(failures: Iterable[Failure]) -> PlacementFailures:
-    body = PlacementFailures()
+def placement_failures(
+    failures: Iterable[Failure], accepted: dict[str, AcceptedWork] | None = None
+) -> PlacementFailures:
+    """An auction's report to the BBS: its failures, and what each cell accepted."""
+    body = PlacementFailures(accepted=accepted or {})
     for f in failures:
         if f.task_guid is not None:
             body.tasks.append(TaskPlacementFailure(task_guid=f.task_guid, error=f.error, detail=f.detail))

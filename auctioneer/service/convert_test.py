@@ -132,5 +132,6 @@ def test_engine_failures_become_the_bbs_report():
                   "detail": "0/3 cells fit"}],
         "tasks": [{"task_guid": "t1", "error": "found no compatible cell for required rootfs",
                    "detail": "3 stack mismatch"}],
+        "accepted": {},
         "fencing_token": 0,  # the reporter stamps the auction's term (reporter.py)
     }

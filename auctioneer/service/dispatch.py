@@ -24,7 +24,8 @@ from pydantic import ValidationError
 
 from auctioneer.engine.diagnosis import NO_CELLS
 from auctioneer.engine.types import AuctionResult, Failure
-from common.models import HostWorkResult, WorkResult
+from common.accepted_work import lrps_text, tasks_text
+from common.models import AcceptedWork, HostWorkResult, WorkResult
 
 from .batcher import Batch, PendingLRP, PendingTask
 from .cells import RepAddress
@@ -65,6 +66,9 @@ class DispatchOutcome:
     lrps_placed: int = 0
     tasks_placed: int = 0
     rejections: list[Rejection] = field(default_factory=list)
+    # What each cell took, for the BBS (common/accepted_work.py): work a present cell accepted is never
+    # auctioned again, however late its claim arrives.
+    accepted: dict[str, AcceptedWork] = field(default_factory=dict)
 
 
 def group_work(result: AuctionResult, batch: Batch, reps: dict[str, RepAddress]) -> list[CellWork]:
@@ -132,12 +136,18 @@ def _tasks(work: CellWork) -> str:
 
 
 def tally(works: list[CellWork], rejected: list[list[Rejection]]) -> DispatchOutcome:
-    """What was placed and what came back rejected, given each work's rejections."""
+    """What was placed (and by which cell) and what came back rejected, given each work's rejections."""
     outcome = DispatchOutcome()
     for work, rejections in zip(works, rejected, strict=True):
         refused = {id(r.item) for r in rejections}
-        outcome.lrps_placed += sum(1 for i in work.lrps if id(i) not in refused)
-        outcome.tasks_placed += sum(1 for i in work.tasks if id(i) not in refused)
+        lrps = [i.key for i in work.lrps if id(i) not in refused] if refused else [i.key for i in work.lrps]
+        tasks = [i.key for i in work.tasks if id(i) not in refused]
+        outcome.lrps_placed += len(lrps)
+        outcome.tasks_placed += len(tasks)
+        if lrps or tasks:
+            # Built unvalidated from the keys of work this auction sent, which came validated.
+            outcome.accepted[work.cell_id] = AcceptedWork.model_construct(
+                lrps=lrps_text(lrps), tasks=tasks_text(tasks))
         outcome.rejections.extend(rejections)
     return outcome
 

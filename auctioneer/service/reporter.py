@@ -1,8 +1,11 @@
-"""Telling the BBS what could not be placed: one POST /v1/placement_failures per auction.
+"""Telling the BBS how an auction went: one POST /v1/placement_failures per auction, with what could not
+be placed and what each cell accepted (the BBS does not auction accepted work again while its claim is on
+the way: bbs/placements.py).
 
 Sent in the background so the next auction need not wait on the BBS; retried with backoff a few times.
 If the BBS stays down the report is dropped with a log line: its convergence re-auctions UNCLAIMED LRPs
-and PENDING tasks, so nothing is lost, only the placement_error text.
+and PENDING tasks, so nothing is lost, only the placement_error text (and, for a claim later than the
+staleness limit, the knowledge that a cell had accepted it).
 
 Each report carries the fencing token of the auction it comes from (the lease's, read when the auction
 reports: the batcher abandons an auction the moment its lease is lost, so that is the auction's term). The
@@ -46,7 +49,7 @@ class FailureReporter:
 
     def report(self, failures: PlacementFailures) -> asyncio.Task[bool] | None:
         """Start sending `failures`; returns the task (None when there is nothing to report)."""
-        if not failures.lrps and not failures.tasks:
+        if not failures.lrps and not failures.tasks and not failures.accepted:
             return None
         failures = failures.model_copy(update={"fencing_token": self._fencing_token()})
         task = asyncio.create_task(self.send(failures), name="report-placement-failures")
@@ -85,7 +88,8 @@ class FailureReporter:
                 delay *= 2
         log.warning(
             "placement failures dropped",
-            extra={"data": {"lrps": len(failures.lrps), "tasks": len(failures.tasks), "why": why}},
+            extra={"data": {"lrps": len(failures.lrps), "tasks": len(failures.tasks),
+                            "cells_accepted": len(failures.accepted), "why": why}},
         )
         return False
 

@@ -64,6 +64,8 @@ from .sealing import SECRET_FIELDS, open_definition, seal_definition
 CHUNK = 400  # rows per IN (...) list: well under every database's bound-parameter limit
 PARTITION = 1000  # rows converted between two yields to the event loop
 T = TypeVar("T")
+# A stored report of what cells accepted: (id, placed_at, {cell_id: {"lrps": ..., "tasks": ...}}).
+StoredPlacement = tuple[int, float, dict[str, dict[str, str]]]
 
 
 def _chunks(items: Sequence[Any], size: int = CHUNK) -> Iterable[Sequence[Any]]:
@@ -175,6 +177,7 @@ def _desired_columns(record: DesiredRecord) -> dict[str, Any]:
         "created_at": record.created_at,
         "mod_epoch": record.mod_epoch,
         "mod_index": record.mod_index,
+        "on_cell_loss": record.on_cell_loss,
     }
 
 
@@ -409,6 +412,7 @@ class Tx:
             created_at=row.created_at,
             mod_epoch=row.mod_epoch,
             mod_index=row.mod_index,
+            on_cell_loss=row.on_cell_loss,
         )
 
     def _desired_params(self, record: DesiredRecord) -> dict[str, Any]:
@@ -480,9 +484,11 @@ class Tx:
         return [self._desired(row) for row in await self._rows(query)]
 
     async def desired_sizes(self) -> list[DesiredSize]:
-        """Every desired LRP's instance count (what a convergence pass needs), definitions unread."""
+        """Every desired LRP's instance count and cell-loss policy (what a convergence pass needs),
+        definitions unread."""
         c = t.desired_lrps.c
-        query = sa.select(c.process_guid, c.domain, c.instances).order_by(self._text_order(c.process_guid))
+        query = sa.select(c.process_guid, c.domain, c.instances, c.on_cell_loss).order_by(
+            self._text_order(c.process_guid))
         return [DesiredSize(*row) for row in await self._rows(query)]
 
     async def desired_totals(self) -> tuple[int, int]:
@@ -745,6 +751,29 @@ class Tx:
         """The earliest expiry among cells not yet announced as gone: when convergence should look."""
         query = sa.select(sa.func.min(t.cells.c.expires_at)).where(t.cells.c.disappeared.is_(False))
         return (await self.connection.execute(query)).scalar()
+
+    # --- what cells accepted (bbs/placements.py) -------------------------------------------------
+
+    async def insert_placement(self, placed_at: float, accepted: dict[str, dict[str, str]]) -> None:
+        await self.connection.execute(t.placements.insert().values(placed_at=placed_at, accepted=accepted))
+
+    async def placement_times(self) -> list[tuple[int, float]]:
+        """(id, placed_at) of every stored report, without its contents: what a convergence pass reads
+        each time."""
+        query = sa.select(t.placements.c.id, t.placements.c.placed_at).order_by(t.placements.c.id)
+        return [(int(row[0]), float(row[1])) for row in await self._rows(query)]
+
+    async def placements_by_id(self, ids: Iterable[int]) -> list[StoredPlacement]:
+        """(id, placed_at, accepted) of these reports."""
+        found: list[StoredPlacement] = []
+        for chunk in _chunks(sorted(set(ids))):
+            query = sa.select(t.placements).where(t.placements.c.id.in_(list(chunk)))
+            found.extend((int(row.id), float(row.placed_at), row.accepted) for row in await self._rows(query))
+        return found
+
+    async def delete_placements(self, ids: Iterable[int]) -> None:
+        for chunk in _chunks(sorted(set(ids))):
+            await self.connection.execute(t.placements.delete().where(t.placements.c.id.in_(list(chunk))))
 
     # --- leases ---------------------------------------------------------------------------------
     # A lease's expiry is decided by the database's clock, never by a replica's: two BBS replicas whose

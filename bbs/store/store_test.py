@@ -37,7 +37,7 @@ async def store(database_url: str):
 
 async def test_migrates_an_empty_database_to_head(store: Store, database_url: str) -> None:
     current, head = await schema_revision(store.engine)
-    assert current == head == "0007"
+    assert current == head == "0008"
     if is_sqlite(database_url):
         async with store.read() as tx:
             assert (await tx.connection.exec_driver_sql("PRAGMA journal_mode")).scalar() == "wal"
@@ -50,7 +50,7 @@ async def test_refuses_a_schema_newer_than_this_code(store: Store, database_url:
     async with store.engine.begin() as connection:
         await connection.execute(sa.text("UPDATE alembic_version SET version_num = '9999_from_the_future'"))
     expected = (
-        "database schema 9999_from_the_future is newer than this BBS (knows up to 0007): upgrade the BBS"
+        "database schema 9999_from_the_future is newer than this BBS (knows up to 0008): upgrade the BBS"
     )
     for run_migrations in (True, False):
         with pytest.raises(SchemaTooNew) as refused:
@@ -63,7 +63,7 @@ async def test_replicas_opening_an_empty_postgres_database_together_migrate_it_o
 ) -> None:
     opened = await asyncio.gather(*(Store.open(fresh_postgres_database) for _ in range(4)))
     try:
-        assert {(await schema_revision(s.engine))[0] for s in opened} == {"0007"}
+        assert {(await schema_revision(s.engine))[0] for s in opened} == {"0008"}
     finally:
         await asyncio.gather(*(s.close() for s in opened))
 
@@ -90,10 +90,35 @@ def test_json_columns_are_encoded_as_json_dumps_would() -> None:
 
 async def test_desired_sizes_are_the_counts_without_definitions(store: Store) -> None:
     records = [DesiredRecord(g, "d", n, {"command": ["x"]}, 1.5, "epoch") for g, n in [("web", 3), ("api", 1)]]
+    records[1].on_cell_loss = "keep-replicas"
     async with store.write() as tx:
         assert await tx.insert_desireds(records)
     async with store.read() as tx:
-        assert await tx.desired_sizes() == [DesiredSize("api", "d", 1), DesiredSize("web", "d", 3)]
+        assert await tx.desired_sizes() == [DesiredSize("api", "d", 1, "keep-replicas"),
+                                            DesiredSize("web", "d", 3, "reschedule")]
+        assert (await tx.get_desired("api")).on_cell_loss == "keep-replicas"
+    records[0].on_cell_loss = "keep-replicas"
+    async with store.write() as tx:
+        await tx.update_desired(records[0])
+    async with store.read() as tx:
+        assert [d.on_cell_loss for d in await tx.desired_sizes()] == ["keep-replicas", "keep-replicas"]
+
+
+async def test_placement_reports_are_stored_as_they_came_and_deleted_by_id(store: Store) -> None:
+    first = {"c1": {"lrps": "web:0 web:1", "tasks": ""}}
+    second = {"c2": {"lrps": "", "tasks": "t1"}, "c3": {"lrps": "api:4", "tasks": ""}}
+    async with store.write() as tx:
+        await tx.insert_placement(10.5, first)
+        await tx.insert_placement(11.0, second)
+    async with store.read() as tx:
+        times = await tx.placement_times()
+        assert [t for _, t in times] == [10.5, 11.0]
+        ids = [i for i, _ in times]
+        assert await tx.placements_by_id(ids) == [(ids[0], 10.5, first), (ids[1], 11.0, second)]
+    async with store.write() as tx:
+        await tx.delete_placements([ids[0]])
+    async with store.read() as tx:
+        assert await tx.placement_times() == [(ids[1], 11.0)]
 
 
 async def test_updates_write_exactly_the_columns_each_row_changed(store: Store) -> None:
@@ -229,8 +254,14 @@ async def test_upgrade_from_the_first_schema_keeps_rows_and_lifts_string_limits(
         row = {("idx" if name == "index" else name): value for name, value in dataclasses.asdict(before).items()}
         async with engine.begin() as connection:  # the store of this code needs 0004's generations table
             await connection.execute(tables.actual_lrps.insert().values(row))
+        desired = {"process_guid": "old", "domain": "d", "instances": 1, "definition": {"command": ["x"]},
+                   "created_at": 1.0, "mod_epoch": "e", "mod_index": 0}
+        async with engine.begin() as connection:
+            await connection.execute(tables.desired_lrps.insert().values(desired))
         await migrate(engine)
-        assert (await schema_revision(engine))[0] == "0007"
+        assert (await schema_revision(engine))[0] == "0008"
+        async with store.read() as tx:  # 0008: a desired LRP from before keeps Diego's cell-loss policy
+            assert (await tx.get_desired("old")).on_cell_loss == "reschedule"
         # What reps report is stored whole on both databases (PostgreSQL enforced VARCHAR(n) before).
         long = dataclasses.replace(
             unclaimed("web", 1, "d", 1.0),

@@ -29,6 +29,7 @@ desired_lrps = sa.Table(
     sa.Column("mod_epoch", sa.String(64), nullable=False),
     sa.Column("mod_index", sa.Integer, nullable=False),
     *sealed_columns(),
+    sa.Column("on_cell_loss", sa.String(16), nullable=False, server_default="reschedule"),  # 0008
 )
 
 actual_lrps = sa.Table(
@@ -103,6 +104,18 @@ generations = sa.Table(
     metadata,
     sa.Column("name", sa.String(64), primary_key=True),
     sa.Column("value", sa.BigInteger, nullable=False),
+)
+
+# What cells accepted, as the auctioneer reported it (0008): one row per report, `accepted` as it came
+# ({cell_id: {"lrps": "pg:index ...", "tasks": "guid ..."}}, common/accepted_work.py), kept until every
+# instance and task in it was claimed or placed again (bbs/placements.py). `placed_at`: when the BBS stored
+# it.
+placements = sa.Table(
+    "placements",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("placed_at", sa.Float, nullable=False),
+    sa.Column("accepted", sa.JSON, nullable=False),
 )
 
 # Bearer tokens of people and scripts (0006): a token is `vdt_<secret>`, and only the SHA-256 of the whole

@@ -12,9 +12,10 @@ the next round starts on an empty cell. With `--isolation both` (the default) th
 round in the same run (none, cgroups, none, cgroups, ...), so drift of the machine hits both alike.
 
 Prints ONE JSON object: per mode the starts per second (N / seconds to all RUNNING, median over rounds) and
-the desire-to-RUNNING latency (p50, p99, max over every instance of every round); and `extra_ms_per_start`:
-how much more an isolated start costs than an unisolated one, two ways: the difference of the medians of the
-per-instance latency, and the difference of the seconds to all RUNNING divided by N.
+the desire-to-RUNNING latency (p50, p99, max over every instance of every round); `extra_ms_per_start`:
+how much more an isolated start costs than an unisolated one (the difference of the median seconds to all
+RUNNING, divided by N: the instances start concurrently, so a per-instance latency holds the queue before
+it too); and `p50_latency_difference_s`, the difference of the median latencies.
 Target (reported, never asserted): isolation costs at most 20 ms more per instance start.
 
 Isolation needs root (each instance under its own uid in its own cgroups); as another user only `none` runs
@@ -153,12 +154,12 @@ def main(argv: list[str] | None = None) -> int:
         report["modes"][mode] = summarize(rounds[mode], args.instances)
     if set(modes) == {"none", "cgroups"}:
         iso, plain = report["modes"]["cgroups"], report["modes"]["none"]
-        by_latency = (iso["desire_to_running_s"]["p50"] - plain["desire_to_running_s"]["p50"]) * 1000
-        by_total = (statistics.median(r["all_running_s"] for r in rounds["cgroups"])
-                    - statistics.median(r["all_running_s"] for r in rounds["none"])) * 1000 / args.instances
-        report["extra_ms_per_start"] = {"by_median_latency": round(by_latency, 1),
-                                        "by_time_to_all_running": round(by_total, 1)}
-        report["within_target"] = max(by_latency, by_total) <= TARGET_EXTRA_MS
+        extra = (statistics.median(r["all_running_s"] for r in rounds["cgroups"])
+                 - statistics.median(r["all_running_s"] for r in rounds["none"])) * 1000 / args.instances
+        report["extra_ms_per_start"] = round(extra, 1)
+        report["p50_latency_difference_s"] = round(
+            iso["desire_to_running_s"]["p50"] - plain["desire_to_running_s"]["p50"], 3)
+        report["within_target"] = extra <= TARGET_EXTRA_MS
     print(json.dumps(report, indent=2))
     return 0
 

@@ -91,7 +91,10 @@ async def test_sim_rep_hosts_three_cells_heartbeats_and_reports_in_batches(
         assert len(claim_batches) == 1 and [r.index for r in claim_batches[0].claimed] == [0, 1, 2]
         assert claim_batches[0].tasks_started == ["t1"]
         assert len(running_batches) == 1 and sorted(r.index for r in running_batches[0].running) == [0, 1, 2]
-        assert len(batches) == 2, f"one POST for the claims, one for the starts; saw {batches}"
+        # One POST for the claims, one for the starts; the task runs once its claim is accepted (the first
+        # answer), so its completion may come in a third.
+        assert len(batches) in (2, 3) and all(not b.tasks_completed for b in batches[:1]), (
+            f"one POST for the claims, one for the starts (and the task's completion); saw {batches}")
         assert fake_bbs.lifecycle_of("cell-0") == [] and fake_bbs.lifecycle_of("cell-2") == []
         # A process hosting several cells talks to the BBS per process, not per cell.
         # (and the lease, to check the work's fencing token)
