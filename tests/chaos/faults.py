@@ -56,8 +56,7 @@ class Fault:
 
 def targets(cluster: MultiHostCluster) -> dict[str, list[str]]:
     """What each kind may hit in this cluster."""
-    components = [*cluster.control_plane(), *cluster.reps, "postgres", *(
-        ["nats"] if cluster.nats_server is not None else [])]
+    components = [*cluster.control_plane(), *cluster.reps, "postgres", *nats_servers(cluster)]
     return {
         "kill9_restart": components,
         "sigstop": components,
@@ -107,8 +106,13 @@ def inject(cluster: MultiHostCluster, fault: Fault) -> None:
 
 def control_plane(cluster: MultiHostCluster) -> list[str]:
     """Every control-plane process, in the order they start: what each needs comes first."""
-    return ["postgres", *(["nats"] if cluster.nats_server is not None else []), *sorted(
+    return ["postgres", *nats_servers(cluster), *sorted(
         cluster.control_plane(), key=lambda name: (not name.startswith("bbs"), name))]
+
+
+def nats_servers(cluster: MultiHostCluster) -> list[str]:
+    """Every NATS server of the cluster (three on transport nats), none on http."""
+    return sorted(cluster.nats_servers) if cluster.nats_servers else (["nats"] if cluster.nats_server else [])
 
 
 def send(cluster: MultiHostCluster, component: str, sig: int) -> None:
