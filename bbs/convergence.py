@@ -1,6 +1,6 @@
 """One convergence pass as a pure function: desired, actual, tasks and cells in; actions out.
 
-DESIGN.md "Converge": missing index → UNCLAIMED + auction; extra index → removed and stopped on its
+docs/architecture.md "Converge": missing index → UNCLAIMED + auction; extra index → removed and stopped on its
 rep; UNCLAIMED left unplaced → auctioned again, unless a present cell accepted it (bbs/placements.py);
 CLAIMED/RUNNING on a cell whose presence expired → SUSPECT with an ORDINARY replacement (dropped once
 the replacement runs, promoted back when its cell returns first), or for `keep-replicas` LRPs SUSPECT

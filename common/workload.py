@@ -1,6 +1,6 @@
 """Workload files for the placement engine (`vendue simulate`): pydantic models and boundary validation.
 
-The format is a contract shared with other tools (see workload-format.md): known fields are checked for
+The format is a contract shared with other tools (docs/workload-format.md): known fields are checked for
 type and range, unknown fields are ignored ("add fields freely"), and anything that does not fit is
 reported as ONE line naming the field, e.g. `lrps[3].memory_mb: must be >= 1`.
 

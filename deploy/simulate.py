@@ -1,7 +1,7 @@
 """`vendue simulate`'s core: a validated workload converted to engine types, scheduled, and summarised.
 
 The CLI (simulate_cmd.py) does the reading, printing and exit codes; this module is plain functions so
-tests and the benchmark can call it directly. Output fields follow workload-format.md; fields beyond
+tests and the benchmark can call it directly. Output fields follow docs/workload-format.md; fields beyond
 the contract are additions (`detail` on failures, per-kind counts, `failures_by_error`).
 """
 

@@ -1,6 +1,6 @@
 """What a simulator run places: cells (with what they already run), apps and tasks.
 
-A workload file (workload-format.md) lists LRP *instances*; the auctioneer and the BBS deal in apps (a
+A workload file (docs/workload-format.md) lists LRP *instances*; the auctioneer and the BBS deal in apps (a
 desired LRP and the indices to start). `SimInput` is the app-level view both transports start from:
 `from_workload` groups a file's instances into apps, `to_workload` writes a scenario back as a workload
 file (the contract other tools read), and a scenario can build one directly (250,000 instances are
@@ -106,7 +106,7 @@ def from_workload(workload: Workload) -> SimInput:
 
 
 def to_workload(sim: SimInput) -> dict[str, Any]:
-    """The run as a workload file (workload-format.md), instance by instance."""
+    """The run as a workload file (docs/workload-format.md), instance by instance."""
     lrps: list[dict[str, Any]] = []
     for a in sim.apps:
         for index in a.indices:
