@@ -129,8 +129,10 @@ def _strategies(text: str | None, default: tuple[str, ...], engine: str) -> list
 def _report_path(report: Path | None) -> None:
     if report is None:
         return
-    from .report import json_path
+    from .report import json_path, missing_dependency
 
+    if (missing := missing_dependency()) is not None:
+        raise WorkloadError(f"--report: {missing}")
     if report.suffix.lower() == ".json" or json_path(report) == report:
         raise WorkloadError(f"--report: {report} would be overwritten by its own .json; name the .html")
     if not report.parent.is_dir():
