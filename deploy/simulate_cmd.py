@@ -350,7 +350,7 @@ def print_explanation(why: dict) -> None:
     short = {"memory_used": "mem", "disk_used": "disk", "containers_used": "slots", "same_process": "same",
              "bin_pack": "binpack"}
     table = Table(caption="Diego tries zones with the fewest instances of the process first; lower score wins.")
-    for column in ("cell", "zone", "in zone", "verdict", "score", *(short.get(n, n) for n in names)):
+    for column in ("cell", "zone", "in zone", "verdict", "score", *(short.get(n) or n for n in names)):
         table.add_column(column, no_wrap=column in ("cell", "score"))
     ranked = sorted(why["cells"], key=lambda c: (c["rejected_by"] is not None, c["zone_instances"],
                                                  c["components"].get("score", 0.0)))

@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from common.workload import CellSpec, LRPSpec, SchedulerSettings, TaskSpec, Workload
+from common.workload import CellSpec, LRPSpec, PrefillInstance, SchedulerSettings, TaskSpec, Workload
 
 # LRP fields a desired LRP carries besides guid, memory and disk (wire names, shared with DesiredLRP).
 PLACEMENT_FIELDS = (
@@ -130,6 +130,6 @@ def cell(cell_id: str, zone: str, memory_mb: int, disk_mb: int, containers: int,
     """A cell; `prefill` as (process_guid, index, memory_mb, disk_mb)."""
     return CellSpec(
         id=cell_id, zone=zone, memory_mb=memory_mb, disk_mb=disk_mb, containers=containers,
-        prefill=[{"process_guid": g, "index": i, "memory_mb": m, "disk_mb": d} for g, i, m, d in prefill],
+        prefill=[PrefillInstance(process_guid=g, index=i, memory_mb=m, disk_mb=d) for g, i, m, d in prefill],
         **extra,
     )
