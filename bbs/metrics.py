@@ -4,18 +4,10 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from common.auth import refusal_counter
-
 
 class BBSMetrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
-        self.requests = Counter(
-            "vendue_bbs_requests_total",
-            "HTTP requests received, by route",
-            ["method", "route", "status"],
-            registry=self.registry,
-        )
         self.auctioneer_requests = Counter(
             "vendue_bbs_auctioneer_requests_total",
             "Requests made to the auctioneer",
@@ -28,7 +20,6 @@ class BBSMetrics:
             ["kind", "outcome"],
             registry=self.registry,
         )
-        self.refused = refusal_counter(self.registry)  # common.auth's on_refused
         self.stale_writes = Counter(
             "vendue_bbs_stale_writes_total",
             "Writes refused (409) for carrying a fencing token older than the lease's current one",

@@ -9,8 +9,6 @@ import time
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 
-from common.auth import refusal_counter
-
 REQUEST_TARGETS = ("bbs", "rep_state", "rep_work")
 # NATS messages the auctioneer sends or receives, by kind (one state request gathers many replies).
 MESSAGE_KINDS = ("state_request", "state_reply", "work_request", "work_reply")
@@ -56,7 +54,6 @@ class Metrics:
             "vendue_auctioneer_stale_reports", "Placement-failure reports the BBS refused (409) for an older "
             "fencing token.", registry=r,
         )
-        self.refused = refusal_counter(r)  # common.auth's on_refused
         self._cells_dropped = Counter(
             "vendue_auctioneer_cells_dropped", "Cells left out of an auction, by reason.", ["reason"],
             registry=r,
