@@ -346,7 +346,7 @@ def create_app(bbs: BBS, *, insecure: bool | None = None) -> FastAPI:
 
     add_auth(app, POLICY, verify_token=verify_bearer, insecure=insecure, service="bbs")
     add_limits(app, bbs.settings, bulk=BULK_ROUTES)
-    add_http_metrics(app, bbs.metrics.registry)
+    add_http_metrics(app, bbs.metrics.http)
     return app
 
 

@@ -11,7 +11,7 @@
   its status (REASONS_BY_STATUS: `invalid` for a 422, `quota` for a 429, ...). The probes' 503 (not
   ready) is an answer, not a refusal.
 
-One ASGI middleware, installed outermost (`add_http_metrics`, after every other middleware), so it sees
+`HTTPMetrics` holds them in a service's registry; one ASGI middleware, installed outermost (`add_http_metrics`, after every other middleware), so it sees
 the answers of the request limits and of the authorization too. Its cost is one histogram observation
 per request, whatever the request carries.
 """
@@ -114,8 +114,7 @@ class HTTPMetricsMiddleware:
         return path or UNMATCHED
 
 
-def add_http_metrics(app: Any, registry: CollectorRegistry) -> HTTPMetrics:
-    """Install the middleware on a FastAPI app, outermost: call it after every other add_middleware."""
-    metrics = HTTPMetrics(registry)
+def add_http_metrics(app: Any, metrics: HTTPMetrics) -> None:
+    """Install the middleware on a FastAPI app, outermost: call it after every other add_middleware.
+    `metrics` belongs to the service (several apps of one service, in tests, share its series)."""
     app.add_middleware(HTTPMetricsMiddleware, metrics=metrics, routes=lambda: app.router.routes)
-    return metrics

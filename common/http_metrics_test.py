@@ -10,7 +10,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from pydantic import BaseModel
 
 from common.auth import Policy, add_auth, public, rule
-from common.http_metrics import add_http_metrics, mark_refusal
+from common.http_metrics import HTTPMetrics, add_http_metrics, mark_refusal
 from common.limits import RequestLimitOptions, add_limits
 from common.tls import Identity
 
@@ -54,7 +54,7 @@ def make_app(registry: CollectorRegistry) -> FastAPI:
     })
     add_auth(app, policy, verify_token=verify)
     add_limits(app, RequestLimitOptions(max_body_bytes=64))
-    add_http_metrics(app, registry)
+    add_http_metrics(app, HTTPMetrics(registry))
     return app
 
 

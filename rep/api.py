@@ -34,7 +34,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import BaseModel, ValidationError
 
 from common.auth import VerifyToken, add_auth
-from common.http_metrics import add_http_metrics, mark_refusal
+from common.http_metrics import HTTPMetrics, add_http_metrics, mark_refusal
 from common.limits import RequestLimitOptions, add_limits
 from common.models import CancelTasks, EvacuateCells, HostWork, StopInstances
 
@@ -132,7 +132,7 @@ def create_app(
 
     add_auth(app, POLICY, verify_token=verify_token, insecure=insecure, service="rep")
     add_limits(app, limits or RequestLimitOptions(), bulk=BULK_ROUTES)
-    add_http_metrics(app, registry)
+    add_http_metrics(app, HTTPMetrics(registry))
     return app
 
 

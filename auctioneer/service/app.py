@@ -287,5 +287,5 @@ def create_app(settings: AuctioneerSettings | None = None) -> FastAPI:
              service="auctioneer")
     # The BBS's start requests are batches (5,000 LRPs' start requests are ~4 MB): common/limits.py.
     add_limits(app, service.settings, bulk={("POST", "/v1/lrps"), ("POST", "/v1/tasks")})
-    add_http_metrics(app, service.metrics.registry)
+    add_http_metrics(app, service.metrics.http)
     return app

@@ -9,6 +9,8 @@ import time
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 
+from common.http_metrics import HTTPMetrics
+
 REQUEST_TARGETS = ("bbs", "rep_state", "rep_work")
 # NATS messages the auctioneer sends or receives, by kind (one state request gathers many replies).
 MESSAGE_KINDS = ("state_request", "state_reply", "work_request", "work_reply")
@@ -54,6 +56,7 @@ class Metrics:
             "vendue_auctioneer_stale_reports", "Placement-failure reports the BBS refused (409) for an older "
             "fencing token.", registry=r,
         )
+        self.http = HTTPMetrics(r)  # per route, refusals (common/http_metrics.py)
         self._cells_dropped = Counter(
             "vendue_auctioneer_cells_dropped", "Cells left out of an auction, by reason.", ["reason"],
             registry=r,
