@@ -53,7 +53,7 @@ from .clients import RepClients, tls_context
 from .dispatch import Dispatcher
 from .forward import FORWARDED_HEADER, Forwarder
 from .leadership import Leadership
-from .metrics import Metrics
+from .metrics import DiegoAuctioneerMetrics, Metrics
 from .policy import POLICY
 from .reporter import FailureReporter
 from .settings import AuctioneerSettings
@@ -91,6 +91,8 @@ class AuctioneerService:
         self.leadership = Leadership(
             self.bbs, s.advertise_url or f"{scheme}://{s.listen}:{s.port}", s.lease_ttl, timeout=s.bbs_timeout
         )
+        leadership = self.leadership
+        self.metrics.registry.register(DiegoAuctioneerMetrics(self.metrics, lambda: leadership.leader))
         self.forwarder = Forwarder(timeout=s.bbs_timeout, verify=client_tls)
         self.reps = RepClients(
             s.max_concurrency, timeout=max(s.cell_state_timeout, s.work_timeout), ssl_context=client_tls
