@@ -12,7 +12,7 @@ nothing). The middleware, before the route runs and before any body is read:
 3. no identity → 401; a role the row does not name → 403 naming the role and the rule.
 
 A refusal is logged with the caller's identity, its reason is left in the scope for the refusal counter
-(common/http_metrics.py) and handed to `on_refused(reason)`, and nothing behind it runs. The identity travels on in `request.state.identity` for the checks only a handler can make
+(common/http_metrics.py, outside this middleware), and nothing behind it runs. The identity travels on in `request.state.identity` for the checks only a handler can make
 (a rep reports only for the cells in its certificate: `require_cells`).
 
 `insecure=True` (`--insecure`) turns all of this off: every caller is an admin named "insecure".
@@ -145,7 +145,6 @@ class AuthMiddleware:
         routes: Callable[[], Iterable[Any]],
         verify_token: VerifyToken | None = None,
         insecure: bool = False,
-        on_refused: Callable[[str], None] = lambda reason: None,
         service: str = "",
     ) -> None:
         self.app = app
@@ -153,7 +152,6 @@ class AuthMiddleware:
         self._routes = routes
         self.verify_token = verify_token
         self.insecure = insecure
-        self.on_refused = on_refused
         self.service = service
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -218,7 +216,6 @@ class AuthMiddleware:
 
     async def _refuse(self, scope: Scope, send: Send, refusal: Refusal) -> None:
         scope[REFUSAL_SCOPE_KEY] = refusal.reason
-        self.on_refused(refusal.reason)
         client = scope.get("client")
         log.warning("request refused", extra={"data": {
             "service": self.service, "status": refusal.status, "reason": refusal.reason,
