@@ -2,15 +2,20 @@
 
 Alive throughout (a supervisor must not restart it for a dependency's fault); not ready, with the reason,
 while it cannot do its work: NATS gone (transport nats) for the BBS, the auctioneer and the reps; the BBS
-gone for the auctioneer (no lease answer: it cannot tell whether it leads). Ready again once it is back.
+gone for the auctioneer (no lease answer: it cannot tell whether it leads); PostgreSQL gone for the BBS
+replicas. Ready again once it is back. A standby (auctioneer or BBS) is ready: it serves, and takes over
+within a lease TTL; only lease holders say LockHeld 1, and only the converging BBS exports the counts.
 """
 
 from __future__ import annotations
+
+import signal
 
 import httpx
 import pytest
 
 from .conftest import E2ECluster, expect, wait_for
+from .test_metrics import scrape, value
 
 pytestmark = [pytest.mark.e2e]
 
@@ -65,3 +70,41 @@ def test_the_bbs_gone_makes_the_auctioneer_not_ready_and_back_ready(make_cluster
     wait_not_ready(c, auctioneer, {"auctioneer": "no BBS reachable for the lease"})
     c.lc.restart("bbs")
     wait_ready(c, auctioneer)
+
+
+def lease_held(c: E2ECluster, url: str, lease: str) -> tuple[float | None, set[str]]:
+    """(LockHeld{lease}, the names of the series) a component's /metrics shows."""
+    samples = scrape(url, c.lc.verify)
+    return value(samples, "LockHeld", lease=lease), {name for name, _ in samples}
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("transport", ["http"])
+def test_standbys_are_ready_only_lease_holders_count_and_the_database_gone_makes_the_bbs_not_ready(
+    make_cluster,
+) -> None:
+    c = make_cluster(cells=1, zones=1, ha=True)  # two BBS replicas and two auctioneers on PostgreSQL
+    plane = c.lc.control_plane()
+    bbs = {name: url for name, url in plane.items() if name.startswith("bbs")}
+    auctioneers = {name: url for name, url in plane.items() if name.startswith("auctioneer")}
+    assert len(bbs) == len(auctioneers) == 2, plane
+    wait_ready(c, plane)  # the standby auctioneer too: it forwards to the leader and takes over
+
+    def one_holder_each() -> bool:
+        converging = {name: lease_held(c, url, "convergence") for name, url in bbs.items()}
+        auctioning = {name: lease_held(c, url, "auctioneer")[0] for name, url in auctioneers.items()}
+        held = sorted(held for held, _ in converging.values())
+        expect(held == [0, 1] and sorted(auctioning.values()) == [0, 1], f"{converging}, {auctioning}")
+        # Only the replica that converges counts the cluster; the other's numbers would be stale.
+        counting = {name: "LRPsDesired" in names for name, (held, names) in converging.items()}
+        return expect(all(counting[name] == (held == 1) for name, (held, _) in converging.items()), counting)
+
+    wait_for(one_holder_each, 30.0, "one BBS and one auctioneer holding their lease, only that BBS counting")
+
+    database = c.lc.postgres.server
+    database.stop(signal.SIGQUIT)  # immediate, as a crash
+    try:
+        wait_not_ready(c, bbs, dict.fromkeys(bbs, "the database does not answer"))
+    finally:
+        database.start_again()
+    wait_ready(c, plane)
