@@ -87,7 +87,8 @@ class Converger:
         """Run a pass if this process holds the lease; returns the longest wait before the next one."""
         try:
             self.token = await self.bbs.acquire_lease(LEASE, self.owner)
-        except Exception:  # no answer: not known to hold it, so no counts that may be another replica's to give
+        except Exception:
+            # No answer: not known to hold it, so no counts that may be stale (another replica's to give).
             self.bbs.metrics.diego.lease(False)
             raise
         self.bbs.metrics.diego.lease(self.token is not None)

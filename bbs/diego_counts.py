@@ -117,8 +117,9 @@ def count_pass(
     )
 
 
-def tasks_after(tasks: Iterable[TaskRecord], updated: Iterable[TaskRecord],
-                deleted: Iterable[TaskRecord]) -> list[TaskRecord]:
+def tasks_after(
+    tasks: Iterable[TaskRecord], updated: Iterable[TaskRecord], deleted: Iterable[TaskRecord]
+) -> list[TaskRecord]:
     """`tasks` as a pass leaves them: its updates applied, its deletions gone."""
     changed = {t.task_guid: t for t in updated}
     gone = {t.task_guid for t in deleted}

@@ -25,13 +25,19 @@ NOW = 10.0
 
 
 def on_cell(process_guid: str, index: int, cell: str, state: str = RUNNING, **fields) -> ActualRecord:
-    return dataclasses.replace(unclaimed(process_guid, index, "d", 0.0), state=state, cell_id=cell,
-                               instance_guid=f"{process_guid}-{index}", **fields)
+    return dataclasses.replace(
+        unclaimed(process_guid, index, "d", 0.0),
+        state=state,
+        cell_id=cell,
+        instance_guid=f"{process_guid}-{index}",
+        **fields,
+    )
 
 
 def task(guid: str, state: str, **fields) -> TaskRecord:
-    return TaskRecord(guid, "d", {"command": ["x"]}, state=state, created_at=NOW, updated_at=NOW,
-                      auctioned_at=NOW, **fields)
+    return TaskRecord(
+        guid, "d", {"command": ["x"]}, state=state, created_at=NOW, updated_at=NOW, auctioned_at=NOW, **fields
+    )
 
 
 def test_a_pass_counts_what_it_leaves_behind() -> None:
@@ -54,8 +60,19 @@ def test_a_pass_counts_what_it_leaves_behind() -> None:
         task("lost", TASK_RUNNING, cell_id="c2"),  # its cell is gone: failed, COMPLETED
         task("old", COMPLETED, first_completed_at=0.0),  # long completed: deleted
     ]
-    *_, counts = _decide(desired, snapshot, tasks, cells, NOW, dataclasses.replace(
-        ConvergenceConfig(), expire_completed_task=5.0), {}, {}, PlacementLog(), [], [])
+    *_, counts = _decide(
+        desired,
+        snapshot,
+        tasks,
+        cells,
+        NOW,
+        dataclasses.replace(ConvergenceConfig(), expire_completed_task=5.0),
+        {},
+        {},
+        PlacementLog(),
+        [],
+        [],
+    )
     assert counts == PassCounts(
         lrps_desired=5,
         lrps_unclaimed=2,  # web 2's replacement and web 3
@@ -80,6 +97,8 @@ def test_settled_instances_are_counted_without_being_decided_about() -> None:
     desired = [DesiredSize("web", "d", 3)]
     cells = {"c1": CellRecord("c1", {"rep_url": "http://c1", "zone": "z"}, 1000.0, False)}
     snapshot = [on_cell("web", i, "c1") for i in range(3)]
-    *_, counts = _decide(desired, snapshot, [], cells, NOW, ConvergenceConfig(), {}, {}, PlacementLog(), [], [])
+    *_, counts = _decide(
+        desired, snapshot, [], cells, NOW, ConvergenceConfig(), {}, {}, PlacementLog(), [], []
+    )
     assert (counts.lrps_desired, counts.lrps_running, counts.lrps_missing, counts.lrps_extra) == (3, 3, 0, 0)
     assert counts.present_cells == 1 and counts.suspect_cells == 0

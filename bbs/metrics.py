@@ -20,13 +20,13 @@ DIEGO_GAUGES = {
     "LRPsClaimed": ("lrps_claimed", "LRP instances claimed by a cell and not yet running"),
     "LRPsRunning": ("lrps_running", "LRP instances running on cells"),
     "LRPsMissing": ("lrps_missing", "LRP instances desired with no instance claimed or running"),
-    "LRPsExtra": ("lrps_extra", "LRP instances found beyond their desired count by the last convergence pass"),
+    "LRPsExtra": ("lrps_extra", "LRP instances beyond their desired count (the last convergence pass)"),
     "CrashedActualLRPs": ("crashed_actual_lrps", "LRP instances crashed"),
     "CrashingDesiredLRPs": ("crashing_desired_lrps", "Desired LRPs with at least one crashed instance"),
-    "SuspectRunningActualLRPs": ("suspect_running_actual_lrps", "Running LRP instances on cells whose presence "
-                                 "expired"),
-    "SuspectClaimedActualLRPs": ("suspect_claimed_actual_lrps", "Claimed LRP instances on cells whose presence "
-                                 "expired"),
+    "SuspectRunningActualLRPs": ("suspect_running_actual_lrps",
+                                 "Running LRP instances on cells whose presence expired"),
+    "SuspectClaimedActualLRPs": ("suspect_claimed_actual_lrps",
+                                 "Claimed LRP instances on cells whose presence expired"),
     "PresentCells": ("present_cells", "Cells whose presence has not expired"),
     "SuspectCells": ("suspect_cells", "Cells holding suspect LRP instances"),
     "TasksPending": ("tasks_pending", "Tasks pending"),

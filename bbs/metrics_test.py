@@ -9,14 +9,20 @@ from bbs.metrics import DIEGO_GAUGES, BBSMetrics
 
 
 def samples(metrics: BBSMetrics) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    return {(s.name, tuple(sorted(s.labels.items()))): s.value
-            for family in text_string_to_metric_families(metrics.render().decode()) for s in family.samples}
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(metrics.render().decode())
+        for s in family.samples
+    }
 
 
 def test_the_lease_holder_exports_the_last_pass_and_a_replica_that_lost_the_lease_exports_no_counts() -> None:
     metrics = BBSMetrics()
     before = samples(metrics)
-    assert before[("LockHeld", (("lease", "convergence"),))] == 0 and before[("ConvergenceLRPRuns_total", ())] == 0
+    assert (
+        before[("LockHeld", (("lease", "convergence"),))] == 0
+        and before[("ConvergenceLRPRuns_total", ())] == 0
+    )
     assert not any(name in DIEGO_GAUGES or name == "ConvergenceLRPDuration" for name, _ in before)
 
     metrics.diego.lease(True)
@@ -31,5 +37,7 @@ def test_the_lease_holder_exports_the_last_pass_and_a_replica_that_lost_the_leas
 
     metrics.diego.lease(False)
     lost = samples(metrics)
-    assert lost[("LockHeld", (("lease", "convergence"),))] == 0 and lost[("ConvergenceLRPRuns_total", ())] == 1
+    assert (
+        lost[("LockHeld", (("lease", "convergence"),))] == 0 and lost[("ConvergenceLRPRuns_total", ())] == 1
+    )
     assert not any(name in DIEGO_GAUGES or name == "ConvergenceLRPDuration" for name, _ in lost), lost

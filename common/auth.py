@@ -12,8 +12,9 @@ nothing). The middleware, before the route runs and before any body is read:
 3. no identity → 401; a role the row does not name → 403 naming the role and the rule.
 
 A refusal is logged with the caller's identity, its reason is left in the scope for the refusal counter
-(common/http_metrics.py, outside this middleware), and nothing behind it runs. The identity travels on in `request.state.identity` for the checks only a handler can make
-(a rep reports only for the cells in its certificate: `require_cells`).
+(common/http_metrics.py, outside this middleware), and nothing behind it runs. The identity travels on
+in `request.state.identity` for the checks only a handler can make (a rep reports only for the cells in
+its certificate: `require_cells`).
 
 `insecure=True` (`--insecure`) turns all of this off: every caller is an admin named "insecure".
 """
@@ -41,7 +42,8 @@ log = logging.getLogger("auth")
 PUBLIC: frozenset[str] = frozenset({"*public*"})
 INSECURE = Identity("admin", "insecure", via="insecure")
 TLS_SCOPE_KEY = "vendue.client_cert_der"
-REFUSAL_SCOPE_KEY = "vendue.refusal"  # why a request was refused, for the refusal counter (common/http_metrics.py)
+# Why a request was refused, for the refusal counter (common/http_metrics.py).
+REFUSAL_SCOPE_KEY = "vendue.refusal"
 
 VerifyToken = Callable[[str], Awaitable[Identity | None]]
 

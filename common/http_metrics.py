@@ -11,9 +11,9 @@
   its status (REASONS_BY_STATUS: `invalid` for a 422, `quota` for a 429, ...). The probes' 503 (not
   ready) is an answer, not a refusal.
 
-`HTTPMetrics` holds them in a service's registry; one ASGI middleware, installed outermost (`add_http_metrics`, after every other middleware), so it sees
-the answers of the request limits and of the authorization too. Its cost is one histogram observation
-per request, whatever the request carries.
+`HTTPMetrics` holds them in a service's registry; one ASGI middleware counts into them, installed outermost
+(`add_http_metrics`, after every other middleware) so that it sees the answers of the request limits and
+of the authorization too. Its cost is one histogram observation per request, whatever the request carries.
 """
 
 from __future__ import annotations
@@ -55,7 +55,8 @@ class HTTPMetrics:
         )
         self._refused = Counter(
             "vendue_refused_requests",
-            "Requests refused (authentication, authorization, fencing, quota, invalid input, limits), by reason",
+            "Requests refused (authentication, authorization, fencing, quota, invalid input, limits), "
+            "by reason",
             ["reason"],
             registry=registry,
         )

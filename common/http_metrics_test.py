@@ -46,12 +46,14 @@ def make_app(registry: CollectorRegistry) -> FastAPI:
     async def verify(token: str) -> Identity | None:
         return Identity("admin", "ops", via="token") if token == "admin" else None
 
-    policy = Policy({
-        ("GET", "/readyz"): public(),
-        ("GET", "/things/{thing_id}"): rule("admin", "reader"),
-        ("POST", "/things"): rule("admin"),
-        ("POST", "/writes"): rule("admin"),
-    })
+    policy = Policy(
+        {
+            ("GET", "/readyz"): public(),
+            ("GET", "/things/{thing_id}"): rule("admin", "reader"),
+            ("POST", "/things"): rule("admin"),
+            ("POST", "/writes"): rule("admin"),
+        }
+    )
     add_auth(app, policy, verify_token=verify)
     add_limits(app, RequestLimitOptions(max_body_bytes=64))
     add_http_metrics(app, HTTPMetrics(registry))
@@ -63,7 +65,7 @@ def samples(registry: CollectorRegistry, name: str) -> dict[str, float]:
     out = {}
     for line in generate_latest(registry).decode().splitlines():
         if line.startswith(name + "{"):
-            labels, value = line[len(name):].rsplit(" ", 1)
+            labels, value = line[len(name) :].rsplit(" ", 1)
             out[labels] = float(value)
     return out
 
@@ -93,7 +95,9 @@ async def test_refusals_are_counted_by_reason(served) -> None:
     assert (await client.get("/things/a")).status_code == 401  # no identity: the authorization's reason
     assert (await client.get("/things/a", headers={"Authorization": "Bearer nobody"})).status_code == 401
     assert (await client.post("/things", json={"size": "big"}, headers=ADMIN_TOKEN)).status_code == 422
-    assert (await client.post("/things", json={"size": 1, "pad": "x" * 100}, headers=ADMIN_TOKEN)).status_code == 413
+    assert (
+        await client.post("/things", json={"size": 1, "pad": "x" * 100}, headers=ADMIN_TOKEN)
+    ).status_code == 413
     assert (await client.post("/writes?token=3", headers=ADMIN_TOKEN)).status_code == 409
     assert (await client.post("/writes?token=9", headers=ADMIN_TOKEN)).status_code == 429
     assert (await client.get("/readyz")).status_code == 503  # not ready is an answer, not a refusal

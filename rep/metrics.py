@@ -30,9 +30,10 @@ class CellCollector(Collector):
         diego = {
             "memory_mb": GaugeMetricFamily("RepCapacityRemainingMemory", "MiB of memory a cell has left",
                                            labels=["cell"]),
-            "disk_mb": GaugeMetricFamily("RepCapacityRemainingDisk", "MiB of disk a cell has left", labels=["cell"]),
-            "containers": GaugeMetricFamily("RepCapacityRemainingContainers", "Containers a cell has room for",
-                                            labels=["cell"]),
+            "disk_mb": GaugeMetricFamily("RepCapacityRemainingDisk", "MiB of disk a cell has left",
+                                         labels=["cell"]),
+            "containers": GaugeMetricFamily("RepCapacityRemainingContainers",
+                                            "Containers a cell has room for", labels=["cell"]),
         }
         containers = GaugeMetricFamily("ContainerCount", "Containers a cell holds (instances and tasks)",
                                        labels=["cell"])

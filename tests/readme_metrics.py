@@ -30,16 +30,18 @@ class MetricRow:
 def metrics_table(readme: Path = README) -> list[MetricRow]:
     text = readme.read_text()
     start = text.index(SECTION)
-    section = text[start:text.index("\n## ", start + len(SECTION))]
+    section = text[start : text.index("\n## ", start + len(SECTION))]
     rows = []
     for line in section.splitlines():
         if not line.startswith("| `"):
             continue
         series, kind, labels, components, *_ = (cell.strip() for cell in line.strip().strip("|").split("|"))
-        rows.append(MetricRow(
-            series=series.strip("`"),
-            type=kind,
-            labels=tuple(re.findall(r"`(\w+)`", labels)),
-            components=tuple(c.strip() for c in components.split(",")),
-        ))
+        rows.append(
+            MetricRow(
+                series=series.strip("`"),
+                type=kind,
+                labels=tuple(re.findall(r"`(\w+)`", labels)),
+                components=tuple(c.strip() for c in components.split(",")),
+            )
+        )
     return rows

@@ -5,12 +5,33 @@ from __future__ import annotations
 from tests.readme_metrics import COMPONENTS, SUFFIXES, metrics_table
 
 DIEGO = {
-    "LRPsDesired", "LRPsRunning", "LRPsClaimed", "LRPsUnclaimed", "LRPsMissing", "LRPsExtra", "CrashedActualLRPs",
-    "CrashingDesiredLRPs", "SuspectRunningActualLRPs", "PresentCells", "SuspectCells", "TasksPending",
-    "TasksRunning", "TasksCompleted", "TasksResolving", "ConvergenceLRPDuration", "ConvergenceLRPRuns_total",
-    "AuctioneerLRPAuctionsStarted_total", "AuctioneerLRPAuctionsFailed_total", "AuctioneerTaskAuctionsStarted_total",
-    "AuctioneerTaskAuctionsFailed_total", "AuctioneerFetchStatesDuration", "LockHeld", "RepCapacityRemainingMemory",
-    "RepCapacityRemainingDisk", "RepCapacityRemainingContainers", "ContainerCount",
+    "LRPsDesired",
+    "LRPsRunning",
+    "LRPsClaimed",
+    "LRPsUnclaimed",
+    "LRPsMissing",
+    "LRPsExtra",
+    "CrashedActualLRPs",
+    "CrashingDesiredLRPs",
+    "SuspectRunningActualLRPs",
+    "PresentCells",
+    "SuspectCells",
+    "TasksPending",
+    "TasksRunning",
+    "TasksCompleted",
+    "TasksResolving",
+    "ConvergenceLRPDuration",
+    "ConvergenceLRPRuns_total",
+    "AuctioneerLRPAuctionsStarted_total",
+    "AuctioneerLRPAuctionsFailed_total",
+    "AuctioneerTaskAuctionsStarted_total",
+    "AuctioneerTaskAuctionsFailed_total",
+    "AuctioneerFetchStatesDuration",
+    "LockHeld",
+    "RepCapacityRemainingMemory",
+    "RepCapacityRemainingDisk",
+    "RepCapacityRemainingContainers",
+    "ContainerCount",
 }
 
 
@@ -23,4 +44,6 @@ def test_the_table_lists_diegos_metrics_and_the_request_series_with_types_and_co
     for row in rows:
         assert row.type in SUFFIXES, row
         assert row.components and set(row.components) <= set(COMPONENTS), row
-        assert (row.type == "counter") == row.series.endswith("_total"), f"{row}: a counter's series ends in _total"
+        assert (row.type == "counter") == row.series.endswith("_total"), (
+            f"{row}: a counter's series ends in _total"
+        )

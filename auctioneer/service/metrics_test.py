@@ -16,8 +16,11 @@ def test_diegos_series_count_what_the_auctions_placed_and_whether_this_one_leads
     metrics.failed(lrps=1, tasks=3)
 
     def scraped() -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-        return {(s.name, tuple(s.labels.items())): s.value
-                for family in text_string_to_metric_families(metrics.exposition().decode()) for s in family.samples}
+        return {
+            (s.name, tuple(s.labels.items())): s.value
+            for family in text_string_to_metric_families(metrics.exposition().decode())
+            for s in family.samples
+        }
 
     standby = scraped()
     assert standby[("AuctioneerLRPAuctionsStarted_total", ())] == 7

@@ -24,7 +24,19 @@ CONFIG = ROOT / "deploy" / "prometheus" / "prometheus.yml"
 SEVERITIES = {"warning", "page"}
 # What a PromQL expression holds besides series names: functions (followed by "("), aggregation and
 # set keywords, label names in `by (...)` and in matchers, ranges and numbers.
-KEYWORDS = {"by", "without", "on", "ignoring", "group_left", "group_right", "and", "or", "unless", "bool", "offset"}
+KEYWORDS = {
+    "by",
+    "without",
+    "on",
+    "ignoring",
+    "group_left",
+    "group_right",
+    "and",
+    "or",
+    "unless",
+    "bool",
+    "offset",
+}
 _GROUPING = re.compile(r"\b(?:by|without|on|ignoring)\s*\([^)]*\)")
 _MATCHERS = re.compile(r"\{[^}]*\}|\[[^\]]*\]")
 _NUMBER = re.compile(r"\b\d+(?:\.\d+)?(?:e[+-]?\d+)?\b")
@@ -36,7 +48,7 @@ def series_named(expr: str) -> set[str]:
     bare = _NUMBER.sub(" ", _MATCHERS.sub(" ", _GROUPING.sub(" ", expr)))
     names = set()
     for match in _NAME.finditer(bare):
-        following = bare[match.end():].lstrip()
+        following = bare[match.end() :].lstrip()
         if match.group() not in KEYWORDS and not following.startswith("("):
             names.add(match.group())
     return names
@@ -91,11 +103,16 @@ def test_compose_prometheus_scrapes_every_vendue_service_over_https_and_loads_th
     for job in config["scrape_configs"]:
         assert job["scheme"] == "https", job["job_name"]
         tls = job["tls_config"]
-        assert {tls["ca_file"], tls["cert_file"], tls["key_file"]} == {"/certs/ca.pem", "/certs/cert.pem",
-                                                                         "/certs/key.pem"}
+        assert {tls["ca_file"], tls["cert_file"], tls["key_file"]} == {
+            "/certs/ca.pem",
+            "/certs/cert.pem",
+            "/certs/key.pem",
+        }
         for target in (t for static in job["static_configs"] for t in static["targets"]):
             scraped[target] = job["job_name"]
-    expected = {f"{name}:{listen_port(name, s)}": kind_of(name, s) for name, s in vendue_services(services).items()}
+    expected = {
+        f"{name}:{listen_port(name, s)}": kind_of(name, s) for name, s in vendue_services(services).items()
+    }
     assert scraped == expected
 
 
@@ -110,15 +127,19 @@ def mounts_with_binds(service: dict[str, Any]) -> dict[str, tuple[str, bool]]:
 
 @pytest.mark.slow  # the certs script
 def test_prometheus_gets_a_reader_certificate_of_its_own(
-    services: dict[str, dict[str, Any]], volumes: Path,  # noqa: F811 - fixtures
+    services: dict[str, dict[str, Any]],  # noqa: F811 - the compose file's, a fixture
+    volumes: Path,  # noqa: F811 - what its certs service made, a fixture
 ) -> None:
     from common.tls import TLSFiles
 
     prometheus = services["prometheus"]
     volume, read_only = mounts_with_binds(prometheus)["/certs"]
     assert read_only
-    readers = [name for name, s in services.items() if name not in ("certs", "prometheus")
-               and volume in {v for v, _ in mounts_with_binds(s).values()}]
+    readers = [
+        name
+        for name, s in services.items()
+        if name not in ("certs", "prometheus") and volume in {v for v, _ in mounts_with_binds(s).values()}
+    ]
     assert not readers, f"{volume} is mounted by {readers} too"
     files = TLSFiles(volumes / volume / "cert.pem", volumes / volume / "key.pem", volumes / volume / "ca.pem")
     identity = files.identity()

@@ -39,7 +39,9 @@ def wait_not_ready(c: E2ECluster, urls: dict[str, str], reasons: dict[str, str])
     def not_ready_saying_why() -> bool:
         seen = {name: probes(c, url) for name, url in urls.items()}
         wanted = {name: (200, 503, {"reason": reasons[name]}) for name in urls}
-        got = {name: (live, ready, {"reason": body.get("reason")}) for name, (live, ready, body) in seen.items()}
+        got = {
+            name: (live, ready, {"reason": body.get("reason")}) for name, (live, ready, body) in seen.items()
+        }
         return expect(got == wanted, got)
 
     wait_for(not_ready_saying_why, 30.0, f"live (200) and not ready (503) saying why: {reasons}")
@@ -49,13 +51,19 @@ def wait_not_ready(c: E2ECluster, urls: dict[str, str], reasons: dict[str, str])
 @pytest.mark.parametrize("transport", ["nats"])
 def test_nats_gone_makes_every_component_not_ready_and_back_ready(make_cluster) -> None:
     c = make_cluster(cells=2, zones=1)
-    urls = {"bbs": c.lc.bbs_url, "auctioneer": c.lc.auctioneer_url,
-            **{f"rep {cell_id}": rep.url for cell_id, rep in c.reps.items()}}
+    urls = {
+        "bbs": c.lc.bbs_url,
+        "auctioneer": c.lc.auctioneer_url,
+        **{f"rep {cell_id}": rep.url for cell_id, rep in c.reps.items()},
+    }
     wait_ready(c, urls)
     server = c.lc.nats_server
     server.kill()
-    reasons = {"bbs": "not connected to NATS", "auctioneer": "NATS is not connected",
-               **{name: "NATS not connected" for name in urls if name.startswith("rep ")}}
+    reasons = {
+        "bbs": "not connected to NATS",
+        "auctioneer": "NATS is not connected",
+        **{name: "NATS not connected" for name in urls if name.startswith("rep ")},
+    }
     wait_not_ready(c, urls, reasons)
     server.start()
     wait_ready(c, urls)

@@ -42,7 +42,11 @@ def total(samples: Samples, name: str) -> float:
 
 
 def component_urls(c: E2ECluster) -> dict[str, list[str]]:
-    return {"bbs": [c.lc.bbs_url], "auctioneer": [c.lc.auctioneer_url], "rep": [r.url for r in c.reps.values()]}
+    return {
+        "bbs": [c.lc.bbs_url],
+        "auctioneer": [c.lc.auctioneer_url],
+        "rep": [r.url for r in c.reps.values()],
+    }
 
 
 def missing_series(scraped: Mapping[str, Samples]) -> list[str]:
@@ -62,7 +66,9 @@ def test_every_metric_of_the_readme_table_is_exported_and_counts_the_cluster(mak
     ca_only = ssl.create_default_context(cafile=str(c.lc.client_tls().ca))
     for component, component_urls_ in urls.items():  # refused: no certificate, no token
         answer = httpx.get(f"{component_urls_[0]}/metrics", timeout=5.0, verify=ca_only)
-        assert answer.status_code == 401, f"{component}: expected 401 without a certificate, saw {answer.text}"
+        assert answer.status_code == 401, (
+            f"{component}: expected 401 without a certificate, saw {answer.text}"
+        )
 
     guid = c.guid("counted")
     c.bbs.desire(guid, 3)
@@ -70,13 +76,18 @@ def test_every_metric_of_the_readme_table_is_exported_and_counts_the_cluster(mak
     first_rep = urls["rep"][0]
 
     def scraped() -> dict[str, Samples]:
-        return {"bbs": scrape(urls["bbs"][0], c.lc.verify), "auctioneer": scrape(urls["auctioneer"][0], c.lc.verify),
-                "rep": scrape(first_rep, c.lc.verify)}
+        return {
+            "bbs": scrape(urls["bbs"][0], c.lc.verify),
+            "auctioneer": scrape(urls["auctioneer"][0], c.lc.verify),
+            "rep": scrape(first_rep, c.lc.verify),
+        }
 
     def counted() -> dict[str, Samples]:
         now = scraped()
         bbs, auctioneer = now["bbs"], now["auctioneer"]
-        seen = {name: value(bbs, name) for name in ("LRPsDesired", "LRPsRunning", "LRPsMissing", "PresentCells")}
+        seen = {
+            name: value(bbs, name) for name in ("LRPsDesired", "LRPsRunning", "LRPsMissing", "PresentCells")
+        }
         expect(seen == {"LRPsDesired": 3, "LRPsRunning": 3, "LRPsMissing": 0, "PresentCells": 2}, seen)
         expect(value(bbs, "LockHeld", lease="convergence") == 1, "LockHeld{lease=convergence} not 1")
         expect(value(auctioneer, "LockHeld", lease="auctioneer") == 1, "LockHeld{lease=auctioneer} not 1")
@@ -90,20 +101,38 @@ def test_every_metric_of_the_readme_table_is_exported_and_counts_the_cluster(mak
     for component, samples in now.items():
         refused = value(samples, "vendue_refused_requests_total", reason="no_identity")
         assert refused is not None and refused >= 1, f"{component}: the 401 above not counted: {refused}"
-    assert value(now["bbs"], "vendue_http_request_duration_seconds_count", method="POST",
-                 route="/v1/desired_lrps", status="201") == 1, "the push, timed under its route template"
+    assert (
+        value(
+            now["bbs"],
+            "vendue_http_request_duration_seconds_count",
+            method="POST",
+            route="/v1/desired_lrps",
+            status="201",
+        )
+        == 1
+    ), "the push, timed under its route template"
     assert value(now["auctioneer"], "AuctioneerFetchStatesDuration") > 0
-    assert value(now["bbs"], "ConvergenceLRPDuration") > 0 and value(now["bbs"], "ConvergenceLRPRuns_total") >= 1
-    assert not missing_series(now), f"expected every series of the README's table, missing {missing_series(now)}"
+    assert (
+        value(now["bbs"], "ConvergenceLRPDuration") > 0 and value(now["bbs"], "ConvergenceLRPRuns_total") >= 1
+    )
+    assert not missing_series(now), (
+        f"expected every series of the README's table, missing {missing_series(now)}"
+    )
 
     too_big = c.guid("too-big")
     c.bbs.desire(too_big, 1, memory_mb=1_000_000)  # no cell has room (4096 MB each)
 
     def missing_one() -> bool:
         bbs, auctioneer = scrape(urls["bbs"][0], c.lc.verify), scrape(urls["auctioneer"][0], c.lc.verify)
-        seen = {name: value(bbs, name) for name in ("LRPsDesired", "LRPsRunning", "LRPsUnclaimed", "LRPsMissing")}
+        seen = {
+            name: value(bbs, name) for name in ("LRPsDesired", "LRPsRunning", "LRPsUnclaimed", "LRPsMissing")
+        }
         failed = value(auctioneer, "AuctioneerLRPAuctionsFailed_total")
-        return expect(seen == {"LRPsDesired": 4, "LRPsRunning": 3, "LRPsUnclaimed": 1, "LRPsMissing": 1}
-                      and failed is not None and failed >= 1, f"{seen}, AuctioneerLRPAuctionsFailed_total {failed}")
+        return expect(
+            seen == {"LRPsDesired": 4, "LRPsRunning": 3, "LRPsUnclaimed": 1, "LRPsMissing": 1}
+            and failed is not None
+            and failed >= 1,
+            f"{seen}, AuctioneerLRPAuctionsFailed_total {failed}",
+        )
 
     wait_for(missing_one, 30.0, "an instance no cell has room for counted missing, unclaimed and failed")
