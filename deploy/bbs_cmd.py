@@ -14,6 +14,7 @@ import typer
 from common import runtime
 
 from .cli import app
+from .cli_style import OneLineErrorsCommand, OneLineErrorsGroup, bad_input, fail
 from .component_flags import INSECURE_FLAG, TLS_CA_FLAG, TLS_KEY_FLAG, tls_cert_flag, tls_settings
 from .limit_flags import MAX_BODY_BYTES, MAX_BULK_BODY_BYTES, MAX_CONCURRENT_REQUESTS, REQUEST_TIMEOUT
 
@@ -21,6 +22,7 @@ bbs_app = typer.Typer(
     help="The BBS: desired and actual state, tasks, cell presence, convergence, events.",
     invoke_without_command=True,
     no_args_is_help=False,
+    cls=OneLineErrorsGroup,
 )
 app.add_typer(bbs_app, name="bbs")
 
@@ -37,11 +39,9 @@ def _settings(**flags: Any):  # type: ignore[no-untyped-def]
         # One line naming the setting (pydantic's own message spans several).
         first = exc.errors()[0]
         setting = ".".join(str(part) for part in first["loc"]) or "settings"
-        typer.echo(f"error: {setting}: {first['msg']}", err=True)
-        raise typer.Exit(2) from None
+        bad_input(f"{setting}: {first['msg']}")
     except ValueError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2) from None
+        bad_input(str(exc))
 
 
 @bbs_app.callback()
@@ -154,8 +154,7 @@ def bbs(
 
         problem = config_problem(settings)
         if problem is not None:
-            typer.echo(f"error: {problem}", err=True)
-            raise typer.Exit(2)
+            bad_input(problem)
         typer.echo("config ok")
         raise typer.Exit(0)
     if ctx.invoked_subcommand is not None:
@@ -173,11 +172,10 @@ def bbs(
         log.error(str(exc))  # one line, not a traceback: the operator's next step is in it
         raise typer.Exit(1) from None
     except (CertError, KeyRingError) as exc:  # TLS files or key ring unusable, plain HTTP where refused
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2) from None
+        bad_input(str(exc))
 
 
-@bbs_app.command()
+@bbs_app.command(cls=OneLineErrorsCommand)
 def migrate(ctx: typer.Context) -> None:
     """Create or upgrade the BBS database schema, then exit (`vendue bbs --database-url URL migrate`)."""
     from bbs.store.database import SchemaTooNew, create_engine, schema_revision
@@ -199,12 +197,11 @@ def migrate(ctx: typer.Context) -> None:
     try:
         current, _head = asyncio.run(run())
     except SchemaTooNew as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(1) from None
+        fail(str(exc))
     typer.echo(f"database at revision {current}")
 
 
-@bbs_app.command("rotate-keys")
+@bbs_app.command("rotate-keys", cls=OneLineErrorsCommand)
 def rotate_keys(
     ctx: typer.Context,
     batch: int = typer.Option(200, "--batch", min=1, max=10_000, help="Rows per transaction."),
@@ -239,11 +236,9 @@ def rotate_keys(
     try:
         rotation = asyncio.run(run())
     except KeyRingError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2) from None
+        bad_input(str(exc))
     except SchemaTooNew as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(1) from None
+        fail(str(exc))
     if as_json:
         typer.echo(json.dumps(rotation.to_json()))
         return
