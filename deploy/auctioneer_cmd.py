@@ -121,7 +121,7 @@ def auctioneer(
     try:
         tls = serving_tls(settings, settings.listen, "auctioneer")  # built once: every connection shares it
     except CertError as exc:
-        fail(str(exc), USAGE_ERROR)
+        bad_input(str(exc))
     ssl_context = tls.server if tls is not None else None
     log = setup_logging("auctioneer", settings.log_level)
     try:

@@ -164,8 +164,8 @@ def test_plain_http_beyond_loopback_is_refused_unless_insecure(tmp_path: Path) -
     refused = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert refused.returncode == 2, refused.stderr
     assert refused.stderr.splitlines() == [
-        "error: tls_cert: refusing to serve plain HTTP on 0.0.0.0 without TLS: give --tls-cert, --tls-key and "
-        "--tls-ca (vendue certs issue), or --insecure to run without authentication"
+        "error: --tls-cert (tls_cert): refusing to serve plain HTTP on 0.0.0.0 without TLS: give --tls-cert, "
+        "--tls-key and --tls-ca (vendue certs issue), or --insecure to run without authentication"
     ]
     assert not (tmp_path / "bbs.db").exists()  # refused before the database was opened
 
