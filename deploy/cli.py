@@ -106,7 +106,9 @@ def main() -> None:
     import sys
 
     _register(_command_name(sys.argv))
-    app()
+    # Named `vendue` however it was started (`python -m deploy.cli`): in usage lines, and for shell completion,
+    # which reads its command line from _VENDUE_COMPLETE and COMP_WORDS.
+    app(prog_name="vendue")
 
 
 if __name__ == "__main__":
