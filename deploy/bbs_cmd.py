@@ -6,6 +6,7 @@ Every flag overrides the matching VENDUE_* environment variable (see bbs/setting
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 from typing import Any
 
@@ -176,7 +177,10 @@ def bbs(
 
 
 @bbs_app.command(cls=OneLineErrorsCommand)
-def migrate(ctx: typer.Context) -> None:
+def migrate(
+    ctx: typer.Context,
+    as_json: bool = typer.Option(False, "--json", help="Print the revision as JSON."),
+) -> None:
     """Create or upgrade the BBS database schema, then exit (`vendue bbs --database-url URL migrate`)."""
     from bbs.store.database import SchemaTooNew, create_engine, schema_revision
     from bbs.store.database import migrate as run_migrations
@@ -198,7 +202,7 @@ def migrate(ctx: typer.Context) -> None:
         current, _head = asyncio.run(run())
     except SchemaTooNew as exc:
         fail(str(exc))
-    typer.echo(f"database at revision {current}")
+    typer.echo(json.dumps({"revision": current}) if as_json else f"database at revision {current}")
 
 
 @bbs_app.command("rotate-keys", cls=OneLineErrorsCommand)
@@ -212,8 +216,6 @@ def rotate_keys(
     Safe while the BBS serves; run it again after an interruption (a second run changes nothing).
     Every BBS replica needs the new key in its ring first (docs/security.md, "Encryption at rest").
     """
-    import json
-
     from bbs.encryption import KeyRingError
     from bbs.store import Store
     from bbs.store.database import SchemaTooNew

@@ -134,7 +134,8 @@ def certs_nats_config(
     path = out if out is not None else directory / CONFIG_FILE
     tls = TLSFiles.in_dir(directory, SERVER_CERT_NAME)
     if not (directory / CA_CERT).is_file():  # the server trusts it for every client
-        bad_input(f"{directory}: no CA there ({CA_CERT}); run `vendue certs init {directory}` and issue certificates")
+        bad_input(f"{directory}: no CA there ({CA_CERT}); run `vendue certs init {directory}` and issue "
+                  "certificates")
     try:
         users = certificate_identities(directory)  # the server's own is serving-only: never one of them
         if not users:
@@ -142,8 +143,8 @@ def certs_nats_config(
         if not tls.cert.exists():
             issue_server_certificate(directory, sans=sans)
         elif missing := _missing_sans(tls.cert, sans):
-            bad_input(f"san: {tls.cert} does not name {', '.join(missing)}; remove it and {tls.key.name} to issue "
-                  "a new one")
+            bad_input(f"san: {tls.cert} does not name {', '.join(missing)}; remove it and {tls.key.name} to "
+                      "issue a new one")
         write_config(path, server_config(host=host, port=port, tls=tls, users=users))
     except (CertError, OSError) as exc:
         bad_input(str(exc))

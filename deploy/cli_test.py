@@ -122,3 +122,16 @@ def test_a_usage_error_is_one_line_and_exit_2(args: list[str]) -> None:
     lines = result.stderr.splitlines()
     assert result.exit_code == 2 and len(lines) == 1 and lines[0].startswith("error: "), (
         f"expected one error line and exit 2 for {args}, saw exit {result.exit_code}: {result.output!r}")
+
+
+# The commands without --json: the components log (JSON lines, common/logging.py) rather than print, and
+# `up`/`demo` narrate a cluster for people until Ctrl-C (scripts read `up`'s <data-dir>/cluster.json).
+NO_JSON = {"vendue bbs", "vendue auctioneer", "vendue rep", "vendue up", "vendue demo"}
+
+
+def test_every_command_that_prints_takes_json() -> None:
+    for path, command in _every_command():
+        if path in NO_JSON or (getattr(command, "commands", None) and not command.invoke_without_command):
+            continue
+        options = {opt for param in command.params for opt in getattr(param, "opts", ())}
+        assert "--json" in options, f"`{path}` prints something: it should take --json"

@@ -245,6 +245,14 @@ def print_json(value: Any) -> None:
     sys.stdout.write(json.dumps(value, indent=2, default=str) + "\n")
 
 
+def report_done(as_json: bool, message: str, **record: Any) -> None:
+    """What a command that changes one thing did: `message` for people, or `record` as JSON."""
+    if as_json:
+        print_json(record)
+    else:
+        typer.echo(message)
+
+
 def dump(models: Sequence[BaseModel]) -> list[dict[str, Any]]:
     return [m.model_dump(mode="json") for m in models]
 
@@ -369,6 +377,7 @@ def scale(
 def delete(
     name: Annotated[str, typer.Argument(help="The app's process guid.", show_default=False)],
     connection: Connection = Connection(),
+    as_json: AsJson = False,
 ) -> None:
     """Remove an app: its instances are stopped and forgotten."""
     with connect(connection) as client:
@@ -376,7 +385,7 @@ def delete(
             client.remove_desired_lrp(name)
         except NotFound:
             fail(f"no app named {name!r}")
-    typer.echo(f"deleted {name}")
+    report_done(as_json, f"deleted {name}", process_guid=name, deleted=True)
 
 
 def app_summaries(desired: Sequence[Any], actuals: Sequence[ActualLRP]) -> list[dict[str, Any]]:
@@ -529,6 +538,7 @@ def cells(
 def cells_remove(
     cell_id: Annotated[str, typer.Argument(metavar="CELL", help="The cell's id.", show_default=False)],
     connection: Connection = Connection(),
+    as_json: AsJson = False,
 ) -> None:
     """Forget a cell that is gone for good: everything it held is placed again now, whatever the apps'
     --on-cell-loss. Refused while the cell heartbeats (stop or drain its rep first)."""
@@ -539,7 +549,7 @@ def cells_remove(
             fail(f"no cell named {cell_id!r}")
         except Conflict as exc:
             fail(str(exc))
-    typer.echo(f"removed {cell_id}: what it held is being placed again")
+    report_done(as_json, f"removed {cell_id}: what it held is being placed again", cell_id=cell_id, removed=True)
 
 
 # --- tasks ----------------------------------------------------------------------------------------
@@ -612,9 +622,10 @@ def _wait_completed(client: BBSClient, task_guid: str, timeout: float | None) ->
 def task_cancel(
     task_guid: Annotated[str, typer.Argument(help="The task guid.", show_default=False)],
     connection: Connection = Connection(),
+    as_json: AsJson = False,
 ) -> None:
     """Cancel a task (it completes as failed, "cancelled")."""
-    _act_on_task(task_guid, connection, BBSClient.cancel_task, "cancelled")
+    _act_on_task(task_guid, connection, BBSClient.cancel_task, "cancelled", as_json)
 
 
 @task_app.command("delete", cls=OneLineErrorsCommand)
@@ -622,18 +633,19 @@ def task_cancel(
 def task_delete(
     task_guid: Annotated[str, typer.Argument(help="The task guid.", show_default=False)],
     connection: Connection = Connection(),
+    as_json: AsJson = False,
 ) -> None:
     """Resolve and delete a completed task."""
-    _act_on_task(task_guid, connection, BBSClient.resolve_task, "deleted")
+    _act_on_task(task_guid, connection, BBSClient.resolve_task, "deleted", as_json)
 
 
-def _act_on_task(task_guid: str, connection: Connection, act, done: str) -> None:
+def _act_on_task(task_guid: str, connection: Connection, act, done: str, as_json: bool) -> None:
     with connect(connection) as client:
         try:
             act(client, task_guid)
         except NotFound:
             fail(f"no task named {task_guid!r}")
-    typer.echo(f"{done} {task_guid}")
+    report_done(as_json, f"{done} {task_guid}", task_guid=task_guid, **{done: True})
 
 
 @app.command(cls=OneLineErrorsCommand)
