@@ -18,7 +18,14 @@ from pydantic import ValidationError
 
 from .cli import app
 from .cli_style import USAGE_ERROR, OneLineErrorsCommand, bad_input, fail
-from .component_flags import INSECURE_FLAG, TLS_CA_FLAG, TLS_KEY_FLAG, tls_cert_flag, tls_settings
+from .component_flags import (
+    INSECURE_FLAG,
+    LOG_FORMAT_FLAG,
+    TLS_CA_FLAG,
+    TLS_KEY_FLAG,
+    tls_cert_flag,
+    tls_settings,
+)
 from .limit_flags import (
     MAX_BODY_BYTES,
     MAX_BULK_BODY_BYTES,
@@ -50,6 +57,7 @@ def auctioneer(
         None, "--ready-file", help='Once serving, write {"url": ..., "pid": ...} here [VENDUE_READY_FILE].'
     ),
     log_level: str | None = typer.Option(None, "--log-level", help="debug, info, warning [VENDUE_LOG_LEVEL]."),
+    log_format: str | None = LOG_FORMAT_FLAG,
     transport: str | None = typer.Option(
         None, "--transport", help="http or nats: how requests, bids and work travel [VENDUE_TRANSPORT; http]."
     ),
@@ -91,6 +99,7 @@ def auctioneer(
         "bbs_url": bbs_url, "listen": listen, "port": port, "strategy": strategy, "engine": engine,
         "cell_state_timeout": cell_state_timeout, "work_timeout": work_timeout, "max_attempts": max_attempts,
         "max_inflight_starts": max_inflight_starts, "ready_file": ready_file, "log_level": log_level,
+        "log_format": log_format,
         "transport": transport, "nats_url": nats_url, "lease_ttl": lease_ttl, "advertise_url": advertise_url,
         **tls_settings(tls_cert, tls_key, tls_ca, insecure),
         **limit_settings(max_body_bytes, max_bulk_body_bytes, request_timeout, max_concurrent_requests),
@@ -123,7 +132,7 @@ def auctioneer(
     except CertError as exc:
         bad_input(str(exc))
     ssl_context = tls.server if tls is not None else None
-    log = setup_logging("auctioneer", settings.log_level)
+    log = setup_logging("auctioneer", settings.log_level, settings.log_format)
     try:
         sock = bind(settings.listen, settings.port)
     except OSError as exc:

@@ -16,7 +16,14 @@ from common import runtime
 
 from .cli import app
 from .cli_style import OneLineErrorsCommand, OneLineErrorsGroup, bad_input, fail
-from .component_flags import INSECURE_FLAG, TLS_CA_FLAG, TLS_KEY_FLAG, tls_cert_flag, tls_settings
+from .component_flags import (
+    INSECURE_FLAG,
+    LOG_FORMAT_FLAG,
+    TLS_CA_FLAG,
+    TLS_KEY_FLAG,
+    tls_cert_flag,
+    tls_settings,
+)
 from .limit_flags import MAX_BODY_BYTES, MAX_BULK_BODY_BYTES, MAX_CONCURRENT_REQUESTS, REQUEST_TIMEOUT
 
 bbs_app = typer.Typer(
@@ -66,6 +73,7 @@ def bbs(
     ),
     ready_file: Path | None = typer.Option(None, "--ready-file", help="Write {url, pid} here once serving."),
     log_level: str | None = typer.Option(None, "--log-level", help="debug, info, warning, error."),
+    log_format: str | None = LOG_FORMAT_FLAG,
     http_timeout: float | None = typer.Option(
         None, "--http-timeout", help="Seconds per outgoing HTTP call [5]."
     ),
@@ -166,7 +174,7 @@ def bbs(
     from common.logging import setup_logging
     from common.tls import CertError
 
-    log = setup_logging("bbs", settings.log_level)
+    log = setup_logging("bbs", settings.log_level, settings.log_format)
     try:
         runtime.run(serve(settings))
     except SchemaTooNew as exc:
@@ -187,7 +195,7 @@ def migrate(
     from common.logging import setup_logging
 
     settings = ctx.obj
-    setup_logging("bbs", settings.log_level)
+    setup_logging("bbs", settings.log_level, settings.log_format)
 
     async def run() -> tuple[str | None, str | None]:
         engine = create_engine(settings.resolved_database_url(),
@@ -224,7 +232,7 @@ def rotate_keys(
     from common.logging import setup_logging
 
     settings = ctx.obj
-    setup_logging("bbs", settings.log_level)
+    setup_logging("bbs", settings.log_level, settings.log_format)
 
     async def run():  # type: ignore[no-untyped-def]
         keys = required(settings.key_ring())  # before the database is opened (or made)

@@ -18,7 +18,14 @@ from common.logging import setup_logging
 
 from .cli import app
 from .cli_style import USAGE_ERROR, OneLineErrorsCommand, bad_input, fail, name_flags
-from .component_flags import INSECURE_FLAG, TLS_CA_FLAG, TLS_KEY_FLAG, tls_cert_flag, tls_settings
+from .component_flags import (
+    INSECURE_FLAG,
+    LOG_FORMAT_FLAG,
+    TLS_CA_FLAG,
+    TLS_KEY_FLAG,
+    tls_cert_flag,
+    tls_settings,
+)
 from .limit_flags import (
     MAX_BODY_BYTES,
     MAX_BULK_BODY_BYTES,
@@ -132,6 +139,7 @@ def rep(
     data_dir: Path | None = typer.Option(None, "--data-dir", help="Container directories (default .vendue)."),
     ready_file: Path | None = typer.Option(None, "--ready-file", help="Write {url, pid} here once serving."),
     log_level: str | None = typer.Option(None, "--log-level", help="debug, info, warning, error."),
+    log_format: str | None = LOG_FORMAT_FLAG,
     transport: str | None = typer.Option(
         None, "--transport", help="http or nats: also serve state and work over NATS (VENDUE_TRANSPORT)."
     ),
@@ -198,6 +206,7 @@ def rep(
         "data_dir": data_dir,
         "ready_file": ready_file,
         "log_level": log_level,
+        "log_format": log_format,
         "transport": transport,
         "nats_url": nats_url,
         **tls_settings(tls_cert, tls_key, tls_ca, insecure),
@@ -218,7 +227,7 @@ def rep(
             bad_input(problem)
         typer.echo("config ok")
         raise typer.Exit(0)
-    setup_logging("rep", settings.log_level)
+    setup_logging("rep", settings.log_level, settings.log_format)
     try:
         status = runtime.run(serve(settings))
     except (ConfigError, CertError) as exc:  # CertError: TLS files, or plain HTTP off loopback

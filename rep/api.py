@@ -36,6 +36,7 @@ from pydantic import BaseModel, ValidationError
 from common.auth import VerifyToken, add_auth, refusal_counter
 from common.limits import RequestLimitOptions, add_limits
 from common.models import CancelTasks, EvacuateCells, HostWork, StopInstances
+from common.request_id import add_request_id
 
 from .fencing import Fencing, Refused
 from .host import RepHost
@@ -130,6 +131,7 @@ def create_app(
     add_auth(app, POLICY, verify_token=verify_token, insecure=insecure, on_refused=refusal_counter(registry),
              service="rep")
     add_limits(app, limits or RequestLimitOptions(), bulk=BULK_ROUTES)
+    add_request_id(app)
     return app
 
 
