@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from auctioneer.engine import schedule
 from auctioneer.engine.types import AuctionResult, Failure, SchedulerConfig
+from common.logging import instance_log
 from common.models import CellState
 
 from .batcher import Batch, PendingLRP, PendingTask
@@ -24,6 +25,9 @@ from .reporter import FailureReporter
 from .transport import CellStateSource, WorkSender
 
 log = logging.getLogger("auctioneer.auction")
+# Placement failures logged one by one per auction, each with its instance: an auction of 10,000 instances
+# that do not fit would otherwise write 10,000 lines; the auction's own line counts them all.
+FAILURES_LOGGED = 10
 
 STALE_TOKEN_REASON = "stale fencing token"  # how rep/cell.py words the refusal
 
@@ -70,6 +74,7 @@ class Auction:
         carried, exhausted = split_rejections(outcome.rejections, self._config.max_attempts)
         failures += exhausted
         self._reporter.report(placement_failures(failures, outcome.accepted))
+        _log_failures(failures)
 
         seconds = time.perf_counter() - started
         requests_after, messages_after = self._metrics.traffic()
@@ -104,6 +109,12 @@ class Auction:
             # often enough to answer the API.
             return await asyncio.to_thread(_convert_and_schedule, states, lrps, tasks, config)
         return _convert_and_schedule(states, lrps, tasks, config)
+
+
+def _log_failures(failures: list[Failure]) -> None:
+    for f in failures[:FAILURES_LOGGED]:
+        name, index = (f.process_guid, f.index) if f.task_guid is None else (f.task_guid, None)
+        instance_log(log.name, name or "", index).info("placement failed", error=f.error, detail=f.detail)
 
 
 def _convert_and_schedule(
