@@ -11,8 +11,8 @@ and a bearer token from `--token` (`VENDUE_TOKEN`), sent as `Authorization: Bear
 the CA alone (`--tls-ca`, or the local cluster's) is enough. A 401 or 403 is one `error:` line, exit 1.
 
 Exit status: 0 done; 1 the BBS is unreachable, the app/task does not exist, or a task failed; 2 bad
-input — ONE line on stderr naming the field (`error: memory_mb: Input should be ...`), and nothing is
-written: the request is validated locally with the same models the BBS uses, and a 422 from the BBS
+input — ONE line on stderr naming the flag and the field it sets (`error: -m/--memory (memory_mb): Input
+should be ...`), and nothing is written: the request is validated locally with the same models the BBS uses, and a 422 from the BBS
 is reported the same way.
 """
 
