@@ -12,8 +12,8 @@ the CA alone (`--tls-ca`, or the local cluster's) is enough. A 401 or 403 is one
 
 Exit status: 0 done; 1 the BBS is unreachable, the app/task does not exist, or a task failed; 2 bad
 input — ONE line on stderr naming the flag and the field it sets (`error: -m/--memory (memory_mb): Input
-should be ...`), and nothing is written: the request is validated locally with the same models the BBS uses, and a 422 from the BBS
-is reported the same way.
+should be ...`), and nothing is written: the request is validated locally with the same models the BBS
+uses, and a 422 from the BBS is reported the same way.
 """
 
 from __future__ import annotations
