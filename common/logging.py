@@ -1,4 +1,4 @@
-"""The log lines of every component, through structlog: configured once here, for our code and libraries alike.
+"""The log lines of every component, through structlog: configured once here, for our code and libraries.
 
 Our modules log with the stdlib (`logging.getLogger(__name__)`, `extra={"data": {...}}` for fields) or
 with structlog (`instance_log`, for lines about one instance with its process_guid/index/cell_id bound);

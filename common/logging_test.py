@@ -46,7 +46,8 @@ def test_json_lines_parse_and_carry_the_component_the_fields_and_the_context(log
     assert {k: removed[k] for k in ("level", "component", "logger", "cell_id", "instances")} == {
         "level": "info", "component": "bbs", "logger": "bbs.service", "cell_id": "c1", "instances": 3}
     assert isinstance(removed["ts"], float)
-    assert (by_msg["slow client"]["request_id"], by_msg["slow client"]["logger"]) == ("rid-1", "uvicorn.error")
+    slow = by_msg["slow client"]
+    assert (slow["request_id"], slow["logger"]) == ("rid-1", "uvicorn.error")
     started = by_msg["instance started"]
     assert {k: started[k] for k in ("process_guid", "index", "cell_id", "pid", "component")} == {
         "process_guid": "web", "index": 2, "cell_id": "cell-1", "pid": 42, "component": "bbs"}

@@ -92,8 +92,10 @@ def test_check_config_validates_the_tls_settings(tmp_path: Path) -> None:
         ([], 0, "config ok"),  # plain HTTP on loopback: allowed (and loud when it runs)
         (["--listen", "0.0.0.0"], 2, "error: --tls-cert (tls_cert): refusing to serve plain HTTP on 0.0.0.0"),
         (tls[:2], 2, "error: --tls-key (tls_key): --tls-cert, --tls-key and --tls-ca go together"),
-        (["--tls-cert", str(pki / "nope.pem"), *tls[2:]], 2, f"error: --tls-cert (tls_cert): no such file {pki / 'nope.pem'}"),
-        ([*tls[:3], str(pki / "ca-key.pem"), *tls[4:]], 2, "error: --tls-cert (tls_cert): cannot load"),  # the CA's key
+        (["--tls-cert", str(pki / "nope.pem"), *tls[2:]], 2,
+         f"error: --tls-cert (tls_cert): no such file {pki / 'nope.pem'}"),
+        # The CA's key:
+        ([*tls[:3], str(pki / "ca-key.pem"), *tls[4:]], 2, "error: --tls-cert (tls_cert): cannot load"),
     ]
     for args, code, line in cases:
         result = runner.invoke(app, ["bbs", "--check-config", *data, *args])
@@ -120,7 +122,8 @@ def test_check_config_validates_the_key_ring(tmp_path: Path) -> None:
     keys.chmod(0o640)
     too_open = runner.invoke(app, ["bbs", "--check-config", *data, "--encryption-keys-file", str(keys)])
     assert (too_open.exit_code, too_open.output.strip()) == (2, (
-        f"error: --encryption-keys-file (encryption_keys_file): {keys} is mode 0640; it holds keys, so it must be 0600 or stricter "
+        f"error: --encryption-keys-file (encryption_keys_file): {keys} is mode 0640; it holds keys, so it "
+        "must be 0600 or stricter "
         f"(chmod 600 {keys})"))
     malformed = runner.invoke(app, ["bbs", "--check-config", *data],
                               env={"VENDUE_ENCRYPTION_KEYS": '{"active": "k9", "keys": {}}'})
@@ -136,5 +139,6 @@ def test_rotate_keys_without_a_key_ring_is_refused_before_the_database_is_touche
 
     refused = CliRunner().invoke(app, ["bbs", "--data-dir", str(tmp_path), "rotate-keys"])
     assert (refused.exit_code, refused.output.strip()) == (
-        2, "error: --encryption-keys-file (encryption_keys_file): rotate-keys needs the key ring (a file, or VENDUE_ENCRYPTION_KEYS)")
+        2, "error: --encryption-keys-file (encryption_keys_file): rotate-keys needs the key ring (a file, or "
+        "VENDUE_ENCRYPTION_KEYS)")
     assert not list(tmp_path.iterdir())

@@ -74,7 +74,8 @@ DEFAULT_NATS_LISTEN = "0.0.0.0:4222"  # nats-server's own default: every client 
 
 
 def _listen_address(listen: str) -> tuple[str, int]:
-    """`HOST:PORT` (`[::]:4222` for IPv6) -> (host, port); one `error: --listen (listen): ...` line otherwise."""
+    """`HOST:PORT` (`[::]:4222` for IPv6) -> (host, port); one `error: --listen (listen): ...` line
+    otherwise."""
     host, sep, port = listen.rpartition(":")
     host = host.removeprefix("[").removesuffix("]")
     if not sep or not host or not port.isdigit() or not 1 <= int(port) <= 65535:

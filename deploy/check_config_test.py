@@ -71,7 +71,8 @@ def runner() -> CliRunner:
         (["auctioneer", "--check-config", "--listen", "0.0.0.0"], {"VENDUE_INSECURE": "1"}, 0, "config ok"),
         (["rep", "--check-config", "--listen", "0.0.0.0"], {"VENDUE_INSECURE": "1"}, 0, "config ok"),
         (["bbs", "--check-config", "--listen", "0.0.0.0"], {"VENDUE_INSECURE": "1"}, 0, "config ok"),
-        (["rep", "--check-config", "--listen", "0.0.0.0"], {"VENDUE_INSECURE": "0"}, 2, "error: --tls-cert (tls_cert): refusing"),
+        (["rep", "--check-config", "--listen", "0.0.0.0"], {"VENDUE_INSECURE": "0"}, 2,
+         "error: --tls-cert (tls_cert): refusing"),
     ],
 )
 def test_check_config(

@@ -106,8 +106,8 @@ def main() -> None:
     import sys
 
     _register(_command_name(sys.argv))
-    # Named `vendue` however it was started (`python -m deploy.cli`): in usage lines, and for shell completion,
-    # which reads its command line from _VENDUE_COMPLETE and COMP_WORDS.
+    # Named `vendue` however it was started (`python -m deploy.cli`): in usage lines, and for shell
+    # completion, which reads its command line from _VENDUE_COMPLETE and COMP_WORDS.
     app(prog_name="vendue")
 
 

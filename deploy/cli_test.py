@@ -71,8 +71,8 @@ def _every_command() -> list[tuple[str, Any]]:
 def test_every_command_uses_the_shared_error_and_help_style() -> None:
     for path, command in _every_command():
         assert isinstance(command, OneLineErrorsCommand | OneLineErrorsGroup), (
-            f"`{path}` should be made with cls=OneLineErrorsCommand (or OneLineErrorsGroup) from deploy/cli_style.py; "
-            f"it is a {type(command).__name__}")
+            f"`{path}` should be made with cls=OneLineErrorsCommand (or OneLineErrorsGroup) from "
+            f"deploy/cli_style.py; it is a {type(command).__name__}")
 
 
 def test_usage_lines_name_arguments_in_capitals() -> None:

@@ -549,7 +549,8 @@ def cells_remove(
             fail(f"no cell named {cell_id!r}")
         except Conflict as exc:
             fail(str(exc))
-    report_done(as_json, f"removed {cell_id}: what it held is being placed again", cell_id=cell_id, removed=True)
+    report_done(as_json, f"removed {cell_id}: what it held is being placed again", cell_id=cell_id,
+                removed=True)
 
 
 # --- tasks ----------------------------------------------------------------------------------------

@@ -216,9 +216,10 @@ def rep(
         settings = RepSettings(**{k: v for k, v in given.items() if v is not None})
     except ValidationError as exc:
         problems = [f"{'.'.join(str(p) for p in error['loc'])}: {error['msg']}" for error in exc.errors()]
-        fail("; ".join(name_flags(problems, {"stacks": "stack", "placement_tags": "tag",
-                                             "optional_placement_tags": "optional_tag",
-                                             "volume_drivers": "volume_driver", "labels": "label"})), USAGE_ERROR)
+        # The settings set by a flag of another name.
+        flags = {"stacks": "stack", "placement_tags": "tag", "optional_placement_tags": "optional_tag",
+                 "volume_drivers": "volume_driver", "labels": "label"}
+        fail("; ".join(name_flags(problems, flags)), USAGE_ERROR)
     if check_config:
         from rep.config_check import config_problem
 

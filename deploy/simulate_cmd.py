@@ -74,7 +74,8 @@ def simulate(
                     or (strategy is not None and "," in strategy))
     if compare_mode:
         if explain is not None:
-            fail("--explain: works on a --workload with one strategy, without --transport or --report", USAGE_ERROR)
+            fail("--explain: works on a --workload with one strategy, without --transport or --report",
+                 USAGE_ERROR)
         _compare(workload, scenario, strategy, transport or "inproc", report, engine, seed, timeout, as_json)
         return
     if workload is None:

@@ -215,7 +215,8 @@ class ProcessExecutor(Executor):
 
     async def _run_lrp(self, child: _Child, c: LRPContainer, listener: ExecutorListener) -> None:
         # This task's own copy of the log context: every line it logs names the instance.
-        bind_contextvars(process_guid=c.process_guid, index=c.index, cell_id=c.cell_id, instance_guid=child.guid)
+        bind_contextvars(process_guid=c.process_guid, index=c.index, cell_id=c.cell_id,
+                         instance_guid=child.guid)
         keep_directory = False
         try:
             desired = c.desired
@@ -258,7 +259,8 @@ class ProcessExecutor(Executor):
                 )
                 return
             listener.lrp_running(child.guid, ports)
-            log.info("instance running", extra={"data": {"pid": proc.pid, "ports": [p.host_port for p in ports]}})
+            log.info("instance running",
+                     extra={"data": {"pid": proc.pid, "ports": [p.host_port for p in ports]}})
             if await _exited_or_stop(proc, child.stop_requested):
                 keep_directory = True
                 reason = await self._exited(child, proc.returncode or 0)

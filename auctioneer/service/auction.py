@@ -13,7 +13,6 @@ from dataclasses import dataclass
 
 from auctioneer.engine import schedule
 from auctioneer.engine.types import AuctionResult, Failure, SchedulerConfig
-from common.logging import instance_log
 from common.models import CellState
 
 from .batcher import Batch, PendingLRP, PendingTask
@@ -74,7 +73,6 @@ class Auction:
         carried, exhausted = split_rejections(outcome.rejections, self._config.max_attempts)
         failures += exhausted
         self._reporter.report(placement_failures(failures, outcome.accepted))
-        _log_failures(failures)
 
         seconds = time.perf_counter() - started
         requests_after, messages_after = self._metrics.traffic()
@@ -96,6 +94,7 @@ class Auction:
                 "requests": requests, "messages": messages,
             }},
         )
+        _log_failures(failures)
         return carried
 
     async def _schedule(
@@ -109,12 +108,6 @@ class Auction:
             # often enough to answer the API.
             return await asyncio.to_thread(_convert_and_schedule, states, lrps, tasks, config)
         return _convert_and_schedule(states, lrps, tasks, config)
-
-
-def _log_failures(failures: list[Failure]) -> None:
-    for f in failures[:FAILURES_LOGGED]:
-        name, index = (f.process_guid, f.index) if f.task_guid is None else (f.task_guid, None)
-        instance_log(log.name, name or "", index).info("placement failed", error=f.error, detail=f.detail)
 
 
 def _convert_and_schedule(
@@ -134,3 +127,11 @@ def _annotate(failure: Failure, fetched: FetchedCells) -> Failure:
         return failure
     detail = f"{failure.detail}; {note}" if failure.detail else note
     return Failure(failure.error, detail, failure.process_guid, failure.index, failure.task_guid)
+
+
+def _log_failures(failures: list[Failure]) -> None:
+    """A line per failure, the first FAILURES_LOGGED, each naming its instance (or task)."""
+    for f in failures[:FAILURES_LOGGED]:
+        who = ({"process_guid": f.process_guid, "index": f.index} if f.task_guid is None
+               else {"task_guid": f.task_guid})
+        log.info("placement failed", extra={"data": {**who, "error": f.error, "detail": f.detail}})

@@ -204,4 +204,5 @@ def test_a_request_id_is_returned_and_on_the_lines_the_request_logs(
             break
         time.sleep(0.05)
     assert len(logged) == 1, f"expected one 'token created' line in the BBS's log; saw {lines}"
-    assert (logged[0]["request_id"], logged[0]["component"], logged[0]["name"]) == ("e2e-request-1", "bbs", "ci")
+    line = logged[0]
+    assert (line["request_id"], line["component"], line["name"]) == ("e2e-request-1", "bbs", "ci"), line

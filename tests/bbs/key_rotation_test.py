@@ -215,8 +215,8 @@ def test_a_bbs_without_the_key_of_an_encrypted_database_refuses_to_start(tmp_pat
     keys.chmod(0o644)
     too_open = vendue(*start, "--encryption-keys-file", str(keys))
     assert (too_open.returncode, refusal(too_open.stderr)) == (2, [
-        f"error: --encryption-keys-file (encryption_keys_file): {keys} is mode 0644; it holds keys, so it must "
-        "be 0600 or stricter "
+        f"error: --encryption-keys-file (encryption_keys_file): {keys} is mode 0644; it holds keys, so it "
+        "must be 0600 or stricter "
         f"(chmod 600 {keys})"])
     assert not (tmp_path / "ready").exists()
     # The key ring given back, it serves again.
