@@ -30,7 +30,11 @@ BBS (`vendue bbs`, default http://127.0.0.1:8889)
   DELETE /v1/tasks/{task_guid}                          -> 204 (a COMPLETED task: resolve and delete)
   PUT    /v1/cells                   CellPresences      -> 204 (the heartbeats of every cell of a rep process;
                                                    a presence lives for the TTL)
-  GET    /v1/cells                                      -> {"items": [CellPresence]} (present cells)
+  GET    /v1/cells?all=                                 -> {"items": [CellPresence]} (present cells, with the
+                                                   capacity of their last heartbeat; all=true: expired too)
+  POST   /v1/cells/{cell_id}/cordon|uncordon|drain      -> CellPresence (the cell's state after; 404 unknown):
+                                                   cordon: no new work; drain: cordon and move its
+                                                   instances away make-before-break; uncordon ends both
   DELETE /v1/cells/{cell_id}                            -> 204 (forget a cell that is gone: everything it held
                                                    is placed again; 409 while it is present, 404 unknown)
   GET    /v1/events                                     -> text/event-stream of Event (SSE)
@@ -409,6 +413,17 @@ class CellPresence(Open):
     # How its rep isolates instances (rep/isolation.py): "cgroup-v1" or "cgroup-v2" (own uid and cgroup
     # each), "none" (as the rep's own user: --isolation none), "sim" (simulated); "" from a rep too old to say.
     isolation: Annotated[str, Field(max_length=MAX_NAME_CHARS), AfterValidator(_no_nul)] = ""
+    # What the cell had left and held when it sent this heartbeat (counts it keeps: no per-instance work),
+    # so that `vendue cells` reads capacity from the BBS alone. None/0 from a rep too old to say.
+    available: ResourcesModel | None = None
+    instances: StoreInt = 0  # LRP instances held (starting, running or stopping)
+    starting: StoreInt = 0  # of which starting
+    # Set by the BBS from its own state (whatever a rep sends is ignored): an operator's `vendue cells
+    # cordon|drain` (no new work; draining: its instances are moved away make-before-break), and
+    # "present" or "suspect" (its presence expired; listed only with GET /v1/cells?all=true).
+    cordoned: bool = False
+    draining: bool = False
+    state: Literal["present", "suspect"] = "present"
 
     @field_validator("total")
     @classmethod
@@ -418,6 +433,14 @@ class CellPresence(Open):
             if not 0 <= getattr(total, name) <= INT32_MAX:
                 raise ValueError(f"{name} must be between 0 and {INT32_MAX}")
         return total
+
+    @field_validator("available")
+    @classmethod
+    def _left(cls, available: ResourcesModel | None) -> ResourcesModel | None:
+        for name in ("memory_mb", "disk_mb", "containers"):
+            if available is not None and not -INT32_MAX <= getattr(available, name) <= INT32_MAX:
+                raise ValueError(f"{name} must be between {-INT32_MAX} and {INT32_MAX}")
+        return available
 
 
 class CellLRP(Open):
@@ -711,7 +734,8 @@ class CellPresences(Open):
 class Event(Open):
     """One change, as sent on the BBS's SSE stream (`event: <type>`, `data: <json>`) and on NATS."""
 
-    # desired_lrp_created|_changed|_removed, actual_lrp_..., task_..., cell_appeared|_disappeared|_removed
+    # desired_lrp_created|_changed|_removed, actual_lrp_..., task_..., cell_appeared|_disappeared|_removed,
+    # cell_changed (cordoned, drained or uncordoned: the cell state as data)
     type: str
     data: dict
     at: datetime

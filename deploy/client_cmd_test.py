@@ -167,7 +167,7 @@ def test_cells_json_lists_presence(bbs):
                 "total": {"memory_mb": 1024, "disk_mb": 2048, "containers": 10}}
     issue(bbs.pki, role="rep", name=cell_id, cells=[cell_id])  # only the cell's rep may heartbeat for it
     rep = client_context(TLSFiles.in_dir(bbs.pki, cell_id))
-    assert httpx.put(f"{bbs.url}/v1/cells", json={"cells": [presence]}, verify=rep).status_code == 204
+    assert httpx.put(f"{bbs.url}/v1/cells", json={"cells": [presence]}, verify=rep).status_code == 200
     listed = bbs.vendue("cells", "--json")
     assert listed.exit_code == 0, listed.output
     cells = {c.cell_id: c for c in (CellPresence.model_validate(c) for c in json.loads(listed.stdout))}
