@@ -23,6 +23,7 @@ from common.models import (
     ActualLRPSummary,
     ActualState,
     CellPresences,
+    HeartbeatAnswer,
     DesiredLRP,
     DesiredLRPCreate,
     DesiredLRPUpdate,
@@ -290,7 +291,7 @@ def create_app(bbs: BBS, *, insecure: bool | None = None) -> FastAPI:
 
     # --- cells and events -----------------------------------------------------------------------
 
-    @app.put("/v1/cells", openapi_extra=documented_body(CellPresences))
+    @app.put("/v1/cells", response_model=HeartbeatAnswer, openapi_extra=documented_body(CellPresences))
     async def heartbeats(
         request: Request, body: Annotated[CellPresences, json_body(CellPresences)]
     ) -> dict[str, list[str]]:

@@ -28,8 +28,9 @@ BBS (`vendue bbs`, default http://127.0.0.1:8889)
   GET    /v1/tasks/{task_guid}                          -> Task
   POST   /v1/tasks/{task_guid}/cancel                   -> Task (failed, "cancelled")
   DELETE /v1/tasks/{task_guid}                          -> 204 (a COMPLETED task: resolve and delete)
-  PUT    /v1/cells                   CellPresences      -> 204 (the heartbeats of every cell of a rep process;
-                                                   a presence lives for the TTL)
+  PUT    /v1/cells                   CellPresences      -> HeartbeatAnswer (the heartbeats of every cell of a
+                                                   rep process; a presence lives for the TTL; the
+                                                   answer names the cells cordoned)
   GET    /v1/cells?all=                                 -> {"items": [CellPresence]} (present cells, with the
                                                    capacity of their last heartbeat; all=true: expired too)
   POST   /v1/cells/{cell_id}/cordon|uncordon|drain      -> CellPresence (the cell's state after; 404 unknown):
@@ -726,6 +727,13 @@ class CellPresences(Open):
     """The heartbeats of several cells hosted by one rep process, in one request."""
 
     cells: list[CellPresence] = Field(max_length=10_000)
+
+
+class HeartbeatAnswer(Open):
+    """The BBS's answer to PUT /v1/cells: the cells among those reported that the operator cordoned (or
+    drains). Their rep refuses work for them (an auction may have started before the cordon)."""
+
+    cordoned: list[str] = Field(default_factory=list)
 
 
 # --- events ---------------------------------------------------------------------------------------

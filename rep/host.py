@@ -31,6 +31,7 @@ from common.models import (
     CancelTasks,
     CellPresences,
     Found,
+    HeartbeatAnswer,
     HostCellStates,
     HostLifecycleResult,
     HostWork,
@@ -265,8 +266,10 @@ class RepHost:
         )
         response.raise_for_status()
         answered = loop.time()
+        cordoned = heartbeat_cordoned(response)
         for cell in cells:
             cell.awaiting_registration = False
+            cell.cordoned = cell.cell_id in cordoned
             # The BBS counts a presence's TTL from when it wrote the heartbeat: after the previous accepted
             # one was sent, before this one was answered. Only if those are a TTL apart can it have expired
             # in between (a partition, a stalled rep or BBS) and the cell's instances been replaced.
@@ -372,6 +375,13 @@ class RepHost:
         await asyncio.gather(*self._loops, *self._evacuations.values(), return_exceptions=True)
         for executor in self.executors:
             await executor.close()
+
+
+def heartbeat_cordoned(response: httpx.Response) -> set[str]:
+    """The cells the BBS's heartbeat answer names cordoned; none from a BBS too old to say (204)."""
+    if response.status_code == 204 or not response.content:
+        return set()
+    return set(HeartbeatAnswer.model_validate_json(response.content).cordoned)
 
 
 def _log_round_error(task: asyncio.Task[int]) -> None:

@@ -26,7 +26,7 @@ from common.models import CellPresence, CellState, HostCellStates
 from common.transport.nats_connection import NatsConnection
 from common.transport.subjects import CELLS_STATE, REP_ID_HEADER
 
-from .cells import FetchedCells, RepAddress
+from .cells import FetchedCells, RepAddress, left_out
 from .metrics import Metrics
 
 log = logging.getLogger("auctioneer.nats_cells")
@@ -59,8 +59,8 @@ class NatsCellStateSource:
             return result
         expected: dict[str, CellPresence] = {}
         for presence in presences:
-            if presence.evacuating:
-                self._drop(result, presence.cell_id, "evacuating", "evacuating")
+            if why := left_out(presence):
+                self._drop(result, presence.cell_id, why, why)
             else:
                 expected[presence.cell_id] = presence
         if expected:
