@@ -472,9 +472,12 @@ async def test_cordon_keeps_what_runs_and_survives_heartbeats(h: Harness) -> Non
     await h.heartbeat("c1")
     await desire(h, 1)
     await h.lifecycle("c1", claimed=[ref(0, "a")], running=[running(0, "a")])
+    published: list[dict[str, Any]] = []
+    h.bbs.hub.add_sink(published.extend)
     cordoned = await h.http.post("/v1/cells/c1/cordon")
     assert cordoned.status_code == 200, cordoned.text
     assert (cordoned.json()["cordoned"], cordoned.json()["draining"]) == (True, False)
+    assert [(e["type"], e["data"]) for e in published] == [("cell_changed", cordoned.json())], published
     assert await h.heartbeat("c1", boot_id="b1") == ["c1"], "the rep learns it from each heartbeat's answer"
     assert await h.heartbeat("c1", boot_id="b1") == ["c1"]
     assert (await h.http.get("/v1/cells")).json()["items"][0]["cordoned"] is True
