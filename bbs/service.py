@@ -700,6 +700,8 @@ class BBS:
         log.info(f"cell {mode}", extra={"data": {"cell_id": cell_id, "cordoned": cordoned, "draining": draining}})
         effects.events.append(lambda: [event("cell_changed", wire, now)])
         self.run_effects(effects)
+        if cell.rep_url:
+            self.outbound.cordon_cell(cell, cordoned)
         return wire
 
     # --- convergence ------------------------------------------------------------------------------

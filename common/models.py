@@ -71,6 +71,8 @@ it) is the process's root URL, and the bodies name the cells they concern. NATS 
   POST   /stop                 StopInstances             -> 202 Found (the instance guids it holds)
   POST   /cancel               CancelTasks               -> 202 Found (the task guids it holds)
   POST   /evacuate             EvacuateCells (optional)  -> 202 {"evacuating": [cell_id]} (none named: all)
+  POST   /cordon               CordonCells               -> Found (the cell ids it hosts; the BBS, when the
+                                                            operator cordons, drains or uncordons a cell)
   GET    /cells                                          -> {"items": [{cell_id, rep_url, zone}]}
   GET    /metrics                                        -> prometheus text
 """
@@ -617,6 +619,19 @@ class CancelTasks(Strict):
     """POST {rep_url}/cancel (and vendue.rep.<rep_id>.cancel): cancel these tasks (the BBS, in one batch)."""
 
     tasks: list[TaskCancel] = Field(min_length=1, max_length=MAX_ITEMS)
+
+
+class CellCordon(Strict):
+    cell_id: Guid
+    cordoned: bool
+
+
+class CordonCells(Strict):
+    """POST {rep_url}/cordon (and vendue.rep.<rep_id>.cordon): the operator cordoned (or drains) these cells,
+    or uncordoned them (the BBS, at once; every heartbeat's answer says it again). Answered with Found: the
+    cell ids hosted there."""
+
+    cells: list[CellCordon] = Field(min_length=1, max_length=10_000)
 
 
 class Found(Open):
