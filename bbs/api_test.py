@@ -484,6 +484,9 @@ async def test_cordon_keeps_what_runs_and_survives_heartbeats(h: Harness) -> Non
     assert [(a["presence"], a["state"]) for a in await h.actuals()] == [("ORDINARY", "RUNNING")]
     assert (await h.http.post("/v1/cells/c1/uncordon")).json()["cordoned"] is False
     assert await h.heartbeat("c1", boot_id="b1") == []
+    await h.settle()
+    assert h.rec.to("http://c1.rep/cordon") == [{"cells": [{"cell_id": "c1", "cordoned": True}]},
+                                                {"cells": [{"cell_id": "c1", "cordoned": False}]}], "told its rep"
     assert (await h.http.post("/v1/cells/nope/cordon")).status_code == 404
     assert (await h.http.post("/v1/cells/c1/reboot")).status_code in (404, 405)
 

@@ -489,6 +489,7 @@ class CellState(Open):
     volume_drivers: list[str] = Field(default_factory=list)
     labels: dict[str, str] = Field(default_factory=dict)
     evacuating: bool = False
+    cordoned: bool = False  # the operator's cordon or drain, as the BBS told the rep (CellPresence.cordoned)
     lrps: list[CellLRP] = Field(default_factory=list)
     # The summary form (GET {rep_url}/state?lrps=counts, and the NATS state reply: what the auctioneer
     # fetches): instances per process guid instead of `lrps`, which is then empty. Scheduling needs only

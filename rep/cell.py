@@ -201,6 +201,7 @@ class Cell:
             volume_drivers=list(c.volume_drivers),
             labels=dict(c.labels),
             evacuating=self.evacuating,
+            cordoned=self.cordoned,
             lrps=lrps,
             lrp_counts=lrp_counts,
             stopping_counts=stopping_counts,

@@ -160,6 +160,8 @@ class CellFetcher:
                 outcomes.append(_Dropped("missing", f"not in the state answer of its rep {rep_url}"))
             elif state.evacuating:
                 outcomes.append(_Dropped("evacuating"))
+            elif state.cordoned:  # the rep heard of it before the cell list said so
+                outcomes.append(_Dropped("cordoned"))
             else:
                 outcomes.append(state)
         return outcomes

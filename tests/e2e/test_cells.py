@@ -95,6 +95,8 @@ def test_a_cordoned_cell_gets_no_new_work_and_uncordon_makes_it_eligible(make_cl
     before = wait_all_running(c.bbs, kept, 2)
     assert "CORDONED" in cli_ok(c, "cells", "cordon", cordoned)
     assert cell_states(c)[cordoned]["cordoned"] is True
+    # The BBS tells the rep (which then refuses work an earlier auction might still send).
+    wait_for(lambda: c.rep_state(cordoned)["cordoned"], 5.0, f"the rep of {cordoned} told it is cordoned")
 
     fresh = c.guid("fresh")
     c.bbs.desire(fresh, 4)
@@ -105,6 +107,7 @@ def test_a_cordoned_cell_gets_no_new_work_and_uncordon_makes_it_eligible(make_cl
     assert {i: a["instance_guid"] for i, a in now.items()} == {i: a["instance_guid"] for i, a in before.items()}
 
     assert "present" in cli_ok(c, "cells", "uncordon", cordoned)
+    wait_for(lambda: not c.rep_state(cordoned)["cordoned"], 5.0, f"the rep of {cordoned} told it is uncordoned")
     c.bbs.scale(fresh, 8)
     wait_for(lambda: expect(cells_on(c, fresh)[cordoned] > 0, brief(c.bbs.actuals(fresh))), 30.0,
              f"an instance of {fresh} placed on {cordoned} once uncordoned")
@@ -190,6 +193,7 @@ def test_a_cordon_survives_a_bbs_restart_and_a_rep_restart(make_cluster) -> None
     wait_for(lambda: expect(cell_states(c).get(cordoned, {}).get("boot_id") not in (None, boot),
                             cell_states(c).get(cordoned)), 30.0, f"{cordoned} present again with a new boot")
     assert cell_states(c)[cordoned]["cordoned"] is True
+    wait_for(lambda: c.rep_state(cordoned)["cordoned"], 10.0, f"the restarted rep of {cordoned} told it is cordoned")
     guid = c.guid("after")
     c.bbs.desire(guid, 3)
     wait_all_running(c.bbs, guid, 3)
