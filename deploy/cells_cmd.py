@@ -19,18 +19,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from common.models import ActualLRP, CellPresence, Presence, TaskState
 
 from .bbs_client import BBSClient, NotFound
-from .client_cmd import (
-    USAGE_ERROR,
-    AsJson,
-    Connection,
-    OneLineErrorsCommand,
-    bbs_command,
-    cell_status,
-    cells_app,
-    connect,
-    fail,
-    print_json,
-)
+from .cli_style import USAGE_ERROR, OneLineErrorsCommand, fail
+from .client_cmd import AsJson, Connection, bbs_command, cell_status, cells_app, connect, print_json
 
 POLL_S = 0.5  # how often `drain --wait` looks at what the cell still holds
 

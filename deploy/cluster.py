@@ -85,7 +85,7 @@ from common.transport.nats_server import (
 
 from . import embedded_postgres
 
-# Timings for a laptop (DESIGN.md's defaults are 10 s / 5 s / 10 min): convergence acts within ~1 s and an
+# Timings for a laptop (docs/architecture.md's defaults are 10 s / 5 s / 10 min): convergence acts within ~1 s and an
 # evacuating cell gives up after 30 s. The presence TTL stays at 10 s: on a busy 2-core machine a shorter
 # one lets heartbeats that queue behind a large write expire healthy cells, and every false expiry costs a
 # round of replacements.
@@ -439,9 +439,13 @@ class LocalCluster:
             return
         from rep.isolation import sweep_rep
 
-        for component in self._components.values():
-            if component.cells and "--data-dir" in component.args:
-                sweep_rep(Path(component.args[component.args.index("--data-dir") + 1]))
+        for data_dir in self.rep_data_dirs():
+            sweep_rep(data_dir)
+
+    def rep_data_dirs(self) -> list[Path]:
+        """Every rep process's --data-dir (whose hash names its cgroups and instance directories)."""
+        return [Path(c.args[c.args.index("--data-dir") + 1]) for c in self._components.values()
+                if c.cells and "--data-dir" in c.args]
 
     @staticmethod
     def _stop_signal(component: _Component) -> int:
