@@ -488,17 +488,21 @@ class BBS:
         self.run_effects(effects)
 
     async def record_auction(self, body: AuctionReport) -> None:
-        """Keep an auction's placement explanations (latest per instance, bounded, in memory) and publish
-        `auction_completed` with its durations and counts — unless it comes from a term older than the
-        auctioneer lease's (Conflict): a deposed leader's explanations would contradict the new one's."""
-        async with self.store.read() as tx:
-            lease = await tx.lease(AUCTIONEER_LEASE)
-        if lease is not None and body.fencing_token < lease.token:
-            self.metrics.stale_writes.labels("auctions").inc()
-            raise Conflict(
-                f"fencing_token {body.fencing_token} is older than the auctioneer lease's current token "
-                f"{lease.token}: a report from a deposed auctioneer is not applied"
-            )
+        """Apply an auction's report: its failures and accepted work (`placement_failures`), its placement
+        explanations (latest per instance, bounded, in memory), and publish `auction_completed` with its
+        durations and counts — unless it comes from a term older than the auctioneer lease's (Conflict,
+        nothing applied): a deposed leader must not fail, or explain, what the new one is placing."""
+        if body.lrps or body.tasks or body.accepted:
+            await self.placement_failures(body)  # fenced there
+        else:
+            async with self.store.read() as tx:
+                lease = await tx.lease(AUCTIONEER_LEASE)
+            if lease is not None and body.fencing_token < lease.token:
+                self.metrics.stale_writes.labels("auctions").inc()
+                raise Conflict(
+                    f"fencing_token {body.fencing_token} is older than the auctioneer lease's current token "
+                    f"{lease.token}: a report from a deposed auctioneer is not applied"
+                )
         finished = body.finished_at or time.time()
         self.explanations.record(body.explanations, finished)
         if self.hub.listening:

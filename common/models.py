@@ -23,9 +23,10 @@ BBS (`vendue bbs`, default http://127.0.0.1:8889)
   POST   /v1/placement_failures          PlacementFailures -> 204   (the auctioneer, once per auction: what it
                                                    could not place and what each cell accepted;
                                                    409 for a fencing_token older than the lease's)
-  POST   /v1/auctions                AuctionReport      -> 204   (the auctioneer, once per auction: its
-                                                   durations, counts and placement explanations; published
-                                                   as the event auction_completed, without the latter)
+  POST   /v1/auctions                AuctionReport      -> 204   (the auctioneer, once per auction: a
+                                                   PlacementFailures with its durations, counts and
+                                                   placement explanations; published as the event
+                                                   auction_completed, without the last; 409 as above)
   GET    /v1/actual_lrps/{process_guid}/{index}/placement -> PlacementExplanation (404 when unknown: they
                                                    are kept in the BBS's memory, bounded)
   POST   /v1/tasks                   TaskCreate         -> 201 Task (409 if it exists)
@@ -695,8 +696,10 @@ class PlacementExplanation(Open):
     source: Literal["auction", "placement_error"] = "auction"  # the latter: only the stored error is known
 
 
-class AuctionReport(Open):
-    """POST /v1/auctions: one auction, once it sent its work (the auctioneer, one request per auction)."""
+class AuctionReport(PlacementFailures):
+    """POST /v1/auctions, the auctioneer's one report per auction once its work is sent: what could not be
+    placed and what each cell accepted (as PlacementFailures, fenced the same way), with the auction's
+    durations and counts (published as `auction_completed`) and its placement explanations."""
 
     duration_s: float = Field(ge=0, le=86_400)
     fetch_states_s: float = Field(ge=0, le=86_400)
@@ -706,7 +709,6 @@ class AuctionReport(Open):
     tasks_failed: StoreInt = 0
     finished_at: float = Field(default=0.0, ge=0)  # epoch seconds
     explanations: list[PlacementExplanation] = Field(default_factory=list, max_length=MAX_EXPLANATIONS)
-    fencing_token: FencingToken = 0
 
 
 # --- the rep's batched lifecycle report -----------------------------------------------------------

@@ -408,9 +408,10 @@ class DiegoFast(DiegoReference):
         return None
 
     def runners_up(self, item: LRPStart, winner: CellSlot, n: int) -> list[int]:
-        """Positions of up to `n` other fitting cells of the winner's pool, least loaded first (one per cell
-        state): what a placement trace shows beside each pool's best, which is all the pick scored. A bounded
-        look (at most 2n cell states), and no scoring: the trace scores them only if asked."""
+        """Positions of up to `n` other fitting cells of the winner's pool, least loaded first (cells in one
+        state by position, as the tie-break goes): what a placement trace shows beside each pool's best,
+        which is all the pick scored. A bounded look (at most 2n cell states), and no scoring: the trace
+        scores them only if asked."""
         pool = self.pool_of[winner.pos]
         m, d = item.memory_mb, item.disk_mb
         found: list[int] = []
@@ -420,9 +421,10 @@ class DiegoFast(DiegoReference):
             if cell_state[0] < m or cell_state[1] < d or cell_state[2] < 1:
                 continue
             for pos in pool.buckets[cell_state].members:
+                if len(found) >= n:
+                    break
                 if pos != winner.pos:
                     found.append(pos)
-                    break
         return found
 
     def pick_task(self, item: TaskStart) -> CellSlot | None:
