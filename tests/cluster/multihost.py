@@ -15,7 +15,9 @@ Hosts (netns.py, one network namespace each, on one bridge):
   `nats-2` and `nats-3` (client port 4222, routes on 6222 between all three over mutual TLS: what a NATS
   deployment past one machine looks like, common/transport/nats_server.py `cluster_servers`); every
   component is given all three URLs and moves to another server when its own goes;
-- one host per cell, named as the cell (`cell-0`, ...), running its rep with the process executor.
+- one host per cell, named as the cell (`cell-0`, ...), running its rep with the process executor; or, with
+  `sim_cells_per_process` (the benchmarks: tests/bench/e2e_hosts.py), one host per rep process of simulated
+  cells, named as the process (`rep-0`, ...).
 
 Every component binds its host's address, never loopback, with TLS on: its certificate carries that
 address. Everything else is LocalCluster's (deploy/cluster.py): the plan of arguments, certificates, key
@@ -106,7 +108,8 @@ class MultiHostCluster(LocalCluster):
         **options: Any,
     ) -> None:
         """Two BBS replicas and two auctioneers on an embedded PostgreSQL, and `cells` reps in `zones`
-        zones (round-robin); `options`: the rest of LocalCluster's (cell sizes, env, encryption)."""
+        zones (round-robin); `options`: the rest of LocalCluster's (cell sizes, env, encryption, and
+        `sim_cells_per_process`: simulated cells, that many per rep process, each process on its host)."""
         sweep_data_dirs()
         data_dir = Path(tempfile.mkdtemp(prefix=f"{DATA_PREFIX}{new_tag()}-"))
         data_dir.chmod(0o755)  # PostgreSQL's own user must reach its files (the server runs as it under root)
@@ -130,14 +133,23 @@ class MultiHostCluster(LocalCluster):
         bbs = ["bbs-1", "bbs-2"] if self.separate_bbs else []
         auctioneers = ["auctioneer-1", "auctioneer-2"] if self.separate_auctioneers else []
         nats = list(NATS_HOSTS.values()) if self.transport == "nats" else []
-        return [CONTROL, *bbs, *auctioneers, *nats, *(f"cell-{i}" for i in range(self.cells))]
+        return [CONTROL, *bbs, *auctioneers, *nats, *self._rep_hosts()]
+
+    def _rep_hosts(self) -> list[str]:
+        """One host per rep process: `cell-<i>` per cell, or with `sim_cells_per_process` (simulated cells,
+        many per rep, for the benchmarks) `rep-<k>`, as LocalCluster names those processes."""
+        if not self.sim_cells_per_process:
+            return [f"cell-{i}" for i in range(self.cells)]
+        return [f"rep-{k}" for k in range(-(-self.cells // self.sim_cells_per_process))]
 
     def host_of(self, component: str) -> str:
         """The host a component runs on: "bbs", "bbs-2", "auctioneer", "auctioneer-2", "postgres",
         "nats", "nats-2", "nats-3" or a cell id."""
         name = FIRST_OF.get(component, component)
-        if name.startswith("cell-"):
+        if name.startswith("cell-") or (self.sim_cells_per_process and name.startswith("rep-")):
             return name
+        if name in self.reps:  # a simulated cell: the host of the rep process that hosts it
+            return self.reps[name].component
         if name in ("auctioneer", "auctioneer-2") and self.separate_auctioneers:
             return "auctioneer-1" if name == "auctioneer" else "auctioneer-2"
         if name in ("bbs", "bbs-2") and self.separate_bbs:

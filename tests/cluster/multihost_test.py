@@ -51,3 +51,14 @@ def test_postgres_killed_and_restarted_on_its_host_keeps_the_data(
         wait_for(lambda: expect(http.get("/readyz").status_code == 200, http.get("/readyz").text), 30.0,
                  "the BBS ready again")
         assert [lrp["process_guid"] for lrp in http.get("/v1/desired_lrps").json()["items"]] == ["kept"]
+
+
+def test_simulated_cells_run_one_host_per_rep_process(multihost: Callable[..., MultiHostCluster]) -> None:
+    cluster = multihost(cells=4, zones=2, sim_cells_per_process=2)
+    assert set(cluster.hosts) == {"control", "rep-0", "rep-1"}
+    presence = httpx.get(f"{cluster.bbs_url}/v1/cells", verify=cluster.verify, timeout=5.0).json()["items"]
+    assert sorted(cell["cell_id"] for cell in presence) == ["sim0-0", "sim0-1", "sim1-0", "sim1-1"]
+    for cell in presence:
+        host = cluster.host(cluster.host_of(cell["cell_id"]))
+        assert urlsplit(cell["rep_url"]).hostname == host.address, f"{cell['cell_id']} serves on {cell['rep_url']}"
+    assert cluster.host_of("sim1-0") == "rep-1"
