@@ -146,6 +146,10 @@ async def test_rejected_work_is_retried_up_to_max_attempts_then_reported_with_th
         assert [len(w.instances("grumpy")) for w in reps.work_posts["grumpy"]] == [2, 2, 2]
         assert len(bbs.failure_reports) == 3  # one report per auction; the last fails what ran out of tries
         [failed] = [r for r in bbs.failure_reports if r.lrps]
+        # What the rep refused is never explained as placed there; what ran out of tries, by its failure.
+        assert not any(e.placed for r in bbs.failure_reports for e in r.explanations)
+        assert [(e.index, e.placed, e.error) for e in failed.explanations] == [
+            (0, False, "insufficient resources: disk"), (1, False, "insufficient resources: disk")]
         assert [(f.index, f.error) for f in failed.lrps] == [
             (0, "insufficient resources: disk"), (1, "insufficient resources: disk"),
         ]
