@@ -159,8 +159,8 @@ class BBS:
         self.on_due: Callable[[float], None] = lambda when: None  # set by the converger
         self.converger: Any = None  # the Converger driving this BBS, if any
         self.transport_ready: Callable[[], bool] = lambda: True  # NATS connected (when it is the transport)
-        self._desire_batcher: GroupCommit[DesiredLRPCreate, dict[str, Any] | Conflict] = GroupCommit(
-            self._desire_batch
+        self._desire_batcher: GroupCommit[DesiredLRPCreate, dict[str, Any] | Conflict | QuotaExceeded] = (
+            GroupCommit(self._desire_batch)
         )
         self._heartbeat_batcher: GroupCommit[tuple[str, CellPresence], None] = GroupCommit(
             self._heartbeat_batch

@@ -1,6 +1,6 @@
 """The BBS's settings: `VENDUE_*` environment variables, overridden by `vendue bbs` flags.
 
-Every timing of DESIGN.md "Defaults" that the BBS applies is here, so tests can shrink them.
+Every timing of docs/architecture.md "Defaults" that the BBS applies is here, so tests can shrink them.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ class BBSSettings(BaseSettings, TLSOptions, RequestLimitOptions, QuotaOptions):
     http_timeout: float = Field(default=5.0, gt=0)
     send_attempts: int = Field(default=3, ge=1)  # tries per auctioneer send before leaving it to convergence
 
-    # Convergence and the restart policy (Diego's defaults in DESIGN.md, all configurable).
+    # Convergence and the restart policy (Diego's defaults in docs/architecture.md, all configurable).
     convergence_interval: float = Field(default=5.0, gt=0)
     presence_ttl: float = Field(default=10.0, gt=0)
     stale_unclaimed: float = Field(default=30.0, gt=0)

@@ -90,18 +90,18 @@ class HTTPMetricsMiddleware:
             await self.app(scope, receive, send)
             return
         started = time.perf_counter()
-        answer = {"status": 500, "at": 0.0}
+        status, answered_at = 500, 0.0
 
         async def sending(message: Message) -> None:
-            if message["type"] == "http.response.start" and not answer["at"]:
-                answer["status"], answer["at"] = message["status"], time.perf_counter()
+            nonlocal status, answered_at
+            if message["type"] == "http.response.start" and not answered_at:
+                status, answered_at = message["status"], time.perf_counter()
             await send(message)
 
         try:
             await self.app(scope, receive, sending)
         finally:
-            status = answer["status"]
-            elapsed = (answer["at"] or time.perf_counter()) - started
+            elapsed = (answered_at or time.perf_counter()) - started
             self.metrics.latency.labels(scope["method"], self._route(scope), str(status)).observe(elapsed)
             reason = refusal_reason(scope, status)
             if reason is not None:

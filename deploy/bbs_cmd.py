@@ -25,7 +25,7 @@ bbs_app = typer.Typer(
 app.add_typer(bbs_app, name="bbs")
 
 
-def _settings(**flags: Any):  # type: ignore[no-untyped-def]
+def _settings(**flags: Any):
     from pydantic import ValidationError
 
     from bbs.settings import BBSSettings
@@ -231,7 +231,7 @@ def rotate_keys(
     settings = ctx.obj
     setup_logging("bbs", settings.log_level)
 
-    async def run():  # type: ignore[no-untyped-def]
+    async def run():
         keys = required(settings.key_ring())  # before the database is opened (or made)
         store = await Store.open(settings.resolved_database_url(), keys=keys,
                                  sqlite_synchronous=settings.sqlite_synchronous)

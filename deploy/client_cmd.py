@@ -502,7 +502,8 @@ def instances(
             fail(f"no app named {name!r}")
         actuals = client.actual_lrps(process_guid=name)
     if as_json:
-        print_json(dump(sorted(actuals, key=lambda a: (a.index, a.presence != Presence.ORDINARY))))
+        ordered = sorted(actuals, key=lambda a: (a.index, a.presence != Presence.ORDINARY))
+        print_json(dump(ordered))
         return
     console().print(instances_table(actuals, f"{name}: {desired.instances} desired"))
 

@@ -38,13 +38,13 @@ def cluster_table(cluster: LocalCluster) -> Table:
         table.add_column(column, no_wrap=True)
     pids = cluster.pids()
     if cluster.transport == "nats":
-        server = cluster.nats_server
-        pid = str(server.proc.pid) if server is not None and server.proc is not None else "external"
+        nats = cluster.nats_server
+        pid = str(nats.proc.pid) if nats is not None and nats.proc is not None else "external"
         table.add_row("nats-server", "", redact(cluster.nats_url), pid)
     if cluster.postgres is not None:
-        server = cluster.postgres.server
+        postgres = cluster.postgres.server
         table.add_row("postgres", "", redact_database_url(cluster.postgres.url),
-                      str(server.proc.pid) if server.proc is not None else "-")
+                      str(postgres.proc.pid) if postgres.proc is not None else "-")
     for name, url in sorted(cluster.control_plane().items(), key=lambda item: (item[0].startswith("auc"), item[0])):
         table.add_row(name, "", url, str(pids.get(name, "-")))
     for cell_id, rep in cluster.reps.items():

@@ -129,8 +129,10 @@ def _strategies(text: str | None, default: tuple[str, ...], engine: str) -> list
 def _report_path(report: Path | None) -> None:
     if report is None:
         return
-    from .report import json_path
+    from .report import json_path, missing_dependency
 
+    if (missing := missing_dependency()) is not None:
+        raise WorkloadError(f"--report: {missing}")
     if report.suffix.lower() == ".json" or json_path(report) == report:
         raise WorkloadError(f"--report: {report} would be overwritten by its own .json; name the .html")
     if not report.parent.is_dir():
@@ -348,7 +350,7 @@ def print_explanation(why: dict) -> None:
     short = {"memory_used": "mem", "disk_used": "disk", "containers_used": "slots", "same_process": "same",
              "bin_pack": "binpack"}
     table = Table(caption="Diego tries zones with the fewest instances of the process first; lower score wins.")
-    for column in ("cell", "zone", "in zone", "verdict", "score", *(short.get(n, n) for n in names)):
+    for column in ("cell", "zone", "in zone", "verdict", "score", *(short.get(n) or n for n in names)):
         table.add_column(column, no_wrap=column in ("cell", "score"))
     ranked = sorted(why["cells"], key=lambda c: (c["rejected_by"] is not None, c["zone_instances"],
                                                  c["components"].get("score", 0.0)))

@@ -23,7 +23,7 @@ from .cells import FetchedCells
 from .convert import cell_from_state, lrp_starts, placement_failures, task_starts
 from .dispatch import group_work, split_rejections
 from .metrics import Metrics
-from .reporter import FailureReporter
+from .reporter import PlacementReporter
 from .transport import CellStateSource, WorkSender
 
 log = logging.getLogger("auctioneer.auction")
@@ -46,7 +46,7 @@ class Auction:
         self,
         fetcher: CellStateSource,
         dispatcher: WorkSender,
-        reporter: FailureReporter,
+        reporter: PlacementReporter,
         metrics: Metrics,
         config: AuctionConfig,
     ) -> None:

@@ -20,7 +20,7 @@ import asyncio
 import json
 import logging
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import httpx
 
@@ -29,6 +29,13 @@ from common.models import AuctionReport
 from .metrics import Metrics
 
 log = logging.getLogger("auctioneer.reporter")
+
+
+class PlacementReporter(Protocol):
+    """Where an auction's outcome goes: the BBS (FailureReporter), or the simulator's in-process record."""
+
+    def report_auction(self, report: AuctionReport, explanations: Sequence[dict[str, Any]] = ()) -> object:
+        ...
 
 
 class FailureReporter:

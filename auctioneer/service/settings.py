@@ -48,7 +48,7 @@ class AuctioneerSettings(TLSOptions, RequestLimitOptions, BaseSettings):
     explanations: int = Field(default=DEFAULT_EXPLANATIONS, ge=0, le=MAX_EXPLANATIONS)
     auction_timeout: float = Field(default=60.0, gt=0)
     shutdown_timeout: float = Field(default=10.0, gt=0)
-    # The "auctioneer" lease (DESIGN.md: renewed every TTL/3; a standby takes over within one TTL).
+    # The "auctioneer" lease (docs/architecture.md: renewed every TTL/3; a standby takes over within one TTL).
     lease_ttl: float = Field(default=15.0, gt=0, le=3600)
     advertise_url: str | None = None  # where peers reach this auctioneer; default: the URL it listens on
     ready_file: Path | None = None
