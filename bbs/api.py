@@ -42,6 +42,7 @@ from common.models import (
     TokenIdentity,
     TokenVerify,
 )
+from common.request_id import add_request_id
 from common.tls import Identity
 
 from .lifecycle_wire import HOST_REPORT, HostReport
@@ -360,6 +361,7 @@ def create_app(bbs: BBS, *, insecure: bool | None = None) -> FastAPI:
     add_auth(app, POLICY, verify_token=verify_bearer, insecure=insecure, service="bbs")
     add_limits(app, bbs.settings, bulk=BULK_ROUTES)
     add_http_metrics(app, bbs.metrics.http)
+    add_request_id(app)
     return app
 
 

@@ -12,6 +12,7 @@ from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from common.limits import RequestLimitOptions
+from common.logging import LogFormat
 from common.tls import TLSOptions
 from common.transport import Transport
 
@@ -41,6 +42,7 @@ class BBSSettings(BaseSettings, TLSOptions, RequestLimitOptions, QuotaOptions):
     nats_token: str | None = None
     ready_file: Path | None = None
     log_level: str = "info"
+    log_format: LogFormat | None = None  # common/logging.py: None picks by whether stderr is a terminal
     # Encryption at rest of command and env (bbs/encryption.py): a key ring file (0600), or its JSON in
     # VENDUE_ENCRYPTION_KEYS; never a flag holding keys (argv is readable by every local user).
     encryption_keys_file: Path | None = None

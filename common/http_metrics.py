@@ -116,6 +116,7 @@ class HTTPMetricsMiddleware:
 
 
 def add_http_metrics(app: Any, metrics: HTTPMetrics) -> None:
-    """Install the middleware on a FastAPI app, outermost: call it after every other add_middleware.
+    """Install the middleware on a FastAPI app, outermost but for the request id (common/request_id.py):
+    call it after every other add_middleware, then add_request_id.
     `metrics` belongs to the service (several apps of one service, in tests, share its series)."""
     app.add_middleware(HTTPMetricsMiddleware, metrics=metrics, routes=lambda: app.router.routes)

@@ -19,7 +19,8 @@ from common.transport.nats_connection import redact
 
 from . import embedded_postgres
 from .cli import app
-from .client_cmd import OneLineErrorsCommand, console, fail
+from .cli_style import USAGE_ERROR, OneLineErrorsCommand, fail
+from .client_cmd import console
 from .cluster import (
     DEFAULT_CONVERGENCE_INTERVAL_S,
     DEFAULT_PRESENCE_TTL_S,
@@ -27,8 +28,6 @@ from .cluster import (
     LocalCluster,
     redact_database_url,
 )
-
-USAGE_ERROR = 2
 
 
 def cluster_table(cluster: LocalCluster) -> Table:
@@ -145,8 +144,7 @@ def up(
         out.print("[bold]Ctrl-C[/] stops every component.")
         _supervise(cluster, out)
     except ClusterError as exc:
-        out.print(f"[red]error:[/] {exc}", highlight=False)
-        raise typer.Exit(1) from None
+        fail(str(exc))
     except KeyboardInterrupt:
         pass
     finally:

@@ -8,6 +8,7 @@ from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from common.limits import RequestLimitOptions
+from common.logging import LogFormat
 from common.models import MAX_EXPLANATIONS
 from common.tls import TLSOptions
 from common.transport import Transport
@@ -53,3 +54,4 @@ class AuctioneerSettings(TLSOptions, RequestLimitOptions, BaseSettings):
     advertise_url: str | None = None  # where peers reach this auctioneer; default: the URL it listens on
     ready_file: Path | None = None
     log_level: str = "info"
+    log_format: LogFormat | None = None  # common/logging.py: None picks by whether stderr is a terminal
