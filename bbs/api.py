@@ -22,6 +22,7 @@ from common.models import (
     INT32_MAX,
     ActualLRPSummary,
     ActualState,
+    AuctionReport,
     CellPresences,
     DesiredLRP,
     DesiredLRPCreate,
@@ -31,6 +32,7 @@ from common.models import (
     HostLifecycleResult,
     Lease,
     LeaseRequest,
+    PlacementExplanation,
     PlacementFailures,
     Presence,
     Task,
@@ -57,8 +59,10 @@ Body = TypeVar("Body", bound=BaseModel)
 Result = TypeVar("Result")
 CLIENT_GONE = 499  # nginx's "client closed request": logged and counted, never seen by the client
 # The reps' and the auctioneer's batches (common/limits.py): at 250 cells a rep process and 250,000 instances,
-# a lifecycle round is up to ~18 MB and a failed auction's report ~36 MB, under the bulk body cap.
-BULK_ROUTES = {("POST", "/v1/lifecycle"), ("PUT", "/v1/cells"), ("POST", "/v1/placement_failures")}
+# a lifecycle round is up to ~18 MB and a failed auction's report ~36 MB, under the bulk body cap; an
+# auction's explanations (10,000 at most) ~10 MB.
+BULK_ROUTES = {("POST", "/v1/lifecycle"), ("PUT", "/v1/cells"), ("POST", "/v1/placement_failures"),
+               ("POST", "/v1/auctions")}
 
 
 async def unless_client_gone(request: Request, work: Awaitable[Result]) -> Result:
@@ -237,6 +241,15 @@ def create_app(bbs: BBS, *, insecure: bool | None = None) -> FastAPI:
     async def placement_failures(body: PlacementFailures) -> Response:
         await bbs.placement_failures(body)
         return Response(status_code=204)
+
+    @app.post("/v1/auctions", status_code=204, openapi_extra=documented_body(AuctionReport))
+    async def auction_report(body: Annotated[AuctionReport, json_body(AuctionReport)]) -> Response:
+        await bbs.record_auction(body)
+        return Response(status_code=204)
+
+    @app.get("/v1/actual_lrps/{process_guid}/{index}/placement", response_model=PlacementExplanation)
+    async def placement(process_guid: GuidPath, index: Annotated[int, Path(ge=0, le=INT32_MAX)]) -> Response:
+        return Response(await bbs.placement(process_guid, index), media_type="application/json")
 
     # --- tasks ----------------------------------------------------------------------------------
 

@@ -730,3 +730,42 @@ async def test_accepted_work_is_forgotten_once_claimed_and_a_bad_report_is_422(h
             "body", "accepted", "c1", name], response.text
     async with h.bbs.store.read() as tx:
         assert await tx.placement_times() == []
+
+
+async def test_an_auction_report_is_published_and_its_explanations_served(h: Harness) -> None:
+    published: list[list[dict[str, Any]]] = []
+    h.bbs.hub.add_sink(published.append)
+    placed = {"process_guid": "web", "index": 0, "placed": True, "cell_id": "cell-1", "strategy": "diego",
+              "candidates": [{"cell_id": "cell-1", "zone": "z1", "zone_index": 0, "chosen": True,
+                              "components": {"memory_used": 0.25, "score": 0.3}},
+                             {"cell_id": "cell-2", "zone": "z1", "zone_index": 1,
+                              "components": {"memory_used": 0.5, "score": 0.6}}],
+              "decided_by": "score"}
+    unplaced = {"process_guid": "web", "index": 1, "placed": False, "error": "insufficient resources: memory",
+                "detail": "0/2 cells fit: 2 insufficient memory (largest free 64 MB, need 128)"}
+    report = {"duration_s": 0.25, "fetch_states_s": 0.05, "lrps_placed": 1, "lrps_failed": 1,
+              "finished_at": 1_700_000_000.0, "explanations": [placed, unplaced]}
+    assert (await h.http.post("/v1/auctions", json=report)).status_code == 204
+
+    [[event]] = [batch for batch in published if batch[0]["type"] == "auction_completed"]
+    assert event["data"] == {"duration_s": 0.25, "fetch_states_s": 0.05, "lrps_placed": 1, "lrps_failed": 1,
+                             "tasks_placed": 0, "tasks_failed": 0}
+    why = (await h.http.get("/v1/actual_lrps/web/0/placement")).json()
+    assert (why["cell_id"], why["decided_by"], why["auctioned_at"]) == ("cell-1", "score", 1_700_000_000.0)
+    assert [c["cell_id"] for c in why["candidates"]] == ["cell-1", "cell-2"]
+    why = (await h.http.get("/v1/actual_lrps/web/1/placement")).json()
+    assert (why["placed"], why["detail"]) == (False, unplaced["detail"])
+    missing = await h.http.get("/v1/actual_lrps/web/2/placement")
+    assert missing.status_code == 404 and "web/2" in missing.json()["detail"], missing.text
+    bad = await h.http.post("/v1/auctions", json={**report, "duration_s": -1})
+    assert bad.status_code == 422 and "duration_s" in bad.text, bad.text
+
+
+async def test_an_unexplained_instance_falls_back_to_its_stored_placement_error(h: Harness) -> None:
+    await desire(h, 1)
+    failure = {"lrps": [{"process_guid": "web", "index": 0, "error": "insufficient resources: memory",
+                         "detail": "0/1 cells fit: 1 insufficient memory (largest free 64 MB, need 128)"}]}
+    assert (await h.http.post("/v1/placement_failures", json=failure)).status_code == 204
+    why = (await h.http.get("/v1/actual_lrps/web/0/placement")).json()
+    assert (why["placed"], why["source"], why["error"], why["detail"]) == (
+        False, "placement_error", "insufficient resources: memory", failure["lrps"][0]["detail"])

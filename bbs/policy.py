@@ -32,6 +32,7 @@ POLICY = Policy({
     ("DELETE", "/v1/desired_lrps/{process_guid}"): rule("admin"),
     ("GET", "/v1/actual_lrps"): rule(*STATE_READERS),
     ("GET", "/v1/actual_lrps/summary"): rule(*STATE_READERS),
+    ("GET", "/v1/actual_lrps/{process_guid}/{index}/placement"): rule(*STATE_READERS),
     ("POST", "/v1/tasks"): rule("admin"),
     ("GET", "/v1/tasks"): rule(*STATE_READERS),
     ("GET", "/v1/tasks/{task_guid}"): rule(*STATE_READERS),
@@ -48,6 +49,7 @@ POLICY = Policy({
     # the auctioneer: its failures (fenced by its lease's token), its election
     ("POST", "/v1/placement_failures"): rule("auctioneer",
                                              why="the auctioneer reports what it could not place"),
+    ("POST", "/v1/auctions"): rule("auctioneer", why="the auctioneer reports how each auction went"),
     ("POST", "/v1/leases/{name}"): rule("auctioneer", why=LEASE_RULE),
     ("DELETE", "/v1/leases/{name}"): rule("auctioneer", why=LEASE_RULE),
     ("GET", "/v1/leases/{name}"): rule(*STATE_READERS, "rep"),

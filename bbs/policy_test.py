@@ -61,6 +61,9 @@ SAMPLES: dict[tuple[str, str], tuple[str, Any, dict[str, Any] | None]] = {
     ("POST", "/v1/cells/{cell_id}/uncordon"): ("/v1/cells/cell-1/uncordon", None, None),
     ("POST", "/v1/cells/{cell_id}/drain"): ("/v1/cells/cell-1/drain", None, None),
     ("POST", "/v1/placement_failures"): ("/v1/placement_failures", {"fencing_token": 0}, None),
+    ("POST", "/v1/auctions"): ("/v1/auctions", {"duration_s": 0.1, "fetch_states_s": 0.01, "explanations": [
+        {"process_guid": "web", "index": 0, "placed": True, "cell_id": "cell-1"}]}, None),
+    ("GET", "/v1/actual_lrps/{process_guid}/{index}/placement"): ("/v1/actual_lrps/web/0/placement", None, None),
     ("POST", "/v1/leases/{name}"): ("/v1/leases/auctioneer", {"owner": "probe", "ttl_s": 30}, None),
     ("DELETE", "/v1/leases/{name}"): ("/v1/leases/auctioneer", None, {"owner": "probe", "token": 1}),
     ("GET", "/v1/leases/{name}"): ("/v1/leases/auctioneer", None, None),
@@ -122,7 +125,8 @@ def state(admin: httpx.Client) -> dict[str, Any]:
     """Everything a request could have written, read as admin."""
     listed = {path: admin.get(path).json()["items"]
               for path in ("/v1/desired_lrps", "/v1/actual_lrps", "/v1/tasks", "/v1/cells", "/v1/tokens")}
-    return {**listed, "lease": admin.get("/v1/leases/auctioneer").status_code}
+    return {**listed, "lease": admin.get("/v1/leases/auctioneer").status_code,
+            "placement": admin.get("/v1/actual_lrps/web/0/placement").status_code}
 
 
 def refused_count(admin: httpx.Client, reason: str) -> float:
@@ -320,3 +324,17 @@ async def test_the_components_token_verifier_asks_this_bbs(pki: Path, calls: dic
     async with httpx.AsyncClient(base_url=bbs.url, verify=no_certificate, timeout=10) as client:
         with pytest.raises(httpx.HTTPStatusError):
             await bbs_token_verifier(client)(token)
+
+
+def test_an_auction_report_from_a_deposed_auctioneer_is_refused(calls: dict[str | None, httpx.Client]) -> None:
+    auctioneer, admin = calls["auctioneer"], calls["admin"]
+    first = auctioneer.post("/v1/leases/auctioneer", json={"owner": "a", "ttl_s": 30}).json()
+    auctioneer.delete("/v1/leases/auctioneer", params={"owner": "a", "token": first["token"]})
+    second = auctioneer.post("/v1/leases/auctioneer", json={"owner": "b", "ttl_s": 30}).json()
+    path, report, _ = SAMPLES["POST", "/v1/auctions"]
+    refused = auctioneer.post(path, json={**report, "fencing_token": first["token"]})
+    assert refused.status_code == 409 and "older" in refused.json()["detail"], refused.text
+    assert admin.get("/v1/actual_lrps/web/0/placement").status_code == 404, "a stale report was kept"
+    current = auctioneer.post(path, json={**report, "fencing_token": second["token"]})
+    assert current.status_code == 204, current.text
+    assert calls["reader"].get("/v1/actual_lrps/web/0/placement").json()["cell_id"] == "cell-1"

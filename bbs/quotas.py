@@ -15,15 +15,18 @@ from common.urls import callback_refusal
 DEFAULT_MAX_LRPS = 100_000
 DEFAULT_MAX_INSTANCES = 1_000_000
 DEFAULT_MAX_EVENT_SUBSCRIBERS = 256
+DEFAULT_MAX_EXPLANATIONS = 20_000  # about 1 KB each
 
 
 class QuotaOptions(BaseModel):
     """The BBS's quotas (a mixin of BBSSettings): `--max-lrps`, `--max-instances`,
-    `--max-event-subscribers`, `--callback-allow HOST` (VENDUE_MAX_LRPS, ...)."""
+    `--max-event-subscribers`, `--max-explanations`, `--callback-allow HOST` (VENDUE_MAX_LRPS, ...)."""
 
     max_lrps: int = Field(default=DEFAULT_MAX_LRPS, ge=0)
     max_instances: int = Field(default=DEFAULT_MAX_INSTANCES, ge=0)
     max_event_subscribers: int = Field(default=DEFAULT_MAX_EVENT_SUBSCRIBERS, ge=0)
+    # Placement explanations kept in memory for `vendue why` (bbs/explanations.py), latest per instance.
+    max_explanations: int = Field(default=DEFAULT_MAX_EXPLANATIONS, ge=0, le=10_000_000)
     # Hosts a task's completion_callback_url may name although they are link-local or a metadata service.
     callback_allow: list[str] = Field(default_factory=list)
 

@@ -16,9 +16,11 @@ from typing import Any, Literal
 from common.group_commit import GroupCommit
 from common.logging import instance_log
 from common.models import (
+    AuctionReport,
     CellPresence,
     DesiredLRPCreate,
     DesiredLRPUpdate,
+    PlacementExplanation,
     PlacementFailures,
     TaskCreate,
     TokenCreate,
@@ -37,6 +39,7 @@ from .convergence import (
     undrain,
 )
 from .events import EventHub, event
+from .explanations import Explanations
 from .lifecycle import LrpOutcome, Stop, apply_lrp_reports, apply_task_reports, lifecycle_keys
 from .lifecycle_wire import CellReport
 from .metrics import BBSMetrics
@@ -162,6 +165,7 @@ class BBS:
         self.probes = CellProbes(outbound.cell_state, settings.cell_loss_check,
                                  on_done=lambda: self.on_wake())
         self.placement_log = PlacementLog()
+        self.explanations = Explanations(settings.max_explanations)  # for `vendue why`, in memory
         self.on_due: Callable[[float], None] = lambda when: None  # set by the converger
         self.converger: Any = None  # the Converger driving this BBS, if any
         self.transport_ready: Callable[[], bool] = lambda: True  # NATS connected (when it is the transport)
@@ -497,6 +501,51 @@ class BBS:
                 await tx.update_tasks(updated)
                 effects.events.append(lambda: [event("task_changed", t.to_wire(), now) for t in updated])
         self.run_effects(effects)
+
+    async def record_auction(self, body: AuctionReport) -> None:
+        """Apply an auction's report: its failures and accepted work (`placement_failures`), its placement
+        explanations (latest per instance, bounded, in memory), and publish `auction_completed` with its
+        durations and counts — unless it comes from a term older than the auctioneer lease's (Conflict,
+        nothing applied): a deposed leader must not fail, or explain, what the new one is placing."""
+        if body.lrps or body.tasks or body.accepted:
+            await self.placement_failures(body)  # fenced there
+        else:
+            async with self.store.read() as tx:
+                lease = await tx.lease(AUCTIONEER_LEASE)
+            if lease is not None and body.fencing_token < lease.token:
+                self.metrics.stale_writes.labels("auctions").inc()
+                raise Conflict(
+                    f"fencing_token {body.fencing_token} is older than the auctioneer lease's current token "
+                    f"{lease.token}: a report from a deposed auctioneer is not applied"
+                )
+        finished = body.finished_at or time.time()
+        self.explanations.record(body.explanations, finished)
+        if self.hub.listening:
+            self.hub.publish([event("auction_completed", {
+                "duration_s": body.duration_s, "fetch_states_s": body.fetch_states_s,
+                "lrps_placed": body.lrps_placed, "lrps_failed": body.lrps_failed,
+                "tasks_placed": body.tasks_placed, "tasks_failed": body.tasks_failed,
+            }, finished)])
+
+    async def placement(self, process_guid: str, index: int) -> str:
+        """Why this instance is where it is, as PlacementExplanation JSON: the latest auction's explanation
+        this BBS was told of, else (an unplaced instance) its stored placement error; NotFound otherwise."""
+        known = self.explanations.latest(process_guid, index)
+        if known is not None:
+            return known
+        async with self.store.read() as tx:
+            actuals = await tx.actuals_for_keys([(process_guid, index)])
+        actual = next((a for a in actuals if a.placement_error), None)
+        if actual is not None:
+            error, _, detail = actual.placement_error.partition(" — ")  # placement_message's join
+            return PlacementExplanation(
+                process_guid=process_guid, index=index, placed=False, error=error, detail=detail,
+                auctioned_at=actual.auctioned_at, source="placement_error",
+            ).model_dump_json()
+        raise NotFound(
+            f"no placement explanation for {process_guid}/{index}: this BBS has not seen it auctioned (they are "
+            f"kept in memory: an instance placed before the BBS started, or long ago, is not known)"
+        )
 
     # --- tasks ------------------------------------------------------------------------------------
 

@@ -24,6 +24,12 @@ BBS (`vendue bbs`, default http://127.0.0.1:8889)
   POST   /v1/placement_failures          PlacementFailures -> 204   (the auctioneer, once per auction: what it
                                                    could not place and what each cell accepted;
                                                    409 for a fencing_token older than the lease's)
+  POST   /v1/auctions                AuctionReport      -> 204   (the auctioneer, once per auction: a
+                                                   PlacementFailures with its durations, counts and
+                                                   placement explanations; published as the event
+                                                   auction_completed, without the last; 409 as above)
+  GET    /v1/actual_lrps/{process_guid}/{index}/placement -> PlacementExplanation (404 when unknown: they
+                                                   are kept in the BBS's memory, bounded)
   POST   /v1/tasks                   TaskCreate         -> 201 Task (409 if it exists)
   GET    /v1/tasks?state=&domain=                       -> {"items": [Task]}
   GET    /v1/tasks/{task_guid}                          -> Task
@@ -684,6 +690,66 @@ class PlacementFailures(Open):
     accepted: dict[Guid, AcceptedWork] = Field(default_factory=dict, max_length=10_000)  # by cell id
     # The auctioneer lease's token the auction ran under: the BBS refuses (409) a report from an older term.
     fencing_token: FencingToken = 0
+
+
+# --- why an instance is where it is (auctioneer/engine/placement_trace.py) ------------------------
+
+MAX_EXPLANATIONS = 10_000  # per auction report: the auctioneer's --explanations is at most this
+
+
+class ScoredCandidate(Open):
+    """One cell an auction scored for an instance, as it stood then: Diego's score and its parts."""
+
+    cell_id: Guid
+    zone: Name
+    zone_index: StoreInt  # the cell's index in its zone: the last tie-break
+    components: dict[Name, float] = Field(default_factory=dict, max_length=32)
+    chosen: bool = False
+
+
+class ZoneVisit(Open):
+    """A zone in the order the auction tried them for an instance: groups of equal instance count of the
+    process (and, for an app with a share per zone, equal room), the earlier group first."""
+
+    zone: Name
+    group: StoreInt
+    instances: StoreInt | None = None  # of the process in the zone then (None: one group, not recorded)
+    room: int | None = None  # instances of this size the zone had room for beyond what it is owed
+
+
+class PlacementExplanation(Open):
+    """Why one LRP instance went where it did in its latest auction, or why nothing could take it:
+    for a placed one the candidates (best first) with their score components and what decided;
+    for an unplaced one Diego's error and the per-filter breakdown (`detail`)."""
+
+    process_guid: Guid
+    index: StoreInt
+    placed: bool
+    cell_id: Guid | None = None
+    strategy: Name | None = None
+    error: ProcessText = ""
+    detail: ProcessText = ""
+    zones: list[ZoneVisit] = Field(default_factory=list, max_length=256)
+    candidates: list[ScoredCandidate] = Field(default_factory=list, max_length=32)
+    decided_by: ProcessText = ""  # score | zone order | cell index | only candidate | strategy
+    zone_order: ProcessText = ""  # why the winner's zone came before the zones of later groups
+    auctioned_at: float = 0.0  # epoch seconds: when the auction that decided this ended
+    source: Literal["auction", "placement_error"] = "auction"  # the latter: only the stored error is known
+
+
+class AuctionReport(PlacementFailures):
+    """POST /v1/auctions, the auctioneer's one report per auction once its work is sent: what could not be
+    placed and what each cell accepted (as PlacementFailures, fenced the same way), with the auction's
+    durations and counts (published as `auction_completed`) and its placement explanations."""
+
+    duration_s: float = Field(ge=0, le=86_400)
+    fetch_states_s: float = Field(ge=0, le=86_400)
+    lrps_placed: StoreInt = 0
+    lrps_failed: StoreInt = 0
+    tasks_placed: StoreInt = 0
+    tasks_failed: StoreInt = 0
+    finished_at: float = Field(default=0.0, ge=0)  # epoch seconds
+    explanations: list[PlacementExplanation] = Field(default_factory=list, max_length=MAX_EXPLANATIONS)
 
 
 # --- the rep's batched lifecycle report -----------------------------------------------------------

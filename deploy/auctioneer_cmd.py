@@ -3,6 +3,7 @@
     vendue auctioneer [--bbs-url URL] [--listen HOST] [--port N] [--strategy NAME] [--cell-state-timeout S]
                       [--max-attempts N] [--max-inflight-starts N] [--ready-file PATH]
                       [--transport http|nats] [--nats-url URL] [--lease-ttl S] [--advertise-url URL]
+                      [--explanations N]
                       [--tls-cert PEM --tls-key PEM --tls-ca PEM | --insecure] [--check-config]
 
 With the three TLS files it serves HTTPS and authorizes every request (docs/security.md); without them
@@ -73,6 +74,11 @@ def auctioneer(
         None, "--advertise-url", help="Where the other auctioneers and the BBS reach this one while it leads "
         "[VENDUE_ADVERTISE_URL; the URL it listens on].",
     ),
+    explanations: int | None = typer.Option(
+        None, "--explanations", help="Instances per auction whose placement is explained to the BBS for "
+        "`vendue why` (candidates and scores, or the per-filter breakdown; about 1 KB each), 0 for none "
+        "[VENDUE_EXPLANATIONS; 1000].",
+    ),
     tls_cert: Path | None = tls_cert_flag("auctioneer"),
     tls_key: Path | None = TLS_KEY_FLAG,
     tls_ca: Path | None = TLS_CA_FLAG,
@@ -101,6 +107,7 @@ def auctioneer(
         "max_inflight_starts": max_inflight_starts, "ready_file": ready_file, "log_level": log_level,
         "log_format": log_format,
         "transport": transport, "nats_url": nats_url, "lease_ttl": lease_ttl, "advertise_url": advertise_url,
+        "explanations": explanations,
         **tls_settings(tls_cert, tls_key, tls_ca, insecure),
         **limit_settings(max_body_bytes, max_bulk_body_bytes, request_timeout, max_concurrent_requests),
     }

@@ -34,6 +34,7 @@ from common.models import (
     DesiredLRPUpdate,
     Event,
     HostCellStates,
+    PlacementExplanation,
     Task,
     TaskCreate,
     TokenCreate,
@@ -246,6 +247,11 @@ class BBSClient:
                     state: str | None = None, presence: str | None = None) -> list[ActualLRP]:
         params = self._filters(process_guid=process_guid, cell_id=cell_id, state=state, presence=presence)
         return self._items("/v1/actual_lrps", ActualLRP, params)
+
+    def placement(self, process_guid: str, index: int) -> PlacementExplanation:
+        """Why the instance is where it is (NotFound: the BBS knows no explanation)."""
+        path = f"/v1/actual_lrps/{process_guid}/{index}/placement"
+        return PlacementExplanation.model_validate(self._request("GET", path).json())
 
     def desire_task(self, task: TaskCreate) -> Task:
         body = task.model_dump(mode="json", exclude_unset=True)

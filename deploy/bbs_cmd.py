@@ -147,6 +147,10 @@ def bbs(
     max_event_subscribers: int | None = typer.Option(
         None, "--max-event-subscribers", help="Open event streams at most [VENDUE_MAX_EVENT_SUBSCRIBERS; 256]."
     ),
+    max_explanations: int | None = typer.Option(
+        None, "--max-explanations", help="Placement explanations kept in memory for `vendue why`, the latest "
+        "per instance [VENDUE_MAX_EXPLANATIONS; 20000]."
+    ),
     callback_allow: list[str] = typer.Option(
         [], "--callback-allow", help="A host task callbacks may name although link-local or a metadata service, "
         "repeatable [VENDUE_CALLBACK_ALLOW, a JSON list].",

@@ -76,6 +76,7 @@ COMMAND_MODULES: dict[str, str] = {
     "rep": "deploy.rep_cmd",
     "certs": "deploy.certs_cmd",
     "tokens": "deploy.tokens_cmd",
+    "why": "deploy.why_cmd",
     **dict.fromkeys(("up", "demo"), "deploy.cluster_cmd"),
     **dict.fromkeys(
         ("push", "scale", "delete", "apps", "instances", "task", "tasks", "events"), "deploy.client_cmd"

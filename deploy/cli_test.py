@@ -140,9 +140,9 @@ def test_every_command_that_prints_takes_json() -> None:
         assert "--json" in options, f"`{path}` prints something: it should take --json"
 
 
-# README rows for issue #16's commands that other branches add (cells cordon|uncordon|drain, why,
+# README rows for issue #16's commands that other branches add (cells cordon|uncordon|drain,
 # dashboard): listed ahead of their merge. Empty this once they are all registered.
-PENDING_MERGE = {"cells cordon", "cells uncordon", "cells drain", "why", "dashboard"}
+PENDING_MERGE = {"cells cordon", "cells uncordon", "cells drain", "dashboard"}
 
 
 def _readme_commands() -> set[str]:

@@ -5,8 +5,8 @@ engine, send each winning cell its work, report what no cell could take — with
 (auctioneer/service/transport.py) answered in memory: a `SimRep` per cell gives its `CellState` (what it
 runs, what it has left) and takes or refuses `Work` as a real rep would. Requests are counted where the
 HTTP transport would make them: one BBS cell list and one GET /state per cell per auction, one POST /work
-per winning cell, one POST /v1/placement_failures per auction that placed or failed anything (the report
-also tells the BBS what each cell accepted). Work a rep refused is
+per winning cell, one POST /v1/auctions per auction (the report also tells the BBS what each cell
+accepted). Work a rep refused is
 carried into the next round, as the batcher does, until it has had `max_attempts` tries.
 
 Everything is submitted at once, as one batch (a cold start, a deploy); a wait is the time from that
@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -176,9 +176,9 @@ class InProcessReporter:
         self.metrics = metrics
         self.failures: list[dict] = []
 
-    def report(self, failures: PlacementFailures) -> None:
-        if not failures.lrps and not failures.tasks and not failures.accepted:
-            return None
+    def report_auction(self, failures: PlacementFailures, explanations: Sequence[dict] = ()) -> None:
+        """One POST /v1/auctions per auction (an AuctionReport is a PlacementFailures); `explanations` are
+        not kept (the simulation's auctions run without them)."""
         self.metrics.request("bbs")
         self.failures += [{"process_guid": f.process_guid, "index": f.index, "error": f.error, "detail": f.detail}
                           for f in failures.lrps]
@@ -242,7 +242,7 @@ async def _run(sim: SimInput, strategy: str, engine: str, max_attempts: int,
     metrics = Metrics()
     reporter = InProcessReporter(metrics)
     config = AuctionConfig(strategy=strategy, engine=engine, max_inflight_starts=sim.config.max_inflight_starts,
-                           max_attempts=max_attempts)
+                           max_attempts=max_attempts, explanations=0)
     auction = Auction(InProcessCells(reps, metrics), InProcessWork(reps, metrics), reporter, metrics, config)
     batch = initial_batch(sim)
     pickers(engine)  # the strategy registry's imports, once, outside the timed auction

@@ -54,7 +54,7 @@ def test_refused_work_is_carried_into_the_next_round_until_it_runs_out_of_attemp
     sim = SimInput("liar", [cell("a", "z0", 1000, 1000, 10)], [app("web", 1, 1500, 10)])
     outcome = run_inproc(sim, "diego", max_attempts=3, rep_class=OverstatingRep)
     assert outcome.rounds == 3
-    assert outcome.communications == {"bbs": 4, "rep_state": 3, "rep_work": 3}  # 3 lists + 1 failure report
+    assert outcome.communications == {"bbs": 6, "rep_state": 3, "rep_work": 3}  # 3 lists + 3 auction reports
     [failure] = outcome.failures
     assert failure["error"] == "insufficient resources"
     assert failure["detail"] == "cell a: insufficient resources (after 3 attempts)"

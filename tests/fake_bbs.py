@@ -22,13 +22,13 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
 from common.models import (
+    AuctionReport,
     CellLifecycle,
     CellPresence,
     CellPresences,
     HostLifecycle,
     Lease,
     LeaseRequest,
-    PlacementFailures,
     TokenVerify,
 )
 from tests.auctioneer.fakes import FakeReps, caller_of, serving
@@ -41,9 +41,9 @@ class FakeBBS:
     cells_calls: int = 0
     heartbeats: list[CellPresence] = field(default_factory=list)
     lifecycles: list[tuple[str, CellLifecycle]] = field(default_factory=list)
-    failure_reports: list[PlacementFailures] = field(default_factory=list)
+    failure_reports: list[AuctionReport] = field(default_factory=list)  # POST /v1/auctions, one per auction
     failure_posts: int = 0
-    fail_reports_times: int = 0  # answer 503 to this many placement-failure POSTs first
+    fail_reports_times: int = 0  # answer 503 to this many auction report POSTs first
     # The "auctioneer" lease, as the BBS keeps it; lease_api=False answers 404 (a BBS without leases).
     lease_api: bool = True
     lease: Lease = field(default_factory=lambda: Lease(held=False, owner="", token=0, expires_at=0.0))
@@ -125,13 +125,13 @@ class FakeBBS:
             role, name = self.tokens[body.token]
             return JSONResponse({"role": role, "name": name})
 
-        @app.post("/v1/placement_failures")
-        async def placement_failures(request: Request) -> Response:
+        @app.post("/v1/auctions")
+        async def auction_report(request: Request) -> Response:
             self.failure_posts += 1
             if self.fail_reports_times > 0:
                 self.fail_reports_times -= 1
                 return JSONResponse({"detail": "unavailable"}, status_code=503)
-            report = PlacementFailures.model_validate_json(await request.body())
+            report = AuctionReport.model_validate_json(await request.body())
             if report.fencing_token < self.lease.token:
                 return JSONResponse({"detail": f"stale fencing token {report.fencing_token}"}, status_code=409)
             self.failure_reports.append(report)

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from .batch import order_batch
 from .diagnosis import INFLIGHT_LIMIT, failure_for
 from .filters import invalid_request
+from .placement_trace import PlacementTrace
 from .state import AuctionState
 from .strategies import pickers
 from .strategies.base import Picker
@@ -49,24 +50,37 @@ def schedule(
     lrps: Sequence[LRPStart] = (),
     tasks: Sequence[TaskStart] = (),
     config: SchedulerConfig | None = None,
+    trace: PlacementTrace | None = None,
 ) -> AuctionResult:
+    """`trace`: record why each LRP instance went where it did (placement_trace.py); None costs nothing."""
     config = config or SchedulerConfig()
     state, batch, active = begin(cells, lrps, tasks, config, config.engine)
+    if trace is not None:
+        trace.begin(state, active)
     result = AuctionResult()
     for item in batch:
         if state.inflight_limit_reached():
             result.failures.append(failure_for(item, INFLIGHT_LIMIT, f"{state.total_starting} starting"))
+            if trace is not None:
+                trace.failed(result.failures[-1])
             continue
         if isinstance(item, LRPStart):
             invalid = invalid_request(item)
             if invalid:
                 result.failures.append(failure_for(item, invalid))
+                if trace is not None:
+                    trace.failed(result.failures[-1])
                 continue
-            picker = active[item.strategy or config.strategy]
+            name = item.strategy or config.strategy
+            picker = active[name]
             slot = picker.pick_lrp(item)
             if slot is None:
                 result.failures.append(picker.diagnose(item))
+                if trace is not None:
+                    trace.failed(result.failures[-1])
             else:
+                if trace is not None:
+                    trace.placed(picker, name, item, slot)
                 state.reserve_lrp(slot, item)
                 result.lrp_assignments.append(LRPAssignment(item.process_guid, item.index, slot.cell_id))
         else:

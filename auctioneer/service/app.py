@@ -129,7 +129,7 @@ class AuctioneerService:
             self.fetcher, self.dispatcher, self.reporter, self.metrics,
             AuctionConfig(
                 strategy=s.strategy, engine=s.engine, max_inflight_starts=s.max_inflight_starts,
-                max_attempts=s.max_attempts, thread_threshold=s.thread_threshold,
+                max_attempts=s.max_attempts, thread_threshold=s.thread_threshold, explanations=s.explanations,
             ),
         )
         self.batcher = Batcher(self.auction.run, auction_timeout=s.auction_timeout, gate=self.leadership)

@@ -140,10 +140,17 @@ async def test_rejected_work_is_retried_up_to_max_attempts_then_reported_with_th
     async with cluster(max_attempts=3) as (reps, bbs, client, service):
         reps.add("grumpy", work_mode="reject", reason="insufficient resources: disk")
         await client.post("/v1/lrps", json=body(start_request(desired("web", 2))))
-        await wait_until(lambda: len(bbs.failure_reports) == 1, lambda: f"one report, saw {bbs.failure_reports}")
+        await wait_until(lambda: any(r.lrps for r in bbs.failure_reports),
+                         lambda: f"a report of failures, saw {bbs.failure_reports}")
         await idle(service, 3)
         assert [len(w.instances("grumpy")) for w in reps.work_posts["grumpy"]] == [2, 2, 2]
-        assert [(f.index, f.error) for f in bbs.failure_reports[0].lrps] == [
+        assert len(bbs.failure_reports) == 3  # one report per auction; the last fails what ran out of tries
+        [failed] = [r for r in bbs.failure_reports if r.lrps]
+        # What the rep refused is never explained as placed there; what ran out of tries, by its failure.
+        assert not any(e.placed for r in bbs.failure_reports for e in r.explanations)
+        assert [(e.index, e.placed, e.error) for e in failed.explanations] == [
+            (0, False, "insufficient resources: disk"), (1, False, "insufficient resources: disk")]
+        assert [(f.index, f.error) for f in failed.lrps] == [
             (0, "insufficient resources: disk"), (1, "insufficient resources: disk"),
         ]
         stats = service.metrics.stats()
@@ -209,3 +216,28 @@ async def test_a_standby_forwards_to_the_leader_and_hands_back_what_it_cannot_fo
                 assert response.status_code == 202, response.text
                 await idle(second, 1)
                 assert reps.lrps_received == 2
+
+
+async def test_each_auction_report_explains_where_each_instance_went_and_why_others_went_nowhere():
+    async with cluster() as (reps, bbs, client, service):
+        for i in range(3):
+            reps.add(f"cell-{i}", zone="z1", memory_mb=1024)
+        await client.post("/v1/lrps", json=body(start_request(desired("web", 2, memory_mb=128)),
+                                                start_request(desired("big", 1, memory_mb=4096))))
+        await wait_until(lambda: any(r.explanations for r in bbs.failure_reports),
+                         lambda: f"a report with explanations, saw {bbs.failure_reports}")
+        [report] = [r for r in bbs.failure_reports if r.explanations]
+        assert (report.lrps_placed, report.lrps_failed) == (2, 1)
+        assert report.duration_s >= report.fetch_states_s > 0
+        why = {(e.process_guid, e.index): e for e in report.explanations}
+        sent = {(d.process_guid, index): cell_id for cell_id, posts in reps.work_posts.items() for work in posts
+                for d, index in work.instances(cell_id)}
+        for key in (("web", 0), ("web", 1)):
+            assert why[key].placed and why[key].cell_id == sent[key]
+            assert [c.cell_id for c in why[key].candidates if c.chosen] == [sent[key]]
+            assert len(why[key].candidates) == 3, "every cell of the pool: the winner and two runners-up"
+            scores = [c.components["score"] for c in why[key].candidates]
+            assert scores == sorted(scores) and why[key].candidates[0].chosen
+        assert not why["big", 0].placed
+        assert why["big", 0].error == "insufficient resources: memory"
+        assert why["big", 0].detail.startswith("0/3 cells fit: 3 insufficient memory")

@@ -1,4 +1,5 @@
-"""One auction: fetch the bids, run the engine, send each winning cell its work, report the failures.
+"""One auction: fetch the bids, run the engine, send each winning cell its work, report to the BBS (its
+failures, what each cell accepted, its durations and its placement explanations: one request).
 
 Returns the work to carry into the next batch (what reps rejected, with tries left).
 """
@@ -10,10 +11,12 @@ import logging
 import time
 from collections import Counter
 from dataclasses import dataclass
+from typing import Any
 
 from auctioneer.engine import schedule
+from auctioneer.engine.placement_trace import PlacementTrace
 from auctioneer.engine.types import AuctionResult, Failure, SchedulerConfig
-from common.models import CellState
+from common.models import AuctionReport, CellState
 
 from .batcher import Batch, PendingLRP, PendingTask
 from .cells import FetchedCells
@@ -38,6 +41,7 @@ class AuctionConfig:
     max_inflight_starts: int = 0
     max_attempts: int = 3
     thread_threshold: int = 500  # batches at least this large are scheduled in a worker thread
+    explanations: int = 1_000  # instances per auction explained to the BBS (placement_trace.py); 0: none
 
 
 class Auction:
@@ -61,7 +65,7 @@ class Auction:
         fetched = await self._fetcher.fetch()
         lrp_items = list(batch.lrps.values())
         scheduled = time.perf_counter()
-        result = await self._schedule(fetched.states, lrp_items, list(batch.tasks.values()))
+        result, trace = await self._schedule(fetched.states, lrp_items, list(batch.tasks.values()))
         failures = [_annotate(f, fetched) for f in result.failures]
 
         dispatched = time.perf_counter()
@@ -72,13 +76,23 @@ class Auction:
             self._metrics.stale_token_refused(stale)
         carried, exhausted = split_rejections(outcome.rejections, self._config.max_attempts)
         failures += exhausted
-        self._reporter.report(placement_failures(failures, outcome.accepted))
-
         seconds = time.perf_counter() - started
+        lrps_failed = sum(1 for f in failures if f.task_guid is None)
+        report = AuctionReport(
+            **dict(placement_failures(failures, outcome.accepted)),
+            duration_s=seconds, fetch_states_s=fetched.seconds, lrps_placed=outcome.lrps_placed,
+            lrps_failed=lrps_failed, tasks_placed=outcome.tasks_placed, tasks_failed=len(failures) - lrps_failed,
+            finished_at=time.time(),
+        )
+        explanations: list[dict[str, Any]] = []
+        if trace is not None:
+            rejected = {r.item.key for r in outcome.rejections if isinstance(r.item, PendingLRP)}
+            explanations = await self._explain(trace, rejected, [f for f in exhausted if f.task_guid is None])
+        self._reporter.report_auction(report, explanations)
+
         requests_after, messages_after = self._metrics.traffic()
         requests, messages = requests_after - requests_before, messages_after - messages_before
         self._metrics.auction_traffic(requests, messages)
-        lrps_failed = sum(1 for f in failures if f.task_guid is None)
         self._metrics.auction(len(batch), seconds)
         self._metrics.placed(outcome.lrps_placed, outcome.tasks_placed)
         self._metrics.failed(lrps_failed, len(failures) - lrps_failed)
@@ -99,21 +113,38 @@ class Auction:
 
     async def _schedule(
         self, states: list[CellState], lrps: list[PendingLRP], tasks: list[PendingTask]
-    ) -> AuctionResult:
+    ) -> tuple[AuctionResult, PlacementTrace | None]:
         c = self._config
         config = SchedulerConfig(strategy=c.strategy, engine=c.engine, max_inflight_starts=c.max_inflight_starts)
+        trace = PlacementTrace(c.explanations) if c.explanations and lrps else None
         size = len(lrps) + len(tasks) + sum(len(s.lrps) + len(s.lrp_counts) for s in states)
         if size >= c.thread_threshold:
             # Conversion and the engine are pure CPU; in a thread the event loop still gets the GIL
             # often enough to answer the API.
-            return await asyncio.to_thread(_convert_and_schedule, states, lrps, tasks, config)
-        return _convert_and_schedule(states, lrps, tasks, config)
+            return await asyncio.to_thread(_convert_and_schedule, states, lrps, tasks, config, trace), trace
+        return _convert_and_schedule(states, lrps, tasks, config, trace), trace
+
+    async def _explain(self, trace: PlacementTrace, rejected: set[tuple[str, int]],
+                       exhausted: list[Failure]) -> list[dict[str, Any]]:
+        """The auction's placement explanations, worked out now that its work is on its way (the scores
+        are computed here, not while placing). Those of instances a rep rejected are left out: carried to
+        the next auction, or failed (`exhausted`, explained by their failure)."""
+        def explained() -> list[dict[str, Any]]:
+            kept = [e for e in trace.explanations() if (e["process_guid"], e["index"]) not in rejected]
+            kept.extend({"process_guid": f.process_guid, "index": f.index, "placed": False, "error": f.error,
+                         "detail": f.detail} for f in exhausted[:max(0, trace.limit - len(kept))])
+            return kept
+
+        if len(trace.placed_records) >= self._config.thread_threshold:
+            return await asyncio.to_thread(explained)
+        return explained()
 
 
 def _convert_and_schedule(
-    states: list[CellState], lrps: list[PendingLRP], tasks: list[PendingTask], config: SchedulerConfig
+    states: list[CellState], lrps: list[PendingLRP], tasks: list[PendingTask], config: SchedulerConfig,
+    trace: PlacementTrace | None = None,
 ) -> AuctionResult:
-    return schedule([cell_from_state(s) for s in states], lrp_starts(lrps), task_starts(tasks), config)
+    return schedule([cell_from_state(s) for s in states], lrp_starts(lrps), task_starts(tasks), config, trace)
 
 
 def _annotate(failure: Failure, fetched: FetchedCells) -> Failure:

@@ -1,6 +1,7 @@
-"""Telling the BBS how an auction went: one POST /v1/placement_failures per auction, with what could not
-be placed and what each cell accepted (the BBS does not auction accepted work again while its claim is on
-the way: bbs/placements.py).
+"""Telling the BBS how an auction went: one POST /v1/auctions per auction, with what could not be placed
+and what each cell accepted (the BBS does not auction accepted work again while its claim is on the way:
+bbs/placements.py), its durations and counts (the event auction_completed) and its placement explanations
+(`vendue why`). Over HTTP whatever the transport.
 
 Sent in the background so the next auction need not wait on the BBS; retried with backoff a few times.
 If the BBS stays down the report is dropped with a log line: its convergence re-auctions UNCLAIMED LRPs
@@ -16,13 +17,14 @@ so the report is dropped with one log line and never retried.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
-from collections.abc import Callable
-from typing import Protocol
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
 
 import httpx
 
-from common.models import PlacementFailures
+from common.models import AuctionReport
 
 from .metrics import Metrics
 
@@ -32,7 +34,7 @@ log = logging.getLogger("auctioneer.reporter")
 class PlacementReporter(Protocol):
     """Where an auction's outcome goes: the BBS (FailureReporter), or the simulator's in-process record."""
 
-    def report(self, failures: PlacementFailures) -> object:
+    def report_auction(self, report: AuctionReport, explanations: Sequence[dict[str, Any]] = ()) -> object:
         ...
 
 
@@ -55,25 +57,27 @@ class FailureReporter:
         self._backoff = backoff
         self._inflight: set[asyncio.Task[bool]] = set()
 
-    def report(self, failures: PlacementFailures) -> asyncio.Task[bool] | None:
-        """Start sending `failures`; returns the task (None when there is nothing to report)."""
-        if not failures.lrps and not failures.tasks and not failures.accepted:
-            return None
-        failures = failures.model_copy(update={"fencing_token": self._fencing_token()})
-        task = asyncio.create_task(self.send(failures), name="report-placement-failures")
+    def report_auction(self, report: AuctionReport, explanations: Sequence[dict[str, Any]] = ()
+                       ) -> asyncio.Task[bool]:
+        """Start sending the auction's report; returns the task. `explanations`: plain data from the
+        placement trace, encoded as they are (the BBS validates them)."""
+        body = report.model_dump(mode="json")
+        body.update(explanations=list(explanations), fencing_token=self._fencing_token())
+        task = asyncio.create_task(self.send(body), name="report-auction")
         self._inflight.add(task)
         task.add_done_callback(self._inflight.discard)
         return task
 
-    async def send(self, failures: PlacementFailures) -> bool:
-        body = failures.model_dump_json().encode()
+    async def send(self, report: dict[str, Any]) -> bool:
+        """POST /v1/auctions with bounded retries; False when the BBS refused or stayed unreachable."""
+        body = json.dumps(report).encode()
         delay = self._backoff
         why = ""
         for attempt in range(1, self._attempts + 1):
             try:
                 self._metrics.request("bbs")
                 response = await self._bbs.post(
-                    "/v1/placement_failures", content=body, headers={"content-type": "application/json"},
+                    "/v1/auctions", content=body, headers={"content-type": "application/json"},
                     timeout=self._timeout,
                 )
             except httpx.HTTPError as exc:
@@ -83,9 +87,8 @@ class FailureReporter:
                     return True
                 if response.status_code == 409:
                     self._metrics.stale_report()
-                    log.warning("placement failures refused: a newer auctioneer holds the lease", extra={"data": {
-                        "lrps": len(failures.lrps), "tasks": len(failures.tasks),
-                        "fencing_token": failures.fencing_token, "bbs": response.text[:200],
+                    log.warning("auction report refused: a newer auctioneer holds the lease", extra={"data": {
+                        **_counts(report), "fencing_token": report["fencing_token"], "bbs": response.text[:200],
                     }})
                     return False
                 why = f"BBS answered {response.status_code}"
@@ -94,11 +97,7 @@ class FailureReporter:
             if attempt < self._attempts:
                 await asyncio.sleep(delay)  # backoff between retries, not synchronisation
                 delay *= 2
-        log.warning(
-            "placement failures dropped",
-            extra={"data": {"lrps": len(failures.lrps), "tasks": len(failures.tasks),
-                            "cells_accepted": len(failures.accepted), "why": why}},
-        )
+        log.warning("auction report dropped", extra={"data": {**_counts(report), "why": why}})
         return False
 
     async def drain(self, timeout: float) -> None:
@@ -111,3 +110,8 @@ class FailureReporter:
             task.cancel()
         if still:
             await asyncio.gather(*still, return_exceptions=True)
+
+
+def _counts(report: dict[str, Any]) -> dict[str, int]:
+    return {"lrps": len(report["lrps"]), "tasks": len(report["tasks"]), "cells_accepted": len(report["accepted"]),
+            "explanations": len(report["explanations"])}

@@ -9,10 +9,12 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from common.limits import RequestLimitOptions
 from common.logging import LogFormat
+from common.models import MAX_EXPLANATIONS
 from common.tls import TLSOptions
 from common.transport import Transport
 
 DEFAULT_PORT = 8890
+DEFAULT_EXPLANATIONS = 1_000
 
 
 class AuctioneerSettings(TLSOptions, RequestLimitOptions, BaseSettings):
@@ -41,6 +43,10 @@ class AuctioneerSettings(TLSOptions, RequestLimitOptions, BaseSettings):
     max_concurrency: int = Field(default=256, ge=1, le=10_000)
     # Batches with at least this many items are scheduled in a worker thread so the API keeps answering.
     thread_threshold: int = Field(default=500, ge=0)
+    # Instances per auction whose placement is explained to the BBS (`vendue why`): the candidates scored,
+    # or the failure's per-filter breakdown. Bounds the engine's added work and the report's size
+    # (about 1 KB each); 0 turns explanations off.
+    explanations: int = Field(default=DEFAULT_EXPLANATIONS, ge=0, le=MAX_EXPLANATIONS)
     auction_timeout: float = Field(default=60.0, gt=0)
     shutdown_timeout: float = Field(default=10.0, gt=0)
     # The "auctioneer" lease (docs/architecture.md: renewed every TTL/3; a standby takes over within one TTL).

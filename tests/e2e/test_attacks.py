@@ -203,6 +203,14 @@ def test_stale_and_unknown_fencing_tokens_are_refused_and_the_leader_keeps_worki
         report = caller.post("/v1/placement_failures", json={"fencing_token": token - 1, "lrps": [
             {"process_guid": "nobody", "index": 0, "error": "forged"}]})
     assert report.status_code == 409, f"expected 409 for a stale report, saw {report.status_code} {report.text}"
+    with as_caller(cluster, auctioneer) as caller:  # an auction report, explanations and all, of a past term
+        report = caller.post("/v1/auctions", json={
+            "fencing_token": token - 1, "duration_s": 0.1, "fetch_states_s": 0.1,
+            "explanations": [{"process_guid": "nobody", "index": 0, "placed": True, "cell_id": "cell-0"}]})
+    assert report.status_code == 409, f"expected 409 for a stale report, saw {report.status_code} {report.text}"
+    with cluster.lc.http_client(base_url=cluster.lc.bbs_url, timeout=10.0) as admin:
+        kept = admin.get("/v1/actual_lrps/nobody/0/placement")
+    assert kept.status_code == 404, f"a stale auction report's explanation was kept: {kept.text}"
 
     guid = cluster.guid("after-forgery")  # the real leader still places work on that very cell
     cluster.bbs.desire(guid, 2)

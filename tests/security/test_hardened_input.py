@@ -316,6 +316,12 @@ NUL_EVERYWHERE = [
     ("POST", "/v1/lifecycle", "tasks_started", {"json": {"cells": {"c": {"tasks_started": ["t\0"]}}}}),
     ("POST", "/v1/placement_failures", "process_guid",
      {"json": {"lrps": [{"process_guid": "w\0", "index": 0, "error": "e"}]}}),
+    ("POST", "/v1/auctions", "process_guid",
+     {"json": {"duration_s": 0, "fetch_states_s": 0, "explanations": [{"process_guid": "w\0", "index": 0,
+                                                                       "placed": True}]}}),
+    ("POST", "/v1/auctions", "zone",
+     {"json": {"duration_s": 0, "fetch_states_s": 0, "explanations": [{"process_guid": "w", "index": 0,
+               "placed": True, "candidates": [{"cell_id": "c", "zone": "z\0", "zone_index": 0}]}]}}),
 ]
 
 

@@ -384,7 +384,11 @@ class DiegoFast(DiegoReference):
             return lrp_score(slot, m, d, pg, sw, bw)
 
         slots = self.state.slots
-        for group in zone_groups(self.room, self.state, item):
+        scored = self.candidates  # a placement trace's: each pool's best is a candidate
+        groups = zone_groups(self.room, self.state, item)
+        if scored is not None:
+            self.groups_seen = groups
+        for group in groups:
             # Within a group the reference keeps the first lowest score met: zone order, then cell order.
             best: tuple[float, int, int, int] | None = None  # (score, zone rank, index in zone, position)
             for rank, zone in enumerate(group):
@@ -395,11 +399,33 @@ class DiegoFast(DiegoReference):
                     if found is not None:
                         score, pos = found
                         candidate = (score, rank, slots[pos].zone_pos, pos)
+                        if scored is not None:
+                            scored.append(candidate)
                         if best is None or candidate < best:
                             best = candidate
             if best is not None:
                 return slots[best[3]]
         return None
+
+    def runners_up(self, item: LRPStart, winner: CellSlot, n: int) -> list[int]:
+        """Positions of up to `n` other fitting cells of the winner's pool, least loaded first (cells in one
+        state by position, as the tie-break goes): what a placement trace shows beside each pool's best,
+        which is all the pick scored. A bounded look (at most 2n cell states), and no scoring: the trace
+        scores them only if asked."""
+        pool = self.pool_of[winner.pos]
+        m, d = item.memory_mb, item.disk_mb
+        found: list[int] = []
+        for looked, (_key, cell_state) in enumerate(pool.order):
+            if len(found) >= n or looked >= 2 * n:
+                break
+            if cell_state[0] < m or cell_state[1] < d or cell_state[2] < 1:
+                continue
+            for pos in pool.buckets[cell_state].members:
+                if len(found) >= n:
+                    break
+                if pos != winner.pos:
+                    found.append(pos)
+        return found
 
     def pick_task(self, item: TaskStart) -> CellSlot | None:
         if self.bw:

@@ -24,6 +24,10 @@ from .zone_room import ZoneRoom, zone_groups
 class DiegoReference(Picker):
     name = "diego"
     room: ZoneRoom | None = None  # set by note_batch; without it, Diego's own zone groups
+    # When a placement trace asks (placement_trace.py): every candidate scored for the current item, as
+    # (score, rank of its zone in the group, index in zone, position); None: not collected.
+    candidates: list[tuple[float, int, int, int]] | None = None
+    groups_seen: list[list[str]] = []  # with candidates: the zone groups of the current item, in order
 
     def note_batch(self, batch: Sequence[LRPStart | TaskStart]) -> None:
         self.room = ZoneRoom(self.state, batch)
@@ -31,12 +35,18 @@ class DiegoReference(Picker):
     def pick_lrp(self, item: LRPStart) -> CellSlot | None:
         sw = self.config.starting_container_weight
         bw = self.config.bin_pack_first_fit_weight
-        for group in zone_groups(self.room, self.state, item):
+        scored = self.candidates
+        groups = zone_groups(self.room, self.state, item)
+        if scored is not None:
+            self.groups_seen = groups
+        for group in groups:
             best: CellSlot | None = None
             best_score = 0.0
-            for zone in group:
+            for rank, zone in enumerate(group):
                 for slot in self.feasible_slots(item, self.state.zone_slots[zone]):
                     score = lrp_score(slot, item.memory_mb, item.disk_mb, item.process_guid, sw, bw)
+                    if scored is not None:
+                        scored.append((score, rank, slot.zone_pos, slot.pos))
                     if best is None or score < best_score:
                         best, best_score = slot, score
             if best is not None:
