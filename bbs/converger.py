@@ -13,6 +13,7 @@ import time
 import uuid
 
 from .convergence_pass import converge_once
+from .events import event
 from .service import BBS
 
 log = logging.getLogger("bbs.converger")
@@ -89,7 +90,10 @@ class Converger:
             return self.interval
         started = time.perf_counter()
         next_due = await converge_once(self.bbs)
-        self.bbs.metrics.convergence_seconds.observe(time.perf_counter() - started)
+        duration = time.perf_counter() - started
+        self.bbs.metrics.convergence_seconds.observe(duration)
+        if self.bbs.hub.listening:  # the dashboard's "last convergence" (one small event per pass)
+            self.bbs.hub.publish([event("convergence_completed", {"duration_s": round(duration, 6)})])
         self.passes += 1
         if next_due is None:
             return self.interval
