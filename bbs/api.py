@@ -43,6 +43,7 @@ from common.models import (
 )
 from common.tls import Identity
 
+from .dashboard import SESSION_COOKIE, add_dashboard
 from .events import EventFilter
 from .lifecycle_wire import HOST_REPORT, HostReport
 from .policy import POLICY, require_lease_holder
@@ -379,8 +380,9 @@ def create_app(bbs: BBS, *, insecure: bool | None = None) -> FastAPI:
         record = await bbs.verify_token(secret)
         return None if record is None else token_identity(record.role, record.name, record.id)
 
+    add_dashboard(app, bbs)
     add_auth(app, POLICY, verify_token=verify_bearer, insecure=insecure, service="bbs",
-             on_refused=bbs.metrics.refused)
+             on_refused=bbs.metrics.refused, session_cookie=SESSION_COOKIE)
     add_limits(app, bbs.settings, bulk=BULK_ROUTES)
     return app
 
