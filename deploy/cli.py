@@ -31,6 +31,7 @@ COMMAND_MODULES: dict[str, str] = {
     "rep": "deploy.rep_cmd",
     "certs": "deploy.certs_cmd",
     "tokens": "deploy.tokens_cmd",
+    "dashboard": "deploy.dashboard_cmd",
     **dict.fromkeys(("up", "demo"), "deploy.cluster_cmd"),
     **dict.fromkeys(
         ("push", "scale", "delete", "apps", "instances", "cells", "task", "tasks", "events"), "deploy.client_cmd"
