@@ -326,20 +326,27 @@ class BBSClient:
             raise BBSUnreachable(f"lost the BBS event stream at {self.base_url}: {reason}") from exc
 
     def follow_events(self, wanted: EventQuery | None = None, give_up_s: float = FOLLOW_GIVE_UP_S,
-                      on_reconnect: Callable[[str], None] = lambda why: None) -> Iterator[Event]:
+                      on_reconnect: Callable[[str], None] = lambda why: None,
+                      on_open: Callable[[str], None] = lambda url: None) -> Iterator[Event]:
         """Follow the stream for good: when it ends or breaks (the BBS stopped, or died), connect again —
         to another replica when this client lists several and this one is gone (common/failover.py) —
         sending the last event's id as Last-Event-ID, so that what happened meanwhile comes first (or a
         `resync` event, from a replica that cannot tell). Gives up (BBSUnreachable) after `give_up_s`
         without an event, and at once when the first connection fails; a refusal (401, 403, 422, 429)
-        ends it at once. `on_reconnect(why)` is told of each new attempt."""
+        ends it at once. `on_reconnect(why)` is told of each new attempt, `on_open(url)` of each
+        subscription the BBS at `url` accepted."""
         last_id: str | None = None
         quiet_since = time.monotonic()
         attempt = 0
-        opened: list[bool] = []
+        opened: list[str] = []
+
+        def accepted() -> None:
+            opened.append(self.current_url())
+            on_open(opened[-1])
+
         while True:
             try:
-                for event in self.events(wanted=wanted, last_event_id=last_id, on_open=lambda: opened.append(True)):
+                for event in self.events(wanted=wanted, last_event_id=last_id, on_open=accepted):
                     quiet_since, attempt = time.monotonic(), 0
                     last_id = event.id or last_id
                     yield event

@@ -763,9 +763,12 @@ def events(
             typer.echo(f"reconnecting: {why}", err=True)
             told.append(why)
 
+    def following(url: str) -> None:
+        typer.echo(f"following the events of {url} (Ctrl-C to stop)", err=True)
+
     with connect(connection) as client:
         try:
-            for event in client.follow_events(query, on_reconnect=reconnecting):
+            for event in client.follow_events(query, on_reconnect=reconnecting, on_open=following):
                 if as_json:
                     line = event.model_dump_json()
                 else:
