@@ -14,7 +14,7 @@ sees no env values (bbs/redact.py).
 from __future__ import annotations
 
 from importlib import resources
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import FastAPI, Query
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
@@ -37,6 +37,12 @@ LOGIN_REFUSED = ("<!doctype html><title>Vendue</title><p>This login link is not 
                  "unknown): run <code>vendue dashboard</code> again.</p>")
 
 
+LOGIN_RESPONSES: dict[int | str, dict[str, Any]] = {
+    303: {"description": "Logged in: the session cookie is set, on to /ui"},
+    403: {"description": "The login token is not valid", "content": {"text/html": {}}},
+}
+
+
 def dashboard_page() -> str:
     return resources.files("bbs").joinpath("static/dashboard.html").read_text(encoding="utf-8")
 
@@ -45,18 +51,21 @@ def add_dashboard(app: FastAPI, bbs: BBS) -> None:
     """GET /ui (reader or admin: bbs/policy.py) and GET /ui/login (public: it checks the token itself)."""
     page = dashboard_page()
 
-    @app.get("/ui", response_class=HTMLResponse, include_in_schema=False)
+    @app.get("/ui", response_class=HTMLResponse)
     async def dashboard() -> HTMLResponse:
+        """The dashboard page."""
         return HTMLResponse(page, headers=PAGE_HEADERS)
 
-    @app.get("/ui/login", include_in_schema=False)
+    @app.get("/ui/login", response_class=HTMLResponse, responses=LOGIN_RESPONSES)
     async def login(token: Annotated[str | None, Query(max_length=256)] = None) -> Response:
-        """A login token (any valid admin or reader token) -> a session cookie, and on to /ui."""
+        """A login token (any valid admin or reader token) -> a session cookie, and on to /ui. Without a
+        token: how to get one. A token that is not valid: 403 (the caller, whoever it is, may not log in
+        with it)."""
         if not token:
             return HTMLResponse(LOGIN_HELP, headers=PAGE_HEADERS)
         record = await bbs.verify_token(token)
         if record is None:
-            return HTMLResponse(LOGIN_REFUSED, status_code=401, headers=PAGE_HEADERS)
+            return HTMLResponse(LOGIN_REFUSED, status_code=403, headers=PAGE_HEADERS)
         name = f"dashboard session of {record.name or 'token ' + record.id}"[:MAX_NAME_CHARS]
         session = await bbs.create_token(TokenCreate(role="reader", name=name, expires_in_s=SESSION_S))
         response = RedirectResponse("/ui", status_code=303, headers=PAGE_HEADERS)

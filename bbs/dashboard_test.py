@@ -32,7 +32,7 @@ async def test_a_login_token_becomes_a_reader_session_cookie_for_reads_only(bbs_
     assert (await http.get("/ui")).status_code == 401  # no identity: no page
     assert "vendue dashboard" in (await http.get("/ui/login")).text
     refused = await http.get("/ui/login", params={"token": "vdt_unknown"})
-    assert refused.status_code == 401 and "not valid" in refused.text
+    assert refused.status_code == 403 and "not valid" in refused.text
     assert SESSION_COOKIE not in http.cookies
 
     login = await bbs.create_token(TokenCreate(role="reader", name="dashboard login", expires_in_s=60))
