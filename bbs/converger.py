@@ -56,6 +56,7 @@ class Converger:
             await asyncio.gather(self._task, return_exceptions=True)
             self._task = None
         token, self.token = self.token, None
+        self.bbs.metrics.diego.lease(False)
         if token is None:
             return
         try:
@@ -85,15 +86,22 @@ class Converger:
 
     async def _pass(self) -> float:
         """Run a pass if this process holds the lease; returns the longest wait before the next one."""
-        self.token = await self.bbs.acquire_lease(LEASE, self.owner)
+        try:
+            self.token = await self.bbs.acquire_lease(LEASE, self.owner)
+        except Exception:
+            # No answer: not known to hold it, so no counts that may be stale (another replica's to give).
+            self.bbs.metrics.diego.lease(False)
+            raise
+        self.bbs.metrics.diego.lease(self.token is not None)
         if self.token is None:
             return self.interval
         started = time.perf_counter()
         next_due = await converge_once(self.bbs)
-        duration = time.perf_counter() - started
-        self.bbs.metrics.convergence_seconds.observe(duration)
+        took = time.perf_counter() - started
+        self.bbs.metrics.convergence_seconds.observe(took)
+        self.bbs.metrics.diego.converged(took)
         if self.bbs.hub.listening:  # the dashboard's "last convergence" (one small event per pass)
-            self.bbs.hub.publish([event("convergence_completed", {"duration_s": round(duration, 6)})])
+            self.bbs.hub.publish([event("convergence_completed", {"duration_s": round(took, 6)})])
         self.passes += 1
         if next_due is None:
             return self.interval

@@ -439,9 +439,13 @@ class LocalCluster:
             return
         from rep.isolation import sweep_rep
 
-        for component in self._components.values():
-            if component.cells and "--data-dir" in component.args:
-                sweep_rep(Path(component.args[component.args.index("--data-dir") + 1]))
+        for data_dir in self.rep_data_dirs():
+            sweep_rep(data_dir)
+
+    def rep_data_dirs(self) -> list[Path]:
+        """Every rep process's --data-dir (whose hash names its cgroups and instance directories)."""
+        return [Path(c.args[c.args.index("--data-dir") + 1]) for c in self._components.values()
+                if c.cells and "--data-dir" in c.args]
 
     @staticmethod
     def _stop_signal(component: _Component) -> int:

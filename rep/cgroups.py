@@ -173,6 +173,12 @@ class Cgroups:
     def cell(self, cell_id: str) -> CellCgroups:
         return CellCgroups(self, cell_id)
 
+    def remove_rep_levels(self) -> None:
+        """Remove the rep's own level (`base`) and the empty ones above it, in each hierarchy: what is left
+        of a rep that died before it opened a cell, or after its cells were removed."""
+        for h in self.hierarchies:
+            remove_empty_levels(h.base, h.top)
+
     def cell_ids(self) -> list[str]:
         """The cells this rep has (or had) cgroups for."""
         found: set[str] = set()
@@ -180,6 +186,16 @@ class Cgroups:
             with contextlib.suppress(FileNotFoundError):
                 found.update(entry.name for entry in h.base.iterdir() if entry.is_dir() and entry.name != REP_LEAF)
         return sorted(found)
+
+
+def remove_empty_levels(path: Path, top: Path) -> None:
+    """rmdir `path` and each level above it below `top`, stopping at the first that is not empty."""
+    while path != top and top in path.parents:
+        try:
+            path.rmdir()
+        except OSError:
+            return  # not empty (another cell, another rep), or gone already
+        path = path.parent
 
 
 def detect(
@@ -375,13 +391,7 @@ class CellCgroups:
     def remove(self) -> None:
         """Remove the cell's level and every level above it up to the rep's own cgroup, where empty."""
         for h, cell in zip(self.hierarchies, self.dirs, strict=True):
-            path = cell
-            while path != h.top and h.top in path.parents:
-                try:
-                    path.rmdir()
-                except OSError:
-                    break  # not empty (another cell, another rep), or gone already
-                path = path.parent
+            remove_empty_levels(cell, h.top)
 
 
 # --- an instance's cgroup -------------------------------------------------------------------------

@@ -144,7 +144,20 @@ def sweep_rep(data_dir: Path, instances_dir: Path = DEFAULT_INSTANCES_DIR) -> No
             for cgroup in cell.leftovers():
                 cgroup.kill_blocking()
             cell.remove()
+        cgroups.remove_rep_levels()
     shutil.rmtree(Path(instances_dir) / key, ignore_errors=True)
+
+
+def isolation_leftovers(data_dir: Path, instances_dir: Path = DEFAULT_INSTANCES_DIR) -> list[str]:
+    """What an isolating rep on `data_dir` left behind (empty after a clean stop or `sweep_rep`): its
+    cells' cgroups, the level of its own key in each hierarchy, and its instances' directories."""
+    key = rep_key(data_dir)
+    left: list[str] = []
+    with contextlib.suppress(CgroupsUnavailable):
+        left += [str(h.base) for h in detect(key).hierarchies if h.base.exists()]
+    if (Path(instances_dir) / key).exists():
+        left.append(str(Path(instances_dir) / key))
+    return left
 
 
 def instances_dir_of(settings: RepSettings) -> Path:

@@ -18,6 +18,7 @@ from .cgroups import limits_for
 from .isolation import (
     Isolation,
     disown_instance_dir,
+    isolation_leftovers,
     isolation_problem,
     make_instance_dir,
     prepare_isolation,
@@ -126,11 +127,27 @@ def test_sweeping_a_rep_stopped_for_good_leaves_nothing_of_it(tmp_path: Path, is
     stray = subprocess.Popen(["sleep", "60"], preexec_fn=child_preexec(die_with_parent=False,
                                                                       cgroup_procs=cgroup.procs_files))
     try:
+        assert sorted(isolation_leftovers(tmp_path / "data")) == sorted(
+            [*(str(h.base) for h in isolation.cgroups.hierarchies), str(isolation.instances_root)])
+
         sweep_rep(tmp_path / "data")
 
         assert stray.wait(timeout=30) == -signal.SIGKILL
         assert not isolation.instances_root.exists()
         assert not any(h.base.exists() for h in isolation.cgroups.hierarchies)
+        assert isolation_leftovers(tmp_path / "data") == []
     finally:
         stray.kill()
         stray.wait(timeout=30)
+
+
+def test_sweeping_removes_the_level_of_a_rep_that_died_before_opening_a_cell(
+    tmp_path: Path, isolation: Isolation,
+) -> None:
+    for h in isolation.cgroups.hierarchies:
+        h.base.mkdir(parents=True, exist_ok=True)
+    assert isolation_leftovers(tmp_path / "data") == [str(h.base) for h in isolation.cgroups.hierarchies]
+
+    sweep_rep(tmp_path / "data")
+
+    assert isolation_leftovers(tmp_path / "data") == []

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from rep.isolation import isolation_leftovers
 from tests.e2e.conftest import _print_log_tails
 
 from .multihost import MultiHostCluster, unavailable_reason
@@ -28,8 +29,13 @@ def multihost() -> Iterator[Callable[..., MultiHostCluster]]:
 
     yield make
     leftovers: dict[str, list[int]] = {}
+    networks = [c.network for c in started if c.network is not None]  # as they were before closing
     for cluster in started:
         _print_log_tails(cluster)  # captured: pytest shows it only when the test failed
         if killed := cluster.close():
             leftovers[str(cluster.data_dir)] = killed
     assert not leftovers, f"expected no process left after the cluster stopped, killed {leftovers}"
+    left = [path for c in started for data_dir in c.rep_data_dirs() for path in isolation_leftovers(data_dir)]
+    assert not left, f"expected no cgroup or instance directory left after the cluster stopped, saw {left}"
+    left = [name for network in networks for name in network.leftovers()]
+    assert not left, f"expected no namespace or bridge left after the cluster closed, saw {left}"

@@ -280,6 +280,12 @@ class Network:
 
     # --- teardown -----------------------------------------------------------------------------------
 
+    def leftovers(self) -> list[str]:
+        """This network's namespaces and bridge that still exist (none after `close`)."""
+        names = sorted(p.name for p in NETNS_DIR.glob(f"{PREFIX}{self.tag}-*")) if NETNS_DIR.is_dir() else []
+        bridge = Path("/sys/class/net") / self.bridge
+        return [*names, *([self.bridge] if bridge.exists() else [])]
+
     def close(self) -> list[int]:
         """Kill every process in every namespace, then remove the namespaces, veths and the bridge. Safe to
         call twice, and on a half-built network. Returns the pids it had to kill."""

@@ -32,6 +32,7 @@ import httpx
 import pytest
 
 from common.procutil import app_python
+from rep.isolation import isolation_leftovers
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -539,6 +540,8 @@ def _stop_clusters(started: Sequence[E2ECluster]) -> None:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
     assert not leftovers, f"expected no instance processes after the cluster stopped, saw pids {leftovers}"
+    left = [path for c in started for data_dir in c.lc.rep_data_dirs() for path in isolation_leftovers(data_dir)]
+    assert not left, f"expected no cgroup or instance directory left after the cluster stopped, saw {left}"
 
 
 @pytest.fixture
