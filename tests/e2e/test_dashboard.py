@@ -27,6 +27,9 @@ PAGE_TIMEOUT_S = 30.0
 @pytest.mark.parametrize("transport", ["http"])
 def test_the_dashboard_renders_the_cells_and_a_push_without_a_reload(make_cluster, tmp_path: Path) -> None:
     c: E2ECluster = make_cluster(cells=4, zones=2)
+    too_long = c.cli("dashboard", "--expires", "2d")
+    assert too_long.code == 2 and too_long.stderr.startswith("error: --expires: "), too_long.output
+    assert len(too_long.stderr.splitlines()) == 1 and too_long.stdout == "", too_long.output
     result = c.cli("dashboard", "--json")
     assert result.code == 0, result.output
     url = json.loads(result.stdout)["url"]
