@@ -41,6 +41,7 @@ from common.models import (
     TokenIdentity,
     TokenVerify,
 )
+from common.request_id import add_request_id
 from common.tls import Identity
 
 from .dashboard import SESSION_COOKIE, add_dashboard
@@ -360,6 +361,7 @@ def create_app(bbs: BBS, *, insecure: bool | None = None) -> FastAPI:
              session_cookie=SESSION_COOKIE)
     add_limits(app, bbs.settings, bulk=BULK_ROUTES)
     add_http_metrics(app, bbs.metrics.http)
+    add_request_id(app)
     return app
 
 

@@ -90,18 +90,18 @@ class HTTPMetricsMiddleware:
             await self.app(scope, receive, send)
             return
         started = time.perf_counter()
-        answer = {"status": 500, "at": 0.0}
+        status, answered_at = 500, 0.0
 
         async def sending(message: Message) -> None:
-            if message["type"] == "http.response.start" and not answer["at"]:
-                answer["status"], answer["at"] = message["status"], time.perf_counter()
+            nonlocal status, answered_at
+            if message["type"] == "http.response.start" and not answered_at:
+                status, answered_at = message["status"], time.perf_counter()
             await send(message)
 
         try:
             await self.app(scope, receive, sending)
         finally:
-            status = answer["status"]
-            elapsed = (answer["at"] or time.perf_counter()) - started
+            elapsed = (answered_at or time.perf_counter()) - started
             self.metrics.latency.labels(scope["method"], self._route(scope), str(status)).observe(elapsed)
             reason = refusal_reason(scope, status)
             if reason is not None:
@@ -116,6 +116,7 @@ class HTTPMetricsMiddleware:
 
 
 def add_http_metrics(app: Any, metrics: HTTPMetrics) -> None:
-    """Install the middleware on a FastAPI app, outermost: call it after every other add_middleware.
+    """Install the middleware on a FastAPI app, outermost but for the request id (common/request_id.py):
+    call it after every other add_middleware, then add_request_id.
     `metrics` belongs to the service (several apps of one service, in tests, share its series)."""
     app.add_middleware(HTTPMetricsMiddleware, metrics=metrics, routes=lambda: app.router.routes)

@@ -370,6 +370,6 @@ class EventQuery:
     cell: str | None = None
     types: tuple[str, ...] = ()
 
-    def params(self) -> list[tuple[str, str]]:
+    def params(self) -> httpx.QueryParams:
         given = [("app", self.app), ("cell", self.cell), *(("type", t) for t in self.types)]
-        return [(name, value) for name, value in given if value]
+        return httpx.QueryParams([(name, value) for name, value in given if value])

@@ -37,6 +37,7 @@ from common.auth import VerifyToken, add_auth
 from common.http_metrics import HTTPMetrics, add_http_metrics, mark_refusal
 from common.limits import RequestLimitOptions, add_limits
 from common.models import CancelTasks, EvacuateCells, HostWork, StopInstances
+from common.request_id import add_request_id
 
 from .fencing import Fencing, Refused
 from .host import RepHost
@@ -133,6 +134,7 @@ def create_app(
     add_auth(app, POLICY, verify_token=verify_token, insecure=insecure, service="rep")
     add_limits(app, limits or RequestLimitOptions(), bulk=BULK_ROUTES)
     add_http_metrics(app, HTTPMetrics(registry))
+    add_request_id(app)
     return app
 
 

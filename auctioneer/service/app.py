@@ -44,6 +44,7 @@ from common.failover import AsyncFailoverTransport, split_urls
 from common.http_metrics import add_http_metrics
 from common.limits import add_limits
 from common.models import LRPStartRequest, TaskStartRequest
+from common.request_id import add_request_id
 from common.tls import INSECURE_WARNING, client_context
 
 from .auction import Auction, AuctionConfig
@@ -290,4 +291,5 @@ def create_app(settings: AuctioneerSettings | None = None) -> FastAPI:
     # The BBS's start requests are batches (5,000 LRPs' start requests are ~4 MB): common/limits.py.
     add_limits(app, service.settings, bulk={("POST", "/v1/lrps"), ("POST", "/v1/tasks")})
     add_http_metrics(app, service.metrics.http)
+    add_request_id(app)
     return app

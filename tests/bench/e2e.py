@@ -511,7 +511,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--zones", type=int, default=3)
     parser.add_argument("--timeout", type=float, default=300.0, help="give up waiting after this long")
     parser.add_argument("--quick", action="store_true", help="only the small run (a tenth the size)")
-    # DESIGN.md's defaults (the local launcher's demo timings, 4 s / 1 s, are tighter than one rep
+    # docs/architecture.md's defaults (the local launcher's demo timings, 4 s / 1 s, are tighter than one rep
     # process heartbeating 100 cells into SQLite reliably manages on a busy machine).
     parser.add_argument("--presence-ttl", type=float, default=10.0)
     parser.add_argument("--convergence-interval", type=float, default=5.0)

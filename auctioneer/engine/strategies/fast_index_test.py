@@ -1,11 +1,12 @@
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.support.engine_workloads import make_cell, workloads
+
 from ..state import AuctionState
 from ..types import DeviceRequest, LRPStart, SchedulerConfig, TaskStart, Volume, VolumeRequest
 from .base import Picker
 from .fast_index import FeasibleIndex
-from .workload_generators import make_cell, workloads
 
 
 def positions_by_scan(state, item):

@@ -1,5 +1,7 @@
 import pytest
 
+from tests.support.engine_workloads import make_cell, placements
+
 from ..scheduler import schedule
 from ..state import AuctionState
 from ..types import DeviceRequest, LRPStart, SchedulerConfig, Volume, VolumeRequest
@@ -12,7 +14,6 @@ from .service_filters import (
     validate_label_expression,
     volume_plan,
 )
-from .workload_generators import make_cell, placements
 
 STRATEGIES = ("diego", "dea", "loadmark", "service", "binpack", "random")
 
