@@ -722,9 +722,11 @@ def events(
     connection: Connection = Connection(),
     as_json: AsJson = False,
 ) -> None:
-    """Follow the BBS's event stream: one line per event (Ctrl-C to stop). When the BBS goes away it
-    connects again, to another replica if --bbs lists several, and resumes where it was (Last-Event-ID);
-    a `resync` line says events may have been missed there: list again (`vendue apps`, `instances`)."""
+    """Follow the BBS's event stream: one line per event (Ctrl-C to stop).
+
+    When the BBS goes away it connects again, to another replica if --bbs lists several, and resumes where
+    it was (Last-Event-ID); a `resync` line says events may have been missed there: list again
+    (`vendue apps`, `instances`)."""
     try:
         wanted = EventFilterFlags(app=app_guid, cell=cell, type=list(types or ()))
     except ValidationError as exc:
