@@ -34,7 +34,10 @@ BBS (`vendue bbs`, default http://127.0.0.1:8889)
   GET    /v1/cells                                      -> {"items": [CellPresence]} (present cells)
   DELETE /v1/cells/{cell_id}                            -> 204 (forget a cell that is gone: everything it held
                                                    is placed again; 409 while it is present, 404 unknown)
-  GET    /v1/events                                     -> text/event-stream of Event (SSE)
+  GET    /v1/events?app=&cell=&type=...                 -> text/event-stream of Event (SSE; `id:` per event;
+                                                   Last-Event-ID: what was missed, or a `resync` event)
+  GET    /ui                                            -> the dashboard page (admin, reader, its session cookie)
+  GET    /ui/login?token=                               -> 303 to /ui with a reader session cookie (403: bad token)
   POST   /v1/leases/{name}           LeaseRequest       -> Lease (acquire or renew; held=false: another owner)
   GET    /v1/leases/{name}                              -> Lease (the current holder; 404 if none)
   DELETE /v1/leases/{name}?owner=O&token=T              -> 204 (the holder gives it up; 409 if not the holder)
