@@ -149,3 +149,23 @@ async def test_it_keeps_listening_for_a_while_after_the_last_subscriber_left() -
     await anext(stream)
     await stream.aclose()
     assert hub.listening and hub.subscriber_count == 0
+
+
+async def test_unfiltered_subscribers_share_one_chunk_per_publish() -> None:
+    hub = EventHub()
+    streams = [hub.stream() for _ in range(3)]
+    for stream in streams:
+        await anext(stream)
+    hub.publish([event("task_changed", {"task_guid": f"t{i}"}) for i in range(100)])
+    chunks = [await asyncio.wait_for(anext(stream), 2) for stream in streams]
+    assert chunks[0] is chunks[1] is chunks[2]  # built once, by whichever subscriber asked first
+    for stream in streams:
+        await stream.aclose()
+
+
+def test_the_replay_buffer_keeps_about_replay_events() -> None:
+    hub = EventHub(replay_events=100)
+    for i in range(50):
+        hub.publish([event("task_changed", {"task_guid": f"t{i}-{j}"}) for j in range(7)])
+    kept = sum(len(batch.events) for batch in hub._kept)
+    assert 100 <= kept < 100 + 7, kept  # whole batches: at least the bound, less than one batch more
