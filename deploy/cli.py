@@ -33,7 +33,7 @@ class VendueGroup(OneLineErrorsGroup):
     def get_command(self, ctx: Any, cmd_name: str) -> Any:
         command = super().get_command(ctx, cmd_name)
         if command is not None and cmd_name in _PANEL_OF:
-            command.rich_help_panel = _PANEL_OF[cmd_name]
+            command.rich_help_panel = _PANEL_OF[cmd_name]  # type: ignore[attr-defined]  # typer's commands have it
         return command
 
 

@@ -113,7 +113,10 @@ def _display_in_capitals(params: list[Any], ctx: Any) -> list[Any]:
         if isinstance(param, TyperArgument):
             param.metavar = param.name.upper()
         elif isinstance(param, TyperOption):
-            label = param.display_type(ctx).strip("<>") if hasattr(param, "display_type") else param.type.name
+            if hasattr(param, "display_type"):
+                label = param.display_type(ctx).strip("<>")
+            else:  # typer before 0.29, whose options are click's own
+                label = param.type.name  # type: ignore[attr-defined]  # typer's stubs hide click's `type`
             # Repeatable or ranged: the help says so.
             label = label.removeprefix("list[").removesuffix("]").removesuffix(" range")
             param.metavar = "" if param.is_flag else label if "|" in label else label.upper()
@@ -124,7 +127,8 @@ def _usage_pieces(command: Any, ctx: Any) -> list[str]:
     pieces = [command.options_metavar] if command.options_metavar else []
     for param in command.get_params(ctx):
         if isinstance(param, TyperArgument):
-            name = param.metavar + ("..." if param.nargs != 1 and not param.metavar.endswith("...") else "")
+            metavar = param.metavar or (param.name or "").upper()
+            name = metavar + ("..." if param.nargs != 1 and not metavar.endswith("...") else "")
             pieces.append(name if param.required else f"[{name}]")
     return pieces
 
