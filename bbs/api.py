@@ -7,7 +7,7 @@ import json
 from collections.abc import Awaitable, Callable
 from typing import Annotated, Any, TypeVar, get_args
 
-from fastapi import Depends, FastAPI, Path, Query, Request, Response
+from fastapi import Depends, FastAPI, Header, Path, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, TypeAdapter, ValidationError
@@ -27,6 +27,7 @@ from common.models import (
     DesiredLRP,
     DesiredLRPCreate,
     DesiredLRPUpdate,
+    EventType,
     HeartbeatAnswer,
     HostLifecycle,
     HostLifecycleResult,
@@ -46,6 +47,8 @@ from common.models import (
 from common.request_id import add_request_id
 from common.tls import Identity
 
+from .dashboard import SESSION_COOKIE, add_dashboard
+from .events import EventFilter
 from .lifecycle_wire import HOST_REPORT, HostReport
 from .policy import POLICY, require_lease_holder
 from .quotas import QuotaExceeded, callback_problem
@@ -335,12 +338,20 @@ def create_app(bbs: BBS, *, insecure: bool | None = None) -> FastAPI:
                 "expires_at": lease.expires_at}
 
     @app.get("/v1/events")
-    async def events() -> StreamingResponse:
+    async def events(
+        process_guid: Annotated[str | None, Query(alias="app", pattern=GUID_PATTERN)] = None,
+        cell: GuidQuery = None,
+        types: Annotated[list[EventType] | None, Query(alias="type")] = None,
+        last_event_id: Annotated[str | None, Header(max_length=200)] = None,
+    ) -> StreamingResponse:
+        """Server-sent events, only those of app (process_guid) and cell and of one of the types when
+        given; Last-Event-ID: what was missed since, or a `resync` event (bbs/events.py)."""
         limit = bbs.settings.max_event_subscribers
         if bbs.hub.full(limit):
             raise QuotaExceeded(f"quota: at most {limit} event stream subscribers (max_event_subscribers)")
+        wanted = EventFilter(app=process_guid, cell=cell, types=frozenset(types or ()))
         return StreamingResponse(
-            bbs.hub.stream(limit),
+            bbs.hub.stream(limit, wanted, last_event_id),
             media_type="text/event-stream",
             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
         )
@@ -372,7 +383,9 @@ def create_app(bbs: BBS, *, insecure: bool | None = None) -> FastAPI:
         record = await bbs.verify_token(secret)
         return None if record is None else token_identity(record.role, record.name, record.id)
 
-    add_auth(app, POLICY, verify_token=verify_bearer, insecure=insecure, service="bbs")
+    add_dashboard(app, bbs)
+    add_auth(app, POLICY, verify_token=verify_bearer, insecure=insecure, service="bbs",
+             session_cookie=SESSION_COOKIE)
     add_limits(app, bbs.settings, bulk=BULK_ROUTES)
     add_http_metrics(app, bbs.metrics.http)
     add_request_id(app)

@@ -13,6 +13,7 @@ import time
 import uuid
 
 from .convergence_pass import converge_once
+from .events import event
 from .service import BBS
 
 log = logging.getLogger("bbs.converger")
@@ -99,6 +100,8 @@ class Converger:
         took = time.perf_counter() - started
         self.bbs.metrics.convergence_seconds.observe(took)
         self.bbs.metrics.diego.converged(took)
+        if self.bbs.hub.listening:  # the dashboard's "last convergence" (one small event per pass)
+            self.bbs.hub.publish([event("convergence_completed", {"duration_s": round(took, 6)})])
         self.passes += 1
         if next_due is None:
             return self.interval

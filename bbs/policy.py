@@ -54,6 +54,9 @@ POLICY = Policy({
     ("DELETE", "/v1/leases/{name}"): rule("auctioneer", why=LEASE_RULE),
     ("GET", "/v1/leases/{name}"): rule(*STATE_READERS, "rep"),
     ("GET", "/v1/events"): rule(*READ_ROLES),
+    # the dashboard (bbs/dashboard.py): people look; its login link checks its token itself
+    ("GET", "/ui"): rule(*READ_ROLES),
+    ("GET", "/ui/login"): public(),
     # bearer tokens: people manage them; components ask who one stands for
     ("POST", "/v1/tokens"): rule("admin"),
     ("GET", "/v1/tokens"): rule("admin"),

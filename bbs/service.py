@@ -211,6 +211,8 @@ class BBS:
             for build in effects.events:
                 events.extend(build())
             self.hub.publish(events)
+        elif effects.events:
+            self.hub.missed()  # not built: a client resuming from before them must list again
         if effects.lrp_starts:
             self.outbound.auction_lrps(effects.lrp_starts)
         if effects.task_starts:

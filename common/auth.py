@@ -148,8 +148,14 @@ class AuthMiddleware:
         verify_token: VerifyToken | None = None,
         insecure: bool = False,
         service: str = "",
+        session_cookie: str | None = None,
     ) -> None:
+        """`session_cookie`: the name of a cookie holding a bearer token (the BBS's dashboard session,
+        bbs/dashboard.py), taken as one for GET and HEAD only (a browser sends cookies on any request another
+        site makes it send: none that writes may be authorized by one) and only from a caller with
+        neither an Authorization header nor a client certificate."""
         self.app = app
+        self.session_cookie = session_cookie
         self.policy = policy
         self._routes = routes
         self.verify_token = verify_token
@@ -194,6 +200,9 @@ class AuthMiddleware:
 
     async def _identity(self, scope: Scope) -> Identity | None:
         token = _bearer(scope)
+        if (token is None and self.session_cookie is not None and scope["method"] in ("GET", "HEAD")
+                and not scope.get(TLS_SCOPE_KEY)):
+            token = _cookie(scope, self.session_cookie)
         if token is not None:
             if not token:  # another scheme (Basic ...): no token to ask anyone about
                 raise Refusal(401, "the Authorization header holds no bearer token", "bad_token")
@@ -252,6 +261,17 @@ def _bearer(scope: Scope) -> str | None:
             if scheme.lower() == "bearer" and token.strip():
                 return token.strip()
             return ""  # present but not a bearer token: checked (and refused) as one
+    return None
+
+
+def _cookie(scope: Scope, name: str) -> str | None:
+    """The value of cookie `name` in the request, if any (None: absent, as if no token were given)."""
+    for header, value in scope.get("headers", ()):
+        if header == b"cookie":
+            for pair in value.decode("latin-1").split(";"):
+                key, sep, found = pair.strip().partition("=")
+                if sep and key == name and found:
+                    return found
     return None
 
 

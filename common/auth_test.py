@@ -56,7 +56,7 @@ def make_app(refused: list[str]) -> FastAPI:
         ("POST", "/things"): rule("admin"),
         ("POST", "/cells/report"): rule("rep"),
     })
-    add_auth(app, policy, verify_token=verify)
+    add_auth(app, policy, verify_token=verify, session_cookie="session")
     app.add_middleware(RecordRefusals, refused=refused)
     return app
 
@@ -164,6 +164,22 @@ async def test_an_authorization_header_of_another_scheme_is_refused_without_aski
             assert response.status_code == 401, f"{header!r}: {response.status_code} {response.text}"
             assert "no bearer token" in response.json()["detail"], response.text
     assert ASKED == [] and refused == ["bad_token"] * 3
+
+
+async def test_a_session_cookie_is_a_bearer_token_for_reads_only(pki: Path) -> None:
+    refused: list[str] = []
+    async with serving(pki, refused) as url:
+        async with client(pki, None, url) as c:
+            c.cookies.set("session", "good-admin")
+            assert (await c.get("/things")).json() == {"who": "ops"}
+            write = await c.post("/things")  # a cookie a browser sends along with a cross-site form: no identity
+            assert write.status_code == 401, write.text
+            c.cookies.set("session", "wrong")
+            assert (await c.get("/things")).status_code == 401
+        async with client(pki, "viewer", url) as c:  # a certificate says who the caller is, not a cookie
+            c.cookies.set("session", "good-admin")
+            assert (await c.get("/things")).json() == {"who": "viewer"}
+    assert refused == ["no_identity", "bad_token"]
 
 
 def test_policy_lists_routes_without_a_row() -> None:

@@ -45,7 +45,10 @@ BBS (`vendue bbs`, default http://127.0.0.1:8889)
                                                    instances away make-before-break; uncordon ends both
   DELETE /v1/cells/{cell_id}                            -> 204 (forget a cell that is gone: everything it held
                                                    is placed again; 409 while it is present, 404 unknown)
-  GET    /v1/events                                     -> text/event-stream of Event (SSE)
+  GET    /v1/events?app=&cell=&type=...                 -> text/event-stream of Event (SSE; `id:` per event;
+                                                   Last-Event-ID: what was missed, or a `resync` event)
+  GET    /ui                                            -> the dashboard page (admin, reader, its session cookie)
+  GET    /ui/login?token=                               -> 303 to /ui with a reader session cookie (403: bad token)
   POST   /v1/leases/{name}           LeaseRequest       -> Lease (acquire or renew; held=false: another owner)
   GET    /v1/leases/{name}                              -> Lease (the current holder; 404 if none)
   DELETE /v1/leases/{name}?owner=O&token=T              -> 204 (the holder gives it up; 409 if not the holder)
@@ -822,14 +825,29 @@ class HeartbeatAnswer(Open):
 # --- events ---------------------------------------------------------------------------------------
 
 
-class Event(Open):
-    """One change, as sent on the BBS's SSE stream (`event: <type>`, `data: <json>`) and on NATS."""
+# What GET /v1/events?type= accepts (and `vendue events --type`): every type the BBS publishes. `resync`:
+# a Last-Event-ID the BBS cannot resume from (list again); cell_changed, auction_completed and
+# convergence_completed feed the dashboard (/ui).
+EVENT_TYPES = (
+    "desired_lrp_created", "desired_lrp_changed", "desired_lrp_removed",
+    "actual_lrp_created", "actual_lrp_changed", "actual_lrp_removed",
+    "task_created", "task_changed", "task_removed",
+    "cell_appeared", "cell_disappeared", "cell_removed", "cell_changed",
+    "auction_completed", "convergence_completed", "resync",
+)
+EventType = Literal[EVENT_TYPES]  # type: ignore[valid-type]
 
-    # desired_lrp_created|_changed|_removed, actual_lrp_..., task_..., cell_appeared|_disappeared|_removed,
-    # cell_changed (cordoned, drained or uncordoned: the cell state as data)
+
+class Event(Open):
+    """One change, as sent on the BBS's SSE stream (`id: <id>`, `event: <type>`, `data: <json>`) and on
+    NATS. `id`: `<epoch>-<seq>` of the BBS process that published it (bbs/events.py), what a client sends
+    back as Last-Event-ID to resume."""
+
+    # One of EVENT_TYPES; cell_changed: cordoned, drained or uncordoned, with the cell state as data.
     type: str
     data: dict
     at: datetime
+    id: str = ""
 
 
 # --- leases ---------------------------------------------------------------------------------------

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import json
 import ssl
-from collections.abc import Iterator, Mapping, Sequence
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -44,6 +45,8 @@ from common.models import (
 from common.tls import TLSFiles, client_context
 
 DEFAULT_BBS_URL = "http://127.0.0.1:8889"
+FOLLOW_GIVE_UP_S = 30.0  # follow_events: a BBS (every replica) silent this long is gone
+RECONNECT_FIRST_S, RECONNECT_MAX_S = 0.1, 2.0
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
 
@@ -184,13 +187,19 @@ class BBSClient:
         self.base_url = ", ".join(urls)
         auth = auth or ClientAuth()
         verify = auth.verify()
+        self._first_url = urls[0]
         if len(urls) > 1:
             transport = FailoverTransport(urls, inner=transport, verify=verify)
+        self._failover = transport if isinstance(transport, FailoverTransport) else None
         self._http = httpx.Client(base_url=urls[0], timeout=timeout, transport=transport, verify=verify,
                                   headers=auth.headers())
 
     def close(self) -> None:
         self._http.close()
+
+    def current_url(self) -> str:
+        """The URL of the BBS replica in use (the one that answered last), for links a person opens."""
+        return self._failover.current_url if self._failover is not None else self._first_url
 
     def __enter__(self) -> BBSClient:
         return self
@@ -308,17 +317,71 @@ class BBSClient:
     def revoke_token(self, token_id: str) -> None:
         self._request("DELETE", f"/v1/tokens/{token_id}")
 
-    def events(self, read_timeout: float | None = None) -> Iterator[Event]:
-        """Follow the SSE stream until the server closes it (or the caller stops iterating)."""
+    def events(self, read_timeout: float | None = None, wanted: EventQuery | None = None,
+               last_event_id: str | None = None, on_open: Callable[[], None] = lambda: None) -> Iterator[Event]:
+        """Follow the SSE stream until the server closes it (or the caller stops iterating): only what
+        `wanted` asks for; with `last_event_id`, first what was missed since (or a `resync` event).
+        `on_open()`: the BBS accepted the subscription."""
         timeout = httpx.Timeout(self._http.timeout.connect, read=read_timeout)
+        headers = {"Accept": "text/event-stream", **({"Last-Event-ID": last_event_id} if last_event_id else {})}
         try:
-            with self._http.stream("GET", "/v1/events", timeout=timeout,
-                                   headers={"Accept": "text/event-stream"}) as response:
+            with self._http.stream("GET", "/v1/events", timeout=timeout, headers=headers,
+                                   params=(wanted or EventQuery()).params()) as response:
                 if response.is_error:
                     response.read()
                     raise _error_from_response(response)
+                on_open()
                 for event_type, data in parse_sse(response.iter_lines()):
                     yield event_from_sse(event_type, data)
         except httpx.TransportError as exc:
             reason = str(exc) or type(exc).__name__
             raise BBSUnreachable(f"lost the BBS event stream at {self.base_url}: {reason}") from exc
+
+    def follow_events(self, wanted: EventQuery | None = None, give_up_s: float = FOLLOW_GIVE_UP_S,
+                      on_reconnect: Callable[[str], None] = lambda why: None,
+                      on_open: Callable[[str], None] = lambda url: None) -> Iterator[Event]:
+        """Follow the stream for good: when it ends or breaks (the BBS stopped, or died), connect again —
+        to another replica when this client lists several and this one is gone (common/failover.py) —
+        sending the last event's id as Last-Event-ID, so that what happened meanwhile comes first (or a
+        `resync` event, from a replica that cannot tell). Gives up (BBSUnreachable) after `give_up_s`
+        without an event, and at once when the first connection fails; a refusal (401, 403, 422, 429)
+        ends it at once. `on_reconnect(why)` is told of each new attempt, `on_open(url)` of each
+        subscription the BBS at `url` accepted."""
+        last_id: str | None = None
+        quiet_since = time.monotonic()
+        attempt = 0
+        opened: list[str] = []
+
+        def accepted() -> None:
+            opened.append(self.current_url())
+            on_open(opened[-1])
+
+        while True:
+            try:
+                for event in self.events(wanted=wanted, last_event_id=last_id, on_open=accepted):
+                    quiet_since, attempt = time.monotonic(), 0
+                    last_id = event.id or last_id
+                    yield event
+                why = "the BBS closed the event stream"
+            except BBSUnreachable as exc:
+                if not opened:
+                    raise
+                why = str(exc)
+            if time.monotonic() - quiet_since > give_up_s:
+                raise BBSUnreachable(f"{why}; no event for {give_up_s:g}s, gave up")
+            on_reconnect(why)
+            time.sleep(min(RECONNECT_MAX_S, RECONNECT_FIRST_S * 2 ** attempt))  # a retry's backoff
+            attempt += 1
+
+
+@dataclass(frozen=True, slots=True)
+class EventQuery:
+    """The filters of GET /v1/events: an app's, a cell's, some types' events only (empty: every event)."""
+
+    app: str | None = None
+    cell: str | None = None
+    types: tuple[str, ...] = ()
+
+    def params(self) -> httpx.QueryParams:
+        given = [("app", self.app), ("cell", self.cell), *(("type", t) for t in self.types)]
+        return httpx.QueryParams([(name, value) for name, value in given if value])

@@ -16,6 +16,7 @@ from .bbs_client import (
     BBSUnreachable,
     ClientAuth,
     Conflict,
+    EventQuery,
     InvalidRequest,
     NotFound,
     Refused,
@@ -178,3 +179,39 @@ def test_events_follows_the_stream():
                                                          headers={"content-type": "text/event-stream"})) as bbs:
         received = [(e.type, e.data) for e in bbs.events()]
     assert received == [("desired_lrp_created", {"n": 0}), ("actual_lrp_changed", {"n": 1})]
+
+
+def sse(*events: tuple[str, str]) -> str:
+    """SSE text of (id, type) events, as the BBS writes them."""
+    return "".join(f"id: {i}\nevent: {kind}\ndata: {json.dumps({'type': kind, 'data': {}, 'at': NOW, 'id': i})}\n\n"
+                   for i, kind in events)
+
+
+def test_following_sends_filters_and_resumes_with_the_last_id_after_the_stream_ends(monkeypatch):
+    monkeypatch.setattr("deploy.bbs_client.RECONNECT_FIRST_S", 0.0)
+    asked: list[tuple[str, str | None]] = []
+    answers = [sse(("e-1", "task_created"), ("e-2", "task_changed")), sse(("e-3", "task_removed"))]
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        asked.append((str(request.url.query.decode()), request.headers.get("last-event-id")))
+        if not answers:
+            return httpx.Response(403, json={"detail": "role reader may not"})
+        return httpx.Response(200, text=": connected\n\n" + answers.pop(0), headers={"content-type": "text/event-stream"})
+
+    reconnects: list[str] = []
+    query = EventQuery(app="web", types=("task_created", "task_removed"))
+    with client_answering(answer) as bbs, pytest.raises(Refused):
+        for event in bbs.follow_events(query, on_reconnect=reconnects.append):
+            assert event.id.startswith("e-")
+    assert asked == [("app=web&type=task_created&type=task_removed", None),
+                     ("app=web&type=task_created&type=task_removed", "e-2"),
+                     ("app=web&type=task_created&type=task_removed", "e-3")]
+    assert reconnects == ["the BBS closed the event stream"] * 2
+
+
+def test_following_fails_at_once_when_the_first_connection_does():
+    def refuse(request: httpx.Request) -> httpx.Response:
+        raise httpx.ConnectError("connection refused", request=request)
+
+    with client_answering(refuse) as bbs, pytest.raises(BBSUnreachable):
+        next(bbs.follow_events())

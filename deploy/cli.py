@@ -77,6 +77,7 @@ COMMAND_MODULES: dict[str, str] = {
     "certs": "deploy.certs_cmd",
     "tokens": "deploy.tokens_cmd",
     "why": "deploy.why_cmd",
+    "dashboard": "deploy.dashboard_cmd",
     **dict.fromkeys(("up", "demo"), "deploy.cluster_cmd"),
     **dict.fromkeys(
         ("push", "scale", "delete", "apps", "instances", "task", "tasks", "events"), "deploy.client_cmd"

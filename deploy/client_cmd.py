@@ -34,18 +34,21 @@ from pathlib import Path
 from typing import Annotated, Any, get_type_hints
 
 import typer
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, Field, ValidationError
 from rich.console import Console
 from rich.table import Table
 
 from common.failover import URLListError, split_urls
 from common.models import (
+    EVENT_TYPES,
+    GUID_PATTERN,
     ActualLRP,
     ActualState,
     CellPresence,
     DesiredLRPCreate,
     DesiredLRPUpdate,
     Event,
+    EventType,
     Presence,
     Task,
     TaskCreate,
@@ -60,6 +63,7 @@ from .bbs_client import (
     BBSUnreachable,
     ClientAuth,
     Conflict,
+    EventQuery,
     InvalidRequest,
     NotFound,
     invalid_from_validation_error,
@@ -716,13 +720,39 @@ def summarize(event: Event) -> str:
 @app.command(cls=OneLineErrorsCommand)
 @bbs_command
 def events(
+    app_guid: Annotated[str | None, typer.Option("--app", metavar="APP", help="Only this app's events.")] = None,
+    cell: Annotated[str | None, typer.Option("--cell", metavar="CELL", help="Only this cell's events.")] = None,
+    types: Annotated[list[str] | None, typer.Option(
+        "--type", metavar="TYPE", help=f"Only events of this type (repeatable): {', '.join(EVENT_TYPES)}.")] = None,
     connection: Connection = Connection(),
     as_json: AsJson = False,
 ) -> None:
-    """Follow the BBS's event stream: one line per event (Ctrl-C to stop)."""
+    """Follow the BBS's event stream: one line per event (Ctrl-C to stop).
+
+    When the BBS goes away it connects again, to another replica if --bbs lists several, and resumes where
+    it was (Last-Event-ID); a `resync` line says events may have been missed there: list again
+    (`vendue apps`, `instances`)."""
+    try:
+        wanted = EventFilterFlags(app=app_guid, cell=cell, type=list(types or ()))
+    except ValidationError as exc:
+        problem = exc.errors()[0]
+        name = str(problem["loc"][0])
+        fail(f"--{name} ({name}): {problem['msg']}", USAGE_ERROR)
+    query = EventQuery(app=wanted.app, cell=wanted.cell, types=tuple(wanted.type))
+
+    told: list[str] = []
+
+    def reconnecting(why: str) -> None:
+        if told[-1:] != [why]:  # once per reason, not once per attempt
+            typer.echo(f"reconnecting: {why}", err=True)
+            told.append(why)
+
+    def following(url: str) -> None:
+        typer.echo(f"following the events of {url} (Ctrl-C to stop)", err=True)
+
     with connect(connection) as client:
         try:
-            for event in client.events():
+            for event in client.follow_events(query, on_reconnect=reconnecting, on_open=following):
                 if as_json:
                     line = event.model_dump_json()
                 else:
@@ -732,4 +762,12 @@ def events(
                 sys.stdout.flush()
         except KeyboardInterrupt:
             return
-    fail("the BBS closed the event stream")
+
+
+class EventFilterFlags(BaseModel):
+    """The filters `vendue events` takes, checked as the BBS checks them (GET /v1/events) before asking it.
+    Field names are the query parameters'."""
+
+    app: Annotated[str | None, Field(pattern=GUID_PATTERN)] = None
+    cell: Annotated[str | None, Field(pattern=GUID_PATTERN)] = None
+    type: list[EventType] = []

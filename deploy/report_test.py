@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.e2e.chromium import chromium_binary
+
 from .cluster import PROJECT_ROOT
 from .report import CHART_IDS, json_path, render_html, write_report
 from .scenarios import SCENARIOS
@@ -93,15 +95,6 @@ class _Charts(HTMLParser):
                 break
 
 
-def _chromium() -> str:
-    found = shutil.which("chromium") or shutil.which("chromium-browser")
-    if found:
-        return found
-    if os.environ.get("CI") == "true":
-        pytest.fail("chromium is not installed (.ci/run installs Debian's chromium package)", pytrace=False)
-    pytest.skip("chromium is not installed: apt-get install chromium (.ci/run does)")
-
-
 def _run_browser(argv: list[str]) -> subprocess.CompletedProcess[bytes]:
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
     try:
@@ -118,7 +111,7 @@ def _run_browser(argv: list[str]) -> subprocess.CompletedProcess[bytes]:
 @pytest.mark.e2e
 @pytest.mark.timeout(4 * BROWSER_TIMEOUT_S)
 def test_the_charts_render_in_headless_chromium(report: dict, tmp_path: Path) -> None:
-    browser = _chromium()
+    browser = chromium_binary()
     page = tmp_path / "report.html"
     write_report(report, page)
     common = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",

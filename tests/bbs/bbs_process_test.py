@@ -174,7 +174,7 @@ def _event_types(lines: Iterator[str], want: int, timeout_s: float = 10) -> list
     deadline = time.monotonic() + timeout_s
     seen: list[str] = []
     for line in lines:
-        if line.startswith("event: "):
+        if line.startswith("event: ") and line != "event: convergence_completed":  # one per pass, any time
             seen.append(line.removeprefix("event: "))
         if len(seen) >= want:
             return seen

@@ -5,6 +5,7 @@
                               [--presence-ttl S] [--convergence-interval S] [--progress summary|events]
                               [--database sqlite|postgres|both] [--tls on|off|both]
                               [--encryption on|off|both] [--sqlite-synchronous full|normal|both]
+                              [--subscribers N] [--dashboard]
 
 Desires A apps x N/A instances (default 100 x 100 = 10,000), measures the seconds until every instance
 is RUNNING in the BBS (its own counts, GET /v1/actual_lrps/summary polled every 50 ms; then confirmed by
@@ -30,6 +31,13 @@ desires a few env values, as a real app's database URL and credentials) with a k
 the clear; `both` runs off then on and adds, per run size, the ratio on/off of the seconds to all RUNNING
 (target <= 1.1) and the BBS's peak RSS of each (target: no larger). Every run reports the BBS's peak RSS
 (`bbs_peak_rss_mb`, its VmHWM). One comparison at a time: not with `--tls both` or `--database both`.
+
+`--subscribers N` and/or `--dashboard`: what watching costs. Each run size is measured without watchers, then
+with N clients following GET /v1/events (the SSE stream, read as it comes, resuming with Last-Event-ID when
+dropped) and, with `--dashboard`, one client doing what the dashboard page (/ui) does: list the cells, the
+desired and the actual LRPs, follow the stream, and list again on a `resync`. Adds, per run size, the ratio
+with/without of the seconds to all RUNNING (target < 1.10 for 50 subscribers and the dashboard on the
+10,000-instance run) and what the watchers received. One comparison at a time.
 
 `--sqlite-synchronous full` (the default, as `vendue bbs`: an acknowledged write survives a power loss)
 or `normal` (only a crash of the BBS); `both` runs normal then full on SQLite and adds, per run size, the
@@ -64,6 +72,7 @@ from deploy.cluster import LocalCluster  # noqa: E402
 TARGET_SECONDS_10K = 5.0
 TARGET_PG_SQLITE_RATIO = 1.5
 TARGET_ENCRYPTION_RATIO = 1.1
+TARGET_WATCHERS_RATIO = 1.1
 # What each app desires in env: what the BBS seals (and a real app carries: where its database is, and how in).
 BENCH_ENV = {"DATABASE_URL": "postgresql://app:s3cret-password@db.internal:5432/app",
              "API_TOKEN": "tok_" + "0123456789abcdef" * 2, "LOG_LEVEL": "info", "REGION": "eu-west-1"}
@@ -215,8 +224,92 @@ class RunningWatcher:
         self._changed.set()
 
 
+# Every event's block starts with its id line, after the blank line that ends what came before it.
+EVENT_START = b"\nid: "
+RESYNC_LINE = b"\nevent: resync\n"
+
+
+class Watchers:
+    """The clients whose cost `--subscribers` / `--dashboard` measures: `subscribers` followers of the SSE
+    stream and, with `dashboard`, one client doing what the dashboard page does. They read every byte as it
+    comes (counting events by their `id:` lines, not parsing them: the harness must not take the 2 cores
+    from the BBS it measures) and resume with Last-Event-ID when the BBS drops one that fell behind."""
+
+    def __init__(self, bbs_url: str, subscribers: int, dashboard: bool) -> None:
+        self.bbs_url = bbs_url
+        self.subscribers = subscribers
+        self.dashboard = dashboard
+        self.events = 0
+        self.reconnects = 0
+        self.resyncs = 0
+        self.listings = 0  # the dashboard's: cells, desired and actual LRPs, each time
+        self.connected = 0
+        self._tasks: list[asyncio.Task[None]] = []
+
+    async def start(self, session: aiohttp.ClientSession, timeout: float = 30.0) -> None:
+        followers = self.subscribers + (1 if self.dashboard else 0)
+        self._tasks = [asyncio.create_task(self._follow(session, dashboard=self.dashboard and i == 0))
+                       for i in range(followers)]
+        deadline = time.perf_counter() + timeout
+        while self.connected < followers:
+            if time.perf_counter() > deadline:
+                raise RuntimeError(f"only {self.connected} of {followers} event stream clients connected")
+            await asyncio.sleep(0.05)
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    async def _list_all(self, session: aiohttp.ClientSession) -> None:
+        for path in ("/v1/cells", "/v1/desired_lrps", "/v1/actual_lrps"):
+            async with session.get(f"{self.bbs_url}{path}") as r:
+                r.raise_for_status()
+                await r.read()
+        self.listings += 1
+
+    async def _follow(self, session: aiohttp.ClientSession, dashboard: bool) -> None:
+        last_id = ""
+        first = True
+        while True:
+            try:
+                if dashboard:
+                    await self._list_all(session)
+                headers = {"Last-Event-ID": last_id} if last_id else {}
+                async with session.get(f"{self.bbs_url}/v1/events", headers=headers,
+                                       timeout=aiohttp.ClientTimeout(total=None, sock_read=None)) as r:
+                    r.raise_for_status()
+                    if first:
+                        self.connected += 1
+                        first = False
+                    # The ends of the previous chunk, one byte shorter than each pattern: a pattern split
+                    # between two chunks is still seen, and none is counted twice.
+                    event_tail = resync_tail = b""
+                    async for chunk in r.content.iter_any():
+                        text = event_tail + chunk
+                        self.events += text.count(EVENT_START)
+                        if RESYNC_LINE in resync_tail + chunk:
+                            self.resyncs += 1
+                            if dashboard:
+                                await self._list_all(session)
+                        at = text.rfind(EVENT_START)
+                        end = text.find(b"\n", at + len(EVENT_START)) if at >= 0 else -1
+                        if end >= 0:
+                            last_id = text[at + len(EVENT_START):end].decode()
+                        event_tail = text[-(len(EVENT_START) - 1):]
+                        resync_tail = (resync_tail + chunk)[-(len(RESYNC_LINE) - 1):]
+            except (aiohttp.ClientError, TimeoutError):
+                pass
+            self.reconnects += 1
+            await asyncio.sleep(0.1)  # a reconnecting client's backoff
+
+    def report(self) -> dict[str, Any]:
+        return {"subscribers": self.subscribers, "dashboard": self.dashboard, "events_received": self.events,
+                "reconnects": self.reconnects, "resyncs": self.resyncs, "dashboard_listings": self.listings}
+
+
 async def measure(cluster: LocalCluster, apps: int, per_app: int, timeout: float,
-                  progress: str = "summary") -> dict[str, Any]:
+                  progress: str = "summary", subscribers: int = 0, dashboard: bool = False) -> dict[str, Any]:
     total = apps * per_app
     bbs = cluster.bbs_url
     # Every distinct process that serves HTTP: the BBS, the auctioneer, and the rep process(es).
@@ -237,6 +330,13 @@ async def measure(cluster: LocalCluster, apps: int, per_app: int, timeout: float
             watcher = RunningWatcher(bbs, {f"bench-{apps}x{per_app}-{i}" for i in range(apps)})
             watch_task = asyncio.create_task(watcher.run(client))
             await asyncio.wait_for(watcher.subscribed.wait(), 30.0)
+
+        watchers: Watchers | None = None
+        watching: aiohttp.ClientSession | None = None
+        if subscribers or dashboard:
+            watchers = Watchers(bbs, subscribers, dashboard)
+            watching = light_session(cluster, subscribers + 2)
+            await watchers.start(watching)
 
         light = light_session(cluster, DESIRE_CONCURRENCY + 8)  # room for the progress polls beside the desires
         t0 = time.perf_counter()
@@ -284,6 +384,9 @@ async def measure(cluster: LocalCluster, apps: int, per_app: int, timeout: float
             desires.cancel()
             await asyncio.gather(desires, return_exceptions=True)
         await light.close()
+        if watchers is not None and watching is not None:
+            await watchers.stop()
+            await watching.close()
         if watch_task is not None:
             watch_task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -313,6 +416,7 @@ async def measure(cluster: LocalCluster, apps: int, per_app: int, timeout: float
         "summary_polls": polls,
         "running_listed_at_end": running,
         **({"event_stream": {"events": watcher.events, "disconnects": watcher.disconnects}} if watcher else {}),
+        **({"watchers": watchers.report()} if watchers else {}),
         "seconds_to_fraction_running": {f"{int(m * 100)}%": t for m, t in sorted(marks.items())},
         "running_timeline": timeline[:: max(1, len(timeline) // 20)],
     }
@@ -372,7 +476,7 @@ def peak_rss_mb(pid: int) -> float | None:
 def run_once(apps: int, per_app: int, cells: int, zones: int, timeout: float, presence_ttl: float,
              convergence_interval: float, progress: str = "summary",
              database_url: str | None = None, insecure: bool = False, encryption: bool = True,
-             sqlite_synchronous: str = "full") -> dict[str, Any]:
+             sqlite_synchronous: str = "full", subscribers: int = 0, dashboard: bool = False) -> dict[str, Any]:
     timings = ["--presence-ttl", str(presence_ttl)]
     # ignore_cleanup_errors: a component still flushing its log while the directory goes must not turn
     # a finished measurement into a traceback.
@@ -389,7 +493,7 @@ def run_once(apps: int, per_app: int, cells: int, zones: int, timeout: float, pr
         try:
             cluster.start(timeout=120.0)
             startup_s = time.perf_counter() - started
-            report = asyncio.run(measure(cluster, apps, per_app, timeout, progress))
+            report = asyncio.run(measure(cluster, apps, per_app, timeout, progress, subscribers, dashboard))
             report["bbs_peak_rss_mb"] = peak_rss_mb(cluster.pids()["bbs"])
             report["cluster_start_seconds"] = round(startup_s, 3)
             report["presence_ttl_s"] = presence_ttl
@@ -422,7 +526,17 @@ def main(argv: list[str] | None = None) -> int:
                         help="command and env sealed at rest (default), in the clear, or both compared")
     parser.add_argument("--sqlite-synchronous", choices=("full", "normal", "both"), default="full",
                         help="SQLite's synchronous pragma: full (default), normal, or both compared")
+    parser.add_argument("--subscribers", type=int, default=0,
+                        help="compare runs without and with this many /v1/events subscribers (e.g. 50)")
+    parser.add_argument("--dashboard", action="store_true",
+                        help="compare runs without and with a client doing what the dashboard page does")
     args = parser.parse_args(argv)
+    watching = args.subscribers > 0 or args.dashboard
+    if args.subscribers < 0:
+        parser.error("--subscribers must be at least 0")
+    if watching and [args.tls, args.encryption, args.database, args.sqlite_synchronous].count("both"):
+        parser.error("one comparison at a time: --subscribers/--dashboard compare runs without and with "
+                     "watchers, not with --tls, --encryption, --database or --sqlite-synchronous both")
     if args.apps < 1 or args.instances < args.apps:
         parser.error("--instances must be at least --apps, and --apps at least 1")
     if [args.tls, args.encryption, args.database, args.sqlite_synchronous].count("both") > 1:
@@ -437,13 +551,14 @@ def main(argv: list[str] | None = None) -> int:
         runs.insert(0, (args.apps, per_app))
     def measure_all(database: str, database_url: Callable[[], str | None], tls: str = args.tls,
                     encryption: str = args.encryption,
-                    synchronous: str = args.sqlite_synchronous) -> dict[str, Any]:
+                    synchronous: str = args.sqlite_synchronous, watched: bool = False) -> dict[str, Any]:
         results = []
         for apps, n in runs:
             try:
                 results.append(run_once(apps, n, args.cells, args.zones, args.timeout, args.presence_ttl,
                                         args.convergence_interval, args.progress, database_url(), tls == "off",
-                                        encryption == "on", synchronous))
+                                        encryption == "on", synchronous,
+                                        args.subscribers if watched else 0, args.dashboard and watched))
             except Exception as exc:  # noqa: BLE001 - reported in the JSON, not raised
                 results.append({"apps": apps, "instances_per_app": n, "error": f"{type(exc).__name__}: {exc}"})
         big = next((r for r in results if r.get("instances") == 10_000), None)
@@ -468,6 +583,10 @@ def main(argv: list[str] | None = None) -> int:
             return compare_tls({tls: measure_all(database, database_url, tls=tls) for tls in ("off", "on")})
         if args.encryption == "both":
             return compare_encryption({on: measure_all(database, database_url, encryption=on) for on in ("off", "on")})
+        if watching:
+            return compare_watchers({"without": measure_all(database, database_url),
+                                     "with": measure_all(database, database_url, watched=True)},
+                                    args.subscribers, args.dashboard)
         if args.sqlite_synchronous == "both":
             return compare_synchronous({mode: measure_all(database, database_url, synchronous=mode)
                                         for mode in ("normal", "full")})
@@ -569,6 +688,26 @@ def compare_synchronous(by_mode: dict[str, dict[str, Any]]) -> dict[str, Any]:
                      "ratio_full_over_normal": ratio(full_s.get(n), normal_s[n])}
             for n in normal_s
         },
+    }
+
+
+def compare_watchers(by_watchers: dict[str, dict[str, Any]], subscribers: int, dashboard: bool) -> dict[str, Any]:
+    """Both suites (without watchers, then with them) and, per run size, the seconds to all RUNNING of each
+    and the ratio with/without (target < 1.1)."""
+    without_s, with_s = seconds_by_size(by_watchers["without"]), seconds_by_size(by_watchers["with"])
+    compared = {}
+    for n in without_s:
+        watched_ratio = ratio(with_s.get(n), without_s[n])
+        compared[str(n)] = {"without": without_s[n], "with": with_s.get(n), "ratio_with_over_without": watched_ratio,
+                            "met": watched_ratio < TARGET_WATCHERS_RATIO if watched_ratio else None}
+    return {
+        "benchmark": "e2e",
+        "transport": "http",
+        "database": by_watchers["with"]["database"],
+        "watchers": {"subscribers": subscribers, "dashboard": dashboard},
+        "suites": by_watchers,
+        "with_vs_without_watchers": compared,
+        "target_max_ratio": TARGET_WATCHERS_RATIO,
     }
 
 

@@ -327,6 +327,12 @@ class Received:
     type: str
     data: Any
     bbs_at: str | None = None  # the Event's own `at` (BBS wall clock, set once the change committed)
+    id: str = ""  # the Event's id, `<epoch>-<seq>` (bbs/events.py)
+
+    @property
+    def id_seq(self) -> int:
+        """The number in the id: the BBS counts its events (seq above is this log's own count)."""
+        return int(self.id.rpartition("-")[2])
 
 
 @dataclass
@@ -335,6 +341,8 @@ class EventLog:
 
     url: str
     verify: ssl.SSLContext | bool = True
+    params: list[tuple[str, str]] = field(default_factory=list)  # filters: app, cell, type
+    headers: dict[str, str] = field(default_factory=dict)  # Last-Event-ID
     events: list[Received] = field(default_factory=list)
     on_event: list[Callable[[Received], None]] = field(default_factory=list)
     connected: threading.Event = field(default_factory=threading.Event)
@@ -352,7 +360,8 @@ class EventLog:
 
     def _run(self) -> None:
         try:
-            with self._client.stream("GET", f"{self.url}/v1/events") as resp:
+            with self._client.stream("GET", f"{self.url}/v1/events", params=self.params,
+                                     headers=self.headers) as resp:
                 resp.raise_for_status()
                 etype, data_lines = "", []
                 for line in resp.iter_lines():
@@ -382,11 +391,11 @@ class EventLog:
         except ValueError:
             data = raw
         # The SSE data may be the whole Event {"type", "data", "at"} or just its data.
-        bbs_at = None
+        bbs_at, event_id = None, ""
         if isinstance(data, dict) and "type" in data and "data" in data:
-            etype, data, bbs_at = data["type"] or etype, data["data"], data.get("at")
+            etype, data, bbs_at, event_id = data["type"] or etype, data["data"], data.get("at"), data.get("id", "")
         with self._lock:
-            ev = Received(len(self.events), time.monotonic(), etype, data, bbs_at)
+            ev = Received(len(self.events), time.monotonic(), etype, data, bbs_at, event_id)
             self.events.append(ev)
         for callback in list(self.on_event):
             callback(ev)

@@ -1,0 +1,64 @@
+"""The dashboard's page and its login: a token in the URL becomes a reader session in a cookie, good for
+reads only. In process (the BBS app over ASGI, authorization on); the page in a browser against a real
+cluster is tests/e2e/test_dashboard.py."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import httpx
+import pytest
+
+from bbs.api import create_app
+from bbs.dashboard import SESSION_COOKIE, SESSION_S, dashboard_page
+from bbs.server import running_bbs
+from bbs.settings import BBSSettings
+from common.models import TokenCreate
+
+
+@pytest.fixture
+async def bbs_http(tmp_path: Path, database_url: str):
+    settings = BBSSettings(data_dir=tmp_path, database_url=database_url)
+    async with running_bbs(settings, converge=False) as bbs:
+        transport = httpx.ASGITransport(app=create_app(bbs, insecure=False))
+        # https: the session cookie is Secure, and a client keeps it for https only
+        async with httpx.AsyncClient(transport=transport, base_url="https://bbs", timeout=10) as http:
+            yield bbs, http
+
+
+async def test_a_login_token_becomes_a_reader_session_cookie_for_reads_only(bbs_http) -> None:
+    bbs, http = bbs_http
+    assert (await http.get("/ui")).status_code == 401  # no identity: no page
+    assert "vendue dashboard" in (await http.get("/ui/login")).text
+    refused = await http.get("/ui/login", params={"token": "vdt_unknown"})
+    assert refused.status_code == 403 and "not valid" in refused.text
+    assert SESSION_COOKIE not in http.cookies
+
+    login = await bbs.create_token(TokenCreate(role="reader", name="dashboard login", expires_in_s=60))
+    response = await http.get("/ui/login", params={"token": login["token"]})
+    assert response.status_code == 303 and response.headers["location"] == "/ui", response.text
+    cookie = response.headers["set-cookie"]
+    for attribute in ("HttpOnly", "Secure", "SameSite=strict", "Path=/", f"Max-Age={int(SESSION_S)}"):
+        assert attribute.lower() in cookie.lower(), cookie
+    session = http.cookies[SESSION_COOKIE]
+    assert session != login["token"]  # a session of its own: the login token stays short-lived
+
+    page = await http.get("/ui")
+    assert page.status_code == 200 and page.text == dashboard_page()
+    assert "default-src 'none'" in page.headers["content-security-policy"]
+    assert (await http.get("/v1/cells")).status_code == 200
+    assert (await http.get("/v1/tokens")).status_code == 403  # admin only: the session is a reader's
+    write = await http.post("/v1/desired_lrps", json={"process_guid": "web", "instances": 1})
+    assert write.status_code == 401, write.text  # a cookie never authorizes a write (CSRF)
+    assert (await http.get("/v1/desired_lrps")).json()["items"] == []
+
+    tokens = {t["name"]: t for t in await bbs.list_tokens()}
+    assert tokens["dashboard session of dashboard login"]["role"] == "reader"
+
+
+def test_the_page_is_self_contained() -> None:
+    page = dashboard_page()
+    assert "<script>" in page and "<style>" in page
+    assert not re.search(r"<(script|link|img|iframe)[^>]+(src|href)=", page), "the page loads another file"
+    assert not re.search(r"https?://", page), "the page names another site"
