@@ -207,7 +207,7 @@ def test_cells_lists_the_cell_states_from_the_bbs_alone(bbs):
 
 def test_events_json_prints_one_event_per_line(bbs, tmp_path: Path):
     # A real subprocess: `vendue events` follows the stream until it is stopped.
-    proc = subprocess.Popen([*ENTRY_POINT, "events", "--json", "--bbs", bbs.url], stdout=subprocess.PIPE,
+    proc = subprocess.Popen([*ENTRY_POINT, "events", "--json", "--type", "task_created", "--bbs", bbs.url], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, cwd=PROJECT_ROOT, preexec_fn=child_preexec(),
                             env={**os.environ, **bbs.tls_env()})
     try:
@@ -222,7 +222,7 @@ def test_events_json_prints_one_event_per_line(bbs, tmp_path: Path):
             pytest.fail(f"expected an event line from `vendue events --json`; saw none "
                         f"(stderr: {proc.stderr.read() if proc.poll() is not None else 'still running'})")
         event = Event.model_validate(json.loads(line))
-        assert event.type.startswith("task_") and event.data["task_guid"].startswith(name)
+        assert event.type == "task_created" and event.data["task_guid"].startswith(name), event
     finally:
         terminate_then_kill(proc, grace_s=5.0)
 
