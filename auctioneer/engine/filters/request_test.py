@@ -1,18 +1,16 @@
+"""The request filters (labels, volumes, ingress IP, devices): each filter's rules and messages, and that
+they hold, and are claimed, whichever strategy places."""
+
 import pytest
 
 from ..scheduler import schedule
 from ..state import AuctionState
+from ..strategies.workload_generators import make_cell, placements
 from ..types import DeviceRequest, LRPStart, SchedulerConfig, Volume, VolumeRequest
-from .service_filters import (
-    DEVICES,
-    INGRESS_IP,
-    LABELS,
-    VOLUMES,
-    match_volume,
-    validate_label_expression,
-    volume_plan,
-)
-from .workload_generators import make_cell, placements
+from .devices import DEVICES
+from .ingress import INGRESS_IP
+from .labels import LABELS
+from .volumes import VOLUMES, match_volume, volume_plan
 
 STRATEGIES = ("diego", "dea", "loadmark", "service", "binpack", "random")
 
@@ -132,9 +130,3 @@ def test_the_state_claims_the_volume_the_plan_chose():
     assert [(v.name, v.holder, v.ephemeral) for v in state.slots[0].volumes] == [
         ("big", "db/0", True), ("small", None, False),
     ]
-
-
-def test_validate_label_expression_is_exported_for_the_boundary():
-    validate_label_expression("gpu=true")
-    with pytest.raises(ValueError, match="invalid label expression"):
-        validate_label_expression("gpu in (")
