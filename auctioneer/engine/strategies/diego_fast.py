@@ -43,6 +43,7 @@ from bisect import insort
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from math import inf
+from operator import itemgetter
 from typing import NamedTuple
 
 from sortedcontainers import SortedList
@@ -116,20 +117,26 @@ class Levels:
         self.zero: set[int] | None = None  # cells with a count of 0, once asked for (then kept current)
 
 
-class Winner(NamedTuple):
-    """A pool's best cell for an item; compared as (score, position), the reference's tie-break."""
-
-    score: float  # exact: the reference's own function
-    position: int
+# Candidates are compared as tuples, in the reference's order; they are tuples with named parts, made
+# with tuple's own constructor (`Winner((score, position))`), as a NamedTuple's is too slow to make
+# once per candidate.
 
 
-class GroupWinner(NamedTuple):
-    """A zone group's best cell so far; compared in the order the reference meets cells."""
+class Winner(tuple):
+    """A pool's best cell for an item: (exact score, position), the reference's tie-break."""
 
-    score: float
-    zone_rank: int
-    index_in_zone: int
-    position: int
+    __slots__ = ()
+    score = property(itemgetter(0))  # exact: the reference's own function
+    position = property(itemgetter(1))
+
+
+class GroupWinner(tuple):
+    """A zone group's best cell so far: (score, zone rank, index in zone, position), the order in which
+    the reference meets cells."""
+
+    __slots__ = ()
+    score = property(itemgetter(0))
+    position = property(itemgetter(3))
 
 
 class LevelBest(NamedTuple):
@@ -137,9 +144,8 @@ class LevelBest(NamedTuple):
     approx: float  # the winner's approximate score (load + LOCALITY_OFFSET × level); inf: no winner
 
 
-class Scan(NamedTuple):
-    winner: Winner | None
-    finished: bool  # False: more than the budget was looked at first, and the search gave up
+class RanLong(Exception):
+    """A search in load order looked at more buckets and cells than its budget before finishing."""
 
 
 @dataclass(slots=True)
@@ -301,18 +307,18 @@ class DiegoFast(FastPicker, DiegoReference):
         """
         counts = search.counts
         if not counts:
-            return self._scan(pool, search, 0, None, inf, UNLIMITED).winner
+            return self._scan(pool, search, 0, None, inf, UNLIMITED)
         index = search.levels
         searched = False
         if index is None:
-            scan = self._scan(pool, search, 0, None, inf, len(pool.positions) - len(counts) + DIRECT)
-            if scan.finished:
-                return scan.winner
-            index = search.levels = self._level_index(search.count_key, counts)
-            searched = True  # level 0 (the lowest) was just looked for in load order, at length
+            try:
+                return self._scan(pool, search, 0, None, inf, len(pool.positions) - len(counts) + DIRECT)
+            except RanLong:
+                index = search.levels = self._level_index(search.count_key, counts)
+                searched = True  # level 0 (the lowest) was just looked for in load order, at length
         levels = index.get(pool)
         if levels is None:  # no cell of the pool holds the process
-            return self._scan(pool, search, 0, None, inf, UNLIMITED).winner
+            return self._scan(pool, search, 0, None, inf, UNLIMITED)
         # The lowest level of the pool, and its cells (None: count 0, not materialised).
         if levels.held < len(pool.positions):
             lowest, cells, size = 0, levels.zero, len(pool.positions) - levels.held
@@ -321,16 +327,16 @@ class DiegoFast(FastPicker, DiegoReference):
             cells = levels.sets[lowest]
             size = len(cells)
         if size > DIRECT and not searched:
-            scan = self._scan(pool, search, lowest, None, inf, size + DIRECT)
-            if scan.finished:
-                return scan.winner
-            # The search ran long: the level's cells are few among the least loaded. Score them directly.
+            try:
+                return self._scan(pool, search, lowest, None, inf, size + DIRECT)
+            except RanLong:
+                pass  # the level's cells are few among the least loaded: score them directly
         if cells is None:
             cells = levels.zero = {p for p in pool.positions if p not in counts}
         best = self._best_in_level(pool, cells, lowest, search)
         if best.winner is not None and pool.order[0][0] + LOCALITY_OFFSET * (lowest + 1) > _near(best.approx):
             return best.winner  # no cell of a higher level can come close
-        return self._scan(pool, search, lowest + 1, best.winner, best.approx, UNLIMITED).winner
+        return self._scan(pool, search, lowest + 1, best.winner, best.approx, UNLIMITED)
 
     def _best_in_level(self, pool: Pool, cells: set[int], level: int, search: Search) -> LevelBest:
         """The best fitting cell among `cells` (all of one level)."""
@@ -354,14 +360,14 @@ class DiegoFast(FastPicker, DiegoReference):
         for load, bucket, pos in fitting:
             if load <= bound and first.get(bucket, pos) >= pos:
                 first[bucket] = pos
-        winner = min(Winner(search.score_of(slots[pos]), pos) for pos in first.values())
+        winner = min(Winner((search.score_of(slots[pos]), pos)) for pos in first.values())
         return LevelBest(winner, lowest_load + LOCALITY_OFFSET * level)
 
     def _scan(self, pool: Pool, search: Search, floor: int, best: Winner | None, best_approx: float,
-              budget: float) -> Scan:
-        """The best fitting cell of count ≥ `floor`, searched in load order, starting from `best` (whose
-        approximate score is `best_approx`); gives up once more than `budget` buckets and cells were
-        looked at."""
+              budget: float) -> Winner | None:
+        """The best fitting cell of count ≥ `floor` (None: none fits), searched in load order, starting
+        from `best` (whose approximate score is `best_approx`); raises RanLong once more than `budget`
+        buckets and cells were looked at."""
         slots = self.state.slots
         buckets = pool.buckets
         counts, score_of = search.counts, search.score_of
@@ -384,7 +390,7 @@ class DiegoFast(FastPicker, DiegoReference):
             budget -= 1
             if free_m < need_m or free_d < need_d or free_c < need_c:
                 if budget < 0:
-                    return Scan(None, False)
+                    raise RanLong
                 continue
             members = buckets[cell_state].members
             if counts:
@@ -394,7 +400,7 @@ class DiegoFast(FastPicker, DiegoReference):
                     pos, count = self._lowest_member(members, counts, floor)
                     budget -= len(members)
                 if budget < 0:
-                    return Scan(None, False)
+                    raise RanLong
                 if pos < 0:
                     continue  # every member is of the level already scored directly
                 approx = load + LOCALITY_OFFSET * count
@@ -403,7 +409,7 @@ class DiegoFast(FastPicker, DiegoReference):
                 approx = load
             if approx > bound:
                 continue
-            candidate = Winner(score_of(slots[pos]), pos)
+            candidate = Winner((score_of(slots[pos]), pos))
             if best is None or candidate < best:
                 best = candidate
             if approx < best_approx:
@@ -412,7 +418,7 @@ class DiegoFast(FastPicker, DiegoReference):
         if complete:
             # Every cell state was seen: the bounds are the pool's current maxima.
             pool.most_free = seen_free
-        return Scan(best, True)
+        return best
 
     @staticmethod
     def _lowest_member(members: list[int], counts: dict[int, int], floor: int) -> tuple[int, int]:
@@ -451,7 +457,8 @@ class DiegoFast(FastPicker, DiegoReference):
                         continue
                     found = self._best_in_pool(pool, search)
                     if found is not None:
-                        candidate = GroupWinner(found.score, rank, slots[found.position].zone_pos, found.position)
+                        position = found.position
+                        candidate = GroupWinner((found.score, rank, slots[position].zone_pos, position))
                         if best is None or candidate < best:
                             best = candidate
             if best is not None:
