@@ -16,12 +16,17 @@ it reads of a cell (`cell_key`), and its vectorised form is its scalar form run 
 cells with equal keys (`CellColumns.static_mask`). A request filter (an LRP's optional constraint)
 says whether an item asks for it (`applies`), and one over something a placement uses up (ingress
 IPs, devices, volumes) takes it in `claim`, which the auction state calls on every reservation.
+
+Every filter carries an `Example`: an LRP and two cells it tells apart. It shows what the filter does
+at a glance, and `registry_test` runs it under every strategy and both engines: the rejected cell is
+never chosen, and when it is the only cell the diagnosis names the filter.
 """
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
-from typing import TYPE_CHECKING, Protocol
+from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -34,9 +39,23 @@ if TYPE_CHECKING:
 Work = LRPStart | TaskStart
 
 
+@dataclass(frozen=True, slots=True)
+class Example:
+    """An LRP (`LRPStart` fields beyond a 10 MB instance) and two cells (`Cell` fields beyond 100 MB of
+    memory and disk and 10 containers, all free; `available` as (memory, disk, containers)) that the
+    filter tells apart: it admits the first and rejects the second. `config`: `SchedulerConfig` fields
+    the filter needs."""
+
+    lrp: Mapping[str, Any] = field(default_factory=dict)
+    admitted: Mapping[str, Any] = field(default_factory=dict)
+    rejected: Mapping[str, Any] = field(default_factory=dict)
+    config: Mapping[str, Any] = field(default_factory=dict)
+
+
 class Filter(Protocol):
     name: str
     resource: bool  # resource filters feed Diego's "insufficient resources: ..." error
+    example: Example
 
     def rejects(self, slot: CellSlot, item: Work) -> bool: ...
 

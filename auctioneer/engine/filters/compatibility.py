@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Hashable, Sequence
 from typing import TYPE_CHECKING
 
-from .base import StaticFilter, Work
+from .base import Example, StaticFilter, Work
 
 if TYPE_CHECKING:
     from ..state import CellSlot
@@ -17,6 +17,7 @@ if TYPE_CHECKING:
 
 class StackFilter(StaticFilter):
     name = "stack"
+    example = Example(admitted={"stacks": ("cflinuxfs4",)}, rejected={"stacks": ("windows",)})
 
     def cell_key(self, slot: CellSlot) -> Hashable:
         return slot.stacks
@@ -36,6 +37,7 @@ class StackFilter(StaticFilter):
 
 class VolumeDriverFilter(StaticFilter):
     name = "volume_drivers"
+    example = Example(lrp={"volume_drivers": ("nfs",)}, admitted={"volume_drivers": frozenset({"nfs"})})
 
     def cell_key(self, slot: CellSlot) -> Hashable:
         return slot.drivers
@@ -66,6 +68,7 @@ class PlacementTagFilter(StaticFilter):
     """Request tags ⊆ cell tags ∪ optional tags, and the cell's required tags ⊆ request tags."""
 
     name = "placement_tags"
+    example = Example(lrp={"placement_tags": ("gpu",)}, admitted={"placement_tags": frozenset({"gpu"})})
 
     def cell_key(self, slot: CellSlot) -> Hashable:
         return (slot.tags, slot.optional_tags)

@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..types import LRPStart
-from .base import Work
+from ..types import DeviceRequest, LRPStart
+from .base import Example, Work
 
 if TYPE_CHECKING:
     from ..columns import CellColumns
@@ -25,6 +25,7 @@ def devices_wanted(item: Work) -> dict[str, int]:
 
 class DevicesFilter:
     name = "devices"
+    example = Example(lrp={"devices": (DeviceRequest("gpu"),)}, admitted={"devices": {"gpu": 1}})
     resource = False
 
     def applies(self, item: Work) -> bool:

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..types import LRPStart
-from .base import Work
+from .base import Example, Work
 
 if TYPE_CHECKING:
     from ..columns import CellColumns
@@ -21,6 +21,7 @@ def wants_ingress_ip(item: Work) -> bool:
 
 class IngressIPFilter:
     name = "ingress_ip"
+    example = Example(lrp={"ingress_ip": True}, admitted={"ingress_ips": ["198.18.0.10"]})
     resource = False
 
     def applies(self, item: Work) -> bool:

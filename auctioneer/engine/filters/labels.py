@@ -10,7 +10,7 @@ import numpy as np
 from common.labels import parse_label_expression
 
 from ..types import LRPStart
-from .base import StaticFilter, Work, no_claim
+from .base import Example, StaticFilter, Work, no_claim
 
 if TYPE_CHECKING:
     from ..columns import CellColumns
@@ -19,6 +19,8 @@ if TYPE_CHECKING:
 
 class LabelsFilter(StaticFilter):
     name = "labels"
+    example = Example(lrp={"labels_match": "disk=ssd"}, admitted={"labels": {"disk": "ssd"}},
+                      rejected={"labels": {"disk": "hdd"}})
     claim = staticmethod(no_claim)
 
     def applies(self, item: Work) -> bool:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .base import Work
+from .base import Example, Work
 
 if TYPE_CHECKING:
     from ..columns import CellColumns
@@ -28,6 +28,7 @@ def least_free(item: Work) -> tuple[int, int, int]:
 
 class MemoryFilter:
     name = "memory"
+    example = Example(lrp={"memory_mb": 50}, rejected={"available": (40, 100, 10)})
     resource = True
 
     def request_key(self, item: Work) -> Hashable:
@@ -49,6 +50,7 @@ class MemoryFilter:
 
 class DiskFilter:
     name = "disk"
+    example = Example(lrp={"disk_mb": 50}, rejected={"available": (100, 40, 10)})
     resource = True
 
     def request_key(self, item: Work) -> Hashable:
@@ -70,6 +72,7 @@ class DiskFilter:
 
 class ContainerFilter:
     name = "containers"
+    example = Example(rejected={"available": (100, 100, 0)})
     resource = True
 
     def request_key(self, item: Work) -> Hashable:

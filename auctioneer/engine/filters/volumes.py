@@ -17,7 +17,7 @@ import numpy as np
 from common.labels import parse_label_expression
 
 from ..types import LRPStart, Volume, VolumeRequest
-from .base import Work
+from .base import Example, Work
 
 if TYPE_CHECKING:
     from ..columns import CellColumns
@@ -69,6 +69,8 @@ def holds_own_volume(slot: CellSlot, item: LRPStart) -> bool:
 
 class VolumesFilter:
     name = "volumes"
+    example = Example(lrp={"volumes": (VolumeRequest("data", 100),)}, admitted={"volumes": [Volume("v", 500)]},
+                      rejected={"volumes": [Volume("v", 50)]})
     resource = False
 
     def applies(self, item: Work) -> bool:

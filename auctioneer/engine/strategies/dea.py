@@ -23,7 +23,7 @@ from collections.abc import Hashable, Sequence
 
 import numpy as np
 
-from ..filters import StaticFilter, Work
+from ..filters import Example, StaticFilter, Work
 from ..state import AuctionState, CellSlot
 from ..types import LRPStart, TaskStart
 from .base import FastPicker, Picker
@@ -34,6 +34,7 @@ NAME = "dea"
 
 class StaleAdvertisementFilter(StaticFilter):
     name = "stale_advertisement"
+    example = Example(config={"now": 100.0}, admitted={"expires_at": 200.0}, rejected={"expires_at": 50.0})
 
     def __init__(self, now: float | None) -> None:
         self.now = now

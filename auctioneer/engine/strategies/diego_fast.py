@@ -332,7 +332,7 @@ class DiegoFast(FastPicker, DiegoReference):
             except RanLong:
                 pass  # the level's cells are few among the least loaded: score them directly
         if cells is None:
-            cells = levels.zero = {p for p in pool.positions if p not in counts}
+            cells = levels.zero = {pos for pos in pool.positions if pos not in counts}
         best = self._best_in_level(pool, cells, lowest, search)
         if best.winner is not None and pool.order[0][0] + LOCALITY_OFFSET * (lowest + 1) > _near(best.approx):
             return best.winner  # no cell of a higher level can come close

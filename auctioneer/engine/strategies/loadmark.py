@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..columns import CellColumns
-from ..filters import Work
+from ..filters import Example, Work
 from ..state import AuctionState, CellSlot
 from ..types import HostMetrics, LoadMarkConfig, LRPStart, TaskStart
 from .base import FastPicker, Picker
@@ -93,6 +93,7 @@ def above_critical(slot: CellSlot, config: LoadMarkConfig) -> bool:
 
 class CriticalLoadFilter:
     name = "critical_load"
+    example = Example(rejected={"host": HostMetrics(swap_used_mb=90, swap_total_mb=100)})  # swap above 50 %
     resource = False
 
     def __init__(self, config: LoadMarkConfig) -> None:
