@@ -41,7 +41,6 @@ from __future__ import annotations
 
 from bisect import insort
 from collections.abc import Callable, Hashable
-from dataclasses import dataclass
 from math import inf
 from operator import itemgetter
 from typing import NamedTuple
@@ -148,16 +147,17 @@ class RanLong(Exception):
     """A search in load order looked at more buckets and cells than its budget before finishing."""
 
 
-@dataclass(slots=True)
-class Search:
-    """What one item's search reads in every pool."""
+class Search(tuple):
+    """What one item's search reads in every pool: (the item, the least free memory, disk and
+    containers a cell must have, the key of its count — the process guid, or TASKS —, each cell's count
+    of it by position, holding cells only, and the item's score function)."""
 
-    item: Work
-    need: tuple[int, int, int]  # the least free memory, disk and containers a cell must have
-    count_key: str | None  # the process guid, or TASKS
-    counts: dict[int, int]  # cell position -> its count of the process (or of tasks); none left out
-    levels: dict[Pool, Levels] | None  # the cells by count, once built
-    score_of: Callable[[CellSlot], float]
+    __slots__ = ()
+    item = property(itemgetter(0))
+    need = property(itemgetter(1))
+    count_key = property(itemgetter(2))
+    counts = property(itemgetter(3))
+    score_of = property(itemgetter(4))
 
 
 class DiegoFast(FastPicker, DiegoReference):
@@ -270,10 +270,9 @@ class DiegoFast(FastPicker, DiegoReference):
 
     def _search(self, item: Work, count_key: str | None, counts: dict[int, int],
                 score_of: Callable[[CellSlot], float]) -> Search:
-        levels = self.levels.get(count_key)
-        if levels is None and counts and len(counts) + DIRECT >= self.smallest_pool:
-            levels = self._level_index(count_key, counts)
-        return Search(item, least_free(item), count_key, counts, levels, score_of)
+        if count_key not in self.levels and counts and len(counts) + DIRECT >= self.smallest_pool:
+            self._level_index(count_key, counts)  # the process holds nearly as many cells as a pool has
+        return Search((item, least_free(item), count_key, counts, score_of))
 
     # --- picking --------------------------------------------------------------------------------
 
@@ -308,13 +307,13 @@ class DiegoFast(FastPicker, DiegoReference):
         counts = search.counts
         if not counts:
             return self._scan(pool, search, 0, None, inf, UNLIMITED)
-        index = search.levels
+        index = self.levels.get(search.count_key)
         searched = False
         if index is None:
             try:
                 return self._scan(pool, search, 0, None, inf, len(pool.positions) - len(counts) + DIRECT)
             except RanLong:
-                index = search.levels = self._level_index(search.count_key, counts)
+                index = self._level_index(search.count_key, counts)
                 searched = True  # level 0 (the lowest) was just looked for in load order, at length
         levels = index.get(pool)
         if levels is None:  # no cell of the pool holds the process
