@@ -127,7 +127,7 @@ class CellColumns:
             self._catch_up()
         found = self._derived.get(key)
         if found is None:
-            column = np.array([value_of(s) for s in self.slots], dtype=dtype).reshape(self.size)
+            column: np.ndarray = np.array([value_of(s) for s in self.slots], dtype=dtype).reshape(self.size)
             found = self._derived[key] = (column, value_of)
         return found[0]
 

@@ -80,6 +80,7 @@ class StaticFilter:
 
     name = "static"
     resource = False
+    example: Example
 
     def cell_key(self, slot: CellSlot) -> Hashable:  # pragma: no cover - interface
         raise NotImplementedError
@@ -92,6 +93,12 @@ class StaticFilter:
 
     def admits(self, cells: CellColumns, item: Work) -> np.ndarray:
         return cells.static_mask(self, item)
+
+    def error(self, item: Work) -> str:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def summary(self, rejected: Sequence[CellSlot], item: Work) -> str:  # pragma: no cover - interface
+        raise NotImplementedError
 
 
 def no_claim(slot: CellSlot, item: LRPStart) -> None:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..types import LRPStart
-from .base import Filter, RequestFilter, Work
+from .base import Filter, RequestFilter, StaticFilter, Work
 from .compatibility import PLACEMENT_TAGS, STACK, VOLUME_DRIVERS, compatibility_requirement
 from .devices import DEVICES
 from .ingress import INGRESS_IP
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from ..columns import CellColumns
     from ..state import CellSlot
 
-COMPATIBILITY: tuple[Filter, ...] = (STACK, VOLUME_DRIVERS, PLACEMENT_TAGS)
+COMPATIBILITY: tuple[StaticFilter, ...] = (STACK, VOLUME_DRIVERS, PLACEMENT_TAGS)
 REQUEST: tuple[RequestFilter, ...] = (LABELS, VOLUMES, INGRESS_IP, DEVICES)
 RESOURCES: tuple[Filter, ...] = (MEMORY, DISK, CONTAINERS)
 

@@ -396,12 +396,15 @@ class DiegoFast(FastPicker, DiegoReference):
                 pos = members[0]
                 count = counts.get(pos, 0)
                 if count != floor:  # the first member is not of the lowest count: look at them all
-                    pos, count = self._lowest_member(members, counts, floor)
                     budget -= len(members)
-                if budget < 0:
+                    if budget < 0:
+                        raise RanLong
+                    lowest = self._lowest_member(members, counts, floor)
+                    if lowest is None:
+                        continue  # every member is of the level already scored directly
+                    pos, count = lowest
+                elif budget < 0:
                     raise RanLong
-                if pos < 0:
-                    continue  # every member is of the level already scored directly
                 approx = load + LOCALITY_OFFSET * count
             else:
                 pos = members[0]
@@ -420,17 +423,17 @@ class DiegoFast(FastPicker, DiegoReference):
         return best
 
     @staticmethod
-    def _lowest_member(members: list[int], counts: dict[int, int], floor: int) -> tuple[int, int]:
-        """A bucket's best cell of count ≥ `floor`, the lowest count then the lowest position, and its
-        count; (-1, 0) when every member's count is below `floor`."""
-        found, found_count = -1, 0
+    def _lowest_member(members: list[int], counts: dict[int, int], floor: int) -> tuple[int, int] | None:
+        """(position, count) of a bucket's best cell of count ≥ `floor`: the lowest count, then the
+        lowest position; None when every member's count is below `floor`."""
+        found: tuple[int, int] | None = None
         for pos in members:
             count = counts.get(pos, 0)
             if count == floor:
                 return pos, count
-            if count > floor and (found < 0 or count < found_count):
-                found, found_count = pos, count
-        return found, found_count
+            if count > floor and (found is None or count < found[1]):
+                found = (pos, count)
+        return found
 
     def pick_lrp(self, item: LRPStart) -> CellSlot | None:
         if request_filters(item):
