@@ -290,6 +290,8 @@ class DiegoFast(FastPicker, DiegoReference):
 
     @staticmethod
     def _may_fit(pool: Pool, need: tuple[int, int, int]) -> bool:
+        """Whether some cell of the pool may fit the item: its upper bounds of free memory, disk and
+        containers meet the item's need."""
         most_free = pool.most_free
         return most_free[0] >= need[0] and most_free[1] >= need[1] and most_free[2] >= need[2]
 
@@ -453,7 +455,7 @@ class DiegoFast(FastPicker, DiegoReference):
             best: GroupWinner | None = None
             for rank, zone in enumerate(group):
                 for pool in self.zone_pools[zone]:
-                    most_free = pool.most_free  # upper bounds: nothing fits if these do not
+                    most_free = pool.most_free  # `_may_fit`, inlined: this runs per pool per item
                     if id(pool) not in compatible or most_free[0] < need_m or most_free[1] < need_d \
                             or most_free[2] < need_c:
                         continue
