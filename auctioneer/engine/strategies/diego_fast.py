@@ -148,16 +148,15 @@ class RanLong(Exception):
 
 
 class Search(tuple):
-    """What one item's search reads in every pool: (the item, the least free memory, disk and
-    containers a cell must have, the key of its count — the process guid, or TASKS —, each cell's count
-    of it by position, holding cells only, and the item's score function)."""
+    """What one item's search reads in every pool: (the least free memory, disk and containers a cell
+    must have, the key of its count — the process guid, or TASKS —, each cell's count of it by
+    position, holding cells only, and the item's score function)."""
 
     __slots__ = ()
-    item = property(itemgetter(0))
-    need = property(itemgetter(1))
-    count_key = property(itemgetter(2))
-    counts = property(itemgetter(3))
-    score_of = property(itemgetter(4))
+    need = property(itemgetter(0))
+    count_key = property(itemgetter(1))
+    counts = property(itemgetter(2))
+    score_of = property(itemgetter(3))
 
 
 class DiegoFast(FastPicker, DiegoReference):
@@ -272,7 +271,7 @@ class DiegoFast(FastPicker, DiegoReference):
                 score_of: Callable[[CellSlot], float]) -> Search:
         if count_key not in self.levels and counts and len(counts) + DIRECT >= self.smallest_pool:
             self._level_index(count_key, counts)  # the process holds nearly as many cells as a pool has
-        return Search((item, least_free(item), count_key, counts, score_of))
+        return Search((least_free(item), count_key, counts, score_of))
 
     # --- picking --------------------------------------------------------------------------------
 
