@@ -14,6 +14,7 @@ passed: a host that is down, or that no longer hosts the cell, has not answered.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping
@@ -72,7 +73,10 @@ class CellProbes:
             if cell.cell_id not in self._running:
                 task = asyncio.create_task(self._probe(cell), name=f"probe-{cell.cell_id}")
                 self._running[cell.cell_id] = task
-                task.add_done_callback(lambda _, cell_id=cell.cell_id: self._running.pop(cell_id, None))
+                task.add_done_callback(functools.partial(self._forget, cell.cell_id))
+
+    def _forget(self, cell_id: str, _: asyncio.Task[None]) -> None:
+        self._running.pop(cell_id, None)
 
     def keep_only(self, cell_ids: Collection[str]) -> None:
         """Forget the probes of cells no longer known (removed, or forgotten after their expiry)."""

@@ -1,6 +1,6 @@
 """One convergence pass as a pure function: desired, actual, tasks and cells in; actions out.
 
-DESIGN.md "Converge": missing index → UNCLAIMED + auction; extra index → removed and stopped on its
+docs/architecture.md "Converge": missing index → UNCLAIMED + auction; extra index → removed and stopped on its
 rep; UNCLAIMED left unplaced → auctioned again, unless a present cell accepted it (bbs/placements.py);
 CLAIMED/RUNNING on a cell whose presence expired → SUSPECT with an ORDINARY replacement (dropped once
 the replacement runs, promoted back when its cell returns first), or for `keep-replicas` LRPs SUSPECT
@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeGuard
 
 from .actual_set import ActualChanges, ActualSet
 from .cell_loss import CellLossConfig, keep_on_cell_loss
@@ -189,7 +189,7 @@ class _Waits:
         probe = self.probes.get(placement.cell_id)
         return self._wait(placement, probe, probe is not None and task.task_guid in probe.tasks)
 
-    def _current(self, placement: Placement | None, auctioned_at: float) -> bool:
+    def _current(self, placement: Placement | None, auctioned_at: float) -> TypeGuard[Placement]:
         """A placement of the work's latest auction, on a cell that is present."""
         return (placement is not None and placement.placed_at >= auctioned_at
                 and placement.cell_id in self.present)

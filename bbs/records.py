@@ -14,7 +14,7 @@ import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypedDict
 
 UNCLAIMED, CLAIMED, RUNNING, CRASHED = "UNCLAIMED", "CLAIMED", "RUNNING", "CRASHED"
 ORDINARY, EVACUATING, SUSPECT = "ORDINARY", "EVACUATING", "SUSPECT"
@@ -42,6 +42,13 @@ def iso(ts: float | None) -> str | None:
 def _iso(ts: float) -> str:
     # Cached: rows written together share their timestamps, and a 10,000-row listing formats each.
     return datetime.fromtimestamp(ts, UTC).isoformat()
+
+
+class PortMapping(TypedDict):
+    """One of an instance's ports, as the BBS keeps and serves it (common.models.PortMapping)."""
+
+    container_port: int
+    host_port: int
 
 
 @dataclass(slots=True)
@@ -89,7 +96,7 @@ class ActualRecord:
     cell_id: str = ""
     zone: str = ""
     host: str = ""
-    ports: list[dict[str, int]] = field(default_factory=list)
+    ports: list[PortMapping] = field(default_factory=list)
     address: str = ""
     crash_count: int = 0
     crash_reason: str = ""
@@ -174,7 +181,7 @@ def claimed(
     zone: str,
     now: float,
     host: str,
-    ports: list[dict[str, int]],
+    ports: list[PortMapping],
     address: str,
 ) -> ActualRecord:
     """`record` claimed by a cell: CLAIMED, or RUNNING when its running report came with the claim;

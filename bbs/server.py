@@ -18,7 +18,7 @@ import functools
 import logging
 import signal
 from collections.abc import AsyncIterator, Callable, Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import uvicorn
@@ -69,7 +69,7 @@ async def running_bbs(
     metrics = BBSMetrics()
     hub = EventHub()
     nats: NatsConnection | None = None
-    options = {
+    options: dict[str, Any] = {
         "timeout": settings.http_timeout, "attempts": settings.send_attempts, "client": client,
         # Long enough for a standby to take over the lease of an auctioneer that died (see Outbound).
         "retry_window_s": settings.lease_ttl + 1.0,

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from common.group_commit import GroupCommit
+from common.logging import instance_log
 from common.models import (
     CellPresence,
     DesiredLRPCreate,
@@ -65,6 +66,8 @@ from .store import Store, Tx
 
 log = logging.getLogger("bbs.service")
 
+LIFECYCLE_LOG = "bbs.lifecycle"
+
 CANCELLED = "cancelled"
 THREAD_ABOVE = 500  # instances in one lifecycle round above which its decisions run in a thread
 AUCTIONEER_LEASE = "auctioneer"  # auctioneer/service/leadership.py takes it through the lease API
@@ -78,6 +81,10 @@ class NotFound(Exception):
 
 class Conflict(Exception):
     pass
+
+
+class Fenced(Conflict):
+    """A write under a fencing token older than its lease's current one (409, counted as `fenced`)."""
 
 
 def token_hash(secret: str) -> str:
@@ -151,8 +158,8 @@ class BBS:
         self.on_due: Callable[[float], None] = lambda when: None  # set by the converger
         self.converger: Any = None  # the Converger driving this BBS, if any
         self.transport_ready: Callable[[], bool] = lambda: True  # NATS connected (when it is the transport)
-        self._desire_batcher: GroupCommit[DesiredLRPCreate, dict[str, Any] | Conflict] = GroupCommit(
-            self._desire_batch
+        self._desire_batcher: GroupCommit[DesiredLRPCreate, dict[str, Any] | Conflict | QuotaExceeded] = (
+            GroupCommit(self._desire_batch)
         )
         self._heartbeat_batcher: GroupCommit[tuple[str, CellPresence], None] = GroupCommit(
             self._heartbeat_batch
@@ -401,6 +408,7 @@ class BBS:
             # reads keep being served meanwhile; the working set is this transaction's own data.
             outcomes = await asyncio.to_thread(decide) if len(keys) > THREAD_ABOVE else decide()
             changes = actuals.diff()
+            _log_lifecycle(batch, changes)
             await tx.apply_actual_changes(changes)
             effects.actual_events(changes)
             starts: dict[str, set[int]] = {}
@@ -448,7 +456,7 @@ class BBS:
             lease = await tx.lease(AUCTIONEER_LEASE)
             if lease is not None and body.fencing_token < lease.token:
                 self.metrics.stale_writes.labels("placement_failures").inc()
-                raise Conflict(
+                raise Fenced(
                     f"fencing_token {body.fencing_token} is older than the auctioneer lease's current token "
                     f"{lease.token}: a report from a deposed auctioneer is not applied"
                 )
@@ -729,3 +737,16 @@ def rebooted_cells(existing: dict[str, CellRecord], latest: dict[str, CellPresen
         if seen and body.boot_id and seen != body.boot_id:
             rebooted.append(cell_id)
     return rebooted
+
+
+def _log_lifecycle(batch: list[tuple[str, CellReport]], changes: ActualChanges) -> None:
+    """A line per crash a cell reported, with the instance bound (crashes are few); a line per changed
+    actual LRP only at debug (thousands a second start: at info they cost one level check per round)."""
+    for cell_id, report in batch:
+        for crash in report["crashed"]:
+            instance_log(LIFECYCLE_LOG, crash["process_guid"], crash["index"], cell_id).info(
+                "instance crashed", reason=crash["reason"])
+    if logging.getLogger(LIFECYCLE_LOG).isEnabledFor(logging.DEBUG):
+        for row in (*changes.inserts, *changes.updates):
+            instance_log(LIFECYCLE_LOG, row.process_guid, row.index, row.cell_id or None).debug(
+                "actual LRP", state=row.state, presence=row.presence)

@@ -1,6 +1,6 @@
 """The BBS's settings: `VENDUE_*` environment variables, overridden by `vendue bbs` flags.
 
-Every timing of DESIGN.md "Defaults" that the BBS applies is here, so tests can shrink them.
+Every timing of docs/architecture.md "Defaults" that the BBS applies is here, so tests can shrink them.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from common.limits import RequestLimitOptions
+from common.logging import LogFormat
 from common.tls import TLSOptions
 from common.transport import Transport
 
@@ -41,6 +42,7 @@ class BBSSettings(BaseSettings, TLSOptions, RequestLimitOptions, QuotaOptions):
     nats_token: str | None = None
     ready_file: Path | None = None
     log_level: str = "info"
+    log_format: LogFormat | None = None  # common/logging.py: None picks by whether stderr is a terminal
     # Encryption at rest of command and env (bbs/encryption.py): a key ring file (0600), or its JSON in
     # VENDUE_ENCRYPTION_KEYS; never a flag holding keys (argv is readable by every local user).
     encryption_keys_file: Path | None = None
@@ -50,7 +52,7 @@ class BBSSettings(BaseSettings, TLSOptions, RequestLimitOptions, QuotaOptions):
     http_timeout: float = Field(default=5.0, gt=0)
     send_attempts: int = Field(default=3, ge=1)  # tries per auctioneer send before leaving it to convergence
 
-    # Convergence and the restart policy (Diego's defaults in DESIGN.md, all configurable).
+    # Convergence and the restart policy (Diego's defaults in docs/architecture.md, all configurable).
     convergence_interval: float = Field(default=5.0, gt=0)
     presence_ttl: float = Field(default=10.0, gt=0)
     stale_unclaimed: float = Field(default=30.0, gt=0)

@@ -137,7 +137,8 @@ class LimitsMiddleware:
 
 
 def add_limits(app: Any, options: RequestLimitOptions, *, bulk: Iterable[Route] = ()) -> None:
-    """Install the limits on a FastAPI app, outermost: call it after every other add_middleware."""
+    """Install the limits on a FastAPI app, outside every other middleware but the request metrics and the
+    request id: call it after every other add_middleware, then add_http_metrics and add_request_id."""
     app.add_middleware(LimitsMiddleware, options=options, bulk=bulk)
 
 

@@ -1,7 +1,8 @@
 """Wire models: the bodies of every API between client, BBS, auctioneer and rep (pydantic v2).
 
 These are the boundary. Request bodies forbid unknown fields so a typo is a 422 naming the field, not
-a silently ignored setting. Every integer, string and list they carry is bounded (docs/limits.md). Field names follow ../shared/DESIGN.md "Wire names".
+a silently ignored setting. Every integer, string and list they carry is bounded (docs/limits.md). Field
+names follow docs/architecture.md "Wire names".
 
 HTTP API (JSON; every list endpoint answers {"items": [...]}; errors are FastAPI's 422 shape
 {"detail": [{"loc": [...], "msg": ..., "type": ...}]} or {"detail": "text"} for 404/409):

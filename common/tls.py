@@ -180,10 +180,10 @@ def issue(
         )
         .add_extension(x509.SubjectAlternativeName(alt_names), critical=False)
         .add_extension(
-            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()),  # type: ignore[arg-type]
+            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()),
             critical=False,
         )
-        .sign(ca_key, hashes.SHA256())  # type: ignore[arg-type]
+        .sign(ca_key, hashes.SHA256())
     )
     cert_path, key_path = _paths(directory, name)
     _write_pair(cert_path, key_path, cert, key)

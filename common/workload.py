@@ -1,6 +1,6 @@
 """Workload files for the placement engine (`vendue simulate`): pydantic models and boundary validation.
 
-The format is a contract shared with other tools (see workload-format.md): known fields are checked for
+The format is a contract shared with other tools (docs/workload-format.md): known fields are checked for
 type and range, unknown fields are ignored ("add fields freely"), and anything that does not fit is
 reported as ONE line naming the field, e.g. `lrps[3].memory_mb: must be >= 1`.
 
@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic_core import ErrorDetails
 
 DEFAULT_STACK = "cflinuxfs4"
 MAX_WORK_MB = 1_048_576  # a single LRP or task asks for at most 1 TiB of memory or disk
@@ -253,7 +254,7 @@ def field_path(loc: tuple[str | int, ...]) -> str:
     return out or "workload"
 
 
-def _describe(error: dict[str, Any]) -> str:
+def _describe(error: ErrorDetails) -> str:
     kind = error["type"]
     ctx = error.get("ctx") or {}
     bounds = {"greater_than_equal": ">=", "greater_than": ">", "less_than_equal": "<=", "less_than": "<"}

@@ -17,7 +17,15 @@ import typer
 from pydantic import ValidationError
 
 from .cli import app
-from .component_flags import INSECURE_FLAG, TLS_CA_FLAG, TLS_KEY_FLAG, tls_cert_flag, tls_settings
+from .cli_style import USAGE_ERROR, OneLineErrorsCommand, bad_input, fail
+from .component_flags import (
+    INSECURE_FLAG,
+    LOG_FORMAT_FLAG,
+    TLS_CA_FLAG,
+    TLS_KEY_FLAG,
+    tls_cert_flag,
+    tls_settings,
+)
 from .limit_flags import (
     MAX_BODY_BYTES,
     MAX_BULK_BODY_BYTES,
@@ -26,10 +34,8 @@ from .limit_flags import (
     limit_settings,
 )
 
-USAGE_ERROR = 2
 
-
-@app.command()
+@app.command(cls=OneLineErrorsCommand)
 def auctioneer(
     bbs_url: str | None = typer.Option(None, "--bbs-url", help="The BBS; several comma-separated replicas fail "
                                        "over [env VENDUE_BBS_URL; http://127.0.0.1:8889]."),
@@ -51,6 +57,7 @@ def auctioneer(
         None, "--ready-file", help='Once serving, write {"url": ..., "pid": ...} here [VENDUE_READY_FILE].'
     ),
     log_level: str | None = typer.Option(None, "--log-level", help="debug, info, warning [VENDUE_LOG_LEVEL]."),
+    log_format: str | None = LOG_FORMAT_FLAG,
     transport: str | None = typer.Option(
         None, "--transport", help="http or nats: how requests, bids and work travel [VENDUE_TRANSPORT; http]."
     ),
@@ -92,6 +99,7 @@ def auctioneer(
         "bbs_url": bbs_url, "listen": listen, "port": port, "strategy": strategy, "engine": engine,
         "cell_state_timeout": cell_state_timeout, "work_timeout": work_timeout, "max_attempts": max_attempts,
         "max_inflight_starts": max_inflight_starts, "ready_file": ready_file, "log_level": log_level,
+        "log_format": log_format,
         "transport": transport, "nats_url": nats_url, "lease_ttl": lease_ttl, "advertise_url": advertise_url,
         **tls_settings(tls_cert, tls_key, tls_ca, insecure),
         **limit_settings(max_body_bytes, max_bulk_body_bytes, request_timeout, max_concurrent_requests),
@@ -101,34 +109,34 @@ def auctioneer(
         offered = pickers(settings.engine)
     except ValidationError as exc:
         first = exc.errors()[0]
-        raise _fail(f"{'.'.join(str(p) for p in first['loc'])}: {first['msg']}") from None
+        bad_input(f"{'.'.join(str(p) for p in first['loc'])}: {first['msg']}")
     except ValueError as exc:
-        raise _fail(f"--engine: {exc}") from None
+        fail(f"--engine: {exc}", USAGE_ERROR)
     if settings.strategy not in offered:
-        raise _fail(f"--strategy: unknown strategy {settings.strategy!r} (expected one of {', '.join(offered)})")
+        bad_input(f"strategy: unknown strategy {settings.strategy!r} (expected one of {', '.join(offered)})")
     if check_config:
         from auctioneer.service.config_check import config_problem
 
         problem = config_problem(settings)
         if problem is not None:
-            raise _fail(problem)
+            bad_input(problem)
         typer.echo("config ok")
         raise typer.Exit(0)
 
     try:
         split_urls(settings.bbs_url)
     except ValueError as exc:
-        raise _fail(f"bbs_url: {exc}") from None
+        bad_input(f"bbs_url: {exc}")
     try:
         tls = serving_tls(settings, settings.listen, "auctioneer")  # built once: every connection shares it
     except CertError as exc:
-        raise _fail(str(exc)) from None
+        bad_input(str(exc))
     ssl_context = tls.server if tls is not None else None
-    log = setup_logging("auctioneer", settings.log_level)
+    log = setup_logging("auctioneer", settings.log_level, settings.log_format)
     try:
         sock = bind(settings.listen, settings.port)
     except OSError as exc:
-        raise _fail(f"--port: cannot bind {settings.listen}:{settings.port}: {exc.strerror or exc}") from None
+        fail(f"--port: cannot bind {settings.listen}:{settings.port}: {exc.strerror or exc}", USAGE_ERROR)
     url = url_of(sock, tls=ssl_context is not None)
     log.info("listening", extra={"data": {"url": url}})
     if settings.advertise_url is None:  # known only now: --port 0 binds a free port
@@ -136,7 +144,3 @@ def auctioneer(
     status = run(create_app(settings), sock, settings.ready_file, settings.shutdown_timeout, ssl_context)
     raise typer.Exit(status)
 
-
-def _fail(message: str) -> typer.Exit:
-    typer.echo(f"error: {message}", err=True)
-    return typer.Exit(USAGE_ERROR)

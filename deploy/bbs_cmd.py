@@ -6,6 +6,7 @@ Every flag overrides the matching VENDUE_* environment variable (see bbs/setting
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 from typing import Any
 
@@ -14,18 +15,27 @@ import typer
 from common import runtime
 
 from .cli import app
-from .component_flags import INSECURE_FLAG, TLS_CA_FLAG, TLS_KEY_FLAG, tls_cert_flag, tls_settings
+from .cli_style import OneLineErrorsCommand, OneLineErrorsGroup, bad_input, fail
+from .component_flags import (
+    INSECURE_FLAG,
+    LOG_FORMAT_FLAG,
+    TLS_CA_FLAG,
+    TLS_KEY_FLAG,
+    tls_cert_flag,
+    tls_settings,
+)
 from .limit_flags import MAX_BODY_BYTES, MAX_BULK_BODY_BYTES, MAX_CONCURRENT_REQUESTS, REQUEST_TIMEOUT
 
 bbs_app = typer.Typer(
     help="The BBS: desired and actual state, tasks, cell presence, convergence, events.",
     invoke_without_command=True,
     no_args_is_help=False,
+    cls=OneLineErrorsGroup,
 )
 app.add_typer(bbs_app, name="bbs")
 
 
-def _settings(**flags: Any):  # type: ignore[no-untyped-def]
+def _settings(**flags: Any):
     from pydantic import ValidationError
 
     from bbs.settings import BBSSettings
@@ -37,11 +47,9 @@ def _settings(**flags: Any):  # type: ignore[no-untyped-def]
         # One line naming the setting (pydantic's own message spans several).
         first = exc.errors()[0]
         setting = ".".join(str(part) for part in first["loc"]) or "settings"
-        typer.echo(f"error: {setting}: {first['msg']}", err=True)
-        raise typer.Exit(2) from None
+        bad_input(f"{setting}: {first['msg']}")
     except ValueError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2) from None
+        bad_input(str(exc))
 
 
 @bbs_app.callback()
@@ -65,6 +73,7 @@ def bbs(
     ),
     ready_file: Path | None = typer.Option(None, "--ready-file", help="Write {url, pid} here once serving."),
     log_level: str | None = typer.Option(None, "--log-level", help="debug, info, warning, error."),
+    log_format: str | None = LOG_FORMAT_FLAG,
     http_timeout: float | None = typer.Option(
         None, "--http-timeout", help="Seconds per outgoing HTTP call [5]."
     ),
@@ -154,8 +163,7 @@ def bbs(
 
         problem = config_problem(settings)
         if problem is not None:
-            typer.echo(f"error: {problem}", err=True)
-            raise typer.Exit(2)
+            bad_input(problem)
         typer.echo("config ok")
         raise typer.Exit(0)
     if ctx.invoked_subcommand is not None:
@@ -166,26 +174,28 @@ def bbs(
     from common.logging import setup_logging
     from common.tls import CertError
 
-    log = setup_logging("bbs", settings.log_level)
+    log = setup_logging("bbs", settings.log_level, settings.log_format)
     try:
         runtime.run(serve(settings))
     except SchemaTooNew as exc:
         log.error(str(exc))  # one line, not a traceback: the operator's next step is in it
         raise typer.Exit(1) from None
     except (CertError, KeyRingError) as exc:  # TLS files or key ring unusable, plain HTTP where refused
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2) from None
+        bad_input(str(exc))
 
 
-@bbs_app.command()
-def migrate(ctx: typer.Context) -> None:
+@bbs_app.command(cls=OneLineErrorsCommand)
+def migrate(
+    ctx: typer.Context,
+    as_json: bool = typer.Option(False, "--json", help="Print the revision as JSON."),
+) -> None:
     """Create or upgrade the BBS database schema, then exit (`vendue bbs --database-url URL migrate`)."""
     from bbs.store.database import SchemaTooNew, create_engine, schema_revision
     from bbs.store.database import migrate as run_migrations
     from common.logging import setup_logging
 
     settings = ctx.obj
-    setup_logging("bbs", settings.log_level)
+    setup_logging("bbs", settings.log_level, settings.log_format)
 
     async def run() -> tuple[str | None, str | None]:
         engine = create_engine(settings.resolved_database_url(),
@@ -199,12 +209,11 @@ def migrate(ctx: typer.Context) -> None:
     try:
         current, _head = asyncio.run(run())
     except SchemaTooNew as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(1) from None
-    typer.echo(f"database at revision {current}")
+        fail(str(exc))
+    typer.echo(json.dumps({"revision": current}) if as_json else f"database at revision {current}")
 
 
-@bbs_app.command("rotate-keys")
+@bbs_app.command("rotate-keys", cls=OneLineErrorsCommand)
 def rotate_keys(
     ctx: typer.Context,
     batch: int = typer.Option(200, "--batch", min=1, max=10_000, help="Rows per transaction."),
@@ -215,8 +224,6 @@ def rotate_keys(
     Safe while the BBS serves; run it again after an interruption (a second run changes nothing).
     Every BBS replica needs the new key in its ring first (docs/security.md, "Encryption at rest").
     """
-    import json
-
     from bbs.encryption import KeyRingError
     from bbs.store import Store
     from bbs.store.database import SchemaTooNew
@@ -225,9 +232,9 @@ def rotate_keys(
     from common.logging import setup_logging
 
     settings = ctx.obj
-    setup_logging("bbs", settings.log_level)
+    setup_logging("bbs", settings.log_level, settings.log_format)
 
-    async def run():  # type: ignore[no-untyped-def]
+    async def run():
         keys = required(settings.key_ring())  # before the database is opened (or made)
         store = await Store.open(settings.resolved_database_url(), keys=keys,
                                  sqlite_synchronous=settings.sqlite_synchronous)
@@ -239,11 +246,9 @@ def rotate_keys(
     try:
         rotation = asyncio.run(run())
     except KeyRingError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2) from None
+        bad_input(str(exc))
     except SchemaTooNew as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(1) from None
+        fail(str(exc))
     if as_json:
         typer.echo(json.dumps(rotation.to_json()))
         return

@@ -40,11 +40,11 @@ def test_check_config_exits_0_or_2_with_one_line_naming_the_setting(tmp_path: Pa
     assert bad_url.exit_code == 2
     assert (
         bad_url.output.strip()
-        == "error: database_url: unsupported database 'mysql' (use sqlite or postgresql)"
+        == "error: --database-url (database_url): unsupported database 'mysql' (use sqlite or postgresql)"
     )
     bad_range = runner.invoke(app, ["bbs", "--check-config", "--presence-ttl", "-1"])
     assert bad_range.exit_code == 2
-    assert bad_range.output.strip() == "error: presence_ttl: Input should be greater than 0"
+    assert bad_range.output.strip() == "error: --presence-ttl (presence_ttl): Input should be greater than 0"
     assert not list(tmp_path.iterdir())  # nothing was created or connected to
 
 
@@ -54,7 +54,7 @@ def test_a_bad_sqlite_synchronous_is_exit_2_with_one_line_by_flag_or_environment
     from deploy.cli import app
 
     runner = CliRunner()
-    expected = "error: sqlite_synchronous: Input should be 'full' or 'normal'"
+    expected = "error: --sqlite-synchronous (sqlite_synchronous): Input should be 'full' or 'normal'"
     check = ["bbs", "--check-config", "--data-dir", str(tmp_path)]
     by_flag = runner.invoke(app, [*check, "--sqlite-synchronous", "off"])
     by_env = runner.invoke(app, check, env={"VENDUE_SQLITE_SYNCHRONOUS": "off"})
@@ -90,10 +90,12 @@ def test_check_config_validates_the_tls_settings(tmp_path: Path) -> None:
         ([*tls, "--listen", "0.0.0.0"], 0, "config ok"),
         (["--listen", "0.0.0.0", "--insecure"], 0, "config ok"),
         ([], 0, "config ok"),  # plain HTTP on loopback: allowed (and loud when it runs)
-        (["--listen", "0.0.0.0"], 2, "error: tls_cert: refusing to serve plain HTTP on 0.0.0.0"),
-        (tls[:2], 2, "error: tls_key: --tls-cert, --tls-key and --tls-ca go together"),
-        (["--tls-cert", str(pki / "nope.pem"), *tls[2:]], 2, f"error: tls_cert: no such file {pki / 'nope.pem'}"),
-        ([*tls[:3], str(pki / "ca-key.pem"), *tls[4:]], 2, "error: tls_cert: cannot load"),  # the CA's key
+        (["--listen", "0.0.0.0"], 2, "error: --tls-cert (tls_cert): refusing to serve plain HTTP on 0.0.0.0"),
+        (tls[:2], 2, "error: --tls-key (tls_key): --tls-cert, --tls-key and --tls-ca go together"),
+        (["--tls-cert", str(pki / "nope.pem"), *tls[2:]], 2,
+         f"error: --tls-cert (tls_cert): no such file {pki / 'nope.pem'}"),
+        # The CA's key:
+        ([*tls[:3], str(pki / "ca-key.pem"), *tls[4:]], 2, "error: --tls-cert (tls_cert): cannot load"),
     ]
     for args, code, line in cases:
         result = runner.invoke(app, ["bbs", "--check-config", *data, *args])
@@ -120,7 +122,8 @@ def test_check_config_validates_the_key_ring(tmp_path: Path) -> None:
     keys.chmod(0o640)
     too_open = runner.invoke(app, ["bbs", "--check-config", *data, "--encryption-keys-file", str(keys)])
     assert (too_open.exit_code, too_open.output.strip()) == (2, (
-        f"error: encryption_keys_file: {keys} is mode 0640; it holds keys, so it must be 0600 or stricter "
+        f"error: --encryption-keys-file (encryption_keys_file): {keys} is mode 0640; it holds keys, so it "
+        "must be 0600 or stricter "
         f"(chmod 600 {keys})"))
     malformed = runner.invoke(app, ["bbs", "--check-config", *data],
                               env={"VENDUE_ENCRYPTION_KEYS": '{"active": "k9", "keys": {}}'})
@@ -136,5 +139,6 @@ def test_rotate_keys_without_a_key_ring_is_refused_before_the_database_is_touche
 
     refused = CliRunner().invoke(app, ["bbs", "--data-dir", str(tmp_path), "rotate-keys"])
     assert (refused.exit_code, refused.output.strip()) == (
-        2, "error: encryption_keys_file: rotate-keys needs the key ring (a file, or VENDUE_ENCRYPTION_KEYS)")
+        2, "error: --encryption-keys-file (encryption_keys_file): rotate-keys needs the key ring (a file, or "
+        "VENDUE_ENCRYPTION_KEYS)")
     assert not list(tmp_path.iterdir())

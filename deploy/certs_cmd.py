@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, NoReturn
+from typing import Annotated
 
 import typer
 
@@ -17,18 +17,14 @@ from common.config_check import host_problem
 from common.tls import CA_CERT, CA_KEY, ROLES, CertError, TLSFiles, init_ca, issue
 
 from .cli import app
+from .cli_style import OneLineErrorsCommand, OneLineErrorsGroup, bad_input
 
 certs = typer.Typer(help="The cluster CA and the certificates it issues (mutual TLS between every component).",
-                    no_args_is_help=True)
+                    no_args_is_help=True, cls=OneLineErrorsGroup)
 app.add_typer(certs, name="certs")
 
 
-def _fail(message: str) -> NoReturn:
-    typer.echo(f"error: {message}", err=True)
-    raise typer.Exit(2)
-
-
-@certs.command("init")
+@certs.command("init", cls=OneLineErrorsCommand)
 def certs_init(
     directory: Annotated[Path, typer.Argument(metavar="DIR", help="Where to write ca.pem and ca-key.pem.")],
     json_out: Annotated[bool, typer.Option("--json", help="Print the paths as JSON.")] = False,
@@ -37,7 +33,7 @@ def certs_init(
     try:
         cert = init_ca(directory)
     except (CertError, OSError) as exc:
-        _fail(str(exc))
+        bad_input(str(exc))
     key = cert.with_name(CA_KEY)
     if json_out:
         typer.echo(json.dumps({"ca": str(cert), "ca_key": str(key)}))
@@ -45,7 +41,7 @@ def certs_init(
         typer.echo(f"CA written: {cert} (key {key}, mode 0600)")
 
 
-@certs.command("issue")
+@certs.command("issue", cls=OneLineErrorsCommand)
 def certs_issue(
     directory: Annotated[Path, typer.Argument(metavar="DIR", help="The CA's directory; NAME.pem goes there too.")],
     role: Annotated[str, typer.Option("--role", metavar="ROLE", help=f"One of: {', '.join(ROLES)}.")],
@@ -62,12 +58,12 @@ def certs_issue(
 ) -> None:
     """Issue NAME.pem / NAME-key.pem for ROLE, signed by the CA in DIR."""
     if role == "rep" and not cells and not cell_prefixes:
-        _fail("cell: a rep certificate names the cells it speaks for (--cell ID or --cell-prefix PREFIX)")
+        bad_input("cell: a rep certificate names the cells it speaks for (--cell ID or --cell-prefix PREFIX)")
     try:
         cert, key = issue(directory, role=role, name=name, cells=cells, cell_prefixes=cell_prefixes,
                           sans=sans, days=days)
     except (CertError, OSError) as exc:
-        _fail(str(exc))
+        bad_input(str(exc))
     if json_out:
         typer.echo(json.dumps({"cert": str(cert), "key": str(key), "role": role, "name": name}))
     else:
@@ -78,14 +74,15 @@ DEFAULT_NATS_LISTEN = "0.0.0.0:4222"  # nats-server's own default: every client 
 
 
 def _listen_address(listen: str) -> tuple[str, int]:
-    """`HOST:PORT` (`[::]:4222` for IPv6) -> (host, port); one `error: listen: ...` line otherwise."""
+    """`HOST:PORT` (`[::]:4222` for IPv6) -> (host, port); one `error: --listen (listen): ...` line
+    otherwise."""
     host, sep, port = listen.rpartition(":")
     host = host.removeprefix("[").removesuffix("]")
     if not sep or not host or not port.isdigit() or not 1 <= int(port) <= 65535:
-        _fail(f"listen: expected HOST:PORT with a port from 1 to 65535, got {listen!r}")
+        bad_input(f"listen: expected HOST:PORT with a port from 1 to 65535, got {listen!r}")
     problem = host_problem("listen", host)
     if problem is not None:
-        _fail(problem)
+        bad_input(problem)
     return host, int(port)
 
 
@@ -109,7 +106,7 @@ def _missing_sans(cert: Path, sans: list[str]) -> list[str]:
     return missing
 
 
-@certs.command("nats-config")
+@certs.command("nats-config", cls=OneLineErrorsCommand)
 def certs_nats_config(
     directory: Annotated[Path, typer.Argument(metavar="DIR", help="The CA's directory and the certificates to admit.")],
     out: Annotated[Path | None, typer.Option("--out", metavar="FILE",
@@ -138,19 +135,20 @@ def certs_nats_config(
     path = out if out is not None else directory / CONFIG_FILE
     tls = TLSFiles.in_dir(directory, SERVER_CERT_NAME)
     if not (directory / CA_CERT).is_file():  # the server trusts it for every client
-        _fail(f"{directory}: no CA there ({CA_CERT}); run `vendue certs init {directory}` and issue certificates")
+        bad_input(f"{directory}: no CA there ({CA_CERT}); run `vendue certs init {directory}` and issue "
+                  "certificates")
     try:
         users = certificate_identities(directory)  # the server's own is serving-only: never one of them
         if not users:
-            _fail(f"{directory}: no client certificates to admit; issue them first (vendue certs issue)")
+            bad_input(f"{directory}: no client certificates to admit; issue them first (vendue certs issue)")
         if not tls.cert.exists():
             issue_server_certificate(directory, sans=sans)
         elif missing := _missing_sans(tls.cert, sans):
-            _fail(f"san: {tls.cert} does not name {', '.join(missing)}; remove it and {tls.key.name} to issue "
-                  "a new one")
+            bad_input(f"san: {tls.cert} does not name {', '.join(missing)}; remove it and {tls.key.name} to "
+                      "issue a new one")
         write_config(path, server_config(host=host, port=port, tls=tls, users=users))
     except (CertError, OSError) as exc:
-        _fail(str(exc))
+        bad_input(str(exc))
     if json_out:
         typer.echo(json.dumps({"config": str(path), "cert": str(tls.cert), "key": str(tls.key),
                                "users": [f"{u.role} {u.name}" for u in users]}))

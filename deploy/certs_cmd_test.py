@@ -81,7 +81,8 @@ def test_nats_config_keeps_the_servers_certificate_and_picks_up_a_new_one(pki: P
 
 @pytest.mark.parametrize("listen", ["4222", "nats:", ":4222", "0.0.0.0:0", "0.0.0.0:65536", "bad host:4222"])
 def test_nats_config_refuses_a_listen_address_that_is_not_host_and_port(pki: Path, listen: str) -> None:
-    assert one_error(vendue("certs", "nats-config", pki, "--listen", listen)).startswith("error: listen: ")
+    assert one_error(vendue("certs", "nats-config", pki, "--listen", listen)).startswith(
+        "error: --listen (listen): ")
     assert not (pki / "nats.pem").exists() and not (pki / CONFIG_FILE).exists()
 
 

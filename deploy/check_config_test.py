@@ -31,47 +31,48 @@ def runner() -> CliRunner:
             ["auctioneer", "--check-config", "--listen", "0.0.0.0"],
             {},
             2,
-            "error: tls_cert: refusing to serve plain HTTP on 0.0.0.0",
+            "error: --tls-cert (tls_cert): refusing to serve plain HTTP on 0.0.0.0",
         ),
         (
             ["auctioneer", "--check-config", "--bbs-url", "bbs-1"],
             {},
             2,
-            "error: bbs_url: scheme must be http or https",
+            "error: --bbs-url (bbs_url): scheme must be http or https",
         ),
         (
             ["auctioneer", "--check-config", "--work-timeout", "0"],
             {},
             2,
-            "error: work_timeout: Input should be greater",
+            "error: --work-timeout (work_timeout): Input should be greater",
         ),
         (
             ["auctioneer", "--check-config", "--strategy", "nope"],
             {},
             2,
-            "error: --strategy: unknown strategy 'nope'",
+            "error: --strategy (strategy): unknown strategy 'nope'",
         ),
         (["rep", "--check-config", "--zone", "z1", "--cell-id", "cell-1"], {}, 0, "config ok"),
-        (["rep", "--check-config", "--zone", ""], {}, 2, "error: zone: empty"),
-        (["rep", "--check-config", "--cells", "3"], {}, 2, "error: cells: only the sim executor"),
-        # Two bad settings from the environment: still one line, the first.
+        (["rep", "--check-config", "--zone", ""], {}, 2, "error: --zone (zone): empty"),
+        (["rep", "--check-config", "--cells", "3"], {}, 2, "error: --cells (cells): only the sim executor"),
+        # Two bad settings from the environment: still one line, the first first.
         (
             ["rep", "--check-config"],
             {"VENDUE_EXECUTOR": "docker", "VENDUE_CONTAINERS": "0"},
             2,
-            "error: containers: ",
+            "error: --containers (containers): ",
         ),
         (
             ["rep", "--check-config", "--nats-url", "nats://u:hunter2@nats:0x"],
             {},
             2,
-            "error: nats_url: not a valid URL",
+            "error: --nats-url (nats_url): not a valid URL",
         ),
         # No --insecure flag: the environment's VENDUE_INSECURE decides, for every component.
         (["auctioneer", "--check-config", "--listen", "0.0.0.0"], {"VENDUE_INSECURE": "1"}, 0, "config ok"),
         (["rep", "--check-config", "--listen", "0.0.0.0"], {"VENDUE_INSECURE": "1"}, 0, "config ok"),
         (["bbs", "--check-config", "--listen", "0.0.0.0"], {"VENDUE_INSECURE": "1"}, 0, "config ok"),
-        (["rep", "--check-config", "--listen", "0.0.0.0"], {"VENDUE_INSECURE": "0"}, 2, "error: tls_cert: refusing"),
+        (["rep", "--check-config", "--listen", "0.0.0.0"], {"VENDUE_INSECURE": "0"}, 2,
+         "error: --tls-cert (tls_cert): refusing"),
     ],
 )
 def test_check_config(

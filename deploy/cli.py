@@ -2,19 +2,63 @@
 
 from __future__ import annotations
 
+from typing import Annotated, Any
+
 import typer
+
+from .cli_style import OneLineErrorsGroup
+
+# `vendue --help` lists the commands in these groups, in this order (cli_test.py checks that every command
+# is in one).
+HELP_PANELS: dict[str, tuple[str, ...]] = {
+    "Cluster": ("up", "demo"),
+    "Components": ("bbs", "auctioneer", "rep"),
+    "Apps and tasks": ("push", "scale", "delete", "apps", "instances", "task", "tasks"),
+    "Cells": ("cells",),
+    "Observe": ("events", "why", "dashboard"),
+    "Security": ("certs", "tokens"),
+    "Simulation": ("simulate",),
+}
+_PANEL_OF = {command: panel for panel, commands in HELP_PANELS.items() for command in commands}
+_ORDER = {command: n for n, command in enumerate(_PANEL_OF)}
+
+
+class VendueGroup(OneLineErrorsGroup):
+    """The root group: its commands in their help panels, in HELP_PANELS's order (whatever order the
+    modules registered them in)."""
+
+    def list_commands(self, ctx: Any) -> list[str]:
+        return sorted(super().list_commands(ctx), key=lambda name: _ORDER.get(name, len(_ORDER)))
+
+    def get_command(self, ctx: Any, cmd_name: str) -> Any:
+        command = super().get_command(ctx, cmd_name)
+        if command is not None and cmd_name in _PANEL_OF:
+            command.rich_help_panel = _PANEL_OF[cmd_name]  # type: ignore[attr-defined]  # typer's commands have it
+        return command
+
 
 app = typer.Typer(
     name="vendue",
     help="Vendue: Diego-style auction placement — BBS, auctioneer and rep agents.",
     no_args_is_help=True,
-    add_completion=False,
     pretty_exceptions_enable=False,
+    cls=VendueGroup,
 )
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        from importlib.metadata import version
+
+        typer.echo(f"vendue {version('vendue')}")
+        raise typer.Exit()
+
+
 @app.callback()
-def _root() -> None:
+def _root(
+    _version: Annotated[bool, typer.Option("--version", callback=_print_version, is_eager=True,
+                                           help="Print the version and exit.")] = False,
+) -> None:
     """Vendue: Diego-style auction placement — BBS, auctioneer and rep agents."""
     # A callback keeps `vendue` a command group even while only one command module is registered
     # (typer would otherwise run that single command as the whole CLI).
@@ -23,7 +67,8 @@ def _root() -> None:
 # The module that defines each top-level command. A component process (`vendue bbs`, `vendue rep`, ...)
 # imports only its own module: every module at once costs about half a second of CPU per process start
 # (nats, SQLAlchemy, the simulator), and a test run starts hundreds of processes. `--help`, no command and
-# an unknown name load them all. cli_test.py checks this table against what the modules register.
+# an unknown name load them all (so does shell completion: its command line is in the environment, and
+# `vendue` alone names no command). cli_test.py checks this table against what the modules register.
 COMMAND_MODULES: dict[str, str] = {
     "simulate": "deploy.simulate_cmd",
     "bbs": "deploy.bbs_cmd",
@@ -61,7 +106,9 @@ def main() -> None:
     import sys
 
     _register(_command_name(sys.argv))
-    app()
+    # Named `vendue` however it was started (`python -m deploy.cli`): in usage lines, and for shell
+    # completion, which reads its command line from _VENDUE_COMPLETE and COMP_WORDS.
+    app(prog_name="vendue")
 
 
 if __name__ == "__main__":

@@ -11,9 +11,9 @@ and a bearer token from `--token` (`VENDUE_TOKEN`), sent as `Authorization: Bear
 the CA alone (`--tls-ca`, or the local cluster's) is enough. A 401 or 403 is one `error:` line, exit 1.
 
 Exit status: 0 done; 1 the BBS is unreachable, the app/task does not exist, or a task failed; 2 bad
-input — ONE line on stderr naming the field (`error: memory_mb: Input should be ...`), and nothing is
-written: the request is validated locally with the same models the BBS uses, and a 422 from the BBS
-is reported the same way.
+input — ONE line on stderr naming the flag and the field it sets (`error: -m/--memory (memory_mb): Input
+should be ...`), and nothing is written: the request is validated locally with the same models the BBS
+uses, and a 422 from the BBS is reported the same way.
 """
 
 from __future__ import annotations
@@ -31,13 +31,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, fields
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated, Any, NoReturn, get_type_hints
+from typing import Annotated, Any, get_type_hints
 
 import typer
 from pydantic import BaseModel, ValidationError
 from rich.console import Console
 from rich.table import Table
-from typer.core import TyperCommand, TyperGroup
 
 from common.failover import URLListError, split_urls
 from common.models import (
@@ -66,51 +65,8 @@ from .bbs_client import (
     invalid_from_validation_error,
 )
 from .cli import app
+from .cli_style import FAILURE, USAGE_ERROR, OneLineErrorsCommand, OneLineErrorsGroup, fail, name_flags
 from .cluster import read_cluster_file
-
-USAGE_ERROR = 2
-FAILURE = 1
-
-
-def _usage_error_types() -> tuple[type[Exception], ...]:
-    # Recent typer vendors click (typer._click), older typer uses click itself: catch whichever is used.
-    found = {cls for cls in typer.BadParameter.__mro__ if cls.__name__ == "UsageError"}
-    with contextlib.suppress(ImportError):
-        import click
-
-        found.add(click.UsageError)
-    return tuple(found)
-
-
-USAGE_ERRORS = _usage_error_types()
-
-
-class _OneLineUsageErrors:
-    """Usage errors (an unknown option, `-i abc`, a missing NAME) as one `error: ...` line and exit 2,
-    instead of click's usage box: scripts read one line, people read the field name."""
-
-    def make_context(self, info_name: str | None, args: list[str], parent: Any = None, **extra: Any) -> Any:
-        try:
-            return super().make_context(info_name, args, parent=parent, **extra)  # type: ignore[misc]
-        except USAGE_ERRORS as exc:
-            if type(exc).__name__ == "NoArgsIsHelpError":  # `vendue task` alone: the help, as usual
-                raise
-            typer.echo(f"error: {exc.format_message()}", err=True)  # type: ignore[attr-defined]
-            raise typer.Exit(USAGE_ERROR) from None
-
-
-class OneLineErrorsCommand(_OneLineUsageErrors, TyperCommand):
-    pass
-
-
-class OneLineErrorsGroup(_OneLineUsageErrors, TyperGroup):
-    def resolve_command(self, ctx: Any, args: list[str]) -> Any:
-        try:
-            return super().resolve_command(ctx, args)
-        except USAGE_ERRORS as exc:  # `vendue task bogus`
-            typer.echo(f"error: {exc.format_message()}", err=True)  # type: ignore[attr-defined]
-            raise typer.Exit(USAGE_ERROR) from None
-
 
 task_app = typer.Typer(help="Run and inspect one-off tasks.", no_args_is_help=True, cls=OneLineErrorsGroup)
 app.add_typer(task_app, name="task")
@@ -178,11 +134,6 @@ def bbs_command(command: Callable[..., None]) -> Callable[..., None]:
 # --- plumbing -------------------------------------------------------------------------------------
 
 
-def fail(message: str, code: int = FAILURE) -> NoReturn:
-    typer.echo(f"error: {message}", err=True)
-    raise typer.Exit(code)
-
-
 def resolve_bbs_url(bbs: str | None, data_dir: Path, local: dict[str, Any] | None) -> tuple[str, str]:
     """The BBS URL to use (several comma-separated: replicas to fail over between) and where it came
     from (for the "unreachable" message). `local`: the running local cluster's cluster.json, if any."""
@@ -236,7 +187,7 @@ def connect(connection: Connection) -> Iterator[BBSClient]:
     try:
         yield client
     except InvalidRequest as exc:
-        fail(str(exc), USAGE_ERROR)
+        fail(invalid_input(exc), USAGE_ERROR)
     except BBSUnreachable as exc:
         hint = ("TLS: the cluster's CA and a certificate it signed are --tls-ca, --tls-cert, --tls-key"
                 if "SSL" in str(exc) else "start a cluster with `vendue up`")
@@ -247,12 +198,24 @@ def connect(connection: Connection) -> Iterator[BBSClient]:
         client.close()
 
 
+# The wire fields the client commands set through a parameter of another name (the others: the same name).
+WIRE_FIELD_PARAMS = {
+    "process_guid": "name", "task_guid": "name", "placement_tags": "tags", "health_check.path": "health_path",
+    "health_check": "health",
+}
+
+
+def invalid_input(exc: InvalidRequest) -> str:
+    """A 422 (or the same check done locally) in the CLI's words: each field with the flag that set it."""
+    return "; ".join(name_flags(exc.errors, WIRE_FIELD_PARAMS))
+
+
 def validated(model: type[BaseModel], **fields: Any) -> Any:
     """Build a request body locally, so bad input never reaches (or changes) the BBS."""
     try:
         return model(**fields)
     except ValidationError as exc:
-        fail(str(invalid_from_validation_error(exc)), USAGE_ERROR)
+        fail(invalid_input(invalid_from_validation_error(exc)), USAGE_ERROR)
 
 
 def parse_env(pairs: Sequence[str]) -> dict[str, str]:
@@ -280,6 +243,14 @@ def listing_table(title: str) -> Table:
 
 def print_json(value: Any) -> None:
     sys.stdout.write(json.dumps(value, indent=2, default=str) + "\n")
+
+
+def report_done(as_json: bool, message: str, **record: Any) -> None:
+    """What a command that changes one thing did: `message` for people, or `record` as JSON."""
+    if as_json:
+        print_json(record)
+    else:
+        typer.echo(message)
 
 
 def dump(models: Sequence[BaseModel]) -> list[dict[str, Any]]:
@@ -406,6 +377,7 @@ def scale(
 def delete(
     name: Annotated[str, typer.Argument(help="The app's process guid.", show_default=False)],
     connection: Connection = Connection(),
+    as_json: AsJson = False,
 ) -> None:
     """Remove an app: its instances are stopped and forgotten."""
     with connect(connection) as client:
@@ -413,7 +385,7 @@ def delete(
             client.remove_desired_lrp(name)
         except NotFound:
             fail(f"no app named {name!r}")
-    typer.echo(f"deleted {name}")
+    report_done(as_json, f"deleted {name}", process_guid=name, deleted=True)
 
 
 def app_summaries(desired: Sequence[Any], actuals: Sequence[ActualLRP]) -> list[dict[str, Any]]:
@@ -502,7 +474,8 @@ def instances(
             fail(f"no app named {name!r}")
         actuals = client.actual_lrps(process_guid=name)
     if as_json:
-        print_json(dump(sorted(actuals, key=lambda a: (a.index, a.presence != Presence.ORDINARY))))
+        ordered = sorted(actuals, key=lambda a: (a.index, a.presence != Presence.ORDINARY))
+        print_json(dump(ordered))
         return
     console().print(instances_table(actuals, f"{name}: {desired.instances} desired"))
 
@@ -566,6 +539,7 @@ def cells(
 def cells_remove(
     cell_id: Annotated[str, typer.Argument(metavar="CELL", help="The cell's id.", show_default=False)],
     connection: Connection = Connection(),
+    as_json: AsJson = False,
 ) -> None:
     """Forget a cell that is gone for good: everything it held is placed again now, whatever the apps'
     --on-cell-loss. Refused while the cell heartbeats (stop or drain its rep first)."""
@@ -576,7 +550,8 @@ def cells_remove(
             fail(f"no cell named {cell_id!r}")
         except Conflict as exc:
             fail(str(exc))
-    typer.echo(f"removed {cell_id}: what it held is being placed again")
+    report_done(as_json, f"removed {cell_id}: what it held is being placed again", cell_id=cell_id,
+                removed=True)
 
 
 # --- tasks ----------------------------------------------------------------------------------------
@@ -649,9 +624,10 @@ def _wait_completed(client: BBSClient, task_guid: str, timeout: float | None) ->
 def task_cancel(
     task_guid: Annotated[str, typer.Argument(help="The task guid.", show_default=False)],
     connection: Connection = Connection(),
+    as_json: AsJson = False,
 ) -> None:
     """Cancel a task (it completes as failed, "cancelled")."""
-    _act_on_task(task_guid, connection, BBSClient.cancel_task, "cancelled")
+    _act_on_task(task_guid, connection, BBSClient.cancel_task, "cancelled", as_json)
 
 
 @task_app.command("delete", cls=OneLineErrorsCommand)
@@ -659,18 +635,19 @@ def task_cancel(
 def task_delete(
     task_guid: Annotated[str, typer.Argument(help="The task guid.", show_default=False)],
     connection: Connection = Connection(),
+    as_json: AsJson = False,
 ) -> None:
     """Resolve and delete a completed task."""
-    _act_on_task(task_guid, connection, BBSClient.resolve_task, "deleted")
+    _act_on_task(task_guid, connection, BBSClient.resolve_task, "deleted", as_json)
 
 
-def _act_on_task(task_guid: str, connection: Connection, act, done: str) -> None:
+def _act_on_task(task_guid: str, connection: Connection, act, done: str, as_json: bool) -> None:
     with connect(connection) as client:
         try:
             act(client, task_guid)
         except NotFound:
             fail(f"no task named {task_guid!r}")
-    typer.echo(f"{done} {task_guid}")
+    report_done(as_json, f"{done} {task_guid}", task_guid=task_guid, **{done: True})
 
 
 @app.command(cls=OneLineErrorsCommand)

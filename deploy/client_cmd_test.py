@@ -40,24 +40,24 @@ def task_guids(bbs) -> set[str]:
 
 
 @pytest.mark.parametrize(("args", "field"), [
-    (["push", "APP", "-m", "0", "--", "x"], "memory_mb"),
-    (["push", "APP", "-d", "2000000", "--", "x"], "disk_mb"),
-    (["push", "APP", "-i", "10001", "--", "x"], "instances"),
+    (["push", "APP", "-m", "0", "--", "x"], "-m/--memory (memory_mb)"),
+    (["push", "APP", "-d", "2000000", "--", "x"], "-d/--disk (disk_mb)"),
+    (["push", "APP", "-i", "10001", "--", "x"], "-i/--instances (instances)"),
     (["push", "APP", "-i", "many", "--", "x"], "--instances"),
-    (["push", "APP", "--health", "tcp", "--", "x"], "health_check.type"),
-    (["push", "APP", "--strategy", "fastest", "--", "x"], "strategy"),
-    (["push", "APP", "--port", "70000", "--", "x"], "ports.0"),
+    (["push", "APP", "--health", "tcp", "--", "x"], "--health (health_check.type)"),
+    (["push", "APP", "--strategy", "fastest", "--", "x"], "--strategy (strategy)"),
+    (["push", "APP", "--port", "70000", "--", "x"], "--port (ports.0)"),
     (["push", "APP", "--env", "NOEQUALS", "--", "x"], "--env"),
     (["push", "APP"], "command"),
-    (["push", "APP!", "--", "x"], "process_guid"),
+    (["push", "APP!", "--", "x"], "NAME (process_guid)"),
     (["push", "APP", "--bogus", "--", "x"], "--bogus"),
-    (["scale", "APP", "-i", "-1"], "instances"),
+    (["scale", "APP", "-i", "-1"], "-i/--instances (instances)"),
     (["scale", "APP"], "--instances"),
-    (["push", "APP", "--on-cell-loss", "sometimes", "--", "x"], "on_cell_loss"),
+    (["push", "APP", "--on-cell-loss", "sometimes", "--", "x"], "--on-cell-loss (on_cell_loss)"),
     (["scale", "APP", "--on-cell-loss", "never"], "on_cell_loss"),
     (["cells", "remove"], "CELL"),
-    (["task", "run", "-m", "0", "--", "x"], "memory_mb"),
-    (["task", "run", "--name", "no way", "--", "x"], "task_guid"),
+    (["task", "run", "-m", "0", "--", "x"], "-m/--memory (memory_mb)"),
+    (["task", "run", "--name", "no way", "--", "x"], "--name (task_guid)"),
     (["task", "run"], "command"),
     (["tasks", "--state", "DONE"], "--state"),
     (["task", "bogus"], "bogus"),
@@ -137,7 +137,8 @@ def test_push_apps_instances_scale_delete_round_trip_with_json_shapes(bbs):
     assert policy.exit_code == 0, policy.output
     assert json.loads(policy.stdout)["on_cell_loss"] == "keep-replicas"
 
-    assert bbs.vendue("delete", name).exit_code == 0
+    deleted = bbs.vendue("delete", name, "--json")
+    assert (deleted.exit_code, json.loads(deleted.stdout)) == (0, {"process_guid": name, "deleted": True})
     assert name not in desired_guids(bbs)
     missing = bbs.vendue("delete", name)
     assert missing.exit_code == 1 and missing.stderr.strip() == f"error: no app named '{name}'"
@@ -156,9 +157,12 @@ def test_task_run_detached_and_tasks_json(bbs):
     assert guid in {Task.model_validate(t).task_guid for t in json.loads(listed.stdout)}
     assert guid in bbs.vendue("tasks").stdout
 
-    cancelled = bbs.vendue("task", "cancel", guid)
-    assert cancelled.exit_code == 0, cancelled.output
+    cancelled = bbs.vendue("task", "cancel", guid, "--json")
+    assert (cancelled.exit_code, json.loads(cancelled.stdout)) == (0, {"task_guid": guid, "cancelled": True})
     assert bbs.http.get(f"/v1/tasks/{guid}").json()["failed"] is True
+    deleted = bbs.vendue("task", "delete", guid)
+    assert (deleted.exit_code, deleted.stdout) == (0, f"deleted {guid}\n"), deleted.output
+    assert guid not in task_guids(bbs)
 
 
 def test_cells_json_lists_presence(bbs):

@@ -85,7 +85,7 @@ from common.transport.nats_server import (
 
 from . import embedded_postgres
 
-# Timings for a laptop (DESIGN.md's defaults are 10 s / 5 s / 10 min): convergence acts within ~1 s and an
+# Timings for a laptop (docs/architecture.md's defaults are 10 s / 5 s / 10 min): convergence acts within ~1 s and an
 # evacuating cell gives up after 30 s. The presence TTL stays at 10 s: on a busy 2-core machine a shorter
 # one lets heartbeats that queue behind a large write expire healthy cells, and every false expiry costs a
 # round of replacements.

@@ -19,7 +19,8 @@ from common.transport.nats_connection import redact
 
 from . import embedded_postgres
 from .cli import app
-from .client_cmd import OneLineErrorsCommand, console, fail
+from .cli_style import USAGE_ERROR, OneLineErrorsCommand, fail
+from .client_cmd import console
 from .cluster import (
     DEFAULT_CONVERGENCE_INTERVAL_S,
     DEFAULT_PRESENCE_TTL_S,
@@ -27,8 +28,6 @@ from .cluster import (
     LocalCluster,
     redact_database_url,
 )
-
-USAGE_ERROR = 2
 
 
 def cluster_table(cluster: LocalCluster) -> Table:
@@ -38,13 +37,13 @@ def cluster_table(cluster: LocalCluster) -> Table:
         table.add_column(column, no_wrap=True)
     pids = cluster.pids()
     if cluster.transport == "nats":
-        server = cluster.nats_server
-        pid = str(server.proc.pid) if server is not None and server.proc is not None else "external"
+        nats = cluster.nats_server
+        pid = str(nats.proc.pid) if nats is not None and nats.proc is not None else "external"
         table.add_row("nats-server", "", redact(cluster.nats_url), pid)
     if cluster.postgres is not None:
-        server = cluster.postgres.server
+        postgres = cluster.postgres.server
         table.add_row("postgres", "", redact_database_url(cluster.postgres.url),
-                      str(server.proc.pid) if server.proc is not None else "-")
+                      str(postgres.proc.pid) if postgres.proc is not None else "-")
     for name, url in sorted(cluster.control_plane().items(), key=lambda item: (item[0].startswith("auc"), item[0])):
         table.add_row(name, "", url, str(pids.get(name, "-")))
     for cell_id, rep in cluster.reps.items():
@@ -145,8 +144,7 @@ def up(
         out.print("[bold]Ctrl-C[/] stops every component.")
         _supervise(cluster, out)
     except ClusterError as exc:
-        out.print(f"[red]error:[/] {exc}", highlight=False)
-        raise typer.Exit(1) from None
+        fail(str(exc))
     except KeyboardInterrupt:
         pass
     finally:

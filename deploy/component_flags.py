@@ -27,6 +27,12 @@ INSECURE_FLAG: Any = typer.Option(
 )
 
 
+LOG_FORMAT_FLAG: Any = typer.Option(
+    None, "--log-format",
+    help="json (one object per line) or console (for a terminal) [VENDUE_LOG_FORMAT; console on a terminal, "
+    "else json].")
+
+
 def tls_settings(tls_cert: Path | None, tls_key: Path | None, tls_ca: Path | None,
                  insecure: bool) -> dict[str, Any]:
     """The flags as settings, None where a flag was not given: then the environment decides (no

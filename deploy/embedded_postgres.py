@@ -45,6 +45,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypedDict
 
 from sqlalchemy.engine import URL, make_url
 
@@ -70,6 +71,14 @@ local   all all               scram-sha-256
 host    all all 127.0.0.1/32  scram-sha-256
 host    all all ::1/128       scram-sha-256
 """
+
+
+class RunAs(TypedDict, total=False):
+    """subprocess keyword arguments that run PostgreSQL's programs as its service user (none: as we are)."""
+
+    user: int
+    group: int
+    extra_groups: list[int]
 
 
 class EmbeddedPostgresMissing(RuntimeError):
@@ -298,7 +307,7 @@ class PostgresServer:
                          host=self.host, port=self.port, database=database)
         return url.render_as_string(hide_password=False)
 
-    def _as_user(self) -> dict[str, object]:
+    def _as_user(self) -> RunAs:
         if self.user is None:
             return {}
         return {"user": self.user.pw_uid, "group": self.user.pw_gid, "extra_groups": []}
@@ -343,7 +352,7 @@ class PostgresServer:
                 start_new_session=True,  # a Ctrl-C for the launcher's terminal is not for the database
                 # After the switch of user, which would clear it: the server dies with this process.
                 preexec_fn=set_parent_death_signal,
-                **self._as_user(),  # type: ignore[arg-type]
+                **self._as_user(),
             )
             log.close()
             try:

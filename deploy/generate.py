@@ -154,7 +154,7 @@ def mixed(cells: int | None = None, zones: int | None = None, instances: int | N
     while len(lrps) < instances:
         memory = rng.choices(APP_SIZES_MB, APP_SIZE_WEIGHTS)[0]
         count = min(_long_tail_instances(rng, 200), instances - len(lrps))
-        extra: dict = {}
+        extra = {}
         roll = rng.random()
         if roll < 0.06:  # tagged apps are small: they share a handful of cells
             extra["placement_tags"] = [ISOLATION_TAG] if isolated and roll < 0.03 else ["ssd"]

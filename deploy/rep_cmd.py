@@ -17,7 +17,15 @@ from common import runtime
 from common.logging import setup_logging
 
 from .cli import app
-from .component_flags import INSECURE_FLAG, TLS_CA_FLAG, TLS_KEY_FLAG, tls_cert_flag, tls_settings
+from .cli_style import USAGE_ERROR, OneLineErrorsCommand, bad_input, fail, name_flags
+from .component_flags import (
+    INSECURE_FLAG,
+    LOG_FORMAT_FLAG,
+    TLS_CA_FLAG,
+    TLS_KEY_FLAG,
+    tls_cert_flag,
+    tls_settings,
+)
 from .limit_flags import (
     MAX_BODY_BYTES,
     MAX_BULK_BODY_BYTES,
@@ -25,8 +33,6 @@ from .limit_flags import (
     REQUEST_TIMEOUT,
     limit_settings,
 )
-
-USAGE_ERROR = 2
 
 
 def _labels(pairs: list[str]) -> dict[str, str]:
@@ -39,7 +45,7 @@ def _labels(pairs: list[str]) -> dict[str, str]:
     return labels
 
 
-@app.command()
+@app.command(cls=OneLineErrorsCommand)
 def rep(
     bbs_url: str | None = typer.Option(
         None, "--bbs-url",
@@ -133,6 +139,7 @@ def rep(
     data_dir: Path | None = typer.Option(None, "--data-dir", help="Container directories (default .vendue)."),
     ready_file: Path | None = typer.Option(None, "--ready-file", help="Write {url, pid} here once serving."),
     log_level: str | None = typer.Option(None, "--log-level", help="debug, info, warning, error."),
+    log_format: str | None = LOG_FORMAT_FLAG,
     transport: str | None = typer.Option(
         None, "--transport", help="http or nats: also serve state and work over NATS (VENDUE_TRANSPORT)."
     ),
@@ -158,8 +165,7 @@ def rep(
 
     if sim:
         if executor not in (None, "sim"):
-            typer.echo(f"error: --sim and --executor {executor}: give one", err=True)
-            raise typer.Exit(USAGE_ERROR)
+            fail(f"--sim and --executor {executor}: give one", USAGE_ERROR)
         executor = "sim"
     given = {
         "bbs_url": bbs_url,
@@ -200,6 +206,7 @@ def rep(
         "data_dir": data_dir,
         "ready_file": ready_file,
         "log_level": log_level,
+        "log_format": log_format,
         "transport": transport,
         "nats_url": nats_url,
         **tls_settings(tls_cert, tls_key, tls_ca, insecure),
@@ -208,24 +215,22 @@ def rep(
     try:
         settings = RepSettings(**{k: v for k, v in given.items() if v is not None})
     except ValidationError as exc:
-        errors = exc.errors(include_url=False)
-        for error in errors[:1] if check_config else errors:  # --check-config: one line
-            field = ".".join(str(p) for p in error["loc"])
-            typer.echo(f"error: {field}: {error['msg']}", err=True)
-        raise typer.Exit(USAGE_ERROR) from None
+        problems = [f"{'.'.join(str(p) for p in error['loc'])}: {error['msg']}" for error in exc.errors()]
+        # The settings set by a flag of another name.
+        flags = {"stacks": "stack", "placement_tags": "tag", "optional_placement_tags": "optional_tag",
+                 "volume_drivers": "volume_driver", "labels": "label"}
+        fail("; ".join(name_flags(problems, flags)), USAGE_ERROR)
     if check_config:
         from rep.config_check import config_problem
 
         problem = config_problem(settings)
         if problem is not None:
-            typer.echo(f"error: {problem}", err=True)
-            raise typer.Exit(USAGE_ERROR)
+            bad_input(problem)
         typer.echo("config ok")
         raise typer.Exit(0)
-    setup_logging("rep", settings.log_level)
+    setup_logging("rep", settings.log_level, settings.log_format)
     try:
         status = runtime.run(serve(settings))
     except (ConfigError, CertError) as exc:  # CertError: TLS files, or plain HTTP off loopback
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(USAGE_ERROR) from None
+        bad_input(str(exc))
     raise typer.Exit(status)

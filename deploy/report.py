@@ -12,6 +12,9 @@ Charts, one `<div class="plotly-graph-div">` each:
 
 Large runs are aggregated before they reach the page (histograms, not 250,000 waits; 40 apps in the
 heatmap), so the file stays a few megabytes over plotly.js's own ~5 MB.
+
+plotly comes with the `report` extra (`pip install 'vendue[report]'`), not with every install: a rep or a
+BBS has no use for it.
 """
 
 from __future__ import annotations
@@ -25,6 +28,18 @@ HEATMAP_APPS = 40
 CHART_IDS = ("summary-table", "summary-bars", "cell-allocation", "app-zones", "az-skew", "wait-times")
 ZONE_COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf")
 PREFILL_COLOUR = "#b0b0b0"
+
+
+REPORT_EXTRA = "vendue[report]"
+
+
+def missing_dependency() -> str | None:
+    """Why a report cannot be written here (plotly not installed), or None."""
+    try:
+        import plotly  # noqa: F401
+    except ImportError:
+        return f"needs plotly, which the report extra installs: pip install '{REPORT_EXTRA}'"
+    return None
 
 
 def json_path(html_path: Path) -> Path:

@@ -1,7 +1,7 @@
 """`vendue simulate`'s core: a validated workload converted to engine types, scheduled, and summarised.
 
 The CLI (simulate_cmd.py) does the reading, printing and exit codes; this module is plain functions so
-tests and the benchmark can call it directly. Output fields follow workload-format.md; fields beyond
+tests and the benchmark can call it directly. Output fields follow docs/workload-format.md; fields beyond
 the contract are additions (`detail` on failures, per-kind counts, `failures_by_error`).
 """
 
@@ -11,6 +11,7 @@ import math
 import time
 from collections import Counter
 from dataclasses import dataclass
+from typing import Any
 
 from auctioneer.engine import schedule
 from auctioneer.engine.strategies import pickers
@@ -214,7 +215,7 @@ def summarise(
         per_zone[zone] = per_zone.get(zone, 0) + n
 
     placed = len(result.lrp_assignments) + len(result.task_assignments)
-    failures = []
+    failures: list[dict[str, Any]] = []
     for f in result.failures:
         if f.task_guid is not None:
             failures.append({"task_guid": f.task_guid, "error": f.error, "detail": f.detail})

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from common.models import DesiredLRPCreate, TaskCreate
 from common.workload import CellSpec
@@ -97,7 +97,7 @@ class Plan:
 
 
 def _kind(c: CellSpec, with_prefill: bool) -> tuple:
-    key = (c.zone, c.memory_mb, c.disk_mb, c.containers, c.all_stacks, tuple(c.placement_tags),
+    key: tuple = (c.zone, c.memory_mb, c.disk_mb, c.containers, c.all_stacks, tuple(c.placement_tags),
            tuple(c.optional_placement_tags), tuple(c.volume_drivers), tuple(sorted(c.labels.items())))
     if with_prefill:
         key += (tuple(sorted(Counter((p.memory_mb, p.disk_mb) for p in c.prefill).items())),)
@@ -111,7 +111,7 @@ def _group(cells: list[CellSpec], with_prefill: bool) -> list[list[CellSpec]]:
     return list(groups.values())
 
 
-def _body(model: type, body: dict[str, Any], where: str) -> dict[str, Any]:
+def _body(model: type[BaseModel], body: dict[str, Any], where: str) -> dict[str, Any]:
     """Check a request body against the API's model now, not halfway through a run."""
     try:
         model.model_validate(body)

@@ -28,16 +28,10 @@ import typer
 from common.workload import WorkloadError, load_workload
 
 from .cli import app
-
-USAGE_ERROR = 2
-
-
-def fail(message: str) -> typer.Exit:
-    typer.echo(f"error: {message}", err=True)
-    return typer.Exit(USAGE_ERROR)
+from .cli_style import USAGE_ERROR, OneLineErrorsCommand, fail
 
 
-@app.command()
+@app.command(cls=OneLineErrorsCommand)
 def simulate(
     workload: Path | None = typer.Option(None, "--workload", "-w", help="Workload file (JSON) to schedule."),
     scenario: str | None = typer.Option(None, "--scenario", help="A built-in scenario (--list-scenarios)."),
@@ -68,11 +62,11 @@ def simulate(
         return
     if generate_name is not None:
         if workload is not None or scenario is not None:
-            raise fail("--generate and --workload/--scenario: give one or the other")
+            fail("--generate and --workload/--scenario: give one or the other", USAGE_ERROR)
         _generate(generate_name, cells, zones, instances, seed, out)
         return
     if scenario is not None and workload is not None:
-        raise fail("--scenario and --workload: give one or the other")
+        fail("--scenario and --workload: give one or the other", USAGE_ERROR)
     if scenario is not None and out is not None:
         _export_scenario(scenario, seed, out)
         return
@@ -80,11 +74,12 @@ def simulate(
                     or (strategy is not None and "," in strategy))
     if compare_mode:
         if explain is not None:
-            raise fail("--explain: works on a --workload with one strategy, without --transport or --report")
+            fail("--explain: works on a --workload with one strategy, without --transport or --report",
+                 USAGE_ERROR)
         _compare(workload, scenario, strategy, transport or "inproc", report, engine, seed, timeout, as_json)
         return
     if workload is None:
-        raise fail("--workload: required (or --scenario NAME, or --generate NAME to write one)")
+        fail("--workload: required (or --scenario NAME, or --generate NAME to write one)", USAGE_ERROR)
     strategy = strategy or "diego"
 
     from .simulate import explain_item
@@ -97,7 +92,7 @@ def simulate(
         else:
             result = run_simulation(loaded, strategy=strategy, engine=engine, seed=seed)
     except WorkloadError as exc:
-        raise fail(str(exc)) from None
+        fail(str(exc), USAGE_ERROR)
     if explain is not None:
         typer.echo(json.dumps(why)) if as_json else print_explanation(why)
     elif as_json:
@@ -129,8 +124,10 @@ def _strategies(text: str | None, default: tuple[str, ...], engine: str) -> list
 def _report_path(report: Path | None) -> None:
     if report is None:
         return
-    from .report import json_path
+    from .report import json_path, missing_dependency
 
+    if (missing := missing_dependency()) is not None:
+        raise WorkloadError(f"--report: {missing}")
     if report.suffix.lower() == ".json" or json_path(report) == report:
         raise WorkloadError(f"--report: {report} would be overwritten by its own .json; name the .html")
     if not report.parent.is_dir():
@@ -175,7 +172,7 @@ def _compare(workload: Path | None, scenario_name: str | None, strategy: str | N
             except ValueError as exc:
                 raise WorkloadError(str(exc)) from None
     except WorkloadError as exc:
-        raise fail(str(exc)) from None
+        fail(str(exc), USAGE_ERROR)
 
     from .cluster import ClusterError
     from .simulate_cluster import ClusterRunError
@@ -184,8 +181,7 @@ def _compare(workload: Path | None, scenario_name: str | None, strategy: str | N
         with _progress(enabled=not as_json) as on_progress:
             result = compare(sim, strategies, transport, engine, seed, timeout, description, on_progress)
     except (ClusterError, ClusterRunError) as exc:
-        typer.echo(f"error: {' '.join(str(exc).split())[:500]}", err=True)
-        raise typer.Exit(1) from None
+        fail(' '.join(str(exc).split())[:500])
     if report is not None:
         from .report import write_report
 
@@ -225,13 +221,13 @@ def _export_scenario(name: str, seed: int, out: Path) -> None:
     try:
         found = find_scenario(name)
     except ValueError as exc:
-        raise fail(f"--scenario: {exc}") from None
+        fail(f"--scenario: {exc}", USAGE_ERROR)
     data = to_workload(found.build(seed))
     text = json.dumps(data, separators=(",", ":"))
     try:
         out.write_text(text + "\n", encoding="utf-8")
     except OSError as exc:
-        raise fail(f"--out: cannot write {out}: {exc.strerror or exc}") from None
+        fail(f"--out: cannot write {out}: {exc.strerror or exc}", USAGE_ERROR)
     typer.echo(f"wrote {out}: {len(data['cells'])} cells, {len(data['lrps'])} LRP instances, "
                f"{len(data['tasks'])} tasks", err=True)
 
@@ -285,7 +281,7 @@ def _generate(name: str, cells: int | None, zones: int | None, instances: int | 
     try:
         data = generate(name, cells=cells, zones=zones, instances=instances, seed=seed)
     except ValueError as exc:
-        raise fail(f"--generate: {exc}") from None
+        fail(f"--generate: {exc}", USAGE_ERROR)
     text = json.dumps(data, indent=None, separators=(",", ":"))
     if out is None:
         sys.stdout.write(text + "\n")
@@ -293,7 +289,7 @@ def _generate(name: str, cells: int | None, zones: int | None, instances: int | 
     try:
         out.write_text(text + "\n", encoding="utf-8")
     except OSError as exc:
-        raise fail(f"--out: cannot write {out}: {exc.strerror or exc}") from None
+        fail(f"--out: cannot write {out}: {exc.strerror or exc}", USAGE_ERROR)
     typer.echo(
         f"wrote {out}: {len(data['cells'])} cells, {len(data['lrps'])} LRP instances, {len(data['tasks'])} tasks",
         err=True,
@@ -348,7 +344,7 @@ def print_explanation(why: dict) -> None:
     short = {"memory_used": "mem", "disk_used": "disk", "containers_used": "slots", "same_process": "same",
              "bin_pack": "binpack"}
     table = Table(caption="Diego tries zones with the fewest instances of the process first; lower score wins.")
-    for column in ("cell", "zone", "in zone", "verdict", "score", *(short.get(n, n) for n in names)):
+    for column in ("cell", "zone", "in zone", "verdict", "score", *(short.get(n) or n for n in names)):
         table.add_column(column, no_wrap=column in ("cell", "score"))
     ranked = sorted(why["cells"], key=lambda c: (c["rejected_by"] is not None, c["zone_instances"],
                                                  c["components"].get("score", 0.0)))

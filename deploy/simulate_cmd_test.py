@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 
 import pytest
 from typer.testing import CliRunner
@@ -244,6 +245,15 @@ def test_bad_comparison_input_is_one_line_and_exit_2(args, message: str) -> None
     assert result.exit_code == 2, result.output
     assert result.stderr.startswith(message) and result.stderr.count("\n") == 1
     assert result.stdout == ""
+
+
+def test_a_report_without_plotly_names_the_extra_before_running(tmp_path, monkeypatch) -> None:
+    monkeypatch.setitem(sys.modules, "plotly", None)  # `import plotly` raises ImportError, as when not installed
+    result = invoke("--scenario", "dea-example", "--report", str(tmp_path / "r.html"))
+    assert result.exit_code == 2, result.output
+    assert result.stderr == "error: --report: needs plotly, which the report extra installs: " \
+                            "pip install 'vendue[report]'\n"
+    assert result.stdout == "" and list(tmp_path.iterdir()) == []
 
 
 def test_scenario_and_workload_together_are_refused(tmp_path) -> None:

@@ -98,7 +98,8 @@ class SimRep:
             starting_containers=spec.starting_containers,
             placement_tags=list(spec.placement_tags), optional_placement_tags=list(spec.optional_placement_tags),
             volume_drivers=list(spec.volume_drivers), labels=dict(spec.labels), evacuating=False,
-            lrps=list(self.lrps), tasks=list(self.tasks), host=self._host, volumes=list(self._volumes),
+            lrps=list(self.lrps),  # type: ignore[arg-type]  # Held stands in for CellLRP: see Held
+            tasks=list(self.tasks), host=self._host, volumes=list(self._volumes),
             ingress_ips=list(spec.ingress_ips), devices=dict(spec.devices), cached_blobs=list(spec.cached_blobs),
             fencing_token=0, accepted_fencing_tokens=[],  # every field given: no default resolution per call
         )

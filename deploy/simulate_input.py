@@ -1,6 +1,6 @@
 """What a simulator run places: cells (with what they already run), apps and tasks.
 
-A workload file (workload-format.md) lists LRP *instances*; the auctioneer and the BBS deal in apps (a
+A workload file (docs/workload-format.md) lists LRP *instances*; the auctioneer and the BBS deal in apps (a
 desired LRP and the indices to start). `SimInput` is the app-level view both transports start from:
 `from_workload` groups a file's instances into apps, `to_workload` writes a scenario back as a workload
 file (the contract other tools read), and a scenario can build one directly (250,000 instances are
@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from common.workload import CellSpec, LRPSpec, SchedulerSettings, TaskSpec, Workload
+from common.workload import CellSpec, LRPSpec, PrefillInstance, SchedulerSettings, TaskSpec, Workload
 
 # LRP fields a desired LRP carries besides guid, memory and disk (wire names, shared with DesiredLRP).
 PLACEMENT_FIELDS = (
@@ -106,7 +106,7 @@ def from_workload(workload: Workload) -> SimInput:
 
 
 def to_workload(sim: SimInput) -> dict[str, Any]:
-    """The run as a workload file (workload-format.md), instance by instance."""
+    """The run as a workload file (docs/workload-format.md), instance by instance."""
     lrps: list[dict[str, Any]] = []
     for a in sim.apps:
         for index in a.indices:
@@ -130,6 +130,6 @@ def cell(cell_id: str, zone: str, memory_mb: int, disk_mb: int, containers: int,
     """A cell; `prefill` as (process_guid, index, memory_mb, disk_mb)."""
     return CellSpec(
         id=cell_id, zone=zone, memory_mb=memory_mb, disk_mb=disk_mb, containers=containers,
-        prefill=[{"process_guid": g, "index": i, "memory_mb": m, "disk_mb": d} for g, i, m, d in prefill],
+        prefill=[PrefillInstance(process_guid=g, index=i, memory_mb=m, disk_mb=d) for g, i, m, d in prefill],
         **extra,
     )

@@ -5,7 +5,7 @@ before included) plus what happened to the new work (placed with its wait, or fa
 error), the time, the auctions and the requests. `summarise` turns it into the numbers of the terminal
 summary and of report.json:
 
-- `cv_memory`: population standard deviation / mean of the memory allocated per cell (workload-format.md).
+- `cv_memory`: population standard deviation / mean of the memory allocated per cell (docs/workload-format.md).
 - AZ skew of an app: max - min of its instances per zone, over the zones that have a cell it may run on
   (stack and placement tags; empty zones count as 0). An app of 2 instances in 3 zones has skew 1 at best.
 - instances per cell (min / max), prefill included, as `per_cell_instances` in the workload contract.

@@ -32,6 +32,7 @@ from .client_cmd import (
     fail,
     listing_table,
     print_json,
+    report_done,
     validated,
 )
 
@@ -110,6 +111,7 @@ def list_tokens(
 def revoke(
     token_id: Annotated[str, typer.Argument(metavar="ID", help="The token's id (vendue tokens list).")],
     connection: Connection = Connection(),
+    as_json: AsJson = False,
 ) -> None:
     """Revoke a token: every request carrying it is refused from now on."""
     with connect(connection) as client:
@@ -117,4 +119,4 @@ def revoke(
             client.revoke_token(token_id)
         except NotFound:
             fail(f"no token with id {token_id!r}")
-    typer.echo(f"revoked {token_id}")
+    report_done(as_json, f"revoked {token_id}", id=token_id, revoked=True)

@@ -16,8 +16,9 @@ import itertools
 import logging
 import os
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from common.models import (
     CellLRP,
@@ -137,7 +138,7 @@ class Cell:
         self._used_disk = 0
         self._empty = asyncio.Event()
         self._empty.set()
-        self._background: set[asyncio.Task[None]] = set()
+        self._background: set[asyncio.Task[object]] = set()
 
     @property
     def cell_id(self) -> str:
@@ -173,7 +174,7 @@ class Cell:
                     instance_guid=i.instance_guid,
                     memory_mb=i.desired.memory_mb,
                     disk_mb=i.desired.disk_mb,
-                    state=i.state,  # type: ignore[arg-type]
+                    state=i.state,
                     pid=self.executor.pid_of(i.instance_guid),
                 )
                 for i in self._instances.values()
@@ -471,8 +472,8 @@ class Cell:
         cancels = [self.cancel_task(guid, task_reason) for guid in list(self._tasks)]
         await asyncio.gather(*stops, *cancels, return_exceptions=True)
 
-    def in_background(self, coro: object) -> None:
-        task = asyncio.ensure_future(coro)  # type: ignore[arg-type]
+    def in_background(self, coro: Coroutine[Any, Any, object]) -> None:
+        task = asyncio.ensure_future(coro)
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 

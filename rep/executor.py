@@ -27,7 +27,7 @@ class LRPContainer(NamedTuple):
 
     cell_id: str
     instance_guid: str
-    index: int
+    index: int  # type: ignore[assignment]  # the wire's name; shadows tuple.index
     desired: DesiredLRP
 
     @property

@@ -22,7 +22,8 @@ import contextlib
 import logging
 import math
 import signal
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Coroutine, Iterable
+from typing import Any
 
 import httpx
 
@@ -179,7 +180,7 @@ class RepHost:
         self,
         named: Iterable[tuple[str, str]],
         holds: Callable[[Cell, str], bool],
-        act: Callable[[Cell, str], object],  # a coroutine: Cell.stop_lrp, Cell.cancel_task
+        act: Callable[[Cell, str], Coroutine[Any, Any, object]],  # Cell.stop_lrp, Cell.cancel_task
     ) -> Found:
         """`act(cell, guid)` in the background for each (cell id, guid) a live cell here holds; answers those
         found."""

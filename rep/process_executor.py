@@ -50,6 +50,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
+from structlog.contextvars import bind_contextvars
 
 from common.models import HealthCheck, PortMapping, TaskCompletion
 from common.procutil import free_port, signal_process, terminate_then_kill_async
@@ -213,6 +214,9 @@ class ProcessExecutor(Executor):
             await asyncio.shield(child.runner)
 
     async def _run_lrp(self, child: _Child, c: LRPContainer, listener: ExecutorListener) -> None:
+        # This task's own copy of the log context: every line it logs names the instance.
+        bind_contextvars(process_guid=c.process_guid, index=c.index, cell_id=c.cell_id,
+                         instance_guid=child.guid)
         keep_directory = False
         try:
             desired = c.desired
@@ -255,11 +259,16 @@ class ProcessExecutor(Executor):
                 )
                 return
             listener.lrp_running(child.guid, ports)
+            log.info("instance running",
+                     extra={"data": {"pid": proc.pid, "ports": [p.host_port for p in ports]}})
             if await _exited_or_stop(proc, child.stop_requested):
                 keep_directory = True
-                listener.lrp_crashed(child.guid, await self._exited(child, proc.returncode or 0))
+                reason = await self._exited(child, proc.returncode or 0)
+                log.info("instance exited", extra={"data": {"reason": reason}})
+                listener.lrp_crashed(child.guid, reason)
             else:
                 await self._terminate(child, proc, self.stop_grace_s)
+                log.info("instance stopped")
         except Exception as exc:
             log.exception("container failed", extra={"data": {"instance_guid": child.guid}})
             self._kill_now(child)
@@ -332,6 +341,7 @@ class ProcessExecutor(Executor):
 
     async def _run_task(self, child: _Child, c: TaskContainer, listener: ExecutorListener) -> None:
         task = c.task
+        bind_contextvars(task_guid=task.task_guid, cell_id=c.cell_id)  # as _run_lrp: this task's lines
         try:
             try:
                 self._isolate(child, task.memory_mb)

@@ -36,7 +36,7 @@ class Ref(NamedTuple):
     """An instance claimed or removed (InstanceRef on the wire)."""
 
     process_guid: str
-    index: int
+    index: int  # type: ignore[assignment]  # the wire's name; shadows tuple.index
     instance_guid: str
 
 
@@ -44,7 +44,7 @@ class Running(NamedTuple):
     """RunningInstanceReport on the wire."""
 
     process_guid: str
-    index: int
+    index: int  # type: ignore[assignment]  # the wire's name; shadows tuple.index
     instance_guid: str
     host: str
     ports: Sequence[HostPort]
@@ -54,7 +54,7 @@ class Crash(NamedTuple):
     """CrashReport on the wire."""
 
     process_guid: str
-    index: int
+    index: int  # type: ignore[assignment]  # the wire's name; shadows tuple.index
     instance_guid: str
     reason: str
 

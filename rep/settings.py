@@ -11,6 +11,7 @@ from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from common.limits import RequestLimitOptions
+from common.logging import LogFormat
 from common.models import DEFAULT_STACK, GUID_PATTERN
 from common.tls import TLSOptions
 from common.transport import Transport
@@ -87,6 +88,7 @@ class RepSettings(TLSOptions, RequestLimitOptions, BaseSettings):
     ready_file: Path | None = None
     http_timeout: float = Field(default=10.0, gt=0)
     log_level: str = "info"
+    log_format: LogFormat | None = None  # common/logging.py: None picks by whether stderr is a terminal
 
     @field_validator("app_uid_range")
     @classmethod

@@ -147,6 +147,7 @@ class SimExecutor(Executor):
         now = self._clock()
         heap, starts = self._heap, self._starts
         handled = 0
+        record: object
         while handled < limit:
             if starts and starts[0][0] <= now and (not heap or starts[0][0] <= heap[0][0]):
                 kind, record = _START, starts.popleft()[1]

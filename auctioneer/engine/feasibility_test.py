@@ -4,10 +4,11 @@ keeps, as the batch fills."""
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.support.engine_workloads import make_cell, workloads
+
 from .filters import LABELS, feasible_positions, filter_chain
 from .state import AuctionState
 from .strategies.base import Picker
-from .strategies.workload_generators import make_cell, workloads
 from .types import DeviceRequest, LRPStart, SchedulerConfig, TaskStart, Volume, VolumeRequest
 
 

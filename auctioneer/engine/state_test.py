@@ -6,9 +6,10 @@ from dataclasses import replace
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.support.engine_workloads import NOW, PROCESSES, Workload, make_cell, workloads
+
 from .scheduler import schedule
 from .state import AuctionState, CellSlot
-from .strategies.workload_generators import NOW, PROCESSES, Workload, make_cell, workloads
 from .types import STRATEGIES, Cell, LRPStart, RunningInstance, SchedulerConfig
 
 

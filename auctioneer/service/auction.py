@@ -20,10 +20,13 @@ from .cells import FetchedCells
 from .convert import cell_from_state, lrp_starts, placement_failures, task_starts
 from .dispatch import group_work, split_rejections
 from .metrics import Metrics
-from .reporter import FailureReporter
+from .reporter import PlacementReporter
 from .transport import CellStateSource, WorkSender
 
 log = logging.getLogger("auctioneer.auction")
+# Placement failures logged one by one per auction, each with its instance: an auction of 10,000 instances
+# that do not fit would otherwise write 10,000 lines; the auction's own line counts them all.
+FAILURES_LOGGED = 10
 
 STALE_TOKEN_REASON = "stale fencing token"  # how rep/cell.py words the refusal
 
@@ -42,7 +45,7 @@ class Auction:
         self,
         fetcher: CellStateSource,
         dispatcher: WorkSender,
-        reporter: FailureReporter,
+        reporter: PlacementReporter,
         metrics: Metrics,
         config: AuctionConfig,
     ) -> None:
@@ -91,6 +94,7 @@ class Auction:
                 "requests": requests, "messages": messages,
             }},
         )
+        _log_failures(failures)
         return carried
 
     async def _schedule(
@@ -123,3 +127,11 @@ def _annotate(failure: Failure, fetched: FetchedCells) -> Failure:
         return failure
     detail = f"{failure.detail}; {note}" if failure.detail else note
     return Failure(failure.error, detail, failure.process_guid, failure.index, failure.task_guid)
+
+
+def _log_failures(failures: list[Failure]) -> None:
+    """A line per failure, the first FAILURES_LOGGED, each naming its instance (or task)."""
+    for f in failures[:FAILURES_LOGGED]:
+        who = ({"process_guid": f.process_guid, "index": f.index} if f.task_guid is None
+               else {"task_guid": f.task_guid})
+        log.info("placement failed", extra={"data": {**who, "error": f.error, "detail": f.detail}})

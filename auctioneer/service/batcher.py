@@ -58,10 +58,10 @@ class Batch:
 
     def merge_older(self, older: Batch) -> None:
         """Add `older` items (carried work) unless this batch already holds a newer request for them."""
-        for key, lrp in older.lrps.items():
-            self.lrps.setdefault(key, lrp)
-        for key, task in older.tasks.items():
-            self.tasks.setdefault(key, task)
+        for lrp_key, lrp in older.lrps.items():
+            self.lrps.setdefault(lrp_key, lrp)
+        for task_guid, task in older.tasks.items():
+            self.tasks.setdefault(task_guid, task)
 
 
 RunAuction = Callable[[Batch], Awaitable[Batch]]  # one auction; returns the work to carry

@@ -109,7 +109,7 @@ class CellFetcher:
             *(self._fetch_rep(url, cells, deadline, limit) for url, cells in by_rep.items()),
             return_exceptions=True,
         )
-        by_cell: dict[str, object] = {}
+        by_cell: dict[str, CellState | _Dropped | BaseException] = {}
         for cells, rep_outcome in zip(by_rep.values(), outcomes, strict=True):
             if isinstance(rep_outcome, BaseException):  # the request failed: each of its cells drops with why
                 by_cell.update((p.cell_id, rep_outcome) for p in cells)

@@ -98,7 +98,7 @@ assert _FIELDS[:2] == ("process_guid", "index"), _FIELDS
 def lrp_starts(items: Iterable[PendingLRP]) -> list[LRPStart]:
     """One LRPStart per instance; the desired LRP's fields are read once per desired LRP object."""
     by_desired: dict[int, tuple[str, tuple]] = {}
-    starts = []
+    starts: list[LRPStart] = []
     append = starts.append
     for item in items:
         found = by_desired.get(id(item.desired))

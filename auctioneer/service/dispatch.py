@@ -52,6 +52,9 @@ class CellWork:
     def __len__(self) -> int:
         return len(self.lrps) + len(self.tasks)
 
+    def items(self) -> list[PendingLRP | PendingTask]:
+        return [*self.lrps, *self.tasks]
+
 
 @dataclass(slots=True)
 class Rejection:
@@ -225,7 +228,7 @@ class Dispatcher(ConcurrentWorkSender):
         if response.status_code == 409:  # a stale or unknown fencing token: refused whole, as over NATS
             why = _detail(response.content) or "fencing token refused"
             log.info("work refused", extra={"data": {"rep": rep.url, "cells": len(works), "why": why}})
-            return [[Rejection(item, w.cell_id, why, False) for item in (*w.lrps, *w.tasks)] for w in works]
+            return [[Rejection(item, w.cell_id, why, False) for item in w.items()] for w in works]
         if response.status_code != 200:
             return undelivered(rep, works, f"work answered {response.status_code}")
         return self._rejections_in(rep, works, response.content)
@@ -260,7 +263,7 @@ def _detail(body: bytes) -> str:
 
 
 def _rejected_whole(work: CellWork, why: str) -> list[Rejection]:
-    return [Rejection(item, work.cell_id, why, True) for item in (*work.lrps, *work.tasks)]
+    return [Rejection(item, work.cell_id, why, True) for item in work.items()]
 
 
 def _log_undelivered(rep: RepAddress, works: list[CellWork], why: str) -> None:

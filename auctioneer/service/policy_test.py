@@ -167,7 +167,8 @@ def test_plain_http_on_another_address_is_refused_in_one_line() -> None:
     unset = dict.fromkeys(("VENDUE_INSECURE", "VENDUE_TLS_CERT", "VENDUE_TLS_KEY", "VENDUE_TLS_CA"))
     result = CliRunner().invoke(cli, ["auctioneer", "--listen", "0.0.0.0", "--port", "0"], env=unset)
     assert result.exit_code == 2, result.output
-    assert result.output.startswith("error: tls_cert: refusing to serve plain HTTP on 0.0.0.0"), result.output
+    assert result.output.startswith(
+        "error: --tls-cert (tls_cert): refusing to serve plain HTTP on 0.0.0.0"), result.output
     assert result.output.count("\n") == 1
 
 

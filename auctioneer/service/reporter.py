@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from typing import Protocol
 
 import httpx
 
@@ -26,6 +27,13 @@ from common.models import PlacementFailures
 from .metrics import Metrics
 
 log = logging.getLogger("auctioneer.reporter")
+
+
+class PlacementReporter(Protocol):
+    """Where an auction's outcome goes: the BBS (FailureReporter), or the simulator's in-process record."""
+
+    def report(self, failures: PlacementFailures) -> object:
+        ...
 
 
 class FailureReporter:

@@ -8,6 +8,7 @@ from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from common.limits import RequestLimitOptions
+from common.logging import LogFormat
 from common.tls import TLSOptions
 from common.transport import Transport
 
@@ -42,8 +43,9 @@ class AuctioneerSettings(TLSOptions, RequestLimitOptions, BaseSettings):
     thread_threshold: int = Field(default=500, ge=0)
     auction_timeout: float = Field(default=60.0, gt=0)
     shutdown_timeout: float = Field(default=10.0, gt=0)
-    # The "auctioneer" lease (DESIGN.md: renewed every TTL/3; a standby takes over within one TTL).
+    # The "auctioneer" lease (docs/architecture.md: renewed every TTL/3; a standby takes over within one TTL).
     lease_ttl: float = Field(default=15.0, gt=0, le=3600)
     advertise_url: str | None = None  # where peers reach this auctioneer; default: the URL it listens on
     ready_file: Path | None = None
     log_level: str = "info"
+    log_format: LogFormat | None = None  # common/logging.py: None picks by whether stderr is a terminal

@@ -61,7 +61,7 @@ def _json_encoder() -> Any:
     """json.dumps for JSON columns, with the C encoder built once: json.dumps builds it anew on every
     call, half the cost of encoding one instance's ports (250,000 of them in a scale run's lifecycle
     writes). Same output as json.dumps; json.dumps itself where the C accelerator is missing."""
-    make = json.encoder.c_make_encoder
+    make = getattr(json.encoder, "c_make_encoder", None)  # CPython's C accelerator, not in typeshed
     if make is None:
         return json.dumps
     # No circular-reference check (records hold plain trees); otherwise json.dumps's defaults.
@@ -153,7 +153,7 @@ def create_engine(url: str | URL, *, sqlite_synchronous: str = "full") -> AsyncE
     engine = create_async_engine(parsed, json_serializer=json_dumps, connect_args={"timeout": 30})
 
     @sa.event.listens_for(engine.sync_engine, "connect")
-    def _on_connect(dbapi_connection, _record) -> None:  # type: ignore[no-untyped-def]
+    def _on_connect(dbapi_connection, _record) -> None:
         # Let SQLAlchemy, not the driver, open transactions (the driver would skip BEGIN before a
         # SELECT, so a read-then-write request would not see one snapshot).
         dbapi_connection.isolation_level = None
@@ -169,7 +169,7 @@ def create_engine(url: str | URL, *, sqlite_synchronous: str = "full") -> AsyncE
         cursor.close()
 
     @sa.event.listens_for(engine.sync_engine, "begin")
-    def _on_begin(connection) -> None:  # type: ignore[no-untyped-def]
+    def _on_begin(connection) -> None:
         # A write transaction takes the database's write lock at BEGIN: one that read first would otherwise
         # fail at its first write ("database is locked", no waiting) if another process committed since its
         # read (`vendue bbs rotate-keys` while the BBS serves).

@@ -17,6 +17,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.sql.compiler import SQLCompiler
 
 Processor = Callable[[Any], Any]
 
@@ -33,7 +34,8 @@ class DriverStatement:
         compiled statement once, so a compiler that ordered them otherwise fails loudly here instead of
         writing values into the wrong columns."""
         compiled = statement.compile(dialect=dialect)
-        if compiled.positiontup is None:  # every supported dialect binds positionally
+        # Every supported dialect binds positionally (a DML statement compiles to an SQLCompiler).
+        if not isinstance(compiled, SQLCompiler) or compiled.positiontup is None:
             raise ValueError(f"{dialect.name}: a positional paramstyle is needed, not {dialect.paramstyle}")
         self.sql = str(compiled)
         self.names: list[str] = list(compiled.positiontup)

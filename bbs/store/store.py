@@ -197,7 +197,7 @@ def _index_then_presence(record: ActualRecord) -> tuple[int, str]:
     return record.index, record.presence
 
 
-def _actual(row: sa.Row[Any]) -> ActualRecord:
+def _actual(row: sa.Row) -> ActualRecord:
     return ActualRecord(*row)
 
 
@@ -227,7 +227,7 @@ _SEALED_TABLES = (t.desired_lrps, t.tasks)
 _GUID_COLUMN = {t.desired_lrps.name: "process_guid", t.tasks.name: "task_guid"}
 
 
-def _cell(row: sa.Row[Any]) -> CellRecord:
+def _cell(row: sa.Row) -> CellRecord:
     return CellRecord(
         cell_id=row.cell_id, presence=row.presence, expires_at=row.expires_at, disappeared=row.disappeared
     )
@@ -382,10 +382,10 @@ class Tx:
         would follow the database's locale (en_US puts "app-2" between "app1" and "app3")."""
         return sa.collate(column, "C") if self.connection.dialect.name == "postgresql" else column
 
-    async def _rows(self, query: sa.Select[Any]) -> list[sa.Row[Any]]:
+    async def _rows(self, query: sa.Select[Any]) -> list[sa.Row]:
         return list((await self.connection.execute(query)).all())
 
-    async def _records(self, query: sa.Select[Any], convert: Callable[[sa.Row[Any]], T]) -> list[T]:
+    async def _records(self, query: sa.Select[Any], convert: Callable[[sa.Row], T]) -> list[T]:
         """All rows of a possibly big query, converted partition by partition; other requests get
         the event loop between partitions (a 10,000-row read must not stall heartbeats)."""
         found: list[T] = []
@@ -401,7 +401,7 @@ class Tx:
 
     # --- sealed definitions ---------------------------------------------------------------------
 
-    def _desired(self, row: sa.Row[Any]) -> DesiredRecord:
+    def _desired(self, row: sa.Row) -> DesiredRecord:
         return DesiredRecord(
             process_guid=row.process_guid,
             domain=row.domain,
@@ -420,7 +420,7 @@ class Tx:
         clear, label, sealed = seal_definition(self._keys, t.desired_lrps.name, guid, record.definition)
         return {**_desired_columns(record), "definition": clear, "key_label": label, "sealed": sealed}
 
-    def _task(self, row: sa.Row[Any]) -> TaskRecord:
+    def _task(self, row: sa.Row) -> TaskRecord:
         record = TaskRecord(*row[:_TASK_WIDTH])
         record.definition = open_definition(
             self._keys, t.tasks.name, record.task_guid, record.definition, row.key_label, row.sealed
@@ -874,11 +874,11 @@ def _database_now(dialect: sa.engine.Dialect) -> sa.ColumnElement[float]:
     return (sa.func.julianday("now") - 2440587.5) * 86400.0
 
 
-def _lease(row: sa.Row[Any]) -> LeaseRecord:
+def _lease(row: sa.Row) -> LeaseRecord:
     return LeaseRecord(row.name, row.owner, row.token, row.expires_at, row.url or "")
 
 
-def _token(row: sa.Row[Any]) -> TokenRecord:
+def _token(row: sa.Row) -> TokenRecord:
     return TokenRecord(row.id, row.name, row.role, row.secret_sha256, row.created_at, row.expires_at, row.revoked_at)
 
 

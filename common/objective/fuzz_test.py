@@ -10,9 +10,10 @@ from __future__ import annotations
 import pytest
 from hypothesis import HealthCheck, event, given, settings
 
+from tests.support.objective_fuzz import STREAMS, TREES, TYPED_TREES, render, sealed, shape
+
 from . import MAX_BYTES, MAX_DEPTH, ObjectiveError, compile_objective, parse_objective
 from .parser import TOO_DEEP
-from .testing import STREAMS, TREES, TYPED_TREES, render, sealed, shape
 
 FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

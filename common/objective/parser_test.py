@@ -1,9 +1,10 @@
 import pytest
 
+from tests.support.objective_fuzz import shape
+
 from .errors import MAX_DEPTH, ObjectiveError
 from .nodes import Num, ValueType
 from .parser import parse_objective
-from .testing import shape
 
 
 def tree(text):

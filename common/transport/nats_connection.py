@@ -33,7 +33,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from nats.aio.client import Client
@@ -44,7 +45,7 @@ from common.tls import TLSFiles, client_context
 
 log = logging.getLogger("common.nats")
 
-OnConnect = Callable[[Client], Awaitable[None]]
+OnConnect = Callable[[Client], Coroutine[Any, Any, None]]
 
 # A server gone silent (cut off: its packets vanish, so TCP reports nothing) is given up after
 # MAX_OUTSTANDING_PINGS + 1 pings without a PONG, within ~3 * PING_INTERVAL_S, and the client moves to
@@ -218,11 +219,13 @@ class NatsConnection:
         # that answers but fails the handshake (TLS, INFO, CONNECT): no second try (allow_reconnect=False),
         # the cause (a certificate refused, a server without TLS-first) is raised as it is, for the log
         # line. Either way our loop owns the backoff.
+        wait = self._reconnect_wait
         try:
             await nc.connect(
                 servers=server_list(self.url), name=self.name, token=self._token,
                 connect_timeout=max(1, round(self._connect_timeout)),
-                reconnect_time_wait=self._reconnect_wait, max_reconnect_attempts=1, allow_reconnect=False,
+                reconnect_time_wait=wait,  # type: ignore[arg-type]  # nats-py says int; it only sleeps on it
+                max_reconnect_attempts=1, allow_reconnect=False,
                 ping_interval=PING_INTERVAL_S, max_outstanding_pings=MAX_OUTSTANDING_PINGS,
                 tls=self._tls,
                 tls_handshake_first=self._tls is not None,

@@ -58,7 +58,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 from urllib.parse import quote
 
 from common.procutil import child_preexec, free_port, terminate_then_kill
@@ -424,7 +424,7 @@ class NatsServer:
         return [str(binary), "-a", self.host, "-p", str(self.port)]  # nothing secret: no authorization
 
     def _spawn(self, binary: Path) -> None:
-        out: int | object = subprocess.DEVNULL
+        out: int | IO[bytes] = subprocess.DEVNULL
         log = None
         if self.log_path is not None:
             self.log_path.parent.mkdir(parents=True, exist_ok=True)

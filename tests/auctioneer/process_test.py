@@ -114,4 +114,4 @@ async def test_bad_flags_exit_2_with_one_line(tmp_path):
             proc.kill()
             await proc.wait()
     assert proc.returncode == 2
-    assert err.decode().strip().startswith("error: --strategy: unknown strategy 'nope'")
+    assert err.decode().strip().startswith("error: --strategy (strategy): unknown strategy 'nope'")

@@ -164,8 +164,8 @@ def test_plain_http_beyond_loopback_is_refused_unless_insecure(tmp_path: Path) -
     refused = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert refused.returncode == 2, refused.stderr
     assert refused.stderr.splitlines() == [
-        "error: tls_cert: refusing to serve plain HTTP on 0.0.0.0 without TLS: give --tls-cert, --tls-key and "
-        "--tls-ca (vendue certs issue), or --insecure to run without authentication"
+        "error: --tls-cert (tls_cert): refusing to serve plain HTTP on 0.0.0.0 without TLS: give --tls-cert, "
+        "--tls-key and --tls-ca (vendue certs issue), or --insecure to run without authentication"
     ]
     assert not (tmp_path / "bbs.db").exists()  # refused before the database was opened
 
@@ -181,3 +181,28 @@ def _event_types(lines: Iterator[str], want: int, timeout_s: float = 10) -> list
         if time.monotonic() > deadline:
             break
     raise AssertionError(f"expected {want} events within {timeout_s}s, saw {seen}")
+
+
+def test_a_request_id_is_returned_and_on_the_lines_the_request_logs(
+    tmp_path: Path, processes: list[BBSProcess]
+) -> None:
+    bbs = BBSProcess(tmp_path, "1")
+    processes.append(bbs)
+    with bbs.client(timeout=10) as http:
+        created = http.post("/v1/tokens", json={"role": "reader", "name": "ci"},
+                            headers={"X-Request-ID": "e2e-request-1"})
+        assert created.status_code == 201, created.text
+        assert created.headers["x-request-id"] == "e2e-request-1"
+        made = http.get("/v1/tokens").headers["x-request-id"]
+        assert len(made) == 16 and made != "e2e-request-1"  # none sent: one made
+    deadline = time.monotonic() + 10
+    while True:  # the BBS writes its log line as it answers; read until it is there
+        lines = [json.loads(line) for line in (tmp_path / "bbs-1.log").read_text().splitlines()
+                 if line.startswith("{")]
+        logged = [line for line in lines if line["msg"] == "token created"]
+        if logged or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    assert len(logged) == 1, f"expected one 'token created' line in the BBS's log; saw {lines}"
+    line = logged[0]
+    assert (line["request_id"], line["component"], line["name"]) == ("e2e-request-1", "bbs", "ci"), line

@@ -206,7 +206,8 @@ def test_a_bbs_without_the_key_of_an_encrypted_database_refuses_to_start(tmp_pat
              "--tls-cert", str(served.cert), "--tls-key", str(served.key), "--tls-ca", str(served.ca)]
     without = vendue(*start)
     assert (without.returncode, refusal(without.stderr)) == (2, [
-        'error: encryption_keys_file: the database holds records encrypted with key "k1"; give the key ring'])
+        'error: --encryption-keys-file (encryption_keys_file): the database holds records encrypted with key '
+        '"k1"; give the key ring'])
     lacking = vendue(*start, VENDUE_ENCRYPTION_KEYS=json.dumps({"active": "k2", "keys": {"k2": KEYS["k2"]}}))
     assert (lacking.returncode, refusal(lacking.stderr)) == (2, [
         'error: encryption_keys: the database holds records encrypted with key "k1", which the key ring (keys k2) '
@@ -214,7 +215,8 @@ def test_a_bbs_without_the_key_of_an_encrypted_database_refuses_to_start(tmp_pat
     keys.chmod(0o644)
     too_open = vendue(*start, "--encryption-keys-file", str(keys))
     assert (too_open.returncode, refusal(too_open.stderr)) == (2, [
-        f"error: encryption_keys_file: {keys} is mode 0644; it holds keys, so it must be 0600 or stricter "
+        f"error: --encryption-keys-file (encryption_keys_file): {keys} is mode 0644; it holds keys, so it "
+        "must be 0600 or stricter "
         f"(chmod 600 {keys})"])
     assert not (tmp_path / "ready").exists()
     # The key ring given back, it serves again.

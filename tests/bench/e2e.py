@@ -336,7 +336,8 @@ async def measure(cluster: LocalCluster, apps: int, per_app: int, timeout: float
     counters = {
         name: delta(metrics_after.get(name, {}), metrics_before.get(name, {})) for name in component_urls
     }
-    report["bbs_requests_served"] = by_route(counters.get("bbs", {}), "vendue_bbs_requests_total")
+    report["bbs_requests_served"] = by_route(counters.get("bbs", {}),
+                                             "vendue_http_request_duration_seconds_count")
     report["bbs_requests_made"] = {
         k.split("{", 1)[1].rstrip("}"): v for k, v in counters.get("bbs", {}).items()
         if k.startswith(("vendue_bbs_auctioneer_requests_total", "vendue_bbs_rep_requests_total"))}
@@ -406,7 +407,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--zones", type=int, default=3)
     parser.add_argument("--timeout", type=float, default=300.0, help="give up waiting after this long")
     parser.add_argument("--quick", action="store_true", help="only the small run (a tenth the size)")
-    # DESIGN.md's defaults (the local launcher's demo timings, 4 s / 1 s, are tighter than one rep
+    # docs/architecture.md's defaults (the local launcher's demo timings, 4 s / 1 s, are tighter than one rep
     # process heartbeating 100 cells into SQLite reliably manages on a busy machine).
     parser.add_argument("--presence-ttl", type=float, default=10.0)
     parser.add_argument("--convergence-interval", type=float, default=5.0)

@@ -237,8 +237,32 @@ def test_dockerignore_keeps_what_pip_install_needs() -> None:
         for line in (ROOT / ".dockerignore").read_text().splitlines()
         if line.strip() and not line.startswith("#")
     ]
-    for needed in ["pyproject.toml", pyproject["project"]["readme"], *packages]:
+    for needed in ["pyproject.toml", "constraints.txt", pyproject["project"]["readme"], *packages]:
         assert not any(fnmatch(needed, pattern) for pattern in patterns), f".dockerignore drops {needed}"
+
+
+def test_the_image_installs_every_dependency_at_a_pinned_version_and_no_extra() -> None:
+    import tomllib
+
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    lines = [line.strip() for line in DOCKERFILE.read_text().splitlines()]
+    installs = [line for line in lines if line.startswith("RUN pip install")]
+    constrained = "--constraint /tmp/vendue-src/constraints.txt /tmp/vendue-src "
+    assert installs and all(constrained in line for line in installs)
+    pinned = {}
+    for line in (ROOT / "constraints.txt").read_text().splitlines():
+        if line.strip() and not line.startswith("#"):
+            name, _, version = line.partition("==")
+            assert version, f"constraints.txt: {line!r} is not pinned with =="
+            pinned[canonicalize_name(name)] = version
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    dependencies = [Requirement(r) for r in project["dependencies"]]
+    unpinned = [str(r) for r in dependencies
+                if (r.marker is None or r.marker.evaluate()) and canonicalize_name(r.name) not in pinned]
+    assert unpinned == [], f"not in constraints.txt (regenerate it: its header says how): {unpinned}"
+    assert "plotly" not in pinned, "the image is the base install: plotly comes with the report extra"
 
 
 def test_dockerignore_keeps_certificates_and_keys_out_of_the_image() -> None:

@@ -3,9 +3,10 @@ they hold, and are claimed, whichever strategy places."""
 
 import pytest
 
+from tests.support.engine_workloads import make_cell, placements
+
 from ..scheduler import schedule
 from ..state import AuctionState
-from ..strategies.workload_generators import make_cell, placements
 from ..types import DeviceRequest, LRPStart, SchedulerConfig, Volume, VolumeRequest
 from .devices import DEVICES
 from .ingress import INGRESS_IP

@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from common.objective import ObjectiveError, compile_objective, parse_objective
-from common.objective.testing import STREAMS, TYPED_TREES, render, sealed
+from tests.support.objective_fuzz import STREAMS, TYPED_TREES, render, sealed
 
 from ..scheduler import schedule
 from ..types import Cell, LRPStart, Resources, SchedulerConfig

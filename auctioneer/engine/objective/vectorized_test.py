@@ -8,9 +8,9 @@ from hypothesis import strategies as st
 
 from common.objective.errors import MAX_BYTES
 from common.objective.parser import parse_objective
+from tests.support.objective_texts import EXPRESSIONS
 
 from .evaluate import BidFacts, InstanceFacts, divide, modulo, score
-from .testing import EXPRESSIONS
 from .vectorized import BidTable, compile_columns, divide_columns, modulo_columns
 
 SPECIAL = [0.0, -0.0, 1.0, -1.0, 3.0, -7.5, 1e308, -1e308, 5e-324, math.inf, -math.inf, math.nan]

@@ -2,10 +2,11 @@ from collections import Counter
 
 from hypothesis import given, settings
 
+from tests.support.engine_workloads import assert_engines_agree, make_cell, placements, workloads
+
 from ..scheduler import schedule
 from ..types import LRPStart, RunningInstance, SchedulerConfig, TaskStart
 from .binpack import NAME
-from .workload_generators import assert_engines_agree, make_cell, placements, workloads
 
 ENGINES = ("fast", "reference")
 

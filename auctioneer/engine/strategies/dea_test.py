@@ -2,11 +2,12 @@ import random
 
 from hypothesis import given, settings
 
+from tests.support.engine_workloads import assert_engines_agree, make_cell, placements, workloads
+
 from ..scheduler import schedule
 from ..state import AuctionState
 from ..types import LRPStart, RunningInstance, SchedulerConfig, TaskStart
 from .dea import NAME, StaleAdvertisementFilter, running_instances, top_half_size
-from .workload_generators import assert_engines_agree, make_cell, placements, workloads
 
 ENGINES = ("fast", "reference")
 

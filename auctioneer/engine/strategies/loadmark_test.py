@@ -1,11 +1,12 @@
 import pytest
 from hypothesis import given, settings
 
+from tests.support.engine_workloads import assert_engines_agree, make_cell, placements, workloads
+
 from ..scheduler import schedule
 from ..state import AuctionState
 from ..types import HostMetrics, LoadMarkConfig, LRPStart, Resources, SchedulerConfig, TaskStart
 from .loadmark import NAME, CriticalLoadFilter, above_critical, host_usage, load_mark
-from .workload_generators import assert_engines_agree, make_cell, placements, workloads
 
 ENGINES = ("fast", "reference")
 GIB = 1024

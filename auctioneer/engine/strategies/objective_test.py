@@ -2,7 +2,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ..objective.testing import EXPRESSIONS
+from tests.support.objective_texts import EXPRESSIONS
+
 from ..scheduler import schedule
 from ..state import AuctionState
 from ..types import Cell, LRPStart, Resources, RunningInstance, SchedulerConfig, TaskStart

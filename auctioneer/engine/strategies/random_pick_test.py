@@ -3,10 +3,11 @@ from collections import Counter
 
 from hypothesis import given, settings
 
+from tests.support.engine_workloads import assert_engines_agree, make_cell, placements, workloads
+
 from ..scheduler import schedule
 from ..types import LRPStart, SchedulerConfig, TaskStart
 from .random_pick import NAME, item_rng
-from .workload_generators import assert_engines_agree, make_cell, placements, workloads
 
 
 def test_name():

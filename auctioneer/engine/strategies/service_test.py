@@ -1,11 +1,12 @@
 import pytest
 from hypothesis import given, settings
 
+from tests.support.engine_workloads import assert_engines_agree, make_cell, placements, workloads
+
 from ..scheduler import schedule
 from ..state import AuctionState
 from ..types import AffinityRule, LRPStart, RunningInstance, SchedulerConfig, TaskStart, Volume, VolumeRequest
 from .service import NAME, affinity_score, service_key
-from .workload_generators import assert_engines_agree, make_cell, placements, workloads
 
 ENGINES = ("fast", "reference")
 

@@ -21,7 +21,19 @@ from unittest import mock
 import numpy as np
 from hypothesis import strategies as st
 
-from .nodes import ATTRIBUTES, BID, INSTANCE, Attr, BinOp, Count, Neg, Node, Num, ValueType, Zones
+from common.objective.nodes import (
+    ATTRIBUTES,
+    BID,
+    INSTANCE,
+    Attr,
+    BinOp,
+    Count,
+    Neg,
+    Node,
+    Num,
+    ValueType,
+    Zones,
+)
 
 # --- random token streams ------------------------------------------------------------------------------
 

@@ -1,6 +1,6 @@
 """Hypothesis generators of small, tight workloads, for the fast == reference engine tests.
 
-Test support only (imported by the `*_test.py` files beside it). The workloads are small so each
+Test support only (imported by the engine's `*_test.py` files). The workloads are small so each
 example is cheap, and tight so that capacity, tags, labels, devices and volumes really decide: few
 cells, few container slots, prefilled instances of the very processes being placed, several zones,
 stale advertisements and loaded hosts.
@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 from hypothesis import strategies as st
 
-from ..scheduler import schedule
-from ..types import (
+from auctioneer.engine.scheduler import schedule
+from auctioneer.engine.types import (
     AffinityRule,
     AuctionResult,
     Cell,
