@@ -204,7 +204,7 @@ class ObjectiveColumns:
         self.known_processes: set[str] = set()
         for pg in state.processes():
             self.register(pg)
-        self.members: dict[tuple[str, str], np.ndarray] = {}  # (list, string) -> 0/1 per cell
+        self.members: dict[tuple[str, Needle], np.ndarray] = {}  # (list, string) -> 0/1 per cell
 
     def register(self, pg: str) -> None:
         self.known_processes.add(pg)
@@ -227,7 +227,8 @@ class ObjectiveColumns:
             if isinstance(needle, np.ndarray):  # a needle that differs per cell: cell by cell
                 return np.array([self.running_on(slot, x) for slot, x in zip(self.slots, needle.tolist(),
                                                                                strict=True)], dtype=np.float64)
-            return self.running_count(needle)
+            # an AppID is a float: another needle (a string, none) is no AppID and counts nothing
+            return self.running_count(needle) if isinstance(needle, float | int) else np.zeros(self.size)
         return self.membership(name, needle)
 
     def running_on(self, slot: CellSlot, x: float) -> float:
