@@ -11,7 +11,6 @@ from .registry import (
     REQUEST,
     RESOURCES,
     admitted,
-    feasible,
     feasible_positions,
     filter_chain,
     first_rejection,
@@ -26,6 +25,6 @@ from .volumes import VOLUMES
 __all__ = [
     "COMPATIBILITY", "CONTAINERS", "DEVICES", "DISK", "INGRESS_IP", "LABELS", "MEMORY", "PLACEMENT_TAGS",
     "REQUEST", "RESOURCES", "STACK", "VOLUMES", "VOLUME_DRIVERS", "Example", "Filter", "RequestFilter", "StaticFilter",
-    "Work", "admitted", "feasible", "feasible_positions", "filter_chain", "first_rejection", "least_free",
+    "Work", "admitted", "feasible_positions", "filter_chain", "first_rejection", "least_free",
     "invalid_request", "placement_tag_error", "rejection_stages", "request_filters", "requirement",
 ]

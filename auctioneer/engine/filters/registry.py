@@ -6,7 +6,7 @@ picks), then a strategy's own filters, and resources last. Adding a filter is a 
 package and one line here (auctioneer/engine/README.md, "How to add a filter").
 
 Every strategy asks here, in one form or the other, which cells pass an item's chain: the reference
-engines cell by cell (`first_rejection`, `passes`), the fast ones as a mask over the auction's columns
+engines cell by cell (`first_rejection`), the fast ones as a mask over the auction's columns
 (`admitted`). Filters are a conjunction: the order decides only which filter a diagnosis blames.
 """
 
@@ -91,10 +91,6 @@ def first_rejection(slot: CellSlot, item: Work, chain: Sequence[Filter]) -> Filt
     return None
 
 
-def feasible(slot: CellSlot, item: Work, chain: Sequence[Filter]) -> bool:
-    return first_rejection(slot, item, chain) is None
-
-
 # --- the vectorised form: every cell at once -------------------------------------------------------------
 
 
@@ -107,7 +103,7 @@ def admitted(cells: CellColumns, item: Work, chain: Sequence[Filter]) -> np.ndar
 
 
 def feasible_positions(cells: CellColumns, item: Work, chain: Sequence[Filter]) -> np.ndarray:
-    """Ascending positions of the cells that pass the whole chain: the cells `feasible` would keep."""
+    """Ascending positions of the cells that pass the whole chain: the cells `first_rejection` passes."""
     return np.flatnonzero(admitted(cells, item, chain))
 
 
