@@ -42,7 +42,6 @@ from __future__ import annotations
 from bisect import insort
 from collections.abc import Callable, Hashable
 from math import inf
-from operator import itemgetter
 from typing import NamedTuple
 
 from sortedcontainers import SortedList
@@ -116,26 +115,9 @@ class Levels:
         self.zero: set[int] | None = None  # cells with a count of 0, once asked for (then kept current)
 
 
-# Candidates are compared as tuples, in the reference's order; they are tuples with named parts, made
-# with tuple's own constructor (`Winner((score, position))`), as a NamedTuple's is too slow to make
-# once per candidate.
-
-
-class Winner(tuple):
-    """A pool's best cell for an item: (exact score, position), the reference's tie-break."""
-
-    __slots__ = ()
-    score = property(itemgetter(0))  # exact: the reference's own function
-    position = property(itemgetter(1))
-
-
-class GroupWinner(tuple):
-    """A zone group's best cell so far: (score, zone rank, index in zone, position), the order in which
-    the reference meets cells."""
-
-    __slots__ = ()
-    score = property(itemgetter(0))
-    position = property(itemgetter(3))
+# A pool's best cell for an item: (exact score, position), compared as the reference breaks ties. A plain
+# tuple, unpacked into named locals where read: one is made per candidate, and a class is slower to make.
+Winner = tuple[float, int]
 
 
 class LevelBest(NamedTuple):
@@ -147,16 +129,10 @@ class RanLong(Exception):
     """A search in load order looked at more buckets and cells than its budget before finishing."""
 
 
-class Search(tuple):
-    """What one item's search reads in every pool: (the least free memory, disk and containers a cell
-    must have, the key of its count — the process guid, or TASKS —, each cell's count of it by
-    position, holding cells only, and the item's score function)."""
-
-    __slots__ = ()
-    need = property(itemgetter(0))
-    count_key = property(itemgetter(1))
-    counts = property(itemgetter(2))
-    score_of = property(itemgetter(3))
+# What one item's search reads in every pool: (the least free memory, disk and containers a cell must have,
+# the key of its count — the process guid, or TASKS —, each cell's count of it by position, holding cells
+# only, and the item's score function). A plain tuple, unpacked into named locals where read.
+Search = tuple[tuple[int, int, int], "str | None", dict[int, int], Callable[[CellSlot], float]]
 
 
 class DiegoFast(FastPicker, DiegoReference):
@@ -271,7 +247,7 @@ class DiegoFast(FastPicker, DiegoReference):
                 score_of: Callable[[CellSlot], float]) -> Search:
         if count_key not in self.levels and counts and len(counts) + DIRECT >= self.smallest_pool:
             self._level_index(count_key, counts)  # the process holds nearly as many cells as a pool has
-        return Search((least_free(item), count_key, counts, score_of))
+        return (least_free(item), count_key, counts, score_of)
 
     # --- picking --------------------------------------------------------------------------------
 
@@ -305,16 +281,16 @@ class DiegoFast(FastPicker, DiegoReference):
         Until the process holds nearly as many cells as a pool has (no levels yet), its lowest level is 0
         everywhere and has many cells; the levels are built only if a search for one of them runs long.
         """
-        counts = search.counts
+        _need, count_key, counts, _score_of = search
         if not counts:
             return self._scan(pool, search, 0, None, inf, UNLIMITED)
-        index = self.levels.get(search.count_key)
+        index = self.levels.get(count_key)
         searched = False
         if index is None:
             try:
                 return self._scan(pool, search, 0, None, inf, len(pool.positions) - len(counts) + DIRECT)
             except RanLong:
-                index = self._level_index(search.count_key, counts)
+                index = self._level_index(count_key, counts)
                 searched = True  # level 0 (the lowest) was just looked for in load order, at length
         levels = index.get(pool)
         if levels is None:  # no cell of the pool holds the process
@@ -342,7 +318,7 @@ class DiegoFast(FastPicker, DiegoReference):
         """The best fitting cell among `cells` (all of one level)."""
         slots = self.state.slots
         bucket_of = pool.bucket_of
-        need_m, need_d, need_c = search.need
+        (need_m, need_d, need_c), _count_key, _counts, score_of = search
         fitting: list[tuple[float, Bucket, int]] = []
         lowest_load = inf
         for pos in cells:
@@ -360,7 +336,7 @@ class DiegoFast(FastPicker, DiegoReference):
         for load, bucket, pos in fitting:
             if load <= bound and first.get(bucket, pos) >= pos:
                 first[bucket] = pos
-        winner = min(Winner((search.score_of(slots[pos]), pos)) for pos in first.values())
+        winner = min((score_of(slots[pos]), pos) for pos in first.values())
         return LevelBest(winner, lowest_load + LOCALITY_OFFSET * level)
 
     def _scan(self, pool: Pool, search: Search, floor: int, best: Winner | None, best_approx: float,
@@ -370,8 +346,7 @@ class DiegoFast(FastPicker, DiegoReference):
         buckets and cells were looked at."""
         slots = self.state.slots
         buckets = pool.buckets
-        counts, score_of = search.counts, search.score_of
-        need_m, need_d, need_c = search.need
+        (need_m, need_d, need_c), _count_key, counts, score_of = search
         bound = _near(best_approx) if best is not None else inf
         base = LOCALITY_OFFSET * floor  # every cell not yet looked at scores at least its load + base
         seen_free = [0, 0, 0]  # the most free memory, disk and containers of the states looked at
@@ -412,7 +387,7 @@ class DiegoFast(FastPicker, DiegoReference):
                 approx = load
             if approx > bound:
                 continue
-            candidate = Winner((score_of(slots[pos]), pos))
+            candidate = (score_of(slots[pos]), pos)
             if best is None or candidate < best:
                 best = candidate
             if approx < best_approx:
@@ -447,11 +422,11 @@ class DiegoFast(FastPicker, DiegoReference):
             return lrp_score(slot, memory_mb, disk_mb, process, starting_weight, bin_pack_weight)
 
         search = self._search(item, process, self.state.holding(process), score_of)
-        need_m, need_d, need_c = search.need
+        (need_m, need_d, need_c), *_ = search
         slots = self.state.slots
         for group in zone_groups(self.room, self.state, item):
             # Within a group the reference keeps the first lowest score met: zone order, then cell order.
-            best: GroupWinner | None = None
+            best: tuple[float, int, int, int] | None = None  # (score, zone rank, index in zone, position)
             for rank, zone in enumerate(group):
                 for pool in self.zone_pools[zone]:
                     most_free = pool.most_free  # `_may_fit`, inlined: this runs per pool per item
@@ -460,12 +435,12 @@ class DiegoFast(FastPicker, DiegoReference):
                         continue
                     found = self._best_in_pool(pool, search)
                     if found is not None:
-                        position = found.position
-                        candidate = GroupWinner((found.score, rank, slots[position].zone_pos, position))
+                        score, position = found
+                        candidate = (score, rank, slots[position].zone_pos, position)
                         if best is None or candidate < best:
                             best = candidate
             if best is not None:
-                return slots[best.position]
+                return slots[best[3]]  # its position
         return None
 
     def pick_task(self, item: TaskStart) -> CellSlot | None:
@@ -478,14 +453,18 @@ class DiegoFast(FastPicker, DiegoReference):
             return task_score(slot, memory_mb, disk_mb, starting_weight)
 
         search = self._search(item, TASKS, self.state.task_cells, score_of)
+        need, *_ = search
         best: Winner | None = None
         for pool in self.pools:
-            if id(pool) not in compatible or not self._may_fit(pool, search.need):
+            if id(pool) not in compatible or not self._may_fit(pool, need):
                 continue
             found = self._best_in_pool(pool, search)
             if found is not None and (best is None or found < best):
                 best = found
-        return None if best is None else self.state.slots[best.position]
+        if best is None:
+            return None
+        _score, position = best
+        return self.state.slots[position]
 
 
 __all__ = ["DiegoFast"]
