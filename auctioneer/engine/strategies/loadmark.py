@@ -107,7 +107,7 @@ class CriticalLoadFilter:
 
     def admits(self, cells: CellColumns, item: Work) -> np.ndarray:
         # a derived column: recomputed for the reserved cell only, as its mark rises
-        return cells.derived(("below_critical_load", self.config), self.below_critical, bool)
+        return cells.derived(self, self.below_critical, bool)  # keyed by the filter: hashing the config costs
 
     def below_critical(self, slot: CellSlot) -> bool:
         return not above_critical(slot, self.config)
@@ -153,8 +153,10 @@ class LoadmarkFast(FastPicker):
         self.filters = (CriticalLoadFilter(self.config.loadmark),)
 
     def marks(self) -> np.ndarray:
-        config = self.config.loadmark
-        return self.cells.derived(("load_mark", config), lambda slot: load_mark(slot, config))
+        return self.cells.derived(self, self.mark)  # keyed by the picker: hashing the config costs
+
+    def mark(self, slot: CellSlot) -> float:
+        return load_mark(slot, self.config.loadmark)
 
     def pick_lrp(self, item: LRPStart) -> CellSlot | None:
         positions = self.feasible_positions(item)
