@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Awaitable
-from typing import Annotated, Any, TypeVar
+from collections.abc import Awaitable, Callable
+from typing import Annotated, Any, TypeVar, get_args
 
 from fastapi import Depends, FastAPI, Path, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
@@ -26,6 +26,7 @@ from common.models import (
     DesiredLRP,
     DesiredLRPCreate,
     DesiredLRPUpdate,
+    HeartbeatAnswer,
     HostLifecycle,
     HostLifecycleResult,
     Lease,
@@ -47,7 +48,7 @@ from .lifecycle_wire import HOST_REPORT, HostReport
 from .policy import POLICY, require_lease_holder
 from .quotas import QuotaExceeded, callback_problem
 from .redact import env_for_caller
-from .service import BBS, Conflict, Fenced, NotFound
+from .service import BBS, CellMode, Conflict, Fenced, NotFound
 
 GuidPath = Annotated[str, Path(pattern=GUID_PATTERN)]
 # A filter names a guid: anything else matches nothing, and a NUL would reach the database (a 500 on PostgreSQL).
@@ -108,6 +109,13 @@ def documented_body(model: type[BaseModel]) -> dict[str, Any]:
         return [inline(value) for value in node] if isinstance(node, list) else node
 
     return {"requestBody": {"required": True, "content": {"application/json": {"schema": inline(schema)}}}}
+
+
+def cell_mode_route(bbs: BBS, mode: CellMode) -> Callable[[str], Awaitable[dict[str, Any]]]:
+    async def set_cell_mode(cell_id: GuidPath) -> dict[str, Any]:
+        return await bbs.set_cell_mode(cell_id, mode)
+
+    return set_cell_mode
 
 
 def items(rows: list[dict[str, Any]]) -> Response:
@@ -259,17 +267,23 @@ def create_app(bbs: BBS, *, insecure: bool | None = None) -> FastAPI:
 
     # --- cells and events -----------------------------------------------------------------------
 
-    @app.put("/v1/cells", status_code=204, openapi_extra=documented_body(CellPresences))
+    @app.put("/v1/cells", response_model=HeartbeatAnswer, openapi_extra=documented_body(CellPresences))
     async def heartbeats(
         request: Request, body: Annotated[CellPresences, json_body(CellPresences)]
-    ) -> Response:
+    ) -> dict[str, list[str]]:
+        """The heartbeats; the answer names the cells among them the operator cordoned (or drains): their rep
+        refuses work for them, should an auction that started before place some."""
         require_cells(request, (presence.cell_id for presence in body.cells))
-        await asyncio.gather(*(bbs.heartbeat(presence.cell_id, presence) for presence in body.cells))
-        return Response(status_code=204)
+        cordoned = await asyncio.gather(*(bbs.heartbeat(p.cell_id, p) for p in body.cells))
+        return {"cordoned": [p.cell_id for p, yes in zip(body.cells, cordoned, strict=True) if yes]}
 
     @app.get("/v1/cells")
-    async def list_cells() -> Response:
-        return items(await bbs.list_cells())
+    async def list_cells(all: bool = False) -> Response:  # noqa: A002 (the query parameter's name)
+        return items(await bbs.list_cells(expired=all))
+
+    # An operator's cordon, uncordon and drain (bbs/service.py set_cell_mode): the cell state after.
+    for mode in get_args(CellMode):
+        app.post(f"/v1/cells/{{cell_id}}/{mode}", name=f"{mode}_cell")(cell_mode_route(bbs, mode))
 
     @app.delete("/v1/cells/{cell_id}", status_code=204)
     async def remove_cell(cell_id: GuidPath) -> Response:

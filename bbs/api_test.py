@@ -77,7 +77,8 @@ class Harness:
         assert response.status_code == 200, response.text
         return response.json()["items"]
 
-    async def heartbeat(self, cell_id: str, **extra: Any) -> None:
+    async def heartbeat(self, cell_id: str, **extra: Any) -> list[str]:
+        """One cell's heartbeat; the cells the BBS answers cordoned."""
         body = {
             "cell_id": cell_id,
             "zone": "z1",
@@ -86,7 +87,8 @@ class Harness:
             **extra,
         }
         response = await self.http.put("/v1/cells", json={"cells": [body]})
-        assert response.status_code == 204, response.text
+        assert response.status_code == 200, response.text
+        return response.json()["cordoned"]
 
     async def lifecycle(self, cell_id: str, **report: Any) -> dict[str, Any]:
         """One cell's report, and the BBS's answer for that cell."""
@@ -384,7 +386,7 @@ async def test_a_host_reports_many_cells_in_one_request(h: Harness) -> None:
          "total": {"memory_mb": 4096, "disk_mb": 8192, "containers": 100}}
         for cid, zone in (("c1", "z1"), ("c2", "z2"))
     ]
-    assert (await h.http.put("/v1/cells", json={"cells": presences})).status_code == 204
+    assert (await h.http.put("/v1/cells", json={"cells": presences})).status_code == 200
     assert [c["cell_id"] for c in (await h.http.get("/v1/cells")).json()["items"]] == ["c1", "c2"]
     await desire(h, 2)
     body = {"cells": {"c1": {"claimed": [ref(0, "a")], "running": [running(0, "a", 61001)]},
@@ -441,6 +443,83 @@ async def test_evacuation_replaces_running_instances_then_stops_the_old_ones(h: 
         (0, "ORDINARY"),
         (1, "ORDINARY"),
     ]
+
+
+async def test_cell_states_carry_the_heartbeats_capacity_and_the_operators_flags(h: Harness) -> None:
+    left = {"memory_mb": 1024, "disk_mb": 2048, "containers": 7}
+    assert await h.heartbeat("c1", available=left, instances=3, starting=1) == []
+    await h.heartbeat("c2")  # a rep too old to say what it has left
+    cells = {c["cell_id"]: c for c in (await h.http.get("/v1/cells")).json()["items"]}
+    assert (cells["c1"]["available"], cells["c1"]["instances"], cells["c1"]["starting"]) == (left, 3, 1)
+    assert (cells["c2"]["available"], cells["c2"]["instances"]) == (None, 0)
+    assert {(c["state"], c["cordoned"], c["draining"]) for c in cells.values()} == {("present", False, False)}
+    # A rep cannot cordon its own cell (nor say it is suspect): those are the BBS's.
+    assert await h.heartbeat("c2", cordoned=True, draining=True, state="suspect") == []
+    assert (await h.http.get("/v1/cells")).json()["items"][1]["cordoned"] is False
+    negative = await h.http.put("/v1/cells", json={"cells": [{
+        "cell_id": "c3", "zone": "z1", "rep_url": "http://c3.rep", "instances": -1,
+        "total": {"memory_mb": 1, "disk_mb": 1, "containers": 1}}]})
+    assert negative.status_code == 422 and negative.json()["detail"][0]["loc"][-1] == "instances", negative.text
+    # An expired presence is listed only when asked for, as suspect.
+    async with h.bbs.store.read() as tx:
+        record = await tx.get_cell("c1")
+    assert (record.to_wire(record.expires_at)["state"], record.to_wire(record.expires_at + 1)["state"]) == (
+        "present", "suspect")
+    assert [c["cell_id"] for c in (await h.http.get("/v1/cells", params={"all": "true"})).json()["items"]] == [
+        "c1", "c2"]
+
+
+async def test_cordon_keeps_what_runs_and_survives_heartbeats(h: Harness) -> None:
+    await h.heartbeat("c1")
+    await desire(h, 1)
+    await h.lifecycle("c1", claimed=[ref(0, "a")], running=[running(0, "a")])
+    published: list[dict[str, Any]] = []
+    h.bbs.hub.add_sink(published.extend)
+    cordoned = await h.http.post("/v1/cells/c1/cordon")
+    assert cordoned.status_code == 200, cordoned.text
+    assert (cordoned.json()["cordoned"], cordoned.json()["draining"]) == (True, False)
+    assert [(e["type"], e["data"]) for e in published] == [("cell_changed", cordoned.json())], published
+    assert await h.heartbeat("c1", boot_id="b1") == ["c1"], "the rep learns it from each heartbeat's answer"
+    assert await h.heartbeat("c1", boot_id="b1") == ["c1"]
+    assert (await h.http.get("/v1/cells")).json()["items"][0]["cordoned"] is True
+    assert [(a["presence"], a["state"]) for a in await h.actuals()] == [("ORDINARY", "RUNNING")]
+    assert (await h.http.post("/v1/cells/c1/uncordon")).json()["cordoned"] is False
+    assert await h.heartbeat("c1", boot_id="b1") == []
+    await h.settle()
+    assert h.rec.to("http://c1.rep/cordon") == [{"cells": [{"cell_id": "c1", "cordoned": True}]},
+                                                {"cells": [{"cell_id": "c1", "cordoned": False}]}], "told its rep"
+    assert (await h.http.post("/v1/cells/nope/cordon")).status_code == 404
+    assert (await h.http.post("/v1/cells/c1/reboot")).status_code in (404, 405)
+
+
+async def test_drain_replaces_make_before_break_and_uncordon_keeps_what_found_no_room(h: Harness) -> None:
+    await h.heartbeat("c1")
+    await h.heartbeat("c2")
+    await desire(h, 2)
+    await h.lifecycle("c1", claimed=[ref(0, "a"), ref(1, "b")], running=[running(0, "a")])  # 1 starting
+    drained = await h.http.post("/v1/cells/c1/drain")
+    assert (drained.json()["cordoned"], drained.json()["draining"]) == (True, True), drained.text
+    rows = sorted((a["index"], a["presence"], a["state"]) for a in await h.actuals())
+    assert rows == [(0, "EVACUATING", "RUNNING"), (0, "ORDINARY", "UNCLAIMED"), (1, "ORDINARY", "CLAIMED")]
+    await h.settle()
+    assert h.rec.to(AUCTIONEER + "/v1/lrps")[-1][0]["indices"] == [0]
+    assert h.rec.stopped() == [], "nothing stops before its replacement runs"
+    # What was starting runs by the next heartbeat, which moves it too (a heartbeat that does not say
+    # `evacuating`: the drain is the BBS's, not the rep's).
+    await h.lifecycle("c1", running=[running(1, "b")])
+    assert await h.heartbeat("c1") == ["c1"]
+    rows = sorted((a["index"], a["presence"], a["state"]) for a in await h.actuals())
+    assert rows == [(0, "EVACUATING", "RUNNING"), (0, "ORDINARY", "UNCLAIMED"),
+                    (1, "EVACUATING", "RUNNING"), (1, "ORDINARY", "UNCLAIMED")]
+    await h.lifecycle("c2", claimed=[ref(0, "a2")], running=[running(0, "a2")])
+    await h.settle()
+    assert h.rec.stopped() == [("c1", "a")], "the old instance stops once its replacement runs"
+    # Index 1 found no room elsewhere: uncordon ends the drain, and it stays where it runs.
+    assert (await h.http.post("/v1/cells/c1/uncordon")).json()["draining"] is False
+    rows = sorted((a["index"], a["presence"], a["state"], a["cell_id"]) for a in await h.actuals())
+    assert rows == [(0, "ORDINARY", "RUNNING", "c2"), (1, "ORDINARY", "RUNNING", "c1")]
+    assert await h.heartbeat("c1") == []
+    assert len(await h.actuals()) == 2, "an uncordoned cell's heartbeat moves nothing"
 
 
 async def test_expired_cell_suspect_then_promoted_back_when_it_returns(h: Harness) -> None:

@@ -425,6 +425,23 @@ def evacuate(actuals: ActualSet, cell_id: str, now: float) -> dict[str, set[int]
     return starts
 
 
+def undrain(actuals: ActualSet, cell_id: str, now: float) -> dict[str, set[int]]:
+    """An operator ends a cell's drain (uncordon): each instance still EVACUATING there whose replacement is
+    not placed yet (UNCLAIMED: no room elsewhere, or its auction still pending) is the index's instance
+    again, and the replacement is dropped. One whose replacement a cell already claimed is left to finish
+    the move. Returns no starts."""
+    for row in actuals:
+        if row.cell_id != cell_id or row.presence != EVACUATING:
+            continue
+        replacement = actuals.get(row.process_guid, row.index)
+        if replacement is not None and replacement.state != UNCLAIMED:
+            continue
+        if replacement is not None:
+            actuals.remove(replacement)
+        actuals.replace(row, changed(row, presence=ORDINARY))
+    return {}
+
+
 def forget_rebooted_cell(actuals: ActualSet, cell_id: str, now: float) -> dict[str, set[int]]:
     """A cell heartbeats with a new boot id: its rep restarted and holds nothing it held before.
 

@@ -6,8 +6,8 @@ Auctioneer sends are coalesced: whatever was queued while the previous POST ran 
 They go to the holder of the "auctioneer" lease when there is one (its URL, cached for a moment and
 read again after a failed send), else to the configured auctioneer URL.
 
-Stops and cancels are batched per rep process (the one rep API: POST {rep_url}/stop, /cancel, the body
-naming each cell): everything queued for a process in one burst (one transaction's effects, one
+Stops, cancels and cordons are batched per rep process (the one rep API: POST {rep_url}/stop, /cancel,
+/cordon, the body naming each cell): everything queued for a process in one burst (one transaction's effects, one
 convergence pass) goes in one request.
 """
 
@@ -23,7 +23,16 @@ from typing import Any, Literal
 import httpx
 from pydantic import BaseModel, ValidationError
 
-from common.models import CancelTasks, CellState, HostCellStates, InstanceStop, StopInstances, TaskCancel
+from common.models import (
+    CancelTasks,
+    CellCordon,
+    CellState,
+    CordonCells,
+    HostCellStates,
+    InstanceStop,
+    StopInstances,
+    TaskCancel,
+)
 
 from .metrics import BBSMetrics
 from .records import CellRecord
@@ -42,11 +51,12 @@ REP_STATE_CELLS_MAX = 100
 
 # A rep process: (its root URL, its id). Stops and cancels queued for it travel together.
 RepKey = tuple[str, str]
-RepVerb = Literal["stop", "cancel"]
-# The body of a batch of each verb (the one rep API's StopInstances and CancelTasks).
+RepVerb = Literal["stop", "cancel", "cordon"]
+# The body of a batch of each verb (the one rep API's StopInstances, CancelTasks and CordonCells).
 REP_BATCHES: dict[RepVerb, Callable[[list[Any]], BaseModel]] = {
     "stop": lambda stops: StopInstances.model_construct(instances=stops),
     "cancel": lambda cancels: CancelTasks.model_construct(tasks=cancels),
+    "cordon": lambda cordons: CordonCells.model_construct(cells=cordons),
 }
 
 # The elected auctioneer's URL, or None when no auctioneer holds the lease (then the configured URL is used).
@@ -193,7 +203,12 @@ class Outbound:
         """Queue a cancel for the cell's rep; the burst's cancels for one rep process go in one request."""
         self._queue("cancel", cell, TaskCancel(cell_id=cell.cell_id, task_guid=task_guid))
 
-    def _queue(self, verb: RepVerb, cell: CellRecord, item: InstanceStop | TaskCancel) -> None:
+    def cordon_cell(self, cell: CellRecord, cordoned: bool) -> None:
+        """Tell the cell's rep the operator (un)cordoned it, so that it refuses (or takes) work at once; a rep
+        that does not hear it learns it from its next heartbeat's answer."""
+        self._queue("cordon", cell, CellCordon(cell_id=cell.cell_id, cordoned=cordoned))
+
+    def _queue(self, verb: RepVerb, cell: CellRecord, item: InstanceStop | TaskCancel | CellCordon) -> None:
         key = (verb, (cell.rep_url.rstrip("/"), cell.rep_id))
         queued = self._rep_queues.get(key)
         if queued is None:  # the first of a burst: the send runs once the burst's caller has queued the rest
@@ -209,7 +224,7 @@ class Outbound:
             await self._rep_request(rep, verb, body.model_dump_json().encode())
 
     async def _rep_request(self, rep: RepKey, verb: RepVerb, body: bytes) -> bool:
-        """One stop or cancel batch to a rep process (POST {rep_url}/stop or /cancel)."""
+        """One stop, cancel or cordon batch to a rep process (POST {rep_url}/stop, /cancel or /cordon)."""
         return await self._post(f"{rep[0]}/{verb}", body, verb)
 
     def _spawn(self, coroutine: Any) -> None:

@@ -42,6 +42,9 @@ POLICY = Policy({
     ("POST", "/v1/lifecycle"): rule("rep", why="a rep reports for the cells in its certificate"),
     ("GET", "/v1/cells"): rule(*STATE_READERS),
     ("DELETE", "/v1/cells/{cell_id}"): rule("admin", why="a person declares a cell gone for good"),
+    ("POST", "/v1/cells/{cell_id}/cordon"): rule("admin", why="a person cordons a cell"),
+    ("POST", "/v1/cells/{cell_id}/uncordon"): rule("admin", why="a person uncordons a cell"),
+    ("POST", "/v1/cells/{cell_id}/drain"): rule("admin", why="a person drains a cell"),
     # the auctioneer: its failures (fenced by its lease's token), its election
     ("POST", "/v1/placement_failures"): rule("auctioneer",
                                              why="the auctioneer reports what it could not place"),

@@ -57,6 +57,9 @@ SAMPLES: dict[tuple[str, str], tuple[str, Any, dict[str, Any] | None]] = {
     ("POST", "/v1/lifecycle"): ("/v1/lifecycle", {"cells": {"cell-1": {}}}, None),
     ("GET", "/v1/cells"): ("/v1/cells", None, None),
     ("DELETE", "/v1/cells/{cell_id}"): ("/v1/cells/cell-1", None, None),
+    ("POST", "/v1/cells/{cell_id}/cordon"): ("/v1/cells/cell-1/cordon", None, None),
+    ("POST", "/v1/cells/{cell_id}/uncordon"): ("/v1/cells/cell-1/uncordon", None, None),
+    ("POST", "/v1/cells/{cell_id}/drain"): ("/v1/cells/cell-1/drain", None, None),
     ("POST", "/v1/placement_failures"): ("/v1/placement_failures", {"fencing_token": 0}, None),
     ("POST", "/v1/leases/{name}"): ("/v1/leases/auctioneer", {"owner": "probe", "ttl_s": 30}, None),
     ("DELETE", "/v1/leases/{name}"): ("/v1/leases/auctioneer", None, {"owner": "probe", "token": 1}),
@@ -179,7 +182,7 @@ def test_every_role_in_a_row_gets_past_authorization(calls: dict[str | None, htt
 
 def test_a_rep_reports_only_for_the_cells_in_its_certificate(calls: dict[str | None, httpx.Client]) -> None:
     rep, admin = calls["rep"], calls["admin"]
-    assert rep.put("/v1/cells", json={"cells": [presence("cell-1")]}).status_code == 204
+    assert rep.put("/v1/cells", json={"cells": [presence("cell-1")]}).status_code == 200
     assert admin.post("/v1/desired_lrps", json={"process_guid": "web", "instances": 1}).status_code == 201
     hijack = rep.put("/v1/cells", json={"cells": [presence("cell-1", zone="z9"), presence("cell-2")]})
     assert hijack.status_code == 403 and "cell-2" in hijack.json()["detail"], hijack.text

@@ -260,6 +260,10 @@ class CellRecord:
     presence: dict[str, Any]  # the CellPresence body as JSON data (without expires_at)
     expires_at: float
     disappeared: bool = False  # cell_disappeared was announced; the row stays to reach its rep
+    # An operator's (vendue cells cordon|drain|uncordon): the BBS's state, kept apart from the presence a
+    # heartbeat replaces, so that it survives the rep's restarts.
+    cordoned: bool = False  # no new work is placed on it
+    draining: bool = False  # its instances are moved away make-before-break (implies cordoned)
 
     @property
     def rep_url(self) -> str:
@@ -282,8 +286,12 @@ class CellRecord:
     def present(self, now: float) -> bool:
         return self.expires_at >= now
 
-    def to_wire(self) -> dict[str, Any]:
-        return {**self.presence, "cell_id": self.cell_id, "expires_at": iso(self.expires_at)}
+    def to_wire(self, now: float | None = None) -> dict[str, Any]:
+        """The cell state (CellPresence): its last heartbeat, the operator's flags, and whether it is present
+        at `now` (default: present)."""
+        state = "present" if now is None or self.present(now) else "suspect"
+        return {**self.presence, "cell_id": self.cell_id, "expires_at": iso(self.expires_at),
+                "cordoned": self.cordoned or self.draining, "draining": self.draining, "state": state}
 
 
 @dataclass(slots=True, frozen=True)

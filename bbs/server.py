@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 import uvicorn
 
-from common import runtime
+from common import runtime, serving
 from common.auth import uvicorn_tls_options
 from common.config_check import serving_tls
 from common.procutil import write_ready_file
@@ -132,7 +132,7 @@ async def elected_auctioneer_url(store: Store) -> str | None:
     return lease.url if lease is not None and lease.url else None
 
 
-class _Server(uvicorn.Server):
+class _Server(serving.Server):
     """uvicorn, with SIGTERM/SIGINT handled on the loop: begin a graceful shutdown, end the event
     streams (open SSE responses would hold it up), and return normally so our cleanup runs."""
 

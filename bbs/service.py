@@ -11,7 +11,7 @@ import secrets
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from common.group_commit import GroupCommit
 from common.logging import instance_log
@@ -34,6 +34,7 @@ from .convergence import (
     forget_rebooted_cell,
     resize,
     stops_for,
+    undrain,
 )
 from .events import EventHub, event
 from .lifecycle import LrpOutcome, Stop, apply_lrp_reports, apply_task_reports, lifecycle_keys
@@ -44,6 +45,7 @@ from .placements import PlacementLog
 from .quotas import QuotaExceeded, check_scale, desire_refusal
 from .records import (
     COMPLETED,
+    EVACUATING,
     ORDINARY,
     PENDING,
     RESOLVING,
@@ -73,6 +75,11 @@ THREAD_ABOVE = 500  # instances in one lifecycle round above which its decisions
 AUCTIONEER_LEASE = "auctioneer"  # auctioneer/service/leadership.py takes it through the lease API
 TOKEN_PREFIX = "vdt_"  # says what a leaked string is (secret scanners match on it)
 TOKEN_BYTES = 32
+
+
+# What a heartbeat does not say: the BBS's own view of the cell (CellPresence), never stored from a rep's body.
+BBS_CELL_FIELDS = {"expires_at", "cordoned", "draining", "state"}
+CellMode = Literal["cordon", "uncordon", "drain"]
 
 
 class NotFound(Exception):
@@ -161,7 +168,7 @@ class BBS:
         self._desire_batcher: GroupCommit[DesiredLRPCreate, dict[str, Any] | Conflict | QuotaExceeded] = (
             GroupCommit(self._desire_batch)
         )
-        self._heartbeat_batcher: GroupCommit[tuple[str, CellPresence], None] = GroupCommit(
+        self._heartbeat_batcher: GroupCommit[tuple[str, CellPresence], bool] = GroupCommit(
             self._heartbeat_batch
         )
         self._lifecycle_batcher: GroupCommit[tuple[str, CellReport], dict[str, Any]] = GroupCommit(
@@ -575,18 +582,20 @@ class BBS:
 
     # --- cells ------------------------------------------------------------------------------------
 
-    async def heartbeat(self, cell_id: str, body: CellPresence) -> None:
-        """A cell's presence, alive for the TTL. Heartbeats arriving together share a transaction."""
-        await self._heartbeat_batcher.submit((cell_id, body))
+    async def heartbeat(self, cell_id: str, body: CellPresence) -> bool:
+        """A cell's presence, alive for the TTL; whether the cell is cordoned (the rep then refuses work for
+        it, should an auction that started before the cordon place some). Heartbeats arriving together share
+        a transaction."""
+        return await self._heartbeat_batcher.submit((cell_id, body))
 
-    async def _heartbeat_batch(self, batch: list[tuple[str, CellPresence]]) -> list[None]:
+    async def _heartbeat_batch(self, batch: list[tuple[str, CellPresence]]) -> list[bool]:
         now = time.time()
         effects = Effects()
         latest = {cell_id: body for cell_id, body in batch}  # a cell twice in one batch: its last word
         records = {
             cell_id: CellRecord(
                 cell_id,
-                body.model_dump(mode="json", exclude={"expires_at"}),
+                body.model_dump(mode="json", exclude=BBS_CELL_FIELDS),
                 expires_at=now + self.settings.presence_ttl,
             )
             for cell_id, body in latest.items()
@@ -594,6 +603,8 @@ class BBS:
         # Urgent: a heartbeat stuck behind bulk writes would let presences expire under load.
         async with self.store.write(urgent=True) as tx:
             existing = await tx.cells_by_id(records)
+            for cell_id, stored in existing.items():  # the operator's flags are the BBS's, kept as they are
+                records[cell_id].cordoned, records[cell_id].draining = stored.cordoned, stored.draining
             # A heartbeat older than the presence stored is dropped: one that reached this replica while
             # it could not reach the database, written once it can, after the rep's next heartbeats went
             # through another replica, would cut the presence short and have the cell's instances replaced.
@@ -618,11 +629,14 @@ class BBS:
             for cell_id in rebooted_cells(existing, latest):
                 held = await tx.list_actuals(cell_id=cell_id)
                 await self._rework_cell(tx, held, forget_rebooted_cell, cell_id, now, effects)
-            for cell_id in (cell_id for cell_id, body in latest.items() if body.evacuating):
+            # An evacuating rep (SIGTERM) or a cell the operator drains: what runs there now (what was
+            # starting at the last heartbeat runs by this one) gets a replacement elsewhere.
+            for cell_id in (i for i, body in latest.items() if body.evacuating or records[i].draining):
                 running = await tx.list_actuals(cell_id=cell_id, state=RUNNING, presence=ORDINARY)
                 await self._rework_cell(tx, running, evacuate, cell_id, now, effects)
         self.run_effects(effects)
-        return [None] * len(batch)
+        cordoned = {cell_id for cell_id, r in records.items() if r.cordoned or r.draining}
+        return [cell_id in cordoned for cell_id, _ in batch]
 
     async def _rework_cell(self, tx, held: list[ActualRecord], rework, cell_id: str, now: float,
                            effects: Effects) -> None:
@@ -657,9 +671,46 @@ class BBS:
         effects.events.append(lambda: [event("cell_removed", wire, now)])
         self.run_effects(effects)
 
-    async def list_cells(self) -> list[dict[str, Any]]:
+    async def list_cells(self, *, expired: bool = False) -> list[dict[str, Any]]:
+        """The cell states: present cells (and, with `expired`, those whose presence expired, not yet
+        forgotten), each with its last heartbeat's capacity and the operator's flags."""
+        now = time.time()
         async with self.store.read() as tx:
-            return [c.to_wire() for c in await tx.list_cells(present_at=time.time())]
+            return [c.to_wire(now) for c in await tx.list_cells(present_at=None if expired else now)]
+
+    async def set_cell_mode(self, cell_id: str, mode: CellMode) -> dict[str, Any]:
+        """An operator's cordon, drain or uncordon of a cell; the cell state after.
+
+        cordon: no new work is placed there; what runs stays. drain: cordon, and each instance running there
+        gets a replacement elsewhere, the original stopped once that one runs (make-before-break, Diego's
+        evacuation done by the BBS, the rep left running); every heartbeat of the cell does it again for
+        what started since, and an instance no other cell has room for keeps running, its replacement
+        waiting with the placement error. uncordon: neither; an instance whose replacement is not placed yet
+        stays where it is. The BBS's state: it survives the rep's restarts and the BBS's, and the rep learns
+        it from every heartbeat's answer."""
+        now = time.time()
+        cordoned, draining = mode != "uncordon", mode == "drain"
+        effects = Effects()
+        async with self.store.write() as tx:
+            cell = await tx.get_cell(cell_id)
+            if cell is None:
+                raise NotFound(f"no cell {cell_id!r}")
+            was_draining = cell.draining
+            await tx.set_cell_flags(cell_id, cordoned=cordoned, draining=draining)
+            cell.cordoned, cell.draining = cordoned, draining
+            if draining:
+                running = await tx.list_actuals(cell_id=cell_id, state=RUNNING, presence=ORDINARY)
+                await self._rework_cell(tx, running, evacuate, cell_id, now, effects)
+            elif was_draining:
+                moving = await tx.list_actuals(cell_id=cell_id, presence=EVACUATING)
+                await self._rework_cell(tx, moving, undrain, cell_id, now, effects)
+        wire = cell.to_wire(now)
+        log.info(f"cell {mode}", extra={"data": {"cell_id": cell_id, "cordoned": cordoned, "draining": draining}})
+        effects.events.append(lambda: [event("cell_changed", wire, now)])
+        self.run_effects(effects)
+        if cell.rep_url:
+            self.outbound.cordon_cell(cell, cordoned)
+        return wire
 
     # --- convergence ------------------------------------------------------------------------------
 

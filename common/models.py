@@ -29,9 +29,14 @@ BBS (`vendue bbs`, default http://127.0.0.1:8889)
   GET    /v1/tasks/{task_guid}                          -> Task
   POST   /v1/tasks/{task_guid}/cancel                   -> Task (failed, "cancelled")
   DELETE /v1/tasks/{task_guid}                          -> 204 (a COMPLETED task: resolve and delete)
-  PUT    /v1/cells                   CellPresences      -> 204 (the heartbeats of every cell of a rep process;
-                                                   a presence lives for the TTL)
-  GET    /v1/cells                                      -> {"items": [CellPresence]} (present cells)
+  PUT    /v1/cells                   CellPresences      -> HeartbeatAnswer (the heartbeats of every cell of a
+                                                   rep process; a presence lives for the TTL; the
+                                                   answer names the cells cordoned)
+  GET    /v1/cells?all=                                 -> {"items": [CellPresence]} (present cells, with the
+                                                   capacity of their last heartbeat; all=true: expired too)
+  POST   /v1/cells/{cell_id}/cordon|uncordon|drain      -> CellPresence (the cell's state after; 404 unknown):
+                                                   cordon: no new work; drain: cordon and move its
+                                                   instances away make-before-break; uncordon ends both
   DELETE /v1/cells/{cell_id}                            -> 204 (forget a cell that is gone: everything it held
                                                    is placed again; 409 while it is present, 404 unknown)
   GET    /v1/events                                     -> text/event-stream of Event (SSE)
@@ -67,6 +72,8 @@ it) is the process's root URL, and the bodies name the cells they concern. NATS 
   POST   /stop                 StopInstances             -> 202 Found (the instance guids it holds)
   POST   /cancel               CancelTasks               -> 202 Found (the task guids it holds)
   POST   /evacuate             EvacuateCells (optional)  -> 202 {"evacuating": [cell_id]} (none named: all)
+  POST   /cordon               CordonCells               -> Found (the cell ids it hosts; the BBS, when the
+                                                            operator cordons, drains or uncordons a cell)
   GET    /cells                                          -> {"items": [{cell_id, rep_url, zone}]}
   GET    /metrics                                        -> prometheus text
 """
@@ -410,6 +417,17 @@ class CellPresence(Open):
     # How its rep isolates instances (rep/isolation.py): "cgroup-v1" or "cgroup-v2" (own uid and cgroup
     # each), "none" (as the rep's own user: --isolation none), "sim" (simulated); "" from a rep too old to say.
     isolation: Annotated[str, Field(max_length=MAX_NAME_CHARS), AfterValidator(_no_nul)] = ""
+    # What the cell had left and held when it sent this heartbeat (counts it keeps: no per-instance work),
+    # so that `vendue cells` reads capacity from the BBS alone. None/0 from a rep too old to say.
+    available: ResourcesModel | None = None
+    instances: StoreInt = 0  # LRP instances held (starting, running or stopping)
+    starting: StoreInt = 0  # of which starting
+    # Set by the BBS from its own state (whatever a rep sends is ignored): an operator's `vendue cells
+    # cordon|drain` (no new work; draining: its instances are moved away make-before-break), and
+    # "present" or "suspect" (its presence expired; listed only with GET /v1/cells?all=true).
+    cordoned: bool = False
+    draining: bool = False
+    state: Literal["present", "suspect"] = "present"
 
     @field_validator("total")
     @classmethod
@@ -419,6 +437,14 @@ class CellPresence(Open):
             if not 0 <= getattr(total, name) <= INT32_MAX:
                 raise ValueError(f"{name} must be between 0 and {INT32_MAX}")
         return total
+
+    @field_validator("available")
+    @classmethod
+    def _left(cls, available: ResourcesModel | None) -> ResourcesModel | None:
+        for name in ("memory_mb", "disk_mb", "containers"):
+            if available is not None and not -INT32_MAX <= getattr(available, name) <= INT32_MAX:
+                raise ValueError(f"{name} must be between {-INT32_MAX} and {INT32_MAX}")
+        return available
 
 
 class CellLRP(Open):
@@ -464,6 +490,7 @@ class CellState(Open):
     volume_drivers: list[str] = Field(default_factory=list)
     labels: dict[str, str] = Field(default_factory=dict)
     evacuating: bool = False
+    cordoned: bool = False  # the operator's cordon or drain, as the BBS told the rep (CellPresence.cordoned)
     lrps: list[CellLRP] = Field(default_factory=list)
     # The summary form (GET {rep_url}/state?lrps=counts, and the NATS state reply: what the auctioneer
     # fetches): instances per process guid instead of `lrps`, which is then empty. Scheduling needs only
@@ -596,6 +623,19 @@ class CancelTasks(Strict):
     tasks: list[TaskCancel] = Field(min_length=1, max_length=MAX_ITEMS)
 
 
+class CellCordon(Strict):
+    cell_id: Guid
+    cordoned: bool
+
+
+class CordonCells(Strict):
+    """POST {rep_url}/cordon (and vendue.rep.<rep_id>.cordon): the operator cordoned (or drains) these cells,
+    or uncordoned them (the BBS, at once; every heartbeat's answer says it again). Answered with Found: the
+    cell ids hosted there."""
+
+    cells: list[CellCordon] = Field(min_length=1, max_length=10_000)
+
+
 class Found(Open):
     """The answer to a stop or a cancel: the guids (instance or task) the rep held and now stops."""
 
@@ -706,13 +746,21 @@ class CellPresences(Open):
     cells: list[CellPresence] = Field(max_length=10_000)
 
 
+class HeartbeatAnswer(Open):
+    """The BBS's answer to PUT /v1/cells: the cells among those reported that the operator cordoned (or
+    drains). Their rep refuses work for them (an auction may have started before the cordon)."""
+
+    cordoned: list[str] = Field(default_factory=list)
+
+
 # --- events ---------------------------------------------------------------------------------------
 
 
 class Event(Open):
     """One change, as sent on the BBS's SSE stream (`event: <type>`, `data: <json>`) and on NATS."""
 
-    # desired_lrp_created|_changed|_removed, actual_lrp_..., task_..., cell_appeared|_disappeared|_removed
+    # desired_lrp_created|_changed|_removed, actual_lrp_..., task_..., cell_appeared|_disappeared|_removed,
+    # cell_changed (cordoned, drained or uncordoned: the cell state as data)
     type: str
     data: dict
     at: datetime

@@ -265,8 +265,14 @@ class BBSClient:
     def resolve_task(self, task_guid: str) -> None:
         self._request("DELETE", f"/v1/tasks/{task_guid}")
 
-    def cells(self) -> list[CellPresence]:
-        return self._items("/v1/cells", CellPresence)
+    def cells(self, *, expired: bool = False) -> list[CellPresence]:
+        """The cell states, from the BBS alone (the reps' last heartbeats): present cells, or with `expired`
+        also those whose presence expired."""
+        return self._items("/v1/cells", CellPresence, {"all": "true"} if expired else None)
+
+    def set_cell_mode(self, cell_id: str, mode: str) -> CellPresence:
+        """Cordon, uncordon or drain a cell (admin): the cell state after (NotFound: no such cell)."""
+        return CellPresence.model_validate(self._request("POST", f"/v1/cells/{cell_id}/{mode}").json())
 
     def remove_cell(self, cell_id: str) -> None:
         """Forget a cell that is gone (admin): what it held is placed again (409 while it is present)."""

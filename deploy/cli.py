@@ -78,8 +78,9 @@ COMMAND_MODULES: dict[str, str] = {
     "tokens": "deploy.tokens_cmd",
     **dict.fromkeys(("up", "demo"), "deploy.cluster_cmd"),
     **dict.fromkeys(
-        ("push", "scale", "delete", "apps", "instances", "cells", "task", "tasks", "events"), "deploy.client_cmd"
+        ("push", "scale", "delete", "apps", "instances", "task", "tasks", "events"), "deploy.client_cmd"
     ),
+    "cells": "deploy.cells_cmd",  # `cells` itself is in deploy.client_cmd, which it imports
 }
 
 

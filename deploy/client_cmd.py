@@ -1,4 +1,5 @@
-"""The client commands: `vendue push|scale|delete|apps|instances|cells [remove]|task run|tasks|events`.
+"""The client commands: `vendue push|scale|delete|apps|instances|cells [remove]|task run|tasks|events`
+(`cells cordon|uncordon|drain`: deploy/cells_cmd.py).
 
 They talk to a BBS found, in order, through `--bbs URL[,URL...]` (alias `--bbs-url`; several BBS
 replicas: each request goes to one that answers), `VENDUE_BBS_URL`, the
@@ -27,7 +28,6 @@ import time
 import uuid
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, fields
 from datetime import UTC, datetime
 from pathlib import Path
@@ -483,7 +483,7 @@ def instances(
 # --- cells ----------------------------------------------------------------------------------------
 
 
-cells_app = typer.Typer(help="The present cells; `remove` forgets one that is gone.",
+cells_app = typer.Typer(help="The cell states; `cordon`, `uncordon`, `drain`; `remove` forgets one that is gone.",
                         invoke_without_command=True, no_args_is_help=False, cls=OneLineErrorsGroup)
 app.add_typer(cells_app, name="cells")
 
@@ -494,44 +494,49 @@ def cells(
     ctx: typer.Context,
     connection: Connection = Connection(),
     as_json: AsJson = False,
+    expired: Annotated[bool, typer.Option("--all", help="Also cells whose presence expired (suspect).")] = False,
 ) -> None:
-    """The present cells (the BBS's presence), with what each has left (asked of each rep). INSECURE: the
-    rep runs without TLS and authorization (--insecure). ISOLATION: how its instances are isolated
-    (cgroup-v1/cgroup-v2: own uid and cgroup each; none: as the rep's own user; sim: simulated)."""
+    """The cell states, from the BBS alone (like `cfdot cell-states`: no rep is asked): what each cell had
+    left and held at its last heartbeat, and whether it is cordoned or draining (vendue cells cordon|drain)
+    or evacuating (its rep stops). INSECURE: the rep runs without TLS and authorization (--insecure).
+    ISOLATION: how its instances are isolated (cgroup-v1/cgroup-v2: own uid and cgroup each; none: as the
+    rep's own user; sim: simulated)."""
     if ctx.invoked_subcommand is not None:
         return
     with connect(connection) as client:
-        present: list[CellPresence] = sorted(client.cells(), key=lambda c: (c.zone, c.cell_id))
-        if as_json:
-            print_json(dump(present))
-            return
-        rep_urls = sorted({c.rep_url for c in present})  # one request per rep process, whatever its cells
-        with ThreadPoolExecutor(max_workers=16) as pool:
-            by_rep = dict(zip(rep_urls, pool.map(client.cell_states, rep_urls), strict=True))
-    states = [by_rep[c.rep_url].get(c.cell_id) for c in present]
-    table = listing_table(f"{len(present)} cell(s)")
-    for column in ("CELL", "ZONE", "REP", "MEMORY FREE", "DISK FREE", "CONTAINERS FREE", "LRPS", "TASKS",
-                   "INSECURE", "ISOLATION", "STATUS"):
+        listed: list[CellPresence] = sorted(client.cells(expired=expired), key=lambda c: (c.zone, c.cell_id))
+    if as_json:
+        print_json(dump(listed))
+        return
+    table = listing_table(f"{len(listed)} cell(s)")
+    for column in ("CELL", "ZONE", "STATE", "MEMORY FREE", "DISK FREE", "CONTAINERS FREE", "INSTANCES",
+                   "STARTING", "INSECURE", "ISOLATION", "REP"):
         table.add_column(column, no_wrap=True)
-    for presence, state in zip(present, states, strict=True):
-        insecure = "[red]yes[/]" if presence.insecure else "no"
-        isolation = "[red]none[/]" if presence.isolation == "none" else (presence.isolation or "?")
-        status = "[yellow]evacuating[/]" if presence.evacuating else "[green]ok[/]"
-        if state is None:
-            table.add_row(presence.cell_id, presence.zone, presence.rep_url,
-                          f"? / {presence.total.memory_mb} MB", f"? / {presence.total.disk_mb} MB",
-                          f"? / {presence.total.containers}", "?", "?", insecure, isolation,
-                          "[red]rep unreachable[/]")
-            continue
+    for cell in listed:
+        left, total = cell.available, cell.total
         table.add_row(
-            presence.cell_id, presence.zone, presence.rep_url,
-            f"{state.available.memory_mb} / {state.total.memory_mb} MB",
-            f"{state.available.disk_mb} / {state.total.disk_mb} MB",
-            f"{state.available.containers} / {state.total.containers}",
-            str(len(state.lrps)), str(len(state.tasks)), insecure, isolation,
-            "[yellow]evacuating[/]" if state.evacuating else status,
+            cell.cell_id, cell.zone, cell_status(cell),
+            f"{left.memory_mb if left else '?'} / {total.memory_mb} MB",
+            f"{left.disk_mb if left else '?'} / {total.disk_mb} MB",
+            f"{left.containers if left else '?'} / {total.containers}",
+            str(cell.instances), str(cell.starting),
+            "[red]yes[/]" if cell.insecure else "no",
+            "[red]none[/]" if cell.isolation == "none" else (cell.isolation or "?"),
+            cell.rep_url,
         )
     console().print(table)
+
+
+def cell_status(cell: CellPresence) -> str:
+    """present or suspect (its presence expired), and what the operator or its rep made of it."""
+    words = ["[green]present[/]" if cell.state == "present" else "[red]suspect[/]"]
+    if cell.draining:
+        words.append("[yellow]DRAINING[/]")
+    elif cell.cordoned:
+        words.append("[yellow]CORDONED[/]")
+    if cell.evacuating:
+        words.append("[yellow]evacuating[/]")
+    return " ".join(words)
 
 
 @cells_app.command("remove", cls=OneLineErrorsCommand)

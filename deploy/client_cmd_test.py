@@ -165,19 +165,37 @@ def test_task_run_detached_and_tasks_json(bbs):
     assert guid not in task_guids(bbs)
 
 
-def test_cells_json_lists_presence(bbs):
+def test_cells_lists_the_cell_states_from_the_bbs_alone(bbs):
     cell_id = unique("cell")
+    # Its rep_url answers nothing: every column comes from the heartbeat the BBS keeps.
     presence = {"cell_id": cell_id, "zone": "z9", "rep_url": f"https://127.0.0.1:{free_port()}",
-                "total": {"memory_mb": 1024, "disk_mb": 2048, "containers": 10}}
+                "total": {"memory_mb": 1024, "disk_mb": 2048, "containers": 10},
+                "available": {"memory_mb": 768, "disk_mb": 1536, "containers": 7}, "instances": 3, "starting": 1}
     issue(bbs.pki, role="rep", name=cell_id, cells=[cell_id])  # only the cell's rep may heartbeat for it
     rep = client_context(TLSFiles.in_dir(bbs.pki, cell_id))
-    assert httpx.put(f"{bbs.url}/v1/cells", json={"cells": [presence]}, verify=rep).status_code == 204
+    assert httpx.put(f"{bbs.url}/v1/cells", json={"cells": [presence]}, verify=rep).status_code == 200
     listed = bbs.vendue("cells", "--json")
     assert listed.exit_code == 0, listed.output
     cells = {c.cell_id: c for c in (CellPresence.model_validate(c) for c in json.loads(listed.stdout))}
     assert cells[cell_id].zone == "z9" and cells[cell_id].total.memory_mb == 1024
+    assert cells[cell_id].available.model_dump() == presence["available"] and cells[cell_id].instances == 3
     table = bbs.vendue("cells")
-    assert table.exit_code == 0 and cell_id in table.stdout and "rep unreachable" in table.stdout
+    row = next(line for line in table.stdout.splitlines() if cell_id in line)
+    assert table.exit_code == 0 and "768 / 1024 MB" in row and "7 / 10" in row and "present" in row, table.stdout
+    # cordon, drain and uncordon: the state the BBS answers, in the listing too; an unknown cell: exit 1.
+    assert "CORDONED" in bbs.vendue("cells", "cordon", cell_id).stdout
+    assert json.loads(bbs.vendue("cells", "drain", cell_id, "--json").stdout)["draining"] is True
+    assert "DRAINING" in next(line for line in bbs.vendue("cells").stdout.splitlines() if cell_id in line)
+    uncordoned = bbs.vendue("cells", "uncordon", cell_id, "--json")
+    assert uncordoned.exit_code == 0 and json.loads(uncordoned.stdout)["cordoned"] is False, uncordoned.output
+    for mode in ("cordon", "uncordon", "drain"):
+        unknown = bbs.vendue("cells", mode, "no-such-cell")
+        assert (unknown.exit_code, unknown.stderr.strip()) == (1, "error: no cell named 'no-such-cell'")
+    bad = bbs.vendue("cells", "drain", cell_id, "--wait", "--timeout", "0")
+    assert (bad.exit_code, bad.stderr.strip()) == (2, "error: --timeout: must be greater than 0, got 0")
+    empty = bbs.vendue("cells", "drain", cell_id, "--wait", "--timeout", "5")
+    assert empty.exit_code == 0 and f"drained {cell_id}" in empty.stdout, empty.output
+    bbs.vendue("cells", "uncordon", cell_id)
     # `cells remove` forgets a cell that is gone; one that heartbeats is refused, an unknown one is not found.
     present = bbs.vendue("cells", "remove", cell_id)
     assert present.exit_code == 1 and f"cell '{cell_id}' is present" in present.stderr, present.output

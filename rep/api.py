@@ -7,7 +7,8 @@ Every route concerns the process; the bodies and the query name the cells they c
 - POST /work: HostWork, every cell's work in one body with each desired LRP written once; answers
   HostWorkResult, each cell's WorkResult. A cell the process does not host (or has retired) is left out
   of the answer, its work untouched;
-- POST /stop (StopInstances), POST /cancel (CancelTasks): batches from the BBS; answer Found;
+- POST /stop (StopInstances), POST /cancel (CancelTasks), POST /cordon (CordonCells): batches from the BBS;
+  answer Found;
 - POST /evacuate (EvacuateCells, optional: none named evacuates every cell), GET /cells, GET /metrics;
 - GET /ping, /readyz (503 with the reason while the rep cannot take work, e.g. NATS down), /livez.
 
@@ -36,7 +37,7 @@ from pydantic import BaseModel, ValidationError
 from common.auth import VerifyToken, add_auth
 from common.http_metrics import HTTPMetrics, add_http_metrics, mark_refusal
 from common.limits import RequestLimitOptions, add_limits
-from common.models import CancelTasks, EvacuateCells, HostWork, StopInstances
+from common.models import CancelTasks, CordonCells, EvacuateCells, HostWork, StopInstances
 from common.request_id import add_request_id
 
 from .fencing import Fencing, Refused
@@ -111,6 +112,11 @@ def create_app(
     async def cancel(request: Request) -> Response:
         body = _parse(CancelTasks, await request.body())
         return Response(host.cancel(body).model_dump_json(), status_code=202, media_type=JSON)
+
+    @app.post("/cordon")
+    async def cordon(request: Request) -> Response:
+        body = _parse(CordonCells, await request.body())
+        return Response(host.cordon(body).model_dump_json(), media_type=JSON)
 
     @app.post("/evacuate", status_code=202)
     async def evacuate(request: Request) -> dict[str, list[str]]:

@@ -115,6 +115,9 @@ class Cell:
             send_lifecycle, self.apply_lifecycle_result, name=config.cell_id, linger_s=config.report_linger_s
         )
         self.evacuating = False
+        # The operator cordoned (or drains) it, as the BBS's last heartbeat answer said: the auctioneer
+        # leaves it out, and an auction that started before the cordon finds its work refused here.
+        self.cordoned = False
         self.retired = False  # evacuated or shut down: no more heartbeats, no more work
         # Set by the host until the BBS has accepted a heartbeat carrying this boot id: work taken before
         # that could be wiped by the BBS forgetting what this cell held in its previous life.
@@ -199,6 +202,7 @@ class Cell:
             volume_drivers=list(c.volume_drivers),
             labels=dict(c.labels),
             evacuating=self.evacuating,
+            cordoned=self.cordoned,
             lrps=lrps,
             lrp_counts=lrp_counts,
             stopping_counts=stopping_counts,
@@ -231,6 +235,9 @@ class Cell:
             rep_id=c.rep_id,
             insecure=c.insecure,
             isolation=c.isolation,
+            available=self.available(),
+            instances=len(self._instances),
+            starting=self._starting,
         )
 
     def instance_states(self) -> dict[str, int]:
@@ -261,6 +268,8 @@ class Cell:
         (desired LRP, index), in order: a HostWork's part for this cell, without a model per instance."""
         if self.evacuating or self.retired:
             return all_rejected(lrps, tasks, "cell is evacuating")
+        if self.cordoned:
+            return all_rejected(lrps, tasks, "cell is cordoned")
         if self.awaiting_registration:
             return all_rejected(lrps, tasks, "cell not yet registered with the BBS")
         if fencing_token < self.fencing_token:

@@ -31,7 +31,9 @@ from common.group_commit import GroupCommit
 from common.models import (
     CancelTasks,
     CellPresences,
+    CordonCells,
     Found,
+    HeartbeatAnswer,
     HostCellStates,
     HostLifecycleResult,
     HostWork,
@@ -176,6 +178,17 @@ class RepHost:
         named = ((c.cell_id, c.task_guid) for c in request.tasks)
         return self._in_background(named, Cell.has_task, Cell.cancel_task)
 
+    def cordon(self, request: CordonCells) -> Found:
+        """The BBS says the operator (un)cordoned these cells: a cordoned cell refuses work. Answers the cell
+        ids hosted here."""
+        found = []
+        for item in request.cells:
+            cell = self.find(item.cell_id)
+            if cell is not None:
+                cell.cordoned = item.cordoned
+                found.append(item.cell_id)
+        return Found(found=found)
+
     def _in_background(
         self,
         named: Iterable[tuple[str, str]],
@@ -266,8 +279,11 @@ class RepHost:
         )
         response.raise_for_status()
         answered = loop.time()
+        cordoned = heartbeat_cordoned(response)
         for cell in cells:
             cell.awaiting_registration = False
+            if cordoned is not None:
+                cell.cordoned = cell.cell_id in cordoned
             # The BBS counts a presence's TTL from when it wrote the heartbeat: after the previous accepted
             # one was sent, before this one was answered. Only if those are a TTL apart can it have expired
             # in between (a partition, a stalled rep or BBS) and the cell's instances been replaced.
@@ -373,6 +389,14 @@ class RepHost:
         await asyncio.gather(*self._loops, *self._evacuations.values(), return_exceptions=True)
         for executor in self.executors:
             await executor.close()
+
+
+def heartbeat_cordoned(response: httpx.Response) -> set[str] | None:
+    """The cells the BBS's heartbeat answer names cordoned (the others are not); None from a BBS too old to
+    say (204), which never cordons."""
+    if response.status_code == 204 or not response.content:
+        return None
+    return set(HeartbeatAnswer.model_validate_json(response.content).cordoned)
 
 
 def _log_round_error(task: asyncio.Task[int]) -> None:

@@ -37,6 +37,7 @@ class MockBBS:
         self.requests: list[str] = []  # "METHOD path" of every request
         self.down = False
         self.replaced: set[str] = set()  # instance guids whose reports it refuses (replaced elsewhere)
+        self.cordoned: set[str] = set()  # cells its heartbeat answer names cordoned
 
     def handle(self, request: httpx.Request) -> httpx.Response:
         if self.down:
@@ -44,8 +45,9 @@ class MockBBS:
         parts = request.url.path.strip("/").split("/")
         self.requests.append(f"{request.method} {request.url.path}")
         if request.method == "PUT" and parts == ["v1", "cells"]:
-            self.heartbeats.extend(CellPresences.model_validate_json(request.content).cells)
-            return httpx.Response(204)
+            cells = CellPresences.model_validate_json(request.content).cells
+            self.heartbeats.extend(cells)
+            return httpx.Response(200, json={"cordoned": [c.cell_id for c in cells if c.cell_id in self.cordoned]})
         if request.method == "POST" and parts == ["v1", "lifecycle"]:
             body = HostLifecycle.model_validate_json(request.content)
             self.lifecycles.extend(body.cells.items())
@@ -110,6 +112,32 @@ async def test_heartbeats_every_cell_each_period(setup: tuple[RepHost, MockBBS])
     assert first_round == {"cell-0", "cell-1", "cell-2"}, "one heartbeat per cell per round"
     puts = [r for r in bbs.requests if r.startswith("PUT")]
     assert set(puts) == {"PUT /v1/cells"}, f"the cells of a process heartbeat in one PUT; saw {puts}"
+
+
+async def test_heartbeats_carry_what_each_cell_has_left_and_holds(setup: tuple[RepHost, MockBBS]) -> None:
+    host, bbs = setup
+    give(host.cells["cell-1"], 0, 1)
+    seen = len(bbs.heartbeats)
+    await eventually(lambda: any(p.cell_id == "cell-1" for p in bbs.heartbeats[seen:]), "a heartbeat of cell-1",
+                     lambda: bbs.heartbeats[seen:])
+    last = [p for p in bbs.heartbeats if p.cell_id == "cell-1"][-1]
+    assert last.available == host.cells["cell-1"].available() and last.instances == 2, last
+    assert last.available.containers == 248 and 0 <= last.starting <= 2
+
+
+async def test_a_cell_the_bbs_answers_cordoned_refuses_work_until_uncordoned(
+    setup: tuple[RepHost, MockBBS],
+) -> None:
+    host, bbs = setup
+    cell = host.cells["cell-2"]
+    bbs.cordoned = {"cell-2"}
+    await eventually(lambda: cell.cordoned, "cell-2 cordoned by a heartbeat's answer", lambda: cell.cordoned)
+    refused = give(cell, 0)
+    assert (len(refused.rejected_lrps), refused.reason) == (1, "cell is cordoned")
+    assert give(host.cells["cell-0"], 0).rejected_lrps == [], "the other cells take work"
+    bbs.cordoned = set()
+    await eventually(lambda: not cell.cordoned, "cell-2 uncordoned", lambda: cell.cordoned)
+    assert give(cell, 0).rejected_lrps == []
 
 
 async def test_cells_reporting_in_the_same_round_share_one_request(setup: tuple[RepHost, MockBBS]) -> None:

@@ -3,7 +3,8 @@
 - `vendue.cells.state`: the process replies once with HostCellStates, every live cell in the summary form
   (lrp_counts), its rep_id in a header so the auctioneer can attribute even an unreadable reply.
 - `vendue.rep.<rep_id>.*`: one subscription for the process, the verb in the last token: `work`
-  (HostWork -> HostWorkResult), `stop` (StopInstances -> Found), `cancel` (CancelTasks -> Found).
+  (HostWork -> HostWorkResult), `stop` (StopInstances -> Found), `cancel` (CancelTasks -> Found), `cordon`
+  (CordonCells -> Found).
 
 Handlers are the same RepHost methods the HTTP routes call, and work passes the same fencing check
 (rep/fencing.py): under a stale or unknown token the reply rejects all of it, with the reason. Who may
@@ -21,7 +22,7 @@ from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 from pydantic import ValidationError
 
-from common.models import CancelTasks, HostWork, HostWorkResult, StopInstances
+from common.models import CancelTasks, CordonCells, HostWork, HostWorkResult, StopInstances
 from common.transport.nats_connection import NatsConnection
 from common.transport.subjects import CELLS_STATE, REP_ID_HEADER, rep_wildcard
 
@@ -79,6 +80,8 @@ class RepNatsBus:
                 body = self.host.stop(StopInstances.model_validate_json(msg.data)).model_dump_json().encode()
             elif verb == "cancel":
                 body = self.host.cancel(CancelTasks.model_validate_json(msg.data)).model_dump_json().encode()
+            elif verb == "cordon":
+                body = self.host.cordon(CordonCells.model_validate_json(msg.data)).model_dump_json().encode()
             else:
                 body = json.dumps({"error": f"unknown verb {verb!r}"}).encode()
         except ValidationError as exc:

@@ -20,6 +20,7 @@ POLICY = Policy({
     ("POST", "/work"): rule("auctioneer", why="work comes from the auctioneer holding the lease"),
     ("POST", "/stop"): rule("bbs", why="the BBS stops instances"),
     ("POST", "/cancel"): rule("bbs", why="the BBS cancels tasks"),
+    ("POST", "/cordon"): rule("bbs", why="the BBS tells a rep the operator cordoned its cells"),
     ("POST", "/evacuate"): rule("admin", why="evacuating cells is an operator's decision"),
     ("GET", "/metrics"): rule(*READ_ROLES),
 })

@@ -73,7 +73,8 @@ def test_every_route_has_a_row(tmp_path: Path) -> None:
 
     app = create_app(host, Fencing(tmp_path / "fencing-token", no_lease), insecure=False)
     assert POLICY.missing(app.router.routes) == []
-    assert {path for _, path in POLICY.rows} >= {"/state", "/work", "/stop", "/cancel", "/evacuate", "/cells"}
+    assert {path for _, path in POLICY.rows} >= {"/state", "/work", "/stop", "/cancel", "/cordon", "/evacuate",
+                                                 "/cells"}
 
 
 async def test_every_route_refuses_callers_without_identity_or_role(
@@ -124,6 +125,12 @@ async def test_every_route_refuses_callers_without_identity_or_role(
         stop = await the_bbs.post(f"{rep.url}/stop", json={"instances": [
             {"cell_id": "sim0-1", "process_guid": "app", "instance_guid": "nope"}]})
         assert stop.status_code == 202 and stop.json() == {"found": []}, stop.text
+        cordon = await the_bbs.post(f"{rep.url}/cordon", json={"cells": [
+            {"cell_id": "sim0-1", "cordoned": True}, {"cell_id": "elsewhere", "cordoned": True}]})
+        assert cordon.status_code == 200 and cordon.json() == {"found": ["sim0-1"]}, cordon.text
+    async with as_(pki, CALLERS["auctioneer"]) as auctioneer:
+        answer = await post_work(auctioneer, rep.url, work_body("sim0-1", (app, 1)))
+        assert HostWorkResult.model_validate_json(answer.content).cells["sim0-1"].reason == "cell is cordoned"
     async with as_(pki, None, token="reader-token") as reader:
         assert (await reader.get(f"{rep.url}/cells")).status_code == 200
         metrics = await reader.get(f"{rep.url}/metrics")

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 import httpx
 import uvicorn
 
-from common import runtime
+from common import runtime, serving
 from common.auth import bbs_token_verifier, uvicorn_tls_options
 from common.config_check import ServingTLS, serving_tls
 from common.failover import AsyncFailoverTransport, URLListError, split_urls
@@ -53,7 +53,7 @@ class ConfigError(ValueError):
     """A combination of settings that cannot work (reported as a usage error)."""
 
 
-class _Server(uvicorn.Server):
+class _Server(serving.Server):
     """uvicorn without its own signal handling: the rep drains on SIGTERM instead of just exiting."""
 
     @contextlib.contextmanager

@@ -6,7 +6,8 @@ hosted cell's state (rep/api.py): 4 requests per auction for 1,000 cells in 4 pr
 reps hosting one cell each (VMs, as in Diego).
 
 The whole fetch ends by one deadline (`cell_state_timeout` after it starts), as in Diego: a cell that
-is missing from its process's answer, or says it is evacuating, drops out of this auction; a request
+is missing from its process's answer, or says it is evacuating, drops out of this auction (as does one the
+BBS lists evacuating or cordoned, without asking its rep); a request
 that fails, times out or answers an invalid body drops every cell of that process, each with that reason.
 """
 
@@ -61,6 +62,14 @@ class _Dropped(Exception):
         self.detail = detail or reason
 
 
+def left_out(presence: CellPresence) -> str:
+    """Why a present cell takes no part in auctions, without asking its rep ("" when it does): its rep
+    evacuates it, or the operator cordoned it (vendue cells cordon|drain: the BBS says so)."""
+    if presence.evacuating:
+        return "evacuating"
+    return "cordoned" if presence.cordoned or presence.draining else ""
+
+
 class CellFetcher:
     def __init__(
         self,
@@ -96,8 +105,8 @@ class CellFetcher:
             return result
         candidates: dict[str, CellPresence] = {}
         for presence in presences:
-            if presence.evacuating:
-                self._drop(result, presence.cell_id, _Dropped("evacuating"))
+            if why := left_out(presence):
+                self._drop(result, presence.cell_id, _Dropped(why))
             else:
                 candidates[presence.cell_id] = presence
         by_rep: dict[str, list[CellPresence]] = {}  # rep_url -> its candidate cells
@@ -151,6 +160,8 @@ class CellFetcher:
                 outcomes.append(_Dropped("missing", f"not in the state answer of its rep {rep_url}"))
             elif state.evacuating:
                 outcomes.append(_Dropped("evacuating"))
+            elif state.cordoned:  # the rep heard of it before the cell list said so
+                outcomes.append(_Dropped("cordoned"))
             else:
                 outcomes.append(state)
         return outcomes

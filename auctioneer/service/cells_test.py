@@ -24,6 +24,8 @@ async def test_every_present_cell_is_fetched_once_and_failing_cells_drop_out():
         for i in range(5):
             reps.add(f"good-{i}", zone=f"z{i % 2}")
         reps.add("evacuating-presence")
+        reps.add("cordoned")
+        reps.add("draining")
         reps.add("evacuating-state", evacuating=True)
         reps.add("error", state_mode="error")
         reps.add("invalid", state_mode="invalid")
@@ -35,6 +37,8 @@ async def test_every_present_cell_is_fetched_once_and_failing_cells_drop_out():
         presences = reps.presences()
         for p in presences:  # the BBS knows one cell evacuates; the other says so only in its state
             p.evacuating = p.cell_id == "evacuating-presence"
+            p.cordoned = p.cell_id == "cordoned"  # the operator's (vendue cells cordon|drain)
+            p.draining = p.cell_id == "draining"
         bbs.reps = None
         bbs.extra_cells.extend(presences)
 
@@ -46,8 +50,10 @@ async def test_every_present_cell_is_fetched_once_and_failing_cells_drop_out():
         assert sorted(s.cell_id for s in fetched.states) == [f"good-{i}" for i in range(5)]
         assert fetched.reps["good-3"] == (reps.rep_url("good-3"), "good-3")
         assert set(fetched.dropped) == {
-            "gone", "evacuating-presence", "evacuating-state", "error", "invalid", "slow",
+            "gone", "evacuating-presence", "cordoned", "draining", "evacuating-state", "error", "invalid", "slow",
         }, fetched.dropped
+        assert fetched.dropped["cordoned"] == fetched.dropped["draining"] == "cordoned"
+        assert not {"cordoned", "draining"} & set(reps.state_calls), "cordoned cells are skipped without asking"
         assert fetched.dropped["slow"].startswith("no state within")
         assert fetched.dropped["evacuating-presence"] == "evacuating"
         assert "evacuating-presence" not in reps.state_calls  # skipped without asking it
@@ -55,7 +61,7 @@ async def test_every_present_cell_is_fetched_once_and_failing_cells_drop_out():
         assert bbs.cells_calls == 1
         assert metrics.requests_made == {"bbs": 1, "rep_state": 10, "rep_work": 0}, (reps.state_calls, fetched.dropped)
         assert fetched.dropped["invalid"].startswith("invalid state body"), fetched.dropped
-        assert metrics.cells_dropped == 6
+        assert metrics.cells_dropped == 8
         assert fetched.seconds == metrics.last_state_fetch_seconds > 0
 
 

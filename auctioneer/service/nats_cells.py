@@ -26,7 +26,7 @@ from common.models import CellPresence, CellState, HostCellStates
 from common.transport.nats_connection import NatsConnection
 from common.transport.subjects import CELLS_STATE, REP_ID_HEADER
 
-from .cells import FetchedCells, RepAddress
+from .cells import FetchedCells, RepAddress, left_out
 from .metrics import Metrics
 
 log = logging.getLogger("auctioneer.nats_cells")
@@ -59,8 +59,8 @@ class NatsCellStateSource:
             return result
         expected: dict[str, CellPresence] = {}
         for presence in presences:
-            if presence.evacuating:
-                self._drop(result, presence.cell_id, "evacuating", "evacuating")
+            if why := left_out(presence):
+                self._drop(result, presence.cell_id, why, why)
             else:
                 expected[presence.cell_id] = presence
         if expected:
@@ -121,8 +121,8 @@ class NatsCellStateSource:
                 result.reps[cell_id] = RepAddress.of(presence)
             elif outcome is None:
                 self._drop(result, cell_id, "timeout", f"no state within {self._timeout:g} s")
-            elif outcome == "evacuating":
-                self._drop(result, cell_id, "evacuating", "evacuating")
+            elif outcome in ("evacuating", "cordoned"):
+                self._drop(result, cell_id, outcome, outcome)
             else:
                 self._drop(result, cell_id, "invalid_state", outcome)
 
@@ -140,7 +140,7 @@ class NatsCellStateSource:
             return [(cell_id, why) for cell_id, p in expected.items()
                     if rep_id is not None and p.rep_id == rep_id]
         # Only the process the BBS names for a cell speaks for it: another process's cell's state is ignored.
-        return [(s.cell_id, "evacuating" if s.evacuating else s) for s in states
+        return [(s.cell_id, "evacuating" if s.evacuating else "cordoned" if s.cordoned else s) for s in states
                 if s.cell_id in expected and expected[s.cell_id].rep_id == rep_id]
 
     def _drop(self, result: FetchedCells, cell_id: str, reason: str, detail: str) -> None:

@@ -17,13 +17,13 @@ from pathlib import Path
 
 import uvicorn
 
-from common import runtime
+from common import runtime, serving
 from common.auth import uvicorn_tls_options
 
 GRACEFUL_SHUTDOWN_SECONDS = 10.0
 
 
-class Server(uvicorn.Server):
+class Server(serving.Server):
     """uvicorn's server, telling `on_ready` once it serves; signals handled without re-raising them."""
 
     def __init__(

@@ -229,11 +229,13 @@ _GUID_COLUMN = {t.desired_lrps.name: "process_guid", t.tasks.name: "task_guid"}
 
 def _cell(row: sa.Row) -> CellRecord:
     return CellRecord(
-        cell_id=row.cell_id, presence=row.presence, expires_at=row.expires_at, disappeared=row.disappeared
+        cell_id=row.cell_id, presence=row.presence, expires_at=row.expires_at, disappeared=row.disappeared,
+        cordoned=row.cordoned, draining=row.draining,
     )
 
 
 def _cell_params(record: CellRecord) -> dict[str, Any]:
+    """What a heartbeat writes: never the operator's flags (cordoned, draining), which set_cell_flags does."""
     return {
         "cell_id": record.cell_id,
         "presence": record.presence,
@@ -736,6 +738,12 @@ class Tx:
         """Write cell presences: `updates` replace existing rows, `inserts` are new cells."""
         await self._executemany(_UPDATE_CELL, [{"k_cell_id": r.cell_id, **_cell_params(r)} for r in updates])
         await self._executemany(t.cells.insert(), [_cell_params(r) for r in inserts])
+
+    async def set_cell_flags(self, cell_id: str, *, cordoned: bool, draining: bool) -> None:
+        """The operator's flags of one cell (vendue cells cordon|uncordon|drain)."""
+        await self.connection.execute(
+            t.cells.update().where(t.cells.c.cell_id == cell_id).values(cordoned=cordoned, draining=draining)
+        )
 
     async def mark_cells_disappeared(self, cell_ids: Iterable[str]) -> None:
         for chunk in _chunks(sorted(set(cell_ids))):

@@ -82,6 +82,9 @@ cells = sa.Table(
     sa.Column("presence", sa.JSON, nullable=False),
     sa.Column("expires_at", sa.Float, nullable=False, index=True),
     sa.Column("disappeared", sa.Boolean, nullable=False),
+    # An operator's cordon and drain (0009): never written by a heartbeat.
+    sa.Column("cordoned", sa.Boolean, nullable=False, default=False, server_default=sa.false()),
+    sa.Column("draining", sa.Boolean, nullable=False, default=False, server_default=sa.false()),
 )
 
 # One row per elected role (e.g. "convergence"): whoever holds an unexpired lease runs it; the

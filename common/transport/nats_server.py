@@ -194,7 +194,8 @@ def permissions_for(identity: Identity) -> dict[str, Any]:
     nothing = {"deny": [">"]}
     if identity.role == "bbs":
         return {
-            "publish": {"allow": [AUCTIONEER_ALL, REP_ANY + "stop", REP_ANY + "cancel", EVENTS_ALL]},
+            "publish": {"allow": [AUCTIONEER_ALL, REP_ANY + "stop", REP_ANY + "cancel", REP_ANY + "cordon",
+                                  EVENTS_ALL]},
             "subscribe": {"allow": [INBOX_ALL]},
         }
     if identity.role == "auctioneer":

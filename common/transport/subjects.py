@@ -8,6 +8,7 @@
   vendue.rep.<rep_id>.work      HostWork       -> HostWorkResult
   vendue.rep.<rep_id>.stop      StopInstances  -> Found
   vendue.rep.<rep_id>.cancel    CancelTasks    -> Found
+  vendue.rep.<rep_id>.cordon    CordonCells    -> Found
   vendue.events.<type>          Event (the same events as the BBS's SSE stream)
 """
 

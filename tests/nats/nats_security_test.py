@@ -279,7 +279,8 @@ async def test_the_auctioneer_sends_work_and_state_requests_and_every_reply_come
         assert sorted(states) == [b"cell-0a,cell-0b", b"cell-1"]
         assert len(rep0.errors) == 1 and rep1.errors == [], "first replies are within the reps' permissions"
 
-        for subject in (AUCTIONEER_LRPS, rep_subject("rep-0", "stop"), event_subject("x")):
+        for subject in (AUCTIONEER_LRPS, rep_subject("rep-0", "stop"), rep_subject("rep-0", "cordon"),
+                        event_subject("x")):
             await auctioneer.nc.publish(subject, b"{}")
             await auctioneer.refused(f'publish to "{subject}"')
         await auctioneer.nc.subscribe(rep_wildcard("rep-0"))
@@ -299,8 +300,9 @@ async def test_the_bbs_sends_start_requests_to_the_auctioneers_queue_and_stops_t
 
         reply = await bbs.nc.request(AUCTIONEER_LRPS, b"[]", timeout=5)
         assert json.loads(reply.data) == {"accepted": 1}
-        reply = await bbs.nc.request(rep_subject("rep-0", "stop"), b"{}", timeout=5)
-        assert json.loads(reply.data) == {"found": True}
+        for verb in ("stop", "cordon"):
+            reply = await bbs.nc.request(rep_subject("rep-0", verb), b"{}", timeout=5)
+            assert json.loads(reply.data) == {"found": True}, verb
         assert auctioneer.errors == [] and rep0.errors == []
 
         for subject in (rep_subject("rep-0", "work"), CELLS_STATE):
