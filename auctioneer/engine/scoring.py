@@ -10,7 +10,7 @@ equal inputs give bit-for-bit equal scores and the engines can be compared exact
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from .state import CellSlot
@@ -18,7 +18,22 @@ if TYPE_CHECKING:
 LOCALITY_OFFSET = 1000.0
 
 
-def resource_score(slot: CellSlot, memory_mb: int, disk_mb: int, starting_weight: float) -> float:
+class ScoredCell(Protocol):
+    """What the LRP score reads of a cell: a CellSlot, or a placement trace's snapshot of one
+    (placement_trace.py), scored by these very functions."""
+
+    avail_m: int
+    avail_d: int
+    avail_c: int
+    total_m: int
+    total_d: int
+    total_c: int
+    starting: int
+    zone_pos: int
+    proc_counts: dict[str, int]
+
+
+def resource_score(slot: ScoredCell, memory_mb: int, disk_mb: int, starting_weight: float) -> float:
     """Mean used fraction of memory, disk and containers once the work is placed, plus the starting
     containers' weight."""
     used_m = 1.0 - (slot.avail_m - memory_mb) / (slot.total_m or 1)
@@ -27,7 +42,7 @@ def resource_score(slot: CellSlot, memory_mb: int, disk_mb: int, starting_weight
     return (used_m + used_d + used_c) / 3.0 + slot.starting * starting_weight
 
 
-def lrp_score(slot: CellSlot, memory_mb: int, disk_mb: int, process_guid: str, starting_weight: float,
+def lrp_score(slot: ScoredCell, memory_mb: int, disk_mb: int, process_guid: str, starting_weight: float,
               bin_pack_weight: float) -> float:
     return (
         resource_score(slot, memory_mb, disk_mb, starting_weight)
@@ -43,7 +58,7 @@ def task_score(slot: CellSlot, memory_mb: int, disk_mb: int, starting_weight: fl
     )
 
 
-def lrp_score_components(slot: CellSlot, memory_mb: int, disk_mb: int, process_guid: str, starting_weight: float,
+def lrp_score_components(slot: ScoredCell, memory_mb: int, disk_mb: int, process_guid: str, starting_weight: float,
                          bin_pack_weight: float) -> dict[str, float]:
     """The parts of `lrp_score`, for `explain`."""
     return {
