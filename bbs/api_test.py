@@ -60,7 +60,9 @@ class Recorder:
                       for i in body["instances"])
 
     def cancelled(self, rep_url: str = "http://c1.rep") -> list[tuple[str, str]]:
-        return sorted((t["cell_id"], t["task_guid"]) for body in self.to(f"{rep_url}/cancel") for t in body["tasks"])
+        return sorted(
+            (t["cell_id"], t["task_guid"]) for body in self.to(f"{rep_url}/cancel") for t in body["tasks"]
+        )
 
 
 @dataclass
@@ -212,7 +214,12 @@ async def test_bad_query_and_path_values_are_422(h: Harness) -> None:
             "total": {"memory_mb": 1, "disk_mb": 1, "containers": 1},
         }]},
     )
-    assert response.status_code == 422 and response.json()["detail"][0]["loc"] == ["body", "cells", 0, "cell_id"]
+    assert response.status_code == 422 and response.json()["detail"][0]["loc"] == [
+        "body",
+        "cells",
+        0,
+        "cell_id",
+    ]
     assert (await h.http.get("/v1/cells")).json() == {"items": []}
 
 
@@ -505,7 +512,9 @@ async def test_a_report_whose_client_left_while_it_queued_is_not_applied(h: Harn
 
     batcher = h.bbs._lifecycle_batcher  # (private: the only way to see a report queued behind a batch)
     async with h.bbs.store.write():  # the first report's batch waits for this lock; the second queues
-        first = asyncio.create_task(call("/v1/lifecycle", {"cells": {"c1": {"claimed": [ref(0, "a")]}}}, None))
+        first = asyncio.create_task(
+            call("/v1/lifecycle", {"cells": {"c1": {"claimed": [ref(0, "a")]}}}, None)
+        )
 
         async def until(condition, what: str) -> None:
             deadline = time.monotonic() + 5
@@ -513,8 +522,12 @@ async def test_a_report_whose_client_left_while_it_queued_is_not_applied(h: Harn
                 await asyncio.sleep(0.01)
             assert condition(), f"expected {what}; queue holds {len(batcher._queue)}"
 
-        await until(lambda: batcher._worker is not None and not batcher._queue, "the first report's batch running")
-        second = asyncio.create_task(call("/v1/lifecycle", {"cells": {"c1": {"claimed": [ref(1, "b")]}}}, left))
+        await until(
+            lambda: batcher._worker is not None and not batcher._queue, "the first report's batch running"
+        )
+        second = asyncio.create_task(
+            call("/v1/lifecycle", {"cells": {"c1": {"claimed": [ref(1, "b")]}}}, left)
+        )
         await until(lambda: len(batcher._queue) == 1, "the second report queued behind the first batch")
         left.set()
         gone = await asyncio.wait_for(second, 5)

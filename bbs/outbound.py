@@ -176,7 +176,14 @@ class Outbound:
                 if attempt >= self.attempts and time.monotonic() >= give_up_after:
                     log.warning(
                         "auctioneer send failed; convergence will retry",
-                        extra={"data": {"path": path, "items": len(body), "error": repr(exc), "attempts": attempt}},
+                        extra={
+                            "data": {
+                                "path": path,
+                                "items": len(body),
+                                "error": repr(exc),
+                                "attempts": attempt,
+                            }
+                        },
                     )
                     return
             await asyncio.sleep(delay)  # back off between attempts

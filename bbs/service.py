@@ -312,7 +312,8 @@ class BBS:
             tag = body.modification_tag
             if tag is not None and (tag.epoch, tag.index) != (record.mod_epoch, record.mod_index):
                 raise Conflict(
-                    f"modification_tag {tag.epoch}:{tag.index} is stale (now {record.mod_epoch}:{record.mod_index})"
+                    f"modification_tag {tag.epoch}:{tag.index} is stale (now "
+                    f"{record.mod_epoch}:{record.mod_index})"
                 )
             scale = body.instances is not None and body.instances != record.instances
             policy = body.on_cell_loss is not None and body.on_cell_loss != record.on_cell_loss
@@ -414,7 +415,9 @@ class BBS:
 
             refused_tasks: list[list[str]] = [[] for _ in batch]
             guids = {
-                g for _, r in batch for g in (*r["tasks_started"], *(c.task_guid for c in r["tasks_completed"]))
+                g
+                for _, r in batch
+                for g in (*r["tasks_started"], *(c.task_guid for c in r["tasks_completed"]))
             }
             if guids:
                 tasks = await tx.tasks_by_guid(guids)
@@ -553,7 +556,9 @@ class BBS:
         outcome, not the task's secrets: env values masked, as in events. A URL refused now (its name
         resolves to a link-local or metadata address: common/urls.py) is not POSTed to at all."""
         if (refusal := await resolved_refusal(url, self.settings.callback_allow)) is not None:
-            log.warning("task callback refused", extra={"data": {"task_guid": task.task_guid, "reason": refusal}})
+            log.warning(
+                "task callback refused", extra={"data": {"task_guid": task.task_guid, "reason": refusal}}
+            )
             return
         if not await self.outbound.task_callback(url, masked_env(task.to_wire())):
             return
@@ -618,7 +623,8 @@ class BBS:
 
     async def _rework_cell(self, tx, held: list[ActualRecord], rework, cell_id: str, now: float,
                            effects: Effects) -> None:
-        """Apply `rework` (evacuate, forget_rebooted_cell) to every index a cell holds, in this transaction."""
+        """Apply `rework` (evacuate, forget_rebooted_cell) to every index a cell holds, in this
+        transaction."""
         if not held:
             return
         actuals = ActualSet(await tx.actuals_for_keys((r.process_guid, r.index) for r in held))

@@ -241,7 +241,9 @@ class PlacementFields(Strict):
     volume_drivers: Names = Field(default_factory=list)
     strategy: Literal["diego", "dea", "loadmark", "service", "objective", "binpack", "random"] | None = None
     objective: Annotated[str | None, Field(max_length=1024), AfterValidator(_objective)] = None
-    source_blob: Annotated[str | None, Field(max_length=MAX_URL_CHARS), AfterValidator(_no_nul_or_none)] = None
+    source_blob: Annotated[str | None, Field(max_length=MAX_URL_CHARS), AfterValidator(_no_nul_or_none)] = (
+        None
+    )
     labels_match: LabelExpression = ""
     volumes: list[VolumeRequestModel] = Field(default_factory=list, max_length=MAX_TAGS)
     ingress_ip: bool = False
@@ -408,7 +410,8 @@ class CellPresence(Open):
     # Its rep serves plain HTTP with authorization off (--insecure, or no TLS files on loopback): said loudly.
     insecure: bool = False
     # How its rep isolates instances (rep/isolation.py): "cgroup-v1" or "cgroup-v2" (own uid and cgroup
-    # each), "none" (as the rep's own user: --isolation none), "sim" (simulated); "" from a rep too old to say.
+    # each), "none" (as the rep's own user: --isolation none), "sim" (simulated); "" from a rep too old to
+    # say.
     isolation: Annotated[str, Field(max_length=MAX_NAME_CHARS), AfterValidator(_no_nul)] = ""
 
     @field_validator("total")

@@ -31,39 +31,56 @@ USAGE_ERROR = 2
 
 @app.command()
 def auctioneer(
-    bbs_url: str | None = typer.Option(None, "--bbs-url", help="The BBS; several comma-separated replicas fail "
-                                       "over [env VENDUE_BBS_URL; http://127.0.0.1:8889]."),
+    bbs_url: str | None = typer.Option(
+        None,
+        "--bbs-url",
+        help="The BBS; several comma-separated replicas fail "
+        "over [env VENDUE_BBS_URL; http://127.0.0.1:8889].",
+    ),
     listen: str | None = typer.Option(None, "--listen", help="Address to bind [VENDUE_LISTEN; 127.0.0.1]."),
     port: int | None = typer.Option(None, "--port", help="Port; 0 binds a free one [VENDUE_PORT; 8890]."),
-    strategy: str | None = typer.Option(None, "--strategy", help="Placement strategy [VENDUE_STRATEGY; diego]."),
+    strategy: str | None = typer.Option(
+        None, "--strategy", help="Placement strategy [VENDUE_STRATEGY; diego]."
+    ),
     engine: str | None = typer.Option(None, "--engine", help="fast or reference [VENDUE_ENGINE; fast]."),
     cell_state_timeout: float | None = typer.Option(
-        None, "--cell-state-timeout", help="Seconds to fetch every cell's state [VENDUE_CELL_STATE_TIMEOUT; 5]."
+        None,
+        "--cell-state-timeout",
+        help="Seconds to fetch every cell's state [VENDUE_CELL_STATE_TIMEOUT; 5].",
     ),
     work_timeout: float | None = typer.Option(None, "--work-timeout", help="Seconds per work POST [10]."),
     max_attempts: int | None = typer.Option(
         None, "--max-attempts", help="Tries before rejected work is a failure [VENDUE_MAX_ATTEMPTS; 3]."
     ),
     max_inflight_starts: int | None = typer.Option(
-        None, "--max-inflight-starts", help="Starting-container limit, 0 for none [VENDUE_MAX_INFLIGHT_STARTS; 0]."
+        None,
+        "--max-inflight-starts",
+        help="Starting-container limit, 0 for none [VENDUE_MAX_INFLIGHT_STARTS; 0].",
     ),
     ready_file: Path | None = typer.Option(
         None, "--ready-file", help='Once serving, write {"url": ..., "pid": ...} here [VENDUE_READY_FILE].'
     ),
-    log_level: str | None = typer.Option(None, "--log-level", help="debug, info, warning [VENDUE_LOG_LEVEL]."),
+    log_level: str | None = typer.Option(
+        None, "--log-level", help="debug, info, warning [VENDUE_LOG_LEVEL]."
+    ),
     transport: str | None = typer.Option(
         None, "--transport", help="http or nats: how requests, bids and work travel [VENDUE_TRANSPORT; http]."
     ),
     nats_url: str | None = typer.Option(
-        None, "--nats-url", help="NATS server(s), credentials allowed [VENDUE_NATS_URL; nats://127.0.0.1:4222]; "
+        None,
+        "--nats-url",
+        help="NATS server(s), credentials allowed [VENDUE_NATS_URL; nats://127.0.0.1:4222]; "
         "token also from VENDUE_NATS_TOKEN.",
     ),
     lease_ttl: float | None = typer.Option(
-        None, "--lease-ttl", help="Seconds the elected auctioneer's lease lasts; renewed every TTL/3 "
-        "[VENDUE_LEASE_TTL; 15].",
+        None,
+        "--lease-ttl",
+        help="Seconds the elected auctioneer's lease lasts; renewed every TTL/3 [VENDUE_LEASE_TTL; 15].",
     ),
     advertise_url: str | None = typer.Option(
-        None, "--advertise-url", help="Where the other auctioneers and the BBS reach this one while it leads "
+        None,
+        "--advertise-url",
+        help="Where the other auctioneers and the BBS reach this one while it leads "
         "[VENDUE_ADVERTISE_URL; the URL it listens on].",
     ),
     tls_cert: Path | None = tls_cert_flag("auctioneer"),
@@ -105,7 +122,9 @@ def auctioneer(
     except ValueError as exc:
         raise _fail(f"--engine: {exc}") from None
     if settings.strategy not in offered:
-        raise _fail(f"--strategy: unknown strategy {settings.strategy!r} (expected one of {', '.join(offered)})")
+        raise _fail(
+            f"--strategy: unknown strategy {settings.strategy!r} (expected one of {', '.join(offered)})"
+        )
     if check_config:
         from auctioneer.service.config_check import config_problem
 

@@ -272,7 +272,9 @@ class BBSClient:
         """Forget a cell that is gone (admin): what it held is placed again (409 while it is present)."""
         self._request("DELETE", f"/v1/cells/{cell_id}")
 
-    def cell_states(self, rep_url: str, cell_ids: Sequence[str] = (), timeout: float = 2.0) -> dict[str, CellState]:
+    def cell_states(
+        self, rep_url: str, cell_ids: Sequence[str] = (), timeout: float = 2.0
+    ) -> dict[str, CellState]:
         """The full states of the cells a rep process hosts (GET {rep_url}/state, with this client's
         certificate or token), by cell id: those named, or every one (one request however many it hosts);
         empty when it does not answer with them."""

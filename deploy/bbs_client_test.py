@@ -79,7 +79,9 @@ def test_a_token_travels_as_a_bearer_header_on_every_request():
         seen.append(request)
         return httpx.Response(200, json={"items": []})
 
-    with BBSClient("http://bbs.test", transport=httpx.MockTransport(record), auth=ClientAuth(token="t0k")) as bbs:
+    with BBSClient(
+        "http://bbs.test", transport=httpx.MockTransport(record), auth=ClientAuth(token="t0k")
+    ) as bbs:
         bbs.desired_lrps()
         bbs.cell_states("http://rep.test:1800")
     assert [(r.url.host, r.headers.get("authorization")) for r in seen] == [
@@ -135,7 +137,14 @@ def test_requests_carry_the_wire_body_and_query():
 
 def test_token_requests_carry_the_wire_body_and_never_send_an_unset_expiry():
     seen: list[httpx.Request] = []
-    info = {"id": "abc", "role": "reader", "name": "ci", "created_at": 1.0, "expires_at": None, "revoked": False}
+    info = {
+        "id": "abc",
+        "role": "reader",
+        "name": "ci",
+        "created_at": 1.0,
+        "expires_at": None,
+        "revoked": False,
+    }
 
     def record(request: httpx.Request) -> httpx.Response:
         seen.append(request)
@@ -174,7 +183,10 @@ def test_events_follows_the_stream():
         f"event: {kind}\ndata: {json.dumps({'type': kind, 'data': {'n': n}, 'at': NOW})}\n\n"
         for n, kind in enumerate(["desired_lrp_created", "actual_lrp_changed"])
     )
-    with client_answering(lambda request: httpx.Response(200, text=": hi\n\n" + body,
-                                                         headers={"content-type": "text/event-stream"})) as bbs:
+    with client_answering(
+        lambda request: httpx.Response(
+            200, text=": hi\n\n" + body, headers={"content-type": "text/event-stream"}
+        )
+    ) as bbs:
         received = [(e.type, e.data) for e in bbs.events()]
     assert received == [("desired_lrp_created", {"n": 0}), ("actual_lrp_changed", {"n": 1})]

@@ -83,7 +83,14 @@ def test_check_config_validates_the_tls_settings(tmp_path: Path) -> None:
     pki = tmp_path / "pki"
     init_ca(pki)
     issue(pki, role="bbs", name="bbs")
-    tls = ["--tls-cert", str(pki / "bbs.pem"), "--tls-key", str(pki / "bbs-key.pem"), "--tls-ca", str(pki / "ca.pem")]
+    tls = [
+        "--tls-cert",
+        str(pki / "bbs.pem"),
+        "--tls-key",
+        str(pki / "bbs-key.pem"),
+        "--tls-ca",
+        str(pki / "ca.pem"),
+    ]
     runner = CliRunner()
     data = ["--data-dir", str(tmp_path / "data")]
     cases = [
@@ -92,7 +99,11 @@ def test_check_config_validates_the_tls_settings(tmp_path: Path) -> None:
         ([], 0, "config ok"),  # plain HTTP on loopback: allowed (and loud when it runs)
         (["--listen", "0.0.0.0"], 2, "error: tls_cert: refusing to serve plain HTTP on 0.0.0.0"),
         (tls[:2], 2, "error: tls_key: --tls-cert, --tls-key and --tls-ca go together"),
-        (["--tls-cert", str(pki / "nope.pem"), *tls[2:]], 2, f"error: tls_cert: no such file {pki / 'nope.pem'}"),
+        (
+            ["--tls-cert", str(pki / "nope.pem"), *tls[2:]],
+            2,
+            f"error: tls_cert: no such file {pki / 'nope.pem'}",
+        ),
         ([*tls[:3], str(pki / "ca-key.pem"), *tls[4:]], 2, "error: tls_cert: cannot load"),  # the CA's key
     ]
     for args, code, line in cases:

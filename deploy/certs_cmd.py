@@ -18,8 +18,10 @@ from common.tls import CA_CERT, CA_KEY, ROLES, CertError, TLSFiles, init_ca, iss
 
 from .cli import app
 
-certs = typer.Typer(help="The cluster CA and the certificates it issues (mutual TLS between every component).",
-                    no_args_is_help=True)
+certs = typer.Typer(
+    help="The cluster CA and the certificates it issues (mutual TLS between every component).",
+    no_args_is_help=True,
+)
 app.add_typer(certs, name="certs")
 
 
@@ -47,16 +49,30 @@ def certs_init(
 
 @certs.command("issue")
 def certs_issue(
-    directory: Annotated[Path, typer.Argument(metavar="DIR", help="The CA's directory; NAME.pem goes there too.")],
+    directory: Annotated[
+        Path, typer.Argument(metavar="DIR", help="The CA's directory; NAME.pem goes there too.")
+    ],
     role: Annotated[str, typer.Option("--role", metavar="ROLE", help=f"One of: {', '.join(ROLES)}.")],
-    name: Annotated[str, typer.Option("--name", metavar="NAME", help="Who holds it: NAME.pem, NAME-key.pem.")],
-    cells: Annotated[list[str], typer.Option("--cell", metavar="ID",
-                                             help="A cell this rep may speak for (repeat).")] = [],  # noqa: B006
-    cell_prefixes: Annotated[list[str], typer.Option("--cell-prefix", metavar="PREFIX",
-                                                     help="Every cell whose id starts with PREFIX (a sim host).")] = [],  # noqa: B006
-    sans: Annotated[list[str], typer.Option("--san", metavar="HOST",
-                                            help="A DNS name or IP it serves on (repeat; localhost and "
-                                                 "127.0.0.1 are always in).")] = [],  # noqa: B006
+    name: Annotated[
+        str, typer.Option("--name", metavar="NAME", help="Who holds it: NAME.pem, NAME-key.pem.")
+    ],
+    cells: Annotated[
+        list[str], typer.Option("--cell", metavar="ID", help="A cell this rep may speak for (repeat).")
+    ] = [],  # noqa: B006
+    cell_prefixes: Annotated[
+        list[str],
+        typer.Option(
+            "--cell-prefix", metavar="PREFIX", help="Every cell whose id starts with PREFIX (a sim host)."
+        ),
+    ] = [],  # noqa: B006
+    sans: Annotated[
+        list[str],
+        typer.Option(
+            "--san",
+            metavar="HOST",
+            help="A DNS name or IP it serves on (repeat; localhost and 127.0.0.1 are always in).",
+        ),
+    ] = [],  # noqa: B006
     days: Annotated[int, typer.Option("--days", min=1, max=3650, help="Validity.")] = 825,
     json_out: Annotated[bool, typer.Option("--json", help="Print the paths as JSON.")] = False,
 ) -> None:
@@ -111,14 +127,24 @@ def _missing_sans(cert: Path, sans: list[str]) -> list[str]:
 
 @certs.command("nats-config")
 def certs_nats_config(
-    directory: Annotated[Path, typer.Argument(metavar="DIR", help="The CA's directory and the certificates to admit.")],
-    out: Annotated[Path | None, typer.Option("--out", metavar="FILE",
-                                             help="Where to write it (default: DIR/nats-server.conf).")] = None,
-    listen: Annotated[str, typer.Option("--listen", metavar="HOST:PORT",
-                                        help="The address the server takes clients on.")] = DEFAULT_NATS_LISTEN,
-    sans: Annotated[list[str], typer.Option("--san", metavar="HOST",
-                                            help="A name the components dial the server by, for its certificate "
-                                                 "when it is issued (repeat).")] = [],  # noqa: B006
+    directory: Annotated[
+        Path, typer.Argument(metavar="DIR", help="The CA's directory and the certificates to admit.")
+    ],
+    out: Annotated[
+        Path | None,
+        typer.Option("--out", metavar="FILE", help="Where to write it (default: DIR/nats-server.conf)."),
+    ] = None,
+    listen: Annotated[
+        str, typer.Option("--listen", metavar="HOST:PORT", help="The address the server takes clients on.")
+    ] = DEFAULT_NATS_LISTEN,
+    sans: Annotated[
+        list[str],
+        typer.Option(
+            "--san",
+            metavar="HOST",
+            help="A name the components dial the server by, for its certificate when it is issued (repeat).",
+        ),
+    ] = [],  # noqa: B006
     json_out: Annotated[bool, typer.Option("--json", help="Print the paths and users as JSON.")] = False,
 ) -> None:
     """Write the nats-server configuration for the certificates in DIR (docs/security.md, "NATS"): TLS with
@@ -138,7 +164,10 @@ def certs_nats_config(
     path = out if out is not None else directory / CONFIG_FILE
     tls = TLSFiles.in_dir(directory, SERVER_CERT_NAME)
     if not (directory / CA_CERT).is_file():  # the server trusts it for every client
-        _fail(f"{directory}: no CA there ({CA_CERT}); run `vendue certs init {directory}` and issue certificates")
+        _fail(
+            f"{directory}: no CA there ({CA_CERT}); run `vendue certs init {directory}` and issue "
+            "certificates"
+        )
     try:
         users = certificate_identities(directory)  # the server's own is serving-only: never one of them
         if not users:
@@ -146,8 +175,10 @@ def certs_nats_config(
         if not tls.cert.exists():
             issue_server_certificate(directory, sans=sans)
         elif missing := _missing_sans(tls.cert, sans):
-            _fail(f"san: {tls.cert} does not name {', '.join(missing)}; remove it and {tls.key.name} to issue "
-                  "a new one")
+            _fail(
+                f"san: {tls.cert} does not name {', '.join(missing)}; remove it and {tls.key.name} to issue "
+                "a new one"
+            )
         write_config(path, server_config(host=host, port=port, tls=tls, users=users))
     except (CertError, OSError) as exc:
         _fail(str(exc))

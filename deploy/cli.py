@@ -33,7 +33,8 @@ COMMAND_MODULES: dict[str, str] = {
     "tokens": "deploy.tokens_cmd",
     **dict.fromkeys(("up", "demo"), "deploy.cluster_cmd"),
     **dict.fromkeys(
-        ("push", "scale", "delete", "apps", "instances", "cells", "task", "tasks", "events"), "deploy.client_cmd"
+        ("push", "scale", "delete", "apps", "instances", "cells", "task", "tasks", "events"),
+        "deploy.client_cmd",
     ),
 }
 

@@ -117,7 +117,9 @@ async def test_cells_reporting_in_the_same_round_share_one_request(setup: tuple[
     for cell_id in ("cell-0", "cell-1", "cell-2"):
         give(host.cells[cell_id], 0)
     await eventually(
-        lambda: sum(len(b.running) for _, b in bbs.lifecycles) == 3, "three running reports", lambda: bbs.lifecycles
+        lambda: sum(len(b.running) for _, b in bbs.lifecycles) == 3,
+        "three running reports",
+        lambda: bbs.lifecycles,
     )
     posts = [r for r in bbs.requests if r.startswith("POST")]
     claims = [cid for cid, b in bbs.lifecycles if b.claimed]
@@ -203,13 +205,19 @@ async def test_a_rep_started_before_its_bbs_registers_soon_after_the_bbs_answers
         bbs.down = False
         loop = asyncio.get_running_loop()
         up_at = loop.time()
-        await eventually(lambda: not cell.awaiting_registration, "the cell registered", lambda: bbs.heartbeats)
+        await eventually(
+            lambda: not cell.awaiting_registration, "the cell registered", lambda: bbs.heartbeats
+        )
         took = loop.time() - up_at
-        assert took < 2.0, f"expected registration within 2 s of the BBS answering (interval 20 s), took {took:.2f} s"
+        assert took < 2.0, (
+            f"expected registration within 2 s of the BBS answering (interval 20 s), took {took:.2f} s"
+        )
         assert [p.cell_id for p in bbs.heartbeats] == ["early"], bbs.heartbeats
         # Registered: back to one heartbeat per interval (no retry storm).
         await asyncio.sleep(0.5)
-        assert len(bbs.heartbeats) == 1, f"expected no further heartbeat within the 20 s interval, saw {bbs.heartbeats}"
+        assert len(bbs.heartbeats) == 1, (
+            f"expected no further heartbeat within the 20 s interval, saw {bbs.heartbeats}"
+        )
     finally:
         await host.close()
         await client.aclose()

@@ -161,8 +161,14 @@ async def test_a_rep_refuses_to_start_insecure_off_loopback_or_for_cells_not_in_
 
     plain = await vendue_rep("--listen", "0.0.0.0")
     assert plain.returncode == 2, plain.stderr
-    assert plain.stderr.strip().splitlines()[-1].startswith("error: tls_cert: refusing to serve plain HTTP on 0.0.0.0")
+    assert (
+        plain.stderr.strip()
+        .splitlines()[-1]
+        .startswith("error: tls_cert: refusing to serve plain HTTP on 0.0.0.0")
+    )
     foreign = await vendue_rep("--cell-id", "sim1", "--cells", "2", *tls_flags(pki))
     assert foreign.returncode == 2, foreign.stderr
-    assert foreign.stderr.strip().splitlines()[-1].startswith("error: cell_id: the certificate"), foreign.stderr
+    assert foreign.stderr.strip().splitlines()[-1].startswith("error: cell_id: the certificate"), (
+        foreign.stderr
+    )
     assert "sim1-0" in foreign.stderr

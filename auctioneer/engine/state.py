@@ -193,7 +193,9 @@ class AuctionState:
         for i, request in zip(plan, item.volumes, strict=False):
             volume = slot.volumes[i]
             if volume.holder is None:  # a volume the instance already holds stays as it is
-                slot.volumes[i] = Volume(volume.name, volume.size_mb, volume.labels, request.ephemeral, holder)
+                slot.volumes[i] = Volume(
+                    volume.name, volume.size_mb, volume.labels, request.ephemeral, holder
+                )
 
     # --- the process index -------------------------------------------------------------------------
 
@@ -222,7 +224,9 @@ class AuctionState:
             if self._indexed_all:
                 return NO_CELLS
             cells_of = self._proc_cells[process_guid] = {
-                slot.pos: slot.proc_counts[process_guid] for slot in self.slots if process_guid in slot.proc_counts
+                slot.pos: slot.proc_counts[process_guid]
+                for slot in self.slots
+                if process_guid in slot.proc_counts
             }
         return cells_of
 

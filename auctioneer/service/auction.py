@@ -97,7 +97,9 @@ class Auction:
         self, states: list[CellState], lrps: list[PendingLRP], tasks: list[PendingTask]
     ) -> AuctionResult:
         c = self._config
-        config = SchedulerConfig(strategy=c.strategy, engine=c.engine, max_inflight_starts=c.max_inflight_starts)
+        config = SchedulerConfig(
+            strategy=c.strategy, engine=c.engine, max_inflight_starts=c.max_inflight_starts
+        )
         size = len(lrps) + len(tasks) + sum(len(s.lrps) + len(s.lrp_counts) for s in states)
         if size >= c.thread_threshold:
             # Conversion and the engine are pure CPU; in a thread the event loop still gets the GIL
@@ -118,7 +120,9 @@ def _annotate(failure: Failure, fetched: FetchedCells) -> Failure:
         note = fetched.error
     elif fetched.dropped:
         reasons = Counter(fetched.dropped.values())
-        note = f"{len(fetched.dropped)} cells left out: " + ", ".join(f"{n} {r}" for r, n in reasons.most_common(3))
+        note = f"{len(fetched.dropped)} cells left out: " + ", ".join(
+            f"{n} {r}" for r, n in reasons.most_common(3)
+        )
     else:
         return failure
     detail = f"{failure.detail}; {note}" if failure.detail else note

@@ -83,10 +83,17 @@ class FailureReporter:
                     return True
                 if response.status_code == 409:
                     self._metrics.stale_report()
-                    log.warning("placement failures refused: a newer auctioneer holds the lease", extra={"data": {
-                        "lrps": len(failures.lrps), "tasks": len(failures.tasks),
-                        "fencing_token": failures.fencing_token, "bbs": response.text[:200],
-                    }})
+                    log.warning(
+                        "placement failures refused: a newer auctioneer holds the lease",
+                        extra={
+                            "data": {
+                                "lrps": len(failures.lrps),
+                                "tasks": len(failures.tasks),
+                                "fencing_token": failures.fencing_token,
+                                "bbs": response.text[:200],
+                            }
+                        },
+                    )
                     return False
                 why = f"BBS answered {response.status_code}"
                 if response.status_code < 500:  # the BBS refused this body: sending it again will not help

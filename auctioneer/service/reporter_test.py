@@ -9,7 +9,9 @@ from tests.fake_bbs import fake_bbs
 pytestmark = pytest.mark.timeout(60)
 
 FAILURES = PlacementFailures(
-    lrps=[LRPPlacementFailure(process_guid="web", index=0, error="insufficient resources: memory", detail="0/1")],
+    lrps=[
+        LRPPlacementFailure(process_guid="web", index=0, error="insufficient resources: memory", detail="0/1")
+    ],
     tasks=[TaskPlacementFailure(task_guid="t1", error="unable to communicate to compatible cells")],
 )
 
@@ -64,4 +66,6 @@ async def test_a_stale_term_409_is_logged_once_and_dropped_without_a_retry(caplo
         assert task is not None and await task is False
         assert (bbs.failure_posts, bbs.failure_reports, metrics.stale_reports) == (1, [], 1)
         refusals = [r for r in caplog.records if r.name == "auctioneer.reporter"]
-        assert [r.getMessage() for r in refusals] == ["placement failures refused: a newer auctioneer holds the lease"]
+        assert [r.getMessage() for r in refusals] == [
+            "placement failures refused: a newer auctioneer holds the lease"
+        ]

@@ -2,7 +2,8 @@
 
 A picker is built once per auction over the shared `AuctionState`, told the batch (`note_batch`) and
 asked, item by item in batch order, for a cell. It never reserves: the scheduler does, and tells every
-picker's indexes through `state.on_reserve`. `filters` are the strategy's own filters beyond the common chain (they feed the
+picker's indexes through `state.on_reserve`. `filters` are the strategy's own filters beyond the common chain
+(they feed the
 failure breakdown); `diagnose` explains a miss.
 """
 

@@ -273,7 +273,10 @@ class DiegoFast(DiegoReference):
         if cells is None:
             cells = levels.zero = {p for p in pool.positions if p not in counts}
         best, low = self._best_in_level(pool, cells, lowest, m, d, score_of)
-        if best is not None and pool.order[0][0] + LOCALITY_OFFSET * (lowest + 1) > low + EPS + abs(low) * REL:
+        if (
+            best is not None
+            and pool.order[0][0] + LOCALITY_OFFSET * (lowest + 1) > low + EPS + abs(low) * REL
+        ):
             return best  # no cell of a higher level can come close
         return self._scan(pool, m, d, counts, lowest + 1, best, low, INF, score_of)
 

@@ -19,7 +19,8 @@ What the picker feeds the function:
 
 REFERENCE walks the tree for each feasible cell, as written. FAST compiles each distinct objective once
 into numpy operations over columns of every cell (kept current through `state.on_reserve`), computes
-feasibility as masks, and takes the first maximum; both give bit-identical values (see objective/vectorized.py).
+feasibility as masks, and takes the first maximum; both give bit-identical values (see
+objective/vectorized.py).
 """
 
 from __future__ import annotations
@@ -120,7 +121,9 @@ class ObjectivePicker(Picker):
         if isinstance(item, LRPStart):
             objective = self.objective_for(item.objective)
             if isinstance(objective, ObjectiveError):
-                return failure_for(item, str(objective), "the objective was refused before any cell was valued")
+                return failure_for(
+                    item, str(objective), "the objective was refused before any cell was valued"
+                )
         return super().diagnose(item)
 
 
@@ -234,8 +237,10 @@ class CellColumns:
     def count(self, name: str, needle: Needle) -> np.ndarray:
         if name == "RunningAppIDs":
             if isinstance(needle, np.ndarray):  # a needle that differs per cell: cell by cell
-                return np.array([self.running_on(slot, x) for slot, x in zip(self.slots, needle.tolist(),
-                                                                               strict=True)], dtype=np.float64)
+                return np.array(
+                    [self.running_on(slot, x) for slot, x in zip(self.slots, needle.tolist(), strict=True)],
+                    dtype=np.float64,
+                )
             return self.running_count(needle)
         return self.membership(name, needle)
 
@@ -279,8 +284,10 @@ class ObjectiveFast(ObjectivePicker):
         key = (item.stack, item.volume_drivers, item.placement_tags)
         mask = self.compatible.get(key)
         if mask is None:
-            mask = np.array([not any(f.rejects(s, item) for f in COMPATIBILITY_FILTERS) for s in self.state.slots],
-                            dtype=bool)
+            mask = np.array(
+                [not any(f.rejects(s, item) for f in COMPATIBILITY_FILTERS) for s in self.state.slots],
+                dtype=bool,
+            )
             self.compatible[key] = mask
         return mask
 

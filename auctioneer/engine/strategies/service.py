@@ -139,7 +139,9 @@ class ServiceFast(Picker):
         positions = self.index.feasible(item)
         if not positions.size:
             return None
-        order = np.lexsort((positions, self.delayed[positions], self.ordinary[positions], self.tasks[positions]))
+        order = np.lexsort(
+            (positions, self.delayed[positions], self.ordinary[positions], self.tasks[positions])
+        )
         return self.state.slots[int(positions[order[0]])]
 
 

@@ -35,7 +35,9 @@ def match_volume(volume: Volume, request: VolumeRequest) -> bool:
     )
 
 
-def volume_plan(volumes: Sequence[Volume], requests: Sequence[VolumeRequest], holder: str) -> list[int] | None:
+def volume_plan(
+    volumes: Sequence[Volume], requests: Sequence[VolumeRequest], holder: str
+) -> list[int] | None:
     """For each request in order, the index of the volume that serves it; None when some cannot be served.
 
     Greedy, one volume per request: first a volume `holder` already holds with the request's name, then
@@ -45,13 +47,19 @@ def volume_plan(volumes: Sequence[Volume], requests: Sequence[VolumeRequest], ho
     plan: list[int] = []
     for request in requests:
         chosen = next(
-            (i for i, v in enumerate(volumes) if i not in used and v.holder == holder and v.name == request.name),
+            (
+                i
+                for i, v in enumerate(volumes)
+                if i not in used and v.holder == holder and v.name == request.name
+            ),
             None,
         )
         if chosen is None:
             chosen = next((i for i, v in enumerate(volumes) if i not in used and v.holder == holder), None)
         if chosen is None:
-            chosen = next((i for i, v in enumerate(volumes) if i not in used and match_volume(v, request)), None)
+            chosen = next(
+                (i for i, v in enumerate(volumes) if i not in used and match_volume(v, request)), None
+            )
         if chosen is None:
             return None
         used.add(chosen)
