@@ -12,9 +12,9 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, TypeAdapter, ValidationError
 from starlette.requests import ClientDisconnect
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from common.auth import add_auth, require_cells, token_identity
+from common.http_metrics import add_http_metrics, mark_refusal
 from common.interrupt import Interrupted, unless
 from common.limits import add_limits
 from common.models import (
@@ -46,7 +46,7 @@ from .lifecycle_wire import HOST_REPORT, HostReport
 from .policy import POLICY, require_lease_holder
 from .quotas import QuotaExceeded, callback_problem
 from .redact import env_for_caller
-from .service import BBS, Conflict, NotFound
+from .service import BBS, Conflict, Fenced, NotFound
 
 GuidPath = Annotated[str, Path(pattern=GUID_PATTERN)]
 # A filter names a guid: anything else matches nothing, and a NUL would reach the database (a 500 on
@@ -118,32 +118,6 @@ def items(rows: list[dict[str, Any]]) -> Response:
     return Response(json.dumps({"items": rows}, separators=(",", ":")), media_type="application/json")
 
 
-class RequestMetrics:
-    """Counts requests by route template (not raw path, so cell ids do not explode the label set)."""
-
-    def __init__(self, app: ASGIApp, bbs: BBS) -> None:
-        self.app = app
-        self.bbs = bbs
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        status = {"code": 500}
-
-        async def sending(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                status["code"] = message["status"]
-            await send(message)
-
-        try:
-            await self.app(scope, receive, sending)
-        finally:
-            route = scope.get("route")
-            path = getattr(route, "path", "unmatched")
-            self.bbs.metrics.requests.labels(scope["method"], path, str(status["code"])).inc()
-
-
 def create_app(bbs: BBS, *, insecure: bool | None = None) -> FastAPI:
     """The BBS's API, every route behind the authorization table of bbs/policy.py. `insecure=True`:
     authorization off, every caller an admin named "insecure" (what `--insecure`, or no TLS files on a
@@ -153,7 +127,6 @@ def create_app(bbs: BBS, *, insecure: bool | None = None) -> FastAPI:
     # No /redoc and no OAuth2 redirect page: every route has a row in the table, and these would only add
     # rows.
     app = FastAPI(title="Vendue BBS", version="1", redoc_url=None, swagger_ui_oauth2_redirect_url=None)
-    app.add_middleware(RequestMetrics, bbs=bbs)
 
     @app.exception_handler(ClientDisconnect)
     async def _client_gone(_: Request, exc: ClientDisconnect) -> Response:
@@ -164,7 +137,9 @@ def create_app(bbs: BBS, *, insecure: bool | None = None) -> FastAPI:
         return JSONResponse({"detail": str(exc)}, status_code=404)
 
     @app.exception_handler(Conflict)
-    async def _conflict(_: Request, exc: Conflict) -> JSONResponse:
+    async def _conflict(request: Request, exc: Conflict) -> JSONResponse:
+        if isinstance(exc, Fenced):
+            mark_refusal(request.scope, "fenced")
         return JSONResponse({"detail": str(exc)}, status_code=409)
 
     @app.exception_handler(QuotaExceeded)
@@ -383,9 +358,9 @@ def create_app(bbs: BBS, *, insecure: bool | None = None) -> FastAPI:
         record = await bbs.verify_token(secret)
         return None if record is None else token_identity(record.role, record.name, record.id)
 
-    add_auth(app, POLICY, verify_token=verify_bearer, insecure=insecure, service="bbs",
-             on_refused=bbs.metrics.refused)
+    add_auth(app, POLICY, verify_token=verify_bearer, insecure=insecure, service="bbs")
     add_limits(app, bbs.settings, bulk=BULK_ROUTES)
+    add_http_metrics(app, bbs.metrics.http)
     return app
 
 

@@ -137,7 +137,8 @@ async def test_ping_and_metrics(h: Harness) -> None:
     assert (await h.http.get("/readyz")).json() == {"ready": True}
     await h.http.get("/v1/desired_lrps")
     text = (await h.http.get("/metrics")).text
-    assert 'vendue_bbs_requests_total{method="GET",route="/v1/desired_lrps",status="200"} 1.0' in text
+    sample = 'vendue_http_request_duration_seconds_count{method="GET",route="/v1/desired_lrps",status="200"}'
+    assert f"{sample} 1.0" in text
 
 
 async def test_desire_creates_unclaimed_actuals_and_one_start_request(h: Harness) -> None:

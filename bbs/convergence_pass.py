@@ -25,6 +25,7 @@ from .convergence import (
     settle,
     touched_indices,
 )
+from .diego_counts import PassCounts, count_pass, extra_instances, tasks_after
 from .events import event
 from .placements import PlacementLog, Report, parse_all, prune
 from .records import (
@@ -83,7 +84,7 @@ async def converge_once(bbs: BBS, now: float | None = None) -> float | None:
     bbs.probes.keep_only(cells)
     # The pure decision runs in a worker thread: on 10,000 instances it is CPU work the event loop
     # (heartbeats, reports) should not wait for. The snapshot is this pass's own data.
-    actions, changes, counts, resolved = await asyncio.to_thread(
+    actions, changes, counts, resolved, diego_counts = await asyncio.to_thread(
         _decide, desired, snapshot, tasks, cells, now, bbs.convergence, holdings, bbs.probes.latest(), placed,
         due if waiting else [], due_rows,
     )
@@ -136,6 +137,7 @@ async def converge_once(bbs: BBS, now: float | None = None) -> float | None:
         ]
     )
     bbs.metrics.set_actual_counts(counts)
+    bbs.metrics.diego.counted(diego_counts)
     if changes or actions.starts or actions.stops or actions.task_updates or actions.cells_disappeared:
         log.info(
             "convergence pass",
@@ -171,9 +173,9 @@ def _decide(
     placements: PlacementLog,
     due: list[Report],
     due_rows: list[ActualRecord],
-) -> tuple[ConvergenceActions, ActualChanges, list[tuple[str, str, int]], list[int]]:
-    """The pass's decisions, and which of the `due` placement reports (taken apart) have every claim in
-    (to delete)."""
+) -> tuple[ConvergenceActions, ActualChanges, list[tuple[str, str, int]], list[int], PassCounts]:
+    """The pass's decisions, which of the `due` placement reports (taken apart) have every claim in
+    (to delete), and what it counts for Diego's metrics."""
     resolved: list[int] = []
     if due:
         present = {cell_id for cell_id, cell in cells.items() if cell.present(now)}
@@ -185,8 +187,12 @@ def _decide(
                 resolved.append(report.id)
     settled, rest = settle(desired, snapshot, cells, now, config)
     actuals = ActualSet(rest)
+    extra = extra_instances(desired, rest)
     actions = converge(desired, actuals, tasks, cells, now, config, holdings, settled, probes, placements)
-    return actions, actuals.diff(), _count(actuals, settled), resolved
+    counts = _count(actuals, settled)
+    diego = count_pass(desired, {(state, presence): n for state, presence, n in counts}, actuals, extra,
+                       tasks_after(tasks, actions.task_updates, actions.task_deletes), cells.values(), now)
+    return actions, actuals.diff(), counts, resolved, diego
 
 
 def _count(actuals: ActualSet, settled: Settled) -> list[tuple[str, str, int]]:

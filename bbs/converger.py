@@ -56,6 +56,7 @@ class Converger:
             await asyncio.gather(self._task, return_exceptions=True)
             self._task = None
         token, self.token = self.token, None
+        self.bbs.metrics.diego.lease(False)
         if token is None:
             return
         try:
@@ -87,12 +88,20 @@ class Converger:
 
     async def _pass(self) -> float:
         """Run a pass if this process holds the lease; returns the longest wait before the next one."""
-        self.token = await self.bbs.acquire_lease(LEASE, self.owner)
+        try:
+            self.token = await self.bbs.acquire_lease(LEASE, self.owner)
+        except Exception:
+            # No answer: not known to hold it, so no counts that may be stale (another replica's to give).
+            self.bbs.metrics.diego.lease(False)
+            raise
+        self.bbs.metrics.diego.lease(self.token is not None)
         if self.token is None:
             return self.interval
         started = time.perf_counter()
         next_due = await converge_once(self.bbs)
-        self.bbs.metrics.convergence_seconds.observe(time.perf_counter() - started)
+        took = time.perf_counter() - started
+        self.bbs.metrics.convergence_seconds.observe(took)
+        self.bbs.metrics.diego.converged(took)
         self.passes += 1
         if next_due is None:
             return self.interval

@@ -80,6 +80,10 @@ class Conflict(Exception):
     pass
 
 
+class Fenced(Conflict):
+    """A write under a fencing token older than its lease's current one (409, counted as `fenced`)."""
+
+
 def token_hash(secret: str) -> str:
     """What is stored of a bearer token: the SHA-256 of the whole string (a 256-bit random secret needs
     no salt or slow hash: nothing can be guessed from it)."""
@@ -451,7 +455,7 @@ class BBS:
             lease = await tx.lease(AUCTIONEER_LEASE)
             if lease is not None and body.fencing_token < lease.token:
                 self.metrics.stale_writes.labels("placement_failures").inc()
-                raise Conflict(
+                raise Fenced(
                     f"fencing_token {body.fencing_token} is older than the auctioneer lease's current token "
                     f"{lease.token}: a report from a deposed auctioneer is not applied"
                 )

@@ -11,9 +11,10 @@ nothing). The middleware, before the route runs and before any body is read:
    service checks every route has one), PUBLIC → served;
 3. no identity → 401; a role the row does not name → 403 naming the role and the rule.
 
-A refusal is logged with the caller's identity and counted (`on_refused(reason)`), and nothing behind
-it runs. The identity travels on in `request.state.identity` for the checks only a handler can make
-(a rep reports only for the cells in its certificate: `require_cells`).
+A refusal is logged with the caller's identity, its reason is left in the scope for the refusal counter
+(common/http_metrics.py, outside this middleware), and nothing behind it runs. The identity travels on
+in `request.state.identity` for the checks only a handler can make (a rep reports only for the cells in
+its certificate: `require_cells`).
 
 `insecure=True` (`--insecure`) turns all of this off: every caller is an admin named "insecure".
 """
@@ -29,7 +30,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from fastapi import HTTPException, Request
-from prometheus_client import CollectorRegistry, Counter
 from starlette.routing import Match, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
@@ -42,6 +42,8 @@ log = logging.getLogger("auth")
 PUBLIC: frozenset[str] = frozenset({"*public*"})
 INSECURE = Identity("admin", "insecure", via="insecure")
 TLS_SCOPE_KEY = "vendue.client_cert_der"
+# Why a request was refused, for the refusal counter (common/http_metrics.py).
+REFUSAL_SCOPE_KEY = "vendue.refusal"
 
 VerifyToken = Callable[[str], Awaitable[Identity | None]]
 
@@ -145,7 +147,6 @@ class AuthMiddleware:
         routes: Callable[[], Iterable[Any]],
         verify_token: VerifyToken | None = None,
         insecure: bool = False,
-        on_refused: Callable[[str], None] = lambda reason: None,
         service: str = "",
     ) -> None:
         self.app = app
@@ -153,7 +154,6 @@ class AuthMiddleware:
         self._routes = routes
         self.verify_token = verify_token
         self.insecure = insecure
-        self.on_refused = on_refused
         self.service = service
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -168,23 +168,11 @@ class AuthMiddleware:
         scope.setdefault("state", {})["identity"] = identity
         await self.app(scope, receive, send)
 
-    def _template(self, scope: Scope) -> str | None:
-        """The path template of the route this request will reach: the first full match (path and
-        method), else the first route with the path (another method: the app answers 405)."""
-        partial = None
-        for route in self._routes():
-            match, _ = route.matches(scope)
-            if match is Match.FULL:
-                return getattr(route, "path", None)
-            if match is Match.PARTIAL and partial is None:
-                partial = getattr(route, "path", None)
-        return partial
-
     async def _authorize(self, scope: Scope) -> Identity | None:
         if self.insecure:  # everything is allowed: no route lookup on the hot paths
             return INSECURE
         method = scope["method"]
-        template = self._template(scope)
+        template = route_template(self._routes(), scope)
         row = self.policy.rule(method, template) if template is not None else None
         if row is not None and row.public:
             return None
@@ -229,7 +217,7 @@ class AuthMiddleware:
         return None
 
     async def _refuse(self, scope: Scope, send: Send, refusal: Refusal) -> None:
-        self.on_refused(refusal.reason)
+        scope[REFUSAL_SCOPE_KEY] = refusal.reason
         client = scope.get("client")
         log.warning("request refused", extra={"data": {
             "service": self.service, "status": refusal.status, "reason": refusal.reason,
@@ -242,6 +230,19 @@ class AuthMiddleware:
             headers.append((b"www-authenticate", b'Bearer realm="vendue"'))
         await send({"type": "http.response.start", "status": refusal.status, "headers": headers})
         await send({"type": "http.response.body", "body": body})
+
+
+def route_template(routes: Iterable[Any], scope: Scope) -> str | None:
+    """The path template of the route a request will reach: the first full match (path and method),
+    else the first route with the path (another method: the app answers 405); None: no route has it."""
+    partial = None
+    for route in routes:
+        match, _ = route.matches(scope)
+        if match is Match.FULL:
+            return getattr(route, "path", None)
+        if match is Match.PARTIAL and partial is None:
+            partial = getattr(route, "path", None)
+    return partial
 
 
 def _bearer(scope: Scope) -> str | None:
@@ -322,11 +323,3 @@ def bbs_token_verifier(client: Any, *, cache_s: float = 1.0) -> VerifyToken:
         return identity
 
     return verify
-
-
-def refusal_counter(registry: CollectorRegistry) -> Callable[[str], None]:
-    """An `on_refused` for `add_auth`: `vendue_refused_requests_total{reason}` in `registry`, the series
-    every service exports under the same name (docs/security.md)."""
-    refused = Counter("vendue_refused_requests", "Requests refused by authentication or authorization "
-                      "(401/403), by reason", ["reason"], registry=registry)
-    return lambda reason: refused.labels(reason).inc()

@@ -13,8 +13,9 @@ import httpx
 import pytest
 import uvicorn
 from fastapi import FastAPI, Request
+from starlette.types import ASGIApp, Receive, Scope, Send
 
-from common.auth import Policy, add_auth, public, require_cells, rule, uvicorn_tls_options
+from common.auth import REFUSAL_SCOPE_KEY, Policy, add_auth, public, require_cells, rule, uvicorn_tls_options
 from common.tls import Identity, TLSFiles, client_context, init_ca, issue, server_context
 
 TOKENS = {"good-admin": Identity("admin", "ops", via="token"), "rep-token": Identity("rep", "x", via="token")}
@@ -55,8 +56,22 @@ def make_app(refused: list[str]) -> FastAPI:
         ("POST", "/things"): rule("admin"),
         ("POST", "/cells/report"): rule("rep"),
     })
-    add_auth(app, policy, verify_token=verify, on_refused=refused.append)
+    add_auth(app, policy, verify_token=verify)
+    app.add_middleware(RecordRefusals, refused=refused)
     return app
+
+
+class RecordRefusals:
+    """Outside the authorization, as common/http_metrics.py is: the reason each refusal left in the scope."""
+
+    def __init__(self, app: ASGIApp, refused: list[str]) -> None:
+        self.app = app
+        self.refused = refused
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self.app(scope, receive, send)
+        if REFUSAL_SCOPE_KEY in scope:
+            self.refused.append(scope[REFUSAL_SCOPE_KEY])
 
 
 @pytest.fixture(scope="module")

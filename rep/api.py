@@ -33,7 +33,8 @@ from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import BaseModel, ValidationError
 
-from common.auth import VerifyToken, add_auth, refusal_counter
+from common.auth import VerifyToken, add_auth
+from common.http_metrics import HTTPMetrics, add_http_metrics, mark_refusal
 from common.limits import RequestLimitOptions, add_limits
 from common.models import CancelTasks, EvacuateCells, HostWork, StopInstances
 
@@ -95,6 +96,8 @@ def create_app(
         try:
             await fencing.admit(body.fencing_token)
         except Refused as refused:  # nothing of it taken: the auctioneer carries it to its next auction
+            if refused.status == 409:  # a stale or unknown token; a 503 (not checkable now) counts as such
+                mark_refusal(request.scope, "fenced")
             return JSONResponse({"detail": refused.reason}, status_code=refused.status)
         return Response(host.take(body).model_dump_json(), media_type=JSON)
 
@@ -127,9 +130,9 @@ def create_app(
     async def metrics() -> Response:
         return Response(render(registry), media_type=CONTENT_TYPE_LATEST)
 
-    add_auth(app, POLICY, verify_token=verify_token, insecure=insecure, on_refused=refusal_counter(registry),
-             service="rep")
+    add_auth(app, POLICY, verify_token=verify_token, insecure=insecure, service="rep")
     add_limits(app, limits or RequestLimitOptions(), bulk=BULK_ROUTES)
+    add_http_metrics(app, HTTPMetrics(registry))
     return app
 
 

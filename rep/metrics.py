@@ -1,4 +1,10 @@
-"""Prometheus metrics of one rep process: read from its cells at scrape time, so nothing to keep in step."""
+"""Prometheus metrics of one rep process: read from its cells at scrape time, so nothing to keep in step.
+
+Beside Vendue's own series, Diego's rep metrics under the names of the README's table, one series per cell
+(a Diego rep is one cell): RepCapacityRemainingMemory and RepCapacityRemainingDisk (MiB, Diego's
+rep.CapacityRemainingMemory/Disk), RepCapacityRemainingContainers, and ContainerCount (containers the
+cell holds: LRP instances, reserved to stopping, and tasks).
+"""
 
 from __future__ import annotations
 
@@ -25,18 +31,30 @@ class CellCollector(Collector):
         )
         tasks = GaugeMetricFamily("vendue_rep_tasks", "Tasks a cell holds", labels=["cell"])
         evacuating = GaugeMetricFamily("vendue_rep_evacuating", "1 while a cell evacuates", labels=["cell"])
+        diego = {
+            "memory_mb": GaugeMetricFamily("RepCapacityRemainingMemory", "MiB of memory a cell has left",
+                                           labels=["cell"]),
+            "disk_mb": GaugeMetricFamily("RepCapacityRemainingDisk", "MiB of disk a cell has left",
+                                         labels=["cell"]),
+            "containers": GaugeMetricFamily("RepCapacityRemainingContainers",
+                                            "Containers a cell has room for", labels=["cell"]),
+        }
+        containers = GaugeMetricFamily("ContainerCount", "Containers a cell holds (instances and tasks)",
+                                       labels=["cell"])
         for cell in self.host.cells.values():
             # From the cell's own records, not cell.state(): that builds a model per instance held.
             left, offered = cell.available(), cell.total()
             for resource in ("memory_mb", "disk_mb", "containers"):
                 available.add_metric([cell.cell_id, resource], getattr(left, resource))
                 total.add_metric([cell.cell_id, resource], getattr(offered, resource))
+                diego[resource].add_metric([cell.cell_id], getattr(left, resource))
+            containers.add_metric([cell.cell_id], offered.containers - left.containers)
             by_state = cell.instance_states()
             for lrp_state in ("reserved", "starting", "running", "stopping"):
                 lrps.add_metric([cell.cell_id, lrp_state], by_state.get(lrp_state, 0))
             tasks.add_metric([cell.cell_id], cell.task_count)
             evacuating.add_metric([cell.cell_id], 1 if cell.evacuating else 0)
-        yield from (available, total, lrps, tasks, evacuating)
+        yield from (available, total, lrps, tasks, evacuating, *diego.values(), containers)
 
 
 def metrics_registry(host: RepHost) -> CollectorRegistry:

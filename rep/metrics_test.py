@@ -26,5 +26,10 @@ def test_metrics_count_what_each_cell_holds_by_state() -> None:
         'vendue_rep_tasks{cell="c0"} 0.0',
         'vendue_rep_evacuating{cell="c0"} 1.0',
         'vendue_rep_evacuating{cell="c1"} 0.0',
+        'RepCapacityRemainingMemory{cell="c0"} 3584.0',
+        'RepCapacityRemainingContainers{cell="c0"} 248.0',
+        'RepCapacityRemainingMemory{cell="c1"} 4096.0',
+        'ContainerCount{cell="c0"} 2.0',
+        'ContainerCount{cell="c1"} 0.0',
     ):
         assert line in text, line

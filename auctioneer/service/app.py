@@ -41,6 +41,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 from common.auth import add_auth, bbs_token_verifier
 from common.failover import AsyncFailoverTransport, split_urls
+from common.http_metrics import add_http_metrics
 from common.limits import add_limits
 from common.models import LRPStartRequest, TaskStartRequest
 from common.tls import INSECURE_WARNING, client_context
@@ -52,7 +53,7 @@ from .clients import RepClients, tls_context
 from .dispatch import Dispatcher
 from .forward import FORWARDED_HEADER, Forwarder
 from .leadership import Leadership
-from .metrics import Metrics
+from .metrics import DiegoAuctioneerMetrics, Metrics
 from .policy import POLICY
 from .reporter import FailureReporter
 from .settings import AuctioneerSettings
@@ -90,6 +91,8 @@ class AuctioneerService:
         self.leadership = Leadership(
             self.bbs, s.advertise_url or f"{scheme}://{s.listen}:{s.port}", s.lease_ttl, timeout=s.bbs_timeout
         )
+        leadership = self.leadership
+        self.metrics.registry.register(DiegoAuctioneerMetrics(self.metrics, lambda: leadership.leader))
         self.forwarder = Forwarder(timeout=s.bbs_timeout, verify=client_tls)
         self.reps = RepClients(
             s.max_concurrency, timeout=max(s.cell_state_timeout, s.work_timeout), ssl_context=client_tls
@@ -298,7 +301,8 @@ def create_app(settings: AuctioneerSettings | None = None) -> FastAPI:
         return Response(service.metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
 
     add_auth(app, POLICY, verify_token=bbs_token_verifier(service.bbs), insecure=service.insecure,
-             on_refused=service.metrics.refused, service="auctioneer")
+             service="auctioneer")
     # The BBS's start requests are batches (5,000 LRPs' start requests are ~4 MB): common/limits.py.
     add_limits(app, service.settings, bulk={("POST", "/v1/lrps"), ("POST", "/v1/tasks")})
+    add_http_metrics(app, service.metrics.http)
     return app

@@ -6,15 +6,19 @@ Each service instance owns its registry, so tests can run several auctioneers in
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
 
-from common.auth import refusal_counter
+from common.http_metrics import HTTPMetrics
 
 REQUEST_TARGETS = ("bbs", "rep_state", "rep_work")
 # NATS messages the auctioneer sends or receives, by kind (one state request gathers many replies).
 MESSAGE_KINDS = ("state_request", "state_reply", "work_request", "work_reply")
 _BATCH_BUCKETS = (1, 5, 10, 50, 100, 500, 1_000, 5_000, 10_000, 50_000, 250_000)
+NANOSECONDS = 1_000_000_000
 _SECONDS_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 
 
@@ -61,7 +65,7 @@ class Metrics:
             "vendue_auctioneer_stale_reports", "Placement-failure reports the BBS refused (409) for an older "
             "fencing token.", registry=r,
         )
-        self.refused = refusal_counter(r)  # common.auth's on_refused
+        self.http = HTTPMetrics(r)  # per route, refusals (common/http_metrics.py)
         self._cells_dropped = Counter(
             "vendue_auctioneer_cells_dropped", "Cells left out of an auction, by reason.", ["reason"],
             registry=r,
@@ -173,3 +177,29 @@ class Metrics:
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)
+
+
+class DiegoAuctioneerMetrics(Collector):
+    """Diego's auctioneer metrics, in Diego's units, read at scrape time from the plain counters above: what
+    the auctions placed (Diego's "Started": instances placed on a cell) and failed to place, the last state
+    fetch in nanoseconds, and whether this auctioneer holds the auctioneer lease (`leader()`)."""
+
+    def __init__(self, metrics: Metrics, leader: Callable[[], bool]) -> None:
+        self.metrics = metrics
+        self.leader = leader
+
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+        m = self.metrics
+        for name, value, documentation in (
+            ("AuctioneerLRPAuctionsStarted", m.lrps_placed, "LRP instances the auctions placed on cells"),
+            ("AuctioneerLRPAuctionsFailed", m.lrps_failed, "LRP instances the auctions could not place"),
+            ("AuctioneerTaskAuctionsStarted", m.tasks_placed, "Tasks the auctions placed on cells"),
+            ("AuctioneerTaskAuctionsFailed", m.tasks_failed, "Tasks the auctions could not place"),
+        ):
+            yield CounterMetricFamily(name, documentation, value=value)
+        yield GaugeMetricFamily("AuctioneerFetchStatesDuration", "Nanoseconds the last auction took to fetch "
+                                "every cell's state (0 before the first)",
+                                value=round(m.last_state_fetch_seconds * NANOSECONDS))
+        held = GaugeMetricFamily("LockHeld", "1 while this process holds the lease", labels=["lease"])
+        held.add_metric(["auctioneer"], 1 if self.leader() else 0)
+        yield held

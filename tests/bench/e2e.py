@@ -348,7 +348,8 @@ async def measure(cluster: LocalCluster, apps: int, per_app: int, timeout: float
     counters = {
         name: delta(metrics_after.get(name, {}), metrics_before.get(name, {})) for name in component_urls
     }
-    report["bbs_requests_served"] = by_route(counters.get("bbs", {}), "vendue_bbs_requests_total")
+    report["bbs_requests_served"] = by_route(counters.get("bbs", {}),
+                                             "vendue_http_request_duration_seconds_count")
     report["bbs_requests_made"] = {
         k.split("{", 1)[1].rstrip("}"): v for k, v in counters.get("bbs", {}).items()
         if k.startswith(("vendue_bbs_auctioneer_requests_total", "vendue_bbs_rep_requests_total"))}

@@ -231,7 +231,7 @@ async def measure(
         if auctions
         else None,
         **handshakes(stats_before, stats_placed, auctions),
-        "bbs_requests_served": by_route(bbs_counts, "vendue_bbs_requests_total"),
+        "bbs_requests_served": by_route(bbs_counts, "vendue_http_request_duration_seconds_count"),
         "state_fetch_seconds_full_cells": probe_stats.get("last_state_fetch_seconds"),
         "probe_auction_seconds": probe_stats.get("last_auction_seconds"),
         "convergence_pass_seconds": pass_s,
