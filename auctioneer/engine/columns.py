@@ -141,7 +141,9 @@ class CellColumns:
         """Cells the static filter admits for the item: its scalar form once per class of cells."""
         return self.class_mask(static, static.request_key(item), lambda slot: not static.rejects(slot, item))
 
-    def class_mask(self, static: StaticFilter, key: Hashable, holds: Callable[[CellSlot], bool]) -> np.ndarray:
+    def class_mask(
+        self, static: StaticFilter, key: Hashable, holds: Callable[[CellSlot], bool]
+    ) -> np.ndarray:
         """Per cell, `holds` of its class's representative, cached under `key`: `holds` may read of a
         cell only what the filter's `cell_key` does."""
         cache_key = (static, key)

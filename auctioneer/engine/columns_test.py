@@ -9,12 +9,16 @@ from .types import DeviceRequest, LRPStart, SchedulerConfig, TaskStart
 
 
 def test_reservations_reach_the_columns_by_the_time_they_are_read():
-    state = AuctionState([make_cell("a", devices={"gpu": 2}, ingress_ips=["ip"]), make_cell("b")], SchedulerConfig())
+    state = AuctionState(
+        [make_cell("a", devices={"gpu": 2}, ingress_ips=["ip"]), make_cell("b")], SchedulerConfig()
+    )
     columns = state.columns
     before = columns.avail_m.tolist()
     gpus = columns.devices("gpu")
     instances = columns.derived("instances", lambda slot: sum(slot.proc_counts.values()), int)
-    state.reserve_lrp(state.slots[0], LRPStart("web", 0, 100, 10, ingress_ip=True, devices=(DeviceRequest("gpu"),)))
+    state.reserve_lrp(
+        state.slots[0], LRPStart("web", 0, 100, 10, ingress_ip=True, devices=(DeviceRequest("gpu"),))
+    )
     state.reserve_task(state.slots[1], TaskStart("t", 50, 5))
     assert columns.avail_m.tolist() == [before[0] - 100, before[1] - 50]
     assert columns.avail_c.tolist() == [s.avail_c for s in state.slots]

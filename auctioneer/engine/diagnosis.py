@@ -66,7 +66,9 @@ def _failure(slots: Sequence[CellSlot], item: Work, chain: Sequence[Filter], sta
     furthest = max(stage_of)
     if furthest >= first_resource:
         # No problem in common: every compatible cell fits on resources alone, a strategy declined them all.
-        error = "insufficient resources: " + ", ".join(sorted(problems)) if problems else "insufficient resources"
+        error = (
+            "insufficient resources: " + ", ".join(sorted(problems)) if problems else "insufficient resources"
+        )
     else:
         error = chain[furthest].error(item)
     rejected: dict[int, list[CellSlot]] = {}

@@ -103,7 +103,9 @@ def _explain_item(state: AuctionState, picker, item: Work, strategy: str) -> Exp
         elif strategy != "diego":
             verdict.components = {"feasible": 1.0}
         elif isinstance(item, LRPStart):
-            verdict.components = lrp_score_components(cell, item.memory_mb, item.disk_mb, item.process_guid, sw, bw)
+            verdict.components = lrp_score_components(
+                cell, item.memory_mb, item.disk_mb, item.process_guid, sw, bw
+            )
         else:
             verdict.components = {"score": task_score(cell, item.memory_mb, item.disk_mb, sw),
                                   "tasks": float(cell.task_count)}

@@ -35,7 +35,11 @@ def test_follows_reservations():
 
 
 def test_volumes_are_planned_on_the_cells_that_have_volumes():
-    cells = [make_cell("a", volumes=[Volume("v", 100)]), make_cell("b", volumes=[Volume("v", 5000)]), make_cell("c")]
+    cells = [
+        make_cell("a", volumes=[Volume("v", 100)]),
+        make_cell("b", volumes=[Volume("v", 5000)]),
+        make_cell("c"),
+    ]
     state = AuctionState(cells, SchedulerConfig())
     item = LRPStart("db", 0, 1, 1, volumes=(VolumeRequest("data", 1000),))
     assert vectorised(state, item) == [1]

@@ -58,8 +58,14 @@ def task_score(slot: CellSlot, memory_mb: int, disk_mb: int, starting_weight: fl
     )
 
 
-def lrp_score_components(slot: ScoredCell, memory_mb: int, disk_mb: int, process_guid: str, starting_weight: float,
-                         bin_pack_weight: float) -> dict[str, float]:
+def lrp_score_components(
+    slot: ScoredCell,
+    memory_mb: int,
+    disk_mb: int,
+    process_guid: str,
+    starting_weight: float,
+    bin_pack_weight: float,
+) -> dict[str, float]:
     """The parts of `lrp_score`, for `explain`."""
     return {
         "memory_used": 1.0 - (slot.avail_m - memory_mb) / (slot.total_m or 1),

@@ -195,7 +195,9 @@ class AuctionState:
             if self._indexed_all:
                 return NO_CELLS
             cells_of = self._proc_cells[process_guid] = {
-                slot.pos: slot.proc_counts[process_guid] for slot in self.slots if process_guid in slot.proc_counts
+                slot.pos: slot.proc_counts[process_guid]
+                for slot in self.slots
+                if process_guid in slot.proc_counts
             }
         return cells_of
 

@@ -37,7 +37,9 @@ RESOURCES: tuple[Filter, ...] = (MEMORY, DISK, CONTAINERS)
 
 def request_filters(item: Work) -> tuple[RequestFilter, ...]:
     """The request filters the item asks for (none for a task or a plain LRP)."""
-    if not isinstance(item, LRPStart) or not (item.labels_match or item.volumes or item.ingress_ip or item.devices):
+    if not isinstance(item, LRPStart) or not (
+        item.labels_match or item.volumes or item.ingress_ip or item.devices
+    ):
         return ()  # the common case, answered without asking every filter
     return tuple(f for f in REQUEST if f.applies(item))
 
@@ -107,7 +109,9 @@ def feasible_positions(cells: CellColumns, item: Work, chain: Sequence[Filter]) 
     return np.flatnonzero(admitted(cells, item, chain))
 
 
-def rejection_stages(cells: CellColumns, item: Work, chain: Sequence[Filter]) -> tuple[np.ndarray, list[np.ndarray]]:
+def rejection_stages(
+    cells: CellColumns, item: Work, chain: Sequence[Filter]
+) -> tuple[np.ndarray, list[np.ndarray]]:
     """Per cell, the index in the chain of the first filter rejecting it (len(chain) when none does),
     and each filter's own mask (a diagnosis needs the resource filters' beyond the first rejection)."""
     masks = [f.admits(cells, item) for f in chain]

@@ -37,7 +37,9 @@ def match_volume(volume: Volume, request: VolumeRequest) -> bool:
     )
 
 
-def volume_plan(volumes: Sequence[Volume], requests: Sequence[VolumeRequest], holder: str) -> list[int] | None:
+def volume_plan(
+    volumes: Sequence[Volume], requests: Sequence[VolumeRequest], holder: str
+) -> list[int] | None:
     """For each request in order, the index of the volume that serves it; None when some cannot be served.
 
     Greedy, one volume per request: first a volume `holder` already holds with the request's name, then
@@ -47,13 +49,19 @@ def volume_plan(volumes: Sequence[Volume], requests: Sequence[VolumeRequest], ho
     plan: list[int] = []
     for request in requests:
         chosen = next(
-            (i for i, v in enumerate(volumes) if i not in used and v.holder == holder and v.name == request.name),
+            (
+                i
+                for i, v in enumerate(volumes)
+                if i not in used and v.holder == holder and v.name == request.name
+            ),
             None,
         )
         if chosen is None:
             chosen = next((i for i, v in enumerate(volumes) if i not in used and v.holder == holder), None)
         if chosen is None:
-            chosen = next((i for i, v in enumerate(volumes) if i not in used and match_volume(v, request)), None)
+            chosen = next(
+                (i for i, v in enumerate(volumes) if i not in used and match_volume(v, request)), None
+            )
         if chosen is None:
             return None
         used.add(chosen)
@@ -69,8 +77,11 @@ def holds_own_volume(slot: CellSlot, item: LRPStart) -> bool:
 
 class VolumesFilter:
     name = "volumes"
-    example = Example(lrp={"volumes": (VolumeRequest("data", 100),)}, admitted={"volumes": [Volume("v", 500)]},
-                      rejected={"volumes": [Volume("v", 50)]})
+    example = Example(
+        lrp={"volumes": (VolumeRequest("data", 100),)},
+        admitted={"volumes": [Volume("v", 500)]},
+        rejected={"volumes": [Volume("v", 50)]},
+    )
     resource = False
 
     def applies(self, item: Work) -> bool:
@@ -101,7 +112,9 @@ class VolumesFilter:
         for i, request in zip(plan, item.volumes, strict=False):
             volume = slot.volumes[i]
             if volume.holder is None:  # a volume the instance already holds stays as it is
-                slot.volumes[i] = Volume(volume.name, volume.size_mb, volume.labels, request.ephemeral, holder)
+                slot.volumes[i] = Volume(
+                    volume.name, volume.size_mb, volume.labels, request.ephemeral, holder
+                )
 
     def error(self, item: Work) -> str:
         return "found no compatible cell with required volumes"

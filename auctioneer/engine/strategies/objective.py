@@ -19,7 +19,8 @@ What the picker feeds the function:
 
 REFERENCE walks the tree for each feasible cell, as written. FAST compiles each distinct objective once
 into numpy operations over columns of every cell (the auction's columns), asks the filters for the
-feasible cells in their vectorised form, and takes the first maximum; both give bit-identical values (see objective/vectorized.py).
+feasible cells in their vectorised form, and takes the first maximum; both give bit-identical values
+(see objective/vectorized.py).
 """
 
 from __future__ import annotations
@@ -117,7 +118,9 @@ class ObjectivePicker(Picker):
         if isinstance(item, LRPStart):
             objective = self.objective_for(item.objective)
             if isinstance(objective, ObjectiveError):
-                return failure_for(item, str(objective), "the objective was refused before any cell was valued")
+                return failure_for(
+                    item, str(objective), "the objective was refused before any cell was valued"
+                )
         return super().diagnose(item)
 
 
@@ -225,8 +228,10 @@ class ObjectiveColumns:
     def count(self, name: str, needle: Needle) -> np.ndarray:
         if name == "RunningAppIDs":
             if isinstance(needle, np.ndarray):  # a needle that differs per cell: cell by cell
-                return np.array([self.running_on(slot, x) for slot, x in zip(self.slots, needle.tolist(),
-                                                                               strict=True)], dtype=np.float64)
+                return np.array(
+                    [self.running_on(slot, x) for slot, x in zip(self.slots, needle.tolist(), strict=True)],
+                    dtype=np.float64,
+                )
             # an AppID is a float: another needle (a string, none) is no AppID and counts nothing
             return self.running_count(needle) if isinstance(needle, float | int) else np.zeros(self.size)
         return self.membership(name, needle)

@@ -125,7 +125,9 @@ class ServiceFast(FastPicker):
                     return self.state.slots[previous]
         affinity = np.zeros(positions.size, dtype=np.float64)
         for rule in item.affinity:  # rule order, as the scalar sum adds them
-            affinity = affinity + np.where(LABELS.matching(self.cells, rule.expression)[positions], rule.weight, 0.0)
+            affinity = affinity + np.where(
+                LABELS.matching(self.cells, rule.expression)[positions], rule.weight, 0.0
+            )
         slots = self.state.slots
         if item.volumes:
             not_sticky = np.array([not holds_own_volume(slots[p], item) for p in positions], dtype=bool)
