@@ -11,7 +11,8 @@ Desires A apps x N/A instances (default 100 x 100 = 10,000), measures the second
 is RUNNING in the BBS (its own counts, GET /v1/actual_lrps/summary polled every 50 ms; then confirmed by
 listing GET /v1/actual_lrps?state=RUNNING, untimed), and reads what each component says it did: the
 auctioneer's /v1/stats (auctions, placements, requests to the BBS and the reps) and every component's
-/metrics. Then the same for a run a tenth the size (1,000 instances). Prints ONE JSON object; never asserts on time.
+/metrics. Then the same for a run a tenth the size (1,000 instances). Prints ONE JSON object; never
+asserts on time.
 
 Target (reported, not asserted): 10,000 RUNNING within 5 s; requests per auction proportional to cells,
 not instances.

@@ -34,7 +34,8 @@ Pools are the classes of equivalent cells the compatibility filters keep (`CellC
 further by zone and totals, so a pool is compatible with an item or not as a whole, and a bucket's
 state is held against the resource filters' thresholds (`least_free`) once for all its cells. Work the
 pools do not cover falls back to the reference code path: LRPs with request filters (labels, volumes,
-ingress IP, devices), and tasks when a bin-pack weight is set. A miss is diagnosed by the filters' vectorised forms (`FastPicker`).
+ingress IP, devices), and tasks when a bin-pack weight is set. A miss is diagnosed by the filters'
+vectorised forms (`FastPicker`).
 """
 
 from __future__ import annotations
