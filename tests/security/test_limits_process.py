@@ -11,7 +11,9 @@ from pathlib import Path
 import httpx
 import pytest
 
+from common.http_metrics import HTTPMetricsMiddleware
 from common.limits import LimitsMiddleware
+from common.request_id import RequestIdMiddleware
 from tests.bbs.bbs_process_test import BBSProcess
 from tests.security.apps import auctioneer_app, bbs_app, rep_app
 
@@ -93,11 +95,14 @@ def test_event_subscribers_past_the_bound_are_429_naming_it(bbs: BBSProcess) -> 
             time.sleep(0.05)
 
 
-def test_every_server_has_the_limits_outermost() -> None:
-    """Outermost: the body cap, the timeout and the concurrency limit cover authorization too (a token check
-    waits on the BBS)."""
+def test_every_server_has_the_limits_outside_everything_that_waits() -> None:
+    """The body cap, the timeout and the concurrency limit cover authorization too (a token check waits on
+    the BBS) and everything inside it. Only the request id and the request metrics sit outside them: they
+    read nothing of the body and wait on nothing, and a refusal of the limits then carries a request id
+    and is counted."""
     apps = {"bbs": bbs_app(), "auctioneer": auctioneer_app(), "rep": rep_app()}
     for name, app in apps.items():
-        assert app.user_middleware[0].cls is LimitsMiddleware, (
-            f"{name}: {[m.cls for m in app.user_middleware]}"
-        )
+        order = [m.cls for m in app.user_middleware]  # outermost first
+        assert LimitsMiddleware in order, f"{name}: {order}"
+        outside = order[: order.index(LimitsMiddleware)]
+        assert set(outside) <= {RequestIdMiddleware, HTTPMetricsMiddleware}, f"{name}: {order}"
