@@ -56,6 +56,7 @@ class Progress:
     in_flight: dict[tuple[str, int], InFlight] = field(default_factory=dict)
     finished: deque[dict[str, Any]] = field(default_factory=lambda: deque(maxlen=RECENT))
     started_at: deque[float] = field(default_factory=deque)  # starts within the last minute
+    starting: Planned | None = None  # out of the queue, its start not yet written: still in flight to a reader
 
 
 class Rebalancer:
@@ -93,7 +94,8 @@ class Rebalancer:
         p = self.progress
         return {
             "queued": [q.move.to_wire() for q in p.queued],
-            "in_flight": [f.planned.move.to_wire() for f in p.in_flight.values()],
+            "in_flight": [f.planned.move.to_wire() for f in p.in_flight.values()]
+            + ([p.starting.move.to_wire()] if p.starting is not None else []),
             "finished": list(p.finished),
         }
 
@@ -145,7 +147,11 @@ class Rebalancer:
             if any(k[0] == planned.move.process_guid for k in p.in_flight):
                 waiting.append(planned)  # one move per app at a time
                 continue
-            await self._start(planned, now)
+            p.starting = planned
+            try:
+                await self._start(planned, now)
+            finally:
+                p.starting = None
         p.queued.extendleft(reversed(waiting))
 
     async def _start(self, planned: Planned, now: float) -> None:

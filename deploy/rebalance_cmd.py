@@ -96,7 +96,7 @@ def _wait(client: BBSClient, moves: list[RebalanceMove], timeout: float) -> list
 
 def _print(moves: list[RebalanceMove], dry_run: bool, finished: list[RebalanceMove] | None) -> None:
     if not moves:
-        console.print("balanced: nothing to move")
+        console().print("balanced: nothing to move")
         return
     outcome = {_key(m): m for m in finished or ()}
     table = Table(title=f"{len(moves)} moves" + (" (dry run: nothing changed)" if dry_run else ""))
@@ -110,4 +110,4 @@ def _print(moves: list[RebalanceMove], dry_run: bool, finished: list[RebalanceMo
             row.append("still running" if done is None else f"{done.outcome}" + (f": {done.why}" if done.why and
                                                                                    done.outcome != "completed" else ""))
         table.add_row(*row)
-    console.print(table)
+    console().print(table)
