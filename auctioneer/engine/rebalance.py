@@ -20,6 +20,7 @@ the BBS runs this on the state it holds and carries the moves out make-before-br
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -93,6 +94,7 @@ class _Planner:
         self.config = config
         self.rebalance = rebalance
         self._pickers: dict[str, Picker] = {}
+        self._eligible: dict[tuple, list[str]] = {}
         held_volumes = {v.holder for s in self.state.slots for v in s.volumes if v.holder and v.ephemeral}
         # process guid -> cell id -> indices running there (movable ones only)
         self.movable: dict[str, dict[str, list[int]]] = {}
@@ -130,10 +132,40 @@ class _Planner:
                                                      weight, pack))
 
     def eligible_zones(self, item: LRPStart) -> list[str]:
-        """Zones with a cell the app could run on were it empty: every filter but the resource ones."""
-        chain = [f for f in self.picker(item).chain(item) if not f.resource]
-        return [z for z in self.state.zone_names
+        """Zones with a cell the app could run on were it empty: every filter but the resource ones. Apps
+        asking the same of a cell share the answer (at 1,000 apps and 1,000 cells, a second per plan)."""
+        ask = (item.strategy, item.stack, item.placement_tags, item.volume_drivers, item.labels_match,
+               item.volumes, item.ingress_ip, item.devices)
+        found = self._eligible.get(ask)
+        if found is None:
+            chain = [f for f in self.picker(item).chain(item) if not f.resource]
+            found = self._eligible[ask] = [
+                z for z in self.state.zone_names
                 if any(not any(f.rejects(s, item) for f in chain) for s in self.state.zone_slots[z])]
+        return found
+
+    def _zone_target(self, item: LRPStart, zone: str, ranked: dict[str, list]) -> CellSlot | None:
+        """`best_target` over a zone for one app's run of moves into it: the zone's feasible cells scored
+        once and kept in a heap; a popped cell is checked again (the app's own moves change it) and pushed
+        back with its new score once chosen."""
+        weight, pack = self.config.starting_container_weight, self.config.bin_pack_first_fit_weight
+        heap = ranked.get(zone)
+        if heap is None:
+            heap = ranked[zone] = [
+                (lrp_score(s, item.memory_mb, item.disk_mb, item.process_guid, weight, pack), s.pos, s)
+                for s in self.picker(item).feasible_slots(item, self.state.zone_slots[zone])]
+            heapq.heapify(heap)
+        picker = self.picker(item)
+        while heap:
+            score, pos, slot = heap[0]
+            now = lrp_score(slot, item.memory_mb, item.disk_mb, item.process_guid, weight, pack)
+            if not picker.feasible_slots(item, [slot]):
+                heapq.heappop(heap)
+            elif now != score:
+                heapq.heapreplace(heap, (now, pos, slot))
+            else:
+                return slot
+        return None
 
     def move(self, item: LRPStart, index: int, source: CellSlot, target: CellSlot, reason: str, detail: str,
              gain: float) -> None:
@@ -168,6 +200,7 @@ class _Planner:
             zones = self.eligible_zones(item)
             counts = self.zone_counts[pg]
             blocked: set[str] = set()  # emptier zones found without room for it
+            ranked: dict[str, list] = {}  # zone -> its cells scored for this app (_zone_target)
             while not self.full():
                 skew = zone_skew(counts, zones)
                 if skew <= 1:
@@ -180,10 +213,11 @@ class _Planner:
                 source = self.source_in(pg, [z for z in zones if counts.get(z, 0) == most])
                 if source is None:
                     break
-                target = self.best_target(item, self.state.zone_slots[low])
+                target = self._zone_target(item, low, ranked)
                 if target is None:
                     blocked.add(low)
                     continue
+                ranked.pop(source[0].zone, None)  # its cells change: scored again if it is a target later
                 after = {**counts, source[0].zone: most - 1, low: counts.get(low, 0) + 1}
                 self.move(item, source[1], source[0], target, ZONE_SPREAD,
                           f"{source[0].zone}->{low} instances {most}/{counts.get(low, 0)}",
