@@ -59,7 +59,8 @@ from .redact import env_for_caller
 from .service import BBS, CellMode, Conflict, Fenced, NotFound
 
 GuidPath = Annotated[str, Path(pattern=GUID_PATTERN)]
-# A filter names a guid: anything else matches nothing, and a NUL would reach the database (a 500 on PostgreSQL).
+# A filter names a guid: anything else matches nothing, and a NUL would reach the database (a 500 on
+# PostgreSQL).
 GuidQuery = Annotated[str | None, Query(pattern=GUID_PATTERN)]
 Body = TypeVar("Body", bound=BaseModel)
 Result = TypeVar("Result")
@@ -99,7 +100,9 @@ def json_body(model: type[Body] | TypeAdapter[Any]) -> Any:
             return validate(await request.body())
         except ValidationError as exc:
             errors = exc.errors(include_url=False, include_input=False)
-            raise RequestValidationError([{**error, "loc": ("body", *error["loc"])} for error in errors]) from None
+            raise RequestValidationError(
+                [{**error, "loc": ("body", *error["loc"])} for error in errors]
+            ) from None
 
     return Depends(parse)
 
@@ -227,7 +230,9 @@ def create_app(bbs: BBS, *, insecure: bool | None = None) -> FastAPI:
     async def summarize_actuals(process_guid: GuidQuery = None) -> dict[str, Any]:
         return await bbs.summarize_actuals(process_guid)
 
-    @app.post("/v1/lifecycle", response_model=HostLifecycleResult, openapi_extra=documented_body(HostLifecycle))
+    @app.post(
+        "/v1/lifecycle", response_model=HostLifecycleResult, openapi_extra=documented_body(HostLifecycle)
+    )
     async def host_lifecycle(
         request: Request, body: Annotated[HostReport, json_body(HOST_REPORT)]
     ) -> dict[str, Any]:
@@ -262,13 +267,22 @@ def create_app(bbs: BBS, *, insecure: bool | None = None) -> FastAPI:
     @app.post("/v1/tasks", status_code=201, response_model=Task)
     async def desire_task(body: TaskCreate) -> dict[str, Any]:
         if (problem := callback_problem(bbs.settings, body.completion_callback_url)) is not None:
-            raise RequestValidationError([{"type": "value_error", "loc": ("body", "completion_callback_url"),
-                                           "msg": f"refused callback URL: {problem} (allow it: --callback-allow)",
-                                           "input": body.completion_callback_url}])
+            raise RequestValidationError(
+                [
+                    {
+                        "type": "value_error",
+                        "loc": ("body", "completion_callback_url"),
+                        "msg": f"refused callback URL: {problem} (allow it: --callback-allow)",
+                        "input": body.completion_callback_url,
+                    }
+                ]
+            )
         return await bbs.desire_task(body)
 
     @app.get("/v1/tasks")
-    async def list_tasks(request: Request, state: TaskState | None = None, domain: GuidQuery = None) -> Response:
+    async def list_tasks(
+        request: Request, state: TaskState | None = None, domain: GuidQuery = None
+    ) -> Response:
         return items(env_for_caller(request, await bbs.list_tasks(state.value if state else None, domain)))
 
     @app.get("/v1/tasks/{task_guid}", response_model=Task)

@@ -60,7 +60,9 @@ class Recorder:
                       for i in body["instances"])
 
     def cancelled(self, rep_url: str = "http://c1.rep") -> list[tuple[str, str]]:
-        return sorted((t["cell_id"], t["task_guid"]) for body in self.to(f"{rep_url}/cancel") for t in body["tasks"])
+        return sorted(
+            (t["cell_id"], t["task_guid"]) for body in self.to(f"{rep_url}/cancel") for t in body["tasks"]
+        )
 
 
 @dataclass
@@ -215,7 +217,12 @@ async def test_bad_query_and_path_values_are_422(h: Harness) -> None:
             "total": {"memory_mb": 1, "disk_mb": 1, "containers": 1},
         }]},
     )
-    assert response.status_code == 422 and response.json()["detail"][0]["loc"] == ["body", "cells", 0, "cell_id"]
+    assert response.status_code == 422 and response.json()["detail"][0]["loc"] == [
+        "body",
+        "cells",
+        0,
+        "cell_id",
+    ]
     assert (await h.http.get("/v1/cells")).json() == {"items": []}
 
 
@@ -459,14 +466,17 @@ async def test_cell_states_carry_the_heartbeats_capacity_and_the_operators_flags
     negative = await h.http.put("/v1/cells", json={"cells": [{
         "cell_id": "c3", "zone": "z1", "rep_url": "http://c3.rep", "instances": -1,
         "total": {"memory_mb": 1, "disk_mb": 1, "containers": 1}}]})
-    assert negative.status_code == 422 and negative.json()["detail"][0]["loc"][-1] == "instances", negative.text
+    assert negative.status_code == 422 and negative.json()["detail"][0]["loc"][-1] == "instances", (
+        negative.text
+    )
     # An expired presence is listed only when asked for, as suspect.
     async with h.bbs.store.read() as tx:
         record = await tx.get_cell("c1")
     assert (record.to_wire(record.expires_at)["state"], record.to_wire(record.expires_at + 1)["state"]) == (
         "present", "suspect")
-    assert [c["cell_id"] for c in (await h.http.get("/v1/cells", params={"all": "true"})).json()["items"]] == [
-        "c1", "c2"]
+    assert [
+        c["cell_id"] for c in (await h.http.get("/v1/cells", params={"all": "true"})).json()["items"]
+    ] == ["c1", "c2"]
 
 
 async def test_cordon_keeps_what_runs_and_survives_heartbeats(h: Harness) -> None:
@@ -486,8 +496,10 @@ async def test_cordon_keeps_what_runs_and_survives_heartbeats(h: Harness) -> Non
     assert (await h.http.post("/v1/cells/c1/uncordon")).json()["cordoned"] is False
     assert await h.heartbeat("c1", boot_id="b1") == []
     await h.settle()
-    assert h.rec.to("http://c1.rep/cordon") == [{"cells": [{"cell_id": "c1", "cordoned": True}]},
-                                                {"cells": [{"cell_id": "c1", "cordoned": False}]}], "told its rep"
+    assert h.rec.to("http://c1.rep/cordon") == [
+        {"cells": [{"cell_id": "c1", "cordoned": True}]},
+        {"cells": [{"cell_id": "c1", "cordoned": False}]},
+    ], "told its rep"
     assert (await h.http.post("/v1/cells/nope/cordon")).status_code == 404
     assert (await h.http.post("/v1/cells/c1/reboot")).status_code in (404, 405)
 
@@ -585,7 +597,9 @@ async def test_a_report_whose_client_left_while_it_queued_is_not_applied(h: Harn
 
     batcher = h.bbs._lifecycle_batcher  # (private: the only way to see a report queued behind a batch)
     async with h.bbs.store.write():  # the first report's batch waits for this lock; the second queues
-        first = asyncio.create_task(call("/v1/lifecycle", {"cells": {"c1": {"claimed": [ref(0, "a")]}}}, None))
+        first = asyncio.create_task(
+            call("/v1/lifecycle", {"cells": {"c1": {"claimed": [ref(0, "a")]}}}, None)
+        )
 
         async def until(condition, what: str) -> None:
             deadline = time.monotonic() + 5
@@ -593,8 +607,12 @@ async def test_a_report_whose_client_left_while_it_queued_is_not_applied(h: Harn
                 await asyncio.sleep(0.01)
             assert condition(), f"expected {what}; queue holds {len(batcher._queue)}"
 
-        await until(lambda: batcher._worker is not None and not batcher._queue, "the first report's batch running")
-        second = asyncio.create_task(call("/v1/lifecycle", {"cells": {"c1": {"claimed": [ref(1, "b")]}}}, left))
+        await until(
+            lambda: batcher._worker is not None and not batcher._queue, "the first report's batch running"
+        )
+        second = asyncio.create_task(
+            call("/v1/lifecycle", {"cells": {"c1": {"claimed": [ref(1, "b")]}}}, left)
+        )
         await until(lambda: len(batcher._queue) == 1, "the second report queued behind the first batch")
         left.set()
         gone = await asyncio.wait_for(second, 5)

@@ -10,7 +10,8 @@
   with a single instance are replaced (as Diego would have at once). Instances of apps with several stay
   SUSPECT, without a replacement — the app runs on its other instances — until the cell returns (they are
   ORDINARY again, as any suspect whose cell returns) or is removed (`vendue cells remove CELL`, which places
-  everything it held again; the BBS also forgets a cell an hour after its expiry, `forget_cell_after`). A cell whose rep answers the check, though it does not heartbeat, is not lost:
+  everything it held again; the BBS also forgets a cell an hour after its expiry, `forget_cell_after`). A
+  cell whose rep answers the check, though it does not heartbeat, is not lost:
   it is checked again after another grace. A cell that returns during the wait keeps its instances.
 
 Suspect instances count as Diego counts them: as the app's instances, in their last state (RUNNING), with

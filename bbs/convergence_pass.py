@@ -69,8 +69,9 @@ async def converge_once(bbs: BBS, now: float | None = None) -> float | None:
         if fetch:
             placed.add(await tx.placements_by_id(fetch))
         due = placed.due(now, bbs.convergence.stale_unclaimed)
-        waiting = any(n for state, presence, n in counted if state == UNCLAIMED and presence == ORDINARY) or any(
-            t.state == PENDING for t in tasks)
+        waiting = any(
+            n for state, presence, n in counted if state == UNCLAIMED and presence == ORDINARY
+        ) or any(t.state == PENDING for t in tasks)
         due_rows: list[ActualRecord] = []
         if due and waiting:
             await asyncio.to_thread(parse_all, due)

@@ -1,5 +1,6 @@
 """The convergence loop: a pass every interval, sooner when woken (a cell returning) or when a cell's
-presence expires or a crashed instance's backoff ends. Only the holder of the "convergence" lease runs passes, so
+presence expires or a crashed instance's backoff ends. Only the holder of the "convergence" lease runs
+passes, so
 several BBS processes on one database converge once.
 """
 
@@ -60,7 +61,9 @@ class Converger:
         if token is None:
             return
         try:
-            released = await asyncio.wait_for(self.bbs.release_lease(LEASE, self.owner, token), RELEASE_TIMEOUT_S)
+            released = await asyncio.wait_for(
+                self.bbs.release_lease(LEASE, self.owner, token), RELEASE_TIMEOUT_S
+            )
         except Exception as exc:  # noqa: BLE001 - the lease then simply expires
             log.warning("could not release the convergence lease", extra={"data": {"error": repr(exc)}})
             return

@@ -90,7 +90,9 @@ def parse_key_ring(text: str, source: str) -> KeyRing:
     try:
         document = json.loads(text)
     except ValueError:
-        raise KeyRingError(f'{source}: not JSON (expected {{"active": LABEL, "keys": {{LABEL: BASE64}}}})') from None
+        raise KeyRingError(
+            f'{source}: not JSON (expected {{"active": LABEL, "keys": {{LABEL: BASE64}}}})'
+        ) from None
     if not isinstance(document, dict) or not isinstance(document.get("keys"), dict) or not document["keys"]:
         raise KeyRingError(f'{source}: expected {{"active": LABEL, "keys": {{LABEL: BASE64, ...}}}}')
     unknown = sorted(set(document) - {"active", "keys"})
@@ -99,7 +101,9 @@ def parse_key_ring(text: str, source: str) -> KeyRing:
     keys: dict[str, bytes] = {}
     for label, encoded in document["keys"].items():
         if not LABEL.match(label):
-            raise KeyRingError(f"{source}: key label {label!r} must be letters, digits, '.' or '-' (at most 64)")
+            raise KeyRingError(
+                f"{source}: key label {label!r} must be letters, digits, '.' or '-' (at most 64)"
+            )
         try:
             key = base64.b64decode(encoded, validate=True) if isinstance(encoded, str) else b""
         except binascii.Error:
@@ -109,7 +113,9 @@ def parse_key_ring(text: str, source: str) -> KeyRing:
         keys[label] = key
     active = document.get("active")
     if not isinstance(active, str) or active not in keys:
-        raise KeyRingError(f"{source}: the active key {active!r} is not among the keys ({', '.join(sorted(keys))})")
+        raise KeyRingError(
+            f"{source}: the active key {active!r} is not among the keys ({', '.join(sorted(keys))})"
+        )
     return KeyRing(active, keys, source)
 
 
@@ -132,7 +138,9 @@ def load_key_ring(file: Path | None, env_json: str | None) -> KeyRing | None:
     """The ring from the file or from VENDUE_ENCRYPTION_KEYS (not both: which one wins would be a guess);
     None when neither is given (encryption at rest off)."""
     if file is not None and env_json:
-        raise KeyRingError(f"{FILE_SETTING}: give the key ring as a file or in VENDUE_ENCRYPTION_KEYS, not both")
+        raise KeyRingError(
+            f"{FILE_SETTING}: give the key ring as a file or in VENDUE_ENCRYPTION_KEYS, not both"
+        )
     if file is not None:
         return read_key_ring_file(file)
     if env_json:

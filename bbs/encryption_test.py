@@ -59,7 +59,8 @@ def test_a_value_opens_only_for_the_row_and_key_it_was_sealed_for() -> None:
     with pytest.raises(KeyRingError) as lacking:
         ring.open("k0", sealed, b"tasks/t1/sealed")
     assert str(lacking.value) == (
-        'encryption_keys: the database holds records encrypted with key "k0", which the key ring (keys k1, k2) lacks'
+        'encryption_keys: the database holds records encrypted with key "k0", which the key ring (keys k1, '
+        'k2) lacks'
     )
 
 
@@ -70,10 +71,16 @@ def test_a_value_opens_only_for_the_row_and_key_it_was_sealed_for() -> None:
         ("[]", 'encryption_keys: expected {"active": LABEL, "keys": {LABEL: BASE64, ...}}'),
         ('{"active": "k1", "keys": {}}', "encryption_keys: expected"),
         (ring_json("k3"), "encryption_keys: the active key 'k3' is not among the keys (k1, k2)"),
-        (ring_json("k1", k1=base64.b64encode(b"short").decode()), "encryption_keys: key 'k1' must be 32 random bytes"),
+        (
+            ring_json("k1", k1=base64.b64encode(b"short").decode()),
+            "encryption_keys: key 'k1' must be 32 random bytes",
+        ),
         (ring_json("k1", k1="not base64!"), "encryption_keys: key 'k1' must be 32 random bytes"),
         (ring_json("a:b", **{"a:b": K1}), "encryption_keys: key label 'a:b' must be letters, digits"),
-        (json.dumps({"active": "k1", "keys": {"k1": K1}, "extra": 1}), "encryption_keys: unknown field 'extra'"),
+        (
+            json.dumps({"active": "k1", "keys": {"k1": K1}, "extra": 1}),
+            "encryption_keys: unknown field 'extra'",
+        ),
     ],
 )
 def test_a_malformed_ring_is_refused_with_one_line_naming_the_setting(text: str, message: str) -> None:
@@ -88,7 +95,8 @@ def test_a_keys_file_others_may_read_is_refused(tmp_path: Path) -> None:
     with pytest.raises(KeyRingError) as refused:
         read_key_ring_file(path)
     assert str(refused.value) == (
-        f"encryption_keys_file: {path} is mode 0644; it holds keys, so it must be 0600 or stricter (chmod 600 {path})"
+        f"encryption_keys_file: {path} is mode 0644; it holds keys, so it must be 0600 or stricter (chmod "
+        f"600 {path})"
     )
     path.chmod(0o400)
     assert read_key_ring_file(path).active == "k2"

@@ -95,11 +95,18 @@ async def test_filters_by_app_cell_and_types() -> None:
 async def test_last_event_id_replays_what_was_missed_then_follows() -> None:
     hub = EventHub()
     for i in range(5):
-        hub.publish([event("task_changed", {"task_guid": f"t{i}"}), event("task_removed", {"task_guid": f"t{i}"})])
+        hub.publish(
+            [event("task_changed", {"task_guid": f"t{i}"}), event("task_removed", {"task_guid": f"t{i}"})]
+        )
     stream = hub.stream(last_event_id=f"{hub.epoch}-3", wanted=EventFilter(types=frozenset({"task_removed"})))
     await anext(stream)
     replayed = await _received(stream, 4)
-    assert [b["id"].rsplit("-", 1)[1] for b in replayed] == ["4", "6", "8", "10"]  # removals after 3, in order
+    assert [b["id"].rsplit("-", 1)[1] for b in replayed] == [
+        "4",
+        "6",
+        "8",
+        "10",
+    ]  # removals after 3, in order
     hub.publish([event("task_removed", {"task_guid": "live"})])
     [live] = await _received(stream, 1)
     assert json.loads(live["data"])["data"] == {"task_guid": "live"}

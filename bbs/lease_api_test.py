@@ -33,7 +33,9 @@ async def http(tmp_path: Path, database_url: str, sent: list[str]):
         sent.append(str(request.url))
         return httpx.Response(202, json={})
 
-    settings = BBSSettings(data_dir=tmp_path, database_url=database_url, auctioneer_url=CONFIGURED, send_attempts=1)
+    settings = BBSSettings(
+        data_dir=tmp_path, database_url=database_url, auctioneer_url=CONFIGURED, send_attempts=1
+    )
     outbound = httpx.AsyncClient(transport=httpx.MockTransport(auctioneer))
     async with running_bbs(settings, converge=False, client=outbound) as bbs:
         transport = httpx.ASGITransport(app=create_app(bbs, insecure=True))
@@ -50,7 +52,9 @@ async def take(http: httpx.AsyncClient, owner: str, ttl_s: float = 30.0, url: st
 async def until_expired(http: httpx.AsyncClient, timeout: float = 5.0) -> None:
     deadline = time.monotonic() + timeout
     while (response := await http.get("/v1/leases/auctioneer")).status_code != 404:
-        assert time.monotonic() < deadline, f"expected the lease to expire within {timeout}s; saw {response.text}"
+        assert time.monotonic() < deadline, (
+            f"expected the lease to expire within {timeout}s; saw {response.text}"
+        )
         await asyncio.sleep(0.02)
 
 
@@ -71,7 +75,12 @@ async def test_first_owner_takes_it_renews_it_and_keeps_its_token(http: httpx.As
 async def test_another_owner_is_refused_and_told_the_holder(http: httpx.AsyncClient) -> None:
     await take(http, "a", url="http://a:1")
     refused = await take(http, "b", url="http://b:2")
-    assert (refused["held"], refused["owner"], refused["url"], refused["token"]) == (False, "a", "http://a:1", 1)
+    assert (refused["held"], refused["owner"], refused["url"], refused["token"]) == (
+        False,
+        "a",
+        "http://a:1",
+        1,
+    )
 
 
 async def test_after_expiry_a_new_holder_gets_the_next_token(http: httpx.AsyncClient) -> None:
@@ -121,7 +130,9 @@ async def test_the_holder_releases_it_and_another_owner_takes_it_at_once_with_th
 ) -> None:
     await take(http, "a", ttl_s=300.0, url="http://a:1")
     response = await release(http, "a", 1)
-    assert response.status_code == 204, f"expected 204 releasing a's lease, saw {response.status_code} {response.text}"
+    assert response.status_code == 204, (
+        f"expected 204 releasing a's lease, saw {response.status_code} {response.text}"
+    )
     assert (await http.get("/v1/leases/auctioneer")).status_code == 404  # nobody holds it any more
     assert (await release(http, "a", 1)).status_code == 204  # released twice: still released
     taken = await take(http, "b", url="http://b:2")  # long before a's 300 s would have run out

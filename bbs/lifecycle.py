@@ -95,7 +95,9 @@ def apply_lrp_reports(
     claims, runs = report["claimed"], report["running"]
     # A quick start's claim and running report usually come together: such a claim goes straight to
     # RUNNING (one new record, one row update); its running report then finds nothing left to change.
-    running_of = {(r["process_guid"], r["index"], r["instance_guid"]): r for r in runs} if claims and runs else {}
+    running_of = (
+        {(r["process_guid"], r["index"], r["instance_guid"]): r for r in runs} if claims and runs else {}
+    )
     for ref in claims:
         _claim(actuals, ref, running_of, cell_id, zone, now, out)
     for running in runs:
@@ -125,7 +127,9 @@ def _claim(
         if running is None:
             new = claimed(row, CLAIMED, guid, cell_id, zone, now, row.host, row.ports, row.address)
         else:
-            new = claimed(row, RUNNING, guid, cell_id, zone, now, running["host"], running["ports"], _address(running))
+            new = claimed(
+                row, RUNNING, guid, cell_id, zone, now, running["host"], running["ports"], _address(running)
+            )
         actuals.replace(row, new)
     elif row.state in (CLAIMED, RUNNING) and _mine(row, ref, cell_id):
         pass  # a repeated claim: idempotent

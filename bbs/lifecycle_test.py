@@ -164,8 +164,12 @@ def test_running_of_an_instance_suspected_while_it_started_is_recorded() -> None
     out = apply_lrp_reports(actuals, report(running=[running]), "c1", "z1", 5.0, POLICY)
     suspect = actuals.other("web", 0)
     assert out.refused == [] and out.stops == []
-    assert (suspect.presence, suspect.state, suspect.address, suspect.since) == (SUSPECT, RUNNING, "10.0.0.5:61001",
-                                                                                  5.0)
+    assert (suspect.presence, suspect.state, suspect.address, suspect.since) == (
+        SUSPECT,
+        RUNNING,
+        "10.0.0.5:61001",
+        5.0,
+    )
     assert actuals.get("web", 0).state == UNCLAIMED  # the replacement is still to be placed
     # Reported again (its rep reasserts after a silence): nothing more changes.
     assert not apply_lrp_reports(ActualSet(list(actuals)), report(running=[running]), "c1", "z1", 6.0,

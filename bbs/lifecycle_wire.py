@@ -45,7 +45,9 @@ class CellReport(TypedDict):
     crashed: Annotated[NotRequired[list[CrashReport]], Field(default_factory=list, max_length=MAX_ITEMS)]
     removed: Annotated[NotRequired[list[InstanceRef]], Field(default_factory=list, max_length=MAX_ITEMS)]
     tasks_started: Annotated[NotRequired[list[Guid]], Field(default_factory=list, max_length=MAX_ITEMS)]
-    tasks_completed: Annotated[NotRequired[list[TaskCompletion]], Field(default_factory=list, max_length=MAX_ITEMS)]
+    tasks_completed: Annotated[
+        NotRequired[list[TaskCompletion]], Field(default_factory=list, max_length=MAX_ITEMS)
+    ]
 
 
 class HostReport(TypedDict):

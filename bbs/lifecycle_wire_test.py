@@ -15,7 +15,11 @@ REF = {"process_guid": "web", "index": 3, "instance_guid": "i1"}
 GOOD: list[dict[str, Any]] = [
     {},
     {"claimed": [REF], "running": [REF]},
-    {"running": [{**REF, "host": "10.0.0.5", "ports": [{"container_port": 8080, "host_port": 61000, "x": 1}]}]},
+    {
+        "running": [
+            {**REF, "host": "10.0.0.5", "ports": [{"container_port": 8080, "host_port": 61000, "x": 1}]}
+        ]
+    },
     {"crashed": [REF, {**REF, "reason": "exit 137"}], "removed": [REF], "unknown_part": [1]},
     {"tasks_started": ["t1"], "tasks_completed": [{"task_guid": "t1", "exit_status": 0, "result": "hi"}]},
     {"claimed": [{**REF, "index": "4", "newer_field": True}]},  # lax ints, unknown fields ignored
@@ -35,7 +39,10 @@ def test_a_good_report_reads_as_the_model_does(body: dict[str, Any]) -> None:
     raw = json.dumps(body).encode()
     plain = CELL_REPORT.validate_json(raw)
     model = CellLifecycle.model_validate_json(raw)
-    assert {**plain, "tasks_completed": [t.model_dump() for t in plain["tasks_completed"]]} == model.model_dump()
+    assert {
+        **plain,
+        "tasks_completed": [t.model_dump() for t in plain["tasks_completed"]],
+    } == model.model_dump()
 
 
 @pytest.mark.parametrize(("body", "where"), BAD)
@@ -58,7 +65,9 @@ def test_host_reports_bound_cells_and_their_ids_as_the_model_does() -> None:
         assert [(e["loc"], e["type"]) for e in plain.value.errors()] == [
             (e["loc"], e["type"]) for e in model.value.errors()
         ]
-    assert HOST_REPORT.validate_python({"cells": {"c1": {"claimed": [REF]}}})["cells"]["c1"]["claimed"] == [REF]
+    assert HOST_REPORT.validate_python({"cells": {"c1": {"claimed": [REF]}}})["cells"]["c1"]["claimed"] == [
+        REF
+    ]
 
 
 def test_the_plain_report_has_the_models_fields() -> None:

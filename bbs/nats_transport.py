@@ -78,7 +78,9 @@ class NatsOutbound(Outbound):
                 answer = json.loads(reply.data)
                 if isinstance(answer, dict) and "error" in answer:  # refused: sending it again will not help
                     self.metrics.auctioneer_requests.labels(kind=kind, outcome="error").inc()
-                    log.error("auctioneer refused the request", extra={"data": {"subject": subject, **answer}})
+                    log.error(
+                        "auctioneer refused the request", extra={"data": {"subject": subject, **answer}}
+                    )
                     return
                 self.metrics.auctioneer_requests.labels(kind=kind, outcome="ok").inc()
                 return
@@ -140,9 +142,14 @@ class EventPublisher:
             while self._queue:
                 event = self._queue[0]
                 try:
-                    await nc.publish(event_subject(str(event["type"])), json.dumps(event, separators=(",", ":")).encode())
+                    await nc.publish(
+                        event_subject(str(event["type"])), json.dumps(event, separators=(",", ":")).encode()
+                    )
                 except Exception as exc:  # disconnected and the client's buffer is full: wait for reconnect
-                    log.info("event publish paused", extra={"data": {"error": repr(exc), "queued": len(self._queue)}})
+                    log.info(
+                        "event publish paused",
+                        extra={"data": {"error": repr(exc), "queued": len(self._queue)}},
+                    )
                     await self.nats.until_connected(5.0)
                     self._wake.set()
                     break

@@ -7,8 +7,8 @@ They go to the holder of the "auctioneer" lease when there is one (its URL, cach
 read again after a failed send), else to the configured auctioneer URL.
 
 Stops, cancels and cordons are batched per rep process (the one rep API: POST {rep_url}/stop, /cancel,
-/cordon, the body naming each cell): everything queued for a process in one burst (one transaction's effects, one
-convergence pass) goes in one request.
+/cordon, the body naming each cell): everything queued for a process in one burst (one transaction's
+effects, one convergence pass) goes in one request.
 """
 
 from __future__ import annotations
@@ -186,7 +186,14 @@ class Outbound:
                 if attempt >= self.attempts and time.monotonic() >= give_up_after:
                     log.warning(
                         "auctioneer send failed; convergence will retry",
-                        extra={"data": {"path": path, "items": len(body), "error": repr(exc), "attempts": attempt}},
+                        extra={
+                            "data": {
+                                "path": path,
+                                "items": len(body),
+                                "error": repr(exc),
+                                "attempts": attempt,
+                            }
+                        },
                     )
                     return
             await asyncio.sleep(delay)  # back off between attempts

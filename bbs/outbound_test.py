@@ -92,7 +92,11 @@ async def test_stops_and_cancels_of_one_burst_go_in_one_request_per_rep_process(
 
     client = httpx.AsyncClient(transport=httpx.MockTransport(handle))
     outbound = Outbound("http://auctioneer.test", BBSMetrics(), client=client)
-    a0, a1, b0 = cell("a-0", "http://a.test/", "a"), cell("a-1", "http://a.test", "a"), cell("b-0", "http://b.test", "b")
+    a0, a1, b0 = (
+        cell("a-0", "http://a.test/", "a"),
+        cell("a-1", "http://a.test", "a"),
+        cell("b-0", "http://b.test", "b"),
+    )
     try:
         outbound.stop_instance(a0, "web", "g0")  # one transaction's effects: queued together
         outbound.stop_instance(b0, "web", "g1")
@@ -103,7 +107,10 @@ async def test_stops_and_cancels_of_one_burst_go_in_one_request_per_rep_process(
         by_route = {route: body for route, body in requests}
         assert sorted(by_route) == ["POST http://a.test/cancel", "POST http://a.test/stop", "POST http://b.test/stop"]
         stops = StopInstances.model_validate_json(by_route["POST http://a.test/stop"]).instances
-        assert [(s.cell_id, s.process_guid, s.instance_guid) for s in stops] == [("a-0", "web", "g0"), ("a-1", "api", "g2")]
+        assert [(s.cell_id, s.process_guid, s.instance_guid) for s in stops] == [
+            ("a-0", "web", "g0"),
+            ("a-1", "api", "g2"),
+        ]
         cancels = CancelTasks.model_validate_json(by_route["POST http://a.test/cancel"]).tasks
         assert [(c.cell_id, c.task_guid) for c in cancels] == [("a-1", "t1"), ("a-0", "t2")]
 
@@ -151,6 +158,8 @@ async def test_cells_instances_are_read_from_their_reps_full_state_one_request_p
         many = [cell(f"a-{i}", "http://a.test", "a") for i in range(REP_STATE_CELLS_MAX + 1)]
         assert await outbound.cells_instances(many) == {"a-1": {"g0"}, "a-3": set()}
         named = [httpx.URL(url).params["cells"].split(",") for url in asked]
-        assert [len(n) for n in named] == [REP_STATE_CELLS_MAX, 1] and sum(named, []) == [c.cell_id for c in many]
+        assert [len(n) for n in named] == [REP_STATE_CELLS_MAX, 1] and sum(named, []) == [
+            c.cell_id for c in many
+        ]
     finally:
         await outbound.close()

@@ -63,9 +63,20 @@ SAMPLES: dict[tuple[str, str], tuple[str, Any, dict[str, Any] | None]] = {
     ("POST", "/v1/rebalance"): ("/v1/rebalance", {"dry_run": True}, None),
     ("GET", "/v1/rebalance"): ("/v1/rebalance", None, None),
     ("POST", "/v1/placement_failures"): ("/v1/placement_failures", {"fencing_token": 0}, None),
-    ("POST", "/v1/auctions"): ("/v1/auctions", {"duration_s": 0.1, "fetch_states_s": 0.01, "explanations": [
-        {"process_guid": "web", "index": 0, "placed": True, "cell_id": "cell-1"}]}, None),
-    ("GET", "/v1/actual_lrps/{process_guid}/{index}/placement"): ("/v1/actual_lrps/web/0/placement", None, None),
+    ("POST", "/v1/auctions"): (
+        "/v1/auctions",
+        {
+            "duration_s": 0.1,
+            "fetch_states_s": 0.01,
+            "explanations": [{"process_guid": "web", "index": 0, "placed": True, "cell_id": "cell-1"}],
+        },
+        None,
+    ),
+    ("GET", "/v1/actual_lrps/{process_guid}/{index}/placement"): (
+        "/v1/actual_lrps/web/0/placement",
+        None,
+        None,
+    ),
     ("POST", "/v1/leases/{name}"): ("/v1/leases/auctioneer", {"owner": "probe", "ttl_s": 30}, None),
     ("DELETE", "/v1/leases/{name}"): ("/v1/leases/auctioneer", None, {"owner": "probe", "token": 1}),
     ("GET", "/v1/leases/{name}"): ("/v1/leases/auctioneer", None, None),
@@ -329,7 +340,9 @@ async def test_the_components_token_verifier_asks_this_bbs(pki: Path, calls: dic
             await bbs_token_verifier(client)(token)
 
 
-def test_an_auction_report_from_a_deposed_auctioneer_is_refused(calls: dict[str | None, httpx.Client]) -> None:
+def test_an_auction_report_from_a_deposed_auctioneer_is_refused(
+    calls: dict[str | None, httpx.Client],
+) -> None:
     auctioneer, admin = calls["auctioneer"], calls["admin"]
     first = auctioneer.post("/v1/leases/auctioneer", json={"owner": "a", "ttl_s": 30}).json()
     auctioneer.delete("/v1/leases/auctioneer", params={"owner": "a", "token": first["token"]})

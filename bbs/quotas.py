@@ -11,7 +11,8 @@ from pydantic import BaseModel, Field
 
 from common.urls import callback_refusal
 
-# The scale benchmark desires 5,000 LRPs and 250,000 instances: the defaults leave room for 20 and 4 times that.
+# The scale benchmark desires 5,000 LRPs and 250,000 instances: the defaults leave room for 20 and 4 times
+# that.
 DEFAULT_MAX_LRPS = 100_000
 DEFAULT_MAX_INSTANCES = 1_000_000
 DEFAULT_MAX_EVENT_SUBSCRIBERS = 256

@@ -91,10 +91,18 @@ def placement_request(desired: DesiredRecord) -> LRPStart:
     """The app's placement request as the auction sees it, from its stored definition."""
     d: dict[str, Any] = desired.definition
     return LRPStart(
-        desired.process_guid, 0, int(d.get("memory_mb", 0)), int(d.get("disk_mb", 0)),
-        stack=d.get("stack") or DEFAULT_STACK, placement_tags=tuple(d.get("placement_tags") or ()),
-        volume_drivers=tuple(d.get("volume_drivers") or ()), domain=desired.domain, strategy=d.get("strategy"),
-        objective=d.get("objective"), total_instances=desired.instances, labels_match=d.get("labels_match") or "",
+        desired.process_guid,
+        0,
+        int(d.get("memory_mb", 0)),
+        int(d.get("disk_mb", 0)),
+        stack=d.get("stack") or DEFAULT_STACK,
+        placement_tags=tuple(d.get("placement_tags") or ()),
+        volume_drivers=tuple(d.get("volume_drivers") or ()),
+        domain=desired.domain,
+        strategy=d.get("strategy"),
+        objective=d.get("objective"),
+        total_instances=desired.instances,
+        labels_match=d.get("labels_match") or "",
     )
 
 
@@ -103,8 +111,9 @@ def pinned(desired: DesiredRecord) -> bool:
     return desired.on_cell_loss == KEEP_REPLICAS or any(desired.definition.get(k) for k in _CELL_SIDE_UNKNOWN)
 
 
-def planner_cells(cells: Sequence[CellRecord], actuals: Iterable[ActualRecord],
-                  requests: dict[str, LRPStart]) -> tuple[list[Cell], list[Placed]]:
+def planner_cells(
+    cells: Sequence[CellRecord], actuals: Iterable[ActualRecord], requests: dict[str, LRPStart]
+) -> tuple[list[Cell], list[Placed]]:
     """The schedulable cells (present, not cordoned) with what each holds taken from its total, and the
     instances that could move: RUNNING ORDINARY ones with no evacuating or suspect copy."""
     by_id: dict[str, Cell] = {}
@@ -114,12 +123,19 @@ def planner_cells(cells: Sequence[CellRecord], actuals: Iterable[ActualRecord],
         p = record.presence
         total = p.get("total") or {}
         by_id[record.cell_id] = Cell(
-            record.cell_id, record.zone,
-            Resources(int(total.get("memory_mb", 0)), int(total.get("disk_mb", 0)), int(total.get("containers", 0))),
-            Resources(int(total.get("memory_mb", 0)), int(total.get("disk_mb", 0)), int(total.get("containers", 0))),
-            stacks=tuple(p.get("stacks") or (DEFAULT_STACK,)), placement_tags=frozenset(p.get("placement_tags") or ()),
+            record.cell_id,
+            record.zone,
+            Resources(
+                int(total.get("memory_mb", 0)), int(total.get("disk_mb", 0)), int(total.get("containers", 0))
+            ),
+            Resources(
+                int(total.get("memory_mb", 0)), int(total.get("disk_mb", 0)), int(total.get("containers", 0))
+            ),
+            stacks=tuple(p.get("stacks") or (DEFAULT_STACK,)),
+            placement_tags=frozenset(p.get("placement_tags") or ()),
             optional_placement_tags=frozenset(p.get("optional_placement_tags") or ()),
-            volume_drivers=frozenset(p.get("volume_drivers") or ()), labels=dict(p.get("labels") or {}),
+            volume_drivers=frozenset(p.get("volume_drivers") or ()),
+            labels=dict(p.get("labels") or {}),
         )
     placed: list[Placed] = []
     others: set[tuple[str, int]] = set()
@@ -139,4 +155,3 @@ def planner_cells(cells: Sequence[CellRecord], actuals: Iterable[ActualRecord],
         if row.state == RUNNING and (row.process_guid, row.index) not in others:
             placed.append(Placed(row.process_guid, row.index, row.cell_id))
     return list(by_id.values()), placed
-

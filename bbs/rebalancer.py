@@ -56,7 +56,9 @@ class Progress:
     in_flight: dict[tuple[str, int], InFlight] = field(default_factory=dict)
     finished: deque[dict[str, Any]] = field(default_factory=lambda: deque(maxlen=RECENT))
     started_at: deque[float] = field(default_factory=deque)  # starts within the last minute
-    starting: Planned | None = None  # out of the queue, its start not yet written: still in flight to a reader
+    starting: Planned | None = (
+        None  # out of the queue, its start not yet written: still in flight to a reader
+    )
 
 
 class Rebalancer:
@@ -77,13 +79,19 @@ class Rebalancer:
             actuals = await tx.list_actuals()
         requests = {d.process_guid: placement_request(d) for d in desired}
         sizes = {d.process_guid: d.instances for d in desired}
-        busy = set(self.progress.in_flight) | {(p.move.process_guid, p.move.index) for p in self.progress.queued}
+        busy = set(self.progress.in_flight) | {
+            (p.move.process_guid, p.move.index) for p in self.progress.queued
+        }
         engine_cells, placed = planner_cells(cells, actuals, requests)
         placed = [p for p in placed if (p.process_guid, p.index) not in busy]
-        config = RebalanceConfig(max_moves=max_moves, load_tolerance=self.settings.rebalance_load_tolerance,
-                                 apps=None if app is None else frozenset({app}))
-        moves = plan_moves(engine_cells, placed, requests, {d.process_guid for d in desired if pinned(d)},
-                           rebalance=config)
+        config = RebalanceConfig(
+            max_moves=max_moves,
+            load_tolerance=self.settings.rebalance_load_tolerance,
+            apps=None if app is None else frozenset({app}),
+        )
+        moves = plan_moves(
+            engine_cells, placed, requests, {d.process_guid for d in desired if pinned(d)}, rebalance=config
+        )
         return [Planned(m, sizes[m.process_guid]) for m in moves]
 
     def enqueue(self, planned: list[Planned]) -> None:
@@ -130,9 +138,11 @@ class Rebalancer:
         await self._start_due(now)
 
     async def _automatic(self, now: float) -> None:
-        """Plan after a cell appeared or returned (not on the first look: the cluster as found is the start)."""
+        """Plan after a cell appeared or returned (not on the first look: the cluster found is the start)."""
         async with self.bbs.store.read() as tx:
-            present = {c.cell_id for c in await tx.list_cells(present_at=now) if not (c.cordoned or c.draining)}
+            present = {
+                c.cell_id for c in await tx.list_cells(present_at=now) if not (c.cordoned or c.draining)
+            }
         known, self._known_cells = self._known_cells, present
         if known is not None and present - known and not self.progress.queued:
             self.progress.queued.extend(await self.plan())
@@ -142,7 +152,11 @@ class Rebalancer:
         while p.started_at and p.started_at[0] <= now - 60.0:
             p.started_at.popleft()
         waiting: deque[Planned] = deque()
-        while p.queued and len(p.in_flight) < s.rebalance_in_flight and len(p.started_at) < s.rebalance_moves_per_minute:
+        while (
+            p.queued
+            and len(p.in_flight) < s.rebalance_in_flight
+            and len(p.started_at) < s.rebalance_moves_per_minute
+        ):
             planned = p.queued.popleft()
             if any(k[0] == planned.move.process_guid for k in p.in_flight):
                 waiting.append(planned)  # one move per app at a time
@@ -187,7 +201,9 @@ class Rebalancer:
             outcome = move_outcome(actuals, *key, flight.crash_count)
             if outcome == "completed":
                 del flights[key]
-                self._finish(flight.planned, "completed", "the new instance runs; the old one is stopped", now)
+                self._finish(
+                    flight.planned, "completed", "the new instance runs; the old one is stopped", now
+                )
             elif outcome == "lost":
                 del flights[key]
                 self._finish(flight.planned, "abandoned", "the old instance is gone (its cell lost)", now)

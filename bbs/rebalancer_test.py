@@ -33,8 +33,11 @@ async def four_on_one_zone(harness: Harness) -> None:
     await harness.heartbeat("c2", zone="z2")
     await desire(harness, 4)
     guids = [f"g{i}" for i in range(4)]
-    await harness.lifecycle("c1", claimed=[ref(i, g) for i, g in enumerate(guids)],
-                      running=[running(i, g) for i, g in enumerate(guids)])
+    await harness.lifecycle(
+        "c1",
+        claimed=[ref(i, g) for i, g in enumerate(guids)],
+        running=[running(i, g) for i, g in enumerate(guids)],
+    )
 
 
 async def test_dry_run_plans_with_reasons_and_gains_and_changes_nothing(h: Harness) -> None:  # noqa: F811 - the fixture
@@ -44,7 +47,9 @@ async def test_dry_run_plans_with_reasons_and_gains_and_changes_nothing(h: Harne
     assert answer.status_code == 200, answer.text
     moves = answer.json()["moves"]
     assert [(m["index"], m["from_cell"], m["to_cell"], m["reason"], m["gain"]) for m in moves] == [
-        (3, "c1", "c2", "zone_spread", 2), (2, "c1", "c2", "zone_spread", 2)]
+        (3, "c1", "c2", "zone_spread", 2),
+        (2, "c1", "c2", "zone_spread", 2),
+    ]
     assert await rows(h) == before
     assert (await h.http.get("/v1/rebalance")).json() == {"queued": [], "in_flight": [], "finished": []}
 

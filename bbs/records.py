@@ -147,8 +147,26 @@ def fresh_instances(desired: Iterable[DesiredRecord], now: float) -> list[Actual
     """Every instance of newly desired LRPs, UNCLAIMED: what `unclaimed` gives for each index, built
     positionally (a 250,000-instance desire goes through here)."""
     return [
-        ActualRecord(d.process_guid, index, ORDINARY, d.domain, UNCLAIMED, "", "", "", "", [], "", 0, "", now, "",
-                     new_epoch(), 0, now)
+        ActualRecord(
+            d.process_guid,
+            index,
+            ORDINARY,
+            d.domain,
+            UNCLAIMED,
+            "",
+            "",
+            "",
+            "",
+            [],
+            "",
+            0,
+            "",
+            now,
+            "",
+            new_epoch(),
+            0,
+            now,
+        )
         for d in desired
         for index in range(d.instances)
     ]

@@ -167,7 +167,9 @@ async def serve(settings: BBSSettings) -> None:
     served = serving_tls(settings, settings.listen, "bbs")  # a certificate of the role bbs, or plain HTTP
     tls = served.server if served is not None else None
     if served is None:
-        log.warning(INSECURE_WARNING, extra={"data": {"listen": settings.listen, "insecure": settings.insecure}})
+        log.warning(
+            INSECURE_WARNING, extra={"data": {"listen": settings.listen, "insecure": settings.insecure}}
+        )
     async with running_bbs(settings) as bbs:
         runtime.tune_gc()  # every actual LRP lives in memory: rarer cycle collections
         config = uvicorn.Config(

@@ -81,7 +81,8 @@ TOKEN_PREFIX = "vdt_"  # says what a leaked string is (secret scanners match on 
 TOKEN_BYTES = 32
 
 
-# What a heartbeat does not say: the BBS's own view of the cell (CellPresence), never stored from a rep's body.
+# What a heartbeat does not say: the BBS's own view of the cell (CellPresence), never stored from a rep's
+# body.
 BBS_CELL_FIELDS = {"expires_at", "cordoned", "draining", "state"}
 CellMode = Literal["cordon", "uncordon", "drain"]
 
@@ -334,7 +335,8 @@ class BBS:
             tag = body.modification_tag
             if tag is not None and (tag.epoch, tag.index) != (record.mod_epoch, record.mod_index):
                 raise Conflict(
-                    f"modification_tag {tag.epoch}:{tag.index} is stale (now {record.mod_epoch}:{record.mod_index})"
+                    f"modification_tag {tag.epoch}:{tag.index} is stale (now "
+                    f"{record.mod_epoch}:{record.mod_index})"
                 )
             scale = body.instances is not None and body.instances != record.instances
             policy = body.on_cell_loss is not None and body.on_cell_loss != record.on_cell_loss
@@ -437,7 +439,9 @@ class BBS:
 
             refused_tasks: list[list[str]] = [[] for _ in batch]
             guids = {
-                g for _, r in batch for g in (*r["tasks_started"], *(c.task_guid for c in r["tasks_completed"]))
+                g
+                for _, r in batch
+                for g in (*r["tasks_started"], *(c.task_guid for c in r["tasks_completed"]))
             }
             if guids:
                 tasks = await tx.tasks_by_guid(guids)
@@ -547,8 +551,8 @@ class BBS:
                 auctioned_at=actual.auctioned_at, source="placement_error",
             ).model_dump_json()
         raise NotFound(
-            f"no placement explanation for {process_guid}/{index}: this BBS has not seen it auctioned (they are "
-            f"kept in memory: an instance placed before the BBS started, or long ago, is not known)"
+            f"no placement explanation for {process_guid}/{index}: this BBS has not seen it auctioned "
+            f"(they are kept in memory: an instance placed before the BBS started, or long ago, is not known)"
         )
 
     # --- tasks ------------------------------------------------------------------------------------
@@ -621,7 +625,9 @@ class BBS:
         outcome, not the task's secrets: env values masked, as in events. A URL refused now (its name
         resolves to a link-local or metadata address: common/urls.py) is not POSTed to at all."""
         if (refusal := await resolved_refusal(url, self.settings.callback_allow)) is not None:
-            log.warning("task callback refused", extra={"data": {"task_guid": task.task_guid, "reason": refusal}})
+            log.warning(
+                "task callback refused", extra={"data": {"task_guid": task.task_guid, "reason": refusal}}
+            )
             return
         if not await self.outbound.task_callback(url, masked_env(task.to_wire())):
             return
@@ -693,7 +699,8 @@ class BBS:
 
     async def _rework_cell(self, tx, held: list[ActualRecord], rework, cell_id: str, now: float,
                            effects: Effects) -> None:
-        """Apply `rework` (evacuate, forget_rebooted_cell) to every index a cell holds, in this transaction."""
+        """Apply `rework` (evacuate, forget_rebooted_cell) to every index a cell holds, in this
+        transaction."""
         if not held:
             return
         actuals = ActualSet(await tx.actuals_for_keys((r.process_guid, r.index) for r in held))
@@ -758,7 +765,9 @@ class BBS:
                 moving = await tx.list_actuals(cell_id=cell_id, presence=EVACUATING)
                 await self._rework_cell(tx, moving, undrain, cell_id, now, effects)
         wire = cell.to_wire(now)
-        log.info(f"cell {mode}", extra={"data": {"cell_id": cell_id, "cordoned": cordoned, "draining": draining}})
+        log.info(
+            f"cell {mode}", extra={"data": {"cell_id": cell_id, "cordoned": cordoned, "draining": draining}}
+        )
         effects.events.append(lambda: [event("cell_changed", wire, now)])
         self.run_effects(effects)
         if cell.rep_url:

@@ -73,7 +73,7 @@ class BBSSettings(BaseSettings, TLSOptions, RequestLimitOptions, QuotaOptions):
     cell_loss_check: float = Field(default=5.0, gt=0)
     # Rebalancing (bbs/rebalancer.py): moves in flight (at most one per app), started per minute, how long a
     # replacement has to run before its move is abandoned, a cell's memory fraction allowed above the mean;
-    # rebalance_interval > 0 plans on its own that often after a cell appeared or returned (0: only on request).
+    # rebalance_interval > 0 plans on its own that often after a cell appeared or returned (0: on request).
     rebalance_in_flight: int = Field(default=5, ge=1)
     rebalance_moves_per_minute: int = Field(default=60, ge=1)
     rebalance_move_timeout: float = Field(default=120.0, gt=0)

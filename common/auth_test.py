@@ -172,7 +172,9 @@ async def test_a_session_cookie_is_a_bearer_token_for_reads_only(pki: Path) -> N
         async with client(pki, None, url) as c:
             c.cookies.set("session", "good-admin")
             assert (await c.get("/things")).json() == {"who": "ops"}
-            write = await c.post("/things")  # a cookie a browser sends along with a cross-site form: no identity
+            write = await c.post(
+                "/things"
+            )  # a cookie a browser sends along with a cross-site form: no identity
             assert write.status_code == 401, write.text
             c.cookies.set("session", "wrong")
             assert (await c.get("/things")).status_code == 401

@@ -107,7 +107,9 @@ def serving_tls(options: TLSOptions, listen: str, role: str) -> ServingTLS | Non
         raise CertError(f"tls_cert: {files.cert} is not a PEM certificate: {exc}") from None
     if identity is None or identity.role != role:
         stated = f"role {identity.role!r}" if identity is not None else "no Vendue role"
-        raise CertError(f"tls_cert: {files.cert} states {stated}; the {role} needs one issued with --role {role}")
+        raise CertError(
+            f"tls_cert: {files.cert} states {stated}; the {role} needs one issued with --role {role}"
+        )
     return ServingTLS(files, identity, server, client)
 
 

@@ -47,7 +47,9 @@ def test_a_bad_port_is_named_without_the_credentials() -> None:
     assert "hunter2" not in problem
 
 
-@pytest.mark.parametrize(("host", "ok"), [("0.0.0.0", True), ("::", True), ("rep-z0-a", True), ("a b", False)])
+@pytest.mark.parametrize(
+    ("host", "ok"), [("0.0.0.0", True), ("::", True), ("rep-z0-a", True), ("a b", False)]
+)
 def test_hosts_are_judged_by_spelling_alone(host: str, ok: bool) -> None:
     assert (host_problem("listen", host) is None) is ok
 
@@ -69,9 +71,15 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return d
 
 
-def tls(pki: Path, cert: str | None = "rep-a", key: str | None = "rep-a", ca: str | None = "ca") -> TLSOptions:
+def tls(
+    pki: Path, cert: str | None = "rep-a", key: str | None = "rep-a", ca: str | None = "ca"
+) -> TLSOptions:
     """The TLS settings for files in `pki` by name (None: not given)."""
-    paths = {"tls_cert": cert and f"{cert}.pem", "tls_key": key and f"{key}-key.pem", "tls_ca": ca and f"{ca}.pem"}
+    paths = {
+        "tls_cert": cert and f"{cert}.pem",
+        "tls_key": key and f"{key}-key.pem",
+        "tls_ca": ca and f"{ca}.pem",
+    }
     return TLSOptions(**{setting: pki / name for setting, name in paths.items() if name})
 
 

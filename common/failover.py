@@ -131,7 +131,9 @@ class _Attempt:
         """No replica answered well: the last 5xx answer, or else the last transport error (raised)."""
         if self.fallback is not None:
             response, index = self.fallback
-            self.replicas.settle(index, self.failures, succeeded=False, first_unreachable=self.first_unreachable)
+            self.replicas.settle(
+                index, self.failures, succeeded=False, first_unreachable=self.first_unreachable
+            )
             return response
         assert self.error is not None
         raise self.error
@@ -140,8 +142,11 @@ class _Attempt:
 class AsyncFailoverTransport(httpx.AsyncBaseTransport):
     """An httpx.AsyncClient transport over several replicas (see the module docstring)."""
 
-    def __init__(self, urls: list[str] | str, inner: httpx.AsyncBaseTransport | None = None, **options) -> None:
-        """`options` (verify, limits, trust_env, ...) build the inner AsyncHTTPTransport when none is given."""
+    def __init__(
+        self, urls: list[str] | str, inner: httpx.AsyncBaseTransport | None = None, **options
+    ) -> None:
+        """`options` (verify, limits, trust_env, ...) build the inner AsyncHTTPTransport when none is
+        given."""
         self.replicas = _Replicas(urls)
         self._inner = inner or httpx.AsyncHTTPTransport(**options)
 

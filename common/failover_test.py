@@ -105,7 +105,9 @@ async def test_a_stopped_replica_is_skipped_and_the_next_one_stays_current(repli
         a.stop()
         first = await client.get("/v1/cells?x=1")
         assert (served_by(first), first.json()["path"]) == ("b", "/v1/cells?x=1")
-        assert b.received[-1]["host"] == f"127.0.0.1:{b.port}", f"expected b's own Host header, saw {b.received[-1]}"
+        assert b.received[-1]["host"] == f"127.0.0.1:{b.port}", (
+            f"expected b's own Host header, saw {b.received[-1]}"
+        )
         a.start()  # back on its port: the client stays with b (sticky) until b fails
         seen = [served_by(await client.get("/ping")) for _ in range(3)]
         assert seen == ["b", "b", "b"], f"expected b to stay current after a came back; saw {seen}"

@@ -79,8 +79,13 @@ class LimitsMiddleware:
             return
         options = self.options
         if self.in_flight >= options.max_concurrent_requests:
-            await _answer(send, 503, f"too many requests at once (at most {options.max_concurrent_requests}); "
-                                     f"retry after {RETRY_AFTER_S} s", [(b"retry-after", str(RETRY_AFTER_S).encode())])
+            await _answer(
+                send,
+                503,
+                f"too many requests at once (at most {options.max_concurrent_requests}); "
+                f"retry after {RETRY_AFTER_S} s",
+                [(b"retry-after", str(RETRY_AFTER_S).encode())],
+            )
             return
         bulk = (scope["method"], scope["path"]) in self.bulk
         cap = options.max_bulk_body_bytes if bulk else options.max_body_bytes
@@ -156,8 +161,14 @@ def too_large(cap: int, setting: str) -> str:
     return f"request body larger than {cap} bytes (--{setting})"
 
 
-async def _answer(send: Send, status: int, detail: str, extra: list[tuple[bytes, bytes]] | None = None) -> None:
+async def _answer(
+    send: Send, status: int, detail: str, extra: list[tuple[bytes, bytes]] | None = None
+) -> None:
     body = json.dumps({"detail": detail}).encode()
-    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()), *(extra or [])]
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(body)).encode()),
+        *(extra or []),
+    ]
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})

@@ -109,7 +109,10 @@ async def test_a_declared_body_over_the_cap_is_413_before_the_app_reads_any_of_i
                      f"content-length: {10 * MIB}\r\n\r\n".encode() + b"x" * 65536)
         await writer.drain()
         status, _, body = await read_response(reader)  # with 64 KiB of the 10 MiB sent
-        assert status == 413 and f"larger than {MIB} bytes (--max-body-bytes)" in body["detail"], (status, body)
+        assert status == 413 and f"larger than {MIB} bytes (--max-body-bytes)" in body["detail"], (
+            status,
+            body,
+        )
         writer.close()
     assert seen.bodies == [], "the app read a body the cap refused"
 
@@ -128,7 +131,9 @@ async def test_a_body_declared_past_the_discard_limit_is_cut_off() -> None:
     seen = Seen()
     async with serving(RequestLimitOptions(), seen) as (host, port):
         reader, writer = await asyncio.open_connection(host, port)
-        writer.write(f"POST /small HTTP/1.1\r\nhost: x\r\ncontent-length: {DISCARD_LIMIT_BYTES + 1}\r\n\r\n".encode())
+        writer.write(
+            f"POST /small HTTP/1.1\r\nhost: x\r\ncontent-length: {DISCARD_LIMIT_BYTES + 1}\r\n\r\n".encode()
+        )
         await writer.drain()
         status, headers, _ = await read_response(reader)
         assert (status, headers.get("connection")) == (413, "close"), (status, headers)
@@ -161,11 +166,16 @@ async def test_a_chunked_body_is_counted_as_it_arrives_and_refused_past_the_cap(
 async def test_bulk_routes_take_the_bulk_cap_and_the_others_the_small_one() -> None:
     seen = Seen()
     options = RequestLimitOptions(max_body_bytes=MIB, max_bulk_body_bytes=4 * MIB)
-    async with serving(options, seen) as (host, port), httpx.AsyncClient(base_url=f"http://{host}:{port}") as http:
+    async with (
+        serving(options, seen) as (host, port),
+        httpx.AsyncClient(base_url=f"http://{host}:{port}") as http,
+    ):
         taken = await http.post("/bulk", content=b"x" * (2 * MIB))
         assert taken.status_code == 200 and taken.json() == {"bytes": 2 * MIB}, taken.text
         refused = await http.post("/bulk", content=b"x" * (5 * MIB))
-        assert refused.status_code == 413 and "(--max-bulk-body-bytes)" in refused.json()["detail"], refused.text
+        assert refused.status_code == 413 and "(--max-bulk-body-bytes)" in refused.json()["detail"], (
+            refused.text
+        )
         small = await http.post("/small", content=b"x" * (2 * MIB))
         assert small.status_code == 413 and "(--max-body-bytes)" in small.json()["detail"], small.text
     assert seen.bodies == [2 * MIB]
@@ -184,7 +194,9 @@ async def test_a_request_unanswered_within_the_timeout_is_504_and_its_work_cance
             httpx.AsyncClient(base_url=f"http://{host}:{port}", timeout=10) as http:
         response = await http.get("/hang")
         assert response.status_code == 504 and "request timeout" in response.json()["detail"], response.text
-        await wait_for("the hanging handler to be cancelled", lambda: seen.cancelled == 1 and seen.hanging == 0)
+        await wait_for(
+            "the hanging handler to be cancelled", lambda: seen.cancelled == 1 and seen.hanging == 0
+        )
 
 
 async def test_past_the_concurrency_limit_a_request_is_503_with_retry_after_and_probes_still_answer() -> None:

@@ -50,8 +50,10 @@ BBS (`vendue bbs`, default http://127.0.0.1:8889)
   GET    /v1/rebalance                                  -> RebalanceStatus (moves queued, in flight, finished)
   GET    /v1/events?app=&cell=&type=...                 -> text/event-stream of Event (SSE; `id:` per event;
                                                    Last-Event-ID: what was missed, or a `resync` event)
-  GET    /ui                                            -> the dashboard page (admin, reader, its session cookie)
-  GET    /ui/login?token=                               -> 303 to /ui with a reader session cookie (403: bad token)
+  GET    /ui                                            -> the dashboard page (admin, reader, its session
+                                                   cookie)
+  GET    /ui/login?token=                               -> 303 to /ui with a reader session cookie (403: bad
+                                                   token)
   POST   /v1/leases/{name}           LeaseRequest       -> Lease (acquire or renew; held=false: another owner)
   GET    /v1/leases/{name}                              -> Lease (the current holder; 404 if none)
   DELETE /v1/leases/{name}?owner=O&token=T              -> 204 (the holder gives it up; 409 if not the holder)
@@ -260,7 +262,9 @@ class PlacementFields(Strict):
     volume_drivers: Names = Field(default_factory=list)
     strategy: Literal["diego", "dea", "loadmark", "service", "objective", "binpack", "random"] | None = None
     objective: Annotated[str | None, Field(max_length=1024), AfterValidator(_objective)] = None
-    source_blob: Annotated[str | None, Field(max_length=MAX_URL_CHARS), AfterValidator(_no_nul_or_none)] = None
+    source_blob: Annotated[str | None, Field(max_length=MAX_URL_CHARS), AfterValidator(_no_nul_or_none)] = (
+        None
+    )
     labels_match: LabelExpression = ""
     volumes: list[VolumeRequestModel] = Field(default_factory=list, max_length=MAX_TAGS)
     ingress_ip: bool = False
@@ -427,7 +431,8 @@ class CellPresence(Open):
     # Its rep serves plain HTTP with authorization off (--insecure, or no TLS files on loopback): said loudly.
     insecure: bool = False
     # How its rep isolates instances (rep/isolation.py): "cgroup-v1" or "cgroup-v2" (own uid and cgroup
-    # each), "none" (as the rep's own user: --isolation none), "sim" (simulated); "" from a rep too old to say.
+    # each), "none" (as the rep's own user: --isolation none), "sim" (simulated); "" from a rep too old to
+    # say.
     isolation: Annotated[str, Field(max_length=MAX_NAME_CHARS), AfterValidator(_no_nul)] = ""
     # What the cell had left and held when it sent this heartbeat (counts it keeps: no per-instance work),
     # so that `vendue cells` reads capacity from the BBS alone. None/0 from a rep too old to say.

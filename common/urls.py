@@ -21,8 +21,12 @@ from collections.abc import Iterable
 from urllib.parse import urlsplit
 
 MAX_URL_CHARS = 2_048
-METADATA_HOSTS = frozenset({"metadata.google.internal", "metadata", "instance-data", "instance-data.ec2.internal"})
-METADATA_ADDRESSES = frozenset({ipaddress.ip_address("169.254.169.254"), ipaddress.ip_address("fd00:ec2::254")})
+METADATA_HOSTS = frozenset(
+    {"metadata.google.internal", "metadata", "instance-data", "instance-data.ec2.internal"}
+)
+METADATA_ADDRESSES = frozenset(
+    {ipaddress.ip_address("169.254.169.254"), ipaddress.ip_address("fd00:ec2::254")}
+)
 
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 

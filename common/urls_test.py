@@ -22,8 +22,17 @@ def test_what_is_not_an_http_url_says_why(url: str, why: str) -> None:
         http_url(url)
 
 
-@pytest.mark.parametrize("host", ["169.254.169.254", "2852039166", "0xa9.0xfe.0xa9.0xfe", "0251.0376.0251.0376",
-                                  "169.254.43518", "[::ffff:169.254.169.254]"])
+@pytest.mark.parametrize(
+    "host",
+    [
+        "169.254.169.254",
+        "2852039166",
+        "0xa9.0xfe.0xa9.0xfe",
+        "0251.0376.0251.0376",
+        "169.254.43518",
+        "[::ffff:169.254.169.254]",
+    ],
+)
 def test_every_spelling_of_the_metadata_address_reads_as_it(host: str) -> None:
     assert str(host_address(host)) == "169.254.169.254"
 

@@ -196,7 +196,10 @@ class Workload(_Model):
         seen_cells: dict[str, int] = {}
         for i, cell in enumerate(self.cells):
             if cell.id in seen_cells:
-                raise _FieldError(("cells", i, "id"), f"duplicate cell id {cell.id!r} (first at cells[{seen_cells[cell.id]}])")
+                raise _FieldError(
+                    ("cells", i, "id"),
+                    f"duplicate cell id {cell.id!r} (first at cells[{seen_cells[cell.id]}])",
+                )
             seen_cells[cell.id] = i
             _check_prefill_fits(i, cell)
         seen_lrps: dict[tuple[str, int], int] = {}
@@ -204,7 +207,8 @@ class Workload(_Model):
             key = (lrp.process_guid, lrp.index)
             if key in seen_lrps:
                 raise _FieldError(
-                    ("lrps", i), f"duplicate instance {lrp.process_guid}/{lrp.index} (first at lrps[{seen_lrps[key]}])"
+                    ("lrps", i),
+                    f"duplicate instance {lrp.process_guid}/{lrp.index} (first at lrps[{seen_lrps[key]}])",
                 )
             seen_lrps[key] = i
         seen_tasks: dict[str, int] = {}
@@ -227,7 +231,9 @@ def _check_prefill_fits(i: int, cell: CellSpec) -> None:
     ):
         if used > total:
             unit = "" if what == "containers" else " MB"
-            raise _FieldError(("cells", i, "prefill"), f"{what} {used}{unit} exceeds the cell's {total}{unit}")
+            raise _FieldError(
+                ("cells", i, "prefill"), f"{what} {used}{unit} exceeds the cell's {total}{unit}"
+            )
 
 
 class _FieldError(Exception):

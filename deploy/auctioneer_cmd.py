@@ -38,44 +38,63 @@ from .limit_flags import (
 
 @app.command(cls=OneLineErrorsCommand)
 def auctioneer(
-    bbs_url: str | None = typer.Option(None, "--bbs-url", help="The BBS; several comma-separated replicas fail "
-                                       "over [env VENDUE_BBS_URL; http://127.0.0.1:8889]."),
+    bbs_url: str | None = typer.Option(
+        None,
+        "--bbs-url",
+        help="The BBS; several comma-separated replicas fail "
+        "over [env VENDUE_BBS_URL; http://127.0.0.1:8889].",
+    ),
     listen: str | None = typer.Option(None, "--listen", help="Address to bind [VENDUE_LISTEN; 127.0.0.1]."),
     port: int | None = typer.Option(None, "--port", help="Port; 0 binds a free one [VENDUE_PORT; 8890]."),
-    strategy: str | None = typer.Option(None, "--strategy", help="Placement strategy [VENDUE_STRATEGY; diego]."),
+    strategy: str | None = typer.Option(
+        None, "--strategy", help="Placement strategy [VENDUE_STRATEGY; diego]."
+    ),
     engine: str | None = typer.Option(None, "--engine", help="fast or reference [VENDUE_ENGINE; fast]."),
     cell_state_timeout: float | None = typer.Option(
-        None, "--cell-state-timeout", help="Seconds to fetch every cell's state [VENDUE_CELL_STATE_TIMEOUT; 5]."
+        None,
+        "--cell-state-timeout",
+        help="Seconds to fetch every cell's state [VENDUE_CELL_STATE_TIMEOUT; 5].",
     ),
     work_timeout: float | None = typer.Option(None, "--work-timeout", help="Seconds per work POST [10]."),
     max_attempts: int | None = typer.Option(
         None, "--max-attempts", help="Tries before rejected work is a failure [VENDUE_MAX_ATTEMPTS; 3]."
     ),
     max_inflight_starts: int | None = typer.Option(
-        None, "--max-inflight-starts", help="Starting-container limit, 0 for none [VENDUE_MAX_INFLIGHT_STARTS; 0]."
+        None,
+        "--max-inflight-starts",
+        help="Starting-container limit, 0 for none [VENDUE_MAX_INFLIGHT_STARTS; 0].",
     ),
     ready_file: Path | None = typer.Option(
         None, "--ready-file", help='Once serving, write {"url": ..., "pid": ...} here [VENDUE_READY_FILE].'
     ),
-    log_level: str | None = typer.Option(None, "--log-level", help="debug, info, warning [VENDUE_LOG_LEVEL]."),
+    log_level: str | None = typer.Option(
+        None, "--log-level", help="debug, info, warning [VENDUE_LOG_LEVEL]."
+    ),
     log_format: str | None = LOG_FORMAT_FLAG,
     transport: str | None = typer.Option(
         None, "--transport", help="http or nats: how requests, bids and work travel [VENDUE_TRANSPORT; http]."
     ),
     nats_url: str | None = typer.Option(
-        None, "--nats-url", help="NATS server(s), credentials allowed [VENDUE_NATS_URL; nats://127.0.0.1:4222]; "
+        None,
+        "--nats-url",
+        help="NATS server(s), credentials allowed [VENDUE_NATS_URL; nats://127.0.0.1:4222]; "
         "token also from VENDUE_NATS_TOKEN.",
     ),
     lease_ttl: float | None = typer.Option(
-        None, "--lease-ttl", help="Seconds the elected auctioneer's lease lasts; renewed every TTL/3 "
-        "[VENDUE_LEASE_TTL; 15].",
+        None,
+        "--lease-ttl",
+        help="Seconds the elected auctioneer's lease lasts; renewed every TTL/3 [VENDUE_LEASE_TTL; 15].",
     ),
     advertise_url: str | None = typer.Option(
-        None, "--advertise-url", help="Where the other auctioneers and the BBS reach this one while it leads "
+        None,
+        "--advertise-url",
+        help="Where the other auctioneers and the BBS reach this one while it leads "
         "[VENDUE_ADVERTISE_URL; the URL it listens on].",
     ),
     explanations: int | None = typer.Option(
-        None, "--explanations", help="Instances per auction whose placement is explained to the BBS for "
+        None,
+        "--explanations",
+        help="Instances per auction whose placement is explained to the BBS for "
         "`vendue why` (candidates and scores, or the per-filter breakdown; about 1 KB each), 0 for none "
         "[VENDUE_EXPLANATIONS; 1000].",
     ),

@@ -305,7 +305,9 @@ class BBSClient:
         """Forget a cell that is gone (admin): what it held is placed again (409 while it is present)."""
         self._request("DELETE", f"/v1/cells/{cell_id}")
 
-    def cell_states(self, rep_url: str, cell_ids: Sequence[str] = (), timeout: float = 2.0) -> dict[str, CellState]:
+    def cell_states(
+        self, rep_url: str, cell_ids: Sequence[str] = (), timeout: float = 2.0
+    ) -> dict[str, CellState]:
         """The full states of the cells a rep process hosts (GET {rep_url}/state, with this client's
         certificate or token), by cell id: those named, or every one (one request however many it hosts);
         empty when it does not answer with them."""
@@ -329,13 +331,21 @@ class BBSClient:
     def revoke_token(self, token_id: str) -> None:
         self._request("DELETE", f"/v1/tokens/{token_id}")
 
-    def events(self, read_timeout: float | None = None, wanted: EventQuery | None = None,
-               last_event_id: str | None = None, on_open: Callable[[], None] = lambda: None) -> Iterator[Event]:
+    def events(
+        self,
+        read_timeout: float | None = None,
+        wanted: EventQuery | None = None,
+        last_event_id: str | None = None,
+        on_open: Callable[[], None] = lambda: None,
+    ) -> Iterator[Event]:
         """Follow the SSE stream until the server closes it (or the caller stops iterating): only what
         `wanted` asks for; with `last_event_id`, first what was missed since (or a `resync` event).
         `on_open()`: the BBS accepted the subscription."""
         timeout = httpx.Timeout(self._http.timeout.connect, read=read_timeout)
-        headers = {"Accept": "text/event-stream", **({"Last-Event-ID": last_event_id} if last_event_id else {})}
+        headers = {
+            "Accept": "text/event-stream",
+            **({"Last-Event-ID": last_event_id} if last_event_id else {}),
+        }
         try:
             with self._http.stream("GET", "/v1/events", timeout=timeout, headers=headers,
                                    params=(wanted or EventQuery()).params()) as response:

@@ -80,7 +80,9 @@ def test_a_token_travels_as_a_bearer_header_on_every_request():
         seen.append(request)
         return httpx.Response(200, json={"items": []})
 
-    with BBSClient("http://bbs.test", transport=httpx.MockTransport(record), auth=ClientAuth(token="t0k")) as bbs:
+    with BBSClient(
+        "http://bbs.test", transport=httpx.MockTransport(record), auth=ClientAuth(token="t0k")
+    ) as bbs:
         bbs.desired_lrps()
         bbs.cell_states("http://rep.test:1800")
     assert [(r.url.host, r.headers.get("authorization")) for r in seen] == [
@@ -136,7 +138,14 @@ def test_requests_carry_the_wire_body_and_query():
 
 def test_token_requests_carry_the_wire_body_and_never_send_an_unset_expiry():
     seen: list[httpx.Request] = []
-    info = {"id": "abc", "role": "reader", "name": "ci", "created_at": 1.0, "expires_at": None, "revoked": False}
+    info = {
+        "id": "abc",
+        "role": "reader",
+        "name": "ci",
+        "created_at": 1.0,
+        "expires_at": None,
+        "revoked": False,
+    }
 
     def record(request: httpx.Request) -> httpx.Response:
         seen.append(request)
@@ -175,16 +184,21 @@ def test_events_follows_the_stream():
         f"event: {kind}\ndata: {json.dumps({'type': kind, 'data': {'n': n}, 'at': NOW})}\n\n"
         for n, kind in enumerate(["desired_lrp_created", "actual_lrp_changed"])
     )
-    with client_answering(lambda request: httpx.Response(200, text=": hi\n\n" + body,
-                                                         headers={"content-type": "text/event-stream"})) as bbs:
+    with client_answering(
+        lambda request: httpx.Response(
+            200, text=": hi\n\n" + body, headers={"content-type": "text/event-stream"}
+        )
+    ) as bbs:
         received = [(e.type, e.data) for e in bbs.events()]
     assert received == [("desired_lrp_created", {"n": 0}), ("actual_lrp_changed", {"n": 1})]
 
 
 def sse(*events: tuple[str, str]) -> str:
     """SSE text of (id, type) events, as the BBS writes them."""
-    return "".join(f"id: {i}\nevent: {kind}\ndata: {json.dumps({'type': kind, 'data': {}, 'at': NOW, 'id': i})}\n\n"
-                   for i, kind in events)
+    return "".join(
+        f"id: {i}\nevent: {kind}\ndata: {json.dumps({'type': kind, 'data': {}, 'at': NOW, 'id': i})}\n\n"
+        for i, kind in events
+    )
 
 
 def test_following_sends_filters_and_resumes_with_the_last_id_after_the_stream_ends(monkeypatch):
@@ -196,7 +210,9 @@ def test_following_sends_filters_and_resumes_with_the_last_id_after_the_stream_e
         asked.append((str(request.url.query.decode()), request.headers.get("last-event-id")))
         if not answers:
             return httpx.Response(403, json={"detail": "role reader may not"})
-        return httpx.Response(200, text=": connected\n\n" + answers.pop(0), headers={"content-type": "text/event-stream"})
+        return httpx.Response(
+            200, text=": connected\n\n" + answers.pop(0), headers={"content-type": "text/event-stream"}
+        )
 
     reconnects: list[str] = []
     query = EventQuery(app="web", types=("task_created", "task_removed"))

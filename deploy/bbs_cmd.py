@@ -64,7 +64,8 @@ def bbs(
         help="SQLAlchemy async URL [VENDUE_DATABASE_URL; sqlite+aiosqlite:///<data-dir>/bbs.db].",
     ),
     sqlite_synchronous: str | None = typer.Option(
-        None, "--sqlite-synchronous",
+        None,
+        "--sqlite-synchronous",
         help="SQLite: full (an acknowledged write survives a power loss) or normal (only a crash of the BBS; "
         "faster) [VENDUE_SQLITE_SYNCHRONOUS; full].",
     ),
@@ -109,11 +110,13 @@ def bbs(
     ),
     lease_ttl: float | None = typer.Option(None, "--lease-ttl", help="Convergence lease TTL, s [15]."),
     cell_loss_grace: float | None = typer.Option(
-        None, "--cell-loss-grace",
+        None,
+        "--cell-loss-grace",
         help="keep-replicas LRPs: wait this long after a cell's presence expired before its check, s [30].",
     ),
     cell_loss_check: float | None = typer.Option(
-        None, "--cell-loss-check",
+        None,
+        "--cell-loss-check",
         help="How long the check (and a late claim's) waits for the cell's rep to answer, s [5].",
     ),
     rebalance_interval: float | None = typer.Option(
@@ -127,7 +130,8 @@ def bbs(
         None, "--rebalance-moves-per-minute", help="Rebalancing moves started per minute at most [60]."
     ),
     rebalance_move_timeout: float | None = typer.Option(
-        None, "--rebalance-move-timeout", help="A move's replacement not running by then is abandoned, s [120]."
+        None, "--rebalance-move-timeout",
+        help="A move whose replacement does not run by then is abandoned, s [120].",
     ),
     rebalance_load_tolerance: float | None = typer.Option(
         None, "--rebalance-load-tolerance", help="Memory fraction a cell may be above the mean [0.10]."
@@ -136,18 +140,23 @@ def bbs(
         False, "--check-config", help="Validate the settings and exit: 0, or 2 and the setting at fault."
     ),
     transport: str | None = typer.Option(
-        None, "--transport", help="http or nats: auction requests, stops and cancels, events [VENDUE_TRANSPORT]."
+        None,
+        "--transport",
+        help="http or nats: auction requests, stops and cancels, events [VENDUE_TRANSPORT].",
     ),
     nats_url: str | None = typer.Option(
-        None, "--nats-url", help="NATS server(s), credentials allowed [VENDUE_NATS_URL]; token: VENDUE_NATS_TOKEN."
+        None,
+        "--nats-url",
+        help="NATS server(s), credentials allowed [VENDUE_NATS_URL]; token: VENDUE_NATS_TOKEN.",
     ),
     tls_cert: Path | None = tls_cert_flag("bbs"),
     tls_key: Path | None = TLS_KEY_FLAG,
     tls_ca: Path | None = TLS_CA_FLAG,
     encryption_keys_file: Path | None = typer.Option(
-        None, "--encryption-keys-file",
-        help="Key ring sealing command and env at rest, mode 0600 [VENDUE_ENCRYPTION_KEYS_FILE; or its JSON in "
-        "VENDUE_ENCRYPTION_KEYS]. Without one they are stored in the clear.",
+        None,
+        "--encryption-keys-file",
+        help="Key ring sealing command and env at rest, mode 0600 [VENDUE_ENCRYPTION_KEYS_FILE; or its JSON "
+        "in VENDUE_ENCRYPTION_KEYS]. Without one they are stored in the clear.",
     ),
     insecure: bool = INSECURE_FLAG,
     max_body_bytes: int | None = MAX_BODY_BYTES,
@@ -161,14 +170,18 @@ def bbs(
         None, "--max-instances", help="Desired instances in total at most [VENDUE_MAX_INSTANCES; 1000000]."
     ),
     max_event_subscribers: int | None = typer.Option(
-        None, "--max-event-subscribers", help="Open event streams at most [VENDUE_MAX_EVENT_SUBSCRIBERS; 256]."
+        None,
+        "--max-event-subscribers",
+        help="Open event streams at most [VENDUE_MAX_EVENT_SUBSCRIBERS; 256].",
     ),
     max_explanations: int | None = typer.Option(
         None, "--max-explanations", help="Placement explanations kept in memory for `vendue why`, the latest "
         "per instance [VENDUE_MAX_EXPLANATIONS; 20000]."
     ),
     callback_allow: list[str] = typer.Option(
-        [], "--callback-allow", help="A host task callbacks may name although link-local or a metadata service, "
+        [],
+        "--callback-allow",
+        help="A host task callbacks may name although link-local or a metadata service, "
         "repeatable [VENDUE_CALLBACK_ALLOW, a JSON list].",
     ),
 ) -> None:

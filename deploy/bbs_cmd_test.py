@@ -83,7 +83,14 @@ def test_check_config_validates_the_tls_settings(tmp_path: Path) -> None:
     pki = tmp_path / "pki"
     init_ca(pki)
     issue(pki, role="bbs", name="bbs")
-    tls = ["--tls-cert", str(pki / "bbs.pem"), "--tls-key", str(pki / "bbs-key.pem"), "--tls-ca", str(pki / "ca.pem")]
+    tls = [
+        "--tls-cert",
+        str(pki / "bbs.pem"),
+        "--tls-key",
+        str(pki / "bbs-key.pem"),
+        "--tls-ca",
+        str(pki / "ca.pem"),
+    ]
     runner = CliRunner()
     data = ["--data-dir", str(tmp_path / "data")]
     cases = [

@@ -60,9 +60,17 @@ def uncordon(cell_id: CellArgument, connection: Connection = Connection(), as_js
 @bbs_command
 def drain(
     cell_id: CellArgument,
-    wait: Annotated[bool, typer.Option("--wait", help="Wait until the cell holds nothing (progress bar): "
-                                       "exit 0 when it is empty, 1 at --timeout, saying what is left.")] = False,
-    timeout: Annotated[float, typer.Option("--timeout", help="With --wait: how long to wait, seconds.")] = 300.0,
+    wait: Annotated[
+        bool,
+        typer.Option(
+            "--wait",
+            help="Wait until the cell holds nothing (progress bar): "
+            "exit 0 when it is empty, 1 at --timeout, saying what is left.",
+        ),
+    ] = False,
+    timeout: Annotated[
+        float, typer.Option("--timeout", help="With --wait: how long to wait, seconds.")
+    ] = 300.0,
     connection: Connection = Connection(),
     as_json: AsJson = False,
 ) -> None:
@@ -80,7 +88,9 @@ def drain(
         print_json({"cell": cell.model_dump(mode="json"), "left": [entry for entry, _ in left]})
     if not left:
         if not as_json:
-            typer.echo(f"drained {cell_id}: it holds nothing (still cordoned; `vendue cells uncordon {cell_id}`)")
+            typer.echo(
+                f"drained {cell_id}: it holds nothing (still cordoned; `vendue cells uncordon {cell_id}`)"
+            )
         return
     if not as_json:
         typer.echo(f"error: {cell_id} still holds {len(left)} after {timeout:g}s:", err=True)

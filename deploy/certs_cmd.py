@@ -19,8 +19,11 @@ from common.tls import CA_CERT, CA_KEY, ROLES, CertError, TLSFiles, init_ca, iss
 from .cli import app
 from .cli_style import OneLineErrorsCommand, OneLineErrorsGroup, bad_input
 
-certs = typer.Typer(help="The cluster CA and the certificates it issues (mutual TLS between every component).",
-                    no_args_is_help=True, cls=OneLineErrorsGroup)
+certs = typer.Typer(
+    help="The cluster CA and the certificates it issues (mutual TLS between every component).",
+    no_args_is_help=True,
+    cls=OneLineErrorsGroup,
+)
 app.add_typer(certs, name="certs")
 
 
@@ -43,16 +46,30 @@ def certs_init(
 
 @certs.command("issue", cls=OneLineErrorsCommand)
 def certs_issue(
-    directory: Annotated[Path, typer.Argument(metavar="DIR", help="The CA's directory; NAME.pem goes there too.")],
+    directory: Annotated[
+        Path, typer.Argument(metavar="DIR", help="The CA's directory; NAME.pem goes there too.")
+    ],
     role: Annotated[str, typer.Option("--role", metavar="ROLE", help=f"One of: {', '.join(ROLES)}.")],
-    name: Annotated[str, typer.Option("--name", metavar="NAME", help="Who holds it: NAME.pem, NAME-key.pem.")],
-    cells: Annotated[list[str], typer.Option("--cell", metavar="ID",
-                                             help="A cell this rep may speak for (repeat).")] = [],  # noqa: B006
-    cell_prefixes: Annotated[list[str], typer.Option("--cell-prefix", metavar="PREFIX",
-                                                     help="Every cell whose id starts with PREFIX (a sim host).")] = [],  # noqa: B006
-    sans: Annotated[list[str], typer.Option("--san", metavar="HOST",
-                                            help="A DNS name or IP it serves on (repeat; localhost and "
-                                                 "127.0.0.1 are always in).")] = [],  # noqa: B006
+    name: Annotated[
+        str, typer.Option("--name", metavar="NAME", help="Who holds it: NAME.pem, NAME-key.pem.")
+    ],
+    cells: Annotated[
+        list[str], typer.Option("--cell", metavar="ID", help="A cell this rep may speak for (repeat).")
+    ] = [],  # noqa: B006
+    cell_prefixes: Annotated[
+        list[str],
+        typer.Option(
+            "--cell-prefix", metavar="PREFIX", help="Every cell whose id starts with PREFIX (a sim host)."
+        ),
+    ] = [],  # noqa: B006
+    sans: Annotated[
+        list[str],
+        typer.Option(
+            "--san",
+            metavar="HOST",
+            help="A DNS name or IP it serves on (repeat; localhost and 127.0.0.1 are always in).",
+        ),
+    ] = [],  # noqa: B006
     days: Annotated[int, typer.Option("--days", min=1, max=3650, help="Validity.")] = 825,
     json_out: Annotated[bool, typer.Option("--json", help="Print the paths as JSON.")] = False,
 ) -> None:
@@ -108,14 +125,24 @@ def _missing_sans(cert: Path, sans: list[str]) -> list[str]:
 
 @certs.command("nats-config", cls=OneLineErrorsCommand)
 def certs_nats_config(
-    directory: Annotated[Path, typer.Argument(metavar="DIR", help="The CA's directory and the certificates to admit.")],
-    out: Annotated[Path | None, typer.Option("--out", metavar="FILE",
-                                             help="Where to write it (default: DIR/nats-server.conf).")] = None,
-    listen: Annotated[str, typer.Option("--listen", metavar="HOST:PORT",
-                                        help="The address the server takes clients on.")] = DEFAULT_NATS_LISTEN,
-    sans: Annotated[list[str], typer.Option("--san", metavar="HOST",
-                                            help="A name the components dial the server by, for its certificate "
-                                                 "when it is issued (repeat).")] = [],  # noqa: B006
+    directory: Annotated[
+        Path, typer.Argument(metavar="DIR", help="The CA's directory and the certificates to admit.")
+    ],
+    out: Annotated[
+        Path | None,
+        typer.Option("--out", metavar="FILE", help="Where to write it (default: DIR/nats-server.conf)."),
+    ] = None,
+    listen: Annotated[
+        str, typer.Option("--listen", metavar="HOST:PORT", help="The address the server takes clients on.")
+    ] = DEFAULT_NATS_LISTEN,
+    sans: Annotated[
+        list[str],
+        typer.Option(
+            "--san",
+            metavar="HOST",
+            help="A name the components dial the server by, for its certificate when it is issued (repeat).",
+        ),
+    ] = [],  # noqa: B006
     json_out: Annotated[bool, typer.Option("--json", help="Print the paths and users as JSON.")] = False,
 ) -> None:
     """Write the nats-server configuration for the certificates in DIR (docs/security.md, "NATS"): TLS with

@@ -34,14 +34,19 @@ def one_error(result) -> str:
 def pki(tmp_path: Path) -> Path:
     directory = tmp_path / "pki"
     assert vendue("certs", "init", directory).exit_code == 0
-    for args in (["--role", "bbs", "--name", "bbs-1"], ["--role", "rep", "--name", "rep-a", "--cell", "cell-a"]):
+    for args in (
+        ["--role", "bbs", "--name", "bbs-1"],
+        ["--role", "rep", "--name", "rep-a", "--cell", "cell-a"],
+    ):
         result = vendue("certs", "issue", directory, *args)
         assert result.exit_code == 0, result.output
     return directory
 
 
 def users(config: Path) -> dict[str, dict]:
-    return {user["user"]: user["permissions"] for user in json.loads(config.read_text())["authorization"]["users"]}
+    return {
+        user["user"]: user["permissions"] for user in json.loads(config.read_text())["authorization"]["users"]
+    }
 
 
 def test_nats_config_admits_every_client_certificate_with_its_roles_permissions(pki: Path) -> None:
@@ -58,11 +63,17 @@ def test_nats_config_admits_every_client_certificate_with_its_roles_permissions(
     assert "no_auth_user" not in written
     admitted = users(config)
     assert set(admitted) == {"CN=bbs-1,OU=bbs,O=vendue", "CN=rep-a,OU=rep,O=vendue"}  # not the server's own
-    assert admitted["CN=rep-a,OU=rep,O=vendue"]["subscribe"]["allow"] == ["vendue.cells.state", "vendue.rep.rep-a.>"]
+    assert admitted["CN=rep-a,OU=rep,O=vendue"]["subscribe"]["allow"] == [
+        "vendue.cells.state",
+        "vendue.rep.rep-a.>",
+    ]
     server = identity_of_file(pki / "nats.pem")
     assert server is not None and user_name(server) not in admitted
-    names = x509.load_pem_x509_certificate((pki / "nats.pem").read_bytes()).extensions.get_extension_for_class(
-        x509.SubjectAlternativeName).value.get_values_for_type(x509.DNSName)
+    names = (
+        x509.load_pem_x509_certificate((pki / "nats.pem").read_bytes())
+        .extensions.get_extension_for_class(x509.SubjectAlternativeName)
+        .value.get_values_for_type(x509.DNSName)
+    )
     assert "nats" in names  # --san: the name the components dial
 
 
@@ -70,7 +81,9 @@ def test_nats_config_keeps_the_servers_certificate_and_picks_up_a_new_one(pki: P
     elsewhere = tmp_path / "etc" / "nats.conf"
     assert vendue("certs", "nats-config", pki, "--san", "nats", "--out", elsewhere).exit_code == 0
     server_cert = (pki / "nats.pem").read_bytes()
-    assert vendue("certs", "issue", pki, "--role", "rep", "--name", "rep-b", "--cell", "cell-b").exit_code == 0
+    assert (
+        vendue("certs", "issue", pki, "--role", "rep", "--name", "rep-b", "--cell", "cell-b").exit_code == 0
+    )
     result = vendue("certs", "nats-config", pki, "--san", "nats", "--out", elsewhere)
     assert result.exit_code == 0, result.output
     assert (pki / "nats.pem").read_bytes() == server_cert  # issued when missing only
@@ -106,7 +119,9 @@ def test_nats_config_refuses_a_directory_without_client_certificates_or_ca(tmp_p
 
 
 def test_issue_refuses_a_rep_without_cells(pki: Path) -> None:
-    assert one_error(vendue("certs", "issue", pki, "--role", "rep", "--name", "rep-x")).startswith("error: cell: ")
+    assert one_error(vendue("certs", "issue", pki, "--role", "rep", "--name", "rep-x")).startswith(
+        "error: cell: "
+    )
 
 
 def test_init_writes_the_ca_and_its_private_key_once(tmp_path: Path) -> None:

@@ -22,7 +22,15 @@ def runner() -> CliRunner:
     [
         (["auctioneer", "--check-config"], {}, 0, "config ok"),
         (
-            ["auctioneer", "--check-config", "--bbs-url", "http://bbs-1:8889", "--listen", "0.0.0.0", "--insecure"],
+            [
+                "auctioneer",
+                "--check-config",
+                "--bbs-url",
+                "http://bbs-1:8889",
+                "--listen",
+                "0.0.0.0",
+                "--insecure",
+            ],
             {},
             0,
             "config ok",
@@ -71,8 +79,12 @@ def runner() -> CliRunner:
         (["auctioneer", "--check-config", "--listen", "0.0.0.0"], {"VENDUE_INSECURE": "1"}, 0, "config ok"),
         (["rep", "--check-config", "--listen", "0.0.0.0"], {"VENDUE_INSECURE": "1"}, 0, "config ok"),
         (["bbs", "--check-config", "--listen", "0.0.0.0"], {"VENDUE_INSECURE": "1"}, 0, "config ok"),
-        (["rep", "--check-config", "--listen", "0.0.0.0"], {"VENDUE_INSECURE": "0"}, 2,
-         "error: --tls-cert (tls_cert): refusing"),
+        (
+            ["rep", "--check-config", "--listen", "0.0.0.0"],
+            {"VENDUE_INSECURE": "0"},
+            2,
+            "error: --tls-cert (tls_cert): refusing",
+        ),
     ],
 )
 def test_check_config(

@@ -140,11 +140,6 @@ def test_every_command_that_prints_takes_json() -> None:
         assert "--json" in options, f"`{path}` prints something: it should take --json"
 
 
-# README rows for issue #16's commands that other branches add (cells cordon|uncordon|drain,
-# dashboard): listed ahead of their merge. Empty this once they are all registered.
-PENDING_MERGE = {"cells cordon", "cells uncordon", "cells drain", "dashboard"}
-
-
 def _readme_commands() -> set[str]:
     """The commands the README's command table names: in each row's first column, every `code span`'s
     leading words up to the first argument or option (`task cancel GUID` -> `task cancel`)."""
@@ -166,5 +161,5 @@ def test_the_readme_command_table_lists_exactly_the_commands_of_help() -> None:
                 if not getattr(command, "commands", None) or command.invoke_without_command}
     table = _readme_commands()
     assert commands - table == set(), f"commands missing from the README's table: {commands - table}"
-    unknown = table - commands - PENDING_MERGE
+    unknown = table - commands
     assert unknown == set(), f"the README's table names commands that do not exist: {unknown}"

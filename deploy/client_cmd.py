@@ -165,7 +165,9 @@ def resolve_auth(given: Connection, local: dict[str, Any] | None) -> ClientAuth:
     token = given.token or None
     if given.tls_cert is not None or given.tls_key is not None:
         try:
-            return ClientAuth(tls=TLSFiles.from_settings(given.tls_cert, given.tls_key, given.tls_ca), token=token)
+            return ClientAuth(
+                tls=TLSFiles.from_settings(given.tls_cert, given.tls_key, given.tls_ca), token=token
+            )
         except CertError as exc:
             fail(_as_flag(exc), USAGE_ERROR)
     if given.tls_ca is not None:
@@ -282,22 +284,33 @@ def age(moment: datetime | None, now: datetime | None = None) -> str:
 @bbs_command
 def push(
     name: Annotated[str, typer.Argument(help="The app's process guid.", show_default=False)],
-    command: Annotated[list[str] | None, typer.Argument(metavar="-- COMMAND...",
-                                                         help="What each instance runs (argv).")] = None,
+    command: Annotated[
+        list[str] | None, typer.Argument(metavar="-- COMMAND...", help="What each instance runs (argv).")
+    ] = None,
     instances: Annotated[int, typer.Option("--instances", "-i", help="How many instances.")] = 1,
     memory_mb: Annotated[int, typer.Option("--memory", "-m", help="Memory per instance, MB.")] = 256,
     disk_mb: Annotated[int, typer.Option("--disk", "-d", help="Disk per instance, MB.")] = 1024,
     stack: Annotated[str | None, typer.Option("--stack", help="Required stack (rootfs).")] = None,
     tags: Annotated[list[str] | None, typer.Option("--tag", help="Placement tag (repeatable).")] = None,
-    strategy: Annotated[str | None, typer.Option("--strategy", help="Placement strategy for this app.")] = None,
-    ports: Annotated[list[int] | None, typer.Option("--port", help="Container port (repeatable; default 8080).")] = None,
-    health: Annotated[str | None, typer.Option("--health", help="Health check: port, process or http.")] = None,
-    health_path: Annotated[str | None, typer.Option("--health-path", help="Path of the http health check.")] = None,
+    strategy: Annotated[
+        str | None, typer.Option("--strategy", help="Placement strategy for this app.")
+    ] = None,
+    ports: Annotated[
+        list[int] | None, typer.Option("--port", help="Container port (repeatable; default 8080).")
+    ] = None,
+    health: Annotated[
+        str | None, typer.Option("--health", help="Health check: port, process or http.")
+    ] = None,
+    health_path: Annotated[
+        str | None, typer.Option("--health-path", help="Path of the http health check.")
+    ] = None,
     env: Annotated[list[str] | None, typer.Option("--env", "-e", help="NAME=VALUE (repeatable).")] = None,
     domain: Annotated[str | None, typer.Option("--domain", help="Domain the app belongs to.")] = None,
     on_cell_loss: OnCellLossOption = None,
     wait: Annotated[bool, typer.Option("--wait", help="Wait until every instance runs.")] = False,
-    timeout: Annotated[float, typer.Option("--timeout", help="With --wait: give up after this many seconds.")] = 60.0,
+    timeout: Annotated[
+        float, typer.Option("--timeout", help="With --wait: give up after this many seconds.")
+    ] = 60.0,
     connection: Connection = Connection(),
     as_json: AsJson = False,
 ) -> None:
@@ -487,8 +500,12 @@ def instances(
 # --- cells ----------------------------------------------------------------------------------------
 
 
-cells_app = typer.Typer(help="The cell states; `cordon`, `uncordon`, `drain`; `remove` forgets one that is gone.",
-                        invoke_without_command=True, no_args_is_help=False, cls=OneLineErrorsGroup)
+cells_app = typer.Typer(
+    help="The cell states; `cordon`, `uncordon`, `drain`; `remove` forgets one that is gone.",
+    invoke_without_command=True,
+    no_args_is_help=False,
+    cls=OneLineErrorsGroup,
+)
 app.add_typer(cells_app, name="cells")
 
 
@@ -498,7 +515,9 @@ def cells(
     ctx: typer.Context,
     connection: Connection = Connection(),
     as_json: AsJson = False,
-    expired: Annotated[bool, typer.Option("--all", help="Also cells whose presence expired (suspect).")] = False,
+    expired: Annotated[
+        bool, typer.Option("--all", help="Also cells whose presence expired (suspect).")
+    ] = False,
 ) -> None:
     """The cell states, from the BBS alone (like `cfdot cell-states`: no rep is asked): what each cell had
     left and held at its last heartbeat, and whether it is cordoned or draining (vendue cells cordon|drain)
@@ -576,8 +595,12 @@ def _print_task_outcome(task: Task) -> None:
 @task_app.command("run", cls=OneLineErrorsCommand)
 @bbs_command
 def task_run(
-    command: Annotated[list[str] | None, typer.Argument(metavar="-- COMMAND...", help="What to run (argv).")] = None,
-    name: Annotated[str | None, typer.Option("--name", help="The task guid (default: task-<random>).")] = None,
+    command: Annotated[
+        list[str] | None, typer.Argument(metavar="-- COMMAND...", help="What to run (argv).")
+    ] = None,
+    name: Annotated[
+        str | None, typer.Option("--name", help="The task guid (default: task-<random>).")
+    ] = None,
     memory_mb: Annotated[int, typer.Option("--memory", "-m", help="Memory, MB.")] = 256,
     disk_mb: Annotated[int, typer.Option("--disk", "-d", help="Disk, MB.")] = 1024,
     stack: Annotated[str | None, typer.Option("--stack", help="Required stack (rootfs).")] = None,
@@ -585,7 +608,9 @@ def task_run(
     env: Annotated[list[str] | None, typer.Option("--env", "-e", help="NAME=VALUE (repeatable).")] = None,
     domain: Annotated[str | None, typer.Option("--domain", help="Domain the task belongs to.")] = None,
     detach: Annotated[bool, typer.Option("--detach", help="Return once the task is accepted.")] = False,
-    timeout: Annotated[float | None, typer.Option("--timeout", help="Give up waiting after this many seconds.")] = None,
+    timeout: Annotated[
+        float | None, typer.Option("--timeout", help="Give up waiting after this many seconds.")
+    ] = None,
     connection: Connection = Connection(),
     as_json: AsJson = False,
 ) -> None:
@@ -720,10 +745,18 @@ def summarize(event: Event) -> str:
 @app.command(cls=OneLineErrorsCommand)
 @bbs_command
 def events(
-    app_guid: Annotated[str | None, typer.Option("--app", metavar="APP", help="Only this app's events.")] = None,
-    cell: Annotated[str | None, typer.Option("--cell", metavar="CELL", help="Only this cell's events.")] = None,
-    types: Annotated[list[str] | None, typer.Option(
-        "--type", metavar="TYPE", help=f"Only events of this type (repeatable): {', '.join(EVENT_TYPES)}.")] = None,
+    app_guid: Annotated[
+        str | None, typer.Option("--app", metavar="APP", help="Only this app's events.")
+    ] = None,
+    cell: Annotated[
+        str | None, typer.Option("--cell", metavar="CELL", help="Only this cell's events.")
+    ] = None,
+    types: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--type", metavar="TYPE", help=f"Only events of this type (repeatable): {', '.join(EVENT_TYPES)}."
+        ),
+    ] = None,
     connection: Connection = Connection(),
     as_json: AsJson = False,
 ) -> None:

@@ -89,14 +89,17 @@ def test_several_bbs_urls_are_replicas_the_one_down_is_skipped(bbs):
     assert pushed.exit_code == 0, pushed.output
     assert name in desired_guids(bbs)
     listed = bbs.vendue("apps", "--json", url=f"{down}, {bbs.url}")
-    assert listed.exit_code == 0 and name in {a["process_guid"] for a in json.loads(listed.stdout)}, listed.output
+    assert listed.exit_code == 0 and name in {a["process_guid"] for a in json.loads(listed.stdout)}, (
+        listed.output
+    )
     both_down = CliRunner().invoke(app, ["apps", "--bbs", f"{down},http://127.0.0.1:{free_port()}"])
     assert both_down.exit_code == 1
     lines = both_down.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: cannot reach the BBS") and down in lines[0], lines
     bad = CliRunner().invoke(app, ["apps", "--bbs", f"{bbs.url},"])
-    assert bad.exit_code == 2 and bad.stderr.startswith("error: --bbs:") and len(bad.stderr.splitlines()) == 1, (
-        bad.stderr)
+    assert (
+        bad.exit_code == 2 and bad.stderr.startswith("error: --bbs:") and len(bad.stderr.splitlines()) == 1
+    ), bad.stderr
 
 
 def test_push_apps_instances_scale_delete_round_trip_with_json_shapes(bbs):
@@ -121,7 +124,10 @@ def test_push_apps_instances_scale_delete_round_trip_with_json_shapes(bbs):
     listed = bbs.vendue("instances", name, "--json")
     assert listed.exit_code == 0, listed.output
     actuals = [ActualLRP.model_validate(a) for a in json.loads(listed.stdout)]
-    assert [(a.process_guid, a.index, a.state) for a in actuals] == [(name, 0, "UNCLAIMED"), (name, 1, "UNCLAIMED")]
+    assert [(a.process_guid, a.index, a.state) for a in actuals] == [
+        (name, 0, "UNCLAIMED"),
+        (name, 1, "UNCLAIMED"),
+    ]
 
     table = bbs.vendue("instances", name)
     assert table.exit_code == 0 and "UNCLAIMED" in table.stdout and "INDEX" in table.stdout
@@ -168,9 +174,15 @@ def test_task_run_detached_and_tasks_json(bbs):
 def test_cells_lists_the_cell_states_from_the_bbs_alone(bbs):
     cell_id = unique("cell")
     # Its rep_url answers nothing: every column comes from the heartbeat the BBS keeps.
-    presence = {"cell_id": cell_id, "zone": "z9", "rep_url": f"https://127.0.0.1:{free_port()}",
-                "total": {"memory_mb": 1024, "disk_mb": 2048, "containers": 10},
-                "available": {"memory_mb": 768, "disk_mb": 1536, "containers": 7}, "instances": 3, "starting": 1}
+    presence = {
+        "cell_id": cell_id,
+        "zone": "z9",
+        "rep_url": f"https://127.0.0.1:{free_port()}",
+        "total": {"memory_mb": 1024, "disk_mb": 2048, "containers": 10},
+        "available": {"memory_mb": 768, "disk_mb": 1536, "containers": 7},
+        "instances": 3,
+        "starting": 1,
+    }
     issue(bbs.pki, role="rep", name=cell_id, cells=[cell_id])  # only the cell's rep may heartbeat for it
     rep = client_context(TLSFiles.in_dir(bbs.pki, cell_id))
     assert httpx.put(f"{bbs.url}/v1/cells", json={"cells": [presence]}, verify=rep).status_code == 200
@@ -181,7 +193,9 @@ def test_cells_lists_the_cell_states_from_the_bbs_alone(bbs):
     assert cells[cell_id].available.model_dump() == presence["available"] and cells[cell_id].instances == 3
     table = bbs.vendue("cells")
     row = next(line for line in table.stdout.splitlines() if cell_id in line)
-    assert table.exit_code == 0 and "768 / 1024 MB" in row and "7 / 10" in row and "present" in row, table.stdout
+    assert table.exit_code == 0 and "768 / 1024 MB" in row and "7 / 10" in row and "present" in row, (
+        table.stdout
+    )
     # cordon, drain and uncordon: the state the BBS answers, in the listing too; an unknown cell: exit 1.
     assert "CORDONED" in bbs.vendue("cells", "cordon", cell_id).stdout
     assert json.loads(bbs.vendue("cells", "drain", cell_id, "--json").stdout)["draining"] is True
@@ -207,9 +221,15 @@ def test_cells_lists_the_cell_states_from_the_bbs_alone(bbs):
 
 def test_events_json_prints_one_event_per_line(bbs, tmp_path: Path):
     # A real subprocess: `vendue events` follows the stream until it is stopped.
-    proc = subprocess.Popen([*ENTRY_POINT, "events", "--json", "--bbs", bbs.url], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, cwd=PROJECT_ROOT, preexec_fn=child_preexec(),
-                            env={**os.environ, **bbs.tls_env()})
+    proc = subprocess.Popen(
+        [*ENTRY_POINT, "events", "--json", "--type", "task_created", "--bbs", bbs.url],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=PROJECT_ROOT,
+        preexec_fn=child_preexec(),
+        env={**os.environ, **bbs.tls_env()},
+    )
     try:
         name = unique("evt")
         # The stream may connect after our first change: keep changing until an event of ours arrives.
@@ -222,7 +242,7 @@ def test_events_json_prints_one_event_per_line(bbs, tmp_path: Path):
             pytest.fail(f"expected an event line from `vendue events --json`; saw none "
                         f"(stderr: {proc.stderr.read() if proc.poll() is not None else 'still running'})")
         event = Event.model_validate(json.loads(line))
-        assert event.type.startswith("task_") and event.data["task_guid"].startswith(name)
+        assert event.type == "task_created" and event.data["task_guid"].startswith(name), event
     finally:
         terminate_then_kill(proc, grace_s=5.0)
 
@@ -258,7 +278,9 @@ def test_no_identity_is_one_error_line_401_and_half_given_flags_exit_2(bbs):
     assert half.exit_code == 2 and half.stderr.splitlines() == [
         "error: --tls-key: --tls-cert, --tls-key and --tls-ca go together"], half.stderr
     # Without the cluster's CA the BBS's certificate is not trusted: one line that says where to look.
-    untrusted = bbs.vendue("apps", env={"VENDUE_TLS_CERT": None, "VENDUE_TLS_KEY": None, "VENDUE_TLS_CA": None})
+    untrusted = bbs.vendue(
+        "apps", env={"VENDUE_TLS_CERT": None, "VENDUE_TLS_KEY": None, "VENDUE_TLS_CA": None}
+    )
     assert untrusted.exit_code == 1, untrusted.output
     [line] = untrusted.stderr.splitlines()
     assert "CERTIFICATE_VERIFY_FAILED" in line and "--tls-ca" in line, line
@@ -273,6 +295,8 @@ def test_a_bearer_token_needs_only_the_ca(bbs):
     assert listed.exit_code == 0, listed.output
     name = unique("by-token")
     refused = bbs.vendue("push", name, "--", "x", env={**as_token, "VENDUE_TOKEN": token})
-    assert refused.exit_code == 1 and refused.stderr.startswith("error: 403: role reader (script)"), refused.output
+    assert refused.exit_code == 1 and refused.stderr.startswith("error: 403: role reader (script)"), (
+        refused.output
+    )
     bad = bbs.vendue("apps", "--token", "not-a-token", env=as_token)
     assert bad.exit_code == 1 and bad.stderr.startswith("error: 401: "), bad.output

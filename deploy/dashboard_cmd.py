@@ -38,9 +38,14 @@ DEFAULT_EXPIRES = "10m"
 @bbs_command
 def dashboard(
     open_browser: Annotated[bool, typer.Option("--open", help="Open it in the default browser too.")] = False,
-    expires: Annotated[str, typer.Option(
-        "--expires", metavar="DURATION", help="How long the link may be used to log in: 10m, 1h, or seconds.")]
-    = DEFAULT_EXPIRES,
+    expires: Annotated[
+        str,
+        typer.Option(
+            "--expires",
+            metavar="DURATION",
+            help="How long the link may be used to log in: 10m, 1h, or seconds.",
+        ),
+    ] = DEFAULT_EXPIRES,
     connection: Connection = Connection(),
     as_json: AsJson = False,
 ) -> None:
@@ -50,10 +55,14 @@ def dashboard(
     except ValueError as exc:
         fail(f"--expires: {exc}", USAGE_ERROR)
     if not 0 < expires_in_s <= 86400:
-        fail(f"--expires: expected at most a day (the login link is a secret while it lasts), got {expires!r}",
-             USAGE_ERROR)
+        fail(
+            f"--expires: expected at most a day (the login link is a secret while it lasts), got {expires!r}",
+            USAGE_ERROR,
+        )
     with connect(connection) as client:
-        created = client.create_token(TokenCreate(role="reader", name=LOGIN_TOKEN_NAME, expires_in_s=expires_in_s))
+        created = client.create_token(
+            TokenCreate(role="reader", name=LOGIN_TOKEN_NAME, expires_in_s=expires_in_s)
+        )
         base = client.current_url()
     url = f"{base}/ui/login?token={created.token}"
     if as_json:

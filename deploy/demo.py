@@ -117,10 +117,14 @@ class Demo:
     def step(self, title: str) -> None:
         self.out.print(Rule(f"[bold]{title}", align="left"))
 
-    def all_running(self, exclude_cell: str | None = None) -> dict[int, tuple[ActualLRP, tuple[int, str, int]]]:
+    def all_running(
+        self, exclude_cell: str | None = None
+    ) -> dict[int, tuple[ActualLRP, tuple[int, str, int]]]:
         """Every index RUNNING once (ORDINARY), not on `exclude_cell`, and answering HTTP as itself."""
         actuals = self.bbs.actual_lrps(process_guid=APP_NAME)
-        running = {a.index: a for a in actuals if a.state == ActualState.RUNNING and a.presence == Presence.ORDINARY}
+        running = {
+            a.index: a for a in actuals if a.state == ActualState.RUNNING and a.presence == Presence.ORDINARY
+        }
         if sorted(running) != list(range(APP_INSTANCES)) or len(actuals) != APP_INSTANCES:
             raise Unmet(brief(actuals))
         answers = {}
@@ -155,7 +159,9 @@ class Demo:
             process_guid=APP_NAME, instances=APP_INSTANCES, memory_mb=128, disk_mb=64,
             command=[app_python(), "-c", APP_SOURCE], ports=[8080], health_check=HealthCheck(type="port"),
         ))
-        answers = wait_until(self.all_running, f"{APP_INSTANCES} instances of {APP_NAME} running and answering")
+        answers = wait_until(
+            self.all_running, f"{APP_INSTANCES} instances of {APP_NAME} running and answering"
+        )
         self.out.print(self.placement_table("where the auction placed them", answers))
         zones = Counter(actual.zone for actual, _ in answers.values())
         self.out.print(f"spread over zones: {dict(sorted(zones.items()))} (the auction balances zones first)")
@@ -164,8 +170,9 @@ class Demo:
     def task(self) -> None:
         self.step("3. run a one-off task")
         guid = f"demo-task-{uuid.uuid4().hex[:6]}"
-        self.bbs.desire_task(TaskCreate(task_guid=guid, command=[app_python(), "-c", TASK_SOURCE], memory_mb=64,
-                                        disk_mb=64))
+        self.bbs.desire_task(
+            TaskCreate(task_guid=guid, command=[app_python(), "-c", TASK_SOURCE], memory_mb=64, disk_mb=64)
+        )
 
         def completed() -> Task:
             task = self.bbs.task(guid)
@@ -189,7 +196,9 @@ class Demo:
             raise DemoFailed(f"expected the rep of {victim.cell_id} to report pid {answered_pid} for index 0 "
                              f"(it answered HTTP as that pid); the rep says {pid}")
         os.kill(pid, signal.SIGKILL)
-        self.out.print(f"killed pid {pid} (index 0 of {APP_NAME} on {victim.cell_id}, pid from its rep's /state)")
+        self.out.print(
+            f"killed pid {pid} (index 0 of {APP_NAME} on {victim.cell_id}, pid from its rep's /state)"
+        )
 
         def restarted() -> dict[int, tuple[ActualLRP, tuple[int, str, int]]]:
             now = self.all_running()
@@ -238,12 +247,23 @@ def run_demo(console: Console, keep: bool = False, transport: str = "http", nats
              insecure: bool = False) -> int:
     started = time.monotonic()
     data_dir = Path(tempfile.mkdtemp(prefix="vendue-demo-"))
-    cluster = LocalCluster(data_dir, cells=4, zones=2, executor="process", cell_memory_mb=1024, cell_disk_mb=2048,
-                           transport=transport, nats_url=nats_url, insecure=insecure)
+    cluster = LocalCluster(
+        data_dir,
+        cells=4,
+        zones=2,
+        executor="process",
+        cell_memory_mb=1024,
+        cell_disk_mb=2048,
+        transport=transport,
+        nats_url=nats_url,
+        insecure=insecure,
+    )
     ok = False
     try:
         over = " over NATS" if transport == "nats" else ""
-        console.print(Rule(f"[bold]1. start a local cluster{over}: BBS, auctioneer, 4 cells in 2 zones", align="left"))
+        console.print(
+            Rule(f"[bold]1. start a local cluster{over}: BBS, auctioneer, 4 cells in 2 zones", align="left")
+        )
         if insecure:
             warn_insecure(console)
         with console.status("starting…"):
@@ -251,8 +271,12 @@ def run_demo(console: Console, keep: bool = False, transport: str = "http", nats
         console.print(cluster_table(cluster))
         console.print(cluster.isolation_summary(), highlight=False)
         if not insecure:
-            console.print(f"every component serves HTTPS with a certificate from the cluster CA in {cluster.certs_dir}; "
-                          "the demo talks to them as the admin (admin.pem)", highlight=False)
+            console.print(
+                f"every component serves HTTPS with a certificate from the cluster CA in "
+                f"{cluster.certs_dir}; "
+                "the demo talks to them as the admin (admin.pem)",
+                highlight=False,
+            )
         with BBSClient(cluster.bbs_url, auth=ClientAuth(tls=cluster.client_tls())) as bbs:
             demo = Demo(console, cluster, bbs)
             answers = demo.push()

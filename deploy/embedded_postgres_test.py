@@ -47,7 +47,9 @@ def test_the_database_lives_in_the_data_dir_and_survives_a_restart(reachable_dir
         assert run_sql(first.url, "SHOW fsync", "SHOW full_page_writes") == ["on", "on"]
     finally:
         first.stop()
-    assert first.server.proc is not None and first.server.proc.poll() is not None, "expected the server stopped"
+    assert first.server.proc is not None and first.server.proc.poll() is not None, (
+        "expected the server stopped"
+    )
     second = start_under(reachable_dir)
     try:
         assert run_sql(second.url, "SELECT n FROM kept") == [42]
@@ -81,14 +83,22 @@ def test_without_the_wheel_nothing_starts_and_the_error_says_what_to_install(
     assert not (tmp_path / "cluster").exists()
 
 
-def refusal_without_password(server: PostgresServer, *, password: str | None = None, host: str = "127.0.0.1") -> str:
+def refusal_without_password(
+    server: PostgresServer, *, password: str | None = None, host: str = "127.0.0.1"
+) -> str:
     """How the server answers the superuser connecting with `password` (None: none at all): the error
     text, or "" when it let the connection in."""
 
     async def connect() -> str:
         try:
-            connection = await asyncpg.connect(user="postgres", password=password, host=host, port=server.port,
-                                               database="postgres", timeout=5)
+            connection = await asyncpg.connect(
+                user="postgres",
+                password=password,
+                host=host,
+                port=server.port,
+                database="postgres",
+                timeout=5,
+            )
         except asyncpg.InvalidPasswordError as exc:
             return str(exc)
         await connection.close()
@@ -130,7 +140,9 @@ def test_every_connection_needs_the_password_which_no_command_line_shows(reachab
         assert run_sql(database.url, "SELECT 1") == [1]
         for host in ("127.0.0.1", str(server.data)):  # TCP and the Unix socket alike
             assert "password authentication failed" in refusal_without_password(server, host=host)
-            assert "password authentication failed" in refusal_without_password(server, password="wrong", host=host)
+            assert "password authentication failed" in refusal_without_password(
+                server, password="wrong", host=host
+            )
         assert not (reachable_dir / "postgres" / "initdb-password").exists(), "initdb's password file removed"
         assert server.proc is not None
         command_lines = argv_of_tree(server.proc.pid)
@@ -140,7 +152,9 @@ def test_every_connection_needs_the_password_which_no_command_line_shows(reachab
         database.stop()
 
 
-def test_a_server_that_trusted_local_connections_takes_passwords_from_its_next_start(reachable_dir: Path) -> None:
+def test_a_server_that_trusted_local_connections_takes_passwords_from_its_next_start(
+    reachable_dir: Path,
+) -> None:
     """What an older Vendue left: initdb --auth=trust, no password file."""
     first = start_under(reachable_dir)
     try:
@@ -157,7 +171,9 @@ def test_a_server_that_trusted_local_connections_takes_passwords_from_its_next_s
         assert run_sql(second.url, "SELECT n FROM kept") == [7]
         deadline = time.monotonic() + 10
         while not (answer := refusal_without_password(second.server)):  # the reload is asynchronous
-            assert time.monotonic() < deadline, "expected a connection without the password refused within 10 s"
+            assert time.monotonic() < deadline, (
+                "expected a connection without the password refused within 10 s"
+            )
             time.sleep(0.05)
         assert "password authentication failed" in answer
     finally:

@@ -34,7 +34,9 @@ def _lrp(process_guid: str, index: int, memory_mb: int, disk_mb: int, **extra) -
     return {"process_guid": process_guid, "index": index, "memory_mb": memory_mb, "disk_mb": disk_mb, **extra}
 
 
-def _workload(name: str, cells: list[dict], lrps: list[dict], tasks: list[dict] | None = None, **extra) -> dict:
+def _workload(
+    name: str, cells: list[dict], lrps: list[dict], tasks: list[dict] | None = None, **extra
+) -> dict:
     return {"name": name, "cells": cells, "lrps": lrps, "tasks": tasks or [], **extra}
 
 
@@ -140,7 +142,12 @@ def mixed(cells: int | None = None, zones: int | None = None, instances: int | N
             slot[1] -= _disk_for(memory)
             slot[2] -= 1
             cell_dicts[pos]["prefill"].append(
-                {"process_guid": f"old-app-{app}", "index": index, "memory_mb": memory, "disk_mb": _disk_for(memory)}
+                {
+                    "process_guid": f"old-app-{app}",
+                    "index": index,
+                    "memory_mb": memory,
+                    "disk_mb": _disk_for(memory),
+                }
             )
             used += memory
             placed += 1

@@ -58,7 +58,9 @@ def test_cold_start_large_mixes_unique_apps_and_colours() -> None:
     assert len({lrp.process_guid for lrp in coloured}) <= 12  # 4 colours × 3 sizes
 
 
-@pytest.mark.parametrize(("name", "sizes"), [("benchmark", {128, 256, 512, 1024}), ("benchmark-fits", {64, 128, 256, 512})])
+@pytest.mark.parametrize(
+    ("name", "sizes"), [("benchmark", {128, 256, 512, 1024}), ("benchmark-fits", {64, 128, 256, 512})]
+)
 def test_benchmark_shapes(name: str, sizes: set[int]) -> None:
     workload = parse_workload(generate(name, cells=30, zones=3, instances=3000, seed=2))
     assert {(c.memory_mb, c.disk_mb, c.containers) for c in workload.cells} == {(32768, 65536, 250)}

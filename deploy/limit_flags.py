@@ -14,7 +14,9 @@ MAX_BULK_BODY_BYTES = typer.Option(
     help="Largest batch between components, bytes [VENDUE_MAX_BULK_BODY_BYTES; 64 MiB].",
 )
 REQUEST_TIMEOUT = typer.Option(
-    None, "--request-timeout", help="Seconds before an unanswered request is 504 [VENDUE_REQUEST_TIMEOUT; 60]."
+    None,
+    "--request-timeout",
+    help="Seconds before an unanswered request is 504 [VENDUE_REQUEST_TIMEOUT; 60].",
 )
 MAX_CONCURRENT_REQUESTS = typer.Option(
     None, "--max-concurrent-requests",

@@ -39,14 +39,27 @@ POLL_S = 0.5  # how often --wait looks at the moves
 @app.command(cls=OneLineErrorsCommand)
 @bbs_command
 def rebalance(
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the plan (reasons, gains); change nothing.")]
-    = False,
-    app_name: Annotated[str | None, typer.Option("--app", metavar="APP", help="Only this app's instances.",
-                                                 show_default=False)] = None,
-    max_moves: Annotated[int, typer.Option("--max-moves", help="At most this many moves (0: every one).")] = 0,
-    wait: Annotated[bool, typer.Option("--wait", help="Wait until every move finished: exit 0 when all "
-                                       "completed, 1 when some were abandoned or at --timeout.")] = False,
-    timeout: Annotated[float, typer.Option("--timeout", help="With --wait: how long to wait, seconds.")] = 600.0,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Print the plan (reasons, gains); change nothing.")
+    ] = False,
+    app_name: Annotated[
+        str | None,
+        typer.Option("--app", metavar="APP", help="Only this app's instances.", show_default=False),
+    ] = None,
+    max_moves: Annotated[
+        int, typer.Option("--max-moves", help="At most this many moves (0: every one).")
+    ] = 0,
+    wait: Annotated[
+        bool,
+        typer.Option(
+            "--wait",
+            help="Wait until every move finished: exit 0 when all "
+            "completed, 1 when some were abandoned or at --timeout.",
+        ),
+    ] = False,
+    timeout: Annotated[
+        float, typer.Option("--timeout", help="With --wait: how long to wait, seconds.")
+    ] = 600.0,
     connection: Connection = Connection(),
     as_json: AsJson = False,
 ) -> None:
@@ -65,11 +78,16 @@ def rebalance(
         print_json(out)
     else:
         _print(plan.moves, dry_run, finished)
-    if finished is not None and (len(finished) < len(plan.moves) or any(m.outcome != "completed" for m in finished)):
+    if finished is not None and (
+        len(finished) < len(plan.moves) or any(m.outcome != "completed" for m in finished)
+    ):
         if not as_json:
             late = len(plan.moves) - len(finished)
-            typer.echo(f"error: {len(finished) - _completed(finished)} moves not completed"
-                       + (f", {late} still running after {timeout:g}s" if late else ""), err=True)
+            typer.echo(
+                f"error: {len(finished) - _completed(finished)} moves not completed"
+                + (f", {late} still running after {timeout:g}s" if late else ""),
+                err=True,
+            )
         raise typer.Exit(1)
 
 
@@ -100,14 +118,29 @@ def _print(moves: list[RebalanceMove], dry_run: bool, finished: list[RebalanceMo
         return
     outcome = {_key(m): m for m in finished or ()}
     table = Table(title=f"{len(moves)} moves" + (" (dry run: nothing changed)" if dry_run else ""))
-    for column in ("instance", "from", "to", "reason", "gain", *(("outcome",) if finished is not None else ())):
+    for column in (
+        "instance",
+        "from",
+        "to",
+        "reason",
+        "gain",
+        *(("outcome",) if finished is not None else ()),
+    ):
         table.add_column(column)
     for m in moves:
         done = outcome.get(_key(m))
-        row = [f"{m.process_guid}/{m.index}", f"{m.from_cell} ({m.from_zone})", f"{m.to_cell} ({m.to_zone})",
-               f"{m.reason}: {m.detail}", f"{m.gain:g}"]
+        row = [
+            f"{m.process_guid}/{m.index}",
+            f"{m.from_cell} ({m.from_zone})",
+            f"{m.to_cell} ({m.to_zone})",
+            f"{m.reason}: {m.detail}",
+            f"{m.gain:g}",
+        ]
         if finished is not None:
-            row.append("still running" if done is None else f"{done.outcome}" + (f": {done.why}" if done.why and
-                                                                                   done.outcome != "completed" else ""))
+            row.append(
+                "still running"
+                if done is None
+                else f"{done.outcome}" + (f": {done.why}" if done.why and done.outcome != "completed" else "")
+            )
         table.add_row(*row)
     console().print(table)

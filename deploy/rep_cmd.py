@@ -48,7 +48,8 @@ def _labels(pairs: list[str]) -> dict[str, str]:
 @app.command(cls=OneLineErrorsCommand)
 def rep(
     bbs_url: str | None = typer.Option(
-        None, "--bbs-url",
+        None,
+        "--bbs-url",
         help="The BBS URL, or several comma-separated replicas to fail over between (env VENDUE_BBS_URL; "
         "every flag has a VENDUE_* twin).",
     ),
@@ -62,11 +63,15 @@ def rep(
     port: int | None = typer.Option(None, "--port", min=0, max=65535, help="Port (default 1800; 0 = free)."),
     advertise_host: str | None = typer.Option(None, "--advertise-host", help="Host in rep and app URLs."),
     memory_mb: int | None = typer.Option(
-        None, "--memory-mb", min=1,
+        None,
+        "--memory-mb",
+        min=1,
         help="Memory to offer, MB (default: MemTotal of /proc/meminfo less --memory-reserve-mb; sim 64 GB).",
     ),
     disk_mb: int | None = typer.Option(
-        None, "--disk-mb", min=1,
+        None,
+        "--disk-mb",
+        min=1,
         help="Disk to offer, MB (default: the size of the filesystem holding the instance directories less "
         "--disk-reserve-mb; sim 256 GB).",
     ),
@@ -102,7 +107,8 @@ def rep(
     ),
     stop_grace: float | None = typer.Option(None, "--stop-grace", help="SIGTERM->SIGKILL grace, s (10)."),
     isolation: str | None = typer.Option(
-        None, "--isolation",
+        None,
+        "--isolation",
         help="Process executor: cgroups (default; needs root: each instance under its own uid, in its own "
         "cgroup) or none (apps run as the rep's own user, unisolated) [VENDUE_ISOLATION].",
     ),
@@ -113,27 +119,34 @@ def rep(
         None, "--pids-limit", min=1, help="Processes and threads per instance (1024)."
     ),
     cgroup_parent: str | None = typer.Option(
-        None, "--cgroup-parent",
+        None,
+        "--cgroup-parent",
         help="Put the instances' cgroups under this one, absolute from each hierarchy's root (default: "
         "the rep's own cgroup + /vendue).",
     ),
     instances_dir: Path | None = typer.Option(
-        None, "--instances-dir",
+        None,
+        "--instances-dir",
         help="Where instance directories live. Default with cgroups: /var/lib/vendue/instances/<key>/<cell>/ "
         "(<key> from the data dir), reachable by the apps' users whatever the data dir's parents; with "
         "--isolation none: <data-dir>/<cell>/containers/.",
     ),
     cgroup_fs: Path | None = typer.Option(None, "--cgroup-fs", hidden=True),  # tests: another cgroup mount
     memory_limit: bool | None = typer.Option(
-        None, "--memory-limit/--no-memory-limit",
+        None,
+        "--memory-limit/--no-memory-limit",
         help="--isolation none: cap each child's RLIMIT_DATA at its memory_mb.",
     ),
     log_cap_mb: int | None = typer.Option(
-        None, "--log-cap-mb", min=1,
+        None,
+        "--log-cap-mb",
+        min=1,
         help="An instance's output.log and output.log.1 together, MB (10); the older half rotates away.",
     ),
     disk_check_interval: float | None = typer.Option(
-        None, "--disk-check-interval", min=0.001,
+        None,
+        "--disk-check-interval",
+        min=0.001,
         help="Measure every instance's directory against its disk_mb this often, s (2); also on exit.",
     ),
     data_dir: Path | None = typer.Option(None, "--data-dir", help="Container directories (default .vendue)."),
@@ -144,7 +157,9 @@ def rep(
         None, "--transport", help="http or nats: also serve state and work over NATS (VENDUE_TRANSPORT)."
     ),
     nats_url: str | None = typer.Option(
-        None, "--nats-url", help="NATS server(s), credentials allowed (VENDUE_NATS_URL; token: VENDUE_NATS_TOKEN)."
+        None,
+        "--nats-url",
+        help="NATS server(s), credentials allowed (VENDUE_NATS_URL; token: VENDUE_NATS_TOKEN).",
     ),
     tls_cert: Path | None = tls_cert_flag("rep"),
     tls_key: Path | None = TLS_KEY_FLAG,

@@ -92,10 +92,16 @@ def summary_bars(report: dict[str, Any]):
     for i, (title, value) in enumerate(panels):
         row, col = i // 3 + 1, i % 3 + 1
         if value is None:
-            fig.add_trace(go.Bar(x=names, y=[r["placed"] for r in rows], name="placed", marker_color="#2ca02c"),
-                          row=row, col=col)
-            fig.add_trace(go.Bar(x=names, y=[r["failed"] for r in rows], name="failed", marker_color="#d62728"),
-                          row=row, col=col)
+            fig.add_trace(
+                go.Bar(x=names, y=[r["placed"] for r in rows], name="placed", marker_color="#2ca02c"),
+                row=row,
+                col=col,
+            )
+            fig.add_trace(
+                go.Bar(x=names, y=[r["failed"] for r in rows], name="failed", marker_color="#d62728"),
+                row=row,
+                col=col,
+            )
         else:
             fig.add_trace(go.Bar(x=names, y=[value(r) for r in rows], name=title, showlegend=False,
                                  marker_color="#1f77b4"), row=row, col=col)
@@ -109,14 +115,29 @@ def cell_allocation(report: dict[str, Any]):
 
     rows = report["strategies"]
     colours = _zone_colours(report["zones"])
-    fig = make_subplots(rows=len(rows), cols=1, shared_xaxes=True, vertical_spacing=min(0.12, 0.3 / len(rows)),
-                        subplot_titles=[f"{r['strategy']}: memory allocated per cell, by zone" for r in rows])
+    fig = make_subplots(
+        rows=len(rows),
+        cols=1,
+        shared_xaxes=True,
+        vertical_spacing=min(0.12, 0.3 / len(rows)),
+        subplot_titles=[f"{r['strategy']}: memory allocated per cell, by zone" for r in rows],
+    )
     for i, r in enumerate(rows, start=1):
         cells = sorted(r["per_cell"], key=lambda c: (c["zone"], c["cell_id"]))
         x = [c["cell_id"] for c in cells]
         if any(c["prefill_mb"] for c in cells):
-            fig.add_trace(go.Bar(x=x, y=[c["prefill_mb"] for c in cells], name="there before",
-                                 marker_color=PREFILL_COLOUR, showlegend=i == 1, legendgroup="prefill"), row=i, col=1)
+            fig.add_trace(
+                go.Bar(
+                    x=x,
+                    y=[c["prefill_mb"] for c in cells],
+                    name="there before",
+                    marker_color=PREFILL_COLOUR,
+                    showlegend=i == 1,
+                    legendgroup="prefill",
+                ),
+                row=i,
+                col=1,
+            )
         for zone in report["zones"]:
             in_zone = [c for c in cells if c["zone"] == zone]
             fig.add_trace(go.Bar(
@@ -131,11 +152,19 @@ def cell_allocation(report: dict[str, Any]):
                                  showlegend=i == 1, legendgroup="capacity"), row=i, col=1)
         fig.update_yaxes(title_text="MB", row=i, col=1)
     many = len(rows[0]["per_cell"]) > 80 if rows else False
-    order = [c["cell_id"] for c in sorted(rows[0]["per_cell"], key=lambda c: (c["zone"], c["cell_id"]))] if rows else []
+    order = (
+        [c["cell_id"] for c in sorted(rows[0]["per_cell"], key=lambda c: (c["zone"], c["cell_id"]))]
+        if rows
+        else []
+    )
     fig.update_xaxes(type="category", showticklabels=False, categoryorder="array", categoryarray=order)
     fig.update_xaxes(showticklabels=not many, row=len(rows), col=1)  # names under the last panel only
-    fig.update_layout(barmode="stack", bargap=0.0 if many else 0.1, height=max(360, 260 * len(rows)),
-                      title="Per-cell allocation, cells grouped by zone" + (" (cell names hidden)" if many else ""))
+    fig.update_layout(
+        barmode="stack",
+        bargap=0.0 if many else 0.1,
+        height=max(360, 260 * len(rows)),
+        title="Per-cell allocation, cells grouped by zone" + (" (cell names hidden)" if many else ""),
+    )
     return fig
 
 
@@ -150,7 +179,11 @@ def app_zones(report: dict[str, Any]):
         for guid, split in r["app_zone_split"].items():
             totals[guid] = max(totals.get(guid, 0), sum(split.values()))
     apps = sorted(totals, key=lambda g: (-totals[g], g))[:HEATMAP_APPS]
-    shown = f"the {len(apps)} largest of {len(totals)} apps" if len(totals) > len(apps) else f"all {len(apps)} apps"
+    shown = (
+        f"the {len(apps)} largest of {len(totals)} apps"
+        if len(totals) > len(apps)
+        else f"all {len(apps)} apps"
+    )
     fig = make_subplots(rows=1, cols=max(1, len(rows)), shared_yaxes=True,
                         subplot_titles=[r["strategy"] for r in rows])
     for i, r in enumerate(rows, start=1):
@@ -209,26 +242,32 @@ def render_html(report: dict[str, Any]) -> str:
     divs = []
     for chart_id, build in CHARTS.items():
         fig = build(report)
-        divs.append(f'<section class="chart">{pio.to_html(fig, full_html=False, include_plotlyjs=False, div_id=chart_id, default_height=f"{fig.layout.height or 450}px", config={"displaylogo": False})}</section>')
+        chart = pio.to_html(fig, full_html=False, include_plotlyjs=False, div_id=chart_id,
+                            default_height=f"{fig.layout.height or 450}px", config={"displaylogo": False})
+        divs.append(f'<section class="chart">{chart}</section>')
     notes = sorted({n for r in report["strategies"] for n in r.get("notes", [])})
-    facts = (f"{report['cells']} cells in {len(report['zones'])} zones ({', '.join(report['zones'])}); "
-             f"{report['instances']:,} instances of {report['apps']:,} apps and {report['tasks']:,} tasks to place; "
-             f"{report['prefill_instances']:,} instances running before; transport {report['transport']}, "
-             f"engine {report['engine']}, seed {report['seed']}")
+    facts = (
+        f"{report['cells']} cells in {len(report['zones'])} zones ({', '.join(report['zones'])}); "
+        f"{report['instances']:,} instances of {report['apps']:,} apps and "
+        f"{report['tasks']:,} tasks to place; "
+        f"{report['prefill_instances']:,} instances running before; transport {report['transport']}, "
+        f"engine {report['engine']}, seed {report['seed']}"
+    )
     esc = html.escape
     notes_html = "".join(f"<li>{esc(n)}</li>" for n in notes)
+    numbers_in = esc(report.get("json_name", "the .json beside this file"))
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
-<title>vendue simulate: {esc(report['scenario'])}</title>
+<title>vendue simulate: {esc(report["scenario"])}</title>
 <style>body{{font-family:system-ui,sans-serif;margin:1.5em;color:#222}} .chart{{margin:1.5em 0}}
 p.facts{{color:#444}}</style>
 <script type="text/javascript">{get_plotlyjs()}</script>
 </head><body>
-<h1>vendue simulate: {esc(report['scenario'])}</h1>
-<p>{esc(report.get('description') or '')}</p>
-<p class="facts">{esc(facts)}. Generated {esc(report['generated_at'])}; every number is in {esc(report.get('json_name', 'the .json beside this file'))}.</p>
-{f'<ul class="notes">{notes_html}</ul>' if notes_html else ''}
-{''.join(divs)}
+<h1>vendue simulate: {esc(report["scenario"])}</h1>
+<p>{esc(report.get("description") or "")}</p>
+<p class="facts">{esc(facts)}. Generated {esc(report["generated_at"])}; every number is in {numbers_in}.</p>
+{f'<ul class="notes">{notes_html}</ul>' if notes_html else ""}
+{"".join(divs)}
 </body></html>
 """
 

@@ -57,8 +57,17 @@ def test_large_runs_are_aggregated_before_they_reach_the_page(report: dict) -> N
     big = json.loads(json.dumps(report))
     zones = ["z0", "z1", "z2"]
     for s in big["strategies"]:
-        s["per_cell"] = [{"cell_id": f"cell-{i}", "zone": zones[i % 3], "memory_mb": 65536, "allocated_mb": 50000,
-                          "prefill_mb": 0, "instances": 250} for i in range(1000)]
+        s["per_cell"] = [
+            {
+                "cell_id": f"cell-{i}",
+                "zone": zones[i % 3],
+                "memory_mb": 65536,
+                "allocated_mb": 50000,
+                "prefill_mb": 0,
+                "instances": 250,
+            }
+            for i in range(1000)
+        ]
         s["app_zone_split"] = {f"app-{i}": {z: 17 for z in zones} for i in range(5000)}
     big["zones"] = zones
     text = render_html(big)
@@ -120,7 +129,9 @@ def test_the_charts_render_in_headless_chromium(report: dict, tmp_path: Path) ->
               "--virtual-time-budget=20000", "--window-size=1400,4200"]
     dumped = _run_browser([*common, "--dump-dom", page.as_uri()])
     dom = dumped.stdout.decode(errors="replace")
-    assert "</html>" in dom, f"no DOM from chromium (exit {dumped.returncode}): {dumped.stderr.decode()[-2000:]}"
+    assert "</html>" in dom, (
+        f"no DOM from chromium (exit {dumped.returncode}): {dumped.stderr.decode()[-2000:]}"
+    )
 
     artifacts = Path(os.environ.get("VENDUE_TEST_ARTIFACTS", PROJECT_ROOT / "test-artifacts"))
     artifacts.mkdir(parents=True, exist_ok=True)
@@ -135,7 +146,9 @@ def test_the_charts_render_in_headless_chromium(report: dict, tmp_path: Path) ->
     assert set(charts.classes) == set(CHART_IDS)
     for chart, classes in charts.classes.items():
         assert "main-svg" in classes, f"{chart}: plotly drew no SVG"
-        assert RENDERED_MARK[chart] in classes, f"{chart}: no {RENDERED_MARK[chart]!r} element: nothing plotted"
+        assert RENDERED_MARK[chart] in classes, (
+            f"{chart}: no {RENDERED_MARK[chart]!r} element: nothing plotted"
+        )
     for strategy in ("dea", "diego"):  # the table's cells carry the strategies' names
         assert re.search(rf'class="cell-text"[^>]*>{strategy}<', dom)
     assert screenshot.is_file(), f"no screenshot (exit {shot.returncode}): {shot.stderr.decode()[-2000:]}"

@@ -89,7 +89,8 @@ def low_memory(seed: int) -> SimInput:
 
 
 def dea_example(seed: int) -> SimInput:
-    """The DEA pool's choice: fewest-instance zone, then fewest-instance cells, then top half by free memory."""
+    """The DEA pool's choice: fewest-instance zone, then fewest-instance cells, then top half by free
+    memory."""
     # (cell, zone, memory, instances already running of 256 MB each)
     layout = [("dea-a", "z0", 8 * GIB, 3), ("dea-b", "z0", 8 * GIB, 1), ("dea-c", "z0", 4 * GIB, 1),
               ("dea-d", "z1", 8 * GIB, 2), ("dea-e", "z1", 16 * GIB, 2), ("dea-f", "z1", 2 * GIB, 0)]
@@ -101,8 +102,16 @@ def dea_example(seed: int) -> SimInput:
 
 def loadmark_example(seed: int) -> SimInput:
     """Hosts by load mark: the worked example (83), an idle host, an overloaded one, one over 80 % memory."""
-    worked = HostMetrics(swap_used_mb=12_000, swap_total_mb=32_000, mem_used_mb=38 * GIB, mem_total_mb=64 * GIB,
-                         disk_used_mb=1_700_000, disk_total_mb=2_500_000, load5=5, cores=8)
+    worked = HostMetrics(
+        swap_used_mb=12_000,
+        swap_total_mb=32_000,
+        mem_used_mb=38 * GIB,
+        mem_total_mb=64 * GIB,
+        disk_used_mb=1_700_000,
+        disk_total_mb=2_500_000,
+        load5=5,
+        cores=8,
+    )
     idle = worked.model_copy(update={"swap_used_mb": 0, "mem_used_mb": 8 * GIB, "disk_used_mb": 250_000,
                                      "load5": 0.5})
     overloaded = worked.model_copy(update={"load5": 40})  # load 40 / 16 = 2.5 > 1: mark 333 > 300

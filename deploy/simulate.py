@@ -196,7 +196,12 @@ def population_cv(values: list[float]) -> float:
 
 
 def summarise(
-    workload: Workload, inputs: EngineInput, result: AuctionResult, seconds: float, strategy: str, engine: str,
+    workload: Workload,
+    inputs: EngineInput,
+    result: AuctionResult,
+    seconds: float,
+    strategy: str,
+    engine: str,
     seed: int,
 ) -> dict:
     cells_by_id = {c.cell_id: c for c in inputs.cells}
@@ -220,7 +225,9 @@ def summarise(
         if f.task_guid is not None:
             failures.append({"task_guid": f.task_guid, "error": f.error, "detail": f.detail})
         else:
-            failures.append({"process_guid": f.process_guid, "index": f.index, "error": f.error, "detail": f.detail})
+            failures.append(
+                {"process_guid": f.process_guid, "index": f.index, "error": f.error, "detail": f.detail}
+            )
     return {
         "workload": workload.name,
         "strategy": strategy,
@@ -237,9 +244,12 @@ def summarise(
         "per_zone_instances": dict(sorted(per_zone.items())),
         "cv_memory": round(population_cv([float(allocated[c.cell_id]) for c in inputs.cells]), 6),
         "assignments": [
-            {"process_guid": a.process_guid, "index": a.index, "cell_id": a.cell_id} for a in result.lrp_assignments
+            {"process_guid": a.process_guid, "index": a.index, "cell_id": a.cell_id}
+            for a in result.lrp_assignments
         ],
-        "task_assignments": [{"task_guid": t.task_guid, "cell_id": t.cell_id} for t in result.task_assignments],
+        "task_assignments": [
+            {"task_guid": t.task_guid, "cell_id": t.cell_id} for t in result.task_assignments
+        ],
         "failures": failures,
         "failures_by_error": dict(Counter(f.error for f in result.failures).most_common()),
     }

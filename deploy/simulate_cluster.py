@@ -118,14 +118,23 @@ def _body(model: type[BaseModel], body: dict[str, Any], where: str) -> dict[str,
     except ValidationError as exc:
         error = exc.errors(include_url=False)[0]
         path = ".".join(str(p) for p in error["loc"])
-        raise ValueError(f"{where}.{path}: {error['msg']} (over http/nats the BBS API's rules apply)") from None
+        raise ValueError(
+            f"{where}.{path}: {error['msg']} (over http/nats the BBS API's rules apply)"
+        ) from None
     return body
 
 
 def _app_body(a: App, instances: int | None = None, extra: dict[str, Any] | None = None) -> dict[str, Any]:
     fields = {k: v for k, v in a.fields.items() if not (k == "domain" and not v)}
-    return {"process_guid": a.process_guid, "instances": a.desired_instances if instances is None else instances,
-            "memory_mb": a.memory_mb, "disk_mb": a.disk_mb, **fields, **(extra or {}), "command": LRP_COMMAND}
+    return {
+        "process_guid": a.process_guid,
+        "instances": a.desired_instances if instances is None else instances,
+        "memory_mb": a.memory_mb,
+        "disk_mb": a.disk_mb,
+        **fields,
+        **(extra or {}),
+        "command": LRP_COMMAND,
+    }
 
 
 def plan(sim: SimInput) -> Plan:
@@ -138,9 +147,13 @@ def plan(sim: SimInput) -> Plan:
             notes.append("prefill differs cell by cell: it was spread evenly over each group of alike cells "
                          "(per-cell prefill is exact inproc only)")
     if len(grouped) > MAX_REP_PROCESSES:
-        raise ValueError(f"--transport: the cells are of {len(grouped)} kinds (zone, size, stacks, tags, labels); "
-                         f"at most {MAX_REP_PROCESSES} rep processes are started, use --transport inproc")
-    groups = [CellGroup(f"g{i}", cells, pinned=any(c.prefill for c in cells)) for i, cells in enumerate(grouped)]
+        raise ValueError(
+            f"--transport: the cells are of {len(grouped)} kinds (zone, size, stacks, tags, labels); "
+            f"at most {MAX_REP_PROCESSES} rep processes are started, use --transport inproc"
+        )
+    groups = [
+        CellGroup(f"g{i}", cells, pinned=any(c.prefill for c in cells)) for i, cells in enumerate(grouped)
+    ]
     scenario_id = {real: c.id for g in groups for real, c in zip(g.real_ids, g.cells, strict=True)}
 
     work_guids: dict[str, App] = {}
@@ -174,12 +187,17 @@ def plan(sim: SimInput) -> Plan:
     for guid, indices in ongoing.items():
         a = work_guids[guid]
         if sorted(indices) != list(range(len(indices))) or min(a.indices) != len(indices):
-            raise ValueError(f"prefill: {guid!r} runs indices {sorted(indices)[:5]}... and places {sorted(a.indices)[:5]}...; "
-                             "over http/nats the running ones must be 0..N-1 and the new ones follow")
+            raise ValueError(
+                f"prefill: {guid!r} runs indices {sorted(indices)[:5]}... and places "
+                f"{sorted(a.indices)[:5]}...; "
+                "over http/nats the running ones must be 0..N-1 and the new ones follow"
+            )
         prefill.append(_app_body(a, instances=len(indices)))
         prefill_instances += len(indices)
-        notes.append(f"{guid}: its running instances were placed by the auction (by the strategy under test), "
-                     "not on the cells the workload names")
+        notes.append(
+            f"{guid}: its running instances were placed by the auction (by the strategy under test), "
+            "not on the cells the workload names"
+        )
     apps = []
     for a in sim.apps:
         if sorted(a.indices) != list(range(min(a.indices, default=0), max(a.indices, default=-1) + 1)):
@@ -195,11 +213,23 @@ def plan(sim: SimInput) -> Plan:
                 "command": TASK_COMMAND, **({"domain": t.domain} if t.domain else {})}
         tasks.append(_body(TaskCreate, body, f"tasks[{t.task_guid}]"))
 
-    unmodelled = sorted({name for c in sim.cells for name, present in (
-        ("host metrics", c.host is not None), ("volumes", bool(c.volumes)), ("ingress_ips", bool(c.ingress_ips)),
-        ("devices", bool(c.devices)), ("starting_containers", bool(c.starting_containers)),
-        ("cached_blobs", bool(c.cached_blobs)), ("prefill_tasks", bool(c.prefill_tasks)),
-        ("expires_at", c.expires_at is not None)) if present})
+    unmodelled = sorted(
+        {
+            name
+            for c in sim.cells
+            for name, present in (
+                ("host metrics", c.host is not None),
+                ("volumes", bool(c.volumes)),
+                ("ingress_ips", bool(c.ingress_ips)),
+                ("devices", bool(c.devices)),
+                ("starting_containers", bool(c.starting_containers)),
+                ("cached_blobs", bool(c.cached_blobs)),
+                ("prefill_tasks", bool(c.prefill_tasks)),
+                ("expires_at", c.expires_at is not None),
+            )
+            if present
+        }
+    )
     if unmodelled:
         notes.append(f"not offered by `vendue rep --sim` cells, so left out: {', '.join(unmodelled)}")
     return Plan(groups, scenario_id, prefill, prefill_instances, apps, tasks, memory, notes)
@@ -229,7 +259,16 @@ class ScenarioCluster(LocalCluster):
             ], 0, hosted, cell_prefix=f"{g.name}-" if len(g.cells) > 1 else "")
 
 
-GROUP_FLAGS = {"--cell-id", "--zone", "--zones", "--cells", "--data-dir", "--memory-mb", "--disk-mb", "--containers"}
+GROUP_FLAGS = {
+    "--cell-id",
+    "--zone",
+    "--zones",
+    "--cells",
+    "--data-dir",
+    "--memory-mb",
+    "--disk-mb",
+    "--containers",
+}
 
 
 def _without(args: list[str], flags: set[str]) -> list[str]:
@@ -306,7 +345,9 @@ class Watcher:
     async def follow(self) -> None:
         while True:
             try:
-                async with self.client.stream("GET", "/v1/events", timeout=httpx.Timeout(10.0, read=None)) as r:
+                async with self.client.stream(
+                    "GET", "/v1/events", timeout=httpx.Timeout(10.0, read=None)
+                ) as r:
                     async for line in r.aiter_lines():
                         self.subscribed.set()
                         if line.startswith("data:"):
@@ -381,7 +422,10 @@ async def _measure(cluster: LocalCluster, client: httpx.AsyncClient, watcher: Wa
         await _post_all(client, "/v1/desired_lrps", the_plan.prefill)
 
         def prefill_running() -> bool:
-            return sum(1 for a in watcher.actuals.values() if a["state"] == "RUNNING") >= the_plan.prefill_instances
+            return (
+                sum(1 for a in watcher.actuals.values() if a["state"] == "RUNNING")
+                >= the_plan.prefill_instances
+            )
 
         if not await _until(watcher, prefill_running, deadline, False):
             raise ClusterRunError(f"prefill: not all {the_plan.prefill_instances} instances running "
@@ -393,7 +437,9 @@ async def _measure(cluster: LocalCluster, client: httpx.AsyncClient, watcher: Wa
     # 2. The work: every app and task, as fast as the BBS takes them.
     started = time.time()
     ongoing = {b["process_guid"] for b in the_plan.prefill if not b["process_guid"].startswith("prefill-")}
-    await _post_all(client, "/v1/desired_lrps", [b for b in the_plan.apps if b["process_guid"] not in ongoing])
+    await _post_all(
+        client, "/v1/desired_lrps", [b for b in the_plan.apps if b["process_guid"] not in ongoing]
+    )
     for body in the_plan.apps:
         if body["process_guid"] in ongoing:
             response = await client.patch(f"/v1/desired_lrps/{body['process_guid']}",
@@ -460,13 +506,17 @@ def _outcome(the_plan: Plan, strategy: str, transport: str, watcher: Watcher, ex
     for guid in memory_of_task:
         t = watcher.tasks.get(guid)
         if t is not None and t["cell_id"]:
-            outcome.tasks.append((guid, the_plan.scenario_id.get(t["cell_id"], t["cell_id"]), memory_of_task[guid]))
+            outcome.tasks.append(
+                (guid, the_plan.scenario_id.get(t["cell_id"], t["cell_id"]), memory_of_task[guid])
+            )
             outcome.waits.append(max(0.0, task_seen.get(guid, started + seconds) - started))
         else:
             reason = (t or {}).get("failure_reason") or late or "pending"
             outcome.failures.append(_failure({"task_guid": guid}, reason))
     if timed_out_after is not None:
-        outcome.notes.append(f"stopped waiting after {timed_out_after:g} s with work neither placed nor failed")
+        outcome.notes.append(
+            f"stopped waiting after {timed_out_after:g} s with work neither placed nor failed"
+        )
     return outcome
 
 

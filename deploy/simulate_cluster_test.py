@@ -22,7 +22,9 @@ def test_cells_alike_share_a_rep_process_and_prefilled_groups_are_pinned() -> No
     the_plan = plan(SCENARIOS["imbalanced"].build(0))
     sizes = sorted((len(g.cells), g.pinned) for g in the_plan.groups)
     assert sizes == [(2, False), (3, False), (47, True), (48, True)]  # by zone, preloaded or empty
-    assert len(the_plan.scenario_id) == 100 and set(the_plan.scenario_id.values()) == {f"cell-{i}" for i in range(100)}
+    assert len(the_plan.scenario_id) == 100 and set(the_plan.scenario_id.values()) == {
+        f"cell-{i}" for i in range(100)
+    }
     assert the_plan.prefill_instances == 95 * 50
     for body in the_plan.prefill:  # the anonymous prefill goes to its own group only, spread by diego
         group = next(g for g in the_plan.groups if g.pin_tag in body["placement_tags"])
@@ -149,6 +151,7 @@ def test_az_distribution_over_nats() -> None:
     assert sum(c["instances"] for c in diego["per_cell"]) == 232
     assert diego["worst_az_skew"] <= 1
     kinds = diego["communications_by_kind"]
-    # One state reply per rep process per round (14 cells in 3 processes), one work request per winning process.
+    # One state reply per rep process per round (14 cells in 3 processes), one work request per winning
+    # process.
     assert kinds["state_request"] == diego["rounds"] and kinds["state_reply"] == 3 * diego["rounds"]
     assert kinds["work_request"] == kinds["work_reply"] >= 3

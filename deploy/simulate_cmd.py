@@ -201,8 +201,15 @@ def _progress(enabled: bool):
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     console = Console(stderr=True)
-    progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                        console=console, disable=not (enabled and console.is_terminal), transient=False)
+    progress = Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        disable=not (enabled and console.is_terminal),
+        transient=False,
+    )
     tasks: dict[str, Any] = {}
 
     def on_progress(strategy: str, done: int, all_: int) -> None:
@@ -291,7 +298,8 @@ def _generate(name: str, cells: int | None, zones: int | None, instances: int | 
     except OSError as exc:
         fail(f"--out: cannot write {out}: {exc.strerror or exc}", USAGE_ERROR)
     typer.echo(
-        f"wrote {out}: {len(data['cells'])} cells, {len(data['lrps'])} LRP instances, {len(data['tasks'])} tasks",
+        f"wrote {out}: {len(data['cells'])} cells, {len(data['lrps'])} LRP instances, {len(data['tasks'])} "
+        "tasks",
         err=True,
     )
 
@@ -318,7 +326,9 @@ def print_summary(report: dict) -> None:
     console.print(zones)
     counts = list(report["per_cell_instances"].values())
     if counts:
-        console.print(f"instances per cell: min {min(counts)}, max {max(counts)}, mean {sum(counts) / len(counts):.1f}")
+        console.print(
+            f"instances per cell: min {min(counts)}, max {max(counts)}, mean {sum(counts) / len(counts):.1f}"
+        )
     if report["failures_by_error"]:
         errors = Table(title="failures")
         errors.add_column("error")
@@ -343,7 +353,9 @@ def print_explanation(why: dict) -> None:
     names = [n for n in order if n in present] + sorted(present - set(order))
     short = {"memory_used": "mem", "disk_used": "disk", "containers_used": "slots", "same_process": "same",
              "bin_pack": "binpack"}
-    table = Table(caption="Diego tries zones with the fewest instances of the process first; lower score wins.")
+    table = Table(
+        caption="Diego tries zones with the fewest instances of the process first; lower score wins."
+    )
     for column in ("cell", "zone", "in zone", "verdict", "score", *(short.get(n) or n for n in names)):
         table.add_column(column, no_wrap=column in ("cell", "score"))
     ranked = sorted(why["cells"], key=lambda c: (c["rejected_by"] is not None, c["zone_instances"],

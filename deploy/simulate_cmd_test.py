@@ -227,14 +227,31 @@ def test_scenario_out_writes_a_workload_file_simulate_accepts(tmp_path) -> None:
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--scenario", "nope"], "error: --scenario: unknown scenario 'nope' (expected one of cold-start-small,"),
-        (["--scenario", "dea-example", "--strategy", "diego,nope"], "error: --strategy: unknown strategy 'nope'"),
-        (["--scenario", "dea-example", "--strategy", "diego,"], "error: --strategy: expected NAME or NAME,NAME"),
-        (["--scenario", "dea-example", "--strategy", "dea,dea"], "error: --strategy: 'dea,dea' names a strategy twice"),
-        (["--scenario", "dea-example", "--transport", "carrier-pigeon"], "error: --transport: unknown transport"),
+        (
+            ["--scenario", "nope"],
+            "error: --scenario: unknown scenario 'nope' (expected one of cold-start-small,",
+        ),
+        (
+            ["--scenario", "dea-example", "--strategy", "diego,nope"],
+            "error: --strategy: unknown strategy 'nope'",
+        ),
+        (
+            ["--scenario", "dea-example", "--strategy", "diego,"],
+            "error: --strategy: expected NAME or NAME,NAME",
+        ),
+        (
+            ["--scenario", "dea-example", "--strategy", "dea,dea"],
+            "error: --strategy: 'dea,dea' names a strategy twice",
+        ),
+        (
+            ["--scenario", "dea-example", "--transport", "carrier-pigeon"],
+            "error: --transport: unknown transport",
+        ),
         (["--scenario", "dea-example", "--engine", "turbo"], "error: --engine: unknown engine 'turbo'"),
-        (["--scenario", "dea-example", "--report", "/nonexistent-dir/r.html"],
-         "error: --report: directory /nonexistent-dir does not exist"),
+        (
+            ["--scenario", "dea-example", "--report", "/nonexistent-dir/r.html"],
+            "error: --report: directory /nonexistent-dir does not exist",
+        ),
         (["--scenario", "dea-example", "--report", "r.json"], "error: --report: r.json would be overwritten"),
         (["--scenario", "dea-example", "--explain", "web:0"], "error: --explain: works on a --workload"),
         (["--transport", "http"], "error: --workload or --scenario: give one"),
@@ -248,7 +265,9 @@ def test_bad_comparison_input_is_one_line_and_exit_2(args, message: str) -> None
 
 
 def test_a_report_without_plotly_names_the_extra_before_running(tmp_path, monkeypatch) -> None:
-    monkeypatch.setitem(sys.modules, "plotly", None)  # `import plotly` raises ImportError, as when not installed
+    monkeypatch.setitem(
+        sys.modules, "plotly", None
+    )  # `import plotly` raises ImportError, as when not installed
     result = invoke("--scenario", "dea-example", "--report", str(tmp_path / "r.html"))
     assert result.exit_code == 2, result.output
     assert result.stderr == "error: --report: needs plotly, which the report extra installs: " \
@@ -258,7 +277,9 @@ def test_a_report_without_plotly_names_the_extra_before_running(tmp_path, monkey
 
 def test_scenario_and_workload_together_are_refused(tmp_path) -> None:
     result = invoke("--scenario", "dea-example", "--workload", write(tmp_path, WORKLOAD))
-    assert result.exit_code == 2 and result.stderr == "error: --scenario and --workload: give one or the other\n"
+    assert (
+        result.exit_code == 2 and result.stderr == "error: --scenario and --workload: give one or the other\n"
+    )
 
 
 def test_http_refuses_what_the_api_cannot_express_before_starting_anything(tmp_path) -> None:

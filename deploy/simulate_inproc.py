@@ -90,18 +90,31 @@ class SimRep:
     def state(self) -> CellState:
         spec = self.spec
         return CellState.model_construct(
-            cell_id=spec.id, zone=spec.zone, rep_url=f"inproc://{spec.id}", stacks=list(spec.all_stacks),
-            total=ResourcesModel.model_construct(memory_mb=spec.memory_mb, disk_mb=spec.disk_mb,
-                                                 containers=spec.containers),
-            available=ResourcesModel.model_construct(memory_mb=self.memory, disk_mb=self.disk,
-                                                     containers=self.containers),
+            cell_id=spec.id,
+            zone=spec.zone,
+            rep_url=f"inproc://{spec.id}",
+            stacks=list(spec.all_stacks),
+            total=ResourcesModel.model_construct(
+                memory_mb=spec.memory_mb, disk_mb=spec.disk_mb, containers=spec.containers
+            ),
+            available=ResourcesModel.model_construct(
+                memory_mb=self.memory, disk_mb=self.disk, containers=self.containers
+            ),
             starting_containers=spec.starting_containers,
-            placement_tags=list(spec.placement_tags), optional_placement_tags=list(spec.optional_placement_tags),
-            volume_drivers=list(spec.volume_drivers), labels=dict(spec.labels), evacuating=False,
+            placement_tags=list(spec.placement_tags),
+            optional_placement_tags=list(spec.optional_placement_tags),
+            volume_drivers=list(spec.volume_drivers),
+            labels=dict(spec.labels),
+            evacuating=False,
             lrps=list(self.lrps),  # type: ignore[arg-type]  # Held stands in for CellLRP: see Held
-            tasks=list(self.tasks), host=self._host, volumes=list(self._volumes),
-            ingress_ips=list(spec.ingress_ips), devices=dict(spec.devices), cached_blobs=list(spec.cached_blobs),
-            fencing_token=0, accepted_fencing_tokens=[],  # every field given: no default resolution per call
+            tasks=list(self.tasks),
+            host=self._host,
+            volumes=list(self._volumes),
+            ingress_ips=list(spec.ingress_ips),
+            devices=dict(spec.devices),
+            cached_blobs=list(spec.cached_blobs),
+            fencing_token=0,
+            accepted_fencing_tokens=[],  # every field given: no default resolution per call
         )
 
     def _fits(self, memory: int, disk: int) -> bool:
@@ -180,9 +193,13 @@ class InProcessReporter:
         """One POST /v1/auctions per auction (an AuctionReport is a PlacementFailures); `explanations` are
         not kept (the simulation's auctions run without them)."""
         self.metrics.request("bbs")
-        self.failures += [{"process_guid": f.process_guid, "index": f.index, "error": f.error, "detail": f.detail}
-                          for f in failures.lrps]
-        self.failures += [{"task_guid": f.task_guid, "error": f.error, "detail": f.detail} for f in failures.tasks]
+        self.failures += [
+            {"process_guid": f.process_guid, "index": f.index, "error": f.error, "detail": f.detail}
+            for f in failures.lrps
+        ]
+        self.failures += [
+            {"task_guid": f.task_guid, "error": f.error, "detail": f.detail} for f in failures.tasks
+        ]
         return None
 
 
@@ -219,7 +236,9 @@ def initial_batch(sim: SimInput) -> Batch:
         fields = t.model_dump(exclude_defaults=True)
         if not fields.get("domain"):
             fields.pop("domain", None)
-        batch.add_task(PendingTask(Task.model_construct(command=["true"], created_at=now, updated_at=now, **fields)))
+        batch.add_task(
+            PendingTask(Task.model_construct(command=["true"], created_at=now, updated_at=now, **fields))
+        )
     return batch
 
 
@@ -241,8 +260,13 @@ async def _run(sim: SimInput, strategy: str, engine: str, max_attempts: int,
     reps = {c.id: rep_class(c, clock) for c in sim.cells}
     metrics = Metrics()
     reporter = InProcessReporter(metrics)
-    config = AuctionConfig(strategy=strategy, engine=engine, max_inflight_starts=sim.config.max_inflight_starts,
-                           max_attempts=max_attempts, explanations=0)
+    config = AuctionConfig(
+        strategy=strategy,
+        engine=engine,
+        max_inflight_starts=sim.config.max_inflight_starts,
+        max_attempts=max_attempts,
+        explanations=0,
+    )
     auction = Auction(InProcessCells(reps, metrics), InProcessWork(reps, metrics), reporter, metrics, config)
     batch = initial_batch(sim)
     pickers(engine)  # the strategy registry's imports, once, outside the timed auction

@@ -37,7 +37,11 @@ def test_failures_are_reported_once_per_auction_with_diego_s_error() -> None:
     outcome = run_inproc(sim, "diego")
     assert outcome.communications["bbs"] == 2  # the cell list and one report (failures, what cells accepted)
     [failure] = outcome.failures
-    assert (failure["process_guid"], failure["index"], failure["error"]) == ("huge", 0, "insufficient resources: memory")
+    assert (failure["process_guid"], failure["index"], failure["error"]) == (
+        "huge",
+        0,
+        "insufficient resources: memory",
+    )
     assert failure["detail"].startswith("0/3 cells fit")
 
 
@@ -83,4 +87,6 @@ def test_tasks_and_prefill_tasks_hold_memory() -> None:
     # 400 MB were left after the running task: Diego's order places index-0 LRPs before tasks.
     assert [(g, c) for g, _, c, _ in outcome.instances] == [("web", "a")] and len(outcome.waits) == 1
     assert outcome.tasks == []
-    assert [(f["task_guid"], f["error"]) for f in outcome.failures] == [("job", "insufficient resources: memory")]
+    assert [(f["task_guid"], f["error"]) for f in outcome.failures] == [
+        ("job", "insufficient resources: memory")
+    ]

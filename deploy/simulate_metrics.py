@@ -5,7 +5,8 @@ before included) plus what happened to the new work (placed with its wait, or fa
 error), the time, the auctions and the requests. `summarise` turns it into the numbers of the terminal
 summary and of report.json:
 
-- `cv_memory`: population standard deviation / mean of the memory allocated per cell (docs/workload-format.md).
+- `cv_memory`: population standard deviation / mean of the memory allocated per cell
+(docs/workload-format.md).
 - AZ skew of an app: max - min of its instances per zone, over the zones that have a cell it may run on
   (stack and placement tags; empty zones count as 0). An app of 2 instances in 3 zones has skew 1 at best.
 - instances per cell (min / max), prefill included, as `per_cell_instances` in the workload contract.
@@ -36,10 +37,14 @@ class Outcome:
     prefill_keys: set[tuple[str, int]] = field(default_factory=set)  # which of them were there before
     tasks: list[tuple[str, str, int]] = field(default_factory=list)  # (task_guid, cell_id, memory_mb) placed
     waits: list[float] = field(default_factory=list)  # one per placed new LRP instance or task, seconds
-    failures: list[dict[str, Any]] = field(default_factory=list)  # {process_guid, index | task_guid, error, detail}
+    failures: list[dict[str, Any]] = field(
+        default_factory=list
+    )  # {process_guid, index | task_guid, error, detail}
     seconds: float = 0.0
     rounds: int = 0  # auctions
-    communications: dict[str, int] = field(default_factory=dict)  # by kind: bbs, rep_state, rep_work, nats ...
+    communications: dict[str, int] = field(
+        default_factory=dict
+    )  # by kind: bbs, rep_state, rep_work, nats ...
     notes: list[str] = field(default_factory=list)
 
     @property

@@ -63,7 +63,12 @@ def test_summary_numbers_by_hand() -> None:
     assert summary["per_cell"][0] == {"cell_id": "a", "zone": "z0", "memory_mb": 1000, "allocated_mb": 300,
                                       "prefill_mb": 100, "instances": 3}
     assert summary["app_zone_split"] == {"web": {"z0": 3, "z1": 1}, "ml": {"z2": 2}}
-    assert (summary["placed"], summary["failed"], summary["communications"], summary["rounds"]) == (6, 0, 9, 1)
+    assert (summary["placed"], summary["failed"], summary["communications"], summary["rounds"]) == (
+        6,
+        0,
+        9,
+        1,
+    )
     assert summary["placements_per_s"] == 3.0
     assert summary["communications_per_instance"] == 1.5
 

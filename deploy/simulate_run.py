@@ -42,7 +42,9 @@ def compare(sim: SimInput, strategies: Sequence[str], transport: str = "inproc",
             on_progress: OnProgress | None = None) -> dict[str, Any]:
     """Run every strategy (each on fresh cells) and gather the report."""
     if transport not in TRANSPORTS:
-        raise ValueError(f"--transport: unknown transport {transport!r} (expected one of {', '.join(TRANSPORTS)})")
+        raise ValueError(
+            f"--transport: unknown transport {transport!r} (expected one of {', '.join(TRANSPORTS)})"
+        )
     cluster_plan = None
     if transport != "inproc":  # refuse what the API cannot express before anything starts
         from .simulate_cluster import plan

@@ -49,9 +49,16 @@ def test_conversion_maps_optional_fields() -> None:
         placement_tags=["iso"], optional_placement_tags=["ssd"], volume_drivers=["nfs"], stacks=["a", "b"],
     )
     data["lrps"][0].update(
-        placement_tags=["iso"], labels_match="tier=web", ingress_ip=True, devices=[{"kind": "gpu", "count": 1}],
-        volumes=[{"name": "v", "size_mb": 5, "ephemeral": True}], affinity=[{"expression": "tier", "weight": 2}],
-        source_blob="b", previous_cell="cell-1", total_instances=4, strategy="diego",
+        placement_tags=["iso"],
+        labels_match="tier=web",
+        ingress_ip=True,
+        devices=[{"kind": "gpu", "count": 1}],
+        volumes=[{"name": "v", "size_mb": 5, "ephemeral": True}],
+        affinity=[{"expression": "tier", "weight": 2}],
+        source_blob="b",
+        previous_cell="cell-1",
+        total_instances=4,
+        strategy="diego",
     )
     inputs = to_engine(parse_workload(data))
     c1, lrp = inputs.cells[1], inputs.lrps[0]

@@ -61,8 +61,12 @@ def _when(epoch: float | None) -> str:
 def create(
     role: Annotated[str, typer.Option("--role", metavar="ROLE", help=f"One of: {', '.join(TOKEN_ROLES)}.")],
     name: Annotated[str, typer.Option("--name", help="Whom it is for (shown in lists and logs).")] = "",
-    expires: Annotated[str | None, typer.Option(
-        "--expires", metavar="DURATION", help="Lifetime: 12h, 30d, or seconds (default: until revoked).")] = None,
+    expires: Annotated[
+        str | None,
+        typer.Option(
+            "--expires", metavar="DURATION", help="Lifetime: 12h, 30d, or seconds (default: until revoked)."
+        ),
+    ] = None,
     connection: Connection = Connection(),
     as_json: AsJson = False,
 ) -> None:

@@ -36,8 +36,14 @@ from .client_cmd import (
 )
 
 # The parts of Diego's score in the order scoring.lrp_score adds them, with the columns' short names.
-COMPONENTS = {"memory_used": "memory", "disk_used": "disk", "containers_used": "containers", "starting": "starting",
-              "same_process": "same app", "bin_pack": "bin pack"}
+COMPONENTS = {
+    "memory_used": "memory",
+    "disk_used": "disk",
+    "containers_used": "containers",
+    "starting": "starting",
+    "same_process": "same app",
+    "bin_pack": "bin pack",
+}
 # A breakdown part starts with its count of cells ("3 insufficient memory (...)"): split only there.
 PART = re.compile(r", (?=\d+ )")
 
@@ -96,8 +102,10 @@ def _every_index(client: BBSClient, name: str) -> tuple[list[PlacementExplanatio
         except NotFound:
             unknown.append(i)
     if not found:
-        fail(f"no placement explanation known for any instance of {name}: not auctioned since this BBS started "
-             f"(explanations are kept in its memory)")
+        fail(
+            f"no placement explanation known for any instance of {name}: not auctioned since this BBS "
+            f"started (explanations are kept in its memory)"
+        )
     return found, unknown
 
 
@@ -120,9 +128,11 @@ def print_explanation(out: Console, why: PlacementExplanation) -> None:
 def candidates(why: PlacementExplanation) -> Table:
     present = {k for c in why.candidates for k in c.components if k != "score"}
     names = [n for n in COMPONENTS if n in present] + sorted(present - set(COMPONENTS))
-    table = Table(caption="score = mean(memory, disk, containers used once placed) + starting + same app + bin "
-                  "pack; the lowest wins, at equal score the zone met first, then the lower index in zone",
-                  caption_justify="left")
+    table = Table(
+        caption="score = mean(memory, disk, containers used once placed) + starting + same app + bin "
+        "pack; the lowest wins, at equal score the zone met first, then the lower index in zone",
+        caption_justify="left",
+    )
     for column in ("", "cell", "zone", "index", "score", *(COMPONENTS.get(n, n) for n in names)):
         table.add_column(column, no_wrap=True, justify="right" if column in ("index", "score") else "left")
     for c in why.candidates:

@@ -46,7 +46,9 @@ async def unsent(batch: Reports) -> LifecycleResult:
 
 
 def desired(guid: str, memory_mb: int = 256) -> DesiredLRP:
-    return DesiredLRP(process_guid=guid, memory_mb=memory_mb, created_at=NOW, modification_tag=ModificationTag(epoch="e"))
+    return DesiredLRP(
+        process_guid=guid, memory_mb=memory_mb, created_at=NOW, modification_tag=ModificationTag(epoch="e")
+    )
 
 
 def make_host(cell_ids: list[str], memory_mb: int = 4096) -> tuple[RepHost, RecordingExecutor]:
@@ -92,10 +94,14 @@ async def test_state_answers_every_live_cell_in_one_request(rep) -> None:
 
     everyone = HostCellStates.model_validate_json((await client.get("/state")).content)
     assert [s.cell_id for s in everyone.cells] == ["c0", "c1", "c2"], "a retired cell is not bid"
-    assert everyone.cells[0].lrp_counts == {"web": 2} and everyone.cells[0].lrps == [], "the counts form by default"
+    assert everyone.cells[0].lrp_counts == {"web": 2} and everyone.cells[0].lrps == [], (
+        "the counts form by default"
+    )
     assert everyone.cells[0].model_dump() == host.cells["c0"].state(counts=True).model_dump()
 
-    some = HostCellStates.model_validate_json((await client.get("/state", params={"cells": "c1,c3,nope"})).content)
+    some = HostCellStates.model_validate_json(
+        (await client.get("/state", params={"cells": "c1,c3,nope"})).content
+    )
     assert [s.cell_id for s in some.cells] == ["c1"]
 
     full = HostCellStates.model_validate_json((await client.get("/state?lrps=full&cells=c0")).content)
@@ -123,7 +129,9 @@ async def test_work_places_each_cells_part_and_answers_each_cells_result(rep) ->
     assert set(results) == {"c0", "c1", "c2"}, "a cell not hosted here is left out: none of its work taken"
     assert [(r.desired.process_guid, r.index) for r in results["c0"].rejected_lrps] == [("api", 1)]
     assert results["c0"].reason == "insufficient resources: memory"
-    assert [r.index for r in results["c1"].rejected_lrps] == [2] and results["c1"].reason == "stale fencing token 5 < 7"
+    assert [r.index for r in results["c1"].rejected_lrps] == [2] and results[
+        "c1"
+    ].reason == "stale fencing token 5 < 7"
     assert results["c2"].reason == "cell is evacuating"
     started = sorted((c.cell_id, c.process_guid, c.index) for c in executor.started)
     assert started == [("c0", "api", 0), ("c0", "web", 0), ("c0", "web", 1)]
@@ -186,17 +194,28 @@ async def test_each_desired_lrp_is_validated_once_per_request(rep) -> None:
     assert all(d is held[0] for d in held), "the four cells share the one DesiredLRP parsed from the body"
 
 
-@pytest.mark.parametrize(("body", "loc", "says"), [
-    ({"desired": []}, ["body", "cells"], "Field required"),
-    ({"cells": {"c0": {"lrp_groups": [{"desired": 1, "indices": [0]}]}}, "desired": []}, ["body"],
-     "cells.c0.lrp_groups.0.desired: 1 names no entry of `desired` (0 entries)"),
-    ({"cells": {"c0": {"lrp_groups": [{"desired": -1, "indices": [0]}]}}}, ["body", "cells", "c0", "lrp_groups", 0,
-                                                                              "desired"], "greater than or equal"),
-    ({"cells": {}, "fencing_tokn": 3}, ["body", "fencing_tokn"], "Extra inputs are not permitted"),
-])
+@pytest.mark.parametrize(
+    ("body", "loc", "says"),
+    [
+        ({"desired": []}, ["body", "cells"], "Field required"),
+        (
+            {"cells": {"c0": {"lrp_groups": [{"desired": 1, "indices": [0]}]}}, "desired": []},
+            ["body"],
+            "cells.c0.lrp_groups.0.desired: 1 names no entry of `desired` (0 entries)",
+        ),
+        (
+            {"cells": {"c0": {"lrp_groups": [{"desired": -1, "indices": [0]}]}}},
+            ["body", "cells", "c0", "lrp_groups", 0, "desired"],
+            "greater than or equal",
+        ),
+        ({"cells": {}, "fencing_tokn": 3}, ["body", "fencing_tokn"], "Extra inputs are not permitted"),
+    ],
+)
 async def test_a_bad_host_work_body_is_a_422_naming_the_field(rep, body, loc, says) -> None:
     host, executor, client = rep
-    response = await client.post("/work", content=json.dumps(body), headers={"content-type": "application/json"})
+    response = await client.post(
+        "/work", content=json.dumps(body), headers={"content-type": "application/json"}
+    )
     assert response.status_code == 422, response.text
     errors = response.json()["detail"]
     assert any(e["loc"] == loc and says in e["msg"] for e in errors), errors
@@ -205,6 +224,8 @@ async def test_a_bad_host_work_body_is_a_422_naming_the_field(rep, body, loc, sa
 
 def test_every_cell_names_its_process_in_its_presence() -> None:
     host, _ = make_host(["c0", "c1"])
-    assert {(c.presence().rep_url, c.presence().rep_id) for c in host.cells.values()} == {("http://rep", "rep-a")}
+    assert {(c.presence().rep_url, c.presence().rep_id) for c in host.cells.values()} == {
+        ("http://rep", "rep-a")
+    }
     # It travels through the BBS's JSON and back.
     assert CellPresence.model_validate_json(host.cells["c0"].presence().model_dump_json()).rep_id == "rep-a"

@@ -1,4 +1,5 @@
-"""Per-instance uids: distinct within a process, exclusive across processes (a lock file), none an account's."""
+"""Per-instance uids: distinct within a process, exclusive across processes (a lock file), none an
+account's."""
 
 from __future__ import annotations
 

@@ -74,7 +74,9 @@ def test_given_values_are_each_cells_and_nothing_is_read(tmp_path: Path) -> None
                                                "memory for 4 cells"),
     ({"disk_reserve_mb": 10**9}, "disk_reserve_mb: 1000000000 MB leaves nothing of the "),
 ])
-def test_a_reserve_that_leaves_nothing_is_refused_naming_it(tmp_path: Path, kwargs: dict, message: str) -> None:
+def test_a_reserve_that_leaves_nothing_is_refused_naming_it(
+    tmp_path: Path, kwargs: dict, message: str
+) -> None:
     with pytest.raises(CapacityError) as raised:
         cell_capacity(memory_mb=None, disk_mb=None, instances_dir=tmp_path, meminfo=fake_meminfo(tmp_path),
                       **kwargs)

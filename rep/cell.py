@@ -294,7 +294,9 @@ class Cell:
                 _note(reasons, why)
             else:
                 self._start_task(task)
-        return WorkResult(rejected_lrps=rejected_lrps, rejected_tasks=rejected_tasks, reason="; ".join(reasons))
+        return WorkResult(
+            rejected_lrps=rejected_lrps, rejected_tasks=rejected_tasks, reason="; ".join(reasons)
+        )
 
     def _why_not_lrp(self, d: DesiredLRP, index: int) -> str:
         if (d.process_guid, index) in self._by_index:

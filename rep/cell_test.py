@@ -90,7 +90,10 @@ def make_cell(
 
 
 def take(
-    cell: Cell, lrps: Sequence[tuple[DesiredLRP, int]] = (), tasks: Sequence[Task] = (), fencing_token: int = 0
+    cell: Cell,
+    lrps: Sequence[tuple[DesiredLRP, int]] = (),
+    tasks: Sequence[Task] = (),
+    fencing_token: int = 0,
 ) -> WorkResult:
     """A cell's part of a HostWork, as the rep hands it over."""
     return cell.take(list(lrps), list(tasks), fencing_token)

@@ -184,7 +184,9 @@ class Cgroups:
         found: set[str] = set()
         for h in self.hierarchies:
             with contextlib.suppress(FileNotFoundError):
-                found.update(entry.name for entry in h.base.iterdir() if entry.is_dir() and entry.name != REP_LEAF)
+                found.update(
+                    entry.name for entry in h.base.iterdir() if entry.is_dir() and entry.name != REP_LEAF
+                )
         return sorted(found)
 
 
@@ -224,7 +226,9 @@ def detect(
         try:
             offered = set((top / "cgroup.controllers").read_text().split())
         except OSError as exc:
-            problems.append(f"cgroup v2 at {mount.point}: cannot read {top}/cgroup.controllers ({exc.strerror})")
+            problems.append(
+                f"cgroup v2 at {mount.point}: cannot read {top}/cgroup.controllers ({exc.strerror})"
+            )
             continue
         missing = [c for c in REQUIRED if c not in offered]
         if missing:
@@ -248,7 +252,9 @@ def detect(
                 continue
             top = mount.point if parent else _in_mount(mount, own.get(controller, "/"))
             levels = (*parent_levels, rep_key) if parent else (OWN_LEVEL, rep_key)
-            hierarchies[mount.point] = Hierarchy(mount.options & {*REQUIRED, "freezer"}, top, levels, own=not parent)
+            hierarchies[mount.point] = Hierarchy(
+                mount.options & {*REQUIRED, "freezer"}, top, levels, own=not parent
+            )
         return Cgroups("cgroup-v1", tuple(hierarchies.values()))
     if v1:
         found = sorted(by_controller)
@@ -542,5 +548,7 @@ class InstanceCgroup:
                 pass
             except OSError as exc:
                 gone = False
-                log.warning("cannot remove a cgroup", extra={"data": {"cgroup": str(path), "error": exc.strerror}})
+                log.warning(
+                    "cannot remove a cgroup", extra={"data": {"cgroup": str(path), "error": exc.strerror}}
+                )
         return gone

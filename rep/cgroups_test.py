@@ -106,14 +106,20 @@ def test_a_cgroup_parent_replaces_the_reps_own_cgroup(fake_v2: Path) -> None:
 
 def test_v2_without_a_controller_names_it(fake_v2: Path) -> None:
     (fake_v2 / OWN.lstrip("/") / "cgroup.controllers").write_text("cpu io memory\n")
-    with pytest.raises(CgroupsUnavailable, match=r"cgroup v2 at .* does not offer pids to .*offers: cpu io memory"):
+    with pytest.raises(
+        CgroupsUnavailable, match=r"cgroup v2 at .* does not offer pids to .*offers: cpu io memory"
+    ):
         detect_fake_v2(fake_v2)
 
 
 def test_v1_hierarchies_are_found_with_cpu_shared_with_cpuacct(tmp_path: Path) -> None:
     root = tmp_path / "cg"
-    text = "".join(v1_mount(root / name, name) for name in ("memory", "pids", "cpu,cpuacct", "freezer", "blkio"))
-    cgroups = detect("k", fs_root=root, mountinfo=text, proc_cgroup="5:memory:/rep\n3:pids:/\n1:cpu,cpuacct:/\n")
+    text = "".join(
+        v1_mount(root / name, name) for name in ("memory", "pids", "cpu,cpuacct", "freezer", "blkio")
+    )
+    cgroups = detect(
+        "k", fs_root=root, mountinfo=text, proc_cgroup="5:memory:/rep\n3:pids:/\n1:cpu,cpuacct:/\n"
+    )
     assert cgroups.version == "cgroup-v1"
     assert {h.top: h.controllers for h in cgroups.hierarchies} == {
         root / "memory" / "rep": frozenset({"memory"}), root / "pids": frozenset({"pids"}),
@@ -123,7 +129,9 @@ def test_v1_hierarchies_are_found_with_cpu_shared_with_cpuacct(tmp_path: Path) -
 
 def test_v1_without_a_controller_names_it_and_what_there_is(tmp_path: Path) -> None:
     root = tmp_path / "cg"
-    with pytest.raises(CgroupsUnavailable, match=r"no cgroup v1 pids, cpu hierarchy under .* \(found: memory\)"):
+    with pytest.raises(
+        CgroupsUnavailable, match=r"no cgroup v1 pids, cpu hierarchy under .* \(found: memory\)"
+    ):
         detect("k", fs_root=root, mountinfo=v1_mount(root / "memory", "memory"), proc_cgroup="")
 
 
@@ -168,7 +176,9 @@ def test_v2_a_rep_in_its_own_busy_cgroup_moves_itself_into_a_leaf_first(
     assert [c.dirs[0].name for c in cell.leftovers()] == [], "the rep's leaf is no instance"
 
 
-def test_v2_with_a_cgroup_parent_a_busy_cgroup_is_refused(fake_v2: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_v2_with_a_cgroup_parent_a_busy_cgroup_is_refused(
+    fake_v2: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     (fake_v2 / "cgroup.controllers").write_text("cpu memory pids\n")
 
     def busy(directory: Path) -> None:
@@ -186,8 +196,16 @@ def test_v2_instance_limits_memory_without_swap_pids_and_cpu_weight(fake_v2: Pat
     cgroup = cell.create("guid-1", limits_for(1024, 64))
     [path] = cgroup.dirs
     assert path == fake_v2 / OWN.lstrip("/") / "vendue" / "k123" / "cell-0" / "guid-1"
-    written = {name: (path / name).read_text() for name in ("memory.max", "memory.swap.max", "pids.max", "cpu.weight")}
-    assert written == {"memory.max": str(1024 * 2**20), "memory.swap.max": "0", "pids.max": "64", "cpu.weight": "5"}
+    written = {
+        name: (path / name).read_text()
+        for name in ("memory.max", "memory.swap.max", "pids.max", "cpu.weight")
+    }
+    assert written == {
+        "memory.max": str(1024 * 2**20),
+        "memory.swap.max": "0",
+        "pids.max": "64",
+        "cpu.weight": "5",
+    }
     assert cgroup.procs_files == (str(path / "cgroup.procs"),)
 
 
@@ -208,7 +226,9 @@ def test_v2_cell_weighs_a_default_process_per_instance_it_holds(fake_v2: Path) -
 def test_v2_oom_kills_come_from_memory_events(fake_v2: Path) -> None:
     cgroup = detect_fake_v2(fake_v2).cell("cell-0").create("g", limits_for(64, 8))
     assert cgroup.oom_kills() == 0
-    (cgroup.memory / "memory.events").write_text("low 0\nhigh 0\nmax 12\noom 2\noom_kill 1\noom_group_kill 0\n")
+    (cgroup.memory / "memory.events").write_text(
+        "low 0\nhigh 0\nmax 12\noom 2\noom_kill 1\noom_group_kill 0\n"
+    )
     assert cgroup.oom_kills() == 1
 
 
@@ -220,7 +240,9 @@ def sleeper() -> Iterator[subprocess.Popen[bytes]]:
     proc.wait(timeout=10)
 
 
-def test_v2_kill_uses_cgroup_kill_where_the_kernel_has_it(fake_v2: Path, sleeper: subprocess.Popen[bytes]) -> None:
+def test_v2_kill_uses_cgroup_kill_where_the_kernel_has_it(
+    fake_v2: Path, sleeper: subprocess.Popen[bytes]
+) -> None:
     cgroup = detect_fake_v2(fake_v2).cell("cell-0").create("g", limits_for(64, 8))
     (cgroup.dirs[0] / "cgroup.procs").write_text(f"{sleeper.pid}\n")
     (cgroup.dirs[0] / "cgroup.kill").write_text("")
@@ -229,7 +251,9 @@ def test_v2_kill_uses_cgroup_kill_where_the_kernel_has_it(fake_v2: Path, sleeper
     assert sleeper.poll() is None, "the kernel kills (cgroup.kill), not the rep"
 
 
-def test_v2_kill_without_cgroup_kill_freezes_signals_and_thaws(fake_v2: Path, sleeper: subprocess.Popen[bytes]) -> None:
+def test_v2_kill_without_cgroup_kill_freezes_signals_and_thaws(
+    fake_v2: Path, sleeper: subprocess.Popen[bytes]
+) -> None:
     cgroup = detect_fake_v2(fake_v2).cell("cell-0").create("g", limits_for(64, 8))
     (cgroup.dirs[0] / "cgroup.procs").write_text(f"{sleeper.pid}\n")
     cgroup.kill_now()
@@ -279,7 +303,9 @@ def v1_cell() -> Iterator[CellCgroups]:
 def test_v1_limits_are_set_in_each_hierarchy(v1_cell: CellCgroups) -> None:
     cgroup = v1_cell.create("g", limits_for(96, 33))
     by_name = {name: path for path in cgroup.dirs for name in os.listdir(path)}
-    assert by_name["memory.limit_in_bytes"].joinpath("memory.limit_in_bytes").read_text().strip() == str(96 * 2**20)
+    assert by_name["memory.limit_in_bytes"].joinpath("memory.limit_in_bytes").read_text().strip() == str(
+        96 * 2**20
+    )
     if "memory.memsw.limit_in_bytes" in by_name:
         assert (cgroup.memory / "memory.memsw.limit_in_bytes").read_text().strip() == str(96 * 2**20)
     assert by_name["pids.max"].joinpath("pids.max").read_text().strip() == "33"
@@ -299,7 +325,8 @@ def test_v1_cell_shares_grow_with_its_instances_and_shrink_as_they_go(v1_cell: C
 
 def test_v1_a_child_joins_before_exec_and_stop_kills_what_ignores_sigterm(v1_cell: CellCgroups) -> None:
     cgroup = v1_cell.create("g", limits_for(64, 16))
-    script = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('ready', flush=True); time.sleep(60)"
+    script = ("import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+              "print('ready', flush=True); time.sleep(60)")
     proc = subprocess.Popen(["/usr/bin/python3", "-c", script], stdout=subprocess.PIPE,
                             preexec_fn=child_preexec(cgroup_procs=cgroup.procs_files, uid=65534, gid=65534))
     try:

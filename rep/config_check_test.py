@@ -126,7 +126,9 @@ def test_a_rep_that_cannot_isolate_is_refused_in_one_line(monkeypatch: pytest.Mo
 
     monkeypatch.setattr(os, "geteuid", lambda: 1000)
     problem = config_problem(RepSettings())
-    assert problem is not None and problem.startswith("cannot isolate instances: not running as root (uid 1000)")
+    assert problem is not None and problem.startswith(
+        "cannot isolate instances: not running as root (uid 1000)"
+    )
     assert "--isolation none" in problem and "\n" not in problem
     assert config_problem(RepSettings(isolation="none")) is None
     assert config_problem(RepSettings(executor="sim")) is None

@@ -78,8 +78,11 @@ def test_other_filesystems_are_not_entered(tmp_path: Path) -> None:
     write(tmp_path / "here", MIB)
     mount = tmp_path / "mnt"
     mount.mkdir()
-    measure = (f"import sys; sys.path.insert(0, {str(Path(__file__).parents[1])!r}); "
-               f"from rep.disk_usage import tree_bytes; print(tree_bytes(__import__('pathlib').Path({str(tmp_path)!r})))")
+    measure = (
+        f"import sys; sys.path.insert(0, {str(Path(__file__).parents[1])!r}); "
+        f"from rep.disk_usage import tree_bytes; "
+        f"print(tree_bytes(__import__('pathlib').Path({str(tmp_path)!r})))"
+    )
     script = (f"mount -t tmpfs -o size=16m tmpfs {mount} && head -c 8388608 /dev/urandom > {mount}/big && "
               f"{sys.executable} -c \"{measure}\" && du -s -B1 -x {tmp_path}")
     out = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", script],

@@ -49,7 +49,9 @@ class Fencing:
         self._path = path
         self._current_token = current_token
         self.highest = read_token(path)  # 0: none accepted yet (0 is never a lease's token)
-        self._refused: dict[int, tuple[float, str, int]] = {}  # token -> (until, reason, status): recent refusals
+        self._refused: dict[
+            int, tuple[float, str, int]
+        ] = {}  # token -> (until, reason, status): recent refusals
         self._checking = asyncio.Lock()
         self.lookups = 0  # questions asked of the BBS (tests check the hot path asks none)
 

@@ -98,7 +98,9 @@ async def test_stale_and_unknown_tokens_are_409_and_the_highest_survives_a_resta
         newer = await client.post(f"{rep.url}/work", json=work_body("f-1", (app, 2), fencing_token=4))
         assert newer.status_code == 200, newer.text
         stale = await client.post(f"{rep.url}/work", json=work_body("f-1", (app, 3), fencing_token=3))
-        assert stale.status_code == 409 and stale.json() == {"detail": "stale fencing token 3 < 4"}, stale.text
+        assert stale.status_code == 409 and stale.json() == {"detail": "stale fencing token 3 < 4"}, (
+            stale.text
+        )
 
         unknown = await client.post(f"{rep.url}/work", json=work_body("f-1", (app, 4), fencing_token=7))
         assert unknown.status_code == 409, unknown.text
@@ -106,7 +108,9 @@ async def test_stale_and_unknown_tokens_are_409_and_the_highest_survives_a_resta
         still = await client.post(f"{rep.url}/work", json=work_body("f-1", (app, 5), fencing_token=4))
         assert still.status_code == 200 and still.json()["cells"]["f-1"]["rejected_lrps"] == [], still.text
         states = HostCellStates.model_validate_json((await client.get(f"{rep.url}/state")).content).cells
-        assert {s.cell_id: s.lrp_counts for s in states} == {"f-0": {"app": 2}, "f-1": {"app": 2}}, "none refused"
+        assert {s.cell_id: s.lrp_counts for s in states} == {"f-0": {"app": 2}, "f-1": {"app": 2}}, (
+            "none refused"
+        )
         assert states[1].accepted_fencing_tokens == [4]
 
     rep.proc.send_signal(signal.SIGINT)
@@ -117,7 +121,9 @@ async def test_stale_and_unknown_tokens_are_409_and_the_highest_survives_a_resta
     rep = await start_rep(*args)  # the same data dir
     async with httpx.AsyncClient(timeout=DEADLINE_S) as client:
         stale = await client.post(f"{rep.url}/work", json=work_body("f-0", (app, 6), fencing_token=3))
-        assert stale.status_code == 409 and stale.json() == {"detail": "stale fencing token 3 < 4"}, stale.text
+        assert stale.status_code == 409 and stale.json() == {"detail": "stale fencing token 3 < 4"}, (
+            stale.text
+        )
         taken = await post_work(client, rep.url, work_body("f-0", (app, 6), fencing_token=4))
         assert taken.status_code == 200 and taken.json()["cells"]["f-0"]["rejected_lrps"] == [], taken.text
         states = HostCellStates.model_validate_json((await client.get(f"{rep.url}/state")).content).cells

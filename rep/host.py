@@ -116,7 +116,9 @@ class RepHost:
         # the presence expires. With the client's own timeout (10 s), a replica that hangs (cut off from
         # its database) let every presence it served expire first, and their instances be replaced.
         read_timeout = client.timeout.read
-        self.heartbeat_timeout_s = min(presence_ttl_s / 2, read_timeout if read_timeout is not None else math.inf)
+        self.heartbeat_timeout_s = min(
+            presence_ttl_s / 2, read_timeout if read_timeout is not None else math.inf
+        )
         # Loop time each cell's last accepted heartbeat was sent: a gap of a TTL means the BBS may have let
         # its presence expire (see _heartbeats).
         self._last_beat_sent: dict[str, float] = {}
@@ -274,7 +276,9 @@ class RepHost:
         loop = asyncio.get_running_loop()
         sent = loop.time()
         response = await self._client.put(
-            f"{self.bbs_url}/v1/cells", content=body.model_dump_json(), headers={"content-type": "application/json"},
+            f"{self.bbs_url}/v1/cells",
+            content=body.model_dump_json(),
+            headers={"content-type": "application/json"},
             timeout=self.heartbeat_timeout_s,
         )
         response.raise_for_status()

@@ -47,7 +47,9 @@ class MockBBS:
         if request.method == "PUT" and parts == ["v1", "cells"]:
             cells = CellPresences.model_validate_json(request.content).cells
             self.heartbeats.extend(cells)
-            return httpx.Response(200, json={"cordoned": [c.cell_id for c in cells if c.cell_id in self.cordoned]})
+            return httpx.Response(
+                200, json={"cordoned": [c.cell_id for c in cells if c.cell_id in self.cordoned]}
+            )
         if request.method == "POST" and parts == ["v1", "lifecycle"]:
             body = HostLifecycle.model_validate_json(request.content)
             self.lifecycles.extend(body.cells.items())
@@ -118,8 +120,11 @@ async def test_heartbeats_carry_what_each_cell_has_left_and_holds(setup: tuple[R
     host, bbs = setup
     give(host.cells["cell-1"], 0, 1)
     seen = len(bbs.heartbeats)
-    await eventually(lambda: any(p.cell_id == "cell-1" for p in bbs.heartbeats[seen:]), "a heartbeat of cell-1",
-                     lambda: bbs.heartbeats[seen:])
+    await eventually(
+        lambda: any(p.cell_id == "cell-1" for p in bbs.heartbeats[seen:]),
+        "a heartbeat of cell-1",
+        lambda: bbs.heartbeats[seen:],
+    )
     last = [p for p in bbs.heartbeats if p.cell_id == "cell-1"][-1]
     assert last.available == host.cells["cell-1"].available() and last.instances == 2, last
     assert last.available.containers == 248 and 0 <= last.starting <= 2
@@ -145,7 +150,9 @@ async def test_cells_reporting_in_the_same_round_share_one_request(setup: tuple[
     for cell_id in ("cell-0", "cell-1", "cell-2"):
         give(host.cells[cell_id], 0)
     await eventually(
-        lambda: sum(len(b.running) for _, b in bbs.lifecycles) == 3, "three running reports", lambda: bbs.lifecycles
+        lambda: sum(len(b.running) for _, b in bbs.lifecycles) == 3,
+        "three running reports",
+        lambda: bbs.lifecycles,
     )
     posts = [r for r in bbs.requests if r.startswith("POST")]
     claims = [cid for cid, b in bbs.lifecycles if b.claimed]
@@ -231,13 +238,19 @@ async def test_a_rep_started_before_its_bbs_registers_soon_after_the_bbs_answers
         bbs.down = False
         loop = asyncio.get_running_loop()
         up_at = loop.time()
-        await eventually(lambda: not cell.awaiting_registration, "the cell registered", lambda: bbs.heartbeats)
+        await eventually(
+            lambda: not cell.awaiting_registration, "the cell registered", lambda: bbs.heartbeats
+        )
         took = loop.time() - up_at
-        assert took < 2.0, f"expected registration within 2 s of the BBS answering (interval 20 s), took {took:.2f} s"
+        assert took < 2.0, (
+            f"expected registration within 2 s of the BBS answering (interval 20 s), took {took:.2f} s"
+        )
         assert [p.cell_id for p in bbs.heartbeats] == ["early"], bbs.heartbeats
         # Registered: back to one heartbeat per interval (no retry storm).
         await asyncio.sleep(0.5)
-        assert len(bbs.heartbeats) == 1, f"expected no further heartbeat within the 20 s interval, saw {bbs.heartbeats}"
+        assert len(bbs.heartbeats) == 1, (
+            f"expected no further heartbeat within the 20 s interval, saw {bbs.heartbeats}"
+        )
     finally:
         await host.close()
         await client.aclose()

@@ -170,18 +170,24 @@ def isolation_problem(settings: RepSettings) -> str | None:
     if settings.executor != "process" or settings.isolation == "none":
         return None
     if os.geteuid() != 0:
-        return f"cannot isolate instances: not running as root (uid {os.geteuid()}); run as root, or {NONE_HINT}"
+        return (
+            f"cannot isolate instances: not running as root (uid {os.geteuid()}); run as root, or {NONE_HINT}"
+        )
     try:
         detect(rep_key(settings.data_dir), fs_root=settings.cgroup_fs, parent=settings.cgroup_parent)
     except CgroupsUnavailable as exc:
-        return (f"cannot isolate instances: {exc}; give the rep cgroup v2 with memory, pids and cpu delegated "
-                f"or cgroup v1 memory, pids and cpu hierarchies, or {NONE_HINT}")
+        return (
+            f"cannot isolate instances: {exc}; give the rep cgroup v2 with memory, pids and cpu delegated "
+            f"or cgroup v1 memory, pids and cpu hierarchies, or {NONE_HINT}"
+        )
     instances = instances_dir_of(settings)
     existing = next(p for p in (instances, *instances.parents) if p.exists())
     blocked = unreachable_by_others(existing)
     if blocked is not None:
-        return (f"instances_dir: {instances} is out of reach of the apps' users ({blocked} is mode "
-                f"{blocked.stat().st_mode & 0o777:o}); give --instances-dir a directory every user may traverse")
+        return (
+            f"instances_dir: {instances} is out of reach of the apps' users ({blocked} is mode "
+            f"{blocked.stat().st_mode & 0o777:o}); give --instances-dir a directory every user may traverse"
+        )
     return None
 
 

@@ -30,7 +30,9 @@ from .settings import RepSettings
 pytestmark = pytest.mark.timeout(60)
 
 
-def test_the_rep_key_comes_from_the_resolved_data_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_rep_key_comes_from_the_resolved_data_dir(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.chdir(tmp_path)
     key = rep_key(Path("cells/cell-0"))
     assert key == rep_key(tmp_path / "cells" / "cell-0") and len(key) == 12 and int(key, 16) >= 0
@@ -51,7 +53,9 @@ def test_not_root_is_one_line_naming_the_flag(monkeypatch: pytest.MonkeyPatch) -
         "run apps as the rep's own user, unisolated")
 
 
-def test_no_cgroup_filesystem_is_one_line_naming_the_flag(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_no_cgroup_filesystem_is_one_line_naming_the_flag(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(os, "geteuid", lambda: 0)
     problem = isolation_problem(RepSettings(cgroup_fs=tmp_path))
     assert problem is not None and "\n" not in problem

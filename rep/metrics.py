@@ -22,9 +22,13 @@ class CellCollector(Collector):
         self.host = host
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
-        available = GaugeMetricFamily("vendue_rep_available", "What a cell has left", labels=["cell", "resource"])
+        available = GaugeMetricFamily(
+            "vendue_rep_available", "What a cell has left", labels=["cell", "resource"]
+        )
         total = GaugeMetricFamily("vendue_rep_total", "What a cell offers", labels=["cell", "resource"])
-        lrps = GaugeMetricFamily("vendue_rep_lrps", "LRP instances a cell holds, by state", labels=["cell", "state"])
+        lrps = GaugeMetricFamily(
+            "vendue_rep_lrps", "LRP instances a cell holds, by state", labels=["cell", "state"]
+        )
         tasks = GaugeMetricFamily("vendue_rep_tasks", "Tasks a cell holds", labels=["cell"])
         evacuating = GaugeMetricFamily("vendue_rep_evacuating", "1 while a cell evacuates", labels=["cell"])
         diego = {

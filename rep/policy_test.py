@@ -73,8 +73,15 @@ def test_every_route_has_a_row(tmp_path: Path) -> None:
 
     app = create_app(host, Fencing(tmp_path / "fencing-token", no_lease), insecure=False)
     assert POLICY.missing(app.router.routes) == []
-    assert {path for _, path in POLICY.rows} >= {"/state", "/work", "/stop", "/cancel", "/cordon", "/evacuate",
-                                                 "/cells"}
+    assert {path for _, path in POLICY.rows} >= {
+        "/state",
+        "/work",
+        "/stop",
+        "/cancel",
+        "/cordon",
+        "/evacuate",
+        "/cells",
+    }
 
 
 async def test_every_route_refuses_callers_without_identity_or_role(

@@ -459,7 +459,9 @@ class ProcessExecutor(Executor):
     # --- disk quota ---------------------------------------------------------------------------------
 
     def _watch_disk(self, child: _Child, disk_mb: int) -> None:
-        self._disk.watch(child.guid, child.directory, disk_mb, lambda reason: self._stop_over_quota(child, reason))
+        self._disk.watch(
+            child.guid, child.directory, disk_mb, lambda reason: self._stop_over_quota(child, reason)
+        )
 
     def _stop_over_quota(self, child: _Child, reason: str) -> None:
         """The disk watcher's verdict: stop the container as a stop would; its runner then sees it end and

@@ -343,7 +343,9 @@ async def test_the_environment_is_exactly_the_lrps_and_vendues_own(
 
 async def test_an_lrp_may_set_its_own_path(executor: ProcessExecutor) -> None:
     listener = Listener()
-    executor.start_lrp(container([PYTHON, "-c", HTTP_SERVER], env={"PATH": "/opt/app/bin:/usr/bin"}), listener)
+    executor.start_lrp(
+        container([PYTHON, "-c", HTTP_SERVER], env={"PATH": "/opt/app/bin:/usr/bin"}), listener
+    )
     await eventually(lambda: bool(listener.running), "a running report", lambda: listener.crashed)
     pid = executor.pid_of("inst-1")
     assert pid is not None and environ_of(pid)["PATH"] == "/opt/app/bin:/usr/bin"
@@ -389,7 +391,9 @@ async def test_each_isolated_instance_has_its_own_uid_and_directory(isolated: Pr
     await isolated.stop_lrp("a")
     await isolated.stop_lrp("b")
 
-    assert isolated.isolation.users.held().isdisjoint(uids.values()), "the uids go back once the instances are gone"
+    assert isolated.isolation.users.held().isdisjoint(uids.values()), (
+        "the uids go back once the instances are gone"
+    )
 
 
 # Allocates twice its memory_mb (MEMORY_MB below), a MiB at a time, each page touched.
@@ -437,7 +441,9 @@ time.sleep(120)
 
 async def test_a_stop_kills_a_setsid_double_forked_escapee(isolated: ProcessExecutor) -> None:
     listener = Listener()
-    isolated.start_lrp(container([PYTHON, "-c", ESCAPES], check=HealthCheck(type="process"), ports=[]), listener)
+    isolated.start_lrp(
+        container([PYTHON, "-c", ESCAPES], check=HealthCheck(type="process"), ports=[]), listener
+    )
     pid_file = isolated.containers_dir / "inst-1" / "escapee.pid"
     await eventually(lambda: bool(listener.running) and pid_file.exists() and pid_file.read_text() != "",
                      "running, with its escapee", lambda: listener.crashed)
@@ -471,7 +477,9 @@ while True:
 """
 
 
-async def test_a_fork_bomb_stops_at_the_pids_limit_and_the_executor_runs_on(isolated: ProcessExecutor) -> None:
+async def test_a_fork_bomb_stops_at_the_pids_limit_and_the_executor_runs_on(
+    isolated: ProcessExecutor,
+) -> None:
     listener = Listener()
     bomb = container([PYTHON, "-c", FORK_BOMB], guid="bomb", check=HealthCheck(type="process"), ports=[])
     isolated.start_lrp(bomb, listener)
@@ -561,7 +569,9 @@ FILLS_ITS_DISK = HTTP_SERVER.replace(
 
 
 @pytest.fixture(params=["cgroups", "none"])
-async def quick_disk_executor(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[ProcessExecutor]:
+async def quick_disk_executor(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> AsyncIterator[ProcessExecutor]:
     isolation = isolation_for(tmp_path) if request.param == "cgroups" else None
     ex = ProcessExecutor(tmp_path, "cell-p", isolation=isolation, stop_grace_s=0.5, process_grace_s=0.3,
                          disk_check_interval_s=0.1, log_cap_bytes=8192)
@@ -584,7 +594,11 @@ async def test_an_instance_past_its_disk_mb_is_stopped_and_crashed_with_the_reas
     await eventually(lambda: bool(listener.crashed), "a crash report", lambda: listener.running)
 
     [(guid, reason)] = listener.crashed
-    assert guid == "inst-1" and reason.startswith("disk quota exceeded (") and reason.endswith(" MB used of 8 MB)")
+    assert (
+        guid == "inst-1"
+        and reason.startswith("disk quota exceeded (")
+        and reason.endswith(" MB used of 8 MB)")
+    )
     assert 8 < int(reason.split("(")[1].split()[0]) <= 13, reason
     assert not pid_alive(pid)
     directory = executor.containers_dir / "inst-1"
@@ -592,7 +606,9 @@ async def test_an_instance_past_its_disk_mb_is_stopped_and_crashed_with_the_reas
 
 
 @pytest.mark.parametrize("isolated", [True, False])
-async def test_a_task_that_ends_past_its_disk_mb_fails_with_the_reason(tmp_path: Path, isolated: bool) -> None:
+async def test_a_task_that_ends_past_its_disk_mb_fails_with_the_reason(
+    tmp_path: Path, isolated: bool
+) -> None:
     # No round between start and exit (a minute apart): only the measurement on exit can catch it.
     isolation = isolation_for(tmp_path) if isolated else None
     executor = ProcessExecutor(tmp_path, "cell-p", isolation=isolation, stop_grace_s=0.5,

@@ -106,7 +106,9 @@ def test_a_host_body_equals_the_models_json() -> None:
 
 def test_then_keeps_older_reports_ahead_field_by_field() -> None:
     older = Reports(claimed=[Ref("a", 0, "g0")], tasks_started=["t0"])
-    newer = Reports(claimed=[Ref("a", 1, "g1")], running=[Running("a", 0, "g0", "h", [])], tasks_started=["t1"])
+    newer = Reports(
+        claimed=[Ref("a", 1, "g1")], running=[Running("a", 0, "g0", "h", [])], tasks_started=["t1"]
+    )
     both = older.then(newer)
     assert [r.index for r in both.claimed] == [0, 1] and both.tasks_started == ["t0", "t1"]
     assert len(both) == 5 and len(older) == 2, "the parts are left as they were"

@@ -97,8 +97,11 @@ def cell_configs(settings: RepSettings, base_url: str, rep_id: str, *, insecure:
     else:
         try:
             memory, disk = cell_capacity(
-                memory_mb=settings.memory_mb, disk_mb=settings.disk_mb, instances_dir=instances_root(settings),
-                cells=settings.cells, memory_reserve_mb=settings.memory_reserve_mb,
+                memory_mb=settings.memory_mb,
+                disk_mb=settings.disk_mb,
+                instances_dir=instances_root(settings),
+                cells=settings.cells,
+                memory_reserve_mb=settings.memory_reserve_mb,
                 disk_reserve_mb=settings.disk_reserve_mb,
             )
         except CapacityError as exc:
@@ -169,7 +172,9 @@ def bbs_client(settings: RepSettings, tls: ServingTLS | None) -> httpx.AsyncClie
     )
 
 
-def build_host(settings: RepSettings, base_url: str, tls: ServingTLS | None, bbs: httpx.AsyncClient) -> RepHost:
+def build_host(
+    settings: RepSettings, base_url: str, tls: ServingTLS | None, bbs: httpx.AsyncClient
+) -> RepHost:
     rep_id = rep_id_of(settings, tls)
     try:  # before anything runs: a rep that cannot isolate as asked says so and exits 2
         isolation = prepare_isolation(settings)
@@ -221,10 +226,13 @@ def build_host(settings: RepSettings, base_url: str, tls: ServingTLS | None, bbs
     )
 
 
-def connect_nats(settings: RepSettings, host: RepHost, fencing: Fencing, tls: ServingTLS | None) -> RepNatsBus:
+def connect_nats(
+    settings: RepSettings, host: RepHost, fencing: Fencing, tls: ServingTLS | None
+) -> RepNatsBus:
     """Start connecting to NATS in the background (retrying while unreachable); subscribe once connected.
     With TLS files the rep's certificate is its NATS user (its subjects: vendue.rep.<rep_id>.>)."""
-    # Imported here: the NATS client (and the aiohttp it pulls in) costs a rep on HTTP ~0.4 s of CPU to import.
+    # Imported here: the NATS client (and the aiohttp it pulls in) costs a rep on HTTP ~0.4 s of CPU to
+    # import.
     from common.transport.nats_connection import NatsConnection
 
     from .nats_bus import RepNatsBus

@@ -27,7 +27,10 @@ def test_a_process_cell_offers_the_machine_less_the_reserves(tmp_path: Path) -> 
 
 
 def test_simulated_cells_keep_their_defaults(tmp_path: Path) -> None:
-    assert offered(data_dir=tmp_path, executor="sim", cells=3) == [(SIM_DEFAULT_MEMORY_MB, SIM_DEFAULT_DISK_MB)] * 3
+    assert (
+        offered(data_dir=tmp_path, executor="sim", cells=3)
+        == [(SIM_DEFAULT_MEMORY_MB, SIM_DEFAULT_DISK_MB)] * 3
+    )
 
 
 def test_a_reserve_larger_than_the_machine_is_a_config_error(tmp_path: Path) -> None:

@@ -76,7 +76,9 @@ class RepSettings(TLSOptions, RequestLimitOptions, BaseSettings):
     isolation: Literal["cgroups", "none"] = "cgroups"
     app_uid_range: str = DEFAULT_UID_RANGE
     pids_limit: int = Field(default=1024, ge=1)
-    cgroup_parent: str | None = None  # absolute from each hierarchy's root; default: the rep's own cgroup/vendue
+    cgroup_parent: str | None = (
+        None  # absolute from each hierarchy's root; default: the rep's own cgroup/vendue
+    )
     instances_dir: Path | None = None  # default /var/lib/vendue/instances (isolated)
     cgroup_fs: Path = CGROUP_FS  # where the cgroup hierarchies are mounted (a hidden flag, for tests)
     memory_limit: bool = True  # --isolation none: cap each child's RLIMIT_DATA at the LRP's memory_mb

@@ -99,7 +99,9 @@ class FakeBBS:
                 return JSONResponse({"detail": "Not Found"}, status_code=404)
             now, lease = time.time(), self.lease
             if lease.owner != body.owner and lease.expires_at <= now:  # free: a new term, a newer token
-                lease = Lease(held=True, owner=body.owner, url=body.url, token=lease.token + 1, expires_at=0.0)
+                lease = Lease(
+                    held=True, owner=body.owner, url=body.url, token=lease.token + 1, expires_at=0.0
+                )
             if lease.owner == body.owner:
                 lease = lease.model_copy(update={"url": body.url, "expires_at": now + body.ttl_s})
             self.lease = lease
@@ -121,7 +123,9 @@ class FakeBBS:
         @app.post("/v1/tokens/verify")
         async def verify_token(body: TokenVerify) -> Response:
             if body.token not in self.tokens:  # as the real BBS answers (bbs/api.py)
-                return JSONResponse({"detail": "no valid token: unknown, expired or revoked"}, status_code=404)
+                return JSONResponse(
+                    {"detail": "no valid token: unknown, expired or revoked"}, status_code=404
+                )
             role, name = self.tokens[body.token]
             return JSONResponse({"role": role, "name": name})
 
@@ -133,7 +137,9 @@ class FakeBBS:
                 return JSONResponse({"detail": "unavailable"}, status_code=503)
             report = AuctionReport.model_validate_json(await request.body())
             if report.fencing_token < self.lease.token:
-                return JSONResponse({"detail": f"stale fencing token {report.fencing_token}"}, status_code=409)
+                return JSONResponse(
+                    {"detail": f"stale fencing token {report.fencing_token}"}, status_code=409
+                )
             self.failure_reports.append(report)
             return Response(status_code=204)
 

@@ -77,8 +77,11 @@ def _without_index_0(members: list[LRPStart]) -> list[LRPStart]:
     return [lrp for lrp in members if lrp.index != 0] if members and members[0].index <= 0 else members
 
 
-def split_last_rounds(groups: dict[str, list[LRPStart]], zones: int, placed: Callable[[str], int] | None = None,
-                      ) -> tuple[list[list[LRPStart]], list[LRPStart]]:
+def split_last_rounds(
+    groups: dict[str, list[LRPStart]],
+    zones: int,
+    placed: Callable[[str], int] | None = None,
+) -> tuple[list[list[LRPStart]], list[LRPStart]]:
     """(each process's instances completing rounds of the zones, the last partial rounds in placing
     order), from `by_process` groups; index-0 instances left out of both (step 1 places them).
 

@@ -22,7 +22,9 @@ def test_index_zero_first_by_memory_then_tasks_then_the_rest_cycling_by_load():
 
 
 def test_load_is_memory_times_instances_so_many_small_instances_can_lead():
-    lrps = [LRPStart("few-large", i, 300, 1) for i in range(1, 3)] + [LRPStart("many-small", i, 100, 1) for i in range(1, 8)]
+    lrps = [LRPStart("few-large", i, 300, 1) for i in range(1, 3)] + [
+        LRPStart("many-small", i, 100, 1) for i in range(1, 8)
+    ]
     ordered = keys(order_batch(lrps, []))
     assert ordered[:2] == [("many-small", 1), ("few-large", 1)]  # 700 MB of load against 600
 

@@ -8,7 +8,9 @@ def cell(i: int, memory=100, disk=100, containers=10, **kw) -> Cell:
 
 
 def test_furthest_compatibility_stage_names_the_error():
-    state = AuctionState([cell(0, stacks=("other",)), cell(1, placement_tags=frozenset({"gpu"}))], SchedulerConfig())
+    state = AuctionState(
+        [cell(0, stacks=("other",)), cell(1, placement_tags=frozenset({"gpu"}))], SchedulerConfig()
+    )
     failure = diagnose(state, LRPStart("a", 0, 1, 1))
     assert failure.error == "found no compatible cell with no placement tags"
     assert failure.detail == "0/2 cells fit: 1 stack mismatch, 1 placement tags mismatch"

@@ -65,20 +65,25 @@ def explain(
     config = config or SchedulerConfig()
     state, batch, active = begin(cells, lrps, tasks, config, "reference")
     for item in batch:
-        is_lrp = isinstance(item, LRPStart)
-        name = (item.strategy or config.strategy) if is_lrp else config.strategy
-        picker = active[name]
-        if (item.key if is_lrp else item.task_guid) == target:
-            return _explain_item(state, picker, item, name)
-        slot = picker.pick_lrp(item) if is_lrp else picker.pick_task(item)
-        if slot is not None:
-            (state.reserve_lrp if is_lrp else state.reserve_task)(slot, item)
+        if isinstance(item, LRPStart):
+            name = item.strategy or config.strategy
+            if item.key == target:
+                return _explain_item(state, active[name], item, name)
+            slot = active[name].pick_lrp(item)
+            if slot is not None:
+                state.reserve_lrp(slot, item)
+        else:
+            name = config.strategy
+            if item.task_guid == target:
+                return _explain_item(state, active[name], item, name)
+            slot = active[name].pick_task(item)
+            if slot is not None:
+                state.reserve_task(slot, item)
     raise KeyError(f"{target!r} is not in the batch")
 
 
 def _explain_item(state: AuctionState, picker, item: Work, strategy: str) -> Explanation:
-    is_lrp = isinstance(item, LRPStart)
-    slot = picker.pick_lrp(item) if is_lrp else picker.pick_task(item)
+    slot = picker.pick_lrp(item) if isinstance(item, LRPStart) else picker.pick_task(item)
     explanation = Explanation(_label(item), strategy, slot.cell_id if slot else None)
     if slot is None:
         failure = picker.diagnose(item)
@@ -86,7 +91,7 @@ def _explain_item(state: AuctionState, picker, item: Work, strategy: str) -> Exp
     chain = picker.chain(item)
     sw = state.config.starting_container_weight
     bw = state.config.bin_pack_first_fit_weight
-    zone_counts = state.zone_instances(item.process_guid) if is_lrp else {}
+    zone_counts = state.zone_instances(item.process_guid) if isinstance(item, LRPStart) else {}
     for cell in state.slots:
         verdict = CellVerdict(cell.cell_id, cell.zone, zone_instances=zone_counts.get(cell.zone, 0))
         rejecting = first_rejection(cell, item, chain)
@@ -97,8 +102,10 @@ def _explain_item(state: AuctionState, picker, item: Work, strategy: str) -> Exp
             verdict.components = picker.components(cell, item)
         elif strategy != "diego":
             verdict.components = {"feasible": 1.0}
-        elif is_lrp:
-            verdict.components = lrp_score_components(cell, item.memory_mb, item.disk_mb, item.process_guid, sw, bw)
+        elif isinstance(item, LRPStart):
+            verdict.components = lrp_score_components(
+                cell, item.memory_mb, item.disk_mb, item.process_guid, sw, bw
+            )
         else:
             verdict.components = {"score": task_score(cell, item.memory_mb, item.disk_mb, sw),
                                   "tasks": float(cell.task_count)}

@@ -30,7 +30,9 @@ def test_explains_a_miss_with_each_cells_rejecting_filter():
     why = explain(cells, ("big", 0), [LRPStart("big", 0, 80, 10)])
     assert why.chosen is None
     assert why.error == "insufficient resources: memory"
-    assert why.detail == "0/2 cells fit: 1 stack mismatch, 1 insufficient memory (largest free 50 MB, need 80)"
+    assert (
+        why.detail == "0/2 cells fit: 1 stack mismatch, 1 insufficient memory (largest free 50 MB, need 80)"
+    )
     verdicts = {v.cell_id: (v.rejected_by, v.reason) for v in why.cells}
     assert verdicts == {"a": ("stack", "stack mismatch"),
                         "b": ("memory", "insufficient memory (largest free 50 MB, need 80)")}

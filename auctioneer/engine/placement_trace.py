@@ -101,7 +101,9 @@ class PlacementTrace:
             seen = []
             for rank, pos in positions:
                 s = slots[pos]
-                seen.append((rank, pos, s.avail_m, s.avail_d, s.avail_c, s.starting, s.proc_counts.get(pg, 0)))
+                seen.append(
+                    (rank, pos, s.avail_m, s.avail_d, s.avail_c, s.starting, s.proc_counts.get(pg, 0))
+                )
             scored.clear()
             groups = picker.groups_seen
             if len(groups) > 1:
@@ -111,7 +113,9 @@ class PlacementTrace:
                     rooms = [room.room(z, item.memory_mb, item.disk_mb) for group in groups for z in group]
         elif hasattr(picker, "components"):
             components = picker.components(slot, item)
-        self.placed_records.append(_Placed(item, strategy, slot.pos, groups, zone_counts, rooms, seen, components))
+        self.placed_records.append(
+            _Placed(item, strategy, slot.pos, groups, zone_counts, rooms, seen, components)
+        )
 
     def failed(self, failure: Failure) -> None:
         if failure.process_guid is not None and not self.full:
@@ -139,8 +143,14 @@ class PlacementTrace:
         ranked = []
         for snapshot in record.seen or ():
             slot = slots[snapshot[1]]
-            parts = lrp_score_components(_Seen(slot, snapshot, item.process_guid), item.memory_mb, item.disk_mb,
-                                         item.process_guid, sw, bw)
+            parts = lrp_score_components(
+                _Seen(slot, snapshot, item.process_guid),
+                item.memory_mb,
+                item.disk_mb,
+                item.process_guid,
+                sw,
+                bw,
+            )
             ranked.append((parts["score"], snapshot[0], slot.zone_pos, slot.pos, parts))
         ranked.sort(key=lambda r: r[:4])  # the engine's order: score, zone rank in group, index in zone
         ranked = ranked[:self.keep]

@@ -48,13 +48,17 @@ def test_the_zone_order_says_why_the_winning_zone_came_first():
     assert first["zone_order"] == ""
     assert [z["group"] for z in first["zones"]] == [0, 0]
     assert second["cell_id"] != first["cell_id"]
-    assert second["zone_order"].startswith(f"{second['candidates'][0]['zone']} first: fewest instances of web")
+    assert second["zone_order"].startswith(
+        f"{second['candidates'][0]['zone']} first: fewest instances of web"
+    )
     assert second["decided_by"] == "only candidate"
 
 
 def test_a_miss_keeps_the_per_filter_breakdown():
     trace = PlacementTrace(limit=10)
-    schedule([cell("a", "z0", memory=50), cell("b", "z0", memory=60)], [LRPStart("big", 0, 100, 10)], trace=trace)
+    schedule(
+        [cell("a", "z0", memory=50), cell("b", "z0", memory=60)], [LRPStart("big", 0, 100, 10)], trace=trace
+    )
     (why,) = trace.explanations()
     assert why == {"process_guid": "big", "index": 0, "placed": False, "cell_id": None,
                    "error": "insufficient resources: memory",
@@ -66,7 +70,11 @@ def test_records_at_most_limit_instances_and_nothing_when_zero():
     trace = PlacementTrace(limit=3)
     result = schedule(cluster(), lrps, trace=trace)
     assert len(result.lrp_assignments) == 20
-    assert [(e["process_guid"], e["index"]) for e in trace.explanations()] == [("web", 0), ("web", 1), ("web", 2)]
+    assert [(e["process_guid"], e["index"]) for e in trace.explanations()] == [
+        ("web", 0),
+        ("web", 1),
+        ("web", 2),
+    ]
     off = PlacementTrace(limit=0)
     schedule(cluster(), lrps, trace=off)
     assert off.explanations() == []

@@ -24,8 +24,9 @@ import heapq
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from .filters.volumes import instance_key
 from .scoring import lrp_score
-from .state import AuctionState, CellSlot, instance_key
+from .state import AuctionState, CellSlot
 from .strategies import pickers
 from .strategies.base import Picker
 from .types import Cell, LRPStart, SchedulerConfig
@@ -61,9 +62,15 @@ class Move:
 
     def to_wire(self) -> dict[str, object]:
         return {
-            "process_guid": self.process_guid, "index": self.index, "from_cell": self.from_cell,
-            "to_cell": self.to_cell, "from_zone": self.from_zone, "to_zone": self.to_zone,
-            "reason": self.reason, "detail": self.detail, "gain": round(self.gain, 4),
+            "process_guid": self.process_guid,
+            "index": self.index,
+            "from_cell": self.from_cell,
+            "to_cell": self.to_cell,
+            "from_zone": self.from_zone,
+            "to_zone": self.to_zone,
+            "reason": self.reason,
+            "detail": self.detail,
+            "gain": round(self.gain, 4),
         }
 
 
@@ -86,8 +93,15 @@ def zone_skew(counts: dict[str, int], zones: Iterable[str]) -> int:
 class _Planner:
     """The working copy the moves are planned on: the auction's cell slots, changed as moves are made."""
 
-    def __init__(self, cells: Sequence[Cell], placed: Sequence[Placed], requests: dict[str, LRPStart],
-                 pinned_apps: frozenset[str], config: SchedulerConfig, rebalance: RebalanceConfig) -> None:
+    def __init__(
+        self,
+        cells: Sequence[Cell],
+        placed: Sequence[Placed],
+        requests: dict[str, LRPStart],
+        pinned_apps: frozenset[str],
+        config: SchedulerConfig,
+        rebalance: RebalanceConfig,
+    ) -> None:
         self.state = AuctionState(cells, config, set(requests))
         self.slot_of = {s.cell_id: s for s in self.state.slots}
         self.requests = requests
@@ -128,20 +142,32 @@ class _Planner:
         if not feasible:
             return None
         weight, pack = self.config.starting_container_weight, self.config.bin_pack_first_fit_weight
-        return min(feasible, key=lambda s: lrp_score(s, item.memory_mb, item.disk_mb, item.process_guid,
-                                                     weight, pack))
+        return min(
+            feasible,
+            key=lambda s: lrp_score(s, item.memory_mb, item.disk_mb, item.process_guid, weight, pack),
+        )
 
     def eligible_zones(self, item: LRPStart) -> list[str]:
         """Zones with a cell the app could run on were it empty: every filter but the resource ones. Apps
         asking the same of a cell share the answer (at 1,000 apps and 1,000 cells, a second per plan)."""
-        ask = (item.strategy, item.stack, item.placement_tags, item.volume_drivers, item.labels_match,
-               item.volumes, item.ingress_ip, item.devices)
+        ask = (
+            item.strategy,
+            item.stack,
+            item.placement_tags,
+            item.volume_drivers,
+            item.labels_match,
+            item.volumes,
+            item.ingress_ip,
+            item.devices,
+        )
         found = self._eligible.get(ask)
         if found is None:
             chain = [f for f in self.picker(item).chain(item) if not f.resource]
             found = self._eligible[ask] = [
-                z for z in self.state.zone_names
-                if any(not any(f.rejects(s, item) for f in chain) for s in self.state.zone_slots[z])]
+                z
+                for z in self.state.zone_names
+                if any(not any(f.rejects(s, item) for f in chain) for s in self.state.zone_slots[z])
+            ]
         return found
 
     def _zone_target(self, item: LRPStart, zone: str, ranked: dict[str, list]) -> CellSlot | None:
@@ -153,7 +179,8 @@ class _Planner:
         if heap is None:
             heap = ranked[zone] = [
                 (lrp_score(s, item.memory_mb, item.disk_mb, item.process_guid, weight, pack), s.pos, s)
-                for s in self.picker(item).feasible_slots(item, self.state.zone_slots[zone])]
+                for s in self.picker(item).feasible_slots(item, self.state.zone_slots[zone])
+            ]
             heapq.heapify(heap)
         picker = self.picker(item)
         while heap:
@@ -167,14 +194,23 @@ class _Planner:
                 return slot
         return None
 
-    def move(self, item: LRPStart, index: int, source: CellSlot, target: CellSlot, reason: str, detail: str,
-             gain: float) -> None:
+    def move(
+        self,
+        item: LRPStart,
+        index: int,
+        source: CellSlot,
+        target: CellSlot,
+        reason: str,
+        detail: str,
+        gain: float,
+    ) -> None:
         pg = item.process_guid
         for slot, sign in ((source, 1), (target, -1)):
             slot.avail_m += sign * item.memory_mb
             slot.avail_d += sign * item.disk_mb
             slot.avail_c += sign
             slot.proc_counts[pg] = slot.proc_counts.get(pg, 0) - sign
+            self.state.columns.reserved(slot)  # the fast pickers' columns follow the slot
         counts = self.zone_counts[pg]
         counts[source.zone] -= 1
         counts[target.zone] = counts.get(target.zone, 0) + 1
@@ -182,8 +218,9 @@ class _Planner:
         cells[source.cell_id].remove(index)
         if not cells[source.cell_id]:
             del cells[source.cell_id]
-        self.moves.append(Move(pg, index, source.cell_id, target.cell_id, source.zone, target.zone,
-                               reason, detail, gain))
+        self.moves.append(
+            Move(pg, index, source.cell_id, target.cell_id, source.zone, target.zone, reason, detail, gain)
+        )
 
     def source_in(self, pg: str, zones: Iterable[str]) -> tuple[CellSlot, int] | None:
         """A movable instance in these zones, from the cell holding most of the app (then the fullest)."""
@@ -219,9 +256,15 @@ class _Planner:
                     continue
                 ranked.pop(source[0].zone, None)  # its cells change: scored again if it is a target later
                 after = {**counts, source[0].zone: most - 1, low: counts.get(low, 0) + 1}
-                self.move(item, source[1], source[0], target, ZONE_SPREAD,
-                          f"{source[0].zone}->{low} instances {most}/{counts.get(low, 0)}",
-                          skew - zone_skew(after, zones))
+                self.move(
+                    item,
+                    source[1],
+                    source[0],
+                    target,
+                    ZONE_SPREAD,
+                    f"{source[0].zone}->{low} instances {most}/{counts.get(low, 0)}",
+                    skew - zone_skew(after, zones),
+                )
 
     def even_load(self) -> None:
         slots = [s for s in self.state.slots if s.total_m > 0]
@@ -230,8 +273,11 @@ class _Planner:
         tried: set[str] = set()
         while not self.full():
             mean = sum(memory_fraction(s) for s in slots) / len(slots)
-            hot = [s for s in slots
-                   if s.cell_id not in tried and memory_fraction(s) > mean + self.rebalance.load_tolerance]
+            hot = [
+                s
+                for s in slots
+                if s.cell_id not in tried and memory_fraction(s) > mean + self.rebalance.load_tolerance
+            ]
             if not hot:
                 return
             source = max(hot, key=lambda s: (memory_fraction(s), s.cell_id))
@@ -248,33 +294,61 @@ class _Planner:
             zones = self.eligible_zones(item)
             # the same zone first; another only where the app's zone spread stays as good
             skew = max(1, zone_skew(counts, zones))
-            allowed = [source.zone] + [z for z in zones if z != source.zone and zone_skew(
-                {**counts, source.zone: counts.get(source.zone, 0) - 1, z: counts.get(z, 0) + 1}, zones) <= skew]
+            allowed = [source.zone] + [
+                z
+                for z in zones
+                if z != source.zone
+                and zone_skew(
+                    {**counts, source.zone: counts.get(source.zone, 0) - 1, z: counts.get(z, 0) + 1}, zones
+                )
+                <= skew
+            ]
             for zone in allowed:
-                candidates = [s for s in self.state.zone_slots[zone] if s is not source
-                              and 1.0 - (s.avail_m - item.memory_mb) / (s.total_m or 1) < before]
+                candidates = [
+                    s
+                    for s in self.state.zone_slots[zone]
+                    if s is not source and 1.0 - (s.avail_m - item.memory_mb) / (s.total_m or 1) < before
+                ]
                 target = self.best_target(item, candidates)
                 if target is None:
                     continue
                 index = max(self.movable[pg][source.cell_id])
                 gain = item.memory_mb / (source.total_m or 1)
-                self.move(item, index, source, target, CELL_LOAD,
-                          f"{source.cell_id} memory {before:.2f} above the mean", gain)
+                self.move(
+                    item,
+                    index,
+                    source,
+                    target,
+                    CELL_LOAD,
+                    f"{source.cell_id} memory {before:.2f} above the mean",
+                    gain,
+                )
                 return True
         return False
 
 
-def plan_moves(cells: Sequence[Cell], placed: Sequence[Placed], requests: dict[str, LRPStart],
-               pinned_apps: Iterable[str] = (), config: SchedulerConfig | None = None,
-               rebalance: RebalanceConfig | None = None) -> list[Move]:
+def plan_moves(
+    cells: Sequence[Cell],
+    placed: Sequence[Placed],
+    requests: dict[str, LRPStart],
+    pinned_apps: Iterable[str] = (),
+    config: SchedulerConfig | None = None,
+    rebalance: RebalanceConfig | None = None,
+) -> list[Move]:
     """The ordered moves (zone spread first, then cell load), at most `rebalance.max_moves`.
 
     `cells`: the schedulable cells as the auction would see them (what each holds already subtracted from
     its `available`, counted in its `lrp_counts`); `placed`: the running instances to consider; `requests`:
     each app's placement request (any index); `pinned_apps`: apps whose instances never move (keep-replicas).
     """
-    planner = _Planner(cells, placed, requests, frozenset(pinned_apps), config or SchedulerConfig(),
-                       rebalance or RebalanceConfig())
+    planner = _Planner(
+        cells,
+        placed,
+        requests,
+        frozenset(pinned_apps),
+        config or SchedulerConfig(),
+        rebalance or RebalanceConfig(),
+    )
     planner.spread_zones()
     planner.even_load()
     return planner.moves

@@ -26,8 +26,13 @@ from .types import (
 )
 
 
-def begin(cells: Sequence[Cell], lrps: Sequence[LRPStart], tasks: Sequence[TaskStart], config: SchedulerConfig,
-          engine: str) -> tuple[AuctionState, list[LRPStart | TaskStart], dict[str, Picker]]:
+def begin(
+    cells: Sequence[Cell],
+    lrps: Sequence[LRPStart],
+    tasks: Sequence[TaskStart],
+    config: SchedulerConfig,
+    engine: str,
+) -> tuple[AuctionState, list[LRPStart | TaskStart], dict[str, Picker]]:
     """The auction's state, its batch in placing order, and one picker per strategy the batch names,
     each told the whole batch before the first pick (all made first, so each sees the state as the
     batch found it)."""

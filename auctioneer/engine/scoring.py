@@ -10,39 +10,62 @@ equal inputs give bit-for-bit equal scores and the engines can be compared exact
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from .state import CellSlot
+
 LOCALITY_OFFSET = 1000.0
 
 
-def resource_score(
-    avail_m: int, avail_d: int, avail_c: int, total_m: int, total_d: int, total_c: int,
-    memory_mb: int, disk_mb: int, starting: int, starting_weight: float,
-) -> float:
-    used_m = 1.0 - (avail_m - memory_mb) / (total_m or 1)
-    used_d = 1.0 - (avail_d - disk_mb) / (total_d or 1)
-    used_c = 1.0 - (avail_c - 1) / (total_c or 1)
-    return (used_m + used_d + used_c) / 3.0 + starting * starting_weight
+class ScoredCell(Protocol):
+    """What the LRP score reads of a cell: a CellSlot, or a placement trace's snapshot of one
+    (placement_trace.py), scored by these very functions."""
+
+    avail_m: int
+    avail_d: int
+    avail_c: int
+    total_m: int
+    total_d: int
+    total_c: int
+    starting: int
+    zone_pos: int
+    proc_counts: dict[str, int]
 
 
-def lrp_score(slot, memory_mb: int, disk_mb: int, process_guid: str, starting_weight: float,
+def resource_score(slot: ScoredCell, memory_mb: int, disk_mb: int, starting_weight: float) -> float:
+    """Mean used fraction of memory, disk and containers once the work is placed, plus the starting
+    containers' weight."""
+    used_m = 1.0 - (slot.avail_m - memory_mb) / (slot.total_m or 1)
+    used_d = 1.0 - (slot.avail_d - disk_mb) / (slot.total_d or 1)
+    used_c = 1.0 - (slot.avail_c - 1) / (slot.total_c or 1)
+    return (used_m + used_d + used_c) / 3.0 + slot.starting * starting_weight
+
+
+def lrp_score(slot: ScoredCell, memory_mb: int, disk_mb: int, process_guid: str, starting_weight: float,
               bin_pack_weight: float) -> float:
     return (
-        resource_score(slot.avail_m, slot.avail_d, slot.avail_c, slot.total_m, slot.total_d, slot.total_c,
-                       memory_mb, disk_mb, slot.starting, starting_weight)
+        resource_score(slot, memory_mb, disk_mb, starting_weight)
         + LOCALITY_OFFSET * slot.proc_counts.get(process_guid, 0)
         + slot.zone_pos * bin_pack_weight
     )
 
 
-def task_score(slot, memory_mb: int, disk_mb: int, starting_weight: float) -> float:
+def task_score(slot: CellSlot, memory_mb: int, disk_mb: int, starting_weight: float) -> float:
     return (
-        resource_score(slot.avail_m, slot.avail_d, slot.avail_c, slot.total_m, slot.total_d, slot.total_c,
-                       memory_mb, disk_mb, slot.starting, starting_weight)
+        resource_score(slot, memory_mb, disk_mb, starting_weight)
         + LOCALITY_OFFSET * slot.task_count
     )
 
 
-def lrp_score_components(slot, memory_mb: int, disk_mb: int, process_guid: str, starting_weight: float,
-                         bin_pack_weight: float) -> dict[str, float]:
+def lrp_score_components(
+    slot: ScoredCell,
+    memory_mb: int,
+    disk_mb: int,
+    process_guid: str,
+    starting_weight: float,
+    bin_pack_weight: float,
+) -> dict[str, float]:
     """The parts of `lrp_score`, for `explain`."""
     return {
         "memory_used": 1.0 - (slot.avail_m - memory_mb) / (slot.total_m or 1),

@@ -24,7 +24,9 @@ def test_same_process_instances_add_a_thousand_each_and_bin_pack_adds_by_index()
 
 
 def test_tasks_count_tasks_on_the_cell():
-    assert task_score(slot(tasks=["a", "b"]), 10, 20, 0.25) == pytest.approx(task_score(slot(), 10, 20, 0.25) + 2000)
+    assert task_score(slot(tasks=["a", "b"]), 10, 20, 0.25) == pytest.approx(
+        task_score(slot(), 10, 20, 0.25) + 2000
+    )
 
 
 def test_components_add_up_to_the_score():

@@ -1,6 +1,8 @@
 """The working state of one auction: a mutable copy of every cell that each reservation updates.
 
 Both engines (fast and reference) drive the same `AuctionState`; only how they *choose* a cell differs.
+The state also keeps the auction's cells as numpy columns (`columns`, see columns.py), which the
+vectorised filters and the fast strategies read.
 Indexes that a fast strategy keeps subscribe with `on_reserve` (and `on_count`, to learn whose instance
 count rose) and are told of every reservation, whichever strategy made it, so strategies can be mixed
 within one batch.
@@ -11,13 +13,11 @@ from __future__ import annotations
 import zlib
 from collections.abc import Callable, Iterable, Sequence
 
+from .columns import CellColumns
+from .filters.registry import request_filters
 from .types import Cell, LRPStart, SchedulerConfig, TaskStart, Volume
 
 NO_CELLS: dict[int, int] = {}  # `holding`'s answer for a process no cell holds; never written to
-
-
-def instance_key(process_guid: str, index: int) -> str:
-    return f"{process_guid}/{index}"
 
 
 class CellSlot:
@@ -57,20 +57,6 @@ class CellSlot:
         self.ingress_free: list[str] = list(cell.ingress_ips)
         self.devices_free: dict[str, int] = dict(cell.devices)
         self.volumes: list[Volume] = list(cell.volumes)
-
-    def fits(self, memory_mb: int, disk_mb: int) -> bool:
-        return self.avail_m >= memory_mb and self.avail_d >= disk_mb and self.avail_c >= 1
-
-    def lacking(self, memory_mb: int, disk_mb: int) -> set[str]:
-        """Which of Diego's resource problems this cell has for the request."""
-        problems = set()
-        if self.avail_m < memory_mb:
-            problems.add("memory")
-        if self.avail_d < disk_mb:
-            problems.add("disk")
-        if self.avail_c < 1:
-            problems.add("containers")
-        return problems
 
     def instances(self, process_guid: str) -> int:
         return self.proc_counts.get(process_guid, 0)
@@ -116,6 +102,7 @@ class AuctionState:
                 self.task_cells[slot.pos] = slot.task_count
         self._index(None if processes is None else set(processes))
         self.total_starting = sum(s.starting for s in self.slots)
+        self.columns = CellColumns(self.slots, self.zone_names)
         self.version = 0
         self.listeners: list[ReserveListener] = []
         self.count_listeners: list[CountListener] = []
@@ -153,12 +140,9 @@ class AuctionState:
             zc[slot.zone] = zc.get(slot.zone, 0) + 1
         self._zone_groups.pop(pg, None)
         self.lrps_placed_by_process[pg] = self.lrps_placed_by_process.get(pg, 0) + 1
-        if item.ingress_ip and slot.ingress_free:
-            slot.ingress_free.pop(0)
-        for dev in item.devices:
-            slot.devices_free[dev.kind] = slot.devices_free.get(dev.kind, 0) - dev.count
-        if item.volumes:
-            self._claim_volumes(slot, item)
+        for consumed in request_filters(item):  # what the placement uses up: an ingress IP, devices, volumes
+            consumed.claim(slot, item)
+        self.columns.reserved(slot)
         for listener in self.count_listeners:
             listener(slot, pg, n)
         self._notify(slot)
@@ -167,6 +151,7 @@ class AuctionState:
         self._reserve(slot, item.memory_mb, item.disk_mb)
         slot.task_count += 1
         self.task_cells[slot.pos] = slot.task_count
+        self.columns.reserved(slot)
         for listener in self.count_listeners:
             listener(slot, None, slot.task_count)
         self._notify(slot)
@@ -182,18 +167,6 @@ class AuctionState:
     def _notify(self, slot: CellSlot) -> None:
         for listener in self.listeners:
             listener(slot)
-
-    def _claim_volumes(self, slot: CellSlot, item: LRPStart) -> None:
-        # Imported here: the service strategy owns volume matching; the state only records the claim.
-        # `volume_plan` is the same choice the volumes filter made, so the claim never disagrees with it.
-        from .strategies.service_filters import volume_plan
-
-        holder = instance_key(item.process_guid, item.index)
-        plan = volume_plan(slot.volumes, item.volumes, holder) or ()
-        for i, request in zip(plan, item.volumes, strict=False):
-            volume = slot.volumes[i]
-            if volume.holder is None:  # a volume the instance already holds stays as it is
-                slot.volumes[i] = Volume(volume.name, volume.size_mb, volume.labels, request.ephemeral, holder)
 
     # --- the process index -------------------------------------------------------------------------
 
@@ -222,7 +195,9 @@ class AuctionState:
             if self._indexed_all:
                 return NO_CELLS
             cells_of = self._proc_cells[process_guid] = {
-                slot.pos: slot.proc_counts[process_guid] for slot in self.slots if process_guid in slot.proc_counts
+                slot.pos: slot.proc_counts[process_guid]
+                for slot in self.slots
+                if process_guid in slot.proc_counts
             }
         return cells_of
 

@@ -49,7 +49,9 @@ def test_counts_spread_an_app_like_instances_do():
 
 
 @settings(max_examples=40, deadline=None)
-@given(workloads(service=True, mixed=True), st.sampled_from(STRATEGIES), st.sampled_from(["fast", "reference"]))
+@given(
+    workloads(service=True, mixed=True), st.sampled_from(STRATEGIES), st.sampled_from(["fast", "reference"])
+)
 def test_every_strategy_places_the_same_from_the_counts_form(workload: Workload, strategy: str, engine: str):
     config = SchedulerConfig(strategy=strategy, engine=engine, seed=workload.seed, now=NOW)
     full = schedule(workload.cells, workload.lrps, workload.tasks, config)

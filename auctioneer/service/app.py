@@ -114,7 +114,9 @@ class AuctioneerService:
             from .nats_cells import NatsCellStateSource
             from .nats_dispatch import NatsWorkSender
 
-            self.nats = NatsConnection(s.nats_url, name="vendue-auctioneer", token=s.nats_token, tls=self.tls_files)
+            self.nats = NatsConnection(
+                s.nats_url, name="vendue-auctioneer", token=s.nats_token, tls=self.tls_files
+            )
             self.fetcher = NatsCellStateSource(
                 self.nats, http_cells.present_cells, self.metrics, timeout=s.cell_state_timeout
             )
@@ -138,7 +140,9 @@ class AuctioneerService:
         if self.nats is not None:
             from .nats_intake import NatsAuctionIntake
 
-            self.intake = NatsAuctionIntake(self.nats, self.batcher.add_lrps, self.batcher.add_tasks, self.metrics)
+            self.intake = NatsAuctionIntake(
+                self.nats, self.batcher.add_lrps, self.batcher.add_tasks, self.metrics
+            )
 
     def fencing_token(self) -> int:
         return self.leadership.token
@@ -215,7 +219,9 @@ def create_app(settings: AuctioneerSettings | None = None) -> FastAPI:
             await service.stop()
 
     # No /docs or /openapi.json: routes the authorization table does not list.
-    app = FastAPI(title="vendue auctioneer", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
+    app = FastAPI(
+        title="vendue auctioneer", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None
+    )
     app.state.service = service
 
     async def not_here(request: Request) -> Response | None:
@@ -253,8 +259,10 @@ def create_app(settings: AuctioneerSettings | None = None) -> FastAPI:
         if service.nats is None:
             return JSONResponse({"ok": True, "insecure": insecure})
         if not service.nats.connected:
-            return JSONResponse({"ok": False, "ready": False, "insecure": insecure, "nats": service.nats.status()},
-                                status_code=503)
+            return JSONResponse(
+                {"ok": False, "ready": False, "insecure": insecure, "nats": service.nats.status()},
+                status_code=503,
+            )
         return JSONResponse({"ok": True, "ready": True, "insecure": insecure})
 
     @app.get("/livez")
@@ -272,11 +280,18 @@ def create_app(settings: AuctioneerSettings | None = None) -> FastAPI:
     async def stats() -> dict:
         extra = {"nats": service.nats.status()} if service.nats is not None else {}
         leadership = service.leadership
-        election = {"leader": leadership.leader, "fencing_token": leadership.token, "owner": leadership.owner,
-                    "leader_url": leadership.url if leadership.leader else leadership.holder_url,
-                    "terms": leadership.terms, "lease_attempts": leadership.attempts,
-                    "lease_problem": leadership.problem, "auctions_abandoned": service.batcher.auctions_abandoned,
-                    "forwarded": service.forwarder.forwarded, "handed_back": service.forwarder.handed_back}
+        election = {
+            "leader": leadership.leader,
+            "fencing_token": leadership.token,
+            "owner": leadership.owner,
+            "leader_url": leadership.url if leadership.leader else leadership.holder_url,
+            "terms": leadership.terms,
+            "lease_attempts": leadership.attempts,
+            "lease_problem": leadership.problem,
+            "auctions_abandoned": service.batcher.auctions_abandoned,
+            "forwarded": service.forwarder.forwarded,
+            "handed_back": service.forwarder.handed_back,
+        }
         return {**service.metrics.stats(), **election, "pending": service.batcher.pending,
                 "auction_running": service.batcher.auction_running, "transport": service.settings.transport,
                 # New connections to reps (over HTTPS each a handshake): the benchmark divides by auctions.

@@ -49,8 +49,16 @@ async def test_bad_input_is_a_422_and_nothing_is_queued():
         assert response.status_code == 422
         assert response.json()["detail"][0]["loc"][:3] == ["body", 0, "desired"]
         assert (await client.post("/v1/lrps", json=[{"indices": []}])).status_code == 422
-        odd = [{"desired": {**bad[0]["desired"], "process_guid": "odd", "objective": "this is not (an expression"},
-                "indices": [0]}]
+        odd = [
+            {
+                "desired": {
+                    **bad[0]["desired"],
+                    "process_guid": "odd",
+                    "objective": "this is not (an expression",
+                },
+                "indices": [0],
+            }
+        ]
         response = await client.post("/v1/lrps", json=odd)
         assert response.status_code == 422
         assert response.json()["detail"][0]["loc"] == ["body", 0, "desired", "objective"]
@@ -71,11 +79,18 @@ async def test_a_batch_is_placed_with_one_post_per_winning_cell(thread_threshold
         response = await client.post("/v1/tasks", json=body(TaskStartRequest(task=task("t1"))))
         assert response.status_code == 202 and response.json() == {"accepted": 1}
 
-        await wait_until(lambda: reps.lrps_received == 36 and reps.tasks_received == 1,
-                         lambda: f"36 LRPs and 1 task at the reps, saw {reps.lrps_received}, {reps.tasks_received}")
+        await wait_until(
+            lambda: reps.lrps_received == 36 and reps.tasks_received == 1,
+            lambda: f"36 LRPs and 1 task at the reps, saw {reps.lrps_received}, {reps.tasks_received}",
+        )
         await idle(service, 1)
         stats = (await client.get("/v1/stats")).json()
-        assert (stats["lrps_placed"], stats["tasks_placed"], stats["lrps_failed"], stats["tasks_failed"]) == (36, 1, 0, 0)
+        assert (stats["lrps_placed"], stats["tasks_placed"], stats["lrps_failed"], stats["tasks_failed"]) == (
+            36,
+            1,
+            0,
+            0,
+        )
         # Both posts may arrive before the first auction or split over two; either way at most one
         # state fetch and one work POST per cell per auction, and two BBS requests: its cells, its report.
         auctions = stats["auctions"]
@@ -128,11 +143,16 @@ async def test_what_no_cell_fits_is_reported_with_diegos_error_and_the_breakdown
             start_request(desired("big", 1, memory_mb=4096)),
             start_request(desired("fits", 1, memory_mb=512)),
         ))
-        await wait_until(lambda: len(bbs.failure_reports) == 1, lambda: f"one report, saw {bbs.failure_reports}")
+        await wait_until(
+            lambda: len(bbs.failure_reports) == 1, lambda: f"one report, saw {bbs.failure_reports}"
+        )
         failures = {f.process_guid: f for f in bbs.failure_reports[0].lrps}
         assert set(failures) == {"big"}
         assert failures["big"].error == "insufficient resources: memory"
-        assert failures["big"].detail.startswith("0/1 cells fit") and "1 cells left out: 1 evacuating" in failures["big"].detail
+        assert (
+            failures["big"].detail.startswith("0/1 cells fit")
+            and "1 cells left out: 1 evacuating" in failures["big"].detail
+        )
         await wait_until(lambda: reps.lrps_received == 1, lambda: f"'fits' placed, saw {reps.work_posts}")
 
 
@@ -168,13 +188,22 @@ async def test_without_a_lease_it_stands_by_auctions_nothing_and_is_not_ready(bb
             service = app.state.service
             response = await client.post("/v1/lrps", json=body(start_request(desired("web", 2))))
             # Handed back, not kept: no leader is known to forward to, and this one may never lead.
-            assert response.status_code == 503 and "no leader is known" in response.json()["detail"], response.text
+            assert response.status_code == 503 and "no leader is known" in response.json()["detail"], (
+                response.text
+            )
             assert response.headers["retry-after"] == "1"
             seen = service.leadership.attempts
-            await wait_until(lambda: service.leadership.attempts >= seen + 2,
-                             lambda: f"two more lease attempts after the post, saw {service.leadership.attempts - seen}")
+            await wait_until(
+                lambda: service.leadership.attempts >= seen + 2,
+                lambda: f"two more lease attempts after the post, saw {service.leadership.attempts - seen}",
+            )
             stats = (await client.get("/v1/stats")).json()
-            assert (stats["leader"], stats["fencing_token"], stats["auctions"], stats["pending"]) == (False, 0, 0, 0)
+            assert (stats["leader"], stats["fencing_token"], stats["auctions"], stats["pending"]) == (
+                False,
+                0,
+                0,
+                0,
+            )
             assert stats["handed_back"] == 1
             assert reps.work_post_count == 0 and sum(reps.state_calls.values()) == 0
             ready = await client.get("/readyz")
@@ -190,8 +219,10 @@ async def test_a_standby_forwards_to_the_leader_and_hands_back_what_it_cannot_fo
     async with fake_reps() as reps, fake_bbs(reps) as bbs:
         reps.add("cell-0")
         ports = {name: free_port() for name in ("a1", "a2")}
-        apps = {name: create_app(AuctioneerSettings(bbs_url=bbs.url, port=port, lease_ttl=60.0, _env_file=None))
-                for name, port in ports.items()}
+        apps = {
+            name: create_app(AuctioneerSettings(bbs_url=bbs.url, port=port, lease_ttl=60.0, _env_file=None))
+            for name, port in ports.items()
+        }
         first, second = (apps[name].state.service for name in ("a1", "a2"))
         a1 = contextlib.AsyncExitStack()
         async with a1:
@@ -230,8 +261,12 @@ async def test_each_auction_report_explains_where_each_instance_went_and_why_oth
         assert (report.lrps_placed, report.lrps_failed) == (2, 1)
         assert report.duration_s >= report.fetch_states_s > 0
         why = {(e.process_guid, e.index): e for e in report.explanations}
-        sent = {(d.process_guid, index): cell_id for cell_id, posts in reps.work_posts.items() for work in posts
-                for d, index in work.instances(cell_id)}
+        sent = {
+            (d.process_guid, index): cell_id
+            for cell_id, posts in reps.work_posts.items()
+            for work in posts
+            for d, index in work.instances(cell_id)
+        }
         for key in (("web", 0), ("web", 1)):
             assert why[key].placed and why[key].cell_id == sent[key]
             assert [c.cell_id for c in why[key].candidates if c.chosen] == [sent[key]]

@@ -80,8 +80,12 @@ class Auction:
         lrps_failed = sum(1 for f in failures if f.task_guid is None)
         report = AuctionReport(
             **dict(placement_failures(failures, outcome.accepted)),
-            duration_s=seconds, fetch_states_s=fetched.seconds, lrps_placed=outcome.lrps_placed,
-            lrps_failed=lrps_failed, tasks_placed=outcome.tasks_placed, tasks_failed=len(failures) - lrps_failed,
+            duration_s=seconds,
+            fetch_states_s=fetched.seconds,
+            lrps_placed=outcome.lrps_placed,
+            lrps_failed=lrps_failed,
+            tasks_placed=outcome.tasks_placed,
+            tasks_failed=len(failures) - lrps_failed,
             finished_at=time.time(),
         )
         explanations: list[dict[str, Any]] = []
@@ -115,7 +119,9 @@ class Auction:
         self, states: list[CellState], lrps: list[PendingLRP], tasks: list[PendingTask]
     ) -> tuple[AuctionResult, PlacementTrace | None]:
         c = self._config
-        config = SchedulerConfig(strategy=c.strategy, engine=c.engine, max_inflight_starts=c.max_inflight_starts)
+        config = SchedulerConfig(
+            strategy=c.strategy, engine=c.engine, max_inflight_starts=c.max_inflight_starts
+        )
         trace = PlacementTrace(c.explanations) if c.explanations and lrps else None
         size = len(lrps) + len(tasks) + sum(len(s.lrps) + len(s.lrp_counts) for s in states)
         if size >= c.thread_threshold:
@@ -153,7 +159,9 @@ def _annotate(failure: Failure, fetched: FetchedCells) -> Failure:
         note = fetched.error
     elif fetched.dropped:
         reasons = Counter(fetched.dropped.values())
-        note = f"{len(fetched.dropped)} cells left out: " + ", ".join(f"{n} {r}" for r, n in reasons.most_common(3))
+        note = f"{len(fetched.dropped)} cells left out: " + ", ".join(
+            f"{n} {r}" for r, n in reasons.most_common(3)
+        )
     else:
         return failure
     detail = f"{failure.detail}; {note}" if failure.detail else note

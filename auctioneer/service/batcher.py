@@ -79,7 +79,9 @@ class Gate(Protocol):
 
 
 class Batcher:
-    def __init__(self, run_auction: RunAuction, *, auction_timeout: float = 60.0, gate: Gate | None = None) -> None:
+    def __init__(
+        self, run_auction: RunAuction, *, auction_timeout: float = 60.0, gate: Gate | None = None
+    ) -> None:
         self._run_auction = run_auction
         self._auction_timeout = auction_timeout
         self._gate = gate
@@ -151,7 +153,9 @@ class Batcher:
                 return await self._unless_standby(batch, self._gate)
         except TimeoutError:
             # The BBS's convergence re-auctions anything still UNCLAIMED or PENDING, so nothing is lost.
-            log.error("auction timed out", extra={"data": {"items": len(batch), "timeout_s": self._auction_timeout}})
+            log.error(
+                "auction timed out", extra={"data": {"items": len(batch), "timeout_s": self._auction_timeout}}
+            )
         except Exception:
             log.exception("auction failed", extra={"data": {"items": len(batch)}})
         finally:

@@ -36,7 +36,9 @@ async def test_one_batch_holds_every_queued_request_deduped_latest_wins():
     batcher = Batcher(auction)
     old, new = desired("web", 3, memory_mb=256), desired("web", 3, memory_mb=512)
     batcher.add_lrps([start_request(old, [0, 1]), start_request(new, [1, 2])])
-    batcher.add_tasks([TaskStartRequest(task=task("t1", memory_mb=1)), TaskStartRequest(task=task("t1", memory_mb=2))])
+    batcher.add_tasks(
+        [TaskStartRequest(task=task("t1", memory_mb=1)), TaskStartRequest(task=task("t1", memory_mb=2))]
+    )
     assert batcher.pending == 4
 
     batcher.start()
@@ -68,7 +70,9 @@ async def test_requests_arriving_during_an_auction_form_the_next_batch_one_aucti
         await wait_until(lambda: len(auction.batches) == 2 and auction.running == 0,
                          lambda: f"batches {len(auction.batches)}, running {auction.running}")
         assert list(auction.batches[0].lrps) == [("a", 0)]
-        assert sorted(auction.batches[1].lrps) == [("b", 0), ("b", 1)] and list(auction.batches[1].tasks) == ["t1"]
+        assert sorted(auction.batches[1].lrps) == [("b", 0), ("b", 1)] and list(auction.batches[1].tasks) == [
+            "t1"
+        ]
         assert auction.max_running == 1
     finally:
         await batcher.stop(5)
@@ -160,7 +164,9 @@ async def test_a_standby_keeps_its_queue_until_it_leads():
         await asyncio.sleep(0)  # the loop runs up to the gate, and waits there
         assert (auction.batches, batcher.pending) == ([], 1)
         gate.set(True)
-        await wait_until(lambda: len(auction.batches) == 1, lambda: f"one auction; saw {len(auction.batches)}")
+        await wait_until(
+            lambda: len(auction.batches) == 1, lambda: f"one auction; saw {len(auction.batches)}"
+        )
     finally:
         await batcher.stop(1.0)
 

@@ -50,16 +50,28 @@ async def test_every_present_cell_is_fetched_once_and_failing_cells_drop_out():
         assert sorted(s.cell_id for s in fetched.states) == [f"good-{i}" for i in range(5)]
         assert fetched.reps["good-3"] == (reps.rep_url("good-3"), "good-3")
         assert set(fetched.dropped) == {
-            "gone", "evacuating-presence", "cordoned", "draining", "evacuating-state", "error", "invalid", "slow",
+            "gone",
+            "evacuating-presence",
+            "cordoned",
+            "draining",
+            "evacuating-state",
+            "error",
+            "invalid",
+            "slow",
         }, fetched.dropped
         assert fetched.dropped["cordoned"] == fetched.dropped["draining"] == "cordoned"
-        assert not {"cordoned", "draining"} & set(reps.state_calls), "cordoned cells are skipped without asking"
+        assert not {"cordoned", "draining"} & set(reps.state_calls), (
+            "cordoned cells are skipped without asking"
+        )
         assert fetched.dropped["slow"].startswith("no state within")
         assert fetched.dropped["evacuating-presence"] == "evacuating"
         assert "evacuating-presence" not in reps.state_calls  # skipped without asking it
         assert elapsed < 3, f"the fetch should end by its deadline (0.5 s), took {elapsed:.2f} s"
         assert bbs.cells_calls == 1
-        assert metrics.requests_made == {"bbs": 1, "rep_state": 10, "rep_work": 0}, (reps.state_calls, fetched.dropped)
+        assert metrics.requests_made == {"bbs": 1, "rep_state": 10, "rep_work": 0}, (
+            reps.state_calls,
+            fetched.dropped,
+        )
         assert fetched.dropped["invalid"].startswith("invalid state body"), fetched.dropped
         assert metrics.cells_dropped == 8
         assert fetched.seconds == metrics.last_state_fetch_seconds > 0
@@ -73,7 +85,9 @@ async def test_a_state_naming_another_cell_is_not_taken_for_its_cell():
         bbs.extra_cells = reps.presences()
         reps.cells["c1"].state.cell_id = "c2"  # the rep at c1's URL answers for another cell
         fetched = await fetcher(bbs.url, to_bbs, to_reps)[0].fetch()
-        assert fetched.states == [] and fetched.dropped == {"c1": f"not in the state answer of its rep {reps.rep_url('c1')}"}
+        assert fetched.states == [] and fetched.dropped == {
+            "c1": f"not in the state answer of its rep {reps.rep_url('c1')}"
+        }
 
 
 async def test_no_bbs_means_no_cells_and_says_why():
@@ -82,7 +96,7 @@ async def test_no_bbs_means_no_cells_and_says_why():
         assert fetched.states == [] and fetched.error.startswith("cell list unavailable: ConnectError")
 
 
-async def test_cells_of_one_rep_process_are_fetched_with_one_request_and_a_failing_one_drops_exactly_its_cells():
+async def test_one_request_per_rep_process_and_a_failing_one_drops_exactly_its_cells():
     async with fake_reps() as reps, fake_bbs() as bbs, \
             httpx.AsyncClient(base_url=bbs.url) as to_bbs, RepClients() as to_reps:
         reps.add("alone")

@@ -86,7 +86,9 @@ class RepClients:
         headers = {"content-type": "application/json"} if body is not None else None
         limit = aiohttp.ClientTimeout(total=timeout if timeout is not None else self.timeout)
         try:
-            async with self._open().request(method, url, data=body, headers=headers, timeout=limit) as response:
+            async with self._open().request(
+                method, url, data=body, headers=headers, timeout=limit
+            ) as response:
                 return RepResponse(response.status, await response.read())
         except TimeoutError:
             raise

@@ -81,7 +81,9 @@ def _placement_fields(desired: DesiredLRP) -> dict:
         "total_instances": desired.instances,
         "source_blob": desired.source_blob,
         "labels_match": desired.labels_match,
-        "volumes": tuple(VolumeRequest(v.name, v.size_mb, v.label_match, v.ephemeral) for v in desired.volumes),
+        "volumes": tuple(
+            VolumeRequest(v.name, v.size_mb, v.label_match, v.ephemeral) for v in desired.volumes
+        ),
         "ingress_ip": desired.ingress_ip,
         "devices": tuple(DeviceRequest(d.kind, d.count) for d in desired.devices),
         "affinity": tuple(AffinityRule(a.expression, a.weight) for a in desired.affinity),
@@ -138,6 +140,8 @@ def placement_failures(
             body.tasks.append(TaskPlacementFailure(task_guid=f.task_guid, error=f.error, detail=f.detail))
         elif f.process_guid is not None and f.index is not None:
             body.lrps.append(
-                LRPPlacementFailure(process_guid=f.process_guid, index=f.index, error=f.error, detail=f.detail)
+                LRPPlacementFailure(
+                    process_guid=f.process_guid, index=f.index, error=f.error, detail=f.detail
+                )
             )
     return body

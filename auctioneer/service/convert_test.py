@@ -71,7 +71,8 @@ def test_cell_state_becomes_an_engine_cell_with_every_field_that_matters():
 
 def test_a_minimal_cell_state_uses_the_engine_defaults():
     state = CellState.model_validate_json(
-        '{"cell_id": "c", "zone": "z", "rep_url": "u", "total": {"memory_mb": 1, "disk_mb": 2, "containers": 3},'
+        '{"cell_id": "c", "zone": "z", "rep_url": "u",'
+        ' "total": {"memory_mb": 1, "disk_mb": 2, "containers": 3},'
         ' "available": {"memory_mb": 1, "disk_mb": 2, "containers": 3}}'
     )
     cell = cell_from_state(state)
@@ -79,12 +80,20 @@ def test_a_minimal_cell_state_uses_the_engine_defaults():
 
 
 def test_a_summary_state_counts_for_spreading_like_the_full_one():
-    body = ('{"cell_id": "c", "zone": "z", "rep_url": "u", "total": {"memory_mb": 9, "disk_mb": 9, "containers": 9},'
-            ' "available": {"memory_mb": 5, "disk_mb": 5, "containers": 5}')
-    full = cell_from_state(CellState.model_validate_json(body + ', "lrps": ['
-        '{"process_guid": "web", "index": 0, "instance_guid": "a", "memory_mb": 1, "disk_mb": 1},'
-        '{"process_guid": "web", "index": 1, "instance_guid": "b", "memory_mb": 1, "disk_mb": 1},'
-        '{"process_guid": "api", "index": 0, "instance_guid": "c", "memory_mb": 1, "disk_mb": 1, "state": "stopping"}]}'))
+    body = (
+        '{"cell_id": "c", "zone": "z", "rep_url": "u",'
+        ' "total": {"memory_mb": 9, "disk_mb": 9, "containers": 9},'
+        ' "available": {"memory_mb": 5, "disk_mb": 5, "containers": 5}'
+    )
+    full = cell_from_state(
+        CellState.model_validate_json(
+            body + ', "lrps": ['
+            '{"process_guid": "web", "index": 0, "instance_guid": "a", "memory_mb": 1, "disk_mb": 1},'
+            '{"process_guid": "web", "index": 1, "instance_guid": "b", "memory_mb": 1, "disk_mb": 1},'
+            '{"process_guid": "api", "index": 0, "instance_guid": "c", "memory_mb": 1, "disk_mb": 1,'
+            ' "state": "stopping"}]}'
+        )
+    )
     summary = cell_from_state(CellState.model_validate_json(
         body + ', "lrp_counts": {"web": 2}, "stopping_counts": {"api": 1}}'))
 
@@ -99,10 +108,22 @@ def test_a_summary_state_counts_for_spreading_like_the_full_one():
 
 def test_one_lrp_start_per_index_with_the_desired_lrps_placement_fields():
     d = desired(
-        "web", instances=5, memory_mb=512, disk_mb=2048, stack="windows", placement_tags=["gpu"],
-        volume_drivers=["nfs"], domain="apps", strategy="service", objective="diego-blog", source_blob="blob-a",
-        labels_match="rack == r1", volumes=[{"name": "v", "size_mb": 10, "label_match": "x", "ephemeral": True}],
-        ingress_ip=True, devices=[{"kind": "gpu", "count": 2}], affinity=[{"expression": "a", "weight": -2}],
+        "web",
+        instances=5,
+        memory_mb=512,
+        disk_mb=2048,
+        stack="windows",
+        placement_tags=["gpu"],
+        volume_drivers=["nfs"],
+        domain="apps",
+        strategy="service",
+        objective="diego-blog",
+        source_blob="blob-a",
+        labels_match="rack == r1",
+        volumes=[{"name": "v", "size_mb": 10, "label_match": "x", "ephemeral": True}],
+        ingress_ip=True,
+        devices=[{"kind": "gpu", "count": 2}],
+        affinity=[{"expression": "a", "weight": -2}],
     )
     starts = lrp_starts([PendingLRP(d, 1), PendingLRP(d, 4)])
     common = dict(

@@ -168,7 +168,9 @@ class ConcurrentWorkSender:
         self._metrics = metrics
         self._timeout = timeout
         self._max_concurrency = max_concurrency
-        self._fencing_token = fencing_token  # the lease's token, read per auction (it changes with the leader)
+        self._fencing_token = (
+            fencing_token  # the lease's token, read per auction (it changes with the leader)
+        )
 
     async def send(self, works: list[CellWork]) -> DispatchOutcome:
         writer = BodyWriter(self._fencing_token())
@@ -177,7 +179,9 @@ class ConcurrentWorkSender:
         for work in works:
             by_rep.setdefault(work.rep, []).append(work)
         requests = [(rep, chunk) for rep, ws in by_rep.items() for chunk in _chunks(ws, HOST_WORK_MAX_ITEMS)]
-        answers = await asyncio.gather(*(self._send_rep(rep, chunk, writer, limit) for rep, chunk in requests))
+        answers = await asyncio.gather(
+            *(self._send_rep(rep, chunk, writer, limit) for rep, chunk in requests)
+        )
         sent = [w for _, chunk in requests for w in chunk]
         return tally(sent, [rejected for answer in answers for rejected in answer])
 
@@ -203,7 +207,9 @@ class ConcurrentWorkSender:
         left_out = "work not delivered: cell not on its rep"
         _log_undelivered(rep, [w for w in works if w.cell_id not in result.cells], left_out)
         return [
-            rejections_from(w, result.cells[w.cell_id]) if w.cell_id in result.cells else _rejected_whole(w, left_out)
+            rejections_from(w, result.cells[w.cell_id])
+            if w.cell_id in result.cells
+            else _rejected_whole(w, left_out)
             for w in works
         ]
 
@@ -313,7 +319,9 @@ def split_rejections(rejections: Iterable[Rejection], max_attempts: int) -> tupl
         error = NO_CELLS if r.unreachable else r.reason
         detail = f"cell {r.cell_id}: {r.reason} (after {attempts} attempts)"
         if isinstance(r.item, PendingLRP):
-            failures.append(Failure(error, detail, process_guid=r.item.desired.process_guid, index=r.item.index))
+            failures.append(
+                Failure(error, detail, process_guid=r.item.desired.process_guid, index=r.item.index)
+            )
         else:
             failures.append(Failure(error, detail, task_guid=r.item.task.task_guid))
     return carried, failures

@@ -62,8 +62,12 @@ def test_rejections_are_carried_until_the_last_attempt_then_fail_with_the_reason
     assert {k: v.attempts for k, v in carried.lrps.items()} == {("web", 0): 1}
     assert {k: v.attempts for k, v in carried.tasks.items()} == {"t1": 2}
     assert failures == [
-        Failure("insufficient resources: memory", "cell c0: insufficient resources: memory (after 3 attempts)",
-                process_guid="web", index=1),
+        Failure(
+            "insufficient resources: memory",
+            "cell c0: insufficient resources: memory (after 3 attempts)",
+            process_guid="web",
+            index=1,
+        ),
         Failure(NO_CELLS, "cell c1: work not delivered: ConnectError (after 3 attempts)", task_guid="t2"),
     ]
 
@@ -84,7 +88,9 @@ async def test_dispatch_posts_once_per_rep_concurrently_and_maps_rejections_back
         reps.add("broken", work_mode="error")
         web = desired("web", 30)
         works = [
-            CellWork("ok", rep(reps, "ok"), [PendingLRP(web, i) for i in range(10)], [PendingTask(task("t1"))]),
+            CellWork(
+                "ok", rep(reps, "ok"), [PendingLRP(web, i) for i in range(10)], [PendingTask(task("t1"))]
+            ),
             CellWork("full", rep(reps, "full"), [PendingLRP(web, i) for i in range(10, 20)]),
             CellWork("broken", rep(reps, "broken"), [PendingLRP(web, i) for i in range(20, 30)]),
         ]
@@ -98,7 +104,9 @@ async def test_dispatch_posts_once_per_rep_concurrently_and_maps_rejections_back
         for r in outcome.rejections:
             by_cell.setdefault(r.cell_id, []).append(r)
         assert sorted(r.item.index for r in by_cell["full"]) == list(range(10, 20))
-        assert {(r.reason, r.unreachable) for r in by_cell["full"]} == {("insufficient resources: disk", False)}
+        assert {(r.reason, r.unreachable) for r in by_cell["full"]} == {
+            ("insufficient resources: disk", False)
+        }
         assert sorted(r.item.index for r in by_cell["broken"]) == list(range(20, 30))
         assert {(r.reason, r.unreachable) for r in by_cell["broken"]} == {("work answered 500", True)}
 
@@ -107,7 +115,9 @@ def test_the_body_is_the_wire_host_work_with_each_desired_lrp_once():
     web, api = desired("web", 4, env={"A": "1"}), desired("api", 2)
     u = RepAddress("u", "u")
     works = [
-        CellWork("c0", u, [PendingLRP(web, 0), PendingLRP(api, 1), PendingLRP(web, 2)], [PendingTask(task("t1"))]),
+        CellWork(
+            "c0", u, [PendingLRP(web, 0), PendingLRP(api, 1), PendingLRP(web, 2)], [PendingTask(task("t1"))]
+        ),
         CellWork("c1", u, [PendingLRP(web, 1), PendingLRP(api, 0)]),
         CellWork("c2", u, [], [PendingTask(task("t2"))]),
     ]
@@ -120,7 +130,9 @@ def test_the_body_is_the_wire_host_work_with_each_desired_lrp_once():
     expected = {"c0": [("web", 0), ("web", 2), ("api", 1)], "c1": [("web", 1), ("api", 0)], "c2": []}
     for work in works:
         assert [(d.process_guid, i) for d, i in parsed.instances(work.cell_id)] == expected[work.cell_id]
-        assert [t.task_guid for t in parsed.cells[work.cell_id].tasks] == [t.task.task_guid for t in work.tasks]
+        assert [t.task_guid for t in parsed.cells[work.cell_id].tasks] == [
+            t.task.task_guid for t in work.tasks
+        ]
     assert parsed.desired[0].model_dump() == web.model_dump(), "each desired LRP in full"
     assert BodyWriter().body([]) == b'{"desired":[],"cells":{},"fencing_token":0}'
     assert HostWork.model_validate_json(BodyWriter().body(works[2:])).fencing_token == FENCING_TOKEN
@@ -151,7 +163,9 @@ async def test_cells_of_one_rep_process_get_their_work_in_one_post_and_rejection
 
         assert {r: len(posts) for r, posts in reps.work_posts.items()} == {"alone": 1, "good": 1, "broken": 1}
         assert list(reps.work_posts["good"][0].cells) == ["g-ok", "g-full", "g-gone"]
-        assert sorted(d.process_guid for d in reps.work_posts["good"][0].desired) == ["api", "web"], "each desired once"
+        assert sorted(d.process_guid for d in reps.work_posts["good"][0].desired) == ["api", "web"], (
+            "each desired once"
+        )
         assert metrics.requests_made["rep_work"] == 3
         assert (outcome.lrps_placed, outcome.tasks_placed) == (5 + 6, 1)
         by_cell: dict[str, set] = {}
@@ -165,7 +179,9 @@ async def test_cells_of_one_rep_process_get_their_work_in_one_post_and_rejection
             "b-1": {(("api", 2), "work answered 500", True), ("t2", "work answered 500", True)},
         }
         carried, failures = split_rejections(outcome.rejections, max_attempts=3)
-        assert len(carried) == 10 and not failures, "undelivered and rejected work is carried into the next batch"
+        assert len(carried) == 10 and not failures, (
+            "undelivered and rejected work is carried into the next batch"
+        )
 
 
 async def test_a_rep_that_does_not_answer_in_time_has_all_its_cells_work_rejected_as_unreachable():
@@ -173,10 +189,15 @@ async def test_a_rep_that_does_not_answer_in_time_has_all_its_cells_work_rejecte
         reps.add("s0", rep="slow", work_mode="hang")
         reps.add("s1", rep="slow")
         slow = rep(reps, "slow")
-        works = [CellWork("s0", slow, [PendingLRP(desired("web"), 0)]), CellWork("s1", slow, [PendingLRP(desired("w"), 0)])]
+        works = [
+            CellWork("s0", slow, [PendingLRP(desired("web"), 0)]),
+            CellWork("s1", slow, [PendingLRP(desired("w"), 0)]),
+        ]
         outcome = await Dispatcher(client, Metrics(), timeout=0.3).send(works)
         assert sorted((r.cell_id, r.reason, r.unreachable) for r in outcome.rejections) == [
-            ("s0", "work not delivered: TimeoutError", True), ("s1", "work not delivered: TimeoutError", True)]
+            ("s0", "work not delivered: TimeoutError", True),
+            ("s1", "work not delivered: TimeoutError", True),
+        ]
         assert outcome.lrps_placed == 0
 
 

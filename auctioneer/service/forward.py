@@ -37,11 +37,15 @@ class Forwarder:
         """The leader's answer to the same POST, or None when it could not be had."""
         try:
             response = await self._client.post(
-                leader_url.rstrip("/") + path, content=body, headers={"content-type": "application/json", FORWARDED_HEADER: "1"},
+                leader_url.rstrip("/") + path,
+                content=body,
+                headers={"content-type": "application/json", FORWARDED_HEADER: "1"},
             )
         except httpx.HTTPError as exc:
             self.forward_failures += 1
-            log.warning("forward to the leader failed", extra={"data": {"leader": leader_url, "error": repr(exc)}})
+            log.warning(
+                "forward to the leader failed", extra={"data": {"leader": leader_url, "error": repr(exc)}}
+            )
             return None
         if response.status_code != 202:
             self.forward_failures += 1

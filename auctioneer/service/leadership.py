@@ -107,7 +107,9 @@ class Leadership:
     async def _release(self) -> None:
         try:
             response = await self._bbs.delete(
-                f"/v1/leases/{LEASE}", params={"owner": self.owner, "token": self.token}, timeout=self._timeout
+                f"/v1/leases/{LEASE}",
+                params={"owner": self.owner, "token": self.token},
+                timeout=self._timeout,
             )
         except httpx.HTTPError as exc:
             log.warning("lease release failed; it expires instead", extra={"data": {"error": repr(exc)}})
@@ -127,7 +129,9 @@ class Leadership:
             self._settle(self.leader)
             wait = renew_every
             if self._failures:
-                wait = min(wait, RETRY_FIRST_S * 2 ** min(self._failures - 1, 20))  # bounded: no float overflow
+                wait = min(
+                    wait, RETRY_FIRST_S * 2 ** min(self._failures - 1, 20)
+                )  # bounded: no float overflow
             if self.leader:  # wake by expiry too: leadership must end on time when renewals fail
                 wait = min(wait, max(0.0, self._valid_until - time.monotonic()))
             elif self._holder_expires_at:
@@ -209,8 +213,16 @@ class Leadership:
         else:
             self._leading.clear()
             self._standing_by.set()
-        log.info("leader" if leader else "standby", extra={"data": {
-            "token": self.token, "owner": self.owner, "holder": self.holder_owner, "holder_url": self.holder_url,
-        }})
+        log.info(
+            "leader" if leader else "standby",
+            extra={
+                "data": {
+                    "token": self.token,
+                    "owner": self.owner,
+                    "holder": self.holder_owner,
+                    "holder_url": self.holder_url,
+                }
+            },
+        )
         for listener in self._listeners:
             listener(leader)

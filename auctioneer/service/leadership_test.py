@@ -34,18 +34,24 @@ async def bbs_client(tmp_path: Path) -> AsyncIterator[httpx.AsyncClient]:
 
 
 def describe(*auctioneers: Leadership) -> str:
-    return ", ".join(f"{a.url}: leader={a.leader} token={a.token} holder={a.holder_url!r}" for a in auctioneers)
+    return ", ".join(
+        f"{a.url}: leader={a.leader} token={a.token} holder={a.holder_url!r}" for a in auctioneers
+    )
 
 
 @contextlib.asynccontextmanager
-async def leader_and_standby(bbs: httpx.AsyncClient, ttl: float) -> AsyncIterator[tuple[Leadership, Leadership]]:
+async def leader_and_standby(
+    bbs: httpx.AsyncClient, ttl: float
+) -> AsyncIterator[tuple[Leadership, Leadership]]:
     """a1 leading and a2 standing by (it has seen a1 hold the lease); both stopped afterwards."""
     first, second = Leadership(bbs, "http://a1", ttl), Leadership(bbs, "http://a2", ttl)
     first.start()
     try:
         await wait_until(lambda: first.leader, lambda: f"a1 leading; saw {describe(first)}")
         second.start()
-        await wait_until(lambda: second.holder_url == "http://a1", lambda: f"a2 standing by; {describe(second)}")
+        await wait_until(
+            lambda: second.holder_url == "http://a1", lambda: f"a2 standing by; {describe(second)}"
+        )
         yield first, second
     finally:
         await first.stop()
@@ -83,7 +89,9 @@ class Switchable:
         return await self.bbs.send(request)
 
 
-RENEW_TTL = 1.5  # renewals every 0.5 s: a leader that stepped down only when its lease ran out would take 1.5 s
+RENEW_TTL = (
+    1.5  # renewals every 0.5 s: a leader that stepped down only when its lease ran out would take 1.5 s
+)
 
 
 @pytest.mark.parametrize("failure", ["down", "500"])
@@ -114,7 +122,12 @@ async def test_a_leader_that_cannot_renew_steps_down_at_once_and_leads_again_wit
                 link.mode = "up"  # nobody took the lease meanwhile: the BBS still names a1 its owner
                 await wait_until(lambda: leader.leader, lambda: f"leading again; saw {describe(leader)}",
                                  timeout=RENEW_TTL)
-                assert (leader.token, changes, leader.terms, leader.problem) == (token, [True, False, True], 2, None)
+                assert (leader.token, changes, leader.terms, leader.problem) == (
+                    token,
+                    [True, False, True],
+                    2,
+                    None,
+                )
             finally:
                 await leader.stop()
 
@@ -150,11 +163,16 @@ async def test_a_leader_whose_renewal_has_no_answer_in_time_steps_down_and_a_lat
                 await leader.stop()
 
 
-async def test_a_leader_that_stepped_down_stands_by_when_another_took_the_lease_meanwhile(tmp_path: Path) -> None:
+async def test_a_leader_that_stepped_down_stands_by_when_another_took_the_lease_meanwhile(
+    tmp_path: Path,
+) -> None:
     async with bbs_client(tmp_path) as bbs:
         link = Switchable(bbs)
         async with httpx.AsyncClient(transport=httpx.MockTransport(link), base_url="http://bbs") as client:
-            first, second = Leadership(client, "http://a1", RENEW_TTL), Leadership(bbs, "http://a2", RENEW_TTL)
+            first, second = (
+                Leadership(client, "http://a1", RENEW_TTL),
+                Leadership(bbs, "http://a2", RENEW_TTL),
+            )
             first.start()
             try:
                 await wait_until(lambda: first.leader, lambda: f"a1 leading; saw {describe(first)}")
@@ -205,7 +223,9 @@ async def test_a_leader_that_gets_404_steps_down_at_once(tmp_path: Path) -> None
         async def answer(request: httpx.Request) -> httpx.Response:
             return await bbs.send(request) if lease_api["yes"] else httpx.Response(404)
 
-        async with httpx.AsyncClient(transport=httpx.MockTransport(answer), base_url="http://bbs") as replaced:
+        async with httpx.AsyncClient(
+            transport=httpx.MockTransport(answer), base_url="http://bbs"
+        ) as replaced:
             leader = Leadership(replaced, "http://a1", 60.0)  # its lease would last a minute without the 404
             leader.start()
             try:
@@ -232,7 +252,9 @@ async def test_a_leader_that_stops_releases_the_lease_and_the_standby_leads_long
             assert now.status_code == 404 or now.json()["owner"] == second.owner, now.text
             await wait_until(lambda: second.leader, lambda: f"a2 leading; saw {describe(first, second)}",
                              timeout=ttl / 3 + 2.0)
-            assert time.time() < lease["expires_at"] - 2.0, "expected the takeover well before a1's lease ran out"
+            assert time.time() < lease["expires_at"] - 2.0, (
+                "expected the takeover well before a1's lease ran out"
+            )
             assert second.token == 2
 
 

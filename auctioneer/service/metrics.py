@@ -43,11 +43,16 @@ class Metrics:
             "vendue_auctioneer_requests", "HTTP requests made, by target.", ["target"], registry=r,
         )
         self._messages = Counter(
-            "vendue_auctioneer_nats_messages", "NATS messages sent or received, by kind.", ["kind"], registry=r,
+            "vendue_auctioneer_nats_messages",
+            "NATS messages sent or received, by kind.",
+            ["kind"],
+            registry=r,
         )
         self._bad_replies = Counter(
-            "vendue_auctioneer_bad_replies", "Replies or requests that were not valid JSON of the expected model.",
-            ["kind"], registry=r,
+            "vendue_auctioneer_bad_replies",
+            "Replies or requests that were not valid JSON of the expected model.",
+            ["kind"],
+            registry=r,
         )
         self._placements = Counter(
             "vendue_auctioneer_placements", "Items placed or failed.", ["kind", "outcome"], registry=r,

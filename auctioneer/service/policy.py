@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from common.auth import READ_ROLES, Policy, public, rule
 
-START = rule("bbs", "auctioneer", why="start requests come from the BBS, or a standby forwarding to the leader")
+START = rule(
+    "bbs", "auctioneer", why="start requests come from the BBS, or a standby forwarding to the leader"
+)
 
 POLICY = Policy({
     ("GET", "/ping"): public(),

@@ -81,14 +81,19 @@ def test_every_route_has_a_row_and_every_row_a_route() -> None:
 async def test_a_real_auctioneer_serves_https_and_enforces_its_table(tmp_path: Path, pki: Path) -> None:
     async with bbs_over_https(pki) as bbs:
         bbs.tokens["ops-secret"] = ("admin", "ops")
-        async with auctioneer_process(tmp_path, "--bbs-url", bbs.url, *tls_args(pki, "auctioneer")) as (url, _):
+        async with auctioneer_process(tmp_path, "--bbs-url", bbs.url, *tls_args(pki, "auctioneer")) as (
+            url,
+            _,
+        ):
             assert url.startswith("https://127.0.0.1:"), url
             async with as_(pki, url, None) as anonymous:
                 assert (await anonymous.get("/ping")).json() == {"ok": True, "insecure": False}
                 assert (await anonymous.get("/livez")).status_code == 200
                 deadline = time.monotonic() + 20
                 while (ready := await anonymous.get("/readyz")).status_code != 200:
-                    assert time.monotonic() < deadline, f"expected /readyz 200 with the lease, saw {ready.text}"
+                    assert time.monotonic() < deadline, (
+                        f"expected /readyz 200 with the lease, saw {ready.text}"
+                    )
                     await asyncio.sleep(0.05)
 
             for method, path in PROTECTED:
@@ -101,10 +106,16 @@ async def test_a_real_auctioneer_serves_https_and_enforces_its_table(tmp_path: P
                 response = await call(pki, url, name, method, path)
                 assert response.status_code == 403, (name, method, path, response.text)
             refused = await call(pki, url, "cell-1", "POST", "/v1/lrps")
-            assert refused.json()["detail"].startswith("role rep (cell-1) may not POST /v1/lrps: only auctioneer, bbs")
+            assert refused.json()["detail"].startswith(
+                "role rep (cell-1) may not POST /v1/lrps: only auctioneer, bbs"
+            )
 
-            for name, method, path, status in [("bbs", "POST", "/v1/lrps", 202), ("auctioneer-2", "POST", "/v1/tasks", 202),
-                                               ("viewer", "GET", "/v1/stats", 200), ("admin", "GET", "/metrics", 200)]:
+            for name, method, path, status in [
+                ("bbs", "POST", "/v1/lrps", 202),
+                ("auctioneer-2", "POST", "/v1/tasks", 202),
+                ("viewer", "GET", "/v1/stats", 200),
+                ("admin", "GET", "/metrics", 200),
+            ]:
                 response = await call(pki, url, name, method, path)
                 assert response.status_code == status, (name, method, path, response.text)
 
@@ -115,9 +126,16 @@ async def test_a_real_auctioneer_serves_https_and_enforces_its_table(tmp_path: P
 
             # (TLS 1.3: the server checks the client's certificate after the client's side of the handshake,
             # so the client may only see the connection dropped.)
-            with pytest.raises((httpx.ConnectError, httpx.ReadError, httpx.RemoteProtocolError, ssl.SSLError)):
-                async with httpx.AsyncClient(base_url=url, trust_env=False, verify=client_context(
-                        TLSFiles(pki / "other" / "admin.pem", pki / "other" / "admin-key.pem", pki / "ca.pem"))) as c:
+            with pytest.raises(
+                (httpx.ConnectError, httpx.ReadError, httpx.RemoteProtocolError, ssl.SSLError)
+            ):
+                async with httpx.AsyncClient(
+                    base_url=url,
+                    trust_env=False,
+                    verify=client_context(
+                        TLSFiles(pki / "other" / "admin.pem", pki / "other" / "admin-key.pem", pki / "ca.pem")
+                    ),
+                ) as c:
                     await c.get("/v1/stats")  # a certificate the cluster CA did not sign: no handshake
 
             metrics = (await call(pki, url, "admin", "GET", "/metrics")).text
@@ -155,7 +173,9 @@ async def test_a_standby_forwards_to_the_leader_with_its_certificate(pki: Path) 
             assert response.status_code == 202 and response.json() == {"accepted": 1}, response.text
             assert (standby.forwarder.forwarded, standby.forwarder.forward_failures) == (1, 0)
             # The leader auctions it (no cells: both instances fail) and reports under its term.
-            await wait_until(lambda: bbs.failure_reports, lambda: f"a failure report, saw {bbs.failure_posts} posts")
+            await wait_until(
+                lambda: bbs.failure_reports, lambda: f"a failure report, saw {bbs.failure_posts} posts"
+            )
             report = bbs.failure_reports[0]
             assert ([f.process_guid for f in report.lrps], report.fencing_token) == (["web", "web"], 1)
             assert (leader.metrics.auctions, standby.metrics.auctions, standby.batcher.pending) == (1, 0, 0)

@@ -87,9 +87,16 @@ class FailureReporter:
                     return True
                 if response.status_code == 409:
                     self._metrics.stale_report()
-                    log.warning("auction report refused: a newer auctioneer holds the lease", extra={"data": {
-                        **_counts(report), "fencing_token": report["fencing_token"], "bbs": response.text[:200],
-                    }})
+                    log.warning(
+                        "auction report refused: a newer auctioneer holds the lease",
+                        extra={
+                            "data": {
+                                **_counts(report),
+                                "fencing_token": report["fencing_token"],
+                                "bbs": response.text[:200],
+                            }
+                        },
+                    )
                     return False
                 why = f"BBS answered {response.status_code}"
                 if response.status_code < 500:  # the BBS refused this body: sending it again will not help
@@ -113,5 +120,9 @@ class FailureReporter:
 
 
 def _counts(report: dict[str, Any]) -> dict[str, int]:
-    return {"lrps": len(report["lrps"]), "tasks": len(report["tasks"]), "cells_accepted": len(report["accepted"]),
-            "explanations": len(report["explanations"])}
+    return {
+        "lrps": len(report["lrps"]),
+        "tasks": len(report["tasks"]),
+        "cells_accepted": len(report["accepted"]),
+        "explanations": len(report["explanations"]),
+    }

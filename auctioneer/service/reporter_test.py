@@ -9,9 +9,15 @@ from tests.fake_bbs import fake_bbs
 pytestmark = pytest.mark.timeout(60)
 
 REPORT = AuctionReport(
-    lrps=[LRPPlacementFailure(process_guid="web", index=0, error="insufficient resources: memory", detail="0/1")],
+    lrps=[
+        LRPPlacementFailure(process_guid="web", index=0, error="insufficient resources: memory", detail="0/1")
+    ],
     tasks=[TaskPlacementFailure(task_guid="t1", error="unable to communicate to compatible cells")],
-    duration_s=0.5, fetch_states_s=0.1, lrps_placed=2, lrps_failed=1, tasks_failed=1,
+    duration_s=0.5,
+    fetch_states_s=0.1,
+    lrps_placed=2,
+    lrps_failed=1,
+    tasks_failed=1,
 )
 EXPLAINED = [{"process_guid": "web", "index": 1, "placed": True, "cell_id": "cell-1", "decided_by": "score"}]
 BODY = {**REPORT.model_dump(mode="json"), "explanations": [], "fencing_token": 0}
@@ -62,4 +68,6 @@ async def test_a_stale_term_409_is_logged_once_and_dropped_without_a_retry(caplo
         assert await reporter.report_auction(REPORT) is False
         assert (bbs.failure_posts, bbs.failure_reports, metrics.stale_reports) == (1, [], 1)
         refusals = [r for r in caplog.records if r.name == "auctioneer.reporter"]
-        assert [r.getMessage() for r in refusals] == ["auction report refused: a newer auctioneer holds the lease"]
+        assert [r.getMessage() for r in refusals] == [
+            "auction report refused: a newer auctioneer holds the lease"
+        ]

@@ -27,7 +27,11 @@ class Server(serving.Server):
     """uvicorn's server, telling `on_ready` once it serves; signals handled without re-raising them."""
 
     def __init__(
-        self, config: uvicorn.Config, on_ready: Callable[[], None] | None = None, *, handle_signals: bool = True
+        self,
+        config: uvicorn.Config,
+        on_ready: Callable[[], None] | None = None,
+        *,
+        handle_signals: bool = True,
     ) -> None:
         super().__init__(config)
         self._on_ready = on_ready
@@ -92,13 +96,22 @@ def config_for(app, graceful_timeout: float = GRACEFUL_SHUTDOWN_SECONDS,
                ssl_context: ssl.SSLContext | None = None) -> uvicorn.Config:
     """`ssl_context`: serve HTTPS with it (built once, shared by every connection); None: plain HTTP."""
     return uvicorn.Config(
-        app, log_config=None, access_log=False, lifespan="on", timeout_graceful_shutdown=int(graceful_timeout) or 1,
+        app,
+        log_config=None,
+        access_log=False,
+        lifespan="on",
+        timeout_graceful_shutdown=int(graceful_timeout) or 1,
         **uvicorn_tls_options(ssl_context),
     )
 
 
-def run(app, sock: socket.socket, ready_file: Path | None = None,
-        graceful_timeout: float = GRACEFUL_SHUTDOWN_SECONDS, ssl_context: ssl.SSLContext | None = None) -> int:
+def run(
+    app,
+    sock: socket.socket,
+    ready_file: Path | None = None,
+    graceful_timeout: float = GRACEFUL_SHUTDOWN_SECONDS,
+    ssl_context: ssl.SSLContext | None = None,
+) -> int:
     """Serve until SIGTERM/SIGINT; returns the exit status."""
     url = url_of(sock, tls=ssl_context is not None)
     server = Server(config_for(app, graceful_timeout, ssl_context),

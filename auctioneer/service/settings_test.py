@@ -6,7 +6,13 @@ from auctioneer.service.settings import AuctioneerSettings
 
 def test_defaults_follow_the_design():
     s = AuctioneerSettings(_env_file=None)
-    assert (s.port, s.strategy, s.cell_state_timeout, s.max_attempts, s.max_inflight_starts) == (8890, "diego", 5.0, 3, 0)
+    assert (s.port, s.strategy, s.cell_state_timeout, s.max_attempts, s.max_inflight_starts) == (
+        8890,
+        "diego",
+        5.0,
+        3,
+        0,
+    )
 
 
 def test_environment_is_read_and_flags_override_it(monkeypatch):

@@ -129,7 +129,9 @@ class ActualCache:
         rows = self._rows
         if not any(n for (_, presence), n in self._counts.items() if presence != ORDINARY):
             # Usually every instance is ORDINARY (no evacuation, no suspect cell): one lookup per key.
-            return [row for row in map(rows.get, [(pg, index, ORDINARY) for pg, index in keys]) if row is not None]
+            return [
+                row for row in map(rows.get, [(pg, index, ORDINARY) for pg, index in keys]) if row is not None
+            ]
         found: list[ActualRecord] = []
         for process_guid, index in keys:
             for presence in PRESENCES:

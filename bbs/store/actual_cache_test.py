@@ -97,7 +97,9 @@ async def test_the_copy_answers_what_the_database_holds_while_two_replicas_write
     first, second = stores
     rng = random.Random(7)
     async with first.write() as tx:
-        await tx.apply_actual_changes(ActualChanges(inserts=[unclaimed("app-0", i, "d", 0.0) for i in range(4)]))
+        await tx.apply_actual_changes(
+            ActualChanges(inserts=[unclaimed("app-0", i, "d", 0.0) for i in range(4)])
+        )
     async with first.read() as tx:
         assert len(await tx.all_actuals()) == 4  # loads the copy
     assert first.actual_cache.generation == 1

@@ -28,7 +28,11 @@ class DriverStatement:
     several)."""
 
     def __init__(
-        self, statement: sa.ClauseElement, table: sa.Table, dialect: Dialect, order: Sequence[str] | None = None
+        self,
+        statement: sa.ClauseElement,
+        table: sa.Table,
+        dialect: Dialect,
+        order: Sequence[str] | None = None,
     ) -> None:
         """`order`: the bind names in the order the caller's tuples hold them; checked against the
         compiled statement once, so a compiler that ordered them otherwise fails loudly here instead of

@@ -19,7 +19,9 @@ UPDATE = (
 def test_binds_positionally_with_the_columns_conversions(dialect) -> None:
     statement = DriverStatement(UPDATE, t.actual_lrps, dialect, ["state", "ports", "k_process_guid"])
     assert statement.names == ["state", "ports", "k_process_guid"]
-    rows = statement.rows([("RUNNING", [{"container_port": 8080, "host_port": 61000}], "web"), ("CLAIMED", [], "api")])
+    rows = statement.rows(
+        [("RUNNING", [{"container_port": 8080, "host_port": 61000}], "web"), ("CLAIMED", [], "api")]
+    )
     assert rows[0][0] == "RUNNING" and rows[0][2] == "web"
     assert isinstance(rows[0][1], str) and "61000" in rows[0][1], "the JSON column is encoded by its type"
     assert rows[1][1] == "[]"

@@ -32,13 +32,20 @@ class Rotation:
     labels: dict[str, dict[str, int]] = field(default_factory=dict)  # table -> label ("clear") -> rows
 
     def to_json(self) -> dict[str, Any]:
-        return {"active": self.active, "resealed": self.resealed, "batches": self.batches, "labels": self.labels}
+        return {
+            "active": self.active,
+            "resealed": self.resealed,
+            "batches": self.batches,
+            "labels": self.labels,
+        }
 
 
 def required(keys: KeyRing | None) -> KeyRing:
     """The ring to rotate to; KeyRingError (one line for the operator) when there is none."""
     if keys is None:
-        raise KeyRingError("encryption_keys_file: rotate-keys needs the key ring (a file, or VENDUE_ENCRYPTION_KEYS)")
+        raise KeyRingError(
+            "encryption_keys_file: rotate-keys needs the key ring (a file, or VENDUE_ENCRYPTION_KEYS)"
+        )
     return keys
 
 

@@ -111,7 +111,9 @@ async def test_a_sealed_value_moved_to_another_row_does_not_open(opened) -> None
     c = tables.desired_lrps.c
     async with store.engine.begin() as connection:
         web = (await connection.execute(sa.select(c.sealed).where(c.process_guid == "web"))).scalar_one()
-        await connection.execute(tables.desired_lrps.update().where(c.process_guid == "api").values(sealed=web))
+        await connection.execute(
+            tables.desired_lrps.update().where(c.process_guid == "api").values(sealed=web)
+        )
         # A task of the same guid as a desired LRP does not take its sealed part either.
         await connection.execute(tables.tasks.update().values(sealed=web))
     async with store.read() as tx:
@@ -161,7 +163,12 @@ async def test_rows_in_the_clear_stay_readable_and_rotation_seals_them_in_batche
     batches: list[tuple[str, int]] = []
     done = await rotate_keys(store, batch=4, on_batch=lambda table, rows: batches.append((table, rows)))
     assert done.resealed == {"desired_lrps": 22, "tasks": 9}  # app-00 was sealed with k2 by its update
-    assert batches == [("desired_lrps", 4)] * 5 + [("desired_lrps", 2), ("tasks", 4), ("tasks", 4), ("tasks", 1)]
+    assert batches == [("desired_lrps", 4)] * 5 + [
+        ("desired_lrps", 2),
+        ("tasks", 4),
+        ("tasks", 4),
+        ("tasks", 1),
+    ]
     assert done.labels == {"desired_lrps": {"k2": 23}, "tasks": {"k2": 9}}
     assert await read_all(store) == (lrps, tasks)
     for table in (tables.desired_lrps, tables.tasks):
@@ -187,7 +194,8 @@ async def test_a_store_without_the_key_of_a_sealed_record_is_refused(opened, dat
     with pytest.raises(KeyRingError) as lacking:
         await Store.open(database_url, keys=ring("k2"))
     assert str(lacking.value) == (
-        'encryption_keys: the database holds records encrypted with key "k1", which the key ring (keys k2) lacks'
+        'encryption_keys: the database holds records encrypted with key "k1", which the key ring (keys k2) '
+        'lacks'
     )
 
 

@@ -12,7 +12,8 @@ bulk statements (executemany), never one round trip per instance.
 Write transactions run one at a time across every BBS process on the database, so the logic's
 read-decide-write is correct as written, on either database, with any number of replicas: SQLite has
 a single writer, taken at BEGIN IMMEDIATE (so another process's writes, e.g. `vendue bbs rotate-keys`,
-wait for the whole transaction, not only its writes); on PostgreSQL each write transaction first takes a transaction-scoped
+wait for the whole transaction, not only its writes); on PostgreSQL each write transaction first takes a
+transaction-scoped
 advisory lock (released at commit, rollback, or when the client dies) and then reads committed rows.
 Within a process an asyncio lock queues writers first, so waiting ones hold no pool connection.
 Reads see one snapshot (SQLite's WAL transaction; REPEATABLE READ on PostgreSQL).
@@ -77,7 +78,9 @@ class Store:
     def __init__(self, engine: AsyncEngine, keys: KeyRing | None = None) -> None:
         """`keys`: the key ring sealing command and env (None: they are stored in the clear)."""
         self.engine = engine
-        self._writer = engine.execution_options(**{WRITER_OPTION: True})  # same pool, BEGIN IMMEDIATE on SQLite
+        self._writer = engine.execution_options(
+            **{WRITER_OPTION: True}
+        )  # same pool, BEGIN IMMEDIATE on SQLite
         self.keys = keys
         self._write_lock = PriorityLock()
         self.actual_cache = ActualCache()
@@ -201,7 +204,9 @@ def _actual(row: sa.Row) -> ActualRecord:
     return ActualRecord(*row)
 
 
-def _actual_reader(dialect: sa.engine.Dialect, result: sa.CursorResult[Any]) -> Callable[[Sequence[Any]], ActualRecord]:
+def _actual_reader(
+    dialect: sa.engine.Dialect, result: sa.CursorResult[Any]
+) -> Callable[[Sequence[Any]], ActualRecord]:
     """Raw driver row of `SELECT actual_lrps.*` -> ActualRecord (JSON columns decoded per dialect)."""
     processors = result_processors(t.actual_lrps, dialect, result.cursor.description)
 
@@ -253,7 +258,9 @@ def _keyed_update(table: sa.Table, key_columns: Sequence[str]) -> sa.Update:
 _ACTUAL_KEY = ("process_guid", "idx", "presence")
 _ACTUAL_VALUES = [name for name in _ACTUAL_FIELDS if name not in _ACTUAL_KEY]
 _UPDATE_TASK = _keyed_update(t.tasks, ["task_guid"])
-_UPDATE_DEFINITION = {table.name: _keyed_update(table, [_GUID_COLUMN[table.name]]) for table in _SEALED_TABLES}
+_UPDATE_DEFINITION = {
+    table.name: _keyed_update(table, [_GUID_COLUMN[table.name]]) for table in _SEALED_TABLES
+}
 _UPDATE_CELL = _keyed_update(t.cells, ["cell_id"])
 
 
@@ -459,7 +466,9 @@ class Tx:
         for row_guid, clear, label, sealed in rows:
             definition = open_definition(self._keys, table.name, row_guid, clear, label, sealed)
             clear, label, sealed = seal_definition(self._keys, table.name, row_guid, definition)
-            params.append({f"k_{guid.name}": row_guid, "definition": clear, "key_label": label, "sealed": sealed})
+            params.append(
+                {f"k_{guid.name}": row_guid, "definition": clear, "key_label": label, "sealed": sealed}
+            )
         await self._executemany(_UPDATE_DEFINITION[table.name], params)
         return [row[0] for row in rows]
 
@@ -521,7 +530,9 @@ class Tx:
             )
             if kept.rowcount == 1:
                 return
-        await self.connection.execute(t.desired_lrps.update().where(where).values(self._desired_params(record)))
+        await self.connection.execute(
+            t.desired_lrps.update().where(where).values(self._desired_params(record))
+        )
 
     async def delete_desired(self, process_guid: str) -> None:
         await self.connection.execute(
@@ -546,8 +557,11 @@ class Tx:
             return sorted(cache.of_guids([process_guid]), key=_index_then_presence)  # type: ignore[list-item]
         dialect = self.connection.dialect
         query = STATEMENTS.get(
-            dialect, ("list-actuals", filters),
-            functools.partial(_list_actuals_query, filters, dialect.name == "postgresql"), t.actual_lrps, filters,
+            dialect,
+            ("list-actuals", filters),
+            functools.partial(_list_actuals_query, filters, dialect.name == "postgresql"),
+            t.actual_lrps,
+            filters,
         )
         result = await query.execute(self.connection, [given[name] for name in filters])
         convert = _actual_reader(dialect, result)
@@ -625,18 +639,27 @@ class Tx:
             key = actual_key(record)
             values = _actual_values(record)
             before = previous.get(key)
-            changed = every_column if before is None else tuple(map(operator.ne, values, _actual_values(before)))
+            changed = (
+                every_column if before is None else tuple(map(operator.ne, values, _actual_values(before)))
+            )
             if True in changed:
                 groups.setdefault(changed, []).append((*itertools.compress(values, changed), *key))
         for changed, rows in groups.items():
             columns = tuple(itertools.compress(_ACTUAL_VALUES, changed))
             update = STATEMENTS.get(
-                dialect, ("actual-update", columns), functools.partial(_actual_update, columns), t.actual_lrps,
+                dialect,
+                ("actual-update", columns),
+                functools.partial(_actual_update, columns),
+                t.actual_lrps,
                 [*columns, *key_binds],  # SET <columns in order> WHERE <key columns in order>: the tuples'
             )
             await update.executemany(connection, rows)
         insert = STATEMENTS.get(
-            dialect, "actual-insert", lambda: _ACTUAL_INSERT, t.actual_lrps, [c.name for c in t.actual_lrps.columns]
+            dialect,
+            "actual-insert",
+            lambda: _ACTUAL_INSERT,
+            t.actual_lrps,
+            [c.name for c in t.actual_lrps.columns],
         )
         await insert.executemany(connection, [_actual_row(r) for r in changes.inserts])
 
@@ -789,7 +812,9 @@ class Tx:
 
     async def database_time(self) -> float:
         """Now, in epoch seconds, by the database server's clock."""
-        return float((await self.connection.execute(sa.select(_database_now(self.connection.dialect)))).scalar_one())
+        return float(
+            (await self.connection.execute(sa.select(_database_now(self.connection.dialect)))).scalar_one()
+        )
 
     async def acquire_lease(
         self, name: str, owner: str, ttl: float, now: float | None = None, url: str = ""
@@ -804,7 +829,9 @@ class Tx:
             try:
                 async with self.connection.begin_nested():
                     await self.connection.execute(
-                        t.leases.insert().values(name=name, owner=owner, token=1, expires_at=now + ttl, url=url)
+                        t.leases.insert().values(
+                            name=name, owner=owner, token=1, expires_at=now + ttl, url=url
+                        )
                     )
             except IntegrityError:
                 return None  # another replica created it first
@@ -845,7 +872,9 @@ class Tx:
     async def held_lease(self, name: str) -> LeaseRecord | None:
         """The lease `name` while someone holds it (unexpired by the database's clock), else None."""
         now = _database_now(self.connection.dialect)
-        rows = await self._rows(sa.select(t.leases).where(t.leases.c.name == name, t.leases.c.expires_at >= now))
+        rows = await self._rows(
+            sa.select(t.leases).where(t.leases.c.name == name, t.leases.c.expires_at >= now)
+        )
         return _lease(rows[0]) if rows else None
 
     # --- bearer tokens --------------------------------------------------------------------------
@@ -869,7 +898,9 @@ class Tx:
         if not rows:
             return False
         if rows[0].revoked_at is None:
-            await self.connection.execute(t.tokens.update().where(t.tokens.c.id == token_id).values(revoked_at=now))
+            await self.connection.execute(
+                t.tokens.update().where(t.tokens.c.id == token_id).values(revoked_at=now)
+            )
         return True
 
 
@@ -887,7 +918,9 @@ def _lease(row: sa.Row) -> LeaseRecord:
 
 
 def _token(row: sa.Row) -> TokenRecord:
-    return TokenRecord(row.id, row.name, row.role, row.secret_sha256, row.created_at, row.expires_at, row.revoked_at)
+    return TokenRecord(
+        row.id, row.name, row.role, row.secret_sha256, row.created_at, row.expires_at, row.revoked_at
+    )
 
 
 def _token_params(record: TokenRecord) -> dict[str, Any]:

@@ -82,14 +82,22 @@ async def test_desired_round_trip_and_conflict(store: Store) -> None:
 def test_json_columns_are_encoded_as_json_dumps_would() -> None:
     import json
 
-    for value in ([], [{"container_port": 8080, "host_port": 61000}], {"a": [1, 2.5, None, True, "é\"x"]}, "s", 5):
+    for value in (
+        [],
+        [{"container_port": 8080, "host_port": 61000}],
+        {"a": [1, 2.5, None, True, 'é"x']},
+        "s",
+        5,
+    ):
         assert json_dumps(value) == json.dumps(value)
     with pytest.raises(TypeError):
         json_dumps({"a": object()})
 
 
 async def test_desired_sizes_are_the_counts_without_definitions(store: Store) -> None:
-    records = [DesiredRecord(g, "d", n, {"command": ["x"]}, 1.5, "epoch") for g, n in [("web", 3), ("api", 1)]]
+    records = [
+        DesiredRecord(g, "d", n, {"command": ["x"]}, 1.5, "epoch") for g, n in [("web", 3), ("api", 1)]
+    ]
     records[1].on_cell_loss = "keep-replicas"
     async with store.write() as tx:
         assert await tx.insert_desireds(records)
@@ -196,7 +204,9 @@ async def test_lease_is_held_by_one_owner_until_it_expires(store: Store) -> None
         assert await tx.acquire_lease("convergence", "b", ttl=10, now=116) == 2
 
 
-async def test_lease_expiry_is_decided_by_the_database_clock(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_lease_expiry_is_decided_by_the_database_clock(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A replica whose own clock runs an hour ahead (or behind) neither takes an unexpired lease nor
     sees it as expired: without `now`, the store asks the database for the time."""
     import time
@@ -251,7 +261,9 @@ async def test_upgrade_from_the_first_schema_keeps_rows_and_lifts_string_limits(
     try:
         await migrate(engine, "0001")
         before = unclaimed("web", 0, "d", 1.0)
-        row = {("idx" if name == "index" else name): value for name, value in dataclasses.asdict(before).items()}
+        row = {
+            ("idx" if name == "index" else name): value for name, value in dataclasses.asdict(before).items()
+        }
         async with engine.begin() as connection:  # the store of this code needs 0004's generations table
             await connection.execute(tables.actual_lrps.insert().values(row))
         desired = {"process_guid": "old", "domain": "d", "instances": 1, "definition": {"command": ["x"]},

@@ -1,6 +1,7 @@
 """The objective language: an objective function sent with a request, parsed once, evaluated per cell.
 
-    (ai.InstanceNumber + ai.AppID + r.AvailZoneNumber) mod azs + 1 + 0.25 * count(ai.AppSourceBlobID, r.CachedBlobIDs)
+    (ai.InstanceNumber + ai.AppID + r.AvailZoneNumber) mod azs + 1 + 0.25 * count(ai.AppSourceBlobID,
+    r.CachedBlobIDs)
 
 `ai` is the instance being placed, `r` a cell's bid; the highest value wins among the cells that pass
 every filter. See parser.py for the grammar, evaluate.py for the meaning of each value, presets.py for

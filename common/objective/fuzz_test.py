@@ -1,4 +1,5 @@
-"""The objective language fuzzed (issue #13): whatever text arrives, the lexer and the parser answer with a tree
+"""The objective language fuzzed (issue #13): whatever text arrives, the lexer and the parser answer with a
+tree
 or with the language's own error (ObjectiveError, naming a column), never another exception, and nothing
 evaluates the text on the way (`sealed`: eval, exec and compile fail, getattr is never called).
 
@@ -37,16 +38,63 @@ def test_any_text_gives_a_tree_or_the_languages_error_and_nothing_else(text: str
     event("refused" if isinstance(compiled_or_refused(text), ObjectiveError) else "parsed")
 
 
-@pytest.mark.parametrize("text", [
-    "__import__('os').system('true')", "__import__", "ai.__class__", "ai.__class__.__mro__", "r.__dict__",
-    "ai.InstanceNumber.__class__", "__builtins__", "eval('1')", "exec", "compile", "open('/etc/passwd')",
-    "lambda: 1", "getattr(ai, 'AppID')", "ai._source_blob", "r.__init__", "count.__globals__", "azs.real",
-    "1e400", "1e10", "0x10", "1_000", "9" * 309, "9" * 400, "1" + "0" * 400 + ".5", "9" * (MAX_BYTES + 1),
-    "(" * 200 + "1" + ")" * 200, "-" * 200 + "1", "count(" * 100 + "1" + ", r.RunningAppIDs)" * 100,
-    " + ".join(["1"] * 300), "1 mod " * 100 + "1", "((((((((((" * 10 + "1",
-    "\x00", "1 + \x00", "\ud800", "1 + \udfff", "\uff11", "\u0661", "1 \u00b2", "'1'", '"1"', "[1]", "{}", "1;2",
-    "ai . InstanceNumber . AppID", "mod mod mod", "count(,)", ",", ")", "(", ".", "r.", "ai..AppID",
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "__import__('os').system('true')",
+        "__import__",
+        "ai.__class__",
+        "ai.__class__.__mro__",
+        "r.__dict__",
+        "ai.InstanceNumber.__class__",
+        "__builtins__",
+        "eval('1')",
+        "exec",
+        "compile",
+        "open('/etc/passwd')",
+        "lambda: 1",
+        "getattr(ai, 'AppID')",
+        "ai._source_blob",
+        "r.__init__",
+        "count.__globals__",
+        "azs.real",
+        "1e400",
+        "1e10",
+        "0x10",
+        "1_000",
+        "9" * 309,
+        "9" * 400,
+        "1" + "0" * 400 + ".5",
+        "9" * (MAX_BYTES + 1),
+        "(" * 200 + "1" + ")" * 200,
+        "-" * 200 + "1",
+        "count(" * 100 + "1" + ", r.RunningAppIDs)" * 100,
+        " + ".join(["1"] * 300),
+        "1 mod " * 100 + "1",
+        "((((((((((" * 10 + "1",
+        "\x00",
+        "1 + \x00",
+        "\ud800",
+        "1 + \udfff",
+        "\uff11",
+        "\u0661",
+        "1 \u00b2",
+        "'1'",
+        '"1"',
+        "[1]",
+        "{}",
+        "1;2",
+        "ai . InstanceNumber . AppID",
+        "mod mod mod",
+        "count(,)",
+        ",",
+        ")",
+        "(",
+        ".",
+        "r.",
+        "ai..AppID",
+    ],
+)
 def test_hostile_text_is_refused_with_the_languages_error(text: str) -> None:
     result = compiled_or_refused(text)
     assert isinstance(result, ObjectiveError), f"expected {text[:60]!r} refused, it parsed to {result!r}"

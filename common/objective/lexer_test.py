@@ -45,7 +45,10 @@ def test_length_is_capped_in_bytes_and_the_column_is_where_the_cap_is_crossed():
     with pytest.raises(ObjectiveError) as err:
         tokenize("1" * (MAX_BYTES + 1))
     assert err.value.column == MAX_BYTES + 1
-    assert str(err.value) == f"objective: column {MAX_BYTES + 1}: expression is {MAX_BYTES + 1} bytes long, the limit is 1024"
+    assert (
+        str(err.value)
+        == f"objective: column {MAX_BYTES + 1}: expression is {MAX_BYTES + 1} bytes long, the limit is 1024"
+    )
     # A two-byte character counts twice: 1023 ASCII bytes and then 'é' crosses at column 1024.
     with pytest.raises(ObjectiveError) as err:
         tokenize("1" * (MAX_BYTES - 1) + "é")

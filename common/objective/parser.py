@@ -88,7 +88,9 @@ class _Parser:
             raise ObjectiveError(1, "expression is empty")
         root = self.expression()
         if self.tok.kind is not Kind.END:
-            raise ObjectiveError(self.tok.column, f"unexpected {self.tok.describe()} after a complete expression")
+            raise ObjectiveError(
+                self.tok.column, f"unexpected {self.tok.describe()} after a complete expression"
+            )
         require_number(root)
         return root
 
@@ -102,7 +104,9 @@ class _Parser:
 
     def term(self) -> Node:
         left = self.unary()
-        while self.tok.kind in (Kind.STAR, Kind.SLASH) or (self.tok.kind is Kind.NAME and self.tok.text == MOD):
+        while self.tok.kind in (Kind.STAR, Kind.SLASH) or (
+            self.tok.kind is Kind.NAME and self.tok.text == MOD
+        ):
             op = self.advance()
             right = self.unary()
             left = self.binop(op, left, right)
@@ -179,8 +183,11 @@ class _Parser:
         self.expect(Kind.RPAREN, f"expected ')' ({usage})")
         self.leave()
         if haystack.type not in LIST_ELEMENT:
-            raise ObjectiveError(haystack.column, "count's second argument must be a list: "
-                                 + ", ".join(f"{o}.{n}" for (o, n), t in ATTRIBUTES.items() if t in LIST_ELEMENT))
+            raise ObjectiveError(
+                haystack.column,
+                "count's second argument must be a list: "
+                + ", ".join(f"{o}.{n}" for (o, n), t in ATTRIBUTES.items() if t in LIST_ELEMENT),
+            )
         wanted = LIST_ELEMENT[haystack.type]
         if needle.type is not wanted:
             raise ObjectiveError(needle.column, f"count cannot look for a {needle.type.value} in "
@@ -197,5 +204,6 @@ def require_number(node: Node) -> None:
     if node.type is ValueType.NUMBER:
         return
     role = "first" if node.type is ValueType.STRING else "second"
-    raise ObjectiveError(node.column, f"{describe(node)} is a {node.type.value}: allowed only as count's {role} "
-                         "argument")
+    raise ObjectiveError(
+        node.column, f"{describe(node)} is a {node.type.value}: allowed only as count's {role} argument"
+    )

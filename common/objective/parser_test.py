@@ -58,47 +58,93 @@ def test_a_constant_modulus_may_combine_numbers_and_azs():
     assert shape(tree("ai.AppID mod (azs * 2 - 1)")) == ("mod", "ai.AppID", ("-", ("*", "azs", 2.0), 1.0))
 
 
-@pytest.mark.parametrize("text, column, reason", [
-    ("", 1, "expression is empty"),
-    ("   ", 1, "expression is empty"),
-    ("ai.AppID mod r.AvailZoneNumber", 14, "mod needs a constant modulus (numbers and azs only)"),
-    ("1 mod (azs + ai.AppID)", 14, "mod needs a constant modulus (numbers and azs only)"),
-    ("1 mod count(ai.AppID, r.RunningAppIDs)", 7, "mod needs a constant modulus (numbers and azs only)"),
-    ("ai.Memory", 4, "unknown attribute ai.Memory (known: InstanceNumber, AppID, TotalInstances, "
-                     "RequiredMemoryMB, RequiredDiskMB, AppSourceBlobID, Stack)"),
-    ("1 + r.availablememorymb", 7, "unknown attribute r.availablememorymb (known: AvailableMemoryMB, "
-                                   "AvailableDiskMB, TotalMemoryMB, TotalDiskMB, RunningAppIDs, AvailZoneNumber, "
-                                   "CachedBlobIDs, Stack)"),
-    ("ai.__class__", 4, "unknown attribute ai.__class__ (known: InstanceNumber, AppID, TotalInstances, "
-                        "RequiredMemoryMB, RequiredDiskMB, AppSourceBlobID, Stack)"),
-    ("__import__('os')", 1, "unknown name '__import__'"),
-    ("eval(1)", 1, "unknown name 'eval'"),
-    ("1 + os", 5, "unknown name 'os'"),
-    ("ai", 3, "expected '.' and an attribute after 'ai', found end of expression"),
-    ("r.", 3, "expected an attribute name after 'r.', found end of expression"),
-    ("r.1", 3, "expected an attribute name after 'r.', found '1'"),
-    ("1 2", 3, "unexpected '2' after a complete expression"),
-    ("ai.AppID )", 10, "unexpected ')' after a complete expression"),
-    ("1 + 2 ai.AppID", 7, "unexpected 'ai' after a complete expression"),
-    ("(1 + 2", 7, "expected ')' to close the '(' at column 1, found end of expression"),
-    ("1 +", 4, "expression ends too early"),
-    ("* 2", 1, "unexpected '*'"),
-    ("mod 2", 1, "mod needs a number on its left"),
-    ("count(ai.AppID)", 15, "expected ',' (count takes two arguments: count(x, xs)), found ')'"),
-    ("count ai.AppID", 7, "expected '(' after count (count takes two arguments: count(x, xs)), found 'ai'"),
-    ("count(1, r.RunningAppIDs, 2)", 25, "expected ')' (count takes two arguments: count(x, xs)), found ','"),
-    ("count(1, 2)", 10, "count's second argument must be a list: r.RunningAppIDs, r.CachedBlobIDs, r.Stack"),
-    ("count(ai.Stack, r.RunningAppIDs)", 7, "count cannot look for a string in r.RunningAppIDs, a list of numbers"),
-    ("count(ai.AppID, r.CachedBlobIDs)", 7,
-     "count cannot look for a number in r.CachedBlobIDs, a list of strings"),
-    ("count(r.Stack, r.Stack)", 7, "count cannot look for a list of strings in r.Stack, a list of strings"),
-    ("r.RunningAppIDs", 1, "r.RunningAppIDs is a list of numbers: allowed only as count's second argument"),
-    ("1 + r.CachedBlobIDs", 5, "r.CachedBlobIDs is a list of strings: allowed only as count's second argument"),
-    ("ai.Stack * 2", 1, "ai.Stack is a string: allowed only as count's first argument"),
-    ("-ai.AppSourceBlobID", 2, "ai.AppSourceBlobID is a string: allowed only as count's first argument"),
-    ("(r.Stack)", 2, "r.Stack is a list of strings: allowed only as count's second argument"),
-    ("1 + " + "9" * 309, 5, "number too large (309 digits): the largest is about 1.8e+308"),
-])
+@pytest.mark.parametrize(
+    "text, column, reason",
+    [
+        ("", 1, "expression is empty"),
+        ("   ", 1, "expression is empty"),
+        ("ai.AppID mod r.AvailZoneNumber", 14, "mod needs a constant modulus (numbers and azs only)"),
+        ("1 mod (azs + ai.AppID)", 14, "mod needs a constant modulus (numbers and azs only)"),
+        ("1 mod count(ai.AppID, r.RunningAppIDs)", 7, "mod needs a constant modulus (numbers and azs only)"),
+        (
+            "ai.Memory",
+            4,
+            "unknown attribute ai.Memory (known: InstanceNumber, AppID, TotalInstances, "
+            "RequiredMemoryMB, RequiredDiskMB, AppSourceBlobID, Stack)",
+        ),
+        (
+            "1 + r.availablememorymb",
+            7,
+            "unknown attribute r.availablememorymb (known: AvailableMemoryMB, "
+            "AvailableDiskMB, TotalMemoryMB, TotalDiskMB, RunningAppIDs, AvailZoneNumber, "
+            "CachedBlobIDs, Stack)",
+        ),
+        (
+            "ai.__class__",
+            4,
+            "unknown attribute ai.__class__ (known: InstanceNumber, AppID, TotalInstances, "
+            "RequiredMemoryMB, RequiredDiskMB, AppSourceBlobID, Stack)",
+        ),
+        ("__import__('os')", 1, "unknown name '__import__'"),
+        ("eval(1)", 1, "unknown name 'eval'"),
+        ("1 + os", 5, "unknown name 'os'"),
+        ("ai", 3, "expected '.' and an attribute after 'ai', found end of expression"),
+        ("r.", 3, "expected an attribute name after 'r.', found end of expression"),
+        ("r.1", 3, "expected an attribute name after 'r.', found '1'"),
+        ("1 2", 3, "unexpected '2' after a complete expression"),
+        ("ai.AppID )", 10, "unexpected ')' after a complete expression"),
+        ("1 + 2 ai.AppID", 7, "unexpected 'ai' after a complete expression"),
+        ("(1 + 2", 7, "expected ')' to close the '(' at column 1, found end of expression"),
+        ("1 +", 4, "expression ends too early"),
+        ("* 2", 1, "unexpected '*'"),
+        ("mod 2", 1, "mod needs a number on its left"),
+        ("count(ai.AppID)", 15, "expected ',' (count takes two arguments: count(x, xs)), found ')'"),
+        (
+            "count ai.AppID",
+            7,
+            "expected '(' after count (count takes two arguments: count(x, xs)), found 'ai'",
+        ),
+        (
+            "count(1, r.RunningAppIDs, 2)",
+            25,
+            "expected ')' (count takes two arguments: count(x, xs)), found ','",
+        ),
+        (
+            "count(1, 2)",
+            10,
+            "count's second argument must be a list: r.RunningAppIDs, r.CachedBlobIDs, r.Stack",
+        ),
+        (
+            "count(ai.Stack, r.RunningAppIDs)",
+            7,
+            "count cannot look for a string in r.RunningAppIDs, a list of numbers",
+        ),
+        (
+            "count(ai.AppID, r.CachedBlobIDs)",
+            7,
+            "count cannot look for a number in r.CachedBlobIDs, a list of strings",
+        ),
+        (
+            "count(r.Stack, r.Stack)",
+            7,
+            "count cannot look for a list of strings in r.Stack, a list of strings",
+        ),
+        (
+            "r.RunningAppIDs",
+            1,
+            "r.RunningAppIDs is a list of numbers: allowed only as count's second argument",
+        ),
+        (
+            "1 + r.CachedBlobIDs",
+            5,
+            "r.CachedBlobIDs is a list of strings: allowed only as count's second argument",
+        ),
+        ("ai.Stack * 2", 1, "ai.Stack is a string: allowed only as count's first argument"),
+        ("-ai.AppSourceBlobID", 2, "ai.AppSourceBlobID is a string: allowed only as count's first argument"),
+        ("(r.Stack)", 2, "r.Stack is a list of strings: allowed only as count's second argument"),
+        ("1 + " + "9" * 309, 5, "number too large (309 digits): the largest is about 1.8e+308"),
+    ],
+)
 def test_every_refusal_names_its_column_and_reason(text, column, reason):
     assert refusal(text) == (column, reason)
 

@@ -10,14 +10,23 @@ def test_valid_objectives_pass(text):
     assert validate_objective(text) is None
 
 
-@pytest.mark.parametrize("text, message", [
-    ("diego-blg", "objective: column 1: unknown preset 'diego-blg' (presets: diego-blog)"),
-    ("  my-preset", "objective: column 3: unknown preset 'my-preset' (presets: diego-blog)"),
-    ("ai.AppID mod r.AvailZoneNumber", "objective: column 14: mod needs a constant modulus (numbers and azs only)"),
-    ("__import__('os').system('rm -rf /')", "objective: column 1: unknown name '__import__'"),
-    ("x" * (MAX_BYTES + 1), f"objective: column {MAX_BYTES + 1}: expression is {MAX_BYTES + 1} bytes long, "
-                            f"the limit is {MAX_BYTES}"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("diego-blg", "objective: column 1: unknown preset 'diego-blg' (presets: diego-blog)"),
+        ("  my-preset", "objective: column 3: unknown preset 'my-preset' (presets: diego-blog)"),
+        (
+            "ai.AppID mod r.AvailZoneNumber",
+            "objective: column 14: mod needs a constant modulus (numbers and azs only)",
+        ),
+        ("__import__('os').system('rm -rf /')", "objective: column 1: unknown name '__import__'"),
+        (
+            "x" * (MAX_BYTES + 1),
+            f"objective: column {MAX_BYTES + 1}: expression is {MAX_BYTES + 1} bytes long, "
+            f"the limit is {MAX_BYTES}",
+        ),
+    ],
+)
 def test_invalid_objectives_raise_a_value_error_with_column_and_reason(text, message):
     with pytest.raises(ObjectiveError) as err:
         validate_objective(text)

@@ -28,7 +28,9 @@ async def wait_for(condition, what, timeout=15.0) -> None:
         await asyncio.sleep(0.02)
 
 
-async def test_unreachable_at_start_logs_retries_then_connects_and_runs_the_on_connect_callbacks(tmp_path, caplog):
+async def test_unreachable_at_start_logs_retries_then_connects_and_runs_the_on_connect_callbacks(
+    tmp_path, caplog
+):
     caplog.set_level(logging.INFO, logger="common.nats")
     server = NatsServer(port=free_port(), token="t0k", log_path=tmp_path / "nats.log")
     conn = NatsConnection(server.url, name="test", token="t0k", max_backoff=0.2)
@@ -42,7 +44,9 @@ async def test_unreachable_at_start_logs_retries_then_connects_and_runs_the_on_c
     try:
         await wait_for(lambda: conn.failed_attempts >= 2, "two failed attempts")
         assert not conn.connected
-        unreachable = [r for r in caplog.records if r.getMessage() == "NATS unreachable; retrying with backoff"]
+        unreachable = [
+            r for r in caplog.records if r.getMessage() == "NATS unreachable; retrying with backoff"
+        ]
         assert len(unreachable) == 1, "expected one log line while unreachable, not one per attempt"
         assert "t0k" not in caplog.text
         server.start()
@@ -73,7 +77,9 @@ async def test_a_server_restart_is_survived_and_subscriptions_come_back(tmp_path
         server.start()
         assert await conn.until_connected(15), f"expected a reconnect; saw {conn.status()}"
         await nc.publish("vendue.test", b"after restart")
-        await wait_for(lambda: received == [b"after restart"], f"the message after the restart, saw {received}")
+        await wait_for(
+            lambda: received == [b"after restart"], f"the message after the restart, saw {received}"
+        )
         assert conn.reconnects == 1 and conn.disconnects == 1
     finally:
         await conn.close()

@@ -1,15 +1,15 @@
 """NATS subject names. Bodies are the same pydantic JSON as over HTTP (common/models.py):
 
-  vendue.auctioneer.lrps        [LRPStartRequest]  (queue group: one auctioneer takes each) -> {"accepted": n}
-  vendue.auctioneer.tasks       [TaskStartRequest]                                           -> {"accepted": n}
-  vendue.cells.state            empty; every rep process answers once: HostCellStates of its live cells,
-                                in the summary form (lrp_counts, as GET /state?lrps=counts), its rep_id in
-                                the REP_ID_HEADER (scatter-gather)
-  vendue.rep.<rep_id>.work      HostWork       -> HostWorkResult
-  vendue.rep.<rep_id>.stop      StopInstances  -> Found
-  vendue.rep.<rep_id>.cancel    CancelTasks    -> Found
-  vendue.rep.<rep_id>.cordon    CordonCells    -> Found
-  vendue.events.<type>          Event (the same events as the BBS's SSE stream)
+vendue.auctioneer.lrps        [LRPStartRequest]  (queue group: one auctioneer takes each) -> {"accepted": n}
+vendue.auctioneer.tasks       [TaskStartRequest]                                           -> {"accepted": n}
+vendue.cells.state            empty; every rep process answers once: HostCellStates of its live cells,
+                              in the summary form (lrp_counts, as GET /state?lrps=counts), its rep_id in
+                              the REP_ID_HEADER (scatter-gather)
+vendue.rep.<rep_id>.work      HostWork       -> HostWorkResult
+vendue.rep.<rep_id>.stop      StopInstances  -> Found
+vendue.rep.<rep_id>.cancel    CancelTasks    -> Found
+vendue.rep.<rep_id>.cordon    CordonCells    -> Found
+vendue.events.<type>          Event (the same events as the BBS's SSE stream)
 """
 
 from __future__ import annotations

@@ -43,7 +43,9 @@ STARTUP_SECONDS = 20.0
 
 
 @contextlib.asynccontextmanager
-async def serving(app: FastAPI, ssl_context: ssl.SSLContext | None = None, port: int = 0) -> AsyncIterator[str]:
+async def serving(
+    app: FastAPI, ssl_context: ssl.SSLContext | None = None, port: int = 0
+) -> AsyncIterator[str]:
     """Serve `app` on loopback (a free port, or `port`) for the block (HTTPS with `ssl_context`); yields its
     base URL."""
     sock = bind("127.0.0.1", port)
@@ -51,7 +53,9 @@ async def serving(app: FastAPI, ssl_context: ssl.SSLContext | None = None, port:
     task = asyncio.create_task(server.serve(sockets=[sock]))
     try:
         ready = asyncio.create_task(server.ready.wait())
-        done, _ = await asyncio.wait({ready, task}, timeout=STARTUP_SECONDS, return_when=asyncio.FIRST_COMPLETED)
+        done, _ = await asyncio.wait(
+            {ready, task}, timeout=STARTUP_SECONDS, return_when=asyncio.FIRST_COMPLETED
+        )
         if ready not in done:
             ready.cancel()
             raise RuntimeError(f"test server did not start within {STARTUP_SECONDS} s")
@@ -119,7 +123,9 @@ class FakeRep:
 
     state_mode: str = "ok"
     work_mode: str = "ok"
-    left_out: set[str] = field(default_factory=set)  # cells it leaves out of its answers (not hosted after all)
+    left_out: set[str] = field(
+        default_factory=set
+    )  # cells it leaves out of its answers (not hosted after all)
 
 
 REP_MODES = {"state_mode": ("ok", "error", "hang", "invalid"), "work_mode": ("ok", "error", "hang", "fenced")}
@@ -151,7 +157,10 @@ class FakeReps:
         return cell
 
     def presences(self) -> list[CellPresence]:
-        return [CellPresence.model_validate({**c.state.model_dump(), "rep_id": c.rep_id}) for c in self.cells.values()]
+        return [
+            CellPresence.model_validate({**c.state.model_dump(), "rep_id": c.rep_id})
+            for c in self.cells.values()
+        ]
 
     @property
     def lrps_received(self) -> int:
@@ -159,7 +168,9 @@ class FakeReps:
 
     @property
     def tasks_received(self) -> int:
-        return sum(len(part.tasks) for posts in self.work_posts.values() for w in posts for part in w.cells.values())
+        return sum(
+            len(part.tasks) for posts in self.work_posts.values() for w in posts for part in w.cells.values()
+        )
 
     @property
     def work_post_count(self) -> int:
@@ -197,7 +208,9 @@ class FakeReps:
             if rep.work_mode == "error":
                 return JSONResponse({"detail": "boom"}, status_code=500)
             if rep.work_mode == "fenced":
-                return JSONResponse({"detail": f"stale fencing token {body.fencing_token} < 99"}, status_code=409)
+                return JSONResponse(
+                    {"detail": f"stale fencing token {body.fencing_token} < 99"}, status_code=409
+                )
             results = {}
             for cell_id, part in body.cells.items():
                 cell = self.cells.get(cell_id)
@@ -205,7 +218,9 @@ class FakeReps:
                     continue
                 if cell.work_mode == "reject":
                     lrps = [LRPWork(desired=d, index=i) for d, i in body.instances(cell_id)]
-                    results[cell_id] = WorkResult(rejected_lrps=lrps, rejected_tasks=part.tasks, reason=cell.reason)
+                    results[cell_id] = WorkResult(
+                        rejected_lrps=lrps, rejected_tasks=part.tasks, reason=cell.reason
+                    )
                 else:
                     results[cell_id] = WorkResult()
             return Response(HostWorkResult(cells=results).model_dump_json(), media_type="application/json")

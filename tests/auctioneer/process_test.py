@@ -55,7 +55,9 @@ async def auctioneer_process(tmp_path: Path, *args: str):
         log.close()
 
 
-async def test_50_instances_over_3_cells_cost_one_cell_list_3_state_fetches_and_at_most_3_work_posts(tmp_path):
+async def test_50_instances_over_3_cells_cost_one_cell_list_3_state_fetches_and_at_most_3_work_posts(
+    tmp_path,
+):
     async with fake_reps() as reps, fake_bbs(reps) as bbs:
         for i in range(3):
             reps.add(f"cell-{i}", zone=f"z{i % 2}")
@@ -87,9 +89,19 @@ async def test_50_instances_over_3_cells_cost_one_cell_list_3_state_fetches_and_
                 await asyncio.sleep(0.02)
 
             assert bbs.cells_calls == 1
-            assert sum(reps.state_calls.values()) == 3 and set(reps.state_calls) == {"cell-0", "cell-1", "cell-2"}
+            assert sum(reps.state_calls.values()) == 3 and set(reps.state_calls) == {
+                "cell-0",
+                "cell-1",
+                "cell-2",
+            }
             assert reps.work_post_count <= 3
-            indices = sorted(i for posts in reps.work_posts.values() for w in posts for c in w.cells for _, i in w.instances(c))
+            indices = sorted(
+                i
+                for posts in reps.work_posts.values()
+                for w in posts
+                for c in w.cells
+                for _, i in w.instances(c)
+            )
             assert indices == list(range(50))
             assert stats["requests_made"] == {"bbs": 2, "rep_state": 3, "rep_work": reps.work_post_count}
             assert (stats["lrps_placed"], stats["lrps_failed"]) == (50, 0)

@@ -51,7 +51,14 @@ class BBSProcess:
         if tls:
             certs = certs or certificates(data_dir)
             served = TLSFiles.in_dir(certs, "bbs")
-            tls_args = ["--tls-cert", str(served.cert), "--tls-key", str(served.key), "--tls-ca", str(served.ca)]
+            tls_args = [
+                "--tls-cert",
+                str(served.cert),
+                "--tls-key",
+                str(served.key),
+                "--tls-ca",
+                str(served.ca),
+            ]
             self.verify = client_context(TLSFiles.in_dir(certs, "admin"))
         self.log = open(data_dir / f"bbs-{tag}.log", "wb")  # noqa: SIM115 - closed in stop()
         dead_auctioneer = f"https://127.0.0.1:{free_port()}"  # nothing listens: sends fail, state stays
@@ -160,7 +167,18 @@ def test_sigterm_shuts_down_gracefully_with_an_open_event_stream(
 
 
 def test_plain_http_beyond_loopback_is_refused_unless_insecure(tmp_path: Path) -> None:
-    argv = [sys.executable, "-m", "deploy.cli", "bbs", "--listen", "0.0.0.0", "--port", "0", "--data-dir", str(tmp_path)]
+    argv = [
+        sys.executable,
+        "-m",
+        "deploy.cli",
+        "bbs",
+        "--listen",
+        "0.0.0.0",
+        "--port",
+        "0",
+        "--data-dir",
+        str(tmp_path),
+    ]
     refused = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert refused.returncode == 2, refused.stderr
     assert refused.stderr.splitlines() == [

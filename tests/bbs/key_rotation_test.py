@@ -35,8 +35,14 @@ def write_keys(path: Path, active: str, *labels: str, mode: int = 0o600) -> Path
 
 
 def vendue(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "deploy.cli", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=120, env={**os.environ, **env})
+    return subprocess.run(
+        [sys.executable, "-m", "deploy.cli", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, **env},
+    )
 
 
 async def vendue_async(*args: str) -> tuple[int, str, str]:
@@ -60,7 +66,9 @@ async def raw_labels(database_url: str) -> dict[str, dict[str, str | None]]:
         async with engine.connect() as connection:
             lrps = (await connection.execute(sa.select(tables.desired_lrps.c.process_guid,
                                                        tables.desired_lrps.c.key_label))).all()
-            tasks = (await connection.execute(sa.select(tables.tasks.c.task_guid, tables.tasks.c.key_label))).all()
+            tasks = (
+                await connection.execute(sa.select(tables.tasks.c.task_guid, tables.tasks.c.key_label))
+            ).all()
     finally:
         await engine.dispose()
     return {"desired_lrps": dict(lrps), "tasks": dict(tasks)}  # type: ignore[arg-type]
@@ -115,7 +123,11 @@ def lrp(guid: str) -> dict[str, Any]:
 
 
 def task(guid: str) -> dict[str, Any]:
-    return {"task_guid": guid, "command": ["./job", f"--token=cmd-{guid}"], "env": {"DATABASE_PASSWORD": f"pw-{guid}"}}
+    return {
+        "task_guid": guid,
+        "command": ["./job", f"--token=cmd-{guid}"],
+        "env": {"DATABASE_PASSWORD": f"pw-{guid}"},
+    }
 
 
 def refusal(stderr: str) -> list[str]:
@@ -189,10 +201,15 @@ async def test_rotate_keys_while_the_bbs_serves_loses_nothing_and_leaves_every_r
     again = vendue("bbs", "--database-url", database_url, "--encryption-keys-file", str(keys), "rotate-keys")
     assert again.returncode == 0, again.stderr
     assert again.stdout.splitlines()[0] == "sealed 0 desired LRPs and 0 tasks with key 'k2' in 0 batches"
-    assert again.stdout.splitlines()[1:] == [f"desired_lrps: {len(lrps)} k2", f"tasks: {len(expected_tasks)} k2"]
+    assert again.stdout.splitlines()[1:] == [
+        f"desired_lrps: {len(lrps)} k2",
+        f"tasks: {len(expected_tasks)} k2",
+    ]
 
 
-def test_a_bbs_without_the_key_of_an_encrypted_database_refuses_to_start(tmp_path: Path, database_url: str) -> None:
+def test_a_bbs_without_the_key_of_an_encrypted_database_refuses_to_start(
+    tmp_path: Path, database_url: str
+) -> None:
     keys = write_keys(tmp_path / "bbs-keys.json", "k1", "k1")
     bbs = BBSProcess(tmp_path, "1", database_url, "--encryption-keys-file", str(keys))
     try:
@@ -209,9 +226,14 @@ def test_a_bbs_without_the_key_of_an_encrypted_database_refuses_to_start(tmp_pat
         'error: --encryption-keys-file (encryption_keys_file): the database holds records encrypted with key '
         '"k1"; give the key ring'])
     lacking = vendue(*start, VENDUE_ENCRYPTION_KEYS=json.dumps({"active": "k2", "keys": {"k2": KEYS["k2"]}}))
-    assert (lacking.returncode, refusal(lacking.stderr)) == (2, [
-        'error: encryption_keys: the database holds records encrypted with key "k1", which the key ring (keys k2) '
-        "lacks"])
+    assert (lacking.returncode, refusal(lacking.stderr)) == (
+        2,
+        [
+            'error: encryption_keys: the database holds records encrypted with key "k1", which the key ring '
+            '(keys k2) '
+            "lacks"
+        ],
+    )
     keys.chmod(0o644)
     too_open = vendue(*start, "--encryption-keys-file", str(keys))
     assert (too_open.returncode, refusal(too_open.stderr)) == (2, [
@@ -237,7 +259,11 @@ async def test_no_request_fails_for_want_of_the_key_on_a_plain_database(tmp_path
             assert (await http.post("/v1/tasks", json=task("t1"))).status_code == 201
     finally:
         plain.stop()
-    log = [json.loads(line) for line in (tmp_path / "bbs-plain.log").read_text().splitlines() if line.startswith("{")]
+    log = [
+        json.loads(line)
+        for line in (tmp_path / "bbs-plain.log").read_text().splitlines()
+        if line.startswith("{")
+    ]
     assert any(entry["msg"].startswith("encryption at rest is off") for entry in log)
     keys = write_keys(tmp_path / "bbs-keys.json", "k1", "k1")
     sealed = BBSProcess(tmp_path, "sealed", None, "--encryption-keys-file", str(keys))

@@ -9,9 +9,10 @@
 
 Desires A apps x N/A instances (default 100 x 100 = 10,000), measures the seconds until every instance
 is RUNNING in the BBS (its own counts, GET /v1/actual_lrps/summary polled every 50 ms; then confirmed by
-listing GET /v1/actual_lrps?state=RUNNING, untimed), and reads what each component says it did: the auctioneer's /v1/stats (auctions,
-placements, requests to the BBS and the reps) and every component's /metrics. Then the same for a run a
-tenth the size (1,000 instances). Prints ONE JSON object; never asserts on time.
+listing GET /v1/actual_lrps?state=RUNNING, untimed), and reads what each component says it did: the
+auctioneer's /v1/stats (auctions, placements, requests to the BBS and the reps) and every component's
+/metrics. Then the same for a run a tenth the size (1,000 instances). Prints ONE JSON object; never
+asserts on time.
 
 Target (reported, not asserted): 10,000 RUNNING within 5 s; requests per auction proportional to cells,
 not instances.
@@ -73,7 +74,8 @@ TARGET_SECONDS_10K = 5.0
 TARGET_PG_SQLITE_RATIO = 1.5
 TARGET_ENCRYPTION_RATIO = 1.1
 TARGET_WATCHERS_RATIO = 1.1
-# What each app desires in env: what the BBS seals (and a real app carries: where its database is, and how in).
+# What each app desires in env: what the BBS seals (and a real app carries: where its database is, and
+# how in).
 BENCH_ENV = {"DATABASE_URL": "postgresql://app:s3cret-password@db.internal:5432/app",
              "API_TOKEN": "tok_" + "0123456789abcdef" * 2, "LOG_LEVEL": "info", "REGION": "eu-west-1"}
 SUMMARY_POLL_S = 0.05
@@ -338,7 +340,9 @@ async def measure(cluster: LocalCluster, apps: int, per_app: int, timeout: float
             watching = light_session(cluster, subscribers + 2)
             await watchers.start(watching)
 
-        light = light_session(cluster, DESIRE_CONCURRENCY + 8)  # room for the progress polls beside the desires
+        light = light_session(
+            cluster, DESIRE_CONCURRENCY + 8
+        )  # room for the progress polls beside the desires
         t0 = time.perf_counter()
         sem = asyncio.Semaphore(DESIRE_CONCURRENCY)
 
@@ -347,7 +351,9 @@ async def measure(cluster: LocalCluster, apps: int, per_app: int, timeout: float
                     "disk_mb": 256, "command": ["sleep", "infinity"], "env": BENCH_ENV}
             async with sem, light.post(f"{bbs}/v1/desired_lrps", json=body) as r:
                 if r.status != 201:
-                    raise RuntimeError(f"desiring {body['process_guid']}: HTTP {r.status} {(await r.text())[:300]}")
+                    raise RuntimeError(
+                        f"desiring {body['process_guid']}: HTTP {r.status} {(await r.text())[:300]}"
+                    )
 
         desires = asyncio.gather(*(desire(i) for i in range(apps)))
         desired_s: float | None = None
@@ -415,7 +421,11 @@ async def measure(cluster: LocalCluster, apps: int, per_app: int, timeout: float
         "progress_from": "/v1/events" if watcher else f"GET /v1/actual_lrps/summary every {SUMMARY_POLL_S}s",
         "summary_polls": polls,
         "running_listed_at_end": running,
-        **({"event_stream": {"events": watcher.events, "disconnects": watcher.disconnects}} if watcher else {}),
+        **(
+            {"event_stream": {"events": watcher.events, "disconnects": watcher.disconnects}}
+            if watcher
+            else {}
+        ),
         **({"watchers": watchers.report()} if watchers else {}),
         "seconds_to_fraction_running": {f"{int(m * 100)}%": t for m, t in sorted(marks.items())},
         "running_timeline": timeline[:: max(1, len(timeline) // 20)],
@@ -431,7 +441,9 @@ async def measure(cluster: LocalCluster, apps: int, per_app: int, timeout: float
             "lrps_placed": stats_after.get("lrps_placed", 0) - stats_before.get("lrps_placed", 0),
             "lrps_failed": stats_after.get("lrps_failed", 0) - stats_before.get("lrps_failed", 0),
             "requests_made": made,
-            "requests_per_auction": {k: round(v / auctions, 2) for k, v in made.items()} if auctions else None,
+            "requests_per_auction": {k: round(v / auctions, 2) for k, v in made.items()}
+            if auctions
+            else None,
             "requests_per_instance": {k: round(v / total, 4) for k, v in made.items()},
             **handshakes(stats_before, stats_after, auctions),
             "last_state_fetch_seconds": stats_after.get("last_state_fetch_seconds"),
@@ -473,10 +485,22 @@ def peak_rss_mb(pid: int) -> float | None:
     return None
 
 
-def run_once(apps: int, per_app: int, cells: int, zones: int, timeout: float, presence_ttl: float,
-             convergence_interval: float, progress: str = "summary",
-             database_url: str | None = None, insecure: bool = False, encryption: bool = True,
-             sqlite_synchronous: str = "full", subscribers: int = 0, dashboard: bool = False) -> dict[str, Any]:
+def run_once(
+    apps: int,
+    per_app: int,
+    cells: int,
+    zones: int,
+    timeout: float,
+    presence_ttl: float,
+    convergence_interval: float,
+    progress: str = "summary",
+    database_url: str | None = None,
+    insecure: bool = False,
+    encryption: bool = True,
+    sqlite_synchronous: str = "full",
+    subscribers: int = 0,
+    dashboard: bool = False,
+) -> dict[str, Any]:
     timings = ["--presence-ttl", str(presence_ttl)]
     # ignore_cleanup_errors: a component still flushing its log while the directory goes must not turn
     # a finished measurement into a traceback.
@@ -504,7 +528,9 @@ def run_once(apps: int, per_app: int, cells: int, zones: int, timeout: float, pr
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--instances", type=int, default=10_000, help="instances in the big run (total)")
     parser.add_argument("--apps", type=int, default=100, help="apps in the big run")
     parser.add_argument("--cells", type=int, default=100, help="simulated cells (one rep process)")
@@ -555,12 +581,28 @@ def main(argv: list[str] | None = None) -> int:
         results = []
         for apps, n in runs:
             try:
-                results.append(run_once(apps, n, args.cells, args.zones, args.timeout, args.presence_ttl,
-                                        args.convergence_interval, args.progress, database_url(), tls == "off",
-                                        encryption == "on", synchronous,
-                                        args.subscribers if watched else 0, args.dashboard and watched))
+                results.append(
+                    run_once(
+                        apps,
+                        n,
+                        args.cells,
+                        args.zones,
+                        args.timeout,
+                        args.presence_ttl,
+                        args.convergence_interval,
+                        args.progress,
+                        database_url(),
+                        tls == "off",
+                        encryption == "on",
+                        synchronous,
+                        args.subscribers if watched else 0,
+                        args.dashboard and watched,
+                    )
+                )
             except Exception as exc:  # noqa: BLE001 - reported in the JSON, not raised
-                results.append({"apps": apps, "instances_per_app": n, "error": f"{type(exc).__name__}: {exc}"})
+                results.append(
+                    {"apps": apps, "instances_per_app": n, "error": f"{type(exc).__name__}: {exc}"}
+                )
         big = next((r for r in results if r.get("instances") == 10_000), None)
         return {
             "benchmark": "e2e",
@@ -582,7 +624,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.tls == "both":
             return compare_tls({tls: measure_all(database, database_url, tls=tls) for tls in ("off", "on")})
         if args.encryption == "both":
-            return compare_encryption({on: measure_all(database, database_url, encryption=on) for on in ("off", "on")})
+            return compare_encryption(
+                {on: measure_all(database, database_url, encryption=on) for on in ("off", "on")}
+            )
         if watching:
             return compare_watchers({"without": measure_all(database, database_url),
                                      "with": measure_all(database, database_url, watched=True)},
@@ -657,10 +701,18 @@ def compare_encryption(by_encryption: dict[str, dict[str, Any]]) -> dict[str, An
     for n in off_s:
         seconds_ratio = ratio(on_s.get(n), off_s[n])
         compared[str(n)] = {
-            "seconds_to_all_running": {"off": off_s[n], "on": on_s.get(n), "ratio_on_over_off": seconds_ratio},
+            "seconds_to_all_running": {
+                "off": off_s[n],
+                "on": on_s.get(n),
+                "ratio_on_over_off": seconds_ratio,
+            },
             "bbs_peak_rss_mb": {"off": off_rss.get(n), "on": on_rss.get(n)},
-            "met": {"ratio_at_most_1.1": seconds_ratio <= TARGET_ENCRYPTION_RATIO if seconds_ratio else None,
-                    "bbs_memory_no_larger": (on_rss[n] <= off_rss[n]) if on_rss.get(n) and off_rss.get(n) else None},
+            "met": {
+                "ratio_at_most_1.1": seconds_ratio <= TARGET_ENCRYPTION_RATIO if seconds_ratio else None,
+                "bbs_memory_no_larger": (on_rss[n] <= off_rss[n])
+                if on_rss.get(n) and off_rss.get(n)
+                else None,
+            },
         }
     return {
         "benchmark": "e2e",
@@ -691,15 +743,21 @@ def compare_synchronous(by_mode: dict[str, dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def compare_watchers(by_watchers: dict[str, dict[str, Any]], subscribers: int, dashboard: bool) -> dict[str, Any]:
+def compare_watchers(
+    by_watchers: dict[str, dict[str, Any]], subscribers: int, dashboard: bool
+) -> dict[str, Any]:
     """Both suites (without watchers, then with them) and, per run size, the seconds to all RUNNING of each
     and the ratio with/without (target < 1.1)."""
     without_s, with_s = seconds_by_size(by_watchers["without"]), seconds_by_size(by_watchers["with"])
     compared = {}
     for n in without_s:
         watched_ratio = ratio(with_s.get(n), without_s[n])
-        compared[str(n)] = {"without": without_s[n], "with": with_s.get(n), "ratio_with_over_without": watched_ratio,
-                            "met": watched_ratio < TARGET_WATCHERS_RATIO if watched_ratio else None}
+        compared[str(n)] = {
+            "without": without_s[n],
+            "with": with_s.get(n),
+            "ratio_with_over_without": watched_ratio,
+            "met": watched_ratio < TARGET_WATCHERS_RATIO if watched_ratio else None,
+        }
     return {
         "benchmark": "e2e",
         "transport": "http",

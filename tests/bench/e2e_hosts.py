@@ -111,16 +111,23 @@ def summary(run: dict[str, Any]) -> dict[str, Any]:
             "seconds_to_fraction_running", "cells", "bbs_peak_rss_mb", "cluster_start_seconds", "hosts",
             "error")
     auctioneer = run.get("auctioneer") or {}
-    return {**{k: run[k] for k in keys if k in run},
-            "auctions": auctioneer.get("auctions"), "requests_per_auction": auctioneer.get("requests_per_auction")}
+    return {
+        **{k: run[k] for k in keys if k in run},
+        "auctions": auctioneer.get("auctions"),
+        "requests_per_auction": auctioneer.get("requests_per_auction"),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--instances", type=int, default=10_000)
     parser.add_argument("--apps", type=int, default=100)
     parser.add_argument("--cells", type=int, default=100)
-    parser.add_argument("--cells-per-rep", type=int, default=25, help="simulated cells per rep process (host)")
+    parser.add_argument(
+        "--cells-per-rep", type=int, default=25, help="simulated cells per rep process (host)"
+    )
     parser.add_argument("--zones", type=int, default=3)
     parser.add_argument("--rounds", type=int, default=2, help="hosts and loopback runs each, alternating")
     parser.add_argument("--timeout", type=float, default=300.0)

@@ -122,7 +122,9 @@ def variant(name: str, workload, inputs: EngineInput, setup_seconds: float, args
         "fast_subset": fast_subset_row,
         "subset_assignments_identical": identical,
         "fast_speedup_on_subset": (
-            round(reference_row["seconds"] / fast_subset_row["seconds"], 1) if fast_subset_row["seconds"] else None
+            round(reference_row["seconds"] / fast_subset_row["seconds"], 1)
+            if fast_subset_row["seconds"]
+            else None
         ),
     }
 
@@ -131,7 +133,9 @@ def overflowing_common_input(args, strategy: str) -> dict:
     """Both engines on one whole overflowing batch, small enough for the reference: failures compared too."""
     cells = max(1, args.cells // 20)
     instances = args.reference_subset
-    workload = parse_workload(generate("benchmark", cells=cells, zones=args.zones, instances=instances, seed=args.seed))
+    workload = parse_workload(
+        generate("benchmark", cells=cells, zones=args.zones, instances=instances, seed=args.seed)
+    )
     inputs = to_engine(workload)
     fast_row, fast_result = run_row(workload, inputs, "fast", strategy, args.seed)
     reference_row, reference_result = run_row(workload, inputs, "reference", strategy, args.seed)
@@ -162,7 +166,9 @@ def scaling(inputs: EngineInput, args, strategy: str) -> list[dict]:
         })
     base = rows[0]["seconds"] / max(1, rows[0]["instances"])
     for row in rows:
-        row["cost_per_instance_vs_smallest"] = round(row["seconds"] / max(1, row["instances"]) / base, 2) if base else None
+        row["cost_per_instance_vs_smallest"] = (
+            round(row["seconds"] / max(1, row["instances"]) / base, 2) if base else None
+        )
     return rows
 
 
@@ -195,7 +201,11 @@ def main(argv: list[str] | None = None) -> None:
         "variants": [],
     }
     overflow_inputs = None
-    for name, generator in (("overflow", "benchmark"), ("fits", "benchmark-fits"), ("large-apps", "large-apps")):
+    for name, generator in (
+        ("overflow", "benchmark"),
+        ("fits", "benchmark-fits"),
+        ("large-apps", "large-apps"),
+    ):
         setup_started = time.perf_counter()
         workload, inputs = build(generator, args)
         setup_seconds = time.perf_counter() - setup_started

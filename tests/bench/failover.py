@@ -113,8 +113,13 @@ def one_failover(client: httpx.Client, cluster: LocalCluster, sig: int, process_
     deadline = killed_at + timeout
     # Done when the standby leads and the new app runs, and the standby auctioned (or need not: a leader
     # stopped with SIGTERM finishes its running auction, which may have placed the new app already).
-    while not ({"leader", "running"} <= marks.keys() and ("auction" in marks or marks["running"] < marks["leader"])
-               ) and time.monotonic() < deadline:
+    while (
+        not (
+            {"leader", "running"} <= marks.keys()
+            and ("auction" in marks or marks["running"] < marks["leader"])
+        )
+        and time.monotonic() < deadline
+    ):
         now = time.monotonic()
         stats = get_json(client, f"{standby_url}/v1/stats") or {}
         if "leader" not in marks and stats.get("leader"):
@@ -125,12 +130,18 @@ def one_failover(client: httpx.Client, cluster: LocalCluster, sig: int, process_
             marks["running"] = time.monotonic()
         time.sleep(POLL_S)
     result = {
-        "killed": leader, "signal": signal.Signals(sig).name, "new_leader": standby,
+        "killed": leader,
+        "signal": signal.Signals(sig).name,
+        "new_leader": standby,
         "seconds_to_new_leader": round(marks["leader"] - killed_at, 3) if "leader" in marks else None,
         "seconds_to_next_auction": round(marks["auction"] - killed_at, 3) if "auction" in marks else None,
-        "seconds_to_new_instances_running": round(marks["running"] - killed_at, 3) if "running" in marks else None,
+        "seconds_to_new_instances_running": round(marks["running"] - killed_at, 3)
+        if "running" in marks
+        else None,
         # The stopping leader placed the new app itself (its last auction) before the standby took over.
-        "placed_by_old_leader": "running" in marks and "leader" in marks and marks["running"] < marks["leader"],
+        "placed_by_old_leader": "running" in marks
+        and "leader" in marks
+        and marks["running"] < marks["leader"],
     }
     # Back to two auctioneers: the killed one comes back and stands by.
     wait(lambda: leader in cluster.returncodes(), 30.0, f"{leader} to exit")
@@ -157,14 +168,22 @@ def summary(values: list[float | None]) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--lease-ttl", type=float, default=3.0, help="the auctioneer and convergence leases, s")
+    parser.add_argument(
+        "--lease-ttl", type=float, default=3.0, help="the auctioneer and convergence leases, s"
+    )
     parser.add_argument("--cells", type=int, default=20, help="simulated cells (one rep process)")
     parser.add_argument("--instances", type=int, default=200, help="the first app's instances")
     parser.add_argument("--more", type=int, default=50, help="instances desired right after each kill")
-    parser.add_argument("--stale-unclaimed", type=float, default=30.0,
-                        help="convergence re-sends start requests unclaimed for this long (the BBS default, 30 s)")
+    parser.add_argument(
+        "--stale-unclaimed",
+        type=float,
+        default=30.0,
+        help="convergence re-sends start requests unclaimed for this long (the BBS default, 30 s)",
+    )
     parser.add_argument("--timeout", type=float, default=120.0)
     args = parser.parse_args(argv)
 
@@ -193,8 +212,14 @@ def main(argv: list[str] | None = None) -> int:
                         for i in range(args.repeats)]
                 out[name] = {
                     "runs": runs,
-                    **{key: summary([r[key] for r in runs]) for key in
-                       ("seconds_to_new_leader", "seconds_to_next_auction", "seconds_to_new_instances_running")},
+                    **{
+                        key: summary([r[key] for r in runs])
+                        for key in (
+                            "seconds_to_new_leader",
+                            "seconds_to_next_auction",
+                            "seconds_to_new_instances_running",
+                        )
+                    },
                 }
         worst = out["kill_9"]["seconds_to_next_auction"]["max"]
         out["target"] = {"kill_9_next_auction_seconds_below": round(args.lease_ttl + 1.0, 3),

@@ -82,8 +82,10 @@ def one_round(cluster: LocalCluster, guid: str, instances: int, timeout: float) 
         crashed: dict[int, str] = {}
         while len(running) < instances:
             if time.perf_counter() > deadline:
-                raise RuntimeError(f"{guid}: expected {instances} RUNNING within {timeout:g}s; saw {len(running)} "
-                                   f"RUNNING, crashed {dict(list(crashed.items())[:3])}")
+                raise RuntimeError(
+                    f"{guid}: expected {instances} RUNNING within {timeout:g}s; saw {len(running)} "
+                    f"RUNNING, crashed {dict(list(crashed.items())[:3])}"
+                )
             items = bbs.get("/v1/actual_lrps", params={"process_guid": guid}).json()["items"]
             for actual in items:
                 if actual["state"] == "RUNNING" and actual["presence"] == "ORDINARY":
@@ -106,7 +108,9 @@ def wait_cell_empty(cluster: LocalCluster, guid: str, timeout: float) -> None:
             if not left:
                 return
             if time.monotonic() > deadline:
-                raise RuntimeError(f"{guid}: expected no instance left {timeout:g}s after the delete; saw {len(left)}")
+                raise RuntimeError(
+                    f"{guid}: expected no instance left {timeout:g}s after the delete; saw {len(left)}"
+                )
             time.sleep(POLL_S)
 
 
@@ -146,7 +150,9 @@ def main(argv: list[str] | None = None) -> int:
             rounds: dict[str, list[dict[str, Any]]] = {mode: [] for mode in modes}
             for r in range(args.rounds):
                 for mode in modes:
-                    rounds[mode].append(one_round(clusters[mode], f"starts-{mode}-{r}", args.instances, args.timeout))
+                    rounds[mode].append(
+                        one_round(clusters[mode], f"starts-{mode}-{r}", args.instances, args.timeout)
+                    )
         finally:
             for cluster in clusters.values():
                 cluster.stop()

@@ -42,11 +42,15 @@ def make_cells(n: int, zones: int, keep: set[str] | None = None) -> list[Cell]:
         zone = f"z{i % zones}"
         if keep is None or zone in keep:
             size = Resources(CELL_MEMORY_MB, 4 * CELL_MEMORY_MB, CELL_CONTAINERS)
-            cells.append(Cell(f"cell-{i:04d}", zone, size, Resources(size.memory_mb, size.disk_mb, size.containers)))
+            cells.append(
+                Cell(f"cell-{i:04d}", zone, size, Resources(size.memory_mb, size.disk_mb, size.containers))
+            )
     return cells
 
 
-def holding(cells: list[Cell], where: dict[tuple[str, int], str], requests: dict[str, LRPStart]) -> list[Cell]:
+def holding(
+    cells: list[Cell], where: dict[tuple[str, int], str], requests: dict[str, LRPStart]
+) -> list[Cell]:
     """The cells with these instances on them (available reduced, counts per app)."""
     by_id = {c.cell_id: c for c in cells}
     for (pg, _), cell_id in where.items():
@@ -64,7 +68,9 @@ def worst_skew(where: dict[tuple[str, int], str], zone_of: dict[str, str], zones
     return max((max(c[z] for z in zones) - min(c[z] for z in zones) for c in counts.values()), default=0)
 
 
-def replay(moves: list[Move], desired: dict[str, int], move_s: float, in_flight: int, per_minute: int) -> tuple[float, float]:
+def replay(
+    moves: list[Move], desired: dict[str, int], move_s: float, in_flight: int, per_minute: int
+) -> tuple[float, float]:
     """The moves on simulated time under the BBS's budget: (seconds until the last finished, the lowest
     running/desired of any app at any moment). Make-before-break: a move's app runs one more instance
     from its start until its old instance stops."""
@@ -116,10 +122,15 @@ def main() -> None:
     rng = random.Random(args.seed)
     zones = [f"z{i}" for i in range(args.zones)]
     per_app = args.instances // args.apps
-    requests = {f"app-{a:05d}": LRPStart(f"app-{a:05d}", 0, rng.choice((128, 256, 512)), 256,
-                                          total_instances=per_app) for a in range(args.apps)}
-    starts = [LRPStart(r.process_guid, i, r.memory_mb, r.disk_mb, total_instances=per_app)
-              for r in requests.values() for i in range(per_app)]
+    requests = {
+        f"app-{a:05d}": LRPStart(f"app-{a:05d}", 0, rng.choice((128, 256, 512)), 256, total_instances=per_app)
+        for a in range(args.apps)
+    }
+    starts = [
+        LRPStart(r.process_guid, i, r.memory_mb, r.disk_mb, total_instances=per_app)
+        for r in requests.values()
+        for i in range(per_app)
+    ]
     config = SchedulerConfig()
 
     t0 = time.perf_counter()
@@ -132,8 +143,14 @@ def main() -> None:
     for key in lost:
         del where[key]
     survivors = holding(make_cells(args.cells, args.zones, set(zones[1:])), where, requests)
-    again = schedule(survivors, [LRPStart(pg, i, requests[pg].memory_mb, requests[pg].disk_mb,
-                                          total_instances=per_app) for pg, i in lost], config=config)
+    again = schedule(
+        survivors,
+        [
+            LRPStart(pg, i, requests[pg].memory_mb, requests[pg].disk_mb, total_instances=per_app)
+            for pg, i in lost
+        ],
+        config=config,
+    )
     where.update({(a.process_guid, a.index): a.cell_id for a in again.lrp_assignments})
     setup_s = time.perf_counter() - t0
 
@@ -148,16 +165,28 @@ def main() -> None:
     after = worst_skew(where, zone_of, zones)
     desired = {pg: per_app for pg in requests}
     execute_s, lowest = replay(moves, desired, args.move_seconds, args.in_flight, args.moves_per_minute)
-    print(json.dumps({
-        "cells": args.cells, "zones": args.zones, "instances": len(where), "apps": args.apps,
-        "unplaced_in_evacuation": len(again.failures), "setup_s": round(setup_s, 3),
-        "plan_s": round(plan_s, 3), "moves_planned": len(moves),
-        "moves_by_reason": dict(Counter(m.reason for m in moves)),
-        "execute_s_simulated": round(execute_s, 1), "move_seconds": args.move_seconds,
-        "budget": {"in_flight": args.in_flight, "per_app": 1, "per_minute": args.moves_per_minute},
-        "worst_zone_skew_before": before, "worst_zone_skew_after": after,
-        "min_running_ratio": lowest, "plan_target_met": plan_s < 5.0 and after <= 1,
-    }))
+    print(
+        json.dumps(
+            {
+                "cells": args.cells,
+                "zones": args.zones,
+                "instances": len(where),
+                "apps": args.apps,
+                "unplaced_in_evacuation": len(again.failures),
+                "setup_s": round(setup_s, 3),
+                "plan_s": round(plan_s, 3),
+                "moves_planned": len(moves),
+                "moves_by_reason": dict(Counter(m.reason for m in moves)),
+                "execute_s_simulated": round(execute_s, 1),
+                "move_seconds": args.move_seconds,
+                "budget": {"in_flight": args.in_flight, "per_app": 1, "per_minute": args.moves_per_minute},
+                "worst_zone_skew_before": before,
+                "worst_zone_skew_after": after,
+                "min_running_ratio": lowest,
+                "plan_target_met": plan_s < 5.0 and after <= 1,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -71,7 +71,9 @@ TARGETS = {"seconds_to_all_running": 60.0, "state_fetch_seconds": 1.0, "converge
            "zone_skew": 1, "peak_rss_mb": 2048}
 CELL_MEMORY_MB, CELL_DISK_MB, CELL_CONTAINERS = 32 * 1024, 64 * 1024, 250
 POLL_S = 0.25
-DESIRES_IN_FLIGHT = 64  # a deploy tool pushing 5,000 apps (--desires-in-flight); the BBS group-commits what waits
+DESIRES_IN_FLIGHT = (
+    64  # a deploy tool pushing 5,000 apps (--desires-in-flight); the BBS group-commits what waits
+)
 GiB = 1024
 
 
@@ -193,7 +195,10 @@ async def measure(
             per_app[actual["process_guid"]][actual["zone"]] += 1
             per_cell[actual["cell_id"]] += 1
         zones = sorted({z for c in per_app.values() for z in c})
-        skews = {guid: max(c.get(z, 0) for z in zones) - min(c.get(z, 0) for z in zones) for guid, c in per_app.items()}
+        skews = {
+            guid: max(c.get(z, 0) for z in zones) - min(c.get(z, 0) for z in zones)
+            for guid, c in per_app.items()
+        }
         worst = max(skews.items(), key=lambda kv: kv[1]) if skews else ("", 0)
         metrics_after = await metrics_of(client, component_urls)
 
@@ -222,27 +227,38 @@ async def measure(
         "lrps_placed": stats_placed.get("lrps_placed", 0) - stats_before.get("lrps_placed", 0),
         "lrps_failed": stats_placed.get("lrps_failed", 0) - stats_before.get("lrps_failed", 0),
         "auctioneer_requests": made,
-        "auctioneer_requests_per_auction": {k: round(v / auctions, 1) for k, v in made.items()} if auctions else None,
+        "auctioneer_requests_per_auction": {k: round(v / auctions, 1) for k, v in made.items()}
+        if auctions
+        else None,
         **handshakes(stats_before, stats_placed, auctions),
         "bbs_requests_served": by_route(bbs_counts, "vendue_http_request_duration_seconds_count"),
         "state_fetch_seconds_full_cells": probe_stats.get("last_state_fetch_seconds"),
         "probe_auction_seconds": probe_stats.get("last_auction_seconds"),
         "convergence_pass_seconds": pass_s,
         "convergence_passes_measured": passes,
-        "zone_skew": {"worst": worst[1], "worst_app": worst[0],
-                      "apps_within_1": sum(1 for s in skews.values() if s <= 1), "apps": len(skews),
-                      # every app within 1 puts at least n // zones in each zone: a zone with fewer
-                      # containers than that sum makes the target unreachable, whatever the placement
-                      "containers_per_zone": dict(sorted(zone_containers.items())),
-                      "each_zone_must_hold": sum(n // max(1, len(zone_containers)) for n in sizes)},
-        "instances_per_cell": {"min": min(per_cell.values(), default=0), "max": max(per_cell.values(), default=0)},
+        "zone_skew": {
+            "worst": worst[1],
+            "worst_app": worst[0],
+            "apps_within_1": sum(1 for s in skews.values() if s <= 1),
+            "apps": len(skews),
+            # every app within 1 puts at least n // zones in each zone: a zone with fewer
+            # containers than that sum makes the target unreachable, whatever the placement
+            "containers_per_zone": dict(sorted(zone_containers.items())),
+            "each_zone_must_hold": sum(n // max(1, len(zone_containers)) for n in sizes),
+        },
+        "instances_per_cell": {
+            "min": min(per_cell.values(), default=0),
+            "max": max(per_cell.values(), default=0),
+        },
         "peak_rss_mb": rss,
         "cpu_seconds_to_all_running": cpu_at_all_running,
     }
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--instances", type=int, default=250_000)
     parser.add_argument("--apps", type=int, default=5_000)
     parser.add_argument("--cells", type=int, default=1_000)
@@ -265,9 +281,16 @@ def main(argv: list[str] | None = None) -> int:
     if args.tls == "both":
         by_tls = {"off": run(args, insecure=True, encryption=encryption),
                   "on": run(args, insecure=False, encryption=encryption)}
-        print(json.dumps({"benchmark": "scale", "tls": "both", "suites": by_tls, "tls_on_vs_off": compared(by_tls)}))
+        print(
+            json.dumps(
+                {"benchmark": "scale", "tls": "both", "suites": by_tls, "tls_on_vs_off": compared(by_tls)}
+            )
+        )
     elif args.encryption == "both":
-        by_encryption = {"off": run(args, insecure, encryption=False), "on": run(args, insecure, encryption=True)}
+        by_encryption = {
+            "off": run(args, insecure, encryption=False),
+            "on": run(args, insecure, encryption=True),
+        }
         on_vs_off = compared(by_encryption)
         rss = {name: by_encryption[name].get("peak_rss_mb", {}).get("bbs") for name in ("off", "on")}
         seconds_ratio = on_vs_off["seconds_to_all_running"]["ratio_on_over_off"]
@@ -305,7 +328,9 @@ def run(args: argparse.Namespace, insecure: bool, encryption: bool = True) -> di
         try:
             cluster.start(timeout=300.0)
             startup_s = round(time.perf_counter() - started, 3)
-            report = asyncio.run(measure(cluster, args.apps, args.instances, args.timeout, args.desires_in_flight))
+            report = asyncio.run(
+                measure(cluster, args.apps, args.instances, args.timeout, args.desires_in_flight)
+            )
         except Exception as exc:  # noqa: BLE001 - reported in the JSON
             report = {"error": f"{type(exc).__name__}: {exc}"}
             startup_s = None
@@ -322,13 +347,16 @@ def run(args: argparse.Namespace, insecure: bool, encryption: bool = True) -> di
         **report,
         "targets": TARGETS,
         "met": {
-            "all_running_within_60s": (report.get("seconds_to_all_running") or 1e9) <= TARGETS["seconds_to_all_running"],
-            "state_fetch_under_1s": (report.get("state_fetch_seconds_full_cells") or 1e9) <= TARGETS["state_fetch_seconds"],
+            "all_running_within_60s": (report.get("seconds_to_all_running") or 1e9)
+            <= TARGETS["seconds_to_all_running"],
+            "state_fetch_under_1s": (report.get("state_fetch_seconds_full_cells") or 1e9)
+            <= TARGETS["state_fetch_seconds"],
             "convergence_pass_under_2s": (report.get("convergence_pass_seconds") or 1e9)
             <= TARGETS["convergence_pass_seconds"],
             "zone_split_within_1": (report.get("zone_skew") or {}).get("worst", 1e9) <= TARGETS["zone_skew"],
             "bbs_and_auctioneer_rss_under_2GiB": all(
-                (rss.get(name) or 1e9) <= TARGETS["peak_rss_mb"] for name in ("bbs", "auctioneer")),
+                (rss.get(name) or 1e9) <= TARGETS["peak_rss_mb"] for name in ("bbs", "auctioneer")
+            ),
         },
     }
 

@@ -66,8 +66,11 @@ async def time_state_fetches(cluster: LocalCluster, transport: str, fetches: int
         nats: NatsConnection | None = None
         reps: RepClients | None = None
         if transport == "nats":
-            nats = NatsConnection(cluster.nats_url, name="bench",
-                                  tls=None if cluster.insecure else TLSFiles.in_dir(cluster.certs_dir, "auctioneer"))
+            nats = NatsConnection(
+                cluster.nats_url,
+                name="bench",
+                tls=None if cluster.insecure else TLSFiles.in_dir(cluster.certs_dir, "auctioneer"),
+            )
             nats.start()
             await nats.wait_connected(10)
 
@@ -76,7 +79,9 @@ async def time_state_fetches(cluster: LocalCluster, transport: str, fetches: int
 
             source: Any = NatsCellStateSource(nats, listed, metrics, timeout=STATE_TIMEOUT_S)
         else:
-            reps = RepClients(256, timeout=STATE_TIMEOUT_S, ssl_context=None if cluster.insecure else cluster.verify)
+            reps = RepClients(
+                256, timeout=STATE_TIMEOUT_S, ssl_context=None if cluster.insecure else cluster.verify
+            )
             source = _CachedCells(cells, bbs, reps, metrics, timeout=STATE_TIMEOUT_S)
         try:
             await source.fetch()  # warm: connections, the inbox, imports
@@ -102,7 +107,9 @@ async def time_state_fetches(cluster: LocalCluster, transport: str, fetches: int
 
 
 def auctioneer_fetch_mean(cluster: LocalCluster) -> float | None:
-    samples = parse_metrics(httpx.get(f"{cluster.auctioneer_url}/metrics", timeout=10, verify=cluster.verify).text)
+    samples = parse_metrics(
+        httpx.get(f"{cluster.auctioneer_url}/metrics", timeout=10, verify=cluster.verify).text
+    )
     count = samples.get("vendue_auctioneer_state_fetch_seconds_count", 0.0)
     total = samples.get("vendue_auctioneer_state_fetch_seconds_sum", 0.0)
     return round(total / count, 5) if count else None
@@ -129,10 +136,17 @@ def run_transport(transport: str, args: argparse.Namespace, apps: int, per_app: 
     with tempfile.TemporaryDirectory(prefix=f"vendue-bench-{transport}-") as tmp:
         timings = ["--presence-ttl", str(args.presence_ttl)]
         cluster = LocalCluster(
-            Path(tmp) / "cluster", cells=args.cells, zones=args.zones, executor="sim",
-            sim_cells_per_process=args.cells, cell_memory_mb=64 * 1024, cell_disk_mb=256 * 1024,
-            cell_containers=250, bbs_args=[*timings, "--convergence-interval", str(args.convergence_interval)],
-            rep_args=timings, transport=transport,
+            Path(tmp) / "cluster",
+            cells=args.cells,
+            zones=args.zones,
+            executor="sim",
+            sim_cells_per_process=args.cells,
+            cell_memory_mb=64 * 1024,
+            cell_disk_mb=256 * 1024,
+            cell_containers=250,
+            bbs_args=[*timings, "--convergence-interval", str(args.convergence_interval)],
+            rep_args=timings,
+            transport=transport,
         )
         try:
             started = time.perf_counter()
@@ -164,7 +178,9 @@ async def _stats(cluster: LocalCluster) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--instances", type=int, default=10_000)
     parser.add_argument("--apps", type=int, default=100)
     parser.add_argument("--cells", type=int, default=100)
@@ -190,7 +206,9 @@ def main(argv: list[str] | None = None) -> int:
         nats_fetch = nats_run["state_fetch_loaded"]["mean_s"]
         comparison["state_fetch_speedup"] = round(http_fetch / nats_fetch, 2)
         comparison["state_fetch_target_met"] = http_fetch >= 2 * nats_fetch
-        comparison["e2e_nats_over_http"] = round(nats_run["seconds_to_all_running"] / http["seconds_to_all_running"], 3)
+        comparison["e2e_nats_over_http"] = round(
+            nats_run["seconds_to_all_running"] / http["seconds_to_all_running"], 3
+        )
         comparison["e2e_target_met"] = nats_run["seconds_to_all_running"] <= http["seconds_to_all_running"]
     except (KeyError, TypeError, ZeroDivisionError) as exc:
         comparison["error"] = f"incomplete runs: {exc!r}"

@@ -130,17 +130,29 @@ def run_campaign(settings: Settings, progress: Callable[[str], None] = log,
     teardown removes them."""
     if (reason := unavailable_reason()) is not None:
         raise CampaignUnavailable(reason)
-    fault_rng, workload_rng = random.Random(f"faults-{settings.seed}"), random.Random(f"workload-{settings.seed}")
+    fault_rng, workload_rng = (
+        random.Random(f"faults-{settings.seed}"),
+        random.Random(f"workload-{settings.seed}"),
+    )
     prefix = f"c{settings.seed}-{secrets.token_hex(2)}"  # of every guid: leftovers are traced to this run
-    cluster = MultiHostCluster(cells=settings.cells, transport=settings.transport, bbs_args=settings.bbs_args(),
-                               auctioneer_args=settings.auctioneer_args(), rep_args=settings.rep_args())
+    cluster = MultiHostCluster(
+        cells=settings.cells,
+        transport=settings.transport,
+        bbs_args=settings.bbs_args(),
+        auctioneer_args=settings.auctioneer_args(),
+        rep_args=settings.rep_args(),
+    )
     ledger = Ledger()
     faults: list[Fault] = []
     stop_workload, stop_checker = threading.Event(), threading.Event()
     threads: list[threading.Thread] = []
     checker: Checker | None = None
     workload: Workload | None = None
-    report: dict[str, Any] = {"seed": settings.seed, "transport": settings.transport, "settings": settings.as_json()}
+    report: dict[str, Any] = {
+        "seed": settings.seed,
+        "transport": settings.transport,
+        "settings": settings.as_json(),
+    }
     started = time.monotonic()
     try:
         cluster.start(timeout=120.0)
@@ -162,7 +174,9 @@ def run_campaign(settings: Settings, progress: Callable[[str], None] = log,
             if time.monotonic() + quiet + LAST_FAULT_MARGIN_S > end:
                 break
             time.sleep(quiet)  # the quiet period's length, with the workload writing: not a synchronisation
-            fault = plan(fault_rng, {kind: hit for kind, hit in targets(cluster).items() if kind in settings.faults})
+            fault = plan(
+                fault_rng, {kind: hit for kind, hit in targets(cluster).items() if kind in settings.faults}
+            )
             faults.append(fault)
             checker.fault_started()
             try:
@@ -177,7 +191,10 @@ def run_campaign(settings: Settings, progress: Callable[[str], None] = log,
                 fault.repaired = checker.wait_repaired(settings.repair_timeout_s)
                 if fault.repaired is None:
                     problem = checker.last.problem if checker.last else None
-                    fault.unrepaired, fault.diagnosis = str(problem or "?"), diagnose(cluster, checker, problem)
+                    fault.unrepaired, fault.diagnosis = (
+                        str(problem or "?"),
+                        diagnose(cluster, checker, problem),
+                    )
             progress(_describe(fault, began))
         stop_workload.set()
         threads[1].join(timeout=30.0)
@@ -213,8 +230,11 @@ def run_campaign(settings: Settings, progress: Callable[[str], None] = log,
 
 def _describe(fault: Fault, began: float) -> str:
     at = (fault.started or began) - began
-    outcome = (f"repaired {fault.repaired - fault.healed:.2f}s after the heal"
-               if fault.repaired is not None and fault.healed is not None else f"NOT repaired: {fault.unrepaired}")
+    outcome = (
+        f"repaired {fault.repaired - fault.healed:.2f}s after the heal"
+        if fault.repaired is not None and fault.healed is not None
+        else f"NOT repaired: {fault.unrepaired}"
+    )
     return f"[{at:6.1f}s] {fault.kind} {fault.target} held {fault.hold_s:.2f}s: {outcome}"
 
 
@@ -253,7 +273,9 @@ def diagnose(cluster: MultiHostCluster, checker: Checker, problem: Problem | Non
             continue
         reps[cell_id] = [lrp for lrp in lrps if (lrp["process_guid"], lrp["index"]) == problem.key]
     return {
-        "records": [a for a in (view.actuals if view else []) if (a["process_guid"], a["index"]) == problem.key],
+        "records": [
+            a for a in (view.actuals if view else []) if (a["process_guid"], a["index"]) == problem.key
+        ],
         "desired_instances": view.desired.get(guid) if view else None,
         "reps": reps,
         "processes": [asdict(p) for p in checker.last.processes if p.instance == (guid, index)],
@@ -317,10 +339,13 @@ def _findings(report: dict[str, Any]) -> list[str]:
     if report["writes_lost"]:
         found.append(f"{report['writes_lost']} acknowledged writes lost: {report['writes_lost_detail']}")
     task_report = report["tasks"]
-    for name, what in (("run_twice", "tasks whose command ran twice"), ("completed_twice", "tasks COMPLETED twice"),
-                       ("never_completed", "acknowledged tasks never COMPLETED"),
-                       ("succeeded_without_running", "tasks that succeeded without their command running"),
-                       ("ran_but_never_created", "tasks the BBS refused whose command ran")):
+    for name, what in (
+        ("run_twice", "tasks whose command ran twice"),
+        ("completed_twice", "tasks COMPLETED twice"),
+        ("never_completed", "acknowledged tasks never COMPLETED"),
+        ("succeeded_without_running", "tasks that succeeded without their command running"),
+        ("ran_but_never_created", "tasks the BBS refused whose command ran"),
+    ):
         if task_report[name]:
             found.append(f"{len(task_report[name])} {what}: {task_report[name][:10]}")
     if report["duplicates"]["count"]:
@@ -330,8 +355,10 @@ def _findings(report: dict[str, Any]) -> list[str]:
         found.append(f"{report['undesired_processes']['unhealed']['count']} processes of indices not desired "
                      "past the repair deadline")
     if unrepaired := [f for f in report["faults"]["list"] if f["repair_s"] is None]:
-        found.append(f"{len(unrepaired)} faults not repaired within {report['settings']['repair_timeout_s']:g}s "
-                     f"of their heal: {[(f['kind'], f['target'], f.get('unrepaired')) for f in unrepaired]}")
+        found.append(
+            f"{len(unrepaired)} faults not repaired within {report['settings']['repair_timeout_s']:g}s "
+            f"of their heal: {[(f['kind'], f['target'], f.get('unrepaired')) for f in unrepaired]}"
+        )
     if not report["final"]["repaired"]:
         found.append(f"not repaired at the end: {report['final']['problem']}")
     leftovers = report["leftover_processes"]
@@ -347,8 +374,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, required=True, help="fixes the choice of faults and writes")
     parser.add_argument("--transport", choices=("http", "nats"), default="http")
     parser.add_argument("--keep-logs", type=Path, help="copy every component's log here before the teardown")
-    parser.add_argument("--faults", default=",".join(KINDS),
-                        help=f"the kinds of fault to inject, comma-separated (default: all: {','.join(KINDS)})")
+    parser.add_argument(
+        "--faults",
+        default=",".join(KINDS),
+        help=f"the kinds of fault to inject, comma-separated (default: all: {','.join(KINDS)})",
+    )
     args = parser.parse_args(argv)
     try:
         settings = Settings(args.minutes, args.seed, args.transport,

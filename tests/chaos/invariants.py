@@ -35,8 +35,10 @@ def bbs_duplicates(view: BBSView) -> dict[Key, str]:
     running: dict[Key, list[str]] = {}
     for actual in view.actuals:
         if actual["state"] == "RUNNING":
+            guid = (actual.get("instance_guid") or "")[:8]
             running.setdefault((actual["process_guid"], actual["index"]), []).append(
-                f"{actual.get('presence', '?')}@{actual.get('cell_id')}({(actual.get('instance_guid') or '')[:8]})")
+                f"{actual.get('presence', '?')}@{actual.get('cell_id')}({guid})"
+            )
     return {key: "RUNNING " + ", ".join(sorted(rows)) for key, rows in running.items() if len(rows) > 1}
 
 
@@ -45,17 +47,22 @@ def trees(processes: Iterable[RealProcess]) -> dict[Key, dict[tuple[str, str], l
     found: dict[Key, dict[tuple[str, str], list[int]]] = {}
     for process in processes:
         if process.instance is not None:
-            found.setdefault(process.instance, {}).setdefault((process.host, process.instance_guid), []).append(
-                process.pid)
+            found.setdefault(process.instance, {}).setdefault(
+                (process.host, process.instance_guid), []
+            ).append(process.pid)
     return found
 
 
 def _render(by_tree: dict[tuple[str, str], list[int]]) -> str:
-    return ", ".join(f"{host}({guid[:8]}) pids {sorted(pids)}" for (host, guid), pids in sorted(by_tree.items()))
+    return ", ".join(
+        f"{host}({guid[:8]}) pids {sorted(pids)}" for (host, guid), pids in sorted(by_tree.items())
+    )
 
 
 def real_duplicates(processes: Iterable[RealProcess]) -> dict[Key, str]:
-    return {key: "processes " + _render(by_tree) for key, by_tree in trees(processes).items() if len(by_tree) > 1}
+    return {
+        key: "processes " + _render(by_tree) for key, by_tree in trees(processes).items() if len(by_tree) > 1
+    }
 
 
 def undesired_processes(view: BBSView, processes: Iterable[RealProcess]) -> dict[Key, str]:

@@ -32,10 +32,16 @@ def test_a_repaired_cluster_has_one_record_and_one_tree_per_desired_index() -> N
 
 
 def test_a_suspect_beside_its_replacement_is_a_bbs_duplicate_and_not_repaired() -> None:
-    seen = view({"a": 1}, [actual("a", 0, "cell-0", "old", presence="SUSPECT"), actual("a", 0, "cell-1", "new")])
+    seen = view(
+        {"a": 1}, [actual("a", 0, "cell-0", "old", presence="SUSPECT"), actual("a", 0, "cell-1", "new")]
+    )
     assert bbs_duplicates(seen) == {("a", 0): "RUNNING ORDINARY@cell-1(new), SUSPECT@cell-0(old)"}
     problem = convergence_problem(seen, [process("cell-1", 1, "a", 0, "new")], CELLS)
-    assert problem is not None and problem.key == ("a", 0) and str(problem).startswith("a[0]: expected one RUNNING ORDINARY record")
+    assert (
+        problem is not None
+        and problem.key == ("a", 0)
+        and str(problem).startswith("a[0]: expected one RUNNING ORDINARY record")
+    )
 
 
 def test_two_trees_for_one_index_are_a_real_duplicate_whatever_the_bbs_says() -> None:
@@ -54,12 +60,17 @@ def test_processes_of_apps_or_indices_not_desired() -> None:
         ("a", 1): "index past its 1 instances: cell-1(i1) pids [2]",
         ("gone", 0): "not desired: cell-1(g0) pids [3]",
     }
-    assert str(convergence_problem(seen, processes, CELLS)) == "a[1] runs but is not desired: cell-1(i1) pids [2]"
+    assert (
+        str(convergence_problem(seen, processes, CELLS))
+        == "a[1] runs but is not desired: cell-1(i1) pids [2]"
+    )
 
 
 def test_not_repaired_while_a_cell_is_missing_the_bbs_is_unreachable_or_an_index_is_not_running() -> None:
     assert convergence_problem(None, [], CELLS) == Problem("no BBS replica answers")
-    assert convergence_problem(view({}, [], ("cell-0",)), [], CELLS) == Problem("cells not present: ['cell-1']")
+    assert convergence_problem(view({}, [], ("cell-0",)), [], CELLS) == Problem(
+        "cells not present: ['cell-1']"
+    )
     starting = view({"a": 1}, [actual("a", 0, "cell-0", "i0", state="CLAIMED")])
     assert convergence_problem(starting, [], CELLS) == Problem(
         "a[0]: expected one RUNNING ORDINARY record, the BBS shows ['CLAIMED/ORDINARY@cell-0']", ("a", 0))

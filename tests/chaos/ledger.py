@@ -68,8 +68,10 @@ class Write:
     def describe(self) -> str:
         took = f" after {self.ended - self.started:.2f}s" if self.ended is not None else ""
         status = f" {self.status}" if self.status is not None else ""
-        return f"#{self.seq} {self.kind} {self.guid}{'' if self.instances is None else f' ={self.instances}'}: " \
-               f"{self.outcome}{status}{took}{f' ({self.detail})' if self.detail else ''}"
+        return (
+            f"#{self.seq} {self.kind} {self.guid}{'' if self.instances is None else f' ={self.instances}'}: "
+            f"{self.outcome}{status}{took}{f' ({self.detail})' if self.detail else ''}"
+        )
 
 
 @dataclass(frozen=True)
@@ -103,7 +105,9 @@ class Ledger:
 
     def snapshot(self) -> list[Write]:
         with self._lock:
-            return [Write(**{name: getattr(w, name) for name in Write.__dataclass_fields__}) for w in self.writes]
+            return [
+                Write(**{name: getattr(w, name) for name in Write.__dataclass_fields__}) for w in self.writes
+            ]
 
     def quarantined(self, kinds: tuple[str, ...] = LRP_WRITES + TASK_WRITES) -> dict[str, float]:
         """The guids with a write of one of `kinds` of unknown outcome, not resolved since -> when that write

@@ -96,5 +96,7 @@ def host_processes(cluster: Hosts) -> list[RealProcess]:
                 found.append(RealProcess(host, pid, env["PROCESS_GUID"], int(env["INSTANCE_INDEX"]),
                                          env.get("INSTANCE_GUID", ""), cell_id=env.get("CELL_ID", "")))
             elif "TASK_GUID" in env:
-                found.append(RealProcess(host, pid, task_guid=env["TASK_GUID"], cell_id=env.get("CELL_ID", "")))
+                found.append(
+                    RealProcess(host, pid, task_guid=env["TASK_GUID"], cell_id=env.get("CELL_ID", ""))
+                )
     return found

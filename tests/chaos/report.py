@@ -78,13 +78,18 @@ def tasks(writes: Sequence[Write], histories: dict[str, TaskHistory],
     asked = {w.guid for w in writes if w.kind == "task"}
     last = {guid: h.last for guid, h in histories.items() if h.last}
     completed = {guid for guid, task in last.items() if task.get("state") == "COMPLETED"}
-    failed = Counter(str(last[guid].get("failure_reason") or "?") for guid in completed if last[guid].get("failed"))
+    failed = Counter(
+        str(last[guid].get("failure_reason") or "?") for guid in completed if last[guid].get("failed")
+    )
     found = {
         "never_completed": sorted(created - completed),
         "completed_twice": sorted(g for g, h in histories.items() if h.completions > 1),
-        "run_twice": sorted({g for g, n in runs.items() if n > 1} | {g for g, h in histories.items()
-                                                                      if h.hosts_at_once > 1}),
-        "succeeded_without_running": sorted(g for g in completed if not last[g].get("failed") and runs[g] == 0),
+        "run_twice": sorted(
+            {g for g, n in runs.items() if n > 1} | {g for g, h in histories.items() if h.hosts_at_once > 1}
+        ),
+        "succeeded_without_running": sorted(
+            g for g in completed if not last[g].get("failed") and runs[g] == 0
+        ),
         "ran_but_never_created": sorted(g for g in runs if g in asked and g not in created | maybe),
     }
     return {

@@ -16,9 +16,11 @@ def test_percentiles_are_nearest_rank() -> None:
 
 
 def test_repairs_run_from_the_heal_and_unrepaired_faults_are_counted_aside() -> None:
-    faults = [Fault("sigstop", "bbs", 2.0, started=10.0, healed=12.0, repaired=13.5),
-              Fault("sigstop", "cell-0", 2.0, started=20.0, healed=22.0, repaired=22.5),
-              Fault("partition_cell", "cell-1", 4.0, started=30.0, healed=34.0, unrepaired="cells not present")]
+    faults = [
+        Fault("sigstop", "bbs", 2.0, started=10.0, healed=12.0, repaired=13.5),
+        Fault("sigstop", "cell-0", 2.0, started=20.0, healed=22.0, repaired=22.5),
+        Fault("partition_cell", "cell-1", 4.0, started=30.0, healed=34.0, unrepaired="cells not present"),
+    ]
     summary = repairs(faults)
     assert (summary["count"], summary["p50"], summary["max"], summary["unrepaired"]) == (2, 0.5, 1.5, 1)
     assert summary["by_kind"]["partition_cell"] == {"count": 0, "p50": None, "p99": None, "max": None,

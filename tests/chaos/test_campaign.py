@@ -27,4 +27,6 @@ def test_two_minutes_of_faults_lose_no_acknowledged_write_and_run_nothing_twice(
     print(json.dumps(report, indent=2))  # captured: pytest shows it when the test fails
     assert report["faults"]["injected"] >= 5, f"expected many faults in two minutes, saw {report['faults']}"
     assert report["ok"], (
-        f"the campaign (seed {SEED}) found: {json.dumps(report['findings'], indent=2)}; logs in {report['logs']}")
+        f"the campaign (seed {SEED}) found: {json.dumps(report['findings'], indent=2)}; logs in "
+        f"{report['logs']}"
+    )

@@ -8,7 +8,8 @@ write at a time, chosen by a seeded random generator, and writes every one in th
 
 Apps are small: a `sleep` (process health check) or, one in three, the e2e tests' HTTP app (port health
 check), 1-4 instances of 16-64 MB; one in four keeps its replicas when it loses a cell (`on_cell_loss:
-keep-replicas`, the service scheduler's policy; the others are rescheduled, Diego's). A task runs a Python snippet that first creates a marker file
+keep-replicas`, the service scheduler's policy; the others are rescheduled, Diego's). A task runs a Python
+snippet that first creates a marker file
 `<markers_dir>/<TASK_GUID>.<random hex>` (O_EXCL: every run of the command makes one more file), then
 sleeps a little and exits 0: the checker counts the files to see whether a task ran at most once.
 
@@ -107,7 +108,9 @@ class Workload:
         quarantined = self.ledger.quarantined(LRP_WRITES)
         for guid in [g for g in self.apps if g in quarantined]:
             del self.apps[guid]
-        if due := sorted(g for g, ended in quarantined.items() if time.monotonic() - ended >= RESOLVE_AFTER_S):
+        if due := sorted(
+            g for g, ended in quarantined.items() if time.monotonic() - ended >= RESOLVE_AFTER_S
+        ):
             resolved = self.resolve(due[0])
             if resolved is not None:
                 return resolved
@@ -135,8 +138,12 @@ class Workload:
 
     def desire(self) -> Write:
         guid, instances = self._guid("app"), self.rng.randint(*INSTANCES)
-        body: dict[str, Any] = {"process_guid": guid, "instances": instances, "disk_mb": 64,
-                                "on_cell_loss": "keep-replicas" if self.rng.random() < 1 / 4 else "reschedule"}
+        body: dict[str, Any] = {
+            "process_guid": guid,
+            "instances": instances,
+            "disk_mb": 64,
+            "on_cell_loss": "keep-replicas" if self.rng.random() < 1 / 4 else "reschedule",
+        }
         if self.rng.random() < 1 / 3:
             body |= {"command": APP_COMMAND, "memory_mb": 64, "ports": [8080]}
         else:
@@ -148,8 +155,12 @@ class Workload:
         return write
 
     def scale(self, guid: str) -> Write:
-        instances = self.rng.choice([n for n in range(INSTANCES[0], INSTANCES[1] + 1) if n != self.apps[guid]])
-        write = self.send("scale", guid, instances, "PATCH", f"/v1/desired_lrps/{guid}", {"instances": instances})
+        instances = self.rng.choice(
+            [n for n in range(INSTANCES[0], INSTANCES[1] + 1) if n != self.apps[guid]]
+        )
+        write = self.send(
+            "scale", guid, instances, "PATCH", f"/v1/desired_lrps/{guid}", {"instances": instances}
+        )
         if write.outcome == ACKNOWLEDGED:
             self.apps[guid] = instances
         return write

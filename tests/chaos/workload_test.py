@@ -60,5 +60,10 @@ def test_an_unknown_outcome_quarantines_the_app_until_it_is_resolved(tmp_path: P
     monkeypatch.setattr(workload_module, "RESOLVE_AFTER_S", 0.0)
     state["instances"] = 3  # the timed-out scale happened after all
     resolve = workload.step()
-    assert (resolve.kind, resolve.guid, resolve.instances, resolve.outcome) == ("resolve", "a", 3, ACKNOWLEDGED)
+    assert (resolve.kind, resolve.guid, resolve.instances, resolve.outcome) == (
+        "resolve",
+        "a",
+        3,
+        ACKNOWLEDGED,
+    )
     assert ledger.expectations().lrps["a"] == frozenset({3}) and workload.apps["a"] == 3

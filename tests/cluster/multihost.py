@@ -197,7 +197,9 @@ class MultiHostCluster(LocalCluster):
             super()._start_nats(timeout)
             return
         places = {name: (self._address(name), NATS_CLIENT_PORT, ROUTE_PORT) for name in NATS_HOSTS}
-        self.nats_servers = cluster_servers(places, certs_dir=self.certs_dir, directory=self.data_dir / "nats")
+        self.nats_servers = cluster_servers(
+            places, certs_dir=self.certs_dir, directory=self.data_dir / "nats"
+        )
         self.nats_server = self.nats_servers["nats"]
         deadline = time.monotonic() + timeout
         try:

@@ -60,5 +60,7 @@ def test_simulated_cells_run_one_host_per_rep_process(multihost: Callable[..., M
     assert sorted(cell["cell_id"] for cell in presence) == ["sim0-0", "sim0-1", "sim1-0", "sim1-1"]
     for cell in presence:
         host = cluster.host(cluster.host_of(cell["cell_id"]))
-        assert urlsplit(cell["rep_url"]).hostname == host.address, f"{cell['cell_id']} serves on {cell['rep_url']}"
+        assert urlsplit(cell["rep_url"]).hostname == host.address, (
+            f"{cell['cell_id']} serves on {cell['rep_url']}"
+        )
     assert cluster.host_of("sim1-0") == "rep-1"

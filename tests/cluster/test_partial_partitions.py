@@ -153,7 +153,9 @@ def test_a_cell_cut_off_from_the_auctioneers_but_not_from_the_bbs_keeps_its_inst
         cluster.mend(cut, auctioneer)
     bbs.scale("web", INSTANCES)
     wait_for(lambda: settled(cluster, bbs, {"web": INSTANCES, "api": CELLS}), PLACED_S, "web back to six")
-    hold_for(lambda: settled(cluster, bbs, {"web": INSTANCES, "api": CELLS}), SETTLE_S, "one process per index")
+    hold_for(
+        lambda: settled(cluster, bbs, {"web": INSTANCES, "api": CELLS}), SETTLE_S, "one process per index"
+    )
     bbs.close()
 
 

@@ -48,9 +48,20 @@ URL_TARGETS = {
     "VENDUE_DATABASE_URL": "postgres",
 }
 # Between Vendue's own services only these: HTTPS, and NATS over TLS (PostgreSQL is the database's own).
-SECURE_SCHEMES = {"VENDUE_BBS_URL": "https", "VENDUE_AUCTIONEER_URL": "https", "VENDUE_ADVERTISE_URL": "https",
-                  "VENDUE_NATS_URL": "tls"}
-DEFAULT_PORTS = {"http": 80, "https": 443, "nats": 4222, "tls": 4222, "postgresql": 5432, "postgresql+asyncpg": 5432}
+SECURE_SCHEMES = {
+    "VENDUE_BBS_URL": "https",
+    "VENDUE_AUCTIONEER_URL": "https",
+    "VENDUE_ADVERTISE_URL": "https",
+    "VENDUE_NATS_URL": "tls",
+}
+DEFAULT_PORTS = {
+    "http": 80,
+    "https": 443,
+    "nats": 4222,
+    "tls": 4222,
+    "postgresql": 5432,
+    "postgresql+asyncpg": 5432,
+}
 POSTGRES_PORT = 5432
 TLS_SETTINGS = ("VENDUE_TLS_CERT", "VENDUE_TLS_KEY", "VENDUE_TLS_CA")
 CERTS_SERVICE = "certs"
@@ -312,10 +323,14 @@ def test_every_vendue_service_serves_tls_with_its_own_certificate_and_none_is_in
         assert env.get("VENDUE_INSECURE", "").lower() in ("", "0", "false", "no"), name
         assert all(env.get(setting) for setting in TLS_SETTINGS), f"{name}: needs {TLS_SETTINGS}"
         [(target, (volume, read_only))] = [
-            (target, how) for target, how in mounts(service).items() if env["VENDUE_TLS_KEY"].startswith(target + "/")
+            (target, how)
+            for target, how in mounts(service).items()
+            if env["VENDUE_TLS_KEY"].startswith(target + "/")
         ]
         # Its key in a volume of its own, read-only: no other service, nor an app a rep runs, reads it.
-        assert read_only and readers[volume] == [name], f"{name}: {volume} at {target}, mounted by {readers[volume]}"
+        assert read_only and readers[volume] == [name], (
+            f"{name}: {volume} at {target}, mounted by {readers[volume]}"
+        )
         assert not list((volumes / volume).glob("ca-key*")), f"{name}: the CA's key is in {volume}"
         made_by_certs = {v for v, _ in mounts(services[CERTS_SERVICE]).values()}
         others = {v for v, _ in mounts(service).values()} & made_by_certs - {volume}
@@ -356,7 +371,9 @@ def test_the_certs_script_runs_again_on_every_up_and_keeps_what_it_made(
     services: dict[str, dict[str, Any]], volumes: Path
 ) -> None:
     def contents() -> dict[str, bytes]:
-        return {str(path.relative_to(volumes)): path.read_bytes() for path in volumes.rglob("*") if path.is_file()}
+        return {
+            str(path.relative_to(volumes)): path.read_bytes() for path in volumes.rglob("*") if path.is_file()
+        }
 
     before = contents()
     run_certs_script(services, volumes)
@@ -404,7 +421,9 @@ def test_every_rep_and_auctioneer_can_fail_over_to_every_bbs(services: dict[str,
     assert len(bbs_replicas) >= 2
     for name, service in services.items():
         if component(service) in ("rep", "auctioneer"):
-            listed = {urlsplit(url).hostname for setting, url in urls_of(service) if setting == "VENDUE_BBS_URL"}
+            listed = {
+                urlsplit(url).hostname for setting, url in urls_of(service) if setting == "VENDUE_BBS_URL"
+            }
             assert listed == bbs_replicas, f"{name} lists {sorted(listed)}: losing a BBS must not cut it off"
 
 
@@ -599,8 +618,12 @@ async def test_the_nats_configuration_admits_every_services_certificate_and_no_o
             files = TLSFiles(*(Path(on_host(service, volumes, env[setting])) for setting in TLS_SETTINGS))
             dialled = urlsplit(env["VENDUE_NATS_URL"]).hostname  # the server's certificate must name it
             client = await nats.connect(
-                f"tls://{server.host}:{server.port}", tls=client_context(files), tls_hostname=dialled, tls_handshake_first=True,
-                connect_timeout=5, allow_reconnect=False,
+                f"tls://{server.host}:{server.port}",
+                tls=client_context(files),
+                tls_hostname=dialled,
+                tls_handshake_first=True,
+                connect_timeout=5,
+                allow_reconnect=False,
             )
             try:
                 assert client.is_connected, name
@@ -608,6 +631,12 @@ async def test_the_nats_configuration_admits_every_services_certificate_and_no_o
                 await client.close()
         some_ca = Path(on_host(services["bbs-1"], volumes, environment(services["bbs-1"])["VENDUE_TLS_CA"]))
         with pytest.raises(OSError, match="CERTIFICATE_REQUIRED"):  # trusts the server, presents nothing
-            await nats.connect(f"tls://{server.host}:{server.port}", tls=client_context(ca=some_ca), tls_hostname="nats",
-                               tls_handshake_first=True, connect_timeout=5, allow_reconnect=False,
-                               max_reconnect_attempts=0)
+            await nats.connect(
+                f"tls://{server.host}:{server.port}",
+                tls=client_context(ca=some_ca),
+                tls_hostname="nats",
+                tls_handshake_first=True,
+                connect_timeout=5,
+                allow_reconnect=False,
+                max_reconnect_attempts=0,
+            )

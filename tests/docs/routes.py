@@ -104,7 +104,9 @@ def documented_table(doc: str, name: str) -> str | None:
 def rewrite(doc: str) -> str:
     for service in SERVICES:
         if documented_table(doc, service.name) is None:
-            raise SystemExit(f"error: {DOC}: no <!-- routes:{service.name} --> ... <!-- /routes:{service.name} -->")
+            raise SystemExit(
+                f"error: {DOC}: no <!-- routes:{service.name} --> ... <!-- /routes:{service.name} -->"
+            )
         generated = table(route_rows(service))
         doc = _marked(service.name).sub(lambda m, text=generated: m.group(1) + text + m.group(3), doc)
     return doc

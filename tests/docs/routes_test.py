@@ -17,7 +17,8 @@ def test_the_doc_lists_every_route_each_app_serves_with_its_callers() -> None:
         missing = [line for line in generated.splitlines() if line not in documented.splitlines()]
         stale = [line for line in documented.splitlines() if line not in generated.splitlines()]
         assert (missing, stale) == ([], []), (
-            f"{DOC.name}, {service.name}: rows the app serves but the doc lacks {missing}, rows the doc has but"
+            f"{DOC.name}, {service.name}: rows the app serves but the doc lacks {missing}, rows the doc has "
+            "but"
             f" the app does not serve {stale}; run `python -m tests.docs.routes --write`"
         )
 

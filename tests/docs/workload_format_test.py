@@ -17,7 +17,9 @@ TIMINGS = {"seconds", "placements_per_s"}
 
 def examples() -> tuple[str, str]:
     blocks = re.findall(r"```json\n(.*?)```", DOC.read_text(), re.S)
-    assert len(blocks) == 2, f"{DOC.name}: expected the input and the output example, found {len(blocks)} blocks"
+    assert len(blocks) == 2, (
+        f"{DOC.name}: expected the input and the output example, found {len(blocks)} blocks"
+    )
     return blocks[0], blocks[1]
 
 

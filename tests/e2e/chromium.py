@@ -84,7 +84,9 @@ class DevTools:
             if ready:
                 chunk = os.read(self._answers, 1 << 16)
                 if not chunk:
-                    raise AssertionError(f"chromium exited ({self.proc.poll()}) before answering {waiting_for}")
+                    raise AssertionError(
+                        f"chromium exited ({self.proc.poll()}) before answering {waiting_for}"
+                    )
                 self._buffer += chunk
         message, _, self._buffer = self._buffer.partition(b"\0")
         return json.loads(message)

@@ -56,7 +56,8 @@ INDEX = os.environ["INSTANCE_INDEX"].encode()
 def on_term(*_):
     if os.environ.get("SIGTERM_LOG"):
         with open(os.environ["SIGTERM_LOG"], "a") as log:
-            log.write(f"{os.environ['INSTANCE_INDEX']} {os.environ.get('INSTANCE_GUID', '')} {time.time()!r}\n")
+            guid = os.environ.get("INSTANCE_GUID", "")
+            log.write(f"{os.environ['INSTANCE_INDEX']} {guid} {time.time()!r}\n")
     os._exit(0)
 signal.signal(signal.SIGTERM, on_term)
 class Handler(http.server.BaseHTTPRequestHandler):
@@ -248,12 +249,17 @@ class BBS:
 def brief(actuals: Sequence[dict]) -> str:
     """A compact rendering of actual LRPs for failure messages."""
     rows = sorted(actuals, key=lambda a: (a["index"], a.get("presence", ""), a.get("instance_guid", "")))
-    return "[" + ", ".join(
-        f"{a['index']}:{a['state']}/{a.get('presence', '?')}@{a.get('cell_id') or '-'}"
-        f"({(a.get('instance_guid') or '')[:8]}){' crash=' + str(a['crash_count']) if a.get('crash_count') else ''}"
-        f"{' err=' + repr(a['placement_error']) if a.get('placement_error') else ''}"
-        for a in rows
-    ) + "]"
+    return (
+        "["
+        + ", ".join(
+            f"{a['index']}:{a['state']}/{a.get('presence', '?')}@{a.get('cell_id') or '-'}"
+            f"({(a.get('instance_guid') or '')[:8]})"
+            f"{' crash=' + str(a['crash_count']) if a.get('crash_count') else ''}"
+            f"{' err=' + repr(a['placement_error']) if a.get('placement_error') else ''}"
+            for a in rows
+        )
+        + "]"
+    )
 
 
 def running_ordinary(actuals: Sequence[dict]) -> dict[int, dict]:
@@ -355,7 +361,9 @@ class EventLog:
         self._thread = threading.Thread(target=self._run, daemon=True, name="sse-reader")
         self._thread.start()
         if not self.connected.wait(10.0):
-            raise AssertionError(f"expected to connect to {self.url}/v1/events within 10s; error: {self.error!r}")
+            raise AssertionError(
+                f"expected to connect to {self.url}/v1/events within 10s; error: {self.error!r}"
+            )
         return self
 
     def _run(self) -> None:
@@ -393,7 +401,12 @@ class EventLog:
         # The SSE data may be the whole Event {"type", "data", "at"} or just its data.
         bbs_at, event_id = None, ""
         if isinstance(data, dict) and "type" in data and "data" in data:
-            etype, data, bbs_at, event_id = data["type"] or etype, data["data"], data.get("at"), data.get("id", "")
+            etype, data, bbs_at, event_id = (
+                data["type"] or etype,
+                data["data"],
+                data.get("at"),
+                data.get("id", ""),
+            )
         with self._lock:
             ev = Received(len(self.events), time.monotonic(), etype, data, bbs_at, event_id)
             self.events.append(ev)
@@ -496,16 +509,31 @@ def transport(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
 
-def _start_cluster(started: list[E2ECluster], data_dir: Path, transport: str, cells: int = 4, zones: int = 2,
-                   bbs_args: Sequence[str] = (), rep_args: Sequence[str] = (), auctioneer_args: Sequence[str] = (),
-                   **kwargs: Any) -> E2ECluster:
+def _start_cluster(
+    started: list[E2ECluster],
+    data_dir: Path,
+    transport: str,
+    cells: int = 4,
+    zones: int = 2,
+    bbs_args: Sequence[str] = (),
+    rep_args: Sequence[str] = (),
+    auctioneer_args: Sequence[str] = (),
+    **kwargs: Any,
+) -> E2ECluster:
     """Start a LocalCluster in `data_dir` (appended to `started` first, so that it is stopped even when
     it fails to start) and wait until the BBS lists every cell."""
     from deploy.cluster import LocalCluster
 
-    lc = LocalCluster(data_dir, cells=cells, zones=zones, executor="process",
-                      bbs_args=[*BBS_ARGS, *bbs_args], rep_args=[*REP_ARGS, *rep_args],
-                      auctioneer_args=[*AUCTIONEER_ARGS, *auctioneer_args], **{"transport": transport, **kwargs})
+    lc = LocalCluster(
+        data_dir,
+        cells=cells,
+        zones=zones,
+        executor="process",
+        bbs_args=[*BBS_ARGS, *bbs_args],
+        rep_args=[*REP_ARGS, *rep_args],
+        auctioneer_args=[*AUCTIONEER_ARGS, *auctioneer_args],
+        **{"transport": transport, **kwargs},
+    )
     cluster = E2ECluster(lc)
     started.append(cluster)
     lc.start(timeout=60.0)
@@ -540,7 +568,9 @@ def _stop_clusters(started: Sequence[E2ECluster]) -> None:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
     assert not leftovers, f"expected no instance processes after the cluster stopped, saw pids {leftovers}"
-    left = [path for c in started for data_dir in c.lc.rep_data_dirs() for path in isolation_leftovers(data_dir)]
+    left = [
+        path for c in started for data_dir in c.lc.rep_data_dirs() for path in isolation_leftovers(data_dir)
+    ]
     assert not left, f"expected no cgroup or instance directory left after the cluster stopped, saw {left}"
 
 
@@ -601,6 +631,10 @@ def _instance_pids(guids: set[str]) -> list[int]:
     """Live processes whose PROCESS_GUID is one of this test's guids."""
     pids = []
     for entry in os.listdir("/proc"):
-        if entry.isdigit() and proc_environ(int(entry)).get("PROCESS_GUID") in guids and proc_alive(int(entry)):
+        if (
+            entry.isdigit()
+            and proc_environ(int(entry)).get("PROCESS_GUID") in guids
+            and proc_alive(int(entry))
+        ):
             pids.append(int(entry))
     return pids

@@ -62,8 +62,9 @@ def rep_url(c: E2ECluster, cell_id: str) -> str:
 
 
 def forged_work(c: E2ECluster, cell_id: str, marker: Path, fencing_token: int) -> tuple[str, dict[str, Any]]:
-    """A HostWork for `cell_id` whose one instance would create `marker` (in a directory its uid may write): a real desired LRP (desired
-    with 0 instances, so nobody else places it) with a command of the attacker's choosing."""
+    """A HostWork for `cell_id` whose one instance would create `marker` (in a directory its uid may
+    write): a real desired LRP (desired with 0 instances, so nobody else places it) with a command of the
+    attacker's choosing."""
     assert c.bbs is not None
     guid = c.guid("forged")
     desired = c.bbs.desire(guid, 0)
@@ -86,7 +87,10 @@ def current_lease(c: E2ECluster, timeout: float = 30.0) -> dict[str, Any]:
     def held() -> dict[str, Any]:
         with c.lc.http_client(base_url=c.lc.bbs_url, timeout=10.0) as http:
             response = http.get("/v1/leases/auctioneer")
-        return expect(response.status_code == 200 and response.json(), f"{response.status_code} {response.text}")
+        return expect(
+            response.status_code == 200 and response.json(), f"{response.status_code} {response.text}"
+        )
+
     return wait_for(held, timeout, "the auctioneer to hold its lease")
 
 
@@ -99,7 +103,9 @@ def test_forged_work_without_a_certificate_is_refused(cluster: E2ECluster, tmp_p
     guid, body = forged_work(cluster, "cell-0", marker, SECOND)
     with as_caller(cluster, None, base_url=rep_url(cluster, "cell-0")) as stranger:
         answer = stranger.post("/work", json=body)
-    assert answer.status_code == 401, f"expected 401 for work without identity, saw {answer.status_code} {answer.text}"
+    assert answer.status_code == 401, (
+        f"expected 401 for work without identity, saw {answer.status_code} {answer.text}"
+    )
 
     other_ca = tmp_path / "other-ca"
     init_ca(other_ca)
@@ -119,7 +125,9 @@ def test_forged_work_with_a_genuine_certificate_of_another_role_is_forbidden(
     guid, body = forged_work(cluster, "cell-0", marker, current_lease(cluster)["token"])
     with as_caller(cluster, certificate(cluster, who), base_url=rep_url(cluster, "cell-0")) as caller:
         answer = caller.post("/work", json=body)
-    assert answer.status_code == 403, f"expected 403 for work from {who}, saw {answer.status_code} {answer.text}"
+    assert answer.status_code == 403, (
+        f"expected 403 for work from {who}, saw {answer.status_code} {answer.text}"
+    )
     assert "auctioneer" in answer.json()["detail"], f"expected the rule named, saw {answer.text}"
     assert_not_run(cluster, "cell-0", guid, marker)
 
@@ -150,7 +158,9 @@ def test_a_rep_cannot_heartbeat_or_report_for_another_cell(cluster: E2ECluster) 
              "reason": "forged"}]}}})
         mixed = rogue.put("/v1/cells", json={"cells": [forged_presence, {**presence, "cell_id": "cell-0"}]})
     for name, answer in (("heartbeat", heartbeat), ("crash report", crash), ("mixed heartbeat", mixed)):
-        assert answer.status_code == 403, f"expected 403 for a forged {name}, saw {answer.status_code} {answer.text}"
+        assert answer.status_code == 403, (
+            f"expected 403 for a forged {name}, saw {answer.status_code} {answer.text}"
+        )
         assert "cell-1" in answer.json()["detail"], f"expected the foreign cell named, saw {answer.text}"
 
     after = instance_on(cluster, guid, "cell-1")
@@ -166,18 +176,27 @@ def test_a_rep_cannot_heartbeat_or_report_for_another_cell(cluster: E2ECluster) 
 def test_a_lease_hijack_by_admin_reader_or_rep_is_forbidden(cluster: E2ECluster) -> None:
     before = current_lease(cluster)
     reader = cluster.lc.issue_certificate("reader", "attack-reader")
-    callers = {"admin": certificate(cluster, "admin"), "reader": reader, "rep": certificate(cluster, "cell-0")}
+    callers = {
+        "admin": certificate(cluster, "admin"),
+        "reader": reader,
+        "rep": certificate(cluster, "cell-0"),
+    }
     for role, files in callers.items():
         with as_caller(cluster, files) as caller:
-            release = caller.delete("/v1/leases/auctioneer", params={"owner": before["owner"], "token": before["token"]})
+            release = caller.delete(
+                "/v1/leases/auctioneer", params={"owner": before["owner"], "token": before["token"]}
+            )
             take = caller.post("/v1/leases/auctioneer", json={"owner": "stranger", "url": "https://127.0.0.1:9",
                                                               "ttl_s": 3600})
         for what, answer in (("release", release), ("take", take)):
             assert answer.status_code == 403, (
                 f"expected 403 for a lease {what} by {role}, saw {answer.status_code} {answer.text}")
     after = current_lease(cluster)
-    assert (after["owner"], after["token"], after["url"]) == (before["owner"], before["token"], before["url"]), (
-        f"expected the lease unchanged, saw {before} -> {after}")
+    assert (after["owner"], after["token"], after["url"]) == (
+        before["owner"],
+        before["token"],
+        before["url"],
+    ), f"expected the lease unchanged, saw {before} -> {after}"
 
 
 # --- fencing tokens -----------------------------------------------------------------------------------
@@ -202,12 +221,16 @@ def test_stale_and_unknown_fencing_tokens_are_refused_and_the_leader_keeps_worki
     with as_caller(cluster, auctioneer) as caller:  # a placement-failure report of a past term
         report = caller.post("/v1/placement_failures", json={"fencing_token": token - 1, "lrps": [
             {"process_guid": "nobody", "index": 0, "error": "forged"}]})
-    assert report.status_code == 409, f"expected 409 for a stale report, saw {report.status_code} {report.text}"
+    assert report.status_code == 409, (
+        f"expected 409 for a stale report, saw {report.status_code} {report.text}"
+    )
     with as_caller(cluster, auctioneer) as caller:  # an auction report, explanations and all, of a past term
         report = caller.post("/v1/auctions", json={
             "fencing_token": token - 1, "duration_s": 0.1, "fetch_states_s": 0.1,
             "explanations": [{"process_guid": "nobody", "index": 0, "placed": True, "cell_id": "cell-0"}]})
-    assert report.status_code == 409, f"expected 409 for a stale report, saw {report.status_code} {report.text}"
+    assert report.status_code == 409, (
+        f"expected 409 for a stale report, saw {report.status_code} {report.text}"
+    )
     with cluster.lc.http_client(base_url=cluster.lc.bbs_url, timeout=10.0) as admin:
         kept = admin.get("/v1/actual_lrps/nobody/0/placement")
     assert kept.status_code == 404, f"a stale auction report's explanation was kept: {kept.text}"
@@ -216,7 +239,9 @@ def test_stale_and_unknown_fencing_tokens_are_refused_and_the_leader_keeps_worki
     cluster.bbs.desire(guid, 2)
     running = wait_all_running(cluster.bbs, guid, 2)
     assert {a["cell_id"] for a in running.values()} == {"cell-0", "cell-1"}, brief(list(running.values()))
-    assert cluster.rep_state("cell-0")["fencing_token"] == token, "the rep's token moved off the real leader's"
+    assert cluster.rep_state("cell-0")["fencing_token"] == token, (
+        "the rep's token moved off the real leader's"
+    )
 
 
 # --- tokens -------------------------------------------------------------------------------------------
@@ -232,13 +257,17 @@ def test_a_revoked_token_is_refused_at_once(cluster: E2ECluster) -> None:
             assert reader.get("/v1/desired_lrps").status_code == 200
             write = reader.post("/v1/desired_lrps", json={"process_guid": "nope", "instances": 1,
                                                           "command": ["true"]})
-            assert write.status_code == 403, f"expected a reader token refused a write, saw {write.status_code}"
+            assert write.status_code == 403, (
+                f"expected a reader token refused a write, saw {write.status_code}"
+            )
             with as_caller(cluster, None, token=secret, base_url=rep_url(cluster, "cell-0")) as at_rep:
                 assert at_rep.get("/state").status_code == 200
 
             assert admin.delete(f"/v1/tokens/{token_id}").status_code == 204
             refused = reader.get("/v1/desired_lrps")
-            assert refused.status_code == 401, f"expected 401 at once after revoking, saw {refused.status_code}"
+            assert refused.status_code == 401, (
+                f"expected 401 at once after revoking, saw {refused.status_code}"
+            )
             with as_caller(cluster, None, token=secret, base_url=rep_url(cluster, "cell-0")) as at_rep:
                 # The rep asks the BBS and keeps an answer for a second.
                 wait_for(lambda: expect(at_rep.get("/state").status_code == 401, "the rep still accepts it"),

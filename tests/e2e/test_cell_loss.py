@@ -89,7 +89,9 @@ def test_a_lost_cell_moves_single_instance_keep_replicas_apps_after_grace_and_ch
     # Diego's policy: the instance is replaced as soon as the presence expired.
     wait_for(lambda: moved_off(c, diego, held[diego], victim), 30.0, f"{diego}'s index on {victim} replaced")
     # keep-replicas: SUSPECT (counted as running), nothing replaced during the grace.
-    lost_at = wait_for(lambda: suspect_on(c, solo, 0, victim), 15.0, f"{solo} SUSPECT on the expired {victim}")
+    lost_at = wait_for(
+        lambda: suspect_on(c, solo, 0, victim), 15.0, f"{solo} SUSPECT on the expired {victim}"
+    )
     seen_at = time.monotonic()
     hold_for(lambda: suspect_on(c, solo, 0, victim) and suspect_on(c, trio, held[trio], victim), GRACE_S / 2,
              "the keep-replicas instances of the lost cell staying SUSPECT, unreplaced, during the grace")
@@ -101,7 +103,9 @@ def test_a_lost_cell_moves_single_instance_keep_replicas_apps_after_grace_and_ch
     # After the grace and the check, the single-instance app moves; the three-instance app's stays put.
     moved = wait_for(lambda: moved_off(c, solo, 0, victim), 30.0, f"{solo} RUNNING on another cell")
     waited = time.monotonic() - seen_at
-    assert waited >= GRACE_S - 1.0, f"expected {solo} to wait out the {GRACE_S}s grace, it moved after {waited:.1f}s"
+    assert waited >= GRACE_S - 1.0, (
+        f"expected {solo} to wait out the {GRACE_S}s grace, it moved after {waited:.1f}s"
+    )
     assert lost_at["instance_guid"] != moved["instance_guid"]
     hold_for(lambda: suspect_on(c, trio, held[trio], victim), 2 * GRACE_S + CHECK_S,
              f"{trio}'s instance on the lost {victim} staying SUSPECT without a replacement")
@@ -125,7 +129,9 @@ def test_a_cell_back_within_the_grace_keeps_its_keep_replicas_instances(make_clu
     rep = c.reps[before["cell_id"]].proc
     os.kill(rep.pid, signal.SIGSTOP)  # the rep falls silent; its instance keeps running
     try:
-        wait_for(lambda: suspect_on(c, solo, 0, before["cell_id"]), 15.0, "the silent cell's instance SUSPECT")
+        wait_for(
+            lambda: suspect_on(c, solo, 0, before["cell_id"]), 15.0, "the silent cell's instance SUSPECT"
+        )
         hold_for(lambda: suspect_on(c, solo, 0, before["cell_id"]) and app_processes(solo) == pids, 2.0,
                  "no replacement while the grace lasts")
     finally:
@@ -190,11 +196,15 @@ def test_work_a_stalled_cell_accepted_is_not_auctioned_again_while_it_is_present
         def unclaimed_and_placed_once() -> bool:
             [actual] = c.bbs.actuals(late)
             stats = auctioneer_stats(c)
-            return expect(actual["state"] == "UNCLAIMED" and stats["lrps_placed"] == 1 and holder in cell_ids(c),
-                          f"{brief([actual])}, placed {stats['lrps_placed']}, cells {cell_ids(c)}")
+            return expect(
+                actual["state"] == "UNCLAIMED" and stats["lrps_placed"] == 1 and holder in cell_ids(c),
+                f"{brief([actual])}, placed {stats['lrps_placed']}, cells {cell_ids(c)}",
+            )
 
         # Stalled for four times the staleness limit, present throughout: never placed a second time.
-        hold_for(unclaimed_and_placed_once, 4.0, f"{late} UNCLAIMED and placed once while {holder} is stalled")
+        hold_for(
+            unclaimed_and_placed_once, 4.0, f"{late} UNCLAIMED and placed once while {holder} is stalled"
+        )
     finally:
         os.kill(rep.pid, signal.SIGCONT)
 

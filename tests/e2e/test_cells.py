@@ -45,7 +45,9 @@ def cells_on(c: E2ECluster, guid: str) -> Counter[str]:
 
 def cli_ok(c: E2ECluster, *args: str, timeout: float = 30.0) -> str:
     result = c.cli(*args, timeout=timeout)
-    assert result.code == 0, f"expected `vendue {' '.join(args)}` to succeed, saw {result.code}: {result.output}"
+    assert result.code == 0, (
+        f"expected `vendue {' '.join(args)}` to succeed, saw {result.code}: {result.output}"
+    )
     return result.stdout
 
 
@@ -69,7 +71,9 @@ def test_cells_json_is_what_each_rep_reports_and_needs_no_rep(make_cluster) -> N
                 raise Unmet(f"{cell_id}: {cell}")
         return listed
 
-    listed = wait_for(same_as_the_reps, 20.0, "every cell's capacity in `vendue cells --json` equal to its rep's")
+    listed = wait_for(
+        same_as_the_reps, 20.0, "every cell's capacity in `vendue cells --json` equal to its rep's"
+    )
     assert sum(cell["instances"] for cell in listed.values()) == 3, listed
     assert sum(4096 - cell["available"]["memory_mb"] for cell in listed.values()) == 600, listed
 
@@ -83,7 +87,9 @@ def test_cells_json_is_what_each_rep_reports_and_needs_no_rep(make_cluster) -> N
         table = cli_ok(c, "cells", "--all")
     finally:
         c.lc.kill(stopped, signal.SIGCONT)
-    assert took < 10.0, f"expected `vendue cells --json` to answer promptly with a rep stopped, took {took:.1f}s"
+    assert took < 10.0, (
+        f"expected `vendue cells --json` to answer promptly with a rep stopped, took {took:.1f}s"
+    )
     assert during[stopped]["available"] == listed[stopped]["available"], (listed[stopped], during[stopped])
     row = next(line for line in table.splitlines() if stopped in line)
     memory = listed[stopped]["available"]["memory_mb"]
@@ -105,13 +111,19 @@ def test_a_cordoned_cell_gets_no_new_work_and_uncordon_makes_it_eligible(make_cl
     fresh = c.guid("fresh")
     c.bbs.desire(fresh, 4)
     wait_all_running(c.bbs, fresh, 4)
-    assert cells_on(c, fresh) == {other: 4}, f"expected every instance on {other}, saw {brief(c.bbs.actuals(fresh))}"
+    assert cells_on(c, fresh) == {other: 4}, (
+        f"expected every instance on {other}, saw {brief(c.bbs.actuals(fresh))}"
+    )
     # What ran there keeps running (the same instances).
     now = all_running(c.bbs, kept, 2)
-    assert {i: a["instance_guid"] for i, a in now.items()} == {i: a["instance_guid"] for i, a in before.items()}
+    assert {i: a["instance_guid"] for i, a in now.items()} == {
+        i: a["instance_guid"] for i, a in before.items()
+    }
 
     assert "present" in cli_ok(c, "cells", "uncordon", cordoned)
-    wait_for(lambda: not c.rep_state(cordoned)["cordoned"], 5.0, f"the rep of {cordoned} told it is uncordoned")
+    wait_for(
+        lambda: not c.rep_state(cordoned)["cordoned"], 5.0, f"the rep of {cordoned} told it is uncordoned"
+    )
     c.bbs.scale(fresh, 8)
     wait_for(lambda: expect(cells_on(c, fresh)[cordoned] > 0, brief(c.bbs.actuals(fresh))), 30.0,
              f"an instance of {fresh} placed on {cordoned} once uncordoned")
@@ -197,7 +209,11 @@ def test_a_cordon_survives_a_bbs_restart_and_a_rep_restart(make_cluster) -> None
     wait_for(lambda: expect(cell_states(c).get(cordoned, {}).get("boot_id") not in (None, boot),
                             cell_states(c).get(cordoned)), 30.0, f"{cordoned} present again with a new boot")
     assert cell_states(c)[cordoned]["cordoned"] is True
-    wait_for(lambda: c.rep_state(cordoned)["cordoned"], 10.0, f"the restarted rep of {cordoned} told it is cordoned")
+    wait_for(
+        lambda: c.rep_state(cordoned)["cordoned"],
+        10.0,
+        f"the restarted rep of {cordoned} told it is cordoned",
+    )
     guid = c.guid("after")
     c.bbs.desire(guid, 3)
     wait_all_running(c.bbs, guid, 3)

@@ -47,12 +47,16 @@ def test_the_dashboard_renders_the_cells_and_a_push_without_a_reload(make_cluste
             return dict(json.loads(shown))
 
         def page_state() -> str:
-            return browser.evaluate("location.pathname + ' ' + document.getElementById('message')?.textContent "
-                                    "+ ' ' + (document.getElementById('status')?.textContent)")
+            return browser.evaluate(
+                "location.pathname + ' ' + document.getElementById('message')?.textContent "
+                "+ ' ' + (document.getElementById('status')?.textContent)"
+            )
 
         wait_for(lambda: expect(tiles() == cells, f"tiles {tiles()}; page {page_state()}"), PAGE_TIMEOUT_S,
                  f"the page showing the cells {cells} by zone")
-        assert browser.evaluate("location.pathname + location.search") == "/ui", "the token left the address bar"
+        assert browser.evaluate("location.pathname + location.search") == "/ui", (
+            "the token left the address bar"
+        )
         wait_for(lambda: expect(browser.evaluate("document.getElementById('status').textContent") == "live",
                                 page_state()), PAGE_TIMEOUT_S, "the page following the event stream")
         browser.evaluate("window.loadedOnce = 'yes'")  # a reload would lose it

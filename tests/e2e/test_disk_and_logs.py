@@ -77,7 +77,9 @@ def instance_dir(c, actual: dict) -> Path:
     """The instance's directory: the working directory of the process its rep reports for it."""
     held = {lrp["instance_guid"]: lrp for lrp in c.rep_state(actual["cell_id"])["lrps"]}
     pid = held.get(actual["instance_guid"], {}).get("pid")
-    assert pid, f"expected the rep of {actual['cell_id']} to report the pid of {actual['instance_guid']}, saw {held}"
+    assert pid, (
+        f"expected the rep of {actual['cell_id']} to report the pid of {actual['instance_guid']}, saw {held}"
+    )
     return Path(os.readlink(f"/proc/{pid}/cwd"))
 
 
@@ -150,8 +152,10 @@ def test_a_flood_of_output_is_capped_and_the_rep_stays_responsive(shared_cluster
     during = poller.during(started, ended)
     slowest = max(end - begin for begin, end, _ in during)
     assert during and all(status == 200 for *_, status in during), f"expected /state to answer, saw {during}"
-    assert slowest < 1.0, (f"expected the rep's /state to answer within 1 s during the flood ({ended - started:.2f} s,"
-                           f" {len(during)} answers), the slowest took {slowest:.2f} s")
+    assert slowest < 1.0, (
+        f"expected the rep's /state to answer within 1 s during the flood ({ended - started:.2f} s,"
+        f" {len(during)} answers), the slowest took {slowest:.2f} s"
+    )
     cap = LOG_CAP_MB * MIB
     rotated, current = log_sizes(directory)
     assert rotated + current <= cap and max(poller.log_totals) <= cap, (
@@ -229,4 +233,6 @@ def test_a_rep_given_no_sizes_offers_the_machine(make_cluster, transport):
     [cell] = c.bbs.cells()
     expected = {"memory_mb": mem_total_mb(), "disk_mb": fs.f_blocks * fs.f_frsize // MIB - 2048}
     assert {k: cell["total"][k] for k in expected} == expected, (
-        f"expected the cell to offer MemTotal and its instance filesystem's size less 2048 MB, saw {cell['total']}")
+        f"expected the cell to offer MemTotal and its instance filesystem's size less 2048 MB, saw "
+        f"{cell['total']}"
+    )

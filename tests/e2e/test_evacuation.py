@@ -38,7 +38,9 @@ def test_sigterm_rep_replacements_run_before_old_instances_stop(make_cluster, ap
     c = make_cluster(cells=3, zones=1, rep_args=["--stop-grace", "3"])
     events = c.follow_events()
     guid = c.guid("evacuee")
-    sigterm_log = app_writable_dir / "sigterm.log"  # each instance notes here when it gets SIGTERM (wall clock)
+    sigterm_log = (
+        app_writable_dir / "sigterm.log"
+    )  # each instance notes here when it gets SIGTERM (wall clock)
     sigterm_log.touch()
     sigterm_log.chmod(0o666)  # the instances run under uids of their own
     c.bbs.desire(guid, 4, env={"SIGTERM_LOG": str(sigterm_log)})
@@ -116,7 +118,9 @@ def test_sigterm_rep_replacements_run_before_old_instances_stop(make_cluster, ap
                 raise Unmet(f"old processes exited: {sorted(exited)} of {sorted(old_pid)}; {brief(actuals)}")
             return now
 
-        now = wait_for(handed_over, 60.0, f"indices {sorted(old)} RUNNING off {victim} and their old processes gone")
+        now = wait_for(
+            handed_over, 60.0, f"indices {sorted(old)} RUNNING off {victim} and their old processes gone"
+        )
         rep = c.reps[victim].proc
         wait_for(lambda: expect(rep.poll() is not None, f"rep pid {rep.pid} still running"), 30.0,
                  f"the evacuated rep {victim} to exit once empty")
@@ -139,11 +143,15 @@ def test_sigterm_rep_replacements_run_before_old_instances_stop(make_cluster, ap
 
     seen = [(e.seq, e.type) for e in events.snapshot()]
     for i in sorted(old):
-        assert i in evacuating, f"index {i}: expected an event marking the old instance EVACUATING; events {seen}"
+        assert i in evacuating, (
+            f"index {i}: expected an event marking the old instance EVACUATING; events {seen}"
+        )
         assert i in replacement, f"index {i}: expected an event with a RUNNING replacement; events {seen}"
         ev, record = replacement[i]
         assert evacuating[i] < ev.seq, (
-            f"index {i}: expected EVACUATING (event {evacuating[i]}) before the replacement ran (event {ev.seq})")
+            f"index {i}: expected EVACUATING (event {evacuating[i]}) before the replacement ran (event "
+            f"{ev.seq})"
+        )
         assert i in terms, f"index {i}: the old instance never got SIGTERM (log: {sigterm_log.read_text()!r})"
         assert ev.bbs_at is not None, f"expected events to carry `at`, saw {ev}"
         assert epoch(ev.bbs_at) <= terms[i], (

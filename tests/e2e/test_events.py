@@ -54,9 +54,15 @@ class FollowingCLI:
         env = {**os.environ, "VENDUE_BBS_URL": bbs_urls, "VENDUE_DATA_DIR": str(data_dir), "NO_COLOR": "1"}
         for name in ("VENDUE_TLS_CERT", "VENDUE_TLS_KEY", "VENDUE_TLS_CA", "VENDUE_TOKEN"):
             env.pop(name, None)
-        self.proc = subprocess.Popen([sys.executable, "-m", "deploy.cli", "events", "--json", *args], cwd=ROOT,
-                                     env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                     start_new_session=True)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "deploy.cli", "events", "--json", *args],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
         self.lines: list[dict] = []
         self.errors: list[str] = []
         self._threads = [threading.Thread(target=self._read, daemon=True),
@@ -89,8 +95,11 @@ class FollowingCLI:
             if hit is None and self.proc.poll() is not None:
                 raise AssertionError(f"vendue events exited {self.proc.returncode} before {describe}: "
                                      f"{self.errors[-5:]}")
-            return hit or expect(False, f"{len(self.lines)} lines, last {[ln['type'] for ln in self.lines[-8:]]}, "
-                                        f"stderr {self.errors[-3:]}")
+            return hit or expect(
+                False,
+                f"{len(self.lines)} lines, last {[ln['type'] for ln in self.lines[-8:]]}, "
+                f"stderr {self.errors[-3:]}",
+            )
 
         return wait_for(found, timeout, describe)
 
@@ -124,22 +133,30 @@ def test_filters_replay_from_last_event_id_and_resync(make_cluster) -> None:
         wait_all_running(c.bbs, api, 4)
         wait_for(lambda: expect(running_events(only_web, web) == {0}, brief_events(only_web.snapshot())),
                  15, f"{web}/0 RUNNING on the stream filtered to it")
-        wait_for(lambda: expect(running_events(everything, api) == {0, 1, 2, 3}, brief_events(everything.snapshot())),
-                 15, f"every instance of {api} RUNNING on the unfiltered stream")
+        wait_for(
+            lambda: expect(
+                running_events(everything, api) == {0, 1, 2, 3}, brief_events(everything.snapshot())
+            ),
+            15,
+            f"every instance of {api} RUNNING on the unfiltered stream",
+        )
         on_first = {a["index"] for a in c.bbs.actuals(api) if a["cell_id"] == first_cell}
         assert on_first, f"expected some of {api} on {first_cell}: {c.bbs.actuals(api)}"
         wait_for(lambda: expect(running_events(on_cell, api) == on_first, brief_events(on_cell.snapshot())),
                  15, f"the instances of {api} on {first_cell} RUNNING on the stream filtered to that cell")
 
         # Filters hold for every event, not only the ones waited for.
-        strays = [e for e in only_web.snapshot() if e.type != "actual_lrp_changed" or e.data["process_guid"] != web]
+        strays = [
+            e for e in only_web.snapshot() if e.type != "actual_lrp_changed" or e.data["process_guid"] != web
+        ]
         assert strays == [], f"the stream for app={web} type=actual_lrp_changed got {brief_events(strays)}"
         strays = [e for e in on_cell.snapshot() if e.data.get("cell_id") != first_cell]
         assert strays == [], f"the stream for cell={first_cell} got {brief_events(strays)}"
         assert {e.type for e in everything.snapshot()} >= {"desired_lrp_created", "actual_lrp_created",
                                                            "actual_lrp_changed", "convergence_completed"}
 
-        # Disconnect, change things, reconnect with the last id: exactly what was missed, then the live stream.
+        # Disconnect, change things, reconnect with the last id: exactly what was missed, then the live
+        # stream.
         everything.stop()
         last = everything.snapshot()[-1]
         c.bbs.scale(web, 2)
@@ -178,9 +195,17 @@ def test_filters_replay_from_last_event_id_and_resync(make_cluster) -> None:
         # auctioneer's lease to settle after the restart: not what this is about).
         late = c.guid("late")
         c.bbs.desire(late, 1)
-        wait_for(lambda: expect(any(e.type == "desired_lrp_created" and e.data["process_guid"] == late
-                                    for e in after_restart.snapshot()), brief_events(after_restart.snapshot())),
-                 30, f"desired_lrp_created of {late}, live, after the resync")
+        wait_for(
+            lambda: expect(
+                any(
+                    e.type == "desired_lrp_created" and e.data["process_guid"] == late
+                    for e in after_restart.snapshot()
+                ),
+                brief_events(after_restart.snapshot()),
+            ),
+            30,
+            f"desired_lrp_created of {late}, live, after the resync",
+        )
         assert all(e.id.rpartition("-")[0] == resync.id.rpartition("-")[0] for e in after_restart.snapshot())
     finally:
         after_restart.stop()
@@ -230,7 +255,9 @@ def two_replicas(tmp_path: Path, fresh_postgres_database: str) -> Iterator[Local
         lc.stop()
 
 
-def test_the_cli_follows_the_stream_to_the_other_replica_when_its_bbs_dies(two_replicas: LocalCluster) -> None:
+def test_the_cli_follows_the_stream_to_the_other_replica_when_its_bbs_dies(
+    two_replicas: LocalCluster,
+) -> None:
     lc = two_replicas
     first, second = lc.bbs_urls
     body = {"instances": 1, "command": ["sleep", "1000"], "memory_mb": 16, "disk_mb": 16}

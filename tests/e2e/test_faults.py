@@ -122,7 +122,9 @@ def test_auctioneer_killed_with_requests_queued_everything_runs_once_it_is_back(
     # Nothing can be placed without the auctioneer.
     for guid in apps:
         actuals = c.bbs.actuals(guid)
-        assert all(a["state"] == "UNCLAIMED" for a in actuals), f"{guid} placed without an auctioneer: {brief(actuals)}"
+        assert all(a["state"] == "UNCLAIMED" for a in actuals), (
+            f"{guid} placed without an auctioneer: {brief(actuals)}"
+        )
 
     c.lc.restart("auctioneer")
 

@@ -133,20 +133,31 @@ def test_killing_the_leaders_mid_push_places_every_instance_once(ha_cluster: Loc
         for n in range(APPS):
             body = {"process_guid": f"fleet-{n}", "instances": INSTANCES // APPS, "memory_mb": 16,
                     "disk_mb": 16, "command": ["sleep", "infinity"]}
-            response = httpx.post(f"{survivor_url}/v1/desired_lrps", json=body, timeout=30.0, verify=lc.verify)
+            response = httpx.post(
+                f"{survivor_url}/v1/desired_lrps", json=body, timeout=30.0, verify=lc.verify
+            )
             assert response.status_code == 201, f"expected 201 desiring fleet-{n}, saw {response.status_code}"
             if n + 1 == KILL_AFTER:
                 # Not before the first leader has placed some of it: the reps must hold work from its term.
-                wait_for(lambda: placed_any(lc, survivor_url, [f"fleet-{i}" for i in range(KILL_AFTER)]), 30.0,
-                         f"some instances of the first {KILL_AFTER} apps placed by {leaders['auctioneer']}")
+                wait_for(
+                    lambda: placed_any(lc, survivor_url, [f"fleet-{i}" for i in range(KILL_AFTER)]),
+                    30.0,
+                    f"some instances of the first {KILL_AFTER} apps placed by {leaders['auctioneer']}",
+                )
                 lc.kill(leaders["auctioneer"])
                 lc.kill(leaders["convergence"])
         for n in range(APPS):
-            wait_for(lambda n=n: every_index_running_once(lc, survivor_url, f"fleet-{n}", INSTANCES // APPS), 150.0,
-                     f"all {INSTANCES // APPS} instances of fleet-{n} RUNNING, each index once")
+            wait_for(
+                lambda n=n: every_index_running_once(lc, survivor_url, f"fleet-{n}", INSTANCES // APPS),
+                150.0,
+                f"all {INSTANCES // APPS} instances of fleet-{n} RUNNING, each index once",
+            )
         survivor = other[leaders["auctioneer"]]
-        wait_for(lambda: expect(holder(lc, history, "auctioneer") == survivor, holder(lc, history, "auctioneer")),
-                 2 * LEASE_TTL_S, f"{survivor} leading after the kill")
+        wait_for(
+            lambda: expect(holder(lc, history, "auctioneer") == survivor, holder(lc, history, "auctioneer")),
+            2 * LEASE_TTL_S,
+            f"{survivor} leading after the kill",
+        )
         wait_for(lambda: expect(holder(lc, history, "convergence") == other[leaders["convergence"]],
                                 holder(lc, history, "convergence")),
                  2 * LEASE_TTL_S, f"{other[leaders['convergence']]} converging after the kill")
@@ -155,15 +166,20 @@ def test_killing_the_leaders_mid_push_places_every_instance_once(ha_cluster: Loc
     for (lease, token), owners in history.owners.items():
         if lease == "auctioneer":
             owners_by_token[token] = owners
-    assert all(len(o) == 1 for o in owners_by_token.values()), f"a token held by two owners: {owners_by_token}"
+    assert all(len(o) == 1 for o in owners_by_token.values()), (
+        f"a token held by two owners: {owners_by_token}"
+    )
     seen_tokens: set[int] = set()
     for cell_id, rep in lc.reps.items():
         tokens = rep_state(rep.url, cell_id, lc.verify)["accepted_fencing_tokens"]
         assert tokens == sorted(set(tokens)), f"{cell_id} took work under tokens out of order: {tokens}"
         seen_tokens.update(tokens)
-    assert len(seen_tokens) >= 2, f"expected work from both leaders' terms on the reps, saw tokens {seen_tokens}"
+    assert len(seen_tokens) >= 2, (
+        f"expected work from both leaders' terms on the reps, saw tokens {seen_tokens}"
+    )
     assert seen_tokens <= set(owners_by_token), (
-        f"reps took work under tokens {sorted(seen_tokens)}; the lease history knows {sorted(owners_by_token)}"
+        f"reps took work under tokens {sorted(seen_tokens)}; the lease history knows "
+        f"{sorted(owners_by_token)}"
     )
 
 
@@ -192,7 +208,9 @@ def test_a_leader_stopped_with_sigterm_hands_its_leases_over_well_before_the_ttl
     other = {"auctioneer": "auctioneer-2", "auctioneer-2": "auctioneer", "bbs": "bbs-2", "bbs-2": "bbs"}
     with LeaseHistory(lc) as history:
         for lease in ("auctioneer", "convergence"):
-            leader = wait_for(lambda lease=lease: holder(lc, history, lease), 2 * GRACEFUL_TTL_S, f"a {lease} leader")
+            leader = wait_for(
+                lambda lease=lease: holder(lc, history, lease), 2 * GRACEFUL_TTL_S, f"a {lease} leader"
+            )
             successor = other[leader]
             stopped = time.monotonic()
             lc.kill(leader, signal.SIGTERM)
@@ -201,9 +219,13 @@ def test_a_leader_stopped_with_sigterm_hands_its_leases_over_well_before_the_ttl
                                                                      holder(lc, history, lease) or "nobody"),
                      GRACEFUL_TTL_S / 2, f"{successor} holding the {lease} lease well before one TTL")
             took = time.monotonic() - stopped
-            assert took < GRACEFUL_TTL_S / 2, f"expected the handover within {GRACEFUL_TTL_S / 2} s, saw {took:.2f} s"
+            assert took < GRACEFUL_TTL_S / 2, (
+                f"expected the handover within {GRACEFUL_TTL_S / 2} s, saw {took:.2f} s"
+            )
             wait_for(lambda leader=leader: leader in lc.returncodes(), 30.0, f"{leader} exited")
-            assert lc.returncodes()[leader] == 0, f"expected {leader} to exit 0 on SIGTERM: {lc.returncodes()}"
+            assert lc.returncodes()[leader] == 0, (
+                f"expected {leader} to exit 0 on SIGTERM: {lc.returncodes()}"
+            )
             lc.restart(leader, timeout=60.0)
     # Work still flows through the new leaders.
     body = {"process_guid": "after-handover", "instances": 4, "memory_mb": 16, "disk_mb": 16,
@@ -220,9 +242,16 @@ def test_on_nats_the_reps_and_auctioneers_carry_on_through_the_other_bbs(
     """The BBS URL list serves the HTTP parts of the NATS transport too (lifecycle reports, heartbeats,
     the auctioneer's cell list and failure reports)."""
     lc = LocalCluster(
-        tmp_path / "cluster", cells=2, zones=2, executor="sim", sim_cells_per_process=2, ha=True,
-        database_url=fresh_postgres_database, transport="nats",
-        bbs_args=[*BBS_ARGS, "--lease-ttl", str(LEASE_TTL_S)], auctioneer_args=["--lease-ttl", str(LEASE_TTL_S)],
+        tmp_path / "cluster",
+        cells=2,
+        zones=2,
+        executor="sim",
+        sim_cells_per_process=2,
+        ha=True,
+        database_url=fresh_postgres_database,
+        transport="nats",
+        bbs_args=[*BBS_ARGS, "--lease-ttl", str(LEASE_TTL_S)],
+        auctioneer_args=["--lease-ttl", str(LEASE_TTL_S)],
         rep_args=list(REP_ARGS),
     )
     try:
@@ -231,8 +260,12 @@ def test_on_nats_the_reps_and_auctioneers_carry_on_through_the_other_bbs(
         lc.kill("bbs")
         body = {"process_guid": "on-nats", "instances": 6, "memory_mb": 16, "disk_mb": 16,
                 "command": ["sleep", "infinity"]}
-        assert httpx.post(f"{second}/v1/desired_lrps", json=body, timeout=30.0, verify=lc.verify).status_code == 201
-        # RUNNING means the reps' claims and running reports, HTTP only and sent to bbs-1 first, reached bbs-2.
+        assert (
+            httpx.post(f"{second}/v1/desired_lrps", json=body, timeout=30.0, verify=lc.verify).status_code
+            == 201
+        )
+        # RUNNING means the reps' claims and running reports, HTTP only and sent to bbs-1 first, reached
+        # bbs-2.
         wait_for(lambda: every_index_running_once(lc, second, "on-nats", 6), 60.0,
                  f"6 instances RUNNING with {first} dead")
     finally:

@@ -128,7 +128,11 @@ def test_a_fork_bomb_stops_at_the_pids_limit_and_the_cell_stays_healthy(
 
     wait_for(lambda: expect(bomb_size() == PIDS_LIMIT, f"{bomb_size()} processes"), 60,
              f"the bomb at its limit of {PIDS_LIMIT} processes")
-    hold_for(lambda: expect(bomb_size() <= PIDS_LIMIT, f"{bomb_size()} processes"), 1.0, "the bomb within its limit")
+    hold_for(
+        lambda: expect(bomb_size() <= PIDS_LIMIT, f"{bomb_size()} processes"),
+        1.0,
+        "the bomb within its limit",
+    )
 
     assert c.rep_state("cell-0")["cell_id"] == "cell-0", "the rep answers"
     after = c.guid("after")
@@ -137,7 +141,9 @@ def test_a_fork_bomb_stops_at_the_pids_limit_and_the_cell_stays_healthy(
 
     deleted = c.cli("delete", bomb)
     assert deleted.code == 0, deleted.output
-    wait_for(lambda: expect(bomb_size() == 0, f"{bomb_size()} processes"), 30, "every process of the bomb gone")
+    wait_for(
+        lambda: expect(bomb_size() == 0, f"{bomb_size()} processes"), 30, "every process of the bomb gone"
+    )
 
 
 # A daemon, the classic way: fork, setsid, fork again, the middle one exits; it even scrubs its environment
@@ -225,7 +231,9 @@ def test_each_app_runs_under_a_uid_of_its_own_and_cells_say_how_they_isolate(
     assert task_uid not in (0, rep_uid), task.output
 
     cells = c.cli("cells")
-    assert c.lc.isolation == "cgroups" and ("cgroup-v1" in cells.stdout or "cgroup-v2" in cells.stdout), cells.output
+    assert c.lc.isolation == "cgroups" and ("cgroup-v1" in cells.stdout or "cgroup-v2" in cells.stdout), (
+        cells.output
+    )
     [cell] = json.loads(c.cli("cells", "--json").stdout)
     assert cell["isolation"] in ("cgroup-v1", "cgroup-v2")
 
@@ -296,11 +304,22 @@ def nobody_env() -> dict[str, str]:
     for needed in (ROOT, Path(packages)):
         if unreachable_by_others(needed) is not None:
             pytest.skip(f"{needed} is out of reach of uid {NOBODY}")
-    version = subprocess.run([app_python(), "-c", "import sys; print(sys.version_info[:2])"], capture_output=True,
-                             text=True, timeout=30).stdout.strip()
+    version = subprocess.run(
+        [app_python(), "-c", "import sys; print(sys.version_info[:2])"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    ).stdout.strip()
     if version != str(sys.version_info[:2]):
-        pytest.skip(f"{app_python()} is Python {version}, this environment's packages are for {sys.version_info[:2]}")
-    return {"PATH": "/usr/bin:/bin", "HOME": "/tmp", "PYTHONPATH": f"{ROOT}:{packages}", "PYTHONUNBUFFERED": "1"}
+        pytest.skip(
+            f"{app_python()} is Python {version}, this environment's packages are for {sys.version_info[:2]}"
+        )
+    return {
+        "PATH": "/usr/bin:/bin",
+        "HOME": "/tmp",
+        "PYTHONPATH": f"{ROOT}:{packages}",
+        "PYTHONUNBUFFERED": "1",
+    }
 
 
 @pytest.fixture
@@ -326,8 +345,10 @@ def test_a_rep_not_root_refuses_to_isolate_in_one_line_and_exit_2(nobody_dir: Pa
                             preexec_fn=as_nobody())
     assert result.returncode == 2, result.stderr
     assert result.stderr.strip().splitlines()[-1] == (
-        f"error: cannot isolate instances: not running as root (uid {NOBODY}); run as root, or pass --isolation "
-        "none to run apps as the rep's own user, unisolated"), result.stderr
+        f"error: cannot isolate instances: not running as root (uid {NOBODY}); run as root, or pass "
+        "--isolation "
+        "none to run apps as the rep's own user, unisolated"
+    ), result.stderr
     assert len([line for line in result.stderr.splitlines() if line.startswith("error:")]) == 1
 
 
@@ -345,9 +366,26 @@ def test_a_missing_controller_is_one_line_and_exit_2(tmp_path: Path) -> None:
     if os.geteuid() != 0:
         pytest.skip("the controllers are checked as root only (not root is refused first)")
     mount = a_cgroup_mount_lacking_a_controller()
-    result = subprocess.run([sys.executable, "-m", "deploy.cli", "rep", "--port", "0", "--data-dir", str(tmp_path),
-                             "--cell-id", "x", "--cgroup-fs", str(mount)],
-                            cwd=ROOT, capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "deploy.cli",
+            "rep",
+            "--port",
+            "0",
+            "--data-dir",
+            str(tmp_path),
+            "--cell-id",
+            "x",
+            "--cgroup-fs",
+            str(mount),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 2, result.stderr
     [line] = [line for line in result.stderr.splitlines() if line.startswith("error:")]
     assert line.startswith("error: cannot isolate instances: ") and str(mount) in line, line
@@ -364,11 +402,36 @@ def test_isolation_none_as_a_user_works_and_is_shown(make_cluster: Callable[...,
         shutil.copy(source, nobody_dir / source.name)
         os.chown(nobody_dir / source.name, NOBODY, NOBODY)
     ready = nobody_dir / "ready"
-    argv = rep_argv("--port", "0", "--data-dir", str(nobody_dir / "data"), "--cell-id", "cell-nobody",
-                    "--zone", "z0", "--tag", "nobody", "--bbs-url", c.lc.bbs_url, "--isolation", "none",
-                    "--memory-mb", "1024", "--disk-mb", "1024", "--ready-file", str(ready),
-                    "--tls-cert", str(nobody_dir / files.cert.name), "--tls-key", str(nobody_dir / files.key.name),
-                    "--tls-ca", str(nobody_dir / files.ca.name), "--presence-ttl", "2")
+    argv = rep_argv(
+        "--port",
+        "0",
+        "--data-dir",
+        str(nobody_dir / "data"),
+        "--cell-id",
+        "cell-nobody",
+        "--zone",
+        "z0",
+        "--tag",
+        "nobody",
+        "--bbs-url",
+        c.lc.bbs_url,
+        "--isolation",
+        "none",
+        "--memory-mb",
+        "1024",
+        "--disk-mb",
+        "1024",
+        "--ready-file",
+        str(ready),
+        "--tls-cert",
+        str(nobody_dir / files.cert.name),
+        "--tls-key",
+        str(nobody_dir / files.key.name),
+        "--tls-ca",
+        str(nobody_dir / files.ca.name),
+        "--presence-ttl",
+        "2",
+    )
     with open(nobody_dir / "rep.log", "wb") as log:
         rep = subprocess.Popen(argv, env=nobody_env(), cwd=nobody_dir, stdout=log, stderr=subprocess.STDOUT,
                                start_new_session=True, preexec_fn=as_nobody())

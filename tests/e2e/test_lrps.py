@@ -68,7 +68,9 @@ def test_killed_instance_is_reported_crashed_and_restarted_at_once(make_cluster)
     answer = ask_instance(victim["address"])
     held = {lrp["instance_guid"]: lrp for lrp in c.rep_state(victim["cell_id"])["lrps"]}
     assert victim["instance_guid"] in held, (
-        f"expected the rep of {victim['cell_id']} to report instance {victim['instance_guid']}, saw {list(held)}")
+        f"expected the rep of {victim['cell_id']} to report instance {victim['instance_guid']}, saw "
+        f"{list(held)}"
+    )
     assert held[victim["instance_guid"]].get("pid") == answer.pid, (
         f"expected the rep's pid for index 1 to be {answer.pid} (the process answering), "
         f"saw {held[victim['instance_guid']].get('pid')}")
@@ -84,7 +86,9 @@ def test_killed_instance_is_reported_crashed_and_restarted_at_once(make_cluster)
                         a["state"] == "CRASHED" or "crash" in ev.type
                         or (a["crash_count"] == 1 and a["crash_reason"] and a["state"] != "RUNNING")):
                     return a
-        raise Unmet(f"events so far: {[(e.type, actual_lrps_in(e.data)[:1]) for e in events.snapshot()][-6:]}")
+        raise Unmet(
+            f"events so far: {[(e.type, actual_lrps_in(e.data)[:1]) for e in events.snapshot()][-6:]}"
+        )
 
     crashed = wait_for(crash_reported, 10.0, "an event reporting index 1's crash")
     assert crashed["crash_count"] == 1 and crashed["crash_reason"], (
@@ -202,7 +206,9 @@ def test_app_too_big_for_every_cell_stays_unclaimed_with_placement_error(make_cl
     c = make_cluster(cells=4, zones=2, cell_memory_mb=4096)
     guid = c.guid("whale")
     r = c.cli("push", guid, "--instances", "2", "--memory", "100000", "--disk", "128", "--", *APP_COMMAND)
-    assert r.code == 0, f"expected `vendue push` to accept a valid (if unplaceable) app, saw {r.code}: {r.output}"
+    assert r.code == 0, (
+        f"expected `vendue push` to accept a valid (if unplaceable) app, saw {r.code}: {r.output}"
+    )
 
     def failed_placement():
         actuals = c.bbs.actuals(guid)
@@ -223,7 +229,9 @@ def test_app_too_big_for_every_cell_stays_unclaimed_with_placement_error(make_cl
     r = c.cli("instances", guid)
     assert r.code == 0, f"expected `vendue instances {guid}` to succeed, saw {r.code}: {r.output}"
     assert "UNCLAIMED" in r.stdout, f"expected the state in `vendue instances`, saw:\n{r.stdout}"
-    assert "insufficient resources: memory" in r.stdout, f"expected the error in the listing, saw:\n{r.stdout}"
+    assert "insufficient resources: memory" in r.stdout, (
+        f"expected the error in the listing, saw:\n{r.stdout}"
+    )
     assert "0/4 cells fit" in r.stdout, f"expected the breakdown in the listing, saw:\n{r.stdout}"
 
     r = c.cli("instances", guid, "--json")
@@ -262,8 +270,13 @@ def test_third_crash_waits_in_crashed_for_its_backoff(make_cluster):
 
     def crashed():
         actuals = c.bbs.actuals(guid)
-        return expect(len(actuals) == 1 and actuals[0]["state"] == "CRASHED" and actuals[0]["crash_count"] == 3
-                      and actuals[0]["crash_reason"], brief(actuals))
+        return expect(
+            len(actuals) == 1
+            and actuals[0]["state"] == "CRASHED"
+            and actuals[0]["crash_count"] == 3
+            and actuals[0]["crash_reason"],
+            brief(actuals),
+        )
 
     wait_for(crashed, 15.0, "the third crash reported as CRASHED with crash_count 3")
     hold_for(crashed, 3.0, "the instance staying CRASHED during its 30 s back-off")

@@ -24,7 +24,9 @@ def test_every_component_serves_metrics_and_the_auctioneer_its_stats(make_cluste
     wait_all_running(c.bbs, guid, 3)
 
     stats = httpx.get(f"{c.lc.auctioneer_url}/v1/stats", timeout=5.0, verify=c.lc.verify).json()
-    assert STATS_KEYS <= set(stats), f"expected /v1/stats to hold {sorted(STATS_KEYS - set(stats))}, saw {stats}"
+    assert STATS_KEYS <= set(stats), (
+        f"expected /v1/stats to hold {sorted(STATS_KEYS - set(stats))}, saw {stats}"
+    )
     assert set(stats["requests_made"]) >= {"bbs", "rep_state", "rep_work"}, stats["requests_made"]
     assert stats["auctions"] >= 1 and stats["lrps_placed"] == 3 and stats["lrps_failed"] == 0, stats
     auctions = stats["auctions"]
@@ -39,7 +41,9 @@ def test_every_component_serves_metrics_and_the_auctioneer_its_stats(make_cluste
         sent = stats["messages"]
         assert (sent["state_request"], sent["state_reply"]) == (auctions, 2 * auctions), (
             f"expected per auction 1 state request and 2 replies (one per cell), saw {sent} in {auctions}")
-        assert 1 <= sent["work_request"] == sent["work_reply"] <= 2 * auctions, f"expected one work request per cell: {stats}"
+        assert 1 <= sent["work_request"] == sent["work_reply"] <= 2 * auctions, (
+            f"expected one work request per cell: {stats}"
+        )
         assert stats["requests_made"]["rep_state"] == 0 and stats["bad_replies"] == 0, stats
 
     problems = []

@@ -44,7 +44,9 @@ def zone_counts(c: E2ECluster, guid: str) -> Counter[str]:
 
 def cli_ok(c: E2ECluster, *args: str, timeout: float = 60.0) -> str:
     result = c.cli(*args, timeout=timeout)
-    assert result.code == 0, f"expected `vendue {' '.join(args)}` to succeed, saw {result.code}: {result.output}"
+    assert result.code == 0, (
+        f"expected `vendue {' '.join(args)}` to succeed, saw {result.code}: {result.output}"
+    )
     return result.stdout
 
 
@@ -91,7 +93,9 @@ def test_a_zone_drained_and_returned_gets_its_share_back_never_below_the_desired
     gone = sorted(cell for cell, z in zone.items() if z == gone_zone)
     for cell in gone:
         cli_ok(c, "cells", "drain", cell, "--wait", "--timeout", "60", timeout=90.0)
-    assert zone_counts(c, guid) == {next(z for z in zone.values() if z != gone_zone): 6}, brief(c.bbs.actuals(guid))
+    assert zone_counts(c, guid) == {next(z for z in zone.values() if z != gone_zone): 6}, brief(
+        c.bbs.actuals(guid)
+    )
     for cell in gone:
         cli_ok(c, "cells", "uncordon", cell)
 
@@ -102,7 +106,8 @@ def test_a_zone_drained_and_returned_gets_its_share_back_never_below_the_desired
     assert [m["outcome"] for m in plan["finished"]] == ["completed"] * 3, plan["finished"]
     assert sorted(zone_counts(c, guid).values()) == [3, 3], brief(c.bbs.actuals(guid))
     assert poller.polls > 10 and poller.fewest is not None and poller.fewest[0] >= 6, (
-        f"expected never fewer than 6 RUNNING instances; the poller saw {poller.fewest} in {poller.polls} polls")
+        f"expected never fewer than 6 RUNNING; the poller saw {poller.fewest} in {poller.polls} polls"
+    )
     wait_all_running(c.bbs, guid, 6)
     assert "balanced: nothing to move" in cli_ok(c, "rebalance", "--dry-run")
 
@@ -116,8 +121,11 @@ def test_dry_run_changes_nothing_and_a_move_whose_new_instance_crashes_is_abando
     try:
         shared.chmod(0o755)
         mark = shared / "crash"
-        command = [app_python(), "-c", f"import os, sys\nif os.path.exists({str(mark)!r}): sys.exit(3)\n"
-                   + APP_SOURCE]
+        command = [
+            app_python(),
+            "-c",
+            f"import os, sys\nif os.path.exists({str(mark)!r}): sys.exit(3)\n" + APP_SOURCE,
+        ]
         cells = sorted(c.reps)
         cli_ok(c, "cells", "cordon", cells[1])
         guid = c.guid("sticky")
@@ -128,8 +136,12 @@ def test_dry_run_changes_nothing_and_a_move_whose_new_instance_crashes_is_abando
 
         dry = cli_ok(c, "rebalance", "--dry-run")
         assert "1 moves (dry run: nothing changed)" in dry and "zone_spread" in dry, dry
-        state = sorted((a["index"], a["presence"], a["instance_guid"], a["cell_id"]) for a in c.bbs.actuals(guid))
-        assert state == sorted((i, "ORDINARY", a["instance_guid"], cells[0]) for i, a in before.items()), state
+        state = sorted(
+            (a["index"], a["presence"], a["instance_guid"], a["cell_id"]) for a in c.bbs.actuals(guid)
+        )
+        assert state == sorted((i, "ORDINARY", a["instance_guid"], cells[0]) for i, a in before.items()), (
+            state
+        )
         assert json.loads(cli_ok(c, "rebalance", "--dry-run", "--json"))["dry_run"] is True
 
         mark.write_text("")
@@ -138,10 +150,17 @@ def test_dry_run_changes_nothing_and_a_move_whose_new_instance_crashes_is_abando
         [finished] = json.loads(moved.stdout)["finished"]
         assert (finished["outcome"], finished["why"]) == ("abandoned", "the new instance crashed"), finished
         # The old instances keep serving, the same ones, and nothing is left of the replacement.
-        wait_for(lambda: expect(sorted((a["index"], a["presence"], a["state"], a["instance_guid"])
-                                       for a in c.bbs.actuals(guid))
-                                == sorted((i, "ORDINARY", "RUNNING", a["instance_guid"]) for i, a in before.items()),
-                                brief(c.bbs.actuals(guid))), 20.0, "the original two instances, and only them")
+        wait_for(
+            lambda: expect(
+                sorted(
+                    (a["index"], a["presence"], a["state"], a["instance_guid"]) for a in c.bbs.actuals(guid)
+                )
+                == sorted((i, "ORDINARY", "RUNNING", a["instance_guid"]) for i, a in before.items()),
+                brief(c.bbs.actuals(guid)),
+            ),
+            20.0,
+            "the original two instances, and only them",
+        )
         for a in before.values():
             answer = ask_instance(a["address"])
             assert answer.instance_guid == a["instance_guid"], (answer, a)
@@ -151,11 +170,16 @@ def test_dry_run_changes_nothing_and_a_move_whose_new_instance_crashes_is_abando
 
 @pytest.mark.timeout(240)
 def test_a_cell_that_joins_takes_load_until_within_the_tolerance(make_cluster) -> None:
-    c = make_cluster(cells=3, zones=1, bbs_args=("--rebalance-interval", "1", "--rebalance-load-tolerance", "0.1"))
+    c = make_cluster(
+        cells=3, zones=1, bbs_args=("--rebalance-interval", "1", "--rebalance-load-tolerance", "0.1")
+    )
     joining = sorted(c.reps)[-1]
     c.lc.kill(joining, signal.SIGTERM)
-    wait_for(lambda: expect(joining not in {x["cell_id"] for x in c.bbs.cells()}, c.bbs.cells()), 20.0,
-             f"{joining} gone from the BBS's present cells")
+    wait_for(
+        lambda: expect(joining not in {x["cell_id"] for x in c.bbs.cells()}, c.bbs.cells()),
+        20.0,
+        f"{joining} gone from the BBS's present cells",
+    )
     guid = c.guid("heavy")
     c.bbs.desire(guid, 6, memory_mb=512)
     wait_all_running(c.bbs, guid, 6, timeout=FIRST_PLACEMENT_S)

@@ -1,4 +1,5 @@
-"""Secrets kept secret (issue #13, docs/security.md "Secrets") in a real HA cluster on NATS: two BBS replicas on
+"""Secrets kept secret (issue #13, docs/security.md "Secrets") in a real HA cluster on NATS: two BBS replicas
+on
 the embedded PostgreSQL, two auctioneers, two reps running real processes, an embedded nats-server, TLS on.
 
 An app and a task are given an env value (a database password of theirs). It reaches where it is needed (the
@@ -45,8 +46,11 @@ SECRET = f"s3cr3t-{uuid.uuid4().hex}"  # the app's env value: nobody but the adm
 ENV = {"DB_PASSWORD": SECRET}
 MASKED = {"DB_PASSWORD": "***"}
 # The task proves it got the value without naming it on its command line.
-TASK_COMMAND = [app_python(), "-c",
-                "import os, sys; sys.exit(0 if os.environ.get('DB_PASSWORD', '').startswith('s3cr3t-') else 3)"]
+TASK_COMMAND = [
+    app_python(),
+    "-c",
+    "import os, sys; sys.exit(0 if os.environ.get('DB_PASSWORD', '').startswith('s3cr3t-') else 3)",
+]
 CONTROL_PLANE = {"bbs", "bbs-2", "auctioneer", "auctioneer-2", "cell-0", "cell-1"}
 
 
@@ -63,10 +67,14 @@ class NatsEvents:
         self._done: asyncio.Event | None = None
 
     def start(self) -> NatsEvents:
-        self._thread = threading.Thread(target=lambda: asyncio.run(self._run()), daemon=True, name="nats-events")
+        self._thread = threading.Thread(
+            target=lambda: asyncio.run(self._run()), daemon=True, name="nats-events"
+        )
         self._thread.start()
         if not self._subscribed.wait(15.0) or self.error is not None:
-            raise AssertionError(f"expected to subscribe to {EVENTS_ALL} on {self.url} within 15s: {self.error!r}")
+            raise AssertionError(
+                f"expected to subscribe to {EVENTS_ALL} on {self.url} within 15s: {self.error!r}"
+            )
         return self
 
     async def _run(self) -> None:
@@ -135,10 +143,18 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
         c.bbs.desire(app, 2, env=ENV)
         wait_all_running(c.bbs, app, 2, timeout=60)
         for index, pids in app_processes(app).items():  # the value reached the app itself
-            assert [proc_environ(pid).get("DB_PASSWORD") for pid in pids] == [SECRET], f"index {index}: {pids}"
+            assert [proc_environ(pid).get("DB_PASSWORD") for pid in pids] == [SECRET], (
+                f"index {index}: {pids}"
+            )
         c.bbs.create_task(task, TASK_COMMAND, env=ENV)
-        done = wait_for(lambda: expect(c.bbs.task(task)["state"] == "COMPLETED", c.bbs.task(task)["state"]) and
-                        c.bbs.task(task), 60, f"task {task} COMPLETED")
+        done = wait_for(
+            lambda: (
+                expect(c.bbs.task(task)["state"] == "COMPLETED", c.bbs.task(task)["state"])
+                and c.bbs.task(task)
+            ),
+            60,
+            f"task {task} COMPLETED",
+        )
         assert not done["failed"], f"expected the task to find DB_PASSWORD in its environment: {done}"
         yield Run(c, app, task, reader, sse_admin, sse_reader, nats_events)
     finally:
@@ -149,14 +165,18 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
         _stop_clusters(started)
 
 
-@pytest.mark.parametrize("path", ["/v1/desired_lrps", "/v1/desired_lrps/{app}", "/v1/tasks", "/v1/tasks/{task}"])
+@pytest.mark.parametrize(
+    "path", ["/v1/desired_lrps", "/v1/desired_lrps/{app}", "/v1/tasks", "/v1/tasks/{task}"]
+)
 def test_a_reader_sees_env_names_with_masked_values_and_the_admin_the_values(run: Run, path: str) -> None:
     url = path.format(app=run.app, task=run.task)
     as_reader = run.reader.get(url)
     assert as_reader.status_code == 200, as_reader.text
     assert SECRET not in as_reader.text, f"a reader's GET {url} holds the env value: {as_reader.text[:500]}"
     body = as_reader.json()
-    ours = [row for row in body.get("items", [body]) if run.app in json.dumps(row) or run.task in json.dumps(row)]
+    ours = [
+        row for row in body.get("items", [body]) if run.app in json.dumps(row) or run.task in json.dumps(row)
+    ]
     assert [row["env"] for row in ours] == [MASKED], ours
     assert run.c.bbs is not None
     as_admin = run.c.bbs.http.get(url)
@@ -176,7 +196,9 @@ def process_tree(roots: list[int]) -> dict[int, str]:
     while todo:
         pid = todo.pop()
         with contextlib.suppress(OSError):
-            found[pid] = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            found[pid] = (
+                Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            )
             todo.extend(children.get(pid, []))
     return found
 
@@ -223,7 +245,9 @@ def test_no_event_on_sse_or_nats_carries_an_env_value(run: Run) -> None:
     for who, log in (("admin", run.sse_admin), ("reader", run.sse_reader)):
         events = log.snapshot()
         assert not [e for e in events if SECRET in json.dumps(e.data)], f"an env value on {who}'s SSE stream"
-        created = [e.data for e in events if e.type == "desired_lrp_created" and e.data["process_guid"] == run.app]
+        created = [
+            e.data for e in events if e.type == "desired_lrp_created" and e.data["process_guid"] == run.app
+        ]
         assert [d["env"] for d in created] == [MASKED], created
         assert any(e.type == "task_created" and e.data["task_guid"] == run.task for e in events), who
     heard = run.nats_events.snapshot()

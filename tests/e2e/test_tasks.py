@@ -29,8 +29,20 @@ def completed(c, task_guid: str) -> dict:
 def test_task_returns_exit_status_and_output(shared_cluster):
     c = shared_cluster
     ok = c.guid("hello-task")
-    r = c.cli("task", "run", "--name", ok, "--memory", "64", "--disk", "64", "--", app_python(), "-c",
-              "import os; print('hello from', os.environ.get('CELL_ID', '?')); print('x' * 5000); print('tail-ok')")
+    r = c.cli(
+        "task",
+        "run",
+        "--name",
+        ok,
+        "--memory",
+        "64",
+        "--disk",
+        "64",
+        "--",
+        app_python(),
+        "-c",
+        "import os; print('hello from', os.environ.get('CELL_ID', '?')); print('x' * 5000); print('tail-ok')",
+    )
     assert r.code == 0, f"expected `vendue task run` to succeed, saw exit {r.code}: {r.output}"
     assert f"task {ok} succeeded" in r.stdout and "exit status 0" in r.stdout and "tail-ok" in r.stdout, (
         f"expected `vendue task run` to wait and print the outcome and output, saw:\n{r.stdout}")
@@ -39,10 +51,16 @@ def test_task_returns_exit_status_and_output(shared_cluster):
     assert task["failed"] is False, f"expected success, saw {task}"
     assert task["exit_status"] == 0, f"expected exit status 0, saw {task['exit_status']}"
     assert task["failure_reason"] == ""
-    assert task["cell_id"] in c.reps, f"expected the task to name the cell that ran it, saw {task['cell_id']!r}"
+    assert task["cell_id"] in c.reps, (
+        f"expected the task to name the cell that ran it, saw {task['cell_id']!r}"
+    )
     # result: the last 4 KiB of the output (the head of a longer output is cut off, the tail kept)
-    assert task["result"].rstrip().endswith("tail-ok"), f"expected the output's tail, saw {task['result'][-200:]!r}"
-    assert len(task["result"].encode()) <= 4096, f"expected at most 4 KiB of result, saw {len(task['result'])}"
+    assert task["result"].rstrip().endswith("tail-ok"), (
+        f"expected the output's tail, saw {task['result'][-200:]!r}"
+    )
+    assert len(task["result"].encode()) <= 4096, (
+        f"expected at most 4 KiB of result, saw {len(task['result'])}"
+    )
     assert "hello from" not in task["result"], "the head of a >4 KiB output should have been cut off"
 
     r = c.cli("tasks", "--json")
@@ -65,7 +83,9 @@ def test_failing_task_fails_with_its_reason(shared_cluster):
     task = wait_for(lambda: completed(c, bad), 30.0, f"task {bad} COMPLETED")
     assert task["failed"] is True, f"expected a failed task, saw {task}"
     assert task["exit_status"] == 3, f"expected exit status 3, saw {task['exit_status']}"
-    assert "3" in task["failure_reason"], f"expected the reason to give the exit status, saw {task['failure_reason']!r}"
+    assert "3" in task["failure_reason"], (
+        f"expected the reason to give the exit status, saw {task['failure_reason']!r}"
+    )
     assert "about to fail" in task["result"], f"expected its output in result, saw {task['result']!r}"
 
 
@@ -84,5 +104,7 @@ def test_task_no_cell_can_hold_fails_after_three_rejections(shared_cluster):
     task = wait_for(failed, 60.0, f"task {huge} to fail for want of room")
     assert task["failure_reason"].startswith("insufficient resources: memory"), (
         f"expected Diego's placement error as the reason, saw {task['failure_reason']!r}")
-    assert task["rejection_count"] == 3, f"expected 3 rejections before failing, saw {task['rejection_count']}"
+    assert task["rejection_count"] == 3, (
+        f"expected 3 rejections before failing, saw {task['rejection_count']}"
+    )
     assert task["cell_id"] == "", f"expected no cell for a task that never ran, saw {task['cell_id']!r}"

@@ -31,7 +31,11 @@ BAD_LRPS = [
     ("invalid name", {**VALID_LRP, "process_guid": "no spaces/allowed!"}, "process_guid"),
     ("name too long", {**VALID_LRP, "process_guid": "a" * 200}, "process_guid"),
     ("unknown field", {**VALID_LRP, "process_guid": "typo", "memroy_mb": 64}, "memroy_mb"),
-    ("unknown nested field", {**VALID_LRP, "process_guid": "typo2", "health_check": {"kind": "port"}}, "kind"),
+    (
+        "unknown nested field",
+        {**VALID_LRP, "process_guid": "typo2", "health_check": {"kind": "port"}},
+        "kind",
+    ),
     ("port out of range", {**VALID_LRP, "process_guid": "port", "ports": [70000]}, "ports"),
     ("wrong type", {**VALID_LRP, "process_guid": "typed", "instances": "three"}, "instances"),
     ("bad env name", {**VALID_LRP, "process_guid": "envy", "env": {"A=B": "1"}}, "env"),
@@ -49,7 +53,9 @@ BAD_TASKS = [
 def fine_app(module_cluster: E2ECluster) -> dict:
     """The valid app the bad updates and the CLI's bad `scale` commands aim at, created once per cluster."""
     r = module_cluster.bbs.http.post("/v1/desired_lrps", json=VALID_LRP)
-    assert r.status_code == 201, f"expected 201 creating {VALID_LRP['process_guid']}, saw {r.status_code}: {r.text}"
+    assert r.status_code == 201, (
+        f"expected 201 creating {VALID_LRP['process_guid']}, saw {r.status_code}: {r.text}"
+    )
     return r.json()
 
 
@@ -79,7 +85,9 @@ def test_bad_input_is_rejected_naming_the_field_and_writes_nothing(shared_cluste
     for what, body, field in BAD_LRPS:
         r = http.post("/v1/desired_lrps", json=body)
         if r.status_code != 422 or not names_field(r, field):
-            problems.append(f"desired LRP with {what}: expected 422 naming {field!r}, saw {r.status_code} {r.text}")
+            problems.append(
+                f"desired LRP with {what}: expected 422 naming {field!r}, saw {r.status_code} {r.text}"
+            )
     for what, body, field in BAD_TASKS:
         r = http.post("/v1/tasks", json=body)
         if r.status_code != 422 or not names_field(r, field):
@@ -91,7 +99,9 @@ def test_bad_input_is_rejected_naming_the_field_and_writes_nothing(shared_cluste
     ]:
         r = http.patch(f"/v1/desired_lrps/{VALID_LRP['process_guid']}", json=body)
         if r.status_code != 422 or not names_field(r, field):
-            problems.append(f"update with {what}: expected 422 naming {field!r}, saw {r.status_code} {r.text}")
+            problems.append(
+                f"update with {what}: expected 422 naming {field!r}, saw {r.status_code} {r.text}"
+            )
     for path in ("/v1/desired_lrps", "/v1/tasks"):
         r = http.post(path, content=b'{"process_guid": "half', headers={"content-type": "application/json"})
         if r.status_code != 422 or not names_field(r, "body"):
@@ -102,7 +112,9 @@ def test_bad_input_is_rejected_naming_the_field_and_writes_nothing(shared_cluste
             problems.append(f"POST {path} with a JSON list: expected 422, saw {r.status_code} {r.text}")
 
     assert not problems, "\n".join(problems)
-    assert snapshot(c) == before, f"expected nothing written by bad requests; before {before}, after {snapshot(c)}"
+    assert snapshot(c) == before, (
+        f"expected nothing written by bad requests; before {before}, after {snapshot(c)}"
+    )
 
 
 CLI_CASES = [
@@ -131,7 +143,11 @@ def test_cli_rejects_bad_input_with_one_line_and_exit_status_2(shared_cluster, f
     for (what, args, field), r in zip(CLI_CASES, results, strict=True):
         lines = [line for line in r.output.splitlines() if line.strip()]
         if r.code != 2 or len(lines) != 1 or field not in lines[0]:
-            problems.append(f"`vendue {' '.join(args[:3])} ...` ({what}): expected exit 2 and one line naming "
-                            f"{field!r}, saw exit {r.code} and {len(lines)} lines: {r.output!r}")
+            problems.append(
+                f"`vendue {' '.join(args[:3])} ...` ({what}): expected exit 2 and one line naming "
+                f"{field!r}, saw exit {r.code} and {len(lines)} lines: {r.output!r}"
+            )
     assert not problems, "\n".join(problems)
-    assert snapshot(c) == before, f"expected nothing written by bad commands; before {before}, after {snapshot(c)}"
+    assert snapshot(c) == before, (
+        f"expected nothing written by bad commands; before {before}, after {snapshot(c)}"
+    )

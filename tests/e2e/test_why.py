@@ -31,7 +31,9 @@ def test_why_shows_the_candidates_scored_and_the_winner_of_an_app_that_fits(shar
     c.bbs.desire(guid, 3, memory_mb=64)
     running = wait_all_running(c.bbs, guid, 3)
 
-    rows = wait_for(lambda: explained(c, guid, 3, placed=True), 30.0, f"an explanation of each instance of {guid}")
+    rows = wait_for(
+        lambda: explained(c, guid, 3, placed=True), 30.0, f"an explanation of each instance of {guid}"
+    )
     cell_ids = set(c.reps)
     for row in rows:
         assert row["cell_id"] == running[row["index"]]["cell_id"], (row, running[row["index"]])
@@ -63,7 +65,9 @@ def test_why_shows_the_per_filter_breakdown_of_an_app_too_big_for_any_cell(share
     guid = c.guid("huge")
     c.bbs.desire(guid, 2, memory_mb=100_000)
 
-    rows = wait_for(lambda: explained(c, guid, 2, placed=False), 30.0, f"{guid}'s instances explained as unplaced")
+    rows = wait_for(
+        lambda: explained(c, guid, 2, placed=False), 30.0, f"{guid}'s instances explained as unplaced"
+    )
     for row in rows:
         assert row["error"] == "insufficient resources: memory", row
         assert row["detail"].startswith("0/4 cells fit: 4 insufficient memory (largest free"), row
@@ -72,5 +76,9 @@ def test_why_shows_the_per_filter_breakdown_of_an_app_too_big_for_any_cell(share
     table = c.cli("why", guid)
     assert table.code == 0, table.output
     assert f"{guid}/0 not placed: insufficient resources: memory" in table.stdout, table.stdout
-    rows_of_table = [line for line in table.stdout.splitlines() if "insufficient memory (largest free" in line]
-    assert len(rows_of_table) == 2 and all(line.split("│")[1].strip() == "4" for line in rows_of_table), table.stdout
+    rows_of_table = [
+        line for line in table.stdout.splitlines() if "insufficient memory (largest free" in line
+    ]
+    assert len(rows_of_table) == 2 and all(line.split("│")[1].strip() == "4" for line in rows_of_table), (
+        table.stdout
+    )

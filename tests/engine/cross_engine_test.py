@@ -54,21 +54,25 @@ def cells(draw) -> list[Cell]:
                 load5=draw(st.floats(0, 8)), cores=draw(st.integers(1, 4)),
             )
         expires_at = draw(st.sampled_from([None, NOW - 1, NOW + 1]))
-        out.append(Cell(
-            cell_id=f"cell-{i}",
-            zone=f"z{draw(st.integers(0, zones - 1))}",
-            total=Resources(memory, disk, containers),
-            available=Resources(free_m, free_d, free_c),
-            stacks=draw(st.sampled_from([("cflinuxfs4",), ("cflinuxfs4",), ("cflinuxfs4", "other"), ("other",)])),
-            placement_tags=frozenset(draw(st.sampled_from([(), (), (), ("iso",)]))),
-            optional_placement_tags=frozenset(draw(st.sampled_from([(), ("ssd",), ("ssd", "gpu")]))),
-            labels=draw(st.sampled_from([{}, {"tier": "web"}, {"tier": "db"}])),
-            starting_containers=draw(st.integers(0, 2)),
-            lrps=prefill,
-            host=host,
-            advertised_at=None if expires_at is None else NOW - 5,
-            expires_at=expires_at,
-        ))
+        out.append(
+            Cell(
+                cell_id=f"cell-{i}",
+                zone=f"z{draw(st.integers(0, zones - 1))}",
+                total=Resources(memory, disk, containers),
+                available=Resources(free_m, free_d, free_c),
+                stacks=draw(
+                    st.sampled_from([("cflinuxfs4",), ("cflinuxfs4",), ("cflinuxfs4", "other"), ("other",)])
+                ),
+                placement_tags=frozenset(draw(st.sampled_from([(), (), (), ("iso",)]))),
+                optional_placement_tags=frozenset(draw(st.sampled_from([(), ("ssd",), ("ssd", "gpu")]))),
+                labels=draw(st.sampled_from([{}, {"tier": "web"}, {"tier": "db"}])),
+                starting_containers=draw(st.integers(0, 2)),
+                lrps=prefill,
+                host=host,
+                advertised_at=None if expires_at is None else NOW - 5,
+                expires_at=expires_at,
+            )
+        )
     return out
 
 
@@ -110,8 +114,14 @@ def test_fast_and_reference_agree_for_every_strategy(cluster, batch, seed, infli
     for strategy in STRATEGY_NAMES:
         results = {}
         for engine in ("fast", "reference"):
-            config = SchedulerConfig(strategy=strategy, engine=engine, seed=seed, max_inflight_starts=inflight,
-                                     bin_pack_first_fit_weight=bin_pack, now=NOW)
+            config = SchedulerConfig(
+                strategy=strategy,
+                engine=engine,
+                seed=seed,
+                max_inflight_starts=inflight,
+                bin_pack_first_fit_weight=bin_pack,
+                now=NOW,
+            )
             results[engine] = schedule(cluster, lrps, tasks, config)
         fast, reference = results["fast"], results["reference"]
         assert fast.lrp_assignments == reference.lrp_assignments, strategy

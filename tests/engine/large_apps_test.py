@@ -39,8 +39,14 @@ def agree(cells, lrps, tasks=(), **config):
 def cell(i: int, zone: str, memory: int, disk: int, containers: int, prefill=(), **extra) -> Cell:
     used_m = sum(p.memory_mb for p in prefill)
     used_d = sum(p.disk_mb for p in prefill)
-    return Cell(f"cell-{i}", zone, Resources(memory, disk, containers),
-                Resources(memory - used_m, disk - used_d, containers - len(prefill)), lrps=list(prefill), **extra)
+    return Cell(
+        f"cell-{i}",
+        zone,
+        Resources(memory, disk, containers),
+        Resources(memory - used_m, disk - used_d, containers - len(prefill)),
+        lrps=list(prefill),
+        **extra,
+    )
 
 
 @st.composite
@@ -84,7 +90,9 @@ def large_app_workloads(draw):
     return cells, lrps, tasks, config
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
+)
 @given(large_app_workloads())
 def test_fast_equals_reference_when_apps_are_much_larger_than_the_cluster(workload):
     cells, lrps, tasks, config = workload
@@ -98,7 +106,9 @@ EXTREMES = pytest.mark.parametrize("direct", [-(10**9), 10**9], ids=["always-giv
 
 
 @EXTREMES
-@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(
+    max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
+)
 @given(workload=large_app_workloads())
 def test_every_search_path_agrees_with_the_reference_on_large_apps(direct, workload):
     cells, lrps, tasks, config = workload
@@ -118,7 +128,9 @@ def test_every_search_path_agrees_with_the_reference_on_small_tight_workloads(di
 def test_five_apps_of_two_hundred_instances_on_twenty_cells_in_three_zones():
     prefill = {i: [RunningInstance("app-0", 500 + i, 64, 64)] * (i % 3) for i in range(20)}
     cells = [cell(i, f"z{i % 3}", 8192, 16384, 250, prefill[i]) for i in range(20)]
-    lrps = [LRPStart(f"app-{a}", i, 32 * (a + 1), 32, total_instances=200) for a in range(5) for i in range(200)]
+    lrps = [
+        LRPStart(f"app-{a}", i, 32 * (a + 1), 32, total_instances=200) for a in range(5) for i in range(200)
+    ]
     result = agree(cells, lrps)
     assert result.failures == [] and len(result.lrp_assignments) == 1000
     # Diego's spread, for the apps not prefilled: zones within one instance of each other, and so are the
@@ -145,12 +157,16 @@ def test_a_large_starting_weight_lets_a_cell_with_more_instances_win():
     # 40 × starting containers outweighs the 1000 of an extra instance after 25 starts: the engine must
     # look past the cells with the fewest instances of the app.
     cells = [cell(i, "z0", 8192, 8192, 250, starting_containers=30 * (i == 0)) for i in range(6)]
-    lrps = [LRPStart("app-0", i, 16, 16) for i in range(120)] + [LRPStart("app-1", i, 16, 16) for i in range(60)]
+    lrps = [LRPStart("app-0", i, 16, 16) for i in range(120)] + [
+        LRPStart("app-1", i, 16, 16) for i in range(60)
+    ]
     agree(cells, lrps, starting_container_weight=40.0)
 
 
 def test_many_tasks_per_cell_agree():
-    cells = [cell(i, f"z{i % 3}", 4096, 4096, 250, tasks=[f"old-{i}-{k}" for k in range(i % 4)]) for i in range(15)]
+    cells = [
+        cell(i, f"z{i % 3}", 4096, 4096, 250, tasks=[f"old-{i}-{k}" for k in range(i % 4)]) for i in range(15)
+    ]
     tasks = [TaskStart(f"task-{t}", (16, 64)[t % 2], 16) for t in range(400)]
     lrps = [LRPStart("app-0", i, 32, 32) for i in range(100)]
     agree(cells, lrps, tasks)

@@ -70,7 +70,9 @@ def test_optional_tags_satisfy_a_request(engine: str) -> None:
 @engines
 def test_missing_volume_drivers(engine: str) -> None:
     cells = [diego_cell(0, volume_drivers=frozenset({"nfs"})), diego_cell(1)]
-    failure = only_failure(run(cells, [LRPStart("db", 0, 1, 1, volume_drivers=("nfs", "smb"))], engine=engine))
+    failure = only_failure(
+        run(cells, [LRPStart("db", 0, 1, 1, volume_drivers=("nfs", "smb"))], engine=engine)
+    )
     assert failure.error == "found no compatible cell with required volume drivers"
 
 
@@ -95,7 +97,9 @@ def test_in_flight_start_limit(engine: str) -> None:
     cells = [diego_cell(0, starting_containers=1), diego_cell(1)]
     result = run(cells, unique_apps(4), engine=engine, max_inflight_starts=3)
     assert len(result.lrp_assignments) == 2  # one container was already starting
-    assert [f.error for f in result.failures] == ["waiting to start instance: reached in-flight start limit"] * 2
+    assert [f.error for f in result.failures] == [
+        "waiting to start instance: reached in-flight start limit"
+    ] * 2
 
 
 @engines

@@ -60,9 +60,13 @@ async def test_requests_over_nats_cost_one_state_request_and_one_work_request_pe
         await reps.add("sim-1", zone="z4", rep="sim")
         nc = await nats.connect(nats_server.url)
         try:
-            reply = await nc.request(AUCTIONEER_LRPS, body(start_request(desired("web", 30, memory_mb=64))), timeout=5)
+            reply = await nc.request(
+                AUCTIONEER_LRPS, body(start_request(desired("web", 30, memory_mb=64))), timeout=5
+            )
             assert json.loads(reply.data) == {"accepted": 1}
-            await wait_until(lambda: reps.lrps_received == 30, lambda: f"30 LRPs at the reps, saw {reps.lrps_received}")
+            await wait_until(
+                lambda: reps.lrps_received == 30, lambda: f"30 LRPs at the reps, saw {reps.lrps_received}"
+            )
             await idle(service, 1)
             reply = await nc.request(AUCTIONEER_TASKS, body(TaskStartRequest(task=task("t1"))), timeout=5)
             assert json.loads(reply.data) == {"accepted": 1}
@@ -73,19 +77,34 @@ async def test_requests_over_nats_cost_one_state_request_and_one_work_request_pe
         stats = (await client.get("/v1/stats")).json()
         assert (stats["lrps_placed"], stats["tasks_placed"], stats["lrps_failed"]) == (30, 1, 0), stats
         assert stats["transport"] == "nats" and stats["bad_replies"] == 0
-        # Per auction: one state request, one reply per rep process, one work request and reply per winning process.
-        assert reps.state_requests == 2 and reps.state_replies == {"cell-0": 2, "cell-1": 2, "cell-2": 2, "sim": 2}
+        # Per auction: one state request, one reply per rep process, one work request and reply per winning
+        # process.
+        assert reps.state_requests == 2 and reps.state_replies == {
+            "cell-0": 2,
+            "cell-1": 2,
+            "cell-2": 2,
+            "sim": 2,
+        }
         works = sum(len(w) for w in reps.work.values())
-        assert stats["messages"] == {"state_request": 2, "state_reply": 8, "work_request": works, "work_reply": works}
+        assert stats["messages"] == {
+            "state_request": 2,
+            "state_reply": 8,
+            "work_request": works,
+            "work_reply": works,
+        }
         assert stats["last_auction_messages"] == 1 + 4 + 2  # the task went to one process
         assert stats["requests_made"]["rep_state"] == 0 and stats["requests_made"]["rep_work"] == 0
-        placed = Counter(c for works in reps.work.values() for w in works for c in w.cells for _ in w.instances(c))
+        placed = Counter(
+            c for works in reps.work.values() for w in works for c in w.cells for _ in w.instances(c)
+        )
         assert sorted(placed.values()) == [6, 6, 6, 6, 6], placed  # Diego spreads the process over the cells
         assert set(reps.work["sim"][0].cells) == {"sim-0", "sim-1"}, "both cells' work in one request"
         assert (await client.get("/ping")).json() == {"ok": True, "ready": True, "insecure": True}
 
 
-async def test_a_garbage_state_reply_skips_its_cell_is_counted_and_does_not_wait_for_the_deadline(nats_server):
+async def test_a_garbage_state_reply_skips_its_cell_is_counted_and_does_not_wait_for_the_deadline(
+    nats_server,
+):
     async with auctioneer(nats_server.url, cell_state_timeout=20) as (reps, bbs, client, service):
         await reps.add("good", zone="z1")
         await reps.add("garbage", zone="z2", state_mode="garbage")
@@ -94,7 +113,9 @@ async def test_a_garbage_state_reply_skips_its_cell_is_counted_and_does_not_wait
         service.batcher.add_lrps([start_request(desired("web", 4, memory_mb=64))])
         await idle(service, 1)
         took = time.monotonic() - started
-        assert took < 10, f"expected the gather to end once every cell answered (timeout 20 s), took {took:.1f} s"
+        assert took < 10, (
+            f"expected the gather to end once every cell answered (timeout 20 s), took {took:.1f} s"
+        )
         stats = (await client.get("/v1/stats")).json()
         assert stats["bad_replies"] == 2, stats
         assert set(reps.work) == {"good"} and reps.lrps_received == 4
@@ -171,10 +192,17 @@ async def test_over_tls_the_auctioneer_takes_start_requests_from_the_bbs_with_it
     files = TLSFiles.in_dir(pki, "auctioneer")
     try:
         async with fake_bbs(ssl_context=server_context(TLSFiles.in_dir(pki, "bbs"))) as bbs:
-            app = create_app(AuctioneerSettings(
-                bbs_url=bbs.url, transport="nats", nats_url=server.url, tls_cert=files.cert, tls_key=files.key,
-                tls_ca=files.ca, _env_file=None,
-            ))
+            app = create_app(
+                AuctioneerSettings(
+                    bbs_url=bbs.url,
+                    transport="nats",
+                    nats_url=server.url,
+                    tls_cert=files.cert,
+                    tls_key=files.key,
+                    tls_ca=files.ca,
+                    _env_file=None,
+                )
+            )
             async with serving(app, server_context(files)):
                 service = app.state.service
                 await service.nats.wait_connected(10)
@@ -183,12 +211,15 @@ async def test_over_tls_the_auctioneer_takes_start_requests_from_the_bbs_with_it
                 as_bbs.start()
                 try:
                     await as_bbs.wait_connected(10)
-                    reply = await as_bbs.client.request(AUCTIONEER_LRPS, body(start_request(desired("web", 1))),
-                                                        timeout=5)
+                    reply = await as_bbs.client.request(
+                        AUCTIONEER_LRPS, body(start_request(desired("web", 1))), timeout=5
+                    )
                     assert json.loads(reply.data) == {"accepted": 1}
                 finally:
                     await as_bbs.close()
-                await wait_until(lambda: bbs.failure_reports, lambda: f"a failure report; saw {bbs.failure_posts}")
+                await wait_until(
+                    lambda: bbs.failure_reports, lambda: f"a failure report; saw {bbs.failure_posts}"
+                )
                 assert bbs.failure_reports[0].fencing_token == 1
     finally:
         server.stop()

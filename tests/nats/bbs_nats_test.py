@@ -62,9 +62,16 @@ async def test_the_bbs_talks_nats(nats_server, tmp_path: Path) -> None:
                 await bbs.outbound.nats.wait_connected(10)
                 assert (await client.get("/ping")).json() == {"ok": True, "ready": True, "insecure": True}
 
-                presence = CellPresence(cell_id="cell-a", zone="z1", rep_url="http://127.0.0.1:1", rep_id="rep-a",
-                                        total=ResourcesModel(memory_mb=1024, disk_mb=1024, containers=10))
-                beat = await client.put("/v1/cells", content=CellPresences(cells=[presence]).model_dump_json())
+                presence = CellPresence(
+                    cell_id="cell-a",
+                    zone="z1",
+                    rep_url="http://127.0.0.1:1",
+                    rep_id="rep-a",
+                    total=ResourcesModel(memory_mb=1024, disk_mb=1024, containers=10),
+                )
+                beat = await client.put(
+                    "/v1/cells", content=CellPresences(cells=[presence]).model_dump_json()
+                )
                 assert beat.status_code == 204, beat.text
                 cells = (await client.get("/v1/cells")).json()["items"]
                 assert [(c["cell_id"], c["rep_id"]) for c in cells] == [("cell-a", "rep-a")]
@@ -73,7 +80,10 @@ async def test_the_bbs_talks_nats(nats_server, tmp_path: Path) -> None:
                 created = await client.post("/v1/desired_lrps", json={"process_guid": "web", "instances": 3})
                 assert created.status_code == 201, created.text
                 await eventually(lambda: auctions, "an auction request on NATS", lambda: auctions)
-                assert auctions[0][0]["indices"] == [0, 1, 2] and auctions[0][0]["desired"]["process_guid"] == "web"
+                assert (
+                    auctions[0][0]["indices"] == [0, 1, 2]
+                    and auctions[0][0]["desired"]["process_guid"] == "web"
+                )
                 await eventually(lambda: any(s == "vendue.events.desired_lrp_created" for s, _ in events),
                                  "desired_lrp_created on NATS", lambda: [s for s, _ in events])
                 kinds = {s for s, _ in events}
@@ -84,7 +94,9 @@ async def test_the_bbs_talks_nats(nats_server, tmp_path: Path) -> None:
                 report = {"claimed": [{"process_guid": "web", "index": 2, "instance_guid": "g2"}],
                           "running": [{"process_guid": "web", "index": 2, "instance_guid": "g2"}]}
                 response = await client.post("/v1/lifecycle", json={"cells": {"cell-a": report}})
-                assert response.status_code == 200 and response.json()["cells"]["cell-a"]["refused"] == [], response.text
+                assert response.status_code == 200 and response.json()["cells"]["cell-a"]["refused"] == [], (
+                    response.text
+                )
                 assert (await client.patch("/v1/desired_lrps/web", json={"instances": 2})).status_code == 200
                 await eventually(lambda: stops, "a stop on vendue.rep.rep-a.stop", lambda: stops)
                 assert [s.model_dump() for s in stops] == [
@@ -114,8 +126,15 @@ async def test_the_bbs_presents_its_certificate_to_a_tls_nats_server(tmp_path: P
         try:
             await viewer.subscribe(EVENTS_ALL, cb=on_event)
             await viewer.flush()
-            settings = BBSSettings(data_dir=tmp_path, transport="nats", nats_url=server.url, tls_cert=files.cert,
-                                   tls_key=files.key, tls_ca=files.ca, _env_file=None)
+            settings = BBSSettings(
+                data_dir=tmp_path,
+                transport="nats",
+                nats_url=server.url,
+                tls_cert=files.cert,
+                tls_key=files.key,
+                tls_ca=files.ca,
+                _env_file=None,
+            )
             async with running_bbs(settings, converge=False) as bbs:
                 await bbs.outbound.nats.wait_connected(10)
                 await bbs.desire_lrp(DesiredLRPCreate(process_guid="web", instances=1))

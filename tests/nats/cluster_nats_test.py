@@ -26,13 +26,20 @@ def test_up_with_nats_starts_an_embedded_server_and_stops_everything_on_ctrl_c(t
     log = (tmp_path / "up.log").open("wb")
     env = {k: v for k, v in os.environ.items() if not k.startswith("VENDUE_")}
     env["PYTHONPATH"] = str(PROJECT_ROOT)
-    up = subprocess.Popen([*ENTRY_POINT, "up", "--cells", "2", "--transport", "nats", "--data-dir", str(data)],
-                          stdout=log, stderr=subprocess.STDOUT, env=env, preexec_fn=child_preexec())
+    up = subprocess.Popen(
+        [*ENTRY_POINT, "up", "--cells", "2", "--transport", "nats", "--data-dir", str(data)],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env=env,
+        preexec_fn=child_preexec(),
+    )
     try:
         deadline = time.monotonic() + 120
         info: dict = {}
         while not info.get("reps") or len(info["reps"]) < 2:
-            assert up.poll() is None, f"vendue up exited {up.returncode}: {(tmp_path / 'up.log').read_text()[-2000:]}"
+            assert up.poll() is None, (
+                f"vendue up exited {up.returncode}: {(tmp_path / 'up.log').read_text()[-2000:]}"
+            )
             assert time.monotonic() < deadline, f"expected cluster.json with 2 cells; saw {info}"
             time.sleep(0.2)
             try:
@@ -42,7 +49,9 @@ def test_up_with_nats_starts_an_embedded_server_and_stops_everything_on_ctrl_c(t
         assert info["transport"] == "nats" and info["nats_url"].startswith("tls://127.0.0.1:"), info
         server_log = (data / "logs" / "nats-server.log").read_text()
         assert "Server is ready" in server_log
-        admin = client_context(TLSFiles(Path(info["tls"]["cert"]), Path(info["tls"]["key"]), Path(info["tls"]["ca"])))
+        admin = client_context(
+            TLSFiles(Path(info["tls"]["cert"]), Path(info["tls"]["key"]), Path(info["tls"]["ca"]))
+        )
         ping = httpx.get(f"{info['auctioneer_url']}/ping", timeout=5, verify=admin).json()
         assert ping == {"ok": True, "ready": True, "insecure": False}, ping
         stats = httpx.get(f"{info['auctioneer_url']}/v1/stats", timeout=5, verify=admin).json()
@@ -55,7 +64,9 @@ def test_up_with_nats_starts_an_embedded_server_and_stops_everything_on_ctrl_c(t
         pids = [nats_pid, *(c["pid"] for c in info["components"].values() if c.get("pid"))]
         deadline = time.monotonic() + 10
         while any(pid_alive(p) for p in pids):
-            assert time.monotonic() < deadline, f"expected every child gone; alive: {[p for p in pids if pid_alive(p)]}"
+            assert time.monotonic() < deadline, (
+                f"expected every child gone; alive: {[p for p in pids if pid_alive(p)]}"
+            )
             time.sleep(0.05)
     finally:
         if up.poll() is None:

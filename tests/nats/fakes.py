@@ -71,7 +71,10 @@ class NatsFakeReps:
         return cell
 
     def presences(self) -> list[CellPresence]:
-        return [CellPresence.model_validate({**c.state.model_dump(), "rep_id": c.rep_id}) for c in self.cells.values()]
+        return [
+            CellPresence.model_validate({**c.state.model_dump(), "rep_id": c.rep_id})
+            for c in self.cells.values()
+        ]
 
     @property
     def lrps_received(self) -> int:
@@ -102,7 +105,9 @@ class NatsFakeReps:
             for cell_id, part in work.cells.items():
                 if self.cells[cell_id].work_mode == "reject":
                     lrps = [LRPWork(desired=d, index=i) for d, i in work.instances(cell_id)]
-                    results[cell_id] = WorkResult(rejected_lrps=lrps, rejected_tasks=part.tasks, reason="full")
+                    results[cell_id] = WorkResult(
+                        rejected_lrps=lrps, rejected_tasks=part.tasks, reason="full"
+                    )
                 else:
                     results[cell_id] = WorkResult()
             await msg.respond(HostWorkResult(cells=results).model_dump_json().encode())

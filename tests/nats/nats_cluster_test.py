@@ -93,7 +93,9 @@ async def test_a_message_published_on_one_server_reaches_a_subscriber_on_another
 ) -> None:
     route_files = cluster["nats"].cluster.tls if cluster["nats"].cluster else None
     assert route_files is not None and identity_of_file(route_files.cert) is None, "the route cert is nobody"
-    assert {i.name for i in certificate_identities(pki)} == {"bbs", "rep-0"}, "servers and routes are no users"
+    assert {i.name for i in certificate_identities(pki)} == {"bbs", "rep-0"}, (
+        "servers and routes are no users"
+    )
     received: list[bytes] = []
     async with connected(cluster["nats-3"].url, pki, "rep-0") as rep, \
             connected(cluster["nats"].url, pki, "bbs") as bbs:
@@ -112,10 +114,15 @@ async def test_another_certificate_of_the_ca_cannot_join_as_a_route(
     clientAuth, a valid client everywhere else) is refused: a route is no user with permissions."""
     first = cluster["nats"]
     assert first.cluster is not None
-    rogue = NatsServer(tls=TLSFiles.in_dir(pki, "nats"), users=certificate_identities(pki),
-                       log_path=tmp_path / "rogue.log", config_dir=tmp_path / "rogue",
-                       cluster=ClusterRoutes((f"127.0.0.1:{first.cluster.port}",), TLSFiles.in_dir(pki, "rep-0"),
-                                             free_port()))
+    rogue = NatsServer(
+        tls=TLSFiles.in_dir(pki, "nats"),
+        users=certificate_identities(pki),
+        log_path=tmp_path / "rogue.log",
+        config_dir=tmp_path / "rogue",
+        cluster=ClusterRoutes(
+            (f"127.0.0.1:{first.cluster.port}",), TLSFiles.in_dir(pki, "rep-0"), free_port()
+        ),
+    )
     rogue.start()
     try:
         assert first.log_path is not None

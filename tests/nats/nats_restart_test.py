@@ -43,7 +43,9 @@ def wait_for(condition: Callable[[], Any], timeout: float, expected: str, seen: 
 
 
 def running_indices(http: httpx.Client, cluster: LocalCluster, guid: str) -> list[int]:
-    response = http.get(f"{cluster.bbs_url}/v1/actual_lrps", params={"process_guid": guid, "presence": "ORDINARY"})
+    response = http.get(
+        f"{cluster.bbs_url}/v1/actual_lrps", params={"process_guid": guid, "presence": "ORDINARY"}
+    )
     response.raise_for_status()
     return sorted(a["index"] for a in response.json()["items"] if a["state"] == "RUNNING")
 
@@ -72,13 +74,23 @@ def test_a_nats_restart_mid_push_loses_nothing_and_places_each_index_once(tmp_pa
         with cluster.http_client(timeout=10) as http:
             bbs = cluster.bbs_url
             body = {"memory_mb": 64, "disk_mb": 64, "instances": HALF}
-            assert http.post(f"{bbs}/v1/desired_lrps", json={"process_guid": "first", **body}).status_code == 201
-            wait_for(lambda: running_indices(http, cluster, "first"), 60, "instances of `first` running", lambda: "none")
+            assert (
+                http.post(f"{bbs}/v1/desired_lrps", json={"process_guid": "first", **body}).status_code == 201
+            )
+            wait_for(
+                lambda: running_indices(http, cluster, "first"),
+                60,
+                "instances of `first` running",
+                lambda: "none",
+            )
 
             server.kill()
             wait_for(lambda: http.get(f"{cluster.auctioneer_url}/ping", timeout=5).status_code == 503, 30,
                      "the auctioneer to notice NATS is gone (/ping 503)", lambda: "still 200")
-            assert http.post(f"{bbs}/v1/desired_lrps", json={"process_guid": "second", **body}).status_code == 201
+            assert (
+                http.post(f"{bbs}/v1/desired_lrps", json={"process_guid": "second", **body}).status_code
+                == 201
+            )
 
             server.start()
             for guid in ("first", "second"):
@@ -90,8 +102,12 @@ def test_a_nats_restart_mid_push_loses_nothing_and_places_each_index_once(tmp_pa
                 held = held_on_cells(http, cluster)
                 return len(held) == 2 * HALF and set(held.values()) == {1}
 
-            wait_for(each_index_once_on_cells, 60, "500 instances on the cells, each (guid, index) on one cell",
-                     lambda: Counter(held_on_cells(http, cluster).values()))
+            wait_for(
+                each_index_once_on_cells,
+                60,
+                "500 instances on the cells, each (guid, index) on one cell",
+                lambda: Counter(held_on_cells(http, cluster).values()),
+            )
             assert cluster.returncodes() == {}, f"no component should have exited: {cluster.returncodes()}"
             stats = http.get(f"{cluster.auctioneer_url}/v1/stats").json()
             assert stats["nats"]["reconnects"] >= 1, stats["nats"]

@@ -33,7 +33,9 @@ async def ping_ready(url: str, timeout_s: float = 30.0) -> None:
             response = await client.get(f"{url}/ping")
             if response.status_code == 200:
                 return
-            assert loop.time() < deadline, f"expected {url}/ping 200 within {timeout_s} s; saw {response.status_code} {response.text}"
+            assert loop.time() < deadline, (
+                f"expected {url}/ping 200 within {timeout_s} s; saw {response.status_code} {response.text}"
+            )
             await asyncio.sleep(0.05)
 
 
@@ -83,7 +85,8 @@ async def test_a_sim_rep_serves_its_cells_over_nats(nats_server, fake_bbs: FakeB
         assert [lrp.index for lrp in refused.rejected_lrps] == [5]
         assert refused.reason == "unknown fencing token 9 (the lease's is 1)"
 
-        # The NATS bid is the summary form (per-process counts); the instances are in the full state over HTTP.
+        # The NATS bid is the summary form (per-process counts); the instances are in the full state over
+        # HTTP.
         await nc.publish(CELLS_STATE, b"", reply=inbox)
         await eventually(lambda: len(replies) == 2, "another state reply", lambda: len(replies))
         counts = {s.cell_id: s.lrp_counts for s in HostCellStates.model_validate_json(replies[1].data).cells}
@@ -94,8 +97,12 @@ async def test_a_sim_rep_serves_its_cells_over_nats(nats_server, fake_bbs: FakeB
         assert sorted(lrp.index for lrp in held) == [0, 1]
 
         # Stop one of them (a batch; an unknown instance is not found); cancel; garbage is refused.
-        stops = {"instances": [{"cell_id": "cell-1", "process_guid": "app", "instance_guid": held[0].instance_guid},
-                               {"cell_id": "cell-1", "process_guid": "app", "instance_guid": "x"}]}
+        stops = {
+            "instances": [
+                {"cell_id": "cell-1", "process_guid": "app", "instance_guid": held[0].instance_guid},
+                {"cell_id": "cell-1", "process_guid": "app", "instance_guid": "x"},
+            ]
+        }
         reply = await nc.request(rep_subject("sim.a", "stop"), json.dumps(stops).encode(), timeout=10)
         assert Found.model_validate_json(reply.data).found == [held[0].instance_guid]
         cancels = {"tasks": [{"cell_id": "cell-0", "task_guid": "nope"}]}
@@ -104,8 +111,13 @@ async def test_a_sim_rep_serves_its_cells_over_nats(nats_server, fake_bbs: FakeB
         reply = await nc.request(rep_subject("sim.a", "work"), b"garbage", timeout=10)
         assert "invalid body" in json.loads(reply.data)["error"]
         await eventually(
-            lambda: any(r.instance_guid == held[0].instance_guid for _, body in fake_bbs.lifecycles for r in body.removed),
-            "the stopped instance reported removed over HTTP", lambda: fake_bbs.lifecycles[-3:],
+            lambda: any(
+                r.instance_guid == held[0].instance_guid
+                for _, body in fake_bbs.lifecycles
+                for r in body.removed
+            ),
+            "the stopped instance reported removed over HTTP",
+            lambda: fake_bbs.lifecycles[-3:],
         )
     finally:
         await nc.close()

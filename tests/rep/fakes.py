@@ -139,7 +139,10 @@ def desired(guid: str, command: list[str] | None = None, memory_mb: int = 256) -
 
 
 def work_body(
-    cell_id: str, *lrps: tuple[DesiredLRP, int], tasks: list[dict[str, Any]] | None = None, fencing_token: int = 1
+    cell_id: str,
+    *lrps: tuple[DesiredLRP, int],
+    tasks: list[dict[str, Any]] | None = None,
+    fencing_token: int = 1,
 ) -> dict[str, Any]:
     """A HostWork body giving one cell these instances and tasks, under `fencing_token` (the fake BBS's
     lease carries 1)."""

@@ -28,7 +28,9 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 
 async def cell_state(client: httpx.AsyncClient, rep_url: str, cell_id: str) -> CellState:
     """One cell's full state, from its rep's GET /state."""
-    states = HostCellStates.model_validate_json((await client.get(f"{rep_url}/state?lrps=full&cells={cell_id}")).content)
+    states = HostCellStates.model_validate_json(
+        (await client.get(f"{rep_url}/state?lrps=full&cells={cell_id}")).content
+    )
     assert [s.cell_id for s in states.cells] == [cell_id], states
     return states.cells[0]
 
@@ -61,20 +63,26 @@ async def test_sim_rep_hosts_three_cells_heartbeats_and_reports_in_batches(
         assert [c["cell_id"] for c in listed] == cell_ids
         assert (await client.get(f"{rep.url}/ping")).json() == {"ok": True, "insecure": True}
         states = HostCellStates.model_validate_json((await client.get(f"{rep.url}/state")).content).cells
-        assert [(s.cell_id, s.rep_url, s.evacuating) for s in states] == [(c, rep.url, False) for c in cell_ids]
+        assert [(s.cell_id, s.rep_url, s.evacuating) for s in states] == [
+            (c, rep.url, False) for c in cell_ids
+        ]
         assert all(s.available == s.total and s.total.memory_mb == 1024 for s in states)
         assert (await client.get(f"{rep.url}/cells/cell-1/state")).status_code == 404, "no per-cell routes"
 
         # Work for one cell: one more than fits is rejected at once.
         app = desired("app", memory_mb=300)
-        task = {"task_guid": "t1", "command": ["x"], "memory_mb": 10, "disk_mb": 10, "created_at": NOW.isoformat(),
-                "updated_at": NOW.isoformat()}  # fmt: skip
-        answer = await post_work(client, rep.url, work_body("cell-1", *[(app, i) for i in range(4)], tasks=[task]))
+        task = {"task_guid": "t1", "command": ["x"], "memory_mb": 10, "disk_mb": 10,
+                "created_at": NOW.isoformat(), "updated_at": NOW.isoformat()}
+        answer = await post_work(
+            client, rep.url, work_body("cell-1", *[(app, i) for i in range(4)], tasks=[task])
+        )
         assert answer.status_code == 200
         result = answer.json()["cells"]["cell-1"]
         assert [w["index"] for w in result["rejected_lrps"]] == [3]
         assert result["rejected_tasks"] == []
-        duplicate = await client.post(f"{rep.url}/work", json=work_body("cell-1", (desired("app", memory_mb=1), 0)))
+        duplicate = await client.post(
+            f"{rep.url}/work", json=work_body("cell-1", (desired("app", memory_mb=1), 0))
+        )
         assert [w["index"] for w in duplicate.json()["cells"]["cell-1"]["rejected_lrps"]] == [0]
 
         await eventually(
@@ -117,9 +125,15 @@ async def test_sim_rep_hosts_three_cells_heartbeats_and_reports_in_batches(
         assert bad.status_code == 422
         bad_index = await client.post(f"{rep.url}/work", json={"cells": {"cell-1": {
             "lrp_groups": [{"desired": 0, "indices": ["x"]}]}}, "desired": []})
-        assert bad_index.status_code == 422 and ["body", "cells", "cell-1", "lrp_groups", 0, "indices", 0] in [
-            e["loc"] for e in bad_index.json()["detail"]
-        ], bad_index.text
+        assert bad_index.status_code == 422 and [
+            "body",
+            "cells",
+            "cell-1",
+            "lrp_groups",
+            0,
+            "indices",
+            0,
+        ] in [e["loc"] for e in bad_index.json()["detail"]], bad_index.text
 
         # Stop one instance: it is reported removed.
         victim = next(i for i in state.lrps if i.index == 1)

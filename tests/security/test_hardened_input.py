@@ -62,12 +62,15 @@ async def refused(http: httpx.AsyncClient, method: str, path: str, field: str | 
     """Send a request that must be refused with `status` naming `field`, and check it wrote nothing."""
     before = await everything(http)
     response = await http.request(method, path, **request)
-    assert response.status_code == status, f"expected {status} naming {field!r}, saw {response.status_code}: " \
-                                            f"{response.text[:300]}"
+    assert response.status_code == status, (
+        f"expected {status} naming {field!r}, saw {response.status_code}: {response.text[:300]}"
+    )
     if status == 422:
         assert names(response, field), f"expected the 422 to name {field!r}: {response.text[:300]}"
     elif status != 400:
-        assert str(field) in response.json()["detail"], f"expected the {status} to name {field!r}: {response.text}"
+        assert str(field) in response.json()["detail"], (
+            f"expected the {status} to name {field!r}: {response.text}"
+        )
     assert await everything(http) == before, "a refused request wrote something"
     return response
 
@@ -109,8 +112,9 @@ BAD_TASKS = [
 
 
 @pytest.mark.parametrize(("what", "fields", "field"), BAD_TASKS, ids=[case[0] for case in BAD_TASKS])
-async def test_a_hostile_task_is_422_naming_the_field(http: httpx.AsyncClient, what: str, fields: dict[str, Any],
-                                                      field: str) -> None:
+async def test_a_hostile_task_is_422_naming_the_field(
+    http: httpx.AsyncClient, what: str, fields: dict[str, Any], field: str
+) -> None:
     await refused(http, "POST", "/v1/tasks", field, json={**TASK, **fields})
 
 
@@ -136,13 +140,21 @@ BAD_CALLBACKS = [
 @pytest.mark.parametrize("url", BAD_CALLBACKS)
 async def test_a_callback_url_other_than_http_or_to_link_local_or_metadata_is_422(http: httpx.AsyncClient,
                                                                                   url: str) -> None:
-    await refused(http, "POST", "/v1/tasks", "completion_callback_url", json={**TASK, "completion_callback_url": url})
+    await refused(
+        http, "POST", "/v1/tasks", "completion_callback_url", json={**TASK, "completion_callback_url": url}
+    )
 
 
-async def test_an_allowlisted_link_local_callback_and_an_ordinary_one_are_taken(http: httpx.AsyncClient) -> None:
+async def test_an_allowlisted_link_local_callback_and_an_ordinary_one_are_taken(
+    http: httpx.AsyncClient,
+) -> None:
     for guid, url in (("t-allowed", f"http://{ALLOWED_LINK_LOCAL}:8080/done"), ("t-plain", "https://ci.example/hook")):
-        response = await http.post("/v1/tasks", json={**TASK, "task_guid": guid, "completion_callback_url": url})
-        assert response.status_code == 201, f"expected {url} to be taken, saw {response.status_code}: {response.text}"
+        response = await http.post(
+            "/v1/tasks", json={**TASK, "task_guid": guid, "completion_callback_url": url}
+        )
+        assert response.status_code == 201, (
+            f"expected {url} to be taken, saw {response.status_code}: {response.text}"
+        )
 
 
 # --- integers past what the store holds ------------------------------------------------------------------
@@ -156,7 +168,9 @@ async def test_a_lifecycle_index_the_store_cannot_hold_is_422(http: httpx.AsyncC
 
 
 @pytest.mark.parametrize("index", [BIG, INT32_PAST])
-async def test_a_placement_failure_index_the_store_cannot_hold_is_422(http: httpx.AsyncClient, index: int) -> None:
+async def test_a_placement_failure_index_the_store_cannot_hold_is_422(
+    http: httpx.AsyncClient, index: int
+) -> None:
     assert (await http.post("/v1/desired_lrps", json=LRP)).status_code == 201
     failure = {"process_guid": "web", "index": index, "error": "insufficient resources"}
     await refused(http, "POST", "/v1/placement_failures", "index", json={"lrps": [failure]})
@@ -170,7 +184,9 @@ async def test_a_lease_token_the_store_cannot_hold_is_422(http: httpx.AsyncClien
 
 
 @pytest.mark.parametrize("exit_status", [BIG, -BIG - 1, INT32_PAST])
-async def test_a_task_exit_status_the_store_cannot_hold_is_422(http: httpx.AsyncClient, exit_status: int) -> None:
+async def test_a_task_exit_status_the_store_cannot_hold_is_422(
+    http: httpx.AsyncClient, exit_status: int
+) -> None:
     assert (await http.post("/v1/tasks", json=TASK)).status_code == 201
     started = await http.post("/v1/lifecycle", json={"cells": {"cell-1": {"tasks_started": ["t1"]}}})
     assert started.status_code == 200, started.text
@@ -182,7 +198,9 @@ async def test_a_task_exit_status_the_store_cannot_hold_is_422(http: httpx.Async
 async def test_a_modification_tag_index_past_the_store_is_422(http: httpx.AsyncClient) -> None:
     created = await http.post("/v1/desired_lrps", json=LRP)
     tag = {**created.json()["modification_tag"], "index": BIG}
-    await refused(http, "PATCH", "/v1/desired_lrps/web", "index", json={"instances": 2, "modification_tag": tag})
+    await refused(
+        http, "PATCH", "/v1/desired_lrps/web", "index", json={"instances": 2, "modification_tag": tag}
+    )
 
 
 # --- cell presences ----------------------------------------------------------------------------------------
@@ -213,32 +231,55 @@ async def test_desired_lrps_past_the_quota_are_429_naming_the_limit(http: httpx.
     statuses = sorted(r.status_code for r in await asyncio.gather(*(http.post("/v1/desired_lrps", json=b)
                                                                     for b in bodies)))
     assert statuses == [201] * MAX_LRPS + [429] * 2, statuses
-    await refused(http, "POST", "/v1/desired_lrps", "max_lrps", status=429, json={**LRP, "process_guid": "one-more"})
+    await refused(
+        http, "POST", "/v1/desired_lrps", "max_lrps", status=429, json={**LRP, "process_guid": "one-more"}
+    )
     assert (await http.delete("/v1/desired_lrps/app0")).status_code == 204  # room again
     assert (await http.post("/v1/desired_lrps", json={**LRP, "process_guid": "one-more"})).status_code == 201
 
 
-async def test_instances_past_the_quota_are_429_naming_the_limit_and_scale_ups_count(http: httpx.AsyncClient) -> None:
-    assert (await http.post("/v1/desired_lrps", json={**LRP, "instances": MAX_INSTANCES - 2})).status_code == 201
+async def test_instances_past_the_quota_are_429_naming_the_limit_and_scale_ups_count(
+    http: httpx.AsyncClient,
+) -> None:
+    assert (
+        await http.post("/v1/desired_lrps", json={**LRP, "instances": MAX_INSTANCES - 2})
+    ).status_code == 201
     await refused(http, "POST", "/v1/desired_lrps", "max_instances", status=429,
                   json={**LRP, "process_guid": "more", "instances": 3})
     await refused(http, "PATCH", "/v1/desired_lrps/web", "max_instances", status=429,
                   json={"instances": MAX_INSTANCES + 1})
     assert (await http.patch("/v1/desired_lrps/web", json={"instances": MAX_INSTANCES})).status_code == 200
-    assert (await http.patch("/v1/desired_lrps/web", json={"instances": 1})).status_code == 200  # down: always
+    assert (
+        await http.patch("/v1/desired_lrps/web", json={"instances": 1})
+    ).status_code == 200  # down: always
 
 
-# --- bodies that are not JSON, nor even UTF-8 (schemathesis found these a 500) -------------------------------
+# --- bodies that are not JSON, nor even UTF-8 (schemathesis found these a 500) ---------------------------
 
 
 # The reps' batches are validated straight from the bytes (422, as any bad body); FastAPI's own parse of the
 # other bodies answers 400 "There was an error parsing the body".
-@pytest.mark.parametrize(("method", "path", "status"), [("POST", "/v1/lifecycle", 422), ("PUT", "/v1/cells", 422),
-                                                        ("POST", "/v1/desired_lrps", 400), ("POST", "/v1/tasks", 400)])
-async def test_a_body_that_is_not_utf8_is_4xx_and_writes_nothing(http: httpx.AsyncClient, method: str, path: str,
-                                                                  status: int) -> None:
-    response = await refused(http, method, path, "body", status=status, content=b"\x1c`\xc5\xb9\xca\xa9\xb9w\x95\x0e",
-                             headers={"content-type": "application/json"})
+@pytest.mark.parametrize(
+    ("method", "path", "status"),
+    [
+        ("POST", "/v1/lifecycle", 422),
+        ("PUT", "/v1/cells", 422),
+        ("POST", "/v1/desired_lrps", 400),
+        ("POST", "/v1/tasks", 400),
+    ],
+)
+async def test_a_body_that_is_not_utf8_is_4xx_and_writes_nothing(
+    http: httpx.AsyncClient, method: str, path: str, status: int
+) -> None:
+    response = await refused(
+        http,
+        method,
+        path,
+        "body",
+        status=status,
+        content=b"\x1c`\xc5\xb9\xca\xa9\xb9w\x95\x0e",
+        headers={"content-type": "application/json"},
+    )
     assert status == 400 or "input" not in response.json()["detail"][0], "the raw body is not echoed back"
 
 
@@ -248,8 +289,12 @@ async def test_a_rep_answers_a_body_that_is_not_utf8_with_422(tmp_path: Path) ->
     host, executor = make_host(["c0"])
     async with app_of(host, tmp_path) as rep:
         for path in ("/work", "/stop", "/cancel", "/evacuate"):
-            response = await rep.post(path, content=b"\xff\xfe{", headers={"content-type": "application/json"})
-            assert response.status_code == 422 and response.json()["detail"][0]["loc"] == ["body"], response.text
+            response = await rep.post(
+                path, content=b"\xff\xfe{", headers={"content-type": "application/json"}
+            )
+            assert response.status_code == 422 and response.json()["detail"][0]["loc"] == ["body"], (
+                response.text
+            )
             assert "input" not in response.json()["detail"][0], "the raw body is not echoed back"
     assert (executor.started, executor.stopped, executor.tasks, executor.cancelled) == ([], [], [], [])
     assert not host.cells["c0"].evacuating
@@ -267,7 +312,9 @@ async def test_a_callback_whose_name_resolves_to_the_metadata_address_is_not_pos
 
     monkeypatch.setattr("common.urls.resolve", resolve)
     recorder = Recorder()
-    settings = BBSSettings(data_dir=tmp_path, database_url=database_url, auctioneer_url=AUCTIONEER, send_attempts=1)
+    settings = BBSSettings(
+        data_dir=tmp_path, database_url=database_url, auctioneer_url=AUCTIONEER, send_attempts=1
+    )
     outbound = httpx.AsyncClient(transport=httpx.MockTransport(recorder.handle), timeout=5)
     async with running_bbs(settings, converge=False, client=outbound) as bbs:
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=create_app(bbs, insecure=True)),
@@ -286,7 +333,7 @@ async def test_a_callback_whose_name_resolves_to_the_metadata_address_is_not_pos
             assert (await http.get("/v1/tasks/rebind")).json()["state"] == "COMPLETED"  # kept, undelivered
 
 
-# --- NUL anywhere: no PostgreSQL text column holds one (each of these was a 500 there) -------------------------
+# --- NUL anywhere: no PostgreSQL text column holds one (each of these was a 500 there) -------------------
 
 NUL_EVERYWHERE = [
     ("GET", "/v1/desired_lrps/a%00b", "process_guid", {}),
@@ -309,26 +356,76 @@ NUL_EVERYWHERE = [
     ("POST", "/v1/tasks", "placement_tags", {"json": {**TASK, "placement_tags": ["t\0"]}}),
     ("PUT", "/v1/cells", "zone", {"json": {"cells": [{**CELL, "zone": "z\0"}]}}),
     ("PUT", "/v1/cells", "labels", {"json": {"cells": [{**CELL, "labels": {"k": "v\0"}}]}}),
-    ("POST", "/v1/lifecycle", "instance_guid",
-     {"json": {"cells": {"c": {"claimed": [{"process_guid": "web", "index": 0, "instance_guid": "i\0"}]}}}}),
-    ("POST", "/v1/lifecycle", "host",
-     {"json": {"cells": {"c": {"running": [{"process_guid": "web", "index": 0, "instance_guid": "i", "host": "h\0"}]}}}}),
+    (
+        "POST",
+        "/v1/lifecycle",
+        "instance_guid",
+        {
+            "json": {
+                "cells": {"c": {"claimed": [{"process_guid": "web", "index": 0, "instance_guid": "i\0"}]}}
+            }
+        },
+    ),
+    (
+        "POST",
+        "/v1/lifecycle",
+        "host",
+        {
+            "json": {
+                "cells": {
+                    "c": {
+                        "running": [{"process_guid": "web", "index": 0, "instance_guid": "i", "host": "h\0"}]
+                    }
+                }
+            }
+        },
+    ),
     ("POST", "/v1/lifecycle", "tasks_started", {"json": {"cells": {"c": {"tasks_started": ["t\0"]}}}}),
-    ("POST", "/v1/placement_failures", "process_guid",
-     {"json": {"lrps": [{"process_guid": "w\0", "index": 0, "error": "e"}]}}),
-    ("POST", "/v1/auctions", "process_guid",
-     {"json": {"duration_s": 0, "fetch_states_s": 0, "explanations": [{"process_guid": "w\0", "index": 0,
-                                                                       "placed": True}]}}),
-    ("POST", "/v1/auctions", "zone",
-     {"json": {"duration_s": 0, "fetch_states_s": 0, "explanations": [{"process_guid": "w", "index": 0,
-               "placed": True, "candidates": [{"cell_id": "c", "zone": "z\0", "zone_index": 0}]}]}}),
+    (
+        "POST",
+        "/v1/placement_failures",
+        "process_guid",
+        {"json": {"lrps": [{"process_guid": "w\0", "index": 0, "error": "e"}]}},
+    ),
+    (
+        "POST",
+        "/v1/auctions",
+        "process_guid",
+        {
+            "json": {
+                "duration_s": 0,
+                "fetch_states_s": 0,
+                "explanations": [{"process_guid": "w\0", "index": 0, "placed": True}],
+            }
+        },
+    ),
+    (
+        "POST",
+        "/v1/auctions",
+        "zone",
+        {
+            "json": {
+                "duration_s": 0,
+                "fetch_states_s": 0,
+                "explanations": [
+                    {
+                        "process_guid": "w",
+                        "index": 0,
+                        "placed": True,
+                        "candidates": [{"cell_id": "c", "zone": "z\0", "zone_index": 0}],
+                    }
+                ],
+            }
+        },
+    ),
 ]
 
 
 @pytest.mark.parametrize(("method", "path", "field", "request_"), NUL_EVERYWHERE,
                          ids=[f"{m} {p} {f}" for m, p, f, _ in NUL_EVERYWHERE])
-async def test_a_nul_in_any_field_that_reaches_the_store_is_422(http: httpx.AsyncClient, method: str, path: str,
-                                                               field: str, request_: dict[str, Any]) -> None:
+async def test_a_nul_in_any_field_that_reaches_the_store_is_422(
+    http: httpx.AsyncClient, method: str, path: str, field: str, request_: dict[str, Any]
+) -> None:
     await refused(http, method, path, field, **request_)
 
 

@@ -30,18 +30,27 @@ def bbs(tmp_path: Path) -> Iterator[BBSProcess]:
 
 
 def written(admin: httpx.Client) -> dict[str, list]:
-    return {path: admin.get(path).json()["items"] for path in ("/v1/desired_lrps", "/v1/actual_lrps", "/v1/tasks")}
+    return {
+        path: admin.get(path).json()["items"] for path in ("/v1/desired_lrps", "/v1/actual_lrps", "/v1/tasks")
+    }
 
 
 def test_a_10_mb_body_is_413_naming_the_cap_and_writes_nothing(bbs: BBSProcess) -> None:
     with bbs.client(timeout=30) as admin:
         before = written(admin)
-        huge = {"process_guid": "huge", "instances": 1, "command": ["sleep", "infinity"], "env": {"PAD": "x" * 10**7}}
+        huge = {
+            "process_guid": "huge",
+            "instances": 1,
+            "command": ["sleep", "infinity"],
+            "env": {"PAD": "x" * 10**7},
+        }
         response = admin.post("/v1/desired_lrps", json=huge)
         assert response.status_code == 413, f"expected 413 for a 10 MB body, saw {response.status_code}: " \
                                             f"{response.text[:200]}"
         assert "larger than 1048576 bytes (--max-body-bytes)" in response.json()["detail"]
-        task = admin.post("/v1/tasks", json={"task_guid": "t", "command": ["true"], "env": {"PAD": "x" * 10**7}})
+        task = admin.post(
+            "/v1/tasks", json={"task_guid": "t", "command": ["true"], "env": {"PAD": "x" * 10**7}}
+        )
         assert task.status_code == 413, task.text[:200]
         assert written(admin) == before
         # The connection was kept: the next request on it is served.
@@ -65,7 +74,9 @@ def test_event_subscribers_past_the_bound_are_429_naming_it(bbs: BBSProcess) -> 
         streams = [open_stream(stack, c) for c in clients[:MAX_SUBSCRIBERS]]
         assert [response.status_code for response, _ in streams] == [200] * MAX_SUBSCRIBERS
         refused, _ = open_stream(stack, clients[-1])
-        assert refused.status_code == 429, f"expected 429 past {MAX_SUBSCRIBERS} subscribers, saw {refused.status_code}"
+        assert refused.status_code == 429, (
+            f"expected 429 past {MAX_SUBSCRIBERS} subscribers, saw {refused.status_code}"
+        )
         detail = refused.json()["detail"]
         assert "max_event_subscribers" in detail and f"at most {MAX_SUBSCRIBERS}" in detail, detail
         streams[0][0].close()  # one leaves: its place is free again once the BBS sees it gone
@@ -76,7 +87,9 @@ def test_event_subscribers_past_the_bound_are_429_naming_it(bbs: BBSProcess) -> 
                 if again.status_code == 200:
                     break
                 again.read()
-                assert time.monotonic() < deadline, f"expected a place for a new subscriber, still {again.text}"
+                assert time.monotonic() < deadline, (
+                    f"expected a place for a new subscriber, still {again.text}"
+                )
             time.sleep(0.05)
 
 
@@ -85,4 +98,6 @@ def test_every_server_has_the_limits_outermost() -> None:
     waits on the BBS)."""
     apps = {"bbs": bbs_app(), "auctioneer": auctioneer_app(), "rep": rep_app()}
     for name, app in apps.items():
-        assert app.user_middleware[0].cls is LimitsMiddleware, f"{name}: {[m.cls for m in app.user_middleware]}"
+        assert app.user_middleware[0].cls is LimitsMiddleware, (
+            f"{name}: {[m.cls for m in app.user_middleware]}"
+        )

@@ -36,7 +36,9 @@ from tests.security.apps import auctioneer_app, bbs_app
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
 ROOT = Path(__file__).resolve().parents[2]
-EXAMPLES = int(os.environ.get("VENDUE_SCHEMATHESIS_EXAMPLES", "15"))  # per operation (hypothesis' max_examples)
+EXAMPLES = int(
+    os.environ.get("VENDUE_SCHEMATHESIS_EXAMPLES", "15")
+)  # per operation (hypothesis' max_examples)
 # The role each certificate states; the rep speaks for every cell (one prefix per first character of a guid).
 CALLERS = {"admin": "admin", "reader": "viewer", "bbs": "bbs", "auctioneer": "auctioneer", "rep": "rep-all"}
 PREFERENCE = ("admin", "reader", "rep", "auctioneer", "bbs")  # whom to call a route as, among those allowed
@@ -64,9 +66,16 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def sessions(pki: Path) -> Iterator[dict[str, tuple[requests.Session, dict]]]:
     """A keep-alive session per role, and what each request sends with it: the role's certificate, and
     trust in the cluster CA only (schemathesis passes its own `verify`, so these go with each call)."""
-    made = {role: (requests.Session(), {"cert": (str(TLSFiles.in_dir(pki, name).cert), str(TLSFiles.in_dir(pki, name).key)),
-                                        "verify": str(pki / "ca.pem")})
-            for role, name in CALLERS.items()}
+    made = {
+        role: (
+            requests.Session(),
+            {
+                "cert": (str(TLSFiles.in_dir(pki, name).cert), str(TLSFiles.in_dir(pki, name).key)),
+                "verify": str(pki / "ca.pem"),
+            },
+        )
+        for role, name in CALLERS.items()
+    }
     try:
         yield made
     finally:
@@ -90,9 +99,29 @@ def auctioneer(pki: Path, bbs: BBSProcess) -> Iterator[str]:
     log = (pki.parent / "auctioneer.log").open("wb")
     env = {k: v for k, v in os.environ.items() if not k.startswith("VENDUE_")}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "deploy.cli", "auctioneer", "--port", "0", "--ready-file", str(ready),
-         "--bbs-url", bbs.url, "--tls-cert", str(files.cert), "--tls-key", str(files.key), "--tls-ca", str(files.ca)],
-        cwd=ROOT, env=env, stdout=log, stderr=log, preexec_fn=child_preexec(),
+        [
+            sys.executable,
+            "-m",
+            "deploy.cli",
+            "auctioneer",
+            "--port",
+            "0",
+            "--ready-file",
+            str(ready),
+            "--bbs-url",
+            bbs.url,
+            "--tls-cert",
+            str(files.cert),
+            "--tls-key",
+            str(files.key),
+            "--tls-ca",
+            str(files.ca),
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=log,
+        stderr=log,
+        preexec_fn=child_preexec(),
     )
     try:
         yield str(wait_ready_file(ready, timeout_s=60, proc=proc)["url"])
@@ -113,7 +142,9 @@ def caller(policy: Policy, case: schemathesis.Case) -> str:
 def call_and_check(case: schemathesis.Case, policy: Policy, url: str, sessions: Sessions) -> None:
     session, tls = sessions[caller(policy, case)]
     response = case.call(base_url=url, session=session, timeout=30, **tls)
-    assert response.status_code != 401, f"{case.method} {case.path} was not authenticated: {response.text[:200]}"
+    assert response.status_code != 401, (
+        f"{case.method} {case.path} was not authenticated: {response.text[:200]}"
+    )
     case.validate_response(response, checks=CHECKS)
 
 
@@ -133,7 +164,10 @@ def test_the_auctioneer_api_never_fails_and_answers_as_documented(case: schemath
 
 def test_the_schemas_list_every_route_but_the_stream() -> None:
     """A route missing from a schema would go unfuzzed: the schemas hold every row of the tables."""
-    for schema, policy in ((bbs_app().openapi(), BBS_POLICY), (auctioneer_app().openapi(), AUCTIONEER_POLICY)):
+    for schema, policy in (
+        (bbs_app().openapi(), BBS_POLICY),
+        (auctioneer_app().openapi(), AUCTIONEER_POLICY),
+    ):
         documented = {(method.upper(), path) for path, ops in schema["paths"].items() for method in ops}
         undocumented = {row for row, rule in policy.rows.items() if row not in documented}
         assert undocumented <= {("GET", "/openapi.json"), ("GET", "/docs")}, json.dumps(sorted(undocumented))

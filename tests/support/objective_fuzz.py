@@ -40,14 +40,59 @@ from common.objective.nodes import (
 LANGUAGE = ["ai", "r", "azs", "mod", "count", ".", "+", "-", "*", "/", "(", ")", ",",
             *(name for _, name in ATTRIBUTES)]
 HOSTILE = [
-    "__import__", "__class__", "__globals__", "__builtins__", "__dict__", "__subclasses__", "__init__", "__",
-    "_", "eval", "exec", "compile", "open", "getattr", "lambda", "import", "os", "system", "True", "None", "inf",
-    "nan", "e", "1e10", "1e400", "0x10", "1_000", "'os'", '"x"', "[", "]", "{", "}", ";", "%", "**", "//", "==",
-    "\\", "`", "$", "@", "#", "\x00", "\u00b2", "\uff11", "\u0661",
+    "__import__",
+    "__class__",
+    "__globals__",
+    "__builtins__",
+    "__dict__",
+    "__subclasses__",
+    "__init__",
+    "__",
+    "_",
+    "eval",
+    "exec",
+    "compile",
+    "open",
+    "getattr",
+    "lambda",
+    "import",
+    "os",
+    "system",
+    "True",
+    "None",
+    "inf",
+    "nan",
+    "e",
+    "1e10",
+    "1e400",
+    "0x10",
+    "1_000",
+    "'os'",
+    '"x"',
+    "[",
+    "]",
+    "{",
+    "}",
+    ";",
+    "%",
+    "**",
+    "//",
+    "==",
+    "\\",
+    "`",
+    "$",
+    "@",
+    "#",
+    "\x00",
+    "\u00b2",
+    "\uff11",
+    "\u0661",
 ]
 NUMBERS = st.one_of(
     st.integers(0, 10**12).map(str),
-    st.sampled_from(["0.25", "007", "1.", ".5", "0.0000001", "9" * 308, "9" * 309, "9" * 400, "1" + "0" * 400]),
+    st.sampled_from(
+        ["0.25", "007", "1.", ".5", "0.0000001", "9" * 308, "9" * 309, "9" * 400, "1" + "0" * 400]
+    ),
 )
 TOKENS = st.one_of(
     st.sampled_from(LANGUAGE), st.sampled_from(HOSTILE), NUMBERS,
@@ -58,7 +103,9 @@ TOKEN_STREAMS = st.lists(st.tuples(TOKENS, SEPARATORS), max_size=60).map(
     lambda parts: "".join(token + separator for token, separator in parts))
 # Nesting far past the depth limit, each way the grammar nests (the byte cap stops the deepest first).
 NESTINGS = st.tuples(
-    st.sampled_from([("(", ")"), ("-", ""), ("count(", ", r.RunningAppIDs)"), ("1 + ", ""), ("(1 mod ", ")")]),
+    st.sampled_from(
+        [("(", ")"), ("-", ""), ("count(", ", r.RunningAppIDs)"), ("1 + ", ""), ("(1 mod ", ")")]
+    ),
     st.integers(0, 600),
 ).map(lambda t: t[0][0] * t[1] + "1" + t[0][1] * t[1])
 STREAMS = st.one_of(TOKEN_STREAMS, NESTINGS)
@@ -91,7 +138,9 @@ def _count(needle: Node, haystack: Node) -> Count:
 NUMS = NUMBER_VALUES.map(lambda value: Num(value, 0))
 ZONES = st.just(Zones(0))
 KNOWN_ATTRIBUTES = st.sampled_from([Attr(owner, name, kind, 0) for (owner, name), kind in ATTRIBUTES.items()])
-NUMERIC_ATTRIBUTES = st.sampled_from([Attr(o, n, t, 0) for (o, n), t in ATTRIBUTES.items() if t is ValueType.NUMBER])
+NUMERIC_ATTRIBUTES = st.sampled_from(
+    [Attr(o, n, t, 0) for (o, n), t in ATTRIBUTES.items() if t is ValueType.NUMBER]
+)
 UNKNOWN_ATTRIBUTES = st.builds(
     lambda owner, name: Attr(owner, name, ValueType.NUMBER, 0),
     st.sampled_from([INSTANCE, BID]),
@@ -109,7 +158,9 @@ def _any_composite(children: st.SearchStrategy[Node]) -> st.SearchStrategy[Node]
 
 
 # Anything the nodes can express: ill-typed (a list in arithmetic), non-constant moduli, unknown attributes.
-TREES = st.recursive(st.one_of(NUMS, ZONES, KNOWN_ATTRIBUTES, UNKNOWN_ATTRIBUTES), _any_composite, max_leaves=24)
+TREES = st.recursive(
+    st.one_of(NUMS, ZONES, KNOWN_ATTRIBUTES, UNKNOWN_ATTRIBUTES), _any_composite, max_leaves=24
+)
 
 # Moduli: numbers and azs, combined any way.
 CONSTANTS = st.recursive(

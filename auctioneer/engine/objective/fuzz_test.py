@@ -55,7 +55,9 @@ def test_any_valid_tree_on_any_facts_is_a_float_from_the_tree_walker_alone(tree,
 
 
 def cells() -> list[Cell]:
-    return [Cell(f"cell-{i}", f"z{i % 2}", Resources(4096, 8192, 10), Resources(4096, 8192, 10)) for i in range(3)]
+    return [
+        Cell(f"cell-{i}", f"z{i % 2}", Resources(4096, 8192, 10), Resources(4096, 8192, 10)) for i in range(3)
+    ]
 
 
 @pytest.mark.parametrize("engine", ["fast", "reference"])

@@ -93,8 +93,8 @@ def divide_columns(a: Value, b: Value, size: int) -> Value:
     return divide(a, b)
 
 
-def modulo_columns(a: Value, m: float) -> Value:
-    # The modulus is a constant (the parser insists), so it is always a float here.
+def modulo_columns(a: Value, m: Value) -> Value:
+    assert not isinstance(m, np.ndarray)  # the modulus is a constant (the parser insists): a float
     if isinstance(a, np.ndarray):
         return np.mod(a, m) if m != 0 else 0.0  # np.mod is Python's floor modulo, sign of m
     return modulo(a, m)

@@ -109,7 +109,10 @@ def test_columns_equal_the_scalar_scores_bit_for_bit(text, ai, cells):
 def test_a_cell_independent_objective_still_gives_one_value_per_cell():
     cells = [BidFacts(1.0, 1.0, 1.0, 1.0, 1.0), BidFacts(2.0, 2.0, 2.0, 2.0, 2.0)]
     ai = InstanceFacts(1.0, 5.0, 1.0, 1.0, 1.0, None, "s")
-    assert compile_columns(parse_objective("ai.AppID mod azs"))(ai, BidTable(cells), 4.0).tolist() == [1.0, 1.0]
+    assert compile_columns(parse_objective("ai.AppID mod azs"))(ai, BidTable(cells), 4.0).tolist() == [
+        1.0,
+        1.0,
+    ]
     assert compile_columns(parse_objective(f"{HUGE} * 0"))(ai, BidTable(cells), 4.0).tolist() == [
         -math.inf, -math.inf]  # inf * 0 is NaN, which ranks lowest
 
@@ -118,5 +121,7 @@ def test_a_per_cell_needle_counts_per_cell():
     cells = [BidFacts(0.0, 0.0, 0.0, 0.0, 1.0, running_app_ids=(1.0, 1.0)),
              BidFacts(0.0, 0.0, 0.0, 0.0, 2.0, running_app_ids=(1.0, 2.0))]
     ai = InstanceFacts(0.0, 0.0, 1.0, 1.0, 1.0, None, "s")
-    got = compile_columns(parse_objective("count(r.AvailZoneNumber, r.RunningAppIDs)"))(ai, BidTable(cells), 2.0)
+    got = compile_columns(parse_objective("count(r.AvailZoneNumber, r.RunningAppIDs)"))(
+        ai, BidTable(cells), 2.0
+    )
     assert got.tolist() == [2.0, 1.0]

@@ -13,8 +13,7 @@ import numpy as np
 
 from ..state import CellSlot
 from ..types import LRPStart, TaskStart
-from .base import Picker
-from .fast_index import FeasibleIndex
+from .base import FastPicker, Picker
 
 NAME = "binpack"
 
@@ -37,7 +36,7 @@ class BinpackReference(Picker):
         return candidates[0] if candidates else None
 
 
-class BinpackFast(Picker):
+class BinpackFast(FastPicker):
     """All feasible positions at once; the winner minimises (instances in its zone, position).
 
     Zone groups are exactly the zones of equal instance count in ascending count, so "the emptiest
@@ -46,22 +45,18 @@ class BinpackFast(Picker):
 
     name = NAME
 
-    def __init__(self, state) -> None:
-        super().__init__(state)
-        self.index = FeasibleIndex(state)
-
     def pick_lrp(self, item: LRPStart) -> CellSlot | None:
-        positions = self.index.feasible(item)
+        positions = self.feasible_positions(item)
         if not positions.size:
             return None
         counts = self.state.zone_instances(item.process_guid)
         per_zone = np.array([counts.get(z, 0) for z in self.state.zone_names], dtype=np.int64)
-        in_zone = per_zone[self.index.zone_of[positions]]
+        in_zone = per_zone[self.cells.zone_of[positions]]
         first = int(np.argmax(in_zone == in_zone.min()))  # positions ascend: the first is the lowest
         return self.state.slots[int(positions[first])]
 
     def pick_task(self, item: TaskStart) -> CellSlot | None:
-        positions = self.index.feasible(item)
+        positions = self.feasible_positions(item)
         return self.state.slots[int(positions[0])] if positions.size else None
 
 

@@ -19,26 +19,31 @@ now is past it.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 
 import numpy as np
 
-from ..filters import Work
+from ..filters import Example, StaticFilter, Work
 from ..state import AuctionState, CellSlot
 from ..types import LRPStart, TaskStart
-from .base import Picker
-from .fast_index import FeasibleIndex
+from .base import FastPicker, Picker
 from .random_pick import item_rng
 
 NAME = "dea"
 
 
-class StaleAdvertisementFilter:
+class StaleAdvertisementFilter(StaticFilter):
     name = "stale_advertisement"
-    resource = False
+    example = Example(config={"now": 100.0}, admitted={"expires_at": 200.0}, rejected={"expires_at": 50.0})
 
     def __init__(self, now: float | None) -> None:
         self.now = now
+
+    def cell_key(self, slot: CellSlot) -> Hashable:
+        return slot.cell.expires_at
+
+    def request_key(self, item: Work) -> Hashable:
+        return None  # the same for every item: judged against the auction's time
 
     def rejects(self, slot: CellSlot, item: Work) -> bool:
         expires_at = slot.cell.expires_at
@@ -94,33 +99,25 @@ class DeaReference(Picker):
         return self._pick(item)
 
 
-class DeaFast(Picker):
+class DeaFast(FastPicker):
     """The same steps as array operations: a bincount per zone, masks, one lexsort for the top half.
 
-    Running-instance counts live in an array the index updates on every reservation; staleness is
-    fixed for the auction, so it is a precomputed mask.
+    Running-instance counts are a derived column of the auction's columns, kept current on every
+    reservation.
     """
 
     name = NAME
 
     def __init__(self, state: AuctionState) -> None:
         super().__init__(state)
-        stale = StaleAdvertisementFilter(self.config.now)
-        self.filters = (stale,)
-        self.index = FeasibleIndex(state)
-        self.fresh = np.array([not stale.rejects(s, None) for s in state.slots], dtype=bool)
-        self.running = np.array([running_instances(s) for s in state.slots], dtype=np.int64)
-        state.on_reserve(self._on_reserve)
-
-    def _on_reserve(self, slot: CellSlot) -> None:
-        self.running[slot.pos] = running_instances(slot)
+        self.filters = (StaleAdvertisementFilter(self.config.now),)
 
     def _pick(self, item: Work) -> CellSlot | None:
-        positions = self.index.feasible(item, self.fresh)
+        positions = self.feasible_positions(item)
         if not positions.size:
             return None
-        running = self.running[positions]
-        zones = self.index.zone_of[positions]
+        running = self.cells.derived("running_instances", running_instances, np.int64)[positions]
+        zones = self.cells.zone_of[positions]
         n_zones = len(self.state.zone_names)
         totals = np.bincount(zones, weights=running, minlength=n_zones)
         present = np.bincount(zones, minlength=n_zones) > 0
@@ -129,7 +126,7 @@ class DeaFast(Picker):
         positions, running = positions[keep], running[keep]
         keep = running == running.min()
         positions = positions[keep]
-        order = np.lexsort((positions, -self.index.avail_m[positions]))
+        order = np.lexsort((positions, -self.cells.avail_m[positions]))
         top = np.sort(positions[order[: top_half_size(positions.size)]])
         chosen = top[item_rng(self.config.seed, item).randrange(top.size)]
         return self.state.slots[int(chosen)]

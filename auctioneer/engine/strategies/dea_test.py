@@ -52,17 +52,26 @@ def test_running_instances_counts_every_app_delayed_and_tasks():
 
 def test_narrows_to_the_zone_with_fewest_running_instances():
     # z0 holds 3 instances in total over 3 cells; z1 holds 2 on one cell: z1 wins although its cell is busier
-    cells = [busy_cell("a", "z0", 1), busy_cell("b", "z0", 1), busy_cell("c", "z0", 1), busy_cell("d", "z1", 2)]
+    cells = [
+        busy_cell("a", "z0", 1),
+        busy_cell("b", "z0", 1),
+        busy_cell("c", "z0", 1),
+        busy_cell("d", "z1", 2),
+    ]
     for engine in ENGINES:
         for seed in range(5):
-            assert placements(run(cells, [LRPStart("web", 0, 1, 1)], engine=engine, seed=seed)) == {"web/0": "d"}
+            assert placements(run(cells, [LRPStart("web", 0, 1, 1)], engine=engine, seed=seed)) == {
+                "web/0": "d"
+            }
 
 
 def test_zone_ties_go_to_the_first_zone_name():
     cells = [busy_cell("b", "zb", 1), busy_cell("a", "za", 1)]
     for engine in ENGINES:
         for seed in range(5):
-            assert placements(run(cells, [LRPStart("web", 0, 1, 1)], engine=engine, seed=seed)) == {"web/0": "a"}
+            assert placements(run(cells, [LRPStart("web", 0, 1, 1)], engine=engine, seed=seed)) == {
+                "web/0": "a"
+            }
 
 
 def test_zone_totals_count_only_cells_that_can_take_the_work():

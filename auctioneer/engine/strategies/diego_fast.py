@@ -30,24 +30,29 @@ one *bucket*. Why that suffices:
   process, then by room for the item), and within a group the first lowest score met wins, so the
   winner of each group is the (score, zone rank, index in zone) minimum over the group's pools.
 
-Work the index does not cover falls back to the reference code path: LRPs with request filters
-(labels, volumes, ingress IP, devices), and tasks when a bin-pack weight is set. A miss is diagnosed with
-numpy over all cells and cached per requirement until the state changes.
+Pools are the classes of equivalent cells the compatibility filters keep (`CellColumns.classes`), split
+further by zone and totals, so a pool is compatible with an item or not as a whole, and a bucket's
+state is held against the resource filters' thresholds (`least_free`) once for all its cells. Work the
+pools do not cover falls back to the reference code path: LRPs with request filters (labels, volumes,
+ingress IP, devices), and tasks when a bin-pack weight is set. A miss is diagnosed by the filters'
+vectorised forms (`FastPicker`).
 """
 
 from __future__ import annotations
 
 from bisect import insort
-from collections.abc import Iterable
+from collections.abc import Callable, Hashable
+from math import inf
+from typing import NamedTuple
 
-import numpy as np
 from sortedcontainers import SortedList
 
-from ..diagnosis import failure_for
-from ..filters import COMPATIBILITY, RESOURCES, Work, request_filters
+from ..filters import COMPATIBILITY, Work, least_free, request_filters
+from ..filters.compatibility import compatibility_requirement
 from ..scoring import LOCALITY_OFFSET, lrp_score, task_score
 from ..state import AuctionState, CellSlot
-from ..types import Failure, LRPStart, TaskStart
+from ..types import LRPStart, TaskStart
+from .base import FastPicker
 from .diego_reference import DiegoReference
 from .zone_room import zone_groups
 
@@ -55,24 +60,31 @@ from .zone_room import zone_groups
 EPS = 1e-9
 # Rounding grows with the score's size (1000 × instances of the process): a relative allowance on top.
 REL = 1e-13
-INF = float("inf")
 # A level of at most this many cells is scored directly rather than looked for in the load order.
 DIRECT = 8
+UNLIMITED = inf  # a search's budget when it may look at every cell state
 TASKS = None  # the level-index key of tasks (their count term is tasks on the cell)
 EMPTY: dict = {}  # never written to
 
+CellState = tuple[int, int, int, int]  # free memory, disk, containers, and starting containers
 
-def _state_key(slot: CellSlot) -> tuple[int, int, int, int]:
+
+def _state_of(slot: CellSlot) -> CellState:
     return (slot.avail_m, slot.avail_d, slot.avail_c, slot.starting)
+
+
+def _near(approx: float) -> float:
+    """The highest approximate score that may still beat, once scored exactly, one of `approx`."""
+    return approx + EPS + abs(approx) * REL
 
 
 class Bucket:
     """Cells of one pool in one identical state: identical scores for every item."""
 
-    __slots__ = ("key", "state", "members")
+    __slots__ = ("load", "state", "members")
 
-    def __init__(self, key: float, state: tuple[int, int, int, int]) -> None:
-        self.key = key
+    def __init__(self, load: float, state: CellState) -> None:
+        self.load = load
         self.state = state
         self.members: list[int] = []  # cell positions, ascending (kept with insort: buckets are small)
 
@@ -80,17 +92,16 @@ class Bucket:
 class Pool:
     """The cells of one zone that share totals and compatibility, ordered by load."""
 
-    __slots__ = ("zone", "representative", "total", "order", "buckets", "bucket_of", "ub_m", "ub_d", "ub_c",
-                 "positions")
+    __slots__ = ("zone", "representative", "order", "buckets", "bucket_of", "most_free", "positions")
 
     def __init__(self, zone: str, representative: CellSlot) -> None:
         self.zone = zone
         self.representative = representative
-        self.total = (representative.total_m, representative.total_d, representative.total_c)
-        self.order: SortedList = SortedList()  # (load key, state) of each non-empty bucket
-        self.buckets: dict[tuple[int, int, int, int], Bucket] = {}
+        self.order: SortedList = SortedList()  # (load, state) of each non-empty bucket
+        self.buckets: dict[CellState, Bucket] = {}
         self.bucket_of: dict[int, Bucket] = {}
-        self.ub_m = self.ub_d = self.ub_c = 0
+        # Upper bounds of any cell's free memory, disk and containers: reservations only ever take.
+        self.most_free = [0, 0, 0]
         self.positions: list[int] = []  # every cell of the pool, ascending
 
 
@@ -105,23 +116,44 @@ class Levels:
         self.zero: set[int] | None = None  # cells with a count of 0, once asked for (then kept current)
 
 
-class DiegoFast(DiegoReference):
+# A pool's best cell for an item: (exact score, position), compared as the reference breaks ties. A plain
+# tuple, unpacked into named locals where read: one is made per candidate, and a class is slower to make.
+Winner = tuple[float, int]
+
+
+class LevelBest(NamedTuple):
+    winner: Winner | None
+    approx: float  # the winner's approximate score (load + LOCALITY_OFFSET × level); inf: no winner
+
+
+class RanLong(Exception):
+    """A search in load order looked at more buckets and cells than its budget before finishing."""
+
+
+# What one item's search reads in every pool: (the least free memory, disk and containers a cell must have,
+# the key of its count — the process guid, or TASKS —, each cell's count of it by position, holding cells
+# only, and the item's score function). A plain tuple, unpacked into named locals where read.
+Search = tuple[tuple[int, int, int], "str | None", dict[int, int], Callable[[CellSlot], float]]
+
+
+class DiegoFast(FastPicker, DiegoReference):
     name = "diego"
 
     def __init__(self, state: AuctionState) -> None:
         super().__init__(state)
-        self.sw = self.config.starting_container_weight
-        self.bw = self.config.bin_pack_first_fit_weight
+        self.starting_weight = self.config.starting_container_weight
+        self.bin_pack_weight = self.config.bin_pack_first_fit_weight
         self.pools: list[Pool] = []
-        self.pool_of: list[Pool] = [None] * len(state.slots)  # type: ignore[list-item]
+        self.pool_of: list[Pool] = [None] * len(state.slots)  # type: ignore[list-item]  # all set below
         self.zone_pools: dict[str, list[Pool]] = {z: [] for z in state.zone_names}
+        compatibility_classes = [self.cells.classes(f).class_of for f in COMPATIBILITY]
         for zone in state.zone_names:
             by_signature: dict[tuple, Pool] = {}
             for slot in state.zone_slots[zone]:
-                signature = (slot.total_m, slot.total_d, slot.total_c, slot.stacks, slot.tags,
-                             slot.optional_tags, slot.drivers)
-                if self.bw:
-                    signature += (slot.zone_pos,)  # the bin-pack term makes every cell's key its own
+                signature: tuple = (slot.total_m, slot.total_d, slot.total_c,
+                                    *(int(class_of[slot.pos]) for class_of in compatibility_classes))
+                if self.bin_pack_weight:
+                    signature += (slot.zone_pos,)  # the bin-pack term makes every cell's load its own
                 pool = by_signature.get(signature)
                 if pool is None:
                     pool = by_signature[signature] = Pool(zone, slot)
@@ -130,37 +162,33 @@ class DiegoFast(DiegoReference):
                 self.pool_of[slot.pos] = pool
                 pool.positions.append(slot.pos)
                 self._insert(pool, slot)
-                pool.ub_m = max(pool.ub_m, slot.avail_m)
-                pool.ub_d = max(pool.ub_d, slot.avail_d)
-                pool.ub_c = max(pool.ub_c, slot.avail_c)
+                most_free = pool.most_free
+                most_free[0] = max(most_free[0], slot.avail_m)
+                most_free[1] = max(most_free[1], slot.avail_d)
+                most_free[2] = max(most_free[2], slot.avail_c)
         self.smallest_pool = min((len(pool.positions) for pool in self.pools), default=0)
-        self.compatible: dict[tuple, set[int]] = {}  # requirement -> ids of compatible pools
+        self.compatible: dict[Hashable, set[int]] = {}  # compatibility requirement -> ids of compatible pools
         # process guid (TASKS for tasks) -> pool -> its cells by count; built once the process holds nearly
         # as many cells as a pool has (before, every pool has many cells without it), then kept current
         self.levels: dict[str | None, dict[Pool, Levels]] = {}
-        n = len(state.slots)
-        # Free memory, disk and containers per cell, for the vectorised diagnosis.
-        self.free_m = np.array([s.avail_m for s in state.slots], dtype=np.int64).reshape(n)
-        self.free_d = np.array([s.avail_d for s in state.slots], dtype=np.int64).reshape(n)
-        self.free_c = np.array([s.avail_c for s in state.slots], dtype=np.int64).reshape(n)
-        self.compat_stage: dict[tuple, np.ndarray] = {}
-        self.diagnoses: dict[tuple, tuple[int, str, str]] = {}
         state.on_reserve(self._on_reserve)
         state.on_count(self._on_count)
 
     # --- index maintenance ----------------------------------------------------------------------
 
-    def _load_key(self, slot: CellSlot) -> float:
-        tm, td, tc = slot.total_m or 1, slot.total_d or 1, slot.total_c or 1
-        return ((tm - slot.avail_m) / tm + (td - slot.avail_d) / td + (tc - slot.avail_c) / tc) / 3.0 \
-            + slot.starting * self.sw + slot.zone_pos * self.bw
+    def _load(self, slot: CellSlot) -> float:
+        """The part of the cell's score that is the same for every item (its totals being the pool's)."""
+        total_m, total_d, total_c = slot.total_m or 1, slot.total_d or 1, slot.total_c or 1
+        used = ((total_m - slot.avail_m) / total_m + (total_d - slot.avail_d) / total_d
+                + (total_c - slot.avail_c) / total_c) / 3.0
+        return used + slot.starting * self.starting_weight + slot.zone_pos * self.bin_pack_weight
 
     def _insert(self, pool: Pool, slot: CellSlot) -> None:
-        state = _state_key(slot)
+        state = _state_of(slot)
         bucket = pool.buckets.get(state)
         if bucket is None:
-            bucket = pool.buckets[state] = Bucket(self._load_key(slot), state)
-            pool.order.add((bucket.key, state))
+            bucket = pool.buckets[state] = Bucket(self._load(slot), state)
+            pool.order.add((bucket.load, state))
         insort(bucket.members, slot.pos)
         pool.bucket_of[slot.pos] = bucket
 
@@ -169,15 +197,11 @@ class DiegoFast(DiegoReference):
         bucket = pool.bucket_of[slot.pos]
         bucket.members.remove(slot.pos)
         if not bucket.members:
-            pool.order.remove((bucket.key, bucket.state))
+            pool.order.remove((bucket.load, bucket.state))
             del pool.buckets[bucket.state]
         self._insert(pool, slot)
-        pos = slot.pos
-        self.free_m[pos] = slot.avail_m
-        self.free_d[pos] = slot.avail_d
-        self.free_c[pos] = slot.avail_c
 
-    def _on_count(self, slot: CellSlot, key: str | None, n: int) -> None:
+    def _on_count(self, slot: CellSlot, key: str | None, count: int) -> None:
         index = self.levels.get(key)
         if index is None:
             return
@@ -187,18 +211,18 @@ class DiegoFast(DiegoReference):
         if levels is None:
             levels = index[pool] = Levels()
         sets = levels.sets
-        if n > 1:
-            below = sets[n - 1]
+        if count > 1:
+            below = sets[count - 1]
             below.discard(pos)
             if not below:
-                del sets[n - 1]
+                del sets[count - 1]
         else:
             levels.held += 1
             if levels.zero is not None:
                 levels.zero.discard(pos)
-        level = sets.get(n)
+        level = sets.get(count)
         if level is None:
-            sets[n] = {pos}
+            sets[count] = {pos}
         else:
             level.add(pos)
 
@@ -207,57 +231,71 @@ class DiegoFast(DiegoReference):
         if index is None:
             index = self.levels[key] = {}
             pool_of = self.pool_of
-            for pos, n in counts.items():
+            for pos, count in counts.items():
                 pool = pool_of[pos]
                 levels = index.get(pool)
                 if levels is None:
                     levels = index[pool] = Levels()
-                level = levels.sets.get(n)
+                level = levels.sets.get(count)
                 if level is None:
-                    levels.sets[n] = {pos}
+                    levels.sets[count] = {pos}
                 else:
                     level.add(pos)
                 levels.held += 1
         return index
 
+    def _search(self, item: Work, count_key: str | None, counts: dict[int, int],
+                score_of: Callable[[CellSlot], float]) -> Search:
+        if count_key not in self.levels and counts and len(counts) + DIRECT >= self.smallest_pool:
+            self._level_index(count_key, counts)  # the process holds nearly as many cells as a pool has
+        return (least_free(item), count_key, counts, score_of)
+
     # --- picking --------------------------------------------------------------------------------
 
     def _compatible_pools(self, item: Work) -> set[int]:
-        requirement = (item.stack, item.placement_tags, item.volume_drivers)
+        """Ids of the pools whose cells pass the compatibility filters (all of a pool's cells alike)."""
+        requirement = compatibility_requirement(item)
         found = self.compatible.get(requirement)
         if found is None:
             found = {
                 id(pool) for pool in self.pools
-                if not any(f.rejects(pool.representative, item) for f in COMPATIBILITY)
+                if all(f.admits(self.cells, item)[pool.representative.pos] for f in COMPATIBILITY)
             }
             self.compatible[requirement] = found
         return found
 
-    def _best_in_pool(self, pool: Pool, m: int, d: int, key: str | None, counts: dict[int, int],
-                      index: dict[Pool, Levels] | None, score_of) -> tuple[float, int] | None:
-        """(exact score, position) of the pool's winner for the item, or None if nothing fits.
+    @staticmethod
+    def _may_fit(pool: Pool, need: tuple[int, int, int]) -> bool:
+        """Whether some cell of the pool may fit the item: its upper bounds of free memory, disk and
+        containers meet the item's need."""
+        most_free = pool.most_free
+        return most_free[0] >= need[0] and most_free[1] >= need[1] and most_free[2] >= need[2]
 
-        A cell's score is its bucket's load key + an offset that depends only on the item (equal totals)
+    def _best_in_pool(self, pool: Pool, search: Search) -> Winner | None:
+        """The pool's winner for the item, or None if nothing fits.
+
+        A cell's score is its bucket's load + an offset that depends only on the item (equal totals)
         + LOCALITY_OFFSET × its count of the process, up to rounding. The cells with the pool's lowest
         count (its lowest *level*) are looked for in load order; when that level is small, or that search
         runs long because the level's cells are rare among the least loaded, the level is scored
         directly instead. Cells of higher levels are looked at only while their +1000s could still win.
-        Until the process holds nearly as many cells as a pool has (`index` None), its lowest level is 0
+        Until the process holds nearly as many cells as a pool has (no levels yet), its lowest level is 0
         everywhere and has many cells; the levels are built only if a search for one of them runs long.
         """
+        _need, count_key, counts, _score_of = search
         if not counts:
-            return self._scan(pool, m, d, EMPTY, 0, None, INF, INF, score_of)
+            return self._scan(pool, search, 0, None, inf, UNLIMITED)
+        index = self.levels.get(count_key)
         searched = False
         if index is None:
-            found = self._scan(pool, m, d, counts, 0, None, INF, len(pool.positions) - len(counts) + DIRECT,
-                               score_of)
-            if found is not INF:
-                return found
-            index = self._level_index(key, counts)
-            searched = True  # level 0 (the lowest) was just looked for in load order, at length
+            try:
+                return self._scan(pool, search, 0, None, inf, len(pool.positions) - len(counts) + DIRECT)
+            except RanLong:
+                index = self._level_index(count_key, counts)
+                searched = True  # level 0 (the lowest) was just looked for in load order, at length
         levels = index.get(pool)
         if levels is None:  # no cell of the pool holds the process
-            return self._scan(pool, m, d, EMPTY, 0, None, INF, INF, score_of)
+            return self._scan(pool, search, 0, None, inf, UNLIMITED)
         # The lowest level of the pool, and its cells (None: count 0, not materialised).
         if levels.held < len(pool.positions):
             lowest, cells, size = 0, levels.zero, len(pool.positions) - levels.held
@@ -266,123 +304,126 @@ class DiegoFast(DiegoReference):
             cells = levels.sets[lowest]
             size = len(cells)
         if size > DIRECT and not searched:
-            found = self._scan(pool, m, d, counts, lowest, None, INF, size + DIRECT, score_of)
-            if found is not INF:
-                return found
-            # The search ran long: the level's cells are few among the least loaded. Score them directly.
+            try:
+                return self._scan(pool, search, lowest, None, inf, size + DIRECT)
+            except RanLong:
+                pass  # the level's cells are few among the least loaded: score them directly
         if cells is None:
-            cells = levels.zero = {p for p in pool.positions if p not in counts}
-        best, low = self._best_in_level(pool, cells, lowest, m, d, score_of)
-        if best is not None and pool.order[0][0] + LOCALITY_OFFSET * (lowest + 1) > low + EPS + abs(low) * REL:
-            return best  # no cell of a higher level can come close
-        return self._scan(pool, m, d, counts, lowest + 1, best, low, INF, score_of)
+            cells = levels.zero = {pos for pos in pool.positions if pos not in counts}
+        best = self._best_in_level(pool, cells, lowest, search)
+        if best.winner is not None and pool.order[0][0] + LOCALITY_OFFSET * (lowest + 1) > _near(best.approx):
+            return best.winner  # no cell of a higher level can come close
+        return self._scan(pool, search, lowest + 1, best.winner, best.approx, UNLIMITED)
 
-    def _best_in_level(self, pool: Pool, cells: set[int], level: int, m: int, d: int,
-                       score_of) -> tuple[tuple[float, int] | None, float]:
-        """The best fitting cell among `cells` (all of one level), and its approximate score."""
+    def _best_in_level(self, pool: Pool, cells: set[int], level: int, search: Search) -> LevelBest:
+        """The best fitting cell among `cells` (all of one level)."""
         slots = self.state.slots
         bucket_of = pool.bucket_of
+        (need_m, need_d, need_c), _count_key, _counts, score_of = search
         fitting: list[tuple[float, Bucket, int]] = []
-        low = INF
+        lowest_load = inf
         for pos in cells:
             slot = slots[pos]
-            if slot.avail_m >= m and slot.avail_d >= d and slot.avail_c >= 1:
+            if slot.avail_m >= need_m and slot.avail_d >= need_d and slot.avail_c >= need_c:
                 bucket = bucket_of[pos]
-                fitting.append((bucket.key, bucket, pos))
-                if bucket.key < low:
-                    low = bucket.key
+                fitting.append((bucket.load, bucket, pos))
+                if bucket.load < lowest_load:
+                    lowest_load = bucket.load
         if not fitting:
-            return None, INF
+            return LevelBest(None, inf)
         # Near-ties are scored exactly; cells in one state score alike, so only the first of each.
-        bound = low + EPS
+        bound = lowest_load + EPS
         first: dict[Bucket, int] = {}
-        for key, bucket, pos in fitting:
-            if key <= bound and first.get(bucket, pos) >= pos:
+        for load, bucket, pos in fitting:
+            if load <= bound and first.get(bucket, pos) >= pos:
                 first[bucket] = pos
-        best = min((score_of(slots[pos]), pos) for pos in first.values())
-        return best, low + LOCALITY_OFFSET * level
+        winner = min((score_of(slots[pos]), pos) for pos in first.values())
+        return LevelBest(winner, lowest_load + LOCALITY_OFFSET * level)
 
-    def _scan(self, pool: Pool, m: int, d: int, counts: dict[int, int], floor: int,
-              best: tuple[float, int] | None, low: float, budget: float, score_of):
-        """The best fitting cell of count ≥ `floor`, searched in load order, starting from `best`.
-
-        `low` is the approximate score of `best` (load key + LOCALITY_OFFSET × count). Returns the
-        winner (or None), or INF when more than `budget` buckets and cells were looked at first.
-        """
+    def _scan(self, pool: Pool, search: Search, floor: int, best: Winner | None, best_approx: float,
+              budget: float) -> Winner | None:
+        """The best fitting cell of count ≥ `floor` (None: none fits), searched in load order, starting
+        from `best` (whose approximate score is `best_approx`); raises RanLong once more than `budget`
+        buckets and cells were looked at."""
         slots = self.state.slots
         buckets = pool.buckets
-        bound = low + EPS + abs(low) * REL if best is not None else INF
-        base = LOCALITY_OFFSET * floor  # every cell not yet looked at scores at least its key + base
-        max_m = max_d = max_c = 0
+        (need_m, need_d, need_c), _count_key, counts, score_of = search
+        bound = _near(best_approx) if best is not None else inf
+        base = LOCALITY_OFFSET * floor  # every cell not yet looked at scores at least its load + base
+        seen_free = [0, 0, 0]  # the most free memory, disk and containers of the states looked at
         complete = True
-        for key, cell_state in pool.order:
-            if key + base > bound:
+        for load, cell_state in pool.order:
+            if load + base > bound:
                 complete = False
                 break
-            am, ad, ac, _starting = cell_state
-            if am > max_m:
-                max_m = am
-            if ad > max_d:
-                max_d = ad
-            if ac > max_c:
-                max_c = ac
+            free_m, free_d, free_c, _starting = cell_state
+            if free_m > seen_free[0]:
+                seen_free[0] = free_m
+            if free_d > seen_free[1]:
+                seen_free[1] = free_d
+            if free_c > seen_free[2]:
+                seen_free[2] = free_c
             budget -= 1
-            if am < m or ad < d or ac < 1:
+            if free_m < need_m or free_d < need_d or free_c < need_c:
                 if budget < 0:
-                    return INF
+                    raise RanLong
                 continue
             members = buckets[cell_state].members
-            pos = members[0]
             if counts:
-                # The bucket's best cell: the lowest count ≥ floor, then the lowest position.
-                n = counts.get(pos, 0)
-                if n != floor:
-                    pos = -1
-                    count = 0
-                    for p in members:
-                        n = counts.get(p, 0)
-                        if n == floor:
-                            pos = p
-                            break
-                        if n > floor and (pos < 0 or n < count):
-                            pos, count = p, n
-                    else:
-                        n = count if pos >= 0 else 0
+                pos = members[0]
+                count = counts.get(pos, 0)
+                if count != floor:  # the first member is not of the lowest count: look at them all
                     budget -= len(members)
-                if budget < 0:
-                    return INF
-                if pos < 0:
-                    continue  # every member is of the level already scored directly
-                approx = key + LOCALITY_OFFSET * n
+                    if budget < 0:
+                        raise RanLong
+                    lowest = self._lowest_member(members, counts, floor)
+                    if lowest is None:
+                        continue  # every member is of the level already scored directly
+                    pos, count = lowest
+                elif budget < 0:
+                    raise RanLong
+                approx = load + LOCALITY_OFFSET * count
             else:
-                n = 0
-                approx = key
+                pos = members[0]
+                approx = load
             if approx > bound:
                 continue
             candidate = (score_of(slots[pos]), pos)
             if best is None or candidate < best:
                 best = candidate
-            if approx < low:
-                low = approx
-                bound = low + EPS + abs(low) * REL
+            if approx < best_approx:
+                best_approx = approx
+                bound = _near(best_approx)
         if complete:
             # Every cell state was seen: the bounds are the pool's current maxima.
-            pool.ub_m, pool.ub_d, pool.ub_c = max_m, max_d, max_c
+            pool.most_free = seen_free
         return best
+
+    @staticmethod
+    def _lowest_member(members: list[int], counts: dict[int, int], floor: int) -> tuple[int, int] | None:
+        """(position, count) of a bucket's best cell of count ≥ `floor`: the lowest count, then the
+        lowest position; None when every member's count is below `floor`."""
+        found: tuple[int, int] | None = None
+        for pos in members:
+            count = counts.get(pos, 0)
+            if count == floor:
+                return pos, count
+            if count > floor and (found is None or count < found[1]):
+                found = (pos, count)
+        return found
 
     def pick_lrp(self, item: LRPStart) -> CellSlot | None:
         if request_filters(item):
             return super().pick_lrp(item)
         compatible = self._compatible_pools(item)
-        pg, m, d, sw, bw = item.process_guid, item.memory_mb, item.disk_mb, self.sw, self.bw
-        counts = self.state.holding(pg)
-        index = self.levels.get(pg)
-        if index is None and counts and len(counts) + DIRECT >= self.smallest_pool:
-            index = self._level_index(pg, counts)
+        process, memory_mb, disk_mb = item.process_guid, item.memory_mb, item.disk_mb
+        starting_weight, bin_pack_weight = self.starting_weight, self.bin_pack_weight
 
         def score_of(slot: CellSlot) -> float:
-            return lrp_score(slot, m, d, pg, sw, bw)
+            return lrp_score(slot, memory_mb, disk_mb, process, starting_weight, bin_pack_weight)
 
+        search = self._search(item, process, self.state.holding(process), score_of)
+        (need_m, need_d, need_c), *_ = search
         slots = self.state.slots
         scored = self.candidates  # a placement trace's: each pool's best is a candidate
         groups = zone_groups(self.room, self.state, item)
@@ -393,18 +434,20 @@ class DiegoFast(DiegoReference):
             best: tuple[float, int, int, int] | None = None  # (score, zone rank, index in zone, position)
             for rank, zone in enumerate(group):
                 for pool in self.zone_pools[zone]:
-                    if id(pool) not in compatible or m > pool.ub_m or d > pool.ub_d or pool.ub_c < 1:
+                    most_free = pool.most_free  # `_may_fit`, inlined: this runs per pool per item
+                    if id(pool) not in compatible or most_free[0] < need_m or most_free[1] < need_d \
+                            or most_free[2] < need_c:
                         continue
-                    found = self._best_in_pool(pool, m, d, pg, counts, index, score_of)
+                    found = self._best_in_pool(pool, search)
                     if found is not None:
-                        score, pos = found
-                        candidate = (score, rank, slots[pos].zone_pos, pos)
+                        score, position = found
+                        candidate = (score, rank, slots[position].zone_pos, position)
                         if scored is not None:
                             scored.append(candidate)
                         if best is None or candidate < best:
                             best = candidate
             if best is not None:
-                return slots[best[3]]
+                return slots[best[3]]  # its position
         return None
 
     def runners_up(self, item: LRPStart, winner: CellSlot, n: int) -> list[int]:
@@ -428,87 +471,27 @@ class DiegoFast(DiegoReference):
         return found
 
     def pick_task(self, item: TaskStart) -> CellSlot | None:
-        if self.bw:
+        if self.bin_pack_weight:
             return super().pick_task(item)  # the LRP index carries the bin-pack term; tasks do not
         compatible = self._compatible_pools(item)
-        counts = self.state.task_cells
-        index = self.levels.get(TASKS)
-        if index is None and counts and len(counts) + DIRECT >= self.smallest_pool:
-            index = self._level_index(TASKS, counts)
-        m, d, sw = item.memory_mb, item.disk_mb, self.sw
+        memory_mb, disk_mb, starting_weight = item.memory_mb, item.disk_mb, self.starting_weight
 
         def score_of(slot: CellSlot) -> float:
-            return task_score(slot, m, d, sw)
+            return task_score(slot, memory_mb, disk_mb, starting_weight)
 
-        best: tuple[float, int] | None = None
+        search = self._search(item, TASKS, self.state.task_cells, score_of)
+        need, *_ = search
+        best: Winner | None = None
         for pool in self.pools:
-            if id(pool) not in compatible or m > pool.ub_m or d > pool.ub_d or pool.ub_c < 1:
+            if id(pool) not in compatible or not self._may_fit(pool, need):
                 continue
-            found = self._best_in_pool(pool, m, d, TASKS, counts, index, score_of)
+            found = self._best_in_pool(pool, search)
             if found is not None and (best is None or found < best):
                 best = found
-        return None if best is None else self.state.slots[best[1]]
-
-    # --- diagnosis --------------------------------------------------------------------------------
-
-    def diagnose(self, item: Work) -> Failure:
-        if request_filters(item) or not self.state.slots:
-            return super().diagnose(item)
-        requirement = (item.stack, item.placement_tags, item.volume_drivers, item.memory_mb, item.disk_mb)
-        cached = self.diagnoses.get(requirement)
-        if cached is None or cached[0] != self.state.version:
-            error, detail = self._diagnose_vectorised(item)
-            cached = self.diagnoses[requirement] = (self.state.version, error, detail)
-        return failure_for(item, cached[1], cached[2])
-
-    def _compat_stages(self, item: Work) -> np.ndarray:
-        """Per cell: index of the first compatibility filter rejecting it, or len(COMPATIBILITY)."""
-        requirement = (item.stack, item.placement_tags, item.volume_drivers)
-        stages = self.compat_stage.get(requirement)
-        if stages is None:
-            stages = np.full(len(self.state.slots), len(COMPATIBILITY), dtype=np.int8)
-            for pool in self.pools:
-                stage = next((i for i, f in enumerate(COMPATIBILITY) if f.rejects(pool.representative, item)),
-                             len(COMPATIBILITY))
-                if stage < len(COMPATIBILITY):
-                    positions = [p for p, owner in enumerate(self.pool_of) if owner is pool]
-                    stages[positions] = stage
-            self.compat_stage[requirement] = stages
-        return stages
-
-    def _diagnose_vectorised(self, item: Work) -> tuple[str, str]:
-        """The same error and breakdown as diagnosis.diagnose, from arrays instead of a cell loop."""
-        slots = self.state.slots
-        stages = self._compat_stages(item)
-        compatible = stages == len(COMPATIBILITY)
-        am, ad, ac = self.free_m, self.free_d, self.free_c
-        lack_m = am < item.memory_mb
-        lack_d = ad < item.disk_mb
-        lack_c = ac < 1
-        rejected: list[tuple[object, Iterable[int]]] = []
-        for i, f in enumerate(COMPATIBILITY):
-            positions = np.flatnonzero(stages == i)
-            if positions.size:
-                rejected.append((f, positions))
-        first_m = compatible & lack_m
-        first_d = compatible & ~lack_m & lack_d
-        first_c = compatible & ~lack_m & ~lack_d & lack_c
-        for f, mask in zip(RESOURCES, (first_m, first_d, first_c), strict=True):
-            positions = np.flatnonzero(mask)
-            if positions.size:
-                rejected.append((f, positions))
-        fitting = int(np.count_nonzero(compatible & ~lack_m & ~lack_d & ~lack_c))
-        if compatible.any():
-            problems = [name for name, lack in (("containers", lack_c), ("disk", lack_d), ("memory", lack_m))
-                        if lack[compatible].all()]
-            error = "insufficient resources: " + ", ".join(problems) if problems else "insufficient resources"
-        else:
-            error = COMPATIBILITY[int(stages.max())].error(item)
-        parts = [f.summary([slots[p] for p in positions], item) for f, positions in rejected]
-        detail = f"{fitting}/{len(slots)} cells fit"
-        if parts:
-            detail += ": " + ", ".join(parts)
-        return error, detail
+        if best is None:
+            return None
+        _score, position = best
+        return self.state.slots[position]
 
 
 __all__ = ["DiegoFast"]

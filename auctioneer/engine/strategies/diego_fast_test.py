@@ -15,8 +15,15 @@ def workloads(draw):
     uniform = draw(st.booleans())  # identical cells: the tie-breaking path
     cells = []
     for i in range(draw(st.integers(1, 10))):
-        tm, td, tc = (40, 40, 6) if uniform else (draw(st.sampled_from([20, 40, 80])), draw(st.sampled_from([30, 60])),
-                                                  draw(st.integers(1, 8)))
+        tm, td, tc = (
+            (40, 40, 6)
+            if uniform
+            else (
+                draw(st.sampled_from([20, 40, 80])),
+                draw(st.sampled_from([30, 60])),
+                draw(st.integers(1, 8)),
+            )
+        )
         prefill, am, ad, ac = [], tm, td, tc
         for k in range(draw(st.integers(0, 3))):
             m, d = draw(st.integers(1, 12)), draw(st.integers(1, 12))
@@ -33,9 +40,14 @@ def workloads(draw):
             tasks=[f"old{j}" for j in range(draw(st.integers(0, 2)))],
         ))
     lrps = [
-        LRPStart(draw(st.sampled_from(APPS)), draw(st.integers(0, 12)), draw(st.sampled_from([1, 2, 5, 9, 17])),
-                 draw(st.sampled_from([1, 3, 11])), stack=draw(st.sampled_from(["cflinuxfs4", "cflinuxfs4", "windows"])),
-                 placement_tags=draw(st.sampled_from([(), (), ("gpu",), ("ssd",)])))
+        LRPStart(
+            draw(st.sampled_from(APPS)),
+            draw(st.integers(0, 12)),
+            draw(st.sampled_from([1, 2, 5, 9, 17])),
+            draw(st.sampled_from([1, 3, 11])),
+            stack=draw(st.sampled_from(["cflinuxfs4", "cflinuxfs4", "windows"])),
+            placement_tags=draw(st.sampled_from([(), (), ("gpu",), ("ssd",)])),
+        )
         for _ in range(draw(st.integers(0, 40)))
     ]
     tasks = [TaskStart(f"t{j}", draw(st.sampled_from([1, 4, 13])), draw(st.sampled_from([1, 6])))

@@ -16,16 +16,16 @@ mark rises as the batch fills it. No swap (swap_total 0) means no swap term.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-from ..filters import Work
+from ..columns import CellColumns
+from ..filters import Example, Work
 from ..state import AuctionState, CellSlot
 from ..types import HostMetrics, LoadMarkConfig, LRPStart, TaskStart
-from .base import Picker
-from .fast_index import FeasibleIndex
+from .base import FastPicker, Picker
 
 NAME = "loadmark"
 
@@ -93,13 +93,24 @@ def above_critical(slot: CellSlot, config: LoadMarkConfig) -> bool:
 
 class CriticalLoadFilter:
     name = "critical_load"
+    example = Example(rejected={"host": HostMetrics(swap_used_mb=90, swap_total_mb=100)})  # swap above 50 %
     resource = False
 
     def __init__(self, config: LoadMarkConfig) -> None:
         self.config = config
 
+    def request_key(self, item: Work) -> Hashable:
+        return None  # judged on the cell alone
+
     def rejects(self, slot: CellSlot, item: Work) -> bool:
         return above_critical(slot, self.config)
+
+    def admits(self, cells: CellColumns, item: Work) -> np.ndarray:
+        # a derived column: recomputed for the reserved cell only, as its mark rises
+        return cells.derived(self, self.below_critical, bool)  # keyed by the filter: hashing the config costs
+
+    def below_critical(self, slot: CellSlot) -> bool:
+        return not above_critical(slot, self.config)
 
     def error(self, item: Work) -> str:
         return "found no compatible cell below the critical load marks"
@@ -131,25 +142,24 @@ class LoadmarkReference(Picker):
         return min(candidates, key=lambda slot: (load_mark(slot, self.config.loadmark), slot.pos))
 
 
-class LoadmarkFast(Picker):
-    """Marks and the critical mask kept in arrays, recomputed only for the cell a reservation touched."""
+class LoadmarkFast(FastPicker):
+    """Marks (and the critical filter's mask) as derived columns, recomputed only for the cell a
+    reservation touched."""
 
     name = NAME
 
     def __init__(self, state: AuctionState) -> None:
         super().__init__(state)
         self.filters = (CriticalLoadFilter(self.config.loadmark),)
-        self.index = FeasibleIndex(state)
-        self.marks = np.array([load_mark(s, self.config.loadmark) for s in state.slots], dtype=np.float64)
-        self.below = np.array([not above_critical(s, self.config.loadmark) for s in state.slots], dtype=bool)
-        state.on_reserve(self._on_reserve)
 
-    def _on_reserve(self, slot: CellSlot) -> None:
-        self.marks[slot.pos] = load_mark(slot, self.config.loadmark)
-        self.below[slot.pos] = not above_critical(slot, self.config.loadmark)
+    def marks(self) -> np.ndarray:
+        return self.cells.derived(self, self.mark)  # keyed by the picker: hashing the config costs
+
+    def mark(self, slot: CellSlot) -> float:
+        return load_mark(slot, self.config.loadmark)
 
     def pick_lrp(self, item: LRPStart) -> CellSlot | None:
-        positions = self.index.feasible(item, self.below)
+        positions = self.feasible_positions(item)
         holding = self.state.holding(item.process_guid)
         if holding and positions.size:
             occupied = np.fromiter((p for p, n in holding.items() if n > 0), dtype=np.int64)
@@ -159,12 +169,12 @@ class LoadmarkFast(Picker):
         return self._least_loaded(positions)
 
     def pick_task(self, item: TaskStart) -> CellSlot | None:
-        return self._least_loaded(self.index.feasible(item, self.below))
+        return self._least_loaded(self.feasible_positions(item))
 
     def _least_loaded(self, positions: np.ndarray) -> CellSlot | None:
         if not positions.size:
             return None
-        return self.state.slots[int(positions[np.argmin(self.marks[positions])])]
+        return self.state.slots[int(positions[np.argmin(self.marks()[positions])])]
 
 
 FAST = LoadmarkFast

@@ -18,8 +18,9 @@ What the picker feeds the function:
   it already with `validate_objective`); the rest of the batch is placed as usual.
 
 REFERENCE walks the tree for each feasible cell, as written. FAST compiles each distinct objective once
-into numpy operations over columns of every cell (kept current through `state.on_reserve`), computes
-feasibility as masks, and takes the first maximum; both give bit-identical values (see objective/vectorized.py).
+into numpy operations over columns of every cell (the auction's columns), asks the filters for the
+feasible cells in their vectorised form, and takes the first maximum; both give bit-identical values
+(see objective/vectorized.py).
 """
 
 from __future__ import annotations
@@ -31,17 +32,14 @@ import numpy as np
 from common.objective import Objective, ObjectiveError, compile_objective
 
 from ..diagnosis import failure_for
-from ..filters import CONTAINERS, DISK, MEMORY, PLACEMENT_TAGS, STACK, VOLUME_DRIVERS, Work
+from ..filters import Work
 from ..objective.evaluate import InstanceFacts, as_number, score
 from ..objective.vectorized import BidColumns, Needle, compile_columns
 from ..state import AuctionState, CellSlot, app_id
 from ..types import Failure, LRPStart, TaskStart
-from .base import Picker
+from .base import FastPicker, Picker
 
 NAME = "objective"
-
-COMPATIBILITY_FILTERS = (STACK, VOLUME_DRIVERS, PLACEMENT_TAGS)  # depend on nothing a reservation changes
-RESOURCE_FILTERS = (MEMORY, DISK, CONTAINERS)
 
 
 class ObjectivePicker(Picker):
@@ -120,7 +118,9 @@ class ObjectivePicker(Picker):
         if isinstance(item, LRPStart):
             objective = self.objective_for(item.objective)
             if isinstance(objective, ObjectiveError):
-                return failure_for(item, str(objective), "the objective was refused before any cell was valued")
+                return failure_for(
+                    item, str(objective), "the objective was refused before any cell was valued"
+                )
         return super().diagnose(item)
 
 
@@ -182,8 +182,9 @@ class ObjectiveReference(ObjectivePicker):
 # --- the fast engine --------------------------------------------------------------------------------------
 
 
-class CellColumns:
-    """Every cell of the auction as numpy columns, updated in place on each reservation.
+class ObjectiveColumns:
+    """`r` for every cell of the auction, as the compiled objective reads it: the auction's columns
+    (free memory and disk as float64, as the scalar evaluator reads them) and the totals and zones.
 
     `count(x, r.RunningAppIDs)` is rebuilt per call from `state.holding` (process -> {cell: instances},
     always current and sparse) for the processes whose AppID is x; a reservation only has to register a
@@ -196,12 +197,8 @@ class CellColumns:
         self.size = len(self.slots)
         self.app_id = app_id
         self.holding = state.holding
-        self.avail_m = np.array([s.avail_m for s in self.slots], dtype=np.float64)
-        self.avail_d = np.array([s.avail_d for s in self.slots], dtype=np.float64)
-        self.avail_c = np.array([s.avail_c for s in self.slots], dtype=np.int64)
+        self.cells = state.columns
         self.columns = {
-            "AvailableMemoryMB": self.avail_m,
-            "AvailableDiskMB": self.avail_d,
             "TotalMemoryMB": np.array([s.total_m for s in self.slots], dtype=np.float64),
             "TotalDiskMB": np.array([s.total_d for s in self.slots], dtype=np.float64),
             "AvailZoneNumber": np.array([zone_numbers[s.zone] for s in self.slots], dtype=np.float64),
@@ -210,33 +207,33 @@ class CellColumns:
         self.known_processes: set[str] = set()
         for pg in state.processes():
             self.register(pg)
-        self.members: dict[tuple[str, str], np.ndarray] = {}  # (list, string) -> 0/1 per cell
+        self.members: dict[tuple[str, Needle], np.ndarray] = {}  # (list, string) -> 0/1 per cell
 
     def register(self, pg: str) -> None:
         self.known_processes.add(pg)
         self.processes_by_app.setdefault(self.app_id(pg), []).append(pg)
 
     def reserved(self, slot: CellSlot) -> None:
-        pos = slot.pos
-        self.avail_m[pos] = slot.avail_m
-        self.avail_d[pos] = slot.avail_d
-        self.avail_c[pos] = slot.avail_c
         for pg in slot.proc_counts:
             if pg not in self.known_processes:
                 self.register(pg)
 
-    def fits(self, memory_mb: int, disk_mb: int) -> np.ndarray:
-        return (self.avail_m >= memory_mb) & (self.avail_d >= disk_mb) & (self.avail_c >= 1)
-
     def column(self, name: str) -> np.ndarray:
+        if name == "AvailableMemoryMB":
+            return self.cells.avail_m.astype(np.float64)
+        if name == "AvailableDiskMB":
+            return self.cells.avail_d.astype(np.float64)
         return self.columns[name]
 
     def count(self, name: str, needle: Needle) -> np.ndarray:
         if name == "RunningAppIDs":
             if isinstance(needle, np.ndarray):  # a needle that differs per cell: cell by cell
-                return np.array([self.running_on(slot, x) for slot, x in zip(self.slots, needle.tolist(),
-                                                                               strict=True)], dtype=np.float64)
-            return self.running_count(needle)
+                return np.array(
+                    [self.running_on(slot, x) for slot, x in zip(self.slots, needle.tolist(), strict=True)],
+                    dtype=np.float64,
+                )
+            # an AppID is a float: another needle (a string, none) is no AppID and counts nothing
+            return self.running_count(needle) if isinstance(needle, float | int) else np.zeros(self.size)
         return self.membership(name, needle)
 
     def running_on(self, slot: CellSlot, x: float) -> float:
@@ -265,42 +262,20 @@ class CellColumns:
         return found
 
 
-class ObjectiveFast(ObjectivePicker):
+class ObjectiveFast(ObjectivePicker, FastPicker):
     """Whole-auction numpy evaluation: one vector of values and one feasibility mask per item."""
 
     def __init__(self, state: AuctionState) -> None:
         super().__init__(state)
-        self.cells = CellColumns(state, self.zone_numbers, self.app_id)
-        state.on_reserve(self.cells.reserved)
+        self.bids = ObjectiveColumns(state, self.zone_numbers, self.app_id)
+        state.on_reserve(self.bids.reserved)
         self.compiled: dict[str, Callable[[InstanceFacts, BidColumns, float], np.ndarray]] = {}
-        self.compatible: dict[tuple, np.ndarray] = {}
-
-    def compatibility(self, item: Work) -> np.ndarray:
-        key = (item.stack, item.volume_drivers, item.placement_tags)
-        mask = self.compatible.get(key)
-        if mask is None:
-            mask = np.array([not any(f.rejects(s, item) for f in COMPATIBILITY_FILTERS) for s in self.state.slots],
-                            dtype=bool)
-            self.compatible[key] = mask
-        return mask
-
-    def feasible(self, item: Work) -> np.ndarray:
-        """Positions of the cells passing the whole chain, in input order (as `feasible_slots`)."""
-        mask = self.compatibility(item) & self.cells.fits(item.memory_mb, item.disk_mb)
-        positions = np.flatnonzero(mask)
-        # Filters with state a reservation changes (ingress IPs, devices, volumes...): checked per survivor.
-        others = [f for f in self.chain(item) if f not in COMPATIBILITY_FILTERS and f not in RESOURCE_FILTERS]
-        if others and positions.size:
-            slots = self.state.slots
-            keep = [not any(f.rejects(slots[p], item) for f in others) for p in positions.tolist()]
-            positions = positions[np.array(keep, dtype=bool)]
-        return positions
 
     def best(self, objective: Objective, ai: InstanceFacts, item: Work) -> CellSlot | None:
-        positions = self.feasible(item)
+        positions = self.feasible_positions(item)
         if positions.size == 0:
             return None
-        values = self.compiled_for(objective)(ai, self.cells, self.azs)
+        values = self.compiled_for(objective)(ai, self.bids, self.azs)
         return self.state.slots[int(positions[int(np.argmax(values[positions]))])]  # argmax: first maximum
 
     def compiled_for(self, objective: Objective) -> Callable[[InstanceFacts, BidColumns, float], np.ndarray]:

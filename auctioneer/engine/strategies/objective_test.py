@@ -92,7 +92,11 @@ def test_running_app_ids_count_prefill_and_earlier_placements_of_the_batch(engin
     # holds 1 and b holds 1: the first in input order, a).
     cells = [cell("a", "z", lrps=[RunningInstance("api-7", 0)]), cell("b", "z"), cell("c", "z")]
     lrps = [LRPStart("web-7", i, 1, 1, objective="-count(ai.AppID, r.RunningAppIDs)") for i in range(3)]
-    assert placed(run(cells, lrps, engine=engine)) == {("web-7", 0): "b", ("web-7", 1): "c", ("web-7", 2): "a"}
+    assert placed(run(cells, lrps, engine=engine)) == {
+        ("web-7", 0): "b",
+        ("web-7", 1): "c",
+        ("web-7", 2): "a",
+    }
 
 
 def pick_zone_of(total_expr):
@@ -179,7 +183,9 @@ def test_each_distinct_objective_is_parsed_once_per_auction(monkeypatch):
     real = module.compile_objective
     monkeypatch.setattr(module, "compile_objective", lambda text: calls.append(text) or real(text))
     cells = [cell("a", "z")]
-    lrps = [LRPStart(f"app-{i}", 0, 1, 1, objective="r.AvailableMemoryMB" if i % 2 else None) for i in range(6)]
+    lrps = [
+        LRPStart(f"app-{i}", 0, 1, 1, objective="r.AvailableMemoryMB" if i % 2 else None) for i in range(6)
+    ]
     for engine in ENGINES:
         calls.clear()
         run(cells, lrps, engine=engine)

@@ -13,8 +13,7 @@ import random
 from ..filters import Work
 from ..state import CellSlot
 from ..types import LRPStart, TaskStart
-from .base import Picker
-from .fast_index import FeasibleIndex
+from .base import FastPicker, Picker
 
 NAME = "random"
 
@@ -44,17 +43,13 @@ class RandomReference(Picker):
         return self._pick(item)
 
 
-class RandomFast(Picker):
-    """Feasible positions from the vectorised index, then the same single draw."""
+class RandomFast(FastPicker):
+    """Feasible positions from the filters' vectorised forms, then the same single draw."""
 
     name = NAME
 
-    def __init__(self, state) -> None:
-        super().__init__(state)
-        self.index = FeasibleIndex(state)
-
     def _pick(self, item: Work) -> CellSlot | None:
-        positions = self.index.feasible(item)
+        positions = self.feasible_positions(item)
         if not positions.size:
             return None
         chosen = positions[item_rng(self.config.seed, item).randrange(positions.size)]

@@ -1,6 +1,6 @@
 """The `service` strategy: constraint-aware placement for stateful services.
 
-Hard constraints are the request filters of `service_filters` (host labels, volumes, a free ingress
+Hard constraints are the engine's request filters (filters/: host labels, volumes, a free ingress
 IP, devices), which hold under every strategy. Among the cells that pass, in this order:
 1. a restarting instance stays on its previous cell (`LRPStart.previous_cell`) while that cell passes;
 2. an instance with volume requests prefers a cell that already holds one of its volumes (its
@@ -24,11 +24,11 @@ import numpy as np
 
 from common.labels import parse_label_expression
 
+from ..filters import LABELS
+from ..filters.volumes import holds_own_volume
 from ..state import AuctionState, CellSlot
 from ..types import LRPStart, TaskStart
-from .base import Picker
-from .fast_index import FeasibleIndex
-from .service_filters import holds_own_volume
+from .base import FastPicker, Picker
 
 NAME = "service"
 
@@ -80,48 +80,54 @@ class ServiceReference(Picker):
         return min(candidates, key=task_key) if candidates else None
 
 
-class ServiceFast(Picker):
-    """Per-cell totals in arrays, label matches cached per expression, one lexsort over the candidates."""
+def ordinary_instances(slot: CellSlot) -> int:
+    return sum(slot.proc_counts.values())
+
+
+def task_count(slot: CellSlot) -> int:
+    return slot.task_count
+
+
+class ServiceFast(FastPicker):
+    """Per-cell totals as derived columns, label matches cached per expression, one lexsort over the
+    candidates."""
 
     name = NAME
 
     def __init__(self, state: AuctionState) -> None:
         super().__init__(state)
-        self.index = FeasibleIndex(state)
         slots = state.slots
-        self.ordinary = np.array([sum(s.proc_counts.values()) for s in slots], dtype=np.int64)
         # Delayed shutdown comes only from what cells report: a batch never adds to it.
         self.delayed = np.array([sum(s.delayed_counts.values()) for s in slots], dtype=np.int64)
         self.delayed_by_process: dict[str, dict[int, int]] = {}
         for s in slots:
             for pg, n in s.delayed_counts.items():
                 self.delayed_by_process.setdefault(pg, {})[s.pos] = n
-        self.tasks = np.array([s.task_count for s in slots], dtype=np.int64)
-        state.on_reserve(self._on_reserve)
 
-    def _on_reserve(self, slot: CellSlot) -> None:
-        self.ordinary[slot.pos] = sum(slot.proc_counts.values())
-        self.tasks[slot.pos] = slot.task_count
+    def ordinary(self) -> np.ndarray:
+        return self.cells.derived("ordinary_instances", ordinary_instances, np.int64)
 
     def _counts(self, by_pos: dict[int, int] | None, positions: np.ndarray) -> np.ndarray:
-        counts = np.zeros(self.index.size, dtype=np.int64)
+        counts = np.zeros(self.cells.size, dtype=np.int64)
         if by_pos:
             counts[np.fromiter(by_pos.keys(), dtype=np.int64)] = np.fromiter(by_pos.values(), dtype=np.int64)
         return counts[positions]
 
     def pick_lrp(self, item: LRPStart) -> CellSlot | None:
-        positions = self.index.feasible(item)
+        positions = self.feasible_positions(item)
         if not positions.size:
             return None
         if item.previous_cell is not None:
-            previous = self.index.cell_pos.get(item.previous_cell)
+            previous = self.cells.cell_pos.get(item.previous_cell)
             if previous is not None:
                 at = int(np.searchsorted(positions, previous))
                 if at < positions.size and positions[at] == previous:
                     return self.state.slots[previous]
         affinity = np.zeros(positions.size, dtype=np.float64)
         for rule in item.affinity:  # rule order, as the scalar sum adds them
-            affinity = affinity + np.where(self.index.labels(rule.expression)[positions], rule.weight, 0.0)
+            affinity = affinity + np.where(
+                LABELS.matching(self.cells, rule.expression)[positions], rule.weight, 0.0
+            )
         slots = self.state.slots
         if item.volumes:
             not_sticky = np.array([not holds_own_volume(slots[p], item) for p in positions], dtype=bool)
@@ -129,17 +135,18 @@ class ServiceFast(Picker):
             not_sticky = np.ones(positions.size, dtype=bool)
         same = self._counts(self.state.holding(item.process_guid), positions)
         same_delayed = self._counts(self.delayed_by_process.get(item.process_guid), positions)
-        other = self.ordinary[positions] - same
+        other = self.ordinary()[positions] - same
         other_delayed = self.delayed[positions] - same_delayed
         # lexsort: the last key is the primary one
         order = np.lexsort((positions, other_delayed, other, same_delayed, same, -affinity, not_sticky))
         return slots[int(positions[order[0]])]
 
     def pick_task(self, item: TaskStart) -> CellSlot | None:
-        positions = self.index.feasible(item)
+        positions = self.feasible_positions(item)
         if not positions.size:
             return None
-        order = np.lexsort((positions, self.delayed[positions], self.ordinary[positions], self.tasks[positions]))
+        tasks = self.cells.derived("task_count", task_count, np.int64)
+        order = np.lexsort((positions, self.delayed[positions], self.ordinary()[positions], tasks[positions]))
         return self.state.slots[int(positions[order[0]])]
 
 

@@ -30,7 +30,10 @@ def test_equal_counts_go_roomiest_first_and_equal_room_stays_one_group():
 
 def test_work_nobody_owed_takes_room_whoever_places_it():
     cells = [cell("a", "za", 8), cell("b", "zb", 8)]
-    batch = [LRPStart("web", i, 10, 10) for i in range(2)] + [LRPStart("solo", 0, 10, 10), TaskStart("t", 10, 10)]
+    batch = [LRPStart("web", i, 10, 10) for i in range(2)] + [
+        LRPStart("solo", 0, 10, 10),
+        TaskStart("t", 10, 10),
+    ]
     state, room = room_for(cells, batch)
     assert [room.room(z, 10, 10) for z in ("za", "zb")] == [7, 7]
     state.reserve_lrp(state.slots[0], batch[2])  # solo has no share: its instance takes room

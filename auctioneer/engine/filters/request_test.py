@@ -1,3 +1,6 @@
+"""The request filters (labels, volumes, ingress IP, devices): each filter's rules and messages, and that
+they hold, and are claimed, whichever strategy places."""
+
 import pytest
 
 from tests.support.engine_workloads import make_cell, placements
@@ -5,15 +8,10 @@ from tests.support.engine_workloads import make_cell, placements
 from ..scheduler import schedule
 from ..state import AuctionState
 from ..types import DeviceRequest, LRPStart, SchedulerConfig, Volume, VolumeRequest
-from .service_filters import (
-    DEVICES,
-    INGRESS_IP,
-    LABELS,
-    VOLUMES,
-    match_volume,
-    validate_label_expression,
-    volume_plan,
-)
+from .devices import DEVICES
+from .ingress import INGRESS_IP
+from .labels import LABELS
+from .volumes import VOLUMES, match_volume, volume_plan
 
 STRATEGIES = ("diego", "dea", "loadmark", "service", "binpack", "random")
 
@@ -133,9 +131,3 @@ def test_the_state_claims_the_volume_the_plan_chose():
     assert [(v.name, v.holder, v.ephemeral) for v in state.slots[0].volumes] == [
         ("big", "db/0", True), ("small", None, False),
     ]
-
-
-def test_validate_label_expression_is_exported_for_the_boundary():
-    validate_label_expression("gpu=true")
-    with pytest.raises(ValueError, match="invalid label expression"):
-        validate_label_expression("gpu in (")

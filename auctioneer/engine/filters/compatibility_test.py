@@ -30,7 +30,9 @@ def test_stack():
 
 def test_volume_drivers_must_all_be_offered():
     assert VOLUME_DRIVERS.rejects(slot(volume_drivers=frozenset({"nfs"})), lrp(volume_drivers=("nfs", "smb")))
-    assert not VOLUME_DRIVERS.rejects(slot(volume_drivers=frozenset({"nfs", "smb"})), lrp(volume_drivers=("nfs",)))
+    assert not VOLUME_DRIVERS.rejects(
+        slot(volume_drivers=frozenset({"nfs", "smb"})), lrp(volume_drivers=("nfs",))
+    )
     assert not VOLUME_DRIVERS.rejects(slot(), lrp())
 
 
@@ -55,7 +57,10 @@ def test_placement_tags(cell_tags, optional, wanted, rejected):
 def test_placement_tag_errors_read_like_diegos():
     assert placement_tag_error(()) == "found no compatible cell with no placement tags"
     assert placement_tag_error(("x",)) == 'found no compatible cell with placement tag "x"'
-    assert placement_tag_error(("a", "b", "c")) == 'found no compatible cell with placement tags "a", "b" and "c"'
+    assert (
+        placement_tag_error(("a", "b", "c"))
+        == 'found no compatible cell with placement tags "a", "b" and "c"'
+    )
 
 
 def test_resources_and_their_summaries():
