@@ -138,7 +138,12 @@ class Rebalancer:
         await self._start_due(now)
 
     async def _automatic(self, now: float) -> None:
-        """Plan after a cell appeared or returned (not on the first look: the cluster found is the start)."""
+        """Plan after a cell appeared or returned (not on the first look: the cluster found is the start).
+        Only the replica holding the convergence lease does: two would move the same apps at once."""
+        converger = self.bbs.converger
+        if converger is None or converger.token is None:
+            self._known_cells = None
+            return
         async with self.bbs.store.read() as tx:
             present = {
                 c.cell_id for c in await tx.list_cells(present_at=now) if not (c.cordoned or c.draining)
