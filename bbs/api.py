@@ -36,6 +36,9 @@ from common.models import (
     PlacementExplanation,
     PlacementFailures,
     Presence,
+    RebalancePlan,
+    RebalanceRequest,
+    RebalanceStatus,
     Task,
     TaskCreate,
     TaskState,
@@ -314,6 +317,23 @@ def create_app(bbs: BBS, *, insecure: bool | None = None) -> FastAPI:
     # An operator's cordon, uncordon and drain (bbs/service.py set_cell_mode): the cell state after.
     for mode in get_args(CellMode):
         app.post(f"/v1/cells/{{cell_id}}/{mode}", name=f"{mode}_cell")(cell_mode_route(bbs, mode))
+
+    # --- rebalancing (bbs/rebalancer.py) --------------------------------------------------------
+
+    @app.post("/v1/rebalance", response_model=RebalancePlan)
+    async def rebalance(body: RebalanceRequest) -> dict[str, Any]:
+        if body.app is not None:
+            async with bbs.store.read() as tx:
+                if await tx.get_desired(body.app) is None:
+                    raise NotFound(f"no app {body.app!r}")
+        planned = await bbs.rebalancer.plan(body.app, body.max_moves)
+        if not body.dry_run:
+            bbs.rebalancer.enqueue(planned)
+        return {"dry_run": body.dry_run, "moves": [p.move.to_wire() for p in planned]}
+
+    @app.get("/v1/rebalance", response_model=RebalanceStatus)
+    async def rebalance_status() -> dict[str, Any]:
+        return bbs.rebalancer.status()
 
     @app.delete("/v1/cells/{cell_id}", status_code=204)
     async def remove_cell(cell_id: GuidPath) -> Response:

@@ -108,6 +108,14 @@ class BBSMetrics:
             ["state", "presence"],
             registry=self.registry,
         )
+        # Rebalancing moves (bbs/rebalancer.py), Diego-style names: started, completed (the old instance
+        # stopped once the new one ran), abandoned (the new one failed or was late: the old one kept).
+        self.rebalance_started = Counter("RebalanceMovesStarted", "Rebalancing moves started",
+                                         registry=self.registry)
+        self.rebalance_completed = Counter("RebalanceMovesCompleted", "Rebalancing moves completed",
+                                           registry=self.registry)
+        self.rebalance_abandoned = Counter("RebalanceMovesAbandoned", "Rebalancing moves abandoned",
+                                           registry=self.registry)
         self.http = HTTPMetrics(self.registry)  # per route, refusals (common/http_metrics.py)
         self.diego = DiegoBBSMetrics()
         self.registry.register(self.diego)

@@ -46,6 +46,8 @@ POLICY = Policy({
     ("POST", "/v1/cells/{cell_id}/cordon"): rule("admin", why="a person cordons a cell"),
     ("POST", "/v1/cells/{cell_id}/uncordon"): rule("admin", why="a person uncordons a cell"),
     ("POST", "/v1/cells/{cell_id}/drain"): rule("admin", why="a person drains a cell"),
+    ("POST", "/v1/rebalance"): rule("admin", why="a person moves running instances"),
+    ("GET", "/v1/rebalance"): rule(*STATE_READERS),
     # the auctioneer: its failures (fenced by its lease's token), its election
     ("POST", "/v1/placement_failures"): rule("auctioneer",
                                              why="the auctioneer reports what it could not place"),

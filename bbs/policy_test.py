@@ -60,6 +60,8 @@ SAMPLES: dict[tuple[str, str], tuple[str, Any, dict[str, Any] | None]] = {
     ("POST", "/v1/cells/{cell_id}/cordon"): ("/v1/cells/cell-1/cordon", None, None),
     ("POST", "/v1/cells/{cell_id}/uncordon"): ("/v1/cells/cell-1/uncordon", None, None),
     ("POST", "/v1/cells/{cell_id}/drain"): ("/v1/cells/cell-1/drain", None, None),
+    ("POST", "/v1/rebalance"): ("/v1/rebalance", {"dry_run": True}, None),
+    ("GET", "/v1/rebalance"): ("/v1/rebalance", None, None),
     ("POST", "/v1/placement_failures"): ("/v1/placement_failures", {"fencing_token": 0}, None),
     ("POST", "/v1/auctions"): (
         "/v1/auctions",

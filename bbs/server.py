@@ -99,10 +99,13 @@ async def running_bbs(
     outbound.start()
     if converge:
         converger.start()
+    if settings.rebalance_interval:
+        bbs.rebalancer.start()
     try:
         yield bbs
     finally:
         hub.close()
+        await bbs.rebalancer.stop()
         await converger.stop()
         await bbs.probes.close()
         with contextlib.suppress(TimeoutError):

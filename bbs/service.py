@@ -46,6 +46,7 @@ from .metrics import BBSMetrics
 from .outbound import Outbound
 from .placements import PlacementLog
 from .quotas import QuotaExceeded, check_scale, desire_refusal
+from .rebalancer import Rebalancer
 from .records import (
     COMPLETED,
     EVACUATING,
@@ -167,6 +168,7 @@ class BBS:
                                  on_done=lambda: self.on_wake())
         self.placement_log = PlacementLog()
         self.explanations = Explanations(settings.max_explanations)  # for `vendue why`, in memory
+        self.rebalancer = Rebalancer(self)  # `vendue rebalance`: moves this replica carries out
         self.on_due: Callable[[float], None] = lambda when: None  # set by the converger
         self.converger: Any = None  # the Converger driving this BBS, if any
         self.transport_ready: Callable[[], bool] = lambda: True  # NATS connected (when it is the transport)

@@ -45,6 +45,9 @@ BBS (`vendue bbs`, default http://127.0.0.1:8889)
                                                    instances away make-before-break; uncordon ends both
   DELETE /v1/cells/{cell_id}                            -> 204 (forget a cell that is gone: everything it held
                                                    is placed again; 409 while it is present, 404 unknown)
+  POST   /v1/rebalance           RebalanceRequest       -> RebalancePlan (the moves planned, with reason and
+                                                   gain; unless dry_run, queued to run make-before-break)
+  GET    /v1/rebalance                                  -> RebalanceStatus (moves queued, in flight, finished)
   GET    /v1/events?app=&cell=&type=...                 -> text/event-stream of Event (SSE; `id:` per event;
                                                    Last-Event-ID: what was missed, or a `resync` event)
   GET    /ui                                            -> the dashboard page (admin, reader, its session
@@ -839,6 +842,7 @@ EVENT_TYPES = (
     "task_created", "task_changed", "task_removed",
     "cell_appeared", "cell_disappeared", "cell_removed", "cell_changed",
     "auction_completed", "convergence_completed", "resync",
+    "rebalance_move_started", "rebalance_move_completed", "rebalance_move_abandoned",
 )
 EventType = Literal[EVENT_TYPES]  # type: ignore[valid-type]
 
@@ -853,6 +857,44 @@ class Event(Open):
     data: dict
     at: datetime
     id: str = ""
+
+
+# --- rebalancing ----------------------------------------------------------------------------------
+
+
+class RebalanceRequest(Strict):
+    """`POST /v1/rebalance` (`vendue rebalance`): plan the moves that restore balance; unless `dry_run`,
+    carry them out make-before-break within the BBS's budget. `app`: only its instances; `max_moves`: at
+    most this many (0: all found)."""
+
+    dry_run: bool = False
+    app: Guid | None = None
+    max_moves: Annotated[int, Field(ge=0, le=100_000)] = 0
+
+
+class RebalanceMove(Open):
+    process_guid: str
+    index: int
+    from_cell: str
+    to_cell: str
+    from_zone: str
+    to_zone: str
+    reason: Literal["zone_spread", "cell_load"]
+    detail: str
+    gain: float
+    outcome: Literal["completed", "abandoned", "skipped"] | None = None  # finished moves only
+    why: str | None = None
+
+
+class RebalancePlan(Open):
+    dry_run: bool
+    moves: list[RebalanceMove]
+
+
+class RebalanceStatus(Open):
+    queued: list[RebalanceMove]
+    in_flight: list[RebalanceMove]
+    finished: list[RebalanceMove]  # the latest, oldest first
 
 
 # --- leases ---------------------------------------------------------------------------------------

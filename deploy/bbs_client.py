@@ -36,6 +36,9 @@ from common.models import (
     Event,
     HostCellStates,
     PlacementExplanation,
+    RebalancePlan,
+    RebalanceRequest,
+    RebalanceStatus,
     Task,
     TaskCreate,
     TokenCreate,
@@ -288,6 +291,15 @@ class BBSClient:
     def set_cell_mode(self, cell_id: str, mode: str) -> CellPresence:
         """Cordon, uncordon or drain a cell (admin): the cell state after (NotFound: no such cell)."""
         return CellPresence.model_validate(self._request("POST", f"/v1/cells/{cell_id}/{mode}").json())
+
+    def rebalance(self, request: RebalanceRequest) -> RebalancePlan:
+        """Plan rebalancing moves (admin) and, unless a dry run, have the BBS carry them out."""
+        body = request.model_dump(mode="json", exclude_none=True)
+        return RebalancePlan.model_validate(self._request("POST", "/v1/rebalance", json_body=body).json())
+
+    def rebalance_status(self) -> RebalanceStatus:
+        """The BBS's rebalancing moves queued, in flight and finished lately."""
+        return RebalanceStatus.model_validate(self._request("GET", "/v1/rebalance").json())
 
     def remove_cell(self, cell_id: str) -> None:
         """Forget a cell that is gone (admin): what it held is placed again (409 while it is present)."""

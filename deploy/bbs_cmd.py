@@ -119,6 +119,23 @@ def bbs(
         "--cell-loss-check",
         help="How long the check (and a late claim's) waits for the cell's rep to answer, s [5].",
     ),
+    rebalance_interval: float | None = typer.Option(
+        None, "--rebalance-interval",
+        help="Plan and carry out rebalancing moves this often after a cell appeared or returned, s [0: off].",
+    ),
+    rebalance_in_flight: int | None = typer.Option(
+        None, "--rebalance-in-flight", help="Rebalancing moves in flight at most, one per app [5]."
+    ),
+    rebalance_moves_per_minute: int | None = typer.Option(
+        None, "--rebalance-moves-per-minute", help="Rebalancing moves started per minute at most [60]."
+    ),
+    rebalance_move_timeout: float | None = typer.Option(
+        None, "--rebalance-move-timeout",
+        help="A move whose replacement does not run by then is abandoned, s [120].",
+    ),
+    rebalance_load_tolerance: float | None = typer.Option(
+        None, "--rebalance-load-tolerance", help="Memory fraction a cell may be above the mean [0.10]."
+    ),
     check_config: bool = typer.Option(
         False, "--check-config", help="Validate the settings and exit: 0, or 2 and the setting at fault."
     ),

@@ -14,7 +14,7 @@ HELP_PANELS: dict[str, tuple[str, ...]] = {
     "Cluster": ("up", "demo"),
     "Components": ("bbs", "auctioneer", "rep"),
     "Apps and tasks": ("push", "scale", "delete", "apps", "instances", "task", "tasks"),
-    "Cells": ("cells",),
+    "Cells": ("cells", "rebalance"),
     "Observe": ("events", "why", "dashboard"),
     "Security": ("certs", "tokens"),
     "Simulation": ("simulate",),
@@ -83,6 +83,7 @@ COMMAND_MODULES: dict[str, str] = {
         ("push", "scale", "delete", "apps", "instances", "task", "tasks", "events"), "deploy.client_cmd"
     ),
     "cells": "deploy.cells_cmd",  # `cells` itself is in deploy.client_cmd, which it imports
+    "rebalance": "deploy.rebalance_cmd",
 }
 
 

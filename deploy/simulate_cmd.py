@@ -70,6 +70,9 @@ def simulate(
     if scenario is not None and out is not None:
         _export_scenario(scenario, seed, out)
         return
+    if scenario == ZONE_OUTAGE:
+        _zone_outage(seed, report, as_json)
+        return
     compare_mode = (scenario is not None or transport is not None or report is not None
                     or (strategy is not None and "," in strategy))
     if compare_mode:
@@ -243,9 +246,41 @@ def print_scenarios() -> None:
     """One line per scenario: name, what it is, the strategies it compares by default."""
     from .scenarios import SCENARIOS
 
-    width = max(len(name) for name in SCENARIOS)
+    width = max(len(name) for name in (*SCENARIOS, ZONE_OUTAGE))
     for s in SCENARIOS.values():
         typer.echo(f"{s.name:<{width}}  {s.description} [{','.join(s.strategies)}]")
+    typer.echo(f"{ZONE_OUTAGE:<{width}}  A zone's cells leave, everything is evacuated, they return and the "
+               "rebalancer runs: zone spread before/during/after, running counts over time [diego]")
+
+
+# A scenario in phases (deploy/simulate_rebalance.py), not one placement to compare strategies on.
+ZONE_OUTAGE = "zone-outage-and-return"
+
+
+def _zone_outage(seed: int, report: Path | None, as_json: bool) -> None:
+    """Run the zone-outage-and-return scenario: the whole report as JSON (`--json`, or `--report FILE`,
+    written there), else a summary."""
+    from .simulate_rebalance import zone_outage_and_return
+
+    result = zone_outage_and_return(seed)
+    if report is not None:
+        try:
+            report.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+        except OSError as exc:
+            fail(f"--report: cannot write {report}: {exc.strerror or exc}", USAGE_ERROR)
+    if as_json:
+        typer.echo(json.dumps(result))
+        return
+    skew, ratio = result["worst_zone_skew"], result["min_running_ratio_while_rebalancing"]
+    typer.echo(f"{result['cells']} cells in {result['zones']} zones, {result['apps']} apps, "
+               f"{result['instances']} instances")
+    typer.echo(f"worst zone skew: before the outage {skew['before']}, during {skew['during']}, "
+               f"after the rebalance {skew['after']}")
+    typer.echo(f"{len(result['moves'])} moves planned in {result['plan_s']:g}s, carried out in "
+               f"{result['execute_s_simulated']:g}s (simulated); lowest running/desired while moving: "
+               f"{ratio:g}")
+    if report is not None:
+        typer.echo(f"wrote {report}")
 
 
 def print_comparison(result: dict) -> None:

@@ -162,8 +162,18 @@ def test_list_scenarios_one_line_each() -> None:
     result = invoke("--list-scenarios")
     assert result.exit_code == 0, result.output
     lines = result.stdout.strip().splitlines()
-    assert [line.split()[0] for line in lines] == list(SCENARIOS)
+    assert [line.split()[0] for line in lines] == [*SCENARIOS, "zone-outage-and-return"]
     assert "scale-250k" in result.stdout and "[diego]" in result.stdout
+
+
+def test_the_zone_outage_scenario_reports_the_spread_and_writes_its_report(tmp_path) -> None:
+    result = invoke("--scenario", "zone-outage-and-return")
+    assert result.exit_code == 0, result.output
+    assert "after the rebalance 1" in result.stdout or "after the rebalance 0" in result.stdout, result.stdout
+    path = tmp_path / "outage.json"
+    written = invoke("--scenario", "zone-outage-and-return", "--report", str(path), "--json")
+    assert written.exit_code == 0, written.output
+    assert json.loads(path.read_text())["worst_zone_skew"] == json.loads(written.stdout)["worst_zone_skew"]
 
 
 def test_two_strategies_inproc_with_a_report(tmp_path) -> None:

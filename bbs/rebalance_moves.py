@@ -1,0 +1,157 @@
+"""A rebalancing move on the actual LRPs, make-before-break: pure decisions, no I/O.
+
+A move is a drain's evacuation (bbs/convergence.py `evacuate`) aimed at one instance: the RUNNING
+ORDINARY instance becomes EVACUATING and keeps serving, an UNCLAIMED replacement is auctioned, and the
+lifecycle stops the old one once the replacement reports RUNNING (bbs/lifecycle.py). What is new here is
+the way back: a replacement that crashes or does not run in time is dropped (stopped where a cell claimed
+it) and the old instance is the index's instance again.
+
+And the planner's input: the state the BBS holds, turned into the engine's plain data (cells with what
+they hold, one placement request per app), so that auctioneer/engine/rebalance.py judges moves with the
+auction's own filters and score.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Sequence
+from typing import Any, Literal
+
+from auctioneer.engine.rebalance import Placed
+from auctioneer.engine.types import DEFAULT_STACK, Cell, LRPStart, Resources
+
+from .actual_set import ActualSet
+from .lifecycle import Stop, stop_of
+from .records import (
+    CLAIMED,
+    CRASHED,
+    EVACUATING,
+    KEEP_REPLICAS,
+    ORDINARY,
+    RUNNING,
+    ActualRecord,
+    CellRecord,
+    DesiredRecord,
+    changed,
+    unclaimed,
+)
+
+Outcome = Literal["moving", "completed", "failed", "lost"]
+
+
+def start_move(actuals: ActualSet, process_guid: str, index: int, from_cell: str, now: float) -> bool:
+    """Make the instance on `from_cell` EVACUATING and add its UNCLAIMED replacement (to auction). False,
+    changing nothing, when the index is not a lone RUNNING ORDINARY instance on that cell any more."""
+    row = actuals.get(process_guid, index)
+    if row is None or row.state != RUNNING or row.cell_id != from_cell or actuals.other(process_guid, index):
+        return False
+    actuals.replace(row, changed(row, presence=EVACUATING))
+    replacement = unclaimed(process_guid, index, row.domain, now)
+    actuals.put(dataclasses.replace(replacement, crash_count=row.crash_count))
+    return True
+
+
+def move_outcome(actuals: ActualSet, process_guid: str, index: int, crash_count: int) -> Outcome:
+    """Where a started move stands: `completed` (the replacement runs and the old one is gone), `failed`
+    (the replacement crashed: its crash count rose above the old instance's), `lost` (the old instance
+    is gone without a running replacement, its cell lost), else `moving`."""
+    old = actuals.get(process_guid, index, EVACUATING)
+    new = actuals.get(process_guid, index)
+    if new is not None and (new.state == CRASHED or new.crash_count > crash_count):
+        return "failed" if old is not None else "lost"
+    if old is None:
+        return "completed" if new is not None and new.state == RUNNING else "lost"
+    return "moving"
+
+
+def abandon_move(actuals: ActualSet, process_guid: str, index: int) -> list[Stop]:
+    """Keep the old instance: drop the replacement (the stop it needs, where a cell claimed it) and make
+    the EVACUATING instance the index's instance again. Nothing to do once the old one is gone."""
+    old = actuals.get(process_guid, index, EVACUATING)
+    if old is None:
+        return []
+    stops: list[Stop] = []
+    new = actuals.get(process_guid, index)
+    if new is not None:
+        actuals.remove(new)
+        if new.state in (CLAIMED, RUNNING) and new.cell_id and new.instance_guid:
+            stops.append(stop_of(new))
+    actuals.replace(old, changed(old, presence=ORDINARY))
+    return stops
+
+
+# --- the planner's input ------------------------------------------------------------------------------
+
+# Constraints whose cell side the BBS does not hold (volumes, ingress IPs, devices are in a rep's /state,
+# not in its heartbeat): an app asking for them stays where it is.
+_CELL_SIDE_UNKNOWN = ("volumes", "ingress_ip", "devices")
+
+
+def placement_request(desired: DesiredRecord) -> LRPStart:
+    """The app's placement request as the auction sees it, from its stored definition."""
+    d: dict[str, Any] = desired.definition
+    return LRPStart(
+        desired.process_guid,
+        0,
+        int(d.get("memory_mb", 0)),
+        int(d.get("disk_mb", 0)),
+        stack=d.get("stack") or DEFAULT_STACK,
+        placement_tags=tuple(d.get("placement_tags") or ()),
+        volume_drivers=tuple(d.get("volume_drivers") or ()),
+        domain=desired.domain,
+        strategy=d.get("strategy"),
+        objective=d.get("objective"),
+        total_instances=desired.instances,
+        labels_match=d.get("labels_match") or "",
+    )
+
+
+def pinned(desired: DesiredRecord) -> bool:
+    """Instances that never move: keep-replicas LRPs, and those asking for what only their cell knows."""
+    return desired.on_cell_loss == KEEP_REPLICAS or any(desired.definition.get(k) for k in _CELL_SIDE_UNKNOWN)
+
+
+def planner_cells(
+    cells: Sequence[CellRecord], actuals: Iterable[ActualRecord], requests: dict[str, LRPStart]
+) -> tuple[list[Cell], list[Placed]]:
+    """The schedulable cells (present, not cordoned) with what each holds taken from its total, and the
+    instances that could move: RUNNING ORDINARY ones with no evacuating or suspect copy."""
+    by_id: dict[str, Cell] = {}
+    for record in cells:
+        if record.cordoned or record.draining or record.evacuating:
+            continue
+        p = record.presence
+        total = p.get("total") or {}
+        by_id[record.cell_id] = Cell(
+            record.cell_id,
+            record.zone,
+            Resources(
+                int(total.get("memory_mb", 0)), int(total.get("disk_mb", 0)), int(total.get("containers", 0))
+            ),
+            Resources(
+                int(total.get("memory_mb", 0)), int(total.get("disk_mb", 0)), int(total.get("containers", 0))
+            ),
+            stacks=tuple(p.get("stacks") or (DEFAULT_STACK,)),
+            placement_tags=frozenset(p.get("placement_tags") or ()),
+            optional_placement_tags=frozenset(p.get("optional_placement_tags") or ()),
+            volume_drivers=frozenset(p.get("volume_drivers") or ()),
+            labels=dict(p.get("labels") or {}),
+        )
+    placed: list[Placed] = []
+    others: set[tuple[str, int]] = set()
+    rows = list(actuals)
+    for row in rows:
+        if row.presence != ORDINARY:
+            others.add((row.process_guid, row.index))
+    for row in rows:
+        cell, item = by_id.get(row.cell_id), requests.get(row.process_guid)
+        if cell is None or item is None or row.state not in (CLAIMED, RUNNING):
+            continue
+        a = cell.available
+        cell.available = Resources(a.memory_mb - item.memory_mb, a.disk_mb - item.disk_mb, a.containers - 1)
+        if row.presence != ORDINARY:
+            continue  # holds its room, but is not one of the app's instances there
+        cell.lrp_counts[row.process_guid] = cell.lrp_counts.get(row.process_guid, 0) + 1
+        if row.state == RUNNING and (row.process_guid, row.index) not in others:
+            placed.append(Placed(row.process_guid, row.index, row.cell_id))
+    return list(by_id.values()), placed

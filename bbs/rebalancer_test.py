@@ -1,0 +1,104 @@
+"""Rebalancing through the BBS's API in-process (the harness of api_test.py: the auctioneer and the reps
+are a recording transport, so the test plays the reps' reports)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+
+from .api_test import Harness, desire, h, ref, running  # noqa: F401 - h: api_test's harness, a fixture
+
+DEADLINE_S = 10.0
+
+
+async def until(what: str, check: Callable[[], Awaitable[object]]) -> object:
+    """Poll `check` until it returns something true; fail naming what was expected and what was seen."""
+    deadline = time.monotonic() + DEADLINE_S
+    while True:
+        seen = await check()
+        if seen:
+            return seen
+        if time.monotonic() > deadline:
+            raise AssertionError(f"expected {what} within {DEADLINE_S} s; last saw {seen!r}")
+        await asyncio.sleep(0.02)
+
+
+async def rows(harness: Harness) -> list[tuple[int, str, str, str]]:
+    return sorted((a["index"], a["presence"], a["state"], a["cell_id"]) for a in await harness.actuals())
+
+
+async def four_on_one_zone(harness: Harness) -> None:
+    await harness.heartbeat("c1", zone="z1")
+    await harness.heartbeat("c2", zone="z2")
+    await desire(harness, 4)
+    guids = [f"g{i}" for i in range(4)]
+    await harness.lifecycle(
+        "c1",
+        claimed=[ref(i, g) for i, g in enumerate(guids)],
+        running=[running(i, g) for i, g in enumerate(guids)],
+    )
+
+
+async def test_dry_run_plans_with_reasons_and_gains_and_changes_nothing(h: Harness) -> None:  # noqa: F811 - the fixture
+    await four_on_one_zone(h)
+    before = await rows(h)
+    answer = await h.http.post("/v1/rebalance", json={"dry_run": True})
+    assert answer.status_code == 200, answer.text
+    moves = answer.json()["moves"]
+    assert [(m["index"], m["from_cell"], m["to_cell"], m["reason"], m["gain"]) for m in moves] == [
+        (3, "c1", "c2", "zone_spread", 2),
+        (2, "c1", "c2", "zone_spread", 2),
+    ]
+    assert await rows(h) == before
+    assert (await h.http.get("/v1/rebalance")).json() == {"queued": [], "in_flight": [], "finished": []}
+
+
+async def test_moves_run_one_at_a_time_and_a_crashing_replacement_is_abandoned(h: Harness) -> None:  # noqa: F811 - the fixture
+    await four_on_one_zone(h)
+    assert len((await h.http.post("/v1/rebalance", json={})).json()["moves"]) == 2
+    # The first move: the old instance keeps running, its replacement is auctioned; the second waits.
+    await until("index 3 evacuating", lambda: _has(h, (3, "EVACUATING", "RUNNING", "c1")))
+    assert (3, "ORDINARY", "UNCLAIMED", "") in await rows(h)
+    assert not [r for r in await rows(h) if r[0] == 2 and r[1] == "EVACUATING"], "one move per app at a time"
+    await h.lifecycle("c2", claimed=[ref(3, "n3")], running=[running(3, "n3")])
+    await h.settle()
+    assert h.rec.stopped() == [("c1", "g3")], "the old instance stops once the new one runs"
+    # The second move's replacement crashes on start: abandoned, the old instance is the one again.
+    await until("index 2 evacuating", lambda: _has(h, (2, "EVACUATING", "RUNNING", "c1")))
+    await h.lifecycle("c2", claimed=[ref(2, "n2")])
+    await h.lifecycle("c2", crashed=[{**ref(2, "n2"), "reason": "exited with status 1"}])
+    await until("index 2 back as it was", lambda: _has(h, (2, "ORDINARY", "RUNNING", "c1")))
+    assert [r for r in await rows(h) if r[0] == 2] == [(2, "ORDINARY", "RUNNING", "c1")]
+    status = (await h.http.get("/v1/rebalance")).json()
+    assert [(m["index"], m["outcome"]) for m in status["finished"]] == [(3, "completed"), (2, "abandoned")]
+    assert status["finished"][1]["why"] == "the new instance crashed"
+    metrics = (await h.http.get("/metrics")).text
+    for name, value in (("Started", 2), ("Completed", 1), ("Abandoned", 1)):
+        assert f"RebalanceMoves{name}_total {value}.0" in metrics, name
+
+
+async def test_a_move_never_runs_once_the_apps_desired_count_changed(h: Harness) -> None:  # noqa: F811 - the fixture
+    await four_on_one_zone(h)
+    planned = await h.bbs.rebalancer.plan()
+    response = await h.http.patch("/v1/desired_lrps/web", json={"instances": 5})
+    assert response.status_code == 200, response.text
+    h.bbs.rebalancer.enqueue(planned)
+    status = await until("the moves skipped", lambda: _finished(h, len(planned)))
+    assert {(m["outcome"], m["why"]) for m in status} == {("skipped", "the app's desired count changed")}
+    assert not [r for r in await rows(h) if r[1] == "EVACUATING"]
+
+
+async def test_an_unknown_app_is_404_and_bad_input_422_naming_the_field(h: Harness) -> None:  # noqa: F811 - the fixture
+    assert (await h.http.post("/v1/rebalance", json={"app": "nope"})).status_code == 404
+    bad = await h.http.post("/v1/rebalance", json={"max_moves": -1})
+    assert bad.status_code == 422 and "max_moves" in bad.text, bad.text
+
+
+async def _has(harness: Harness, row: tuple[int, str, str, str]) -> bool:
+    return row in await rows(harness)
+
+
+async def _finished(harness: Harness, n: int) -> list[dict] | None:
+    finished = (await harness.http.get("/v1/rebalance")).json()["finished"]
+    return finished if len(finished) >= n else None

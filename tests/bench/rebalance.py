@@ -1,0 +1,79 @@
+"""Rebalancing benchmark (issue #18): a zone evacuated and returned, then planned and carried out.
+
+    python tests/bench/rebalance.py [--cells 1000] [--zones 3] [--instances 60000] [--apps 1000]
+                                    [--move-seconds 2] [--in-flight 5] [--moves-per-minute 60] [--seed 1]
+
+On simulated cells (the engine's plain data, no processes; deploy/simulate_rebalance.py, the simulator's
+`zone-outage-and-return` scenario at this size): every instance placed by the engine (diego strategy);
+the first zone's cells leave and the engine places their instances on the other zones (the evacuation);
+the cells return empty; `auctioneer/engine/rebalance.py` plans (timed: `plan_s`). The moves are then
+replayed on simulated time with the BBS's default budget (bbs/settings.py: 5 in flight, one per app, 60
+started per minute), each taking `--move-seconds` from its start to the old instance's stop: `execute_s`
+is that simulated time, and `min_running_ratio` the lowest running/desired of any app while rebalancing
+(must be 1.0). Cells hold 32 GiB: two zones hold everything. Prints ONE JSON object; never asserts on
+time. Target: plan_s < 5 at full size, worst zone skew after <= 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from auctioneer.engine.types import LRPStart  # noqa: E402
+from bbs.settings import BBSSettings  # noqa: E402
+from deploy.simulate_rebalance import Budget, outage_and_return  # noqa: E402
+
+CELL_MEMORY_MB = 32_768
+CELL_CONTAINERS = 250
+
+
+def main() -> None:
+    defaults = BBSSettings()
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cells", type=int, default=1000)
+    parser.add_argument("--zones", type=int, default=3)
+    parser.add_argument("--instances", type=int, default=60_000)
+    parser.add_argument("--apps", type=int, default=1000)
+    parser.add_argument("--move-seconds", type=float, default=2.0)
+    parser.add_argument("--in-flight", type=int, default=defaults.rebalance_in_flight)
+    parser.add_argument("--moves-per-minute", type=int, default=defaults.rebalance_moves_per_minute)
+    parser.add_argument("--seed", type=int, default=1)
+    args = parser.parse_args()
+    rng = random.Random(args.seed)
+    per_app = args.instances // args.apps
+    requests = {
+        f"app-{a:05d}": LRPStart(f"app-{a:05d}", 0, rng.choice((128, 256, 512)), 256, total_instances=per_app)
+        for a in range(args.apps)
+    }
+    budget = Budget(args.in_flight, args.moves_per_minute, args.move_seconds)
+    report = outage_and_return(args.cells, args.zones, requests, CELL_MEMORY_MB, CELL_CONTAINERS, budget)
+    skew = report["worst_zone_skew"]
+    print(
+        json.dumps(
+            {
+                "cells": args.cells,
+                "zones": args.zones,
+                "instances": report["instances"],
+                "apps": args.apps,
+                "unplaced_in_evacuation": report["unplaced_in_evacuation"],
+                "plan_s": report["plan_s"],
+                "moves_planned": len(report["moves"]),
+                "moves_by_reason": report["moves_by_reason"],
+                "execute_s_simulated": report["execute_s_simulated"],
+                "budget": report["budget"],
+                "worst_zone_skew_before": skew["during"],
+                "worst_zone_skew_after": skew["after"],
+                "min_running_ratio": report["min_running_ratio_while_rebalancing"],
+                "plan_target_met": report["plan_s"] < 5.0 and skew["after"] <= 1,
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()
