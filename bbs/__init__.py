@@ -8,7 +8,8 @@ Functional core (pure, tested without I/O):
   convergence.py      one convergence pass as a pure function; resize (scale) and evacuate decisions
 
 Imperative shell:
-  store/              Store/Tx over SQLAlchemy 2 async Core (SQLite WAL default), schema + Alembic migrations
+  store/              Store/Tx over SQLAlchemy 2 async Core (SQLite WAL default), a module per entity,
+                      schema + Alembic migrations
   service.py          the operations: one write transaction each, group-committed on the hot paths
                       (desires, heartbeats, lifecycle reports), side effects after commit
   (common/group_commit.py: requests arriving during a transaction share the next one)

@@ -1,4 +1,5 @@
-"""Persistence for the BBS: `Store` (transactions over records) and the schema and its migrations."""
+"""Persistence for the BBS: `Store` (transactions over records, their queries a module per entity) and the
+schema and its migrations."""
 
 from .store import Store, Tx
 

@@ -1,8 +1,9 @@
 """Opening the database: the async engine (an SQLite file in WAL mode by default, PostgreSQL through
 asyncpg in production) and its Alembic migrations.
 
-Everything that differs between the two databases is decided here and in `store.py`, never in the
-BBS logic: URL spelling, connection setup, pool sizes, and how writers are serialised.
+Everything that differs between the two databases is decided here and in the store's modules
+(bbs/store/), never in the BBS logic: URL spelling, connection setup, pool sizes, and how writers are
+serialised.
 """
 
 from __future__ import annotations
