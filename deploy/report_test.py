@@ -23,8 +23,8 @@ from tests.e2e.chromium import chromium_binary
 
 from .cluster import PROJECT_ROOT
 from .report import CHART_IDS, json_path, render_html, write_report
-from .scenarios import SCENARIOS
 from .simulate_run import compare
+from .simulator.scenarios import SCENARIOS
 
 # What each chart draws once plotly has run: a table's cell text, bars' points, a heatmap's image.
 RENDERED_MARK = {"summary-table": "cell-text", "summary-bars": "point", "cell-allocation": "point",

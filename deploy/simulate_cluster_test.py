@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from .cluster import PROJECT_ROOT
-from .scenarios import SCENARIOS
 from .simulate_cluster import MAX_REP_PROCESSES, plan
 from .simulate_input import SimInput, app, cell
+from .simulator.scenarios import SCENARIOS
 
 
 def test_cells_alike_share_a_rep_process_and_prefilled_groups_are_pinned() -> None:

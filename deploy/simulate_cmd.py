@@ -136,10 +136,10 @@ def _report_path(report: Path | None) -> None:
 
 def _compare(workload: Path | None, scenario_name: str | None, strategy: str | None, transport: str,
              report: Path | None, engine: str, seed: int, timeout: float, as_json: bool) -> None:
-    from .scenarios import scenario as find_scenario
     from .simulate import check_workload
     from .simulate_input import from_workload
     from .simulate_run import TRANSPORTS, compare
+    from .simulator.scenarios import scenario as find_scenario
 
     try:
         if engine not in ("fast", "reference"):
@@ -222,8 +222,8 @@ def _progress(enabled: bool):
 
 
 def _export_scenario(name: str, seed: int, out: Path) -> None:
-    from .scenarios import scenario as find_scenario
     from .simulate_input import to_workload
+    from .simulator.scenarios import scenario as find_scenario
 
     try:
         found = find_scenario(name)
@@ -241,7 +241,7 @@ def _export_scenario(name: str, seed: int, out: Path) -> None:
 
 def print_scenarios() -> None:
     """One line per scenario: name, what it is, the strategies it compares by default."""
-    from .scenarios import SCENARIOS
+    from .simulator.scenarios import SCENARIOS
 
     width = max(len(name) for name in SCENARIOS)
     for s in SCENARIOS.values():

@@ -6,10 +6,10 @@ from collections import Counter
 
 from common.workload import parse_workload
 
-from .scenarios import SCENARIOS
 from .simulate import simulate
 from .simulate_inproc import SimRep, run_inproc
 from .simulate_input import SimInput, app, cell, to_workload
+from .simulator.scenarios import SCENARIOS
 
 
 def three_cells() -> SimInput:
