@@ -43,8 +43,8 @@ from common.models import (
 )
 from common.workload import CellSpec
 
-from .simulate_input import App, SimInput
-from .simulate_metrics import Outcome
+from .metrics import Outcome
+from .sim_input import App, SimInput
 
 REJECTED = "insufficient resources"  # what a rep says when work no longer fits
 

@@ -157,7 +157,7 @@ def test_explain_names_the_chosen_cell_and_every_cells_verdict(tmp_path):
 
 
 def test_list_scenarios_one_line_each() -> None:
-    from .simulator.scenarios import SCENARIOS
+    from .scenarios import SCENARIOS
 
     result = invoke("--list-scenarios")
     assert result.exit_code == 0, result.output

@@ -6,10 +6,10 @@ from collections import Counter
 
 from common.workload import parse_workload
 
-from .simulate import simulate
-from .simulate_inproc import SimRep, run_inproc
-from .simulate_input import SimInput, app, cell, to_workload
-from .simulator.scenarios import SCENARIOS
+from .engine import simulate
+from .scenarios import SCENARIOS
+from .sim_input import SimInput, app, cell, to_workload
+from .transport_inproc import SimRep, run_inproc
 
 
 def three_cells() -> SimInput:
@@ -81,7 +81,7 @@ def test_tasks_and_prefill_tasks_hold_memory() -> None:
         "lrps": [{"process_guid": "web", "index": 0, "memory_mb": 300, "disk_mb": 1}],
         "tasks": [{"task_guid": "job", "memory_mb": 300, "disk_mb": 1}],
     }
-    from .simulate_input import from_workload
+    from .sim_input import from_workload
 
     outcome = run_inproc(from_workload(parse_workload(data)), "diego")
     # 400 MB were left after the running task: Diego's order places index-0 LRPs before tasks.

@@ -35,9 +35,9 @@ from pydantic import BaseModel, ValidationError
 from common.models import DesiredLRPCreate, TaskCreate
 from common.workload import CellSpec
 
-from .cluster import LocalCluster, _Component
-from .simulate_input import App, SimInput
-from .simulate_metrics import Outcome
+from ..cluster import LocalCluster, _Component
+from .metrics import Outcome
+from .sim_input import App, SimInput
 
 MAX_REP_PROCESSES = 12  # rep processes per cluster: each is a Python interpreter on a small machine
 MAX_INSTANCES_PER_LRP = 10_000  # the BBS API's limit on one desired LRP
