@@ -60,8 +60,9 @@ def test_refused_work_is_carried_into_the_next_round_until_it_runs_out_of_attemp
     assert outcome.rounds == 3
     assert outcome.communications == {"bbs": 6, "rep_state": 3, "rep_work": 3}  # 3 lists + 3 auction reports
     [failure] = outcome.failures
-    assert failure["error"] == "insufficient resources"
-    assert failure["detail"] == "cell a: insufficient resources (after 3 attempts)"
+    # The rep's own words for what no longer fits (rep/admission.py), as a real rep would answer.
+    assert failure["error"] == "insufficient resources: memory"
+    assert failure["detail"] == "cell a: insufficient resources: memory (after 3 attempts)"
 
 
 def test_inproc_places_like_the_engine_on_the_same_workload() -> None:
