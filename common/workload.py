@@ -4,8 +4,8 @@ The format is a contract shared with other tools (docs/workload-format.md): know
 type and range, unknown fields are ignored ("add fields freely"), and anything that does not fit is
 reported as ONE line naming the field, e.g. `lrps[3].memory_mb: must be >= 1`.
 
-This module knows nothing of the engine (common/ imports none of the other packages); deploy/simulate.py
-converts a validated `Workload` into engine dataclasses.
+This module knows nothing of the engine (common/ imports none of the other packages);
+deploy/simulator/engine.py converts a validated `Workload` into engine dataclasses.
 """
 
 from __future__ import annotations

@@ -70,7 +70,7 @@ def _root(
 # an unknown name load them all (so does shell completion: its command line is in the environment, and
 # `vendue` alone names no command). cli_test.py checks this table against what the modules register.
 COMMAND_MODULES: dict[str, str] = {
-    "simulate": "deploy.simulate_cmd",
+    "simulate": "deploy.simulator.simulate_cmd",
     "bbs": "deploy.bbs_cmd",
     "auctioneer": "deploy.auctioneer_cmd",
     "rep": "deploy.rep_cmd",

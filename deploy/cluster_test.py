@@ -20,7 +20,7 @@ from common.procutil import pid_alive
 from common.tls import TLSFiles, client_context, identity_of_file, init_ca, issue
 
 from .cli import _register, app
-from .cluster import CLUSTER_FILE, ClusterError, LocalCluster, read_cluster_file
+from .cluster import CLUSTER_FILE, ClusterError, LocalCluster, SimRepProcess, read_cluster_file
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 
@@ -182,6 +182,26 @@ def test_sim_cells_hosted_several_per_process(tmp_path: Path):
             identity = identity_of_file(lc.certs_dir / f"{name}.pem")
             assert identity is not None and (identity.role, identity.name) == ("rep", name)
             assert (identity.cells, identity.cell_prefixes) == (cells, prefixes)
+
+
+def test_sim_rep_processes_of_the_callers_own_replace_the_planned_cells(tmp_path: Path):
+    sized = ("--memory-mb", "512", "--disk-mb", "1024", "--containers", "5", "--tag", "gpu")
+    sim_reps = [
+        SimRepProcess("rep-a", ("--cells", "2", "--cell-id", "a", "--zone", "east", *sized),
+                      (("a-0", "east"), ("a-1", "east")), cell_prefix="a-"),
+        SimRepProcess("rep-b", ("--cell-id", "b", "--zone", "west", "--memory-mb", "256"), (("b", "west"),)),
+    ]
+    launcher = LocalCluster(tmp_path, sim_reps=sim_reps, bbs_args=FAST_BBS, rep_args=FAST_REP)
+    with launcher.start(timeout=60.0) as lc:
+        assert lc.executor == "sim" and (lc.cells, lc.zones) == (3, 2)
+        assert {cell_id: rep.zone for cell_id, rep in lc.reps.items()} == {"a-0": "east", "a-1": "east",
+                                                                           "b": "west"}
+        assert lc.reps["a-0"].proc is lc.reps["a-1"].proc and len(lc.pids()) == 2 + 2
+        cells = httpx.get(f"{lc.bbs_url}/v1/cells", timeout=2.0, verify=lc.verify).json()["items"]
+        seen = {c["cell_id"]: (c["zone"], c["total"]["memory_mb"], c["placement_tags"]) for c in cells}
+        assert seen == {"a-0": ("east", 512, ["gpu"]), "a-1": ("east", 512, ["gpu"]), "b": ("west", 256, [])}
+        identity = identity_of_file(lc.certs_dir / "rep-a.pem")
+        assert identity is not None and identity.cell_prefixes == ("a-",)
 
 
 def test_every_component_has_a_certificate_of_its_own_and_callers_need_one(

@@ -35,6 +35,7 @@ from common.models import (
     WorkResult,
 )
 
+from .admission import shortage
 from .executor import Executor, LRPContainer, TaskContainer
 from .outbox import Outbox, SendLifecycle
 from .reports import Crash, HostPort, Ref, Running
@@ -304,12 +305,6 @@ class Cell:
         c = self.config
         if d.stack not in c.stacks:
             return f"stack {d.stack} not supported"
-        if (  # the common case inline (once per instance placed): room for it
-            len(self._instances) + len(self._tasks) < c.containers
-            and self._used_disk + d.disk_mb <= c.disk_mb
-            and self._used_memory + d.memory_mb <= c.memory_mb
-        ):
-            return ""
         return self._why_no_room(d.memory_mb, d.disk_mb)
 
     def _why_not_task(self, task: Task) -> str:
@@ -321,17 +316,8 @@ class Cell:
 
     def _why_no_room(self, memory_mb: int, disk_mb: int) -> str:
         c = self.config
-        containers_ok = len(self._instances) + len(self._tasks) < c.containers
-        disk_ok = self._used_disk + disk_mb <= c.disk_mb
-        memory_ok = self._used_memory + memory_mb <= c.memory_mb
-        if containers_ok and disk_ok and memory_ok:
-            return ""
-        short = [
-            name
-            for name, ok in (("containers", containers_ok), ("disk", disk_ok), ("memory", memory_ok))
-            if not ok
-        ]
-        return f"insufficient resources: {', '.join(short)}"
+        return shortage(c.memory_mb - self._used_memory, c.disk_mb - self._used_disk,
+                        c.containers - len(self._instances) - len(self._tasks), memory_mb, disk_mb)
 
     def _start_lrp(self, desired: DesiredLRP, index: int) -> None:
         guid = self._new_guid()

@@ -34,8 +34,8 @@ from auctioneer.engine import schedule  # noqa: E402
 from auctioneer.engine.strategies import pickers  # noqa: E402
 from auctioneer.engine.types import SchedulerConfig  # noqa: E402
 from common.workload import parse_workload  # noqa: E402
-from deploy.generate import generate  # noqa: E402
-from deploy.simulate import EngineInput, summarise, to_engine  # noqa: E402
+from deploy.simulator.engine import EngineInput, summarise, to_engine  # noqa: E402
+from deploy.simulator.generate import generate  # noqa: E402
 
 
 def timed_schedule(inputs: EngineInput, engine: str, strategy: str, seed: int):

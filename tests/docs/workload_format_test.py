@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 
 from common.workload import loads_workload
-from deploy.simulate import simulate
+from deploy.simulator.engine import simulate
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "workload-format.md"
 TIMINGS = {"seconds", "placements_per_s"}

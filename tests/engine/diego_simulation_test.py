@@ -13,8 +13,8 @@ from collections import Counter
 import pytest
 
 from common.workload import parse_workload
-from deploy.generate import cold_start_large, cold_start_small
-from deploy.simulate import to_engine
+from deploy.simulator.engine import to_engine
+from deploy.simulator.generate import cold_start_large, cold_start_small
 
 from .diego_cluster import (
     ENGINES,

@@ -8,7 +8,7 @@ import pytest
 
 from common.workload import WorkloadError, parse_workload
 
-from .simulate import available_strategies, population_cv, simulate, to_engine
+from .engine import available_strategies, population_cv, simulate, to_engine
 
 CONTRACT_FIELDS = {
     "workload", "strategy", "engine", "placed", "failed", "seconds", "placements_per_s", "per_cell_instances",

@@ -35,9 +35,9 @@ from pydantic import BaseModel, ValidationError
 from common.models import DesiredLRPCreate, TaskCreate
 from common.workload import CellSpec
 
-from .cluster import LocalCluster, _Component
-from .simulate_input import App, SimInput
-from .simulate_metrics import Outcome
+from ..cluster import LocalCluster, SimRepProcess
+from .metrics import Outcome
+from .sim_input import App, SimInput
 
 MAX_REP_PROCESSES = 12  # rep processes per cluster: each is a Python interpreter on a small machine
 MAX_INSTANCES_PER_LRP = 10_000  # the BBS API's limit on one desired LRP
@@ -66,6 +66,12 @@ class CellGroup:
     @property
     def pin_tag(self) -> str:
         return PIN_TAG.format(group=self.name)
+
+    def sim_rep(self) -> SimRepProcess:
+        """The `vendue rep --sim` process hosting the group's cells."""
+        hosted = tuple((real, self.cells[0].zone) for real in self.real_ids)
+        prefix = f"{self.name}-" if len(self.cells) > 1 else ""
+        return SimRepProcess(f"rep-{self.name}", tuple(self.rep_args()), hosted, cell_prefix=prefix)
 
     def rep_args(self) -> list[str]:
         first = self.cells[0]
@@ -233,51 +239,6 @@ def plan(sim: SimInput) -> Plan:
     if unmodelled:
         notes.append(f"not offered by `vendue rep --sim` cells, so left out: {', '.join(unmodelled)}")
     return Plan(groups, scenario_id, prefill, prefill_instances, apps, tasks, memory, notes)
-
-
-class ScenarioCluster(LocalCluster):
-    """LocalCluster whose sim reps are the plan's cell groups, each with its own sizes, zone and tags."""
-
-    def __init__(self, data_dir: Path, groups: list[CellGroup], **kwargs: Any) -> None:
-        zones = len({g.cells[0].zone for g in groups})
-        super().__init__(data_dir, cells=len(groups), zones=zones, executor="sim", **kwargs)
-        self.groups = groups
-
-    def _plan(self) -> None:
-        super()._plan()
-        reps = [name for name, c in self._components.items() if c.cells]
-        # What every rep gets (BBS URLs, executor, timings, transport, rep_args) is taken from a rep the
-        # launcher planned, less what each group sets itself.
-        common = _without(self._components[reps[0]].args[1:], GROUP_FLAGS)
-        for name in reps:
-            del self._components[name]
-        for g in self.groups:
-            name = f"rep-{g.name}"
-            hosted = [(real, g.cells[0].zone) for real in g.real_ids]
-            self._components[name] = _Component(name, [
-                "rep", *g.rep_args(), "--data-dir", str(self.data_dir / "cells" / name), *common,
-            ], 0, hosted, cell_prefix=f"{g.name}-" if len(g.cells) > 1 else "")
-
-
-GROUP_FLAGS = {
-    "--cell-id",
-    "--zone",
-    "--zones",
-    "--cells",
-    "--data-dir",
-    "--memory-mb",
-    "--disk-mb",
-    "--containers",
-}
-
-
-def _without(args: list[str], flags: set[str]) -> list[str]:
-    """`args` (all `--flag value` pairs) less the given flags and their values."""
-    kept: list[str] = []
-    for flag, value in zip(args[::2], args[1::2], strict=True):
-        if flag not in flags:
-            kept += [flag, value]
-    return kept
 
 
 # --- driving the BBS -------------------------------------------------------------------------------
@@ -530,9 +491,10 @@ def run_cluster(sim: SimInput, strategy: str, transport: str, engine: str = "fas
                 progress: Progress | None = None, the_plan: Plan | None = None) -> Outcome:
     """One strategy on a fresh cluster; the cluster is gone when this returns (or raises)."""
     the_plan = the_plan or plan(sim)
+    sim_reps = [g.sim_rep() for g in the_plan.groups]
     with tempfile.TemporaryDirectory(prefix="vendue-sim-", ignore_cleanup_errors=True) as tmp:
-        cluster = ScenarioCluster(Path(tmp), the_plan.groups, transport=transport,
-                                  auctioneer_args=["--strategy", strategy, "--engine", engine])
+        cluster = LocalCluster(Path(tmp), sim_reps=sim_reps, transport=transport,
+                               auctioneer_args=["--strategy", strategy, "--engine", engine])
         try:
             cluster.start(timeout=max(60.0, 10.0 * len(the_plan.groups)))
             return asyncio.run(_drive(cluster, the_plan, strategy, timeout, progress))

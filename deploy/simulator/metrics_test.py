@@ -6,8 +6,8 @@ import math
 
 import pytest
 
-from .simulate_input import SimInput, app, cell
-from .simulate_metrics import Outcome, az_skews, compatible, percentile, summarise, wait_summary
+from .metrics import Outcome, az_skews, compatible, percentile, summarise, wait_summary
+from .sim_input import SimInput, app, cell
 
 
 def tiny() -> SimInput:

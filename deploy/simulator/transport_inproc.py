@@ -42,11 +42,10 @@ from common.models import (
     VolumeRequestModel,
 )
 from common.workload import CellSpec
+from rep.admission import shortage
 
-from .simulate_input import App, SimInput
-from .simulate_metrics import Outcome
-
-REJECTED = "insufficient resources"  # what a rep says when work no longer fits
+from .metrics import Outcome
+from .sim_input import App, SimInput
 
 
 @dataclass(slots=True)
@@ -117,8 +116,9 @@ class SimRep:
             accepted_fencing_tokens=[],  # every field given: no default resolution per call
         )
 
-    def _fits(self, memory: int, disk: int) -> bool:
-        return memory <= self.memory and disk <= self.disk and self.containers >= 1
+    def _refusal(self, memory: int, disk: int) -> str:
+        """Why the rep refuses an item of this size ("" if it takes it): the rep's own rule."""
+        return shortage(self.memory, self.disk, self.containers, memory, disk)
 
     def _take(self, memory: int, disk: int) -> None:
         self.memory -= memory
@@ -131,8 +131,9 @@ class SimRep:
         rejections: list[Rejection] = []
         for item in work.lrps:
             d = item.desired
-            if not self._fits(d.memory_mb, d.disk_mb):
-                rejections.append(Rejection(item, self.spec.id, REJECTED, False))
+            why = self._refusal(d.memory_mb, d.disk_mb)
+            if why:
+                rejections.append(Rejection(item, self.spec.id, why, False))
                 continue
             self._take(d.memory_mb, d.disk_mb)
             self.lrps.append(Held(d.process_guid, item.index, f"{self.spec.id}-{next(self._guids)}",
@@ -140,8 +141,9 @@ class SimRep:
             self.accepted.append((item, now))
         for task_item in work.tasks:
             t = task_item.task
-            if not self._fits(t.memory_mb, t.disk_mb):
-                rejections.append(Rejection(task_item, self.spec.id, REJECTED, False))
+            why = self._refusal(t.memory_mb, t.disk_mb)
+            if why:
+                rejections.append(Rejection(task_item, self.spec.id, why, False))
                 continue
             self._take(t.memory_mb, t.disk_mb)
             self.tasks.append(CellTask.model_construct(task_guid=t.task_guid, memory_mb=t.memory_mb,

@@ -6,10 +6,10 @@ from collections import Counter
 
 from common.workload import parse_workload
 
+from .engine import simulate
 from .scenarios import SCENARIOS
-from .simulate import simulate
-from .simulate_inproc import SimRep, run_inproc
-from .simulate_input import SimInput, app, cell, to_workload
+from .sim_input import SimInput, app, cell, to_workload
+from .transport_inproc import SimRep, run_inproc
 
 
 def three_cells() -> SimInput:
@@ -60,8 +60,9 @@ def test_refused_work_is_carried_into_the_next_round_until_it_runs_out_of_attemp
     assert outcome.rounds == 3
     assert outcome.communications == {"bbs": 6, "rep_state": 3, "rep_work": 3}  # 3 lists + 3 auction reports
     [failure] = outcome.failures
-    assert failure["error"] == "insufficient resources"
-    assert failure["detail"] == "cell a: insufficient resources (after 3 attempts)"
+    # The rep's own words for what no longer fits (rep/admission.py), as a real rep would answer.
+    assert failure["error"] == "insufficient resources: memory"
+    assert failure["detail"] == "cell a: insufficient resources: memory (after 3 attempts)"
 
 
 def test_inproc_places_like_the_engine_on_the_same_workload() -> None:
@@ -81,7 +82,7 @@ def test_tasks_and_prefill_tasks_hold_memory() -> None:
         "lrps": [{"process_guid": "web", "index": 0, "memory_mb": 300, "disk_mb": 1}],
         "tasks": [{"task_guid": "job", "memory_mb": 300, "disk_mb": 1}],
     }
-    from .simulate_input import from_workload
+    from .sim_input import from_workload
 
     outcome = run_inproc(from_workload(parse_workload(data)), "diego")
     # 400 MB were left after the running task: Diego's order places index-0 LRPs before tasks.

@@ -10,9 +10,9 @@ import pytest
 
 from common.workload import parse_workload
 
+from .engine import available_strategies
 from .scenarios import SCENARIOS, scenario, split_counts
-from .simulate import available_strategies
-from .simulate_input import from_workload, to_workload
+from .sim_input import from_workload, to_workload
 
 REQUIRED = {"cold-start-small", "cold-start-large", "imbalanced", "az-distribution", "low-memory",
             "dea-example", "loadmark-example", "mixed", "scale-250k"}

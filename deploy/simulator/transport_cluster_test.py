@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from .cluster import PROJECT_ROOT
+from ..cluster import PROJECT_ROOT
 from .scenarios import SCENARIOS
-from .simulate_cluster import MAX_REP_PROCESSES, plan
-from .simulate_input import SimInput, app, cell
+from .sim_input import SimInput, app, cell
+from .transport_cluster import MAX_REP_PROCESSES, plan
 
 
 def test_cells_alike_share_a_rep_process_and_prefilled_groups_are_pinned() -> None:
@@ -143,7 +143,7 @@ def test_cli_over_http_places_a_scenario_on_real_sim_reps(tmp_path: Path) -> Non
 @pytest.mark.timeout(240)
 def test_az_distribution_over_nats() -> None:
     """az-distribution over NATS: three rep processes, one per zone; diego keeps every app balanced."""
-    from .simulate_run import compare
+    from .compare import compare
 
     report = compare(SCENARIOS["az-distribution"].build(0), ["diego"], transport="nats", timeout=90)
     [diego] = report["strategies"]

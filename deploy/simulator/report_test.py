@@ -21,10 +21,10 @@ import pytest
 
 from tests.e2e.chromium import chromium_binary
 
-from .cluster import PROJECT_ROOT
+from ..cluster import PROJECT_ROOT
+from .compare import compare
 from .report import CHART_IDS, json_path, render_html, write_report
 from .scenarios import SCENARIOS
-from .simulate_run import compare
 
 # What each chart draws once plotly has run: a table's cell text, bars' points, a heatmap's image.
 RENDERED_MARK = {"summary-table": "cell-text", "summary-bars": "point", "cell-allocation": "point",

@@ -9,7 +9,7 @@
 
 The first is the workload-format contract (one JSON object, the engine alone). With a scenario, several
 strategies, a transport or a report, the auctioneer's own auction code runs against simulated reps
-(simulate_run.py) and the output is a report per strategy.
+(compare.py) and the output is a report per strategy.
 
 Anything wrong with the input (missing file, invalid JSON, a field out of range, an unknown strategy or
 generator, a bad objective expression) is one line on stderr, `error: <field>: <why>`, and exit status 2.
@@ -27,8 +27,8 @@ import typer
 
 from common.workload import WorkloadError, load_workload
 
-from .cli import app
-from .cli_style import USAGE_ERROR, OneLineErrorsCommand, fail
+from ..cli import app
+from ..cli_style import USAGE_ERROR, OneLineErrorsCommand, fail
 
 
 @app.command(cls=OneLineErrorsCommand)
@@ -85,8 +85,8 @@ def simulate(
         fail("--workload: required (or --scenario NAME, or --generate NAME to write one)", USAGE_ERROR)
     strategy = strategy or "diego"
 
-    from .simulate import explain_item
-    from .simulate import simulate as run_simulation
+    from .engine import explain_item
+    from .engine import simulate as run_simulation
 
     try:
         loaded = _load(workload)
@@ -112,7 +112,7 @@ def _load(workload: Path):
 
 
 def _strategies(text: str | None, default: tuple[str, ...], engine: str) -> list[str]:
-    from .simulate import check_strategy
+    from .engine import check_strategy
 
     names = [s.strip() for s in text.split(",")] if text is not None else list(default)
     if not names or any(not s for s in names):
@@ -139,10 +139,10 @@ def _report_path(report: Path | None) -> None:
 
 def _compare(workload: Path | None, scenario_name: str | None, strategy: str | None, transport: str,
              report: Path | None, engine: str, seed: int, timeout: float, as_json: bool) -> None:
+    from .compare import TRANSPORTS, compare
+    from .engine import check_workload
     from .scenarios import scenario as find_scenario
-    from .simulate import check_workload
-    from .simulate_input import from_workload
-    from .simulate_run import TRANSPORTS, compare
+    from .sim_input import from_workload
 
     try:
         if engine not in ("fast", "reference"):
@@ -168,7 +168,7 @@ def _compare(workload: Path | None, scenario_name: str | None, strategy: str | N
         else:
             raise WorkloadError("--workload or --scenario: give one (--list-scenarios lists the scenarios)")
         if transport != "inproc":
-            from .simulate_cluster import plan
+            from .transport_cluster import plan
 
             try:
                 plan(sim)
@@ -177,8 +177,8 @@ def _compare(workload: Path | None, scenario_name: str | None, strategy: str | N
     except WorkloadError as exc:
         fail(str(exc), USAGE_ERROR)
 
-    from .cluster import ClusterError
-    from .simulate_cluster import ClusterRunError
+    from ..cluster import ClusterError
+    from .transport_cluster import ClusterRunError
 
     try:
         with _progress(enabled=not as_json) as on_progress:
@@ -226,7 +226,7 @@ def _progress(enabled: bool):
 
 def _export_scenario(name: str, seed: int, out: Path) -> None:
     from .scenarios import scenario as find_scenario
-    from .simulate_input import to_workload
+    from .sim_input import to_workload
 
     try:
         found = find_scenario(name)

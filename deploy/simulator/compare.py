@@ -1,7 +1,7 @@
 """Several strategies on one scenario, over one transport: the report behind `vendue simulate --scenario`.
 
 The report is plain data (report.json, `--json`): what was placed, then one entry per strategy with the
-numbers of simulate_metrics.summarise.
+numbers of metrics.summarise.
 """
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from .simulate_input import SimInput
-from .simulate_metrics import Outcome, summarise
+from .metrics import Outcome, summarise
+from .sim_input import SimInput
 
 TRANSPORTS = ("inproc", "http", "nats")
 
@@ -24,13 +24,13 @@ def run_one(sim: SimInput, strategy: str, transport: str, engine: str, timeout: 
     if on_progress is not None:
         on_progress(strategy, 0, total)
     if transport == "inproc":
-        from .simulate_inproc import run_inproc
+        from .transport_inproc import run_inproc
 
         outcome = run_inproc(sim, strategy, engine)
         if on_progress is not None:
             on_progress(strategy, total, total)
         return outcome
-    from .simulate_cluster import run_cluster
+    from .transport_cluster import run_cluster
 
     progress = None if on_progress is None else (lambda done, all_: on_progress(strategy, done, all_))
     return run_cluster(sim, strategy, transport, engine=engine, timeout=timeout, progress=progress,
@@ -47,7 +47,7 @@ def compare(sim: SimInput, strategies: Sequence[str], transport: str = "inproc",
         )
     cluster_plan = None
     if transport != "inproc":  # refuse what the API cannot express before anything starts
-        from .simulate_cluster import plan
+        from .transport_cluster import plan
 
         cluster_plan = plan(sim)
     results = []

@@ -22,8 +22,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .simulate import population_cv
-from .simulate_input import SimInput
+from .engine import population_cv
+from .sim_input import SimInput
 
 WAIT_BINS = 30
 
