@@ -253,14 +253,14 @@ def print_scenarios() -> None:
                "rebalancer runs: zone spread before/during/after, running counts over time [diego]")
 
 
-# A scenario in phases (deploy/simulate_rebalance.py), not one placement to compare strategies on.
+# A scenario in phases (deploy/simulator/rebalance.py), not one placement to compare strategies on.
 ZONE_OUTAGE = "zone-outage-and-return"
 
 
 def _zone_outage(seed: int, report: Path | None, as_json: bool) -> None:
     """Run the zone-outage-and-return scenario: the whole report as JSON (`--json`, or `--report FILE`,
     written there), else a summary."""
-    from .simulate_rebalance import zone_outage_and_return
+    from .rebalance import zone_outage_and_return
 
     result = zone_outage_and_return(seed)
     if report is not None:

@@ -3,7 +3,7 @@
     python tests/bench/rebalance.py [--cells 1000] [--zones 3] [--instances 60000] [--apps 1000]
                                     [--move-seconds 2] [--in-flight 5] [--moves-per-minute 60] [--seed 1]
 
-On simulated cells (the engine's plain data, no processes; deploy/simulate_rebalance.py, the simulator's
+On simulated cells (the engine's plain data, no processes; deploy/simulator/rebalance.py, the simulator's
 `zone-outage-and-return` scenario at this size): every instance placed by the engine (diego strategy);
 the first zone's cells leave and the engine places their instances on the other zones (the evacuation);
 the cells return empty; `auctioneer/engine/rebalance.py` plans (timed: `plan_s`). The moves are then
@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from auctioneer.engine.types import LRPStart  # noqa: E402
 from bbs.settings import BBSSettings  # noqa: E402
-from deploy.simulate_rebalance import Budget, outage_and_return  # noqa: E402
+from deploy.simulator.rebalance import Budget, outage_and_return  # noqa: E402
 
 CELL_MEMORY_MB = 32_768
 CELL_CONTAINERS = 250

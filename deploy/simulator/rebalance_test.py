@@ -1,6 +1,6 @@
 from auctioneer.engine.rebalance import ZONE_SPREAD, Move
 
-from .simulate_rebalance import Budget, replay, zone_outage_and_return
+from .rebalance import Budget, replay, zone_outage_and_return
 
 
 def move(pg: str, index: int) -> Move:
