@@ -60,18 +60,22 @@ def follow_the_leader(cluster: LocalCluster) -> None:
     cluster.auctioneer_url = lease.json()["url"]
 
 
+def started_and_measured(cluster: LocalCluster, args: argparse.Namespace) -> dict[str, Any]:
+    """Start `cluster`, desire the run and measure it (the caller tears the cluster down)."""
+    started = time.perf_counter()
+    cluster.start(timeout=120.0)
+    startup_s = time.perf_counter() - started
+    follow_the_leader(cluster)
+    report = asyncio.run(measure(cluster, args.apps, args.instances // args.apps, args.timeout))
+    report["bbs_peak_rss_mb"] = peak_rss_mb(cluster.pids()["bbs"])
+    report["cluster_start_seconds"] = round(startup_s, 3)
+    return report
+
+
 def run_hosts(args: argparse.Namespace) -> dict[str, Any]:
     cluster = MultiHostCluster(**cluster_options(args))
     try:
-        started = time.perf_counter()
-        cluster.start(timeout=120.0)
-        startup_s = time.perf_counter() - started
-        follow_the_leader(cluster)
-        report = asyncio.run(measure(cluster, args.apps, args.instances // args.apps, args.timeout))
-        report["bbs_peak_rss_mb"] = peak_rss_mb(cluster.pids()["bbs"])
-        report["cluster_start_seconds"] = round(startup_s, 3)
-        report["hosts"] = sorted(cluster.hosts)
-        return report
+        return {**started_and_measured(cluster, args), "hosts": sorted(cluster.hosts)}
     finally:
         leftovers = cluster.close()
         if leftovers:
@@ -82,14 +86,7 @@ def run_loopback(args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="vendue-bench-", ignore_cleanup_errors=True) as tmp:
         cluster = LocalCluster(Path(tmp), executor="sim", ha=True, **cluster_options(args))
         try:
-            started = time.perf_counter()
-            cluster.start(timeout=120.0)
-            startup_s = time.perf_counter() - started
-            follow_the_leader(cluster)
-            report = asyncio.run(measure(cluster, args.apps, args.instances // args.apps, args.timeout))
-            report["bbs_peak_rss_mb"] = peak_rss_mb(cluster.pids()["bbs"])
-            report["cluster_start_seconds"] = round(startup_s, 3)
-            return report
+            return started_and_measured(cluster, args)
         finally:
             cluster.stop()
 
