@@ -52,6 +52,7 @@ import asyncio
 import contextlib
 import itertools
 import json
+import os
 import re
 import shutil
 import sys
@@ -344,6 +345,7 @@ async def measure(cluster: LocalCluster, apps: int, per_app: int, timeout: float
             cluster, DESIRE_CONCURRENCY + 8
         )  # room for the progress polls beside the desires
         t0 = time.perf_counter()
+        cpu_at_start = cpu_seconds(cluster)
         sem = asyncio.Semaphore(DESIRE_CONCURRENCY)
 
         async def desire(i: int) -> None:
@@ -386,6 +388,8 @@ async def measure(cluster: LocalCluster, apps: int, per_app: int, timeout: float
             if seen >= total:
                 done_s = now
                 break
+        cpu_used = {name: round(cpu_seconds(cluster).get(name, seconds) - seconds, 2)
+                    for name, seconds in cpu_at_start.items()}
         if desired_s is None:
             desires.cancel()
             await asyncio.gather(desires, return_exceptions=True)
@@ -418,6 +422,9 @@ async def measure(cluster: LocalCluster, apps: int, per_app: int, timeout: float
         "seconds_to_all_running": round(done_s, 3) if done_s is not None else None,
         "seconds_to_desire_all": round(desired_s, 3) if desired_s is not None else None,
         "seconds_to_first_running": round(first_running_s, 3) if first_running_s is not None else None,
+        # CPU seconds each process used from the first desire until all RUNNING (the harness: this one,
+        # with its event followers when there are any): on 2 cores, who took them.
+        "cpu_seconds_until_all_running": cpu_used,
         "progress_from": "/v1/events" if watcher else f"GET /v1/actual_lrps/summary every {SUMMARY_POLL_S}s",
         "summary_polls": polls,
         "running_listed_at_end": running,
@@ -472,6 +479,21 @@ def handshakes(before: dict[str, Any], after: dict[str, Any], auctions: int) -> 
     opened = after["rep_connections_opened"] - before.get("rep_connections_opened", 0)
     return {"rep_connections_opened": opened,
             "handshakes_per_auction": round(opened / auctions, 3) if auctions else None}
+
+
+def cpu_seconds(cluster: LocalCluster) -> dict[str, float]:
+    """User + system CPU seconds so far of every component process, and of this harness."""
+    tick = os.sysconf("SC_CLK_TCK")
+    used: dict[str, float] = {}
+    for name, pid in cluster.pids().items():
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        used[name] = (int(fields[11]) + int(fields[12])) / tick  # utime, stime (fields 14, 15 of stat)
+    own = os.times()
+    used["harness"] = own.user + own.system
+    return used
 
 
 def peak_rss_mb(pid: int) -> float | None:
