@@ -96,7 +96,7 @@ def auctioneer(
         "--explanations",
         help="Instances per auction whose placement is explained to the BBS for "
         "`vendue why` (candidates and scores, or the per-filter breakdown; about 1 KB each), 0 for none "
-        "[VENDUE_EXPLANATIONS; 1000].",
+        "[VENDUE_EXPLANATIONS; 200].",
     ),
     tls_cert: Path | None = tls_cert_flag("auctioneer"),
     tls_key: Path | None = TLS_KEY_FLAG,

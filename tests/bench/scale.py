@@ -265,6 +265,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--zones", type=int, default=3)
     parser.add_argument("--cells-per-rep", type=int, default=250, help="simulated cells per rep process")
     parser.add_argument("--timeout", type=float, default=600.0)
+    parser.add_argument("--explanations", type=int, default=None,
+                        help="the auctioneer's --explanations (instances explained per auction for "
+                             "`vendue why`; default: the auctioneer's own)")
     parser.add_argument("--convergence-interval", type=float, default=5.0)
     parser.add_argument("--desires-in-flight", type=int, default=DESIRES_IN_FLIGHT,
                         help="desire requests the harness keeps open at once")
@@ -322,6 +325,7 @@ def run(args: argparse.Namespace, insecure: bool, encryption: bool = True) -> di
             sim_cells_per_process=args.cells_per_rep,
             cell_memory_mb=CELL_MEMORY_MB, cell_disk_mb=CELL_DISK_MB, cell_containers=CELL_CONTAINERS,
             bbs_args=[*timings, "--convergence-interval", str(args.convergence_interval)], rep_args=timings,
+            auctioneer_args=[] if args.explanations is None else ["--explanations", str(args.explanations)],
             insecure=insecure, encryption=encryption,
         )
         started = time.perf_counter()
