@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import time
 from pathlib import Path
 
 import httpx
@@ -42,7 +43,10 @@ async def test_shutdown_does_not_wait_on_an_idle_tls_client(tmp_path: Path, serv
     serving = asyncio.create_task(server.serve(sockets=[sock]))
     verify = client_context(TLSFiles.in_dir(tmp_path, "admin"))
     async with httpx.AsyncClient(verify=verify, base_url=f"https://127.0.0.1:{port}") as client:
+        deadline = time.monotonic() + WAIT_S
         while not server.started:
+            assert time.monotonic() < deadline, f"expected the server serving within {WAIT_S} s"
+            assert not serving.done(), f"expected the server serving, it stopped: {serving}"
             await asyncio.sleep(0.01)
         assert (await client.get("/")).text == "hello"  # the connection now sits idle in the client's pool
 
