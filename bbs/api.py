@@ -57,6 +57,7 @@ from .policy import POLICY, require_lease_holder
 from .quotas import QuotaExceeded, callback_problem
 from .redact import env_for_caller
 from .service import BBS, CellMode, Conflict, Fenced, NotFound
+from .sse_gzip import accepts_gzip
 
 GuidPath = Annotated[str, Path(pattern=GUID_PATTERN)]
 # A filter names a guid: anything else matches nothing, and a NUL would reach the database (a 500 on
@@ -377,17 +378,23 @@ def create_app(bbs: BBS, *, insecure: bool | None = None) -> FastAPI:
         cell: GuidQuery = None,
         types: Annotated[list[EventType] | None, Query(alias="type")] = None,
         last_event_id: Annotated[str | None, Header(max_length=200)] = None,
+        accept_encoding: Annotated[str | None, Header()] = None,
     ) -> StreamingResponse:
         """Server-sent events, only those of app (process_guid) and cell and of one of the types when
-        given; Last-Event-ID: what was missed since, or a `resync` event (bbs/events.py)."""
+        given; Last-Event-ID: what was missed since, or a `resync` event (bbs/events.py). Gzipped for a
+        client that accepts it."""
         limit = bbs.settings.max_event_subscribers
         if bbs.hub.full(limit):
             raise QuotaExceeded(f"quota: at most {limit} event stream subscribers (max_event_subscribers)")
         wanted = EventFilter(app=process_guid, cell=cell, types=frozenset(types or ()))
+        gzip = accepts_gzip(accept_encoding)
+        headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no", "Vary": "Accept-Encoding"}
+        if gzip:
+            headers["Content-Encoding"] = "gzip"
         return StreamingResponse(
-            bbs.hub.stream(limit, wanted, last_event_id),
+            bbs.hub.stream(limit, wanted, last_event_id, gzip=gzip),
             media_type="text/event-stream",
-            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+            headers=headers,
         )
 
     # --- bearer tokens (people and scripts; the secret is shown once, only its hash is kept) ----------

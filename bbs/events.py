@@ -2,11 +2,11 @@
 
 Every committed change is published as one or more events; sinks (the NATS event publisher) get every
 published list as it is. Each event gets an id, `<epoch>-<seq>`: `epoch` is this hub's (this BBS
-process's) own, new at every start, and `seq` counts its events. A publish call is one `Batch`; each SSE
-subscriber has a bounded queue of batches, and an unfiltered subscriber sends a batch's SSE text, built
-once for all of them (publish stays one append per subscriber whatever the number of events: the e2e
-benchmark publishes 10,000+ events a second). A filtered subscriber (`EventFilter`: app, cell, types)
-picks its events out of each batch in its own stream, not in publish.
+process's) own, new at every start, and `seq` counts its events. What is published within FLUSH_S is one
+`Batch`; each SSE subscriber has a bounded queue of batches, and an unfiltered subscriber sends a batch's
+SSE text, built once for all of them (a flush is one append per subscriber whatever the number of events:
+the e2e benchmark publishes 10,000+ events a second in hundreds of publishes). A filtered subscriber
+(`EventFilter`: app, cell, types) picks its events out of each batch in its own stream, not in publish.
 
 The last REPLAY_EVENTS events are kept: a client reconnecting with `Last-Event-ID` gets what it missed,
 then the live stream. An id this hub cannot resume from (older than what it kept, from another replica
@@ -16,21 +16,29 @@ resumes from there.
 
 A subscriber that falls too far behind is disconnected rather than slowing the BBS down: it reconnects
 (resuming, or told to resync), as a Diego event consumer would.
+
+What a follower costs the BBS is bytes written (TLS and the socket, per follower), so a stream whose client
+accepts gzip (browsers', httpx's and aiohttp's do) is sent gzipped from segments each batch deflates once
+for all (bbs/sse_gzip.py): about a seventh of the bytes. Either way a batch goes out in pieces of at most
+PIECE_BYTES: a publish can hold thousands of events, and one write of several MB to each follower cost
+about four times what the same bytes cost in pieces (TLS's buffers growing, copies of a body that large).
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import secrets
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from pydantic_core import to_json
+
 from .records import iso
 from .redact import masked_env
+from .sse_gzip import GzipBody, Segment, segment
 
 HEARTBEAT_S = 15.0
 QUEUE_CHUNKS = 1000
@@ -41,6 +49,14 @@ REPLAY_EVENTS = (
 # so that a client reconnecting within it resumes instead of resyncing.
 LINGER_S = 60.0
 RESYNC = "resync"
+PIECE_BYTES = 64 * 1024
+DEFLATE_IN_THREAD_ABOVE = 64 * 1024  # below this a thread's hand-over costs more than deflating here
+# What is published within this long goes to the subscribers as one batch: a follower costs the BBS a few
+# writes per FLUSH_S, not one per publish (a 100-instance desire is one publish; a push is hundreds a second).
+FLUSH_S = 0.02
+CONNECTED = b": connected\n\n"  # lets the client see the subscription is live
+HEARTBEAT = b": heartbeat\n\n"
+TOO_MANY = b": too many subscribers\n\n"
 
 
 def event(kind: str, data: dict[str, Any], at: float | None = None) -> dict[str, Any]:
@@ -49,9 +65,11 @@ def event(kind: str, data: dict[str, Any], at: float | None = None) -> dict[str,
     return {"type": kind, "data": masked_env(data), "at": iso(time.time() if at is None else at)}
 
 
-def sse_chunk(events: Iterable[dict[str, Any]]) -> str:
-    return "".join(f"id: {e['id']}\nevent: {e['type']}\ndata: {json.dumps(e, separators=(',', ':'))}\n\n"
-                   for e in events)
+def sse_text(events: Iterable[dict[str, Any]]) -> bytes:
+    # pydantic-core's encoder: the JSON json.dumps makes (compact; UTF-8 where json.dumps would escape), in
+    # a quarter of the time, which counts at 10,000+ events a second.
+    return b"".join(b"id: %s\nevent: %s\ndata: %s\n\n" % (e["id"].encode(), e["type"].encode(), to_json(e))
+                    for e in events)
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,27 +96,90 @@ class EventFilter:
 
 @dataclass(slots=True)
 class Batch:
-    """The events of one publish call, numbered from `first`; its SSE text is built once, when first asked."""
+    """The events of one publish call, numbered from `first`; its SSE text and that text deflated are each
+    built once, when first asked for, and shared by every unfiltered subscriber."""
 
     first: int
     events: list[dict[str, Any]]
-    _chunk: str | None = field(default=None, repr=False)
+    _text: bytes | None = field(default=None, repr=False)
+    _segment: asyncio.Future[Segment] | None = field(default=None, repr=False)
 
     @property
     def last(self) -> int:
         return self.first + len(self.events) - 1
 
     @property
-    def chunk(self) -> str:
-        if self._chunk is None:
-            self._chunk = sse_chunk(self.events)
-        return self._chunk
+    def text(self) -> bytes:
+        if self._text is None:
+            self._text = sse_text(self.events)
+        return self._text
 
-    def after(self, seq: int, wanted: EventFilter) -> str:
+    async def segment(self) -> Segment:
+        if self._segment is None:
+            self._segment = asyncio.ensure_future(deflated(self.text))
+        return await asyncio.shield(self._segment)  # a subscriber that leaves meanwhile leaves it to the rest
+
+    def whole_for(self, seq: int, wanted: EventFilter) -> bool:
+        """Whether a subscriber that last saw `seq` and wants `wanted` gets all of this batch."""
+        return seq < self.first and wanted.everything
+
+    def after(self, seq: int, wanted: EventFilter) -> bytes:
         """The SSE text of this batch's events numbered after `seq` that `wanted` matches."""
-        if seq < self.first and wanted.everything:
-            return self.chunk
-        return sse_chunk(e for e in self.events[max(0, seq + 1 - self.first):] if wanted.matches(e))
+        if self.whole_for(seq, wanted):
+            return self.text
+        return sse_text(e for e in self.events[max(0, seq + 1 - self.first):] if wanted.matches(e))
+
+
+async def deflated(text: bytes) -> Segment:
+    """`text` as a Segment; a large one deflated in a worker thread, beside the event loop (zlib lets go of
+    the GIL while it works: on a 10,000-instance push that is most of a second core's worth of events)."""
+    if len(text) < DEFLATE_IN_THREAD_ABOVE:
+        return segment(text)
+    return await asyncio.to_thread(segment, text)
+
+
+class _Plain:
+    """A stream's body as it is (Content-Encoding: identity)."""
+
+    def start(self) -> bytes:
+        return b""
+
+    async def batch(self, batch: Batch, seq: int, wanted: EventFilter) -> bytes:
+        return batch.after(seq, wanted)
+
+    async def own(self, text: bytes) -> bytes:
+        return text
+
+    def end(self) -> bytes:
+        return b""
+
+
+class _Gzipped:
+    """A stream's body gzipped: a batch every unfiltered subscriber gets is its shared segment; what is this
+    subscriber's own (a filtered pick, a replay's part, a comment) is deflated here."""
+
+    def __init__(self) -> None:
+        self.body = GzipBody()
+
+    def start(self) -> bytes:
+        return self.body.header()
+
+    async def batch(self, batch: Batch, seq: int, wanted: EventFilter) -> bytes:
+        if batch.whole_for(seq, wanted):
+            return self.body.add(await batch.segment())
+        return await self.own(batch.after(seq, wanted))
+
+    async def own(self, text: bytes) -> bytes:
+        return self.body.add(await deflated(text)) if text else b""
+
+    def end(self) -> bytes:
+        return self.body.end()
+
+
+def _pieces(data: bytes) -> Iterator[memoryview]:
+    view = memoryview(data)
+    for at in range(0, len(view), PIECE_BYTES):
+        yield view[at:at + PIECE_BYTES]
 
 
 _CLOSED = Batch(-1, [])  # sentinel: the stream ends
@@ -106,8 +187,10 @@ _CLOSED = Batch(-1, [])  # sentinel: the stream ends
 
 class EventHub:
     def __init__(self, heartbeat_s: float = HEARTBEAT_S, queue_chunks: int = QUEUE_CHUNKS,
-                 replay_events: int = REPLAY_EVENTS, linger_s: float = LINGER_S) -> None:
+                 replay_events: int = REPLAY_EVENTS, linger_s: float = LINGER_S,
+                 flush_s: float = FLUSH_S) -> None:
         self.heartbeat_s = heartbeat_s
+        self.flush_s = flush_s
         self.queue_chunks = queue_chunks
         self.replay_events = replay_events
         self.linger_s = linger_s
@@ -116,6 +199,7 @@ class EventHub:
         self._seq = 0  # the last number given to an event (or skipped: `missed`)
         self._kept: deque[Batch] = deque()  # the replay buffer, oldest first
         self._kept_events = 0
+        self._pending: Batch | None = None  # published, not yet handed to the subscribers: `_flush`
         self._subscribers: set[asyncio.Queue[Batch]] = set()
         self._sinks: list[Callable[[list[dict[str, Any]]], None]] = []
         self._closed = False
@@ -140,15 +224,34 @@ class EventHub:
         self._sinks.append(sink)
 
     def publish(self, events: list[dict[str, Any]]) -> None:
+        """Number the events and hand them to the sinks now; to the subscribers with whatever else is
+        published within flush_s, as one batch (see FLUSH_S)."""
         if not events:
             return
-        batch = Batch(self._seq + 1, events)
-        for seq, e in enumerate(events, batch.first):
+        first = self._seq + 1
+        for seq, e in enumerate(events, first):
             e["id"] = f"{self.epoch}-{seq}"
-        self._seq = batch.last
-        self._keep(batch)
+        self._seq += len(events)
         for sink in self._sinks:
             sink(events)
+        if self._pending is not None:
+            self._pending.events.extend(events)
+            return
+        self._pending = Batch(first, list(events))
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # a synchronous caller (no loop): nothing to wait for
+            loop = None
+        if loop is None or self.flush_s <= 0:
+            self._flush()
+        else:
+            loop.call_later(self.flush_s, self._flush)
+
+    def _flush(self) -> None:
+        batch, self._pending = self._pending, None
+        if batch is None:
+            return
+        self._keep(batch)
         for queue in list(self._subscribers):
             try:
                 queue.put_nowait(batch)
@@ -158,6 +261,7 @@ class EventHub:
     def missed(self) -> None:
         """Changes were committed whose events were not built (nobody listened): nothing kept can be
         resumed from any more, so every Last-Event-ID before now gets a resync."""
+        self._flush()
         self._kept.clear()
         self._kept_events = 0
         self._seq += 1  # the skipped events' place: an id from before it is not the newest any more
@@ -170,7 +274,8 @@ class EventHub:
 
     def _resumable_from(self) -> int:
         """The oldest seq a client may have last seen and still get everything after it."""
-        return self._kept[0].first - 1 if self._kept else self._seq
+        oldest = self._kept[0] if self._kept else self._pending
+        return oldest.first - 1 if oldest is not None else self._seq
 
     def _resume_point(self, last_event_id: str | None) -> int | None:
         """The seq after which a client that last saw `last_event_id` resumes; None: it must resync."""
@@ -194,6 +299,7 @@ class EventHub:
 
     def close(self) -> None:
         """End every stream (shutdown): open SSE responses must not hold the server up."""
+        self._flush()
         self._closed = True
         for queue in list(self._subscribers):
             self._drop(queue)
@@ -202,49 +308,57 @@ class EventHub:
         """Whether another subscriber would be one too many (the API answers 429 then)."""
         return len(self._subscribers) >= max_subscribers
 
-    def _resync(self, last_event_id: str) -> str:
+    def _resync(self, last_event_id: str) -> bytes:
         reason = ("from another BBS replica or an earlier run of this one"
                   if last_event_id.rpartition("-")[0] != self.epoch else "older than the events kept")
         resync = event(RESYNC, {"last_event_id": last_event_id[:100], "reason": reason})
         resync["id"] = self.last_id
-        return sse_chunk([resync])
+        return sse_text([resync])
 
     async def stream(self, max_subscribers: int | None = None, wanted: EventFilter = EventFilter(),
-                     last_event_id: str | None = None) -> AsyncIterator[str]:
-        """SSE text for one subscriber: what it missed since `last_event_id` (or a resync), then events as
-        they come, a comment line every heartbeat_s. A stream that begins when `max_subscribers` already
-        follow ends at once (the API checks `full` first: this holds the bound for requests that raced
-        past that check)."""
+                     last_event_id: str | None = None, gzip: bool = False) -> AsyncIterator[memoryview]:
+        """One subscriber's body (SSE, gzipped when `gzip`): what it missed since `last_event_id` (or a
+        resync), then events as they come, a comment line every heartbeat_s; each piece at most PIECE_BYTES.
+        A stream that begins when `max_subscribers` already follow ends at once (the API checks `full`
+        first: this holds the bound for requests that raced past that check)."""
+        encoding = _Gzipped() if gzip else _Plain()
         queue: asyncio.Queue[Batch] = asyncio.Queue(self.queue_chunks)
         if self._closed:
             return
         if max_subscribers is not None and self.full(max_subscribers):
-            yield ": too many subscribers\n\n"
+            yield memoryview(encoding.start() + await encoding.own(TOO_MANY) + encoding.end())
             return
         # Subscribed and the replay taken in one step (no await between): every event is in exactly one.
         self._subscribers.add(queue)
-        missed: list[str] = []
+        # `seen`: the newest event this subscriber has had, or is not to have (published before it came).
+        seen, resync = self._seq, None
+        missed: list[Batch] = []
         if last_event_id is not None:
             after = self._resume_point(last_event_id)
             if after is None:
-                missed.append(self._resync(last_event_id))
+                resync = self._resync(last_event_id)
             else:
-                missed.extend(b.after(after, wanted) for b in self._kept if b.last > after)
+                seen = after
+                missed.extend(b for b in self._kept if b.last > after)
         try:
-            yield ": connected\n\n"  # lets the client see the subscription is live
-            for chunk in missed:
-                if chunk:
-                    yield chunk
+            yield memoryview(encoding.start() + await encoding.own(CONNECTED))
+            if resync is not None:
+                yield memoryview(await encoding.own(resync))
+            for batch in missed:
+                for piece in _pieces(await encoding.batch(batch, seen, wanted)):
+                    yield piece
+                seen = batch.last
             while True:
                 try:
                     batch = await asyncio.wait_for(queue.get(), timeout=self.heartbeat_s)
                 except TimeoutError:
-                    yield ": heartbeat\n\n"
+                    yield memoryview(await encoding.own(HEARTBEAT))
                     continue
                 if batch is _CLOSED:
+                    yield memoryview(encoding.end())
                     return
-                text = batch.chunk if wanted.everything else batch.after(batch.first - 1, wanted)
-                if text:
-                    yield text
+                for piece in _pieces(await encoding.batch(batch, seen, wanted)):
+                    yield piece
+                seen = max(seen, batch.last)
         finally:
             self._unsubscribe(queue)

@@ -1,22 +1,30 @@
 import asyncio
+import gzip
 import json
+import secrets
+import zlib
 
 import pytest
 
-from bbs.events import EventFilter, EventHub, event
+from bbs.events import PIECE_BYTES, EventFilter, EventHub, event
+
+
+async def _next(stream) -> str:
+    """The next piece a stream sends, as text."""
+    return bytes(await asyncio.wait_for(anext(stream), 2)).decode()
 
 
 async def test_subscribers_receive_published_events_in_order() -> None:
     hub = EventHub()
     stream = hub.stream()
-    assert await anext(stream) == ": connected\n\n"
+    assert await _next(stream) == ": connected\n\n"
     hub.publish([event("task_created", {"task_guid": "a"}), event("task_removed", {"task_guid": "a"})])
-    chunk = await asyncio.wait_for(anext(stream), 2)
+    chunk = await _next(stream)
     blocks = [b for b in chunk.split("\n\n") if b]
     assert [b.splitlines()[1] for b in blocks] == ["event: task_created", "event: task_removed"]
     assert json.loads(blocks[0].splitlines()[2].removeprefix("data: "))["data"] == {"task_guid": "a"}
     hub.close()
-    assert [c async for c in stream] == []
+    assert [bytes(c) async for c in stream] == [b""]  # the end of the body: nothing more when plain
     assert hub.subscriber_count == 0
 
 
@@ -24,19 +32,19 @@ async def test_heartbeat_comment_when_idle() -> None:
     hub = EventHub(heartbeat_s=0.05)
     stream = hub.stream()
     await anext(stream)
-    assert await asyncio.wait_for(anext(stream), 2) == ": heartbeat\n\n"
+    assert await _next(stream) == ": heartbeat\n\n"
     await stream.aclose()
     assert hub.subscriber_count == 0
 
 
 async def test_a_subscriber_that_falls_behind_is_disconnected() -> None:
-    hub = EventHub(queue_chunks=2)
+    hub = EventHub(queue_chunks=2, flush_s=0)  # each publish a batch of its own
     stream = hub.stream()
     await anext(stream)
     for i in range(5):
         hub.publish([event("task_changed", {"i": i})])
     assert hub.subscriber_count == 0
-    assert [c async for c in stream] == []
+    assert [bytes(c) async for c in stream] == [b""]
 
 
 def _blocks(chunk: str) -> list[dict[str, str]]:
@@ -52,7 +60,7 @@ def _blocks(chunk: str) -> list[dict[str, str]]:
 async def _received(stream, count: int) -> list[dict[str, str]]:
     got: list[dict[str, str]] = []
     while len(got) < count:
-        got.extend(_blocks(await asyncio.wait_for(anext(stream), 2)))
+        got.extend(_blocks(await _next(stream)))
     return got
 
 
@@ -118,13 +126,13 @@ async def test_the_newest_id_resumes_with_nothing_to_replay() -> None:
     hub.publish([event("task_changed", {"task_guid": "a"})])
     stream = hub.stream(last_event_id=hub.last_id)
     await anext(stream)
-    assert await asyncio.wait_for(anext(stream), 2) == ": heartbeat\n\n"
+    assert await _next(stream) == ": heartbeat\n\n"
     await stream.aclose()
 
 
 @pytest.mark.parametrize("last_id", ["other-3", "garbage", "", "{epoch}-1", "{epoch}-99"])
 async def test_an_id_it_cannot_resume_from_gets_a_resync_with_the_newest_id(last_id: str) -> None:
-    hub = EventHub(replay_events=4)
+    hub = EventHub(replay_events=4, flush_s=0)
     for i in range(6):
         hub.publish([event("task_changed", {"task_guid": f"t{i}"})])  # 1 and 2 are no longer kept
     stream = hub.stream(last_event_id=last_id.format(epoch=hub.epoch))
@@ -158,15 +166,132 @@ async def test_it_keeps_listening_for_a_while_after_the_last_subscriber_left() -
     assert hub.listening and hub.subscriber_count == 0
 
 
-async def test_unfiltered_subscribers_share_one_chunk_per_publish() -> None:
+async def test_unfiltered_subscribers_share_one_text_per_publish() -> None:
     hub = EventHub()
     streams = [hub.stream() for _ in range(3)]
     for stream in streams:
         await anext(stream)
     hub.publish([event("task_changed", {"task_guid": f"t{i}"}) for i in range(100)])
-    chunks = [await asyncio.wait_for(anext(stream), 2) for stream in streams]
-    assert chunks[0] is chunks[1] is chunks[2]  # built once, by whichever subscriber asked first
+    pieces = [await asyncio.wait_for(anext(stream), 2) for stream in streams]
+    assert pieces[0].obj is pieces[1].obj is pieces[2].obj  # built once, by whichever subscriber asked first
     for stream in streams:
+        await stream.aclose()
+
+
+class _Client:
+    """A follower of one stream: what came (the body) and what it reads (inflated as the pieces come)."""
+
+    def __init__(self, stream, gzipped: bool) -> None:
+        self.stream, self.gzipped = stream, gzipped
+        self.inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)  # gzip
+        self.body, self.text = b"", ""
+        self.piece_sizes: list[int] = []
+
+    def take(self, piece) -> None:
+        self.piece_sizes.append(len(piece))
+        self.body += bytes(piece)
+        self.text += (self.inflater.decompress(bytes(piece)) if self.gzipped else bytes(piece)).decode()
+
+    async def read(self, events: int) -> None:
+        while len(_blocks(self.text)) < events:
+            self.take(await asyncio.wait_for(anext(self.stream), 2))
+        assert not self.inflater.eof  # the body goes on
+
+
+@pytest.mark.parametrize("gzipped", [False, True])
+async def test_a_large_publish_goes_out_in_pieces_of_at_most_piece_bytes(gzipped: bool) -> None:
+    hub = EventHub()
+    stream = hub.stream(gzip=gzipped)
+    client = _Client(stream, gzipped)
+    client.take(await anext(stream))
+    # Random pads: even deflated (in a worker thread, being this large) it takes several pieces.
+    hub.publish([event("task_changed", {"task_guid": f"t{i}", "pad": secrets.token_hex(100)})
+                 for i in range(2000)])
+    pieces = len(client.body)
+    await client.read(2000)
+    assert len(client.body) - pieces > 3 * PIECE_BYTES
+    assert [b["id"] for b in _blocks(client.text)] == [f"{hub.epoch}-{i}" for i in range(1, 2001)]
+    assert all(0 < n <= PIECE_BYTES for n in client.piece_sizes)
+    await stream.aclose()
+
+
+async def test_a_subscriber_leaving_while_a_batch_is_deflated_leaves_it_to_the_others() -> None:
+    hub = EventHub(flush_s=0)
+    leaving, staying = _Client(hub.stream(gzip=True), True), _Client(hub.stream(gzip=True), True)
+    for client in (leaving, staying):
+        client.take(await anext(client.stream))
+    hub.publish([event("task_changed", {"task_guid": f"t{i}", "pad": secrets.token_hex(100)})
+                 for i in range(1000)])
+    batch = hub._kept[-1]
+    reading = asyncio.ensure_future(anext(leaving.stream))  # the first to ask: it starts the deflating
+    for _ in range(100):  # a few turns of the loop: until it waits on the deflating
+        if batch._segment is not None:
+            break
+        await asyncio.sleep(0)
+    assert batch._segment is not None and not batch._segment.done()
+    reading.cancel()
+    await staying.read(1000)
+    assert len(_blocks(staying.text)) == 1000
+
+
+async def test_a_gzipped_stream_is_one_valid_gzip_body_made_of_shared_and_own_segments() -> None:
+    hub = EventHub()
+    hub.publish([event("task_changed", {"task_guid": "before"})])
+    clients = {
+        "plain": _Client(hub.stream(), gzipped=False),
+        "everything": _Client(hub.stream(gzip=True), gzipped=True),  # the batches' shared segments
+        # its own segments: a filtered pick, and a replay before the shared ones
+        "filtered": _Client(hub.stream(wanted=EventFilter(types=frozenset({"task_removed"})), gzip=True),
+                            gzipped=True),
+        "replaying": _Client(hub.stream(last_event_id=f"{hub.epoch}-0", gzip=True), gzipped=True),
+    }
+    for client in clients.values():
+        client.take(await anext(client.stream))  # subscribed: ": connected"
+    for i in range(3):
+        hub.publish([event("task_changed", {"task_guid": f"t{i}"}),
+                     event("task_removed", {"task_guid": f"t{i}"})])
+    for name, events in {"plain": 6, "everything": 6, "filtered": 3, "replaying": 7}.items():
+        await clients[name].read(events)
+    texts = {name: client.text for name, client in clients.items()}
+    assert texts["everything"] == texts["plain"]
+    assert [b["event"] for b in _blocks(texts["filtered"])] == ["task_removed"] * 3
+    assert [json.loads(b["data"])["data"]["task_guid"] for b in _blocks(texts["replaying"])] == [
+        "before", "t0", "t0", "t1", "t1", "t2", "t2"]
+    assert len(clients["everything"].body) < len(clients["plain"].body)
+    hub.close()  # each gzip body ends with its trailer: a whole gzip file, CRC and length checked
+    for name, client in clients.items():
+        rest = b"".join([bytes(c) async for c in client.stream])
+        if client.gzipped:
+            assert gzip.decompress(client.body + rest).decode() == texts[name], name
+
+
+async def test_what_is_published_within_flush_s_goes_out_as_one_batch() -> None:
+    hub = EventHub(flush_s=0.05)
+    stream = hub.stream()
+    await anext(stream)
+    for i in range(100):  # a hundred desires' worth of publishes, one loop turn apart
+        hub.publish([event("task_changed", {"task_guid": f"t{i}"})])
+        await asyncio.sleep(0)
+    assert hub.last_id == f"{hub.epoch}-100"  # numbered at once
+    text = await _next(stream)
+    assert [b["id"] for b in _blocks(text)] == [f"{hub.epoch}-{i}" for i in range(1, 101)]
+    await stream.aclose()
+
+
+async def test_a_subscriber_gets_a_pending_batch_from_where_it_came_or_resumed() -> None:
+    hub = EventHub(flush_s=0.05)
+    early = hub.stream()
+    await anext(early)
+    hub.publish([event("task_changed", {"task_guid": "a"}), event("task_changed", {"task_guid": "b"})])
+    late = hub.stream()  # came after a and b were published, before they went out
+    resuming = hub.stream(last_event_id=f"{hub.epoch}-1")  # had a (from a sink, say)
+    await anext(late)
+    await anext(resuming)
+    hub.publish([event("task_changed", {"task_guid": "c"})])
+    guids = {name: [json.loads(b["data"])["data"]["task_guid"] for b in _blocks(await _next(stream))]
+             for name, stream in {"early": early, "late": late, "resuming": resuming}.items()}
+    assert guids == {"early": ["a", "b", "c"], "late": ["c"], "resuming": ["b", "c"]}
+    for stream in (early, late, resuming):
         await stream.aclose()
 
 

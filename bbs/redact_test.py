@@ -105,7 +105,7 @@ async def test_a_reader_sees_env_names_with_masked_values_and_the_admin_sees_the
 
 async def test_no_event_carries_an_env_value_while_the_auctioneer_gets_them(h: Harness) -> None:
     stream = h.bbs.hub.stream()
-    assert await anext(stream) == ": connected\n\n"
+    assert bytes(await anext(stream)) == b": connected\n\n"
     await desire_both(h)
     assert (await h.admin.patch("/v1/desired_lrps/web", json={"instances": 3})).status_code == 200
     # Cancelled, the task is POSTed to its callback, which resolves it: task_removed.
@@ -114,7 +114,7 @@ async def test_no_event_carries_an_env_value_while_the_auctioneer_gets_them(h: H
 
     sse = ""
     while "event: task_removed" not in sse or "event: desired_lrp_removed" not in sse:
-        sse += await asyncio.wait_for(anext(stream), 5)
+        sse += bytes(await asyncio.wait_for(anext(stream), 5)).decode()
     await stream.aclose()
     kinds = {"desired_lrp_created", "desired_lrp_changed", "desired_lrp_removed", "task_created",
              "task_changed", "task_removed"}

@@ -129,10 +129,11 @@ class Effects:
 
 
 def actual_change_events(changes: ActualChanges) -> list[dict[str, Any]]:
+    now = time.time()  # one commit, one time: formatted once (records.iso caches), not once per event
     return [
-        *(event("actual_lrp_removed", r.to_wire()) for r in changes.deletes),
-        *(event("actual_lrp_changed", r.to_wire()) for r in changes.visible_updates),
-        *(event("actual_lrp_created", r.to_wire()) for r in changes.inserts),
+        *(event("actual_lrp_removed", r.to_wire(), now) for r in changes.deletes),
+        *(event("actual_lrp_changed", r.to_wire(), now) for r in changes.visible_updates),
+        *(event("actual_lrp_created", r.to_wire(), now) for r in changes.inserts),
     ]
 
 

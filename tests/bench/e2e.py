@@ -5,7 +5,8 @@
                               [--presence-ttl S] [--convergence-interval S] [--progress summary|events]
                               [--database sqlite|postgres|both] [--tls on|off|both]
                               [--encryption on|off|both] [--sqlite-synchronous full|normal|both]
-                              [--subscribers N] [--dashboard]
+                              [--subscribers N] [--dashboard] [--repeat N]
+                              [--watchers-priority idle|normal]
 
 Desires A apps x N/A instances (default 100 x 100 = 10,000), measures the seconds until every instance
 is RUNNING in the BBS (its own counts, GET /v1/actual_lrps/summary polled every 50 ms; then confirmed by
@@ -38,7 +39,13 @@ with N clients following GET /v1/events (the SSE stream, read as it comes, resum
 dropped) and, with `--dashboard`, one client doing what the dashboard page (/ui) does: list the cells, the
 desired and the actual LRPs, follow the stream, and list again on a `resync`. Adds, per run size, the ratio
 with/without of the seconds to all RUNNING (target < 1.10 for 50 subscribers and the dashboard on the
-10,000-instance run) and what the watchers received. One comparison at a time.
+10,000-instance run) and what the watchers received: events per follower, and how long after all RUNNING
+they had read everything. The watchers run in a process of their own, by default at SCHED_IDLE
+(`--watchers-priority idle`): on one 2-core machine they stand for followers on machines of their own, so
+the ratio is what serving them costs the cluster, not what reading 10 MB each costs them; `normal` lets them
+share the cores. Either way `cpu_seconds_until_all_running` shows the BBS's and the watchers' CPU. An
+e2e run's time varies with how the desires happen to fall into auctions: `--repeat N` runs N pairs
+(without, with), alternating, and compares the medians.
 
 `--sqlite-synchronous full` (the default, as `vendue bbs`: an acknowledged write survives a power loss)
 or `normal` (only a crash of the BBS); `both` runs normal then full on SQLite and adds, per run size, the
@@ -52,13 +59,16 @@ import asyncio
 import contextlib
 import itertools
 import json
+import multiprocessing
 import os
 import re
 import shutil
+import statistics
 import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
+from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
@@ -69,6 +79,7 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from common.tls import TLSFiles, client_context  # noqa: E402
 from deploy.cluster import LocalCluster  # noqa: E402
 
 TARGET_SECONDS_10K = 5.0
@@ -243,6 +254,8 @@ class Watchers:
         self.subscribers = subscribers
         self.dashboard = dashboard
         self.events = 0
+        self.events_by_follower: list[int] = []
+        self.last_data_at = 0.0  # time.monotonic() of the latest bytes any follower read
         self.reconnects = 0
         self.resyncs = 0
         self.listings = 0  # the dashboard's: cells, desired and actual LRPs, each time
@@ -251,7 +264,8 @@ class Watchers:
 
     async def start(self, session: aiohttp.ClientSession, timeout: float = 30.0) -> None:
         followers = self.subscribers + (1 if self.dashboard else 0)
-        self._tasks = [asyncio.create_task(self._follow(session, dashboard=self.dashboard and i == 0))
+        self.events_by_follower = [0] * followers
+        self._tasks = [asyncio.create_task(self._follow(session, i, dashboard=self.dashboard and i == 0))
                        for i in range(followers)]
         deadline = time.perf_counter() + timeout
         while self.connected < followers:
@@ -271,7 +285,7 @@ class Watchers:
                 await r.read()
         self.listings += 1
 
-    async def _follow(self, session: aiohttp.ClientSession, dashboard: bool) -> None:
+    async def _follow(self, session: aiohttp.ClientSession, follower: int, dashboard: bool) -> None:
         last_id = ""
         first = True
         while True:
@@ -288,9 +302,12 @@ class Watchers:
                     # The ends of the previous chunk, one byte shorter than each pattern: a pattern split
                     # between two chunks is still seen, and none is counted twice.
                     event_tail = resync_tail = b""
-                    async for chunk in r.content.iter_any():
+                    async for chunk in r.content.iter_any():  # inflated: aiohttp asks for gzip
+                        self.last_data_at = time.monotonic()
                         text = event_tail + chunk
-                        self.events += text.count(EVENT_START)
+                        events = text.count(EVENT_START)
+                        self.events += events
+                        self.events_by_follower[follower] += events
                         if RESYNC_LINE in resync_tail + chunk:
                             self.resyncs += 1
                             if dashboard:
@@ -308,11 +325,84 @@ class Watchers:
 
     def report(self) -> dict[str, Any]:
         return {"subscribers": self.subscribers, "dashboard": self.dashboard, "events_received": self.events,
+                "events_per_follower": {"min": min(self.events_by_follower, default=0),
+                                        "max": max(self.events_by_follower, default=0)},
                 "reconnects": self.reconnects, "resyncs": self.resyncs, "dashboard_listings": self.listings}
 
 
+QUIET_S = 0.5  # a watcher that read nothing for this long has read everything that was sent
+
+
+def watch(conn: Connection, bbs_url: str, tls: TLSFiles | None, subscribers: int, dashboard: bool,
+          priority: str) -> None:
+    """The watcher process: follow, tell the parent once every follower is connected; on "finish", wait
+    until the followers have read everything sent (QUIET_S without a byte), then send the report."""
+    if priority == "idle":
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+
+    async def main() -> None:
+        verify = client_context(tls) if tls is not None else True
+        session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=subscribers + 2, ssl=verify),
+                                        timeout=aiohttp.ClientTimeout(total=60.0))
+        watchers = Watchers(bbs_url, subscribers, dashboard)
+        try:
+            await watchers.start(session)
+            conn.send("connected")
+            await asyncio.get_running_loop().run_in_executor(None, conn.recv)  # "finish"
+            deadline = time.monotonic() + 120.0
+            while time.monotonic() - watchers.last_data_at < QUIET_S and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)
+            conn.send({**watchers.report(), "last_data_at": watchers.last_data_at,
+                       "quiet": time.monotonic() - watchers.last_data_at >= QUIET_S})
+        finally:
+            await watchers.stop()
+            await session.close()
+
+    asyncio.run(main())
+
+
+class WatcherProcess:
+    """The watchers in a process of their own. At `priority="idle"` (SCHED_IDLE, the default) they run only
+    on CPU the cluster leaves idle: on this benchmark's one machine they stand for followers on machines of
+    their own, so what the comparison measures is what serving them costs the BBS (every byte is still
+    written, and flow control holds it back when a follower reads slowly), not the followers' own reading
+    and inflating (about a core-second for 51 followers of a 10,000-instance push). `normal` shares the
+    cores evenly, as the watchers did in the harness's own process before."""
+
+    def __init__(self, bbs_url: str, tls: TLSFiles | None, subscribers: int, dashboard: bool,
+                 priority: str) -> None:
+        self._conn, child = multiprocessing.get_context("spawn").Pipe()
+        self.process = multiprocessing.get_context("spawn").Process(
+            target=watch, args=(child, bbs_url, tls, subscribers, dashboard, priority), daemon=True)
+        self.priority = priority
+
+    def start(self, timeout: float = 60.0) -> None:
+        self.process.start()
+        if not self._conn.poll(timeout):
+            raise RuntimeError(f"the watchers did not all connect within {timeout:.0f} s")
+        if (said := self._conn.recv()) != "connected":
+            raise RuntimeError(f"the watcher process said {said!r}, expected 'connected'")
+
+    def finish(self, timeout: float = 150.0) -> dict[str, Any]:
+        """Their report, once they have read everything the BBS sent."""
+        self._conn.send("finish")
+        if not self._conn.poll(timeout):
+            raise RuntimeError(f"the watchers did not report within {timeout:.0f} s")
+        report: dict[str, Any] = self._conn.recv()
+        return report
+
+    def stop(self) -> None:
+        if self.process.is_alive():
+            self.process.terminate()
+        self.process.join(10)
+        if self.process.is_alive():
+            self.process.kill()
+            self.process.join()
+
+
 async def measure(cluster: LocalCluster, apps: int, per_app: int, timeout: float,
-                  progress: str = "summary", subscribers: int = 0, dashboard: bool = False) -> dict[str, Any]:
+                  progress: str = "summary", subscribers: int = 0, dashboard: bool = False,
+                  watchers_priority: str = "idle") -> dict[str, Any]:
     total = apps * per_app
     bbs = cluster.bbs_url
     # Every distinct process that serves HTTP: the BBS, the auctioneer, and the rep process(es).
@@ -334,18 +424,17 @@ async def measure(cluster: LocalCluster, apps: int, per_app: int, timeout: float
             watch_task = asyncio.create_task(watcher.run(client))
             await asyncio.wait_for(watcher.subscribed.wait(), 30.0)
 
-        watchers: Watchers | None = None
-        watching: aiohttp.ClientSession | None = None
+        watchers: WatcherProcess | None = None
         if subscribers or dashboard:
-            watchers = Watchers(bbs, subscribers, dashboard)
-            watching = light_session(cluster, subscribers + 2)
-            await watchers.start(watching)
+            watchers = WatcherProcess(bbs, cluster.client_tls(), subscribers, dashboard, watchers_priority)
+            await asyncio.to_thread(watchers.start)
 
         light = light_session(
             cluster, DESIRE_CONCURRENCY + 8
         )  # room for the progress polls beside the desires
         t0 = time.perf_counter()
-        cpu_at_start = cpu_seconds(cluster)
+        others = {"watchers": watchers.process.pid} if watchers is not None and watchers.process.pid else {}
+        cpu_at_start = cpu_seconds(cluster, others)
         sem = asyncio.Semaphore(DESIRE_CONCURRENCY)
 
         async def desire(i: int) -> None:
@@ -388,15 +477,22 @@ async def measure(cluster: LocalCluster, apps: int, per_app: int, timeout: float
             if seen >= total:
                 done_s = now
                 break
-        cpu_used = {name: round(cpu_seconds(cluster).get(name, seconds) - seconds, 2)
+        all_running_at = time.monotonic()
+        cpu_used = {name: round(cpu_seconds(cluster, others).get(name, seconds) - seconds, 2)
                     for name, seconds in cpu_at_start.items()}
         if desired_s is None:
             desires.cancel()
             await asyncio.gather(desires, return_exceptions=True)
         await light.close()
-        if watchers is not None and watching is not None:
-            await watchers.stop()
-            await watching.close()
+        watched: dict[str, Any] | None = None
+        if watchers is not None:
+            try:
+                watched = await asyncio.to_thread(watchers.finish)
+            finally:
+                watchers.stop()
+            # How long after all RUNNING the followers had read everything: their lag, at their priority.
+            watched["caught_up_s_after_all_running"] = round(watched.pop("last_data_at") - all_running_at, 3)
+            watched["priority"] = watchers.priority
         if watch_task is not None:
             watch_task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -433,7 +529,7 @@ async def measure(cluster: LocalCluster, apps: int, per_app: int, timeout: float
             if watcher
             else {}
         ),
-        **({"watchers": watchers.report()} if watchers else {}),
+        **({"watchers": watched} if watched is not None else {}),
         "seconds_to_fraction_running": {f"{int(m * 100)}%": t for m, t in sorted(marks.items())},
         "running_timeline": timeline[:: max(1, len(timeline) // 20)],
     }
@@ -481,11 +577,11 @@ def handshakes(before: dict[str, Any], after: dict[str, Any], auctions: int) -> 
             "handshakes_per_auction": round(opened / auctions, 3) if auctions else None}
 
 
-def cpu_seconds(cluster: LocalCluster) -> dict[str, float]:
-    """User + system CPU seconds so far of every component process, and of this harness."""
+def cpu_seconds(cluster: LocalCluster, others: dict[str, int] | None = None) -> dict[str, float]:
+    """User + system CPU seconds so far of every component process, of the `others`, and of this harness."""
     tick = os.sysconf("SC_CLK_TCK")
     used: dict[str, float] = {}
-    for name, pid in cluster.pids().items():
+    for name, pid in {**cluster.pids(), **(others or {})}.items():
         try:
             fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
         except OSError:
@@ -522,6 +618,7 @@ def run_once(
     sqlite_synchronous: str = "full",
     subscribers: int = 0,
     dashboard: bool = False,
+    watchers_priority: str = "idle",
 ) -> dict[str, Any]:
     timings = ["--presence-ttl", str(presence_ttl)]
     # ignore_cleanup_errors: a component still flushing its log while the directory goes must not turn
@@ -539,7 +636,8 @@ def run_once(
         try:
             cluster.start(timeout=120.0)
             startup_s = time.perf_counter() - started
-            report = asyncio.run(measure(cluster, apps, per_app, timeout, progress, subscribers, dashboard))
+            report = asyncio.run(measure(cluster, apps, per_app, timeout, progress, subscribers, dashboard,
+                                         watchers_priority))
             report["bbs_peak_rss_mb"] = peak_rss_mb(cluster.pids()["bbs"])
             report["cluster_start_seconds"] = round(startup_s, 3)
             report["presence_ttl_s"] = presence_ttl
@@ -578,10 +676,18 @@ def main(argv: list[str] | None = None) -> int:
                         help="compare runs without and with this many /v1/events subscribers (e.g. 50)")
     parser.add_argument("--dashboard", action="store_true",
                         help="compare runs without and with a client doing what the dashboard page does")
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="with --subscribers/--dashboard: this many pairs of runs (without, with), "
+                             "alternating; the ratio is of the medians")
+    parser.add_argument("--watchers-priority", choices=("idle", "normal"), default="idle",
+                        help="the watchers' process at SCHED_IDLE (default: they stand for followers on "
+                             "other machines) or at normal priority (they share the cores with the cluster)")
     args = parser.parse_args(argv)
     watching = args.subscribers > 0 or args.dashboard
     if args.subscribers < 0:
         parser.error("--subscribers must be at least 0")
+    if args.repeat < 1:
+        parser.error("--repeat must be at least 1")
     if watching and [args.tls, args.encryption, args.database, args.sqlite_synchronous].count("both"):
         parser.error("one comparison at a time: --subscribers/--dashboard compare runs without and with "
                      "watchers, not with --tls, --encryption, --database or --sqlite-synchronous both")
@@ -619,6 +725,7 @@ def main(argv: list[str] | None = None) -> int:
                         synchronous,
                         args.subscribers if watched else 0,
                         args.dashboard and watched,
+                        args.watchers_priority,
                     )
                 )
             except Exception as exc:  # noqa: BLE001 - reported in the JSON, not raised
@@ -649,10 +756,10 @@ def main(argv: list[str] | None = None) -> int:
             return compare_encryption(
                 {on: measure_all(database, database_url, encryption=on) for on in ("off", "on")}
             )
-        if watching:
-            return compare_watchers({"without": measure_all(database, database_url),
-                                     "with": measure_all(database, database_url, watched=True)},
-                                    args.subscribers, args.dashboard)
+        if watching:  # alternating, `--repeat` pairs
+            return compare_watchers([{"without": measure_all(database, database_url),
+                                      "with": measure_all(database, database_url, watched=True)}
+                                     for _ in range(args.repeat)], args.subscribers, args.dashboard)
         if args.sqlite_synchronous == "both":
             return compare_synchronous({mode: measure_all(database, database_url, synchronous=mode)
                                         for mode in ("normal", "full")})
@@ -766,26 +873,33 @@ def compare_synchronous(by_mode: dict[str, dict[str, Any]]) -> dict[str, Any]:
 
 
 def compare_watchers(
-    by_watchers: dict[str, dict[str, Any]], subscribers: int, dashboard: bool
+    pairs: list[dict[str, dict[str, Any]]], subscribers: int, dashboard: bool
 ) -> dict[str, Any]:
-    """Both suites (without watchers, then with them) and, per run size, the seconds to all RUNNING of each
-    and the ratio with/without (target < 1.1)."""
-    without_s, with_s = seconds_by_size(by_watchers["without"]), seconds_by_size(by_watchers["with"])
+    """Every pair of suites (without watchers, then with them) and, per run size, the seconds to all RUNNING
+    of each, their medians and the ratio of the medians with/without (target < 1.1)."""
     compared = {}
-    for n in without_s:
-        watched_ratio = ratio(with_s.get(n), without_s[n])
+    for n in seconds_by_size(pairs[0]["without"]):
+        without = [seconds_by_size(pair["without"]).get(n) for pair in pairs]
+        with_ = [seconds_by_size(pair["with"]).get(n) for pair in pairs]
+        measured = [(a, b) for a, b in zip(without, with_, strict=True) if a and b]
+        median_without = statistics.median(a for a, _ in measured) if measured else None
+        median_with = statistics.median(b for _, b in measured) if measured else None
+        watched_ratio = ratio(median_with, median_without)
         compared[str(n)] = {
-            "without": without_s[n],
-            "with": with_s.get(n),
+            "without": without,
+            "with": with_,
+            "median_without": median_without,
+            "median_with": median_with,
             "ratio_with_over_without": watched_ratio,
+            "ratio_of_each_pair": [ratio(b, a) for a, b in measured],
             "met": watched_ratio < TARGET_WATCHERS_RATIO if watched_ratio else None,
         }
     return {
         "benchmark": "e2e",
         "transport": "http",
-        "database": by_watchers["with"]["database"],
+        "database": pairs[0]["with"]["database"],
         "watchers": {"subscribers": subscribers, "dashboard": dashboard},
-        "suites": by_watchers,
+        "suites": pairs if len(pairs) > 1 else pairs[0],
         "with_vs_without_watchers": compared,
         "target_max_ratio": TARGET_WATCHERS_RATIO,
     }

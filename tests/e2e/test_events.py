@@ -152,8 +152,10 @@ def test_filters_replay_from_last_event_id_and_resync(make_cluster) -> None:
         assert strays == [], f"the stream for app={web} type=actual_lrp_changed got {brief_events(strays)}"
         strays = [e for e in on_cell.snapshot() if e.data.get("cell_id") != first_cell]
         assert strays == [], f"the stream for cell={first_cell} got {brief_events(strays)}"
-        assert {e.type for e in everything.snapshot()} >= {"desired_lrp_created", "actual_lrp_created",
-                                                           "actual_lrp_changed", "convergence_completed"}
+        kinds = {"desired_lrp_created", "actual_lrp_created", "actual_lrp_changed", "convergence_completed"}
+        wait_for(lambda: expect({e.type for e in everything.snapshot()} >= kinds,
+                                sorted({e.type for e in everything.snapshot()})),
+                 15, f"each of {sorted(kinds)} on the unfiltered stream (a convergence pass every 0.5 s)")
 
         # Disconnect, change things, reconnect with the last id: exactly what was missed, then the live
         # stream.
