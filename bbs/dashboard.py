@@ -1,14 +1,16 @@
 """The dashboard: one self-contained page served by the BBS at /ui (bbs/static/dashboard.html: inline
 script and style, nothing fetched from anywhere but this BBS), kept live by the event stream.
 
-A browser has no client certificate. `vendue dashboard` (an admin) makes a short-lived reader token and
-prints `<bbs>/ui/login?token=...`; GET /ui/login exchanges it for a session — a reader token of its own,
-SESSION_S long, in an HttpOnly, Secure, SameSite=Strict cookie — and sends the browser on to /ui, so the
-token leaves the address bar and the history. The authorization middleware takes that cookie as a
-bearer token for GET and HEAD only (common/auth.py): the page only reads (GET /v1/cells, desired and
-actual LRPs, the EventSource of /v1/events, which cannot send a header), and no request that writes can
-be authorized by a cookie the browser attaches on another site's behalf (CSRF). A reader session also
-sees no env values (bbs/redact.py).
+A browser has no client certificate. `vendue dashboard` (an admin) makes a short-lived login token and
+prints `<bbs>/ui/login?token=...`; GET /ui/login exchanges it, once, for a session — a reader token of its
+own, SESSION_S long, in an HttpOnly, Secure, SameSite=Strict cookie — and sends the browser on to /ui, so
+the token leaves the address bar and the history. A login token is good for that one exchange and
+nothing else (not as a bearer token): a link seen in a shell's history, a log or over a shoulder after it
+was opened logs no one in. Expired and used logins and sessions are deleted at each login. The
+authorization middleware takes that cookie as a bearer token for GET and HEAD only (common/auth.py): the
+page only reads (GET /v1/cells, desired and actual LRPs, the EventSource of /v1/events, which cannot send
+a header), and no request that writes can be authorized by a cookie the browser attaches on another
+site's behalf (CSRF). A reader session also sees no env values (bbs/redact.py).
 """
 
 from __future__ import annotations
@@ -18,8 +20,6 @@ from typing import Annotated, Any
 
 from fastapi import FastAPI, Query
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
-
-from common.models import MAX_NAME_CHARS, TokenCreate
 
 from .service import BBS
 
@@ -33,8 +33,8 @@ PAGE_HEADERS = {"Cache-Control": "no-store", "Referrer-Policy": "no-referrer",
                 "Content-Security-Policy": CONTENT_SECURITY_POLICY, "X-Content-Type-Options": "nosniff"}
 LOGIN_HELP = ("<!doctype html><title>Vendue</title><p>The dashboard needs a login link: run "
               "<code>vendue dashboard</code> (as the cluster's admin) and open the URL it prints.</p>")
-LOGIN_REFUSED = ("<!doctype html><title>Vendue</title><p>This login link is not valid (expired, revoked or "
-                 "unknown): run <code>vendue dashboard</code> again.</p>")
+LOGIN_REFUSED = ("<!doctype html><title>Vendue</title><p>This login link is not valid (used already, "
+                 "expired, revoked or unknown): run <code>vendue dashboard</code> again.</p>")
 
 
 LOGIN_RESPONSES: dict[int | str, dict[str, Any]] = {
@@ -58,17 +58,15 @@ def add_dashboard(app: FastAPI, bbs: BBS) -> None:
 
     @app.get("/ui/login", response_class=HTMLResponse, responses=LOGIN_RESPONSES)
     async def login(token: Annotated[str | None, Query(max_length=256)] = None) -> Response:
-        """A login token (any valid admin or reader token) -> a session cookie, and on to /ui. Without a
-        token: how to get one. A token that is not valid: 403 (the caller, whoever it is, may not log in
-        with it)."""
+        """A login token (`vendue dashboard`'s), used up -> a session cookie, and on to /ui. Without a
+        token: how to get one. A token that is not a valid, unused login token: 403 (the caller, whoever
+        it is, may not log in with it)."""
         if not token:
             return HTMLResponse(LOGIN_HELP, headers=PAGE_HEADERS)
-        record = await bbs.verify_token(token)
-        if record is None:
+        session = await bbs.log_in(token, SESSION_S)
+        if session is None:
             return HTMLResponse(LOGIN_REFUSED, status_code=403, headers=PAGE_HEADERS)
-        name = f"dashboard session of {record.name or 'token ' + record.id}"[:MAX_NAME_CHARS]
-        session = await bbs.create_token(TokenCreate(role="reader", name=name, expires_in_s=SESSION_S))
         response = RedirectResponse("/ui", status_code=303, headers=PAGE_HEADERS)
-        response.set_cookie(SESSION_COOKIE, session["token"], max_age=int(SESSION_S), path="/", secure=True,
+        response.set_cookie(SESSION_COOKIE, session, max_age=int(SESSION_S), path="/", secure=True,
                             httponly=True, samesite="strict")
         return response

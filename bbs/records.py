@@ -323,6 +323,13 @@ class LeaseRecord:
     url: str = ""
 
 
+API_TOKEN = "api"  # a bearer token for the API
+LOGIN_TOKEN = "login"  # a dashboard login link's: exchanged once at /ui/login, never a bearer token
+SESSION_TOKEN = "session"  # a browser's, made by that exchange: a bearer token (as a cookie, GET only)
+# Those a caller may present as a bearer token.
+BEARER_PURPOSES = frozenset({API_TOKEN, SESSION_TOKEN})
+
+
 @dataclass(slots=True, frozen=True)
 class TokenRecord:
     """A bearer token as stored: never its secret, only the SHA-256 of it (hex)."""
@@ -334,6 +341,7 @@ class TokenRecord:
     created_at: float
     expires_at: float | None = None
     revoked_at: float | None = None
+    purpose: str = API_TOKEN
 
     def valid(self, now: float) -> bool:
         return self.revoked_at is None and (self.expires_at is None or self.expires_at > now)
@@ -341,4 +349,5 @@ class TokenRecord:
     def to_wire(self) -> dict[str, Any]:
         """TokenInfo: what a list shows (the hash stays here too)."""
         return {"id": self.id, "role": self.role, "name": self.name, "created_at": self.created_at,
-                "expires_at": self.expires_at, "revoked": self.revoked_at is not None}
+                "expires_at": self.expires_at, "revoked": self.revoked_at is not None,
+                "purpose": self.purpose}

@@ -16,6 +16,7 @@ from typing import Any, Literal
 from common.group_commit import GroupCommit
 from common.logging import instance_log
 from common.models import (
+    MAX_NAME_CHARS,
     AuctionReport,
     CellPresence,
     DesiredLRPCreate,
@@ -48,12 +49,15 @@ from .placements import PlacementLog
 from .quotas import QuotaExceeded, check_scale, desire_refusal
 from .rebalancer import Rebalancer
 from .records import (
+    BEARER_PURPOSES,
     COMPLETED,
     EVACUATING,
+    LOGIN_TOKEN,
     ORDINARY,
     PENDING,
     RESOLVING,
     RUNNING,
+    SESSION_TOKEN,
     TASK_RUNNING,
     ActualRecord,
     CellRecord,
@@ -97,6 +101,17 @@ class Conflict(Exception):
 
 class Fenced(Conflict):
     """A write under a fencing token older than its lease's current one (409, counted as `fenced`)."""
+
+
+def new_token(role: str, name: str, purpose: str, expires_in_s: float | None,
+              now: float) -> tuple[TokenRecord, str]:
+    """A token's record and its secret (which only its hash in the record stands for)."""
+    secret = TOKEN_PREFIX + secrets.token_urlsafe(TOKEN_BYTES)
+    record = TokenRecord(
+        id=secrets.token_hex(8), name=name, role=role, secret_sha256=token_hash(secret), created_at=now,
+        expires_at=None if expires_in_s is None else now + expires_in_s, purpose=purpose,
+    )
+    return record, secret
 
 
 def token_hash(secret: str) -> str:
@@ -814,16 +829,31 @@ class BBS:
 
     async def create_token(self, body: TokenCreate) -> dict[str, Any]:
         """A new token: its secret is in the answer (TokenCreated) and nowhere else, ever."""
-        now = time.time()
-        secret = TOKEN_PREFIX + secrets.token_urlsafe(TOKEN_BYTES)
-        record = TokenRecord(
-            id=secrets.token_hex(8), name=body.name, role=body.role, secret_sha256=token_hash(secret),
-            created_at=now, expires_at=None if body.expires_in_s is None else now + body.expires_in_s,
-        )
+        record, secret = new_token(body.role, body.name, body.purpose, body.expires_in_s, time.time())
         async with self.store.write() as tx:
             await tx.insert_token(record)
-        log.info("token created", extra={"data": {"id": record.id, "role": record.role, "name": record.name}})
+        log.info("token created", extra={"data": {"id": record.id, "role": record.role, "name": record.name,
+                                                  "purpose": record.purpose}})
         return {**record.to_wire(), "token": secret}
+
+    async def log_in(self, secret: str, session_s: float) -> str | None:
+        """A dashboard login: the login token with this secret, when valid, is used up, and the secret of a
+        reader session token of `session_s` made in its place is returned; None when there is no such login
+        token (unknown, expired, revoked, used already, or a token of another purpose). Logins and sessions
+        that can never be used again are deleted meanwhile: each login would otherwise leave two more rows."""
+        now = time.time()
+        async with self.store.write() as tx:
+            login = await tx.token_by_hash(token_hash(secret))
+            if login is None or login.purpose != LOGIN_TOKEN or not login.valid(now):
+                return None
+            if not await tx.consume_token(login.id, now):
+                return None  # another request used it first
+            await tx.prune_tokens((LOGIN_TOKEN, SESSION_TOKEN), now)
+            name = f"dashboard session of {login.name or 'token ' + login.id}"[:MAX_NAME_CHARS]
+            session, session_secret = new_token("reader", name, SESSION_TOKEN, session_s, now)
+            await tx.insert_token(session)
+        log.info("logged in", extra={"data": {"login_token": login.id, "session_token": session.id}})
+        return session_secret
 
     async def list_tokens(self) -> list[dict[str, Any]]:
         async with self.store.read() as tx:
@@ -836,11 +866,14 @@ class BBS:
         log.info("token revoked", extra={"data": {"id": token_id}})
 
     async def verify_token(self, secret: str) -> TokenRecord | None:
-        """The valid (unrevoked, unexpired) token with this secret, read from the database each time: a
-        revoked token is refused from the next request on, by every replica."""
+        """The valid (unrevoked, unexpired) bearer token with this secret, read from the database each time:
+        a revoked token is refused from the next request on, by every replica. A login token is not one: it
+        is good for one login at /ui/login (`log_in`), nothing else."""
         async with self.store.read() as tx:
             record = await tx.token_by_hash(token_hash(secret))
-        return record if record is not None and record.valid(time.time()) else None
+        if record is None or record.purpose not in BEARER_PURPOSES or not record.valid(time.time()):
+            return None
+        return record
 
 def rebooted_cells(existing: dict[str, CellRecord], latest: dict[str, CellPresence]) -> list[str]:
     """Cells whose heartbeat carries a boot id other than the one the BBS last saw."""

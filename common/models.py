@@ -933,6 +933,9 @@ class TokenCreate(Strict):
     # Who it is for, shown in lists and logs.
     name: Annotated[str, Field(max_length=MAX_NAME_CHARS), AfterValidator(_no_nul)] = ""
     expires_in_s: float | None = Field(default=None, gt=0, le=10 * 365 * 86400)  # None: never expires
+    # api: a bearer token; login: a dashboard login link's, good for one login at /ui/login and nothing else
+    # (a browser session is made by that login: `session`, never asked for here).
+    purpose: Literal["api", "login"] = "api"
 
 
 class TokenInfo(Open):
@@ -944,6 +947,7 @@ class TokenInfo(Open):
     created_at: float
     expires_at: float | None = None
     revoked: bool = False
+    purpose: str = "api"  # api, login or session (TokenCreate)
 
 
 class TokenCreated(TokenInfo):

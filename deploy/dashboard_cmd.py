@@ -1,11 +1,11 @@
 """`vendue dashboard [--open]`: the URL of the BBS's live dashboard (/ui), with a login token in it.
 
-As the cluster's admin (found as every client command finds it), it asks the BBS for a reader token that
+As the cluster's admin (found as every client command finds it), it asks the BBS for a login token that
 expires soon (`--expires`, 10 minutes by default) and prints `<bbs>/ui/login?token=...`: opening it
 exchanges the token for a browser session (bbs/dashboard.py), as a notebook server's login link does.
-The token stays good until it expires, so the link is a secret while it lasts: it is printed, never put
-in an argv (`--open` hands it to the browser through Python's webbrowser module, which does put it in the
-browser's argv: on a shared machine, copy the link instead).
+The token is good for that one login and for nothing else, so the link is a secret until it is opened or
+expires: it is printed, never put in an argv (`--open` hands it to the browser through Python's
+webbrowser module, which does put it in the browser's argv, for the moment the browser takes to open it).
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ def dashboard(
         )
     with connect(connection) as client:
         created = client.create_token(
-            TokenCreate(role="reader", name=LOGIN_TOKEN_NAME, expires_in_s=expires_in_s)
+            TokenCreate(role="reader", name=LOGIN_TOKEN_NAME, expires_in_s=expires_in_s, purpose="login")
         )
         base = client.current_url()
     url = f"{base}/ui/login?token={created.token}"
@@ -69,8 +69,8 @@ def dashboard(
         print_json({"url": url, "token_id": created.id, "expires_at": created.expires_at})
     else:
         typer.echo(url)
-        typer.echo(f"login link valid for {expires}: open it to get a reader session of 8 hours "
-                   f"(revoke it with `vendue tokens revoke {created.id}`)", err=True)
+        typer.echo(f"login link good for one login within {expires}: open it to get a reader session of "
+                   f"8 hours (revoke it unused with `vendue tokens revoke {created.id}`)", err=True)
     if open_browser and not webbrowser.open(url):
         fail("--open: no browser found here; open the URL above yourself")
 

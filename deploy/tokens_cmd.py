@@ -95,17 +95,17 @@ def list_tokens(
     connection: Connection = Connection(),
     as_json: AsJson = False,
 ) -> None:
-    """Every token: id, role, name, created, expires, revoked (never a secret)."""
+    """Every token: id, role, purpose, name, created, expires, revoked (never a secret)."""
     with connect(connection) as client:
         found = client.tokens()
     if as_json:
         print_json([t.model_dump(mode="json") for t in found])
         return
     table = listing_table(f"{len(found)} token(s)")
-    for column in ("ID", "ROLE", "NAME", "CREATED", "EXPIRES", "REVOKED"):
+    for column in ("ID", "ROLE", "PURPOSE", "NAME", "CREATED", "EXPIRES", "REVOKED"):
         table.add_column(column, no_wrap=True)
     for t in found:
-        table.add_row(t.id, t.role, t.name or "-", _when(t.created_at), _when(t.expires_at),
+        table.add_row(t.id, t.role, t.purpose, t.name or "-", _when(t.created_at), _when(t.expires_at),
                       "[red]revoked[/]" if t.revoked else "")
     console().print(table)
 

@@ -134,4 +134,7 @@ tokens = sa.Table(
     sa.Column("created_at", sa.Float, nullable=False),
     sa.Column("expires_at", sa.Float, nullable=True),
     sa.Column("revoked_at", sa.Float, nullable=True),
+    # api (a bearer token), login (`vendue dashboard`'s link: used once, at /ui/login), session (what a
+    # login gives the browser).
+    sa.Column("purpose", sa.String(16), nullable=False, server_default="api"),
 )

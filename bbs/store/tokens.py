@@ -4,6 +4,7 @@ allow)."""
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable
 
 import sqlalchemy as sa
 
@@ -14,7 +15,8 @@ from .transaction import Transaction
 
 def _token(row: sa.Row) -> TokenRecord:
     return TokenRecord(
-        row.id, row.name, row.role, row.secret_sha256, row.created_at, row.expires_at, row.revoked_at
+        row.id, row.name, row.role, row.secret_sha256, row.created_at, row.expires_at, row.revoked_at,
+        row.purpose,
     )
 
 
@@ -37,6 +39,25 @@ class TokenQueries(Transaction):
         """The token whose secret hashes to this (valid or not: the caller decides)."""
         found = await self._read_tokens(t.tokens.c.secret_sha256 == secret_sha256)
         return found[0] if found else None
+
+    async def consume_token(self, token_id: str, now: float) -> bool:
+        """Revoke it now if no one has yet: True for the one caller that did (a login token is good once,
+        however many replicas are asked at the same moment)."""
+        consumed = await self.connection.execute(
+            t.tokens.update().where(t.tokens.c.id == token_id, t.tokens.c.revoked_at.is_(None))
+            .values(revoked_at=now)
+        )
+        return consumed.rowcount == 1
+
+    async def prune_tokens(self, purposes: Iterable[str], now: float) -> int:
+        """Delete the tokens of these purposes that can never be used again (expired or revoked); how many."""
+        pruned = await self.connection.execute(
+            t.tokens.delete().where(
+                t.tokens.c.purpose.in_(list(purposes)),
+                sa.or_(t.tokens.c.revoked_at.is_not(None), t.tokens.c.expires_at <= now),
+            )
+        )
+        return pruned.rowcount
 
     async def revoke_token(self, token_id: str, now: float) -> bool:
         """Revoke it from `now` on (a token revoked before keeps its first revocation time); False when

@@ -12,6 +12,7 @@ import json
 import os
 from pathlib import Path
 
+import httpx
 import pytest
 
 from deploy.cluster import PROJECT_ROOT
@@ -79,3 +80,9 @@ def test_the_dashboard_renders_the_cells_and_a_push_without_a_reload(make_cluste
         artifacts = Path(os.environ.get("VENDUE_TEST_ARTIFACTS", PROJECT_ROOT / "test-artifacts"))
         artifacts.mkdir(parents=True, exist_ok=True)
         browser.screenshot(artifacts / "dashboard.png")
+
+    # The link was good for that one login: opened again (from a shell's history, say), it logs no one in.
+    with httpx.Client(verify=c.lc.verify, follow_redirects=False, timeout=10) as stranger:
+        again = stranger.get(url)
+        assert again.status_code == 403 and "used already" in again.text, (again.status_code, again.text)
+        assert "vendue_session" not in again.headers.get("set-cookie", ""), again.headers
