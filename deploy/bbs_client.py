@@ -322,7 +322,8 @@ class BBSClient:
 
     def create_token(self, request: TokenCreate) -> TokenCreated:
         """A new bearer token (admin); its secret is in the answer and nowhere else."""
-        body = request.model_dump(mode="json", exclude_none=True)
+        # Only what was set: a plain API token's body is what a BBS from before `purpose` accepts too.
+        body = request.model_dump(mode="json", exclude_none=True, exclude_unset=True)
         return TokenCreated.model_validate(self._request("POST", "/v1/tokens", json_body=body).json())
 
     def tokens(self) -> list[TokenInfo]:

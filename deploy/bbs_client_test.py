@@ -157,13 +157,16 @@ def test_token_requests_carry_the_wire_body_and_never_send_an_unset_expiry():
 
     with client_answering(record) as bbs:
         created = bbs.create_token(TokenCreate(role="reader", name="ci"))
+        bbs.create_token(TokenCreate(role="reader", name="link", expires_in_s=60, purpose="login"))
         listed = bbs.tokens()
         with pytest.raises(NotFound):
             bbs.revoke_token("abc")
     assert json.loads(seen[0].content) == {"role": "reader", "name": "ci"}
+    assert json.loads(seen[1].content) == {"role": "reader", "name": "link", "expires_in_s": 60,
+                                           "purpose": "login"}
     assert (created.token, created.id) == ("vdt_secret", "abc")
     assert [t.id for t in listed] == ["abc"] and not hasattr(listed[0], "token")
-    assert (seen[2].method, seen[2].url.path) == ("DELETE", "/v1/tokens/abc")
+    assert (seen[3].method, seen[3].url.path) == ("DELETE", "/v1/tokens/abc")
 
 
 def test_parse_sse_skips_comments_and_joins_multiline_data():
