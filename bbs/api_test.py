@@ -44,9 +44,8 @@ class Recorder:
                 for g in self.holdings[rep_url]
             ]
             size = {"memory_mb": 1, "disk_mb": 1, "containers": 1}
-            state = {"cell_id": cell_id, "zone": "z1", "rep_url": rep_url, "total": size, "available": size,
-                     "lrps": lrps}
-            return httpx.Response(200, json={"cells": [state]})
+            bid = {"cell_id": cell_id, "zone": "z1", "total": size, "available": size}
+            return httpx.Response(200, json={"cells": [{"bid": bid, "rep_url": rep_url, "lrps": lrps}]})
         body = httpx.Response(200, content=request.content).json() if request.content else None
         self.sent.append((str(request.url), body))
         return httpx.Response(202, json={"found": []})

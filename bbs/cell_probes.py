@@ -20,7 +20,7 @@ import time
 from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 
-from common.models import CellState
+from common.models import CellDetail
 
 from .records import CellRecord
 
@@ -29,8 +29,9 @@ log = logging.getLogger("bbs.cell_probes")
 RETRY_S = 0.5  # between attempts of one probe whose rep refused the connection or erred
 MIN_ATTEMPT_S = 0.1  # the shortest time an attempt is given near the end of the window
 
-# One attempt: the cell's state from its rep within the timeout (s), or None (no answer, or not hosted there).
-AskCell = Callable[[CellRecord, float], Awaitable[CellState | None]]
+# One attempt: the cell in detail from its rep within the timeout (s), or None (no answer, or not hosted
+# there).
+AskCell = Callable[[CellRecord, float], Awaitable[CellDetail | None]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,11 +47,11 @@ class Probe:
         return self.lrps is not None
 
 
-def probe_of(started_at: float, state: CellState | None) -> Probe:
-    if state is None:
+def probe_of(started_at: float, detail: CellDetail | None) -> Probe:
+    if detail is None:
         return Probe(started_at, None)
-    return Probe(started_at, frozenset((lrp.process_guid, lrp.index) for lrp in state.lrps),
-                 frozenset(task.task_guid for task in state.tasks))
+    return Probe(started_at, frozenset((lrp.process_guid, lrp.index) for lrp in detail.lrps),
+                 frozenset(task.task_guid for task in detail.bid.tasks))
 
 
 class CellProbes:
@@ -92,16 +93,16 @@ class CellProbes:
     async def _probe(self, cell: CellRecord) -> None:
         started_at = self._clock()
         deadline = time.monotonic() + self.window_s
-        state: CellState | None = None
+        detail: CellDetail | None = None
         while True:
             try:
-                state = await self._ask(cell, max(deadline - time.monotonic(), MIN_ATTEMPT_S))
+                detail = await self._ask(cell, max(deadline - time.monotonic(), MIN_ATTEMPT_S))
             except Exception:  # noqa: BLE001 - a probe that fails says "no answer", never ends convergence
                 log.exception("probing a cell failed", extra={"data": {"cell_id": cell.cell_id}})
-            if state is not None or time.monotonic() + RETRY_S >= deadline:
+            if detail is not None or time.monotonic() + RETRY_S >= deadline:
                 break
             await asyncio.sleep(RETRY_S)  # the interval between attempts, not synchronisation
-        probe = probe_of(started_at, state)
+        probe = probe_of(started_at, detail)
         self._latest[cell.cell_id] = probe
         log.info("cell probed", extra={"data": {
             "cell_id": cell.cell_id, "answered": probe.answered,

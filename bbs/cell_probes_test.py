@@ -9,29 +9,30 @@ import pytest
 from bbs import cell_probes
 from bbs.cell_probes import CellProbes, Probe
 from bbs.records import CellRecord
-from common.models import CellState
+from common.models import CellDetail
 
 CELL = CellRecord("c1", {"rep_url": "http://c1"}, expires_at=0.0)
 
 
-def state(*instances: tuple[str, int], tasks: tuple[str, ...] = ()) -> CellState:
+def detail(*instances: tuple[str, int], tasks: tuple[str, ...] = ()) -> CellDetail:
     size = {"memory_mb": 1, "disk_mb": 1, "containers": 1}
-    return CellState.model_validate({
-        "cell_id": "c1", "zone": "z", "rep_url": "http://c1", "total": size, "available": size,
+    return CellDetail.model_validate({
+        "bid": {"cell_id": "c1", "zone": "z", "total": size, "available": size,
+                "tasks": [{"task_guid": t, "memory_mb": 1, "disk_mb": 1} for t in tasks]},
+        "rep_url": "http://c1",
         "lrps": [{"process_guid": pg, "index": i, "instance_guid": f"g{i}", "memory_mb": 1, "disk_mb": 1}
                  for pg, i in instances],
-        "tasks": [{"task_guid": t, "memory_mb": 1, "disk_mb": 1} for t in tasks],
     })
 
 
 class Rep:
     """Answers each attempt in turn from `answers` (None: no answer; an exception: raised), then the last."""
 
-    def __init__(self, *answers: CellState | None | Exception) -> None:
+    def __init__(self, *answers: CellDetail | None | Exception) -> None:
         self.answers = list(answers)
         self.attempts: list[float] = []  # the timeout each attempt was given
 
-    async def ask(self, cell: CellRecord, timeout: float) -> CellState | None:
+    async def ask(self, cell: CellRecord, timeout: float) -> CellDetail | None:
         assert cell is CELL
         self.attempts.append(timeout)
         answer = self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]
@@ -55,7 +56,7 @@ def quick_retries(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 async def test_an_answer_says_what_the_cell_holds() -> None:
-    rep = Rep(state(("web", 0), ("api", 3), tasks=("t1",)))
+    rep = Rep(detail(("web", 0), ("api", 3), tasks=("t1",)))
     probes, probe = await probed(rep)
     assert probe == Probe(123.0, frozenset({("web", 0), ("api", 3)}), frozenset({"t1"})) and probe.answered
     assert len(rep.attempts) == 1 and 1.9 < rep.attempts[0] <= 2.0  # the attempt may take the whole window
@@ -64,7 +65,7 @@ async def test_an_answer_says_what_the_cell_holds() -> None:
 
 
 async def test_a_silent_or_failing_rep_is_asked_again_within_the_window() -> None:
-    rep = Rep(None, RuntimeError("boom"), state(("web", 0)))
+    rep = Rep(None, RuntimeError("boom"), detail(("web", 0)))
     _, probe = await probed(rep)
     assert probe.lrps == frozenset({("web", 0)}) and len(rep.attempts) == 3
 

@@ -26,9 +26,9 @@ from pydantic import BaseModel, ValidationError
 from common.models import (
     CancelTasks,
     CellCordon,
-    CellState,
+    CellDetail,
     CordonCells,
-    HostCellStates,
+    HostCellDetails,
     InstanceStop,
     StopInstances,
     TaskCancel,
@@ -271,29 +271,30 @@ class Outbound:
             params = {"lrps": "full", "cells": ",".join(cell_ids)}
             response = await self.client.get(f"{rep_url}/state", params=params)
             response.raise_for_status()
-            states = HostCellStates.model_validate_json(response.content).cells
+            details = HostCellDetails.model_validate_json(response.content).cells
         except (httpx.HTTPError, ValidationError) as exc:
             self.metrics.rep_requests.labels(kind="state", outcome="error").inc()
             log.info("cell state fetch failed", extra={"data": {"rep_url": rep_url, "error": repr(exc)}})
             return {}
         self.metrics.rep_requests.labels(kind="state", outcome="ok").inc()
         named = set(cell_ids)
-        return {s.cell_id: {lrp.instance_guid for lrp in s.lrps} for s in states if s.cell_id in named}
+        return {d.bid.cell_id: {lrp.instance_guid for lrp in d.lrps}
+                for d in details if d.bid.cell_id in named}
 
-    async def cell_state(self, cell: CellRecord, timeout: float) -> CellState | None:
-        """One cell's full state from its rep process (GET {rep_url}/state?lrps=full&cells=C) within `timeout`
+    async def cell_detail(self, cell: CellRecord, timeout: float) -> CellDetail | None:
+        """One cell in detail from its rep process (GET {rep_url}/state?lrps=full&cells=C) within `timeout`
         seconds; None when the rep does not answer, errs, or no longer hosts the cell (bbs/cell_probes.py)."""
         try:
             response = await self.client.get(f"{cell.rep_url.rstrip('/')}/state",
                                               params={"lrps": "full", "cells": cell.cell_id}, timeout=timeout)
             response.raise_for_status()
-            states = HostCellStates.model_validate_json(response.content).cells
+            details = HostCellDetails.model_validate_json(response.content).cells
         except (httpx.HTTPError, httpx.InvalidURL, ValidationError) as exc:
             self.metrics.rep_requests.labels(kind="state", outcome="error").inc()
             log.info("cell state fetch failed", extra={"data": {"cell_id": cell.cell_id, "error": repr(exc)}})
             return None
         self.metrics.rep_requests.labels(kind="state", outcome="ok").inc()
-        return next((s for s in states if s.cell_id == cell.cell_id), None)
+        return next((d for d in details if d.bid.cell_id == cell.cell_id), None)
 
     async def task_callback(self, url: str, task: dict[str, Any]) -> bool:
         """POST the Task to its completion_callback_url; True on a 2xx answer."""

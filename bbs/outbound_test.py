@@ -121,16 +121,17 @@ async def test_stops_and_cancels_of_one_burst_go_in_one_request_per_rep_process(
         await outbound.close()
 
 
-def full_state(cell_id: str, rep_url: str, *guids: str) -> dict:
+def detail(cell_id: str, rep_url: str, *guids: str) -> dict:
+    """A CellDetail as a rep's GET /state?lrps=full carries it."""
     size = {"memory_mb": 1, "disk_mb": 1, "containers": 1}
-    return {"cell_id": cell_id, "zone": "z1", "rep_url": rep_url, "total": size, "available": size,
+    return {"bid": {"cell_id": cell_id, "zone": "z1", "total": size, "available": size}, "rep_url": rep_url,
             "lrps": [{"process_guid": "web", "index": i, "instance_guid": g, "memory_mb": 1, "disk_mb": 1}
                      for i, g in enumerate(guids)]}
 
 
 async def test_cells_instances_are_read_from_their_reps_full_state_one_request_per_rep_process() -> None:
-    hosted = {"http://a.test": [full_state("a-1", "http://a.test", "g0"), full_state("a-3", "http://a.test")],
-              "http://b.test": [full_state("b-1", "http://b.test", "g1", "g2")]}
+    hosted = {"http://a.test": [detail("a-1", "http://a.test", "g0"), detail("a-3", "http://a.test")],
+              "http://b.test": [detail("b-1", "http://b.test", "g1", "g2")]}
     asked: list[str] = []
 
     def handle(request: httpx.Request) -> httpx.Response:
@@ -139,7 +140,8 @@ async def test_cells_instances_are_read_from_their_reps_full_state_one_request_p
             raise httpx.ConnectError("connection refused", request=request)
         wanted = request.url.params["cells"].split(",")
         rep_url = f"http://{request.url.host}"
-        return httpx.Response(200, json={"cells": [s for s in hosted[rep_url] if s["cell_id"] in wanted]})
+        answer = [d for d in hosted[rep_url] if d["bid"]["cell_id"] in wanted]
+        return httpx.Response(200, json={"cells": answer})
 
     client = httpx.AsyncClient(transport=httpx.MockTransport(handle))
     outbound = Outbound("http://auctioneer.test", BBSMetrics(), client=client)

@@ -180,7 +180,7 @@ class BBS:
         self.on_wake: Callable[[], None] = lambda: None  # set by the converger
         # Convergence's own state between passes (the leader's): what cells were asked what they hold, and
         # the auctioneer's reports of what they accepted.
-        self.probes = CellProbes(outbound.cell_state, settings.cell_loss_check,
+        self.probes = CellProbes(outbound.cell_detail, settings.cell_loss_check,
                                  on_done=lambda: self.on_wake())
         self.placement_log = PlacementLog()
         self.explanations = Explanations(settings.max_explanations)  # for `vendue why`, in memory

@@ -79,8 +79,9 @@ it) is the process's root URL, and the bodies name the cells they concern. NATS 
   GET    /livez                                          -> {"ok": true}
   GET    /ping, /readyz                                  -> {"ok": true, "insecure": bool}; 503 with the
                                                             reason while it cannot take work (NATS down)
-  GET    /state?lrps=counts|full&cells=a,b               -> HostCellStates (every live cell, or those named;
-                                                            default counts: the summary form)
+  GET    /state?lrps=counts|full&cells=a,b               -> every live cell, or those named: counts (the
+                                                            default) HostCellStates, their bids; full
+                                                            HostCellDetails, each bid with its rep's view
   POST   /work                 HostWork                  -> HostWorkResult (per cell: the part it rejects);
                                                             409 under a stale or unknown fencing token
   POST   /stop                 StopInstances             -> 202 Found (the instance guids it holds)
@@ -465,7 +466,7 @@ class CellPresence(Open):
 
 
 class CellLRP(Open):
-    """An instance a cell holds, as its bid reports it."""
+    """An instance a cell holds, as its rep reports it in detail (CellDetail.lrps)."""
 
     process_guid: str
     index: int
@@ -492,12 +493,26 @@ class CellVolume(Open):
     holder: str | None = None
 
 
+class CellOffers(Open):
+    """What a cell offers that only some strategies place against: host load metrics (the load-mark
+    strategy), volumes, free ingress IPs and devices (the service strategy), cached source blobs (the
+    objective strategy). A rep that offers none of them sends no offers at all (CellState.offers None)."""
+
+    host: HostMetricsModel | None = None
+    volumes: list[CellVolume] = Field(default_factory=list)
+    ingress_ips: list[str] = Field(default_factory=list)  # free ingress IPs
+    devices: dict[str, int] = Field(default_factory=dict)  # free devices by kind
+    cached_blobs: list[str] = Field(default_factory=list)  # source blobs cached here
+
+
 class CellState(Open):
-    """A rep's bid: what the auctioneer schedules against."""
+    """A rep's bid: what the auctioneer schedules against, and nothing else (GET {rep_url}/state?lrps=counts
+    and the NATS state reply: asked of every cell every auction, so every field here costs a thousand
+    cells' worth of writing and parsing per auction). Who serves the cell and what it holds instance by
+    instance are the rep's own view, CellDetail."""
 
     cell_id: str
     zone: str
-    rep_url: str
     stacks: list[str] = Field(default_factory=lambda: [DEFAULT_STACK])
     total: ResourcesModel
     available: ResourcesModel
@@ -508,24 +523,26 @@ class CellState(Open):
     labels: dict[str, str] = Field(default_factory=dict)
     evacuating: bool = False
     cordoned: bool = False  # the operator's cordon or drain, as the BBS told the rep (CellPresence.cordoned)
-    lrps: list[CellLRP] = Field(default_factory=list)
-    # The summary form (GET {rep_url}/state?lrps=counts, and the NATS state reply: what the auctioneer
-    # fetches): instances per process guid instead of `lrps`, which is then empty. Scheduling needs only
-    # these counts, and a full cell's 250 instance entries cost more to write and parse than the rest.
+    # What it holds: instances per process guid, not one entry per instance (scheduling needs only these
+    # counts, and a full cell's 250 instance entries cost more to write and parse than the rest).
     lrp_counts: dict[str, int] = Field(default_factory=dict)  # reserved, starting or running
     stopping_counts: dict[str, int] = Field(default_factory=dict)  # being stopped: hold resources only
     tasks: list[CellTask] = Field(default_factory=list)
-    host: HostMetricsModel | None = None
-    insecure: bool = False  # its rep serves plain HTTP with authorization off
+    offers: CellOffers | None = None  # None: a rep that offers nothing only some strategies read
+
+
+class CellDetail(Open):
+    """One cell as its rep sees it (GET {rep_url}/state?lrps=full): its bid, plus who serves it and what it
+    holds instance by instance. For operators, tests and the BBS's probes; never fetched per auction."""
+
+    bid: CellState
+    rep_url: str
+    insecure: bool = False  # its rep serves plain HTTP with authorization off (CellPresence.insecure)
     isolation: str = ""  # how its rep isolates instances (CellPresence.isolation)
-    fencing_token: int = 0  # the highest auctioneer fencing token this rep has seen
-    # debug: the tokens it took work under, in order
+    fencing_token: int = 0  # the highest auctioneer fencing token this rep has seen for the cell
+    # the tokens it took work under, once each, in order (tests check no two leaders placed under one)
     accepted_fencing_tokens: list[int] = Field(default_factory=list)
-    # What the service strategy places against (optional; a rep that offers none leaves them empty).
-    volumes: list[CellVolume] = Field(default_factory=list)
-    ingress_ips: list[str] = Field(default_factory=list)  # free ingress IPs
-    devices: dict[str, int] = Field(default_factory=dict)  # free devices by kind
-    cached_blobs: list[str] = Field(default_factory=list)  # source blobs cached here (objective strategy)
+    lrps: list[CellLRP] = Field(default_factory=list)  # every instance it holds, with its pid
 
 
 # --- auctions -------------------------------------------------------------------------------------
@@ -565,10 +582,16 @@ CellIds = Annotated[list[Guid], Field(max_length=10_000)]
 
 
 class HostCellStates(Open):
-    """GET {rep_url}/state (and the reply on vendue.cells.state): the states of the live cells of one rep
-    process, or of those the request named that it hosts."""
+    """GET {rep_url}/state[?lrps=counts] (and the reply on vendue.cells.state): the bids of the live cells
+    of one rep process, or of those the request named that it hosts."""
 
     cells: list[CellState] = Field(default_factory=list)
+
+
+class HostCellDetails(Open):
+    """GET {rep_url}/state?lrps=full: the same cells as HostCellStates, each in detail (CellDetail)."""
+
+    cells: list[CellDetail] = Field(default_factory=list)
 
 
 class HostLRPGroup(Strict):

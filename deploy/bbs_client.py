@@ -28,13 +28,13 @@ from pydantic import BaseModel, ValidationError
 from common.failover import FailoverTransport, split_urls
 from common.models import (
     ActualLRP,
+    CellDetail,
     CellPresence,
-    CellState,
     DesiredLRP,
     DesiredLRPCreate,
     DesiredLRPUpdate,
     Event,
-    HostCellStates,
+    HostCellDetails,
     PlacementExplanation,
     RebalancePlan,
     RebalanceRequest,
@@ -185,7 +185,7 @@ class BBSClient:
                  transport: httpx.BaseTransport | None = None, auth: ClientAuth | None = None) -> None:
         """`base_url` may list several BBS replicas, comma-separated: each request goes to the one that
         answers (common/failover.py). `base_url` is then what the messages name: all of them. `auth`: the
-        certificate or token every request carries (also those to the reps, `cell_states`)."""
+        certificate or token every request carries (also those to the reps, `cell_details`)."""
         urls = split_urls(base_url)
         self.base_url = ", ".join(urls)
         auth = auth or ClientAuth()
@@ -305,20 +305,20 @@ class BBSClient:
         """Forget a cell that is gone (admin): what it held is placed again (409 while it is present)."""
         self._request("DELETE", f"/v1/cells/{cell_id}")
 
-    def cell_states(
+    def cell_details(
         self, rep_url: str, cell_ids: Sequence[str] = (), timeout: float = 2.0
-    ) -> dict[str, CellState]:
-        """The full states of the cells a rep process hosts (GET {rep_url}/state, with this client's
+    ) -> dict[str, CellDetail]:
+        """The cells a rep process hosts, in detail (GET {rep_url}/state?lrps=full, with this client's
         certificate or token), by cell id: those named, or every one (one request however many it hosts);
         empty when it does not answer with them."""
         params = {"lrps": "full", **({"cells": ",".join(cell_ids)} if cell_ids else {})}
         try:
             response = self._http.get(f"{rep_url}/state", params=params, timeout=timeout)
             response.raise_for_status()
-            states = HostCellStates.model_validate_json(response.content).cells
+            details = HostCellDetails.model_validate_json(response.content).cells
         except (httpx.HTTPError, ValidationError, ValueError):
             return {}
-        return {state.cell_id: state for state in states}
+        return {detail.bid.cell_id: detail for detail in details}
 
     def create_token(self, request: TokenCreate) -> TokenCreated:
         """A new bearer token (admin); its secret is in the answer and nowhere else."""

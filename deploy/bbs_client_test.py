@@ -84,30 +84,31 @@ def test_a_token_travels_as_a_bearer_header_on_every_request():
         "http://bbs.test", transport=httpx.MockTransport(record), auth=ClientAuth(token="t0k")
     ) as bbs:
         bbs.desired_lrps()
-        bbs.cell_states("http://rep.test:1800")
+        bbs.cell_details("http://rep.test:1800")
     assert [(r.url.host, r.headers.get("authorization")) for r in seen] == [
         ("bbs.test", "Bearer t0k"), ("rep.test", "Bearer t0k")]
 
 
-def test_cell_states_ask_a_rep_process_once_for_every_cell_it_hosts():
+def test_cell_details_ask_a_rep_process_once_for_every_cell_it_hosts():
     seen: list[httpx.Request] = []
     total = {"memory_mb": 1024, "disk_mb": 2048, "containers": 10}
-    hosted = [{"cell_id": f"sim0-{i}", "zone": "z0", "rep_url": "https://rep.test:1800", "total": total,
-               "available": total} for i in range(2)]
+    hosted = [{"bid": {"cell_id": f"sim0-{i}", "zone": "z0", "total": total, "available": total},
+               "rep_url": "https://rep.test:1800"} for i in range(2)]
 
     def rep(request: httpx.Request) -> httpx.Response:
         seen.append(request)
         named = request.url.params.get("cells")
-        return httpx.Response(200, json={"cells": [c for c in hosted if not named or c["cell_id"] in named]})
+        return httpx.Response(200, json={"cells": [c for c in hosted
+                                                   if not named or c["bid"]["cell_id"] in named]})
 
     with client_answering(rep) as bbs:
-        every = bbs.cell_states("https://rep.test:1800")
-        one = bbs.cell_states("https://rep.test:1800", ["sim0-1"])
-    assert sorted(every) == ["sim0-0", "sim0-1"] and every["sim0-1"].total.memory_mb == 1024
+        every = bbs.cell_details("https://rep.test:1800")
+        one = bbs.cell_details("https://rep.test:1800", ["sim0-1"])
+    assert sorted(every) == ["sim0-0", "sim0-1"] and every["sim0-1"].bid.total.memory_mb == 1024
     assert list(one) == ["sim0-1"]
     assert [dict(r.url.params) for r in seen] == [{"lrps": "full"}, {"lrps": "full", "cells": "sim0-1"}]
     with client_answering(lambda request: httpx.Response(503)) as bbs:
-        assert bbs.cell_states("https://rep.test:1800") == {}, "a rep that does not answer with states: none"
+        assert bbs.cell_details("https://rep.test:1800") == {}, "a rep that does not answer with them: none"
 
 
 def test_no_answer_is_unreachable():

@@ -215,10 +215,10 @@ class Demo:
     def pid_on_rep(self, actual: ActualLRP) -> int | None:
         """The instance's OS process, as its rep reports it in GET {rep_url}/state?lrps=full&cells=<cell>."""
         cell_id = actual.cell_id
-        state = self.bbs.cell_states(self.cluster.reps[cell_id].url, [cell_id], timeout=5.0).get(cell_id)
-        if state is None:
+        detail = self.bbs.cell_details(self.cluster.reps[cell_id].url, [cell_id], timeout=5.0).get(cell_id)
+        if detail is None:
             raise DemoFailed(f"expected the rep of {cell_id} to answer GET /state")
-        return next((lrp.pid for lrp in state.lrps if lrp.instance_guid == actual.instance_guid), None)
+        return next((lrp.pid for lrp in detail.lrps if lrp.instance_guid == actual.instance_guid), None)
 
     def evacuate(self) -> None:
         self.step("5. stop one cell (SIGTERM to its rep: it evacuates)")

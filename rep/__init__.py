@@ -2,7 +2,8 @@
 
 Modules, one concept each:
 - settings.py          `VENDUE_*` settings (flags in deploy/rep_cmd.py override them)
-- cell.py              one cell: reservations, what it holds, its bid (CellState) and presence
+- cell.py              one cell: reservations, what it holds, its bid (CellState), its detail (CellDetail)
+                       and its presence
 - outbox.py            a cell's lifecycle reports, flushed as ONE request per round, retried, never lost
 - executor.py          the executor interface (start/stop LRPs, run/cancel tasks, callbacks)
 - process_executor.py  real child processes (PORT, health checks, SIGTERM->SIGKILL, PDEATHSIG)

@@ -2,8 +2,9 @@
 
 Every route concerns the process; the bodies and the query name the cells they concern:
 
-- GET /state[?lrps=counts|full][&cells=a,b]: HostCellStates, the state of every live cell (or of those
-  named that live here); the default, counts, is the summary form the auctioneer fetches;
+- GET /state[?lrps=counts|full][&cells=a,b]: every live cell (or those named that live here): counts, the
+  default, answers HostCellStates, their bids (what the auctioneer fetches); full answers HostCellDetails,
+  each bid with the rep's own view of the cell (its URL, isolation, fencing tokens, every instance);
 - POST /work: HostWork, every cell's work in one body with each desired LRP written once; answers
   HostWorkResult, each cell's WorkResult. A cell the process does not host (or has retired) is left out
   of the answer, its work untouched;
@@ -90,7 +91,8 @@ def create_app(
         lrps: Literal["full", "counts"] = "counts", cells: str = Query("", max_length=MAX_CELLS_QUERY)
     ) -> Response:
         named = [c for c in cells.split(",") if c] if cells else None
-        return Response(host.states(named, counts=lrps == "counts").model_dump_json(), media_type=JSON)
+        answer = host.states(named) if lrps == "counts" else host.details(named)
+        return Response(answer.model_dump_json(), media_type=JSON)
 
     @app.post("/work")
     async def work(request: Request) -> Response:

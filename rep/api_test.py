@@ -13,6 +13,7 @@ from common.models import (
     CellPresence,
     DesiredLRP,
     Found,
+    HostCellDetails,
     HostCellStates,
     HostWorkResult,
     LifecycleResult,
@@ -92,20 +93,21 @@ async def test_state_answers_every_live_cell_in_one_request(rep) -> None:
     host.cells["c0"].take([(web, 0), (web, 1)], [], 0)
     host.cells["c3"].retired = True
 
-    everyone = HostCellStates.model_validate_json((await client.get("/state")).content)
-    assert [s.cell_id for s in everyone.cells] == ["c0", "c1", "c2"], "a retired cell is not bid"
-    assert everyone.cells[0].lrp_counts == {"web": 2} and everyone.cells[0].lrps == [], (
-        "the counts form by default"
-    )
-    assert everyone.cells[0].model_dump() == host.cells["c0"].state(counts=True).model_dump()
+    everyone = (await client.get("/state")).json()
+    assert [s["cell_id"] for s in everyone["cells"]] == ["c0", "c1", "c2"], "a retired cell is not bid"
+    assert everyone["cells"][0] == host.cells["c0"].state().model_dump(mode="json"), "the bids by default"
+    assert everyone["cells"][0]["lrp_counts"] == {"web": 2} and "lrps" not in everyone["cells"][0]
 
     some = HostCellStates.model_validate_json(
         (await client.get("/state", params={"cells": "c1,c3,nope"})).content
     )
     assert [s.cell_id for s in some.cells] == ["c1"]
 
-    full = HostCellStates.model_validate_json((await client.get("/state?lrps=full&cells=c0")).content)
-    assert [(lrp.process_guid, lrp.index) for lrp in full.cells[0].lrps] == [("web", 0), ("web", 1)]
+    full = HostCellDetails.model_validate_json((await client.get("/state?lrps=full&cells=c0")).content)
+    [c0] = full.cells
+    assert c0.bid == host.cells["c0"].state(), "the same bid, in detail"
+    assert [(lrp.process_guid, lrp.index) for lrp in c0.lrps] == [("web", 0), ("web", 1)]
+    assert (c0.rep_url, c0.isolation) == (host.cells["c0"].config.rep_url, host.cells["c0"].config.isolation)
     bad = await client.get("/state?lrps=all")
     assert bad.status_code == 422 and bad.json()["detail"][0]["loc"] == ["query", "lrps"], bad.text
 

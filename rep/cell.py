@@ -21,7 +21,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from common.models import (
+    CellDetail,
     CellLRP,
+    CellOffers,
     CellPresence,
     CellState,
     CellTask,
@@ -130,7 +132,7 @@ class Cell:
         self.accepted_fencing_tokens: list[int] = []
         self._new_guid = new_guid or guid_source()
         self._instances: dict[str, HeldInstance] = {}
-        # Kept as instances come and go, so that a bid (`state(counts=True)`, asked every auction) costs
+        # Kept as instances come and go, so that a bid (`state()`, asked every auction) costs
         # the number of apps here, not the number of instances: process guid -> instances not stopping,
         # process guid -> instances stopping, and how many are starting.
         self._lrp_counts: dict[str, int] = {}
@@ -161,28 +163,9 @@ class Cell:
         c = self.config
         return ResourcesModel(memory_mb=c.memory_mb, disk_mb=c.disk_mb, containers=c.containers)
 
-    def state(self, *, counts: bool = False) -> CellState:
-        """The bid. `counts`: the summary form (instances per process guid, no per-instance entries)."""
+    def state(self) -> CellState:
+        """The bid: what the auctioneer schedules against (instances per process guid, no instance list)."""
         c = self.config
-        lrps: list[CellLRP] = []
-        lrp_counts: dict[str, int] = {}
-        stopping_counts: dict[str, int] = {}
-        if counts:
-            lrp_counts = dict(self._lrp_counts)
-            stopping_counts = dict(self._stopping_counts)
-        else:
-            lrps = [
-                CellLRP(
-                    process_guid=i.process_guid,
-                    index=i.index,
-                    instance_guid=i.instance_guid,
-                    memory_mb=i.desired.memory_mb,
-                    disk_mb=i.desired.disk_mb,
-                    state=i.state,
-                    pid=self.executor.pid_of(i.instance_guid),
-                )
-                for i in self._instances.values()
-            ]
         tasks = [
             CellTask(task_guid=t.task.task_guid, memory_mb=t.task.memory_mb, disk_mb=t.task.disk_mb)
             for t in self._tasks.values()
@@ -193,7 +176,6 @@ class Cell:
         return CellState.model_construct(
             cell_id=c.cell_id,
             zone=c.zone,
-            rep_url=c.rep_url,
             stacks=list(c.stacks),
             total=self.total(),
             available=self.available(),
@@ -204,19 +186,36 @@ class Cell:
             labels=dict(c.labels),
             evacuating=self.evacuating,
             cordoned=self.cordoned,
-            lrps=lrps,
-            lrp_counts=lrp_counts,
-            stopping_counts=stopping_counts,
+            lrp_counts=dict(self._lrp_counts),
+            stopping_counts=dict(self._stopping_counts),
             tasks=tasks,
-            host=_host_metrics() if c.report_host_metrics else None,
+            offers=_host_offers() if c.report_host_metrics else None,
+        )
+
+    def detail(self) -> CellDetail:
+        """The bid with the rep's own view of the cell: who serves it, the fencing tokens it took work
+        under, and every instance it holds (GET /state?lrps=full: operators, tests, the BBS's probes)."""
+        c = self.config
+        lrps = [
+            CellLRP(
+                process_guid=i.process_guid,
+                index=i.index,
+                instance_guid=i.instance_guid,
+                memory_mb=i.desired.memory_mb,
+                disk_mb=i.desired.disk_mb,
+                state=i.state,
+                pid=self.executor.pid_of(i.instance_guid),
+            )
+            for i in self._instances.values()
+        ]
+        return CellDetail.model_construct(
+            bid=self.state(),
+            rep_url=c.rep_url,
             insecure=c.insecure,
             isolation=c.isolation,
             fencing_token=self.fencing_token,
             accepted_fencing_tokens=list(self.accepted_fencing_tokens),
-            volumes=[],
-            ingress_ips=[],
-            devices={},
-            cached_blobs=[],
+            lrps=lrps,
         )
 
     def presence(self) -> CellPresence:
@@ -519,6 +518,12 @@ def all_rejected(lrps: list[tuple[DesiredLRP, int]], tasks: list[Task], reason: 
 def _note(reasons: list[str], why: str) -> None:
     if why not in reasons:
         reasons.append(why)
+
+
+def _host_offers() -> CellOffers:
+    """What a real cell offers beyond the bid proper: its host's load (the load-mark strategy reads it)."""
+    return CellOffers.model_construct(host=_host_metrics(), volumes=[], ingress_ips=[], devices={},
+                                      cached_blobs=[])
 
 
 def _host_metrics() -> HostMetricsModel:

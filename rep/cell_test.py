@@ -8,7 +8,12 @@ from collections import Counter
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
+import pytest
+from pydantic import BaseModel
+
 from common.models import (
+    CellDetail,
+    CellOffers,
     CellState,
     DesiredLRP,
     InstanceRef,
@@ -71,7 +76,7 @@ def task(guid: str = "t1", memory_mb: int = 128, disk_mb: int = 1024) -> Task:
 
 
 def make_cell(
-    memory_mb: int = 1024, disk_mb: int = 8192, containers: int = 10
+    memory_mb: int = 1024, disk_mb: int = 8192, containers: int = 10, report_host_metrics: bool = False
 ) -> tuple[Cell, RecordingExecutor]:
     executor = RecordingExecutor()
     guids = (f"g{i}" for i in itertools.count())
@@ -85,6 +90,7 @@ def make_cell(
         containers=containers,
         stacks=("cflinuxfs4",),
         placement_tags=("gpu",),
+        report_host_metrics=report_host_metrics,
     )
     return Cell(config, executor, never_sent, new_guid=lambda: next(guids)), executor
 
@@ -110,60 +116,70 @@ async def test_reserves_what_fits_and_rejects_the_rest_at_once() -> None:
     assert [w.index for w in result.rejected_lrps] == [2]
     assert result.reason == "insufficient resources: memory"
     assert [c.index for c in executor.started] == [0, 1]
-    state = cell.state()
-    assert state.available.memory_mb == 200
-    assert state.available.containers == 8
-    assert state.starting_containers == 2
-    assert [(i.index, i.state) for i in state.lrps] == [(0, "starting"), (1, "starting")]
+    detail = cell.detail()
+    assert detail.bid.available.memory_mb == 200
+    assert detail.bid.available.containers == 8
+    assert detail.bid.starting_containers == 2
+    assert [(i.index, i.state) for i in detail.lrps] == [(0, "starting"), (1, "starting")]
     assert [r.index for r in pending(cell).claimed] == [0, 1], "each accepted instance is claimed"
 
 
-async def test_the_state_is_what_validating_it_would_give_with_every_field_given() -> None:
-    cell, executor = make_cell(memory_mb=4000)
-    take(cell, [(desired("web", memory_mb=100), i) for i in range(3)])
-    take(cell, tasks=[task("t1")])
+@pytest.mark.parametrize("host_metrics", [False, True], ids=["no offers", "host offers"])
+async def test_the_bid_and_the_detail_are_what_validating_them_would_give_with_every_field_given(
+    host_metrics: bool,
+) -> None:
+    cell, executor = make_cell(memory_mb=4000, report_host_metrics=host_metrics)
+    take(cell, [(desired("web", memory_mb=100), i) for i in range(3)], fencing_token=3)
+    take(cell, tasks=[task("t1")], fencing_token=4)
     cell.lrp_running(executor.started[0].instance_guid, [])
 
-    for state in (cell.state(), cell.state(counts=True)):
-        assert state.model_fields_set == set(CellState.model_fields), "no field left to its default"
-        dumped = state.model_dump_json()
-        assert CellState.model_validate_json(dumped) == CellState.model_validate(state.model_dump())
-        assert CellState.model_validate_json(dumped).model_dump_json() == dumped
+    detail = cell.detail()
+    assert (detail.bid.offers is not None) is host_metrics
+    built: list[tuple[BaseModel, type[BaseModel]]] = [(detail, CellDetail), (detail.bid, CellState),
+                                                      (cell.state(), CellState)]
+    if detail.bid.offers is not None:
+        built.append((detail.bid.offers, CellOffers))
+    for model, kind in built:
+        assert model.model_fields_set == set(kind.model_fields), f"{kind.__name__}: a field left to default"
+        dumped = model.model_dump_json()
+        assert kind.model_validate_json(dumped) == kind.model_validate(model.model_dump())
+        assert kind.model_validate_json(dumped).model_dump_json() == dumped
+    assert detail.accepted_fencing_tokens == [3, 4] and detail.fencing_token == 4
 
 
-async def test_the_summary_state_counts_instances_per_process() -> None:
+async def test_the_bid_counts_instances_per_process() -> None:
     cell, executor = make_cell(memory_mb=4000)
     take(cell, [(desired("web", memory_mb=100), i) for i in range(3)] + [(desired("api", memory_mb=100), 0)])
-    held = {i.index: i.instance_guid for i in cell.state().lrps if i.process_guid == "web"}
+    held = {i.index: i.instance_guid for i in cell.detail().lrps if i.process_guid == "web"}
     gate = asyncio.Event()
     executor.stop_lrp = lambda guid: gate.wait()  # type: ignore[method-assign]  # the stop takes a while
     stopping = asyncio.create_task(cell.stop_lrp(held[2]))
     await asyncio.sleep(0)  # the stop has begun: the instance is "stopping" and still holds its resources
 
-    summary, full = cell.state(counts=True), cell.state()
+    bid, detail = cell.state(), cell.detail()
     gate.set()
     await asyncio.wait_for(stopping, 5)
 
-    assert summary.lrps == []
-    assert summary.lrp_counts == {"web": 2, "api": 1}
-    assert summary.stopping_counts == {"web": 1}
-    assert summary.available == full.available and summary.total == full.total
+    assert "lrps" not in bid.model_dump(), "a bid lists no instances"
+    assert bid.lrp_counts == {"web": 2, "api": 1}
+    assert bid.stopping_counts == {"web": 1}
+    assert detail.bid == bid and len(detail.lrps) == 4
 
 
-async def test_the_summary_state_follows_every_change_as_the_full_state_does() -> None:
+async def test_the_bid_follows_every_change_as_the_instance_list_does() -> None:
     """The counts are kept as instances come and go (not recounted per bid): after each change they
-    equal what the per-instance state says."""
+    equal what the detail's instance list says."""
     cell, executor = make_cell(memory_mb=4000)
 
     def agree(step: str) -> None:
-        summary, full = cell.state(counts=True), cell.state()
+        bid, held = cell.state(), cell.detail().lrps
         running, stopping = Counter(), Counter()
-        for i in full.lrps:
+        for i in held:
             (stopping if i.state == "stopping" else running)[i.process_guid] += 1
-        assert (summary.lrp_counts, summary.stopping_counts) == (dict(running), dict(stopping)), step
-        assert summary.starting_containers == sum(1 for i in full.lrps if i.state == "starting"), step
+        assert (bid.lrp_counts, bid.stopping_counts) == (dict(running), dict(stopping)), step
+        assert bid.starting_containers == sum(1 for i in held if i.state == "starting"), step
         by_state = {state: n for state, n in cell.instance_states().items() if n}
-        assert by_state == dict(Counter(i.state for i in full.lrps)), step
+        assert by_state == dict(Counter(i.state for i in held)), step
 
     web, api = desired("web", memory_mb=100), desired("api", memory_mb=100)
     take(cell, [(web, 0), (web, 1), (web, 2), (web, 3), (api, 0), (api, 1)])
@@ -188,10 +204,10 @@ async def test_the_summary_state_follows_every_change_as_the_full_state_does() -
     await asyncio.wait_for(asyncio.gather(*stops), 5)
     await cell.wait_background(1.0)
     agree("stopped")
-    assert cell.state(counts=True).lrp_counts == {"web": 1, "api": 1}
+    assert cell.state().lrp_counts == {"web": 1, "api": 1}
     await cell.stop_everything("done")
     agree("empty")
-    assert cell.state(counts=True).lrp_counts == {} and cell.state().starting_containers == 0
+    assert cell.state().lrp_counts == {} and cell.state().starting_containers == 0
 
 
 async def test_rejects_a_duplicate_of_an_instance_it_holds() -> None:
@@ -225,7 +241,7 @@ async def test_rejects_work_with_a_stale_fencing_token() -> None:
 
     assert len(result.rejected_lrps) == 1
     assert "stale fencing token 4 < 5" in result.reason
-    assert cell.state().fencing_token == 5
+    assert cell.detail().fencing_token == 5
 
 
 async def test_rejects_an_unsupported_stack_and_counts_disk_and_containers() -> None:
@@ -253,7 +269,7 @@ async def test_running_report_uses_the_advertised_host() -> None:
     (report,) = pending(cell).running
     assert (report.index, report.instance_guid, report.host) == (3, "g0", "10.0.0.5")
     assert report.ports[0].host_port == 61001
-    assert cell.state().lrps[0].state == "running"
+    assert cell.detail().lrps[0].state == "running"
     assert cell.state().starting_containers == 0
 
 
@@ -306,7 +322,7 @@ async def test_refused_instances_are_stopped_and_forgotten_silently() -> None:
 
     # The task's claim refused before it ran: never run, so nothing to cancel.
     assert executor.stopped == ["g1"] and executor.cancelled == [] and executor.tasks == []
-    assert [i.instance_guid for i in cell.state().lrps] == ["g0"]
+    assert [i.instance_guid for i in cell.detail().lrps] == ["g0"]
     assert cell.state().tasks == []
     p = pending(cell)
     assert [r.instance_guid for r in p.claimed] == ["g0"], "pending reports of the refused one are dropped"

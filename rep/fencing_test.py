@@ -10,10 +10,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from common.models import HostCellStates
 from tests.fake_bbs import FakeBBS
 from tests.rep import fakes
-from tests.rep.fakes import DEADLINE_S, desired, post_work, work_body
+from tests.rep.fakes import DEADLINE_S, cell_details, desired, post_work, work_body
 
 from .fencing import FENCING_FILE, Fencing, Refused, read_token
 
@@ -107,11 +106,11 @@ async def test_stale_and_unknown_tokens_are_409_and_the_highest_survives_a_resta
         assert unknown.json()["detail"] == "unknown fencing token 7 (the lease's is 4)"
         still = await client.post(f"{rep.url}/work", json=work_body("f-1", (app, 5), fencing_token=4))
         assert still.status_code == 200 and still.json()["cells"]["f-1"]["rejected_lrps"] == [], still.text
-        states = HostCellStates.model_validate_json((await client.get(f"{rep.url}/state")).content).cells
-        assert {s.cell_id: s.lrp_counts for s in states} == {"f-0": {"app": 2}, "f-1": {"app": 2}}, (
+        details = await cell_details(client, rep.url)
+        assert {d.bid.cell_id: d.bid.lrp_counts for d in details} == {"f-0": {"app": 2}, "f-1": {"app": 2}}, (
             "none refused"
         )
-        assert states[1].accepted_fencing_tokens == [4]
+        assert details[1].accepted_fencing_tokens == [4]
 
     rep.proc.send_signal(signal.SIGINT)
     assert await asyncio.to_thread(rep.proc.wait, DEADLINE_S) == 0
@@ -126,6 +125,5 @@ async def test_stale_and_unknown_tokens_are_409_and_the_highest_survives_a_resta
         )
         taken = await post_work(client, rep.url, work_body("f-0", (app, 6), fencing_token=4))
         assert taken.status_code == 200 and taken.json()["cells"]["f-0"]["rejected_lrps"] == [], taken.text
-        states = HostCellStates.model_validate_json((await client.get(f"{rep.url}/state")).content).cells
-        assert {s.fencing_token for s in states} == {4}
+        assert {d.fencing_token for d in await cell_details(client, rep.url)} == {4}
     assert fake_bbs.lease_lookups == lookups, "the token it served before the restart needs no question"

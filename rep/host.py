@@ -34,6 +34,7 @@ from common.models import (
     CordonCells,
     Found,
     HeartbeatAnswer,
+    HostCellDetails,
     HostCellStates,
     HostLifecycleResult,
     HostWork,
@@ -149,9 +150,13 @@ class RepHost:
 
     # --- the one rep API (HTTP and NATS: rep/api.py, rep/nats_bus.py) --------------------------------
 
-    def states(self, cell_ids: Iterable[str] | None = None, *, counts: bool = True) -> HostCellStates:
-        """The bids of the live cells named (or of every live cell); `counts`: the summary form."""
-        return HostCellStates.model_construct(cells=[c.state(counts=counts) for c in self.live(cell_ids)])
+    def states(self, cell_ids: Iterable[str] | None = None) -> HostCellStates:
+        """The bids of the live cells named (or of every live cell): what the auctioneer fetches."""
+        return HostCellStates.model_construct(cells=[c.state() for c in self.live(cell_ids)])
+
+    def details(self, cell_ids: Iterable[str] | None = None) -> HostCellDetails:
+        """The same cells in detail: each bid with the rep's own view of the cell (CellDetail)."""
+        return HostCellDetails.model_construct(cells=[c.detail() for c in self.live(cell_ids)])
 
     def take(self, work: HostWork) -> HostWorkResult:
         """Each hosted cell's part of the work (a cell not hosted here, or retired, is left out of the

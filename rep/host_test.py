@@ -187,7 +187,7 @@ async def test_evacuation_waits_until_the_bbs_stopped_every_instance(setup: tupl
     cell = host.cells["cell-1"]
     give(cell, 0, 1)
     await eventually(
-        lambda: all(i.state == "running" for i in cell.state().lrps), "running instances", cell.state
+        lambda: all(i.state == "running" for i in cell.detail().lrps), "running instances", cell.detail
     )
 
     host.on_signal(signal.SIGTERM)
@@ -201,7 +201,7 @@ async def test_evacuation_waits_until_the_bbs_stopped_every_instance(setup: tupl
     await asyncio.sleep(0.1)  # a window in which nothing may happen: it holds instances, so it waits
     assert not cell.retired, "still holding instances: keeps waiting for the BBS"
 
-    for instance in cell.state().lrps:  # the BBS stops each one once its replacement runs
+    for instance in cell.detail().lrps:  # the BBS stops each one once its replacement runs
         await cell.stop_lrp(instance.instance_guid)
 
     await asyncio.wait_for(host.wait_shutdown(), timeout=DEADLINE_S)

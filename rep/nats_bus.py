@@ -1,7 +1,7 @@
 """The rep's NATS side: the one rep API (rep/api.py) over NATS, with the same bodies.
 
-- `vendue.cells.state`: the process replies once with HostCellStates, every live cell in the summary form
-  (lrp_counts), its rep_id in a header so the auctioneer can attribute even an unreadable reply.
+- `vendue.cells.state`: the process replies once with HostCellStates, the bid of every live cell (as
+  GET /state?lrps=counts), its rep_id in a header so the auctioneer can attribute even an unreadable reply.
 - `vendue.rep.<rep_id>.*`: one subscription for the process, the verb in the last token: `work`
   (HostWork -> HostWorkResult), `stop` (StopInstances -> Found), `cancel` (CancelTasks -> Found), `cordon`
   (CordonCells -> Found).

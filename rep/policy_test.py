@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from common.auth import READ_ROLES
-from common.models import CellPresence, HostCellStates, HostWorkResult
+from common.models import CellPresence, HostWorkResult
 from common.tls import ROLES, TLSFiles, client_context, init_ca, issue, server_context
 from rep.api import create_app
 from rep.fencing import Fencing
@@ -22,7 +22,16 @@ from rep.host import RepHost
 from rep.policy import POLICY
 from tests.fake_bbs import FakeBBS, fake_bbs
 from tests.rep import fakes
-from tests.rep.fakes import DEADLINE_S, REPO, STARTUP_S, desired, eventually, post_work, work_body
+from tests.rep.fakes import (
+    DEADLINE_S,
+    REPO,
+    STARTUP_S,
+    cell_details,
+    desired,
+    eventually,
+    post_work,
+    work_body,
+)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 start_rep = fakes.start_rep  # the fixture: real rep processes, always stopped
@@ -123,9 +132,9 @@ async def test_every_route_refuses_callers_without_identity_or_role(
         answer = await post_work(auctioneer, rep.url, work_body("sim0-0", (app, 0)))
         assert answer.status_code == 200, answer.text
         assert HostWorkResult.model_validate_json(answer.content).cells["sim0-0"].rejected_lrps == []
-        states = HostCellStates.model_validate_json((await auctioneer.get(f"{rep.url}/state")).content).cells
-    assert [s.lrp_counts for s in states] == [{"app": 1}, {}, {}]
-    assert not any(s.insecure for s in states)
+        details = await cell_details(auctioneer, rep.url)
+    assert [d.bid.lrp_counts for d in details] == [{"app": 1}, {}, {}]
+    assert not any(d.insecure for d in details)
 
     # The BBS stops and cancels; a person reads with a bearer token the BBS vouches for, may not place work.
     async with as_(pki, CALLERS["bbs"]) as the_bbs:

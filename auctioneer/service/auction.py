@@ -123,7 +123,7 @@ class Auction:
             strategy=c.strategy, engine=c.engine, max_inflight_starts=c.max_inflight_starts
         )
         trace = PlacementTrace(c.explanations) if c.explanations and lrps else None
-        size = len(lrps) + len(tasks) + sum(len(s.lrps) + len(s.lrp_counts) for s in states)
+        size = len(lrps) + len(tasks) + sum(len(s.lrp_counts) for s in states)
         if size >= c.thread_threshold:
             # Conversion and the engine are pure CPU; in a thread the event loop still gets the GIL
             # often enough to answer the API.

@@ -16,7 +16,6 @@ from auctioneer.engine.types import (
     Failure,
     LRPStart,
     Resources,
-    RunningInstance,
     TaskStart,
     Volume,
     VolumeRequest,
@@ -24,6 +23,7 @@ from auctioneer.engine.types import (
 )
 from common.models import (
     AcceptedWork,
+    CellOffers,
     CellState,
     DesiredLRP,
     LRPPlacementFailure,
@@ -36,8 +36,8 @@ from .batcher import PendingLRP, PendingTask
 
 
 def cell_from_state(state: CellState) -> Cell:
-    host = None if state.host is None else host_metrics_from(state.host)
-    return Cell(
+    """The engine's cell from a rep's bid."""
+    cell = Cell(
         cell_id=state.cell_id,
         zone=state.zone,
         total=Resources(state.total.memory_mb, state.total.disk_mb, state.total.containers),
@@ -50,21 +50,24 @@ def cell_from_state(state: CellState) -> Cell:
         starting_containers=state.starting_containers,
         # `available` already excludes what these hold; they count for spreading (same process, zone).
         # An instance being stopped still holds its slot but no longer counts as one of its process's.
-        # A rep reports the counts form (empty `lrps`); its dicts are shared, not copied: the engine
-        # copies what it changes.
-        lrps=[
-            RunningInstance(i.process_guid, i.index, i.memory_mb, i.disk_mb, i.state == "stopping")
-            for i in state.lrps
-        ],
+        # Shared, not copied: the engine copies what it changes.
         lrp_counts=state.lrp_counts,
         stopping_counts=state.stopping_counts,
         tasks=[t.task_guid for t in state.tasks],
-        host=host,
-        volumes=[Volume(v.name, v.size_mb, dict(v.labels), v.ephemeral, v.holder) for v in state.volumes],
-        ingress_ips=list(state.ingress_ips),
-        devices=dict(state.devices),
-        cached_blobs=frozenset(state.cached_blobs),
     )
+    if state.offers is not None:
+        add_offers(cell, state.offers)
+    return cell
+
+
+def add_offers(cell: Cell, offers: CellOffers) -> None:
+    """What the cell offers only some strategies read: its host's load (load mark), volumes, ingress IPs and
+    devices (service), cached blobs (objective)."""
+    cell.host = None if offers.host is None else host_metrics_from(offers.host)
+    cell.volumes = [Volume(v.name, v.size_mb, dict(v.labels), v.ephemeral, v.holder) for v in offers.volumes]
+    cell.ingress_ips = list(offers.ingress_ips)
+    cell.devices = dict(offers.devices)
+    cell.cached_blobs = frozenset(offers.cached_blobs)
 
 
 def _placement_fields(desired: DesiredLRP) -> dict:

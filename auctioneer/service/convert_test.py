@@ -1,3 +1,5 @@
+import dataclasses
+
 from auctioneer.engine.state import CellSlot
 from auctioneer.engine.types import (
     AffinityRule,
@@ -20,25 +22,21 @@ from tests.auctioneer.fakes import desired, task
 
 def test_cell_state_becomes_an_engine_cell_with_every_field_that_matters():
     state = CellState.model_validate_json("""{
-        "cell_id": "cell-1", "zone": "z2", "rep_url": "http://127.0.0.1:9/cells/cell-1",
+        "cell_id": "cell-1", "zone": "z2",
         "stacks": ["cflinuxfs4", "windows"],
         "total": {"memory_mb": 8192, "disk_mb": 32768, "containers": 250},
         "available": {"memory_mb": 6144, "disk_mb": 30000, "containers": 247},
         "starting_containers": 2, "placement_tags": ["gpu"], "optional_placement_tags": ["ssd"],
         "volume_drivers": ["nfs"], "labels": {"rack": "r1"}, "evacuating": false,
-        "lrps": [
-            {"process_guid": "web", "index": 0, "instance_guid": "i0", "memory_mb": 1024, "disk_mb": 1024},
-            {"process_guid": "web", "index": 1, "instance_guid": "i1", "memory_mb": 512, "disk_mb": 512,
-             "state": "starting"},
-            {"process_guid": "old", "index": 3, "instance_guid": "i2", "memory_mb": 512, "disk_mb": 256,
-             "state": "stopping"}
-        ],
+        "lrp_counts": {"web": 2}, "stopping_counts": {"old": 1},
         "tasks": [{"task_guid": "t1", "memory_mb": 128, "disk_mb": 64}],
-        "host": {"swap_used_mb": 1, "swap_total_mb": 2, "mem_used_mb": 3, "mem_total_mb": 4,
-                 "disk_used_mb": 5, "disk_total_mb": 6, "load5": 0.5, "cores": 4},
-        "volumes": [{"name": "v1", "size_mb": 100, "labels": {"tier": "fast"}, "ephemeral": true,
-                     "holder": "web/0"}],
-        "ingress_ips": ["10.0.0.1"], "devices": {"gpu": 2}, "cached_blobs": ["blob-a"],
+        "offers": {
+            "host": {"swap_used_mb": 1, "swap_total_mb": 2, "mem_used_mb": 3, "mem_total_mb": 4,
+                     "disk_used_mb": 5, "disk_total_mb": 6, "load5": 0.5, "cores": 4},
+            "volumes": [{"name": "v1", "size_mb": 100, "labels": {"tier": "fast"}, "ephemeral": true,
+                         "holder": "web/0"}],
+            "ingress_ips": ["10.0.0.1"], "devices": {"gpu": 2}, "cached_blobs": ["blob-a"]
+        },
         "a_field_from_a_newer_rep": 1
     }""")
 
@@ -55,11 +53,8 @@ def test_cell_state_becomes_an_engine_cell_with_every_field_that_matters():
         volume_drivers=frozenset({"nfs"}),
         labels={"rack": "r1"},
         starting_containers=2,
-        lrps=[
-            RunningInstance("web", 0, 1024, 1024),
-            RunningInstance("web", 1, 512, 512),
-            RunningInstance("old", 3, 512, 256, delayed_shutdown=True),
-        ],
+        lrp_counts={"web": 2},
+        stopping_counts={"old": 1},
         tasks=["t1"],
         host=HostMetrics(1, 2, 3, 4, 5, 6, 0.5, 4),
         volumes=[Volume("v1", 100, {"tier": "fast"}, True, "web/0")],
@@ -71,39 +66,31 @@ def test_cell_state_becomes_an_engine_cell_with_every_field_that_matters():
 
 def test_a_minimal_cell_state_uses_the_engine_defaults():
     state = CellState.model_validate_json(
-        '{"cell_id": "c", "zone": "z", "rep_url": "u",'
+        '{"cell_id": "c", "zone": "z",'
         ' "total": {"memory_mb": 1, "disk_mb": 2, "containers": 3},'
         ' "available": {"memory_mb": 1, "disk_mb": 2, "containers": 3}}'
     )
     cell = cell_from_state(state)
     assert cell.host is None and cell.lrps == [] and cell.tasks == [] and cell.stacks == ("cflinuxfs4",)
+    assert (cell.volumes, cell.ingress_ips, cell.devices, cell.cached_blobs) == ([], [], {}, frozenset())
 
 
-def test_a_summary_state_counts_for_spreading_like_the_full_one():
-    body = (
-        '{"cell_id": "c", "zone": "z", "rep_url": "u",'
-        ' "total": {"memory_mb": 9, "disk_mb": 9, "containers": 9},'
-        ' "available": {"memory_mb": 5, "disk_mb": 5, "containers": 5}'
-    )
-    full = cell_from_state(
-        CellState.model_validate_json(
-            body + ', "lrps": ['
-            '{"process_guid": "web", "index": 0, "instance_guid": "a", "memory_mb": 1, "disk_mb": 1},'
-            '{"process_guid": "web", "index": 1, "instance_guid": "b", "memory_mb": 1, "disk_mb": 1},'
-            '{"process_guid": "api", "index": 0, "instance_guid": "c", "memory_mb": 1, "disk_mb": 1,'
-            ' "state": "stopping"}]}'
-        )
-    )
+def test_a_bid_counts_for_spreading_like_the_instances_it_stands_for():
     summary = cell_from_state(CellState.model_validate_json(
-        body + ', "lrp_counts": {"web": 2}, "stopping_counts": {"api": 1}}'))
+        '{"cell_id": "c", "zone": "z",'
+        ' "total": {"memory_mb": 9, "disk_mb": 9, "containers": 9},'
+        ' "available": {"memory_mb": 5, "disk_mb": 5, "containers": 5},'
+        ' "lrp_counts": {"web": 2}, "stopping_counts": {"api": 1}}'))
+    instances = dataclasses.replace(summary, lrp_counts={}, stopping_counts={}, lrps=[
+        RunningInstance("web", 0, 1, 1), RunningInstance("web", 1, 1, 1),
+        RunningInstance("api", 0, 1, 1, delayed_shutdown=True)])
 
     def held(cell):  # what the engine counts for spreading: instances per process, and those stopping
         slot = CellSlot(0, 0, cell)
         return slot.proc_counts, slot.delayed_counts
 
-    assert held(summary) == held(full) == ({"web": 2}, {"api": 1})
+    assert held(summary) == held(instances) == ({"web": 2}, {"api": 1})
     assert summary.lrps == []  # the counts are carried as they are, not expanded into instances
-    assert summary.available == full.available
 
 
 def test_one_lrp_start_per_index_with_the_desired_lrps_placement_fields():

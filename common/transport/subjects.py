@@ -2,9 +2,9 @@
 
 vendue.auctioneer.lrps        [LRPStartRequest]  (queue group: one auctioneer takes each) -> {"accepted": n}
 vendue.auctioneer.tasks       [TaskStartRequest]                                           -> {"accepted": n}
-vendue.cells.state            empty; every rep process answers once: HostCellStates of its live cells,
-                              in the summary form (lrp_counts, as GET /state?lrps=counts), its rep_id in
-                              the REP_ID_HEADER (scatter-gather)
+vendue.cells.state            empty; every rep process answers once: HostCellStates, the bids of its live
+                              cells (as GET /state?lrps=counts), its rep_id in the REP_ID_HEADER
+                              (scatter-gather)
 vendue.rep.<rep_id>.work      HostWork       -> HostWorkResult
 vendue.rep.<rep_id>.stop      StopInstances  -> Found
 vendue.rep.<rep_id>.cancel    CancelTasks    -> Found

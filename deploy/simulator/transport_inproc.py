@@ -30,6 +30,7 @@ from auctioneer.service.dispatch import CellWork, DispatchOutcome, Rejection, ta
 from auctioneer.service.metrics import Metrics
 from common.models import (
     AffinityRuleModel,
+    CellOffers,
     CellState,
     CellTask,
     CellVolume,
@@ -50,11 +51,7 @@ from .sim_input import App, SimInput
 
 @dataclass(slots=True)
 class Held:
-    """An instance a SimRep holds: the attributes of common.models.CellLRP that the auction reads.
-
-    A plain object rather than the pydantic model: building 250,000 models (even unvalidated) costs more
-    than the auction itself, and the state is handed over in process, never serialised.
-    """
+    """An instance a SimRep holds: what the outcome reports of it (a plain object: a run holds 250,000)."""
 
     process_guid: str
     index: int
@@ -73,25 +70,39 @@ class SimRep:
         self.memory = spec.memory_mb - spec.prefill_memory_mb
         self.disk = spec.disk_mb - spec.prefill_disk_mb
         self.containers = spec.containers - spec.prefill_containers
-        self.lrps: list[Held] = [
-            Held(p.process_guid, p.index, f"prefill-{i}", p.memory_mb, p.disk_mb,
-                 "stopping" if p.delayed_shutdown else "running")
-            for i, p in enumerate(spec.prefill)
-        ]
+        self.lrps: list[Held] = []
+        # Kept as instances come, as a rep keeps them: its bid carries instances per process guid.
+        self.lrp_counts: dict[str, int] = {}
+        self.stopping_counts: dict[str, int] = {}
+        for i, p in enumerate(spec.prefill):
+            self._hold(Held(p.process_guid, p.index, f"prefill-{i}", p.memory_mb, p.disk_mb,
+                            "stopping" if p.delayed_shutdown else "running"))
         self._guids = itertools.count()
         self.tasks: list[CellTask] = [CellTask.model_construct(task_guid=t.task_guid, memory_mb=t.memory_mb,
                                                                disk_mb=t.disk_mb) for t in spec.prefill_tasks]
         self.accepted: list[tuple[PendingLRP | PendingTask, float]] = []  # new work and when it was taken
         host = spec.host
-        self._host = None if host is None else HostMetricsModel.model_construct(**host.model_dump())
-        self._volumes = [CellVolume.model_construct(**v.model_dump()) for v in spec.volumes]
+        offered = host is not None or spec.volumes or spec.ingress_ips or spec.devices or spec.cached_blobs
+        self._offers = None if not offered else CellOffers.model_construct(
+            host=None if host is None else HostMetricsModel.model_construct(**host.model_dump()),
+            volumes=[CellVolume.model_construct(**v.model_dump()) for v in spec.volumes],
+            ingress_ips=list(spec.ingress_ips),
+            devices=dict(spec.devices),
+            cached_blobs=list(spec.cached_blobs),
+        )
+
+    def _hold(self, held: Held) -> None:
+        self.lrps.append(held)
+        counts = self.stopping_counts if held.state == "stopping" else self.lrp_counts
+        counts[held.process_guid] = counts.get(held.process_guid, 0) + 1
 
     def state(self) -> CellState:
         spec = self.spec
+        # Every field given: no default resolution per call. The offers are shared between calls: the
+        # auction copies what it changes, and nothing here takes ingress IPs, devices or volumes.
         return CellState.model_construct(
             cell_id=spec.id,
             zone=spec.zone,
-            rep_url=f"inproc://{spec.id}",
             stacks=list(spec.all_stacks),
             total=ResourcesModel.model_construct(
                 memory_mb=spec.memory_mb, disk_mb=spec.disk_mb, containers=spec.containers
@@ -105,15 +116,11 @@ class SimRep:
             volume_drivers=list(spec.volume_drivers),
             labels=dict(spec.labels),
             evacuating=False,
-            lrps=list(self.lrps),  # type: ignore[arg-type]  # Held stands in for CellLRP: see Held
+            cordoned=False,
+            lrp_counts=dict(self.lrp_counts),
+            stopping_counts=dict(self.stopping_counts),
             tasks=list(self.tasks),
-            host=self._host,
-            volumes=list(self._volumes),
-            ingress_ips=list(spec.ingress_ips),
-            devices=dict(spec.devices),
-            cached_blobs=list(spec.cached_blobs),
-            fencing_token=0,
-            accepted_fencing_tokens=[],  # every field given: no default resolution per call
+            offers=self._offers,
         )
 
     def _refusal(self, memory: int, disk: int) -> str:
@@ -136,8 +143,8 @@ class SimRep:
                 rejections.append(Rejection(item, self.spec.id, why, False))
                 continue
             self._take(d.memory_mb, d.disk_mb)
-            self.lrps.append(Held(d.process_guid, item.index, f"{self.spec.id}-{next(self._guids)}",
-                                  d.memory_mb, d.disk_mb))
+            self._hold(Held(d.process_guid, item.index, f"{self.spec.id}-{next(self._guids)}",
+                            d.memory_mb, d.disk_mb))
             self.accepted.append((item, now))
         for task_item in work.tasks:
             t = task_item.task

@@ -97,11 +97,11 @@ def task(task_guid: str = "t1", **fields) -> Task:
     return Task(task_guid=task_guid, command=["true"], created_at=now, updated_at=now, **fields)
 
 
-def cell_state(cell_id: str, rep_url: str, zone: str = "z1", memory_mb: int = 8192, disk_mb: int = 32768,
+def cell_state(cell_id: str, zone: str = "z1", memory_mb: int = 8192, disk_mb: int = 32768,
                containers: int = 250, **fields) -> CellState:
     total = ResourcesModel(memory_mb=memory_mb, disk_mb=disk_mb, containers=containers)
     available = fields.pop("available", total)
-    return CellState(cell_id=cell_id, zone=zone, rep_url=rep_url, total=total, available=available, **fields)
+    return CellState(cell_id=cell_id, zone=zone, total=total, available=available, **fields)
 
 
 # --- the rep double -----------------------------------------------------------------------------------
@@ -111,6 +111,7 @@ def cell_state(cell_id: str, rep_url: str, zone: str = "z1", memory_mb: int = 81
 class FakeCell:
     state: CellState
     rep_id: str  # the process hosting it
+    rep_url: str  # its root URL, which the cell's presence names
     work_mode: str = "ok"  # "ok", or "reject": its rep rejects all its work with `reason`
     reason: str = "insufficient resources: memory"
 
@@ -152,13 +153,13 @@ class FakeReps:
             if fields.get(mode) in values:
                 setattr(process, mode, fields.pop(mode))
         modes = {k: fields.pop(k) for k in ("work_mode", "reason") if k in fields}
-        cell = FakeCell(cell_state(cell_id, self.rep_url(rep_id), zone, **fields), rep_id, **modes)
+        cell = FakeCell(cell_state(cell_id, zone, **fields), rep_id, self.rep_url(rep_id), **modes)
         self.cells[cell_id] = cell
         return cell
 
     def presences(self) -> list[CellPresence]:
         return [
-            CellPresence.model_validate({**c.state.model_dump(), "rep_id": c.rep_id})
+            CellPresence.model_validate({**c.state.model_dump(), "rep_id": c.rep_id, "rep_url": c.rep_url})
             for c in self.cells.values()
         ]
 

@@ -91,7 +91,7 @@ async def time_state_fetches(cluster: LocalCluster, transport: str, fetches: int
                 fetched = await source.fetch()
                 seconds.append(time.perf_counter() - started)
                 answered.append(len(fetched.states))
-                instances = sum(len(s.lrps) for s in fetched.states)
+                instances = sum(sum(s.lrp_counts.values()) for s in fetched.states)  # the bids count them
         finally:
             if nats is not None:
                 await nats.close()

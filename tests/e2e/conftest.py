@@ -316,7 +316,8 @@ def one_process_per_index(process_guid: str, running: dict[int, dict]) -> bool:
 
 
 def rep_state(rep_url: str, cell_id: str, verify: ssl.SSLContext | bool) -> dict:
-    """One cell's full state, from its rep process's GET /state (the one rep API)."""
+    """One cell in detail, from its rep process's GET /state?lrps=full (a CellDetail: its bid under "bid",
+    beside the rep's own view: its URL, isolation, fencing tokens and every instance under "lrps")."""
     r = httpx.get(f"{rep_url}/state", params={"lrps": "full", "cells": cell_id}, timeout=5.0, verify=verify)
     r.raise_for_status()
     [state] = r.json()["cells"]

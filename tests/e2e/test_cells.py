@@ -63,11 +63,11 @@ def test_cells_json_is_what_each_rep_reports_and_needs_no_rep(make_cluster) -> N
         for cell_id in c.reps:
             own = c.rep_state(cell_id)  # what the rep itself says it has left and holds
             cell = listed[cell_id]
-            theirs = (own["available"], len(own["lrps"]))
+            theirs = (own["bid"]["available"], len(own["lrps"]))
             ours = (cell["available"], cell["instances"])
             if ours != theirs:
                 raise Unmet(f"{cell_id}: the BBS says {ours}, its rep {theirs}")
-            if cell["total"] != own["total"] or cell["state"] != "present" or cell["cordoned"]:
+            if cell["total"] != own["bid"]["total"] or cell["state"] != "present" or cell["cordoned"]:
                 raise Unmet(f"{cell_id}: {cell}")
         return listed
 
@@ -106,7 +106,8 @@ def test_a_cordoned_cell_gets_no_new_work_and_uncordon_makes_it_eligible(make_cl
     assert "CORDONED" in cli_ok(c, "cells", "cordon", cordoned)
     assert cell_states(c)[cordoned]["cordoned"] is True
     # The BBS tells the rep (which then refuses work an earlier auction might still send).
-    wait_for(lambda: c.rep_state(cordoned)["cordoned"], 5.0, f"the rep of {cordoned} told it is cordoned")
+    wait_for(lambda: c.rep_state(cordoned)["bid"]["cordoned"], 5.0,
+             f"the rep of {cordoned} told it is cordoned")
 
     fresh = c.guid("fresh")
     c.bbs.desire(fresh, 4)
@@ -122,7 +123,8 @@ def test_a_cordoned_cell_gets_no_new_work_and_uncordon_makes_it_eligible(make_cl
 
     assert "present" in cli_ok(c, "cells", "uncordon", cordoned)
     wait_for(
-        lambda: not c.rep_state(cordoned)["cordoned"], 5.0, f"the rep of {cordoned} told it is uncordoned"
+        lambda: not c.rep_state(cordoned)["bid"]["cordoned"], 5.0,
+        f"the rep of {cordoned} told it is uncordoned",
     )
     c.bbs.scale(fresh, 8)
     wait_for(lambda: expect(cells_on(c, fresh)[cordoned] > 0, brief(c.bbs.actuals(fresh))), 30.0,
@@ -210,7 +212,7 @@ def test_a_cordon_survives_a_bbs_restart_and_a_rep_restart(make_cluster) -> None
                             cell_states(c).get(cordoned)), 30.0, f"{cordoned} present again with a new boot")
     assert cell_states(c)[cordoned]["cordoned"] is True
     wait_for(
-        lambda: c.rep_state(cordoned)["cordoned"],
+        lambda: c.rep_state(cordoned)["bid"]["cordoned"],
         10.0,
         f"the restarted rep of {cordoned} told it is cordoned",
     )

@@ -134,7 +134,7 @@ def test_a_fork_bomb_stops_at_the_pids_limit_and_the_cell_stays_healthy(
         "the bomb within its limit",
     )
 
-    assert c.rep_state("cell-0")["cell_id"] == "cell-0", "the rep answers"
+    assert c.rep_state("cell-0")["bid"]["cell_id"] == "cell-0", "the rep answers"
     after = c.guid("after")
     desire(c, after, 1, APP_COMMAND)
     wait_for(lambda: all_running(c.bbs, after, 1), 60, "another app running beside the bomb")

@@ -29,6 +29,8 @@ from common.models import (
 from common.transport.subjects import CELLS_STATE, REP_ID_HEADER, rep_subject
 from tests.auctioneer.fakes import cell_state
 
+NO_HTTP_URL = "http://127.0.0.1:1"  # the rep URL every cell's presence names: nothing listens there
+
 
 @dataclass
 class NatsFakeCell:
@@ -66,13 +68,13 @@ class NatsFakeReps:
         if fields.get("work_mode") == "garbage":
             process.work_mode = fields.pop("work_mode")
         modes = {k: fields.pop(k) for k in ("work_mode",) if k in fields}
-        cell = NatsFakeCell(cell_state(cell_id, "http://127.0.0.1:1", zone, **fields), rep_id, **modes)
+        cell = NatsFakeCell(cell_state(cell_id, zone, **fields), rep_id, **modes)
         self.cells[cell_id] = cell
         return cell
 
     def presences(self) -> list[CellPresence]:
         return [
-            CellPresence.model_validate({**c.state.model_dump(), "rep_id": c.rep_id})
+            CellPresence.model_validate({**c.state.model_dump(), "rep_id": c.rep_id, "rep_url": NO_HTTP_URL})
             for c in self.cells.values()
         ]
 

@@ -19,7 +19,7 @@ from typing import Any
 import httpx
 import pytest
 
-from common.models import DesiredLRP, HostWork, ModificationTag
+from common.models import CellDetail, DesiredLRP, HostCellDetails, HostWork, ModificationTag
 from common.procutil import child_preexec, terminate_then_kill
 from rep.isolation import sweep_rep
 from tests.fake_bbs import FakeBBS
@@ -126,6 +126,14 @@ async def post_work(client: httpx.AsyncClient, rep_url: str, body: dict[str, Any
             raise AssertionError(f"expected {rep_url} to register with the BBS within {DEADLINE_S}s; "
                                  f"it still answers {answer.json()}")
         await asyncio.sleep(0.02)
+
+
+async def cell_details(client: httpx.AsyncClient, rep_url: str, *cell_ids: str) -> list[CellDetail]:
+    """The cells of a rep process in detail (GET /state?lrps=full): those named, or every one it hosts."""
+    params = {"lrps": "full", **({"cells": ",".join(cell_ids)} if cell_ids else {})}
+    answer = await client.get(f"{rep_url}/state", params=params)
+    assert answer.status_code == 200, answer.text
+    return HostCellDetails.model_validate_json(answer.content).cells
 
 
 def desired(guid: str, command: list[str] | None = None, memory_mb: int = 256) -> DesiredLRP:

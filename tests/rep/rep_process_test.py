@@ -10,13 +10,14 @@ import socket
 import httpx
 import pytest
 
-from common.models import CellState, HostCellStates
+from common.models import CellDetail, HostCellStates
 from common.procutil import app_python, pid_alive
 from tests.fake_bbs import FakeBBS
 from tests.rep.fakes import (
     DEADLINE_S,
     HTTP_SERVER,
     NOW,
+    cell_details,
     desired,
     eventually,
     post_work,
@@ -26,13 +27,11 @@ from tests.rep.fakes import (
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 
 
-async def cell_state(client: httpx.AsyncClient, rep_url: str, cell_id: str) -> CellState:
-    """One cell's full state, from its rep's GET /state."""
-    states = HostCellStates.model_validate_json(
-        (await client.get(f"{rep_url}/state?lrps=full&cells={cell_id}")).content
-    )
-    assert [s.cell_id for s in states.cells] == [cell_id], states
-    return states.cells[0]
+async def cell_detail(client: httpx.AsyncClient, rep_url: str, cell_id: str) -> CellDetail:
+    """One cell in detail, from its rep's GET /state?lrps=full."""
+    details = await cell_details(client, rep_url, cell_id)
+    assert [d.bid.cell_id for d in details] == [cell_id], details
+    return details[0]
 
 
 async def test_sim_rep_hosts_three_cells_heartbeats_and_reports_in_batches(
@@ -63,10 +62,10 @@ async def test_sim_rep_hosts_three_cells_heartbeats_and_reports_in_batches(
         assert [c["cell_id"] for c in listed] == cell_ids
         assert (await client.get(f"{rep.url}/ping")).json() == {"ok": True, "insecure": True}
         states = HostCellStates.model_validate_json((await client.get(f"{rep.url}/state")).content).cells
-        assert [(s.cell_id, s.rep_url, s.evacuating) for s in states] == [
-            (c, rep.url, False) for c in cell_ids
-        ]
+        assert [(s.cell_id, s.evacuating) for s in states] == [(c, False) for c in cell_ids]
         assert all(s.available == s.total and s.total.memory_mb == 1024 for s in states)
+        details = await cell_details(client, rep.url)
+        assert [(d.bid, d.rep_url, d.isolation) for d in details] == [(s, rep.url, "sim") for s in states]
         assert (await client.get(f"{rep.url}/cells/cell-1/state")).status_code == 404, "no per-cell routes"
 
         # Work for one cell: one more than fits is rejected at once.
@@ -110,13 +109,13 @@ async def test_sim_rep_hosts_three_cells_heartbeats_and_reports_in_batches(
         assert fake_bbs.routes() == routes, fake_bbs.routes()
         assert all(r.ports and r.host == "127.0.0.1" for r in running_batches[0].running)
 
-        state = await cell_state(client, rep.url, "cell-1")
-        assert sorted((i.index, i.state) for i in state.lrps) == [
+        detail = await cell_detail(client, rep.url, "cell-1")
+        assert sorted((i.index, i.state) for i in detail.lrps) == [
             (0, "running"),
             (1, "running"),
             (2, "running"),
         ]
-        assert state.available.memory_mb == 1024 - 3 * 300
+        assert detail.bid.available.memory_mb == 1024 - 3 * 300
 
         # Bad input: 422 naming the field, nothing reserved.
         bad = await client.post(
@@ -136,7 +135,7 @@ async def test_sim_rep_hosts_three_cells_heartbeats_and_reports_in_batches(
         ] in [e["loc"] for e in bad_index.json()["detail"]], bad_index.text
 
         # Stop one instance: it is reported removed.
-        victim = next(i for i in state.lrps if i.index == 1)
+        victim = next(i for i in detail.lrps if i.index == 1)
         stops = [{"cell_id": "cell-1", "process_guid": "app", "instance_guid": victim.instance_guid},
                  {"cell_id": "cell-0", "process_guid": "app", "instance_guid": victim.instance_guid}]
         stop = await client.post(f"{rep.url}/stop", json={"instances": stops})
@@ -180,9 +179,9 @@ async def test_kill_9_of_a_process_rep_leaves_no_child_behind(fake_bbs: FakeBBS,
             "2 running reports",
             lambda: (fake_bbs.lifecycle_of("proc-cell"), rep.stderr.read_text()[-1500:]),
         )
-        state = await cell_state(client, rep.url, "proc-cell")
+        detail = await cell_detail(client, rep.url, "proc-cell")
     ports = [r.ports[0].host_port for b in fake_bbs.lifecycle_of("proc-cell") for r in b.running]
-    pids = [i.pid for i in state.lrps]
+    pids = [i.pid for i in detail.lrps]
     assert all(serves(p) for p in ports)
     assert all(pid is not None and pid_alive(pid) for pid in pids)
 
@@ -210,7 +209,7 @@ async def test_sigint_stops_the_children_of_a_process_rep_and_reports_them(
             "a running report",
             lambda: (fake_bbs.lifecycle_of("proc-cell"), rep.stderr.read_text()[-1500:]),
         )
-        pid = (await cell_state(client, rep.url, "proc-cell")).lrps[0].pid
+        pid = (await cell_detail(client, rep.url, "proc-cell")).lrps[0].pid
     assert pid is not None
 
     rep.proc.send_signal(signal.SIGINT)

@@ -19,7 +19,7 @@ from .registry import (
     request_filters,
     requirement,
 )
-from .resources import CONTAINERS, DISK, MEMORY, least_free
+from .resources import CONTAINERS, DISK, MEMORY, has_room, least_free
 from .volumes import VOLUMES
 
 __all__ = [
@@ -45,6 +45,7 @@ __all__ = [
     "feasible_positions",
     "filter_chain",
     "first_rejection",
+    "has_room",
     "least_free",
     "invalid_request",
     "placement_tag_error",

@@ -1,10 +1,11 @@
 """The resource filters, checked last: free memory, disk and a container slot.
 
-`least_free` says once the least free memory, disk and containers a cell must have for an item; each
-filter's scalar form compares a slot's free amount with its part, its vectorised form the column of
-every cell's, and a strategy comparing free amounts it holds as plain numbers (the Diego strategy's
-cells in one state, in an inner loop that cannot afford a call per comparison) reads the thresholds
-from it once per item.
+`least_free` says once the least free memory, disk and containers a cell must have for an item, and
+`has_room` whether free amounts meet them: each filter's scalar form compares a slot's free amount with
+its part, its vectorised form the column of every cell's, and a strategy holding free amounts of its own
+(the Diego strategy's bounds of a pool's free amounts) asks `has_room`, the three filters' verdict in one
+call. Only an inner loop that cannot afford a call per comparison (the Diego strategy's cells in one
+state, cell by cell) reads the thresholds from `least_free` once per item and compares them itself.
 """
 
 from __future__ import annotations
@@ -24,6 +25,13 @@ if TYPE_CHECKING:
 def least_free(item: Work) -> tuple[int, int, int]:
     """The least free memory (MB), disk (MB) and containers a cell must have for the item."""
     return item.memory_mb, item.disk_mb, 1
+
+
+def has_room(free: Sequence[int], need: tuple[int, int, int]) -> bool:
+    """Whether free memory (MB), disk (MB) and containers, `free[:3]`, meet an item's `least_free`: a cell
+    with them passes MEMORY, DISK and CONTAINERS alike (resources_test.py holds the four to the same
+    verdicts)."""
+    return free[0] >= need[0] and free[1] >= need[1] and free[2] >= need[2]
 
 
 class MemoryFilter:

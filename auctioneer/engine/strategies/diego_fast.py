@@ -47,7 +47,7 @@ from typing import NamedTuple
 
 from sortedcontainers import SortedList
 
-from ..filters import COMPATIBILITY, Work, least_free, request_filters
+from ..filters import COMPATIBILITY, Work, has_room, least_free, request_filters
 from ..filters.compatibility import compatibility_requirement
 from ..scoring import LOCALITY_OFFSET, lrp_score, task_score
 from ..state import AuctionState, CellSlot
@@ -167,7 +167,8 @@ class DiegoFast(FastPicker, DiegoReference):
                 most_free[1] = max(most_free[1], slot.avail_d)
                 most_free[2] = max(most_free[2], slot.avail_c)
         self.smallest_pool = min((len(pool.positions) for pool in self.pools), default=0)
-        self.compatible: dict[Hashable, set[int]] = {}  # compatibility requirement -> ids of compatible pools
+        # compatibility requirement -> the compatible pools (hashed by identity: a pool defines no equality)
+        self.compatible: dict[Hashable, set[Pool]] = {}
         # process guid (TASKS for tasks) -> pool -> its cells by count; built once the process holds nearly
         # as many cells as a pool has (before, every pool has many cells without it), then kept current
         self.levels: dict[str | None, dict[Pool, Levels]] = {}
@@ -252,24 +253,17 @@ class DiegoFast(FastPicker, DiegoReference):
 
     # --- picking --------------------------------------------------------------------------------
 
-    def _compatible_pools(self, item: Work) -> set[int]:
-        """Ids of the pools whose cells pass the compatibility filters (all of a pool's cells alike)."""
+    def _compatible_pools(self, item: Work) -> set[Pool]:
+        """The pools whose cells pass the compatibility filters (all of a pool's cells alike)."""
         requirement = compatibility_requirement(item)
         found = self.compatible.get(requirement)
         if found is None:
             found = {
-                id(pool) for pool in self.pools
+                pool for pool in self.pools
                 if all(f.admits(self.cells, item)[pool.representative.pos] for f in COMPATIBILITY)
             }
             self.compatible[requirement] = found
         return found
-
-    @staticmethod
-    def _may_fit(pool: Pool, need: tuple[int, int, int]) -> bool:
-        """Whether some cell of the pool may fit the item: its upper bounds of free memory, disk and
-        containers meet the item's need."""
-        most_free = pool.most_free
-        return most_free[0] >= need[0] and most_free[1] >= need[1] and most_free[2] >= need[2]
 
     def _best_in_pool(self, pool: Pool, search: Search) -> Winner | None:
         """The pool's winner for the item, or None if nothing fits.
@@ -324,6 +318,7 @@ class DiegoFast(FastPicker, DiegoReference):
         lowest_load = inf
         for pos in cells:
             slot = slots[pos]
+            # has_room, inlined: this runs per cell
             if slot.avail_m >= need_m and slot.avail_d >= need_d and slot.avail_c >= need_c:
                 bucket = bucket_of[pos]
                 fitting.append((bucket.load, bucket, pos))
@@ -364,7 +359,7 @@ class DiegoFast(FastPicker, DiegoReference):
             if free_c > seen_free[2]:
                 seen_free[2] = free_c
             budget -= 1
-            if free_m < need_m or free_d < need_d or free_c < need_c:
+            if free_m < need_m or free_d < need_d or free_c < need_c:  # has_room, inlined: per cell state
                 if budget < 0:
                     raise RanLong
                 continue
@@ -423,7 +418,7 @@ class DiegoFast(FastPicker, DiegoReference):
             return lrp_score(slot, memory_mb, disk_mb, process, starting_weight, bin_pack_weight)
 
         search = self._search(item, process, self.state.holding(process), score_of)
-        (need_m, need_d, need_c), *_ = search
+        need = search[0]
         slots = self.state.slots
         scored = self.candidates  # a placement trace's: each pool's best is a candidate
         groups = zone_groups(self.room, self.state, item)
@@ -434,9 +429,8 @@ class DiegoFast(FastPicker, DiegoReference):
             best: tuple[float, int, int, int] | None = None  # (score, zone rank, index in zone, position)
             for rank, zone in enumerate(group):
                 for pool in self.zone_pools[zone]:
-                    most_free = pool.most_free  # `_may_fit`, inlined: this runs per pool per item
-                    if id(pool) not in compatible or most_free[0] < need_m or most_free[1] < need_d \
-                            or most_free[2] < need_c:
+                    # Some cell of the pool may fit only if the resource filters admit its bounds.
+                    if pool not in compatible or not has_room(pool.most_free, need):
                         continue
                     found = self._best_in_pool(pool, search)
                     if found is not None:
@@ -456,12 +450,12 @@ class DiegoFast(FastPicker, DiegoReference):
         which is all the pick scored. A bounded look (at most 2n cell states), and no scoring: the trace
         scores them only if asked."""
         pool = self.pool_of[winner.pos]
-        m, d = item.memory_mb, item.disk_mb
+        need = least_free(item)
         found: list[int] = []
         for looked, (_key, cell_state) in enumerate(pool.order):
             if len(found) >= n or looked >= 2 * n:
                 break
-            if cell_state[0] < m or cell_state[1] < d or cell_state[2] < 1:
+            if not has_room(cell_state, need):
                 continue
             for pos in pool.buckets[cell_state].members:
                 if len(found) >= n:
@@ -483,7 +477,7 @@ class DiegoFast(FastPicker, DiegoReference):
         need, *_ = search
         best: Winner | None = None
         for pool in self.pools:
-            if id(pool) not in compatible or not self._may_fit(pool, need):
+            if pool not in compatible or not has_room(pool.most_free, need):
                 continue
             found = self._best_in_pool(pool, search)
             if found is not None and (best is None or found < best):
