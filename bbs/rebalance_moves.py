@@ -7,7 +7,7 @@ the way back: a replacement that crashes or does not run in time is dropped (sto
 it) and the old instance is the index's instance again.
 
 And the planner's input: the state the BBS holds, turned into the engine's plain data (cells with what
-they hold, one placement request per app), so that auctioneer/engine/rebalance.py judges moves with the
+they hold, one placement request per app), so that auctioneer/engine/rebalance/ judges moves with the
 auction's own filters and score.
 """
 

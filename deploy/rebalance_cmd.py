@@ -1,7 +1,7 @@
 """`vendue rebalance [--dry-run] [--app G] [--max-moves N] [--wait] [--json]`: put instances back where
 the auction would have put them (issue #18), through the BBS (`POST /v1/rebalance`, admin).
 
-The BBS plans (auctioneer/engine/rebalance.py: apps whose zone spread is worse than one while an emptier
+The BBS plans (auctioneer/engine/rebalance/: apps whose zone spread is worse than one while an emptier
 zone has room, cells far above the mean memory fraction) and carries the moves out make-before-break: the
 new instance runs before the old one stops; one whose new instance crashes or is late is abandoned and the
 old one kept (bbs/rebalancer.py). `--dry-run` prints the plan, each move with its reason and gain, and

@@ -1,6 +1,6 @@
 """The `zone-outage-and-return` scenario (issue #18), on the engine alone: a zone's cells leave, what ran
 there is placed on the other zones (the evacuation), the cells return empty, the rebalancer plans
-(auctioneer/engine/rebalance.py) and its moves are replayed on simulated time under the BBS's budget.
+(auctioneer/engine/rebalance/) and its moves are replayed on simulated time under the BBS's budget.
 
 The report: each app's instances per zone before the outage, during it and after the rebalance (and the
 worst skew of each), the moves with their reasons, and each app's running count over time (the outage

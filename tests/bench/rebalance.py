@@ -6,7 +6,7 @@
 On simulated cells (the engine's plain data, no processes; deploy/simulator/rebalance.py, the simulator's
 `zone-outage-and-return` scenario at this size): every instance placed by the engine (diego strategy);
 the first zone's cells leave and the engine places their instances on the other zones (the evacuation);
-the cells return empty; `auctioneer/engine/rebalance.py` plans (timed: `plan_s`). The moves are then
+the cells return empty; `auctioneer/engine/rebalance/` plans (timed: `plan_s`). The moves are then
 replayed on simulated time with the BBS's default budget (bbs/settings.py: 5 in flight, one per app, 60
 started per minute), each taking `--move-seconds` from its start to the old instance's stop: `execute_s`
 is that simulated time, and `min_running_ratio` the lowest running/desired of any app while rebalancing

@@ -1,0 +1,161 @@
+"""The planner's working copy: the auction's cell slots, changed as moves are made, and what every rule
+asks of them (the app's picker, its feasible cells and eligible zones, its movable instances).
+
+A rule (one module of this package each) reads the copy and calls `Planner.move`, which keeps the slots,
+the fast pickers' columns, the zone counts and the movable instances current for the rules after it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from ..filters.volumes import instance_key
+from ..scoring import lrp_score
+from ..state import AuctionState, CellSlot
+from ..strategies import pickers
+from ..strategies.base import Picker
+from ..types import Cell, LRPStart, SchedulerConfig
+from .moves import Move, Placed, RebalanceConfig
+
+
+def memory_fraction(slot: CellSlot) -> float:
+    return 1.0 - slot.avail_m / (slot.total_m or 1)
+
+
+def zone_skew(counts: dict[str, int], zones: Iterable[str]) -> int:
+    values = [counts.get(z, 0) for z in zones]
+    return max(values) - min(values) if values else 0
+
+
+class Planner:
+    """The working copy the moves are planned on: the auction's cell slots, changed as moves are made."""
+
+    def __init__(
+        self,
+        cells: Sequence[Cell],
+        placed: Sequence[Placed],
+        requests: dict[str, LRPStart],
+        pinned_apps: frozenset[str],
+        config: SchedulerConfig,
+        rebalance: RebalanceConfig,
+    ) -> None:
+        self.state = AuctionState(cells, config, set(requests))
+        self.slot_of = {s.cell_id: s for s in self.state.slots}
+        self.requests = requests
+        self.config = config
+        self.rebalance = rebalance
+        self._pickers: dict[str, Picker] = {}
+        self._eligible: dict[tuple, list[str]] = {}
+        held_volumes = {v.holder for s in self.state.slots for v in s.volumes if v.holder and v.ephemeral}
+        # process guid -> cell id -> indices running there (movable ones only)
+        self.movable: dict[str, dict[str, list[int]]] = {}
+        self.zone_counts: dict[str, dict[str, int]] = {}
+        for p in placed:
+            slot = self.slot_of.get(p.cell_id)
+            if slot is None or p.process_guid not in requests:
+                continue
+            counts = self.zone_counts.setdefault(p.process_guid, {})
+            counts[slot.zone] = counts.get(slot.zone, 0) + 1
+            if p.process_guid in pinned_apps or instance_key(p.process_guid, p.index) in held_volumes:
+                continue
+            if rebalance.apps is not None and p.process_guid not in rebalance.apps:
+                continue
+            self.movable.setdefault(p.process_guid, {}).setdefault(p.cell_id, []).append(p.index)
+        self.moves: list[Move] = []
+
+    def picker(self, item: LRPStart) -> Picker:
+        name = item.strategy or self.config.strategy
+        found = self._pickers.get(name)
+        if found is None:
+            found = self._pickers[name] = pickers(self.config.engine)[name](self.state)
+        return found
+
+    def full(self) -> bool:
+        return 0 < self.rebalance.max_moves <= len(self.moves)
+
+    def best_target(self, item: LRPStart, slots: Sequence[CellSlot]) -> CellSlot | None:
+        """The cell the auction would pick among these: feasible under the whole chain, lowest score."""
+        feasible = self.picker(item).feasible_slots(item, slots)
+        if not feasible:
+            return None
+        weight, pack = self.config.starting_container_weight, self.config.bin_pack_first_fit_weight
+        return min(
+            feasible,
+            key=lambda s: lrp_score(s, item.memory_mb, item.disk_mb, item.process_guid, weight, pack),
+        )
+
+    def eligible_zones(self, item: LRPStart) -> list[str]:
+        """Zones with a cell the app could run on were it empty: every filter but the resource ones. Apps
+        asking the same of a cell share the answer (at 1,000 apps and 1,000 cells, a second per plan)."""
+        ask = (
+            item.strategy,
+            item.stack,
+            item.placement_tags,
+            item.volume_drivers,
+            item.labels_match,
+            item.volumes,
+            item.ingress_ip,
+            item.devices,
+        )
+        found = self._eligible.get(ask)
+        if found is None:
+            chain = [f for f in self.picker(item).chain(item) if not f.resource]
+            found = self._eligible[ask] = [
+                z
+                for z in self.state.zone_names
+                if any(not any(f.rejects(s, item) for f in chain) for s in self.state.zone_slots[z])
+            ]
+        return found
+
+    def move(
+        self,
+        item: LRPStart,
+        index: int,
+        source: CellSlot,
+        target: CellSlot,
+        reason: str,
+        detail: str,
+        gain: float,
+    ) -> None:
+        pg = item.process_guid
+        for slot, sign in ((source, 1), (target, -1)):
+            slot.avail_m += sign * item.memory_mb
+            slot.avail_d += sign * item.disk_mb
+            slot.avail_c += sign
+            slot.proc_counts[pg] = slot.proc_counts.get(pg, 0) - sign
+            self.state.columns.reserved(slot)  # the fast pickers' columns follow the slot
+        counts = self.zone_counts[pg]
+        counts[source.zone] -= 1
+        counts[target.zone] = counts.get(target.zone, 0) + 1
+        cells = self.movable[pg]
+        cells[source.cell_id].remove(index)
+        if not cells[source.cell_id]:
+            del cells[source.cell_id]
+        self.moves.append(
+            Move(pg, index, source.cell_id, target.cell_id, source.zone, target.zone, reason, detail, gain)
+        )
+
+    def source_in(self, pg: str, zones: Iterable[str]) -> tuple[CellSlot, int] | None:
+        """A movable instance in these zones, from the cell holding most of the app (then the fullest)."""
+        wanted = set(zones)
+        cells = [self.slot_of[c] for c in self.movable.get(pg, {}) if self.slot_of[c].zone in wanted]
+        if not cells:
+            return None
+        slot = max(cells, key=lambda s: (s.proc_counts.get(pg, 0), memory_fraction(s), s.cell_id))
+        return slot, max(self.movable[pg][slot.cell_id])
+
+    def zones_keeping_spread(self, item: LRPStart, from_zone: str) -> list[str]:
+        """Where an instance leaving `from_zone` may go without undoing the zone-spread rule: its own zone
+        first, then the app's other eligible zones where its skew stays within one (or no worse than it
+        is, where the spread rule found no room)."""
+        pg = item.process_guid
+        counts = self.zone_counts[pg]
+        zones = self.eligible_zones(item)
+        skew = max(1, zone_skew(counts, zones))
+        return [from_zone] + [
+            z
+            for z in zones
+            if z != from_zone
+            and zone_skew({**counts, from_zone: counts.get(from_zone, 0) - 1, z: counts.get(z, 0) + 1}, zones)
+            <= skew
+        ]
