@@ -1,11 +1,13 @@
 """The cell-load rule: a cell whose memory fraction is more than `load_tolerance` above the mean of the
 cells sheds an instance of the app it holds most of to the best cell (the auction's filter chain and cell
 score) that ends up less loaded than the source was, in the same zone when one fits (so the zone spread
-holds), else in a zone where the app's spread stays as good."""
+holds), else in a zone where the app's spread stays as good. Apps on the loadmark strategy are left to
+the load-mark rule (load_mark.py): their cells' load is the load mark."""
 
 from __future__ import annotations
 
 from ..state import CellSlot
+from .load_mark import is_loadmark
 from .moves import CELL_LOAD
 from .planner import Planner, memory_fraction
 
@@ -32,7 +34,11 @@ def even_load(planner: Planner) -> None:
 def relieve(planner: Planner, source: CellSlot) -> bool:
     """Move one instance off an overloaded cell to a cell that ends up less loaded than it was."""
     before = memory_fraction(source)
-    apps = [pg for pg, cells in planner.movable.items() if source.cell_id in cells]
+    apps = [
+        pg
+        for pg, cells in planner.movable.items()
+        if source.cell_id in cells and not is_loadmark(planner, planner.requests[pg])
+    ]
     for pg in sorted(apps, key=lambda pg: (-source.proc_counts.get(pg, 0), pg)):
         item = planner.requests[pg]
         for zone in planner.zones_keeping_spread(item, source.zone):

@@ -7,7 +7,8 @@ the fast pickers' columns, the zone counts and the movable instances current for
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 
 from ..filters.volumes import instance_key
 from ..scoring import lrp_score
@@ -25,6 +26,28 @@ def memory_fraction(slot: CellSlot) -> float:
 def zone_skew(counts: dict[str, int], zones: Iterable[str]) -> int:
     values = [counts.get(z, 0) for z in zones]
     return max(values) - min(values) if values else 0
+
+
+def ask_of(item: LRPStart) -> tuple:
+    """Everything a non-resource filter reads of an item: apps asking alike fit the same cells."""
+    return (
+        item.strategy,
+        item.stack,
+        item.placement_tags,
+        item.volume_drivers,
+        item.labels_match,
+        item.volumes,
+        item.ingress_ip,
+        item.devices,
+    )
+
+
+def _shift(slot: CellSlot, item: LRPStart, sign: int) -> None:
+    """Take one instance of the item off the cell (sign 1) or put one on it (sign -1)."""
+    slot.avail_m += sign * item.memory_mb
+    slot.avail_d += sign * item.disk_mb
+    slot.avail_c += sign
+    slot.proc_counts[item.process_guid] = slot.proc_counts.get(item.process_guid, 0) - sign
 
 
 class Planner:
@@ -46,6 +69,8 @@ class Planner:
         self.rebalance = rebalance
         self._pickers: dict[str, Picker] = {}
         self._eligible: dict[tuple, list[str]] = {}
+        self._compatible: dict[tuple, list[CellSlot]] = {}
+        self._memory_mean: tuple[int, float] | None = None  # (moves when computed, the mean)
         held_volumes = {v.holder for s in self.state.slots for v in s.volumes if v.holder and v.ephemeral}
         # process guid -> cell id -> indices running there (movable ones only)
         self.movable: dict[str, dict[str, list[int]]] = {}
@@ -63,8 +88,11 @@ class Planner:
             self.movable.setdefault(p.process_guid, {}).setdefault(p.cell_id, []).append(p.index)
         self.moves: list[Move] = []
 
+    def strategy_of(self, item: LRPStart) -> str:
+        return item.strategy or self.config.strategy
+
     def picker(self, item: LRPStart) -> Picker:
-        name = item.strategy or self.config.strategy
+        name = self.strategy_of(item)
         found = self._pickers.get(name)
         if found is None:
             found = self._pickers[name] = pickers(self.config.engine)[name](self.state)
@@ -85,27 +113,61 @@ class Planner:
         )
 
     def eligible_zones(self, item: LRPStart) -> list[str]:
-        """Zones with a cell the app could run on were it empty: every filter but the resource ones. Apps
-        asking the same of a cell share the answer (at 1,000 apps and 1,000 cells, a second per plan)."""
-        ask = (
-            item.strategy,
-            item.stack,
-            item.placement_tags,
-            item.volume_drivers,
-            item.labels_match,
-            item.volumes,
-            item.ingress_ip,
-            item.devices,
-        )
+        """The zones the app's spread is judged over: those with a cell it can run on (`compatible_slots`).
+        A zone whose cells are all loaded beyond a strategy's filter (the load mark's critical marks) is
+        still one of its zones: load passes, the app's fit does not."""
+        ask = ask_of(item)
         found = self._eligible.get(ask)
         if found is None:
-            chain = [f for f in self.picker(item).chain(item) if not f.resource]
-            found = self._eligible[ask] = [
-                z
-                for z in self.state.zone_names
-                if any(not any(f.rejects(s, item) for f in chain) for s in self.state.zone_slots[z])
+            zones = {s.zone for s in self.compatible_slots(item)}
+            found = self._eligible[ask] = [z for z in self.state.zone_names if z in zones]
+        return found
+
+    def compatible_slots(self, item: LRPStart) -> list[CellSlot]:
+        """The cells the app can run on whatever their load: every filter but the resource ones and the
+        strategy's own (which judge a cell's load or advertisement, not the app's fit). Apps asking the
+        same of a cell share the answer (at 1,000 apps and 1,000 cells, a second per plan)."""
+        ask = ask_of(item)
+        found = self._compatible.get(ask)
+        if found is None:
+            picker = self.picker(item)
+            chain = [f for f in picker.chain(item) if not f.resource and f not in picker.filters]
+            found = self._compatible[ask] = [
+                s for s in self.state.slots if not any(f.rejects(s, item) for f in chain)
             ]
         return found
+
+    def mean_memory_fraction(self) -> float:
+        """The mean memory fraction of the cells with memory, as the moves so far left them."""
+        if self._memory_mean is None or self._memory_mean[0] != len(self.moves):
+            sized = [memory_fraction(s) for s in self.state.slots if s.total_m > 0]
+            self._memory_mean = (len(self.moves), sum(sized) / len(sized) if sized else 0.0)
+        return self._memory_mean[1]
+
+    def overloads(self, slot: CellSlot, item: LRPStart) -> bool:
+        """Would the instance take the cell more than `load_tolerance` above the mean memory fraction (the
+        cell-load rule would then move something off it again)?"""
+        after = 1.0 - (slot.avail_m - item.memory_mb) / (slot.total_m or 1)
+        return after > self.mean_memory_fraction() + self.rebalance.load_tolerance
+
+    @contextmanager
+    def lifted(self, slot: CellSlot, item: LRPStart) -> Iterator[CellSlot]:
+        """The cell as the auction would see it were one instance of the item not there, for scoring
+        (the columns are not told: nothing reads them meanwhile)."""
+        _shift(slot, item, 1)
+        try:
+            yield slot
+        finally:
+            _shift(slot, item, -1)
+
+    @contextmanager
+    def added(self, slot: CellSlot, item: LRPStart) -> Iterator[CellSlot]:
+        """The cell as it would be with one more instance of the item, for scoring (as `lifted`)."""
+        _shift(slot, item, -1)
+        try:
+            yield slot
+        finally:
+            _shift(slot, item, 1)
 
     def move(
         self,
@@ -119,10 +181,7 @@ class Planner:
     ) -> None:
         pg = item.process_guid
         for slot, sign in ((source, 1), (target, -1)):
-            slot.avail_m += sign * item.memory_mb
-            slot.avail_d += sign * item.disk_mb
-            slot.avail_c += sign
-            slot.proc_counts[pg] = slot.proc_counts.get(pg, 0) - sign
+            _shift(slot, item, sign)
             self.state.columns.reserved(slot)  # the fast pickers' columns follow the slot
         counts = self.zone_counts[pg]
         counts[source.zone] -= 1
