@@ -87,6 +87,7 @@ class Rebalancer:
         config = RebalanceConfig(
             max_moves=max_moves,
             load_tolerance=self.settings.rebalance_load_tolerance,
+            strategy_margin=self.settings.rebalance_strategy_margin,
             apps=None if app is None else frozenset({app}),
         )
         moves = plan_moves(
