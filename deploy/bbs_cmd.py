@@ -127,7 +127,8 @@ def bbs(
         None, "--rebalance-in-flight", help="Rebalancing moves in flight at most, one per app [5]."
     ),
     rebalance_moves_per_minute: int | None = typer.Option(
-        None, "--rebalance-moves-per-minute", help="Rebalancing moves started per minute at most [60]."
+        None, "--rebalance-moves-per-minute",
+        help="Rebalancing moves started per minute at most [0: one per present cell, at least 60].",
     ),
     rebalance_move_timeout: float | None = typer.Option(
         None, "--rebalance-move-timeout",

@@ -11,6 +11,7 @@ runs the same at 1,000 cells.
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import random
 import time
@@ -22,6 +23,7 @@ from typing import Any
 from auctioneer.engine import schedule
 from auctioneer.engine.rebalance import Move, Placed, plan_moves
 from auctioneer.engine.types import Cell, LRPStart, Resources, SchedulerConfig
+from bbs.rebalance_budget import moves_per_minute
 
 Where = dict[tuple[str, int], str]  # (process guid, index) -> cell id
 
@@ -31,8 +33,12 @@ class Budget:
     """The BBS's rebalancing budget (bbs/settings.py defaults) and how long a move takes."""
 
     in_flight: int = 5
-    per_minute: int = 60
+    per_minute: int = 0  # 0: as the BBS scales it with the cells (bbs/rebalance_budget.py)
     move_s: float = 2.0
+
+    def for_cells(self, cells: int) -> Budget:
+        """The budget with its per-minute cap as the BBS resolves it for this many cells."""
+        return dataclasses.replace(self, per_minute=moves_per_minute(self.per_minute, cells))
 
 
 @dataclass(slots=True)
@@ -83,6 +89,7 @@ def worst_skew(per_app: dict[str, dict[str, int]]) -> int:
 def replay(moves: list[Move], desired: dict[str, int], budget: Budget, start: float = 0.0) -> Replay:
     """The moves on simulated time under the budget (one per app, `in_flight` at once, `per_minute`
     started per minute); each app's running count at every change."""
+    assert budget.per_minute > 0, "a budget resolved for the cluster's cells (Budget.for_cells)"
     out = Replay(seconds=start, running={pg: [] for pg in desired})
     queue, running = deque(moves), dict(desired)
     ends: list[tuple[float, str]] = []  # (when its old instance stops, app)
@@ -130,6 +137,7 @@ def outage_and_return(
 ) -> dict[str, Any]:
     """Place every app, lose the first zone, evacuate, return it empty, plan and replay: the report."""
     config = config or SchedulerConfig()
+    budget = budget.for_cells(cells)
     names = [f"z{i}" for i in range(zones)]
     starts = [
         LRPStart(r.process_guid, i, r.memory_mb, r.disk_mb, total_instances=r.total_instances)

@@ -1,14 +1,15 @@
 """Rebalancing benchmark (issue #18): a zone evacuated and returned, then planned and carried out.
 
     python tests/bench/rebalance.py [--cells 1000] [--zones 3] [--instances 60000] [--apps 1000]
-                                    [--move-seconds 2] [--in-flight 5] [--moves-per-minute 60] [--seed 1]
+                                    [--move-seconds 2] [--in-flight 5] [--moves-per-minute 0] [--seed 1]
 
 On simulated cells (the engine's plain data, no processes; deploy/simulator/rebalance.py, the simulator's
 `zone-outage-and-return` scenario at this size): every instance placed by the engine (diego strategy);
 the first zone's cells leave and the engine places their instances on the other zones (the evacuation);
 the cells return empty; `auctioneer/engine/rebalance/` plans (timed: `plan_s`). The moves are then
-replayed on simulated time with the BBS's default budget (bbs/settings.py: 5 in flight, one per app, 60
-started per minute), each taking `--move-seconds` from its start to the old instance's stop: `execute_s`
+replayed on simulated time with the BBS's default budget (bbs/settings.py, bbs/rebalance_budget.py: 5 in
+flight, one per app, one started per present cell a minute and at least 60; `--moves-per-minute N` fixes
+it), each taking `--move-seconds` from its start to the old instance's stop: `execute_s`
 is that simulated time, and `min_running_ratio` the lowest running/desired of any app while rebalancing
 (must be 1.0). Cells hold 32 GiB: two zones hold everything. Prints ONE JSON object; never asserts on
 time. Target: plan_s < 5 at full size, worst zone skew after <= 1.
