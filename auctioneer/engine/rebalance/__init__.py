@@ -3,8 +3,9 @@
 Diego never moves a running instance, so after a zone returns it stays empty until apps restart. The
 planner looks at where instances run now and proposes moves, each judged with the engine's own filter
 chain (`Picker.feasible_slots`: stack, tags, label expressions, volumes, devices, the strategy's own
-filters, resources) and scored with the auction's own cell score (`scoring.lrp_score`), never a copy.
-The rules, one module each, in the order they run (a later rule never undoes an earlier one):
+filters, resources) and scored with the strategies' own cell scores (`scoring.lrp_score`, the load mark,
+the objective: strategy_scores.py), never a copy. The rules, one module each, in the order they run (a
+later rule never undoes an earlier one):
 
 1. zone spread (zone_spread.py): an app whose instances per zone differ by more than one while a zone
    with fewer has a cell with room: an instance of its fullest zone goes to the best cell of its
@@ -19,6 +20,9 @@ The rules, one module each, in the order they run (a later rule never undoes an 
    loadmark, objective) scores another cell better than its own by more than `strategy_margin` of the
    score's unit, its own cell scored as if the instance were not there;
 5. zone spread again, for an app an emptier zone had no room for until the moves since made some.
+
+The working copy is planner.py (the cells as moves leave them); the later rules find their targets in
+rankings (ranking.py) so that a plan at 1,000 cells and 60,000 instances stays within seconds.
 
 Pinned instances never move: those of a `keep-replicas` LRP (the caller names them) and those holding
 an ephemeral volume on their cell (volume stickiness: their data is there). Plain data and functions;

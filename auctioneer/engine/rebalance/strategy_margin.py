@@ -25,75 +25,34 @@ the app (the loadmark picker's preference, and under diego such a cell scores 10
 
 Bounded work. Scores that read nothing of the instance but its size (diego, loadmark) are shared: apps
 asking alike (the same size, the same non-resource asks) rank the cells holding none of them alike, so
-each such group keeps one heap of cells by score (`SharedRanking`), re-validated lazily (a popped cell is
-scored again; a cell a move changed is pushed again with its new score). An app costs one lifted score
-per cell it runs on and, for its worst cell per zone, the heap's cells that beat it by the margin — none,
-in a balanced cluster. Objective scores read the instance's index, so each instance scores every
-candidate cell: at most `instance_score_budget` such scores per plan (the instances after it wait for
-the next plan).
+each such group keeps one ranking per zone (ranking.py: a heap re-validated lazily, a search giving up
+after passing over PATIENCE cells). An app costs one lifted score per cell it runs on and, for its worst
+cell per zone, the cells that beat it by the margin — none, in a balanced cluster. Objective scores read
+the instance's index, so each instance scores every candidate cell: at most `instance_score_budget` such
+scores per plan (the instances after it wait for the next plan).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import heapq
-from collections.abc import Callable, Hashable
+from collections.abc import Callable
 
 from ..state import CellSlot
 from ..types import LRPStart
 from .load_mark import CellMarks, is_loadmark
 from .moves import STRATEGY_MARGIN
 from .planner import Planner, ask_of
+from .ranking import Ranking, Rankings
 from .strategy_scores import CellScore, StrategyScore, as_no_process, strategy_score
 
 
-class SharedRanking:
-    """The cells apps asking alike could move to, in a heap by the score they give a cell holding none of
-    them. Entries may be stale: `best` scores a popped cell again, and `changed` pushes a cell a move
-    changed with its new score (its old entry is found stale when popped)."""
-
-    def __init__(self, score: CellScore, slots: list[CellSlot]) -> None:
-        self.score = score
-        self.members = {s.pos for s in slots}
-        self.heap = [(score(s), s.pos, s) for s in slots]
-        heapq.heapify(self.heap)
-
-    def changed(self, slot: CellSlot) -> None:
-        if slot.pos in self.members:
-            heapq.heappush(self.heap, (self.score(slot), slot.pos, slot))
-
-    def best(self, below: float, accept: Callable[[CellSlot], bool]) -> tuple[float, CellSlot] | None:
-        """The lowest-scoring cell `accept`ed whose score is below `below`, with its score; None if none.
-        Cells passed over stay in the heap."""
-        heap, aside, seen = self.heap, [], set()
-        try:
-            while heap:
-                score, pos, slot = heap[0]
-                now = self.score(slot)
-                if now != score:
-                    heapq.heapreplace(heap, (now, pos, slot))
-                elif score >= below:
-                    return None
-                elif pos in seen:
-                    heapq.heappop(heap)  # a duplicate entry, current too: one is enough
-                elif accept(slot):
-                    return score, slot
-                else:
-                    seen.add(pos)
-                    aside.append(heapq.heappop(heap))
-            return None
-        finally:
-            for entry in aside:
-                heapq.heappush(heap, entry)
-
-
 class MarginRule:
-    """One run of the rule over the planner's copy: the shared rankings and the load marks it keeps."""
+    """One run of the rule over the planner's copy: the rankings and the load marks it keeps."""
 
     def __init__(self, planner: Planner) -> None:
         self.planner = planner
         self.marks = CellMarks(planner)
-        self.rankings: dict[Hashable, SharedRanking] = {}
+        self.rankings = Rankings()
         self.budget = planner.rebalance.instance_score_budget
 
     def run(self) -> None:
@@ -111,15 +70,22 @@ class MarginRule:
 
     # --- scores shared by apps asking alike ------------------------------------------------------------
 
-    def ranking(self, item: LRPStart, scoring: StrategyScore) -> SharedRanking:
+    def ranking(self, item: LRPStart, scoring: StrategyScore, zone: str) -> Ranking:
+        """The zone's cells the app can run on, by the score they give an app holding none of them; one
+        per size too, as a ranking drops the cells too full for its size (ranking.py)."""
         assert scoring.share_key is not None
-        key = (self.planner.strategy_of(item), scoring.share_key(item), ask_of(item))
-        found = self.rankings.get(key)
-        if found is None:
-            neutral = scoring.bind(self.planner.picker(item), as_no_process(item))
-            assert neutral is not None  # only per-instance scores may fail to bind
-            found = self.rankings[key] = SharedRanking(neutral, self.planner.compatible_slots(item))
-        return found
+        planner = self.planner
+        size = (item.memory_mb, item.disk_mb)
+        key = (planner.strategy_of(item), scoring.share_key(item), size, ask_of(item), zone)
+
+        def neutral() -> CellScore:
+            score = scoring.bind(planner.picker(item), as_no_process(item))
+            assert score is not None  # only per-instance scores may fail to bind
+            return score
+
+        return self.rankings.get(
+            key, neutral, lambda: [s for s in planner.compatible_slots(item) if s.zone == zone]
+        )
 
     def by_cell(self, item: LRPStart, scoring: StrategyScore) -> None:
         """Move the app's instances off its worst cells while some cell beats them by the margin."""
@@ -127,25 +93,44 @@ class MarginRule:
         own = scoring.bind(planner.picker(item), item)
         if own is None:
             return
-        ranking = self.ranking(item, scoring)
         margin = planner.rebalance.strategy_margin * scoring.unit
         while not planner.full():
-            worst_per_zone: dict[str, tuple[float, CellSlot]] = {}
-            for cell_id in planner.movable.get(pg, {}):
-                slot = planner.slot_of[cell_id]
-                with planner.lifted(slot, item):
-                    current = own(slot)
-                known = worst_per_zone.get(slot.zone)
-                if known is None or (current, slot.cell_id) > (known[0], known[1].cell_id):
-                    worst_per_zone[slot.zone] = (current, slot)
-            for current, source in sorted(worst_per_zone.values(), key=lambda w: (-w[0], w[1].cell_id)):
-                found = ranking.best(current - margin, self.acceptor(item, source))
+            for current, source in self.worst_cells(item, own):
+                found = self.best_target(item, scoring, source, current - margin)
                 if found is not None:
-                    self.move(item, max(planner.movable[pg][source.cell_id]), source, found[1], scoring,
-                              current, found[0])
+                    index = max(planner.movable[pg][source.cell_id])
+                    self.move(item, index, source, found[1], scoring, current, found[0])
                     break
             else:
                 return
+
+    def worst_cells(self, item: LRPStart, own: CellScore) -> list[tuple[float, CellSlot]]:
+        """The app's worst cell in each zone (scored without one of its instances), worst first: the other
+        cells of a zone meet the same targets, and beat them by less."""
+        planner = self.planner
+        worst: dict[str, tuple[float, CellSlot]] = {}
+        for cell_id in planner.movable.get(item.process_guid, {}):
+            slot = planner.slot_of[cell_id]
+            with planner.lifted(slot, item):
+                current = own(slot)
+            known = worst.get(slot.zone)
+            if known is None or (current, slot.cell_id) > (known[0], known[1].cell_id):
+                worst[slot.zone] = (current, slot)
+        return sorted(worst.values(), key=lambda w: (-w[0], w[1].cell_id))
+
+    def best_target(
+        self, item: LRPStart, scoring: StrategyScore, source: CellSlot, below: float
+    ) -> tuple[float, CellSlot] | None:
+        """The best cell scoring below `below` an instance leaving `source` may go to: its zone's first,
+        another zone's only when strictly better."""
+        fits, suits = self.fits(item), self.suits(item, source)
+        best: tuple[float, CellSlot] | None = None
+        for zone in self.planner.zones_keeping_spread(item, source.zone):
+            bar = below if best is None else min(below, best[0])
+            found = self.ranking(item, scoring, zone).best(bar, fits, suits)
+            if found is not None:
+                best = found
+        return best
 
     # --- scores read per instance ----------------------------------------------------------------------
 
@@ -157,6 +142,7 @@ class MarginRule:
         candidates = planner.compatible_slots(item)
         for cell_id, indices in sorted(planner.movable.get(pg, {}).items()):
             source = planner.slot_of[cell_id]
+            zones = set(planner.zones_keeping_spread(item, source.zone))
             for index in sorted(indices):
                 if planner.full() or self.budget < len(candidates):
                     return
@@ -166,35 +152,41 @@ class MarginRule:
                 with planner.lifted(source, item):
                     current = own(source)
                 self.budget -= len(candidates)
-                accept = self.acceptor(item, source)
+                fits, suits = self.fits(item), self.suits(item, source)
                 best: tuple[float, CellSlot] | None = None
                 for slot in candidates:
+                    if slot.zone not in zones:
+                        continue
                     score = own(slot)
-                    if score < current - margin and (best is None or score < best[0]) and accept(slot):
-                        best = (score, slot)
+                    if score < current - margin and (best is None or score < best[0]) and suits(slot):
+                        if fits(slot):
+                            best = (score, slot)
                 if best is not None:
                     self.move(item, index, source, best[1], scoring, current, best[0])
 
     # --- both -------------------------------------------------------------------------------------------
 
-    def acceptor(self, item: LRPStart, source: CellSlot) -> Callable[[CellSlot], bool]:
-        """Whether a cell may take an instance leaving `source` without undoing an earlier rule."""
-        planner, pg = self.planner, item.process_guid
-        zones = set(planner.zones_keeping_spread(item, source.zone))
+    def fits(self, item: LRPStart) -> Callable[[CellSlot], bool]:
+        """Whether a cell can take an instance of the app without undoing an earlier rule: it passes the
+        whole chain and stays within the memory rule's tolerance (for a loadmark app, the load-mark rule's
+        and below the critical marks too) once the instance runs there."""
+        planner = self.planner
         picker = planner.picker(item)
         loadmark = is_loadmark(planner, item)
 
-        def accept(slot: CellSlot) -> bool:
+        def fits(slot: CellSlot) -> bool:
             return (
-                slot is not source
-                and slot.zone in zones
-                and slot.proc_counts.get(pg, 0) == 0
-                and not planner.overloads(slot, item)
+                not planner.overloads(slot, item)
                 and not (loadmark and self.marks.overloads(slot, item, planner))
                 and bool(picker.feasible_slots(item, [slot]))
             )
 
-        return accept
+        return fits
+
+    def suits(self, item: LRPStart, source: CellSlot) -> Callable[[CellSlot], bool]:
+        """Whether the instance leaving `source` may go to a cell: another, holding none of the app."""
+        pg = item.process_guid
+        return lambda slot: slot is not source and slot.proc_counts.get(pg, 0) == 0
 
     def move(
         self,
@@ -212,9 +204,7 @@ class MarginRule:
             f"{scoring.shown(score):.3f} on {target.cell_id}"
         )
         self.planner.move(item, index, source, target, STRATEGY_MARGIN, detail, current - score)
-        for ranking in self.rankings.values():
-            ranking.changed(source)
-            ranking.changed(target)
+        self.rankings.changed(source, target)
         self.marks.refresh(source, target)
 
 
