@@ -7,7 +7,7 @@ the fast pickers' columns, the zone counts and the movable instances current for
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 
 from ..filters.volumes import instance_key
@@ -17,6 +17,7 @@ from ..strategies import pickers
 from ..strategies.base import Picker
 from ..types import Cell, LRPStart, SchedulerConfig
 from .moves import Move, Placed, RebalanceConfig
+from .strategy_scores import strategy_score
 
 
 def memory_fraction(slot: CellSlot) -> float:
@@ -102,15 +103,25 @@ class Planner:
         return 0 < self.rebalance.max_moves <= len(self.moves)
 
     def best_target(self, item: LRPStart, slots: Sequence[CellSlot]) -> CellSlot | None:
-        """The cell the auction would pick among these: feasible under the whole chain, lowest score."""
+        """The cell the auction would pick among these: feasible under the whole chain, first in the app's
+        strategy's order (`target_order`)."""
         feasible = self.picker(item).feasible_slots(item, slots)
-        if not feasible:
-            return None
-        weight, pack = self.config.starting_container_weight, self.config.bin_pack_first_fit_weight
-        return min(
-            feasible,
-            key=lambda s: lrp_score(s, item.memory_mb, item.disk_mb, item.process_guid, weight, pack),
-        )
+        return min(feasible, key=self.target_order(item)) if feasible else None
+
+    def target_order(self, item: LRPStart) -> Callable[[CellSlot], tuple[bool, float]]:
+        """How the app's strategy orders cells for one more of its instances: cells holding none of the app
+        first (the load-mark picker's preference; Diego's score says as much with its 1000 per instance),
+        then by the strategy's own score where its instances share one (diego, loadmark:
+        strategy_scores.py), else by Diego's."""
+        scoring = strategy_score(self.strategy_of(item))
+        picker = self.picker(item)
+        score = None if scoring is None or scoring.per_instance else scoring.bind(picker, item)
+        if score is None:
+            weight, pack = self.config.starting_container_weight, self.config.bin_pack_first_fit_weight
+            memory, disk, pg = item.memory_mb, item.disk_mb, item.process_guid
+            return lambda s: (s.proc_counts.get(pg, 0) > 0, lrp_score(s, memory, disk, pg, weight, pack))
+        pg, own = item.process_guid, score
+        return lambda s: (s.proc_counts.get(pg, 0) > 0, own(s))
 
     def eligible_zones(self, item: LRPStart) -> list[str]:
         """The zones the app's spread is judged over: those with a cell it can run on (`compatible_slots`).

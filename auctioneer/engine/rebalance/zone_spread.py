@@ -1,13 +1,13 @@
 """The zone-spread rule: an app whose instances per zone differ by more than one while a zone with fewer
 has a cell with room: an instance of its fullest zone (from the cell holding most of it) goes to the best
-cell of its emptiest zone (the auction's filter chain and cell score), until within one. It runs first,
-and again last (`plan_moves`): the later rules' moves may make room where an app lacked some."""
+cell of its emptiest zone (the auction's filter chain, and the app's strategy's order of cells:
+`Planner.target_order`), until within one. It runs first, and again last (`plan_moves`): the later
+rules' moves may make room where an app lacked some."""
 
 from __future__ import annotations
 
 import heapq
 
-from ..scoring import lrp_score
 from ..state import CellSlot
 from ..types import LRPStart
 from .moves import ZONE_SPREAD
@@ -64,24 +64,22 @@ def spread_app(planner: Planner, pg: str) -> bool:
 
 def zone_target(planner: Planner, item: LRPStart, zone: str, ranked: dict[str, list]) -> CellSlot | None:
     """`Planner.best_target` over a zone for one app's run of moves into it: the zone's feasible cells
-    scored once and kept in a heap; a popped cell is checked again (the app's own moves change it) and
-    pushed back with its new score once chosen."""
-    config = planner.config
-    weight, pack = config.starting_container_weight, config.bin_pack_first_fit_weight
+    ordered once (`Planner.target_order`) and kept in a heap; a popped cell is checked again (the app's
+    own moves change it) and pushed back with its new place once chosen."""
+    order = planner.target_order(item)
     picker = planner.picker(item)
     heap = ranked.get(zone)
     if heap is None:
         heap = ranked[zone] = [
-            (lrp_score(s, item.memory_mb, item.disk_mb, item.process_guid, weight, pack), s.pos, s)
-            for s in picker.feasible_slots(item, planner.state.zone_slots[zone])
+            (order(s), s.pos, s) for s in picker.feasible_slots(item, planner.state.zone_slots[zone])
         ]
         heapq.heapify(heap)
     while heap:
-        score, pos, slot = heap[0]
-        now = lrp_score(slot, item.memory_mb, item.disk_mb, item.process_guid, weight, pack)
+        key, pos, slot = heap[0]
+        now = order(slot)
         if not picker.feasible_slots(item, [slot]):
             heapq.heappop(heap)
-        elif now != score:
+        elif now != key:
             heapq.heapreplace(heap, (now, pos, slot))
         else:
             return slot
