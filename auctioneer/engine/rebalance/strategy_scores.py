@@ -9,8 +9,8 @@ for a tolerance of `load_tolerance` units, so one setting means as much under ev
   (0: empty, 1: full), so the unit is 1; each instance of the same process on the cell adds 1000.
 - loadmark: `strategies.loadmark.load_mark`, judged on the cell before the instance (as its picker
   judges it). The mark is a weighted sum of fractions ×100, so the unit is 100 (a mark of 100: one fully
-  used resource of weight 1). Its picker also prefers a cell without an instance of the process; the
-  planner never proposes a cell holding one.
+  used resource of weight 1). Its picker also prefers a cell without an instance of the process, and so
+  do the rules (`Planner.target_order`; the margin rule never proposes a cell holding one).
 - objective: the LRP's objective, evaluated by `objective.evaluate.score` on the picker's view of the
   cell (`SlotBid`), negated (higher wins there). Unit 1: in the `diego-blog` preset one zone step, the
   four preferences together weighing at most 1. It reads the instance's index (`ai.InstanceNumber`), so
