@@ -100,8 +100,8 @@ def least_loaded(candidates: Sequence[CellSlot], config: LoadMarkConfig) -> Cell
 
 def preferred(candidates: Sequence[CellSlot], item: LRPStart, config: LoadMarkConfig) -> CellSlot | None:
     """The cell the strategy places an LRP instance on among feasible candidates: one without an instance
-    of its process while there is one, then the least loaded. The reference picker's rule, and the
-    rebalance planner's (rebalance/load_mark.py)."""
+    of its process while there is one, then the least loaded. The reference picker's rule; the rebalance
+    planner follows the same order over its rankings of cells (rebalance/load_mark.py)."""
     without = [slot for slot in candidates if slot.proc_counts.get(item.process_guid, 0) == 0]
     return least_loaded(without or candidates, config)
 
