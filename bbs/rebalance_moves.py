@@ -7,7 +7,7 @@ the way back: a replacement that crashes or does not run in time is dropped (sto
 it) and the old instance is the index's instance again.
 
 And the planner's input: the state the BBS holds, turned into the engine's plain data (cells with what
-they hold, one placement request per app), so that auctioneer/engine/rebalance.py judges moves with the
+they hold, one placement request per app), so that auctioneer/engine/rebalance/ judges moves with the
 auction's own filters and score.
 """
 
@@ -18,7 +18,8 @@ from collections.abc import Iterable, Sequence
 from typing import Any, Literal
 
 from auctioneer.engine.rebalance import Placed
-from auctioneer.engine.types import DEFAULT_STACK, Cell, LRPStart, Resources
+from auctioneer.engine.types import DEFAULT_STACK, Cell, HostMetrics, LRPStart, Resources, host_metrics_from
+from common.models import HostMetricsModel
 
 from .actual_set import ActualSet
 from .lifecycle import Stop, stop_of
@@ -111,6 +112,11 @@ def pinned(desired: DesiredRecord) -> bool:
     return desired.on_cell_loss == KEEP_REPLICAS or any(desired.definition.get(k) for k in _CELL_SIDE_UNKNOWN)
 
 
+def _host(reported: dict[str, Any] | None) -> HostMetrics | None:
+    """The host metrics a heartbeat carried (the load-mark strategy's input), as the engine reads them."""
+    return None if reported is None else host_metrics_from(HostMetricsModel.model_validate(reported))
+
+
 def planner_cells(
     cells: Sequence[CellRecord], actuals: Iterable[ActualRecord], requests: dict[str, LRPStart]
 ) -> tuple[list[Cell], list[Placed]]:
@@ -136,6 +142,7 @@ def planner_cells(
             optional_placement_tags=frozenset(p.get("optional_placement_tags") or ()),
             volume_drivers=frozenset(p.get("volume_drivers") or ()),
             labels=dict(p.get("labels") or {}),
+            host=_host(p.get("host")),
         )
     placed: list[Placed] = []
     others: set[tuple[str, int]] = set()

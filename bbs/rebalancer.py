@@ -1,15 +1,16 @@
 """Rebalancing (issue #18): plan moves on the state the BBS holds, carry them out make-before-break.
 
 Where it runs: in the BBS, which holds the actual LRPs, the desired definitions and the cell states; the
-plan is auctioneer/engine/rebalance.py (the engine's pure module, imported without the auctioneer
+plan is auctioneer/engine/rebalance/ (the engine's pure package, imported without the auctioneer
 service), the moves the drain's evacuation aimed at one instance (bbs/rebalance_moves.py): the replacement
 is auctioned like any start, and the auction, seeing the old instance still counted where it runs, places
 it where the plan expects. The replica that took `POST /v1/rebalance` carries out its moves; a replica
 that stops forgets the moves not started, and a started one ends as any evacuation does.
 
-Budget: at most `rebalance_in_flight` moves at once, one per app, `rebalance_moves_per_minute` started
-per minute; a move is skipped when its app's desired count changed since the plan, and abandoned (the old
-instance kept) when it changes meanwhile, when the replacement crashes, or when it does not run within
+Budget (bbs/rebalance_budget.py): at most `rebalance_in_flight` moves at once, one per app, and
+`rebalance_moves_per_minute` started per minute (by default one per present cell, at least 60); a move is
+skipped when its app's desired count changed since the plan, and abandoned (the old instance kept) when
+it changes meanwhile, when the replacement crashes, or when it does not run within
 `rebalance_move_timeout`. Each tick reads only the rows of the moves in flight.
 """
 
@@ -27,6 +28,7 @@ from auctioneer.engine.rebalance import Move, RebalanceConfig, plan_moves
 
 from .actual_set import ActualSet
 from .events import event
+from .rebalance_budget import moves_per_minute
 from .rebalance_moves import abandon_move, move_outcome, pinned, placement_request, planner_cells, start_move
 
 if TYPE_CHECKING:
@@ -68,6 +70,7 @@ class Rebalancer:
         self.progress = Progress()
         self._task: asyncio.Task[None] | None = None
         self._known_cells: set[str] | None = None  # present cells at the last automatic look
+        self._cells_planned = 0  # schedulable cells at the last plan: the per-minute budget scales with them
         self._next_auto = 0.0
 
     # --- planning -------------------------------------------------------------------------------
@@ -83,10 +86,12 @@ class Rebalancer:
             (p.move.process_guid, p.move.index) for p in self.progress.queued
         }
         engine_cells, placed = planner_cells(cells, actuals, requests)
+        self._cells_planned = len(engine_cells)
         placed = [p for p in placed if (p.process_guid, p.index) not in busy]
         config = RebalanceConfig(
             max_moves=max_moves,
             load_tolerance=self.settings.rebalance_load_tolerance,
+            strategy_margin=self.settings.rebalance_strategy_margin,
             apps=None if app is None else frozenset({app}),
         )
         moves = plan_moves(
@@ -156,12 +161,9 @@ class Rebalancer:
         p, s = self.progress, self.settings
         while p.started_at and p.started_at[0] <= now - 60.0:
             p.started_at.popleft()
+        per_minute = moves_per_minute(s.rebalance_moves_per_minute, self._cells_planned)
         waiting: deque[Planned] = deque()
-        while (
-            p.queued
-            and len(p.in_flight) < s.rebalance_in_flight
-            and len(p.started_at) < s.rebalance_moves_per_minute
-        ):
+        while p.queued and len(p.in_flight) < s.rebalance_in_flight and len(p.started_at) < per_minute:
             planned = p.queued.popleft()
             if any(k[0] == planned.move.process_guid for k in p.in_flight):
                 waiting.append(planned)  # one move per app at a time

@@ -54,6 +54,37 @@ async def test_dry_run_plans_with_reasons_and_gains_and_changes_nothing(h: Harne
     assert (await h.http.get("/v1/rebalance")).json() == {"queued": [], "in_flight": [], "finished": []}
 
 
+async def test_dry_run_names_an_instance_its_strategy_would_place_elsewhere(h: Harness) -> None:  # noqa: F811 - the fixture
+    # one zone: two instances of web share c1 while c2 holds none; Diego's score puts the second elsewhere
+    await h.heartbeat("c1")
+    await h.heartbeat("c2")
+    await desire(h, 2)
+    await h.lifecycle(
+        "c1", claimed=[ref(0, "g0"), ref(1, "g1")], running=[running(0, "g0"), running(1, "g1")]
+    )
+    moves = (await h.http.post("/v1/rebalance", json={"dry_run": True})).json()["moves"]
+    assert [(m["index"], m["from_cell"], m["to_cell"], m["reason"]) for m in moves] == [
+        (1, "c1", "c2", "strategy_margin")
+    ]
+    assert moves[0]["gain"] > 1000 and moves[0]["detail"].startswith("diego score 1000.")
+
+
+async def test_loadmark_apps_are_judged_by_the_load_marks_the_heartbeats_report(h: Harness) -> None:  # noqa: F811 - the fixture
+    # c1's host swaps (60 %): its load mark is far above c2's, which its heartbeat says is idle
+    await h.heartbeat("c1", host={"swap_used_mb": 600, "swap_total_mb": 1000, "cores": 4})
+    await h.heartbeat("c2", host={"swap_used_mb": 0, "swap_total_mb": 1000, "cores": 4})
+    response = await h.http.post(
+        "/v1/desired_lrps",
+        json={"process_guid": "web", "instances": 1, "memory_mb": 128, "strategy": "loadmark"},
+    )
+    assert response.status_code == 201, response.text
+    await h.lifecycle("c1", claimed=[ref(0, "g0")], running=[running(0, "g0")])
+    moves = (await h.http.post("/v1/rebalance", json={"dry_run": True})).json()["moves"]
+    assert [(m["index"], m["from_cell"], m["to_cell"], m["reason"]) for m in moves] == [
+        (0, "c1", "c2", "load_mark")
+    ]
+
+
 async def test_moves_run_one_at_a_time_and_a_crashing_replacement_is_abandoned(h: Harness) -> None:  # noqa: F811 - the fixture
     await four_on_one_zone(h)
     assert len((await h.http.post("/v1/rebalance", json={})).json()["moves"]) == 2

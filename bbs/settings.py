@@ -71,13 +71,17 @@ class BBSSettings(BaseSettings, TLSOptions, RequestLimitOptions, QuotaOptions):
     # it for up to cell_loss_check (its rep asked for the cell's state) before moving single-instance apps.
     cell_loss_grace: float = Field(default=30.0, ge=0)
     cell_loss_check: float = Field(default=5.0, gt=0)
-    # Rebalancing (bbs/rebalancer.py): moves in flight (at most one per app), started per minute, how long a
-    # replacement has to run before its move is abandoned, a cell's memory fraction allowed above the mean;
-    # rebalance_interval > 0 plans on its own that often after a cell appeared or returned (0: on request).
+    # Rebalancing (bbs/rebalancer.py): moves in flight (at most one per app), started per minute (0:
+    # scaled with the cluster, bbs/rebalance_budget.py), how long a replacement has to run before its move
+    # is abandoned, a cell's memory fraction allowed above the mean (for loadmark apps, ×100 points of
+    # load mark), how much better (in units of its strategy's score) another cell must be for an instance
+    # to move there (auctioneer/engine/rebalance/strategy_margin.py); rebalance_interval > 0 plans on its
+    # own that often after a cell appeared or returned (0: on request).
     rebalance_in_flight: int = Field(default=5, ge=1)
-    rebalance_moves_per_minute: int = Field(default=60, ge=1)
+    rebalance_moves_per_minute: int = Field(default=0, ge=0)  # 0: one per present cell, at least 60
     rebalance_move_timeout: float = Field(default=120.0, gt=0)
     rebalance_load_tolerance: float = Field(default=0.10, ge=0, le=1)
+    rebalance_strategy_margin: float = Field(default=0.2, ge=0)
     rebalance_interval: float = Field(default=0.0, ge=0)
 
     def key_ring(self) -> KeyRing | None:

@@ -440,6 +440,10 @@ class CellPresence(Open):
     available: ResourcesModel | None = None
     instances: StoreInt = 0  # LRP instances held (starting, running or stopping)
     starting: StoreInt = 0  # of which starting
+    # The host's load as the load-mark strategy reads it (real cells; None from simulated ones and reps too
+    # old to say), so that the BBS's rebalance planner judges loadmark apps by their hosts' swap and load
+    # average as the auction does (auctioneer/engine/rebalance/load_mark.py).
+    host: HostMetricsModel | None = None
     # Set by the BBS from its own state (whatever a rep sends is ignored): an operator's `vendue cells
     # cordon|drain` (no new work; draining: its instances are moved away make-before-break), and
     # "present" or "suspect" (its presence expired; listed only with GET /v1/cells?all=true).
@@ -902,7 +906,7 @@ class RebalanceMove(Open):
     to_cell: str
     from_zone: str
     to_zone: str
-    reason: Literal["zone_spread", "cell_load"]
+    reason: Literal["zone_spread", "cell_load", "load_mark", "strategy_margin"]
     detail: str
     gain: float
     outcome: Literal["completed", "abandoned", "skipped"] | None = None  # finished moves only

@@ -127,14 +127,20 @@ def bbs(
         None, "--rebalance-in-flight", help="Rebalancing moves in flight at most, one per app [5]."
     ),
     rebalance_moves_per_minute: int | None = typer.Option(
-        None, "--rebalance-moves-per-minute", help="Rebalancing moves started per minute at most [60]."
+        None, "--rebalance-moves-per-minute",
+        help="Rebalancing moves started per minute at most [0: one per present cell, at least 60].",
     ),
     rebalance_move_timeout: float | None = typer.Option(
         None, "--rebalance-move-timeout",
         help="A move whose replacement does not run by then is abandoned, s [120].",
     ),
     rebalance_load_tolerance: float | None = typer.Option(
-        None, "--rebalance-load-tolerance", help="Memory fraction a cell may be above the mean [0.10]."
+        None, "--rebalance-load-tolerance",
+        help="Memory fraction a cell may be above the mean; loadmark apps: ×100 load-mark points [0.10].",
+    ),
+    rebalance_strategy_margin: float | None = typer.Option(
+        None, "--rebalance-strategy-margin",
+        help="Move an instance when another cell beats its own by this much of its strategy's score [0.2].",
     ),
     check_config: bool = typer.Option(
         False, "--check-config", help="Validate the settings and exit: 0, or 2 and the setting at fault."

@@ -1,8 +1,10 @@
 """`vendue rebalance [--dry-run] [--app G] [--max-moves N] [--wait] [--json]`: put instances back where
 the auction would have put them (issue #18), through the BBS (`POST /v1/rebalance`, admin).
 
-The BBS plans (auctioneer/engine/rebalance.py: apps whose zone spread is worse than one while an emptier
-zone has room, cells far above the mean memory fraction) and carries the moves out make-before-break: the
+The BBS plans (auctioneer/engine/rebalance/; a move's reason: `zone_spread`, an app whose zone spread is
+worse than one while an emptier zone has room; `cell_load`, a cell far above the mean memory fraction;
+`load_mark`, for loadmark apps a cell far above the mean load mark; `strategy_margin`, an instance its
+strategy would now place elsewhere by a clear margin) and carries the moves out make-before-break: the
 new instance runs before the old one stops; one whose new instance crashes or is late is abandoned and the
 old one kept (bbs/rebalancer.py). `--dry-run` prints the plan, each move with its reason and gain, and
 changes nothing. `--wait` follows the moves (`GET /v1/rebalance`) until each finished: exit 0 when every
@@ -63,7 +65,8 @@ def rebalance(
     connection: Connection = Connection(),
     as_json: AsJson = False,
 ) -> None:
-    """Move running instances back into balance (zone spread, cell load), make-before-break."""
+    """Move running instances back into balance (zone spread, cell load, load mark, strategy margin),
+    make-before-break."""
     if max_moves < 0:
         fail(f"--max-moves: must be 0 or more, got {max_moves}", USAGE_ERROR)
     if timeout <= 0:

@@ -238,6 +238,7 @@ class Cell:
             available=self.available(),
             instances=len(self._instances),
             starting=self._starting,
+            host=_host_metrics() if c.report_host_metrics else None,
         )
 
     def instance_states(self) -> dict[str, int]:

@@ -1,6 +1,6 @@
 """The `zone-outage-and-return` scenario (issue #18), on the engine alone: a zone's cells leave, what ran
 there is placed on the other zones (the evacuation), the cells return empty, the rebalancer plans
-(auctioneer/engine/rebalance.py) and its moves are replayed on simulated time under the BBS's budget.
+(auctioneer/engine/rebalance/) and its moves are replayed on simulated time under the BBS's budget.
 
 The report: each app's instances per zone before the outage, during it and after the rebalance (and the
 worst skew of each), the moves with their reasons, and each app's running count over time (the outage
@@ -11,6 +11,7 @@ runs the same at 1,000 cells.
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import random
 import time
@@ -21,7 +22,8 @@ from typing import Any
 
 from auctioneer.engine import schedule
 from auctioneer.engine.rebalance import Move, Placed, plan_moves
-from auctioneer.engine.types import Cell, LRPStart, Resources, SchedulerConfig
+from auctioneer.engine.types import Cell, HostMetrics, LRPStart, Resources, SchedulerConfig
+from bbs.rebalance_budget import moves_per_minute
 
 Where = dict[tuple[str, int], str]  # (process guid, index) -> cell id
 
@@ -31,8 +33,12 @@ class Budget:
     """The BBS's rebalancing budget (bbs/settings.py defaults) and how long a move takes."""
 
     in_flight: int = 5
-    per_minute: int = 60
+    per_minute: int = 0  # 0: as the BBS scales it with the cells (bbs/rebalance_budget.py)
     move_s: float = 2.0
+
+    def for_cells(self, cells: int) -> Budget:
+        """The budget with its per-minute cap as the BBS resolves it for this many cells."""
+        return dataclasses.replace(self, per_minute=moves_per_minute(self.per_minute, cells))
 
 
 @dataclass(slots=True)
@@ -43,17 +49,23 @@ class Replay:
 
 
 def make_cells(
-    count: int, zones: int, memory_mb: int, containers: int, keep: Iterable[str] | None = None
+    count: int,
+    zones: int,
+    memory_mb: int,
+    containers: int,
+    keep: Iterable[str] | None = None,
+    hosts: dict[str, HostMetrics] | None = None,
 ) -> list[Cell]:
+    """`count` equal cells round-robin over `zones` (only those of the zones in `keep`), each with its
+    host's load from `hosts` (the load-mark strategy's input; none by default)."""
     wanted = None if keep is None else set(keep)
     cells = []
     for i in range(count):
-        zone = f"z{i % zones}"
+        zone, cell_id = f"z{i % zones}", f"cell-{i:04d}"
         if wanted is None or zone in wanted:
             size = Resources(memory_mb, 4 * memory_mb, containers)
-            cells.append(
-                Cell(f"cell-{i:04d}", zone, size, Resources(size.memory_mb, size.disk_mb, containers))
-            )
+            host = None if hosts is None else hosts.get(cell_id)
+            cells.append(Cell(cell_id, zone, size, dataclasses.replace(size), host=host))
     return cells
 
 
@@ -83,6 +95,7 @@ def worst_skew(per_app: dict[str, dict[str, int]]) -> int:
 def replay(moves: list[Move], desired: dict[str, int], budget: Budget, start: float = 0.0) -> Replay:
     """The moves on simulated time under the budget (one per app, `in_flight` at once, `per_minute`
     started per minute); each app's running count at every change."""
+    assert budget.per_minute > 0, "a budget resolved for the cluster's cells (Budget.for_cells)"
     out = Replay(seconds=start, running={pg: [] for pg in desired})
     queue, running = deque(moves), dict(desired)
     ends: list[tuple[float, str]] = []  # (when its old instance stops, app)
@@ -127,43 +140,33 @@ def outage_and_return(
     containers: int,
     budget: Budget,
     config: SchedulerConfig | None = None,
+    hosts: dict[str, HostMetrics] | None = None,
 ) -> dict[str, Any]:
-    """Place every app, lose the first zone, evacuate, return it empty, plan and replay: the report."""
+    """Place every app (each by its own strategy), lose the first zone, evacuate, return it empty, plan
+    and replay: the report. `hosts`: the cells' host load (for loadmark apps), by cell id."""
     config = config or SchedulerConfig()
+    budget = budget.for_cells(cells)
     names = [f"z{i}" for i in range(zones)]
-    starts = [
-        LRPStart(r.process_guid, i, r.memory_mb, r.disk_mb, total_instances=r.total_instances)
-        for r in requests.values()
-        for i in range(r.total_instances)
-    ]
-    placed = schedule(make_cells(cells, zones, memory_mb, containers), starts, config=config)
+
+    def cluster(keep: Iterable[str] | None = None) -> list[Cell]:
+        return make_cells(cells, zones, memory_mb, containers, keep, hosts)
+
+    starts = [dataclasses.replace(r, index=i) for r in requests.values() for i in range(r.total_instances)]
+    placed = schedule(cluster(), starts, config=config)
     where: Where = {(a.process_guid, a.index): a.cell_id for a in placed.lrp_assignments}
-    zone_of = {c.cell_id: c.zone for c in make_cells(cells, zones, memory_mb, containers)}
+    zone_of = {c.cell_id: c.zone for c in cluster()}
     before = spread(where, zone_of, names)
     lost = sorted(key for key, cell_id in where.items() if zone_of[cell_id] == names[0])
     for key in lost:
         del where[key]
-    survivors = holding(make_cells(cells, zones, memory_mb, containers, names[1:]), where, requests)
-    again = schedule(
-        survivors,
-        [
-            LRPStart(
-                pg,
-                i,
-                requests[pg].memory_mb,
-                requests[pg].disk_mb,
-                total_instances=requests[pg].total_instances,
-            )
-            for pg, i in lost
-        ],
-        config=config,
-    )
+    survivors = holding(cluster(names[1:]), where, requests)
+    again = schedule(survivors, [dataclasses.replace(requests[pg], index=i) for pg, i in lost], config=config)
     where.update({(a.process_guid, a.index): a.cell_id for a in again.lrp_assignments})
     during = spread(where, zone_of, names)
 
     t0 = time.perf_counter()
     moves = plan_moves(
-        holding(make_cells(cells, zones, memory_mb, containers), where, requests),
+        holding(cluster(), where, requests),
         [Placed(pg, i, c) for (pg, i), c in where.items()],
         requests,
         config=config,

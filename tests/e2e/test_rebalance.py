@@ -1,6 +1,7 @@
 """End to end: `vendue rebalance` (issue #18) on real clusters (process executor): a zone drained and
 returned gets its share back make-before-break, a move whose new instance crashes on start is abandoned
-and the old instance keeps serving, `--dry-run` changes nothing, and a cell that joins takes load."""
+and the old instance keeps serving, `--dry-run` changes nothing, an instance its strategy would now place
+elsewhere moves (the margin rule), and a cell that joins takes load."""
 
 from __future__ import annotations
 
@@ -166,6 +167,33 @@ def test_dry_run_changes_nothing_and_a_move_whose_new_instance_crashes_is_abando
             assert answer.instance_guid == a["instance_guid"], (answer, a)
     finally:
         shutil.rmtree(shared, ignore_errors=True)
+
+
+@pytest.mark.timeout(240)
+def test_an_instance_its_strategy_would_place_elsewhere_moves_by_the_margin(make_cluster) -> None:
+    # one zone: both instances started on one cell while the other was cordoned; Diego's score now puts
+    # the second on the other cell (a cell holding none of the app beats one holding the other by 1000)
+    c = make_cluster(cells=2, zones=1)
+    cells = sorted(c.reps)
+    cli_ok(c, "cells", "cordon", cells[1])
+    guid = c.guid("margin")
+    c.bbs.desire(guid, 2)
+    before = wait_all_running(c.bbs, guid, 2, timeout=FIRST_PLACEMENT_S)
+    assert {a["cell_id"] for a in before.values()} == {cells[0]}, brief(c.bbs.actuals(guid))
+    cli_ok(c, "cells", "uncordon", cells[1])
+
+    dry = json.loads(cli_ok(c, "rebalance", "--dry-run", "--json"))
+    assert [(m["from_cell"], m["to_cell"], m["reason"]) for m in dry["moves"]] == [
+        (cells[0], cells[1], "strategy_margin")
+    ], dry
+    assert dry["moves"][0]["gain"] > 1000 and dry["moves"][0]["detail"].startswith("diego score"), dry
+    with RunningPoller(c, guid) as poller:
+        moved = json.loads(cli_ok(c, "rebalance", "--wait", "--timeout", "90", "--json", timeout=120.0))
+    assert [m["outcome"] for m in moved["finished"]] == ["completed"], moved
+    assert poller.fewest is not None and poller.fewest[0] >= 2, poller.fewest
+    after = wait_all_running(c.bbs, guid, 2)
+    assert sorted(a["cell_id"] for a in after.values()) == cells, brief(c.bbs.actuals(guid))
+    assert "balanced: nothing to move" in cli_ok(c, "rebalance", "--dry-run")
 
 
 @pytest.mark.timeout(240)

@@ -91,6 +91,21 @@ def above_critical(slot: CellSlot, config: LoadMarkConfig) -> bool:
     )
 
 
+def least_loaded(candidates: Sequence[CellSlot], config: LoadMarkConfig) -> CellSlot | None:
+    """The candidate with the lowest load mark (ties: input order)."""
+    if not candidates:
+        return None
+    return min(candidates, key=lambda slot: (load_mark(slot, config), slot.pos))
+
+
+def preferred(candidates: Sequence[CellSlot], item: LRPStart, config: LoadMarkConfig) -> CellSlot | None:
+    """The cell the strategy places an LRP instance on among feasible candidates: one without an instance
+    of its process while there is one, then the least loaded. The reference picker's rule; the rebalance
+    planner follows the same order over its rankings of cells (rebalance/load_mark.py)."""
+    without = [slot for slot in candidates if slot.proc_counts.get(item.process_guid, 0) == 0]
+    return least_loaded(without or candidates, config)
+
+
 class CriticalLoadFilter:
     name = "critical_load"
     example = Example(rejected={"host": HostMetrics(swap_used_mb=90, swap_total_mb=100)})  # swap above 50 %
@@ -129,17 +144,10 @@ class LoadmarkReference(Picker):
         self.filters = (CriticalLoadFilter(self.config.loadmark),)
 
     def pick_lrp(self, item: LRPStart) -> CellSlot | None:
-        candidates = self.feasible_slots(item)
-        without = [slot for slot in candidates if slot.proc_counts.get(item.process_guid, 0) == 0]
-        return self._least_loaded(without or candidates)
+        return preferred(self.feasible_slots(item), item, self.config.loadmark)
 
     def pick_task(self, item: TaskStart) -> CellSlot | None:
-        return self._least_loaded(self.feasible_slots(item))
-
-    def _least_loaded(self, candidates: list[CellSlot]) -> CellSlot | None:
-        if not candidates:
-            return None
-        return min(candidates, key=lambda slot: (load_mark(slot, self.config.loadmark), slot.pos))
+        return least_loaded(self.feasible_slots(item), self.config.loadmark)
 
 
 class LoadmarkFast(FastPicker):
