@@ -21,6 +21,7 @@ import contextlib
 import ctypes
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -127,11 +128,40 @@ def app_python() -> str:
     return candidates[0]
 
 
+LISTEN_PORTS_FROM = 10_000  # free_port's ports: from here up to the kernel's ephemeral range
+EPHEMERAL_RANGE_FILE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port free on `host` right now (the usual bind-to-0 trick; racy by nature, but short)."""
+    """A TCP port free on `host` right now, for a process about to listen on it (racy by nature, but short).
+
+    Taken below the kernel's ephemeral range when there is one: bind-to-0 hands out an ephemeral port,
+    which the kernel also gives every outgoing connection, so a busy machine (a test suite starting
+    clusters on two workers) could take it for a connection before the listener bound it."""
+    ephemeral_from = _ephemeral_ports_from()
+    if ephemeral_from is not None and ephemeral_from - LISTEN_PORTS_FROM > 100:
+        for port in random.sample(range(LISTEN_PORTS_FROM, ephemeral_from), 50):
+            if _bindable(host, port):
+                return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
         return int(sock.getsockname()[1])
+
+
+def _ephemeral_ports_from() -> int | None:
+    try:
+        return int(EPHEMERAL_RANGE_FILE.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None  # not Linux, or no /proc: bind-to-0 it is
+
+
+def _bindable(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+        return True
 
 
 def pid_alive(pid: int) -> bool:
