@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 
 import httpx
@@ -20,6 +20,7 @@ from common.models import (
     ModificationTag,
     WorkResult,
 )
+from tests.support.polling import eventually
 
 from .cell import Cell, CellConfig
 from .host import HostLifecycleSender, RepHost
@@ -59,15 +60,6 @@ class MockBBS:
         return httpx.Response(404, json={"detail": "no route"})
 
 
-async def eventually(condition: Callable[[], bool], what: str, seen: Callable[[], object]) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + DEADLINE_S
-    while not condition():
-        if loop.time() > deadline:
-            raise AssertionError(f"expected {what} within {DEADLINE_S}s; saw {seen()!r}")
-        await asyncio.sleep(0.01)
-
-
 @pytest.fixture
 async def setup() -> AsyncIterator[tuple[RepHost, MockBBS]]:
     bbs = MockBBS()
@@ -94,7 +86,8 @@ async def setup() -> AsyncIterator[tuple[RepHost, MockBBS]]:
     host = RepHost(cells, [sim], client, BBS, presence_ttl_s=0.3, evacuation_timeout_s=DEADLINE_S)
     await host.start()
     # A cell takes work only once the BBS has seen its boot (its first heartbeat).
-    await eventually(lambda: not any(c.awaiting_registration for c in cells), "every cell registered",
+    await eventually(lambda: not any(c.awaiting_registration for c in cells),
+                     DEADLINE_S, "every cell registered",
                      lambda: [c.cell_id for c in cells if c.awaiting_registration])
     yield host, bbs
     await host.close()
@@ -109,7 +102,8 @@ def give(cell: Cell, *indices: int) -> WorkResult:
 
 async def test_heartbeats_every_cell_each_period(setup: tuple[RepHost, MockBBS]) -> None:
     host, bbs = setup
-    await eventually(lambda: len(bbs.heartbeats) >= 6, "two rounds of heartbeats", lambda: bbs.heartbeats)
+    await eventually(lambda: len(bbs.heartbeats) >= 6,
+                     DEADLINE_S, "two rounds of heartbeats", lambda: bbs.heartbeats)
     first_round = {p.cell_id for p in bbs.heartbeats[:3]}
     assert first_round == {"cell-0", "cell-1", "cell-2"}, "one heartbeat per cell per round"
     puts = [r for r in bbs.requests if r.startswith("PUT")]
@@ -122,7 +116,7 @@ async def test_heartbeats_carry_what_each_cell_has_left_and_holds(setup: tuple[R
     seen = len(bbs.heartbeats)
     await eventually(
         lambda: any(p.cell_id == "cell-1" for p in bbs.heartbeats[seen:]),
-        "a heartbeat of cell-1",
+        DEADLINE_S, "a heartbeat of cell-1",
         lambda: bbs.heartbeats[seen:],
     )
     last = [p for p in bbs.heartbeats if p.cell_id == "cell-1"][-1]
@@ -136,12 +130,13 @@ async def test_a_cell_the_bbs_answers_cordoned_refuses_work_until_uncordoned(
     host, bbs = setup
     cell = host.cells["cell-2"]
     bbs.cordoned = {"cell-2"}
-    await eventually(lambda: cell.cordoned, "cell-2 cordoned by a heartbeat's answer", lambda: cell.cordoned)
+    await eventually(lambda: cell.cordoned,
+                     DEADLINE_S, "cell-2 cordoned by a heartbeat's answer", lambda: cell.cordoned)
     refused = give(cell, 0)
     assert (len(refused.rejected_lrps), refused.reason) == (1, "cell is cordoned")
     assert give(host.cells["cell-0"], 0).rejected_lrps == [], "the other cells take work"
     bbs.cordoned = set()
-    await eventually(lambda: not cell.cordoned, "cell-2 uncordoned", lambda: cell.cordoned)
+    await eventually(lambda: not cell.cordoned, DEADLINE_S, "cell-2 uncordoned", lambda: cell.cordoned)
     assert give(cell, 0).rejected_lrps == []
 
 
@@ -151,7 +146,7 @@ async def test_cells_reporting_in_the_same_round_share_one_request(setup: tuple[
         give(host.cells[cell_id], 0)
     await eventually(
         lambda: sum(len(b.running) for _, b in bbs.lifecycles) == 3,
-        "three running reports",
+        DEADLINE_S, "three running reports",
         lambda: bbs.lifecycles,
     )
     posts = [r for r in bbs.requests if r.startswith("POST")]
@@ -169,13 +164,14 @@ async def test_reports_reach_the_bbs_after_an_outage(setup: tuple[RepHost, MockB
     give(host.cells["cell-0"], 0, 1)
     outbox = host.cells["cell-0"].outbox
     await eventually(
-        lambda: outbox.failed_requests >= 2, "failed attempts while down", lambda: outbox.failed_requests
+        lambda: outbox.failed_requests >= 2,
+        DEADLINE_S, "failed attempts while down", lambda: outbox.failed_requests
     )
     assert bbs.lifecycles == [] and outbox.pending >= 2, "claims (and maybe running reports) kept"
     bbs.down = False
     await eventually(
         lambda: sum(len(b.running) for _, b in bbs.lifecycles) == 2,
-        "both running reports after the outage",
+        DEADLINE_S, "both running reports after the outage",
         lambda: bbs.lifecycles,
     )
     claimed = [r.index for _, b in bbs.lifecycles for r in b.claimed]
@@ -187,14 +183,15 @@ async def test_evacuation_waits_until_the_bbs_stopped_every_instance(setup: tupl
     cell = host.cells["cell-1"]
     give(cell, 0, 1)
     await eventually(
-        lambda: all(i.state == "running" for i in cell.state().lrps), "running instances", cell.state
+        lambda: all(i.state == "running" for i in cell.state().lrps),
+        DEADLINE_S, "running instances", cell.state
     )
 
     host.on_signal(signal.SIGTERM)
 
     await eventually(
         lambda: any(p.evacuating and p.cell_id == "cell-1" for p in bbs.heartbeats),
-        "an evacuating heartbeat",
+        DEADLINE_S, "an evacuating heartbeat",
         lambda: bbs.heartbeats[-3:],
     )
     assert give(cell, 5).reason == "cell is evacuating"
@@ -213,7 +210,7 @@ async def test_evacuation_waits_until_the_bbs_stopped_every_instance(setup: tupl
 async def test_lifecycle_body_is_the_contract(setup: tuple[RepHost, MockBBS]) -> None:
     host, bbs = setup
     give(host.cells["cell-2"], 4)
-    await eventually(lambda: bool(bbs.lifecycles), "a lifecycle request", lambda: None)
+    await eventually(lambda: bool(bbs.lifecycles), DEADLINE_S, "a lifecycle request", lambda: None)
     cell_id, body = bbs.lifecycles[0]
     assert cell_id == "cell-2"
     assert set(json.loads(body.model_dump_json())) == set(CellLifecycle.model_fields)
@@ -232,14 +229,15 @@ async def test_a_rep_started_before_its_bbs_registers_soon_after_the_bbs_answers
     host = RepHost([cell], [sim], client, BBS, presence_ttl_s=60.0)  # heartbeats every 20 s
     await host.start()
     try:
-        await eventually(lambda: host._failed_rounds >= 2, "two failed rounds while the BBS is down",
+        await eventually(lambda: host._failed_rounds >= 2,
+                         DEADLINE_S, "two failed rounds while the BBS is down",
                          lambda: host._failed_rounds)
         assert cell.awaiting_registration and give(cell, 0).reason == "cell not yet registered with the BBS"
         bbs.down = False
         loop = asyncio.get_running_loop()
         up_at = loop.time()
         await eventually(
-            lambda: not cell.awaiting_registration, "the cell registered", lambda: bbs.heartbeats
+            lambda: not cell.awaiting_registration, DEADLINE_S, "the cell registered", lambda: bbs.heartbeats
         )
         took = loop.time() - up_at
         assert took < 2.0, (
@@ -267,19 +265,20 @@ async def test_after_a_silence_of_a_ttl_running_instances_are_reported_again_and
         return [r.instance_guid for cell_id, body in bbs.lifecycles if cell_id == "cell-0"
                 for r in body.running]
 
-    await eventually(lambda: len(running_reports()) == 2, "two running reports", running_reports)
+    await eventually(lambda: len(running_reports()) == 2, DEADLINE_S, "two running reports", running_reports)
     beats = len(bbs.heartbeats)
-    await eventually(lambda: len(bbs.heartbeats) >= beats + 6, "two more rounds of heartbeats",
+    await eventually(lambda: len(bbs.heartbeats) >= beats + 6, DEADLINE_S, "two more rounds of heartbeats",
                      lambda: bbs.heartbeats)
     assert len(running_reports()) == 2, "heartbeats on time: no instance reported again"
 
     replaced, kept = running_reports()
     bbs.replaced.add(replaced)  # what the BBS did while it heard nothing from the cell
     bbs.down = True
-    await eventually(lambda: host._failed_rounds >= 4, "heartbeats failing for over a TTL (0.3 s)",
+    await eventually(lambda: host._failed_rounds >= 4,
+                     DEADLINE_S, "heartbeats failing for over a TTL (0.3 s)",
                      lambda: host._failed_rounds)
     bbs.down = False
-    await eventually(lambda: not cell.has_instance(replaced), "the replaced instance stopped",
+    await eventually(lambda: not cell.has_instance(replaced), DEADLINE_S, "the replaced instance stopped",
                      lambda: running_reports())
     assert cell.has_instance(kept), "the instance the BBS still counts as the cell's was stopped"
     assert sorted(running_reports()[2:4]) == sorted([replaced, kept]), running_reports()

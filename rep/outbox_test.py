@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import pytest
 
 from common.models import LifecycleResult
+from tests.support.polling import eventually
 
 from .outbox import Outbox
 from .reports import Crash, Ref, Reports, Running
@@ -21,14 +22,6 @@ def ref(i: int) -> Ref:
 
 def running(i: int) -> Running:
     return Running("app", i, f"g{i}", "127.0.0.1", [])
-
-
-async def eventually(condition: Callable[[], bool], what: str, seen: Callable[[], object]) -> None:
-    deadline = asyncio.get_running_loop().time() + DEADLINE_S
-    while not condition():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"expected {what} within {DEADLINE_S}s; saw {seen()!r}")
-        await asyncio.sleep(0.005)
 
 
 class FakeBBS:
@@ -100,7 +93,8 @@ async def test_a_failed_request_is_retried_with_its_reports_first(running_outbox
     outbox, bbs, _ = await running_outbox(backoff_initial_s=0.01, backoff_max_s=0.02)
     bbs.failures_left = 3
     outbox.claimed(ref(0))
-    await eventually(lambda: bbs.failures_left < 3, "a first failed attempt", lambda: bbs.failures_left)
+    await eventually(lambda: bbs.failures_left < 3,
+                     DEADLINE_S, "a first failed attempt", lambda: bbs.failures_left)
     outbox.running(running(0))
     outbox.crashed(Crash("app", 0, "g0", "exited with status 1"))
     outbox.claimed(ref(1))
@@ -166,7 +160,8 @@ async def test_with_a_linger_a_claim_and_a_quick_start_travel_in_one_request(
     await asyncio.sleep(0.05)  # the instance starts 50 ms after its claim: a window, not a synchronisation
     outbox.running(running(0))
     await eventually(
-        lambda: sum(len(r.running) for r in bbs.requests) == 1, "the running report", lambda: bbs.requests
+        lambda: sum(len(r.running) for r in bbs.requests) == 1,
+        DEADLINE_S, "the running report", lambda: bbs.requests
     )
     assert len(bbs.requests) == expected_requests, (linger_s, bbs.requests)
     assert [r.index for b in bbs.requests for r in b.claimed] == [0]
