@@ -18,7 +18,8 @@ from auctioneer.service.leadership import Leadership
 from bbs.api import create_app
 from bbs.server import running_bbs
 from bbs.settings import BBSSettings
-from tests.auctioneer.fakes import wait_until
+from tests.auctioneer.fakes import WAIT_S
+from tests.support.polling import eventually
 
 pytestmark = pytest.mark.timeout(60)
 TTL = 0.6
@@ -47,11 +48,10 @@ async def leader_and_standby(
     first, second = Leadership(bbs, "http://a1", ttl), Leadership(bbs, "http://a2", ttl)
     first.start()
     try:
-        await wait_until(lambda: first.leader, lambda: f"a1 leading; saw {describe(first)}")
+        await eventually(lambda: first.leader, WAIT_S, "a1 leading", lambda: describe(first))
         second.start()
-        await wait_until(
-            lambda: second.holder_url == "http://a1", lambda: f"a2 standing by; {describe(second)}"
-        )
+        await eventually(lambda: second.holder_url == "http://a1", WAIT_S, "a2 standing by",
+                         lambda: describe(second))
         yield first, second
     finally:
         await first.stop()
@@ -63,8 +63,7 @@ async def test_one_leads_the_other_stands_by_and_takes_over_with_the_next_token(
         async with leader_and_standby(bbs, TTL) as (first, second):
             assert (first.leader, first.token, second.leader) == (True, 1, False)
             await first.stop(release=False)  # as if killed: no more renewals, the lease is left to expire
-            await wait_until(lambda: second.leader, lambda: f"a2 leading; saw {describe(first, second)}",
-                             timeout=TTL + 1.0)
+            await eventually(lambda: second.leader, TTL + 1.0, "a2 leading", lambda: describe(first, second))
             assert second.token == 2
 
 
@@ -106,22 +105,22 @@ async def test_a_leader_that_cannot_renew_steps_down_at_once_and_leads_again_wit
             leader.on_change(changes.append)
             leader.start()
             try:
-                await wait_until(lambda: leader.leader, lambda: f"leading; saw {describe(leader)}")
+                await eventually(lambda: leader.leader, WAIT_S, "leading", lambda: describe(leader))
                 token, attempts = leader.token, leader.attempts
-                await wait_until(lambda: leader.attempts > attempts, lambda: "a renewal")  # just renewed
+                await eventually(lambda: leader.attempts > attempts, WAIT_S, "a renewal")  # just renewed
                 link.mode = failure
                 cut_at = time.monotonic()
-                await wait_until(lambda: not leader.leader and changes == [True, False],
-                                 lambda: f"stepped down; saw {describe(leader)}, changes {changes}",
-                                 timeout=RENEW_TTL)
+                await eventually(
+                    lambda: not leader.leader and changes == [True, False],
+                    RENEW_TTL, "stepped down", lambda: f"{describe(leader)}, changes {changes}",
+                )
                 # At the next renewal (TTL/3 later), not when the last renewal's TTL ran out.
                 assert time.monotonic() - cut_at < RENEW_TTL / 3 + 0.3, (
                     f"stepped down {time.monotonic() - cut_at:.2f} s after the cut (TTL {RENEW_TTL} s)")
                 assert leader.problem is not None and leader.token == token
 
                 link.mode = "up"  # nobody took the lease meanwhile: the BBS still names a1 its owner
-                await wait_until(lambda: leader.leader, lambda: f"leading again; saw {describe(leader)}",
-                                 timeout=RENEW_TTL)
+                await eventually(lambda: leader.leader, RENEW_TTL, "leading again", lambda: describe(leader))
                 assert (leader.token, changes, leader.terms, leader.problem) == (
                     token,
                     [True, False, True],
@@ -145,19 +144,18 @@ async def test_a_leader_whose_renewal_has_no_answer_in_time_steps_down_and_a_lat
             leader.on_change(changes.append)
             leader.start()
             try:
-                await wait_until(lambda: leader.leader, lambda: f"leading; saw {describe(leader)}")
+                await eventually(lambda: leader.leader, WAIT_S, "leading", lambda: describe(leader))
                 token = leader.token
                 link.mode = "hang"
-                await wait_until(lambda: link.hung == 1, lambda: "a renewal sent", timeout=RENEW_TTL)
+                await eventually(lambda: link.hung == 1, RENEW_TTL, "a renewal sent")
                 hung_at = time.monotonic()
-                await wait_until(lambda: not leader.leader, lambda: f"stepped down; saw {describe(leader)}",
-                                 timeout=RENEW_TTL)
+                await eventually(lambda: not leader.leader, RENEW_TTL, "stepped down",
+                                 lambda: describe(leader))
                 assert 0.25 <= time.monotonic() - hung_at < 0.6, time.monotonic() - hung_at
                 assert changes == [True, False]
                 link.mode = "up"
                 link.release.set()  # the same renewal answers late: the lease is still a1's
-                await wait_until(lambda: leader.leader, lambda: f"leading again; saw {describe(leader)}",
-                                 timeout=1.0)
+                await eventually(lambda: leader.leader, 1.0, "leading again", lambda: describe(leader))
                 assert (leader.token, changes) == (token, [True, False, True])
             finally:
                 await leader.stop()
@@ -175,14 +173,14 @@ async def test_a_leader_that_stepped_down_stands_by_when_another_took_the_lease_
             )
             first.start()
             try:
-                await wait_until(lambda: first.leader, lambda: f"a1 leading; saw {describe(first)}")
+                await eventually(lambda: first.leader, WAIT_S, "a1 leading", lambda: describe(first))
                 second.start()
                 link.mode = "down"  # a1 cut off from the BBS; a2 is not
-                await wait_until(lambda: second.leader, lambda: f"a2 leading; saw {describe(first, second)}",
-                                 timeout=RENEW_TTL + 1.0)
+                await eventually(lambda: second.leader, RENEW_TTL + 1.0, "a2 leading",
+                                 lambda: describe(first, second))
                 link.mode = "up"
-                await wait_until(lambda: first.problem is None, lambda: f"a1 back; saw {describe(first)}",
-                                 timeout=RENEW_TTL)
+                await eventually(lambda: first.problem is None, RENEW_TTL, "a1 back",
+                                 lambda: describe(first))
                 assert (first.leader, first.holder_url, second.token) == (False, "http://a2", first.token + 1)
             finally:
                 await first.stop()
@@ -207,7 +205,7 @@ async def test_without_a_lease_answer_the_auctioneer_never_leads(bbs: str) -> No
         lone.start()
         try:
             # Retried sooner than TTL/3 after a failure; three tries leave it as it started.
-            await wait_until(lambda: attempts >= 3, lambda: f"3 lease attempts, saw {attempts}")
+            await eventually(lambda: attempts >= 3, WAIT_S, "3 lease attempts", lambda: attempts)
             assert (lone.leader, lone.token, changes) == (False, 0, []), describe(lone)
             expected = "404" if bbs == "no lease API" else "no BBS reachable"
             assert lone.problem is not None and expected in lone.problem, lone.problem
@@ -229,11 +227,10 @@ async def test_a_leader_that_gets_404_steps_down_at_once(tmp_path: Path) -> None
             leader = Leadership(replaced, "http://a1", 60.0)  # its lease would last a minute without the 404
             leader.start()
             try:
-                await wait_until(lambda: leader.leader, lambda: f"leading; saw {describe(leader)}")
+                await eventually(lambda: leader.leader, WAIT_S, "leading", lambda: describe(leader))
                 lease_api["yes"] = False
                 leader.wake()
-                await wait_until(lambda: not leader.leader, lambda: f"standing by; saw {describe(leader)}",
-                                 timeout=2.0)
+                await eventually(lambda: not leader.leader, 2.0, "standing by", lambda: describe(leader))
                 assert leader.problem is not None and "404" in leader.problem
             finally:
                 await leader.stop()
@@ -250,8 +247,8 @@ async def test_a_leader_that_stops_releases_the_lease_and_the_standby_leads_long
             assert not first.leader
             now = await bbs.get("/v1/leases/auctioneer")  # released: nobody's, or the standby's already
             assert now.status_code == 404 or now.json()["owner"] == second.owner, now.text
-            await wait_until(lambda: second.leader, lambda: f"a2 leading; saw {describe(first, second)}",
-                             timeout=ttl / 3 + 2.0)
+            await eventually(lambda: second.leader, ttl / 3 + 2.0, "a2 leading",
+                             lambda: describe(first, second))
             assert time.time() < lease["expires_at"] - 2.0, (
                 "expected the takeover well before a1's lease ran out"
             )
@@ -264,8 +261,7 @@ async def test_a_woken_standby_takes_a_released_lease_at_once(tmp_path: Path) ->
         async with leader_and_standby(bbs, ttl) as (first, second):
             await first.stop()
             second.wake()  # as the auctioneer does when it cannot forward to the old holder
-            await wait_until(lambda: second.leader, lambda: f"a2 leading; saw {describe(first, second)}",
-                             timeout=2.0)
+            await eventually(lambda: second.leader, 2.0, "a2 leading", lambda: describe(first, second))
 
 
 async def test_stop_without_release_leaves_the_lease_to_expire(tmp_path: Path) -> None:
@@ -273,7 +269,7 @@ async def test_stop_without_release_leaves_the_lease_to_expire(tmp_path: Path) -
         lone = Leadership(bbs, "http://a1", 60.0)
         lone.start()
         try:
-            await wait_until(lambda: lone.leader, lambda: f"a1 leading; saw {describe(lone)}")
+            await eventually(lambda: lone.leader, WAIT_S, "a1 leading", lambda: describe(lone))
             await lone.stop(release=False)
             held = await bbs.get("/v1/leases/auctioneer")
             assert held.status_code == 200 and held.json()["owner"] == lone.owner, held.text

@@ -11,9 +11,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ssl
-import time
 from collections import Counter
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Protocol, TypeVar
@@ -40,6 +39,7 @@ from common.models import (
 from common.tls import identity_from_der
 
 STARTUP_SECONDS = 20.0
+WAIT_S = 10.0  # the bound of the auctioneer tests' waits (tests/support/polling.py's eventually)
 
 
 @contextlib.asynccontextmanager
@@ -67,15 +67,6 @@ async def serving(
         except TimeoutError:
             task.cancel()
         sock.close()
-
-
-async def wait_until(condition: Callable[[], bool], what: Callable[[], str], timeout: float = 10.0) -> None:
-    """Poll `condition` until true; fail naming what was expected and what was seen."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s: {what()}")
-        await asyncio.sleep(0.01)
 
 
 # --- builders ---------------------------------------------------------------------------------------
