@@ -18,7 +18,9 @@ from auctioneer.service.leadership import Leadership
 from bbs.api import create_app
 from bbs.server import running_bbs
 from bbs.settings import BBSSettings
+from common.procutil import free_port
 from tests.auctioneer.fakes import WAIT_S
+from tests.fake_bbs import fake_bbs
 from tests.support.polling import eventually
 
 pytestmark = pytest.mark.timeout(60)
@@ -187,31 +189,26 @@ async def test_a_leader_that_stepped_down_stands_by_when_another_took_the_lease_
                 await second.stop()
 
 
-@pytest.mark.parametrize("bbs", ["no lease API", "unreachable"])
-async def test_without_a_lease_answer_the_auctioneer_never_leads(bbs: str) -> None:
-    attempts = 0
-
-    def answer(request: httpx.Request) -> httpx.Response:
-        nonlocal attempts
-        attempts += 1
-        if bbs == "unreachable":
-            raise httpx.ConnectError("connection refused", request=request)
-        return httpx.Response(404, json={"detail": "Not Found"})
-
-    async with httpx.AsyncClient(transport=httpx.MockTransport(answer), base_url="http://bbs") as client:
-        lone = Leadership(client, "http://a1", TTL)
-        changes: list[bool] = []
-        lone.on_change(changes.append)
-        lone.start()
-        try:
-            # Retried sooner than TTL/3 after a failure; three tries leave it as it started.
-            await eventually(lambda: attempts >= 3, WAIT_S, "3 lease attempts", lambda: attempts)
-            assert (lone.leader, lone.token, changes) == (False, 0, []), describe(lone)
-            expected = "404" if bbs == "no lease API" else "no BBS reachable"
-            assert lone.problem is not None and expected in lone.problem, lone.problem
-        finally:
-            await lone.stop()
-        assert attempts >= 3 and not lone.leader
+@pytest.mark.parametrize("bbs_answer", ["no lease API", "unreachable"])
+async def test_without_a_lease_answer_the_auctioneer_never_leads(bbs_answer: str) -> None:
+    async with fake_bbs() as bbs:
+        bbs.lease_api = False  # 404 to every lease request, as a BBS without the lease API
+        bbs_url = bbs.url if bbs_answer == "no lease API" else f"http://127.0.0.1:{free_port()}"
+        async with httpx.AsyncClient(base_url=bbs_url) as client:
+            lone = Leadership(client, "http://a1", TTL)
+            changes: list[bool] = []
+            lone.on_change(changes.append)
+            lone.start()
+            try:
+                # Retried sooner than TTL/3 after a failure; three tries leave it as it started.
+                await eventually(lambda: lone.attempts >= 3, WAIT_S, "3 lease attempts",
+                                 lambda: lone.attempts)
+                assert (lone.leader, lone.token, changes) == (False, 0, []), describe(lone)
+                expected = "404" if bbs_answer == "no lease API" else "no BBS reachable"
+                assert lone.problem is not None and expected in lone.problem, lone.problem
+            finally:
+                await lone.stop()
+            assert lone.attempts >= 3 and not lone.leader
 
 
 async def test_a_leader_that_gets_404_steps_down_at_once(tmp_path: Path) -> None:
