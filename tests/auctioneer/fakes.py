@@ -129,6 +129,7 @@ class FakeReps:
     state_calls: Counter = field(default_factory=Counter)  # rep_id -> GET /state requests
     work_posts: dict[str, list[HostWork]] = field(default_factory=dict)  # rep_id -> the work it was sent
     url: str = ""
+    held: int = 0  # requests a "hang" mode holds right now (they end when the test releases them)
     _release: asyncio.Event = field(default_factory=asyncio.Event)
 
     def rep_url(self, rep_id: str) -> str:
@@ -171,6 +172,14 @@ class FakeReps:
         """Let hanging handlers finish, so the servers can stop."""
         self._release.set()
 
+    async def _hang(self) -> None:
+        """Hold the request until the test releases it, counted in `held` meanwhile."""
+        self.held += 1
+        try:
+            await self._release.wait()
+        finally:
+            self.held -= 1
+
     def app(self) -> FastAPI:
         app = FastAPI()
 
@@ -179,7 +188,7 @@ class FakeReps:
             self.state_calls[rep_id] += 1
             rep = self.reps[rep_id]
             if rep.state_mode == "hang":
-                await self._release.wait()
+                await self._hang()
             if rep.state_mode == "error":
                 return JSONResponse({"detail": "boom"}, status_code=500)
             if rep.state_mode == "invalid":
@@ -195,7 +204,7 @@ class FakeReps:
             self.work_posts.setdefault(rep_id, []).append(body)
             rep = self.reps[rep_id]
             if rep.work_mode == "hang":
-                await self._release.wait()
+                await self._hang()
             if rep.work_mode == "error":
                 return JSONResponse({"detail": "boom"}, status_code=500)
             if rep.work_mode == "fenced":
