@@ -193,7 +193,8 @@ async def test_a_rep_started_before_its_bbs_registers_soon_after_the_bbs_answers
         config = CellConfig(cell_id="early", zone="z0", rep_url="http://rep", host="127.0.0.1",
                             memory_mb=4096, disk_mb=65536, containers=250, stacks=("cflinuxfs4",))
         cell = Cell(config, sim, HostLifecycleSender(client, bbs.url).for_cell("early"))
-        host = RepHost([cell], [sim], client, bbs.url, presence_ttl_s=60.0)  # heartbeats every 20 s
+        # Heartbeats every 20 minutes: within the test, every round after the first is a registration retry.
+        host = RepHost([cell], [sim], client, bbs.url, presence_ttl_s=3600.0)
         await host.start()
         try:
             await eventually(lambda: host._failed_rounds >= 2,
@@ -202,19 +203,13 @@ async def test_a_rep_started_before_its_bbs_registers_soon_after_the_bbs_answers
             assert cell.awaiting_registration
             assert give(cell, 0).reason == "cell not yet registered with the BBS"
             bbs.unavailable = False
-            loop = asyncio.get_running_loop()
-            up_at = loop.time()
-            await eventually(lambda: not cell.awaiting_registration, DEADLINE_S, "the cell registered",
-                             lambda: bbs.heartbeats)
-            took = loop.time() - up_at
-            assert took < 2.0, (
-                f"expected registration within 2 s of the BBS answering (interval 20 s), took {took:.2f} s"
-            )
+            await eventually(lambda: not cell.awaiting_registration, DEADLINE_S,
+                             "the cell registered by a retry", lambda: bbs.heartbeats)
             assert [p.cell_id for p in bbs.heartbeats] == ["early"], bbs.heartbeats
             # Registered: back to one heartbeat per interval (no retry storm).
             await asyncio.sleep(0.5)
             assert len(bbs.heartbeats) == 1, (
-                f"expected no further heartbeat within the 20 s interval, saw {bbs.heartbeats}"
+                f"expected no further heartbeat within the 20 min interval, saw {bbs.heartbeats}"
             )
         finally:
             await host.close()
