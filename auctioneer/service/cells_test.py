@@ -1,5 +1,3 @@
-import asyncio
-
 import httpx
 import pytest
 
@@ -9,6 +7,7 @@ from auctioneer.service.metrics import Metrics
 from common.models import CellPresence, ResourcesModel
 from tests.auctioneer.fakes import FakeReps, fake_reps
 from tests.fake_bbs import fake_bbs
+from tests.support.polling import finishes
 
 pytestmark = pytest.mark.timeout(60)
 # A rep that hangs answers only when the test releases it, and the rep clients' own timeout is an hour in
@@ -26,10 +25,7 @@ def fetcher(bbs_url: str, client_bbs, client_reps, timeout: float = 5.0) -> tupl
 async def fetched_past_a_hanging_rep(f: CellFetcher, reps: FakeReps) -> FetchedCells:
     """The fetch, which must end while a rep still holds its state request: that rep answers only when the
     test releases it, so the fetch's deadline, not the rep, ended it."""
-    try:
-        fetched = await asyncio.wait_for(f.fetch(), FETCH_BOUND_S)
-    except TimeoutError:
-        raise AssertionError("expected the fetch ended by its deadline, not by the hanging rep") from None
+    fetched = await finishes(f.fetch(), FETCH_BOUND_S, "the fetch to end by its deadline, the rep hanging")
     assert reps.held == 1, f"expected the hanging rep still holding its request, {reps.held} held"
     return fetched
 

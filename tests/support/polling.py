@@ -9,6 +9,8 @@ assertion about how long something took: a condition met at once and one met jus
 pass alike.
 
 `hold_for` is the converse: a condition that must stay true for a while (stability after convergence).
+`finishes` bounds an await that only the code under test can end (a stop, a fetch past a peer that never
+answers), failing with what it waited for rather than a bare TimeoutError.
 """
 
 from __future__ import annotations
@@ -139,6 +141,21 @@ async def eventually(
             poll.not_yet(value)
         poll.fail_if_past_deadline()
         await asyncio.sleep(interval)
+
+
+async def finishes(awaitable: Awaitable[T], timeout: float, what: str) -> T:
+    """Await `awaitable` with a bound: what it answers or raises (a TimeoutError of its own included), or,
+    when it has not finished within `timeout` seconds (it is then cancelled), an AssertionError naming
+    `what`. For an await that only the code under test can end: the bound is no assertion about how long
+    it took."""
+    bound = asyncio.timeout(timeout)
+    try:
+        async with bound:
+            return await awaitable
+    except TimeoutError:
+        if bound.expired():
+            raise AssertionError(f"expected {what} within {timeout:g}s; it was still waiting") from None
+        raise
 
 
 def hold_for(

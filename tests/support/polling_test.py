@@ -4,13 +4,14 @@ sleeps advance, so no test here waits for real time or depends on how fast the m
 
 from __future__ import annotations
 
+import asyncio
 import types
 from collections.abc import Callable, Iterator
 
 import pytest
 
 from tests.support import polling
-from tests.support.polling import Unmet, eventually, expect, hold_for, wait_for
+from tests.support.polling import Unmet, eventually, expect, finishes, hold_for, wait_for
 
 TIMEOUT_S = 5.0
 INTERVAL_S = 1.0  # a look a second: the deadline passes after TIMEOUT_S / INTERVAL_S sleeps
@@ -151,3 +152,21 @@ def test_hold_for_passes_while_true_and_fails_naming_what_broke(clock: FakeClock
         hold_for(steady, TIMEOUT_S, "no duplicate", interval=INTERVAL_S)
     assert str(failed.value) == "expected no duplicate to hold for 5s; it broke: a duplicate on cell-2"
     assert looks["n"] == 3
+
+
+async def test_finishes_answers_what_the_await_answers_and_passes_its_own_timeout_on() -> None:
+    async def answer() -> str:
+        return "done"
+
+    async def times_out_itself() -> None:
+        raise TimeoutError("the request's own timeout")
+
+    assert await finishes(answer(), TIMEOUT_S, "an answer") == "done"
+    with pytest.raises(TimeoutError, match="the request's own timeout"):
+        await finishes(times_out_itself(), TIMEOUT_S, "a request")
+
+
+async def test_finishes_fails_naming_what_it_waited_for_once_its_bound_passes() -> None:
+    never = asyncio.Event()  # nothing sets it: only the bound can end the wait
+    with pytest.raises(AssertionError, match=r"^expected the stop within 0.01s; it was still waiting$"):
+        await finishes(never.wait(), 0.01, "the stop")
