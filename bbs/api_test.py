@@ -19,6 +19,7 @@ from bbs.convergence_pass import converge_once
 from bbs.server import running_bbs
 from bbs.service import BBS
 from bbs.settings import BBSSettings
+from tests.support.polling import eventually, expect
 
 AUCTIONEER = "http://auctioneer.test"
 
@@ -600,19 +601,16 @@ async def test_a_report_whose_client_left_while_it_queued_is_not_applied(h: Harn
             call("/v1/lifecycle", {"cells": {"c1": {"claimed": [ref(0, "a")]}}}, None)
         )
 
-        async def until(condition, what: str) -> None:
-            deadline = time.monotonic() + 5
-            while not condition() and time.monotonic() < deadline:
-                await asyncio.sleep(0.01)
-            assert condition(), f"expected {what}; queue holds {len(batcher._queue)}"
+        def queued() -> str:
+            return f"queue holds {len(batcher._queue)}"
 
-        await until(
-            lambda: batcher._worker is not None and not batcher._queue, "the first report's batch running"
-        )
+        await eventually(lambda: batcher._worker is not None and not batcher._queue, 5.0,
+                         "the first report's batch running", queued)
         second = asyncio.create_task(
             call("/v1/lifecycle", {"cells": {"c1": {"claimed": [ref(1, "b")]}}}, left)
         )
-        await until(lambda: len(batcher._queue) == 1, "the second report queued behind the first batch")
+        await eventually(lambda: len(batcher._queue) == 1, 5.0,
+                         "the second report queued behind the first batch", queued)
         left.set()
         gone = await asyncio.wait_for(second, 5)
     done = await asyncio.wait_for(first, 5)
@@ -702,11 +700,11 @@ async def test_an_accepted_instance_whose_claim_is_late_is_not_auctioned_again_w
     stale = time.time() + 1.0  # past the 0.5 s staleness limit; c1 is present (TTL 10 s)
 
     async def probed_after(t: float) -> float:
-        deadline = time.monotonic() + 10.0
-        while (probe := h.bbs.probes.latest().get("c1")) is None or probe.started_at <= t:
-            assert time.monotonic() < deadline, f"expected c1 probed after {t}, saw {probe}"
-            await asyncio.sleep(0.02)
-        return probe.started_at
+        def probe_after() -> float:
+            probe = h.bbs.probes.latest().get("c1")
+            return expect(probe is not None and probe.started_at > t and probe.started_at, f"probe {probe}")
+
+        return await eventually(probe_after, 10.0, f"c1 probed after {t}")
 
     await converge_once(h.bbs, stale)  # nothing heard from c1 since it accepted: asked, not auctioned
     first = await probed_after(0.0)

@@ -3,7 +3,6 @@ auctioneer replicas run through any BBS replica."""
 
 from __future__ import annotations
 
-import asyncio
 import time
 from pathlib import Path
 from typing import Any
@@ -14,11 +13,13 @@ import pytest
 from bbs.api import create_app
 from bbs.server import running_bbs
 from bbs.settings import BBSSettings
+from tests.support.polling import eventually, expect
 
 pytestmark = pytest.mark.timeout(60)
 
 
 CONFIGURED = "http://auctioneer.test"
+WAIT_S = 5.0
 
 
 @pytest.fixture
@@ -49,13 +50,9 @@ async def take(http: httpx.AsyncClient, owner: str, ttl_s: float = 30.0, url: st
     return response.json()
 
 
-async def until_expired(http: httpx.AsyncClient, timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while (response := await http.get("/v1/leases/auctioneer")).status_code != 404:
-        assert time.monotonic() < deadline, (
-            f"expected the lease to expire within {timeout}s; saw {response.text}"
-        )
-        await asyncio.sleep(0.02)
+async def lease_gone(http: httpx.AsyncClient) -> bool:
+    response = await http.get("/v1/leases/auctioneer")
+    return expect(response.status_code == 404, response.text)
 
 
 async def test_nobody_holds_a_lease_never_taken(http: httpx.AsyncClient) -> None:
@@ -85,7 +82,7 @@ async def test_another_owner_is_refused_and_told_the_holder(http: httpx.AsyncCli
 
 async def test_after_expiry_a_new_holder_gets_the_next_token(http: httpx.AsyncClient) -> None:
     await take(http, "a", ttl_s=0.2)
-    await until_expired(http)
+    await eventually(lambda: lease_gone(http), WAIT_S, "the lease to expire")
     taken = await take(http, "b", url="http://b:2")
     assert (taken["held"], taken["owner"], taken["token"]) == (True, "b", 2)
     late = await take(http, "a")  # the old holder, back after its lease ran out, cannot renew
@@ -107,18 +104,11 @@ async def test_start_requests_go_to_the_elected_auctioneer_else_to_the_configure
     http: httpx.AsyncClient, sent: list[str]
 ) -> None:
     await desire(http, "before")
-    await until_sent(sent, 1)
+    await eventually(lambda: len(sent) >= 1, WAIT_S, "1 start request sent", lambda: sent)
     await take(http, "a", url="http://elected.test")
     await desire(http, "after")  # the holder is looked up afresh: nothing cached yet
-    await until_sent(sent, 2)
+    await eventually(lambda: len(sent) >= 2, WAIT_S, "2 start requests sent", lambda: sent)
     assert sent == [CONFIGURED + "/v1/lrps", "http://elected.test/v1/lrps"]
-
-
-async def until_sent(sent: list[str], n: int, timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while len(sent) < n:
-        assert time.monotonic() < deadline, f"expected {n} start requests sent within {timeout}s; saw {sent}"
-        await asyncio.sleep(0.01)
 
 
 async def release(http: httpx.AsyncClient, owner: str, token: int) -> httpx.Response:

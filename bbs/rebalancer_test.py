@@ -3,25 +3,11 @@ are a recording transport, so the test plays the reps' reports)."""
 
 from __future__ import annotations
 
-import asyncio
-import time
-from collections.abc import Awaitable, Callable
+from tests.support.polling import eventually
 
 from .api_test import Harness, desire, h, ref, running  # noqa: F401 - h: api_test's harness, a fixture
 
 DEADLINE_S = 10.0
-
-
-async def until(what: str, check: Callable[[], Awaitable[object]]) -> object:
-    """Poll `check` until it returns something true; fail naming what was expected and what was seen."""
-    deadline = time.monotonic() + DEADLINE_S
-    while True:
-        seen = await check()
-        if seen:
-            return seen
-        if time.monotonic() > deadline:
-            raise AssertionError(f"expected {what} within {DEADLINE_S} s; last saw {seen!r}")
-        await asyncio.sleep(0.02)
 
 
 async def rows(harness: Harness) -> list[tuple[int, str, str, str]]:
@@ -89,17 +75,17 @@ async def test_moves_run_one_at_a_time_and_a_crashing_replacement_is_abandoned(h
     await four_on_one_zone(h)
     assert len((await h.http.post("/v1/rebalance", json={})).json()["moves"]) == 2
     # The first move: the old instance keeps running, its replacement is auctioned; the second waits.
-    await until("index 3 evacuating", lambda: _has(h, (3, "EVACUATING", "RUNNING", "c1")))
+    await eventually(lambda: _has(h, (3, "EVACUATING", "RUNNING", "c1")), DEADLINE_S, "index 3 evacuating")
     assert (3, "ORDINARY", "UNCLAIMED", "") in await rows(h)
     assert not [r for r in await rows(h) if r[0] == 2 and r[1] == "EVACUATING"], "one move per app at a time"
     await h.lifecycle("c2", claimed=[ref(3, "n3")], running=[running(3, "n3")])
     await h.settle()
     assert h.rec.stopped() == [("c1", "g3")], "the old instance stops once the new one runs"
     # The second move's replacement crashes on start: abandoned, the old instance is the one again.
-    await until("index 2 evacuating", lambda: _has(h, (2, "EVACUATING", "RUNNING", "c1")))
+    await eventually(lambda: _has(h, (2, "EVACUATING", "RUNNING", "c1")), DEADLINE_S, "index 2 evacuating")
     await h.lifecycle("c2", claimed=[ref(2, "n2")])
     await h.lifecycle("c2", crashed=[{**ref(2, "n2"), "reason": "exited with status 1"}])
-    await until("index 2 back as it was", lambda: _has(h, (2, "ORDINARY", "RUNNING", "c1")))
+    await eventually(lambda: _has(h, (2, "ORDINARY", "RUNNING", "c1")), DEADLINE_S, "index 2 back as it was")
     assert [r for r in await rows(h) if r[0] == 2] == [(2, "ORDINARY", "RUNNING", "c1")]
     status = (await h.http.get("/v1/rebalance")).json()
     assert [(m["index"], m["outcome"]) for m in status["finished"]] == [(3, "completed"), (2, "abandoned")]
@@ -115,7 +101,7 @@ async def test_a_move_never_runs_once_the_apps_desired_count_changed(h: Harness)
     response = await h.http.patch("/v1/desired_lrps/web", json={"instances": 5})
     assert response.status_code == 200, response.text
     h.bbs.rebalancer.enqueue(planned)
-    status = await until("the moves skipped", lambda: _finished(h, len(planned)))
+    status = await eventually(lambda: _finished(h, len(planned)), DEADLINE_S, "the moves skipped")
     assert {(m["outcome"], m["why"]) for m in status} == {("skipped", "the app's desired count changed")}
     assert not [r for r in await rows(h) if r[1] == "EVACUATING"]
 

@@ -17,6 +17,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from common.auth import REFUSAL_SCOPE_KEY, Policy, add_auth, public, require_cells, rule, uvicorn_tls_options
 from common.tls import Identity, TLSFiles, client_context, init_ca, issue, server_context
+from tests.support.polling import eventually
 
 TOKENS = {"good-admin": Identity("admin", "ops", via="token"), "rep-token": Identity("rep", "x", via="token")}
 ASKED: list[str] = []  # every token the app's verifier was asked about
@@ -99,11 +100,8 @@ async def serving(pki: Path, refused: list[str]) -> AsyncIterator[str]:
     server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
     task = asyncio.create_task(server.serve(sockets=[sock]))
     try:
-        deadline = asyncio.get_running_loop().time() + 10
-        while not server.started:
-            assert not task.done(), f"expected uvicorn to start; it ended: {task}"
-            assert asyncio.get_running_loop().time() < deadline, "expected uvicorn to start within 10 s"
-            await asyncio.sleep(0.01)
+        await eventually(lambda: server.started or task.done(), 10.0, "uvicorn started", lambda: task)
+        assert server.started, f"expected uvicorn to start; it ended: {task}"
         yield f"https://127.0.0.1:{port}"
     finally:
         server.should_exit = True

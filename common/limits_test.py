@@ -7,7 +7,6 @@ import asyncio
 import contextlib
 import json
 import socket
-import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
@@ -18,10 +17,12 @@ from fastapi import FastAPI, Request
 from fastapi.responses import StreamingResponse
 
 from common.limits import DISCARD_LIMIT_BYTES, MIB, RequestLimitOptions, add_limits
+from tests.support.polling import eventually
 
 pytestmark = pytest.mark.timeout(60)
 
 STREAM_CHUNKS, STREAM_PACE_S = 8, 0.1
+WAIT_S = 10.0
 
 
 @dataclass
@@ -82,9 +83,8 @@ async def serving(options: RequestLimitOptions, seen: Seen) -> AsyncIterator[tup
     server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
     task = asyncio.create_task(server.serve(sockets=[sock]))
     try:
-        async with asyncio.timeout(10):
-            while not server.started:
-                await asyncio.sleep(0.01)
+        await eventually(lambda: server.started or task.done(), WAIT_S, "uvicorn started", lambda: task)
+        assert server.started, f"expected uvicorn to start; it ended: {task}"
         yield "127.0.0.1", port
     finally:
         seen.release.set()
@@ -181,22 +181,14 @@ async def test_bulk_routes_take_the_bulk_cap_and_the_others_the_small_one() -> N
     assert seen.bodies == [2 * MIB]
 
 
-async def wait_for(what: str, check, timeout_s: float = 10.0) -> None:  # noqa: ANN001 - a predicate
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        assert time.monotonic() < deadline, f"expected {what} within {timeout_s}s"
-        await asyncio.sleep(0.01)
-
-
 async def test_a_request_unanswered_within_the_timeout_is_504_and_its_work_cancelled() -> None:
     seen = Seen()
     async with serving(RequestLimitOptions(request_timeout=0.3), seen) as (host, port), \
             httpx.AsyncClient(base_url=f"http://{host}:{port}", timeout=10) as http:
         response = await http.get("/hang")
         assert response.status_code == 504 and "request timeout" in response.json()["detail"], response.text
-        await wait_for(
-            "the hanging handler to be cancelled", lambda: seen.cancelled == 1 and seen.hanging == 0
-        )
+        await eventually(lambda: seen.cancelled == 1 and seen.hanging == 0, WAIT_S,
+                         "the hanging handler to be cancelled", lambda: seen)
 
 
 async def test_past_the_concurrency_limit_a_request_is_503_with_retry_after_and_probes_still_answer() -> None:
@@ -204,7 +196,7 @@ async def test_past_the_concurrency_limit_a_request_is_503_with_retry_after_and_
     async with serving(RequestLimitOptions(max_concurrent_requests=2), seen) as (host, port), \
             httpx.AsyncClient(base_url=f"http://{host}:{port}", timeout=10) as http:
         held = [asyncio.ensure_future(http.get("/hang")) for _ in range(2)]
-        await wait_for("two requests inside the app", lambda: seen.hanging == 2)
+        await eventually(lambda: seen.hanging == 2, WAIT_S, "two requests inside the app", lambda: seen)
         refused = await http.get("/hang")
         assert refused.status_code == 503 and refused.headers["retry-after"] == "1", refused.text
         assert "at most 2" in refused.json()["detail"]

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import socket
-import time
 from pathlib import Path
 
 import httpx
@@ -17,6 +16,7 @@ from starlette.routing import Route
 from common.auth import uvicorn_tls_options
 from common.serving import Server
 from common.tls import TLSFiles, client_context, init_ca, issue, server_context
+from tests.support.polling import eventually
 
 GRACEFUL_S = 30  # far beyond what dropping an idle connection takes: only waiting on the client reaches it
 WAIT_S = 5.0
@@ -43,11 +43,9 @@ async def test_shutdown_does_not_wait_on_an_idle_tls_client(tmp_path: Path, serv
     serving = asyncio.create_task(server.serve(sockets=[sock]))
     verify = client_context(TLSFiles.in_dir(tmp_path, "admin"))
     async with httpx.AsyncClient(verify=verify, base_url=f"https://127.0.0.1:{port}") as client:
-        deadline = time.monotonic() + WAIT_S
-        while not server.started:
-            assert time.monotonic() < deadline, f"expected the server serving within {WAIT_S} s"
-            assert not serving.done(), f"expected the server serving, it stopped: {serving}"
-            await asyncio.sleep(0.01)
+        await eventually(lambda: server.started or serving.done(),
+                         WAIT_S, "the server serving", lambda: serving)
+        assert server.started, f"expected the server serving, it stopped: {serving}"
         assert (await client.get("/")).text == "hello"  # the connection now sits idle in the client's pool
 
         server.should_exit = True

@@ -5,6 +5,7 @@ its admin, through VENDUE_TLS_*, unless a test says otherwise)."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import subprocess
@@ -19,6 +20,7 @@ from typer.testing import CliRunner
 from common.models import ActualLRP, CellPresence, DesiredLRP, Event, Task
 from common.procutil import child_preexec, free_port, terminate_then_kill
 from common.tls import TLSFiles, client_context, issue
+from tests.support.polling import wait_for
 
 from .cli import _register, app
 from .cluster import ENTRY_POINT, PROJECT_ROOT
@@ -232,15 +234,19 @@ def test_events_json_prints_one_event_per_line(bbs, tmp_path: Path):
     )
     try:
         name = unique("evt")
+        attempts = itertools.count()
+
+        def a_change_then_its_line() -> str:
+            bbs.http.post("/v1/tasks", json={"task_guid": f"{name}-{next(attempts)}", "command": ["x"]})
+            return _read_line(proc, timeout=0.5)
+
+        def stderr() -> str:
+            assert proc.stderr is not None
+            return f"no line; stderr: {proc.stderr.read() if proc.poll() is not None else 'still running'}"
+
         # The stream may connect after our first change: keep changing until an event of ours arrives.
-        for attempt in range(50):
-            bbs.http.post("/v1/tasks", json={"task_guid": f"{name}-{attempt}", "command": ["x"]})
-            line = _read_line(proc, timeout=0.5)
-            if line:
-                break
-        else:
-            pytest.fail(f"expected an event line from `vendue events --json`; saw none "
-                        f"(stderr: {proc.stderr.read() if proc.poll() is not None else 'still running'})")
+        line = wait_for(a_change_then_its_line, 25.0, "an event line from `vendue events --json`", stderr,
+                        interval=0)
         event = Event.model_validate(json.loads(line))
         assert event.type == "task_created" and event.data["task_guid"].startswith(name), event
     finally:

@@ -13,7 +13,6 @@ import ssl
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -25,6 +24,7 @@ from typer.testing import CliRunner
 from common.procutil import app_python, child_preexec, pid_alive, terminate_then_kill
 from common.tls import INSECURE_WARNING, TLSFiles, client_context
 from rep.isolation import sweep_rep
+from tests.support.polling import wait_for
 
 from .cli import _register, app
 from .cluster import CLUSTER_FILE, ENTRY_POINT, PROJECT_ROOT
@@ -37,17 +37,6 @@ APP_SOURCE = (
     "http.server.HTTPServer(('127.0.0.1', int(os.environ['PORT'])), http.server.BaseHTTPRequestHandler)"
     ".serve_forever()"
 )
-
-
-def wait_for(condition: Callable[[], Any], timeout: float, expected: str, seen: Callable[[], Any]) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"expected {expected} within {timeout:g}s; saw {seen()}")
-        time.sleep(0.05)
 
 
 def descendants(pid: int) -> set[int]:

@@ -7,10 +7,11 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+
+from tests.support.polling import eventually
 
 from .disk_usage import MIB, DiskWatcher, quota_reason, tree_bytes
 
@@ -123,14 +124,6 @@ async def test_a_round_reports_each_directory_over_its_limit_once(tmp_path: Path
     assert len(verdicts.seen) == 1, "check() answers; only a round calls back"
 
 
-async def eventually(condition: Callable[[], object], what: str) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + DEADLINE_S
-    while not condition():
-        assert loop.time() < deadline, f"expected {what} within {DEADLINE_S}s"
-        await asyncio.sleep(0.02)
-
-
 async def test_the_watcher_measures_periodically_until_stopped(tmp_path: Path) -> None:
     rounds: list[int] = []
 
@@ -143,10 +136,10 @@ async def test_the_watcher_measures_periodically_until_stopped(tmp_path: Path) -
     watcher.watch("inst", tmp_path, 1, verdicts.on("inst"))
     watcher.start()
     try:
-        await eventually(lambda: len(rounds) >= 3, "three rounds")
+        await eventually(lambda: len(rounds) >= 3, DEADLINE_S, "three rounds")
         assert verdicts.seen == [], "within its limit: no verdict"
         write(tmp_path / "fill", 2 * MIB)
-        await eventually(lambda: verdicts.seen, "a verdict once the directory holds 2 MB")
+        await eventually(lambda: verdicts.seen, DEADLINE_S, "a verdict once the directory holds 2 MB")
         [(key, reason)] = verdicts.seen
         assert key == "inst" and reason.startswith("disk quota exceeded (") and reason.endswith(" of 1 MB)")
     finally:

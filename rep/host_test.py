@@ -1,25 +1,20 @@
-"""The rep host in-process: heartbeats, lifecycle transport and evacuation, against a mock BBS transport."""
+"""The rep host in-process: heartbeats, lifecycle transport and evacuation, against the fake BBS over HTTP
+(tests/fake_bbs.py)."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import signal
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 
 import httpx
 import pytest
 
-from common.models import (
-    CellLifecycle,
-    CellPresence,
-    CellPresences,
-    DesiredLRP,
-    HostLifecycle,
-    ModificationTag,
-    WorkResult,
-)
+from common.models import CellLifecycle, DesiredLRP, ModificationTag, WorkResult
+from tests.fake_bbs import FakeBBS, fake_bbs
+from tests.support.polling import eventually
 
 from .cell import Cell, CellConfig
 from .host import HostLifecycleSender, RepHost
@@ -27,53 +22,26 @@ from .sim_executor import SimExecutor
 
 NOW = datetime(2024, 1, 1, tzinfo=UTC)
 DEADLINE_S = 10.0
-BBS = "http://bbs.test"
-
-
-class MockBBS:
-    def __init__(self) -> None:
-        self.heartbeats: list[CellPresence] = []
-        self.lifecycles: list[tuple[str, CellLifecycle]] = []
-        self.requests: list[str] = []  # "METHOD path" of every request
-        self.down = False
-        self.replaced: set[str] = set()  # instance guids whose reports it refuses (replaced elsewhere)
-        self.cordoned: set[str] = set()  # cells its heartbeat answer names cordoned
-
-    def handle(self, request: httpx.Request) -> httpx.Response:
-        if self.down:
-            raise httpx.ConnectError("BBS down", request=request)
-        parts = request.url.path.strip("/").split("/")
-        self.requests.append(f"{request.method} {request.url.path}")
-        if request.method == "PUT" and parts == ["v1", "cells"]:
-            cells = CellPresences.model_validate_json(request.content).cells
-            self.heartbeats.extend(cells)
-            return httpx.Response(
-                200, json={"cordoned": [c.cell_id for c in cells if c.cell_id in self.cordoned]}
-            )
-        if request.method == "POST" and parts == ["v1", "lifecycle"]:
-            body = HostLifecycle.model_validate_json(request.content)
-            self.lifecycles.extend(body.cells.items())
-            return httpx.Response(200, json={"cells": {cid: {"refused": [
-                r.model_dump() for r in report.running if r.instance_guid in self.replaced]}
-                for cid, report in body.cells.items()}})
-        return httpx.Response(404, json={"detail": "no route"})
-
-
-async def eventually(condition: Callable[[], bool], what: str, seen: Callable[[], object]) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + DEADLINE_S
-    while not condition():
-        if loop.time() > deadline:
-            raise AssertionError(f"expected {what} within {DEADLINE_S}s; saw {seen()!r}")
-        await asyncio.sleep(0.01)
 
 
 @pytest.fixture
-async def setup() -> AsyncIterator[tuple[RepHost, MockBBS]]:
-    bbs = MockBBS()
-    client = httpx.AsyncClient(transport=httpx.MockTransport(bbs.handle), timeout=5)
+async def setup() -> AsyncIterator[tuple[RepHost, FakeBBS]]:
+    async with fake_bbs() as bbs, httpx.AsyncClient(timeout=5) as client:
+        host = host_of_three_cells(bbs, client)
+        await host.start()
+        try:
+            # A cell takes work only once the BBS has seen its boot (its first heartbeat).
+            await eventually(lambda: not any(c.awaiting_registration for c in host.cells.values()),
+                             DEADLINE_S, "every cell registered",
+                             lambda: [c.cell_id for c in host.cells.values() if c.awaiting_registration])
+            yield host, bbs
+        finally:
+            await host.close()
+
+
+def host_of_three_cells(bbs: FakeBBS, client: httpx.AsyncClient) -> RepHost:
     sim = SimExecutor(start_delay_s=0.01)
-    shared = HostLifecycleSender(client, BBS)  # as rep/service.py builds a host of many cells
+    shared = HostLifecycleSender(client, bbs.url)  # as rep/service.py builds a host of many cells
     cells = [
         Cell(
             CellConfig(
@@ -91,14 +59,7 @@ async def setup() -> AsyncIterator[tuple[RepHost, MockBBS]]:
         )
         for i in range(3)
     ]
-    host = RepHost(cells, [sim], client, BBS, presence_ttl_s=0.3, evacuation_timeout_s=DEADLINE_S)
-    await host.start()
-    # A cell takes work only once the BBS has seen its boot (its first heartbeat).
-    await eventually(lambda: not any(c.awaiting_registration for c in cells), "every cell registered",
-                     lambda: [c.cell_id for c in cells if c.awaiting_registration])
-    yield host, bbs
-    await host.close()
-    await client.aclose()
+    return RepHost(cells, [sim], client, bbs.url, presence_ttl_s=0.3, evacuation_timeout_s=DEADLINE_S)
 
 
 def give(cell: Cell, *indices: int) -> WorkResult:
@@ -107,22 +68,23 @@ def give(cell: Cell, *indices: int) -> WorkResult:
     return cell.take([(desired, i) for i in indices], [], 0)
 
 
-async def test_heartbeats_every_cell_each_period(setup: tuple[RepHost, MockBBS]) -> None:
+async def test_heartbeats_every_cell_each_period(setup: tuple[RepHost, FakeBBS]) -> None:
     host, bbs = setup
-    await eventually(lambda: len(bbs.heartbeats) >= 6, "two rounds of heartbeats", lambda: bbs.heartbeats)
+    await eventually(lambda: len(bbs.heartbeats) >= 6,
+                     DEADLINE_S, "two rounds of heartbeats", lambda: bbs.heartbeats)
     first_round = {p.cell_id for p in bbs.heartbeats[:3]}
     assert first_round == {"cell-0", "cell-1", "cell-2"}, "one heartbeat per cell per round"
-    puts = [r for r in bbs.requests if r.startswith("PUT")]
-    assert set(puts) == {"PUT /v1/cells"}, f"the cells of a process heartbeat in one PUT; saw {puts}"
+    puts = {r for r in bbs.routes() if r.startswith("PUT")}
+    assert puts == {"PUT /v1/cells"}, f"the cells of a process heartbeat in one PUT; saw {puts}"
 
 
-async def test_heartbeats_carry_what_each_cell_has_left_and_holds(setup: tuple[RepHost, MockBBS]) -> None:
+async def test_heartbeats_carry_what_each_cell_has_left_and_holds(setup: tuple[RepHost, FakeBBS]) -> None:
     host, bbs = setup
     give(host.cells["cell-1"], 0, 1)
     seen = len(bbs.heartbeats)
     await eventually(
         lambda: any(p.cell_id == "cell-1" for p in bbs.heartbeats[seen:]),
-        "a heartbeat of cell-1",
+        DEADLINE_S, "a heartbeat of cell-1",
         lambda: bbs.heartbeats[seen:],
     )
     last = [p for p in bbs.heartbeats if p.cell_id == "cell-1"][-1]
@@ -131,70 +93,73 @@ async def test_heartbeats_carry_what_each_cell_has_left_and_holds(setup: tuple[R
 
 
 async def test_a_cell_the_bbs_answers_cordoned_refuses_work_until_uncordoned(
-    setup: tuple[RepHost, MockBBS],
+    setup: tuple[RepHost, FakeBBS],
 ) -> None:
     host, bbs = setup
     cell = host.cells["cell-2"]
     bbs.cordoned = {"cell-2"}
-    await eventually(lambda: cell.cordoned, "cell-2 cordoned by a heartbeat's answer", lambda: cell.cordoned)
+    await eventually(lambda: cell.cordoned,
+                     DEADLINE_S, "cell-2 cordoned by a heartbeat's answer", lambda: cell.cordoned)
     refused = give(cell, 0)
     assert (len(refused.rejected_lrps), refused.reason) == (1, "cell is cordoned")
     assert give(host.cells["cell-0"], 0).rejected_lrps == [], "the other cells take work"
     bbs.cordoned = set()
-    await eventually(lambda: not cell.cordoned, "cell-2 uncordoned", lambda: cell.cordoned)
+    await eventually(lambda: not cell.cordoned, DEADLINE_S, "cell-2 uncordoned", lambda: cell.cordoned)
     assert give(cell, 0).rejected_lrps == []
 
 
-async def test_cells_reporting_in_the_same_round_share_one_request(setup: tuple[RepHost, MockBBS]) -> None:
+async def test_cells_reporting_in_the_same_round_share_one_request(setup: tuple[RepHost, FakeBBS]) -> None:
     host, bbs = setup
     for cell_id in ("cell-0", "cell-1", "cell-2"):
         give(host.cells[cell_id], 0)
     await eventually(
         lambda: sum(len(b.running) for _, b in bbs.lifecycles) == 3,
-        "three running reports",
+        DEADLINE_S, "three running reports",
         lambda: bbs.lifecycles,
     )
-    posts = [r for r in bbs.requests if r.startswith("POST")]
+    posts = {r: bbs.calls(r) for r in bbs.routes() if r.startswith("POST")}
     claims = [cid for cid, b in bbs.lifecycles if b.claimed]
     assert sorted(claims) == ["cell-0", "cell-1", "cell-2"], bbs.lifecycles
     # The three claims were queued in the same tick: one request carries all three; then the running
     # reports (one more request, or two if one instance started while the other's report was in flight).
-    assert posts[0] == "POST /v1/lifecycle" and 2 <= len(posts) <= 4, posts
+    assert set(posts) == {"POST /v1/lifecycle"} and 2 <= posts["POST /v1/lifecycle"] <= 4, posts
     assert len([cid for cid, b in bbs.lifecycles[:3] if b.claimed]) == 3, "first request: every claim"
 
 
-async def test_reports_reach_the_bbs_after_an_outage(setup: tuple[RepHost, MockBBS]) -> None:
+async def test_reports_reach_the_bbs_after_an_outage(setup: tuple[RepHost, FakeBBS]) -> None:
     host, bbs = setup
-    bbs.down = True
+    bbs.unavailable = True
     give(host.cells["cell-0"], 0, 1)
     outbox = host.cells["cell-0"].outbox
     await eventually(
-        lambda: outbox.failed_requests >= 2, "failed attempts while down", lambda: outbox.failed_requests
+        lambda: outbox.failed_requests >= 2,
+        DEADLINE_S, "failed attempts while down", lambda: outbox.failed_requests
     )
     assert bbs.lifecycles == [] and outbox.pending >= 2, "claims (and maybe running reports) kept"
-    bbs.down = False
+    bbs.unavailable = False
     await eventually(
         lambda: sum(len(b.running) for _, b in bbs.lifecycles) == 2,
-        "both running reports after the outage",
+        DEADLINE_S, "both running reports after the outage",
         lambda: bbs.lifecycles,
     )
     claimed = [r.index for _, b in bbs.lifecycles for r in b.claimed]
     assert claimed == [0, 1]
 
 
-async def test_evacuation_waits_until_the_bbs_stopped_every_instance(setup: tuple[RepHost, MockBBS]) -> None:
+async def test_evacuation_waits_until_the_bbs_stopped_every_instance(setup: tuple[RepHost, FakeBBS]) -> None:
     host, bbs = setup
     cell = host.cells["cell-1"]
     give(cell, 0, 1)
     await eventually(
-        lambda: all(i.state == "running" for i in cell.detail().lrps), "running instances", cell.detail
+        lambda: all(i.state == "running" for i in cell.detail().lrps),
+        DEADLINE_S, "running instances", cell.detail
     )
 
     host.on_signal(signal.SIGTERM)
 
     await eventually(
         lambda: any(p.evacuating and p.cell_id == "cell-1" for p in bbs.heartbeats),
-        "an evacuating heartbeat",
+        DEADLINE_S, "an evacuating heartbeat",
         lambda: bbs.heartbeats[-3:],
     )
     assert give(cell, 5).reason == "cell is evacuating"
@@ -210,10 +175,10 @@ async def test_evacuation_waits_until_the_bbs_stopped_every_instance(setup: tupl
     assert sorted(removed) == [0, 1]
 
 
-async def test_lifecycle_body_is_the_contract(setup: tuple[RepHost, MockBBS]) -> None:
+async def test_lifecycle_body_is_the_contract(setup: tuple[RepHost, FakeBBS]) -> None:
     host, bbs = setup
     give(host.cells["cell-2"], 4)
-    await eventually(lambda: bool(bbs.lifecycles), "a lifecycle request", lambda: None)
+    await eventually(lambda: bool(bbs.lifecycles), DEADLINE_S, "a lifecycle request", lambda: None)
     cell_id, body = bbs.lifecycles[0]
     assert cell_id == "cell-2"
     assert set(json.loads(body.model_dump_json())) == set(CellLifecycle.model_fields)
@@ -222,42 +187,36 @@ async def test_lifecycle_body_is_the_contract(setup: tuple[RepHost, MockBBS]) ->
 async def test_a_rep_started_before_its_bbs_registers_soon_after_the_bbs_answers() -> None:
     """Every process of a cluster starts at once, so the first heartbeat may find no BBS: the next try
     comes within a fraction of a second (backing off), not a whole heartbeat interval (TTL/3) later."""
-    bbs = MockBBS()
-    bbs.down = True
-    client = httpx.AsyncClient(transport=httpx.MockTransport(bbs.handle), timeout=5)
-    sim = SimExecutor(start_delay_s=0.01)
-    config = CellConfig(cell_id="early", zone="z0", rep_url="http://rep", host="127.0.0.1", memory_mb=4096,
-                        disk_mb=65536, containers=250, stacks=("cflinuxfs4",))
-    cell = Cell(config, sim, HostLifecycleSender(client, BBS).for_cell("early"))
-    host = RepHost([cell], [sim], client, BBS, presence_ttl_s=60.0)  # heartbeats every 20 s
-    await host.start()
-    try:
-        await eventually(lambda: host._failed_rounds >= 2, "two failed rounds while the BBS is down",
-                         lambda: host._failed_rounds)
-        assert cell.awaiting_registration and give(cell, 0).reason == "cell not yet registered with the BBS"
-        bbs.down = False
-        loop = asyncio.get_running_loop()
-        up_at = loop.time()
-        await eventually(
-            lambda: not cell.awaiting_registration, "the cell registered", lambda: bbs.heartbeats
-        )
-        took = loop.time() - up_at
-        assert took < 2.0, (
-            f"expected registration within 2 s of the BBS answering (interval 20 s), took {took:.2f} s"
-        )
-        assert [p.cell_id for p in bbs.heartbeats] == ["early"], bbs.heartbeats
-        # Registered: back to one heartbeat per interval (no retry storm).
-        await asyncio.sleep(0.5)
-        assert len(bbs.heartbeats) == 1, (
-            f"expected no further heartbeat within the 20 s interval, saw {bbs.heartbeats}"
-        )
-    finally:
-        await host.close()
-        await client.aclose()
+    async with fake_bbs() as bbs, httpx.AsyncClient(timeout=5) as client:
+        bbs.unavailable = True
+        sim = SimExecutor(start_delay_s=0.01)
+        config = CellConfig(cell_id="early", zone="z0", rep_url="http://rep", host="127.0.0.1",
+                            memory_mb=4096, disk_mb=65536, containers=250, stacks=("cflinuxfs4",))
+        cell = Cell(config, sim, HostLifecycleSender(client, bbs.url).for_cell("early"))
+        # Heartbeats every 20 minutes: within the test, every round after the first is a registration retry.
+        host = RepHost([cell], [sim], client, bbs.url, presence_ttl_s=3600.0)
+        await host.start()
+        try:
+            await eventually(lambda: host._failed_rounds >= 2,
+                             DEADLINE_S, "two failed rounds while the BBS is down",
+                             lambda: host._failed_rounds)
+            assert cell.awaiting_registration
+            assert give(cell, 0).reason == "cell not yet registered with the BBS"
+            bbs.unavailable = False
+            await eventually(lambda: not cell.awaiting_registration, DEADLINE_S,
+                             "the cell registered by a retry", lambda: bbs.heartbeats)
+            assert [p.cell_id for p in bbs.heartbeats] == ["early"], bbs.heartbeats
+            # Registered: back to one heartbeat per interval (no retry storm).
+            await asyncio.sleep(0.5)
+            assert len(bbs.heartbeats) == 1, (
+                f"expected no further heartbeat within the 20 min interval, saw {bbs.heartbeats}"
+            )
+        finally:
+            await host.close()
 
 
 async def test_after_a_silence_of_a_ttl_running_instances_are_reported_again_and_replaced_ones_stopped(
-    setup: tuple[RepHost, MockBBS],
+    setup: tuple[RepHost, FakeBBS],
 ) -> None:
     host, bbs = setup
     cell = host.cells["cell-0"]
@@ -267,19 +226,20 @@ async def test_after_a_silence_of_a_ttl_running_instances_are_reported_again_and
         return [r.instance_guid for cell_id, body in bbs.lifecycles if cell_id == "cell-0"
                 for r in body.running]
 
-    await eventually(lambda: len(running_reports()) == 2, "two running reports", running_reports)
+    await eventually(lambda: len(running_reports()) == 2, DEADLINE_S, "two running reports", running_reports)
     beats = len(bbs.heartbeats)
-    await eventually(lambda: len(bbs.heartbeats) >= beats + 6, "two more rounds of heartbeats",
+    await eventually(lambda: len(bbs.heartbeats) >= beats + 6, DEADLINE_S, "two more rounds of heartbeats",
                      lambda: bbs.heartbeats)
     assert len(running_reports()) == 2, "heartbeats on time: no instance reported again"
 
     replaced, kept = running_reports()
     bbs.replaced.add(replaced)  # what the BBS did while it heard nothing from the cell
-    bbs.down = True
-    await eventually(lambda: host._failed_rounds >= 4, "heartbeats failing for over a TTL (0.3 s)",
+    bbs.unavailable = True
+    await eventually(lambda: host._failed_rounds >= 4,
+                     DEADLINE_S, "heartbeats failing for over a TTL (0.3 s)",
                      lambda: host._failed_rounds)
-    bbs.down = False
-    await eventually(lambda: not cell.has_instance(replaced), "the replaced instance stopped",
+    bbs.unavailable = False
+    await eventually(lambda: not cell.has_instance(replaced), DEADLINE_S, "the replaced instance stopped",
                      lambda: running_reports())
     assert cell.has_instance(kept), "the instance the BBS still counts as the cell's was stopped"
     assert sorted(running_reports()[2:4]) == sorted([replaced, kept]), running_reports()

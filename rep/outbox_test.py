@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import pytest
 
 from common.models import LifecycleResult
+from tests.support.polling import eventually
 
 from .outbox import Outbox
 from .reports import Crash, Ref, Reports, Running
@@ -23,16 +24,9 @@ def running(i: int) -> Running:
     return Running("app", i, f"g{i}", "127.0.0.1", [])
 
 
-async def eventually(condition: Callable[[], bool], what: str, seen: Callable[[], object]) -> None:
-    deadline = asyncio.get_running_loop().time() + DEADLINE_S
-    while not condition():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"expected {what} within {DEADLINE_S}s; saw {seen()!r}")
-        await asyncio.sleep(0.005)
-
-
-class FakeBBS:
-    """Records every lifecycle request; can be told to fail or to hold requests until released."""
+class RecordingSender:
+    """The outbox's send callable (what rep/host.py's HostLifecycleSender is in a rep): records every
+    lifecycle request; can be told to fail (as when the BBS is down) or to hold requests until released."""
 
     def __init__(self) -> None:
         self.requests: list[Reports] = []
@@ -51,15 +45,15 @@ class FakeBBS:
 
 
 @pytest.fixture
-async def running_outbox() -> AsyncIterator[Callable[..., Awaitable[tuple[Outbox, FakeBBS, list]]]]:
+async def running_outbox() -> AsyncIterator[Callable[..., Awaitable[tuple[Outbox, RecordingSender, list]]]]:
     tasks: list[asyncio.Task[None]] = []
 
-    async def start(**kwargs: float) -> tuple[Outbox, FakeBBS, list[LifecycleResult]]:
-        bbs = FakeBBS()
+    async def start(**kwargs: float) -> tuple[Outbox, RecordingSender, list[LifecycleResult]]:
+        sender = RecordingSender()
         results: list[LifecycleResult] = []
-        outbox = Outbox(bbs.send, results.append, name="cell-a", **kwargs)
+        outbox = Outbox(sender.send, results.append, name="cell-a", **kwargs)
         tasks.append(asyncio.create_task(outbox.run()))
-        return outbox, bbs, results
+        return outbox, sender, results
 
     yield start
     for task in tasks:
@@ -68,39 +62,40 @@ async def running_outbox() -> AsyncIterator[Callable[..., Awaitable[tuple[Outbox
 
 
 async def test_reports_added_together_go_in_one_request(running_outbox) -> None:
-    outbox, bbs, _ = await running_outbox()
+    outbox, sender, _ = await running_outbox()
     for i in range(100):
         outbox.claimed(ref(i))
     outbox.task_started("t1")
 
     assert await outbox.drain(DEADLINE_S)
 
-    assert len(bbs.requests) == 1, f"expected one request, saw {len(bbs.requests)}"
-    assert [r.index for r in bbs.requests[0].claimed] == list(range(100))
-    assert bbs.requests[0].tasks_started == ["t1"]
+    assert len(sender.requests) == 1, f"expected one request, saw {len(sender.requests)}"
+    assert [r.index for r in sender.requests[0].claimed] == list(range(100))
+    assert sender.requests[0].tasks_started == ["t1"]
 
 
 async def test_reports_arriving_during_a_request_go_in_the_next_one(running_outbox) -> None:
-    outbox, bbs, _ = await running_outbox()
-    bbs.gate.clear()
+    outbox, sender, _ = await running_outbox()
+    sender.gate.clear()
     outbox.claimed(ref(0))
     await asyncio.sleep(0)  # the flusher takes the first report and waits on the gate
     for i in range(1, 50):
         outbox.claimed(ref(i))
         outbox.running(running(i))
-    bbs.gate.set()
+    sender.gate.set()
 
     assert await outbox.drain(DEADLINE_S)
 
-    assert [len(r.claimed) for r in bbs.requests] == [1, 49]
-    assert len(bbs.requests[1].running) == 49
+    assert [len(r.claimed) for r in sender.requests] == [1, 49]
+    assert len(sender.requests[1].running) == 49
 
 
 async def test_a_failed_request_is_retried_with_its_reports_first(running_outbox) -> None:
-    outbox, bbs, _ = await running_outbox(backoff_initial_s=0.01, backoff_max_s=0.02)
-    bbs.failures_left = 3
+    outbox, sender, _ = await running_outbox(backoff_initial_s=0.01, backoff_max_s=0.02)
+    sender.failures_left = 3
     outbox.claimed(ref(0))
-    await eventually(lambda: bbs.failures_left < 3, "a first failed attempt", lambda: bbs.failures_left)
+    await eventually(lambda: sender.failures_left < 3,
+                     DEADLINE_S, "a first failed attempt", lambda: sender.failures_left)
     outbox.running(running(0))
     outbox.crashed(Crash("app", 0, "g0", "exited with status 1"))
     outbox.claimed(ref(1))
@@ -108,9 +103,9 @@ async def test_a_failed_request_is_retried_with_its_reports_first(running_outbox
     assert await outbox.drain(DEADLINE_S)
 
     delivered = Reports(
-        claimed=[c for r in bbs.requests for c in r.claimed],
-        running=[c for r in bbs.requests for c in r.running],
-        crashed=[c for r in bbs.requests for c in r.crashed],
+        claimed=[c for r in sender.requests for c in r.claimed],
+        running=[c for r in sender.requests for c in r.running],
+        crashed=[c for r in sender.requests for c in r.crashed],
     )
     assert [c.index for c in delivered.claimed] == [0, 1], "nothing lost, older first"
     assert [c.index for c in delivered.running] == [0]
@@ -118,15 +113,15 @@ async def test_a_failed_request_is_retried_with_its_reports_first(running_outbox
     assert outbox.failed_requests == 3
     # The claim of g0 never travels after its running or crash report.
     first_claim = next(
-        n for n, r in enumerate(bbs.requests) if any(c.instance_guid == "g0" for c in r.claimed)
+        n for n, r in enumerate(sender.requests) if any(c.instance_guid == "g0" for c in r.claimed)
     )
-    first_running = next(n for n, r in enumerate(bbs.requests) if r.running)
+    first_running = next(n for n, r in enumerate(sender.requests) if r.running)
     assert first_claim <= first_running
 
 
 async def test_results_are_handed_back(running_outbox) -> None:
-    outbox, bbs, results = await running_outbox()
-    bbs.result = LifecycleResult(refused=[ref(7)._asdict()])
+    outbox, sender, results = await running_outbox()
+    sender.result = LifecycleResult(refused=[ref(7)._asdict()])
     outbox.claimed(ref(7))
 
     assert await outbox.drain(DEADLINE_S)
@@ -135,7 +130,7 @@ async def test_results_are_handed_back(running_outbox) -> None:
 
 
 async def test_discard_drops_pending_reports_of_one_instance_or_task() -> None:
-    outbox = Outbox(FakeBBS().send, lambda result: None)
+    outbox = Outbox(RecordingSender().send, lambda result: None)
     outbox.claimed(ref(1))
     outbox.claimed(ref(2))
     outbox.running(running(1))
@@ -149,8 +144,8 @@ async def test_discard_drops_pending_reports_of_one_instance_or_task() -> None:
 
 
 async def test_drain_reports_a_timeout_while_the_bbs_is_down(running_outbox) -> None:
-    outbox, bbs, _ = await running_outbox(backoff_initial_s=0.01, backoff_max_s=0.01)
-    bbs.failures_left = 10_000
+    outbox, sender, _ = await running_outbox(backoff_initial_s=0.01, backoff_max_s=0.01)
+    sender.failures_left = 10_000
     outbox.claimed(ref(0))
 
     assert await outbox.drain(0.1) is False
@@ -161,12 +156,13 @@ async def test_drain_reports_a_timeout_while_the_bbs_is_down(running_outbox) -> 
 async def test_with_a_linger_a_claim_and_a_quick_start_travel_in_one_request(
     running_outbox, linger_s: float, expected_requests: int
 ) -> None:
-    outbox, bbs, _ = await running_outbox(linger_s=linger_s)
+    outbox, sender, _ = await running_outbox(linger_s=linger_s)
     outbox.claimed(ref(0))
     await asyncio.sleep(0.05)  # the instance starts 50 ms after its claim: a window, not a synchronisation
     outbox.running(running(0))
     await eventually(
-        lambda: sum(len(r.running) for r in bbs.requests) == 1, "the running report", lambda: bbs.requests
+        lambda: sum(len(r.running) for r in sender.requests) == 1,
+        DEADLINE_S, "the running report", lambda: sender.requests
     )
-    assert len(bbs.requests) == expected_requests, (linger_s, bbs.requests)
-    assert [r.index for b in bbs.requests for r in b.claimed] == [0]
+    assert len(sender.requests) == expected_requests, (linger_s, sender.requests)
+    assert [r.index for b in sender.requests for r in b.claimed] == [0]

@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from .output_log import LOG_NAME, ROTATED_NAME, OutputLog
+from tests.support.polling import finishes
+
+from .output_log import CHUNK_BYTES, LOG_NAME, MIB, ROTATED_NAME, OutputLog
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -90,30 +92,43 @@ async def test_the_tail_spans_both_files(tmp_path: Path) -> None:
 
 
 async def test_a_flood_leaves_the_event_loop_responsive(tmp_path: Path) -> None:
-    output = OutputLog(tmp_path, 1024 * 1024)
-    loop = asyncio.get_running_loop()
-    gaps: list[float] = []
+    """However fast the child writes, the pump does one read (at most CHUNK_BYTES) per turn of the event
+    loop: every other task gets its turn between any two of its reads."""
+    output = OutputLog(tmp_path, MIB)
+    turns: list[int] = []  # bytes the pump wrote since the previous turn of the ticker, at each turn
+    since_last_turn = 0
+    pump_write = output._write
 
-    async def tick() -> None:
-        last = loop.time()
+    def counted_write(data: bytes) -> None:  # (private: where the pump's reads show)
+        nonlocal since_last_turn
+        since_last_turn += len(data)
+        pump_write(data)
+
+    output._write = counted_write  # type: ignore[method-assign]
+
+    async def ticker() -> None:  # a turn of its own on every pass of the loop, taking no time
+        nonlocal since_last_turn
         while True:
-            await asyncio.sleep(0.005)
-            now = loop.time()
-            gaps.append(now - last)
-            last = now
+            await asyncio.sleep(0)
+            turns.append(since_last_turn)
+            since_last_turn = 0
 
     flood = "import sys\nfor _ in range(256): sys.stdout.buffer.write(b'x' * 1024 * 1024)"
     proc = subprocess.Popen([sys.executable, "-c", flood], stdout=output.writer)
     output.start()
-    ticker = asyncio.create_task(tick())
+    ticking = asyncio.create_task(ticker())
     try:
         await output.finish(DEADLINE_S)
     finally:
-        ticker.cancel()
+        ticking.cancel()
         output.close()
     assert proc.wait(timeout=DEADLINE_S) == 0
-    assert len(gaps) >= 2, f"expected the loop to tick during the flood, saw {len(gaps)} ticks"
-    assert max(gaps) < 0.25, f"expected the loop never held up by the pump for 0.25 s, saw {max(gaps):.3f} s"
+    reads_between_turns = [n for n in turns if n]
+    assert sum(turns) + since_last_turn == 256 * MIB, "the whole flood went through the pump"
+    assert len(reads_between_turns) >= 2, f"expected the ticker's turns during the flood, saw {turns[:10]}"
+    assert max(reads_between_turns) <= CHUNK_BYTES, (
+        f"expected at most one read ({CHUNK_BYTES} bytes) between two turns of another task, saw "
+        f"{max(reads_between_turns)} bytes")
 
 
 async def test_the_log_is_written_only_through_what_the_rep_created(tmp_path: Path) -> None:
@@ -139,13 +154,11 @@ async def test_the_log_is_written_only_through_what_the_rep_created(tmp_path: Pa
 
 async def test_finish_is_bounded_while_an_escapee_holds_the_pipe(tmp_path: Path) -> None:
     output = OutputLog(tmp_path, 1000)
-    holder = subprocess.Popen(["sleep", "60"], stdout=output.writer)
+    holder = subprocess.Popen(["sleep", "3600"], stdout=output.writer)  # holds the pipe until killed
     output.start()
-    loop = asyncio.get_running_loop()
     try:
-        started = loop.time()
-        await output.finish(0.2)
-        assert loop.time() - started < 5.0
+        await finishes(output.finish(0.2), DEADLINE_S, "finish to end by its bound, the pipe still held")
+        assert holder.poll() is None, "the escapee still holds the pipe: only finish's bound ended it"
     finally:
         holder.kill()
         holder.wait(timeout=DEADLINE_S)

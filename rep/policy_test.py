@@ -22,16 +22,8 @@ from rep.host import RepHost
 from rep.policy import POLICY
 from tests.fake_bbs import FakeBBS, fake_bbs
 from tests.rep import fakes
-from tests.rep.fakes import (
-    DEADLINE_S,
-    REPO,
-    STARTUP_S,
-    cell_details,
-    desired,
-    eventually,
-    post_work,
-    work_body,
-)
+from tests.rep.fakes import DEADLINE_S, REPO, STARTUP_S, cell_details, desired, post_work, work_body
+from tests.support.polling import eventually
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 start_rep = fakes.start_rep  # the fixture: real rep processes, always stopped
@@ -99,7 +91,8 @@ async def test_every_route_refuses_callers_without_identity_or_role(
     rep = await start_rep("--executor", "sim", "--cells", "3", "--cell-id", "sim0", "--bbs-url", bbs.url,
                           "--presence-ttl", "1", *tls_flags(pki))
     assert rep.url.startswith("https://")
-    await eventually(lambda: {p.cell_id for p in bbs.heartbeats} == set(CELLS), "heartbeats of every cell",
+    await eventually(lambda: {p.cell_id for p in bbs.heartbeats} == set(CELLS),
+                     DEADLINE_S, "heartbeats of every cell",
                      lambda: [p.cell_id for p in bbs.heartbeats])
     presence: CellPresence = bbs.heartbeats[-1]
     assert (presence.rep_id, presence.rep_url, presence.insecure) == ("rep-a", rep.url, False)

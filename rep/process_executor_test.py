@@ -10,7 +10,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import time
 from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -19,6 +18,7 @@ import pytest
 
 from common.models import DesiredLRP, HealthCheck, ModificationTag, PortMapping, Task, TaskCompletion
 from common.procutil import app_python, child_preexec, pid_alive
+from tests.support.polling import eventually, finishes
 
 from .cgroups import limits_for
 from .executor import LRPContainer, TaskContainer
@@ -78,15 +78,6 @@ class Listener:
         self.finished.append(completion)
 
 
-async def eventually(condition: Callable[[], bool], what: str, seen: Callable[[], object]) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + DEADLINE_S
-    while not condition():
-        if loop.time() > deadline:
-            raise AssertionError(f"expected {what} within {DEADLINE_S}s; saw {seen()!r}")
-        await asyncio.sleep(0.02)
-
-
 def container(
     command: list[str],
     guid: str = "inst-1",
@@ -140,12 +131,13 @@ async def test_running_only_once_the_child_listens_with_its_environment(executor
         container([PYTHON, "-c", HTTP_SERVER], env={"LISTEN_DELAY": "1.0", "GREETING": "hi"}),
         listener,
     )
-    await eventually(lambda: executor.pid_of("inst-1") is not None, "a child process", lambda: None)
+    await eventually(lambda: executor.pid_of("inst-1") is not None,
+                     DEADLINE_S, "a child process", lambda: None)
     pid = executor.pid_of("inst-1")
     assert pid is not None and pid_alive(pid)
     assert listener.running == [], "not running before the health check passed"
 
-    await eventually(lambda: bool(listener.running), "a running report", lambda: listener.crashed)
+    await eventually(lambda: bool(listener.running), DEADLINE_S, "a running report", lambda: listener.crashed)
 
     assert listening_when_reported == [True]
     ((guid, ports),) = listener.running
@@ -176,13 +168,13 @@ async def test_running_only_once_the_child_listens_with_its_environment(executor
 async def test_a_child_killed_by_signal_9_is_reported_crashed(executor: ProcessExecutor) -> None:
     listener = Listener()
     executor.start_lrp(container([PYTHON, "-c", HTTP_SERVER]), listener)
-    await eventually(lambda: bool(listener.running), "a running report", lambda: listener.crashed)
+    await eventually(lambda: bool(listener.running), DEADLINE_S, "a running report", lambda: listener.crashed)
     pid = executor.pid_of("inst-1")
     assert pid is not None
 
     os.kill(pid, signal.SIGKILL)
 
-    await eventually(lambda: bool(listener.crashed), "a crash report", lambda: listener.running)
+    await eventually(lambda: bool(listener.crashed), DEADLINE_S, "a crash report", lambda: listener.running)
     assert listener.crashed == [("inst-1", "killed by signal 9")]
     kept = executor.containers_dir / "inst-1"
     assert (kept / "output.log").exists(), "a crashed container keeps its log"
@@ -194,7 +186,7 @@ async def test_a_child_killed_by_signal_9_is_reported_crashed(executor: ProcessE
 async def test_an_exit_during_startup_is_a_crash_with_its_status(executor: ProcessExecutor) -> None:
     listener = Listener()
     executor.start_lrp(container([PYTHON, "-c", "import sys; sys.exit(3)"]), listener)
-    await eventually(lambda: bool(listener.crashed), "a crash report", lambda: listener.running)
+    await eventually(lambda: bool(listener.crashed), DEADLINE_S, "a crash report", lambda: listener.running)
     assert listener.crashed == [("inst-1", "exited with status 3")]
     assert listener.running == []
 
@@ -202,14 +194,14 @@ async def test_an_exit_during_startup_is_a_crash_with_its_status(executor: Proce
 async def test_an_empty_command_fails_the_start_clearly(executor: ProcessExecutor) -> None:
     listener = Listener()
     executor.start_lrp(container([]), listener)
-    await eventually(lambda: bool(listener.crashed), "a crash report", lambda: None)
+    await eventually(lambda: bool(listener.crashed), DEADLINE_S, "a crash report", lambda: None)
     assert "no command" in listener.crashed[0][1]
 
 
 async def test_a_missing_executable_fails_the_start(executor: ProcessExecutor) -> None:
     listener = Listener()
     executor.start_lrp(container(["/nonexistent/vendue-app"]), listener)
-    await eventually(lambda: bool(listener.crashed), "a crash report", lambda: None)
+    await eventually(lambda: bool(listener.crashed), DEADLINE_S, "a crash report", lambda: None)
     assert listener.crashed[0][1].startswith("failed to start:")
 
 
@@ -217,12 +209,13 @@ async def test_a_child_that_never_listens_fails_its_health_check(executor: Proce
     listener = Listener()
     never = [PYTHON, "-c", "import time; time.sleep(60)"]
     executor.start_lrp(container(never, check=HealthCheck(type="port", timeout_s=1.0)), listener)
-    await eventually(lambda: executor.pid_of("inst-1") is not None, "a child process", lambda: None)
+    await eventually(lambda: executor.pid_of("inst-1") is not None,
+                     DEADLINE_S, "a child process", lambda: None)
     pid = executor.pid_of("inst-1")
-    await eventually(lambda: bool(listener.crashed), "a crash report", lambda: listener.running)
+    await eventually(lambda: bool(listener.crashed), DEADLINE_S, "a crash report", lambda: listener.running)
     assert listener.crashed == [("inst-1", "health check (port) did not pass within 1s")]
     assert pid is not None
-    await eventually(lambda: not pid_alive(pid), "the unhealthy child killed", lambda: pid)
+    await eventually(lambda: not pid_alive(pid), DEADLINE_S, "the unhealthy child killed", lambda: pid)
 
 
 async def test_http_and_process_health_checks(executor: ProcessExecutor) -> None:
@@ -240,7 +233,8 @@ async def test_http_and_process_health_checks(executor: ProcessExecutor) -> None
         ),
         listener,
     )
-    await eventually(lambda: len(listener.running) == 2, "two running reports", lambda: listener.crashed)
+    await eventually(lambda: len(listener.running) == 2,
+                     DEADLINE_S, "two running reports", lambda: listener.crashed)
     assert {guid for guid, _ in listener.running} == {"h", "p"}
 
 
@@ -253,7 +247,7 @@ async def test_stop_sends_sigterm_then_sigkill_after_the_grace(executor: Process
     directory = executor.containers_dir / "inst-1"
     await eventually(
         lambda: bool(listener.running) and (directory / "started").exists(),
-        "a running child",
+        DEADLINE_S, "a running child",
         lambda: listener.crashed,
     )
     pid = executor.pid_of("inst-1")
@@ -261,13 +255,12 @@ async def test_stop_sends_sigterm_then_sigkill_after_the_grace(executor: Process
 
     stop = asyncio.create_task(executor.stop_lrp("inst-1"))
     await eventually(
-        lambda: (directory / "got-sigterm").exists(), "SIGTERM delivered", lambda: pid_alive(pid)
+        lambda: (directory / "got-sigterm").exists(), DEADLINE_S, "SIGTERM delivered", lambda: pid_alive(pid)
     )
     assert pid_alive(pid), "still alive right after SIGTERM (it ignores it)"
-    started = time.monotonic()
-    await asyncio.wait_for(stop, timeout=DEADLINE_S)
+    # It ignores SIGTERM: only the SIGKILL after the grace (0.5 s) can end it, and with it the stop.
+    await finishes(stop, DEADLINE_S, "the stop to SIGKILL the child after its grace")
 
-    assert time.monotonic() - started < 5.0
     assert not pid_alive(pid), "SIGKILL after the grace period"
     assert listener.crashed == []
 
@@ -282,7 +275,7 @@ async def test_a_task_reports_exit_status_and_the_tail_of_its_output(executor: P
         ),
         listener,
     )
-    await eventually(lambda: bool(listener.finished), "a task completion", lambda: None)
+    await eventually(lambda: bool(listener.finished), DEADLINE_S, "a task completion", lambda: None)
     (done,) = listener.finished
     assert (done.task_guid, done.failed, done.exit_status, done.failure_reason) == (
         "t1",
@@ -305,7 +298,7 @@ async def test_a_successful_task_and_a_cancelled_one(executor: ProcessExecutor) 
     )
     executor.run_task(TaskContainer("cell-p", ok), listener)
     executor.run_task(TaskContainer("cell-p", slow), listener)
-    await eventually(lambda: bool(listener.finished), "a task completion", lambda: None)
+    await eventually(lambda: bool(listener.finished), DEADLINE_S, "a task completion", lambda: None)
     assert listener.finished == [TaskCompletion(task_guid="ok", exit_status=0, result="done\n")]
 
     await asyncio.wait_for(executor.cancel_task("slow"), timeout=DEADLINE_S)
@@ -325,7 +318,7 @@ async def test_the_environment_is_exactly_the_lrps_and_vendues_own(
     monkeypatch.setenv("REP_SECRET", "the rep's, not the app's")
     listener = Listener()
     executor.start_lrp(container([PYTHON, "-c", HTTP_SERVER], env={"GREETING": "hi"}), listener)
-    await eventually(lambda: bool(listener.running), "a running report", lambda: listener.crashed)
+    await eventually(lambda: bool(listener.running), DEADLINE_S, "a running report", lambda: listener.crashed)
     pid = executor.pid_of("inst-1")
     assert pid is not None
     directory = executor.containers_dir / "inst-1"
@@ -346,7 +339,7 @@ async def test_an_lrp_may_set_its_own_path(executor: ProcessExecutor) -> None:
     executor.start_lrp(
         container([PYTHON, "-c", HTTP_SERVER], env={"PATH": "/opt/app/bin:/usr/bin"}), listener
     )
-    await eventually(lambda: bool(listener.running), "a running report", lambda: listener.crashed)
+    await eventually(lambda: bool(listener.running), DEADLINE_S, "a running report", lambda: listener.crashed)
     pid = executor.pid_of("inst-1")
     assert pid is not None and environ_of(pid)["PATH"] == "/opt/app/bin:/usr/bin"
 
@@ -370,7 +363,8 @@ async def test_each_isolated_instance_has_its_own_uid_and_directory(isolated: Pr
     listener = Listener()
     for guid in ("a", "b"):
         isolated.start_lrp(container([PYTHON, "-c", HTTP_SERVER], guid=guid), listener)
-    await eventually(lambda: len(listener.running) == 2, "two running reports", lambda: listener.crashed)
+    await eventually(lambda: len(listener.running) == 2,
+                     DEADLINE_S, "two running reports", lambda: listener.crashed)
 
     seen = {}
     async with httpx.AsyncClient(timeout=5) as client:
@@ -409,12 +403,14 @@ async def test_an_instance_over_its_memory_is_killed_out_of_memory_and_its_neigh
 ) -> None:
     listener = Listener()
     isolated.start_lrp(container([PYTHON, "-c", HTTP_SERVER], guid="neighbour"), listener)
-    await eventually(lambda: bool(listener.running), "the neighbour running", lambda: listener.crashed)
+    await eventually(lambda: bool(listener.running),
+                     DEADLINE_S, "the neighbour running", lambda: listener.crashed)
     neighbour = isolated.pid_of("neighbour")
     greedy = container([PYTHON, "-c", GREEDY], guid="greedy", check=HealthCheck(type="process"), ports=[])
     isolated.start_lrp(greedy._replace(desired=greedy.desired.model_copy(update={"memory_mb": 32})), listener)
 
-    await eventually(lambda: bool(listener.crashed), "the greedy one crashed", lambda: listener.running)
+    await eventually(lambda: bool(listener.crashed),
+                     DEADLINE_S, "the greedy one crashed", lambda: listener.running)
 
     assert listener.crashed == [("greedy", "out of memory (killed by signal 9)")]
     assert neighbour is not None and pid_alive(neighbour) and isolated.pid_of("neighbour") == neighbour
@@ -446,7 +442,7 @@ async def test_a_stop_kills_a_setsid_double_forked_escapee(isolated: ProcessExec
     )
     pid_file = isolated.containers_dir / "inst-1" / "escapee.pid"
     await eventually(lambda: bool(listener.running) and pid_file.exists() and pid_file.read_text() != "",
-                     "running, with its escapee", lambda: listener.crashed)
+                     DEADLINE_S, "running, with its escapee", lambda: listener.crashed)
     escapee = int(pid_file.read_text())
     assert pid_alive(escapee) and os.getsid(escapee) != os.getsid(isolated.pid_of("inst-1") or 0)
 
@@ -459,7 +455,7 @@ async def test_a_main_process_that_exits_leaves_nothing_behind(isolated: Process
     listener = Listener()
     isolated.start_lrp(container([PYTHON, "-c", ESCAPES], env={"EXIT_AFTER": "1"},
                                  check=HealthCheck(type="process", timeout_s=DEADLINE_S), ports=[]), listener)
-    await eventually(lambda: bool(listener.crashed), "a crash report", lambda: listener.running)
+    await eventually(lambda: bool(listener.crashed), DEADLINE_S, "a crash report", lambda: listener.running)
     assert listener.crashed == [("inst-1", "exited with status 7")]
     escapee = int((isolated.containers_dir / "inst-1" / "output.log").read_text().split()[-1])
     assert not pid_alive(escapee), "the escapee went with its main process"
@@ -483,7 +479,8 @@ async def test_a_fork_bomb_stops_at_the_pids_limit_and_the_executor_runs_on(
     listener = Listener()
     bomb = container([PYTHON, "-c", FORK_BOMB], guid="bomb", check=HealthCheck(type="process"), ports=[])
     isolated.start_lrp(bomb, listener)
-    await eventually(lambda: (isolated.containers_dir / "bomb" / "limited").exists(), "a fork refused",
+    await eventually(lambda: (isolated.containers_dir / "bomb" / "limited").exists(),
+                     DEADLINE_S, "a fork refused",
                      lambda: listener.crashed)
     cgroup = isolated._lrps["bomb"].sandbox.cgroup
     assert cgroup is not None and 1 < len(cgroup.pids()) <= 16, cgroup.pids()
@@ -493,7 +490,7 @@ async def test_a_fork_bomb_stops_at_the_pids_limit_and_the_executor_runs_on(
     assert cgroup.pids() == set() and not cgroup.dirs[0].exists()
     isolated.start_lrp(container([PYTHON, "-c", HTTP_SERVER], guid="after"), listener)
     await eventually(lambda: [g for g, _ in listener.running if g == "after"] == ["after"],
-                     "another instance running", lambda: (listener.crashed, listener.running,
+                     DEADLINE_S, "another instance running", lambda: (listener.crashed, listener.running,
                      (isolated.containers_dir / "after" / "output.log").read_text()))
 
 
@@ -587,11 +584,11 @@ async def test_an_instance_past_its_disk_mb_is_stopped_and_crashed_with_the_reas
     executor, listener = quick_disk_executor, Listener()
     running = container([PYTHON, "-c", FILLS_ITS_DISK], env={"FILL_MB": "12"})
     executor.start_lrp(running._replace(desired=running.desired.model_copy(update={"disk_mb": 8})), listener)
-    await eventually(lambda: bool(listener.running), "a running report", lambda: listener.crashed)
+    await eventually(lambda: bool(listener.running), DEADLINE_S, "a running report", lambda: listener.crashed)
     pid = executor.pid_of("inst-1")
     assert pid is not None
 
-    await eventually(lambda: bool(listener.crashed), "a crash report", lambda: listener.running)
+    await eventually(lambda: bool(listener.crashed), DEADLINE_S, "a crash report", lambda: listener.running)
 
     [(guid, reason)] = listener.crashed
     assert (
@@ -620,7 +617,7 @@ async def test_a_task_that_ends_past_its_disk_mb_fails_with_the_reason(
         task = Task(task_guid="t1", command=[PYTHON, "-c", script], disk_mb=2, created_at=NOW,
                     updated_at=NOW)
         executor.run_task(TaskContainer("cell-p", task), listener)
-        await eventually(lambda: bool(listener.finished), "a task completion", lambda: None)
+        await eventually(lambda: bool(listener.finished), DEADLINE_S, "a task completion", lambda: None)
     finally:
         executor.kill_all()
         await executor.close()
@@ -638,7 +635,7 @@ async def test_a_tasks_result_is_its_last_4_kib_across_the_rotated_log(
     script = "import sys\nfor i in range(2000): print(f'{i:09d}')\nprint('the end')"
     task = Task(task_guid="t1", command=[PYTHON, "-c", script], created_at=NOW, updated_at=NOW)
     quick_disk_executor.run_task(TaskContainer("cell-p", task), listener)
-    await eventually(lambda: bool(listener.finished), "a task completion", lambda: None)
+    await eventually(lambda: bool(listener.finished), DEADLINE_S, "a task completion", lambda: None)
     [done] = listener.finished
     written = "".join(f"{i:09d}\n" for i in range(2000)) + "the end\n"
     assert not done.failed and done.result == written[-4096:]

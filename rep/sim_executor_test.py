@@ -6,6 +6,7 @@ import asyncio
 from datetime import UTC, datetime
 
 from common.models import DesiredLRP, ModificationTag, PortMapping, Task, TaskCompletion
+from tests.support.polling import eventually
 
 from .executor import LRPContainer, TaskContainer
 from .sim_executor import SimExecutor
@@ -110,10 +111,7 @@ async def test_the_loop_fires_on_real_time_and_wakes_for_earlier_entries() -> No
     await sim.open()
     try:
         sim.start_lrp(lrp("a"), listener)
-        deadline = asyncio.get_running_loop().time() + 5
-        while not listener.running:
-            assert asyncio.get_running_loop().time() < deadline, "expected a running report within 5 s"
-            await asyncio.sleep(0.005)
+        await eventually(lambda: listener.running, 5.0, "a running report", lambda: listener.crashed)
     finally:
         await sim.close()
 
@@ -161,10 +159,7 @@ async def test_the_loop_wakes_for_a_start_sooner_than_what_it_waits_for() -> Non
         await asyncio.sleep(0)  # the loop now waits for "late", 30 s away
         sim.start_delay_s = 0.0
         sim.start_lrp(lrp("now"), listener)
-        deadline = asyncio.get_running_loop().time() + 5.0
-        while not listener.running:
-            assert asyncio.get_running_loop().time() < deadline, "the loop never woke"
-            await asyncio.sleep(0.01)
+        await eventually(lambda: listener.running, 5.0, "the loop woken for the sooner start")
         assert [g for g, _ in listener.running] == ["now"]
     finally:
         await sim.close()

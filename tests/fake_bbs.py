@@ -1,11 +1,14 @@
 """The one fake BBS of the process tests (the rep's and the auctioneer's), served over real HTTP by uvicorn
 on a free loopback port inside the test's event loop, over HTTPS when given a server TLS context.
 
-It accepts and records what reps send (heartbeats, lifecycle reports); lists cells (a FakeReps' presences
-and `extra_cells`); keeps the "auctioneer" lease as the BBS does (POST takes or renews it, a new holder
-under a newer token; DELETE releases it; GET answers it while unexpired, else 404), or answers 404 without
-the lease API; verifies the bearer tokens in `tokens`; records placement-failure reports (409 for a fencing
-token older than the lease's); and counts who called what (over HTTPS, by client certificate).
+It accepts and records what reps send (heartbeats, lifecycle reports) and answers as the BBS does: a
+heartbeat names the cells among those reported that are `cordoned`, a lifecycle report has the claims and
+running reports of `replaced` instance guids refused (bbs/api.py, bbs/lifecycle.py); lists cells (a
+FakeReps' presences and `extra_cells`); keeps the "auctioneer" lease as the BBS does (POST takes or renews
+it, a new holder under a newer token; DELETE releases it; GET answers it while unexpired, else 404), or
+answers 404 without the lease API; verifies the bearer tokens in `tokens`; records placement-failure reports
+(409 for a fencing token older than the lease's); and counts who called what (over HTTPS, by client
+certificate). While `unavailable` (an outage) it answers every request 503 and records nothing.
 """
 
 from __future__ import annotations
@@ -51,6 +54,9 @@ class FakeBBS:
     lease_lookups: int = 0  # GET /v1/leases/{name}: a rep checking a fencing token
     tokens: dict[str, tuple[str, str]] = field(default_factory=dict)  # bearer token -> (role, name)
     callers: Counter = field(default_factory=Counter)  # (caller_of, "METHOD /path") -> requests
+    cordoned: set[str] = field(default_factory=set)  # cells the heartbeat answer names cordoned
+    replaced: set[str] = field(default_factory=set)  # instance guids replaced elsewhere: reports refused
+    unavailable: bool = False  # an outage: 503 to everything, nothing recorded
     url: str = ""
 
     def hold_lease(self, token: int, owner: str = "a1", ttl_s: float = 3600.0) -> None:
@@ -67,24 +73,39 @@ class FakeBBS:
         """Every route called ("METHOD /path")."""
         return {route for _, route in self.callers}
 
+    def calls(self, route: str) -> int:
+        """How many requests of a route ("METHOD /path") it answered, from any caller."""
+        return sum(n for (_, called), n in self.callers.items() if called == route)
+
+    def refused(self, report: CellLifecycle) -> dict[str, list]:
+        """The answer for one cell's report: what the BBS refuses of an instance replaced elsewhere (its claim
+        and its running report, as InstanceRefs); the rep stops it."""
+        refs = [r for r in [*report.claimed, *report.running] if r.instance_guid in self.replaced]
+        refused = [{"process_guid": r.process_guid, "index": r.index, "instance_guid": r.instance_guid}
+                   for r in refs]
+        return {"refused": refused, "refused_tasks": []}
+
     def app(self) -> FastAPI:
         app = FastAPI()
 
         @app.middleware("http")
         async def record_caller(request: Request, call_next):
+            if self.unavailable:
+                return JSONResponse({"detail": "unavailable"}, status_code=503)
             self.callers[(caller_of(request), f"{request.method} {request.url.path}")] += 1
             return await call_next(request)
 
-        @app.put("/v1/cells", status_code=204)
-        async def heartbeats(request: Request) -> Response:
-            self.heartbeats.extend(CellPresences.model_validate_json(await request.body()).cells)
-            return Response(status_code=204)
+        @app.put("/v1/cells")
+        async def heartbeats(request: Request) -> dict[str, list[str]]:
+            cells = CellPresences.model_validate_json(await request.body()).cells
+            self.heartbeats.extend(cells)
+            return {"cordoned": [p.cell_id for p in cells if p.cell_id in self.cordoned]}
 
         @app.post("/v1/lifecycle")
         async def lifecycle(request: Request) -> dict[str, Any]:
             body = HostLifecycle.model_validate_json(await request.body())
             self.lifecycles.extend(body.cells.items())
-            return {"cells": {cell_id: {"refused": [], "refused_tasks": []} for cell_id in body.cells}}
+            return {"cells": {cell_id: self.refused(report) for cell_id, report in body.cells.items()}}
 
         @app.get("/v1/cells")
         async def cells() -> dict:

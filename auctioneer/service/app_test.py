@@ -12,8 +12,9 @@ from auctioneer.service.settings import AuctioneerSettings
 from common.accepted_work import lrps_of
 from common.models import TaskStartRequest
 from common.procutil import free_port
-from tests.auctioneer.fakes import desired, fake_reps, serving, start_request, task, wait_until
+from tests.auctioneer.fakes import WAIT_S, desired, fake_reps, serving, start_request, task
 from tests.fake_bbs import fake_bbs
+from tests.support.polling import eventually
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -25,7 +26,7 @@ async def cluster(**settings):
         async with serving(app) as url, httpx.AsyncClient(base_url=url, timeout=10) as client:
             service = app.state.service
             # A start request before the election is handed back (503): the BBS would retry it.
-            await wait_until(lambda: service.leadership.leader, lambda: "the auctioneer leading")
+            await eventually(lambda: service.leadership.leader, WAIT_S, "the auctioneer leading")
             yield reps, bbs, client, service
 
 
@@ -34,11 +35,12 @@ def body(*requests) -> list:
 
 
 async def idle(service, auctions: int) -> None:
-    await wait_until(
-        lambda: service.metrics.auctions >= auctions and not service.batcher.pending
-        and not service.batcher.auction_running,
-        lambda: f"{auctions} auctions and an idle loop; saw {service.metrics.stats()}",
-    )
+    def idle_after_enough() -> bool:
+        batcher = service.batcher
+        return service.metrics.auctions >= auctions and not batcher.pending and not batcher.auction_running
+
+    await eventually(idle_after_enough, WAIT_S, f"{auctions} auctions and an idle loop",
+                     service.metrics.stats)
 
 
 async def test_bad_input_is_a_422_and_nothing_is_queued():
@@ -79,9 +81,9 @@ async def test_a_batch_is_placed_with_one_post_per_winning_cell(thread_threshold
         response = await client.post("/v1/tasks", json=body(TaskStartRequest(task=task("t1"))))
         assert response.status_code == 202 and response.json() == {"accepted": 1}
 
-        await wait_until(
+        await eventually(
             lambda: reps.lrps_received == 36 and reps.tasks_received == 1,
-            lambda: f"36 LRPs and 1 task at the reps, saw {reps.lrps_received}, {reps.tasks_received}",
+            WAIT_S, "36 LRPs and 1 task at the reps", lambda: f"{reps.lrps_received}, {reps.tasks_received}",
         )
         await idle(service, 1)
         stats = (await client.get("/v1/stats")).json()
@@ -104,8 +106,8 @@ async def test_a_batch_is_placed_with_one_post_per_winning_cell(thread_threshold
                 assert work.fencing_token == 1  # the first term of the fake BBS's lease
         assert sorted(spread.values()) == [10, 10, 10]  # Diego spreads a process across cells
         # Each auction's report names no failure, and what each cell accepted: exactly what it was sent.
-        await wait_until(lambda: len(bbs.failure_reports) == auctions,
-                         lambda: f"{auctions} reports, saw {len(bbs.failure_reports)}")
+        await eventually(lambda: len(bbs.failure_reports) == auctions, WAIT_S, f"{auctions} reports",
+                         lambda: len(bbs.failure_reports))
         assert not any(r.lrps or r.tasks for r in bbs.failure_reports)
         accepted = {(cell_id, key) for r in bbs.failure_reports for cell_id, work in r.accepted.items()
                     for key in lrps_of(work.lrps)}
@@ -126,8 +128,10 @@ async def test_with_no_cells_everything_fails_in_one_report():
     async with cluster() as (reps, bbs, client, service):
         await client.post("/v1/lrps", json=body(start_request(desired("web", 4))))
         await client.post("/v1/tasks", json=body(TaskStartRequest(task=task("t1"))))
-        await wait_until(lambda: sum(len(r.lrps) + len(r.tasks) for r in bbs.failure_reports) == 5,
-                         lambda: f"5 failures reported, saw {bbs.failure_reports}")
+        await eventually(
+            lambda: sum(len(r.lrps) + len(r.tasks) for r in bbs.failure_reports) == 5,
+            WAIT_S, "5 failures reported", lambda: bbs.failure_reports,
+        )
         await idle(service, 1)
         assert len(bbs.failure_reports) == service.metrics.auctions
         errors = {f.error for r in bbs.failure_reports for f in (*r.lrps, *r.tasks)}
@@ -143,9 +147,8 @@ async def test_what_no_cell_fits_is_reported_with_diegos_error_and_the_breakdown
             start_request(desired("big", 1, memory_mb=4096)),
             start_request(desired("fits", 1, memory_mb=512)),
         ))
-        await wait_until(
-            lambda: len(bbs.failure_reports) == 1, lambda: f"one report, saw {bbs.failure_reports}"
-        )
+        await eventually(lambda: len(bbs.failure_reports) == 1, WAIT_S, "one report",
+                         lambda: bbs.failure_reports)
         failures = {f.process_guid: f for f in bbs.failure_reports[0].lrps}
         assert set(failures) == {"big"}
         assert failures["big"].error == "insufficient resources: memory"
@@ -153,15 +156,15 @@ async def test_what_no_cell_fits_is_reported_with_diegos_error_and_the_breakdown
             failures["big"].detail.startswith("0/1 cells fit")
             and "1 cells left out: 1 evacuating" in failures["big"].detail
         )
-        await wait_until(lambda: reps.lrps_received == 1, lambda: f"'fits' placed, saw {reps.work_posts}")
+        await eventually(lambda: reps.lrps_received == 1, WAIT_S, "'fits' placed", lambda: reps.work_posts)
 
 
 async def test_rejected_work_is_retried_up_to_max_attempts_then_reported_with_the_reps_reason():
     async with cluster(max_attempts=3) as (reps, bbs, client, service):
         reps.add("grumpy", work_mode="reject", reason="insufficient resources: disk")
         await client.post("/v1/lrps", json=body(start_request(desired("web", 2))))
-        await wait_until(lambda: any(r.lrps for r in bbs.failure_reports),
-                         lambda: f"a report of failures, saw {bbs.failure_reports}")
+        await eventually(lambda: any(r.lrps for r in bbs.failure_reports), WAIT_S, "a report of failures",
+                         lambda: bbs.failure_reports)
         await idle(service, 3)
         assert [len(w.instances("grumpy")) for w in reps.work_posts["grumpy"]] == [2, 2, 2]
         assert len(bbs.failure_reports) == 3  # one report per auction; the last fails what ran out of tries
@@ -193,9 +196,9 @@ async def test_without_a_lease_it_stands_by_auctions_nothing_and_is_not_ready(bb
             )
             assert response.headers["retry-after"] == "1"
             seen = service.leadership.attempts
-            await wait_until(
+            await eventually(
                 lambda: service.leadership.attempts >= seen + 2,
-                lambda: f"two more lease attempts after the post, saw {service.leadership.attempts - seen}",
+                WAIT_S, "two more lease attempts after the post", lambda: service.leadership.attempts - seen,
             )
             stats = (await client.get("/v1/stats")).json()
             assert (stats["leader"], stats["fencing_token"], stats["auctions"], stats["pending"]) == (
@@ -227,11 +230,13 @@ async def test_a_standby_forwards_to_the_leader_and_hands_back_what_it_cannot_fo
         a1 = contextlib.AsyncExitStack()
         async with a1:
             a1_url = await a1.enter_async_context(serving(apps["a1"], port=ports["a1"]))
-            await wait_until(lambda: first.leadership.leader, lambda: "a1 leading")
+            await eventually(lambda: first.leadership.leader, WAIT_S, "a1 leading")
             async with serving(apps["a2"], port=ports["a2"]) as a2_url, \
                     httpx.AsyncClient(base_url=a2_url, timeout=10) as client:
-                await wait_until(lambda: second.leadership.holder_url == a1_url,
-                                 lambda: f"a2 knowing a1 leads, saw {second.leadership.holder_url!r}")
+                await eventually(
+                    lambda: second.leadership.holder_url == a1_url,
+                    WAIT_S, "a2 knowing a1 leads", lambda: second.leadership.holder_url,
+                )
                 response = await client.post("/v1/lrps", json=body(start_request(desired("web", 1))))
                 assert response.status_code == 202 and second.forwarder.forwarded == 1, response.text
                 await idle(first, 1)
@@ -242,7 +247,7 @@ async def test_a_standby_forwards_to_the_leader_and_hands_back_what_it_cannot_fo
                 assert response.status_code == 503 and a1_url in response.json()["detail"], response.text
                 assert (second.forwarder.handed_back, second.batcher.pending) == (1, 0)
                 # Woken by the failed forward, a2 takes the released lease long before its next attempt.
-                await wait_until(lambda: second.leadership.leader, lambda: "a2 leading", timeout=5.0)
+                await eventually(lambda: second.leadership.leader, 5.0, "a2 leading")
                 response = await client.post("/v1/lrps", json=body(start_request(desired("api", 1))))
                 assert response.status_code == 202, response.text
                 await idle(second, 1)
@@ -255,8 +260,10 @@ async def test_each_auction_report_explains_where_each_instance_went_and_why_oth
             reps.add(f"cell-{i}", zone="z1", memory_mb=1024)
         await client.post("/v1/lrps", json=body(start_request(desired("web", 2, memory_mb=128)),
                                                 start_request(desired("big", 1, memory_mb=4096))))
-        await wait_until(lambda: any(r.explanations for r in bbs.failure_reports),
-                         lambda: f"a report with explanations, saw {bbs.failure_reports}")
+        await eventually(
+            lambda: any(r.explanations for r in bbs.failure_reports),
+            WAIT_S, "a report with explanations", lambda: bbs.failure_reports,
+        )
         [report] = [r for r in bbs.failure_reports if r.explanations]
         assert (report.lrps_placed, report.lrps_failed) == (2, 1)
         assert report.duration_s >= report.fetch_states_s > 0

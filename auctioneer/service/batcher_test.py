@@ -4,7 +4,8 @@ import pytest
 
 from auctioneer.service.batcher import Batch, Batcher, PendingLRP, PendingTask
 from common.models import TaskStartRequest
-from tests.auctioneer.fakes import desired, start_request, task, wait_until
+from tests.auctioneer.fakes import WAIT_S, desired, start_request, task
+from tests.support.polling import eventually, finishes
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -30,6 +31,9 @@ class RecordingAuction:
             self.running -= 1
         return self.carry.pop(0) if self.carry else Batch()
 
+    def seen(self) -> str:
+        return f"{len(self.batches)} batches, {self.running} running"
+
 
 async def test_one_batch_holds_every_queued_request_deduped_latest_wins():
     auction = RecordingAuction()
@@ -43,7 +47,7 @@ async def test_one_batch_holds_every_queued_request_deduped_latest_wins():
 
     batcher.start()
     try:
-        await wait_until(lambda: len(auction.batches) == 1, lambda: f"batches {len(auction.batches)}")
+        await eventually(lambda: len(auction.batches) == 1, WAIT_S, "one batch", auction.seen)
         batch = auction.batches[0]
         assert sorted(batch.lrps) == [("web", 0), ("web", 1), ("web", 2)]
         assert batch.lrps[("web", 0)].desired.memory_mb == 256
@@ -61,14 +65,16 @@ async def test_requests_arriving_during_an_auction_form_the_next_batch_one_aucti
     batcher.start()
     try:
         batcher.add_lrps([start_request(desired("a", 1))])
-        await wait_until(lambda: auction.running == 1, lambda: f"running {auction.running}")
+        await eventually(lambda: auction.running == 1, WAIT_S, "an auction running", auction.seen)
         batcher.add_lrps([start_request(desired("b", 2))])
         batcher.add_tasks([TaskStartRequest(task=task("t1"))])
         assert batcher.pending == 3 and len(auction.batches) == 1  # queued, not auctioned yet
 
         auction.hold.set()
-        await wait_until(lambda: len(auction.batches) == 2 and auction.running == 0,
-                         lambda: f"batches {len(auction.batches)}, running {auction.running}")
+        await eventually(
+            lambda: len(auction.batches) == 2 and auction.running == 0, WAIT_S, "two batches, none running",
+            auction.seen,
+        )
         assert list(auction.batches[0].lrps) == [("a", 0)]
         assert sorted(auction.batches[1].lrps) == [("b", 0), ("b", 1)] and list(auction.batches[1].tasks) == [
             "t1"
@@ -91,11 +97,11 @@ async def test_carried_work_joins_the_next_batch_but_a_newer_request_wins():
     batcher.start()
     try:
         batcher.add_lrps([start_request(old)])
-        await wait_until(lambda: auction.running == 1, lambda: f"running {auction.running}")
+        await eventually(lambda: auction.running == 1, WAIT_S, "an auction running", auction.seen)
         newer = desired("web", 2, memory_mb=1024)
         batcher.add_lrps([start_request(newer, [1])])  # arrives while index 1 is being auctioned
         auction.hold.set()
-        await wait_until(lambda: len(auction.batches) == 2, lambda: f"batches {len(auction.batches)}")
+        await eventually(lambda: len(auction.batches) == 2, WAIT_S, "two batches", auction.seen)
         second = auction.batches[1]
         assert second.lrps[("web", 0)].attempts == 1 and second.lrps[("web", 0)].desired.memory_mb == 256
         assert second.lrps[("web", 1)].attempts == 0 and second.lrps[("web", 1)].desired.memory_mb == 1024
@@ -111,10 +117,12 @@ async def test_an_auction_over_its_deadline_is_abandoned_and_the_loop_goes_on():
     batcher.start()
     try:
         batcher.add_lrps([start_request(desired("a", 1))])
-        await wait_until(lambda: len(auction.batches) == 1 and auction.running == 0,
-                         lambda: f"batches {len(auction.batches)}, running {auction.running}")
+        await eventually(
+            lambda: len(auction.batches) == 1 and auction.running == 0, WAIT_S, "one batch, none running",
+            auction.seen,
+        )
         batcher.add_lrps([start_request(desired("b", 1))])
-        await wait_until(lambda: len(auction.batches) == 2, lambda: f"batches {len(auction.batches)}")
+        await eventually(lambda: len(auction.batches) == 2, WAIT_S, "two batches", auction.seen)
     finally:
         await batcher.stop(5)
 
@@ -125,12 +133,10 @@ async def test_stop_abandons_a_hung_auction_within_its_bound():
     batcher = Batcher(auction)
     batcher.start()
     batcher.add_lrps([start_request(desired("a", 1))])
-    await wait_until(lambda: auction.running == 1, lambda: f"running {auction.running}")
-    loop = asyncio.get_running_loop()
-    started = loop.time()
-    await batcher.stop(0.2)
-    assert auction.running == 0
-    assert loop.time() - started < 2
+    await eventually(lambda: auction.running == 1, WAIT_S, "an auction running", auction.seen)
+    # The auction holds until the test lets it go, which it never does: only stop's bound can end it.
+    await finishes(batcher.stop(0.2), WAIT_S, "the stop to abandon the hung auction")
+    assert auction.running == 0 and not auction.hold.is_set(), "abandoned (cancelled), not finished"
 
 
 class SwitchGate:
@@ -164,9 +170,7 @@ async def test_a_standby_keeps_its_queue_until_it_leads():
         await asyncio.sleep(0)  # the loop runs up to the gate, and waits there
         assert (auction.batches, batcher.pending) == ([], 1)
         gate.set(True)
-        await wait_until(
-            lambda: len(auction.batches) == 1, lambda: f"one auction; saw {len(auction.batches)}"
-        )
+        await eventually(lambda: len(auction.batches) == 1, WAIT_S, "one auction", auction.seen)
     finally:
         await batcher.stop(1.0)
 
@@ -178,10 +182,12 @@ async def test_losing_the_lease_abandons_the_running_auction_at_once():
     batcher.start()
     try:
         batcher.add_lrps([start_request(desired("web", 1), [0])])
-        await wait_until(lambda: auction.running == 1, lambda: f"an auction running; saw {auction.running}")
+        await eventually(lambda: auction.running == 1, WAIT_S, "an auction running", auction.seen)
         gate.set(False)
-        await wait_until(lambda: auction.running == 0 and not batcher.auction_running,
-                         lambda: f"the auction abandoned; still running: {auction.running}")
+        await eventually(
+            lambda: auction.running == 0 and not batcher.auction_running,
+            WAIT_S, "the auction abandoned", auction.seen,
+        )
         assert batcher.auctions_abandoned == 1
     finally:
         await batcher.stop(1.0)

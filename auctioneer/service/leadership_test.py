@@ -18,7 +18,10 @@ from auctioneer.service.leadership import Leadership
 from bbs.api import create_app
 from bbs.server import running_bbs
 from bbs.settings import BBSSettings
-from tests.auctioneer.fakes import wait_until
+from common.procutil import free_port
+from tests.auctioneer.fakes import WAIT_S
+from tests.fake_bbs import fake_bbs
+from tests.support.polling import eventually
 
 pytestmark = pytest.mark.timeout(60)
 TTL = 0.6
@@ -47,11 +50,10 @@ async def leader_and_standby(
     first, second = Leadership(bbs, "http://a1", ttl), Leadership(bbs, "http://a2", ttl)
     first.start()
     try:
-        await wait_until(lambda: first.leader, lambda: f"a1 leading; saw {describe(first)}")
+        await eventually(lambda: first.leader, WAIT_S, "a1 leading", lambda: describe(first))
         second.start()
-        await wait_until(
-            lambda: second.holder_url == "http://a1", lambda: f"a2 standing by; {describe(second)}"
-        )
+        await eventually(lambda: second.holder_url == "http://a1", WAIT_S, "a2 standing by",
+                         lambda: describe(second))
         yield first, second
     finally:
         await first.stop()
@@ -63,8 +65,7 @@ async def test_one_leads_the_other_stands_by_and_takes_over_with_the_next_token(
         async with leader_and_standby(bbs, TTL) as (first, second):
             assert (first.leader, first.token, second.leader) == (True, 1, False)
             await first.stop(release=False)  # as if killed: no more renewals, the lease is left to expire
-            await wait_until(lambda: second.leader, lambda: f"a2 leading; saw {describe(first, second)}",
-                             timeout=TTL + 1.0)
+            await eventually(lambda: second.leader, TTL + 1.0, "a2 leading", lambda: describe(first, second))
             assert second.token == 2
 
 
@@ -77,6 +78,7 @@ class Switchable:
         self.mode = "up"
         self.release = asyncio.Event()
         self.hung = 0  # requests held by "hang"
+        self.answered = 0  # requests the BBS answered
 
     async def __call__(self, request: httpx.Request) -> httpx.Response:
         if self.mode == "down":
@@ -86,12 +88,23 @@ class Switchable:
         if self.mode == "hang":
             self.hung += 1
             await self.release.wait()
-        return await self.bbs.send(request)
+        answer = await self.bbs.send(request)
+        self.answered += 1
+        return answer
 
 
 RENEW_TTL = (
     1.5  # renewals every 0.5 s: a leader that stepped down only when its lease ran out would take 1.5 s
 )
+HUNG_TTL = 60.0  # renewals every 20 s unless woken; the lease outlasts every wait of the test
+
+
+def attempts_at_each_change(leadership: Leadership) -> list[int]:
+    """The lease attempts made (`attempts`) when each leadership change fired, in order: which attempt
+    made it lead or step down."""
+    seen: list[int] = []
+    leadership.on_change(lambda _leading: seen.append(leadership.attempts))
+    return seen
 
 
 @pytest.mark.parametrize("failure", ["down", "500"])
@@ -104,24 +117,28 @@ async def test_a_leader_that_cannot_renew_steps_down_at_once_and_leads_again_wit
             leader = Leadership(client, "http://a1", RENEW_TTL)
             changes: list[bool] = []
             leader.on_change(changes.append)
+            changed_at_attempt = attempts_at_each_change(leader)
             leader.start()
             try:
-                await wait_until(lambda: leader.leader, lambda: f"leading; saw {describe(leader)}")
+                await eventually(lambda: leader.leader, WAIT_S, "leading", lambda: describe(leader))
                 token, attempts = leader.token, leader.attempts
-                await wait_until(lambda: leader.attempts > attempts, lambda: "a renewal")  # just renewed
+                await eventually(lambda: leader.attempts > attempts, WAIT_S, "a renewal")  # just renewed
                 link.mode = failure
-                cut_at = time.monotonic()
-                await wait_until(lambda: not leader.leader and changes == [True, False],
-                                 lambda: f"stepped down; saw {describe(leader)}, changes {changes}",
-                                 timeout=RENEW_TTL)
-                # At the next renewal (TTL/3 later), not when the last renewal's TTL ran out.
-                assert time.monotonic() - cut_at < RENEW_TTL / 3 + 0.3, (
-                    f"stepped down {time.monotonic() - cut_at:.2f} s after the cut (TTL {RENEW_TTL} s)")
+                cut_at_attempt = leader.attempts  # that renewal may still be under way: the cut may fail it
+                await eventually(
+                    lambda: not leader.leader and changes == [True, False],
+                    WAIT_S, "stepped down", lambda: f"{describe(leader)}, changes {changes}",
+                )
+                # At the first renewal the cut failed, not when the last renewal's TTL ran out (by then it
+                # would have tried again twice, retrying sooner after a failure).
+                assert changed_at_attempt[1] <= cut_at_attempt + 1, (
+                    f"stepped down at attempt {changed_at_attempt[1]}, the cut came after {cut_at_attempt}")
                 assert leader.problem is not None and leader.token == token
 
                 link.mode = "up"  # nobody took the lease meanwhile: the BBS still names a1 its owner
-                await wait_until(lambda: leader.leader, lambda: f"leading again; saw {describe(leader)}",
-                                 timeout=RENEW_TTL)
+                # The change fires once the attempt is over (`leader` turns true just before).
+                await eventually(lambda: changes == [True, False, True], RENEW_TTL, "leading again",
+                                 lambda: f"{describe(leader)}, changes {changes}")
                 assert (leader.token, changes, leader.terms, leader.problem) == (
                     token,
                     [True, False, True],
@@ -139,27 +156,34 @@ async def test_a_leader_whose_renewal_has_no_answer_in_time_steps_down_and_a_lat
         link = Switchable(bbs)
         async with httpx.AsyncClient(transport=httpx.MockTransport(link), base_url="http://bbs") as client:
             # The request timeout is 0.3 s; the hung request itself never times out (the mock ignores it),
-            # as when the failover transport is still trying the next BBS replica.
-            leader = Leadership(client, "http://a1", RENEW_TTL, timeout=0.3)
+            # as when the failover transport is still trying the next BBS replica. The lease lasts a minute:
+            # the leader cannot step down for its lease running out while the test waits.
+            leader = Leadership(client, "http://a1", HUNG_TTL, timeout=0.3)
             changes: list[bool] = []
             leader.on_change(changes.append)
             leader.start()
             try:
-                await wait_until(lambda: leader.leader, lambda: f"leading; saw {describe(leader)}")
-                token = leader.token
+                await eventually(lambda: leader.leader, WAIT_S, "leading", lambda: describe(leader))
+                token, answered = leader.token, link.answered
+                leader.wake()  # a renewal now (not 20 s away), answered in time: it keeps leading
+                await eventually(lambda: link.answered > answered and leader.problem is None, WAIT_S,
+                                 "a renewal answered", lambda: describe(leader))
+                assert changes == [True], "a renewal answered within the request timeout keeps it leading"
                 link.mode = "hang"
-                await wait_until(lambda: link.hung == 1, lambda: "a renewal sent", timeout=RENEW_TTL)
-                hung_at = time.monotonic()
-                await wait_until(lambda: not leader.leader, lambda: f"stepped down; saw {describe(leader)}",
-                                 timeout=RENEW_TTL)
-                assert 0.25 <= time.monotonic() - hung_at < 0.6, time.monotonic() - hung_at
-                assert changes == [True, False]
+                leader.wake()
+                await eventually(lambda: link.hung == 1, WAIT_S, "a renewal sent")
+                await eventually(lambda: not leader.leader and changes == [True, False], WAIT_S,
+                                 "stepped down", lambda: f"{describe(leader)}, changes {changes}")
+                assert (link.hung, link.release.is_set()) == (1, False), (
+                    "stepped down while its one renewal still has no answer")
                 link.mode = "up"
                 link.release.set()  # the same renewal answers late: the lease is still a1's
-                await wait_until(lambda: leader.leader, lambda: f"leading again; saw {describe(leader)}",
-                                 timeout=1.0)
-                assert (leader.token, changes) == (token, [True, False, True])
+                await eventually(lambda: changes == [True, False, True], WAIT_S, "leading again",
+                                 lambda: f"{describe(leader)}, changes {changes}")
+                assert (leader.token, leader.leader) == (token, True)
             finally:
+                link.mode = "up"  # also when the test failed: the stop's release must not hang
+                link.release.set()
                 await leader.stop()
 
 
@@ -175,45 +199,40 @@ async def test_a_leader_that_stepped_down_stands_by_when_another_took_the_lease_
             )
             first.start()
             try:
-                await wait_until(lambda: first.leader, lambda: f"a1 leading; saw {describe(first)}")
+                await eventually(lambda: first.leader, WAIT_S, "a1 leading", lambda: describe(first))
                 second.start()
                 link.mode = "down"  # a1 cut off from the BBS; a2 is not
-                await wait_until(lambda: second.leader, lambda: f"a2 leading; saw {describe(first, second)}",
-                                 timeout=RENEW_TTL + 1.0)
+                await eventually(lambda: second.leader, RENEW_TTL + 1.0, "a2 leading",
+                                 lambda: describe(first, second))
                 link.mode = "up"
-                await wait_until(lambda: first.problem is None, lambda: f"a1 back; saw {describe(first)}",
-                                 timeout=RENEW_TTL)
+                await eventually(lambda: first.problem is None, RENEW_TTL, "a1 back",
+                                 lambda: describe(first))
                 assert (first.leader, first.holder_url, second.token) == (False, "http://a2", first.token + 1)
             finally:
                 await first.stop()
                 await second.stop()
 
 
-@pytest.mark.parametrize("bbs", ["no lease API", "unreachable"])
-async def test_without_a_lease_answer_the_auctioneer_never_leads(bbs: str) -> None:
-    attempts = 0
-
-    def answer(request: httpx.Request) -> httpx.Response:
-        nonlocal attempts
-        attempts += 1
-        if bbs == "unreachable":
-            raise httpx.ConnectError("connection refused", request=request)
-        return httpx.Response(404, json={"detail": "Not Found"})
-
-    async with httpx.AsyncClient(transport=httpx.MockTransport(answer), base_url="http://bbs") as client:
-        lone = Leadership(client, "http://a1", TTL)
-        changes: list[bool] = []
-        lone.on_change(changes.append)
-        lone.start()
-        try:
-            # Retried sooner than TTL/3 after a failure; three tries leave it as it started.
-            await wait_until(lambda: attempts >= 3, lambda: f"3 lease attempts, saw {attempts}")
-            assert (lone.leader, lone.token, changes) == (False, 0, []), describe(lone)
-            expected = "404" if bbs == "no lease API" else "no BBS reachable"
-            assert lone.problem is not None and expected in lone.problem, lone.problem
-        finally:
-            await lone.stop()
-        assert attempts >= 3 and not lone.leader
+@pytest.mark.parametrize("bbs_answer", ["no lease API", "unreachable"])
+async def test_without_a_lease_answer_the_auctioneer_never_leads(bbs_answer: str) -> None:
+    async with fake_bbs() as bbs:
+        bbs.lease_api = False  # 404 to every lease request, as a BBS without the lease API
+        bbs_url = bbs.url if bbs_answer == "no lease API" else f"http://127.0.0.1:{free_port()}"
+        async with httpx.AsyncClient(base_url=bbs_url) as client:
+            lone = Leadership(client, "http://a1", TTL)
+            changes: list[bool] = []
+            lone.on_change(changes.append)
+            lone.start()
+            try:
+                # Retried sooner than TTL/3 after a failure; three tries leave it as it started.
+                await eventually(lambda: lone.attempts >= 3, WAIT_S, "3 lease attempts",
+                                 lambda: lone.attempts)
+                assert (lone.leader, lone.token, changes) == (False, 0, []), describe(lone)
+                expected = "404" if bbs_answer == "no lease API" else "no BBS reachable"
+                assert lone.problem is not None and expected in lone.problem, lone.problem
+            finally:
+                await lone.stop()
+            assert lone.attempts >= 3 and not lone.leader
 
 
 async def test_a_leader_that_gets_404_steps_down_at_once(tmp_path: Path) -> None:
@@ -229,11 +248,10 @@ async def test_a_leader_that_gets_404_steps_down_at_once(tmp_path: Path) -> None
             leader = Leadership(replaced, "http://a1", 60.0)  # its lease would last a minute without the 404
             leader.start()
             try:
-                await wait_until(lambda: leader.leader, lambda: f"leading; saw {describe(leader)}")
+                await eventually(lambda: leader.leader, WAIT_S, "leading", lambda: describe(leader))
                 lease_api["yes"] = False
                 leader.wake()
-                await wait_until(lambda: not leader.leader, lambda: f"standing by; saw {describe(leader)}",
-                                 timeout=2.0)
+                await eventually(lambda: not leader.leader, 2.0, "standing by", lambda: describe(leader))
                 assert leader.problem is not None and "404" in leader.problem
             finally:
                 await leader.stop()
@@ -245,16 +263,23 @@ async def test_a_leader_that_stops_releases_the_lease_and_the_standby_leads_long
     ttl = 9.0  # the standby tries every TTL/3; without the release it would wait until the TTL ran out
     async with bbs_client(tmp_path) as bbs:
         async with leader_and_standby(bbs, ttl) as (first, second):
-            lease = (await bbs.get("/v1/leases/auctioneer")).json()
+            led_at: list[float] = []  # when a2 began to lead, on the clock the BBS keeps leases by
+
+            def note_lead(leading: bool) -> None:
+                if leading:
+                    led_at.append(time.time())
+
+            second.on_change(note_lead)
+            lease = (await bbs.get("/v1/leases/auctioneer")).json()  # a1's, as it last renewed it
             await first.stop()  # a graceful stop: the lease is released
             assert not first.leader
             now = await bbs.get("/v1/leases/auctioneer")  # released: nobody's, or the standby's already
             assert now.status_code == 404 or now.json()["owner"] == second.owner, now.text
-            await wait_until(lambda: second.leader, lambda: f"a2 leading; saw {describe(first, second)}",
-                             timeout=ttl / 3 + 2.0)
-            assert time.time() < lease["expires_at"] - 2.0, (
-                "expected the takeover well before a1's lease ran out"
-            )
+            await eventually(lambda: second.leader, ttl + WAIT_S, "a2 leading",
+                             lambda: describe(first, second))
+            # Before a1's lease would have run out: a2 took the released lease at its next attempt.
+            assert led_at and led_at[0] < lease["expires_at"], (
+                f"a2 led at {led_at}, after a1's lease ran out at {lease['expires_at']}")
             assert second.token == 2
 
 
@@ -264,8 +289,7 @@ async def test_a_woken_standby_takes_a_released_lease_at_once(tmp_path: Path) ->
         async with leader_and_standby(bbs, ttl) as (first, second):
             await first.stop()
             second.wake()  # as the auctioneer does when it cannot forward to the old holder
-            await wait_until(lambda: second.leader, lambda: f"a2 leading; saw {describe(first, second)}",
-                             timeout=2.0)
+            await eventually(lambda: second.leader, 2.0, "a2 leading", lambda: describe(first, second))
 
 
 async def test_stop_without_release_leaves_the_lease_to_expire(tmp_path: Path) -> None:
@@ -273,7 +297,7 @@ async def test_stop_without_release_leaves_the_lease_to_expire(tmp_path: Path) -
         lone = Leadership(bbs, "http://a1", 60.0)
         lone.start()
         try:
-            await wait_until(lambda: lone.leader, lambda: f"a1 leading; saw {describe(lone)}")
+            await eventually(lambda: lone.leader, WAIT_S, "a1 leading", lambda: describe(lone))
             await lone.stop(release=False)
             held = await bbs.get("/v1/leases/auctioneer")
             assert held.status_code == 200 and held.json()["owner"] == lone.owner, held.text

@@ -5,10 +5,8 @@ with its certificate; plain HTTP is only for loopback or --insecure."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import ssl
-import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -23,9 +21,10 @@ from common.procutil import free_port
 from common.tls import INSECURE_WARNING, TLSFiles, client_context, init_ca, issue, server_context
 from deploy.cli import _register
 from deploy.cli import app as cli
-from tests.auctioneer.fakes import desired, serving, start_request, wait_until
+from tests.auctioneer.fakes import WAIT_S, desired, serving, start_request
 from tests.auctioneer.process_test import auctioneer_process
 from tests.fake_bbs import FakeBBS, fake_bbs
+from tests.support.polling import eventually, expect
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -89,12 +88,12 @@ async def test_a_real_auctioneer_serves_https_and_enforces_its_table(tmp_path: P
             async with as_(pki, url, None) as anonymous:
                 assert (await anonymous.get("/ping")).json() == {"ok": True, "insecure": False}
                 assert (await anonymous.get("/livez")).status_code == 200
-                deadline = time.monotonic() + 20
-                while (ready := await anonymous.get("/readyz")).status_code != 200:
-                    assert time.monotonic() < deadline, (
-                        f"expected /readyz 200 with the lease, saw {ready.text}"
-                    )
-                    await asyncio.sleep(0.05)
+
+                async def ready() -> bool:
+                    answer = await anonymous.get("/readyz")
+                    return expect(answer.status_code == 200, answer.text)
+
+                await eventually(ready, 20.0, "/readyz 200 with the lease", interval=0.05)
 
             for method, path in PROTECTED:
                 response = await call(pki, url, None, method, path)
@@ -162,20 +161,21 @@ async def auctioneer_in_process(pki: Path, name: str, bbs: FakeBBS) -> AsyncIter
 
 async def test_a_standby_forwards_to_the_leader_with_its_certificate(pki: Path) -> None:
     async with bbs_over_https(pki) as bbs, auctioneer_in_process(pki, "auctioneer", bbs) as leader:
-        await wait_until(lambda: leader.leadership.leader, lambda: f"a leader; lease {bbs.lease}")
+        await eventually(lambda: leader.leadership.leader, WAIT_S, "a leader", lambda: f"lease {bbs.lease}")
         async with auctioneer_in_process(pki, "auctioneer-2", bbs) as standby:
             assert leader.leadership.url.startswith("https://127.0.0.1:")
-            await wait_until(lambda: standby.leadership.holder_url == leader.leadership.url,
-                             lambda: f"the standby knowing the leader; saw {standby.leadership.holder_url!r}")
+            await eventually(
+                lambda: standby.leadership.holder_url == leader.leadership.url,
+                WAIT_S, "the standby knowing the leader", lambda: standby.leadership.holder_url,
+            )
             standby_url = standby.leadership.url
             web = start_request(desired("web", 2)).model_dump(mode="json")
             response = await call(pki, standby_url, "bbs", "POST", "/v1/lrps", body=[web])
             assert response.status_code == 202 and response.json() == {"accepted": 1}, response.text
             assert (standby.forwarder.forwarded, standby.forwarder.forward_failures) == (1, 0)
             # The leader auctions it (no cells: both instances fail) and reports under its term.
-            await wait_until(
-                lambda: bbs.failure_reports, lambda: f"a failure report, saw {bbs.failure_posts} posts"
-            )
+            await eventually(lambda: bbs.failure_reports, WAIT_S, "a failure report",
+                             lambda: f"{bbs.failure_posts} posts")
             report = bbs.failure_reports[0]
             assert ([f.process_guid for f in report.lrps], report.fencing_token) == (["web", "web"], 1)
             assert (leader.metrics.auctions, standby.metrics.auctions, standby.batcher.pending) == (1, 0, 0)

@@ -10,22 +10,16 @@ import pytest
 from common.procutil import free_port
 from common.transport.nats_connection import NatsConnection, redact
 from common.transport.nats_server import NatsServer
+from tests.support.polling import eventually
 
 pytestmark = pytest.mark.timeout(60)
+WAIT_S = 15.0
 
 
 def test_log_lines_never_show_credentials():
     assert redact("nats://user:pw@10.0.0.1:4222") == "nats://***@10.0.0.1:4222"
     assert redact("nats://tok@a:1,nats://b:2") == "nats://***@a:1,nats://b:2"
     assert redact("nats://127.0.0.1:4222") == "nats://127.0.0.1:4222"
-
-
-async def wait_for(condition, what, timeout=15.0) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not condition():
-        assert loop.time() < deadline, f"expected {what} within {timeout} s"
-        await asyncio.sleep(0.02)
 
 
 async def test_unreachable_at_start_logs_retries_then_connects_and_runs_the_on_connect_callbacks(
@@ -42,7 +36,7 @@ async def test_unreachable_at_start_logs_retries_then_connects_and_runs_the_on_c
     conn.on_connect(on_connect)
     conn.start()
     try:
-        await wait_for(lambda: conn.failed_attempts >= 2, "two failed attempts")
+        await eventually(lambda: conn.failed_attempts >= 2, WAIT_S, "two failed attempts", conn.status)
         assert not conn.connected
         unreachable = [
             r for r in caplog.records if r.getMessage() == "NATS unreachable; retrying with backoff"
@@ -72,14 +66,14 @@ async def test_a_server_restart_is_survived_and_subscriptions_come_back(tmp_path
         await nc.subscribe("vendue.test", cb=on_msg)
         await nc.flush()
         server.kill()
-        await wait_for(lambda: not conn.connected, "the connection to notice the server died")
+        await eventually(lambda: not conn.connected,
+                         WAIT_S, "the connection to notice the server died", conn.status)
         assert not await conn.until_connected(0.05)
         server.start()
         assert await conn.until_connected(15), f"expected a reconnect; saw {conn.status()}"
         await nc.publish("vendue.test", b"after restart")
-        await wait_for(
-            lambda: received == [b"after restart"], f"the message after the restart, saw {received}"
-        )
+        await eventually(lambda: received == [b"after restart"], WAIT_S, "the message after the restart",
+                         lambda: received)
         assert conn.reconnects == 1 and conn.disconnects == 1
     finally:
         await conn.close()

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
+
+from tests.support.polling import wait_for
 
 from ..cluster import PROJECT_ROOT
 from .scenarios import SCENARIOS
@@ -87,13 +89,6 @@ def _survivors(marker: str) -> list[str]:
     return found
 
 
-def _wait_gone(marker: str, timeout: float) -> list[str]:
-    deadline = time.monotonic() + timeout
-    while (alive := _survivors(marker)) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    return alive
-
-
 @pytest.mark.e2e
 @pytest.mark.timeout(240)
 def test_cli_over_http_places_a_scenario_on_real_sim_reps(tmp_path: Path) -> None:
@@ -113,7 +108,10 @@ def test_cli_over_http_places_a_scenario_on_real_sim_reps(tmp_path: Path) -> Non
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
-        leftover = _wait_gone(str(tmp_path), 15.0)
+        with contextlib.suppress(AssertionError):  # stragglers are killed, then reported, below
+            wait_for(lambda: not _survivors(str(tmp_path)), 15.0, "the cluster's processes gone",
+                     interval=0.1)
+        leftover = _survivors(str(tmp_path))
         for line in leftover:  # never leave a cluster behind, even when the test fails
             os.kill(int(line.split(":")[0]), signal.SIGKILL)
     assert proc.returncode == 0, err.decode()[-3000:]

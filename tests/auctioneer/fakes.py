@@ -11,9 +11,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ssl
-import time
 from collections import Counter
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Protocol, TypeVar
@@ -40,6 +39,7 @@ from common.models import (
 from common.tls import identity_from_der
 
 STARTUP_SECONDS = 20.0
+WAIT_S = 10.0  # the bound of the auctioneer tests' waits (tests/support/polling.py's eventually)
 
 
 @contextlib.asynccontextmanager
@@ -67,15 +67,6 @@ async def serving(
         except TimeoutError:
             task.cancel()
         sock.close()
-
-
-async def wait_until(condition: Callable[[], bool], what: Callable[[], str], timeout: float = 10.0) -> None:
-    """Poll `condition` until true; fail naming what was expected and what was seen."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s: {what()}")
-        await asyncio.sleep(0.01)
 
 
 # --- builders ---------------------------------------------------------------------------------------
@@ -139,6 +130,7 @@ class FakeReps:
     state_calls: Counter = field(default_factory=Counter)  # rep_id -> GET /state requests
     work_posts: dict[str, list[HostWork]] = field(default_factory=dict)  # rep_id -> the work it was sent
     url: str = ""
+    held: int = 0  # requests a "hang" mode holds right now (they end when the test releases them)
     _release: asyncio.Event = field(default_factory=asyncio.Event)
 
     def rep_url(self, rep_id: str) -> str:
@@ -181,6 +173,14 @@ class FakeReps:
         """Let hanging handlers finish, so the servers can stop."""
         self._release.set()
 
+    async def _hang(self) -> None:
+        """Hold the request until the test releases it, counted in `held` meanwhile."""
+        self.held += 1
+        try:
+            await self._release.wait()
+        finally:
+            self.held -= 1
+
     def app(self) -> FastAPI:
         app = FastAPI()
 
@@ -189,7 +189,7 @@ class FakeReps:
             self.state_calls[rep_id] += 1
             rep = self.reps[rep_id]
             if rep.state_mode == "hang":
-                await self._release.wait()
+                await self._hang()
             if rep.state_mode == "error":
                 return JSONResponse({"detail": "boom"}, status_code=500)
             if rep.state_mode == "invalid":
@@ -205,7 +205,7 @@ class FakeReps:
             self.work_posts.setdefault(rep_id, []).append(body)
             rep = self.reps[rep_id]
             if rep.work_mode == "hang":
-                await self._release.wait()
+                await self._hang()
             if rep.work_mode == "error":
                 return JSONResponse({"detail": "boom"}, status_code=500)
             if rep.work_mode == "fenced":

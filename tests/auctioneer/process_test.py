@@ -6,14 +6,14 @@ import json
 import os
 import signal
 import sys
-import time
 from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.auctioneer.fakes import desired, fake_reps, start_request, wait_until
+from tests.auctioneer.fakes import WAIT_S, desired, fake_reps, start_request
 from tests.fake_bbs import fake_bbs
+from tests.support.polling import eventually, expect
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 
@@ -33,14 +33,12 @@ async def auctioneer_process(tmp_path: Path, *args: str):
         cwd=ROOT, env=env, stdout=log, stderr=log,
     )
     try:
-        deadline = time.monotonic() + READY_SECONDS
-        while not ready.exists():
-            if proc.returncode is not None or time.monotonic() > deadline:
-                raise AssertionError(
-                    f"auctioneer not ready within {READY_SECONDS} s (exit {proc.returncode}); log:\n"
-                    + (tmp_path / "auctioneer.log").read_text(errors="replace")
-                )
-            await asyncio.sleep(0.05)
+        def log_text() -> str:
+            return (tmp_path / "auctioneer.log").read_text(errors="replace")
+
+        await eventually(lambda: ready.exists() or proc.returncode is not None, READY_SECONDS,
+                         "the auctioneer's ready file", log_text, interval=0.05)
+        assert ready.exists(), f"the auctioneer exited {proc.returncode}; log:\n{log_text()}"
         info = json.loads(ready.read_text())
         assert info["pid"] == proc.pid
         yield info["url"], proc
@@ -64,17 +62,19 @@ async def test_50_instances_over_3_cells_cost_one_cell_list_3_state_fetches_and_
         async with auctioneer_process(tmp_path, "--bbs-url", bbs.url) as (url, proc), \
                 httpx.AsyncClient(base_url=url, timeout=10) as client:
             assert (await client.get("/ping")).json() == {"ok": True, "insecure": True}
+
+            async def leading() -> bool:
+                stats = (await client.get("/v1/stats")).json()
+                return expect(stats["leader"], stats)
+
             # Elected (the only auctioneer): before that a start request is handed back (503) for a retry.
-            deadline = time.monotonic() + 10
-            while not (stats := (await client.get("/v1/stats")).json())["leader"]:
-                assert time.monotonic() < deadline, f"expected the auctioneer to lead, saw {stats}"
-                await asyncio.sleep(0.02)
+            await eventually(leading, WAIT_S, "the auctioneer to lead")
             web = desired("web", 50, memory_mb=64)
             response = await client.post("/v1/lrps", json=[start_request(web).model_dump(mode="json")])
             assert response.status_code == 202 and response.json() == {"accepted": 1}
 
-            await wait_until(lambda: reps.lrps_received == 50,
-                             lambda: f"50 instances at the reps, saw {reps.lrps_received}", timeout=30)
+            await eventually(lambda: reps.lrps_received == 50, 30, "50 instances at the reps",
+                             lambda: reps.lrps_received)
             stats = {}
 
             async def settle() -> bool:
@@ -83,10 +83,7 @@ async def test_50_instances_over_3_cells_cost_one_cell_list_3_state_fetches_and_
                 return (stats["auctions"] == 1 and stats["pending"] == 0 and not stats["auction_running"]
                         and stats["requests_made"]["bbs"] == 2)
 
-            deadline = time.monotonic() + 10
-            while not await settle():
-                assert time.monotonic() < deadline, f"expected one finished auction, saw {stats}"
-                await asyncio.sleep(0.02)
+            await eventually(settle, WAIT_S, "one finished auction", lambda: stats)
 
             assert bbs.cells_calls == 1
             assert sum(reps.state_calls.values()) == 3 and set(reps.state_calls) == {

@@ -11,7 +11,6 @@ import signal
 import ssl
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,6 +20,7 @@ import pytest
 
 from common.procutil import child_preexec, free_port, terminate_then_kill, wait_ready_file
 from common.tls import CA_CERT, INSECURE_WARNING, TLSFiles, client_context, init_ca, issue
+from tests.support.polling import wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(90)]
 
@@ -189,16 +189,19 @@ def test_plain_http_beyond_loopback_is_refused_unless_insecure(tmp_path: Path) -
 
 
 def _event_types(lines: Iterator[str], want: int, timeout_s: float = 10) -> list[str]:
-    deadline = time.monotonic() + timeout_s
+    """The types of the next `want` events on the stream (a line at each look; a look waits for its line)."""
     seen: list[str] = []
-    for line in lines:
+
+    def enough() -> bool:
+        line = next(lines, None)
+        if line is None:
+            raise AssertionError(f"the event stream ended after {seen}")
         if line.startswith("event: ") and line != "event: convergence_completed":  # one per pass, any time
             seen.append(line.removeprefix("event: "))
-        if len(seen) >= want:
-            return seen
-        if time.monotonic() > deadline:
-            break
-    raise AssertionError(f"expected {want} events within {timeout_s}s, saw {seen}")
+        return len(seen) >= want
+
+    wait_for(enough, timeout_s, f"{want} events", lambda: seen, interval=0)
+    return seen
 
 
 def test_a_request_id_is_returned_and_on_the_lines_the_request_logs(
@@ -213,14 +216,14 @@ def test_a_request_id_is_returned_and_on_the_lines_the_request_logs(
         assert created.headers["x-request-id"] == "e2e-request-1"
         made = http.get("/v1/tokens").headers["x-request-id"]
         assert len(made) == 16 and made != "e2e-request-1"  # none sent: one made
-    deadline = time.monotonic() + 10
-    while True:  # the BBS writes its log line as it answers; read until it is there
-        lines = [json.loads(line) for line in (tmp_path / "bbs-1.log").read_text().splitlines()
-                 if line.startswith("{")]
-        logged = [line for line in lines if line["msg"] == "token created"]
-        if logged or time.monotonic() > deadline:
-            break
-        time.sleep(0.05)
-    assert len(logged) == 1, f"expected one 'token created' line in the BBS's log; saw {lines}"
+
+    def log_lines() -> list[dict[str, Any]]:
+        return [json.loads(line) for line in (tmp_path / "bbs-1.log").read_text().splitlines()
+                if line.startswith("{")]
+
+    # The BBS writes its log line as it answers; read until it is there.
+    logged = wait_for(lambda: [line for line in log_lines() if line["msg"] == "token created"], 10.0,
+                      "a 'token created' line in the BBS's log", log_lines)
+    assert len(logged) == 1, f"expected one 'token created' line in the BBS's log; saw {log_lines()}"
     line = logged[0]
     assert (line["request_id"], line["component"], line["name"]) == ("e2e-request-1", "bbs", "ci"), line

@@ -12,8 +12,7 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Iterator
 from pathlib import Path
 
 import httpx
@@ -27,9 +26,11 @@ from bbs.store.database import known_head
 from common.models import DesiredLRPCreate
 from tests.bbs.bbs_process_test import ROOT, BBSProcess
 from tests.pg_server import PostgresServer, run_sql
+from tests.support.polling import eventually
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 
+WAIT_S = 20.0
 NO_CONVERGENCE = ("--convergence-interval", "60")  # state changes only through the requests under test
 
 
@@ -41,14 +42,6 @@ def processes() -> Iterator[list[BBSProcess]]:
     finally:
         for bbs in started:
             bbs.stop()
-
-
-async def wait_until(condition: Callable[[], Awaitable[bool]], what: str, timeout_s: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not await condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"expected {what} within {timeout_s}s")
-        await asyncio.sleep(0.05)
 
 
 async def ready(bbs: BBSProcess) -> bool:
@@ -183,7 +176,8 @@ async def test_acknowledged_writes_survive_kill_9_of_the_bbs_mid_burst(
     processes.append(first)
     burst = Burst(first)
     try:
-        await wait_until(lambda: _at_least(burst, 60), "60 acknowledged writes")
+        await eventually(lambda: burst.acknowledged >= 60,
+                         WAIT_S, "60 acknowledged writes", lambda: burst.acknowledged)
         first.proc.send_signal(signal.SIGKILL)  # mid-burst: requests are in flight
         first.proc.wait(timeout=10)
     finally:
@@ -210,17 +204,19 @@ async def test_postgres_crash_mid_burst_is_not_ready_then_recovers_losing_nothin
         processes.append(bbs)
         burst = Burst(bbs)
         try:
-            await wait_until(lambda: _at_least(burst, 40), "40 acknowledged writes")
+            await eventually(lambda: burst.acknowledged >= 40,
+                             WAIT_S, "40 acknowledged writes", lambda: burst.acknowledged)
             server.stop(signal.SIGQUIT)  # immediate: no checkpoint, clients cut off mid-transaction
-            await wait_until(lambda: _not(ready(bbs)), "the BBS to report not ready")
+            await eventually(lambda: _not(ready(bbs)), WAIT_S, "the BBS to report not ready", interval=0.05)
             failures = burst.failures
-            await wait_until(
-                lambda: _true(burst.failures > failures), "writes to fail while the database is down"
-            )
+            await eventually(lambda: burst.failures > failures,
+                             WAIT_S, "writes to fail while the database is down",
+                             lambda: f"{burst.failures} failures")
             server.start_again()  # recovery from the WAL
-            await wait_until(lambda: ready(bbs), "the BBS to report ready again")
+            await eventually(lambda: ready(bbs), WAIT_S, "the BBS to report ready again", interval=0.05)
             before = burst.acknowledged
-            await wait_until(lambda: _at_least(burst, before + 20), "writes to succeed again")
+            await eventually(lambda: burst.acknowledged >= before + 20, WAIT_S, "writes to succeed again",
+                             lambda: burst.acknowledged)
         finally:
             await burst.stop()
         await assert_all_acknowledged_present(bbs, burst)
@@ -303,13 +299,5 @@ def _vendue(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-async def _at_least(burst: Burst, count: int) -> bool:
-    return burst.acknowledged >= count
-
-
 async def _not(answer: Awaitable[bool]) -> bool:
     return not await answer
-
-
-async def _true(value: bool) -> bool:
-    return value

@@ -11,7 +11,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +21,7 @@ from sqlalchemy.ext.asyncio import create_async_engine
 from bbs.store import tables
 from common.tls import TLSFiles
 from tests.bbs.bbs_process_test import ROOT, BBSProcess, certificates
+from tests.support.polling import eventually
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 
@@ -138,14 +138,6 @@ def refusal(stderr: str) -> list[str]:
     return [line for line in stderr.splitlines() if not line.startswith("{")]
 
 
-async def until(condition: Any, expected: str, timeout_s: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"expected {expected} within {timeout_s}s")
-        await asyncio.sleep(0.02)
-
-
 async def test_rotate_keys_while_the_bbs_serves_loses_nothing_and_leaves_every_record_on_the_active_key(
     tmp_path: Path, database_url: str
 ) -> None:
@@ -169,7 +161,8 @@ async def test_rotate_keys_while_the_bbs_serves_loses_nothing_and_leaves_every_r
     try:
         old = [f"old-{n:03}" for n in range(120)]
         writers = Writers(bbs, old)
-        await until(lambda: writers.acknowledged >= 20, "20 writes acknowledged before rotating")
+        await eventually(lambda: writers.acknowledged >= 20, 60.0, "20 writes acknowledged before rotating",
+                         lambda: f"{writers.acknowledged} acknowledged")
         at_start = writers.acknowledged
         code, out, err = await vendue_async("bbs", "--database-url", database_url, "--encryption-keys-file",
                                             str(keys), "rotate-keys", "--batch", "16", "--json")

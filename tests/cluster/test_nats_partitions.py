@@ -95,11 +95,9 @@ def test_one_nats_server_lost_costs_its_clients_a_reconnect_and_nothing_else(
         assert nats["connected"] and nats["reconnects"] == (1 if name in moving else 0), (name, lost, nats)
 
     # Nothing else: the instances stay as they were, and new work is placed at once.
-    started = time.monotonic()
     bbs.desire("after", INSTANCES)
     wait_for(lambda: unchanged(cluster, bbs, "before", before)
              and one_process_per_index(cluster, bbs, "after", INSTANCES), PLACED_S, "after placed")
-    assert time.monotonic() - started < PLACED_S
     hold_for(lambda: unchanged(cluster, bbs, "before", before), 1.0, "before unchanged")
     bbs.close()
 

@@ -12,6 +12,7 @@ sleeping; a failed wait says what it expected and what it saw last.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import shutil
@@ -33,6 +34,8 @@ import pytest
 
 from common.procutil import app_python
 from rep.isolation import isolation_leftovers
+from tests.support import polling
+from tests.support.polling import Unmet, expect, hold_for  # noqa: F401 - the e2e tests' helpers, from here
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -76,58 +79,12 @@ http.server.ThreadingHTTPServer(("127.0.0.1", int(os.environ["PORT"])), Handler)
 APP_COMMAND = [app_python(), "-c", APP_SOURCE]  # a Python the apps' own users may run
 
 
-# --- polling --------------------------------------------------------------------------------------
+# --- polling ------------------------------------------------------------------------------------
 
-
-class Unmet(AssertionError):
-    """Raised by a condition to report what it saw: inside `wait_for` it means "not yet" (the message ends
-    up in the failure); raised outside one it is a plain assertion failure."""
-
-
-def expect(ok: Any, seen: Any) -> Any:
-    """For one-line conditions: `lambda: expect(x == y, f"x={x}")` raises Unmet(seen) unless ok."""
-    if not ok:
-        raise Unmet(str(seen))
-    return ok
-
-
-def wait_for(condition: Callable[[], Any], timeout: float, describe: str, interval: float = 0.05) -> Any:
-    """Poll `condition` until it returns a truthy value (returned) or `timeout` passes.
-
-    The condition may raise `Unmet("what I saw")` (or return a falsy value) to say it is not there yet;
-    the failure reads "expected <describe> within <timeout>s; saw <last observation>".
-    """
-    deadline = time.monotonic() + timeout
-    seen: Any = "nothing (the condition never ran)"
-    while True:
-        try:
-            value = condition()
-        except Unmet as exc:
-            seen = str(exc)
-        except (httpx.HTTPError, OSError) as exc:
-            seen = f"{type(exc).__name__}: {exc}"
-        else:
-            if value:
-                return value
-            seen = repr(value)
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"expected {describe} within {timeout:g}s; saw {seen}")
-        time.sleep(interval)
-
-
-def hold_for(condition: Callable[[], Any], duration: float, describe: str, interval: float = 0.1) -> None:
-    """Assert `condition` stays true for `duration` (a stability check after convergence)."""
-    deadline = time.monotonic() + duration
-    while True:
-        try:
-            value = condition()
-        except Unmet as exc:
-            raise AssertionError(f"expected {describe} to hold for {duration:g}s; it broke: {exc}") from None
-        if not value:
-            raise AssertionError(f"expected {describe} to hold for {duration:g}s; it broke: {value!r}")
-        if time.monotonic() >= deadline:
-            return
-        time.sleep(interval)
+# The tests' one polling helper (tests/support/polling.py), a request refused or timed out while a component
+# starts or restarts counting as "not yet" here: `wait_for(condition, timeout, what)`.
+TRANSIENT_ERRORS = (httpx.HTTPError, OSError)
+wait_for = functools.partial(polling.wait_for, retry_on=TRANSIENT_ERRORS)
 
 
 # --- processes ------------------------------------------------------------------------------------
@@ -558,13 +515,9 @@ def _stop_clusters(started: Sequence[E2ECluster]) -> None:
             cluster.lc.stop()
         _print_log_tails(cluster.lc)  # captured: pytest shows it only when the test failed
     guids = set().union(*(c.guids for c in started)) if started else set()
-    leftovers: list[int] = []
-    deadline = time.monotonic() + 10.0
-    while True:
-        leftovers = _instance_pids(guids)
-        if not leftovers or time.monotonic() > deadline:
-            break
-        time.sleep(0.05)
+    with contextlib.suppress(AssertionError):  # stragglers are killed, then reported, below
+        wait_for(lambda: not _instance_pids(guids), 10.0, "no instance process left")
+    leftovers = _instance_pids(guids)
     for pid in leftovers:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)

@@ -4,7 +4,6 @@ vendue.rep.<rep_id>.stop as one batch (presence stays an HTTP PUT)."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 from pathlib import Path
 
@@ -19,16 +18,10 @@ from common.models import CellPresence, CellPresences, DesiredLRPCreate, Resourc
 from common.tls import TLSFiles, client_context, init_ca, issue
 from common.transport.nats_server import NatsServer, certificate_identities, issue_server_certificate
 from common.transport.subjects import AUCTIONEER_LRPS, AUCTIONEER_QUEUE, EVENTS_ALL, rep_subject
+from tests.support.polling import eventually
 
 pytestmark = pytest.mark.timeout(60)
-
-
-async def eventually(condition, what: str, seen, timeout_s: float = 15.0) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout_s
-    while not condition():
-        assert loop.time() < deadline, f"expected {what} within {timeout_s} s; saw {seen()!r}"
-        await asyncio.sleep(0.02)
+DEADLINE_S = 15.0
 
 
 async def test_the_bbs_talks_nats(nats_server, tmp_path: Path) -> None:
@@ -79,13 +72,13 @@ async def test_the_bbs_talks_nats(nats_server, tmp_path: Path) -> None:
                 # Desire: one auction request over NATS holding every index; events on NATS.
                 created = await client.post("/v1/desired_lrps", json={"process_guid": "web", "instances": 3})
                 assert created.status_code == 201, created.text
-                await eventually(lambda: auctions, "an auction request on NATS", lambda: auctions)
+                await eventually(lambda: auctions, DEADLINE_S, "an auction request on NATS", lambda: auctions)
                 assert (
                     auctions[0][0]["indices"] == [0, 1, 2]
                     and auctions[0][0]["desired"]["process_guid"] == "web"
                 )
                 await eventually(lambda: any(s == "vendue.events.desired_lrp_created" for s, _ in events),
-                                 "desired_lrp_created on NATS", lambda: [s for s, _ in events])
+                                 DEADLINE_S, "desired_lrp_created on NATS", lambda: [s for s, _ in events])
                 kinds = {s for s, _ in events}
                 assert "vendue.events.cell_appeared" in kinds, kinds
                 assert all(s == f"vendue.events.{e['type']}" for s, e in events)
@@ -98,7 +91,7 @@ async def test_the_bbs_talks_nats(nats_server, tmp_path: Path) -> None:
                     response.text
                 )
                 assert (await client.patch("/v1/desired_lrps/web", json={"instances": 2})).status_code == 200
-                await eventually(lambda: stops, "a stop on vendue.rep.rep-a.stop", lambda: stops)
+                await eventually(lambda: stops, DEADLINE_S, "a stop on vendue.rep.rep-a.stop", lambda: stops)
                 assert [s.model_dump() for s in stops] == [
                     {"instances": [{"cell_id": "cell-a", "process_guid": "web", "instance_guid": "g2"}]}]
     finally:
@@ -139,6 +132,7 @@ async def test_the_bbs_presents_its_certificate_to_a_tls_nats_server(tmp_path: P
                 await bbs.outbound.nats.wait_connected(10)
                 await bbs.desire_lrp(DesiredLRPCreate(process_guid="web", instances=1))
                 await eventually(lambda: "vendue.events.desired_lrp_created" in events,
-                                 "desired_lrp_created from the BBS on the TLS server", lambda: events)
+                                 DEADLINE_S, "desired_lrp_created from the BBS on the TLS server",
+                                 lambda: events)
         finally:
             await viewer.close()

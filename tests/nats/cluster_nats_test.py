@@ -8,7 +8,6 @@ import json
 import os
 import signal
 import subprocess
-import time
 from pathlib import Path
 
 import httpx
@@ -17,6 +16,7 @@ import pytest
 from common.procutil import child_preexec, pid_alive, terminate_then_kill
 from common.tls import TLSFiles, client_context
 from deploy.cluster import CLUSTER_FILE, ENTRY_POINT, PROJECT_ROOT
+from tests.support.polling import expect, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 
@@ -34,18 +34,16 @@ def test_up_with_nats_starts_an_embedded_server_and_stops_everything_on_ctrl_c(t
         preexec_fn=child_preexec(),
     )
     try:
-        deadline = time.monotonic() + 120
-        info: dict = {}
-        while not info.get("reps") or len(info["reps"]) < 2:
+
+        def cluster_info() -> dict:
             assert up.poll() is None, (
                 f"vendue up exited {up.returncode}: {(tmp_path / 'up.log').read_text()[-2000:]}"
             )
-            assert time.monotonic() < deadline, f"expected cluster.json with 2 cells; saw {info}"
-            time.sleep(0.2)
-            try:
-                info = json.loads((data / CLUSTER_FILE).read_text())
-            except (OSError, ValueError):
-                info = {}
+            info = json.loads((data / CLUSTER_FILE).read_text())
+            return expect(len(info.get("reps") or []) >= 2 and info, info)
+
+        info = wait_for(cluster_info, 120.0, "cluster.json with 2 cells", interval=0.2,
+                        retry_on=(OSError, ValueError))
         assert info["transport"] == "nats" and info["nats_url"].startswith("tls://127.0.0.1:"), info
         server_log = (data / "logs" / "nats-server.log").read_text()
         assert "Server is ready" in server_log
@@ -62,12 +60,8 @@ def test_up_with_nats_starts_an_embedded_server_and_stops_everything_on_ctrl_c(t
         up.send_signal(signal.SIGINT)
         assert up.wait(timeout=60) == 0, (tmp_path / "up.log").read_text()[-2000:]
         pids = [nats_pid, *(c["pid"] for c in info["components"].values() if c.get("pid"))]
-        deadline = time.monotonic() + 10
-        while any(pid_alive(p) for p in pids):
-            assert time.monotonic() < deadline, (
-                f"expected every child gone; alive: {[p for p in pids if pid_alive(p)]}"
-            )
-            time.sleep(0.05)
+        wait_for(lambda: not any(pid_alive(p) for p in pids), 10.0, "every child gone",
+                 lambda: f"alive: {[p for p in pids if pid_alive(p)]}")
     finally:
         if up.poll() is None:
             terminate_then_kill(up, 10)

@@ -8,7 +8,6 @@ subscription restored.
 from __future__ import annotations
 
 import contextlib
-import itertools
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -24,11 +23,13 @@ from common.transport.nats_server import (
     cluster_servers,
 )
 from common.transport.subjects import rep_subject
-from tests.rep.fakes import eventually
+from tests.rep.fakes import DEADLINE_S
+from tests.support.polling import eventually
 
 pytestmark = pytest.mark.timeout(120)
 
 WAIT_S = 15.0
+PUBLISH_EVERY_S = 0.2  # `delivered`: a message at a time until one arrives
 SERVERS = ("nats", "nats-2", "nats-3")
 SUBJECT = rep_subject("rep-0", "stop")  # the BBS may publish it, rep-0 may subscribe to it
 
@@ -70,16 +71,17 @@ async def delivered(publisher: NatsConnection, received: list[bytes], what: str)
     """Publish until the subscriber has one of the messages (the routes and the subscription's interest
     take a moment to reach every server)."""
     sent: set[bytes] = set()
-    for n in itertools.count():
-        body = f"{what} {n}".encode()
+
+    async def received_else_publish() -> bool:
+        if sent & set(received):
+            return True
+        body = f"{what} {len(sent)}".encode()  # another message at each look, until one arrives
         sent.add(body)
         await publisher.client.publish(SUBJECT, body)
         await publisher.client.flush()
-        with contextlib.suppress(AssertionError):
-            await eventually(lambda: bool(sent & set(received)), what, lambda: received, timeout_s=0.2)
-            return
-        if n * 0.2 > WAIT_S:
-            raise AssertionError(f"expected {what} within {WAIT_S}s; received {received}")
+        return False
+
+    await eventually(received_else_publish, WAIT_S, what, lambda: received, interval=PUBLISH_EVERY_S)
 
 
 def server_of(connection: NatsConnection, servers: dict[str, NatsServer]) -> str:
@@ -128,7 +130,8 @@ async def test_another_certificate_of_the_ca_cannot_join_as_a_route(
         assert first.log_path is not None
         refusal = "router connection closed: authentication failure"
         await eventually(lambda: refusal in first.log_path.read_text().lower(),
-                         "nats refusing the rogue route", lambda: first.log_path.read_text()[-2000:])
+                         DEADLINE_S, "nats refusing the rogue route",
+                         lambda: first.log_path.read_text()[-2000:])
         received: list[bytes] = []
         async with connected(first.url, pki, "rep-0") as rep, connected(rogue.url, pki, "bbs") as bbs:
             async def record(msg) -> None:
@@ -158,8 +161,8 @@ async def test_a_client_given_every_url_carries_on_through_another_server_when_i
         await delivered(bbs, received, "before the kill")
         gone = server_of(rep, cluster)
         cluster[gone].kill()
-        await eventually(lambda: rep.reconnects == 1 and rep.connected, "rep-0 reconnected",
-                         lambda: rep.status(), timeout_s=WAIT_S)
+        await eventually(lambda: rep.reconnects == 1 and rep.connected, WAIT_S, "rep-0 reconnected",
+                         lambda: rep.status())
         assert server_of(rep, cluster) != gone
         await delivered(bbs, received, "after the kill")
         assert rep.reconnects == 1, rep.status()

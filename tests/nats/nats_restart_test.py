@@ -9,16 +9,15 @@ all 500 are RUNNING, each index exactly once in the BBS and on the cells.
 
 from __future__ import annotations
 
-import time
+import functools
 from collections import Counter
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
 
 from deploy.cluster import LocalCluster
+from tests.support import polling
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(240)]
 
@@ -26,20 +25,8 @@ CELLS = 4
 HALF = 250
 
 
-def wait_for(condition: Callable[[], Any], timeout: float, expected: str, seen: Callable[[], Any]) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            value = condition()
-        except httpx.HTTPError as exc:
-            value, last = None, repr(exc)
-        else:
-            last = None
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"expected {expected} within {timeout:g} s; saw {last or seen()}")
-        time.sleep(0.1)
+# A request refused while NATS or a component restarts: not yet.
+wait_for = functools.partial(polling.wait_for, interval=0.1, retry_on=(httpx.HTTPError,))
 
 
 def running_indices(http: httpx.Client, cluster: LocalCluster, guid: str) -> list[int]:

@@ -44,7 +44,8 @@ from common.transport.subjects import (
     rep_subject,
     rep_wildcard,
 )
-from tests.rep.fakes import eventually
+from tests.rep.fakes import DEADLINE_S
+from tests.support.polling import eventually
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -106,7 +107,7 @@ class Peer:
         """Wait for the server's `Permissions Violation for <what>` (e.g. `publish to "x"`)."""
         wanted = f"permissions violation for {what}".lower()
         await eventually(lambda: any(wanted in e.lower() for e in self.errors),
-                         f"{self.name}: {wanted!r}", lambda: self.errors)
+                         DEADLINE_S, f"{self.name}: {wanted!r}", lambda: self.errors)
 
 
 def context_for(pki: Path, name: str) -> ssl.SSLContext:
@@ -198,19 +199,12 @@ async def test_a_certificate_issued_later_is_refused_until_a_reload_names_it(tmp
                 f"expected no such user; got {refusal!r}")
 
             late_server.reload(certificate_identities(pki))
-            admitted: list[Peer] = []
-
-            async def try_connect() -> None:
-                with contextlib.suppress(Exception):
-                    admitted.append(await open_peer(late_server, pki, "rep-9"))
-
-            loop = asyncio.get_running_loop()
-            deadline = loop.time() + WAIT_S
-            while not admitted:  # the server applies the new file moments after SIGHUP
-                assert loop.time() < deadline, (
-                    f"expected rep-9 to connect after the reload within {WAIT_S:g} s")
-                await try_connect()
-            await admitted[0].nc.close()
+            # The server applies the new file moments after SIGHUP: connect until it admits rep-9.
+            admitted = await eventually(
+                lambda: open_peer(late_server, pki, "rep-9"), WAIT_S, "rep-9 to connect after the reload",
+                interval=0, retry_on=(Exception,),
+            )
+            await admitted.nc.close()
             await opened["bbs"].nc.flush(timeout=5)  # the others' connections outlive the reload
             assert opened["bbs"].nc.is_connected
 
@@ -242,7 +236,8 @@ async def test_a_rep_publishes_only_replies_and_hears_only_its_own_subjects(serv
         # The forged messages went nowhere: the legitimate senders' do arrive, and only those.
         assert (await auctioneer.nc.request(rep_subject("rep-1", "work"), b"{}", timeout=5)).data == b"taken"
         await bbs.nc.publish(event_subject("lrp_changed"), b"{}")
-        await eventually(lambda: viewer.received, "the BBS's event at the reader", lambda: viewer.received)
+        await eventually(lambda: viewer.received,
+                         DEADLINE_S, "the BBS's event at the reader", lambda: viewer.received)
         for peer in (rep0, rep1, viewer):
             await peer.nc.flush()  # a round trip: whatever the server sent them before has arrived
         assert rep1.received == [rep_subject("rep-1", "work")]
@@ -274,7 +269,8 @@ async def test_the_auctioneer_sends_work_and_state_requests_and_every_reply_come
         await auctioneer.nc.subscribe(inbox, cb=gather)
         await auctioneer.nc.publish(CELLS_STATE, b"", reply=inbox)
         await rep0.refused(f'publish to "{inbox}"')
-        await eventually(lambda: len(states) == 2, "a state reply from each rep process", lambda: states)
+        await eventually(lambda: len(states) == 2,
+                         DEADLINE_S, "a state reply from each rep process", lambda: states)
         await auctioneer.nc.flush()  # a round trip: a reply the server let through has arrived by now
         assert sorted(states) == [b"cell-0a,cell-0b", b"cell-1"]
         assert len(rep0.errors) == 1 and rep1.errors == [], "first replies are within the reps' permissions"
@@ -319,7 +315,8 @@ async def test_admin_and_reader_hear_events_and_publish_nothing(server: NatsServ
         await person.nc.subscribe(EVENTS_ALL, cb=person.record)
         await person.nc.flush()
         await bbs.nc.publish(event_subject("task_changed"), b"{}")
-        await eventually(lambda: person.received == [event_subject("task_changed")], "the BBS's event",
+        await eventually(lambda: person.received == [event_subject("task_changed")],
+                         DEADLINE_S, "the BBS's event",
                          lambda: person.received)
 
         for subject in (event_subject("x"), rep_subject("rep-0", "stop"), AUCTIONEER_LRPS):
@@ -346,7 +343,7 @@ async def test_a_component_connects_with_either_url_scheme_and_its_refusals_are_
         assert conn.status()["tls"] is True
         for _ in range(3):
             await conn.client.publish(AUCTIONEER_LRPS, b"[]")
-        await eventually(lambda: conn.permission_violations == 3, "three refusals counted",
+        await eventually(lambda: conn.permission_violations == 3, DEADLINE_S, "three refusals counted",
                          lambda: conn.status())
         warnings = [r for r in caplog.records if "not permitted" in r.getMessage()]
         assert len(warnings) == 1, "one warning, not one per refused message"
@@ -373,10 +370,11 @@ async def test_a_component_with_tls_never_speaks_plaintext_even_when_the_server_
                           max_backoff=0.2)
     conn.start()
     try:
-        await eventually(lambda: received, "the client's first bytes at the fake server", conn.status)
+        await eventually(lambda: received,
+                         DEADLINE_S, "the client's first bytes at the fake server", conn.status)
         assert received[0] == 0x16, f"expected a TLS handshake first; got {bytes(received[:16])!r}"
         assert b"CONNECT" not in received
-        await eventually(lambda: conn.failed_attempts >= 1, "the attempt to fail", conn.status)
+        await eventually(lambda: conn.failed_attempts >= 1, DEADLINE_S, "the attempt to fail", conn.status)
         assert not conn.connected
     finally:
         await conn.close()

@@ -5,7 +5,6 @@ while NATS is unreachable."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 
 import httpx
@@ -17,7 +16,8 @@ from common.procutil import free_port
 from common.transport.nats_server import NatsServer
 from common.transport.subjects import CELLS_STATE, REP_ID_HEADER, rep_subject
 from tests.fake_bbs import FakeBBS
-from tests.rep.fakes import desired, eventually, work_body
+from tests.rep.fakes import DEADLINE_S, desired, work_body
+from tests.support.polling import eventually, expect
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 
@@ -26,17 +26,13 @@ CELLS = ["cell-0", "cell-1", "cell-2"]
 
 async def ping_ready(url: str, timeout_s: float = 30.0) -> None:
     """Poll GET {url}/ping until 200; fail naming the last answer."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout_s
     async with httpx.AsyncClient(timeout=5) as client:
-        while True:
+
+        async def ready() -> bool:
             response = await client.get(f"{url}/ping")
-            if response.status_code == 200:
-                return
-            assert loop.time() < deadline, (
-                f"expected {url}/ping 200 within {timeout_s} s; saw {response.status_code} {response.text}"
-            )
-            await asyncio.sleep(0.05)
+            return expect(response.status_code == 200, f"{response.status_code} {response.text}")
+
+        await eventually(ready, timeout_s, f"{url}/ping 200", interval=0.05)
 
 
 
@@ -59,13 +55,13 @@ async def test_a_sim_rep_serves_its_cells_over_nats(nats_server, fake_bbs: FakeB
         )  # fmt: skip
         await ping_ready(rep.url)
         await eventually(lambda: {b.cell_id for b in fake_bbs.heartbeats} == set(CELLS),
-                         "HTTP heartbeats of every cell", lambda: len(fake_bbs.heartbeats))
+                         DEADLINE_S, "HTTP heartbeats of every cell", lambda: len(fake_bbs.heartbeats))
         assert {b.rep_id for b in fake_bbs.heartbeats} == {"sim.a"}
 
         # One state request, one reply for the process (its name in a header) holding every cell.
         inbox, replies = await collect_replies(nc)
         await nc.publish(CELLS_STATE, b"", reply=inbox)
-        await eventually(lambda: len(replies) == 1, "1 state reply", lambda: len(replies))
+        await eventually(lambda: len(replies) == 1, DEADLINE_S, "1 state reply", lambda: len(replies))
         assert replies[0].headers[REP_ID_HEADER] == "sim.a"
         states = HostCellStates.model_validate_json(replies[0].data).cells
         assert [s.cell_id for s in states] == CELLS
@@ -88,7 +84,7 @@ async def test_a_sim_rep_serves_its_cells_over_nats(nats_server, fake_bbs: FakeB
         # The NATS reply carries the bids (instances per process guid); the instances themselves are in the
         # cells' detail, over HTTP.
         await nc.publish(CELLS_STATE, b"", reply=inbox)
-        await eventually(lambda: len(replies) == 2, "another state reply", lambda: len(replies))
+        await eventually(lambda: len(replies) == 2, DEADLINE_S, "another state reply", lambda: len(replies))
         counts = {s.cell_id: s.lrp_counts for s in HostCellStates.model_validate_json(replies[1].data).cells}
         assert counts == {"cell-0": {}, "cell-1": {"app": 2}, "cell-2": {}}, counts
         async with httpx.AsyncClient(timeout=10) as client:
@@ -116,7 +112,7 @@ async def test_a_sim_rep_serves_its_cells_over_nats(nats_server, fake_bbs: FakeB
                 for _, body in fake_bbs.lifecycles
                 for r in body.removed
             ),
-            "the stopped instance reported removed over HTTP",
+            DEADLINE_S, "the stopped instance reported removed over HTTP",
             lambda: fake_bbs.lifecycles[-3:],
         )
     finally:
@@ -137,7 +133,8 @@ async def test_a_rep_started_before_nats_is_not_ready_then_serves_once_nats_is_u
             readyz = await client.get(f"{rep.url}/readyz")
             assert readyz.status_code == 503 and readyz.json()["reason"] == "NATS not connected", readyz.text
             assert (await client.get(f"{rep.url}/livez")).status_code == 200, "alive while not ready"
-            await eventually(lambda: "NATS unreachable" in rep.stderr.read_text(), "a clear log line",
+            await eventually(lambda: "NATS unreachable" in rep.stderr.read_text(),
+                             DEADLINE_S, "a clear log line",
                              lambda: rep.stderr.read_text()[-500:])
             server.start()
             await ping_ready(rep.url)
@@ -146,7 +143,7 @@ async def test_a_rep_started_before_nats_is_not_ready_then_serves_once_nats_is_u
         try:
             inbox, replies = await collect_replies(nc)
             await nc.publish(CELLS_STATE, b"", reply=inbox)
-            await eventually(lambda: len(replies) == 1, "1 state reply", lambda: len(replies))
+            await eventually(lambda: len(replies) == 1, DEADLINE_S, "1 state reply", lambda: len(replies))
             assert len(HostCellStates.model_validate_json(replies[0].data).cells) == 2
         finally:
             await nc.close()

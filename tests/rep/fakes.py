@@ -24,6 +24,7 @@ from common.procutil import child_preexec, terminate_then_kill
 from rep.isolation import sweep_rep
 from tests.fake_bbs import FakeBBS
 from tests.fake_bbs import fake_bbs as serving_fake_bbs
+from tests.support.polling import eventually, expect
 
 STARTUP_S = 60.0  # imports alone take seconds on a busy 2-core machine without bytecode caches
 DEADLINE_S = 30.0
@@ -49,17 +50,6 @@ async def fake_bbs() -> AsyncIterator[FakeBBS]:
         yield bbs
 
 
-async def eventually(
-    condition: Callable[[], bool], what: str, seen: Callable[[], object], timeout_s: float = DEADLINE_S
-) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout_s
-    while not condition():
-        if loop.time() > deadline:
-            raise AssertionError(f"expected {what} within {timeout_s}s; saw {seen()!r}")
-        await asyncio.sleep(0.02)
-
-
 @dataclass
 class RepProcess:
     proc: subprocess.Popen[bytes]
@@ -83,9 +73,8 @@ async def start_rep(tmp_path: Path) -> AsyncIterator[Callable[..., Any]]:
         started.append(proc)
         await eventually(
             lambda: (ready.exists() and ready.read_text().strip() != "") or proc.poll() is not None,
-            "the rep's ready file",
+            STARTUP_S, "the rep's ready file",
             lambda: stderr.read_text()[-2000:],
-            timeout_s=STARTUP_S,
         )
         assert proc.poll() is None, f"the rep exited early: {stderr.read_text()[-2000:]}"
         info = json.loads(ready.read_text())
@@ -114,18 +103,15 @@ NOT_REGISTERED = "cell not yet registered with the BBS"
 async def post_work(client: httpx.AsyncClient, rep_url: str, body: dict[str, Any]) -> httpx.Response:
     """POST work to a rep, again while a cell of it answers that the BBS has not yet accepted its first
     heartbeat (it rejects everything until then, reserving nothing; the ready file does not wait for that)."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + DEADLINE_S
-    while True:
+
+    async def accepted_or_refused() -> httpx.Response:
         answer = await client.post(f"{rep_url}/work", json=body)
-        if answer.status_code != 200 or all(
-            r.get("reason") != NOT_REGISTERED for r in answer.json().get("cells", {}).values()
-        ):
-            return answer
-        if loop.time() > deadline:
-            raise AssertionError(f"expected {rep_url} to register with the BBS within {DEADLINE_S}s; "
-                                 f"it still answers {answer.json()}")
-        await asyncio.sleep(0.02)
+        registering = answer.status_code == 200 and any(
+            r.get("reason") == NOT_REGISTERED for r in answer.json().get("cells", {}).values()
+        )
+        return expect(not registering and answer, f"it still answers {answer.json()}")
+
+    return await eventually(accepted_or_refused, DEADLINE_S, f"{rep_url} to register with the BBS")
 
 
 async def cell_details(client: httpx.AsyncClient, rep_url: str, *cell_ids: str) -> list[CellDetail]:

@@ -19,10 +19,10 @@ from tests.rep.fakes import (
     NOW,
     cell_details,
     desired,
-    eventually,
     post_work,
     work_body,
 )
+from tests.support.polling import eventually
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 
@@ -47,7 +47,7 @@ async def test_sim_rep_hosts_three_cells_heartbeats_and_reports_in_batches(
     # Heartbeats: every cell, repeatedly, with its zone and its process's URL and name.
     await eventually(
         lambda: all(len(fake_bbs.beats_of(c)) >= 2 for c in cell_ids),
-        "two heartbeats per cell",
+        DEADLINE_S, "two heartbeats per cell",
         lambda: [p.cell_id for p in fake_bbs.heartbeats],
     )
     presences = {c: fake_bbs.beats_of(c)[-1] for c in cell_ids}
@@ -89,7 +89,7 @@ async def test_sim_rep_hosts_three_cells_heartbeats_and_reports_in_batches(
                 sum(len(b.running) for b in fake_bbs.lifecycle_of("cell-1")) == 3
                 and any(b.tasks_completed for b in fake_bbs.lifecycle_of("cell-1"))
             ),
-            "3 running reports and a task completion from cell-1",
+            DEADLINE_S, "3 running reports and a task completion from cell-1",
             lambda: fake_bbs.lifecycle_of("cell-1"),
         )
         batches = fake_bbs.lifecycle_of("cell-1")
@@ -146,7 +146,7 @@ async def test_sim_rep_hosts_three_cells_heartbeats_and_reports_in_batches(
                 for b in fake_bbs.lifecycle_of("cell-1")
                 for r in b.removed
             ),
-            "a removed report for the stopped instance",
+            DEADLINE_S, "a removed report for the stopped instance",
             lambda: fake_bbs.lifecycle_of("cell-1")[-1],
         )
 
@@ -154,7 +154,7 @@ async def test_sim_rep_hosts_three_cells_heartbeats_and_reports_in_batches(
     rep.proc.send_signal(signal.SIGTERM)
     await eventually(
         lambda: any(p.evacuating for p in fake_bbs.beats_of("cell-1")),
-        "an evacuating heartbeat",
+        DEADLINE_S, "an evacuating heartbeat",
         lambda: fake_bbs.heartbeats[-3:],
     )
     assert await asyncio.to_thread(rep.proc.wait, DEADLINE_S) == 0
@@ -176,7 +176,7 @@ async def test_kill_9_of_a_process_rep_leaves_no_child_behind(fake_bbs: FakeBBS,
         assert answer.json()["cells"]["proc-cell"]["rejected_lrps"] == [], answer.json()
         await eventually(
             lambda: sum(len(b.running) for b in fake_bbs.lifecycle_of("proc-cell")) == 2,
-            "2 running reports",
+            DEADLINE_S, "2 running reports",
             lambda: (fake_bbs.lifecycle_of("proc-cell"), rep.stderr.read_text()[-1500:]),
         )
         detail = await cell_detail(client, rep.url, "proc-cell")
@@ -190,7 +190,7 @@ async def test_kill_9_of_a_process_rep_leaves_no_child_behind(fake_bbs: FakeBBS,
 
     await eventually(
         lambda: not any(pid_alive(pid) for pid in pids if pid is not None),
-        "every instance process gone after kill -9 of the rep",
+        DEADLINE_S, "every instance process gone after kill -9 of the rep",
         lambda: [pid for pid in pids if pid is not None and pid_alive(pid)],
     )
     assert not any(serves(p) for p in ports), "no instance keeps listening"
@@ -206,7 +206,7 @@ async def test_sigint_stops_the_children_of_a_process_rep_and_reports_them(
         assert answer.json()["cells"]["proc-cell"]["rejected_lrps"] == [], answer.json()
         await eventually(
             lambda: any(b.running for b in fake_bbs.lifecycle_of("proc-cell")),
-            "a running report",
+            DEADLINE_S, "a running report",
             lambda: (fake_bbs.lifecycle_of("proc-cell"), rep.stderr.read_text()[-1500:]),
         )
         pid = (await cell_detail(client, rep.url, "proc-cell")).lrps[0].pid

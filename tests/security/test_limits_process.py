@@ -3,7 +3,6 @@ bound on event stream subscribers; and that every server's app has the limits ou
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
@@ -16,6 +15,7 @@ from common.limits import LimitsMiddleware
 from common.request_id import RequestIdMiddleware
 from tests.bbs.bbs_process_test import BBSProcess
 from tests.security.apps import auctioneer_app, bbs_app, rep_app
+from tests.support.polling import Unmet, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 
@@ -83,16 +83,15 @@ def test_event_subscribers_past_the_bound_are_429_naming_it(bbs: BBSProcess) -> 
         assert "max_event_subscribers" in detail and f"at most {MAX_SUBSCRIBERS}" in detail, detail
         streams[0][0].close()  # one leaves: its place is free again once the BBS sees it gone
         clients[0].close()
-        deadline = time.monotonic() + 15
-        while True:
+
+        def subscribed() -> bool:
             with clients[-1].stream("GET", "/v1/events") as again:
                 if again.status_code == 200:
-                    break
+                    return True
                 again.read()
-                assert time.monotonic() < deadline, (
-                    f"expected a place for a new subscriber, still {again.text}"
-                )
-            time.sleep(0.05)
+                raise Unmet(again.text)
+
+        wait_for(subscribed, 15.0, "a place for a new subscriber")
 
 
 def test_every_server_has_the_limits_outside_everything_that_waits() -> None:
