@@ -177,7 +177,8 @@ def test_filters_replay_from_last_event_id_and_resync(make_cluster) -> None:
 
         # An id the BBS cannot resume from: resync (with the newest id), then the live stream.
         foreign = EventLog(lc.bbs_url, lc.verify, headers={"Last-Event-ID": "0123abc-7"}).start()
-        resync = wait_for(lambda: foreign.snapshot()[0] if foreign.snapshot() else None, 15, "a resync event")
+        resync = wait_for(lambda: foreign.snapshot()[0] if foreign.snapshot() else None, 15, "a resync event",
+                          seen=lambda: f"no event; the stream's error: {foreign.error!r}")
         assert resync.type == "resync" and resync.data["last_event_id"] == "0123abc-7", resync
         foreign.stop()
         newest = resumed.snapshot()[-1]
