@@ -363,6 +363,26 @@ async def test_task_lifecycle_with_callback(h: Harness) -> None:
     assert (await h.http.get("/v1/tasks/t1")).status_code == 404  # resolved once the callback took it
 
 
+async def test_a_cell_whose_rep_restarted_fails_the_tasks_it_ran(h: Harness) -> None:
+    await h.heartbeat("c1", boot_id="b1")
+    await h.heartbeat("c2", boot_id="b1")
+    for guid in ("t1", "t2"):
+        body = {"task_guid": guid, "command": ["sleep", "9"], "completion_callback_url": "http://callback.test/"}
+        assert (await h.http.post("/v1/tasks", json=body)).status_code == 201
+    await h.lifecycle("c1", tasks_started=["t1"])
+    await h.lifecycle("c2", tasks_started=["t2"])
+    await h.heartbeat("c1", boot_id="b1")  # the same rep: nothing changes
+    assert (await h.http.get("/v1/tasks/t1")).json()["state"] == "RUNNING"
+
+    await h.heartbeat("c1", boot_id="b2")  # c1's rep restarted: it runs nothing it ran before
+    t1, t2 = [(await h.http.get(f"/v1/tasks/{g}")).json() for g in ("t1", "t2")]
+    assert (t1["state"], t1["failed"], t1["failure_reason"]) == (
+        "COMPLETED", True, "cell restarted before completion"), t1
+    assert t2["state"] == "RUNNING", "another cell's task runs on"
+    await h.settle()
+    assert [(d["task_guid"], d["failed"]) for d in h.rec.to("http://callback.test/")] == [("t1", True)]
+
+
 async def test_cancel_and_delete_task(h: Harness) -> None:
     await h.heartbeat("c1")
     for guid in ("t1", "t2"):

@@ -12,7 +12,7 @@ missing cell → failed; COMPLETED too long → deleted.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeGuard
 
@@ -47,6 +47,7 @@ from .restart_policy import RestartPolicy
 
 NOT_STARTED_IN_TIME = "not started within time limit"
 CELL_DISAPPEARED = "cell disappeared before completion"
+CELL_RESTARTED = "cell restarted before completion"
 
 
 @dataclass(frozen=True, slots=True)
@@ -459,6 +460,16 @@ def forget_rebooted_cell(actuals: ActualSet, cell_id: str, now: float) -> dict[s
             actuals.replace(row, reset_to_unclaimed(row, now))
             starts.setdefault(row.process_guid, set()).add(row.index)
     return starts
+
+
+def fail_tasks_of_rebooted_cells(running: Iterable[TaskRecord], cell_ids: Collection[str],
+                                 now: float) -> list[TaskRecord]:
+    """Cells that heartbeat with a new boot id: their reps restarted and run none of the tasks they ran
+    (a restarted rep kills what its cgroups held). Those RUNNING there fail, as Diego's rep fails a task
+    whose container is gone: never started again, a task may have done part of its work. Waiting would
+    wait forever: the cell is present, so the `CELL_DISAPPEARED` rule never fires."""
+    return [completed(t, now, failed=True, failure_reason=CELL_RESTARTED)
+            for t in running if t.state == TASK_RUNNING and t.cell_id in cell_ids]
 
 
 # --- applying a pass decided on a snapshot ----------------------------------------------------------

@@ -12,10 +12,12 @@ from bbs.cell_loss import CellLossConfig
 from bbs.cell_probes import Probe
 from bbs.convergence import (
     CELL_DISAPPEARED,
+    CELL_RESTARTED,
     NOT_STARTED_IN_TIME,
     ConvergenceConfig,
     converge,
     evacuate,
+    fail_tasks_of_rebooted_cells,
     forget_rebooted_cell,
     resize,
     settle,
@@ -151,6 +153,17 @@ def test_a_rebooted_cell_loses_what_it_held_and_nothing_else() -> None:
         [(0, UNCLAIMED, ""), (1, UNCLAIMED, "")]
     assert actuals.other("web", 2) is None  # the suspect copy on c1 is gone; its replacement stays
     assert actuals.get("web", 2).instance_guid == "r2" and actuals.get("web", 3).cell_id == "c2"
+
+
+def test_a_rebooted_cell_fails_the_tasks_it_ran_and_no_other() -> None:
+    tasks = [task("RUNNING", cell_id="c1"),
+             dataclasses.replace(task("RUNNING", cell_id="c2"), task_guid="t2"),
+             dataclasses.replace(task("COMPLETED", cell_id="c1"), task_guid="t3")]
+    [failed] = fail_tasks_of_rebooted_cells(tasks, {"c1"}, 9.0)
+    assert (failed.task_guid, failed.state, failed.failed, failed.failure_reason) == (
+        "t", "COMPLETED", True, CELL_RESTARTED)
+    assert failed.first_completed_at == 9.0
+    assert fail_tasks_of_rebooted_cells(tasks, set(), 9.0) == []
 
 
 def test_resize_down_and_up() -> None:

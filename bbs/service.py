@@ -34,6 +34,7 @@ from .cell_probes import CellProbes
 from .convergence import (
     ConvergenceConfig,
     evacuate,
+    fail_tasks_of_rebooted_cells,
     forget_rebooted_cell,
     resize,
     stops_for,
@@ -701,9 +702,12 @@ class BBS:
                     effects.wake_convergence = True  # its suspect instances may be promoted back
             if appeared:
                 effects.events.append(lambda: [event("cell_appeared", r.to_wire(), now) for r in appeared])
-            for cell_id in rebooted_cells(existing, latest):
+            rebooted = rebooted_cells(existing, latest)
+            for cell_id in rebooted:
                 held = await tx.list_actuals(cell_id=cell_id)
                 await self._rework_cell(tx, held, forget_rebooted_cell, cell_id, now, effects)
+            if rebooted:
+                await self._fail_tasks_of(tx, rebooted, now, effects)
             # An evacuating rep (SIGTERM) or a cell the operator drains: what runs there now (what was
             # starting at the last heartbeat runs by this one) gets a replacement elsewhere.
             for cell_id in (i for i, body in latest.items() if body.evacuating or records[i].draining):
@@ -712,6 +716,18 @@ class BBS:
         self.run_effects(effects)
         cordoned = {cell_id for cell_id, r in records.items() if r.cordoned or r.draining}
         return [cell_id in cordoned for cell_id, _ in batch]
+
+    async def _fail_tasks_of(self, tx: Tx, rebooted: list[str], now: float, effects: Effects) -> None:
+        """Fail the tasks RUNNING on cells whose reps restarted (convergence.fail_tasks_of_rebooted_cells),
+        in this transaction, their callbacks and events with it."""
+        failed = fail_tasks_of_rebooted_cells(await tx.list_tasks(state=TASK_RUNNING), rebooted, now)
+        if not failed:
+            return
+        await tx.update_tasks(failed)
+        log.info("tasks failed: their cell restarted",
+                 extra={"data": {"cells": rebooted, "tasks": [t.task_guid for t in failed]}})
+        effects.events.append(lambda: [event("task_changed", t.to_wire(), now) for t in failed])
+        effects.callbacks.extend(t for t in failed if t.definition.get("completion_callback_url"))
 
     async def _rework_cell(self, tx, held: list[ActualRecord], rework, cell_id: str, now: float,
                            effects: Effects) -> None:
