@@ -52,7 +52,7 @@ class GzipBody:
         return HEADER
 
     def add(self, part: Segment) -> bytes:
-        self.crc = _multiply_mod_p(part.shift, self.crc) ^ part.crc  # crc32_combine, its shift made once
+        self.crc = _combine_shifted(self.crc, part.crc, part.shift)
         self.size += part.size
         return part.deflated
 
@@ -98,7 +98,12 @@ def _x_to_the_8n(n: int) -> int:
 
 def crc32_combine(crc1: int, crc2: int, size2: int) -> int:
     """The CRC-32 of A + B from A's CRC, B's CRC and B's length (zlib's crc32_combine)."""
-    return _multiply_mod_p(_x_to_the_8n(size2), crc1) ^ crc2
+    return _combine_shifted(crc1, crc2, _x_to_the_8n(size2))
+
+
+def _combine_shifted(crc1: int, crc2: int, shift: int) -> int:
+    """crc32_combine with B's shift (`_x_to_the_8n` of its length) given: a segment's is worked out once."""
+    return _multiply_mod_p(shift, crc1) ^ crc2
 
 
 def accepts_gzip(accept_encoding: str | None) -> bool:

@@ -34,12 +34,7 @@ def even_load(planner: Planner) -> None:
 def relieve(planner: Planner, source: CellSlot) -> bool:
     """Move one instance off an overloaded cell to a cell that ends up less loaded than it was."""
     before = memory_fraction(source)
-    apps = [
-        pg
-        for pg, cells in planner.movable.items()
-        if source.cell_id in cells and not is_loadmark(planner, planner.requests[pg])
-    ]
-    for pg in sorted(apps, key=lambda pg: (-source.proc_counts.get(pg, 0), pg)):
+    for pg in planner.apps_on(source, lambda item: not is_loadmark(planner, item)):
         item = planner.requests[pg]
         for zone in planner.zones_keeping_spread(item, source.zone):
             candidates = [

@@ -114,13 +114,8 @@ def even_load_marks(planner: Planner) -> None:
 def shed(planner: Planner, marks: CellMarks, rankings: Rankings, source: CellSlot) -> bool:
     """Move one loadmark instance off a cell far above the mean mark; False when none can go anywhere."""
     before = marks.marks[source.pos]
-    apps = [
-        pg
-        for pg, cells in planner.movable.items()
-        if source.cell_id in cells and is_loadmark(planner, planner.requests[pg])
-    ]
     nowhere: set[tuple] = set()  # (what the apps ask, their size, zone) that found no cell
-    for pg in sorted(apps, key=lambda pg: (-source.proc_counts.get(pg, 0), pg)):
+    for pg in planner.apps_on(source, lambda item: is_loadmark(planner, item)):
         item = planner.requests[pg]
         for zone in planner.zones_keeping_spread(item, source.zone):
             alike = (ask_of(item), item.memory_mb, item.disk_mb, zone)

@@ -214,6 +214,13 @@ class Planner:
         slot = max(cells, key=lambda s: (s.proc_counts.get(pg, 0), memory_fraction(s), s.cell_id))
         return slot, max(self.movable[pg][slot.cell_id])
 
+    def apps_on(self, source: CellSlot, admits: Callable[[LRPStart], bool]) -> list[str]:
+        """The apps with a movable instance on the cell that `admits` takes (by their request), the one it
+        holds most of first (then by guid): what a cell that must shed load offers first."""
+        apps = [pg for pg, cells in self.movable.items()
+                if source.cell_id in cells and admits(self.requests[pg])]
+        return sorted(apps, key=lambda pg: (-source.proc_counts.get(pg, 0), pg))
+
     def zones_keeping_spread(self, item: LRPStart, from_zone: str) -> list[str]:
         """Where an instance leaving `from_zone` may go without undoing the zone-spread rule: its own zone
         first, then the app's other eligible zones where its skew stays within one (or no worse than it
