@@ -17,6 +17,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import ssl
 import subprocess
 import sys
@@ -301,7 +302,13 @@ class Received:
 
 @dataclass
 class EventLog:
-    """The BBS's /v1/events SSE stream, read in a background thread."""
+    """The BBS's /v1/events SSE stream, read in a background thread.
+
+    The reader thread owns its client: `stop` only shuts the connection's socket down, which wakes a read
+    blocked on it, and the reader closes the client itself. (Closing the client from the test's thread
+    freed the socket's file descriptor while the reader was still in recv() on it; the next stream's
+    connection could get the same number, and the old reader then ate its TLS records: seen in CI as
+    "[SSL: WRONG_VERSION_NUMBER]" on a new stream.)"""
 
     url: str
     verify: ssl.SSLContext | bool = True
@@ -313,9 +320,9 @@ class EventLog:
     error: BaseException | None = None
     _stop: bool = False
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    _socket: socket.socket | None = None  # the open stream's, under _lock
 
     def start(self) -> EventLog:
-        self._client = httpx.Client(timeout=httpx.Timeout(10.0, read=None), verify=self.verify)
         self._thread = threading.Thread(target=self._run, daemon=True, name="sse-reader")
         self._thread.start()
         if not self.connected.wait(10.0):
@@ -326,8 +333,13 @@ class EventLog:
 
     def _run(self) -> None:
         try:
-            with self._client.stream("GET", f"{self.url}/v1/events", params=self.params,
-                                     headers=self.headers) as resp:
+            with (httpx.Client(timeout=httpx.Timeout(10.0, read=None), verify=self.verify) as client,
+                  client.stream("GET", f"{self.url}/v1/events", params=self.params,
+                                headers=self.headers) as resp):
+                with self._lock:
+                    if self._stop:
+                        return
+                    self._socket = resp.extensions["network_stream"].get_extra_info("socket")
                 resp.raise_for_status()
                 etype, data_lines = "", []
                 for line in resp.iter_lines():
@@ -349,6 +361,8 @@ class EventLog:
             if not self._stop:
                 self.error = exc
         finally:
+            with self._lock:
+                self._socket = None
             self.connected.set()
 
     def _add(self, etype: str, raw: str) -> None:
@@ -376,9 +390,16 @@ class EventLog:
             return list(self.events)
 
     def stop(self) -> None:
-        self._stop = True
-        with contextlib.suppress(Exception):
-            self._client.close()
+        with self._lock:
+            self._stop = True
+            if self._socket is not None:
+                # The plain socket's shutdown, not SSLSocket's (which drops its TLS object under the reader):
+                # the reader's recv() returns, and the descriptor stays its own until it closes the client.
+                with contextlib.suppress(OSError):
+                    socket.socket.shutdown(self._socket, socket.SHUT_RDWR)
+        self._thread.join(10.0)
+        if self._thread.is_alive():
+            raise AssertionError(f"the reader of {self.url}/v1/events did not end within 10s of stop()")
 
 
 def actual_lrps_in(data: Any) -> list[dict]:
