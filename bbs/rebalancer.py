@@ -12,6 +12,14 @@ Budget (bbs/rebalance_budget.py): at most `rebalance_in_flight` moves at once, o
 skipped when its app's desired count changed since the plan, and abandoned (the old instance kept) when
 it changes meanwhile, when the replacement crashes, or when it does not run within
 `rebalance_move_timeout`. Each tick reads only the rows of the moves in flight.
+
+Automatic mode (`rebalance_interval` > 0, on the replica holding the convergence lease): a cell that
+appears or returns starts up to AUTOMATIC_ROUNDS plans, each made once the previous one's moves have all
+ended, until a plan finds nothing to do. One plan is not enough: a move's replacement goes where the
+auction puts it, which is not always the planned cell (a cell that just joined and does not answer the
+auction's state fetch yet drops out of that auction; seen in CI on NATS, where a rep heartbeats before
+it subscribes), and a move may be abandoned. The rounds are bounded so that a move that keeps failing
+the same way does not churn the app for ever; the next cell that appears starts them again.
 """
 
 from __future__ import annotations
@@ -37,6 +45,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("bbs.rebalance")
 TICK_S = 0.2  # how often moves in flight are checked and queued ones started
 RECENT = 200  # finished moves remembered for GET /v1/rebalance
+AUTOMATIC_ROUNDS = 4  # plans after a cell appears: the first and up to three follow-ups (see above)
 
 
 @dataclass(slots=True)
@@ -70,6 +79,7 @@ class Rebalancer:
         self.progress = Progress()
         self._task: asyncio.Task[None] | None = None
         self._known_cells: set[str] | None = None  # present cells at the last automatic look
+        self._rounds_left = 0  # automatic plans still to make once the moves in hand have ended
         self._cells_planned = 0  # schedulable cells at the last plan: the per-minute budget scales with them
         self._next_auto = 0.0
 
@@ -143,19 +153,27 @@ class Rebalancer:
         await self._start_due(now)
 
     async def _automatic(self, now: float) -> None:
-        """Plan after a cell appeared or returned (not on the first look: the cluster found is the start).
-        Only the replica holding the convergence lease does: two would move the same apps at once."""
+        """Plan after a cell appeared or returned (not on the first look: the cluster found is the start),
+        and again after each plan's moves ended, up to AUTOMATIC_ROUNDS plans or an empty one. Only the
+        replica holding the convergence lease does: two would move the same apps at once."""
         converger = self.bbs.converger
         if converger is None or converger.token is None:
-            self._known_cells = None
+            self._known_cells, self._rounds_left = None, 0
             return
         async with self.bbs.store.read() as tx:
             present = {
                 c.cell_id for c in await tx.list_cells(present_at=now) if not (c.cordoned or c.draining)
             }
         known, self._known_cells = self._known_cells, present
-        if known is not None and present - known and not self.progress.queued:
-            self.progress.queued.extend(await self.plan())
+        if known is not None and present - known:
+            self._rounds_left = AUTOMATIC_ROUNDS  # kept until the moves in hand end: a join is never missed
+        if not self._rounds_left or self.progress.queued or self.progress.in_flight:
+            return
+        planned = await self.plan()
+        round_ = AUTOMATIC_ROUNDS - self._rounds_left + 1
+        self._rounds_left = self._rounds_left - 1 if planned else 0
+        self.progress.queued.extend(planned)
+        log.info("automatic rebalancing planned", extra={"data": {"moves": len(planned), "round": round_}})
 
     async def _start_due(self, now: float) -> None:
         p, s = self.progress, self.settings
@@ -208,9 +226,12 @@ class Rebalancer:
             outcome = move_outcome(actuals, *key, flight.crash_count)
             if outcome == "completed":
                 del flights[key]
-                self._finish(
-                    flight.planned, "completed", "the new instance runs; the old one is stopped", now
-                )
+                planned_cell, landed_on = flight.planned.move.to_cell, _cell_of(actuals, *key)
+                why = "the new instance runs; the old one is stopped"
+                if landed_on != planned_cell:
+                    why = (f"the new instance runs on {landed_on}, not on {planned_cell} as planned (the "
+                           "auction's choice); the old one is stopped")
+                self._finish(flight.planned, "completed", why, now, landed_on=landed_on)
             elif outcome == "lost":
                 del flights[key]
                 self._finish(flight.planned, "abandoned", "the old instance is gone (its cell lost)", now)
@@ -235,8 +256,10 @@ class Rebalancer:
         self._finish(flight.planned, "abandoned", why, now)
         bbs.run_effects(effects)
 
-    def _finish(self, planned: Planned, outcome: str, why: str, now: float) -> None:
+    def _finish(self, planned: Planned, outcome: str, why: str, now: float, landed_on: str = "") -> None:
         wire = {**planned.move.to_wire(), "outcome": outcome, "why": why}
+        if landed_on:
+            wire["landed_on"] = landed_on  # where the replacement runs (the auction's pick)
         self.progress.finished.append(wire)
         log.info(f"rebalancing move {outcome}", extra={"data": wire})
         if outcome == "skipped":
@@ -245,6 +268,11 @@ class Rebalancer:
         (metrics.rebalance_completed if outcome == "completed" else metrics.rebalance_abandoned).inc()
         kind = "rebalance_move_completed" if outcome == "completed" else "rebalance_move_abandoned"
         self.bbs.run_effects(_effects(events=[lambda: [event(kind, wire, now)]]))
+
+
+def _cell_of(actuals: ActualSet, process_guid: str, index: int) -> str:
+    row = actuals.get(process_guid, index)
+    return row.cell_id if row is not None else ""
 
 
 def _effects(**fields: Any) -> Effects:

@@ -3,9 +3,14 @@ are a recording transport, so the test plays the reps' reports)."""
 
 from __future__ import annotations
 
+import time
+from collections import Counter
+from types import SimpleNamespace
+
 from tests.support.polling import eventually
 
 from .api_test import Harness, desire, h, ref, running  # noqa: F401 - h: api_test's harness, a fixture
+from .rebalancer import AUTOMATIC_ROUNDS
 
 DEADLINE_S = 10.0
 
@@ -119,3 +124,84 @@ async def _has(harness: Harness, row: tuple[int, str, str, str]) -> bool:
 async def _finished(harness: Harness, n: int) -> list[dict] | None:
     finished = (await harness.http.get("/v1/rebalance")).json()["finished"]
     return finished if len(finished) >= n else None
+
+
+async def _a_cell_joins_two_full_ones(h: Harness) -> float:  # noqa: F811 - the fixture's name
+    """Automatic mode on; c1 and c2 hold 3 x 512 MB of web each (of 4 GB), then c3 joins: the time of the
+    rebalancer's first look, which saw c1 and c2 only."""
+    rebalancer = h.bbs.rebalancer
+    rebalancer.settings = h.bbs.settings.model_copy(update={"rebalance_interval": 1.0})
+    h.bbs.converger = SimpleNamespace(token=1)  # this replica holds the convergence lease
+    await h.heartbeat("c1")
+    await h.heartbeat("c2")
+    response = await h.http.post(
+        "/v1/desired_lrps", json={"process_guid": "web", "instances": 6, "memory_mb": 512}
+    )
+    assert response.status_code == 201, response.text
+    for cell, indexes in (("c1", (0, 1, 2)), ("c2", (3, 4, 5))):
+        await h.lifecycle(cell, claimed=[ref(i, f"g{i}") for i in indexes],
+                          running=[running(i, f"g{i}") for i in indexes])
+    now = time.time()
+    await rebalancer.tick(now)  # the first look: the cluster as found is the start
+    assert rebalancer.status() == {"queued": [], "in_flight": [], "finished": []}
+    await h.heartbeat("c3")
+    return now
+
+
+async def test_the_automatic_mode_plans_again_after_its_moves_until_a_plan_is_empty(h: Harness) -> None:  # noqa: F811 - the fixture
+    # The first move's replacement lands on the other full cell instead of c3 (as when c3 drops out of
+    # that auction): a second round mends it.
+    rebalancer = h.bbs.rebalancer
+    now = await _a_cell_joins_two_full_ones(h)
+    landings = 0
+    for _ in range(40):
+        now += 1.0
+        await rebalancer.tick(now)
+        for (pg, index), flight in list(rebalancer.progress.in_flight.items()):
+            planned = flight.planned.move
+            cell = planned.to_cell
+            if landings == 0:  # the first lands on the cell neither its source nor its target
+                cell = ({"c1", "c2", "c3"} - {planned.from_cell, planned.to_cell}).pop()
+            landings += 1
+            assert pg == "web", pg
+            new = f"n{landings}"
+            await h.lifecycle(cell, claimed=[ref(index, new)], running=[running(index, new)])
+        if not (rebalancer.progress.queued or rebalancer.progress.in_flight or rebalancer._rounds_left):
+            break
+    finished = rebalancer.status()["finished"]
+    assert finished and all(m["outcome"] == "completed" for m in finished), finished
+    first = finished[0]
+    assert first["landed_on"] != first["to_cell"], first
+    assert first["why"].startswith(
+        f"the new instance runs on {first['landed_on']}, not on {first['to_cell']}"
+    ), first
+    per_cell = Counter(a["cell_id"] for a in await h.actuals() if a["state"] == "RUNNING")
+    assert sorted(per_cell.values()) == [2, 2, 2], (
+        f"expected the three cells even after the follow-up round, saw {dict(per_cell)}; moves {finished}"
+    )
+    assert rebalancer._rounds_left == 0, "a plan found nothing to do: the rounds end"
+
+
+async def test_the_automatic_rounds_end_when_every_move_keeps_failing(h: Harness) -> None:  # noqa: F811 - the fixture
+    rebalancer = h.bbs.rebalancer
+    now = await _a_cell_joins_two_full_ones(h)
+    crashed: set[tuple[int, float]] = set()  # (index, started at): each move's replacement crashes once
+    for _ in range(60):
+        now += 1.0
+        await rebalancer.tick(now)
+        for (_pg, index), flight in list(rebalancer.progress.in_flight.items()):
+            if (index, flight.started_at) not in crashed:
+                crashed.add((index, flight.started_at))
+                crashes = len(crashed)
+                await h.lifecycle(flight.planned.move.to_cell, claimed=[ref(index, f"n{crashes}")])
+                await h.lifecycle(flight.planned.move.to_cell,
+                                  crashed=[{**ref(index, f"n{crashes}"), "reason": "exited with status 1"}])
+    finished = rebalancer.status()["finished"]
+    plans = {(m["index"], m["from_cell"]) for m in finished}
+    assert finished and {m["outcome"] for m in finished} == {"abandoned"}, finished
+    assert len(finished) == AUTOMATIC_ROUNDS * len(plans), (
+        f"expected each of the {len(plans)} moves tried once a round for {AUTOMATIC_ROUNDS} rounds, then "
+        f"no more; saw {len(finished)} finished: {[(m['index'], m['outcome']) for m in finished]}"
+    )
+    progress = rebalancer.progress
+    assert rebalancer._rounds_left == 0 and not progress.queued and not progress.in_flight

@@ -911,6 +911,7 @@ class RebalanceMove(Open):
     gain: float
     outcome: Literal["completed", "abandoned", "skipped"] | None = None  # finished moves only
     why: str | None = None
+    landed_on: str | None = None  # a completed move's: the cell its replacement runs on (the auction's pick)
 
 
 class RebalancePlan(Open):

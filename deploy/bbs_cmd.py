@@ -121,7 +121,8 @@ def bbs(
     ),
     rebalance_interval: float | None = typer.Option(
         None, "--rebalance-interval",
-        help="Plan and carry out rebalancing moves this often after a cell appeared or returned, s [0: off].",
+        help="Look this often for a cell that appeared or returned, then plan and carry out rebalancing "
+        "moves until a plan finds nothing (at most 4 plans), s [0: off].",
     ),
     rebalance_in_flight: int | None = typer.Option(
         None, "--rebalance-in-flight", help="Rebalancing moves in flight at most, one per app [5]."

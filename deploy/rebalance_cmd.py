@@ -115,6 +115,11 @@ def _wait(client: BBSClient, moves: list[RebalanceMove], timeout: float) -> list
         time.sleep(POLL_S)
 
 
+def _worth_saying(done: RebalanceMove) -> bool:
+    """Why a move ended, unless it simply completed as planned."""
+    return done.outcome != "completed" or done.landed_on not in (None, done.to_cell)
+
+
 def _print(moves: list[RebalanceMove], dry_run: bool, finished: list[RebalanceMove] | None) -> None:
     if not moves:
         console().print("balanced: nothing to move")
@@ -143,7 +148,7 @@ def _print(moves: list[RebalanceMove], dry_run: bool, finished: list[RebalanceMo
             row.append(
                 "still running"
                 if done is None
-                else f"{done.outcome}" + (f": {done.why}" if done.why and done.outcome != "completed" else "")
+                else f"{done.outcome}" + (f": {done.why}" if done.why and _worth_saying(done) else "")
             )
         table.add_row(*row)
     console().print(table)
