@@ -16,9 +16,9 @@ it changes meanwhile, when the replacement crashes, or when it does not run with
 Automatic mode (`rebalance_interval` > 0, on the replica holding the convergence lease): a cell that
 appears or returns starts up to AUTOMATIC_ROUNDS plans, each made once the previous one's moves have all
 ended, until a plan finds nothing to do. One plan is not enough: a move's replacement goes where the
-auction puts it, which is not always the planned cell (a cell that just joined and does not answer the
-auction's state fetch yet drops out of that auction; seen in CI on NATS, where a rep heartbeats before
-it subscribes), and a move may be abandoned. The rounds are bounded so that a move that keeps failing
+auction puts it, which is not always the planned cell (a cell that has just joined may miss an auction's
+state fetch: a rep heartbeats before it subscribes on NATS; CI once left a joining cell at 3/2/1 that
+way, by all signs), and a move may be abandoned. The rounds are bounded so that a move that keeps failing
 the same way does not churn the app for ever; the next cell that appears starts them again.
 """
 
