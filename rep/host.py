@@ -56,6 +56,12 @@ DRAIN_TIMEOUT_S = 10.0
 # A cell whose first heartbeat failed (its BBS not up yet: a cluster starts every process at once) tries
 # again after this, doubling up to the heartbeat interval, instead of a whole interval (TTL/3) later.
 REGISTRATION_RETRY_S = 0.1
+# The first heartbeat makes the cells present, and every auction then asks them for their state: a rep not
+# yet able to answer (its HTTP server not serving, its NATS subscription not made) holds a NATS auction's
+# gather open until the auctioneer's cell_state_timeout (5 s) and drops out of it, so what that auction
+# places goes elsewhere. The first round waits until the rep answers auctions, looking this often, for at
+# most one heartbeat interval: a rep whose NATS server is away still keeps its cells present.
+ANSWERS_AUCTIONS_POLL_S = 0.01
 
 
 # The answer for a cell the BBS refused nothing of (shared: its readers never change it).
@@ -214,13 +220,15 @@ class RepHost:
 
     # --- running ------------------------------------------------------------------------------------
 
-    async def start(self) -> None:
+    async def start(self, answers_auctions: Callable[[], bool] = lambda: True) -> None:
+        """Open the executors, start the outboxes and the heartbeats; the first heartbeat waits (at most an
+        interval) until `answers_auctions()`: see ANSWERS_AUCTIONS_POLL_S."""
         for executor in self.executors:
             await executor.open()
         for cell in self.cells.values():
             cell.awaiting_registration = True
             self._loops.append(asyncio.create_task(cell.outbox.run(), name=f"outbox-{cell.cell_id}"))
-        self._loops.append(asyncio.create_task(self._heartbeat_loop(), name="heartbeat"))
+        self._loops.append(asyncio.create_task(self._heartbeat_loop(answers_auctions), name="heartbeat"))
 
     async def heartbeat_once(self) -> int:
         """PUT every live cell's presence (PUT /v1/cells, a request per HOST_BATCH_CELLS cells, concurrently);
@@ -306,10 +314,14 @@ class RepHost:
             self._last_beat_sent[cell.cell_id] = sent
         return True
 
-    async def _heartbeat_loop(self) -> None:
-        """Start a round every TTL/3 on a fixed schedule (or at once when asked), never waiting for one."""
+    async def _heartbeat_loop(self, answers_auctions: Callable[[], bool]) -> None:
+        """Start a round every TTL/3 on a fixed schedule (or at once when asked), never waiting for one; the
+        first once the rep answers auctions, or an interval on."""
         loop = asyncio.get_running_loop()
         rounds: set[asyncio.Task[int]] = set()
+        give_up_at = loop.time() + self.heartbeat_interval_s
+        while not answers_auctions() and loop.time() < give_up_at:
+            await asyncio.sleep(ANSWERS_AUCTIONS_POLL_S)
         try:
             while True:
                 self._beat_now.clear()

@@ -215,6 +215,58 @@ async def test_a_rep_started_before_its_bbs_registers_soon_after_the_bbs_answers
             await host.close()
 
 
+class AnswersAuctions:
+    """The gate rep/service.py gives the host: closed until opened; counts how often it was asked."""
+
+    def __init__(self) -> None:
+        self.open, self.asked = False, 0
+
+    def __call__(self) -> bool:
+        self.asked += 1
+        return self.open
+
+
+def one_cell_host(bbs: FakeBBS, client: httpx.AsyncClient, presence_ttl_s: float) -> RepHost:
+    sim = SimExecutor(start_delay_s=0.01)
+    config = CellConfig(cell_id="new", zone="z0", rep_url="http://rep", host="127.0.0.1",
+                        memory_mb=4096, disk_mb=65536, containers=250, stacks=("cflinuxfs4",))
+    cell = Cell(config, sim, HostLifecycleSender(client, bbs.url).for_cell("new"))
+    return RepHost([cell], [sim], client, bbs.url, presence_ttl_s=presence_ttl_s)
+
+
+async def test_the_first_heartbeat_waits_until_the_rep_answers_auctions() -> None:
+    """A cell is present from its first heartbeat, and auctions then ask it for its state: not before its
+    servers (HTTP, NATS) can answer."""
+    async with fake_bbs() as bbs, httpx.AsyncClient(timeout=5) as client:
+        host, gate = one_cell_host(bbs, client, presence_ttl_s=3600.0), AnswersAuctions()
+        await host.start(gate)
+        try:
+            await eventually(lambda: gate.asked >= 5, DEADLINE_S, "the gate asked again and again",
+                             lambda: gate.asked)
+            assert bbs.heartbeats == [], (
+                f"expected no heartbeat while the rep cannot answer: {bbs.heartbeats}"
+            )
+            gate.open = True
+            await eventually(lambda: [p.cell_id for p in bbs.heartbeats] == ["new"], DEADLINE_S,
+                             "the first heartbeat once the rep answers", lambda: bbs.heartbeats)
+        finally:
+            await host.close()
+
+
+async def test_a_rep_that_cannot_answer_auctions_still_heartbeats_after_an_interval() -> None:
+    """Its NATS server away: the cells stay present (their instances are not rescheduled), and the
+    auctioneer drops them from auctions as for any cell that does not answer."""
+    async with fake_bbs() as bbs, httpx.AsyncClient(timeout=5) as client:
+        host, gate = one_cell_host(bbs, client, presence_ttl_s=0.6), AnswersAuctions()  # interval 0.2 s
+        await host.start(gate)
+        try:
+            await eventually(lambda: len(bbs.heartbeats) >= 2, DEADLINE_S, "heartbeats with the gate closed",
+                             lambda: bbs.heartbeats)
+            assert gate.asked > 1, f"expected the first heartbeat to wait on the gate; asked {gate.asked}"
+        finally:
+            await host.close()
+
+
 async def test_after_a_silence_of_a_ttl_running_instances_are_reported_again_and_replaced_ones_stopped(
     setup: tuple[RepHost, FakeBBS],
 ) -> None:

@@ -267,8 +267,13 @@ async def serve(settings: RepSettings) -> int:
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, host.on_signal, signum)
-    await host.start()
     bus: RepNatsBus | None = None
+    server: _Server | None = None
+
+    def answers_auctions() -> bool:  # the first heartbeat waits for this (rep/host.py)
+        return server is not None and server.started and (bus is None or bus.ready)
+
+    await host.start(answers_auctions)
     if settings.transport == "nats":
         bus = connect_nats(settings, host, fencing, tls)
     app = create_app(
