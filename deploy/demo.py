@@ -141,14 +141,16 @@ class Demo:
         return answers
 
     def placement_table(self, title: str, answers: dict[int, tuple[ActualLRP, tuple[int, str, int]]],
-                        note: Callable[[ActualLRP], str] = lambda a: "") -> Table:
+                        note: Callable[[ActualLRP], str] | None = None) -> Table:
+        """One row per instance; a NOTE column only when there is a `note` to ask."""
         table = Table(title=title)
-        for column in ("INDEX", "ZONE", "CELL", "ADDRESS", "ANSWERS HTTP", "CRASHES", ""):
+        columns = ("INDEX", "ZONE", "CELL", "ADDRESS", "ANSWERS HTTP", "CRASHES")
+        for column in (*columns, "NOTE") if note else columns:
             table.add_column(column, no_wrap=True)
         for index, (actual, (_, cell_id, pid)) in sorted(answers.items()):
             table.add_row(str(index), actual.zone, actual.cell_id, actual.address,
                           f"[green]✓[/] index {index} on {cell_id} (pid {pid})", str(actual.crash_count),
-                          note(actual))
+                          *((note(actual),) if note else ()))
         return table
 
     # --- the steps --------------------------------------------------------------------------------
