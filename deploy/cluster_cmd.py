@@ -28,6 +28,10 @@ from .cluster import (
     LocalCluster,
     redact_database_url,
 )
+from .supervision import RestartPolicy
+
+SUPERVISE_POLL_S = 0.5  # how often `vendue up` looks at its components
+RESTART_TIMEOUT_S = 30.0  # a component started again must serve within this
 
 
 def cluster_table(cluster: LocalCluster) -> Table:
@@ -126,6 +130,14 @@ def up(
             "normal (only a crash of the BBS; faster).",
         ),
     ] = None,
+    restart: Annotated[
+        bool,
+        typer.Option(
+            "--restart/--no-restart",
+            help="Start a component that fails (exits non-zero, or is killed) again after 1 s, doubling to "
+            "30 s while it keeps failing; one that stops cleanly (a rep evacuated by SIGTERM) stays down.",
+        ),
+    ] = True,
 ) -> None:
     """Start a BBS, an auctioneer and the reps on free loopback ports; stop them all on Ctrl-C."""
     if cells < 1:
@@ -203,7 +215,7 @@ def up(
         )
         out.print("  vendue instances web   ·   vendue cells   ·   vendue events", highlight=False)
         out.print("[bold]Ctrl-C[/] stops every component.")
-        _supervise(cluster, out)
+        _supervise(cluster, out, restart)
     except ClusterError as exc:
         fail(str(exc))
     except KeyboardInterrupt:
@@ -243,16 +255,37 @@ def _check_transport(transport: str) -> None:
         fail(f"--transport: expected http or nats, got {transport!r}", USAGE_ERROR)
 
 
-def _supervise(cluster: LocalCluster, out: Console) -> None:
-    """Stay up until interrupted; say so (once) when a component dies on its own."""
-    reported: set[str] = set()
-    expected = set(cluster.pids())
+def _supervise(cluster: LocalCluster, out: Console, restart: bool) -> None:
+    """Stay up until interrupted. A component that exits is said once; with `restart`, one that failed
+    (not exit status 0) is started again, with the same port and data, by deploy/supervision.py's
+    policy."""
+    policy = RestartPolicy(cluster.pids(), time.monotonic())
+    down: set[str] = set()  # exited, and said so
     while True:
-        gone = expected - set(cluster.pids()) - reported
-        for name in sorted(gone):
-            out.print(f"[red]{name} exited[/] (see {cluster.log_path(name)}); the rest keeps running")
-        reported |= gone
-        time.sleep(1.0)
+        now = time.monotonic()
+        statuses = cluster.returncodes()
+        for name in sorted(set(statuses) - set(cluster.pids()) - down):
+            down.add(name)
+            status = statuses[name]
+            said = f"[red]{name} exited[/] (status {status}; see {cluster.log_path(name)})"
+            delay = policy.exited(name, status, now) if restart else None
+            if delay is not None:
+                out.print(f"{said}; starting it again in {delay:g} s")
+            elif restart:
+                out.print(f"{said}; it stopped cleanly, so it stays down; the rest keeps running")
+            else:
+                out.print(f"{said}; the rest keeps running")
+        for name in policy.due(now):
+            try:
+                cluster.restart(name, timeout=RESTART_TIMEOUT_S)
+            except ClusterError as exc:
+                delay = policy.failed_to_start(name, time.monotonic())
+                out.print(f"[red]{name} did not start again[/] ({exc}); trying again in {delay:g} s")
+                continue
+            policy.started(name, time.monotonic())
+            down.discard(name)
+            out.print(f"{name} started again (pid {cluster.pids().get(name)})")
+        time.sleep(SUPERVISE_POLL_S)
 
 
 @app.command(cls=OneLineErrorsCommand)

@@ -24,7 +24,7 @@ from typer.testing import CliRunner
 from common.procutil import app_python, child_preexec, pid_alive, terminate_then_kill
 from common.tls import INSECURE_WARNING, TLSFiles, client_context
 from rep.isolation import sweep_rep
-from tests.support.polling import wait_for
+from tests.support.polling import hold_for, wait_for
 
 from .cli import _register, app
 from .cluster import CLUSTER_FILE, ENTRY_POINT, PROJECT_ROOT
@@ -169,6 +169,38 @@ def test_ctrl_c_stops_every_child_and_exits_0(vendue_up, tmp_path: Path):
     assert proc.wait(timeout=30.0) == 0
     assert not alive(tree), f"children left after `vendue up` stopped: {alive(tree)}"
     assert not Path(info["data_dir"], CLUSTER_FILE).exists()
+
+
+def test_a_component_killed_is_started_again_and_one_stopped_cleanly_stays_down(vendue_up, tmp_path: Path):
+    proc, info = vendue_up("--cells", "2", "--zones", "1")
+    push_app(info, "kept", 1)
+    out = tmp_path / "up0.out"
+    bbs_url, verify, first_bbs = info["bbs_url"], admin(info), info["components"]["bbs"]["pid"]
+
+    os.kill(first_bbs, signal.SIGKILL)
+    wait_for(lambda: "bbs started again" in out.read_text(), 60.0, "`vendue up` to start the BBS again",
+             out.read_text)
+    assert "bbs exited (status -9;" in out.read_text() and "starting it again in 1 s" in out.read_text(), (
+        out.read_text()
+    )
+    again = json.loads(Path(info["data_dir"], CLUSTER_FILE).read_text())["components"]["bbs"]
+    assert again["url"] == info["components"]["bbs"]["url"] and again["pid"] != first_bbs, again
+    assert pid_alive(again["pid"]), again
+    assert running_count(bbs_url, "kept", verify) == 1, "the state kept: same data dir, same port"
+
+    # A rep stopped on purpose (SIGTERM: it evacuates, then exits 0) is left down.
+    actual = httpx.get(f"{bbs_url}/v1/actual_lrps", params={"process_guid": "kept"}, timeout=5.0,
+                       verify=verify).json()["items"][0]
+    idle = next(c for c in ("cell-0", "cell-1") if c != actual["cell_id"])
+    idle_pid = info["components"][idle]["pid"]
+    os.kill(idle_pid, signal.SIGTERM)
+    wait_for(lambda: f"{idle} exited (status 0;" in out.read_text(), 60.0, f"`vendue up` to see {idle} stop",
+             out.read_text)
+    assert "it stopped cleanly, so it stays down" in out.read_text(), out.read_text()
+    hold_for(lambda: f"{idle} started again" not in out.read_text(), 3.0,  # past the 1 s a failure waits
+             f"{idle} left down")
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=30.0) == 0
 
 
 def test_up_insecure_warns_and_every_component_says_so(vendue_up, tmp_path: Path):
