@@ -11,6 +11,7 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from bbs.store.database import SQLITE_SYNCHRONOUS
@@ -261,30 +262,34 @@ def _supervise(cluster: LocalCluster, out: Console, restart: bool) -> None:
     policy."""
     policy = RestartPolicy(cluster.pids(), time.monotonic())
     down: set[str] = set()  # exited, and said so
+
+    def say(line: str) -> None:  # one line each, never wrapped: read by people and by grep alike
+        out.print(line, soft_wrap=True, highlight=False)
+
     while True:
         now = time.monotonic()
         statuses = cluster.returncodes()
         for name in sorted(set(statuses) - set(cluster.pids()) - down):
             down.add(name)
             status = statuses[name]
-            said = f"[red]{name} exited[/] (status {status}; see {cluster.log_path(name)})"
+            said = f"[red]{name} exited[/] (status {status}; see {escape(str(cluster.log_path(name)))})"
             delay = policy.exited(name, status, now) if restart else None
             if delay is not None:
-                out.print(f"{said}; starting it again in {delay:g} s")
+                say(f"{said}; starting it again in {delay:g} s")
             elif restart:
-                out.print(f"{said}; it stopped cleanly, so it stays down; the rest keeps running")
+                say(f"{said}; it stopped cleanly, so it stays down; the rest keeps running")
             else:
-                out.print(f"{said}; the rest keeps running")
+                say(f"{said}; the rest keeps running")
         for name in policy.due(now):
             try:
                 cluster.restart(name, timeout=RESTART_TIMEOUT_S)
             except ClusterError as exc:
                 delay = policy.failed_to_start(name, time.monotonic())
-                out.print(f"[red]{name} did not start again[/] ({exc}); trying again in {delay:g} s")
+                say(f"[red]{name} did not start again[/] ({escape(str(exc))}); trying again in {delay:g} s")
                 continue
             policy.started(name, time.monotonic())
             down.discard(name)
-            out.print(f"{name} started again (pid {cluster.pids().get(name)})")
+            say(f"{name} started again (pid {cluster.pids().get(name)})")
         time.sleep(SUPERVISE_POLL_S)
 
 
