@@ -1,4 +1,4 @@
-"""Database fixtures shared by the BBS tests (bbs/ and tests/bbs/).
+"""Database fixtures shared by the BBS tests (bbs/ and tests/bbs/), and each test worker's share of ports.
 
 `database_url` runs a test twice: on a fresh SQLite file and on a fresh PostgreSQL database. The
 PostgreSQL server is VENDUE_TEST_POSTGRES_URL when set (a superuser URL: each test gets a database
@@ -19,7 +19,19 @@ from pathlib import Path
 import pytest
 from sqlalchemy.engine import make_url
 
+from common.procutil import PORT_RANGE_ENV
 from deploy.embedded_postgres import PostgresServer, run_sql
+from tests.support.ports import worker_port_range
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Under xdist, each worker (and every process its tests start) picks listening ports from a share of
+    its own (common/procutil.py, VENDUE_PORT_RANGE): a port one worker's cluster lets go for a moment, to
+    restart its BBS on it, is never another worker's pick. A range given from outside is kept."""
+    worker, count = os.environ.get("PYTEST_XDIST_WORKER"), os.environ.get("PYTEST_XDIST_WORKER_COUNT")
+    if worker is None or count is None or PORT_RANGE_ENV in os.environ:
+        return
+    os.environ[PORT_RANGE_ENV] = worker_port_range(int(worker.removeprefix("gw")), int(count))
 
 
 @pytest.fixture(scope="session")

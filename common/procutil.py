@@ -130,17 +130,23 @@ def app_python() -> str:
 
 LISTEN_PORTS_FROM = 10_000  # free_port's ports: from here up to the kernel's ephemeral range
 EPHEMERAL_RANGE_FILE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+# "LOW-HIGH": the ports free_port picks from instead (inherited by the processes it starts: a rep's
+# instances' ports too). For a firewall's opening, or for processes sharing a machine that must never
+# pick the same port: each test worker gets a share of its own (conftest.py). Without it two workers
+# could both pick a port a third cluster's BBS had let go for a moment, to restart on it.
+PORT_RANGE_ENV = "VENDUE_PORT_RANGE"
 
 
 def free_port(host: str = "127.0.0.1") -> int:
     """A TCP port free on `host` right now, for a process about to listen on it (racy by nature, but short).
 
-    Taken below the kernel's ephemeral range when there is one: bind-to-0 hands out an ephemeral port,
-    which the kernel also gives every outgoing connection, so a busy machine (a test suite starting
-    clusters on two workers) could take it for a connection before the listener bound it."""
-    ephemeral_from = _ephemeral_ports_from()
-    if ephemeral_from is not None and ephemeral_from - LISTEN_PORTS_FROM > 100:
-        for port in random.sample(range(LISTEN_PORTS_FROM, ephemeral_from), 50):
+    Taken from VENDUE_PORT_RANGE when set, else below the kernel's ephemeral range when there is one:
+    bind-to-0 hands out an ephemeral port, which the kernel also gives every outgoing connection, so a busy
+    machine (a test suite starting clusters on two workers) could take it for a connection before the
+    listener bound it."""
+    ports = listen_ports()
+    if ports is not None:
+        for port in random.sample(ports, min(50, len(ports))):
             if _bindable(host, port):
                 return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
@@ -148,7 +154,24 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(sock.getsockname()[1])
 
 
-def _ephemeral_ports_from() -> int | None:
+def listen_ports() -> range | None:
+    """The ports free_port picks from: VENDUE_PORT_RANGE's, else from LISTEN_PORTS_FROM up to the
+    ephemeral range (None: no such range known, bind-to-0 it is). ValueError for a malformed setting."""
+    spec = os.environ.get(PORT_RANGE_ENV, "").strip()
+    if spec:
+        low, sep, high = spec.partition("-")
+        if not (sep and low.strip().isdigit() and high.strip().isdigit()
+                and 1 <= int(low) <= int(high) <= 65535):
+            raise ValueError(f"{PORT_RANGE_ENV}: expected LOW-HIGH, two ports (1-65535) in order, "
+                             f"got {spec!r}")
+        return range(int(low), int(high) + 1)
+    ephemeral_from = ephemeral_ports_from()
+    if ephemeral_from is not None and ephemeral_from - LISTEN_PORTS_FROM > 100:
+        return range(LISTEN_PORTS_FROM, ephemeral_from)
+    return None
+
+
+def ephemeral_ports_from() -> int | None:
     try:
         return int(EPHEMERAL_RANGE_FILE.read_text().split()[0])
     except (OSError, ValueError, IndexError):

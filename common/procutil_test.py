@@ -1,6 +1,16 @@
+import os
 import socket
 
-from common.procutil import EPHEMERAL_RANGE_FILE, LISTEN_PORTS_FROM, free_port
+import pytest
+
+from common.procutil import (
+    EPHEMERAL_RANGE_FILE,
+    LISTEN_PORTS_FROM,
+    PORT_RANGE_ENV,
+    ephemeral_ports_from,
+    free_port,
+)
+from tests.support.ports import worker_port_range
 
 
 def test_a_free_port_is_bindable_and_outside_the_ephemeral_range() -> None:
@@ -27,3 +37,36 @@ def test_a_port_taken_by_a_listener_is_not_handed_out() -> None:
     finally:
         for sock in listeners:
             sock.close()
+
+
+def test_a_port_range_given_is_where_free_ports_come_from(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(PORT_RANGE_ENV, "21000-21099")
+    ports = {free_port() for _ in range(30)}
+    assert ports <= set(range(21000, 21100)), sorted(ports)
+    assert len(ports) > 1, "picked at random within the range"
+
+
+@pytest.mark.parametrize("spec", ["21000", "a-b", "21100-21000", "0-10", "1-70000"])
+def test_a_malformed_port_range_is_refused_naming_the_setting(
+    monkeypatch: pytest.MonkeyPatch, spec: str
+) -> None:
+    monkeypatch.setenv(PORT_RANGE_ENV, spec)
+    with pytest.raises(ValueError, match=f"{PORT_RANGE_ENV}: expected LOW-HIGH"):
+        free_port()
+
+
+def test_test_workers_get_disjoint_shares_below_the_ephemeral_range() -> None:
+    bounds = [worker_port_range(i, 3).split("-") for i in range(3)]
+    shares = [range(int(low), int(high) + 1) for low, high in bounds]
+    for a, b in zip(shares, shares[1:], strict=False):
+        assert a.stop <= b.start, shares
+    ephemeral_from = ephemeral_ports_from() or 32_768
+    assert shares[0].start == LISTEN_PORTS_FROM and shares[-1].stop <= ephemeral_from, shares
+
+
+def test_each_xdist_worker_picks_ports_from_its_own_share() -> None:
+    worker, count = os.environ.get("PYTEST_XDIST_WORKER"), os.environ.get("PYTEST_XDIST_WORKER_COUNT")
+    if worker is None or count is None:
+        pytest.skip("not under xdist")
+    expected = worker_port_range(int(worker.removeprefix("gw")), int(count))
+    assert os.environ.get(PORT_RANGE_ENV) == expected, (worker, count, os.environ.get(PORT_RANGE_ENV))
