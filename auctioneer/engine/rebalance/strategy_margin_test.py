@@ -116,8 +116,8 @@ def test_loadmark_apps_move_by_a_margin_of_load_mark_points():
     assert moves[0].gain == pytest.approx(marks[0] - without_lm - marks[2])
 
 
-def test_objective_apps_move_by_a_margin_of_their_objective():
-    # the objective values free disk; a0's is mostly taken by a pinned app
+def objective_app_beside_a_disk_hog() -> tuple[list[Cell], list[Placed], dict[str, LRPStart]]:
+    """An objective app valuing free disk on a0, whose disk a pinned app mostly takes; a1 is empty."""
     requests = {
         "obj": LRPStart("obj", 0, 64, 1, strategy="objective", total_instances=1,
                         objective="r.AvailableDiskMB / r.TotalDiskMB"),
@@ -125,6 +125,11 @@ def test_objective_apps_move_by_a_margin_of_their_objective():
     }
     placed = [Placed("obj", 0, "a0"), Placed("disk", 0, "a0")]
     cells = holding([make_cell("a0", "a"), make_cell("a1", "a")], placed, requests)
+    return cells, placed, requests
+
+
+def test_objective_apps_move_by_a_margin_of_their_objective():
+    cells, placed, requests = objective_app_beside_a_disk_hog()
     moves = plan_moves(cells, placed, requests, pinned_apps={"disk"})
     assert [(m.to_cell, m.reason) for m in moves] == [("a1", STRATEGY_MARGIN)]
     assert moves[0].gain == pytest.approx(0.5)  # free disk before placing: 0.5 on a0 (lifted), 1 on a1
@@ -132,12 +137,6 @@ def test_objective_apps_move_by_a_margin_of_their_objective():
 
 
 def test_objective_scores_stop_at_their_budget():
-    requests = {
-        "obj": LRPStart("obj", 0, 64, 1, strategy="objective", total_instances=1,
-                        objective="r.AvailableDiskMB / r.TotalDiskMB"),
-        "disk": LRPStart("disk", 0, 1, 4096),
-    }
-    placed = [Placed("obj", 0, "a0"), Placed("disk", 0, "a0")]
-    cells = holding([make_cell("a0", "a"), make_cell("a1", "a")], placed, requests)
+    cells, placed, requests = objective_app_beside_a_disk_hog()
     budget = RebalanceConfig(instance_score_budget=1)  # fewer than the app's two candidate cells
     assert plan_moves(cells, placed, requests, pinned_apps={"disk"}, rebalance=budget) == []
