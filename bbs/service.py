@@ -720,7 +720,8 @@ class BBS:
     async def _fail_tasks_of(self, tx: Tx, rebooted: list[str], now: float, effects: Effects) -> None:
         """Fail the tasks RUNNING on cells whose reps restarted (convergence.fail_tasks_of_rebooted_cells),
         in this transaction, their callbacks and events with it."""
-        failed = fail_tasks_of_rebooted_cells(await tx.list_tasks(state=TASK_RUNNING), rebooted, now)
+        running_there = await tx.list_tasks(state=TASK_RUNNING, cell_ids=rebooted)
+        failed = fail_tasks_of_rebooted_cells(running_there, rebooted, now)
         if not failed:
             return
         await tx.update_tasks(failed)

@@ -4,7 +4,7 @@ every state change updates the other columns only."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from typing import Any
 
 import sqlalchemy as sa
@@ -56,12 +56,18 @@ class TaskQueries(Transaction):
             found.update((record.task_guid, record) for record in await self._read_tasks(where))
         return found
 
-    async def list_tasks(self, state: str | None = None, domain: str | None = None) -> list[TaskRecord]:
+    async def list_tasks(
+        self, state: str | None = None, domain: str | None = None, cell_ids: Collection[str] | None = None
+    ) -> list[TaskRecord]:
+        """By creation time; `cell_ids` narrows to the tasks those cells hold (every definition read is
+        opened, so a caller after a few cells' tasks asks for just those)."""
         where = []
         if state is not None:
             where.append(t.tasks.c.state == state)
         if domain is not None:
             where.append(t.tasks.c.domain == domain)
+        if cell_ids is not None:
+            where.append(t.tasks.c.cell_id.in_(list(cell_ids)))
         return await self._read_tasks(*where, ordered=True)
 
     async def insert_task(self, record: TaskRecord) -> bool:

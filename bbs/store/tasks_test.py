@@ -22,6 +22,8 @@ async def test_tasks_are_inserted_once_updated_read_and_deleted(store: Store) ->
         assert [r.task_guid for r in await tx.list_tasks()] == ["t1", "t0"]  # by creation time
         assert [r.task_guid for r in await tx.list_tasks(state="RUNNING")] == ["t1"]
         assert [r.task_guid for r in await tx.list_tasks(domain="e")] == ["t0"]
+        assert [r.task_guid for r in await tx.list_tasks(cell_ids=["c1", "c9"])] == ["t1"]
+        assert await tx.list_tasks(state="RUNNING", cell_ids=["c9"]) == []
         assert await tx.tasks_by_guid(["t0", "nope"]) == {"t0": other}
     async with store.write() as tx:
         await tx.delete_tasks(["t1", "t0"])
