@@ -7,7 +7,7 @@ the way back: a replacement that crashes or does not run in time is dropped (sto
 it) and the old instance is the index's instance again.
 
 And the planner's input: the state the BBS holds, turned into the engine's plain data (cells with what
-they hold, one placement request per app), so that auctioneer/engine/rebalance/ judges moves with the
+they hold, one placement request per app), so that placement/rebalance/ judges moves with the
 auction's own filters and score.
 """
 
@@ -17,9 +17,9 @@ import dataclasses
 from collections.abc import Iterable, Sequence
 from typing import Any, Literal
 
-from auctioneer.engine.rebalance import Placed
-from auctioneer.engine.types import DEFAULT_STACK, Cell, HostMetrics, LRPStart, Resources, host_metrics_from
 from common.models import HostMetricsModel
+from placement.rebalance import Placed
+from placement.types import DEFAULT_STACK, Cell, HostMetrics, LRPStart, Resources, host_metrics_from
 
 from .actual_set import ActualSet
 from .lifecycle import Stop, stop_of

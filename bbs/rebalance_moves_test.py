@@ -1,4 +1,4 @@
-from auctioneer.engine.rebalance import Placed
+from placement.rebalance import Placed
 
 from .actual_set import ActualSet
 from .rebalance_moves import abandon_move, move_outcome, pinned, placement_request, planner_cells, start_move

@@ -1,7 +1,7 @@
 """Rebalancing (issue #18): plan moves on the state the BBS holds, carry them out make-before-break.
 
 Where it runs: in the BBS, which holds the actual LRPs, the desired definitions and the cell states; the
-plan is auctioneer/engine/rebalance/ (the engine's pure package, imported without the auctioneer
+plan is placement/rebalance/ (the engine's pure package, imported without the auctioneer
 service), the moves the drain's evacuation aimed at one instance (bbs/rebalance_moves.py): the replacement
 is auctioned like any start, and the auction, seeing the old instance still counted where it runs, places
 it where the plan expects. The replica that took `POST /v1/rebalance` carries out its moves; a replica
@@ -32,7 +32,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from auctioneer.engine.rebalance import Move, RebalanceConfig, plan_moves
+from placement.rebalance import Move, RebalanceConfig, plan_moves
 
 from .actual_set import ActualSet
 from .events import event

@@ -75,7 +75,7 @@ class BBSSettings(BaseSettings, TLSOptions, RequestLimitOptions, QuotaOptions):
     # scaled with the cluster, bbs/rebalance_budget.py), how long a replacement has to run before its move
     # is abandoned, a cell's memory fraction allowed above the mean (for loadmark apps, ×100 points of
     # load mark), how much better (in units of its strategy's score) another cell must be for an instance
-    # to move there (auctioneer/engine/rebalance/strategy_margin.py); rebalance_interval > 0 plans on its
+    # to move there (placement/rebalance/strategy_margin.py); rebalance_interval > 0 plans on its
     # own that often after a cell appeared or returned (0: on request).
     rebalance_in_flight: int = Field(default=5, ge=1)
     rebalance_moves_per_minute: int = Field(default=0, ge=0)  # 0: one per present cell, at least 60

@@ -442,7 +442,7 @@ class CellPresence(Open):
     starting: StoreInt = 0  # of which starting
     # The host's load as the load-mark strategy reads it (real cells; None from simulated ones and reps too
     # old to say), so that the BBS's rebalance planner judges loadmark apps by their hosts' swap and load
-    # average as the auction does (auctioneer/engine/rebalance/load_mark.py).
+    # average as the auction does (placement/rebalance/load_mark.py).
     host: HostMetricsModel | None = None
     # Set by the BBS from its own state (whatever a rep sends is ignored): an operator's `vendue cells
     # cordon|drain` (no new work; draining: its instances are moved away make-before-break), and
@@ -730,7 +730,7 @@ class PlacementFailures(Open):
     fencing_token: FencingToken = 0
 
 
-# --- why an instance is where it is (auctioneer/engine/placement_trace.py) ------------------------
+# --- why an instance is where it is (placement/placement_trace.py) ------------------------
 
 MAX_EXPLANATIONS = 10_000  # per auction report: the auctioneer's --explanations is at most this
 

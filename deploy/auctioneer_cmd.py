@@ -111,7 +111,6 @@ def auctioneer(
     ),
 ) -> None:
     """Run the auctioneer: batch start requests, auction them over the cells, send work to the reps."""
-    from auctioneer.engine.strategies import pickers
     from auctioneer.service.app import create_app
     from auctioneer.service.server import bind, run, url_of
     from auctioneer.service.settings import AuctioneerSettings
@@ -119,6 +118,7 @@ def auctioneer(
     from common.failover import split_urls
     from common.logging import setup_logging
     from common.tls import CertError
+    from placement.strategies import pickers
 
     flags = {
         "bbs_url": bbs_url, "listen": listen, "port": port, "strategy": strategy, "engine": engine,

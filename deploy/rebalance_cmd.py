@@ -1,7 +1,7 @@
 """`vendue rebalance [--dry-run] [--app G] [--max-moves N] [--wait] [--json]`: put instances back where
 the auction would have put them (issue #18), through the BBS (`POST /v1/rebalance`, admin).
 
-The BBS plans (auctioneer/engine/rebalance/; a move's reason: `zone_spread`, an app whose zone spread is
+The BBS plans (placement/rebalance/; a move's reason: `zone_spread`, an app whose zone spread is
 worse than one while an emptier zone has room; `cell_load`, a cell far above the mean memory fraction;
 `load_mark`, for loadmark apps a cell far above the mean load mark; `strategy_margin`, an instance its
 strategy would now place elsewhere by a clear margin) and carries the moves out make-before-break: the

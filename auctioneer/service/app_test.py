@@ -6,12 +6,12 @@ from collections import Counter
 import httpx
 import pytest
 
-from auctioneer.engine.diagnosis import NO_CELLS
 from auctioneer.service.app import create_app
 from auctioneer.service.settings import AuctioneerSettings
 from common.accepted_work import lrps_of
 from common.models import TaskStartRequest
 from common.procutil import free_port
+from placement.diagnosis import NO_CELLS
 from tests.auctioneer.fakes import WAIT_S, desired, fake_reps, serving, start_request, task
 from tests.fake_bbs import fake_bbs
 from tests.support.polling import eventually

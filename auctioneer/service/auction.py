@@ -13,10 +13,10 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-from auctioneer.engine import schedule
-from auctioneer.engine.placement_trace import PlacementTrace
-from auctioneer.engine.types import AuctionResult, Failure, SchedulerConfig
 from common.models import AuctionReport, CellState
+from placement import schedule
+from placement.placement_trace import PlacementTrace
+from placement.types import AuctionResult, Failure, SchedulerConfig
 
 from .batcher import Batch, PendingLRP, PendingTask
 from .cells import FetchedCells

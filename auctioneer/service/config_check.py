@@ -7,7 +7,6 @@ TLS files are read (common.config_check.serving_tls, which `vendue auctioneer` s
 
 from __future__ import annotations
 
-from auctioneer.engine.strategies import pickers
 from common.config_check import (
     first_problem,
     host_problem,
@@ -16,6 +15,7 @@ from common.config_check import (
     tls_problem,
     url_list_problem,
 )
+from placement.strategies import pickers
 
 from .settings import AuctioneerSettings
 

@@ -9,7 +9,17 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable
 
-from auctioneer.engine.types import (
+from common.models import (
+    AcceptedWork,
+    CellOffers,
+    CellState,
+    DesiredLRP,
+    LRPPlacementFailure,
+    PlacementFailures,
+    Task,
+    TaskPlacementFailure,
+)
+from placement.types import (
     AffinityRule,
     Cell,
     DeviceRequest,
@@ -20,16 +30,6 @@ from auctioneer.engine.types import (
     Volume,
     VolumeRequest,
     host_metrics_from,
-)
-from common.models import (
-    AcceptedWork,
-    CellOffers,
-    CellState,
-    DesiredLRP,
-    LRPPlacementFailure,
-    PlacementFailures,
-    Task,
-    TaskPlacementFailure,
 )
 
 from .batcher import PendingLRP, PendingTask

@@ -1,7 +1,10 @@
 import dataclasses
 
-from auctioneer.engine.state import CellSlot
-from auctioneer.engine.types import (
+from auctioneer.service.batcher import PendingLRP, PendingTask
+from auctioneer.service.convert import cell_from_state, lrp_starts, placement_failures, task_starts
+from common.models import CellState
+from placement.state import CellSlot
+from placement.types import (
     AffinityRule,
     Cell,
     DeviceRequest,
@@ -14,9 +17,6 @@ from auctioneer.engine.types import (
     Volume,
     VolumeRequest,
 )
-from auctioneer.service.batcher import PendingLRP, PendingTask
-from auctioneer.service.convert import cell_from_state, lrp_starts, placement_failures, task_starts
-from common.models import CellState
 from tests.auctioneer.fakes import desired, task
 
 

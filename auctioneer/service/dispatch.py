@@ -22,10 +22,10 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from auctioneer.engine.diagnosis import NO_CELLS
-from auctioneer.engine.types import AuctionResult, Failure
 from common.accepted_work import lrps_text, tasks_text
 from common.models import AcceptedWork, HostWorkResult, WorkResult
+from placement.diagnosis import NO_CELLS
+from placement.types import AuctionResult, Failure
 
 from .batcher import Batch, PendingLRP, PendingTask
 from .cells import RepAddress

@@ -1,7 +1,5 @@
 import pytest
 
-from auctioneer.engine.diagnosis import NO_CELLS
-from auctioneer.engine.types import AuctionResult, Failure, LRPAssignment, TaskAssignment
 from auctioneer.service import dispatch
 from auctioneer.service.batcher import Batch, PendingLRP, PendingTask
 from auctioneer.service.cells import RepAddress
@@ -17,6 +15,8 @@ from auctioneer.service.dispatch import (
 )
 from auctioneer.service.metrics import Metrics
 from common.models import HostWork
+from placement.diagnosis import NO_CELLS
+from placement.types import AuctionResult, Failure, LRPAssignment, TaskAssignment
 from tests.auctioneer.fakes import FakeReps, desired, fake_reps, task
 
 pytestmark = pytest.mark.timeout(60)

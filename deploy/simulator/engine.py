@@ -13,9 +13,10 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-from auctioneer.engine import schedule
-from auctioneer.engine.strategies import pickers
-from auctioneer.engine.types import (
+from common.workload import CellSpec, LRPSpec, TaskSpec, Workload, WorkloadError
+from placement import schedule
+from placement.strategies import pickers
+from placement.types import (
     STRATEGIES,
     AffinityRule,
     AuctionResult,
@@ -30,7 +31,6 @@ from auctioneer.engine.types import (
     VolumeRequest,
     host_metrics_from,
 )
-from common.workload import CellSpec, LRPSpec, TaskSpec, Workload, WorkloadError
 
 
 @dataclass(slots=True)
@@ -265,7 +265,7 @@ def simulate(workload: Workload, strategy: str = "diego", engine: str = "fast", 
 
 def explain_item(workload: Workload, target: str, strategy: str = "diego", seed: int = 0) -> dict:
     """Why `target` (`PROCESS_GUID:INDEX` or a task guid) landed where it did, cell by cell."""
-    from auctioneer.engine.explain import explain
+    from placement.explain import explain
 
     check_workload(workload, strategy, "reference")
     inputs = to_engine(workload)

@@ -1,6 +1,6 @@
 """The `zone-outage-and-return` scenario (issue #18), on the engine alone: a zone's cells leave, what ran
 there is placed on the other zones (the evacuation), the cells return empty, the rebalancer plans
-(auctioneer/engine/rebalance/) and its moves are replayed on simulated time under the BBS's budget.
+(placement/rebalance/) and its moves are replayed on simulated time under the BBS's budget.
 
 The report: each app's instances per zone before the outage, during it and after the rebalance (and the
 worst skew of each), the moves with their reasons, and each app's running count over time (the outage
@@ -20,10 +20,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from auctioneer.engine import schedule
-from auctioneer.engine.rebalance import Move, Placed, plan_moves
-from auctioneer.engine.types import Cell, HostMetrics, LRPStart, Resources, SchedulerConfig
 from bbs.rebalance_budget import moves_per_minute
+from placement import schedule
+from placement.rebalance import Move, Placed, plan_moves
+from placement.types import Cell, HostMetrics, LRPStart, Resources, SchedulerConfig
 
 Where = dict[tuple[str, int], str]  # (process guid, index) -> cell id
 

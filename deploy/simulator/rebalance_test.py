@@ -1,4 +1,4 @@
-from auctioneer.engine.rebalance import ZONE_SPREAD, Move
+from placement.rebalance import ZONE_SPREAD, Move
 
 from .rebalance import Budget, replay, zone_outage_and_return
 

@@ -22,7 +22,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from auctioneer.engine.strategies import pickers
 from auctioneer.service.auction import Auction, AuctionConfig
 from auctioneer.service.batcher import Batch, PendingLRP, PendingTask
 from auctioneer.service.cells import FetchedCells, RepAddress
@@ -43,6 +42,7 @@ from common.models import (
     VolumeRequestModel,
 )
 from common.workload import CellSpec
+from placement.strategies import pickers
 from rep.admission import shortage
 
 from .metrics import Outcome

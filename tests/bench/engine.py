@@ -30,12 +30,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # runnable from anywhere in the checkout
 
-from auctioneer.engine import schedule  # noqa: E402
-from auctioneer.engine.strategies import pickers  # noqa: E402
-from auctioneer.engine.types import SchedulerConfig  # noqa: E402
 from common.workload import parse_workload  # noqa: E402
 from deploy.simulator.engine import EngineInput, summarise, to_engine  # noqa: E402
 from deploy.simulator.generate import generate  # noqa: E402
+from placement import schedule  # noqa: E402
+from placement.strategies import pickers  # noqa: E402
+from placement.types import SchedulerConfig  # noqa: E402
 
 
 def timed_schedule(inputs: EngineInput, engine: str, strategy: str, seed: int):

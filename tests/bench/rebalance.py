@@ -7,7 +7,7 @@
 On simulated cells (the engine's plain data, no processes; deploy/simulator/rebalance.py, the simulator's
 `zone-outage-and-return` scenario at this size): every instance placed by the engine (diego strategy);
 the first zone's cells leave and the engine places their instances on the other zones (the evacuation);
-the cells return empty; `auctioneer/engine/rebalance/` plans (timed: `plan_s`). The moves are then
+the cells return empty; `placement/rebalance/` plans (timed: `plan_s`). The moves are then
 replayed on simulated time with the BBS's default budget (bbs/settings.py, bbs/rebalance_budget.py: 5 in
 flight, one per app, one started per present cell a minute and at least 60; `--moves-per-minute N` fixes
 it), each taking `--move-seconds` from its start to the old instance's stop: `execute_s`
@@ -30,9 +30,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from auctioneer.engine.types import HostMetrics, LRPStart  # noqa: E402
 from bbs.settings import BBSSettings  # noqa: E402
 from deploy.simulator.rebalance import Budget, outage_and_return  # noqa: E402
+from placement.types import HostMetrics, LRPStart  # noqa: E402
 
 CELL_MEMORY_MB = 32_768
 CELL_CONTAINERS = 250

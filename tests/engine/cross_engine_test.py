@@ -11,9 +11,9 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from auctioneer.engine import schedule
-from auctioneer.engine.strategies import pickers
-from auctioneer.engine.types import (
+from placement import schedule
+from placement.strategies import pickers
+from placement.types import (
     Cell,
     HostMetrics,
     LRPStart,

@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 
-from auctioneer.engine import schedule
-from auctioneer.engine.types import (
+from placement import schedule
+from placement.types import (
     AuctionResult,
     Cell,
     LRPStart,

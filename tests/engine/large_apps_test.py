@@ -19,10 +19,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from auctioneer.engine import schedule
-from auctioneer.engine.strategies import diego_fast
-from auctioneer.engine.strategies.diego_fast_test import workloads as small_workloads
-from auctioneer.engine.types import Cell, LRPStart, Resources, RunningInstance, SchedulerConfig, TaskStart
+from placement import schedule
+from placement.strategies import diego_fast
+from placement.strategies.diego_fast_test import workloads as small_workloads
+from placement.types import Cell, LRPStart, Resources, RunningInstance, SchedulerConfig, TaskStart
 
 GUIDS = [f"app-{i}" for i in range(4)]
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from auctioneer.engine.strategies import pickers
-from auctioneer.engine.types import LRPStart, TaskStart
+from placement.strategies import pickers
+from placement.types import LRPStart, TaskStart
 
 from .diego_cluster import ENGINES, diego_cell, run, unique_apps
 

@@ -18,7 +18,7 @@ from collections import Counter
 
 import pytest
 
-from auctioneer.engine.types import LRPStart, RunningInstance
+from placement.types import LRPStart, RunningInstance
 
 from .diego_cluster import ENGINES, diego_cell, run
 

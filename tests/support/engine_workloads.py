@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 from hypothesis import strategies as st
 
-from auctioneer.engine.scheduler import schedule
-from auctioneer.engine.types import (
+from placement.scheduler import schedule
+from placement.types import (
     AffinityRule,
     AuctionResult,
     Cell,

@@ -1,6 +1,6 @@
 import pytest
 
-from auctioneer.engine.filters import (
+from placement.filters import (
     CONTAINERS,
     DISK,
     MEMORY,
@@ -9,8 +9,8 @@ from auctioneer.engine.filters import (
     VOLUME_DRIVERS,
     placement_tag_error,
 )
-from auctioneer.engine.state import CellSlot
-from auctioneer.engine.types import Cell, LRPStart, Resources
+from placement.state import CellSlot
+from placement.types import Cell, LRPStart, Resources
 
 
 def slot(**kw) -> CellSlot:
@@ -75,8 +75,8 @@ def test_resources_and_their_summaries():
 
 
 def test_a_bad_label_expression_fails_its_own_item_only():
-    from auctioneer.engine.scheduler import schedule
-    from auctioneer.engine.types import AffinityRule
+    from placement.scheduler import schedule
+    from placement.types import AffinityRule
 
     cells = [Cell("c", "z", Resources(100, 100, 10), Resources(100, 100, 10), labels={"disk": "ssd"})]
     result = schedule(cells, [

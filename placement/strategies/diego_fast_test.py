@@ -3,8 +3,8 @@
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from auctioneer.engine.scheduler import schedule
-from auctioneer.engine.types import Cell, LRPStart, Resources, RunningInstance, SchedulerConfig, TaskStart
+from placement.scheduler import schedule
+from placement.types import Cell, LRPStart, Resources, RunningInstance, SchedulerConfig, TaskStart
 
 APPS = [f"app{i}" for i in range(6)]
 

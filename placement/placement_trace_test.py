@@ -1,9 +1,9 @@
 import pytest
 
-from auctioneer.engine.explain import explain
-from auctioneer.engine.placement_trace import PlacementTrace, decided_by
-from auctioneer.engine.scheduler import schedule
-from auctioneer.engine.types import Cell, LRPStart, Resources, SchedulerConfig
+from placement.explain import explain
+from placement.placement_trace import PlacementTrace, decided_by
+from placement.scheduler import schedule
+from placement.types import Cell, LRPStart, Resources, SchedulerConfig
 
 
 def cell(cell_id: str, zone: str, memory: int = 1000, disk: int = 1000) -> Cell:

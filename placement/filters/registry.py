@@ -3,7 +3,7 @@
 Cell compatibility first (rootfs, volume drivers, placement tags), then the optional constraints an
 LRP may carry (they hold under every strategy: a request for a GPU lands on a cell with one, whoever
 picks), then a strategy's own filters, and resources last. Adding a filter is a module in this
-package and one line here (auctioneer/engine/README.md, "How to add a filter").
+package and one line here (placement/README.md, "How to add a filter").
 
 Every strategy asks here, in one form or the other, which cells pass an item's chain: the reference
 engines cell by cell (`first_rejection`), the fast ones as a mask over the auction's columns

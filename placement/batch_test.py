@@ -1,5 +1,5 @@
-from auctioneer.engine.batch import order_batch
-from auctioneer.engine.types import LRPStart, TaskStart
+from placement.batch import order_batch
+from placement.types import LRPStart, TaskStart
 
 
 def keys(items):

@@ -1,8 +1,8 @@
 """The Diego strategy's zone order: counts of the process first, then room for the item."""
 
-from auctioneer.engine.state import AuctionState
-from auctioneer.engine.strategies.zone_room import ZoneRoom
-from auctioneer.engine.types import Cell, LRPStart, Resources, RunningInstance, SchedulerConfig, TaskStart
+from placement.state import AuctionState
+from placement.strategies.zone_room import ZoneRoom
+from placement.types import Cell, LRPStart, Resources, RunningInstance, SchedulerConfig, TaskStart
 
 
 def cell(cell_id: str, zone: str, free_containers: int, prefill=()) -> Cell:

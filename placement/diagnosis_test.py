@@ -1,6 +1,6 @@
-from auctioneer.engine.diagnosis import diagnose
-from auctioneer.engine.state import AuctionState
-from auctioneer.engine.types import Cell, LRPStart, Resources, SchedulerConfig, TaskStart
+from placement.diagnosis import diagnose
+from placement.state import AuctionState
+from placement.types import Cell, LRPStart, Resources, SchedulerConfig, TaskStart
 
 
 def cell(i: int, memory=100, disk=100, containers=10, **kw) -> Cell:

@@ -1,6 +1,6 @@
-from auctioneer.engine.explain import explain
-from auctioneer.engine.scheduler import schedule
-from auctioneer.engine.types import Cell, LRPStart, Resources, SchedulerConfig, TaskStart
+from placement.explain import explain
+from placement.scheduler import schedule
+from placement.types import Cell, LRPStart, Resources, SchedulerConfig, TaskStart
 
 
 def cell(cell_id: str, zone: str, memory: int = 100, stacks=("cflinuxfs4",)) -> Cell:

@@ -1,8 +1,8 @@
 import pytest
 
-from auctioneer.engine.scoring import lrp_score, lrp_score_components, task_score
-from auctioneer.engine.state import CellSlot
-from auctioneer.engine.types import Cell, Resources, RunningInstance
+from placement.scoring import lrp_score, lrp_score_components, task_score
+from placement.state import CellSlot
+from placement.types import Cell, Resources, RunningInstance
 
 
 def slot(avail=(50, 100, 8), starting=0, lrps=(), tasks=(), zone_pos=0) -> CellSlot:
