@@ -81,7 +81,7 @@ LIFECYCLE_LOG = "bbs.lifecycle"
 
 CANCELLED = "cancelled"
 THREAD_ABOVE = 500  # instances in one lifecycle round above which its decisions run in a thread
-AUCTIONEER_LEASE = "auctioneer"  # auctioneer/service/leadership.py takes it through the lease API
+AUCTIONEER_LEASE = "auctioneer"  # auctioneer/leadership.py takes it through the lease API
 TOKEN_PREFIX = "vdt_"  # says what a leaked string is (secret scanners match on it)
 TOKEN_BYTES = 32
 

@@ -33,7 +33,7 @@ def app() -> FastAPI:
 
     @served.get("/work")
     async def work() -> dict[str, bool]:
-        logging.getLogger("rep.service").info("work taken")
+        logging.getLogger("rep.main").info("work taken")
         return {"ok": True}
 
     add_request_id(served)

@@ -111,9 +111,9 @@ def auctioneer(
     ),
 ) -> None:
     """Run the auctioneer: batch start requests, auction them over the cells, send work to the reps."""
-    from auctioneer.service.app import create_app
-    from auctioneer.service.server import bind, run, url_of
-    from auctioneer.service.settings import AuctioneerSettings
+    from auctioneer.app import create_app
+    from auctioneer.server import bind, run, url_of
+    from auctioneer.settings import AuctioneerSettings
     from common.config_check import serving_tls
     from common.failover import split_urls
     from common.logging import setup_logging
@@ -141,7 +141,7 @@ def auctioneer(
     if settings.strategy not in offered:
         bad_input(f"strategy: unknown strategy {settings.strategy!r} (expected one of {', '.join(offered)})")
     if check_config:
-        from auctioneer.service.config_check import config_problem
+        from auctioneer.config_check import config_problem
 
         problem = config_problem(settings)
         if problem is not None:

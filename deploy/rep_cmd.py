@@ -175,7 +175,7 @@ def rep(
 ) -> None:
     """Run a rep: advertise the cell, take work from auctions, run it, report to the BBS."""
     from common.tls import CertError
-    from rep.service import ConfigError, serve
+    from rep.main import ConfigError, serve
     from rep.settings import RepSettings
 
     if sim:

@@ -17,7 +17,7 @@ At 250 cells per process an auction costs the process 2 requests, not 500, and e
 validated once per process instead of once per cell that wins one of its instances. NATS carries the
 same bodies (rep/nats_bus.py); both call the same RepHost methods.
 
-Security (docs/security.md): served over HTTPS with the rep's certificate (rep/service.py), every request
+Security (docs/security.md): served over HTTPS with the rep's certificate (rep/main.py), every request
 checked against the table in rep/policy.py before it runs (common/auth.py; bearer tokens are checked by
 the BBS). Work is taken only under the auctioneer lease's current fencing token (rep/fencing.py): 409
 for the whole POST otherwise. `insecure` (no TLS: `--insecure`, or loopback without TLS files) turns

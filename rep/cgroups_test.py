@@ -31,7 +31,7 @@ from .cgroups import (
 
 pytestmark = pytest.mark.timeout(60)
 
-OWN = "/system.slice/vendue-rep.service"
+OWN = "/system.slice/vendue-rep.main"
 
 
 def v2_mount(point: Path) -> str:

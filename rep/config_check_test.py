@@ -110,7 +110,7 @@ def test_the_tls_check_is_the_shared_one_for_the_role_rep(pki: Path) -> None:
 
 def test_the_rep_id_is_the_certificates_cn_else_the_flag_else_the_cell_or_the_sim_prefix(pki: Path) -> None:
     from common.config_check import serving_tls
-    from rep.service import rep_id_of
+    from rep.main import rep_id_of
 
     assert rep_id_of(RepSettings(_env_file=None, cell_id="cell-7"), None) == "cell-7"
     assert rep_id_of(RepSettings(_env_file=None, executor="sim", cells=3, cell_id="sim0"), None) == "sim0"

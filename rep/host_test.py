@@ -41,7 +41,7 @@ async def setup() -> AsyncIterator[tuple[RepHost, FakeBBS]]:
 
 def host_of_three_cells(bbs: FakeBBS, client: httpx.AsyncClient) -> RepHost:
     sim = SimExecutor(start_delay_s=0.01)
-    shared = HostLifecycleSender(client, bbs.url)  # as rep/service.py builds a host of many cells
+    shared = HostLifecycleSender(client, bbs.url)  # as rep/main.py builds a host of many cells
     cells = [
         Cell(
             CellConfig(
@@ -216,7 +216,7 @@ async def test_a_rep_started_before_its_bbs_registers_soon_after_the_bbs_answers
 
 
 class AnswersAuctions:
-    """The gate rep/service.py gives the host: closed until opened; counts how often it was asked."""
+    """The gate rep/main.py gives the host: closed until opened; counts how often it was asked."""
 
     def __init__(self) -> None:
         self.open, self.asked = False, 0

@@ -41,7 +41,7 @@ class RepSettings(TLSOptions, RequestLimitOptions, BaseSettings):
     cell_id: str | None = None  # default: derived from the hostname (or cell-<i> for a sim host)
     # The process's name (CellPresence.rep_id, NATS subjects vendue.rep.<rep_id>.*): its certificate's CN
     # when it has one; else this; else the cell id of a one-cell rep, or the --cell-id prefix of a sim host
-    # (rep/service.py rep_id_of).
+    # (rep/main.py rep_id_of).
     rep_id: str | None = Field(default=None, pattern=GUID_PATTERN)
     zone: str = "z0"
     zones: int | None = Field(default=None, ge=1)  # sim host: spread cells over z0..z{zones-1}

@@ -1,8 +1,8 @@
 """`--transport inproc`: the auctioneer's own auction code against simulated reps in this process.
 
-Each round is `auctioneer.service.auction.Auction.run` — fetch every cell's state, run the placement
+Each round is `auctioneer.auction.Auction.run` — fetch every cell's state, run the placement
 engine, send each winning cell its work, report what no cell could take — with the two transport seams
-(auctioneer/service/transport.py) answered in memory: a `SimRep` per cell gives its `CellState` (what it
+(auctioneer/transport.py) answered in memory: a `SimRep` per cell gives its `CellState` (what it
 runs, what it has left) and takes or refuses `Work` as a real rep would. Requests are counted where the
 HTTP transport would make them: one BBS cell list and one GET /state per cell per auction, one POST /work
 per winning cell, one POST /v1/auctions per auction (the report also tells the BBS what each cell
@@ -22,11 +22,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from auctioneer.service.auction import Auction, AuctionConfig
-from auctioneer.service.batcher import Batch, PendingLRP, PendingTask
-from auctioneer.service.cells import FetchedCells, RepAddress
-from auctioneer.service.dispatch import CellWork, DispatchOutcome, Rejection, tally
-from auctioneer.service.metrics import Metrics
+from auctioneer.auction import Auction, AuctionConfig
+from auctioneer.batcher import Batch, PendingLRP, PendingTask
+from auctioneer.cells import FetchedCells, RepAddress
+from auctioneer.dispatch import CellWork, DispatchOutcome, Rejection, tally
+from auctioneer.metrics import Metrics
 from common.models import (
     AffinityRuleModel,
     CellOffers,

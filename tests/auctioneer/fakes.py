@@ -20,7 +20,7 @@ from typing import Protocol, TypeVar
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
-from auctioneer.service.server import Server, bind, config_for, url_of
+from auctioneer.server import Server, bind, config_for, url_of
 from common.auth import TLS_SCOPE_KEY
 from common.models import (
     CellPresence,

@@ -174,7 +174,7 @@ async def summary_running(session: aiohttp.ClientSession, bbs_url: str) -> int:
 
 def light_session(cluster: LocalCluster, connections: int = 64) -> aiohttp.ClientSession:
     """The harness's client for its hot calls (desires, progress polls): aiohttp, which costs about a
-    tenth of httpx's CPU per request (auctioneer/service/clients.py), so the harness does not take the
+    tenth of httpx's CPU per request (auctioneer/clients.py), so the harness does not take the
     2 cores away from the system it measures. As the cluster's admin when it runs TLS."""
     return aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=connections, ssl=cluster.verify),
                                  timeout=aiohttp.ClientTimeout(total=60.0))

@@ -32,10 +32,10 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from auctioneer.service.cells import CellFetcher  # noqa: E402
-from auctioneer.service.clients import RepClients  # noqa: E402
-from auctioneer.service.metrics import Metrics  # noqa: E402
-from auctioneer.service.nats_cells import NatsCellStateSource  # noqa: E402
+from auctioneer.cells import CellFetcher  # noqa: E402
+from auctioneer.clients import RepClients  # noqa: E402
+from auctioneer.metrics import Metrics  # noqa: E402
+from auctioneer.nats_cells import NatsCellStateSource  # noqa: E402
 from common.models import CellPresence  # noqa: E402
 from common.tls import TLSFiles  # noqa: E402
 from common.transport.nats_connection import NatsConnection  # noqa: E402

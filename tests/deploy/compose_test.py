@@ -158,7 +158,7 @@ def listen_port(name: str, service: dict[str, Any]) -> int:
 
 
 def _settings_class(kind: str) -> Any:
-    from auctioneer.service.settings import AuctioneerSettings
+    from auctioneer.settings import AuctioneerSettings
     from bbs.settings import BBSSettings
     from rep.settings import RepSettings
 

@@ -39,7 +39,7 @@ def _bbs_policy() -> Policy:
 
 
 def _auctioneer_policy() -> Policy:
-    from auctioneer.service.policy import POLICY
+    from auctioneer.policy import POLICY
 
     return POLICY
 

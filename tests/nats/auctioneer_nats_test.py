@@ -11,8 +11,8 @@ import httpx
 import nats
 import pytest
 
-from auctioneer.service.app import create_app
-from auctioneer.service.settings import AuctioneerSettings
+from auctioneer.app import create_app
+from auctioneer.settings import AuctioneerSettings
 from common.models import TaskStartRequest
 from common.procutil import free_port
 from common.tls import TLSFiles, init_ca, issue, server_context

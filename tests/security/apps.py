@@ -18,8 +18,8 @@ def bbs_app() -> FastAPI:
 
 
 def auctioneer_app() -> FastAPI:
-    from auctioneer.service.app import create_app
-    from auctioneer.service.settings import AuctioneerSettings
+    from auctioneer.app import create_app
+    from auctioneer.settings import AuctioneerSettings
 
     return create_app(AuctioneerSettings(insecure=True))
 

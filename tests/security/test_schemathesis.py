@@ -25,7 +25,7 @@ import requests
 import schemathesis
 from hypothesis import HealthCheck, settings
 
-from auctioneer.service.policy import POLICY as AUCTIONEER_POLICY
+from auctioneer.policy import POLICY as AUCTIONEER_POLICY
 from bbs.policy import POLICY as BBS_POLICY
 from common.auth import Policy
 from common.procutil import child_preexec, terminate_then_kill, wait_ready_file

@@ -6,8 +6,8 @@ from collections import Counter
 import httpx
 import pytest
 
-from auctioneer.service.app import create_app
-from auctioneer.service.settings import AuctioneerSettings
+from auctioneer.app import create_app
+from auctioneer.settings import AuctioneerSettings
 from common.accepted_work import lrps_of
 from common.models import TaskStartRequest
 from common.procutil import free_port

@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from auctioneer.service.leadership import Leadership
+from auctioneer.leadership import Leadership
 from bbs.api import create_app
 from bbs.server import running_bbs
 from bbs.settings import BBSSettings

@@ -2,7 +2,7 @@ import asyncio
 
 import pytest
 
-from auctioneer.service.batcher import Batch, Batcher, PendingLRP, PendingTask
+from auctioneer.batcher import Batch, Batcher, PendingLRP, PendingTask
 from common.models import TaskStartRequest
 from tests.auctioneer.fakes import WAIT_S, desired, start_request, task
 from tests.support.polling import eventually, finishes

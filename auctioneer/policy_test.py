@@ -14,9 +14,9 @@ import httpx
 import pytest
 from typer.testing import CliRunner
 
-from auctioneer.service.app import AuctioneerService, create_app
-from auctioneer.service.policy import POLICY
-from auctioneer.service.settings import AuctioneerSettings
+from auctioneer.app import AuctioneerService, create_app
+from auctioneer.policy import POLICY
+from auctioneer.settings import AuctioneerSettings
 from common.procutil import free_port
 from common.tls import INSECURE_WARNING, TLSFiles, client_context, init_ca, issue, server_context
 from deploy.cli import _register

@@ -1,10 +1,10 @@
 import pytest
 
-from auctioneer.service import dispatch
-from auctioneer.service.batcher import Batch, PendingLRP, PendingTask
-from auctioneer.service.cells import RepAddress
-from auctioneer.service.clients import RepClients
-from auctioneer.service.dispatch import (
+from auctioneer import dispatch
+from auctioneer.batcher import Batch, PendingLRP, PendingTask
+from auctioneer.cells import RepAddress
+from auctioneer.clients import RepClients
+from auctioneer.dispatch import (
     FENCING_TOKEN,
     BodyWriter,
     CellWork,
@@ -13,7 +13,7 @@ from auctioneer.service.dispatch import (
     group_work,
     split_rejections,
 )
-from auctioneer.service.metrics import Metrics
+from auctioneer.metrics import Metrics
 from common.models import HostWork
 from placement.diagnosis import NO_CELLS
 from placement.types import AuctionResult, Failure, LRPAssignment, TaskAssignment

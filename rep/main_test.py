@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from .capacity import MIB, meminfo_total_mb
-from .service import ConfigError, cell_configs
+from .main import ConfigError, cell_configs
 from .settings import SIM_DEFAULT_DISK_MB, SIM_DEFAULT_MEMORY_MB, RepSettings
 
 

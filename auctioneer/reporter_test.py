@@ -1,8 +1,8 @@
 import httpx
 import pytest
 
-from auctioneer.service.metrics import Metrics
-from auctioneer.service.reporter import FailureReporter
+from auctioneer.metrics import Metrics
+from auctioneer.reporter import FailureReporter
 from common.models import AuctionReport, LRPPlacementFailure, TaskPlacementFailure
 from tests.fake_bbs import fake_bbs
 

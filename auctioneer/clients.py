@@ -37,7 +37,7 @@ def tls_context() -> ssl.SSLContext:
 
 # Idle connections are kept this long: auctions come every few seconds under load, and a 1,000-cell
 # fetch that has to open 1,000 connections again costs about twice as much. Reps keep them longer
-# (rep/service.py), so the rep never closes a connection the auctioneer is about to reuse.
+# (rep/main.py), so the rep never closes a connection the auctioneer is about to reuse.
 KEEPALIVE_S = 60.0
 
 

@@ -1,7 +1,7 @@
 import pytest
 from pydantic import ValidationError
 
-from auctioneer.service.settings import AuctioneerSettings
+from auctioneer.settings import AuctioneerSettings
 
 
 def test_defaults_follow_the_design():

@@ -1,7 +1,7 @@
 import dataclasses
 
-from auctioneer.service.batcher import PendingLRP, PendingTask
-from auctioneer.service.convert import cell_from_state, lrp_starts, placement_failures, task_starts
+from auctioneer.batcher import PendingLRP, PendingTask
+from auctioneer.convert import cell_from_state, lrp_starts, placement_failures, task_starts
 from common.models import CellState
 from placement.state import CellSlot
 from placement.types import (

@@ -1,9 +1,9 @@
 import httpx
 import pytest
 
-from auctioneer.service.cells import CellFetcher, FetchedCells
-from auctioneer.service.clients import RepClients
-from auctioneer.service.metrics import Metrics
+from auctioneer.cells import CellFetcher, FetchedCells
+from auctioneer.clients import RepClients
+from auctioneer.metrics import Metrics
 from common.models import CellPresence, ResourcesModel
 from tests.auctioneer.fakes import FakeReps, fake_reps
 from tests.fake_bbs import fake_bbs

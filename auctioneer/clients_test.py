@@ -6,7 +6,7 @@ import asyncio
 import pytest
 from fastapi import FastAPI, Request
 
-from auctioneer.service.clients import RepClients, RepUnreachable
+from auctioneer.clients import RepClients, RepUnreachable
 from common.procutil import free_port
 from common.tls import TLSFiles, client_context, init_ca, issue, server_context
 from tests.auctioneer.fakes import caller_of, serving

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from auctioneer.service.config_check import config_problem
-from auctioneer.service.settings import AuctioneerSettings
+from auctioneer.config_check import config_problem
+from auctioneer.settings import AuctioneerSettings
 from common.tls import TLSFiles, init_ca, issue
 
 

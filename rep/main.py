@@ -284,7 +284,7 @@ async def serve(settings: RepSettings) -> int:
         uvicorn.Config(
             app, log_config=None, access_log=False, lifespan="off", timeout_graceful_shutdown=5,
             # The auctioneer comes back every auction: keep its connections (it drops them after
-            # KEEPALIVE_S in auctioneer/service/clients.py, before this server would); over TLS each
+            # KEEPALIVE_S in auctioneer/clients.py, before this server would); over TLS each
             # new one is a handshake.
             timeout_keep_alive=REP_KEEPALIVE_S,
             **uvicorn_tls_options(tls.server if tls is not None else None),
