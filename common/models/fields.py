@@ -102,10 +102,10 @@ from typing import Annotated, Literal, get_args
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from .accepted_work import LRPS_PATTERN, TASKS_PATTERN
-from .labels import validate_label_expression
-from .objective import validate_objective
-from .urls import MAX_URL_CHARS, http_url, http_url_or_none
+from ..accepted_work import LRPS_PATTERN, TASKS_PATTERN
+from ..labels import validate_label_expression
+from ..objective import validate_objective
+from ..urls import MAX_URL_CHARS, http_url, http_url_or_none
 
 GUID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$"
 Guid = Annotated[str, Field(pattern=GUID_PATTERN)]
