@@ -1,6 +1,6 @@
 """A small, typed, synchronous client for the BBS HTTP API (the CLI's and the demo's only way in).
 
-Every method speaks the wire models of common/models.py. Failures are one exception family:
+Every method speaks the wire models of common/models/. Failures are one exception family:
 
 - `BBSUnreachable`: no answer at all (connection refused, timeout).
 - `InvalidRequest`: 422; `.errors` holds one "field: message" string per problem.
