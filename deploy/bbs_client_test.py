@@ -242,3 +242,14 @@ def test_following_fails_at_once_when_the_first_connection_does():
 
     with client_answering(refuse) as bbs, pytest.raises(BBSUnreachable):
         next(bbs.follow_events())
+
+
+def test_an_event_whose_json_holds_a_unicode_line_separator_arrives_whole():
+    # The BBS writes JSON strings unescaped (pydantic_core.to_json): a crash reason may hold U+2028.
+    event = {"type": "actual_lrp_changed", "data": {"crash_reason": "a\u2028b\x85c"}, "at": NOW}
+    body = f"event: actual_lrp_changed\ndata: {json.dumps(event, ensure_ascii=False)}\n\n"
+    with client_answering(
+        lambda request: httpx.Response(200, text=body, headers={"content-type": "text/event-stream"})
+    ) as bbs:
+        received = [e.data for e in bbs.events()]
+    assert received == [{"crash_reason": "a\u2028b\x85c"}]
