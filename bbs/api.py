@@ -1,4 +1,5 @@
-"""The BBS's HTTP API (FastAPI): exactly the BBS endpoints listed in common/models.py."""
+"""The BBS's HTTP API (FastAPI): its routes are listed, with who may call each, in docs/wire-protocol.md
+(generated from this app: tests/docs/routes.py)."""
 
 from __future__ import annotations
 

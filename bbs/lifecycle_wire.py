@@ -1,6 +1,6 @@
 """The reps' lifecycle reports as plain data: TypedDicts validated straight from the request bytes.
 
-`CellLifecycle` and `HostLifecycle` (common/models.py) define the wire format. A scale run sends
+`CellLifecycle` and `HostLifecycle` (common/models/lifecycle.py) define the wire format. A scale run sends
 250,000 claimed and 250,000 running reports, and building a model instance for each costs about as
 much again as parsing the JSON; these TypedDicts accept exactly the same bodies (same fields, types,
 defaults, bounds and unknown fields ignored; lifecycle_wire_test.py holds them to it) but validate into

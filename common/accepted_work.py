@@ -1,7 +1,7 @@
 """What a cell accepted in one auction, as the auctioneer reports it to the BBS: compact strings.
 
 `lrps` is `process_guid:index` tokens separated by single spaces, `tasks` task guids separated by single
-spaces (a guid holds neither a space nor a colon: common/models.py GUID_PATTERN). An auction of 250,000
+spaces (a guid holds neither a space nor a colon: common/models/fields.py GUID_PATTERN). An auction of 250,000
 instances reports 250,000 of them: as nested JSON objects the BBS took 0.67 s to validate them, as these
 strings 0.013 s (one pattern match per cell), and it stores them as they came. They are taken apart only
 for the few instances whose claim is late (bbs/placements.py).

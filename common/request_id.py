@@ -7,6 +7,10 @@ Pure ASGI, the outermost layer: a refusal by the limits or the authorization car
 it costs a header scan, 8 random bytes and a context variable set and reset — nothing per instance.
 """
 
+# Not asgi-correlation-id: it keeps the id in a context variable of its own, which the log lines do not
+# carry (common/logging.py renders structlog's contextvars), and it logs a warning for every request whose
+# X-Request-ID it refuses, so that any caller could add a log line per request at will.
+
 from __future__ import annotations
 
 import os

@@ -158,7 +158,7 @@ class LRPSpec(_Model):
     devices: list[DeviceRequest] = Field(default_factory=list)
     affinity: list[AffinityRule] = Field(default_factory=list)
     previous_cell: str | None = None
-    # What the BBS does when the instance's cell is lost (common/models.py DesiredLRPCreate); the engine
+    # What the BBS does when the instance's cell is lost (DesiredLRPCreate, common/models/); the engine
     # ignores it, a simulation over real services passes it on. Optional: files without it load as before.
     on_cell_loss: Literal["reschedule", "keep-replicas"] = "reschedule"
 

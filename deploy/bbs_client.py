@@ -1,6 +1,6 @@
 """A small, typed, synchronous client for the BBS HTTP API (the CLI's and the demo's only way in).
 
-Every method speaks the wire models of common/models.py. Failures are one exception family:
+Every method speaks the wire models of common/models/. Failures are one exception family:
 
 - `BBSUnreachable`: no answer at all (connection refused, timeout).
 - `InvalidRequest`: 422; `.errors` holds one "field: message" string per problem.
@@ -25,6 +25,7 @@ from typing import Any, TypeVar
 import httpx
 from pydantic import BaseModel, ValidationError
 
+from common import sse
 from common.failover import FailoverTransport, split_urls
 from common.models import (
     ActualLRP,
@@ -124,29 +125,6 @@ def _error_from_response(response: httpx.Response) -> BBSError:
     if response.status_code == 422:
         return InvalidRequest([str(text)])
     return BBSError(message, response.status_code)
-
-
-def parse_sse(lines: Iterator[str]) -> Iterator[tuple[str, str]]:
-    """Server-sent events -> (event type, data) pairs. Comments (keep-alives) and ids are skipped."""
-    event_type = "message"
-    data: list[str] = []
-    for raw in lines:
-        line = raw.rstrip("\r\n")
-        if not line:
-            if data:
-                yield event_type, "\n".join(data)
-            event_type, data = "message", []
-            continue
-        if line.startswith(":"):
-            continue
-        name, _, value = line.partition(":")
-        value = value[1:] if value.startswith(" ") else value
-        if name == "event":
-            event_type = value
-        elif name == "data":
-            data.append(value)
-    if data:
-        yield event_type, "\n".join(data)
 
 
 def event_from_sse(event_type: str, data: str) -> Event:
@@ -354,8 +332,8 @@ class BBSClient:
                     response.read()
                     raise _error_from_response(response)
                 on_open()
-                for event_type, data in parse_sse(response.iter_lines()):
-                    yield event_from_sse(event_type, data)
+                for message in sse.events(response.iter_bytes()):
+                    yield event_from_sse(message.type, message.data)
         except httpx.TransportError as exc:
             reason = str(exc) or type(exc).__name__
             raise BBSUnreachable(f"lost the BBS event stream at {self.base_url}: {reason}") from exc

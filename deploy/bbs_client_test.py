@@ -22,7 +22,6 @@ from .bbs_client import (
     Refused,
     describe_errors,
     event_from_sse,
-    parse_sse,
 )
 
 NOW = "2024-01-01T00:00:00Z"
@@ -170,9 +169,17 @@ def test_token_requests_carry_the_wire_body_and_never_send_an_unset_expiry():
     assert (seen[3].method, seen[3].url.path) == ("DELETE", "/v1/tokens/abc")
 
 
-def test_parse_sse_skips_comments_and_joins_multiline_data():
-    stream = [": keep-alive", "event: task_created", 'data: {"a":', "data: 1}", "", "event: x", "data: 2", ""]
-    assert list(parse_sse(iter(stream))) == [("task_created", '{"a":\n1}'), ("x", "2")]
+def test_events_skip_comments_join_multiline_data_and_drop_an_event_the_stream_cut_short():
+    whole = {"type": "task_created", "data": {"a": 1}, "at": NOW}
+    cut = {"type": "task_removed", "data": {}, "at": NOW}
+    lines = "".join(f"data: {line}\n" for line in json.dumps(whole, indent=1).splitlines())
+    body = (f": keep-alive\n\nid: e-1\nevent: task_created\n{lines}\n"
+            f": heartbeat\n\nid: e-2\nevent: task_removed\ndata: {json.dumps(cut)}\n")
+    with client_answering(
+        lambda request: httpx.Response(200, text=body, headers={"content-type": "text/event-stream"})
+    ) as bbs:
+        received = [(e.type, e.data) for e in bbs.events()]
+    assert received == [("task_created", {"a": 1})]
 
 
 def test_event_from_sse_reads_the_whole_event_or_wraps_a_bare_payload():
@@ -235,3 +242,14 @@ def test_following_fails_at_once_when_the_first_connection_does():
 
     with client_answering(refuse) as bbs, pytest.raises(BBSUnreachable):
         next(bbs.follow_events())
+
+
+def test_an_event_whose_json_holds_a_unicode_line_separator_arrives_whole():
+    # The BBS writes JSON strings unescaped (pydantic_core.to_json): a crash reason may hold U+2028.
+    event = {"type": "actual_lrp_changed", "data": {"crash_reason": "a\u2028b\x85c"}, "at": NOW}
+    body = f"event: actual_lrp_changed\ndata: {json.dumps(event, ensure_ascii=False)}\n\n"
+    with client_answering(
+        lambda request: httpx.Response(200, text=body, headers={"content-type": "text/event-stream"})
+    ) as bbs:
+        received = [e.data for e in bbs.events()]
+    assert received == [{"crash_reason": "a\u2028b\x85c"}]

@@ -1,4 +1,5 @@
-"""The rep's HTTP API (see common/models.py): one API for the N >= 1 cells of the process, at its root.
+"""The rep's HTTP API: one API for the N >= 1 cells of the process, at its root (its routes, with who
+may call each, are listed in docs/wire-protocol.md; the bodies are in common/models/).
 
 Every route concerns the process; the bodies and the query name the cells they concern:
 

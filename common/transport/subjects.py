@@ -1,4 +1,4 @@
-"""NATS subject names. Bodies are the same pydantic JSON as over HTTP (common/models.py):
+"""NATS subject names. Bodies are the same pydantic JSON as over HTTP (common/models/):
 
 vendue.auctioneer.lrps        [LRPStartRequest]  (queue group: one auctioneer takes each) -> {"accepted": n}
 vendue.auctioneer.tasks       [TaskStartRequest]                                           -> {"accepted": n}

@@ -23,7 +23,7 @@ import json
 import tempfile
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -32,6 +32,7 @@ from typing import Any
 import httpx
 from pydantic import BaseModel, ValidationError
 
+from common import sse
 from common.models import DesiredLRPCreate, TaskCreate
 from common.workload import CellSpec
 
@@ -309,14 +310,18 @@ class Watcher:
                 async with self.client.stream(
                     "GET", "/v1/events", timeout=httpx.Timeout(10.0, read=None)
                 ) as r:
-                    async for line in r.aiter_lines():
-                        self.subscribed.set()
-                        if line.startswith("data:"):
-                            self._apply(json.loads(line[5:]))
+                    async for event in sse.aevents(self._subscribed(r.aiter_bytes())):
+                        self._apply(json.loads(event.data))
             except (httpx.HTTPError, ValueError):
                 pass
             self.subscribed.set()
             await asyncio.sleep(0.2)
+
+    async def _subscribed(self, chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+        """The stream's bytes; the first (the BBS's ": connected" comment) says it is subscribed."""
+        async for chunk in chunks:
+            self.subscribed.set()
+            yield chunk
 
     def _apply(self, event: dict[str, Any]) -> None:
         kind, data = event.get("type", ""), event.get("data") or {}

@@ -67,7 +67,7 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
@@ -79,6 +79,7 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from common import sse  # noqa: E402
 from common.tls import TLSFiles, client_context  # noqa: E402
 from deploy.cluster import LocalCluster  # noqa: E402
 
@@ -211,15 +212,19 @@ class RunningWatcher:
             try:
                 async with client.stream("GET", f"{self.bbs_url}/v1/events",
                                          timeout=httpx.Timeout(10.0, read=None)) as resp:
-                    async for line in resp.aiter_lines():
-                        self.subscribed.set()
-                        if line.startswith("data:"):
-                            self._apply(json.loads(line[5:]))
+                    async for event in sse.aevents(self._subscribed(resp.aiter_bytes())):
+                        self._apply(json.loads(event.data))
             except (httpx.HTTPError, ValueError):
                 pass
             self.disconnects += 1
             self.subscribed.set()
             await asyncio.sleep(0.2)
+
+    async def _subscribed(self, chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+        """The stream's bytes; the first (the BBS's ": connected" comment) says it is subscribed."""
+        async for chunk in chunks:
+            self.subscribed.set()
+            yield chunk
 
     def _apply(self, event: dict[str, Any]) -> None:
         self.events += 1

@@ -33,6 +33,7 @@ from typing import Any
 import httpx
 import pytest
 
+from common import sse
 from common.procutil import app_python
 from rep.isolation import isolation_leftovers
 from tests.support import polling
@@ -341,22 +342,17 @@ class EventLog:
                         return
                     self._socket = resp.extensions["network_stream"].get_extra_info("socket")
                 resp.raise_for_status()
-                etype, data_lines = "", []
-                for line in resp.iter_lines():
-                    if self._stop:
-                        return
-                    # The BBS opens the stream with a ": connected" comment once we are subscribed.
-                    self.connected.set()
-                    if line == "":
-                        if data_lines:
-                            self._add(etype or "message", "\n".join(data_lines))
-                        etype, data_lines = "", []
-                    elif line.startswith(":"):
-                        continue
-                    elif line.startswith("event:"):
-                        etype = line[6:].strip()
-                    elif line.startswith("data:"):
-                        data_lines.append(line[5:].lstrip())
+
+                def received() -> Iterator[bytes]:
+                    for chunk in resp.iter_bytes():
+                        if self._stop:
+                            return
+                        # The BBS opens the stream with a ": connected" comment once we are subscribed.
+                        self.connected.set()
+                        yield chunk
+
+                for event in sse.events(received()):
+                    self._add(event.type, event.data)
         except BaseException as exc:  # noqa: BLE001 - recorded for the test to report
             if not self._stop:
                 self.error = exc

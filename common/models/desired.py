@@ -1,0 +1,56 @@
+"""Desired LRPs: what a person asks to run (POST/PATCH /v1/desired_lrps) and what the BBS answers."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Literal
+
+from pydantic import AfterValidator, ConfigDict, Field
+
+from ..urls import MAX_URL_CHARS
+from .fields import (
+    DEFAULT_DOMAIN,
+    Command,
+    Environment,
+    Guid,
+    ModificationTag,
+    PlacementFields,
+    Strict,
+    no_nul,
+)
+
+
+class HealthCheck(Strict):
+    type: Literal["port", "process", "http"] = "port"
+    timeout_s: float = Field(default=60.0, gt=0, le=3600)
+    path: Annotated[str, Field(max_length=MAX_URL_CHARS), AfterValidator(no_nul)] = "/"
+
+
+# What happens to an LRP's instances when their cell's presence expires (bbs/cell_loss.py): `reschedule`,
+# Diego's, replaces them at once (SUSPECT until the replacement runs); `keep-replicas`, the seeds' service
+# scheduler's, waits out the BBS's cell-loss grace and check, then moves only apps with a single instance.
+OnCellLoss = Literal["reschedule", "keep-replicas"]
+
+
+class DesiredLRPCreate(PlacementFields):
+    process_guid: Guid
+    domain: Guid = DEFAULT_DOMAIN
+    instances: int = Field(default=1, ge=0, le=10_000)
+    command: Command = Field(default_factory=list)
+    env: Environment = Field(default_factory=dict)
+    ports: list[Annotated[int, Field(ge=1, le=65535)]] = Field(default_factory=lambda: [8080], max_length=16)
+    health_check: HealthCheck = Field(default_factory=HealthCheck)
+    on_cell_loss: OnCellLoss = "reschedule"
+
+
+class DesiredLRP(DesiredLRPCreate):
+    model_config = ConfigDict(extra="ignore")
+    created_at: datetime
+    modification_tag: ModificationTag
+
+
+class DesiredLRPUpdate(Strict):
+    instances: int | None = Field(default=None, ge=0, le=10_000)
+    on_cell_loss: OnCellLoss | None = None
+    # Optimistic update: when given, the update applies only if the tag still matches (else 409).
+    modification_tag: ModificationTag | None = None

@@ -1,0 +1,58 @@
+"""Tasks: one-off work, from POST /v1/tasks to its result."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+from typing import Annotated
+
+from pydantic import AfterValidator, ConfigDict, Field
+
+from ..urls import http_url_or_none
+from .fields import (
+    DEFAULT_DOMAIN,
+    DEFAULT_STACK,
+    Command,
+    Environment,
+    ExitStatus,
+    Guid,
+    MegaBytes,
+    Names,
+    Stack,
+    Strict,
+)
+
+
+class TaskState(StrEnum):
+    PENDING = "PENDING"
+    RUNNING = "RUNNING"
+    COMPLETED = "COMPLETED"
+    RESOLVING = "RESOLVING"
+
+
+class TaskCreate(Strict):
+    task_guid: Guid
+    domain: Guid = DEFAULT_DOMAIN
+    command: Annotated[Command, Field(min_length=1)]
+    env: Environment = Field(default_factory=dict)
+    memory_mb: MegaBytes = 256
+    disk_mb: MegaBytes = 1024
+    stack: Stack = DEFAULT_STACK
+    placement_tags: Names = Field(default_factory=list)
+    volume_drivers: Names = Field(default_factory=list)
+    # http(s) only; the BBS also refuses link-local and cloud metadata addresses (common/urls.py).
+    completion_callback_url: Annotated[str | None, AfterValidator(http_url_or_none)] = None
+
+
+class Task(TaskCreate):
+    model_config = ConfigDict(extra="ignore")
+    state: TaskState = TaskState.PENDING
+    cell_id: str = ""
+    failed: bool = False
+    failure_reason: str = ""
+    exit_status: ExitStatus | None = None
+    result: str = ""
+    rejection_count: int = 0
+    created_at: datetime
+    updated_at: datetime
+    first_completed_at: datetime | None = None
