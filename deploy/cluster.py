@@ -72,13 +72,13 @@ from typing import Any, TypeVar
 import httpx
 
 from common.tls import TLSFiles, client_context, issue
-from common.transport.nats_connection import redact as redact_nats_url
 from common.transport.nats_server import NatsServer, NatsServerError
 
 from . import cluster_certs, cluster_processes, cluster_topology, embedded_postgres
 from .cluster_certs import ADMIN_CERT, CERTS_DIR, KEYS_FILE
 from .cluster_file import (
     CLUSTER_FILE,
+    cluster_info,
     forget_cluster_file,
     read_cluster_file,
     redact_database_url,
@@ -307,7 +307,8 @@ class LocalCluster:
                     bbs_dir.mkdir(mode=0o700, exist_ok=True)
                     bbs_dir.chmod(0o700)
             self._make_certificates()
-            self._make_key_ring()
+            if self.encryption:
+                cluster_certs.make_key_ring(self.data_dir)
             self._start_nats(deadline - time.monotonic())  # its users are the certificates just issued
             # All at once: every URL a component needs is known up front, and the reps keep heartbeating
             # until the BBS answers, so startup costs one interpreter start, not six in a row.
@@ -427,6 +428,10 @@ class LocalCluster:
         """The launcher's name -> pid of every component process that is running."""
         return {c.name: c.proc.pid for c in self._components.values() if c.proc is not None and c.running}
 
+    def component_processes(self) -> list[tuple[str, str, int | None]]:
+        """(name, URL, pid of its last process or None) of every component, as cluster.json lists them."""
+        return [(c.name, c.url, c.proc.pid if c.proc else None) for c in self._components.values()]
+
     # --- internals --------------------------------------------------------------------------------
 
     def _live_bbs_url(self) -> str:
@@ -492,39 +497,24 @@ class LocalCluster:
         if not self.insecure:
             cluster_certs.make_certificates(self.certs_dir, self._components.values(), self._sans)
 
-    def _make_key_ring(self) -> None:
-        if self.encryption:
-            cluster_certs.make_key_ring(self.data_dir)
-
-    def _key_ring_env(self, component: Component) -> dict[str, str]:
-        return cluster_certs.key_ring_env(self.data_dir, component) if self.encryption else {}
-
-    def _security_args(self, component: Component) -> list[str]:
-        return cluster_certs.security_args(self.certs_dir, component.name, self.insecure)
-
-    def _transport_args(self) -> list[str]:
-        return ["--transport", "nats"] if self.transport == "nats" else []  # the URL: in _child_env
-
-    def _child_env(self, component: Component) -> dict[str, str]:
-        # Secrets by environment, never by command line (see the module's docstring).
+    def _spawn(self, component: Component) -> None:
+        """Start a component with its planned arguments, then its transport, its certificate (issued at
+        start, after the plan), its address, port and ready file; its secrets by environment, never by
+        command line (see the module's docstring)."""
+        ready = self._ready_path(component.name)
+        ready.unlink(missing_ok=True)
+        args = [*component.args, *(["--transport", "nats"] if self.transport == "nats" else []),
+                *cluster_certs.security_args(self.certs_dir, component.name, self.insecure),
+                *cluster_topology.address_args(component, self._address(component.name)),
+                "--port", str(component.port), "--ready-file", str(ready)]
         secrets = {
             **({"VENDUE_NATS_TOKEN": self._nats_token} if self._nats_token else {}),
             **({"VENDUE_NATS_URL": self.nats_url} if self.transport == "nats" else {}),
             **({DATABASE_ENV: self.database_url} if self.database_url and is_bbs(component.name) else {}),
+            **(cluster_certs.key_ring_env(self.data_dir, component) if self.encryption else {}),
         }
-        return cluster_processes.child_env(self.env, secrets)
-
-    def _spawn(self, component: Component) -> None:
-        ready = self._ready_path(component.name)
-        ready.unlink(missing_ok=True)
-        # The transport and the certificates (issued at start, after the plan) follow the component's own
-        # arguments.
-        address = cluster_topology.address_args(component, self._address(component.name))
-        args = [*component.args, *self._transport_args(), *self._security_args(component), *address,
-                "--port", str(component.port), "--ready-file", str(ready)]
-        env = {**self._child_env(component), **self._key_ring_env(component)}
-        cluster_processes.spawn(component, args, self.logs_dir / f"{component.name}.log", env, self.data_dir,
-                                self._on_host)
+        cluster_processes.spawn(component, args, self.logs_dir / f"{component.name}.log",
+                                cluster_processes.child_env(self.env, secrets), self.data_dir, self._on_host)
 
     def _await_serving(self, component: Component, timeout: float) -> None:
         cluster_processes.await_serving(component, self._ready_path(component.name),
@@ -544,44 +534,4 @@ class LocalCluster:
                 self.reps[cell_id] = RepProcess(cell_id, zone, urls[cell_id], rep.proc, rep.name)
 
     def _write_cluster_file(self) -> None:
-        info = {
-            "bbs_url": self.bbs_url,
-            "bbs_urls": self.bbs_urls,
-            "auctioneer_url": self.auctioneer_url,
-            "reps": {
-                cell_id: {"zone": r.zone, "url": r.url, "pid": r.proc.pid, "process": r.component}
-                for cell_id, r in self.reps.items()
-            },
-            "components": {
-                c.name: {
-                    "url": c.url,
-                    "pid": c.proc.pid if c.proc else None,
-                    "log": str(self.logs_dir / f"{c.name}.log"),
-                }
-                for c in self._components.values()
-            },
-            "pid": os.getpid(),
-            "data_dir": str(self.data_dir),
-            "transport": self.transport,
-            "ha": self.ha,
-            **({"insecure": True} if self.insecure else {"tls": self._tls_info()}),
-            **({"nats_url": redact_nats_url(self.nats_url)} if self.transport == "nats" else {}),
-            **({"database_url": redact_database_url(self.database_url)} if self.database_url else {}),
-            **(
-                {
-                    "postgres": {
-                        "pid": self.postgres.server.proc.pid if self.postgres.server.proc else None,
-                        "log": str(self.postgres.server.log_file),
-                    }
-                }
-                if self.postgres is not None
-                else {}
-            ),
-        }
-        write_cluster_file(self.data_dir, info)
-
-    def _tls_info(self) -> dict[str, str]:
-        """The admin's files, for the CLI (cluster.json `tls`)."""
-        files = self.client_tls()
-        assert files is not None
-        return {"ca": str(files.ca), "cert": str(files.cert), "key": str(files.key)}
+        write_cluster_file(self.data_dir, cluster_info(self))

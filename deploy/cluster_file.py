@@ -10,7 +10,10 @@ import contextlib
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .cluster import LocalCluster
 
 CLUSTER_FILE = "cluster.json"
 
@@ -44,6 +47,38 @@ def forget_cluster_file(data_dir: Path) -> None:
         info = json.loads(path.read_text())
         if info.get("pid") == os.getpid():
             path.unlink()
+
+
+def cluster_info(cluster: LocalCluster) -> dict[str, Any]:
+    """What cluster.json says of a started cluster: where each component is, its pid and log, how to talk
+    to it (the admin's TLS files), and no secret (the NATS and database URLs without their passwords)."""
+    from common.transport.nats_connection import redact  # nats: the launcher's, not the client commands'
+
+    files = cluster.client_tls()
+    postgres = cluster.postgres
+    return {
+        "bbs_url": cluster.bbs_url,
+        "bbs_urls": cluster.bbs_urls,
+        "auctioneer_url": cluster.auctioneer_url,
+        "reps": {
+            cell_id: {"zone": r.zone, "url": r.url, "pid": r.proc.pid, "process": r.component}
+            for cell_id, r in cluster.reps.items()
+        },
+        "components": {
+            name: {"url": url, "pid": pid, "log": str(cluster.logs_dir / f"{name}.log")}
+            for name, url, pid in cluster.component_processes()
+        },
+        "pid": os.getpid(),
+        "data_dir": str(cluster.data_dir),
+        "transport": cluster.transport,
+        "ha": cluster.ha,
+        **({"tls": {"ca": str(files.ca), "cert": str(files.cert), "key": str(files.key)}}
+           if files is not None else {"insecure": True}),
+        **({"nats_url": redact(cluster.nats_url)} if cluster.transport == "nats" else {}),
+        **({"database_url": redact_database_url(cluster.database_url)} if cluster.database_url else {}),
+        **({"postgres": {"pid": postgres.server.proc.pid if postgres.server.proc else None,
+                         "log": str(postgres.server.log_file)}} if postgres is not None else {}),
+    }
 
 
 def redact_database_url(url: str) -> str:
