@@ -101,6 +101,7 @@ class Flag:
 
 
 def shown(value: Any) -> str | None:
+    """A default as the help shows it; None for none worth showing (None, off, empty)."""
     if value is None or value is False or value == [] or value == {}:
         return None
     if isinstance(value, list | tuple):
