@@ -26,35 +26,52 @@ class AuctioneerSettings(TLSOptions, RequestLimitOptions, BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="VENDUE_", extra="ignore")
 
-    bbs_url: str = "http://127.0.0.1:8889"
+    bbs_url: str = Field(default="http://127.0.0.1:8889",
+                         description="The BBS; several comma-separated replicas fail over.")
     # How auction requests arrive and cells are reached; the cell list and failure reports stay HTTP.
-    transport: Transport = "http"
-    nats_url: str = "nats://127.0.0.1:4222"  # may carry credentials: nats://user:pass@host:port
-    nats_token: str | None = None
-    listen: str = "127.0.0.1"
-    port: int = Field(default=DEFAULT_PORT, ge=0, le=65535)
-    strategy: str = "diego"
-    engine: str = "fast"
+    transport: Transport = Field(default="http",
+                                 description="http or nats: how requests, bids and work travel.")
+    nats_url: str = Field(default="nats://127.0.0.1:4222",  # may carry credentials: nats://user:pass@host:port
+                          description="NATS server(s), credentials allowed; token: VENDUE_NATS_TOKEN.")
+    nats_token: str | None = Field(default=None, json_schema_extra={"flag": None})  # a secret: env only
+    listen: str = Field(default="127.0.0.1", description="Address to bind.")
+    port: int = Field(default=DEFAULT_PORT, ge=0, le=65535, description="Port; 0 binds a free one.")
+    strategy: str = Field(default="diego", description="Placement strategy.")
+    engine: str = Field(default="fast", description="fast or reference.")
     # Diego's default is 10 s; the design lowers it to 5 s. The whole state fetch ends by this deadline.
-    cell_state_timeout: float = Field(default=5.0, gt=0, le=300)
-    work_timeout: float = Field(default=10.0, gt=0, le=300)
-    bbs_timeout: float = Field(default=5.0, gt=0, le=300)
+    cell_state_timeout: float = Field(default=5.0, gt=0, le=300,
+                                      description="Seconds to fetch every cell's state.")
+    work_timeout: float = Field(default=10.0, gt=0, le=300, description="Seconds per work POST.")
+    bbs_timeout: float = Field(default=5.0, gt=0, le=300, description="Seconds per call to the BBS.")
     # How many times a rep may reject (or fail to receive) an item before it is reported as a failure.
-    max_attempts: int = Field(default=3, ge=1, le=100)
-    max_inflight_starts: int = Field(default=0, ge=0)  # 0: no limit (Diego's default)
+    max_attempts: int = Field(default=3, ge=1, le=100,
+                              description="Tries before rejected work is a failure.")
+    max_inflight_starts: int = Field(default=0, ge=0,  # 0: no limit (Diego's default)
+                                     description="Starting-container limit, 0 for none.")
     # Concurrent requests to reps (and pooled connections): bounds sockets and memory at 1,000 cells.
-    max_concurrency: int = Field(default=256, ge=1, le=10_000)
+    max_concurrency: int = Field(default=256, ge=1, le=10_000,
+                                 description="Concurrent requests to reps (and pooled connections).")
     # Batches with at least this many items are scheduled in a worker thread so the API keeps answering.
-    thread_threshold: int = Field(default=500, ge=0)
+    thread_threshold: int = Field(default=500, ge=0, description="Batches with at least this many items "
+                                  "are scheduled in a worker thread.")
     # Instances per auction whose placement is explained to the BBS (`vendue why`): the candidates scored,
     # or the failure's per-filter breakdown. Bounds the engine's added work and the report's size
     # (about 1 KB each); 0 turns explanations off.
-    explanations: int = Field(default=DEFAULT_EXPLANATIONS, ge=0, le=MAX_EXPLANATIONS)
-    auction_timeout: float = Field(default=60.0, gt=0)
-    shutdown_timeout: float = Field(default=10.0, gt=0)
+    explanations: int = Field(
+        default=DEFAULT_EXPLANATIONS, ge=0, le=MAX_EXPLANATIONS,
+        description="Instances per auction whose placement is explained to the BBS for `vendue why` "
+        "(candidates and scores, or the per-filter breakdown; about 1 KB each), 0 for none.")
+    auction_timeout: float = Field(default=60.0, gt=0, description="Seconds a whole auction may take.")
+    shutdown_timeout: float = Field(default=10.0, gt=0,
+                                    description="Seconds to finish what is under way when stopped.")
     # The "auctioneer" lease (docs/architecture.md: renewed every TTL/3; a standby takes over within one TTL).
-    lease_ttl: float = Field(default=15.0, gt=0, le=3600)
-    advertise_url: str | None = None  # where peers reach this auctioneer; default: the URL it listens on
-    ready_file: Path | None = None
-    log_level: str = "info"
-    log_format: LogFormat | None = None  # common/logging.py: None picks by whether stderr is a terminal
+    lease_ttl: float = Field(default=15.0, gt=0, le=3600, description="Seconds the elected auctioneer's "
+                             "lease lasts; renewed every TTL/3.")
+    advertise_url: str | None = Field(default=None, description="Where the other auctioneers and the BBS "
+                                      "reach this one while it leads (default: the URL it listens on).")
+    ready_file: Path | None = Field(default=None,
+                                    description='Once serving, write {"url": ..., "pid": ...} here.')
+    log_level: str = Field(default="info", description="debug, info, warning, error.")
+    log_format: LogFormat | None = Field(  # common/logging.py: None picks by whether stderr is a terminal
+        default=None, description="json (one object per line) or console (for a terminal) (default: console "
+        "on a terminal, else json).")

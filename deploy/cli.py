@@ -80,8 +80,9 @@ COMMAND_MODULES: dict[str, str] = {
     "dashboard": "deploy.dashboard_cmd",
     **dict.fromkeys(("up", "demo"), "deploy.cluster_cmd"),
     **dict.fromkeys(
-        ("push", "scale", "delete", "apps", "instances", "task", "tasks", "events"), "deploy.client_cmd"
+        ("push", "scale", "delete", "apps", "instances", "task", "tasks"), "deploy.client_cmd"
     ),
+    "events": "deploy.events_cmd",
     "cells": "deploy.cells_cmd",  # `cells` itself is in deploy.client_cmd, which it imports
     "rebalance": "deploy.rebalance_cmd",
 }
@@ -106,10 +107,17 @@ def _command_name(argv: list[str]) -> str | None:
     return argv[1] if len(argv) > 1 and not argv[1].startswith("-") else None
 
 
+def _needs_no_command(argv: list[str]) -> bool:
+    """`vendue --version`: the root's eager option answers before any command is looked at, so no command
+    module is loaded (every one of them costs a client command's whole start-up budget)."""
+    return _command_name(argv) is None and "--version" in argv[1:] and "--help" not in argv[1:]
+
+
 def main() -> None:
     import sys
 
-    _register(_command_name(sys.argv))
+    if not _needs_no_command(sys.argv):
+        _register(_command_name(sys.argv))
     # Named `vendue` however it was started (`python -m deploy.cli`): in usage lines, and for shell
     # completion, which reads its command line from _VENDUE_COMPLETE and COMP_WORDS.
     app(prog_name="vendue")

@@ -1,5 +1,5 @@
-"""The client commands: `vendue push|scale|delete|apps|instances|cells [remove]|task run|tasks|events`
-(`cells cordon|uncordon|drain`: deploy/cells_cmd.py).
+"""The client commands: `vendue push|scale|delete|apps|instances|cells [remove]|task run|tasks`
+(`cells cordon|uncordon|drain`: deploy/cells_cmd.py; `events`: deploy/events_cmd.py).
 
 They talk to a BBS found, in order, through `--bbs URL[,URL...]` (alias `--bbs-url`; several BBS
 replicas: each request goes to one that answers), `VENDUE_BBS_URL`, the
@@ -31,46 +31,26 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, fields
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated, Any, get_type_hints
+from typing import TYPE_CHECKING, Annotated, Any, get_type_hints
 
 import typer
-from pydantic import BaseModel, Field, ValidationError
-from rich.console import Console
-from rich.table import Table
 
-from common.failover import URLListError, split_urls
-from common.models import (
-    EVENT_TYPES,
-    GUID_PATTERN,
-    ActualLRP,
-    ActualState,
-    CellPresence,
-    DesiredLRPCreate,
-    DesiredLRPUpdate,
-    Event,
-    EventType,
-    Presence,
-    Task,
-    TaskCreate,
-    TaskState,
-)
-from common.tls import CertError, TLSFiles
-
-from .bbs_client import (
-    DEFAULT_BBS_URL,
-    BBSClient,
-    BBSError,
-    BBSUnreachable,
-    ClientAuth,
-    Conflict,
-    EventQuery,
-    InvalidRequest,
-    NotFound,
-    invalid_from_validation_error,
-)
 from .cli import app
 from .cli_style import FAILURE, USAGE_ERROR, OneLineErrorsCommand, OneLineErrorsGroup, fail, name_flags
-from .cluster import read_cluster_file
+from .cluster_file import read_cluster_file
+
+# The models, the BBS client (httpx), pydantic and rich are imported where a command runs, not here:
+# `vendue apps --help` and argument parsing never need them, and they are most of a client command's
+# start-up time (deploy/startup_test.py).
+if TYPE_CHECKING:
+    from pydantic import BaseModel
+    from rich.console import Console
+    from rich.table import Table
+
+    from common.models import ActualLRP, CellPresence, DesiredLRPCreate, DesiredLRPUpdate, Task, TaskCreate
+    from common.tls import CertError
+
+    from .bbs_client import BBSClient, ClientAuth, InvalidRequest
 
 task_app = typer.Typer(help="Run and inspect one-off tasks.", no_args_is_help=True, cls=OneLineErrorsGroup)
 app.add_typer(task_app, name="task")
@@ -141,6 +121,10 @@ def bbs_command(command: Callable[..., None]) -> Callable[..., None]:
 def resolve_bbs_url(bbs: str | None, data_dir: Path, local: dict[str, Any] | None) -> tuple[str, str]:
     """The BBS URL to use (several comma-separated: replicas to fail over between) and where it came
     from (for the "unreachable" message). `local`: the running local cluster's cluster.json, if any."""
+    from common.failover import URLListError, split_urls
+
+    from .bbs_client import DEFAULT_BBS_URL
+
     if bbs:
         try:
             return ",".join(split_urls(bbs)), "--bbs/VENDUE_BBS_URL"
@@ -162,6 +146,10 @@ def resolve_auth(given: Connection, local: dict[str, Any] | None) -> ClientAuth:
     """How to prove who we are: the `--tls-*` flags (all three; or `--tls-ca` alone, for a token), else
     the running local cluster's admin certificate (`local`: its cluster.json `tls`; only its CA when a
     token is given), else nothing (an insecure cluster). Bad flags: one line, exit 2."""
+    from common.tls import CertError, TLSFiles
+
+    from .bbs_client import ClientAuth
+
     token = given.token or None
     if given.tls_cert is not None or given.tls_key is not None:
         try:
@@ -184,6 +172,10 @@ def resolve_auth(given: Connection, local: dict[str, Any] | None) -> ClientAuth:
 @contextlib.contextmanager
 def connect(connection: Connection) -> Iterator[BBSClient]:
     """A BBS client; every BBS failure becomes one `error:` line and the right exit status."""
+    from common.tls import CertError
+
+    from .bbs_client import BBSClient, BBSError, BBSUnreachable, InvalidRequest
+
     local = read_cluster_file(connection.data_dir)  # read once: it may give the URL and the certificate
     url, source = resolve_bbs_url(connection.bbs, connection.data_dir, local)
     try:
@@ -218,6 +210,10 @@ def invalid_input(exc: InvalidRequest) -> str:
 
 def validated(model: type[BaseModel], **fields: Any) -> Any:
     """Build a request body locally, so bad input never reaches (or changes) the BBS."""
+    from pydantic import ValidationError
+
+    from .bbs_client import invalid_from_validation_error
+
     try:
         return model(**fields)
     except ValidationError as exc:
@@ -237,6 +233,8 @@ def parse_env(pairs: Sequence[str]) -> dict[str, str]:
 def console(listing: bool = True) -> Console:
     """stdout as rich sees it. Piped, a listing is never wrapped (one row per line, whole cells, for grep
     and scripts) and other output gets 120 columns at least."""
+    from rich.console import Console
+
     out = Console()
     if out.is_terminal:
         return out
@@ -244,6 +242,8 @@ def console(listing: bool = True) -> Console:
 
 
 def listing_table(title: str) -> Table:
+    from rich.table import Table
+
     return Table(title=title, title_justify="left")
 
 
@@ -315,6 +315,10 @@ def push(
     as_json: AsJson = False,
 ) -> None:
     """Desire an app: N instances of COMMAND, placed by auction. `$PORT` is set in each instance."""
+    from common.models import DesiredLRPCreate
+
+    from .bbs_client import Conflict
+
     if not command:
         fail("command: give the command to run after `--`, e.g. `vendue push web -- python3 app.py`",
              USAGE_ERROR)
@@ -349,6 +353,8 @@ def push(
 
 
 def _wait_running(client: BBSClient, name: str, instances: int, timeout: float) -> None:
+    from common.models import ActualState
+
     deadline = time.monotonic() + timeout
     while True:
         actuals = client.actual_lrps(process_guid=name)
@@ -375,6 +381,10 @@ def scale(
 ) -> None:
     """Change how many instances of an app are desired, and/or what happens to them when their cell is
     lost."""
+    from common.models import DesiredLRPUpdate
+
+    from .bbs_client import NotFound
+
     if instances is None and on_cell_loss is None:
         fail("--instances: give the new number of instances (-i N), or --on-cell-loss", USAGE_ERROR)
     update: DesiredLRPUpdate = validated(DesiredLRPUpdate, instances=instances, on_cell_loss=on_cell_loss)
@@ -397,6 +407,8 @@ def delete(
     as_json: AsJson = False,
 ) -> None:
     """Remove an app: its instances are stopped and forgotten."""
+    from .bbs_client import NotFound
+
     with connect(connection) as client:
         try:
             client.remove_desired_lrp(name)
@@ -408,6 +420,8 @@ def delete(
 def app_summaries(desired: Sequence[Any], actuals: Sequence[ActualLRP]) -> list[dict[str, Any]]:
     """Desired vs running per app. An index counts as running once any of its actuals runs (during an
     evacuation the old and the new instance both run; the app still has one running instance there)."""
+    from common.models import ActualState, Presence
+
     by_app: dict[str, list[ActualLRP]] = defaultdict(list)
     for actual in actuals:
         by_app[actual.process_guid].append(actual)
@@ -462,6 +476,8 @@ def apps(
 
 
 def instances_table(actuals: Sequence[ActualLRP], title: str) -> Table:
+    from common.models import ActualState, Presence
+
     table = listing_table(title)
     for column in ("INDEX", "STATE", "PRESENCE", "CELL", "ZONE", "ADDRESS", "SINCE", "CRASHES", "ERROR"):
         table.add_column(column, no_wrap=column != "ERROR", justify="right" if column == "INDEX" else "left")
@@ -484,6 +500,10 @@ def instances(
     as_json: AsJson = False,
 ) -> None:
     """An app's instances: index, state, cell, zone, address, since, crash count, placement error."""
+    from common.models import Presence
+
+    from .bbs_client import NotFound
+
     with connect(connection) as client:
         try:
             desired = client.desired_lrp(name)
@@ -571,6 +591,8 @@ def cells_remove(
 ) -> None:
     """Forget a cell that is gone for good: everything it held is placed again now, whatever the apps'
     --on-cell-loss. Refused while the cell heartbeats (stop or drain its rep first)."""
+    from .bbs_client import Conflict, NotFound
+
     with connect(connection) as client:
         try:
             client.remove_cell(cell_id)
@@ -615,6 +637,10 @@ def task_run(
     as_json: AsJson = False,
 ) -> None:
     """Run a one-off task; wait for it and print its exit status and result (exit 1 if it failed)."""
+    from common.models import TaskCreate
+
+    from .bbs_client import Conflict
+
     if not command:
         fail("command: give the command to run after `--`, e.g. `vendue task run -- echo hi`", USAGE_ERROR)
     fields: dict[str, Any] = {"task_guid": name or f"task-{uuid.uuid4().hex[:10]}", "command": list(command),
@@ -643,6 +669,8 @@ def task_run(
 
 
 def _wait_completed(client: BBSClient, task_guid: str, timeout: float | None) -> Task:
+    from common.models import TaskState
+
     deadline = None if timeout is None else time.monotonic() + timeout
     while True:
         task = client.task(task_guid)
@@ -661,6 +689,8 @@ def task_cancel(
     as_json: AsJson = False,
 ) -> None:
     """Cancel a task (it completes as failed, "cancelled")."""
+    from .bbs_client import BBSClient
+
     _act_on_task(task_guid, connection, BBSClient.cancel_task, "cancelled", as_json)
 
 
@@ -672,10 +702,14 @@ def task_delete(
     as_json: AsJson = False,
 ) -> None:
     """Resolve and delete a completed task."""
+    from .bbs_client import BBSClient
+
     _act_on_task(task_guid, connection, BBSClient.resolve_task, "deleted", as_json)
 
 
 def _act_on_task(task_guid: str, connection: Connection, act, done: str, as_json: bool) -> None:
+    from .bbs_client import NotFound
+
     with connect(connection) as client:
         try:
             act(client, task_guid)
@@ -692,6 +726,8 @@ def tasks(
     as_json: AsJson = False,
 ) -> None:
     """Every task: state, cell, exit status, failure, result."""
+    from common.models import TaskState
+
     if state is not None and state.upper() not in TaskState.__members__:
         fail(f"--state: expected one of {', '.join(TaskState.__members__)}, got {state!r}", USAGE_ERROR)
     with connect(connection) as client:
@@ -711,96 +747,3 @@ def tasks(
                       f"[red]{t.failure_reason or 'failed'}[/]" if t.failed else "",
                       first_line[:60], age(t.created_at, now))
     console().print(table)
-
-
-# --- events ---------------------------------------------------------------------------------------
-
-
-def summarize(event: Event) -> str:
-    """One readable line for an event: who (app/index, task, cell) and what it is now."""
-    data: Any = event.data
-    # Changes may carry {"before": ..., "after": ...}, or wrap the record under one key.
-    if isinstance(data.get("after"), dict):
-        data = data["after"]
-    elif len(data) == 1 and isinstance(next(iter(data.values())), dict):
-        data = next(iter(data.values()))
-    parts: list[str] = []
-    if "process_guid" in data:
-        parts.append(f"{data['process_guid']}/{data['index']}" if "index" in data else data["process_guid"])
-    if "task_guid" in data:
-        parts.append(str(data["task_guid"]))
-    if "cell_id" in data and data["cell_id"]:
-        parts.append(("@" if parts else "") + str(data["cell_id"]))
-    for key in ("state", "presence", "instances", "address", "zone", "crash_count", "placement_error",
-                "failure_reason"):
-        value = data.get(key)
-        if value in (None, "", 0) or (key == "presence" and value == "ORDINARY"):
-            continue
-        parts.append(f"{key}={value}")
-    if not parts:
-        parts.append(json.dumps(event.data, default=str)[:120])
-    return " ".join(parts)
-
-
-@app.command(cls=OneLineErrorsCommand)
-@bbs_command
-def events(
-    app_guid: Annotated[
-        str | None, typer.Option("--app", metavar="APP", help="Only this app's events.")
-    ] = None,
-    cell: Annotated[
-        str | None, typer.Option("--cell", metavar="CELL", help="Only this cell's events.")
-    ] = None,
-    types: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--type", metavar="TYPE", help=f"Only events of this type (repeatable): {', '.join(EVENT_TYPES)}."
-        ),
-    ] = None,
-    connection: Connection = Connection(),
-    as_json: AsJson = False,
-) -> None:
-    """Follow the BBS's event stream: one line per event (Ctrl-C to stop).
-
-    When the BBS goes away it connects again, to another replica if --bbs lists several, and resumes where
-    it was (Last-Event-ID); a `resync` line says events may have been missed there: list again
-    (`vendue apps`, `instances`)."""
-    try:
-        wanted = EventFilterFlags(app=app_guid, cell=cell, type=list(types or ()))
-    except ValidationError as exc:
-        problem = exc.errors()[0]
-        name = str(problem["loc"][0])
-        fail(f"--{name} ({name}): {problem['msg']}", USAGE_ERROR)
-    query = EventQuery(app=wanted.app, cell=wanted.cell, types=tuple(wanted.type))
-
-    told: list[str] = []
-
-    def reconnecting(why: str) -> None:
-        if told[-1:] != [why]:  # once per reason, not once per attempt
-            typer.echo(f"reconnecting: {why}", err=True)
-            told.append(why)
-
-    def following(url: str) -> None:
-        typer.echo(f"following the events of {url} (Ctrl-C to stop)", err=True)
-
-    with connect(connection) as client:
-        try:
-            for event in client.follow_events(query, on_reconnect=reconnecting, on_open=following):
-                if as_json:
-                    line = event.model_dump_json()
-                else:
-                    at = event.at.astimezone().strftime("%H:%M:%S.%f")[:-3]
-                    line = f"{at}  {event.type:<24} {summarize(event)}"
-                sys.stdout.write(line + "\n")
-                sys.stdout.flush()
-        except KeyboardInterrupt:
-            return
-
-
-class EventFilterFlags(BaseModel):
-    """The filters `vendue events` takes, checked as the BBS checks them (GET /v1/events) before asking it.
-    Field names are the query parameters'."""
-
-    app: Annotated[str | None, Field(pattern=GUID_PATTERN)] = None
-    cell: Annotated[str | None, Field(pattern=GUID_PATTERN)] = None
-    type: list[EventType] = []

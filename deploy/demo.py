@@ -45,7 +45,7 @@ from common.procutil import app_python
 
 from .bbs_client import BBSClient, BBSError, ClientAuth
 from .cluster import ClusterError, LocalCluster
-from .cluster_cmd import cluster_table, warn_insecure
+from .cluster_view import cluster_table, warn_insecure
 
 APP_NAME = "web"
 APP_INSTANCES = 3

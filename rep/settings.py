@@ -32,65 +32,96 @@ class RepSettings(TLSOptions, RequestLimitOptions, BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="VENDUE_", extra="ignore")
 
-    bbs_url: str = "http://127.0.0.1:8889"
+    bbs_url: str = Field(default="http://127.0.0.1:8889",
+                         description="The BBS URL, or several comma-separated replicas to fail over between.")
     # nats: also serve state, work, stop and cancel over NATS (the HTTP API stays up: the CLI and the
     # evacuation check use it; heartbeats and reports to the BBS stay HTTP).
-    transport: Transport = "http"
-    nats_url: str = "nats://127.0.0.1:4222"  # may carry credentials: nats://user:pass@host:port
-    nats_token: str | None = None
-    cell_id: str | None = None  # default: derived from the hostname (or cell-<i> for a sim host)
+    transport: Transport = Field(default="http",
+                                 description="http or nats: also serve state and work over NATS.")
+    nats_url: str = Field(default="nats://127.0.0.1:4222",  # may carry credentials: nats://user:pass@host:port
+                          description="NATS server(s), credentials allowed; token: VENDUE_NATS_TOKEN.")
+    nats_token: str | None = Field(default=None, json_schema_extra={"flag": None})  # a secret: env only
+    cell_id: str | None = Field(  # default: derived from the hostname (or cell-<i> for a sim host)
+        default=None, description="Cell id (default: from the hostname).")
     # The process's name (CellPresence.rep_id, NATS subjects vendue.rep.<rep_id>.*): its certificate's CN
     # when it has one; else this; else the cell id of a one-cell rep, or the --cell-id prefix of a sim host
     # (rep/main.py rep_id_of).
-    rep_id: str | None = Field(default=None, pattern=GUID_PATTERN)
-    zone: str = "z0"
-    zones: int | None = Field(default=None, ge=1)  # sim host: spread cells over z0..z{zones-1}
-    listen: str = "127.0.0.1"
-    port: int = Field(default=1800, ge=0, le=65535)
-    advertise_host: str = "127.0.0.1"
+    rep_id: str | None = Field(default=None, pattern=GUID_PATTERN, description="The process's name (NATS "
+                               "subjects; default: the cell id, or the sim prefix).")
+    zone: str = Field(default="z0", description="Availability zone.")
+    zones: int | None = Field(default=None, ge=1, description="Sim: spread the cells over z0..z{Z-1}.")
+    listen: str = Field(default="127.0.0.1", description="Address to bind.")
+    port: int = Field(default=1800, ge=0, le=65535, description="Port; 0 binds a free one.")
+    advertise_host: str = Field(default="127.0.0.1", description="Host in rep and app URLs.")
     # None: the process executor offers the machine (rep/capacity.py) less these reserves, the sim its
     # SIM_DEFAULT_*.
-    memory_mb: int | None = Field(default=None, ge=1)
-    disk_mb: int | None = Field(default=None, ge=1)
-    memory_reserve_mb: int = Field(default=0, ge=0)
-    disk_reserve_mb: int = Field(default=1024, ge=0)
-    containers: int = Field(default=250, ge=1)
-    stacks: list[str] = Field(default_factory=lambda: [DEFAULT_STACK])
-    placement_tags: list[str] = Field(default_factory=list)
-    optional_placement_tags: list[str] = Field(default_factory=list)
-    volume_drivers: list[str] = Field(default_factory=list)
-    labels: dict[str, str] = Field(default_factory=dict)
-    executor: Literal["process", "sim"] = "process"
-    cells: int = Field(default=1, ge=1)
-    sim_start_delay: float = Field(default=0.05, ge=0)
+    memory_mb: int | None = Field(default=None, ge=1, description="Memory to offer, MB (default: MemTotal "
+                                  "of /proc/meminfo less --memory-reserve-mb; sim 64 GB).")
+    disk_mb: int | None = Field(default=None, ge=1, description="Disk to offer, MB (default: the size of the "
+                                "filesystem holding the instance directories less --disk-reserve-mb; sim "
+                                "256 GB).")
+    memory_reserve_mb: int = Field(default=0, ge=0,
+                                   description="Memory kept back from the default --memory-mb, MB.")
+    disk_reserve_mb: int = Field(default=1024, ge=0,
+                                 description="Disk kept back from the default --disk-mb, MB.")
+    containers: int = Field(default=250, ge=1, description="Container slots.")
+    stacks: list[str] = Field(default_factory=lambda: [DEFAULT_STACK],
+                              description="Supported stack, repeatable.",
+                              json_schema_extra={"flag": "--stack"})
+    placement_tags: list[str] = Field(default_factory=list,
+                                      description="Placement tag of this cell, repeatable.",
+                                      json_schema_extra={"flag": "--tag"})
+    optional_placement_tags: list[str] = Field(default_factory=list,
+                                               description="Optional placement tag, repeatable.",
+                                               json_schema_extra={"flag": "--optional-tag"})
+    volume_drivers: list[str] = Field(default_factory=list, description="Volume driver, repeatable.",
+                                      json_schema_extra={"flag": "--volume-driver"})
+    labels: dict[str, str] = Field(default_factory=dict, description="Cell label k=v, repeatable.",
+                                   json_schema_extra={"flag": "--label"})
+    executor: Literal["process", "sim"] = Field(default="process", description="process or sim (--sim).")
+    cells: int = Field(default=1, ge=1, description="Sim: simulated cells in this process.")
+    sim_start_delay: float = Field(default=0.05, ge=0, description="Sim start, s.")
     # Reports wait up to this long to travel together (rep/outbox.py): a claim and the running report
     # of an instance that starts within it reach the BBS in one request.
-    report_linger: float = Field(default=0.1, ge=0, le=5)
-    sim_crash_rate: float = Field(default=0.0, ge=0)
-    presence_ttl: float = Field(default=10.0, gt=0)
-    evacuation_timeout: float = Field(default=600.0, ge=0)
-    stop_grace: float = Field(default=10.0, ge=0)
+    report_linger: float = Field(default=0.1, ge=0, le=5,
+                                 description="Lifecycle reports gather this long, s.")
+    sim_crash_rate: float = Field(default=0.0, ge=0, description="Sim crashes per s.")
+    presence_ttl: float = Field(default=10.0, gt=0, description="Presence TTL, s; beat TTL/3.")
+    evacuation_timeout: float = Field(default=600.0, ge=0, description="Drain limit, s.")
+    stop_grace: float = Field(default=10.0, ge=0, description="SIGTERM->SIGKILL grace, s.")
     # Process executor (rep/isolation.py): each instance under its own uid, in its own cgroup (memory =
     # memory_mb, pids, CPU shares), in its own directory under instances_dir; or "none": as the rep's own
     # user, with RLIMIT_DATA = memory_mb (memory_limit) as its only limit.
-    isolation: Literal["cgroups", "none"] = "cgroups"
-    app_uid_range: str = DEFAULT_UID_RANGE
-    pids_limit: int = Field(default=1024, ge=1)
-    cgroup_parent: str | None = (
-        None  # absolute from each hierarchy's root; default: the rep's own cgroup/vendue
-    )
-    instances_dir: Path | None = None  # default /var/lib/vendue/instances (isolated)
-    cgroup_fs: Path = CGROUP_FS  # where the cgroup hierarchies are mounted (a hidden flag, for tests)
-    memory_limit: bool = True  # --isolation none: cap each child's RLIMIT_DATA at the LRP's memory_mb
+    isolation: Literal["cgroups", "none"] = Field(
+        default="cgroups", description="Process executor: cgroups (needs root: each instance under its own "
+        "uid, in its own cgroup) or none (apps run as the rep's own user, unisolated).")
+    app_uid_range: str = Field(default=DEFAULT_UID_RANGE, description="Uids (gid = uid) given to instances, "
+                               "LO-HI.")
+    pids_limit: int = Field(default=1024, ge=1, description="Processes and threads per instance.")
+    cgroup_parent: str | None = Field(
+        default=None, description="Put the instances' cgroups under this one, absolute from each hierarchy's "
+        "root (default: the rep's own cgroup + /vendue).")
+    instances_dir: Path | None = Field(
+        default=None, description="Where instance directories live. Default with cgroups: "
+        "/var/lib/vendue/instances/<key>/<cell>/ (<key> from the data dir), reachable by the apps' users "
+        "whatever the data dir's parents; with --isolation none: <data-dir>/<cell>/containers/.")
+    cgroup_fs: Path = Field(default=CGROUP_FS, json_schema_extra={"hidden": True},  # a flag for tests
+                            description="Where the cgroup hierarchies are mounted.")
+    memory_limit: bool = Field(default=True,
+                               description="--isolation none: cap each child's RLIMIT_DATA at its memory_mb.")
     # Process executor: an instance's output.log and output.log.1 together (rep/output_log.py), and how
     # often every instance's directory is measured against its disk_mb (rep/disk_usage.py).
-    log_cap_mb: int = Field(default=10, ge=1)
-    disk_check_interval: float = Field(default=2.0, gt=0)
-    data_dir: Path = Path(".vendue")
-    ready_file: Path | None = None
-    http_timeout: float = Field(default=10.0, gt=0)
-    log_level: str = "info"
-    log_format: LogFormat | None = None  # common/logging.py: None picks by whether stderr is a terminal
+    log_cap_mb: int = Field(default=10, ge=1, description="An instance's output.log and output.log.1 "
+                            "together, MB; the older half rotates away.")
+    disk_check_interval: float = Field(default=2.0, gt=0, description="Measure every instance's directory "
+                                       "against its disk_mb this often, s; also on exit.")
+    data_dir: Path = Field(default=Path(".vendue"), description="Container directories.")
+    ready_file: Path | None = Field(default=None, description="Write {url, pid} here once serving.")
+    http_timeout: float = Field(default=10.0, gt=0, description="Seconds per call to the BBS.")
+    log_level: str = Field(default="info", description="debug, info, warning, error.")
+    log_format: LogFormat | None = Field(  # common/logging.py: None picks by whether stderr is a terminal
+        default=None, description="json (one object per line) or console (for a terminal) (default: console "
+        "on a terminal, else json).")
 
     @field_validator("app_uid_range")
     @classmethod
