@@ -24,6 +24,7 @@ from .convert import cell_from_state, lrp_starts, placement_failures, task_start
 from .dispatch import group_work, split_rejections
 from .metrics import Metrics
 from .reporter import PlacementReporter
+from .settings import DEFAULT_EXPLANATIONS
 from .transport import CellStateSource, WorkSender
 
 log = logging.getLogger("auctioneer.auction")
@@ -41,7 +42,7 @@ class AuctionConfig:
     max_inflight_starts: int = 0
     max_attempts: int = 3
     thread_threshold: int = 500  # batches at least this large are scheduled in a worker thread
-    explanations: int = 1_000  # instances per auction explained to the BBS (placement_trace.py); 0: none
+    explanations: int = DEFAULT_EXPLANATIONS  # instances per auction explained to the BBS (placement_trace.py); 0: none
 
 
 class Auction:
