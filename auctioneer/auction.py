@@ -42,7 +42,8 @@ class AuctionConfig:
     max_inflight_starts: int = 0
     max_attempts: int = 3
     thread_threshold: int = 500  # batches at least this large are scheduled in a worker thread
-    explanations: int = DEFAULT_EXPLANATIONS  # instances per auction explained to the BBS (placement_trace.py); 0: none
+    # instances per auction explained to the BBS (placement_trace.py); 0: none
+    explanations: int = DEFAULT_EXPLANATIONS
 
 
 class Auction:
