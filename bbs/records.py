@@ -21,6 +21,7 @@ ORDINARY, EVACUATING, SUSPECT = "ORDINARY", "EVACUATING", "SUSPECT"
 PENDING, TASK_RUNNING, COMPLETED, RESOLVING = "PENDING", "RUNNING", "COMPLETED", "RESOLVING"
 
 ActualKey = tuple[str, int, str]  # (process_guid, index, presence): the actual_lrps primary key
+AUCTIONEER_LEASE = "auctioneer"  # auctioneer/leadership.py takes it through the lease API
 RESCHEDULE, KEEP_REPLICAS = "reschedule", "keep-replicas"  # a desired LRP's on_cell_loss (bbs/cell_loss.py)
 
 
