@@ -803,3 +803,25 @@ async def test_an_unexplained_instance_falls_back_to_its_stored_placement_error(
     why = (await h.http.get("/v1/actual_lrps/web/0/placement")).json()
     assert (why["placed"], why["source"], why["error"], why["detail"]) == (
         False, "placement_error", "insufficient resources: memory", failure["lrps"][0]["detail"])
+
+
+async def test_an_auction_report_under_a_stale_fencing_token_is_refused_and_counted_as_fenced(
+    h: Harness,
+) -> None:
+    """Both kinds of auction report (with failures or accepted work, and a bare summary) go through the one
+    fence check: a 409 counted as a `fenced` refusal and a stale write, nothing applied."""
+    first = (await h.http.post("/v1/leases/auctioneer", json={"owner": "a", "ttl_s": 30})).json()
+    released = await h.http.delete("/v1/leases/auctioneer", params={"owner": "a", "token": first["token"]})
+    assert released.status_code == 204, released.text
+    await h.http.post("/v1/leases/auctioneer", json={"owner": "b", "ttl_s": 30})
+    summary = {"fencing_token": first["token"], "duration_s": 0.1, "fetch_states_s": 0.01, "lrps_placed": 1}
+    with_failures = {**summary, "tasks": [{"task_guid": "t1", "error": "insufficient resources"}]}
+    published: list[dict[str, Any]] = []
+    h.bbs.hub.add_sink(published.extend)
+    for report, writes in ((summary, "auctions"), (with_failures, "placement_failures")):
+        refused = await h.http.post("/v1/auctions", json=report)
+        assert refused.status_code == 409 and "older" in refused.json()["detail"], refused.text
+        metrics = (await h.http.get("/metrics")).text
+        assert f'vendue_bbs_stale_writes_total{{kind="{writes}"}} 1.0' in metrics, metrics
+    assert 'vendue_refused_requests_total{reason="fenced"} 2.0' in metrics, metrics
+    assert not any(e["type"] == "auction_completed" for e in published), "a stale report was applied"
