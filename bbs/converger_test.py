@@ -72,7 +72,7 @@ async def test_only_the_lease_holder_converges(tmp_path: Path, database_url: str
         running_bbs(settings, client=recording_client([])) as one,
         running_bbs(settings, client=recording_client([])) as two,
     ):
-        converger_one, converger_two = one.converger, two.converger
+        converger_one, converger_two = one.uow.converger, two.uow.converger
         await eventually(lambda: converger_one.passes + converger_two.passes >= 5,
                          WAIT_S, "convergence passes")
         assert min(converger_one.passes, converger_two.passes) == 0, (
@@ -126,18 +126,18 @@ async def test_a_stopping_holder_releases_the_lease_and_the_other_replica_conver
         running_bbs(settings, client=recording_client([])) as one,
         running_bbs(settings, client=recording_client([])) as two,
     ):
-        await eventually(lambda: one.converger.passes + two.converger.passes >= 2,
+        await eventually(lambda: one.uow.converger.passes + two.uow.converger.passes >= 2,
                          WAIT_S, "convergence passes")
-        holder, other = (one, two) if one.converger.passes else (two, one)
-        assert other.converger.passes == 0, "expected one replica converging"
-        await holder.converger.stop()
+        holder, other = (one, two) if one.uow.converger.passes else (two, one)
+        assert other.uow.converger.passes == 0, "expected one replica converging"
+        await holder.uow.converger.stop()
         # Released: nobody holds it by the database's clock, or the other replica already does; kept, it
         # would be the holder's for another minute.
-        released = await other.held_lease("convergence")
-        assert released is None or released.owner == other.converger.owner, released
-        await eventually(lambda: other.converger.passes > 0, 5.0, "the other replica converging")
-        lease = await other.lease("convergence")
-        assert lease is not None and lease.owner == other.converger.owner and lease.token == 2, lease
+        released = await other.leases.held("convergence")
+        assert released is None or released.owner == other.uow.converger.owner, released
+        await eventually(lambda: other.uow.converger.passes > 0, 5.0, "the other replica converging")
+        lease = await other.leases.get("convergence")
+        assert lease is not None and lease.owner == other.uow.converger.owner and lease.token == 2, lease
 
 
 async def test_a_late_heartbeat_never_cuts_a_presence_short(

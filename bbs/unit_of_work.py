@@ -152,9 +152,8 @@ class UnitOfWork:
         for cell, task_guid in effects.cancels:
             self.outbound.cancel_task(cell, task_guid)
         for task in effects.callbacks:
-            url = task.definition.get("completion_callback_url")
-            if url:
-                self.outbound.spawn(self._callback(url, task))
+            if task.callback_url:
+                self.outbound.spawn(self._callback(task.callback_url, task))
         if effects.wake_convergence:
             self.on_wake()
         if effects.pass_due is not None:

@@ -154,7 +154,7 @@ def rebooted_cells(existing: dict[str, CellRecord], latest: dict[str, CellPresen
     rebooted = []
     for cell_id, body in latest.items():
         before = existing.get(cell_id)
-        seen = before.presence.get("boot_id", "") if before is not None else ""
+        seen = before.boot_id if before is not None else ""
         if seen and body.boot_id and seen != body.boot_id:
             rebooted.append(cell_id)
     return rebooted

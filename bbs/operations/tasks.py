@@ -97,4 +97,4 @@ async def fail_tasks_of(tx: Tx, rebooted: list[str], now: float, effects: Effect
              extra={"data": {"cells": rebooted, "tasks": [t.task_guid for t in failed]}})
     effects.events.append(lambda: [event("task_changed", t.to_wire(), now)
                                    for t in failed])
-    effects.callbacks.extend(t for t in failed if t.definition.get("completion_callback_url"))
+    effects.callbacks.extend(t for t in failed if t.callback_url)
