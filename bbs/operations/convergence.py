@@ -108,6 +108,8 @@ async def converge_once(conv: Convergence, now: float | None = None) -> float | 
     if not waiting:
         resolved = [report.id for report in due]
     probes.request(cells[cell_id] for cell_id in sorted(actions.probe_cells) if cell_id in cells)
+    # Not UnitOfWork.write: a pass writes only when it changed something, yet its sends (kicked tasks,
+    # callbacks retried) go either way; the effects run once, after the write if there is one.
     effects = Effects()
     touched = touched_indices(changes, actions)  # every start among them
     desired_now: dict[str, DesiredRecord] = {}
