@@ -7,15 +7,18 @@ Functional core (pure, tested without I/O):
   restart_policy.py   Diego's crash restart policy
   convergence.py      one convergence pass as a pure function; resize (scale) and evacuate decisions
 
-Imperative shell:
+Imperative shell (README.md has the map):
   store/              Store/Tx over SQLAlchemy 2 async Core (SQLite WAL default), a module per entity,
                       schema + Alembic migrations
-  service.py          the operations: one write transaction each, group-committed on the hot paths
-                      (desires, heartbeats, lifecycle reports), side effects after commit
+  unit_of_work.py     a write transaction, its side effects after commit, the auctioneer-lease fence
+  operations/         one module per resource, group-committed on the hot paths (desires, heartbeats,
+                      lifecycle reports); convergence.py a pass: snapshot read, pure decisions,
+                      revalidated bulk write, sends
+  core.py             BBS: the unit of work and the operations composed
   (common/group_commit.py: requests arriving during a transaction share the next one)
-  convergence_pass.py a pass: snapshot read, pure decisions, revalidated bulk write, sends
   converger.py        the loop: timer, wake-ups, presence expiry and crash backoff deadlines, the lease
   outbound.py         auctioneer (coalesced, retried), rep stop/cancel/state, completion callbacks
-  events.py           SSE broadcaster;  metrics.py  Prometheus;  api.py  FastAPI routes
+  events.py           SSE broadcaster;  metrics.py  Prometheus
+  api.py, routes/     FastAPI: one router per resource, mounted by create_app
   server.py           runtime wiring and uvicorn (ready file, graceful SIGTERM/SIGINT)
 """

@@ -15,9 +15,8 @@ import httpx
 import pytest
 
 from bbs.api import create_app
-from bbs.convergence_pass import converge_once
+from bbs.core import BBS
 from bbs.server import running_bbs
-from bbs.service import BBS
 from bbs.settings import BBSSettings
 from tests.support.polling import eventually, expect
 
@@ -304,7 +303,7 @@ async def test_auctioneer_down_still_accepts_and_leaves_state_for_convergence(h:
     await h.settle()
     assert [a["state"] for a in await h.actuals()] == ["UNCLAIMED", "UNCLAIMED"]
     h.rec.auctioneer_down = False
-    await converge_once(h.bbs, time.time() + 31)  # stale unclaimed: auctioned again
+    await h.bbs.convergence.run_pass(time.time() + 31)  # stale unclaimed: auctioned again
     await h.settle()
     [starts] = h.rec.to(AUCTIONEER + "/v1/lrps")
     assert starts[0]["indices"] == [0, 1]
@@ -558,14 +557,14 @@ async def test_expired_cell_suspect_then_promoted_back_when_it_returns(h: Harnes
     await h.heartbeat("c1")
     await desire(h, 1)
     await h.lifecycle("c1", claimed=[ref(0, "a")], running=[running(0, "a")])
-    await converge_once(h.bbs, time.time() + 11)  # c1's presence has expired by then
+    await h.bbs.convergence.run_pass(time.time() + 11)  # c1's presence has expired by then
     rows = sorted((a["presence"], a["state"]) for a in await h.actuals())
     assert rows == [("ORDINARY", "UNCLAIMED"), ("SUSPECT", "RUNNING")]
     await h.heartbeat("c1")  # back before the replacement ran...
-    await converge_once(h.bbs)  # ...but its rep does not answer /state yet: undecided
+    await h.bbs.convergence.run_pass()  # ...but its rep does not answer /state yet: undecided
     assert len(await h.actuals()) == 2
     h.rec.holdings["http://c1.rep"] = ["a"]  # it still runs the instance: promoted back
-    await converge_once(h.bbs)
+    await h.bbs.convergence.run_pass()
     assert [(a["presence"], a["state"], a["instance_guid"]) for a in await h.actuals()] == [
         ("ORDINARY", "RUNNING", "a")
     ]
@@ -575,10 +574,10 @@ async def test_a_cell_returning_without_its_instances_keeps_the_replacements(h: 
     await h.heartbeat("c1")
     await desire(h, 1)
     await h.lifecycle("c1", claimed=[ref(0, "a")], running=[running(0, "a")])
-    await converge_once(h.bbs, time.time() + 11)
+    await h.bbs.convergence.run_pass(time.time() + 11)
     await h.heartbeat("c1")
     h.rec.holdings["http://c1.rep"] = []  # its rep restarted and lost the instance
-    await converge_once(h.bbs)
+    await h.bbs.convergence.run_pass()
     assert [(a["presence"], a["state"]) for a in await h.actuals()] == [("ORDINARY", "UNCLAIMED")]
     # A late `running` about the lost instance is refused: the rep stops it.
     assert (await h.lifecycle("c1", running=[running(0, "a")]))["refused"] == [ref(0, "a")]
@@ -615,7 +614,7 @@ async def test_a_report_whose_client_left_while_it_queued_is_not_applied(h: Harn
         await app(scope, receive, send)
         return messages
 
-    batcher = h.bbs._lifecycle_batcher  # (private: the only way to see a report queued behind a batch)
+    batcher = h.bbs.actual_lrps._batcher  # (private: the only way to see a report queued behind a batch)
     async with h.bbs.store.write():  # the first report's batch waits for this lock; the second queues
         first = asyncio.create_task(
             call("/v1/lifecycle", {"cells": {"c1": {"claimed": [ref(0, "a")]}}}, None)
@@ -685,7 +684,7 @@ async def test_removing_a_lost_cell_places_again_everything_it_held(h: Harness) 
     present = await h.http.delete("/v1/cells/c1")
     assert present.status_code == 409 and "is present" in present.json()["detail"], present.text
     await expire(h, "c1")
-    await converge_once(h.bbs)
+    await h.bbs.convergence.run_pass()
     # keep-replicas, two instances: index 0 stays on the lost cell, SUSPECT (still RUNNING), unreplaced.
     rows = sorted((a["index"], a["presence"], a["state"], a["cell_id"]) for a in await h.actuals())
     assert rows == [(0, "SUSPECT", "RUNNING", "c1"), (1, "ORDINARY", "RUNNING", "c2")]
@@ -693,7 +692,7 @@ async def test_removing_a_lost_cell_places_again_everything_it_held(h: Harness) 
     auctions = len(h.rec.to(AUCTIONEER + "/v1/lrps"))
 
     assert (await h.http.delete("/v1/cells/c1")).status_code == 204
-    await converge_once(h.bbs)  # the pass the removal wakes
+    await h.bbs.convergence.run_pass()  # the pass the removal wakes
     rows = sorted((a["index"], a["presence"], a["state"], a["cell_id"]) for a in await h.actuals())
     assert rows == [(0, "ORDINARY", "UNCLAIMED", ""), (1, "ORDINARY", "RUNNING", "c2")]
     await h.settle()
@@ -712,7 +711,7 @@ async def report_accepted(h: Harness, cell_id: str, lrps: str = "", tasks: str =
 async def test_an_accepted_instance_whose_claim_is_late_is_not_auctioned_again_while_its_cell_holds_it(
     h: Harness,
 ) -> None:
-    h.bbs.convergence = dataclasses.replace(h.bbs.convergence, stale_unclaimed=0.5)
+    h.bbs.convergence.config = dataclasses.replace(h.bbs.convergence.config, stale_unclaimed=0.5)
     await h.heartbeat("c1")
     await desire(h, 1)
     await report_accepted(h, "c1", lrps="web:0")  # the auctioneer placed it on c1; c1's claim is slow
@@ -721,21 +720,21 @@ async def test_an_accepted_instance_whose_claim_is_late_is_not_auctioned_again_w
 
     async def probed_after(t: float) -> float:
         def probe_after() -> float:
-            probe = h.bbs.probes.latest().get("c1")
+            probe = h.bbs.convergence.probes.latest().get("c1")
             return expect(probe is not None and probe.started_at > t and probe.started_at, f"probe {probe}")
 
         return await eventually(probe_after, 10.0, f"c1 probed after {t}")
 
-    await converge_once(h.bbs, stale)  # nothing heard from c1 since it accepted: asked, not auctioned
+    await h.bbs.convergence.run_pass(stale)  # nothing heard from c1 since it accepted: asked, not auctioned
     first = await probed_after(0.0)
-    await converge_once(h.bbs, stale)  # c1 says it holds it: still not auctioned
+    await h.bbs.convergence.run_pass(stale)  # c1 says it holds it: still not auctioned
     await h.settle()
     assert len(h.rec.to(AUCTIONEER + "/v1/lrps")) == 1, "the instance c1 accepted was auctioned a second time"
     assert [(a["state"], a["presence"]) for a in await h.actuals()] == [("UNCLAIMED", "ORDINARY")]
 
     h.rec.holdings["http://c1.rep"] = []  # c1's rep restarted: it no longer holds web/0
     await probed_after(first)
-    await converge_once(h.bbs, stale + 1.0)
+    await h.bbs.convergence.run_pass(stale + 1.0)
     await h.settle()
     assert [s["indices"] for s in h.rec.to(AUCTIONEER + "/v1/lrps")[-1]] == [[0]]
 
@@ -748,15 +747,15 @@ async def test_accepted_work_is_forgotten_once_claimed_and_a_bad_report_is_422(h
     await h.lifecycle("c1", claimed=[ref(0, "a"), ref(1, "b")])
     async with h.bbs.store.read() as tx:
         assert len(await tx.placement_times()) == 1
-    await converge_once(h.bbs, time.time() + 5)  # younger than the staleness limit: not looked at
+    await h.bbs.convergence.run_pass(time.time() + 5)  # younger than the staleness limit: not looked at
     async with h.bbs.store.read() as tx:
         assert len(await tx.placement_times()) == 1
-    await converge_once(h.bbs, time.time() + 31)  # web's claims are in: the report goes
+    await h.bbs.convergence.run_pass(time.time() + 31)  # web's claims are in: the report goes
     async with h.bbs.store.read() as tx:
         assert await tx.placement_times() == []
     await report_accepted(h, "c1", lrps="api:0")
     await h.lifecycle("c1", claimed=[ref(0, "c", pg="api")])
-    await converge_once(h.bbs, time.time() + 31)  # nothing UNCLAIMED: the report goes unread
+    await h.bbs.convergence.run_pass(time.time() + 31)  # nothing UNCLAIMED: the report goes unread
     async with h.bbs.store.read() as tx:
         assert await tx.placement_times() == []
     for accepted, name in (({"c1": {"lrps": "web 0"}}, "lrps"), ({"c1": {"tasks": "a  b"}}, "tasks")):
@@ -804,3 +803,25 @@ async def test_an_unexplained_instance_falls_back_to_its_stored_placement_error(
     why = (await h.http.get("/v1/actual_lrps/web/0/placement")).json()
     assert (why["placed"], why["source"], why["error"], why["detail"]) == (
         False, "placement_error", "insufficient resources: memory", failure["lrps"][0]["detail"])
+
+
+async def test_an_auction_report_under_a_stale_fencing_token_is_refused_and_counted_as_fenced(
+    h: Harness,
+) -> None:
+    """Both kinds of auction report (with failures or accepted work, and a bare summary) go through the one
+    fence check: a 409 counted as a `fenced` refusal and a stale write, nothing applied."""
+    first = (await h.http.post("/v1/leases/auctioneer", json={"owner": "a", "ttl_s": 30})).json()
+    released = await h.http.delete("/v1/leases/auctioneer", params={"owner": "a", "token": first["token"]})
+    assert released.status_code == 204, released.text
+    await h.http.post("/v1/leases/auctioneer", json={"owner": "b", "ttl_s": 30})
+    summary = {"fencing_token": first["token"], "duration_s": 0.1, "fetch_states_s": 0.01, "lrps_placed": 1}
+    with_failures = {**summary, "tasks": [{"task_guid": "t1", "error": "insufficient resources"}]}
+    published: list[dict[str, Any]] = []
+    h.bbs.hub.add_sink(published.extend)
+    for report, writes in ((summary, "auctions"), (with_failures, "placement_failures")):
+        refused = await h.http.post("/v1/auctions", json=report)
+        assert refused.status_code == 409 and "older" in refused.json()["detail"], refused.text
+        metrics = (await h.http.get("/metrics")).text
+        assert f'vendue_bbs_stale_writes_total{{kind="{writes}"}} 1.0' in metrics, metrics
+    assert 'vendue_refused_requests_total{reason="fenced"} 2.0' in metrics, metrics
+    assert not any(e["type"] == "auction_completed" for e in published), "a stale report was applied"

@@ -13,9 +13,8 @@ import socket
 import time
 import uuid
 
-from .convergence_pass import converge_once
+from .core import BBS
 from .events import event
-from .service import BBS
 
 log = logging.getLogger("bbs.converger")
 
@@ -35,9 +34,9 @@ class Converger:
         self.token: int | None = None  # the lease's fencing token while this process holds it
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
-        bbs.on_wake = self.wake
-        bbs.on_due = self.wake_at
-        bbs.converger = self
+        bbs.uow.on_wake = self.wake
+        bbs.uow.on_due = self.wake_at
+        bbs.uow.converger = self
 
     def wake(self) -> None:
         self._wake.set()
@@ -62,7 +61,7 @@ class Converger:
             return
         try:
             released = await asyncio.wait_for(
-                self.bbs.release_lease(LEASE, self.owner, token), RELEASE_TIMEOUT_S
+                self.bbs.leases.release(LEASE, self.owner, token), RELEASE_TIMEOUT_S
             )
         except Exception as exc:  # noqa: BLE001 - the lease then simply expires
             log.warning("could not release the convergence lease", extra={"data": {"error": repr(exc)}})
@@ -90,7 +89,7 @@ class Converger:
     async def _pass(self) -> float:
         """Run a pass if this process holds the lease; returns the longest wait before the next one."""
         try:
-            self.token = await self.bbs.acquire_lease(LEASE, self.owner)
+            self.token = await self.bbs.leases.acquire(LEASE, self.owner)
         except Exception:
             # No answer: not known to hold it, so no counts that may be stale (another replica's to give).
             self.bbs.metrics.diego.lease(False)
@@ -99,7 +98,7 @@ class Converger:
         if self.token is None:
             return self.interval
         started = time.perf_counter()
-        next_due = await converge_once(self.bbs)
+        next_due = await self.bbs.convergence.run_pass()
         took = time.perf_counter() - started
         self.bbs.metrics.convergence_seconds.observe(took)
         self.bbs.metrics.diego.converged(took)

@@ -21,7 +21,7 @@ from typing import Annotated, Any
 from fastapi import FastAPI, Query
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
-from .service import BBS
+from .core import BBS
 
 SESSION_COOKIE = "vendue_session"
 SESSION_S = 8 * 3600.0  # a working day; `vendue dashboard` again for another
@@ -63,7 +63,7 @@ def add_dashboard(app: FastAPI, bbs: BBS) -> None:
         it is, may not log in with it)."""
         if not token:
             return HTMLResponse(LOGIN_HELP, headers=PAGE_HEADERS)
-        session = await bbs.log_in(token, SESSION_S)
+        session = await bbs.tokens.log_in(token, SESSION_S)
         if session is None:
             return HTMLResponse(LOGIN_REFUSED, status_code=403, headers=PAGE_HEADERS)
         response = RedirectResponse("/ui", status_code=303, headers=PAGE_HEADERS)

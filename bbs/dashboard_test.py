@@ -38,10 +38,10 @@ async def test_a_login_token_becomes_a_reader_session_cookie_for_reads_only(bbs_
     assert refused.status_code == 403 and "not valid" in refused.text
     assert SESSION_COOKIE not in http.cookies
 
-    api_token = await bbs.create_token(TokenCreate(role="reader", name="a script", expires_in_s=60))
+    api_token = await bbs.tokens.create(TokenCreate(role="reader", name="a script", expires_in_s=60))
     refused = await http.get("/ui/login", params={"token": api_token["token"]})
     assert refused.status_code == 403, "only a login token logs in"
-    login = await bbs.create_token(
+    login = await bbs.tokens.create(
         TokenCreate(role="reader", name="dashboard login", expires_in_s=60, purpose="login"))
     as_bearer = await http.get("/v1/cells", headers={"Authorization": f"Bearer {login['token']}"})
     assert as_bearer.status_code == 401, "a login token is not a bearer token"
@@ -62,7 +62,7 @@ async def test_a_login_token_becomes_a_reader_session_cookie_for_reads_only(bbs_
     assert write.status_code == 401, write.text  # a cookie never authorizes a write (CSRF)
     assert (await http.get("/v1/desired_lrps")).json()["items"] == []
 
-    tokens = {t["name"]: t for t in await bbs.list_tokens()}
+    tokens = {t["name"]: t for t in await bbs.tokens.list_all()}
     assert tokens["dashboard session of dashboard login"]["role"] == "reader"
     assert tokens["dashboard session of dashboard login"]["purpose"] == "session"
     assert "dashboard login" not in tokens, "the login token, used, is gone"
@@ -76,27 +76,27 @@ async def test_a_login_token_becomes_a_reader_session_cookie_for_reads_only(bbs_
 
 async def test_a_login_link_opened_twice_at_once_logs_in_once(bbs_http) -> None:
     bbs, http = bbs_http
-    login = await bbs.create_token(TokenCreate(role="reader", name="link", expires_in_s=60, purpose="login"))
+    login = await bbs.tokens.create(TokenCreate(role="reader", name="link", expires_in_s=60, purpose="login"))
     opening = (http.get("/ui/login", params={"token": login["token"]}) for _ in range(5))
     answers = await asyncio.gather(*opening)
     assert sorted(a.status_code for a in answers) == [303, 403, 403, 403, 403]
-    sessions = [t for t in await bbs.list_tokens() if t["purpose"] == "session"]
+    sessions = [t for t in await bbs.tokens.list_all() if t["purpose"] == "session"]
     assert len(sessions) == 1, sessions
 
 
 async def test_each_login_deletes_the_logins_and_sessions_that_can_never_be_used_again(bbs_http) -> None:
     bbs, http = bbs_http
-    expired = await bbs.create_token(TokenCreate(role="reader", name="old link", expires_in_s=0.01,
+    expired = await bbs.tokens.create(TokenCreate(role="reader", name="old link", expires_in_s=0.01,
                                                  purpose="login"))
-    revoked = await bbs.create_token(TokenCreate(role="reader", name="revoked link", purpose="login"))
-    await bbs.revoke_token(revoked["id"])
-    script = await bbs.create_token(TokenCreate(role="reader", name="a script", expires_in_s=0.01))
-    unused = await bbs.create_token(TokenCreate(role="reader", name="unused link", purpose="login"))
-    login = await bbs.create_token(TokenCreate(role="reader", name="link", purpose="login"))
+    revoked = await bbs.tokens.create(TokenCreate(role="reader", name="revoked link", purpose="login"))
+    await bbs.tokens.revoke(revoked["id"])
+    script = await bbs.tokens.create(TokenCreate(role="reader", name="a script", expires_in_s=0.01))
+    unused = await bbs.tokens.create(TokenCreate(role="reader", name="unused link", purpose="login"))
+    login = await bbs.tokens.create(TokenCreate(role="reader", name="link", purpose="login"))
     last_expiry = max(expired["expires_at"], script["expires_at"])
     await eventually(lambda: time.time() > last_expiry, 5.0, "the two 10 ms tokens expired")
     assert (await http.get("/ui/login", params={"token": login["token"]})).status_code == 303
-    kept = {t["id"] for t in await bbs.list_tokens()}
+    kept = {t["id"] for t in await bbs.tokens.list_all()}
     assert expired["id"] not in kept and revoked["id"] not in kept and login["id"] not in kept
     assert {script["id"], unused["id"]} <= kept, "an API token is listed until revoked; a login until used"
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import dataclasses
 
 from bbs.convergence import ConvergenceConfig
-from bbs.convergence_pass import _decide
 from bbs.diego_counts import PassCounts
+from bbs.operations.convergence import _decide
 from bbs.placements import PlacementLog
 from bbs.records import (
     CLAIMED,

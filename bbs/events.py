@@ -45,8 +45,8 @@ QUEUE_CHUNKS = 1000
 REPLAY_EVENTS = (
     10_000  # kept for Last-Event-ID: a few seconds of a 10,000-instance push, minutes of a quiet one
 )
-# Events are built for this long after the last subscriber left (none would otherwise be, bbs/service.py),
-# so that a client reconnecting within it resumes instead of resyncing.
+# Events are built for this long after the last subscriber left (none would otherwise be:
+# bbs/unit_of_work.py), so that a client reconnecting within it resumes instead of resyncing.
 LINGER_S = 60.0
 RESYNC = "resync"
 PIECE_BYTES = 64 * 1024

@@ -11,7 +11,7 @@ from fastapi import HTTPException, Request
 
 from common.auth import READ_ROLES, Policy, identity_of, public, rule
 
-from .service import AUCTIONEER_LEASE
+from .records import AUCTIONEER_LEASE
 
 # Whoever places or converges reads the BBS's state: people, the auctioneer, other BBS replicas.
 STATE_READERS = (*READ_ROLES, "auctioneer", "bbs")

@@ -40,7 +40,8 @@ from .rebalance_budget import moves_per_minute
 from .rebalance_moves import abandon_move, move_outcome, pinned, placement_request, planner_cells, start_move
 
 if TYPE_CHECKING:
-    from .service import BBS, Effects
+    from .unit_of_work import Effects
+    from .unit_of_work import UnitOfWork as BBS
 
 log = logging.getLogger("bbs.rebalance")
 TICK_S = 0.2  # how often moves in flight are checked and queued ones started
@@ -276,6 +277,6 @@ def _cell_of(actuals: ActualSet, process_guid: str, index: int) -> str:
 
 
 def _effects(**fields: Any) -> Effects:
-    from .service import Effects  # here: the service module makes the rebalancer
+    from .unit_of_work import Effects
 
     return Effects(**fields)

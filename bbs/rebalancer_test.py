@@ -131,7 +131,7 @@ async def _a_cell_joins_two_full_ones(h: Harness) -> float:  # noqa: F811 - the 
     rebalancer's first look, which saw c1 and c2 only."""
     rebalancer = h.bbs.rebalancer
     rebalancer.settings = h.bbs.settings.model_copy(update={"rebalance_interval": 1.0})
-    h.bbs.converger = SimpleNamespace(token=1)  # this replica holds the convergence lease
+    h.bbs.uow.converger = SimpleNamespace(token=1)  # this replica holds the convergence lease
     await h.heartbeat("c1")
     await h.heartbeat("c2")
     response = await h.http.post(

@@ -14,13 +14,28 @@ import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, TypedDict
+from typing import Any, Final, Literal, TypedDict
 
-UNCLAIMED, CLAIMED, RUNNING, CRASHED = "UNCLAIMED", "CLAIMED", "RUNNING", "CRASHED"
-ORDINARY, EVACUATING, SUSPECT = "ORDINARY", "EVACUATING", "SUSPECT"
-PENDING, TASK_RUNNING, COMPLETED, RESOLVING = "PENDING", "RUNNING", "COMPLETED", "RESOLVING"
+# The states as the wire models' enums name them (common.models ActualState, Presence, TaskState:
+# records_test.py checks they agree), as plain strings: rows are compared with them in the hot loops of
+# convergence and the lifecycle, where a str compared with a StrEnum member costs up to twice as much.
+ActualStateName = Literal["UNCLAIMED", "CLAIMED", "RUNNING", "CRASHED"]
+PresenceName = Literal["ORDINARY", "EVACUATING", "SUSPECT"]
+TaskStateName = Literal["PENDING", "RUNNING", "COMPLETED", "RESOLVING"]
+UNCLAIMED: Final = "UNCLAIMED"
+CLAIMED: Final = "CLAIMED"
+RUNNING: Final = "RUNNING"
+CRASHED: Final = "CRASHED"
+ORDINARY: Final = "ORDINARY"
+EVACUATING: Final = "EVACUATING"
+SUSPECT: Final = "SUSPECT"
+PENDING: Final = "PENDING"
+TASK_RUNNING: Final = "RUNNING"
+COMPLETED: Final = "COMPLETED"
+RESOLVING: Final = "RESOLVING"
 
 ActualKey = tuple[str, int, str]  # (process_guid, index, presence): the actual_lrps primary key
+AUCTIONEER_LEASE = "auctioneer"  # auctioneer/leadership.py takes it through the lease API
 RESCHEDULE, KEEP_REPLICAS = "reschedule", "keep-replicas"  # a desired LRP's on_cell_loss (bbs/cell_loss.py)
 
 
@@ -89,9 +104,9 @@ class DesiredSize:
 class ActualRecord:
     process_guid: str
     index: int
-    presence: str = ORDINARY
+    presence: PresenceName = ORDINARY
     domain: str = ""
-    state: str = UNCLAIMED
+    state: ActualStateName = UNCLAIMED
     instance_guid: str = ""
     cell_id: str = ""
     zone: str = ""
@@ -193,7 +208,7 @@ def changed(record: ActualRecord, **changes: Any) -> ActualRecord:
 
 def claimed(
     record: ActualRecord,
-    state: str,
+    state: ActualStateName,
     instance_guid: str,
     cell_id: str,
     zone: str,
@@ -236,7 +251,7 @@ class TaskRecord:
     task_guid: str
     domain: str
     definition: dict[str, Any]  # the TaskCreate body, as JSON data
-    state: str = PENDING
+    state: TaskStateName = PENDING
     cell_id: str = ""
     failed: bool = False
     failure_reason: str = ""
@@ -247,6 +262,11 @@ class TaskRecord:
     updated_at: float = 0.0
     first_completed_at: float | None = None
     auctioned_at: float = 0.0  # internal: the last time it was sent to the auctioneer (or callback tried)
+
+    @property
+    def callback_url(self) -> str:
+        """Where its outcome is POSTed once completed ("" for none)."""
+        return str(self.definition.get("completion_callback_url") or "")
 
     def to_wire(self) -> dict[str, Any]:
         return {
@@ -300,6 +320,11 @@ class CellRecord:
     @property
     def evacuating(self) -> bool:
         return bool(self.presence.get("evacuating", False))
+
+    @property
+    def boot_id(self) -> str:
+        """The rep process's boot id at its last heartbeat (a new one: the rep restarted)."""
+        return str(self.presence.get("boot_id", ""))
 
     def present(self, now: float) -> bool:
         return self.expires_at >= now

@@ -17,9 +17,9 @@ import httpx
 import pytest
 
 from bbs.api import create_app
+from bbs.core import BBS
 from bbs.redact import MASK, masked_env
 from bbs.server import running_bbs
-from bbs.service import BBS
 from bbs.settings import BBSSettings
 from common.models import TokenCreate
 
@@ -64,7 +64,7 @@ async def h(tmp_path: Path) -> AsyncIterator[Harness]:
         transport = httpx.ASGITransport(app=create_app(bbs, insecure=False))
         clients = []
         for role in ("admin", "reader"):
-            token = (await bbs.create_token(TokenCreate(role=role, name=role)))["token"]
+            token = (await bbs.tokens.create(TokenCreate(role=role, name=role)))["token"]
             clients.append(httpx.AsyncClient(transport=transport, base_url="http://bbs", timeout=10,
                                              headers={"authorization": f"Bearer {token}"}))
         try:

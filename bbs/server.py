@@ -31,10 +31,11 @@ from common.tls import INSECURE_WARNING, client_context
 
 from .api import create_app
 from .converger import Converger
+from .core import BBS
 from .events import EventHub
 from .metrics import BBSMetrics
 from .outbound import Outbound
-from .service import AUCTIONEER_LEASE, BBS
+from .records import AUCTIONEER_LEASE
 from .settings import BBSSettings
 from .store import Store
 
@@ -107,7 +108,7 @@ async def running_bbs(
         hub.close()
         await bbs.rebalancer.stop()
         await converger.stop()
-        await bbs.probes.close()
+        await bbs.convergence.probes.close()
         with contextlib.suppress(TimeoutError):
             await outbound.drain(DRAIN_TIMEOUT_S)
         await outbound.close()

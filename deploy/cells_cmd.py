@@ -4,7 +4,7 @@ cordon: the cell takes no new work and keeps what it runs. drain: cordon, and ev
 moved make-before-break (its replacement runs elsewhere before it stops); the rep keeps running. An
 instance no other cell has room for stays where it runs, and `--wait` says why (its replacement's
 placement error). uncordon: the cell takes work again; it ends a drain. The state is the BBS's: it
-survives the rep's restarts and the BBS's (bbs/service.py set_cell_mode).
+survives the rep's restarts and the BBS's (bbs/operations/cells.py Cells.set_mode).
 """
 
 from __future__ import annotations

@@ -18,14 +18,13 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from common.priority_lock import PriorityLock
-
 from ..actual_set import ActualChanges
 from ..encryption import KeyRing
 from ..records import ActualRecord, actual_key, changed
 from . import tables as t
 from .actual_cache import ActualCache, CacheOp
 from .driver import DriverStatement, StatementCache, result_processors
+from .priority_lock import PriorityLock
 from .transaction import CHUNK, PARTITION, Transaction, chunks
 
 _ACTUAL_FIELDS = [c.name for c in t.actual_lrps.columns if c.name != "idx"]

@@ -39,8 +39,6 @@ from contextlib import asynccontextmanager
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from common.priority_lock import PriorityLock
-
 from ..encryption import KeyRing
 from .actual_cache import ActualCache
 from .actuals import ActualQueries, compile_hot_statements
@@ -49,6 +47,7 @@ from .database import WRITE_LOCK_KEY, WRITER_OPTION, check_schema, create_engine
 from .desired import DesiredQueries
 from .leases import LeaseQueries
 from .placements import PlacementQueries
+from .priority_lock import PriorityLock
 from .resealing import Resealing, refuse_unknown_keys
 from .tasks import TaskQueries
 from .tokens import TokenQueries

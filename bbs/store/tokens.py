@@ -1,5 +1,5 @@
-"""Bearer tokens: kept by the SHA-256 of their secret, listed, revoked (bbs/service.py decides what they
-allow)."""
+"""Bearer tokens: kept by the SHA-256 of their secret, listed, revoked (bbs/operations/tokens.py decides what
+they allow)."""
 
 from __future__ import annotations
 

@@ -487,7 +487,7 @@ def _outcome(the_plan: Plan, strategy: str, transport: str, watcher: Watcher, ex
 
 
 def _failure(item: dict[str, Any], message: str) -> dict[str, Any]:
-    """The BBS keeps `<error> — <detail>` (bbs/service.py placement_message): split it back."""
+    """The BBS keeps `<error> — <detail>` (bbs/operations/auctions.py placement_message): split it back."""
     error, _, detail = message.partition(" — ")
     return {**item, "error": error, "detail": detail}
 

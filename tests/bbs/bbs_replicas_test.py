@@ -247,7 +247,7 @@ async def test_bbs_connections_terminated_by_postgres_mid_burst_lose_nothing_ack
 
     async def desire(guid: str) -> None:
         try:
-            await bbs.desire_lrp(DesiredLRPCreate(process_guid=guid, instances=2))
+            await bbs.desired_lrps.desire(DesiredLRPCreate(process_guid=guid, instances=2))
         except Exception:  # noqa: BLE001 - caught in a terminated session: not acknowledged
             return
         acknowledged.append(guid)
@@ -260,10 +260,10 @@ async def test_bbs_connections_terminated_by_postgres_mid_burst_lose_nothing_ack
             await writes
         assert terminated > 0
         assert await bbs.store.ping()
-        await bbs.desire_lrp(DesiredLRPCreate(process_guid="after", instances=2))
-        stored = {d["process_guid"] for d in await bbs.list_desired()}
+        await bbs.desired_lrps.desire(DesiredLRPCreate(process_guid="after", instances=2))
+        stored = {d["process_guid"] for d in await bbs.desired_lrps.list_all()}
         assert set(acknowledged) | {"after"} <= stored
-        actuals = await bbs.list_actuals()
+        actuals = await bbs.actual_lrps.list_all()
         assert len(actuals) == 2 * len(stored)
 
 

@@ -130,7 +130,7 @@ async def test_the_bbs_presents_its_certificate_to_a_tls_nats_server(tmp_path: P
             )
             async with running_bbs(settings, converge=False) as bbs:
                 await bbs.outbound.nats.wait_connected(10)
-                await bbs.desire_lrp(DesiredLRPCreate(process_guid="web", instances=1))
+                await bbs.desired_lrps.desire(DesiredLRPCreate(process_guid="web", instances=1))
                 await eventually(lambda: "vendue.events.desired_lrp_created" in events,
                                  DEADLINE_S, "desired_lrp_created from the BBS on the TLS server",
                                  lambda: events)

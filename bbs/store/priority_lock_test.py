@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from common.priority_lock import PriorityLock
+from bbs.store.priority_lock import PriorityLock
 from tests.support.polling import eventually
 
 

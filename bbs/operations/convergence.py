@@ -1,5 +1,7 @@
-"""One convergence pass of a BBS: read a snapshot, decide (bbs.convergence.converge, pure), apply
-what is still valid in one write transaction, then send the auctions, stops and events.
+"""Convergence: one pass of a BBS reads a snapshot, decides (bbs.convergence.converge, pure), applies
+what is still valid in one write transaction, then sends the auctions, stops and events. Its state
+between passes (the leader's) is here too: what cells were asked what they hold (probes), and the
+auctioneer's reports of what they accepted (the placement log).
 
 The snapshot is read without the write lock, so a pass over 10,000 instances does not hold up the
 reps' lifecycle reports; the write keeps only the decisions about rows nobody changed meanwhile
@@ -13,9 +15,9 @@ import logging
 import time
 from collections.abc import Mapping
 
-from .actual_set import ActualChanges, ActualSet
-from .cell_probes import Probe
-from .convergence import (
+from ..actual_set import ActualChanges, ActualSet
+from ..cell_probes import CellProbes, Probe
+from ..convergence import (
     ConvergenceActions,
     ConvergenceConfig,
     Settled,
@@ -25,10 +27,10 @@ from .convergence import (
     settle,
     touched_indices,
 )
-from .diego_counts import PassCounts, count_pass, extra_instances, tasks_after
-from .events import event
-from .placements import PlacementLog, Report, parse_all, prune
-from .records import (
+from ..diego_counts import PassCounts, count_pass, extra_instances, tasks_after
+from ..events import event
+from ..placements import PlacementLog, Report, parse_all, prune
+from ..records import (
     ORDINARY,
     PENDING,
     SUSPECT,
@@ -39,20 +41,35 @@ from .records import (
     DesiredSize,
     TaskRecord,
 )
-from .service import BBS, Effects
+from ..unit_of_work import Effects, UnitOfWork
 
 log = logging.getLogger("bbs.convergence")
 
 
-async def converge_once(bbs: BBS, now: float | None = None) -> float | None:
+class Convergence:
+    """Passes of this BBS (the convergence lease holder's: bbs/converger.py runs them)."""
+
+    def __init__(self, uow: UnitOfWork, config: ConvergenceConfig) -> None:
+        self.uow = uow
+        self.config = config
+        self.probes = CellProbes(uow.outbound.cell_detail, uow.settings.cell_loss_check,
+                                 on_done=lambda: uow.on_wake())
+        self.placement_log = PlacementLog()
+
+    async def run_pass(self, now: float | None = None) -> float | None:
+        """One convergence pass; when the next one is due at the latest (see converge_once)."""
+        return await converge_once(self, now)
+
+
+async def converge_once(conv: Convergence, now: float | None = None) -> float | None:
     """One convergence pass. Returns when the next one is due at the latest: the earliest cell
     presence expiry or crash backoff end (None: nothing pending, the timer decides).
 
     Decided on a snapshot read without the write lock; applied in one write transaction that
     keeps only the decisions about rows nobody changed meanwhile (see convergence.drop_stale)."""
     now = time.time() if now is None else now
-    placed = bbs.placement_log
-    async with bbs.store.read() as tx:
+    uow, placed, probes = conv.uow, conv.placement_log, conv.probes
+    async with uow.read() as tx:
         snapshot = await tx.all_actuals()  # first: see Tx.all_actuals
         counted = await tx.count_actuals()
         # Only cells holding SUSPECT instances can be returning ones: skip looking through every row
@@ -68,7 +85,7 @@ async def converge_once(bbs: BBS, now: float | None = None) -> float | None:
         fetch = placed.sync(await tx.placement_times())
         if fetch:
             placed.add(await tx.placements_by_id(fetch))
-        due = placed.due(now, bbs.convergence.stale_unclaimed)
+        due = placed.due(now, conv.config.stale_unclaimed)
         waiting = any(
             n for state, presence, n in counted if state == UNCLAIMED and presence == ORDINARY
         ) or any(t.state == PENDING for t in tasks)
@@ -80,17 +97,19 @@ async def converge_once(bbs: BBS, now: float | None = None) -> float | None:
     returning = returning_cells(snapshot, cells, now) if suspects else []
     # What the returning cells still hold, asked of each rep process once (a sim host's cells return
     # together).
-    holdings = await bbs.outbound.cells_instances(returning) if returning else {}
-    bbs.probes.keep_only(cells)
+    holdings = await uow.outbound.cells_instances(returning) if returning else {}
+    probes.keep_only(cells)
     # The pure decision runs in a worker thread: on 10,000 instances it is CPU work the event loop
     # (heartbeats, reports) should not wait for. The snapshot is this pass's own data.
     actions, changes, counts, resolved, diego_counts = await asyncio.to_thread(
-        _decide, desired, snapshot, tasks, cells, now, bbs.convergence, holdings, bbs.probes.latest(), placed,
+        _decide, desired, snapshot, tasks, cells, now, conv.config, holdings, probes.latest(), placed,
         due if waiting else [], due_rows,
     )
     if not waiting:
         resolved = [report.id for report in due]
-    bbs.probes.request(cells[cell_id] for cell_id in sorted(actions.probe_cells) if cell_id in cells)
+    probes.request(cells[cell_id] for cell_id in sorted(actions.probe_cells) if cell_id in cells)
+    # Not UnitOfWork.write: a pass writes only when it changed something, yet its sends (kicked tasks,
+    # callbacks retried) go either way; the effects run once, after the write if there is one.
     effects = Effects()
     touched = touched_indices(changes, actions)  # every start among them
     desired_now: dict[str, DesiredRecord] = {}
@@ -100,7 +119,7 @@ async def converge_once(bbs: BBS, now: float | None = None) -> float | None:
         for report_id in resolved:  # every claim of these is in: forgotten here, deleted below
             del placed.reports[report_id]
     if touched or touched_tasks or touched_cells or resolved:
-        async with bbs.store.write() as tx:
+        async with uow.store.write() as tx:
             current = await tx.actuals_for_keys(touched) if touched else []
             desired_now = await tx.desired_by_guid({pg for pg, _ in touched})
             tasks_current = await tx.tasks_by_guid(touched_tasks) if touched_tasks else {}
@@ -121,7 +140,7 @@ async def converge_once(bbs: BBS, now: float | None = None) -> float | None:
             await tx.mark_cells_disappeared(c.cell_id for c in actions.cells_disappeared)
             await tx.delete_cells(c.cell_id for c in actions.cells_forgotten)
             await tx.delete_placements(resolved)
-            await bbs.add_stops(tx, actions.stops, effects)
+            await uow.add_stops(tx, actions.stops, effects)
     for process_guid, indices in actions.starts.items():
         d = desired_now.get(process_guid)
         if d is not None:
@@ -136,8 +155,8 @@ async def converge_once(bbs: BBS, now: float | None = None) -> float | None:
             *(event("cell_disappeared", c.to_wire(), now) for c in actions.cells_disappeared),
         ]
     )
-    bbs.metrics.set_actual_counts(counts)
-    bbs.metrics.diego.counted(diego_counts)
+    uow.metrics.set_actual_counts(counts)
+    uow.metrics.diego.counted(diego_counts)
     if changes or actions.starts or actions.stops or actions.task_updates or actions.cells_disappeared:
         log.info(
             "convergence pass",
@@ -153,7 +172,7 @@ async def converge_once(bbs: BBS, now: float | None = None) -> float | None:
                 }
             },
         )
-    bbs.run_effects(effects)
+    uow.run_effects(effects)
     gone = {c.cell_id for c in (*actions.cells_disappeared, *actions.cells_forgotten)}
     pending = [c.expires_at for c in cells.values() if not c.disappeared and c.cell_id not in gone]
     if actions.next_restart_at is not None:

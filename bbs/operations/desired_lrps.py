@@ -1,0 +1,162 @@
+"""Desired LRPs: desire (group-committed), read, scale or change the cell-loss policy, remove. Each write
+resizes the LRP's actual instances in the same transaction; auctions and stops go after commit."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from common.group_commit import GroupCommit
+from common.models import DesiredLRPCreate, DesiredLRPUpdate
+
+from ..actual_set import ActualChanges, ActualSet
+from ..convergence import resize, stops_for
+from ..errors import Conflict, NotFound
+from ..events import event
+from ..lifecycle import Stop
+from ..quotas import QuotaExceeded, check_scale, desire_refusal
+from ..records import DesiredRecord, fresh_instances, new_epoch
+from ..store import Tx
+from ..unit_of_work import Effects, UnitOfWork
+
+
+class DesiredLRPs:
+    def __init__(self, uow: UnitOfWork) -> None:
+        self.uow = uow
+        self._batcher: GroupCommit[DesiredLRPCreate, dict[str, Any] | Conflict | QuotaExceeded] = (
+            GroupCommit(self._desire_batch)
+        )
+
+    async def desire(self, body: DesiredLRPCreate) -> dict[str, Any]:
+        """Store a desired LRP with UNCLAIMED instances and send the auctioneer one start request.
+        Desires arriving together share one transaction (group commit)."""
+        result = await self._batcher.submit(body)
+        if isinstance(result, Conflict | QuotaExceeded):
+            raise result
+        return result
+
+    async def _desire_batch(
+        self, bodies: list[DesiredLRPCreate]
+    ) -> list[dict[str, Any] | Conflict | QuotaExceeded]:
+        now = time.time()
+        settings = self.uow.settings
+        results: list[DesiredRecord | Conflict | QuotaExceeded] = []
+        records: list[DesiredRecord] = []
+        async with self.uow.write() as (tx, effects):
+            effects.events.append(lambda: [event("desired_lrp_created", r.to_wire(), now) for r in records])
+            taken = set(await tx.desired_by_guid(b.process_guid for b in bodies))
+            lrps, instances = await tx.desired_totals()
+            for body in bodies:
+                if body.process_guid in taken:
+                    results.append(Conflict(f"desired LRP {body.process_guid!r} exists"))
+                    continue
+                if (refusal := desire_refusal(settings, lrps, instances, body.instances)) is not None:
+                    results.append(QuotaExceeded(refusal))
+                    continue
+                lrps, instances = lrps + 1, instances + body.instances
+                taken.add(body.process_guid)
+                record = DesiredRecord(
+                    process_guid=body.process_guid,
+                    domain=body.domain,
+                    instances=body.instances,
+                    definition=body.model_dump(mode="json"),
+                    created_at=now,
+                    mod_epoch=new_epoch(),
+                    on_cell_loss=body.on_cell_loss,
+                )
+                records.append(record)
+                results.append(record)
+            if records:
+                if not await tx.insert_desireds(records):
+                    # Another BBS inserted one of them meanwhile: fail, to be retried item by item.
+                    if len(bodies) == 1:
+                        raise Conflict(f"desired LRP {bodies[0].process_guid!r} exists")
+                    raise Conflict("a desired LRP of this batch was created concurrently")
+                # Leftover instances of an earlier LRP of the same name (normally none) are resized too.
+                leftovers = await tx.actuals_of([r.process_guid for r in records])
+                starts: dict[str, set[int]] = {}
+                stops: list[Stop] = []
+                if not leftovers:  # the usual case, written out: 250,000 instances go through here
+                    changes = ActualChanges(inserts=fresh_instances(records, now))
+                    starts = {r.process_guid: set(range(r.instances)) for r in records}
+                else:
+                    actuals = ActualSet(leftovers)
+                    for record in records:
+                        actions = resize(record, actuals, now)
+                        starts.update(actions.starts)
+                        stops.extend(actions.stops)
+                    changes = actuals.diff()
+                await tx.apply_actual_changes(changes)
+                effects.actual_events(changes)
+                effects.lrp_starts.extend(
+                    {"desired": r.to_wire(), "indices": sorted(starts[r.process_guid])}
+                    for r in records
+                    if starts.get(r.process_guid)
+                )
+                await self.uow.add_stops(tx, stops, effects)
+        return [r.to_wire() if isinstance(r, DesiredRecord) else r for r in results]
+
+    async def get(self, process_guid: str) -> dict[str, Any]:
+        async with self.uow.read() as tx:
+            record = await tx.get_desired(process_guid)
+        if record is None:
+            raise NotFound(f"desired LRP {process_guid!r} not found")
+        return record.to_wire()
+
+    async def list_all(self, domain: str | None = None) -> list[dict[str, Any]]:
+        async with self.uow.read() as tx:
+            return [r.to_wire() for r in await tx.list_desired(domain)]
+
+    async def update(self, process_guid: str, body: DesiredLRPUpdate) -> dict[str, Any]:
+        now = time.time()
+        async with self.uow.write() as (tx, effects):
+            record = await tx.get_desired(process_guid)
+            if record is None:
+                raise NotFound(f"desired LRP {process_guid!r} not found")
+            tag = body.modification_tag
+            if tag is not None and (tag.epoch, tag.index) != (record.mod_epoch, record.mod_index):
+                raise Conflict(
+                    f"modification_tag {tag.epoch}:{tag.index} is stale (now "
+                    f"{record.mod_epoch}:{record.mod_index})"
+                )
+            scale = body.instances is not None and body.instances != record.instances
+            policy = body.on_cell_loss is not None and body.on_cell_loss != record.on_cell_loss
+            if not scale and not policy:
+                return record.to_wire()
+            if body.on_cell_loss is not None and policy:  # convergence applies it from its next pass
+                record.on_cell_loss = body.on_cell_loss
+                record.definition = {**record.definition, "on_cell_loss": body.on_cell_loss}
+            if body.instances is not None and scale:
+                if body.instances > record.instances:  # scaling up counts against the instance quota
+                    total = (await tx.desired_totals())[1]
+                    check_scale(self.uow.settings, total, record.instances, body.instances)
+                record.instances = body.instances
+                record.definition = {**record.definition, "instances": body.instances}
+            record.mod_index += 1
+            await tx.update_desired(record)
+            effects.events.append(lambda: [event("desired_lrp_changed", record.to_wire(), now)])
+            if scale:
+                await self._resize(tx, record, now, effects)
+        return record.to_wire()
+
+    async def _resize(self, tx: Tx, record: DesiredRecord, now: float, effects: Effects) -> None:
+        actuals = ActualSet(await tx.list_actuals(process_guid=record.process_guid))
+        actions = resize(record, actuals, now)
+        changes = actuals.diff()
+        await tx.apply_actual_changes(changes)
+        effects.actual_events(changes)
+        await self.uow.add_starts(tx, actions.starts, effects, known=record)
+        await self.uow.add_stops(tx, actions.stops, effects)
+
+    async def remove(self, process_guid: str) -> None:
+        async with self.uow.write() as (tx, effects):
+            now = time.time()
+            record = await tx.get_desired(process_guid)
+            if record is None:
+                raise NotFound(f"desired LRP {process_guid!r} not found")
+            effects.events.append(lambda: [event("desired_lrp_removed", record.to_wire(), now)])
+            actuals = await tx.list_actuals(process_guid=process_guid)
+            await tx.delete_actuals_of(process_guid)
+            await tx.delete_desired(process_guid)
+            effects.actual_events(ActualChanges(deletes=actuals))
+            await self.uow.add_stops(tx, stops_for(actuals), effects)

@@ -1,0 +1,59 @@
+"""/v1/cells: the reps' heartbeats, the cell listing, an operator's cordon, uncordon and drain, and the
+removal of a cell gone for good."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Annotated, Any, get_args
+
+from fastapi import APIRouter, Depends, Request, Response
+
+from common.auth import require_cells
+from common.models import CellPresences, HeartbeatAnswer
+
+from ..operations.cells import CellMode, Cells
+from .wire import GuidPath, documented_body, items, json_body, the_bbs
+
+
+def _operations(request: Request) -> Cells:
+    return the_bbs(request).cells
+
+
+Operations = Annotated[Cells, Depends(_operations)]
+router = APIRouter()
+removal = APIRouter()  # mounted after the rebalancing routes: the order the API has always listed them in
+
+
+@router.put("/v1/cells", response_model=HeartbeatAnswer, openapi_extra=documented_body(CellPresences))
+async def heartbeats(
+    request: Request, body: Annotated[CellPresences, json_body(CellPresences)], ops: Operations
+) -> dict[str, list[str]]:
+    """The heartbeats; the answer names the cells among them the operator cordoned (or drains): their rep
+    refuses work for them, should an auction that started before place some."""
+    require_cells(request, (presence.cell_id for presence in body.cells))
+    cordoned = await asyncio.gather(*(ops.heartbeat(p.cell_id, p) for p in body.cells))
+    return {"cordoned": [p.cell_id for p, yes in zip(body.cells, cordoned, strict=True) if yes]}
+
+
+@router.get("/v1/cells")
+async def list_cells(ops: Operations, all: bool = False) -> Response:  # noqa: A002 (the query parameter's name)
+    return items(await ops.list_all(expired=all))
+
+
+def cell_mode_route(mode: CellMode) -> Callable[..., Awaitable[dict[str, Any]]]:
+    async def set_cell_mode(cell_id: GuidPath, ops: Operations) -> dict[str, Any]:
+        return await ops.set_mode(cell_id, mode)
+
+    return set_cell_mode
+
+
+# An operator's cordon, uncordon and drain (Cells.set_mode): the cell state after.
+for mode in get_args(CellMode):
+    router.post(f"/v1/cells/{{cell_id}}/{mode}", name=f"{mode}_cell")(cell_mode_route(mode))
+
+
+@removal.delete("/v1/cells/{cell_id}", status_code=204)
+async def remove_cell(cell_id: GuidPath, ops: Operations) -> Response:
+    await ops.remove(cell_id)
+    return Response(status_code=204)

@@ -1,0 +1,47 @@
+"""/v1/desired_lrps: the apps people desire, scale and remove."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Request, Response
+
+from common.models import DesiredLRP, DesiredLRPCreate, DesiredLRPUpdate
+
+from ..operations.desired_lrps import DesiredLRPs
+from ..redact import env_for_caller
+from .wire import GuidPath, GuidQuery, items, the_bbs
+
+
+def _operations(request: Request) -> DesiredLRPs:
+    return the_bbs(request).desired_lrps
+
+
+Operations = Annotated[DesiredLRPs, Depends(_operations)]
+router = APIRouter()
+
+
+@router.post("/v1/desired_lrps", status_code=201, response_model=DesiredLRP)
+async def desire_lrp(body: DesiredLRPCreate, ops: Operations) -> dict[str, Any]:
+    return await ops.desire(body)
+
+
+@router.get("/v1/desired_lrps")
+async def list_desired(request: Request, ops: Operations, domain: GuidQuery = None) -> Response:
+    return items(env_for_caller(request, await ops.list_all(domain)))
+
+
+@router.get("/v1/desired_lrps/{process_guid}", response_model=DesiredLRP)
+async def get_desired(request: Request, process_guid: GuidPath, ops: Operations) -> dict[str, Any]:
+    return env_for_caller(request, [await ops.get(process_guid)])[0]
+
+
+@router.patch("/v1/desired_lrps/{process_guid}", response_model=DesiredLRP)
+async def update_desired(process_guid: GuidPath, body: DesiredLRPUpdate, ops: Operations) -> dict[str, Any]:
+    return await ops.update(process_guid, body)
+
+
+@router.delete("/v1/desired_lrps/{process_guid}", status_code=204)
+async def remove_desired(process_guid: GuidPath, ops: Operations) -> Response:
+    await ops.remove(process_guid)
+    return Response(status_code=204)
