@@ -1,4 +1,5 @@
-"""Database fixtures shared by the BBS tests (bbs/ and tests/bbs/), and each test worker's share of ports.
+"""Database fixtures shared by the BBS tests (bbs/ and tests/bbs/), each test worker's share of ports, and
+the e2e and slow marks of the tests whose modules do not give them (tests/support/markers.py).
 
 `database_url` runs a test twice: on a fresh SQLite file and on a fresh PostgreSQL database. The
 PostgreSQL server is VENDUE_TEST_POSTGRES_URL when set (a superuser URL: each test gets a database
@@ -21,6 +22,7 @@ from sqlalchemy.engine import make_url
 
 from common.procutil import PORT_RANGE_ENV
 from deploy.embedded_postgres import PostgresServer, run_sql
+from tests.support import markers
 from tests.support.ports import worker_port_range
 
 
@@ -28,10 +30,46 @@ def pytest_configure(config: pytest.Config) -> None:
     """Under xdist, each worker (and every process its tests start) picks listening ports from a share of
     its own (common/procutil.py, VENDUE_PORT_RANGE): a port one worker's cluster lets go for a moment, to
     restart its BBS on it, is never another worker's pick. A range given from outside is kept."""
+    PROCESS_WATCH.install()
     worker, count = os.environ.get("PYTEST_XDIST_WORKER"), os.environ.get("PYTEST_XDIST_WORKER_COUNT")
     if worker is None or count is None or PORT_RANGE_ENV in os.environ:
         return
     os.environ[PORT_RANGE_ENV] = worker_port_range(int(worker.removeprefix("gw")), int(count))
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark every test that starts real processes e2e and every slow one slow (tests/support/markers.py):
+    `-m "not e2e and not slow"` is the fast lane (tests/README.md)."""
+    for item in items:
+        markers.mark(item)
+
+
+# A test that starts a real process without the e2e mark fails (at its teardown), naming the process: the
+# fast lane stays free of them as tests change.
+PROCESS_WATCH = markers.ProcessWatch()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    PROCESS_WATCH.uninstall()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    PROCESS_WATCH.begin(item)
+    yield
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    outcome = yield
+    report: pytest.TestReport = outcome.get_result()  # type: ignore[attr-defined]
+    if call.when != "teardown" or not (started := PROCESS_WATCH.end()) or report.failed:
+        return
+    report.outcome = "failed"
+    report.longrepr = (
+        f"{item.nodeid} starts real processes but is not marked e2e: {started}. Mark it e2e (in its module, "
+        "or in tests/support/markers.py) so that the fast lane, -m 'not e2e and not slow', runs without it."
+    )
 
 
 @pytest.fixture(scope="session")

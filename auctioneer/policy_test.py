@@ -22,8 +22,8 @@ from common.tls import INSECURE_WARNING, TLSFiles, client_context, init_ca, issu
 from deploy.cli import _register
 from deploy.cli import app as cli
 from tests.auctioneer.fakes import WAIT_S, desired, serving, start_request
-from tests.auctioneer.process_test import auctioneer_process
 from tests.fake_bbs import FakeBBS, fake_bbs
+from tests.support.auctioneer_process import auctioneer_process
 from tests.support.polling import eventually, expect
 
 pytestmark = pytest.mark.timeout(120)

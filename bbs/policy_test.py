@@ -22,7 +22,7 @@ from bbs.server import running_bbs
 from bbs.settings import BBSSettings
 from common.auth import bbs_token_verifier
 from common.tls import ROLES, TLSFiles, client_context, init_ca, issue
-from tests.bbs.bbs_process_test import BBSProcess
+from tests.support.bbs_process import BBSProcess
 from tests.support.polling import expect, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]

@@ -7,9 +7,9 @@ import time
 from collections import Counter
 from types import SimpleNamespace
 
+from tests.support.bbs_harness import Harness, desire, ref, running
 from tests.support.polling import eventually
 
-from .api_test import Harness, desire, h, ref, running  # noqa: F401 - h: api_test's harness, a fixture
 from .rebalancer import AUTOMATIC_ROUNDS
 
 DEADLINE_S = 10.0

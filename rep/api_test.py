@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime
 
 import httpx
 import pytest
@@ -16,53 +15,12 @@ from common.models import (
     HostCellDetails,
     HostCellStates,
     HostWorkResult,
-    LifecycleResult,
-    ModificationTag,
     Task,
 )
+from tests.support.recording_executor import RecordingExecutor
+from tests.support.rep_host import LEASE_TOKEN, NOW, app_of, desired, make_host
 
-from .api import create_app
-from .cell import Cell, CellConfig
-from .cell_test import RecordingExecutor
-from .fencing import Fencing
 from .host import RepHost
-from .reports import Reports
-
-NOW = datetime(2024, 1, 1, tzinfo=UTC)
-LEASE_TOKEN = 5  # the auctioneer lease's token, as these tests' BBS would say
-
-
-async def lease_token() -> int:
-    return LEASE_TOKEN
-
-
-def app_of(host: RepHost, tmp_path) -> httpx.AsyncClient:
-    """An in-process client of the rep's app (authorization off: the policy has its own test)."""
-    app = create_app(host, Fencing(tmp_path / "fencing-token", lease_token), insecure=True)
-    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://rep")
-
-
-async def unsent(batch: Reports) -> LifecycleResult:
-    raise AssertionError("these tests do not flush outboxes")
-
-
-def desired(guid: str, memory_mb: int = 256) -> DesiredLRP:
-    return DesiredLRP(
-        process_guid=guid, memory_mb=memory_mb, created_at=NOW, modification_tag=ModificationTag(epoch="e")
-    )
-
-
-def make_host(cell_ids: list[str], memory_mb: int = 4096) -> tuple[RepHost, RecordingExecutor]:
-    executor = RecordingExecutor()
-    cells = [
-        Cell(
-            CellConfig(cell_id=cid, zone="z0", rep_url="http://rep", host="127.0.0.1", memory_mb=memory_mb,
-                       disk_mb=65536, containers=250, stacks=("cflinuxfs4",), rep_id="rep-a"),
-            executor, unsent,
-        )
-        for cid in cell_ids
-    ]
-    return RepHost(cells, [executor], httpx.AsyncClient(), "http://bbs.test", rep_id="rep-a"), executor
 
 
 @pytest.fixture

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from .api_test import desired, make_host
+from tests.support.rep_host import desired, make_host
+
 from .metrics import metrics_registry, render
 
 

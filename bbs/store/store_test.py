@@ -13,7 +13,7 @@ from bbs.actual_set import ActualChanges
 from bbs.records import unclaimed
 from bbs.store import Store, tables
 from bbs.store.database import SchemaTooNew, create_engine, is_sqlite, json_dumps, migrate, schema_revision
-from bbs.store.priority_lock_test import queued  # until n writes wait for the lock (a deadline, not a sleep)
+from tests.support.priority_lock import queued
 
 
 async def test_migrates_an_empty_database_to_head(store: Store, database_url: str) -> None:

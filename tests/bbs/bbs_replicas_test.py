@@ -24,8 +24,8 @@ from bbs.server import running_bbs
 from bbs.settings import BBSSettings
 from bbs.store.database import known_head
 from common.models import DesiredLRPCreate
-from tests.bbs.bbs_process_test import ROOT, BBSProcess
 from tests.pg_server import PostgresServer, run_sql
+from tests.support.bbs_process import ROOT, BBSProcess
 from tests.support.polling import eventually
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]

@@ -20,7 +20,7 @@ from sqlalchemy.ext.asyncio import create_async_engine
 
 from bbs.store import tables
 from common.tls import TLSFiles
-from tests.bbs.bbs_process_test import ROOT, BBSProcess, certificates
+from tests.support.bbs_process import ROOT, BBSProcess, certificates
 from tests.support.polling import eventually
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]

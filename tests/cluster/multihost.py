@@ -51,7 +51,16 @@ from deploy.cluster import FIRST_OF, ClusterError, LocalCluster
 from tests.e2e.conftest import proc_environ
 
 from .hosts import Host
-from .netns import PREFIX, Network, NetworkError, dead_tag, established_peers, ip, new_tag
+from .netns import (
+    PREFIX,
+    Network,
+    NetworkError,
+    dead_tag,
+    established_peers,
+    firewall_unavailable_reason,
+    ip,
+    new_tag,
+)
 
 T = TypeVar("T")
 CONTROL = "control"
@@ -63,8 +72,16 @@ NATS_HOSTS = {"nats": "nats-1", "nats-2": "nats-2", "nats-3": "nats-3"}
 NATS_CLIENT_PORT = 4222
 
 
-@functools.cache
 def unavailable_reason() -> str | None:
+    """Why the hosts' network cannot be had here (None: it can): network namespaces cannot be made
+    (`namespaces_unavailable_reason`), or the hosts could not reach each other over the bridge (a firewall
+    like Docker's and no `iptables` to let the bridge's traffic pass: netns.firewall_unavailable_reason).
+    The firewall is looked at every time: it can change while the tests run (Docker starting)."""
+    return namespaces_unavailable_reason() or firewall_unavailable_reason()
+
+
+@functools.cache
+def namespaces_unavailable_reason() -> str | None:
     """Why network namespaces cannot be made here (None: they can): not Linux, not root, no `ip`, or root
     without the capability (a container not given CAP_SYS_ADMIN), found by making one and removing it."""
     if not sys.platform.startswith("linux"):

@@ -12,9 +12,9 @@ import httpx
 import pytest
 
 from tests.e2e.conftest import expect, wait_for
+from tests.support.reach import reaches
 
 from .multihost import MultiHostCluster
-from .netns_test import reaches
 
 pytestmark = [pytest.mark.timeout(120)]
 

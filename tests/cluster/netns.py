@@ -20,6 +20,11 @@ never a quick refusal:
 - `cut(a, b)` gives each of the two a permanent neighbour entry for the other's address with a MAC address
   nobody has, so whatever one sends the other goes nowhere while both still reach everyone else.
 
+Where bridged frames go through iptables (br_netfilter with net.bridge.bridge-nf-call-iptables=1, as on a
+host that runs Docker, which also sets FORWARD's policy to DROP), traffic between the hosts would be
+dropped: the network inserts its own `iptables -I FORWARD -i <bridge> -o <bridge> -j ACCEPT` and deletes it
+in `close()`. `firewall_unavailable_reason()` says why that cannot be done here (no usable `iptables`).
+
 Names: namespaces `vendue-<tag>-<host>`, the bridge `vdbr<tag>`, the root ends of the veths `vd<tag>h<k>`,
 where the tag is this process's pid in hex and two random hex digits (an interface name has at most 15
 characters). `sweep()` removes what a network whose process is gone left behind (a run killed before its
@@ -34,6 +39,7 @@ import os
 import random
 import re
 import secrets
+import shutil
 import socket
 import struct
 import subprocess
@@ -58,6 +64,10 @@ NETNS_DIR = Path("/run/netns")  # where `ip netns add` mounts each namespace
 IP_TIMEOUT_S = 30.0
 GONE_TIMEOUT_S = 10.0  # for the processes of a namespace to die after SIGKILL
 TCP_ESTABLISHED = "01"  # the state column of /proc/net/tcp
+# br_netfilter's switch: 1 sends every bridged IPv4 frame through iptables (FORWARD among others). Absent
+# when br_netfilter is not loaded: then bridged frames never meet iptables.
+BRIDGE_NF_CALL_IPTABLES = Path("/proc/sys/net/bridge/bridge-nf-call-iptables")
+IPTABLES_LOCK_WAIT_S = "10"  # for the xtables lock another program (dockerd) may hold
 
 
 class NetworkError(RuntimeError):
@@ -70,6 +80,64 @@ def ip(*args: str, check: bool = True) -> str:
     if check and done.returncode != 0:
         raise NetworkError(f"ip {' '.join(args)}: {done.stderr.strip() or f'exit status {done.returncode}'}")
     return done.stdout
+
+
+def iptables(*args: str, check: bool = True) -> str:
+    """Run `iptables ARGS` (waiting for the xtables lock); its stdout. A failure raises NetworkError."""
+    done = subprocess.run(["iptables", "-w", IPTABLES_LOCK_WAIT_S, *args], capture_output=True, text=True,
+                          timeout=IP_TIMEOUT_S)
+    if check and done.returncode != 0:
+        raise NetworkError(
+            f"iptables {' '.join(args)}: {done.stderr.strip() or f'exit status {done.returncode}'}"
+        )
+    return done.stdout
+
+
+def bridged_frames_filtered() -> bool:
+    """Whether frames crossing a bridge here go through iptables' FORWARD chain (br_netfilter on)."""
+    try:
+        return BRIDGE_NF_CALL_IPTABLES.read_text().strip() == "1"
+    except OSError:
+        return False
+
+
+def accept_rule_usable() -> bool:
+    """Whether a network here can let its bridge's traffic pass with a rule of its own: br_netfilter is
+    loaded (it may be switched on later, as Docker does when it starts) and `iptables` answers."""
+    if not BRIDGE_NF_CALL_IPTABLES.exists() or shutil.which("iptables") is None:
+        return False
+    try:
+        iptables("-S", "FORWARD")
+    except (NetworkError, OSError, subprocess.TimeoutExpired):
+        return False
+    return True
+
+
+def firewall_unavailable_reason() -> str | None:
+    """Why the hosts could not reach each other over the bridge here (None: they can): bridged frames go
+    through iptables, where a FORWARD policy of DROP (Docker's) would drop them, and there is no working
+    `iptables` to insert the network's own ACCEPT rule with."""
+    if not bridged_frames_filtered() or accept_rule_usable():
+        return None
+    how = ("there is no `iptables` (apt-get install iptables)" if shutil.which("iptables") is None
+           else "`iptables -S FORWARD` fails")
+    return (f"bridged traffic goes through iptables here ({BRIDGE_NF_CALL_IPTABLES} is 1, as on a host "
+            f"that runs Docker, whose FORWARD policy DROP would cut the hosts apart), and {how}: the test "
+            "bridge's ACCEPT rule cannot be inserted")
+
+
+def accept_rule(bridge: str) -> tuple[str, ...]:
+    """The FORWARD rule that lets frames from one port of `bridge` to another pass (`-I` or `-D` before)."""
+    return ("FORWARD", "-i", bridge, "-o", bridge, "-j", "ACCEPT")
+
+
+def accept_rules() -> list[str]:
+    """The bridges of ours that have an ACCEPT rule in iptables' FORWARD chain (none without iptables)."""
+    if not accept_rule_usable():
+        return []
+    rule = re.compile(r"^-A FORWARD -i (\S+) -o \1 -j ACCEPT$")
+    return [m[1] for line in iptables("-S", "FORWARD").splitlines()
+            if (m := rule.match(line.strip())) and OUR_BRIDGE.match(m[1])]
 
 
 def netns_pids(namespace: str) -> list[int]:
@@ -169,6 +237,10 @@ def sweep() -> list[str]:
         if (match := OUR_BRIDGE.match(name) or OUR_VETH.match(name)) and dead_tag(match[1]):
             ip("link", "del", name, check=False)
             removed.append(name)
+    for bridge in accept_rules():
+        if (match := OUR_BRIDGE.match(bridge)) and dead_tag(match[1]):
+            iptables("-D", *accept_rule(bridge), check=False)
+            removed.append(f"iptables {' '.join(accept_rule(bridge))}")
     return removed
 
 
@@ -187,6 +259,7 @@ class Network:
     bridge: str
     hosts: dict[str, HostLink] = field(default_factory=dict)
     _cuts: set[frozenset[str]] = field(default_factory=set)
+    has_accept_rule: bool = False  # set before the rule is inserted: close() then tries to delete it
 
     @classmethod
     def create(cls, hosts: Sequence[str]) -> Network:
@@ -210,9 +283,17 @@ class Network:
         return str(self.subnet.network_address + 1)
 
     def _build(self, hosts: Sequence[str]) -> None:
+        # The rule whenever br_netfilter is loaded, not only while it is on: Docker may switch it on (with
+        # its DROP policy) while this network lives, and a test that plays Docker does (docker_firewall_test).
+        let_through = accept_rule_usable()
+        if not let_through and (reason := firewall_unavailable_reason()) is not None:
+            raise NetworkError(reason)
         ip("link", "add", self.bridge, "type", "bridge")
         ip("addr", "add", f"{self.gateway}/{self.subnet.prefixlen}", "dev", self.bridge)
         ip("link", "set", self.bridge, "up")
+        if let_through:
+            self.has_accept_rule = True
+            iptables("-I", *accept_rule(self.bridge))
         for k, name in enumerate(hosts):
             link = HostLink(name, f"{PREFIX}{self.tag}-{name}", f"{VETH_PREFIX}{self.tag}h{k}",
                             str(self.subnet.network_address + 2 + k))
@@ -281,10 +362,11 @@ class Network:
     # --- teardown -----------------------------------------------------------------------------------
 
     def leftovers(self) -> list[str]:
-        """This network's namespaces and bridge that still exist (none after `close`)."""
+        """This network's namespaces, bridge and ACCEPT rule that still exist (none after `close`)."""
         names = sorted(p.name for p in NETNS_DIR.glob(f"{PREFIX}{self.tag}-*")) if NETNS_DIR.is_dir() else []
         bridge = Path("/sys/class/net") / self.bridge
-        return [*names, *([self.bridge] if bridge.exists() else [])]
+        rule = [f"iptables {' '.join(accept_rule(self.bridge))}"] if self.bridge in accept_rules() else []
+        return [*names, *([self.bridge] if bridge.exists() else []), *rule]
 
     def close(self) -> list[int]:
         """Kill every process in every namespace, then remove the namespaces, veths and the bridge. Safe to
@@ -296,5 +378,8 @@ class Network:
                 ip("netns", "del", link.namespace, check=False)
             ip("link", "del", link.veth, check=False)  # gone with its namespace, unless that failed
         ip("link", "del", self.bridge, check=False)
+        if self.has_accept_rule:
+            iptables("-D", *accept_rule(self.bridge), check=False)
+            self.has_accept_rule = False
         self.hosts.clear()
         return killed

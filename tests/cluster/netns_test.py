@@ -20,40 +20,14 @@ import pytest
 
 from common.procutil import child_preexec, pid_alive
 from tests.e2e.conftest import wait_for
+from tests.support.reach import listen, probe, reaches
 
 from . import netns
 from .hosts import Host
 from .multihost import sweep_data_dirs, unavailable_reason
 from .netns import Network
 
-PORT = 7070
-PROBE_TIMEOUT_S = 0.5  # a vanished SYN: the connect times out (a refusal would be at once)
 pytestmark = [pytest.mark.timeout(120)]
-
-
-def probe(address: str, port: int = PORT) -> str:
-    """How a TCP connection to address:port from the calling thread's namespace goes: "accepted",
-    "timeout" (the SYN vanished), or the name of the error (e.g. ConnectionRefusedError at once)."""
-    try:
-        with socket.create_connection((address, port), timeout=PROBE_TIMEOUT_S):
-            return "accepted"
-    except TimeoutError:
-        return "timeout"
-    except OSError as exc:
-        return type(exc).__name__
-
-
-def reaches(address: str, port: int = PORT) -> bool:
-    """Whether a TCP connection to address:port is accepted from the calling thread's namespace."""
-    return probe(address, port) == "accepted"
-
-
-def listen(address: str, port: int = PORT) -> socket.socket:
-    server = socket.socket()
-    server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    server.bind((address, port))
-    server.listen(16)
-    return server
 
 
 @pytest.fixture

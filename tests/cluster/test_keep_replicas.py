@@ -29,9 +29,9 @@ from tests.e2e.conftest import (
 )
 from tests.e2e.conftest import BBS_ARGS as E2E_BBS_ARGS
 from tests.e2e.conftest import REP_ARGS as E2E_REP_ARGS
+from tests.support.partition_checks import SETTLE_S, counted, no_index_running_twice, one_process_per_index
 
 from .multihost import MultiHostCluster
-from .test_partitions import SETTLE_S, counted, no_index_running_twice, one_process_per_index
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 

@@ -24,9 +24,9 @@ from common.transport.nats_connection import MAX_OUTSTANDING_PINGS, PING_INTERVA
 from tests.e2e.conftest import BBS, expect, hold_for, wait_for
 from tests.e2e.conftest import BBS_ARGS as E2E_BBS_ARGS
 from tests.e2e.conftest import REP_ARGS as E2E_REP_ARGS
+from tests.support.partition_checks import auctioneer_stats, no_index_running_twice, one_process_per_index
 
 from .multihost import NATS_HOSTS, MultiHostCluster
-from .test_partitions import auctioneer_stats, no_index_running_twice, one_process_per_index
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 

@@ -29,15 +29,15 @@ from common.failover import FailoverTransport
 from tests.e2e.conftest import BBS, PRESENCE_TTL_S, brief, expect, hold_for, wait_for
 from tests.e2e.conftest import BBS_ARGS as E2E_BBS_ARGS
 from tests.e2e.conftest import REP_ARGS as E2E_REP_ARGS
-
-from .multihost import CONTROL, MultiHostCluster
-from .test_partitions import (
+from tests.support.partition_checks import (
     CUT_OFF_S,
     SETTLE_S,
     no_index_running_twice,
     one_process_per_index,
     running_by_index,
 )
+
+from .multihost import CONTROL, MultiHostCluster
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.deploy.compose_test import kind_of, listen_port, services, vendue_services, volumes  # noqa: F401
 from tests.readme_metrics import metrics_table
+from tests.support.compose import kind_of, listen_port, vendue_services
 
 ROOT = Path(__file__).resolve().parents[2]
 RULES = ROOT / "deploy" / "prometheus" / "alerts.yml"

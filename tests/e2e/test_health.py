@@ -14,8 +14,9 @@ import signal
 import httpx
 import pytest
 
+from tests.support.metrics import scrape, value
+
 from .conftest import E2ECluster, expect, wait_for
-from .test_metrics import scrape, value
 
 pytestmark = [pytest.mark.e2e]
 

@@ -12,29 +12,13 @@ from collections.abc import Mapping
 
 import httpx
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from tests.readme_metrics import metrics_table
+from tests.support.metrics import Samples, scrape, value
 
 from .conftest import E2ECluster, expect, wait_all_running, wait_for
 
 pytestmark = [pytest.mark.e2e]
-
-Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
-
-
-def scrape(url: str, verify: ssl.SSLContext | bool) -> Samples:
-    response = httpx.get(f"{url}/metrics", timeout=5.0, verify=verify)
-    response.raise_for_status()
-    return {
-        (sample.name, frozenset(sample.labels.items())): sample.value
-        for family in text_string_to_metric_families(response.text)
-        for sample in family.samples
-    }
-
-
-def value(samples: Samples, name: str, **labels: str) -> float | None:
-    return samples.get((name, frozenset(labels.items())))
 
 
 def total(samples: Samples, name: str) -> float:

@@ -14,9 +14,9 @@ import httpx
 import pytest
 
 from bbs.api import create_app
-from bbs.api_test import AUCTIONEER, Recorder
 from bbs.server import running_bbs
 from bbs.settings import BBSSettings
+from tests.support.bbs_harness import AUCTIONEER, Recorder
 
 BIG = 2**63  # one past SQLite's widest integer: a 500 before issue #13
 INT32_PAST = 2**31  # one past PostgreSQL's INTEGER, the column type of indices, exit statuses, lease tokens
@@ -284,7 +284,7 @@ async def test_a_body_that_is_not_utf8_is_4xx_and_writes_nothing(
 
 
 async def test_a_rep_answers_a_body_that_is_not_utf8_with_422(tmp_path: Path) -> None:
-    from rep.api_test import app_of, make_host
+    from tests.support.rep_host import app_of, make_host
 
     host, executor = make_host(["c0"])
     async with app_of(host, tmp_path) as rep:

@@ -13,8 +13,8 @@ import pytest
 from common.http_metrics import HTTPMetricsMiddleware
 from common.limits import LimitsMiddleware
 from common.request_id import RequestIdMiddleware
-from tests.bbs.bbs_process_test import BBSProcess
 from tests.security.apps import auctioneer_app, bbs_app, rep_app
+from tests.support.bbs_process import BBSProcess
 from tests.support.polling import Unmet, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]

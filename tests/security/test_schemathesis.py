@@ -30,8 +30,8 @@ from bbs.policy import POLICY as BBS_POLICY
 from common.auth import Policy
 from common.procutil import child_preexec, terminate_then_kill, wait_ready_file
 from common.tls import TLSFiles, init_ca, issue
-from tests.bbs.bbs_process_test import BBSProcess
 from tests.security.apps import auctioneer_app, bbs_app
+from tests.support.bbs_process import BBSProcess
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
