@@ -253,6 +253,11 @@ class AffinityRuleModel(Strict):
     weight: float = Field(default=1.0, ge=-100, le=100)
 
 
+# The placement strategies, in the design's order: the engine registers a picker for each (placement/).
+StrategyName = Literal["diego", "dea", "loadmark", "service", "objective", "binpack", "random"]
+STRATEGY_NAMES: tuple[str, ...] = get_args(StrategyName)
+
+
 class PlacementFields(Strict):
     """What the placement engine reads of an LRP, shared by DesiredLRP and the auction request."""
 
@@ -261,7 +266,7 @@ class PlacementFields(Strict):
     stack: Stack = DEFAULT_STACK
     placement_tags: Names = Field(default_factory=list)
     volume_drivers: Names = Field(default_factory=list)
-    strategy: Literal["diego", "dea", "loadmark", "service", "objective", "binpack", "random"] | None = None
+    strategy: StrategyName | None = None
     objective: Annotated[str | None, Field(max_length=1024), AfterValidator(_objective)] = None
     source_blob: Annotated[str | None, Field(max_length=MAX_URL_CHARS), AfterValidator(_no_nul_or_none)] = (
         None
@@ -444,6 +449,11 @@ class CellPresence(Open):
     # old to say), so that the BBS's rebalance planner judges loadmark apps by their hosts' swap and load
     # average as the auction does (placement/rebalance/load_mark.py).
     host: HostMetricsModel | None = None
+    # The source blobs cached on the cell (CellOffers.cached_blobs), so that the BBS's rebalance planner
+    # scores objective apps with the cache term the auction uses.
+    cached_blobs: list[Annotated[str, Field(max_length=MAX_URL_CHARS)]] = Field(
+        default_factory=list, max_length=1_024
+    )
     # Set by the BBS from its own state (whatever a rep sends is ignored): an operator's `vendue cells
     # cordon|drain` (no new work; draining: its instances are moved away make-before-break), and
     # "present" or "suspect" (its presence expired; listed only with GET /v1/cells?all=true).

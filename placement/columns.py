@@ -25,7 +25,7 @@ import numpy as np
 
 if TYPE_CHECKING:
     from .filters.base import StaticFilter, Work
-    from .state import CellSlot
+    from .slot import CellSlot
 
 SlotValue = Callable[["CellSlot"], Any]
 

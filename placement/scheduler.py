@@ -7,27 +7,21 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from .ask import STRATEGIES
 from .batch import order_batch
+from .cell_offer import CellOffer
 from .diagnosis import INFLIGHT_LIMIT, failure_for
 from .filters import invalid_request
 from .placement_trace import PlacementTrace
 from .state import AuctionState
 from .strategies import pickers
 from .strategies.base import Picker
-from .types import (
-    STRATEGIES,
-    AuctionResult,
-    Cell,
-    LRPAssignment,
-    LRPStart,
-    SchedulerConfig,
-    TaskAssignment,
-    TaskStart,
-)
+from .types import AuctionResult, LRPAssignment, SchedulerConfig, TaskAssignment
+from .work import LRPStart, TaskStart
 
 
 def begin(
-    cells: Sequence[Cell],
+    cells: Sequence[CellOffer],
     lrps: Sequence[LRPStart],
     tasks: Sequence[TaskStart],
     config: SchedulerConfig,
@@ -37,7 +31,7 @@ def begin(
     each told the whole batch before the first pick (all made first, so each sees the state as the
     batch found it)."""
     factories = pickers(engine)
-    names = sorted({config.strategy, *(lrp.strategy for lrp in lrps if lrp.strategy)})
+    names = sorted({config.strategy, *(lrp.ask.strategy for lrp in lrps if lrp.ask.strategy)})
     for name in names:
         if name not in factories:
             raise ValueError(f"unknown strategy {name!r}: expected one of {', '.join(STRATEGIES)}")
@@ -51,7 +45,7 @@ def begin(
 
 
 def schedule(
-    cells: Sequence[Cell],
+    cells: Sequence[CellOffer],
     lrps: Sequence[LRPStart] = (),
     tasks: Sequence[TaskStart] = (),
     config: SchedulerConfig | None = None,
@@ -76,7 +70,7 @@ def schedule(
                 if trace is not None:
                     trace.failed(result.failures[-1])
                 continue
-            name = item.strategy or config.strategy
+            name = item.ask.strategy or config.strategy
             picker = active[name]
             slot = picker.pick_lrp(item)
             if slot is None:

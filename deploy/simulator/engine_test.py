@@ -6,9 +6,8 @@ import math
 
 import pytest
 
-from common.workload import WorkloadError, parse_workload
-
 from .engine import available_strategies, population_cv, simulate, to_engine
+from .workload import WorkloadError, parse_workload
 
 CONTRACT_FIELDS = {
     "workload", "strategy", "engine", "placed", "failed", "seconds", "placements_per_s", "per_cell_instances",

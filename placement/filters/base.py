@@ -30,11 +30,11 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from ..types import LRPStart, TaskStart
+from ..work import LRPStart, TaskStart
 
 if TYPE_CHECKING:
     from ..columns import CellColumns
-    from ..state import CellSlot
+    from ..slot import CellSlot
 
 Work = LRPStart | TaskStart
 

@@ -50,8 +50,9 @@ from sortedcontainers import SortedList
 from ..filters import COMPATIBILITY, Work, has_room, least_free, request_filters
 from ..filters.compatibility import compatibility_requirement
 from ..scoring import LOCALITY_OFFSET, lrp_score, task_score
-from ..state import AuctionState, CellSlot
-from ..types import LRPStart, TaskStart
+from ..slot import CellSlot
+from ..state import AuctionState
+from ..work import LRPStart, TaskStart
 from .base import FastPicker
 from .diego_reference import DiegoReference
 from .zone_room import zone_groups
@@ -411,7 +412,8 @@ class DiegoFast(FastPicker, DiegoReference):
         if request_filters(item):
             return super().pick_lrp(item)
         compatible = self._compatible_pools(item)
-        process, memory_mb, disk_mb = item.process_guid, item.memory_mb, item.disk_mb
+        ask = item.ask
+        process, memory_mb, disk_mb = item.process_guid, ask.memory_mb, ask.disk_mb
         starting_weight, bin_pack_weight = self.starting_weight, self.bin_pack_weight
 
         def score_of(slot: CellSlot) -> float:
@@ -468,7 +470,8 @@ class DiegoFast(FastPicker, DiegoReference):
         if self.bin_pack_weight:
             return super().pick_task(item)  # the LRP index carries the bin-pack term; tasks do not
         compatible = self._compatible_pools(item)
-        memory_mb, disk_mb, starting_weight = item.memory_mb, item.disk_mb, self.starting_weight
+        ask = item.ask
+        memory_mb, disk_mb, starting_weight = ask.memory_mb, ask.disk_mb, self.starting_weight
 
         def score_of(slot: CellSlot) -> float:
             return task_score(slot, memory_mb, disk_mb, starting_weight)

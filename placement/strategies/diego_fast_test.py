@@ -3,8 +3,10 @@
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from placement.cell_offer import CellOffer, Resources, RunningInstance
 from placement.scheduler import schedule
-from placement.types import Cell, LRPStart, Resources, RunningInstance, SchedulerConfig, TaskStart
+from placement.testing import lrp_start, task_start
+from placement.types import SchedulerConfig
 
 APPS = [f"app{i}" for i in range(6)]
 
@@ -30,7 +32,7 @@ def workloads(draw):
             if am >= m and ad >= d and ac >= 1:
                 prefill.append(RunningInstance(draw(st.sampled_from(APPS)), k, m, d))
                 am, ad, ac = am - m, ad - d, ac - 1
-        cells.append(Cell(
+        cells.append(CellOffer(
             f"c{i}", zones[i % len(zones)] if uniform else draw(st.sampled_from(zones)),
             Resources(tm, td, tc), Resources(am, ad, ac), lrps=prefill,
             stacks=draw(st.sampled_from([("cflinuxfs4",), ("cflinuxfs4", "windows")])),
@@ -40,7 +42,7 @@ def workloads(draw):
             tasks=[f"old{j}" for j in range(draw(st.integers(0, 2)))],
         ))
     lrps = [
-        LRPStart(
+        lrp_start(
             draw(st.sampled_from(APPS)),
             draw(st.integers(0, 12)),
             draw(st.sampled_from([1, 2, 5, 9, 17])),
@@ -50,7 +52,7 @@ def workloads(draw):
         )
         for _ in range(draw(st.integers(0, 40)))
     ]
-    tasks = [TaskStart(f"t{j}", draw(st.sampled_from([1, 4, 13])), draw(st.sampled_from([1, 6])))
+    tasks = [task_start(f"t{j}", draw(st.sampled_from([1, 4, 13])), draw(st.sampled_from([1, 6])))
              for j in range(draw(st.integers(0, 8)))]
     config = dict(
         starting_container_weight=draw(st.sampled_from([0.25, 0.0, 2.0])),
@@ -70,8 +72,10 @@ def test_fast_equals_reference(workload):
 
 
 def test_a_full_cluster_fails_every_remaining_item_with_the_same_breakdown_as_the_reference():
-    cells = [Cell(f"c{i}", f"z{i % 3}", Resources(100, 100, 100), Resources(100, 100, 100)) for i in range(9)]
-    lrps = [LRPStart(f"app{a}", i, 7, 3) for a in range(20) for i in range(10)]
+    cells = [
+        CellOffer(f"c{i}", f"z{i % 3}", Resources(100, 100, 100), Resources(100, 100, 100)) for i in range(9)
+    ]
+    lrps = [lrp_start(f"app{a}", i, 7, 3) for a in range(20) for i in range(10)]
     fast = schedule(cells, lrps, [], SchedulerConfig(engine="fast"))
     reference = schedule(cells, lrps, [], SchedulerConfig(engine="reference"))
     assert fast == reference

@@ -12,9 +12,9 @@ from collections import Counter
 
 import pytest
 
-from common.workload import parse_workload
 from deploy.simulator.engine import to_engine
 from deploy.simulator.generate import cold_start_large, cold_start_small
+from deploy.simulator.workload import parse_workload
 
 from .diego_cluster import (
     ENGINES,

@@ -12,21 +12,12 @@ from dataclasses import dataclass
 
 from hypothesis import strategies as st
 
+from placement.ask import AffinityRule, DeviceRequest, VolumeRequest
+from placement.cell_offer import CellOffer, HostMetrics, Resources, RunningInstance, Volume
 from placement.scheduler import schedule
-from placement.types import (
-    AffinityRule,
-    AuctionResult,
-    Cell,
-    DeviceRequest,
-    HostMetrics,
-    LRPStart,
-    Resources,
-    RunningInstance,
-    SchedulerConfig,
-    TaskStart,
-    Volume,
-    VolumeRequest,
-)
+from placement.testing import lrp_start, task_start
+from placement.types import AuctionResult, SchedulerConfig
+from placement.work import LRPStart, TaskStart
 
 PROCESSES = ("app-0", "app-1", "app-2", "svc-3")
 STACKS = ("cflinuxfs4", "cflinuxfs3")
@@ -37,7 +28,7 @@ LABEL_EXPRESSIONS = ("", "gpu=true", "tier in (web,db)", "gpu!=true", "!gpu", "t
 
 @dataclass
 class Workload:
-    cells: list[Cell]
+    cells: list[CellOffer]
     lrps: list[LRPStart]
     tasks: list[TaskStart]
     seed: int
@@ -72,7 +63,7 @@ def hosts(draw) -> HostMetrics | None:
 
 
 @st.composite
-def cells(draw, index: int, zones: int, service: bool) -> Cell:
+def cells(draw, index: int, zones: int, service: bool) -> CellOffer:
     memory = draw(st.sampled_from([1024, 2048, 4096]))
     disk = draw(st.sampled_from([4096, 16384]))
     containers = draw(st.integers(2, 8))
@@ -102,7 +93,7 @@ def cells(draw, index: int, zones: int, service: bool) -> Cell:
                 ephemeral=holder is not None,
                 holder=holder,
             ))
-    return Cell(
+    return CellOffer(
         cell_id=f"cell-{index}",
         zone=f"z{(index + draw(st.integers(0, 1))) % zones}",
         total=Resources(memory, disk, containers),
@@ -156,7 +147,7 @@ def lrp_group(draw, process_guid: str, cell_ids: list[str], service: bool, mixed
     for index in range(instances):
         # the last cells first: hypothesis favours early elements, and cell-0 often wins ties anyway
         previous = draw(st.sampled_from([*reversed(cell_ids), None])) if service and cell_ids else None
-        lrps.append(LRPStart(process_guid, index, previous_cell=previous, **common))
+        lrps.append(lrp_start(process_guid, index, previous_cell=previous, **common))
     return lrps
 
 
@@ -170,7 +161,7 @@ def workloads(draw, service: bool = False, mixed: bool = False, max_cells: int =
     for pg in draw(st.sets(st.sampled_from(PROCESSES), min_size=1, max_size=3)):
         lrps.extend(draw(lrp_group(pg, cell_ids, service, mixed)))
     tasks = [
-        TaskStart(
+        task_start(
             f"task-{i}",
             memory_mb=draw(st.sampled_from([128, 512])),
             disk_mb=draw(st.sampled_from([256, 1024])),
@@ -183,9 +174,9 @@ def workloads(draw, service: bool = False, mixed: bool = False, max_cells: int =
 
 
 def make_cell(cell_id: str, zone: str = "z0", memory_mb: int = 4096, disk_mb: int = 8192,
-              containers: int = 10, **fields) -> Cell:
+              containers: int = 10, **fields) -> CellOffer:
     """A cell with nothing running: available = total (hand-written examples in the unit tests)."""
-    return Cell(cell_id, zone, Resources(memory_mb, disk_mb, containers),
+    return CellOffer(cell_id, zone, Resources(memory_mb, disk_mb, containers),
                 Resources(memory_mb, disk_mb, containers), **fields)
 
 

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from common.workload import WorkloadError, load_workload, loads_workload, parse_workload
+from .workload import WorkloadError, load_workload, loads_workload, parse_workload
 
 
 def cell(**overrides) -> dict:
