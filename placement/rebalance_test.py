@@ -9,7 +9,7 @@ from placement.testing import holding, lrp_start
 from tests.support.engine_workloads import hosts, make_cell
 
 from .ask import VolumeRequest
-from .cell_offer import CellOffer, Resources, RunningInstance, Volume
+from .cell_offer import CellOffer, Volume
 from .rebalance import (
     CELL_LOAD,
     LOAD_MARK,
@@ -338,7 +338,8 @@ def check_plan(cells: list[CellOffer], placed: list[Placed], requests: dict[str,
         assert m.process_guid not in pinned, m  # keep-replicas
         assert fits(target, item), m  # placement tags, label expression
         assert not held(Placed(m.process_guid, m.index, m.from_cell), held_volume), m  # volume stickiness
-        assert slot.avail_m >= item.ask.memory_mb and slot.avail_d >= item.ask.disk_mb and slot.avail_c >= 1, m
+        ask = item.ask
+        assert slot.avail_m >= ask.memory_mb and slot.avail_d >= ask.disk_mb and slot.avail_c >= 1, m
         if is_loadmark(item):
             assert not above_critical(slot, MARKS), m  # the strategy's own filter, as the auction judges
         memory_mean, mark_mean = replay.memory_mean(), replay.mark_mean(marked)

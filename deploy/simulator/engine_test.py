@@ -66,9 +66,10 @@ def test_conversion_maps_optional_fields() -> None:
     assert (c1.advertised_at, c1.expires_at, c1.cached_blobs) == (40, 60, frozenset({"b"}))
     assert c1.placement_tags == frozenset({"iso"}) and c1.optional_placement_tags == frozenset({"ssd"})
     assert c1.volume_drivers == frozenset({"nfs"}) and c1.stacks == ("a", "b")
-    assert lrp.placement_tags == ("iso",) and lrp.devices[0].kind == "gpu" and lrp.volumes[0].ephemeral
-    assert lrp.affinity[0].weight == 2 and lrp.source_blob == "b" and lrp.previous_cell == "cell-1"
-    assert lrp.total_instances == 4 and lrp.strategy == "diego" and lrp.labels_match == "tier=web"
+    ask = lrp.ask
+    assert ask.placement_tags == ("iso",) and ask.devices[0].kind == "gpu" and ask.volumes[0].ephemeral
+    assert ask.affinity[0].weight == 2 and ask.source_blob == "b" and lrp.previous_cell == "cell-1"
+    assert lrp.total_instances == 4 and ask.strategy == "diego" and ask.labels_match == "tier=web"
 
 
 def test_output_keeps_every_contract_field() -> None:

@@ -20,7 +20,7 @@ from .workload import CellSpec, LRPSpec, PrefillInstance, SchedulerSettings, Tas
 
 # What a desired LRP carries besides guid, memory and disk: the wire's placement fields, its domain and
 # what the BBS does on the loss of its cell (wire names, shared with DesiredLRP).
-APP_FIELDS = frozenset(PlacementFields.model_fields) - {"memory_mb", "disk_mb"} | {"domain", "on_cell_loss"}
+APP_FIELDS = set(PlacementFields.model_fields) - {"memory_mb", "disk_mb"} | {"domain", "on_cell_loss"}
 _LRP_DEFAULTS = {name: f.get_default(call_default_factory=True) for name, f in LRPSpec.model_fields.items()}
 
 

@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from common.objective import ObjectiveError, compile_objective, parse_objective
-from placement.testing import lrp_start
+from placement.testing import lrp_start, same_bits
 from tests.support.objective_fuzz import STREAMS, TYPED_TREES, render, sealed
 
 from ..cell_offer import CellOffer, Resources
@@ -22,7 +22,6 @@ from ..scheduler import schedule
 from ..types import SchedulerConfig
 from .evaluate import BID_FIELDS, INSTANCE_FIELDS, BidFacts, InstanceFacts, score
 from .vectorized import BidTable, compile_columns
-from placement.testing import same_bits
 
 FUZZ = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 FIELDS = {*INSTANCE_FIELDS.values(), *BID_FIELDS.values()}  # all the tree walker may read of ai and r

@@ -1,10 +1,9 @@
 import pytest
 
-from placement.testing import lrp_start
+from placement.testing import holding, lrp_start
 from tests.support.engine_workloads import make_cell
 
 from ..cell_offer import CellOffer, HostMetrics
-from placement.testing import holding
 from ..scoring import lrp_score
 from ..slot import CellSlot
 from ..strategies.loadmark import load_mark

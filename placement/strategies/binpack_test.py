@@ -1,9 +1,7 @@
 from collections import Counter
 
-from hypothesis import given, settings
-
 from placement.testing import lrp_start, task_start
-from tests.support.engine_workloads import assert_engines_agree, make_cell, placements, workloads
+from tests.support.engine_workloads import make_cell, placements
 
 from ..cell_offer import RunningInstance
 from ..scheduler import schedule
@@ -61,13 +59,3 @@ def test_tasks_first_fit_in_input_order():
         }
 
 
-@settings(max_examples=40, deadline=None)
-@given(workloads())
-def test_fast_equals_reference(workload):
-    assert_engines_agree(workload, NAME)
-
-
-@settings(max_examples=25, deadline=None)
-@given(workloads(service=True, mixed=True))
-def test_fast_equals_reference_with_service_constraints_and_mixed_strategies(workload):
-    assert_engines_agree(workload, NAME)

@@ -1,9 +1,7 @@
 import random
 
-from hypothesis import given, settings
-
 from placement.testing import lrp_start, task_start
-from tests.support.engine_workloads import assert_engines_agree, make_cell, placements, workloads
+from tests.support.engine_workloads import make_cell, placements
 
 from ..cell_offer import RunningInstance
 from ..scheduler import schedule
@@ -136,13 +134,3 @@ def test_seed_reproducible():
     assert len({tuple(sorted(r.items())) for r in results.values()}) > 1
 
 
-@settings(max_examples=40, deadline=None)
-@given(workloads())
-def test_fast_equals_reference(workload):
-    assert_engines_agree(workload, NAME)
-
-
-@settings(max_examples=25, deadline=None)
-@given(workloads(service=True, mixed=True))
-def test_fast_equals_reference_with_service_constraints_and_mixed_strategies(workload):
-    assert_engines_agree(workload, NAME)

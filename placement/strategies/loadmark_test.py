@@ -1,8 +1,7 @@
 import pytest
-from hypothesis import given, settings
 
 from placement.testing import lrp_start, task_start
-from tests.support.engine_workloads import assert_engines_agree, make_cell, placements, workloads
+from tests.support.engine_workloads import make_cell, placements
 
 from ..cell_offer import HostMetrics, Resources
 from ..scheduler import schedule
@@ -113,13 +112,3 @@ def test_tasks_go_to_the_least_loaded_cell_as_it_fills():
         assert placements(result) == {"t0": "a", "t1": "b", "t2": "a", "t3": "b"}
 
 
-@settings(max_examples=40, deadline=None)
-@given(workloads())
-def test_fast_equals_reference(workload):
-    assert_engines_agree(workload, NAME)
-
-
-@settings(max_examples=25, deadline=None)
-@given(workloads(service=True, mixed=True))
-def test_fast_equals_reference_with_service_constraints_and_mixed_strategies(workload):
-    assert_engines_agree(workload, NAME)

@@ -1,9 +1,6 @@
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from placement.testing import lrp_start, task_start
-from tests.support.objective_texts import EXPRESSIONS
 
 from ..cell_offer import CellOffer, Resources, RunningInstance
 from ..scheduler import schedule
@@ -226,40 +223,3 @@ def test_fast_equals_reference_on_a_hand_made_mixed_workload():
 
 
 SPREAD = "r.AvailZoneNumber / 10 - count(ai.AppID, r.RunningAppIDs)"  # fewest of the app, then zone
-OBJECTIVES = st.one_of(st.none(), st.sampled_from(["diego-blog", SPREAD, "r.AvailableMemoryMB"]), EXPRESSIONS)
-
-cells_strategy = st.lists(
-    st.builds(
-        lambda zone, memory, free, disk, blobs, prefill, stack: CellOffer(
-            "", f"z{zone}", Resources(memory, disk, 8), Resources(min(free, memory), disk, 8),
-            stacks=(stack,), cached_blobs=blobs,
-            lrps=[RunningInstance(pg, i) for i, pg in enumerate(prefill)]),
-        zone=st.integers(0, 3), memory=st.integers(0, 4096), free=st.integers(0, 4096),
-        disk=st.integers(0, 4096), blobs=st.frozensets(st.sampled_from(["b1", "b2"]), max_size=2),
-        prefill=st.lists(st.sampled_from(["app-1", "app-2", "web"]), max_size=3),
-        stack=st.sampled_from(["cflinuxfs4", "cflinuxfs4", "cflinuxfs3"]),
-    ),
-    min_size=1, max_size=8,
-)
-
-lrps_strategy = st.lists(
-    st.builds(
-        lambda pg, index, memory, disk, objective, blob, total: lrp_start(
-            pg, index, memory, disk, objective=objective, source_blob=blob, total_instances=total),
-        pg=st.sampled_from(["app-1", "app-2", "web", "task-3"]), index=st.integers(0, 4),
-        memory=st.integers(1, 1500), disk=st.integers(1, 1500),
-        objective=OBJECTIVES,
-        blob=st.sampled_from([None, "b1", "b2"]), total=st.integers(0, 3),
-    ),
-    max_size=10,
-)
-
-
-@settings(deadline=None, max_examples=60)
-@given(cells=cells_strategy, lrps=lrps_strategy,
-       tasks=st.lists(st.builds(task_start, st.sampled_from(["t-1", "t-2", "batch"]), st.integers(1, 900),
-                                st.integers(1, 900)), max_size=3))
-def test_fast_equals_reference_on_random_workloads(cells, lrps, tasks):
-    for i, c in enumerate(cells):
-        c.cell_id = f"cell-{i}"
-    same_results(cells, lrps, tasks)

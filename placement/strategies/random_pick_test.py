@@ -1,10 +1,8 @@
 import random
 from collections import Counter
 
-from hypothesis import given, settings
-
 from placement.testing import lrp_start, task_start
-from tests.support.engine_workloads import assert_engines_agree, make_cell, placements, workloads
+from tests.support.engine_workloads import make_cell, placements
 
 from ..scheduler import schedule
 from ..types import SchedulerConfig
@@ -57,13 +55,3 @@ def test_nothing_feasible_fails_with_diegos_error():
     assert [f.error for f in result.failures] == ["insufficient resources: memory"]
 
 
-@settings(max_examples=40, deadline=None)
-@given(workloads())
-def test_fast_equals_reference(workload):
-    assert_engines_agree(workload, NAME)
-
-
-@settings(max_examples=25, deadline=None)
-@given(workloads(service=True, mixed=True))
-def test_fast_equals_reference_with_service_constraints_and_mixed_strategies(workload):
-    assert_engines_agree(workload, NAME)

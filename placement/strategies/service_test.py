@@ -1,8 +1,7 @@
 import pytest
-from hypothesis import given, settings
 
 from placement.testing import lrp_start, task_start
-from tests.support.engine_workloads import assert_engines_agree, make_cell, placements, workloads
+from tests.support.engine_workloads import make_cell, placements
 
 from ..ask import AffinityRule, VolumeRequest
 from ..cell_offer import RunningInstance, Volume
@@ -110,13 +109,3 @@ def test_label_match_is_a_hard_filter_under_service():
         assert placements(result) == {"svc/0": "gpu"}
 
 
-@settings(max_examples=40, deadline=None)
-@given(workloads(service=True))
-def test_fast_equals_reference(workload):
-    assert_engines_agree(workload, NAME)
-
-
-@settings(max_examples=25, deadline=None)
-@given(workloads(service=True, mixed=True))
-def test_fast_equals_reference_with_mixed_strategies(workload):
-    assert_engines_agree(workload, NAME)
