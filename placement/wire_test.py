@@ -73,7 +73,8 @@ def test_a_stored_definition_gives_the_same_ask_as_the_model() -> None:
 
 
 def test_apps_asking_alike_share_an_ask_value() -> None:
-    first, second = ask_of(PlacementFields.model_validate(ASKED)), ask_of(PlacementFields.model_validate(ASKED))
+    first = ask_of(PlacementFields.model_validate(ASKED))
+    second = ask_of(PlacementFields.model_validate(ASKED))
     assert first == second and hash(first) == hash(second)
     assert len({first, second, ask_of(PlacementFields())}) == 2
 
@@ -113,13 +114,15 @@ def test_every_bid_field_is_carried_or_named_as_unread() -> None:
 
 
 def changed(before: CellOffer, after: CellOffer) -> set[str]:
-    return {f.name for f in dataclasses.fields(CellOffer) if getattr(before, f.name) != getattr(after, f.name)}
+    fields = dataclasses.fields(CellOffer)
+    return {f.name for f in fields if getattr(before, f.name) != getattr(after, f.name)}
 
 
 @pytest.mark.parametrize("name", sorted(set(BID) - set(MINIMAL_BID)))
 def test_every_bid_field_arrives_in_the_cell_offer(name: str) -> None:
-    before = cell_offer(CellState.model_validate({**MINIMAL_BID, "available": BID["available"]}))
-    after = cell_offer(CellState.model_validate({**MINIMAL_BID, "available": BID["available"], name: BID[name]}))
+    bid = {**MINIMAL_BID, "available": BID["available"]}
+    before = cell_offer(CellState.model_validate(bid))
+    after = cell_offer(CellState.model_validate({**bid, name: BID[name]}))
     assert changed(before, after), name
 
 

@@ -22,9 +22,9 @@ from hypothesis import strategies as st
 from placement import schedule
 from placement.cell_offer import CellOffer, Resources, RunningInstance
 from placement.strategies import diego_fast
-from placement.strategies.diego_fast_test import workloads as small_workloads
 from placement.testing import lrp_start, task_start
 from placement.types import SchedulerConfig
+from tests.support.engine_workloads import diego_workloads as small_workloads
 
 GUIDS = [f"app-{i}" for i in range(4)]
 
@@ -122,9 +122,8 @@ def test_every_search_path_agrees_with_the_reference_on_large_apps(direct, workl
 @settings(max_examples=40, deadline=None)
 @given(workload=small_workloads())
 def test_every_search_path_agrees_with_the_reference_on_small_tight_workloads(direct, workload):
-    cells, lrps, tasks, config = workload
     with patch.object(diego_fast, "DIRECT", direct):
-        agree(cells, lrps, tasks, **config)
+        agree(workload.cells, workload.lrps, workload.tasks, **workload.config)
 
 
 def test_five_apps_of_two_hundred_instances_on_twenty_cells_in_three_zones():
