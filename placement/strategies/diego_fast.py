@@ -47,6 +47,7 @@ from typing import NamedTuple
 
 from sortedcontainers import SortedList
 
+from ..ask import Ask
 from ..filters import COMPATIBILITY, Work, has_room, least_free, request_filters
 from ..filters.compatibility import compatibility_requirement
 from ..scoring import LOCALITY_OFFSET, lrp_score, task_score
@@ -168,8 +169,10 @@ class DiegoFast(FastPicker, DiegoReference):
                 most_free[1] = max(most_free[1], slot.avail_d)
                 most_free[2] = max(most_free[2], slot.avail_c)
         self.smallest_pool = min((len(pool.positions) for pool in self.pools), default=0)
-        # compatibility requirement -> the compatible pools (hashed by identity: a pool defines no equality)
+        # compatibility requirement -> the compatible pools (hashed by identity: a pool defines no equality),
+        # and the same by ask: an app's instances share one, whose hash is made once
         self.compatible: dict[Hashable, set[Pool]] = {}
+        self.compatible_by_ask: dict[Ask, set[Pool]] = {}
         # process guid (TASKS for tasks) -> pool -> its cells by count; built once the process holds nearly
         # as many cells as a pool has (before, every pool has many cells without it), then kept current
         self.levels: dict[str | None, dict[Pool, Levels]] = {}
@@ -256,14 +259,17 @@ class DiegoFast(FastPicker, DiegoReference):
 
     def _compatible_pools(self, item: Work) -> set[Pool]:
         """The pools whose cells pass the compatibility filters (all of a pool's cells alike)."""
-        requirement = compatibility_requirement(item)
-        found = self.compatible.get(requirement)
+        found = self.compatible_by_ask.get(item.ask)
         if found is None:
-            found = {
-                pool for pool in self.pools
-                if all(f.admits(self.cells, item)[pool.representative.pos] for f in COMPATIBILITY)
-            }
-            self.compatible[requirement] = found
+            requirement = compatibility_requirement(item)
+            found = self.compatible.get(requirement)
+            if found is None:
+                found = {
+                    pool for pool in self.pools
+                    if all(f.admits(self.cells, item)[pool.representative.pos] for f in COMPATIBILITY)
+                }
+                self.compatible[requirement] = found
+            self.compatible_by_ask[item.ask] = found
         return found
 
     def _best_in_pool(self, pool: Pool, search: Search) -> Winner | None:
