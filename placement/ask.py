@@ -13,6 +13,7 @@ computed once, as the engine keys caches on it per item.
 from __future__ import annotations
 
 import dataclasses
+import operator
 from dataclasses import dataclass, field
 
 from common.models import STRATEGY_NAMES
@@ -63,7 +64,7 @@ class Ask:
     _hash: int = field(default=0, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "_hash", hash(tuple(getattr(self, f) for f in _COMPARED)))
+        object.__setattr__(self, "_hash", hash(_compared(self)))
 
     def __hash__(self) -> int:
         return self._hash
@@ -82,4 +83,4 @@ class Ask:
         )
 
 
-_COMPARED = tuple(f.name for f in dataclasses.fields(Ask) if f.compare)
+_compared = operator.attrgetter(*(f.name for f in dataclasses.fields(Ask) if f.compare))

@@ -8,11 +8,13 @@ the contract are additions (`detail` on failures, per-kind counts, `failures_by_
 from __future__ import annotations
 
 import math
+import operator
 import time
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
+from common.models import PlacementFields
 from placement import schedule
 from placement.ask import STRATEGIES, Ask
 from placement.cell_offer import CellOffer, Resources, RunningInstance, Volume, host_metrics_from
@@ -68,13 +70,21 @@ def cell_to_engine(spec: CellSpec) -> CellOffer:
     )
 
 
-def lrp_to_engine(spec: LRPSpec, asks: dict[Ask, Ask] | None = None) -> LRPStart:
-    """The instance, its ask made by the one adapter (an LRPSpec is the wire's PlacementFields); `asks`
-    interns them, so that the instances of an app share one."""
-    ask = ask_of(spec)
-    if asks is not None:
-        ask = asks.setdefault(ask, ask)
+def lrp_to_engine(spec: LRPSpec, asks: dict[str, tuple[tuple, Ask]] | None = None) -> LRPStart:
+    """The instance, its ask made by the one adapter (an LRPSpec is the wire's PlacementFields). `asks`
+    (process guid -> its last placement fields and their ask) lets the instances of an app share one."""
+    if asks is None:
+        ask = ask_of(spec)
+    else:
+        fields = _placement_fields(spec)
+        found = asks.get(spec.process_guid)
+        if found is None or found[0] != fields:
+            found = asks[spec.process_guid] = (fields, ask_of(spec))
+        ask = found[1]
     return LRPStart(spec.process_guid, spec.index, ask, spec.total_instances, spec.previous_cell)
+
+
+_placement_fields = operator.attrgetter(*PlacementFields.model_fields)
 
 
 def task_to_engine(spec: TaskSpec) -> TaskStart:
@@ -84,7 +94,7 @@ def task_to_engine(spec: TaskSpec) -> TaskStart:
 
 
 def to_engine(workload: Workload) -> EngineInput:
-    asks: dict[Ask, Ask] = {}
+    asks: dict[str, tuple[tuple, Ask]] = {}
     return EngineInput(
         cells=[cell_to_engine(c) for c in workload.cells],
         lrps=[lrp_to_engine(lrp, asks) for lrp in workload.lrps],

@@ -147,3 +147,12 @@ def test_every_registered_strategy_runs_the_example() -> None:
     for strategy in available_strategies():
         report = simulate(parse_workload(example()), strategy=strategy)
         assert report["placed"] + report["failed"] == 2, strategy
+
+
+def test_the_instances_of_an_app_share_one_ask_and_differing_fields_get_their_own() -> None:
+    lrps = [{"process_guid": "web", "index": i, "memory_mb": 64, "disk_mb": 64} for i in range(3)]
+    lrps.append({"process_guid": "web", "index": 3, "memory_mb": 64, "disk_mb": 64, "stack": "windows"})
+    cells = [{"id": "c", "zone": "z", "memory_mb": 1024, "disk_mb": 1024, "containers": 10}]
+    first, second, third, other = to_engine(parse_workload({"cells": cells, "lrps": lrps})).lrps
+    assert first.ask is second.ask is third.ask
+    assert other.ask.stack == "windows" and first.ask.stack == "cflinuxfs4"
