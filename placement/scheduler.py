@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from .ask import STRATEGIES
+from .ask import STRATEGIES, Ask
 from .batch import order_batch
 from .cell_offer import CellOffer
 from .diagnosis import INFLIGHT_LIMIT, failure_for
@@ -57,6 +57,8 @@ def schedule(
     if trace is not None:
         trace.begin(state, active)
     result = AuctionResult()
+    # an app's ask -> (why it is invalid or None, its strategy): read once per app, not per instance
+    per_ask: dict[Ask, tuple[str | None, str]] = {}
     for item in batch:
         if state.inflight_limit_reached():
             result.failures.append(failure_for(item, INFLIGHT_LIMIT, f"{state.total_starting} starting"))
@@ -64,13 +66,16 @@ def schedule(
                 trace.failed(result.failures[-1])
             continue
         if isinstance(item, LRPStart):
-            invalid = invalid_request(item)
+            ask = item.ask
+            found = per_ask.get(ask)
+            if found is None:
+                found = per_ask[ask] = (invalid_request(item), ask.strategy or config.strategy)
+            invalid, name = found
             if invalid:
                 result.failures.append(failure_for(item, invalid))
                 if trace is not None:
                     trace.failed(result.failures[-1])
                 continue
-            name = item.ask.strategy or config.strategy
             picker = active[name]
             slot = picker.pick_lrp(item)
             if slot is None:

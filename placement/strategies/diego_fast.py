@@ -56,7 +56,6 @@ from ..state import AuctionState
 from ..work import LRPStart, TaskStart
 from .base import FastPicker
 from .diego_reference import DiegoReference
-from .zone_room import zone_groups
 
 # Far above float64 rounding of scores (≲ 1e-12 here), far below any real score difference that matters.
 EPS = 1e-9
@@ -249,11 +248,11 @@ class DiegoFast(FastPicker, DiegoReference):
                 levels.held += 1
         return index
 
-    def _search(self, item: Work, count_key: str | None, counts: dict[int, int],
+    def _search(self, need: tuple[int, int, int], count_key: str | None, counts: dict[int, int],
                 score_of: Callable[[CellSlot], float]) -> Search:
         if count_key not in self.levels and counts and len(counts) + DIRECT >= self.smallest_pool:
             self._level_index(count_key, counts)  # the process holds nearly as many cells as a pool has
-        return (least_free(item), count_key, counts, score_of)
+        return (need, count_key, counts, score_of)
 
     # --- picking --------------------------------------------------------------------------------
 
@@ -425,11 +424,15 @@ class DiegoFast(FastPicker, DiegoReference):
         def score_of(slot: CellSlot) -> float:
             return lrp_score(slot, memory_mb, disk_mb, process, starting_weight, bin_pack_weight)
 
-        search = self._search(item, process, self.state.holding(process), score_of)
+        search = self._search(least_free(item), process, self.state.holding(process), score_of)
         need = search[0]
         slots = self.state.slots
         scored = self.candidates  # a placement trace's: each pool's best is a candidate
-        groups = zone_groups(self.room, self.state, item)
+        room = self.room  # zone_room.zone_groups, with the sizes already read
+        if room is None:
+            groups = self.state.zone_groups(process)
+        else:
+            groups = room.zone_groups(process, memory_mb, disk_mb)
         if scored is not None:
             self.groups_seen = groups
         for group in groups:
@@ -482,7 +485,7 @@ class DiegoFast(FastPicker, DiegoReference):
         def score_of(slot: CellSlot) -> float:
             return task_score(slot, memory_mb, disk_mb, starting_weight)
 
-        search = self._search(item, TASKS, self.state.task_cells, score_of)
+        search = self._search(least_free(item), TASKS, self.state.task_cells, score_of)
         need, *_ = search
         best: Winner | None = None
         for pool in self.pools:
