@@ -69,6 +69,15 @@ class Ask:
     def __hash__(self) -> int:
         return self._hash
 
+    def __eq__(self, other: object) -> bool:
+        # The generated __eq__ compares two tuples built field by field: distinct apps asking alike meet
+        # in dictionaries keyed by asks, so the hashes are compared first and the fields in one C call.
+        if self is other:
+            return True
+        if type(other) is not Ask:
+            return NotImplemented
+        return self._hash == other._hash and _compared(self) == _compared(other)
+
     @property
     def uses_up_offers(self) -> bool:
         """Whether it asks for something a placement uses up of a cell's offers (volumes, an ingress IP,

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from .ask import STRATEGIES, Ask
+from .ask import STRATEGIES
 from .batch import order_batch
 from .cell_offer import CellOffer
 from .diagnosis import INFLIGHT_LIMIT, failure_for
@@ -57,8 +57,9 @@ def schedule(
     if trace is not None:
         trace.begin(state, active)
     result = AuctionResult()
-    # an app's ask -> (why it is invalid or None, its strategy): read once per app, not per instance
-    per_ask: dict[Ask, tuple[str | None, str]] = {}
+    # id of an app's ask (alive as long as the batch) -> (why it is invalid or None, its strategy): read
+    # once per app, not per instance
+    per_ask: dict[int, tuple[str | None, str]] = {}
     for item in batch:
         if state.inflight_limit_reached():
             result.failures.append(failure_for(item, INFLIGHT_LIMIT, f"{state.total_starting} starting"))
@@ -67,9 +68,9 @@ def schedule(
             continue
         if isinstance(item, LRPStart):
             ask = item.ask
-            found = per_ask.get(ask)
+            found = per_ask.get(id(ask))
             if found is None:
-                found = per_ask[ask] = (invalid_request(item), ask.strategy or config.strategy)
+                found = per_ask[id(ask)] = (invalid_request(item), ask.strategy or config.strategy)
             invalid, name = found
             if invalid:
                 result.failures.append(failure_for(item, invalid))

@@ -47,7 +47,6 @@ from typing import NamedTuple
 
 from sortedcontainers import SortedList
 
-from ..ask import Ask
 from ..filters import COMPATIBILITY, Work, has_room, least_free, request_filters
 from ..filters.compatibility import compatibility_requirement
 from ..scoring import LOCALITY_OFFSET, lrp_score, task_score
@@ -169,9 +168,9 @@ class DiegoFast(FastPicker, DiegoReference):
                 most_free[2] = max(most_free[2], slot.avail_c)
         self.smallest_pool = min((len(pool.positions) for pool in self.pools), default=0)
         # compatibility requirement -> the compatible pools (hashed by identity: a pool defines no equality),
-        # and the same by ask: an app's instances share one, whose hash is made once
+        # and the same by the id of an ask (an app's instances share one, alive as long as the auction)
         self.compatible: dict[Hashable, set[Pool]] = {}
-        self.compatible_by_ask: dict[Ask, set[Pool]] = {}
+        self.compatible_by_ask: dict[int, set[Pool]] = {}
         # process guid (TASKS for tasks) -> pool -> its cells by count; built once the process holds nearly
         # as many cells as a pool has (before, every pool has many cells without it), then kept current
         self.levels: dict[str | None, dict[Pool, Levels]] = {}
@@ -258,7 +257,7 @@ class DiegoFast(FastPicker, DiegoReference):
 
     def _compatible_pools(self, item: Work) -> set[Pool]:
         """The pools whose cells pass the compatibility filters (all of a pool's cells alike)."""
-        found = self.compatible_by_ask.get(item.ask)
+        found = self.compatible_by_ask.get(id(item.ask))
         if found is None:
             requirement = compatibility_requirement(item)
             found = self.compatible.get(requirement)
@@ -268,7 +267,7 @@ class DiegoFast(FastPicker, DiegoReference):
                     if all(f.admits(self.cells, item)[pool.representative.pos] for f in COMPATIBILITY)
                 }
                 self.compatible[requirement] = found
-            self.compatible_by_ask[item.ask] = found
+            self.compatible_by_ask[id(item.ask)] = found
         return found
 
     def _best_in_pool(self, pool: Pool, search: Search) -> Winner | None:
