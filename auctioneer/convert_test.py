@@ -3,20 +3,11 @@ import dataclasses
 from auctioneer.batcher import PendingLRP, PendingTask
 from auctioneer.convert import cell_from_state, lrp_starts, placement_failures, task_starts
 from common.models import CellState
-from placement.state import CellSlot
-from placement.types import (
-    AffinityRule,
-    Cell,
-    DeviceRequest,
-    Failure,
-    HostMetrics,
-    LRPStart,
-    Resources,
-    RunningInstance,
-    TaskStart,
-    Volume,
-    VolumeRequest,
-)
+from placement.ask import AffinityRule, Ask, DeviceRequest, VolumeRequest
+from placement.cell_offer import CellOffer, HostMetrics, Resources, RunningInstance, Volume
+from placement.slot import CellSlot
+from placement.types import Failure
+from placement.work import LRPStart, TaskStart
 from tests.auctioneer.fakes import desired, task
 
 
@@ -42,7 +33,7 @@ def test_cell_state_becomes_an_engine_cell_with_every_field_that_matters():
 
     cell = cell_from_state(state)
 
-    assert cell == Cell(
+    assert cell == CellOffer(
         cell_id="cell-1",
         zone="z2",
         total=Resources(8192, 32768, 250),
@@ -113,21 +104,20 @@ def test_one_lrp_start_per_index_with_the_desired_lrps_placement_fields():
         affinity=[{"expression": "a", "weight": -2}],
     )
     starts = lrp_starts([PendingLRP(d, 1), PendingLRP(d, 4)])
-    common = dict(
-        process_guid="web", memory_mb=512, disk_mb=2048, stack="windows", placement_tags=("gpu",),
-        volume_drivers=("nfs",), domain="apps", strategy="service", objective="diego-blog", total_instances=5,
-        source_blob="blob-a", labels_match="rack == r1", volumes=(VolumeRequest("v", 10, "x", True),),
-        ingress_ip=True, devices=(DeviceRequest("gpu", 2),), affinity=(AffinityRule("a", -2),),
+    ask = Ask(
+        memory_mb=512, disk_mb=2048, stack="windows", placement_tags=("gpu",), volume_drivers=("nfs",),
+        strategy="service", objective="diego-blog", source_blob="blob-a", labels_match="rack == r1",
+        volumes=(VolumeRequest("v", 10, "x", True),), ingress_ip=True, devices=(DeviceRequest("gpu", 2),),
+        affinity=(AffinityRule("a", -2),),
     )
-    assert starts == [LRPStart(index=1, **common), LRPStart(index=4, **common)]
+    assert starts == [LRPStart("web", 1, ask, 5), LRPStart("web", 4, ask, 5)]
+    assert starts[0].ask is starts[1].ask  # one ask per desired LRP, shared by its instances
 
 
 def test_tasks_become_task_starts():
     t = task("t9", memory_mb=64, disk_mb=128, stack="windows", placement_tags=["a"], volume_drivers=["nfs"],
              domain="jobs")
-    assert task_starts([PendingTask(t)]) == [
-        TaskStart("t9", 64, 128, "windows", ("a",), ("nfs",), "jobs")
-    ]
+    assert task_starts([PendingTask(t)]) == [TaskStart("t9", Ask(64, 128, "windows", ("a",), ("nfs",)))]
 
 
 def test_engine_failures_become_the_bbs_report():

@@ -6,20 +6,21 @@ lifecycle stops the old one once the replacement reports RUNNING (bbs/lifecycle.
 the way back: a replacement that crashes or does not run in time is dropped (stopped where a cell claimed
 it) and the old instance is the index's instance again.
 
-And the planner's input: the state the BBS holds, turned into the engine's plain data (cells with what
-they hold, one placement request per app), so that placement/rebalance/ judges moves with the
-auction's own filters and score.
+And the planner's input: the state the BBS holds, turned into the engine's plain data by the one
+adapter (placement/wire.py: cells with what they hold, one placement request per app), so that
+placement/rebalance/ judges moves with the auction's own filters and score.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable, Sequence
-from typing import Any, Literal
+from typing import Literal
 
-from common.models import HostMetricsModel
+from placement.cell_offer import CellOffer, Resources
 from placement.rebalance import Placed
-from placement.types import DEFAULT_STACK, Cell, HostMetrics, LRPStart, Resources, host_metrics_from
+from placement.wire import ask_of, stored_cell_offer, stored_placement_fields
+from placement.work import LRPStart
 
 from .actual_set import ActualSet
 from .lifecycle import Stop, stop_of
@@ -83,67 +84,29 @@ def abandon_move(actuals: ActualSet, process_guid: str, index: int) -> list[Stop
 
 # --- the planner's input ------------------------------------------------------------------------------
 
-# Constraints whose cell side the BBS does not hold (volumes, ingress IPs, devices are in a rep's /state,
-# not in its heartbeat): an app asking for them stays where it is.
-_CELL_SIDE_UNKNOWN = ("volumes", "ingress_ip", "devices")
-
-
 def placement_request(desired: DesiredRecord) -> LRPStart:
-    """The app's placement request as the auction sees it, from its stored definition."""
-    d: dict[str, Any] = desired.definition
-    return LRPStart(
-        desired.process_guid,
-        0,
-        int(d.get("memory_mb", 0)),
-        int(d.get("disk_mb", 0)),
-        stack=d.get("stack") or DEFAULT_STACK,
-        placement_tags=tuple(d.get("placement_tags") or ()),
-        volume_drivers=tuple(d.get("volume_drivers") or ()),
-        domain=desired.domain,
-        strategy=d.get("strategy"),
-        objective=d.get("objective"),
-        total_instances=desired.instances,
-        labels_match=d.get("labels_match") or "",
-    )
+    """The app's placement request as the auction sees it, from its stored definition (placement/wire.py:
+    every placement field, source blob and affinity included)."""
+    ask = ask_of(stored_placement_fields(desired.definition))
+    return LRPStart(desired.process_guid, 0, ask, desired.instances)
 
 
-def pinned(desired: DesiredRecord) -> bool:
-    """Instances that never move: keep-replicas LRPs, and those asking for what only their cell knows."""
-    return desired.on_cell_loss == KEEP_REPLICAS or any(desired.definition.get(k) for k in _CELL_SIDE_UNKNOWN)
-
-
-def _host(reported: dict[str, Any] | None) -> HostMetrics | None:
-    """The host metrics a heartbeat carried (the load-mark strategy's input), as the engine reads them."""
-    return None if reported is None else host_metrics_from(HostMetricsModel.model_validate(reported))
+def pinned(desired: DesiredRecord, request: LRPStart) -> bool:
+    """Instances that never move: keep-replicas LRPs, and those asking for what a placement uses up of a
+    cell's offers (volumes, ingress IPs, devices: the heartbeats the BBS holds do not carry them)."""
+    return desired.on_cell_loss == KEEP_REPLICAS or request.ask.uses_up_offers
 
 
 def planner_cells(
     cells: Sequence[CellRecord], actuals: Iterable[ActualRecord], requests: dict[str, LRPStart]
-) -> tuple[list[Cell], list[Placed]]:
+) -> tuple[list[CellOffer], list[Placed]]:
     """The schedulable cells (present, not cordoned) with what each holds taken from its total, and the
     instances that could move: RUNNING ORDINARY ones with no evacuating or suspect copy."""
-    by_id: dict[str, Cell] = {}
-    for record in cells:
-        if record.cordoned or record.draining or record.evacuating:
-            continue
-        p = record.presence
-        total = p.get("total") or {}
-        by_id[record.cell_id] = Cell(
-            record.cell_id,
-            record.zone,
-            Resources(
-                int(total.get("memory_mb", 0)), int(total.get("disk_mb", 0)), int(total.get("containers", 0))
-            ),
-            Resources(
-                int(total.get("memory_mb", 0)), int(total.get("disk_mb", 0)), int(total.get("containers", 0))
-            ),
-            stacks=tuple(p.get("stacks") or (DEFAULT_STACK,)),
-            placement_tags=frozenset(p.get("placement_tags") or ()),
-            optional_placement_tags=frozenset(p.get("optional_placement_tags") or ()),
-            volume_drivers=frozenset(p.get("volume_drivers") or ()),
-            labels=dict(p.get("labels") or {}),
-            host=_host(p.get("host")),
-        )
+    by_id = {
+        record.cell_id: stored_cell_offer(record.cell_id, record.presence)
+        for record in cells
+        if not (record.cordoned or record.draining or record.evacuating)
+    }
     placed: list[Placed] = []
     others: set[tuple[str, int]] = set()
     rows = list(actuals)
@@ -154,8 +117,8 @@ def planner_cells(
         cell, item = by_id.get(row.cell_id), requests.get(row.process_guid)
         if cell is None or item is None or row.state not in (CLAIMED, RUNNING):
             continue
-        a = cell.available
-        cell.available = Resources(a.memory_mb - item.memory_mb, a.disk_mb - item.disk_mb, a.containers - 1)
+        a, ask = cell.available, item.ask
+        cell.available = Resources(a.memory_mb - ask.memory_mb, a.disk_mb - ask.disk_mb, a.containers - 1)
         if row.presence != ORDINARY:
             continue  # holds its room, but is not one of the app's instances there
         cell.lrp_counts[row.process_guid] = cell.lrp_counts.get(row.process_guid, 0) + 1

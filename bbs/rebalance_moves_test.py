@@ -67,7 +67,8 @@ def test_the_old_instance_gone_without_a_running_replacement_is_lost() -> None:
 
 def test_the_planner_sees_schedulable_cells_with_what_they_hold_and_the_movable_instances() -> None:
     requests = {"web": placement_request(desired(placement_tags=["t"], labels_match="disk=ssd"))}
-    assert (requests["web"].memory_mb, requests["web"].placement_tags, requests["web"].labels_match) == (
+    ask = requests["web"].ask
+    assert (ask.memory_mb, ask.placement_tags, ask.labels_match) == (
         256,
         ("t",),
         "disk=ssd",
@@ -91,6 +92,9 @@ def test_the_planner_sees_schedulable_cells_with_what_they_hold_and_the_movable_
 
 
 def test_keep_replicas_apps_and_those_asking_for_a_cells_volumes_are_pinned() -> None:
-    assert not pinned(desired())
-    assert pinned(DesiredRecord("web", "d", 3, {}, 0.0, "e", on_cell_loss=KEEP_REPLICAS))
-    assert pinned(desired(volumes=[{"name": "data", "size_mb": 10}]))
+    def pinned_app(d: DesiredRecord) -> bool:
+        return pinned(d, placement_request(d))
+
+    assert not pinned_app(desired())
+    assert pinned_app(DesiredRecord("web", "d", 3, {}, 0.0, "e", on_cell_loss=KEEP_REPLICAS))
+    assert pinned_app(desired(volumes=[{"name": "data", "size_mb": 10}]))

@@ -105,9 +105,8 @@ class Rebalancer:
             strategy_margin=self.settings.rebalance_strategy_margin,
             apps=None if app is None else frozenset({app}),
         )
-        moves = plan_moves(
-            engine_cells, placed, requests, {d.process_guid for d in desired if pinned(d)}, rebalance=config
-        )
+        pinned_apps = {d.process_guid for d in desired if pinned(d, requests[d.process_guid])}
+        moves = plan_moves(engine_cells, placed, requests, pinned_apps, rebalance=config)
         return [Planned(m, sizes[m.process_guid]) for m in moves]
 
     def enqueue(self, planned: list[Planned]) -> None:

@@ -76,6 +76,32 @@ async def test_loadmark_apps_are_judged_by_the_load_marks_the_heartbeats_report(
     ]
 
 
+BLOB = "https://blobs.example/web.tgz"
+
+
+async def cached_blob_plan(harness: Harness, source_blob: str | None) -> list[tuple[int, str, str, str]]:
+    """web/0 runs on c1; of the two other cells only c2 caches its source blob; the dry run's moves."""
+    await harness.heartbeat("c1")
+    await harness.heartbeat("c2", cached_blobs=[BLOB])
+    await harness.heartbeat("c3")
+    body = {"process_guid": "web", "instances": 1, "memory_mb": 128, "strategy": "objective",
+            "objective": "count(ai.AppSourceBlobID, r.CachedBlobIDs)", "source_blob": source_blob}
+    response = await harness.http.post("/v1/desired_lrps", json=body)
+    assert response.status_code == 201, response.text
+    await harness.lifecycle("c1", claimed=[ref(0, "g0")], running=[running(0, "g0")])
+    moves = (await harness.http.post("/v1/rebalance", json={"dry_run": True})).json()["moves"]
+    return [(m["index"], m["from_cell"], m["to_cell"], m["reason"]) for m in moves]
+
+
+async def test_objective_apps_are_scored_with_the_blobs_the_heartbeats_say_are_cached(h: Harness) -> None:  # noqa: F811 - the fixture
+    # the planner carries the app's source blob and the cells' cached blobs, as the auction does
+    assert await cached_blob_plan(h, BLOB) == [(0, "c1", "c2", "strategy_margin")]
+
+
+async def test_an_objective_app_without_a_source_blob_has_no_cell_to_prefer(h: Harness) -> None:  # noqa: F811 - the fixture
+    assert await cached_blob_plan(h, None) == []
+
+
 async def test_moves_run_one_at_a_time_and_a_crashing_replacement_is_abandoned(h: Harness) -> None:  # noqa: F811 - the fixture
     await four_on_one_zone(h)
     assert len((await h.http.post("/v1/rebalance", json={})).json()["moves"]) == 2

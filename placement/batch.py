@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Sequence
 
-from .types import LRPStart, TaskStart
+from .work import LRPStart, TaskStart
 
 
 def dedupe_lrps(lrps: Sequence[LRPStart]) -> list[LRPStart]:
@@ -64,7 +64,9 @@ def by_process(lrps: Iterable[LRPStart]) -> dict[str, list[LRPStart]]:
 
 def cycle_by_load(groups: Iterable[list[LRPStart]]) -> Iterator[LRPStart]:
     """Step 3 over each process's instances (lowest index first, as `by_process` groups them)."""
-    ordered = sorted((m for m in groups if m), key=lambda m: (-m[0].memory_mb * len(m), m[0].process_guid))
+    ordered = sorted(
+        (m for m in groups if m), key=lambda m: (-m[0].ask.memory_mb * len(m), m[0].process_guid)
+    )
     longest = max((len(m) for m in ordered), default=0)
     for round_ in range(longest):
         for members in ordered:
@@ -100,7 +102,7 @@ def split_last_rounds(
             # most constrained first: the longest partial rounds, and of those the ones whose index 0 is
             # already placed (in step 1: their rest must avoid its zone)
             started = 0 if members[n - tail].index == 0 else 1
-            partial.append((-tail, started, -members[0].memory_mb * n, guid, members[n - tail:]))
+            partial.append((-tail, started, -members[0].ask.memory_mb * n, guid, members[n - tail:]))
     partial.sort(key=lambda p: p[:4])
     return rounds, [lrp for *_, members in partial for lrp in members if lrp.index != 0]
 
@@ -110,7 +112,7 @@ def order_batch(lrps: Sequence[LRPStart], tasks: Sequence[TaskStart], zones: int
     """The placing order; `zones` is the auction's number of zones, `placed` the instances each process
     already has on the cells (both only decide which instances form the last partial rounds)."""
     unique = dedupe_lrps(lrps)
-    first = sorted((lrp for lrp in unique if lrp.index == 0), key=lambda lrp: -lrp.memory_mb)
+    first = sorted((lrp for lrp in unique if lrp.index == 0), key=lambda lrp: -lrp.ask.memory_mb)
     rounds, last = split_last_rounds(by_process(unique), zones, placed)
-    ordered_tasks = sorted(dedupe_tasks(tasks), key=lambda t: -t.memory_mb)
+    ordered_tasks = sorted(dedupe_tasks(tasks), key=lambda t: -t.ask.memory_mb)
     return [*first, *ordered_tasks, *cycle_by_load(rounds), *last]

@@ -19,15 +19,25 @@ Three kinds of column:
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 
-if TYPE_CHECKING:
-    from .filters.base import StaticFilter, Work
-    from .state import CellSlot
+from .slot import CellSlot
+from .work import Work
 
-SlotValue = Callable[["CellSlot"], Any]
+SlotValue = Callable[[CellSlot], Any]
+
+
+class ClassedFilter(Protocol):
+    """What the columns read of a static filter (`filters.base.StaticFilter`) to class the cells and
+    spread its verdicts over them."""
+
+    def cell_key(self, slot: CellSlot) -> Hashable: ...
+
+    def request_key(self, item: Work) -> Hashable: ...
+
+    def rejects(self, slot: CellSlot, item: Work) -> bool: ...
 
 
 class CellClasses:
@@ -64,8 +74,8 @@ class CellColumns:
         self.with_volumes = [s.pos for s in slots if s.volumes]  # volumes are never added during an auction
         self._devices: dict[str, np.ndarray] = {}
         self._derived: dict[Hashable, tuple[np.ndarray, SlotValue]] = {}
-        self._classes: dict[StaticFilter, CellClasses] = {}
-        self._static: dict[tuple[StaticFilter, Hashable], np.ndarray] = {}
+        self._classes: dict[ClassedFilter, CellClasses] = {}
+        self._static: dict[tuple[ClassedFilter, Hashable], np.ndarray] = {}
 
     def reserved(self, slot: CellSlot) -> None:
         """A reservation changed the cell: its entries are rewritten before the columns are next read."""
@@ -131,18 +141,18 @@ class CellColumns:
             found = self._derived[key] = (column, value_of)
         return found[0]
 
-    def classes(self, static: StaticFilter) -> CellClasses:
+    def classes(self, static: ClassedFilter) -> CellClasses:
         found = self._classes.get(static)
         if found is None:
             found = self._classes[static] = CellClasses(self.slots, static.cell_key)
         return found
 
-    def static_mask(self, static: StaticFilter, item: Work) -> np.ndarray:
+    def static_mask(self, static: ClassedFilter, item: Work) -> np.ndarray:
         """Cells the static filter admits for the item: its scalar form once per class of cells."""
         return self.class_mask(static, static.request_key(item), lambda slot: not static.rejects(slot, item))
 
     def class_mask(
-        self, static: StaticFilter, key: Hashable, holds: Callable[[CellSlot], bool]
+        self, static: ClassedFilter, key: Hashable, holds: Callable[[CellSlot], bool]
     ) -> np.ndarray:
         """Per cell, `holds` of its class's representative, cached under `key`: `holds` may read of a
         cell only what the filter's `cell_key` does."""

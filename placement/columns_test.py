@@ -1,11 +1,13 @@
 """The auction's columns follow every reservation, derived columns too, and static filters are asked once
 per class of equivalent cells."""
 
+from placement.testing import lrp_start, task_start
 from tests.support.engine_workloads import make_cell
 
+from .ask import DeviceRequest
 from .filters import LABELS, STACK
 from .state import AuctionState
-from .types import DeviceRequest, LRPStart, SchedulerConfig, TaskStart
+from .types import SchedulerConfig
 
 
 def test_reservations_reach_the_columns_by_the_time_they_are_read():
@@ -17,9 +19,9 @@ def test_reservations_reach_the_columns_by_the_time_they_are_read():
     gpus = columns.devices("gpu")
     instances = columns.derived("instances", lambda slot: sum(slot.proc_counts.values()), int)
     state.reserve_lrp(
-        state.slots[0], LRPStart("web", 0, 100, 10, ingress_ip=True, devices=(DeviceRequest("gpu"),))
+        state.slots[0], lrp_start("web", 0, 100, 10, ingress_ip=True, devices=(DeviceRequest("gpu"),))
     )
-    state.reserve_task(state.slots[1], TaskStart("t", 50, 5))
+    state.reserve_task(state.slots[1], task_start("t", 50, 5))
     assert columns.avail_m.tolist() == [before[0] - 100, before[1] - 50]
     assert columns.avail_c.tolist() == [s.avail_c for s in state.slots]
     assert columns.ingress_free.tolist() == [0, 0]
@@ -40,9 +42,9 @@ def test_static_filters_run_once_per_class_of_cells_and_per_request(monkeypatch)
         return real(slot, item)
 
     monkeypatch.setattr(LABELS, "rejects", counting)
-    item = LRPStart("db", 0, 1, 1, labels_match="disk=ssd")
+    item = lrp_start("db", 0, 1, 1, labels_match="disk=ssd")
     assert columns.static_mask(LABELS, item).tolist() == [False, True] * 3
-    assert columns.static_mask(LABELS, LRPStart("db", 1, 1, 1, labels_match="disk=ssd")) is \
+    assert columns.static_mask(LABELS, lrp_start("db", 1, 1, 1, labels_match="disk=ssd")) is \
         columns.static_mask(LABELS, item)
     assert asked == ["c0", "c1"]  # one representative per class, once
     assert len(columns.classes(STACK).representatives) == 1

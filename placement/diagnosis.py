@@ -15,8 +15,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from .filters import Filter, Work, filter_chain, rejection_stages
-from .state import AuctionState, CellSlot
-from .types import Failure, LRPStart
+from .slot import CellSlot
+from .state import AuctionState
+from .types import Failure
+from .work import LRPStart
 
 NO_CELLS = "unable to communicate to compatible cells"
 INFLIGHT_LIMIT = "waiting to start instance: reached in-flight start limit"

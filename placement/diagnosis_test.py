@@ -1,17 +1,19 @@
+from placement.cell_offer import CellOffer, Resources
 from placement.diagnosis import diagnose
 from placement.state import AuctionState
-from placement.types import Cell, LRPStart, Resources, SchedulerConfig, TaskStart
+from placement.testing import lrp_start, task_start
+from placement.types import SchedulerConfig
 
 
-def cell(i: int, memory=100, disk=100, containers=10, **kw) -> Cell:
-    return Cell(f"c{i}", "z0", Resources(100, 100, 10), Resources(memory, disk, containers), **kw)
+def cell(i: int, memory=100, disk=100, containers=10, **kw) -> CellOffer:
+    return CellOffer(f"c{i}", "z0", Resources(100, 100, 10), Resources(memory, disk, containers), **kw)
 
 
 def test_furthest_compatibility_stage_names_the_error():
     state = AuctionState(
         [cell(0, stacks=("other",)), cell(1, placement_tags=frozenset({"gpu"}))], SchedulerConfig()
     )
-    failure = diagnose(state, LRPStart("a", 0, 1, 1))
+    failure = diagnose(state, lrp_start("a", 0, 1, 1))
     assert failure.error == "found no compatible cell with no placement tags"
     assert failure.detail == "0/2 cells fit: 1 stack mismatch, 1 placement tags mismatch"
     assert (failure.process_guid, failure.index) == ("a", 0)
@@ -19,15 +21,15 @@ def test_furthest_compatibility_stage_names_the_error():
 
 def test_insufficient_resources_names_what_every_compatible_cell_lacks_sorted():
     cells = [cell(0, memory=5, disk=5), cell(1, memory=5, disk=50, containers=0), cell(2, stacks=("x",))]
-    failure = diagnose(AuctionState(cells, SchedulerConfig()), TaskStart("t", 10, 10))
+    failure = diagnose(AuctionState(cells, SchedulerConfig()), task_start("t", 10, 10))
     assert failure.error == "insufficient resources: memory"  # c1 has disk, so disk is not common
     assert failure.task_guid == "t"
     assert failure.detail == ("0/3 cells fit: 1 stack mismatch, "
                               "2 insufficient memory (largest free 5 MB, need 10)")
-    both = diagnose(AuctionState([cell(0, memory=5, disk=5)], SchedulerConfig()), TaskStart("t", 10, 10))
+    both = diagnose(AuctionState([cell(0, memory=5, disk=5)], SchedulerConfig()), task_start("t", 10, 10))
     assert both.error == "insufficient resources: disk, memory"
 
 
 def test_no_cells_means_no_communication():
-    failure = diagnose(AuctionState([], SchedulerConfig()), LRPStart("a", 0, 1, 1))
+    failure = diagnose(AuctionState([], SchedulerConfig()), lrp_start("a", 0, 1, 1))
     assert failure.error == "unable to communicate to compatible cells"

@@ -12,11 +12,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from .cell_offer import CellOffer
 from .filters import Work, first_rejection
 from .scheduler import begin
 from .scoring import lrp_score_components, task_score
 from .state import AuctionState
-from .types import Cell, LRPStart, SchedulerConfig, TaskStart
+from .types import SchedulerConfig
+from .work import LRPStart, TaskStart
 
 
 @dataclass(slots=True)
@@ -55,7 +57,7 @@ def _label(item: Work) -> str:
 
 
 def explain(
-    cells: Sequence[Cell],
+    cells: Sequence[CellOffer],
     target: tuple[str, int] | str,
     lrps: Sequence[LRPStart] = (),
     tasks: Sequence[TaskStart] = (),
@@ -66,7 +68,7 @@ def explain(
     state, batch, active = begin(cells, lrps, tasks, config, "reference")
     for item in batch:
         if isinstance(item, LRPStart):
-            name = item.strategy or config.strategy
+            name = item.ask.strategy or config.strategy
             if item.key == target:
                 return _explain_item(state, active[name], item, name)
             slot = active[name].pick_lrp(item)
@@ -104,10 +106,10 @@ def _explain_item(state: AuctionState, picker, item: Work, strategy: str) -> Exp
             verdict.components = {"feasible": 1.0}
         elif isinstance(item, LRPStart):
             verdict.components = lrp_score_components(
-                cell, item.memory_mb, item.disk_mb, item.process_guid, sw, bw
+                cell, item.ask.memory_mb, item.ask.disk_mb, item.process_guid, sw, bw
             )
         else:
-            verdict.components = {"score": task_score(cell, item.memory_mb, item.disk_mb, sw),
+            verdict.components = {"score": task_score(cell, item.ask.memory_mb, item.ask.disk_mb, sw),
                                   "tasks": float(cell.task_count)}
         explanation.cells.append(verdict)
     return explanation

@@ -1,15 +1,17 @@
+from placement.cell_offer import CellOffer, Resources
 from placement.explain import explain
 from placement.scheduler import schedule
-from placement.types import Cell, LRPStart, Resources, SchedulerConfig, TaskStart
+from placement.testing import lrp_start, task_start
+from placement.types import SchedulerConfig
 
 
-def cell(cell_id: str, zone: str, memory: int = 100, stacks=("cflinuxfs4",)) -> Cell:
-    return Cell(cell_id, zone, Resources(memory, 100, 100), Resources(memory, 100, 100), stacks=stacks)
+def cell(cell_id: str, zone: str, memory: int = 100, stacks=("cflinuxfs4",)) -> CellOffer:
+    return CellOffer(cell_id, zone, Resources(memory, 100, 100), Resources(memory, 100, 100), stacks=stacks)
 
 
 def test_explains_the_chosen_cell_with_score_components_matching_the_engine():
     cells = [cell("a", "z0"), cell("b", "z1"), cell("c", "z1", memory=50)]
-    lrps = [LRPStart("web", i, 10, 10) for i in range(3)]
+    lrps = [lrp_start("web", i, 10, 10) for i in range(3)]
     placed = {(a.process_guid, a.index): a.cell_id for a in schedule(cells, lrps).lrp_assignments}
 
     why = explain(cells, ("web", 2), lrps)
@@ -27,7 +29,7 @@ def test_explains_the_chosen_cell_with_score_components_matching_the_engine():
 
 def test_explains_a_miss_with_each_cells_rejecting_filter():
     cells = [cell("a", "z0", stacks=("other",)), cell("b", "z1", memory=50)]
-    why = explain(cells, ("big", 0), [LRPStart("big", 0, 80, 10)])
+    why = explain(cells, ("big", 0), [lrp_start("big", 0, 80, 10)])
     assert why.chosen is None
     assert why.error == "insufficient resources: memory"
     assert (
@@ -40,7 +42,7 @@ def test_explains_a_miss_with_each_cells_rejecting_filter():
 
 def test_explains_a_task_against_the_state_earlier_items_left():
     cells = [cell("a", "z0"), cell("b", "z0")]
-    tasks = [TaskStart("first", 60, 1), TaskStart("second", 50, 1)]
+    tasks = [task_start("first", 60, 1), task_start("second", 50, 1)]
     why = explain(cells, "second", tasks=tasks, config=SchedulerConfig())
     first_cell = schedule(cells, tasks=tasks[:1]).task_assignments[0].cell_id
     verdicts = {v.cell_id: v for v in why.cells}

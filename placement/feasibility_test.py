@@ -4,12 +4,16 @@ keeps, as the batch fills."""
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from placement.testing import lrp_start
 from tests.support.engine_workloads import make_cell, workloads
 
+from .ask import DeviceRequest, VolumeRequest
+from .cell_offer import Volume
 from .filters import LABELS, feasible_positions, filter_chain
 from .state import AuctionState
 from .strategies.base import Picker
-from .types import DeviceRequest, LRPStart, SchedulerConfig, TaskStart, Volume, VolumeRequest
+from .types import SchedulerConfig
+from .work import TaskStart
 
 
 def positions_by_scan(state, item):
@@ -23,15 +27,15 @@ def vectorised(state, item):
 def test_follows_reservations():
     cells = [make_cell("a", memory_mb=600, ingress_ips=["ip"], devices={"gpu": 1}), make_cell("b")]
     state = AuctionState(cells, SchedulerConfig())
-    item = LRPStart("web", 0, 500, 1, ingress_ip=True)
+    item = lrp_start("web", 0, 500, 1, ingress_ip=True)
     assert vectorised(state, item) == [0]
     state.reserve_lrp(state.slots[0], item)
     assert vectorised(state, item) == []
-    assert vectorised(state, LRPStart("web", 1, 100, 1)) == [0, 1]
-    gpu = LRPStart("gpu", 0, 10, 1, devices=(DeviceRequest("gpu"),))
+    assert vectorised(state, lrp_start("web", 1, 100, 1)) == [0, 1]
+    gpu = lrp_start("gpu", 0, 10, 1, devices=(DeviceRequest("gpu"),))
     assert vectorised(state, gpu) == [0]
     state.reserve_lrp(state.slots[0], gpu)
-    assert vectorised(state, LRPStart("gpu", 1, 10, 1, devices=(DeviceRequest("gpu"),))) == []
+    assert vectorised(state, lrp_start("gpu", 1, 10, 1, devices=(DeviceRequest("gpu"),))) == []
 
 
 def test_volumes_are_planned_on_the_cells_that_have_volumes():
@@ -41,14 +45,14 @@ def test_volumes_are_planned_on_the_cells_that_have_volumes():
         make_cell("c"),
     ]
     state = AuctionState(cells, SchedulerConfig())
-    item = LRPStart("db", 0, 1, 1, volumes=(VolumeRequest("data", 1000),))
+    item = lrp_start("db", 0, 1, 1, volumes=(VolumeRequest("data", 1000),))
     assert vectorised(state, item) == [1]
 
 
 def test_label_matches_are_cached_per_expression_and_computed_once_per_class_of_cells():
     cells = [make_cell("a", labels={"k": "v"}), make_cell("b", labels={"k": "v"}), make_cell("c")]
     state = AuctionState(cells, SchedulerConfig())
-    assert vectorised(state, LRPStart("web", 0, 1, 1, labels_match="k=v")) == [0, 1]
+    assert vectorised(state, lrp_start("web", 0, 1, 1, labels_match="k=v")) == [0, 1]
     assert LABELS.matching(state.columns, "k=v") is LABELS.matching(state.columns, "k=v")
     assert len(state.columns.classes(LABELS).representatives) == 2
 

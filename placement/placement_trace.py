@@ -22,8 +22,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from .scoring import lrp_score_components
-from .state import AuctionState, CellSlot
-from .types import Failure, LRPStart
+from .slot import CellSlot
+from .state import AuctionState
+from .types import Failure
+from .work import LRPStart
 
 KEEP = 5  # candidates kept per placed instance: the winner and the four nearest to it
 
@@ -110,7 +112,8 @@ class PlacementTrace:
                 zone_counts = dict(state.zone_instances(pg))
                 room = picker.room
                 if room is not None:
-                    rooms = [room.room(z, item.memory_mb, item.disk_mb) for group in groups for z in group]
+                    ask = item.ask
+                    rooms = [room.room(z, ask.memory_mb, ask.disk_mb) for group in groups for z in group]
         elif hasattr(picker, "components"):
             components = picker.components(slot, item)
         self.placed_records.append(
@@ -145,8 +148,8 @@ class PlacementTrace:
             slot = slots[snapshot[1]]
             parts = lrp_score_components(
                 _Seen(slot, snapshot, item.process_guid),
-                item.memory_mb,
-                item.disk_mb,
+                item.ask.memory_mb,
+                item.ask.disk_mb,
                 item.process_guid,
                 sw,
                 bw,

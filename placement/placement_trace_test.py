@@ -1,16 +1,18 @@
 import pytest
 
+from placement.cell_offer import CellOffer, Resources
 from placement.explain import explain
 from placement.placement_trace import PlacementTrace, decided_by
 from placement.scheduler import schedule
-from placement.types import Cell, LRPStart, Resources, SchedulerConfig
+from placement.testing import lrp_start
+from placement.types import SchedulerConfig
 
 
-def cell(cell_id: str, zone: str, memory: int = 1000, disk: int = 1000) -> Cell:
-    return Cell(cell_id, zone, Resources(memory, disk, 100), Resources(memory, disk, 100))
+def cell(cell_id: str, zone: str, memory: int = 1000, disk: int = 1000) -> CellOffer:
+    return CellOffer(cell_id, zone, Resources(memory, disk, 100), Resources(memory, disk, 100))
 
 
-def cluster() -> list[Cell]:
+def cluster() -> list[CellOffer]:
     # two pools in z0 (different totals), one in z1: the fast engine compares three pool bests
     return [cell("a", "z0"), cell("b", "z0"), cell("c", "z0", memory=2000), cell("d", "z1"), cell("e", "z1")]
 
@@ -18,7 +20,7 @@ def cluster() -> list[Cell]:
 @pytest.mark.parametrize("engine", ["fast", "reference"])
 def test_each_candidate_is_scored_as_the_reference_explain_scores_that_cell_then(engine):
     cells = cluster()
-    lrps = [LRPStart("web", i, 100, 10) for i in range(4)] + [LRPStart("api", 0, 300, 10)]
+    lrps = [lrp_start("web", i, 100, 10) for i in range(4)] + [lrp_start("api", 0, 300, 10)]
     trace = PlacementTrace(limit=100)
     result = schedule(cells, lrps, config=SchedulerConfig(engine=engine), trace=trace)
 
@@ -40,7 +42,7 @@ def test_each_candidate_is_scored_as_the_reference_explain_scores_that_cell_then
 
 def test_the_zone_order_says_why_the_winning_zone_came_first():
     cells = [cell("a", "z0"), cell("b", "z1")]
-    lrps = [LRPStart("web", 0, 100, 10), LRPStart("web", 1, 100, 10)]
+    lrps = [lrp_start("web", 0, 100, 10), lrp_start("web", 1, 100, 10)]
     trace = PlacementTrace(limit=10)
     schedule(cells, lrps, trace=trace)
     first, second = trace.explanations()
@@ -57,7 +59,7 @@ def test_the_zone_order_says_why_the_winning_zone_came_first():
 def test_a_miss_keeps_the_per_filter_breakdown():
     trace = PlacementTrace(limit=10)
     schedule(
-        [cell("a", "z0", memory=50), cell("b", "z0", memory=60)], [LRPStart("big", 0, 100, 10)], trace=trace
+        [cell("a", "z0", memory=50), cell("b", "z0", memory=60)], [lrp_start("big", 0, 100, 10)], trace=trace
     )
     (why,) = trace.explanations()
     assert why == {"process_guid": "big", "index": 0, "placed": False, "cell_id": None,
@@ -66,7 +68,7 @@ def test_a_miss_keeps_the_per_filter_breakdown():
 
 
 def test_records_at_most_limit_instances_and_nothing_when_zero():
-    lrps = [LRPStart("web", i, 10, 10) for i in range(20)]
+    lrps = [lrp_start("web", i, 10, 10) for i in range(20)]
     trace = PlacementTrace(limit=3)
     result = schedule(cluster(), lrps, trace=trace)
     assert len(result.lrp_assignments) == 20

@@ -1,11 +1,15 @@
+import dataclasses
 from collections import Counter
 
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from common.labels import parse_label_expression
+from placement.testing import holding, lrp_start
 from tests.support.engine_workloads import hosts, make_cell
 
+from .ask import VolumeRequest
+from .cell_offer import CellOffer, Volume
 from .rebalance import (
     CELL_LOAD,
     LOAD_MARK,
@@ -18,35 +22,14 @@ from .rebalance import (
 )
 from .rebalance.strategy_scores import strategy_score
 from .scheduler import schedule
-from .state import AuctionState, CellSlot
+from .slot import CellSlot
+from .state import AuctionState
 from .strategies.loadmark import above_critical, load_mark
-from .types import (
-    Cell,
-    LoadMarkConfig,
-    LRPStart,
-    Resources,
-    RunningInstance,
-    SchedulerConfig,
-    Volume,
-    VolumeRequest,
-)
+from .types import LoadMarkConfig, SchedulerConfig
+from .work import LRPStart
 
 
-def holding(cells: list[Cell], placed: list[Placed], requests: dict[str, LRPStart]) -> list[Cell]:
-    """The cells with these instances on them: their resources taken, the instances listed."""
-    by_id = {c.cell_id: c for c in cells}
-    for p in placed:
-        cell, item = by_id[p.cell_id], requests[p.process_guid]
-        cell.available = Resources(
-            cell.available.memory_mb - item.memory_mb,
-            cell.available.disk_mb - item.disk_mb,
-            cell.available.containers - 1,
-        )
-        cell.lrps.append(RunningInstance(p.process_guid, p.index, item.memory_mb, item.disk_mb))
-    return cells
-
-
-def zone_of(moves_cells: list[Cell]) -> dict[str, str]:
+def zone_of(moves_cells: list[CellOffer]) -> dict[str, str]:
     return {c.cell_id: c.zone for c in moves_cells}
 
 
@@ -60,7 +43,7 @@ def after_moves(placed: list[Placed], moves) -> list[Placed]:
 
 def test_an_evacuated_zone_that_returns_gets_its_share_back():
     cells = [make_cell(f"{z}{i}", z) for z in ("a", "b") for i in range(2)]
-    requests = {"web": LRPStart("web", 0, 256, 1)}
+    requests = {"web": lrp_start("web", 0, 256, 1)}
     placed = [Placed("web", i, f"a{i % 2}") for i in range(6)]
     moves = plan_moves(holding(cells, placed, requests), placed, requests)
     assert [m.reason for m in moves] == [ZONE_SPREAD] * 3
@@ -71,7 +54,7 @@ def test_an_evacuated_zone_that_returns_gets_its_share_back():
 
 def test_a_balanced_cluster_needs_no_move_and_max_moves_bounds_the_plan():
     cells = [make_cell(f"{z}0", z) for z in ("a", "b")]
-    requests = {"web": LRPStart("web", 0, 256, 1)}
+    requests = {"web": lrp_start("web", 0, 256, 1)}
     balanced = [Placed("web", i, ("a0", "b0")[i % 2]) for i in range(5)]
     assert plan_moves(holding(cells, balanced, requests), balanced, requests) == []
     cells = [make_cell(f"{z}0", z) for z in ("a", "b")]
@@ -88,7 +71,7 @@ def test_a_zone_without_room_or_without_the_tag_is_left_alone():
         make_cell("b0", "b", memory_mb=300),
         make_cell("c0", "c", placement_tags=frozenset({"gpu"})),
     ]
-    requests = {"web": LRPStart("web", 0, 256, 1)}
+    requests = {"web": lrp_start("web", 0, 256, 1)}
     placed = [Placed("web", i, "a0") for i in range(4)]
     moves = plan_moves(holding(cells, placed, requests), placed, requests)
     assert [m.to_cell for m in moves] == ["b0"]  # b has room for one; c only takes gpu work
@@ -96,8 +79,8 @@ def test_a_zone_without_room_or_without_the_tag_is_left_alone():
 
 def test_pinned_apps_and_instances_holding_their_volume_stay():
     requests = {
-        "db": LRPStart("db", 0, 256, 1),
-        "kv": LRPStart("kv", 0, 256, 1, volumes=(VolumeRequest("data", 10, ephemeral=True),)),
+        "db": lrp_start("db", 0, 256, 1),
+        "kv": lrp_start("kv", 0, 256, 1, volumes=(VolumeRequest("data", 10, ephemeral=True),)),
     }
     cells = [
         make_cell("a0", "a", volumes=[Volume("v", 100, ephemeral=True, holder=f"kv/{i}") for i in range(4)]),
@@ -111,7 +94,7 @@ def test_a_joining_cell_takes_load_from_the_fullest_cells():
     cells = [make_cell(f"a{i}", "a", memory_mb=2048) for i in range(2)] + [
         make_cell("a2", "a", memory_mb=2048)
     ]
-    requests = {f"app{k}": LRPStart(f"app{k}", 0, 256, 1) for k in range(2)}
+    requests = {f"app{k}": lrp_start(f"app{k}", 0, 256, 1) for k in range(2)}
     placed = [Placed(f"app{k}", i, f"a{k}") for k in range(2) for i in range(6)]  # a2 joined empty
     moves = plan_moves(
         holding(cells, placed, requests), placed, requests, rebalance=RebalanceConfig(load_tolerance=0.1)
@@ -127,7 +110,7 @@ def test_a_joining_cell_takes_load_from_the_fullest_cells():
 
 def test_only_the_apps_asked_for_move():
     cells = [make_cell(f"{z}0", z) for z in ("a", "b")]
-    requests = {pg: LRPStart(pg, 0, 128, 1) for pg in ("web", "api")}
+    requests = {pg: lrp_start(pg, 0, 128, 1) for pg in ("web", "api")}
     placed = [Placed(pg, i, "a0") for pg in ("web", "api") for i in range(4)]
     moves = plan_moves(
         holding(cells, placed, requests), placed, requests, rebalance=RebalanceConfig(apps=frozenset({"api"}))
@@ -167,7 +150,7 @@ def clusters(draw):
     for a in range(draw(st.integers(1, 4))):
         tag, label = draw(st.sampled_from(TAGS)), draw(st.sampled_from(LABELS))
         volumes = (VolumeRequest("data", 10, ephemeral=True),) if draw(st.booleans()) else ()
-        requests[f"app{a}"] = LRPStart(
+        requests[f"app{a}"] = lrp_start(
             f"app{a}",
             0,
             draw(st.sampled_from((128, 256, 512))),
@@ -191,7 +174,7 @@ def placed_by_the_auction(cells, requests, outage, scatter=None):
     `scatter`, placed at random instead (see `clusters`)."""
     up = [c for c in cells if c.zone != outage]
     starts = [
-        LRPStart(**{**{f: getattr(r, f) for f in r.__slots__}, "index": i})
+        dataclasses.replace(r, index=i)
         for r in requests.values()
         for i in range(r.total_instances)
     ]
@@ -202,14 +185,14 @@ def placed_by_the_auction(cells, requests, outage, scatter=None):
         placed = scattered(up, starts, scatter)
     by_id = {c.cell_id: c for c in cells}
     for p in placed:  # an ephemeral volume is held where its instance runs
-        if requests[p.process_guid].volumes:
+        if requests[p.process_guid].ask.volumes:
             cell = by_id[p.cell_id]
             free = next(i for i, v in enumerate(cell.volumes) if v.holder is None)
             cell.volumes[free] = Volume("v", 100, ephemeral=True, holder=f"{p.process_guid}/{p.index}")
     return holding(cells, placed, requests), placed
 
 
-def scattered(cells: list[Cell], starts: list[LRPStart], picks: list[int]) -> list[Placed]:
+def scattered(cells: list[CellOffer], starts: list[LRPStart], picks: list[int]) -> list[Placed]:
     """Each instance on the fitting cell with room (memory, a container, a free volume if it asks for one)
     that the next pick chooses."""
     memory = {c.cell_id: c.available.memory_mb for c in cells}
@@ -221,39 +204,39 @@ def scattered(cells: list[Cell], starts: list[LRPStart], picks: list[int]) -> li
             c
             for c in cells
             if fits(c, item)
-            and memory[c.cell_id] >= item.memory_mb
+            and memory[c.cell_id] >= item.ask.memory_mb
             and slots[c.cell_id] > 0
-            and (not item.volumes or volumes[c.cell_id] > 0)
+            and (not item.ask.volumes or volumes[c.cell_id] > 0)
         ]
         if fitting:
             cell = fitting[picks[n % len(picks)] % len(fitting)]
-            memory[cell.cell_id] -= item.memory_mb
+            memory[cell.cell_id] -= item.ask.memory_mb
             slots[cell.cell_id] -= 1
-            volumes[cell.cell_id] -= bool(item.volumes)
+            volumes[cell.cell_id] -= bool(item.ask.volumes)
             placed.append(Placed(item.process_guid, item.index, cell.cell_id))
     return placed
 
 
-def tags_fit(cell: Cell, item: LRPStart) -> bool:
-    wanted = set(item.placement_tags)
+def tags_fit(cell: CellOffer, item: LRPStart) -> bool:
+    wanted = set(item.ask.placement_tags)
     return cell.placement_tags <= wanted and wanted <= cell.placement_tags | cell.optional_placement_tags
 
 
-def fits(cell: Cell, item: LRPStart) -> bool:
+def fits(cell: CellOffer, item: LRPStart) -> bool:
     """Tags and label expression: what the app asks of a cell whatever its load."""
-    labels = not item.labels_match or parse_label_expression(item.labels_match).matches(cell.labels)
+    labels = not item.ask.labels_match or parse_label_expression(item.ask.labels_match).matches(cell.labels)
     return tags_fit(cell, item) and labels
 
 
 def is_loadmark(item: LRPStart) -> bool:
-    return item.strategy == "loadmark"
+    return item.ask.strategy == "loadmark"
 
 
 class Replay:
     """The cells as each move leaves them (the engine's cell slots, moved by hand), to check every move
     against the state it was planned on."""
 
-    def __init__(self, cells: list[Cell], requests: dict[str, LRPStart]) -> None:
+    def __init__(self, cells: list[CellOffer], requests: dict[str, LRPStart]) -> None:
         self.slots = {s.cell_id: s for s in AuctionState(cells, SchedulerConfig()).slots}
         self.zone = {c.cell_id: c.zone for c in cells}
         self.requests = requests
@@ -267,8 +250,8 @@ class Replay:
         item = self.requests[m.process_guid]
         for cell_id, sign in ((m.from_cell, 1), (m.to_cell, -1)):
             slot = self.slots[cell_id]
-            slot.avail_m += sign * item.memory_mb
-            slot.avail_d += sign * item.disk_mb
+            slot.avail_m += sign * item.ask.memory_mb
+            slot.avail_d += sign * item.ask.disk_mb
             slot.avail_c += sign
             slot.proc_counts[m.process_guid] = slot.proc_counts.get(m.process_guid, 0) - sign
         self.where[m.process_guid][m.from_zone] -= 1
@@ -313,7 +296,7 @@ def crowded_zones(draw):
         for i in range(draw(st.integers(2, 6)))
     ]
     requests = {
-        f"app{a}": LRPStart(
+        f"app{a}": lrp_start(
             f"app{a}",
             0,
             draw(st.sampled_from((64, 128, 256))),
@@ -337,7 +320,7 @@ def test_moves_within_a_crowded_zone_keep_every_constraint(cluster):
     check_plan(cells, placed, requests, pinned)
 
 
-def check_plan(cells: list[Cell], placed: list[Placed], requests: dict[str, LRPStart], pinned: set[str]):
+def check_plan(cells: list[CellOffer], placed: list[Placed], requests: dict[str, LRPStart], pinned: set[str]):
     """Plan, then check every move against the state it was planned on, and the spread at the end."""
     by_id = {c.cell_id: c for c in cells}
     held_volume = {v.holder for c in cells for v in c.volumes if v.holder}
@@ -355,7 +338,8 @@ def check_plan(cells: list[Cell], placed: list[Placed], requests: dict[str, LRPS
         assert m.process_guid not in pinned, m  # keep-replicas
         assert fits(target, item), m  # placement tags, label expression
         assert not held(Placed(m.process_guid, m.index, m.from_cell), held_volume), m  # volume stickiness
-        assert slot.avail_m >= item.memory_mb and slot.avail_d >= item.disk_mb and slot.avail_c >= 1, m
+        ask = item.ask
+        assert slot.avail_m >= ask.memory_mb and slot.avail_d >= ask.disk_mb and slot.avail_c >= 1, m
         if is_loadmark(item):
             assert not above_critical(slot, MARKS), m  # the strategy's own filter, as the auction judges
         memory_mean, mark_mean = replay.memory_mean(), replay.mark_mean(marked)
@@ -367,7 +351,7 @@ def check_plan(cells: list[Cell], placed: list[Placed], requests: dict[str, LRPS
             if is_loadmark(item):
                 assert load_mark(slot, MARKS) <= mark_mean + 10 + 1e-9 and not above_critical(slot, MARKS), m
         if m.reason == STRATEGY_MARGIN:
-            scoring = strategy_score(item.strategy or "diego")
+            scoring = strategy_score(item.ask.strategy or "diego")
             assert scoring is not None and m.gain > 0.2 * scoring.unit, m
         if m.reason == CELL_LOAD:
             assert not is_loadmark(item), m  # their load is the load mark
@@ -379,9 +363,9 @@ def check_plan(cells: list[Cell], placed: list[Placed], requests: dict[str, LRPS
     moved = {(m.process_guid, m.index) for m in moves}
     used = Counter()
     for p in final:
-        used[p.cell_id] += requests[p.process_guid].memory_mb
+        used[p.cell_id] += requests[p.process_guid].ask.memory_mb
     for pg, item in requests.items():
-        if pg not in movable or item.volumes or is_loadmark(item):
+        if pg not in movable or item.ask.volumes or is_loadmark(item):
             continue
         counts = replay.where[pg]
         if replay.skew(pg, zones[pg]) > 1:
@@ -391,7 +375,7 @@ def check_plan(cells: list[Cell], placed: list[Placed], requests: dict[str, LRPS
                 for c in cells
                 if c.zone == emptiest
                 and fits(c, item)
-                and c.total.memory_mb - used[c.cell_id] >= item.memory_mb
+                and c.total.memory_mb - used[c.cell_id] >= item.ask.memory_mb
             ]
             most = max(counts[z] for z in zones[pg])
             fullest = [p for p in final if p.process_guid == pg and counts[by_id[p.cell_id].zone] == most]

@@ -7,27 +7,21 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from .ask import STRATEGIES
 from .batch import order_batch
+from .cell_offer import CellOffer
 from .diagnosis import INFLIGHT_LIMIT, failure_for
 from .filters import invalid_request
 from .placement_trace import PlacementTrace
 from .state import AuctionState
 from .strategies import pickers
 from .strategies.base import Picker
-from .types import (
-    STRATEGIES,
-    AuctionResult,
-    Cell,
-    LRPAssignment,
-    LRPStart,
-    SchedulerConfig,
-    TaskAssignment,
-    TaskStart,
-)
+from .types import AuctionResult, LRPAssignment, SchedulerConfig, TaskAssignment
+from .work import LRPStart, TaskStart
 
 
 def begin(
-    cells: Sequence[Cell],
+    cells: Sequence[CellOffer],
     lrps: Sequence[LRPStart],
     tasks: Sequence[TaskStart],
     config: SchedulerConfig,
@@ -37,7 +31,7 @@ def begin(
     each told the whole batch before the first pick (all made first, so each sees the state as the
     batch found it)."""
     factories = pickers(engine)
-    names = sorted({config.strategy, *(lrp.strategy for lrp in lrps if lrp.strategy)})
+    names = sorted({config.strategy, *(lrp.ask.strategy for lrp in lrps if lrp.ask.strategy)})
     for name in names:
         if name not in factories:
             raise ValueError(f"unknown strategy {name!r}: expected one of {', '.join(STRATEGIES)}")
@@ -51,7 +45,7 @@ def begin(
 
 
 def schedule(
-    cells: Sequence[Cell],
+    cells: Sequence[CellOffer],
     lrps: Sequence[LRPStart] = (),
     tasks: Sequence[TaskStart] = (),
     config: SchedulerConfig | None = None,
@@ -63,6 +57,9 @@ def schedule(
     if trace is not None:
         trace.begin(state, active)
     result = AuctionResult()
+    # id of an app's ask (alive as long as the batch) -> (why it is invalid or None, its strategy): read
+    # once per app, not per instance
+    per_ask: dict[int, tuple[str | None, str]] = {}
     for item in batch:
         if state.inflight_limit_reached():
             result.failures.append(failure_for(item, INFLIGHT_LIMIT, f"{state.total_starting} starting"))
@@ -70,13 +67,16 @@ def schedule(
                 trace.failed(result.failures[-1])
             continue
         if isinstance(item, LRPStart):
-            invalid = invalid_request(item)
+            ask = item.ask
+            found = per_ask.get(id(ask))
+            if found is None:
+                found = per_ask[id(ask)] = (invalid_request(item), ask.strategy or config.strategy)
+            invalid, name = found
             if invalid:
                 result.failures.append(failure_for(item, invalid))
                 if trace is not None:
                     trace.failed(result.failures[-1])
                 continue
-            name = item.strategy or config.strategy
             picker = active[name]
             slot = picker.pick_lrp(item)
             if slot is None:

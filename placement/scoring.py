@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    from .state import CellSlot
+    from .slot import CellSlot
 
 LOCALITY_OFFSET = 1000.0
 

@@ -1,12 +1,12 @@
 import pytest
 
+from placement.cell_offer import CellOffer, Resources, RunningInstance
 from placement.scoring import lrp_score, lrp_score_components, task_score
-from placement.state import CellSlot
-from placement.types import Cell, Resources, RunningInstance
+from placement.slot import CellSlot
 
 
 def slot(avail=(50, 100, 8), starting=0, lrps=(), tasks=(), zone_pos=0) -> CellSlot:
-    cell = Cell("c", "z", Resources(100, 200, 10), Resources(*avail), starting_containers=starting,
+    cell = CellOffer("c", "z", Resources(100, 200, 10), Resources(*avail), starting_containers=starting,
                 lrps=list(lrps), tasks=list(tasks))
     return CellSlot(0, zone_pos, cell)
 

@@ -13,56 +13,14 @@ from __future__ import annotations
 import zlib
 from collections.abc import Callable, Iterable, Sequence
 
+from .cell_offer import CellOffer
 from .columns import CellColumns
 from .filters.registry import request_filters
-from .types import Cell, LRPStart, SchedulerConfig, TaskStart, Volume
+from .slot import CellSlot
+from .types import SchedulerConfig
+from .work import LRPStart, TaskStart
 
 NO_CELLS: dict[int, int] = {}  # `holding`'s answer for a process no cell holds; never written to
-
-
-class CellSlot:
-    """One cell as the auction sees it while reserving: what is left, and what it holds."""
-
-    __slots__ = (
-        "pos", "cell", "cell_id", "zone", "zone_pos",
-        "total_m", "total_d", "total_c", "avail_m", "avail_d", "avail_c", "starting",
-        "stacks", "tags", "optional_tags", "drivers",
-        "proc_counts", "delayed_counts", "task_count", "ingress_free", "devices_free", "volumes",
-    )
-
-    def __init__(self, pos: int, zone_pos: int, cell: Cell) -> None:
-        self.pos = pos
-        self.cell = cell
-        self.cell_id = cell.cell_id
-        self.zone = cell.zone
-        self.zone_pos = zone_pos
-        self.total_m = cell.total.memory_mb
-        self.total_d = cell.total.disk_mb
-        self.total_c = cell.total.containers
-        self.avail_m = cell.available.memory_mb
-        self.avail_d = cell.available.disk_mb
-        self.avail_c = cell.available.containers
-        self.starting = cell.starting_containers
-        self.stacks = frozenset(cell.stacks)
-        self.tags = cell.placement_tags
-        self.optional_tags = cell.optional_placement_tags
-        self.drivers = cell.volume_drivers
-        # Copies: reservations raise these, and the cell stays as its caller made it.
-        self.proc_counts: dict[str, int] = dict(cell.lrp_counts)
-        self.delayed_counts: dict[str, int] = dict(cell.stopping_counts)
-        for inst in cell.lrps:
-            counts = self.delayed_counts if inst.delayed_shutdown else self.proc_counts
-            counts[inst.process_guid] = counts.get(inst.process_guid, 0) + 1
-        self.task_count = len(cell.tasks)
-        self.ingress_free: list[str] = list(cell.ingress_ips)
-        self.devices_free: dict[str, int] = dict(cell.devices)
-        self.volumes: list[Volume] = list(cell.volumes)
-
-    def instances(self, process_guid: str) -> int:
-        return self.proc_counts.get(process_guid, 0)
-
-    def __repr__(self) -> str:  # pragma: no cover - debugging aid
-        return f"CellSlot({self.cell_id}, zone={self.zone}, mem={self.avail_m}/{self.total_m})"
 
 
 ReserveListener = Callable[[CellSlot], None]
@@ -73,8 +31,9 @@ CountListener = Callable[[CellSlot, "str | None", int], None]
 class AuctionState:
     """Every cell of one auction plus the counters placement needs, kept current as work is reserved."""
 
-    def __init__(self, cells: Sequence[Cell], config: SchedulerConfig, processes: Iterable[str] | None = None,
-                 ) -> None:
+    def __init__(
+        self, cells: Sequence[CellOffer], config: SchedulerConfig, processes: Iterable[str] | None = None
+    ) -> None:
         """`processes`: those the auction places (None: every process the cells hold), indexed up front;
         any other is indexed when first asked about (`holding`)."""
         self.config = config
@@ -127,7 +86,8 @@ class AuctionState:
         self.count_listeners.append(listener)
 
     def reserve_lrp(self, slot: CellSlot, item: LRPStart) -> None:
-        self._reserve(slot, item.memory_mb, item.disk_mb)
+        ask = item.ask
+        self._reserve(slot, ask.memory_mb, ask.disk_mb)
         pg = item.process_guid
         cells_of = self.holding(pg)  # indexed before the count changes
         n = slot.proc_counts.get(pg, 0) + 1
@@ -148,7 +108,7 @@ class AuctionState:
         self._notify(slot)
 
     def reserve_task(self, slot: CellSlot, item: TaskStart) -> None:
-        self._reserve(slot, item.memory_mb, item.disk_mb)
+        self._reserve(slot, item.ask.memory_mb, item.ask.disk_mb)
         slot.task_count += 1
         self.task_cells[slot.pos] = slot.task_count
         self.columns.reserved(slot)

@@ -6,14 +6,18 @@ from dataclasses import replace
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from placement.testing import lrp_start
 from tests.support.engine_workloads import NOW, PROCESSES, Workload, make_cell, workloads
 
+from .ask import STRATEGIES
+from .cell_offer import CellOffer, RunningInstance
 from .scheduler import schedule
-from .state import AuctionState, CellSlot
-from .types import STRATEGIES, Cell, LRPStart, RunningInstance, SchedulerConfig
+from .slot import CellSlot
+from .state import AuctionState
+from .types import SchedulerConfig
 
 
-def counts_form(cell: Cell) -> Cell:
+def counts_form(cell: CellOffer) -> CellOffer:
     """The same cell as a rep reports it: instances per process guid, no instance entries."""
     ordinary = Counter(i.process_guid for i in cell.lrps if not i.delayed_shutdown)
     stopping = Counter(i.process_guid for i in cell.lrps if i.delayed_shutdown)
@@ -28,7 +32,7 @@ def test_a_slot_adds_up_both_forms_and_leaves_the_cells_counts_alone():
     assert slot.delayed_counts == {"old": 4}
 
     state = AuctionState([cell], SchedulerConfig())
-    state.reserve_lrp(state.slots[0], LRPStart("web", 5, 1, 1))
+    state.reserve_lrp(state.slots[0], lrp_start("web", 5, 1, 1))
     assert state.slots[0].proc_counts["web"] == 4
     assert cell.lrp_counts == {"web": 2, "api": 1}  # the caller's cell is not changed
 
@@ -38,7 +42,7 @@ def test_counts_spread_an_app_like_instances_do():
     counted = [replace(cells[0], lrp_counts={"web": 2}), replace(cells[1], lrp_counts={"web": 1}), *cells[2:]]
     full = [replace(cells[0], lrps=[RunningInstance("web", 0), RunningInstance("web", 1)]),
             replace(cells[1], lrps=[RunningInstance("web", 2)]), *cells[2:]]
-    more = [LRPStart("web", i, 64, 64) for i in range(3, 6)]
+    more = [lrp_start("web", i, 64, 64) for i in range(3, 6)]
 
     result = schedule(counted, more)
 

@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, Field, field_validator
 
-from ..urls import http_url
+from ..urls import MAX_URL_CHARS, http_url
 from .fields import (
     DEFAULT_STACK,
     INT32_MAX,
@@ -74,6 +74,11 @@ class CellPresence(Open):
     # old to say), so that the BBS's rebalance planner judges loadmark apps by their hosts' swap and load
     # average as the auction does (placement/rebalance/load_mark.py).
     host: HostMetricsModel | None = None
+    # The source blobs cached on the cell (CellOffers.cached_blobs), so that the BBS's rebalance planner
+    # scores objective apps with the cache term the auction uses.
+    cached_blobs: list[Annotated[str, Field(max_length=MAX_URL_CHARS)]] = Field(
+        default_factory=list, max_length=1_024
+    )
     # Set by the BBS from its own state (whatever a rep sends is ignored): an operator's `vendue cells
     # cordon|drain` (no new work; draining: its instances are moved away make-before-break), and
     # "present" or "suspect" (its presence expired; listed only with GET /v1/cells?all=true).

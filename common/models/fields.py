@@ -6,7 +6,7 @@ Field names follow docs/architecture.md "Wire names"."""
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import Annotated, Literal
+from typing import Annotated, Literal, get_args
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
@@ -158,6 +158,11 @@ class AffinityRuleModel(Strict):
     weight: float = Field(default=1.0, ge=-100, le=100)
 
 
+# The placement strategies, in the design's order: the engine registers a picker for each (placement/).
+StrategyName = Literal["diego", "dea", "loadmark", "service", "objective", "binpack", "random"]
+STRATEGY_NAMES: tuple[str, ...] = get_args(StrategyName)
+
+
 class PlacementFields(Strict):
     """What the placement engine reads of an LRP, shared by DesiredLRP and the auction request."""
 
@@ -166,7 +171,7 @@ class PlacementFields(Strict):
     stack: Stack = DEFAULT_STACK
     placement_tags: Names = Field(default_factory=list)
     volume_drivers: Names = Field(default_factory=list)
-    strategy: Literal["diego", "dea", "loadmark", "service", "objective", "binpack", "random"] | None = None
+    strategy: StrategyName | None = None
     objective: Annotated[str | None, Field(max_length=1024), AfterValidator(_objective)] = None
     source_blob: Annotated[str | None, Field(max_length=MAX_URL_CHARS), AfterValidator(_no_nul_or_none)] = (
         None

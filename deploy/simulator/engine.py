@@ -8,34 +8,27 @@ the contract are additions (`detail` on failures, per-kind counts, `failures_by_
 from __future__ import annotations
 
 import math
+import operator
 import time
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-from common.workload import CellSpec, LRPSpec, TaskSpec, Workload, WorkloadError
+from common.models import PlacementFields
 from placement import schedule
+from placement.ask import STRATEGIES, Ask
+from placement.cell_offer import CellOffer, Resources, RunningInstance, Volume, host_metrics_from
 from placement.strategies import pickers
-from placement.types import (
-    STRATEGIES,
-    AffinityRule,
-    AuctionResult,
-    Cell,
-    DeviceRequest,
-    LRPStart,
-    Resources,
-    RunningInstance,
-    SchedulerConfig,
-    TaskStart,
-    Volume,
-    VolumeRequest,
-    host_metrics_from,
-)
+from placement.types import AuctionResult, SchedulerConfig
+from placement.wire import ask_of
+from placement.work import LRPStart, TaskStart
+
+from .workload import CellSpec, LRPSpec, TaskSpec, Workload, WorkloadError
 
 
 @dataclass(slots=True)
 class EngineInput:
-    cells: list[Cell]
+    cells: list[CellOffer]
     lrps: list[LRPStart]
     tasks: list[TaskStart]
 
@@ -43,7 +36,7 @@ class EngineInput:
 # --- conversion -------------------------------------------------------------------------------------
 
 
-def cell_to_engine(spec: CellSpec) -> Cell:
+def cell_to_engine(spec: CellSpec) -> CellOffer:
     total = Resources(spec.memory_mb, spec.disk_mb, spec.containers)
     available = Resources(
         spec.memory_mb - spec.prefill_memory_mb,
@@ -51,7 +44,7 @@ def cell_to_engine(spec: CellSpec) -> Cell:
         spec.containers - spec.prefill_containers,
     )
     host = None if spec.host is None else host_metrics_from(spec.host)
-    return Cell(
+    return CellOffer(
         cell_id=spec.id,
         zone=spec.zone,
         total=total,
@@ -77,45 +70,34 @@ def cell_to_engine(spec: CellSpec) -> Cell:
     )
 
 
-def lrp_to_engine(spec: LRPSpec) -> LRPStart:
-    return LRPStart(
-        process_guid=spec.process_guid,
-        index=spec.index,
-        memory_mb=spec.memory_mb,
-        disk_mb=spec.disk_mb,
-        stack=spec.stack,
-        placement_tags=tuple(spec.placement_tags),
-        volume_drivers=tuple(spec.volume_drivers),
-        domain=spec.domain,
-        strategy=spec.strategy,
-        objective=spec.objective,
-        total_instances=spec.total_instances,
-        source_blob=spec.source_blob,
-        labels_match=spec.labels_match,
-        volumes=tuple(VolumeRequest(v.name, v.size_mb, v.label_match, v.ephemeral) for v in spec.volumes),
-        ingress_ip=spec.ingress_ip,
-        devices=tuple(DeviceRequest(d.kind, d.count) for d in spec.devices),
-        affinity=tuple(AffinityRule(a.expression, a.weight) for a in spec.affinity),
-        previous_cell=spec.previous_cell,
-    )
+def lrp_to_engine(spec: LRPSpec, asks: dict[str, tuple[tuple, Ask]] | None = None) -> LRPStart:
+    """The instance, its ask made by the one adapter (an LRPSpec is the wire's PlacementFields). `asks`
+    (process guid -> its last placement fields and their ask) lets the instances of an app share one."""
+    if asks is None:
+        ask = ask_of(spec)
+    else:
+        fields = _placement_fields(spec)
+        found = asks.get(spec.process_guid)
+        if found is None or found[0] != fields:
+            found = asks[spec.process_guid] = (fields, ask_of(spec))
+        ask = found[1]
+    return LRPStart(spec.process_guid, spec.index, ask, spec.total_instances, spec.previous_cell)
+
+
+_placement_fields = operator.attrgetter(*PlacementFields.model_fields)
 
 
 def task_to_engine(spec: TaskSpec) -> TaskStart:
-    return TaskStart(
-        task_guid=spec.task_guid,
-        memory_mb=spec.memory_mb,
-        disk_mb=spec.disk_mb,
-        stack=spec.stack,
-        placement_tags=tuple(spec.placement_tags),
-        volume_drivers=tuple(spec.volume_drivers),
-        domain=spec.domain,
-    )
+    tags, drivers = tuple(spec.placement_tags), tuple(spec.volume_drivers)
+    ask = Ask(spec.memory_mb, spec.disk_mb, spec.stack, tags, drivers)
+    return TaskStart(spec.task_guid, ask)
 
 
 def to_engine(workload: Workload) -> EngineInput:
+    asks: dict[str, tuple[tuple, Ask]] = {}
     return EngineInput(
         cells=[cell_to_engine(c) for c in workload.cells],
-        lrps=[lrp_to_engine(lrp) for lrp in workload.lrps],
+        lrps=[lrp_to_engine(lrp, asks) for lrp in workload.lrps],
         tasks=[task_to_engine(t) for t in workload.tasks],
     )
 
@@ -207,8 +189,8 @@ def summarise(
     cells_by_id = {c.cell_id: c for c in inputs.cells}
     per_cell = {c.cell_id: len(c.lrps) for c in inputs.cells}
     allocated = {c.cell_id: c.total.memory_mb - c.available.memory_mb for c in inputs.cells}
-    memory_of_lrp = {(lrp.process_guid, lrp.index): lrp.memory_mb for lrp in inputs.lrps}
-    memory_of_task = {t.task_guid: t.memory_mb for t in inputs.tasks}
+    memory_of_lrp = {(lrp.process_guid, lrp.index): lrp.ask.memory_mb for lrp in inputs.lrps}
+    memory_of_task = {t.task_guid: t.ask.memory_mb for t in inputs.tasks}
     for a in result.lrp_assignments:
         per_cell[a.cell_id] += 1
         allocated[a.cell_id] += memory_of_lrp[(a.process_guid, a.index)]

@@ -6,9 +6,8 @@ import math
 
 import pytest
 
-from common.workload import WorkloadError, parse_workload
-
 from .engine import available_strategies, population_cv, simulate, to_engine
+from .workload import WorkloadError, parse_workload
 
 CONTRACT_FIELDS = {
     "workload", "strategy", "engine", "placed", "failed", "seconds", "placements_per_s", "per_cell_instances",
@@ -67,9 +66,10 @@ def test_conversion_maps_optional_fields() -> None:
     assert (c1.advertised_at, c1.expires_at, c1.cached_blobs) == (40, 60, frozenset({"b"}))
     assert c1.placement_tags == frozenset({"iso"}) and c1.optional_placement_tags == frozenset({"ssd"})
     assert c1.volume_drivers == frozenset({"nfs"}) and c1.stacks == ("a", "b")
-    assert lrp.placement_tags == ("iso",) and lrp.devices[0].kind == "gpu" and lrp.volumes[0].ephemeral
-    assert lrp.affinity[0].weight == 2 and lrp.source_blob == "b" and lrp.previous_cell == "cell-1"
-    assert lrp.total_instances == 4 and lrp.strategy == "diego" and lrp.labels_match == "tier=web"
+    ask = lrp.ask
+    assert ask.placement_tags == ("iso",) and ask.devices[0].kind == "gpu" and ask.volumes[0].ephemeral
+    assert ask.affinity[0].weight == 2 and ask.source_blob == "b" and lrp.previous_cell == "cell-1"
+    assert lrp.total_instances == 4 and ask.strategy == "diego" and ask.labels_match == "tier=web"
 
 
 def test_output_keeps_every_contract_field() -> None:
@@ -147,3 +147,12 @@ def test_every_registered_strategy_runs_the_example() -> None:
     for strategy in available_strategies():
         report = simulate(parse_workload(example()), strategy=strategy)
         assert report["placed"] + report["failed"] == 2, strategy
+
+
+def test_the_instances_of_an_app_share_one_ask_and_differing_fields_get_their_own() -> None:
+    lrps = [{"process_guid": "web", "index": i, "memory_mb": 64, "disk_mb": 64} for i in range(3)]
+    lrps.append({"process_guid": "web", "index": 3, "memory_mb": 64, "disk_mb": 64, "stack": "windows"})
+    cells = [{"id": "c", "zone": "z", "memory_mb": 1024, "disk_mb": 1024, "containers": 10}]
+    first, second, third, other = to_engine(parse_workload({"cells": cells, "lrps": lrps})).lrps
+    assert first.ask is second.ask is third.ask
+    assert other.ask.stack == "windows" and first.ask.stack == "cflinuxfs4"

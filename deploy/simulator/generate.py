@@ -1,7 +1,7 @@
 """Workload generators for `vendue simulate --generate`: plain dicts in the workload-file format.
 
 Every generator is deterministic for its seed (one `random.Random(seed)`, no global state) and returns
-what `common.workload.parse_workload` accepts, so a generated file is checked like any other.
+what `deploy.simulator.workload.parse_workload` accepts, so a generated file is checked like any other.
 
 - `mixed`: production-like — several zones, mixed cell sizes, apps of 64–2048 MB with a long tail of
   instance counts, some prefill, a few tasks, a few cells reserved by a placement tag.

@@ -6,9 +6,8 @@ from collections import Counter
 
 import pytest
 
-from common.workload import parse_workload
-
 from .generate import GENERATORS, generate
+from .workload import parse_workload
 
 SMALL = {"cells": 12, "zones": 3, "instances": 300}
 

@@ -22,8 +22,11 @@ from typing import Any
 
 from bbs.rebalance_budget import moves_per_minute
 from placement import schedule
+from placement.ask import Ask
+from placement.cell_offer import CellOffer, HostMetrics, Resources
 from placement.rebalance import Move, Placed, plan_moves
-from placement.types import Cell, HostMetrics, LRPStart, Resources, SchedulerConfig
+from placement.types import SchedulerConfig
+from placement.work import LRPStart
 
 Where = dict[tuple[str, int], str]  # (process guid, index) -> cell id
 
@@ -55,7 +58,7 @@ def make_cells(
     containers: int,
     keep: Iterable[str] | None = None,
     hosts: dict[str, HostMetrics] | None = None,
-) -> list[Cell]:
+) -> list[CellOffer]:
     """`count` equal cells round-robin over `zones` (only those of the zones in `keep`), each with its
     host's load from `hosts` (the load-mark strategy's input; none by default)."""
     wanted = None if keep is None else set(keep)
@@ -65,17 +68,17 @@ def make_cells(
         if wanted is None or zone in wanted:
             size = Resources(memory_mb, 4 * memory_mb, containers)
             host = None if hosts is None else hosts.get(cell_id)
-            cells.append(Cell(cell_id, zone, size, dataclasses.replace(size), host=host))
+            cells.append(CellOffer(cell_id, zone, size, dataclasses.replace(size), host=host))
     return cells
 
 
-def holding(cells: list[Cell], where: Where, requests: dict[str, LRPStart]) -> list[Cell]:
+def holding(cells: list[CellOffer], where: Where, requests: dict[str, LRPStart]) -> list[CellOffer]:
     """The cells with these instances on them: their room taken, counted per app."""
     by_id = {c.cell_id: c for c in cells}
     for (pg, _), cell_id in where.items():
-        cell, item = by_id[cell_id], requests[pg]
+        cell, ask = by_id[cell_id], requests[pg].ask
         a = cell.available
-        cell.available = Resources(a.memory_mb - item.memory_mb, a.disk_mb - item.disk_mb, a.containers - 1)
+        cell.available = Resources(a.memory_mb - ask.memory_mb, a.disk_mb - ask.disk_mb, a.containers - 1)
         cell.lrp_counts[pg] = cell.lrp_counts.get(pg, 0) + 1
     return cells
 
@@ -148,7 +151,7 @@ def outage_and_return(
     budget = budget.for_cells(cells)
     names = [f"z{i}" for i in range(zones)]
 
-    def cluster(keep: Iterable[str] | None = None) -> list[Cell]:
+    def cluster(keep: Iterable[str] | None = None) -> list[CellOffer]:
         return make_cells(cells, zones, memory_mb, containers, keep, hosts)
 
     starts = [dataclasses.replace(r, index=i) for r in requests.values() for i in range(r.total_instances)]
@@ -218,5 +221,5 @@ def zone_outage_and_return(seed: int) -> dict[str, Any]:
     requests = {}
     for a in range(20):
         pg = f"app-{a}"
-        requests[pg] = LRPStart(pg, 0, rng.choice((128, 256, 512)), 256, total_instances=rng.randint(3, 15))
+        requests[pg] = LRPStart(pg, 0, Ask(rng.choice((128, 256, 512)), 256), rng.randint(3, 15))
     return outage_and_return(30, 3, requests, 8 * 1024, 100, Budget())

@@ -13,10 +13,9 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from common.workload import HostMetrics, parse_workload
-
 from . import generate
 from .sim_input import App, SimInput, app, cell, from_workload
+from .workload import HostMetrics, parse_workload
 
 GIB = 1024
 # Diego's simulated cell: 100 MB memory, 100 MB disk, 100 containers (generate.diego_cells).

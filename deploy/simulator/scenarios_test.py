@@ -8,11 +8,10 @@ from collections import Counter
 
 import pytest
 
-from common.workload import parse_workload
-
 from .engine import available_strategies
 from .scenarios import SCENARIOS, scenario, split_counts
 from .sim_input import from_workload, to_workload
+from .workload import parse_workload
 
 REQUIRED = {"cold-start-small", "cold-start-large", "imbalanced", "az-distribution", "low-memory",
             "dea-example", "loadmark-example", "mixed", "scale-250k"}

@@ -14,13 +14,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from common.workload import CellSpec, LRPSpec, PrefillInstance, SchedulerSettings, TaskSpec, Workload
+from common.models import PlacementFields
 
-# LRP fields a desired LRP carries besides guid, memory and disk (wire names, shared with DesiredLRP).
-PLACEMENT_FIELDS = (
-    "stack", "placement_tags", "volume_drivers", "domain", "strategy", "objective", "source_blob",
-    "labels_match", "volumes", "ingress_ip", "devices", "affinity", "on_cell_loss",
-)
+from .workload import CellSpec, LRPSpec, PrefillInstance, SchedulerSettings, TaskSpec, Workload
+
+# What a desired LRP carries besides guid, memory and disk: the wire's placement fields, its domain and
+# what the BBS does on the loss of its cell (wire names, shared with DesiredLRP).
+APP_FIELDS = set(PlacementFields.model_fields) - {"memory_mb", "disk_mb"} | {"domain", "on_cell_loss"}
 _LRP_DEFAULTS = {name: f.get_default(call_default_factory=True) for name, f in LRPSpec.model_fields.items()}
 
 
@@ -78,10 +78,7 @@ def app(process_guid: str, instances: int, memory_mb: int, disk_mb: int, **field
 
 
 def _signature(lrp: LRPSpec) -> str:
-    values = {name: getattr(lrp, name) for name in PLACEMENT_FIELDS}
-    values = {k: v for k, v in values.items() if v != _LRP_DEFAULTS[k]}
-    dumped = {k: ([x.model_dump() for x in v] if k in ("volumes", "devices", "affinity") else v)
-              for k, v in values.items()}
+    dumped = {k: v for k, v in lrp.model_dump(include=APP_FIELDS).items() if v != _LRP_DEFAULTS[k]}
     return json.dumps([lrp.process_guid, lrp.memory_mb, lrp.disk_mb, dumped], sort_keys=True, default=str)
 
 

@@ -25,10 +25,9 @@ from typing import Any
 
 import typer
 
-from common.workload import WorkloadError, load_workload
-
 from ..cli import app
 from ..cli_style import USAGE_ERROR, OneLineErrorsCommand, fail
+from .workload import WorkloadError, load_workload
 
 
 @app.command(cls=OneLineErrorsCommand)

@@ -34,11 +34,11 @@ from pydantic import BaseModel, ValidationError
 
 from common import sse
 from common.models import DesiredLRPCreate, TaskCreate
-from common.workload import CellSpec
 
 from ..cluster import LocalCluster, SimRepProcess
 from .metrics import Outcome
 from .sim_input import App, SimInput
+from .workload import CellSpec
 
 MAX_REP_PROCESSES = 12  # rep processes per cluster: each is a Python interpreter on a small machine
 MAX_INSTANCES_PER_LRP = 10_000  # the BBS API's limit on one desired LRP

@@ -41,12 +41,12 @@ from common.models import (
     Task,
     VolumeRequestModel,
 )
-from common.workload import CellSpec
 from placement.strategies import pickers
 from rep.admission import shortage
 
 from .metrics import Outcome
 from .sim_input import App, SimInput
+from .workload import CellSpec
 
 
 @dataclass(slots=True)

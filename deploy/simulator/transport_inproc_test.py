@@ -4,12 +4,11 @@ from __future__ import annotations
 
 from collections import Counter
 
-from common.workload import parse_workload
-
 from .engine import simulate
 from .scenarios import SCENARIOS
 from .sim_input import SimInput, app, cell, to_workload
 from .transport_inproc import SimRep, run_inproc
+from .workload import parse_workload
 
 
 def three_cells() -> SimInput:

@@ -30,21 +30,21 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from ..types import LRPStart, TaskStart
+from ..work import LRPStart, TaskStart
 
 if TYPE_CHECKING:
     from ..columns import CellColumns
-    from ..state import CellSlot
+    from ..slot import CellSlot
 
 Work = LRPStart | TaskStart
 
 
 @dataclass(frozen=True, slots=True)
 class Example:
-    """An LRP (`LRPStart` fields beyond a 10 MB instance) and two cells (`Cell` fields beyond 100 MB of
-    memory and disk and 10 containers, all free; `available` as (memory, disk, containers)) that the
-    filter tells apart: it admits the first and rejects the second. `config`: `SchedulerConfig` fields
-    the filter needs."""
+    """An LRP (its `Ask` fields, and `LRPStart`'s, beyond a 10 MB instance) and two cells (`CellOffer`
+    fields beyond 100 MB of memory and disk and 10 containers, all free; `available` as (memory, disk,
+    containers)) that the filter tells apart: it admits the first and rejects the second. `config`:
+    `SchedulerConfig` fields the filter needs."""
 
     lrp: Mapping[str, Any] = field(default_factory=dict)
     admitted: Mapping[str, Any] = field(default_factory=dict)

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from .base import Example, StaticFilter, Work
 
 if TYPE_CHECKING:
-    from ..state import CellSlot
+    from ..slot import CellSlot
 
 
 class StackFilter(StaticFilter):
@@ -23,10 +23,10 @@ class StackFilter(StaticFilter):
         return slot.stacks
 
     def request_key(self, item: Work) -> Hashable:
-        return item.stack
+        return item.ask.stack
 
     def rejects(self, slot: CellSlot, item: Work) -> bool:
-        return item.stack not in slot.stacks
+        return item.ask.stack not in slot.stacks
 
     def error(self, item: Work) -> str:
         return "found no compatible cell for required rootfs"
@@ -43,10 +43,10 @@ class VolumeDriverFilter(StaticFilter):
         return slot.drivers
 
     def request_key(self, item: Work) -> Hashable:
-        return item.volume_drivers
+        return item.ask.volume_drivers
 
     def rejects(self, slot: CellSlot, item: Work) -> bool:
-        return bool(item.volume_drivers) and not slot.drivers.issuperset(item.volume_drivers)
+        return bool(item.ask.volume_drivers) and not slot.drivers.issuperset(item.ask.volume_drivers)
 
     def error(self, item: Work) -> str:
         return "found no compatible cell with required volume drivers"
@@ -74,16 +74,16 @@ class PlacementTagFilter(StaticFilter):
         return (slot.tags, slot.optional_tags)
 
     def request_key(self, item: Work) -> Hashable:
-        return item.placement_tags
+        return item.ask.placement_tags
 
     def rejects(self, slot: CellSlot, item: Work) -> bool:
-        wanted = item.placement_tags
+        wanted = item.ask.placement_tags
         if not slot.tags.issubset(wanted):
             return True
         return any(t not in slot.tags and t not in slot.optional_tags for t in wanted)
 
     def error(self, item: Work) -> str:
-        return placement_tag_error(item.placement_tags)
+        return placement_tag_error(item.ask.placement_tags)
 
     def summary(self, rejected: Sequence[CellSlot], item: Work) -> str:
         return f"{len(rejected)} placement tags mismatch"
@@ -97,4 +97,5 @@ PLACEMENT_TAGS = PlacementTagFilter()
 def compatibility_requirement(item: Work) -> Hashable:
     """What the three filters read of an item, as one key: items with equal keys are compatible with
     the same cells."""
-    return (item.stack, item.volume_drivers, item.placement_tags)
+    ask = item.ask
+    return (ask.stack, ask.volume_drivers, ask.placement_tags)

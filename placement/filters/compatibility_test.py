@@ -1,5 +1,6 @@
 import pytest
 
+from placement.cell_offer import CellOffer, Resources
 from placement.filters import (
     CONTAINERS,
     DISK,
@@ -9,17 +10,18 @@ from placement.filters import (
     VOLUME_DRIVERS,
     placement_tag_error,
 )
-from placement.state import CellSlot
-from placement.types import Cell, LRPStart, Resources
+from placement.slot import CellSlot
+from placement.testing import lrp_start
+from placement.work import LRPStart
 
 
 def slot(**kw) -> CellSlot:
     avail = kw.pop("available", Resources(100, 100, 10))
-    return CellSlot(0, 0, Cell("c", "z", Resources(100, 100, 10), avail, **kw))
+    return CellSlot(0, 0, CellOffer("c", "z", Resources(100, 100, 10), avail, **kw))
 
 
 def lrp(**kw) -> LRPStart:
-    return LRPStart("app", 0, kw.pop("memory_mb", 10), kw.pop("disk_mb", 10), **kw)
+    return lrp_start("app", 0, kw.pop("memory_mb", 10), kw.pop("disk_mb", 10), **kw)
 
 
 def test_stack():
@@ -75,14 +77,14 @@ def test_resources_and_their_summaries():
 
 
 def test_a_bad_label_expression_fails_its_own_item_only():
+    from placement.ask import AffinityRule
     from placement.scheduler import schedule
-    from placement.types import AffinityRule
 
-    cells = [Cell("c", "z", Resources(100, 100, 10), Resources(100, 100, 10), labels={"disk": "ssd"})]
+    cells = [CellOffer("c", "z", Resources(100, 100, 10), Resources(100, 100, 10), labels={"disk": "ssd"})]
     result = schedule(cells, [
-        LRPStart("bad", 0, 1, 1, labels_match="disk in (ssd"),
-        LRPStart("bad-affinity", 0, 1, 1, affinity=(AffinityRule("=x"),)),
-        LRPStart("good", 0, 1, 1, labels_match="disk=ssd"),
+        lrp_start("bad", 0, 1, 1, labels_match="disk in (ssd"),
+        lrp_start("bad-affinity", 0, 1, 1, affinity=(AffinityRule("=x"),)),
+        lrp_start("good", 0, 1, 1, labels_match="disk=ssd"),
     ])
     assert [a.process_guid for a in result.lrp_assignments] == ["good"]
     errors = {f.process_guid: f.error for f in result.failures}

@@ -7,18 +7,19 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..types import DeviceRequest, LRPStart
+from ..ask import DeviceRequest
+from ..work import LRPStart
 from .base import Example, Work
 
 if TYPE_CHECKING:
     from ..columns import CellColumns
-    from ..state import CellSlot
+    from ..slot import CellSlot
 
 
 def devices_wanted(item: Work) -> dict[str, int]:
     """Device counts by kind; two requests for the same kind add up."""
     wanted: dict[str, int] = {}
-    for dev in item.devices if isinstance(item, LRPStart) else ():
+    for dev in item.ask.devices if isinstance(item, LRPStart) else ():
         wanted[dev.kind] = wanted.get(dev.kind, 0) + dev.count
     return wanted
 
@@ -29,7 +30,7 @@ class DevicesFilter:
     resource = False
 
     def applies(self, item: Work) -> bool:
-        return isinstance(item, LRPStart) and bool(item.devices)
+        return isinstance(item, LRPStart) and bool(item.ask.devices)
 
     def request_key(self, item: Work) -> Hashable:
         return tuple(sorted(devices_wanted(item).items()))
@@ -45,7 +46,7 @@ class DevicesFilter:
         return mask
 
     def claim(self, slot: CellSlot, item: LRPStart) -> None:
-        for dev in item.devices:
+        for dev in item.ask.devices:
             slot.devices_free[dev.kind] = slot.devices_free.get(dev.kind, 0) - dev.count
 
     def error(self, item: Work) -> str:

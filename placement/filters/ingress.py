@@ -7,16 +7,16 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..types import LRPStart
+from ..work import LRPStart
 from .base import Example, Work
 
 if TYPE_CHECKING:
     from ..columns import CellColumns
-    from ..state import CellSlot
+    from ..slot import CellSlot
 
 
 def wants_ingress_ip(item: Work) -> bool:
-    return isinstance(item, LRPStart) and item.ingress_ip
+    return isinstance(item, LRPStart) and item.ask.ingress_ip
 
 
 class IngressIPFilter:

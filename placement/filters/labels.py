@@ -9,12 +9,12 @@ import numpy as np
 
 from common.labels import parse_label_expression
 
-from ..types import LRPStart
+from ..work import LRPStart
 from .base import Example, StaticFilter, Work, no_claim
 
 if TYPE_CHECKING:
     from ..columns import CellColumns
-    from ..state import CellSlot
+    from ..slot import CellSlot
 
 
 class LabelsFilter(StaticFilter):
@@ -24,13 +24,13 @@ class LabelsFilter(StaticFilter):
     claim = staticmethod(no_claim)
 
     def applies(self, item: Work) -> bool:
-        return isinstance(item, LRPStart) and bool(item.labels_match)
+        return isinstance(item, LRPStart) and bool(item.ask.labels_match)
 
     def cell_key(self, slot: CellSlot) -> Hashable:
         return frozenset(slot.cell.labels.items())
 
     def request_key(self, item: Work) -> Hashable:
-        return item.labels_match if isinstance(item, LRPStart) else ""
+        return item.ask.labels_match if isinstance(item, LRPStart) else ""
 
     def matching(self, cells: CellColumns, expression: str) -> np.ndarray:
         """Cells whose labels match the expression (a request's `labels_match`, or an affinity rule's)."""
@@ -39,11 +39,11 @@ class LabelsFilter(StaticFilter):
 
     def rejects(self, slot: CellSlot, item: Work) -> bool:
         assert isinstance(item, LRPStart)  # `applies` to LRPs only
-        return not parse_label_expression(item.labels_match).matches(slot.cell.labels)
+        return not parse_label_expression(item.ask.labels_match).matches(slot.cell.labels)
 
     def error(self, item: Work) -> str:
         assert isinstance(item, LRPStart)
-        return f'found no compatible cell with labels matching "{item.labels_match}"'
+        return f'found no compatible cell with labels matching "{item.ask.labels_match}"'
 
     def summary(self, rejected: Sequence[CellSlot], item: Work) -> str:
         return f"{len(rejected)} labels mismatch"

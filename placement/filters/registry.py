@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..types import LRPStart
 from .base import Filter, RequestFilter, StaticFilter, Work
 from .compatibility import PLACEMENT_TAGS, STACK, VOLUME_DRIVERS, compatibility_requirement
 from .devices import DEVICES
@@ -28,7 +27,7 @@ from .volumes import VOLUMES
 
 if TYPE_CHECKING:
     from ..columns import CellColumns
-    from ..state import CellSlot
+    from ..slot import CellSlot
 
 COMPATIBILITY: tuple[StaticFilter, ...] = (STACK, VOLUME_DRIVERS, PLACEMENT_TAGS)
 REQUEST: tuple[RequestFilter, ...] = (LABELS, VOLUMES, INGRESS_IP, DEVICES)
@@ -37,9 +36,8 @@ RESOURCES: tuple[Filter, ...] = (MEMORY, DISK, CONTAINERS)
 
 def request_filters(item: Work) -> tuple[RequestFilter, ...]:
     """The request filters the item asks for (none for a task or a plain LRP)."""
-    if not isinstance(item, LRPStart) or not (
-        item.labels_match or item.volumes or item.ingress_ip or item.devices
-    ):
+    ask = item.ask  # a task's asks for none of them
+    if not (ask.labels_match or ask.volumes or ask.ingress_ip or ask.devices):
         return ()  # the common case, answered without asking every filter
     return tuple(f for f in REQUEST if f.applies(item))
 
@@ -50,11 +48,12 @@ def invalid_request(item: Work) -> str | None:
     Boundaries (the BBS API, workload files) refuse these up front; the engine checks again so that one
     bad request fails alone instead of aborting the whole auction.
     """
-    if not isinstance(item, LRPStart) or not (item.labels_match or item.volumes or item.affinity):
+    ask = item.ask
+    if not (ask.labels_match or ask.volumes or ask.affinity):
         return None
-    expressions = [("labels_match", item.labels_match)]
-    expressions += [(f"volumes[{i}].label_match", v.label_match) for i, v in enumerate(item.volumes)]
-    expressions += [(f"affinity[{i}].expression", a.expression) for i, a in enumerate(item.affinity)]
+    expressions = [("labels_match", ask.labels_match)]
+    expressions += [(f"volumes[{i}].label_match", v.label_match) for i, v in enumerate(ask.volumes)]
+    expressions += [(f"affinity[{i}].expression", a.expression) for i, a in enumerate(ask.affinity)]
     from common.labels import validate_label_expression
 
     for field, text in expressions:

@@ -5,11 +5,16 @@ new test."""
 
 import pytest
 
+from placement.testing import lrp_start
+
+from ..ask import STRATEGIES
+from ..cell_offer import CellOffer, Resources
 from ..diagnosis import diagnose
 from ..scheduler import schedule
 from ..state import AuctionState
 from ..strategies import pickers
-from ..types import STRATEGIES, Cell, LRPStart, Resources, SchedulerConfig
+from ..types import SchedulerConfig
+from ..work import LRPStart
 from .base import Filter
 from .registry import COMPATIBILITY, REQUEST, RESOURCES, filter_chain
 
@@ -28,15 +33,15 @@ def case_id(case) -> str:
     return f"{case[0].name}-{case[1]}"
 
 
-def cell(cell_id: str, fields) -> Cell:
+def cell(cell_id: str, fields) -> CellOffer:
     fields = dict(fields)
     available = Resources(*fields.pop("available", (100, 100, 10)))
-    return Cell(cell_id, "z0", Resources(100, 100, 10), available, **fields)
+    return CellOffer(cell_id, "z0", Resources(100, 100, 10), available, **fields)
 
 
-def setting(f: Filter, strategy: str, engine: str) -> tuple[LRPStart, Cell, Cell, SchedulerConfig]:
+def setting(f: Filter, strategy: str, engine: str) -> tuple[LRPStart, CellOffer, CellOffer, SchedulerConfig]:
     example = f.example
-    item = LRPStart(**{"process_guid": "app", "index": 0, "memory_mb": 10, "disk_mb": 10, **example.lrp})
+    item = lrp_start(**{"process_guid": "app", "index": 0, "memory_mb": 10, "disk_mb": 10, **example.lrp})
     config = SchedulerConfig(strategy=strategy, engine=engine, **example.config)
     return item, cell("admitted", example.admitted), cell("rejected", example.rejected), config
 

@@ -3,11 +3,14 @@ they hold, and are claimed, whichever strategy places."""
 
 import pytest
 
+from placement.testing import lrp_start
 from tests.support.engine_workloads import make_cell, placements
 
+from ..ask import DeviceRequest, VolumeRequest
+from ..cell_offer import Volume
 from ..scheduler import schedule
 from ..state import AuctionState
-from ..types import DeviceRequest, LRPStart, SchedulerConfig, Volume, VolumeRequest
+from ..types import SchedulerConfig
 from .devices import DEVICES
 from .ingress import INGRESS_IP
 from .labels import LABELS
@@ -21,7 +24,7 @@ def slots_of(*cells):
 
 
 def lrp(index=0, guid="db", **fields):
-    return LRPStart(guid, index, 256, 256, **fields)
+    return lrp_start(guid, index, 256, 256, **fields)
 
 
 def test_labels_filter_and_messages():

@@ -19,12 +19,13 @@ from .base import Example, Work
 
 if TYPE_CHECKING:
     from ..columns import CellColumns
-    from ..state import CellSlot
+    from ..slot import CellSlot
 
 
 def least_free(item: Work) -> tuple[int, int, int]:
     """The least free memory (MB), disk (MB) and containers a cell must have for the item."""
-    return item.memory_mb, item.disk_mb, 1
+    ask = item.ask
+    return ask.memory_mb, ask.disk_mb, 1
 
 
 def has_room(free: Sequence[int], need: tuple[int, int, int]) -> bool:
@@ -53,7 +54,7 @@ class MemoryFilter:
 
     def summary(self, rejected: Sequence[CellSlot], item: Work) -> str:
         largest = max(s.avail_m for s in rejected)
-        return f"{len(rejected)} insufficient memory (largest free {largest} MB, need {item.memory_mb})"
+        return f"{len(rejected)} insufficient memory (largest free {largest} MB, need {item.ask.memory_mb})"
 
 
 class DiskFilter:
@@ -75,7 +76,7 @@ class DiskFilter:
 
     def summary(self, rejected: Sequence[CellSlot], item: Work) -> str:
         largest = max(s.avail_d for s in rejected)
-        return f"{len(rejected)} insufficient disk (largest free {largest} MB, need {item.disk_mb})"
+        return f"{len(rejected)} insufficient disk (largest free {largest} MB, need {item.ask.disk_mb})"
 
 
 class ContainerFilter:

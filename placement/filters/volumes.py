@@ -16,12 +16,14 @@ import numpy as np
 
 from common.labels import parse_label_expression
 
-from ..types import LRPStart, Volume, VolumeRequest
+from ..ask import VolumeRequest
+from ..cell_offer import Volume
+from ..work import LRPStart
 from .base import Example, Work
 
 if TYPE_CHECKING:
     from ..columns import CellColumns
-    from ..state import CellSlot
+    from ..slot import CellSlot
 
 
 def instance_key(process_guid: str, index: int) -> str:
@@ -85,16 +87,17 @@ class VolumesFilter:
     resource = False
 
     def applies(self, item: Work) -> bool:
-        return isinstance(item, LRPStart) and bool(item.volumes)
+        return isinstance(item, LRPStart) and bool(item.ask.volumes)
 
     def request_key(self, item: Work) -> Hashable:
         # the instance itself: a volume it already holds serves it, and no other instance
-        return (item.key, item.volumes) if isinstance(item, LRPStart) else None
+        return (item.key, item.ask.volumes) if isinstance(item, LRPStart) else None
 
     def rejects(self, slot: CellSlot, item: Work) -> bool:
-        if not isinstance(item, LRPStart) or not item.volumes:
+        if not isinstance(item, LRPStart) or not item.ask.volumes:
             return False
-        return volume_plan(slot.volumes, item.volumes, instance_key(item.process_guid, item.index)) is None
+        holder = instance_key(item.process_guid, item.index)
+        return volume_plan(slot.volumes, item.ask.volumes, holder) is None
 
     def admits(self, cells: CellColumns, item: Work) -> np.ndarray:
         if not self.applies(item):
@@ -108,8 +111,8 @@ class VolumesFilter:
 
     def claim(self, slot: CellSlot, item: LRPStart) -> None:
         holder = instance_key(item.process_guid, item.index)
-        plan = volume_plan(slot.volumes, item.volumes, holder) or ()
-        for i, request in zip(plan, item.volumes, strict=False):
+        plan = volume_plan(slot.volumes, item.ask.volumes, holder) or ()
+        for i, request in zip(plan, item.ask.volumes, strict=False):
             volume = slot.volumes[i]
             if volume.holder is None:  # a volume the instance already holds stays as it is
                 slot.volumes[i] = Volume(

@@ -14,13 +14,14 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from common.objective import ObjectiveError, compile_objective, parse_objective
+from placement.testing import lrp_start, same_bits
 from tests.support.objective_fuzz import STREAMS, TYPED_TREES, render, sealed
 
+from ..cell_offer import CellOffer, Resources
 from ..scheduler import schedule
-from ..types import Cell, LRPStart, Resources, SchedulerConfig
+from ..types import SchedulerConfig
 from .evaluate import BID_FIELDS, INSTANCE_FIELDS, BidFacts, InstanceFacts, score
 from .vectorized import BidTable, compile_columns
-from .vectorized_test import same_bits
 
 FUZZ = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 FIELDS = {*INSTANCE_FIELDS.values(), *BID_FIELDS.values()}  # all the tree walker may read of ai and r
@@ -54,9 +55,10 @@ def test_any_valid_tree_on_any_facts_is_a_float_from_the_tree_walker_alone(tree,
     assert same_bits(scalars, columns), (text, scalars, columns.tolist())
 
 
-def cells() -> list[Cell]:
+def cells() -> list[CellOffer]:
     return [
-        Cell(f"cell-{i}", f"z{i % 2}", Resources(4096, 8192, 10), Resources(4096, 8192, 10)) for i in range(3)
+        CellOffer(f"cell-{i}", f"z{i % 2}", Resources(4096, 8192, 10), Resources(4096, 8192, 10))
+        for i in range(3)
     ]
 
 
@@ -64,10 +66,10 @@ def cells() -> list[Cell]:
 @FUZZ
 @given(text=STREAMS)
 def test_any_objective_text_in_an_auction_fails_only_its_own_lrp(engine: str, text: str) -> None:
-    lrps = [LRPStart("fuzzed", 0, 256, 256, objective=text), LRPStart("plain", 0, 256, 256)]
+    lrps = [lrp_start("fuzzed", 0, 256, 256, objective=text), lrp_start("plain", 0, 256, 256)]
     config = SchedulerConfig(strategy="objective", engine=engine)
     # Unsealed first, once the same way: the engine imports its strategies on first use (compile).
-    schedule(cells(), [LRPStart("warm", 0, 256, 256, objective="?"), *lrps[1:]], (), config)
+    schedule(cells(), [lrp_start("warm", 0, 256, 256, objective="?"), *lrps[1:]], (), config)
     with sealed() as escapes:
         result = schedule(cells(), lrps, (), config)
     assert escapes == [], escapes

@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from common.objective.errors import MAX_BYTES
 from common.objective.parser import parse_objective
+from placement.testing import same_bits
 from tests.support.objective_texts import EXPRESSIONS
 
 from .evaluate import BidFacts, InstanceFacts, divide, modulo, score
@@ -18,14 +19,6 @@ SPECIAL = [0.0, -0.0, 1.0, -1.0, 3.0, -7.5, 1e308, -1e308, 5e-324, math.inf, -ma
 
 def bits(x: float) -> bytes:
     return struct.pack("<d", x)
-
-
-def same_bits(scalars, array):
-    """Every value identical to the last bit; any NaN matches any NaN (its payload carries no meaning)."""
-    def key(x):
-        x = float(x)
-        return "nan" if math.isnan(x) else bits(x)
-    return [key(a) for a in array] == [key(s) for s in scalars]
 
 
 def test_operators_match_python_bit_for_bit_on_special_values():

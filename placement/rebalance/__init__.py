@@ -33,7 +33,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from ..types import Cell, LRPStart, SchedulerConfig
+from ..cell_offer import CellOffer
+from ..types import SchedulerConfig
+from ..work import LRPStart
 from .cell_load import even_load
 from .load_mark import even_load_marks
 from .moves import CELL_LOAD, LOAD_MARK, STRATEGY_MARGIN, ZONE_SPREAD, Move, Placed, RebalanceConfig
@@ -48,7 +50,7 @@ __all__ = [
 
 
 def plan_moves(
-    cells: Sequence[Cell],
+    cells: Sequence[CellOffer],
     placed: Sequence[Placed],
     requests: dict[str, LRPStart],
     pinned_apps: Iterable[str] = (),

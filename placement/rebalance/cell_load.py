@@ -6,7 +6,7 @@ the load-mark rule (load_mark.py): their cells' load is the load mark."""
 
 from __future__ import annotations
 
-from ..state import CellSlot
+from ..slot import CellSlot
 from .load_mark import is_loadmark
 from .moves import CELL_LOAD
 from .planner import Planner, memory_fraction
@@ -40,13 +40,13 @@ def relieve(planner: Planner, source: CellSlot) -> bool:
             candidates = [
                 s
                 for s in planner.state.zone_slots[zone]
-                if s is not source and 1.0 - (s.avail_m - item.memory_mb) / (s.total_m or 1) < before
+                if s is not source and 1.0 - (s.avail_m - item.ask.memory_mb) / (s.total_m or 1) < before
             ]
             target = planner.best_target(item, candidates)
             if target is None:
                 continue
             index = max(planner.movable[pg][source.cell_id])
-            gain = item.memory_mb / (source.total_m or 1)
+            gain = item.ask.memory_mb / (source.total_m or 1)
             planner.move(
                 item,
                 index,

@@ -26,12 +26,12 @@ from __future__ import annotations
 import heapq
 from collections.abc import Callable
 
-from ..state import CellSlot
+from ..slot import CellSlot
 from ..strategies.loadmark import NAME as LOADMARK
 from ..strategies.loadmark import above_critical, load_mark
-from ..types import LRPStart
+from ..work import LRPStart
 from .moves import LOAD_MARK
-from .planner import Planner, ask_of
+from .planner import Planner
 from .ranking import Rankings
 from .strategy_scores import SCORES
 
@@ -118,7 +118,7 @@ def shed(planner: Planner, marks: CellMarks, rankings: Rankings, source: CellSlo
     for pg in planner.apps_on(source, lambda item: is_loadmark(planner, item)):
         item = planner.requests[pg]
         for zone in planner.zones_keeping_spread(item, source.zone):
-            alike = (ask_of(item), item.memory_mb, item.disk_mb, zone)
+            alike = (planner.fit_of(item), item.ask.memory_mb, item.ask.disk_mb, zone)
             target = None if alike in nowhere else _target(planner, marks, rankings, item, source, zone)
             if target is None:
                 nowhere.add(alike)
@@ -147,7 +147,7 @@ def _target(
     in its own order (`loadmark.preferred`): one without an instance of the app while one qualifies, then
     the least loaded; the zone's ranking gives the least loaded of either kind."""
     ranking = rankings.get(
-        (ask_of(item), item.memory_mb, item.disk_mb, zone),
+        (planner.fit_of(item), item.ask.memory_mb, item.ask.disk_mb, zone),
         lambda: marks.score,
         lambda: [s for s in planner.compatible_slots(item) if s.zone == zone],
     )

@@ -1,21 +1,22 @@
 import pytest
 
+from placement.testing import holding, lrp_start
 from tests.support.engine_workloads import make_cell
 
-from ..rebalance_test import holding
-from ..state import CellSlot
+from ..cell_offer import CellOffer, HostMetrics
+from ..slot import CellSlot
 from ..strategies.loadmark import load_mark
-from ..types import Cell, HostMetrics, LoadMarkConfig, LRPStart
+from ..types import LoadMarkConfig
 from . import CELL_LOAD, LOAD_MARK, Placed, plan_moves
 
-LM = LRPStart("lm", 0, 256, 16, strategy="loadmark")
+LM = lrp_start("lm", 0, 256, 16, strategy="loadmark")
 
 
 def swapping(percent: float) -> HostMetrics:
     return HostMetrics(swap_used_mb=percent, swap_total_mb=100)
 
 
-def mark(cell: Cell) -> float:
+def mark(cell: CellOffer) -> float:
     return load_mark(CellSlot(0, 0, cell), LoadMarkConfig())
 
 
@@ -59,11 +60,11 @@ def test_a_cell_above_a_critical_mark_never_takes_an_instance():
 def test_a_cell_sheds_no_more_than_its_targets_take_within_the_tolerance():
     # a0's swap keeps it far above the mean whatever leaves it (60 + 2.6 a 1 GiB instance). a1 (45) takes
     # instances while its mark stays within 10 points of the mean (46.9): four; a2 is full (a pinned app)
-    big = LRPStart("lm", 0, 1024, 16, strategy="loadmark")
-    requests = {"lm": big, "fill": LRPStart("fill", 0, 8192, 16)}
+    big = lrp_start("lm", 0, 1024, 16, strategy="loadmark")
+    requests = {"lm": big, "fill": lrp_start("fill", 0, 8192, 16)}
     placed = [Placed("lm", i, "a0") for i in range(6)] + [Placed("fill", 0, "a2")]
 
-    def cells() -> list[Cell]:
+    def cells() -> list[CellOffer]:
         return holding(
             [make_cell(c, "a", memory_mb=8192, containers=20, host=host)
              for c, host in (("a0", swapping(60)), ("a1", swapping(45)), ("a2", None))],
@@ -84,7 +85,7 @@ def test_the_memory_rule_leaves_loadmark_apps_to_the_load_mark():
     # a0 holds half its memory, a1 nothing: for the memory rule a0 is 0.25 above the mean; its load mark
     # (0.2 of the memory fraction, ×100) only 5 points above: within the tolerance
     for strategy, expected in (("loadmark", []), (None, [CELL_LOAD])):
-        item = LRPStart("app", 0, 256, 1, strategy=strategy)
+        item = lrp_start("app", 0, 256, 1, strategy=strategy)
         placed = [Placed("app", i, "a0") for i in range(8)]
         cells = holding([make_cell("a0", "a"), make_cell("a1", "a")], placed, {"app": item})
         assert [m.reason for m in plan_moves(cells, placed, {"app": item})][:1] == expected, strategy

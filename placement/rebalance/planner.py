@@ -10,12 +10,16 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 
+from ..ask import Ask
+from ..cell_offer import CellOffer
 from ..filters.volumes import instance_key
 from ..scoring import lrp_score
-from ..state import AuctionState, CellSlot
+from ..slot import CellSlot
+from ..state import AuctionState
 from ..strategies import pickers
 from ..strategies.base import Picker
-from ..types import Cell, LRPStart, SchedulerConfig
+from ..types import SchedulerConfig
+from ..work import LRPStart
 from .moves import Move, Placed, RebalanceConfig
 from .strategy_scores import strategy_score
 
@@ -29,24 +33,10 @@ def zone_skew(counts: dict[str, int], zones: Iterable[str]) -> int:
     return max(values) - min(values) if values else 0
 
 
-def ask_of(item: LRPStart) -> tuple:
-    """Everything a non-resource filter reads of an item: apps asking alike fit the same cells."""
-    return (
-        item.strategy,
-        item.stack,
-        item.placement_tags,
-        item.volume_drivers,
-        item.labels_match,
-        item.volumes,
-        item.ingress_ip,
-        item.devices,
-    )
-
-
 def _shift(slot: CellSlot, item: LRPStart, sign: int) -> None:
     """Take one instance of the item off the cell (sign 1) or put one on it (sign -1)."""
-    slot.avail_m += sign * item.memory_mb
-    slot.avail_d += sign * item.disk_mb
+    slot.avail_m += sign * item.ask.memory_mb
+    slot.avail_d += sign * item.ask.disk_mb
     slot.avail_c += sign
     slot.proc_counts[item.process_guid] = slot.proc_counts.get(item.process_guid, 0) - sign
 
@@ -56,7 +46,7 @@ class Planner:
 
     def __init__(
         self,
-        cells: Sequence[Cell],
+        cells: Sequence[CellOffer],
         placed: Sequence[Placed],
         requests: dict[str, LRPStart],
         pinned_apps: frozenset[str],
@@ -69,8 +59,9 @@ class Planner:
         self.config = config
         self.rebalance = rebalance
         self._pickers: dict[str, Picker] = {}
-        self._eligible: dict[tuple, list[str]] = {}
-        self._compatible: dict[tuple, list[CellSlot]] = {}
+        self._fits: dict[Ask, Ask] = {}
+        self._eligible: dict[Ask, list[str]] = {}
+        self._compatible: dict[Ask, list[CellSlot]] = {}
         self._memory_mean: tuple[int, float] | None = None  # (moves when computed, the mean)
         held_volumes = {v.holder for s in self.state.slots for v in s.volumes if v.holder and v.ephemeral}
         # process guid -> cell id -> indices running there (movable ones only)
@@ -89,8 +80,17 @@ class Planner:
             self.movable.setdefault(p.process_guid, {}).setdefault(p.cell_id, []).append(p.index)
         self.moves: list[Move] = []
 
+    def fit_of(self, item: LRPStart) -> Ask:
+        """What every filter but the resource ones reads of the app (`Ask.fit`): apps with equal fits are
+        admitted by the same cells but for room."""
+        ask = item.ask
+        found = self._fits.get(ask)
+        if found is None:
+            found = self._fits[ask] = ask.fit()
+        return found
+
     def strategy_of(self, item: LRPStart) -> str:
-        return item.strategy or self.config.strategy
+        return item.ask.strategy or self.config.strategy
 
     def picker(self, item: LRPStart) -> Picker:
         name = self.strategy_of(item)
@@ -118,7 +118,7 @@ class Planner:
         score = None if scoring is None or scoring.per_instance else scoring.bind(picker, item)
         if score is None:
             weight, pack = self.config.starting_container_weight, self.config.bin_pack_first_fit_weight
-            memory, disk, pg = item.memory_mb, item.disk_mb, item.process_guid
+            memory, disk, pg = item.ask.memory_mb, item.ask.disk_mb, item.process_guid
             return lambda s: (s.proc_counts.get(pg, 0) > 0, lrp_score(s, memory, disk, pg, weight, pack))
         pg, own = item.process_guid, score
         return lambda s: (s.proc_counts.get(pg, 0) > 0, own(s))
@@ -127,7 +127,7 @@ class Planner:
         """The zones the app's spread is judged over: those with a cell it can run on (`compatible_slots`).
         A zone whose cells are all loaded beyond a strategy's filter (the load mark's critical marks) is
         still one of its zones: load passes, the app's fit does not."""
-        ask = ask_of(item)
+        ask = self.fit_of(item)
         found = self._eligible.get(ask)
         if found is None:
             zones = {s.zone for s in self.compatible_slots(item)}
@@ -138,7 +138,7 @@ class Planner:
         """The cells the app can run on whatever their load: every filter but the resource ones and the
         strategy's own (which judge a cell's load or advertisement, not the app's fit). Apps asking the
         same of a cell share the answer (at 1,000 apps and 1,000 cells, a second per plan)."""
-        ask = ask_of(item)
+        ask = self.fit_of(item)
         found = self._compatible.get(ask)
         if found is None:
             picker = self.picker(item)
@@ -158,7 +158,7 @@ class Planner:
     def overloads(self, slot: CellSlot, item: LRPStart) -> bool:
         """Would the instance take the cell more than `load_tolerance` above the mean memory fraction (the
         cell-load rule would then move something off it again)?"""
-        after = 1.0 - (slot.avail_m - item.memory_mb) / (slot.total_m or 1)
+        after = 1.0 - (slot.avail_m - item.ask.memory_mb) / (slot.total_m or 1)
         return after > self.mean_memory_fraction() + self.rebalance.load_tolerance
 
     @contextmanager

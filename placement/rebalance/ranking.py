@@ -20,7 +20,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Callable, Hashable
 
-from ..state import CellSlot
+from ..slot import CellSlot
 from .strategy_scores import CellScore
 
 PATIENCE = 64

@@ -37,11 +37,11 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
-from ..state import CellSlot
-from ..types import LRPStart
+from ..slot import CellSlot
+from ..work import LRPStart
 from .load_mark import CellMarks, is_loadmark
 from .moves import STRATEGY_MARGIN
-from .planner import Planner, ask_of
+from .planner import Planner
 from .ranking import Ranking, Rankings
 from .strategy_scores import CellScore, StrategyScore, as_no_process, strategy_score
 
@@ -75,8 +75,8 @@ class MarginRule:
         per size too, as a ranking drops the cells too full for its size (ranking.py)."""
         assert scoring.share_key is not None
         planner = self.planner
-        size = (item.memory_mb, item.disk_mb)
-        key = (planner.strategy_of(item), scoring.share_key(item), size, ask_of(item), zone)
+        size = (item.ask.memory_mb, item.ask.disk_mb)
+        key = (planner.strategy_of(item), scoring.share_key(item), size, planner.fit_of(item), zone)
 
         def neutral() -> CellScore:
             score = scoring.bind(planner.picker(item), as_no_process(item))

@@ -1,29 +1,33 @@
 import pytest
 
+from placement.testing import holding, lrp_start
 from tests.support.engine_workloads import make_cell
 
-from ..rebalance_test import holding
+from ..cell_offer import CellOffer, HostMetrics
 from ..scoring import lrp_score
-from ..state import CellSlot
+from ..slot import CellSlot
 from ..strategies.loadmark import load_mark
-from ..types import Cell, HostMetrics, LoadMarkConfig, LRPStart, SchedulerConfig
+from ..types import LoadMarkConfig, SchedulerConfig
+from ..work import LRPStart
 from . import STRATEGY_MARGIN, Placed, RebalanceConfig, plan_moves
 
-SIDE = LRPStart("side", 0, 1, 1)  # pinned, tiny: fills a cell's containers, not its memory
+SIDE = lrp_start("side", 0, 1, 1)  # pinned, tiny: fills a cell's containers, not its memory
 
 
-def web_beside(side: int, strategy: str | None = None, **fields) -> tuple[list[Cell], list[Placed], dict]:
+def web_beside(
+    side: int, strategy: str | None = None, **fields
+) -> tuple[list[CellOffer], list[Placed], dict]:
     """web/0 on a0 beside `side` pinned instances (of 10 containers), a1 empty, one zone."""
-    requests = {"web": LRPStart("web", 0, 256, 1, strategy=strategy, **fields), "side": SIDE}
+    requests = {"web": lrp_start("web", 0, 256, 1, strategy=strategy, **fields), "side": SIDE}
     placed = [Placed("web", 0, "a0")] + [Placed("side", i, "a0") for i in range(side)]
     cells = holding([make_cell("a0", "a"), make_cell("a1", "a")], placed, requests)
     return cells, placed, requests
 
 
-def diego_score(cell: Cell, item: LRPStart) -> float:
+def diego_score(cell: CellOffer, item: LRPStart) -> float:
     config = SchedulerConfig()
     slot = CellSlot(0, 0, cell)
-    return lrp_score(slot, item.memory_mb, item.disk_mb, item.process_guid,
+    return lrp_score(slot, item.ask.memory_mb, item.ask.disk_mb, item.process_guid,
                      config.starting_container_weight, config.bin_pack_first_fit_weight)
 
 
@@ -59,7 +63,7 @@ def test_a_move_is_not_undone_by_the_next_plan():
 
 
 def test_two_instances_on_one_cell_part_as_the_auction_would_part_them():
-    requests = {"web": LRPStart("web", 0, 256, 1)}
+    requests = {"web": lrp_start("web", 0, 256, 1)}
     placed = [Placed("web", i, "a0") for i in range(2)]
     cells = holding([make_cell("a0", "a"), make_cell("a1", "a")], placed, requests)
     moves = plan_moves(cells, placed, requests)
@@ -76,7 +80,7 @@ def test_strategies_without_a_comparable_score_never_move_by_a_margin(strategy):
 def test_the_margin_never_undoes_the_zone_spread():
     # web 1/1 over two zones; its b0 cell is crowded, but the only better cell is in zone a: moving there
     # would leave a zone empty (2/0)
-    requests = {"web": LRPStart("web", 0, 256, 1), "side": SIDE}
+    requests = {"web": lrp_start("web", 0, 256, 1), "side": SIDE}
     placed = [Placed("web", 0, "a0"), Placed("web", 1, "b0")] + [Placed("side", i, "b0") for i in range(8)]
     cells = holding([make_cell("a0", "a"), make_cell("a1", "a"), make_cell("b0", "b")], placed, requests)
     assert plan_moves(cells, placed, requests, pinned_apps={"side"}) == []
@@ -85,10 +89,10 @@ def test_the_margin_never_undoes_the_zone_spread():
 def test_the_margin_never_takes_a_cell_above_the_load_tolerance():
     # a1 beats web's crowded a0 by the margin, but holds the most memory; a2 (one container) lowers the
     # mean: web on a1 ends 0.136 against a mean of 0.046
-    requests = {"web": LRPStart("web", 0, 256, 1), "side": SIDE, "big": LRPStart("big", 0, 300, 1)}
+    requests = {"web": lrp_start("web", 0, 256, 1), "side": SIDE, "big": lrp_start("big", 0, 300, 1)}
     placed = [Placed("web", 0, "a0")] + [Placed("side", i, "a0") for i in range(8)] + [Placed("big", 0, "a1")]
 
-    def cells() -> list[Cell]:
+    def cells() -> list[CellOffer]:
         return holding([make_cell("a0", "a"), make_cell("a1", "a"), make_cell("a2", "a", containers=1)],
                        placed, requests)
 
@@ -102,7 +106,7 @@ def test_loadmark_apps_move_by_a_margin_of_load_mark_points():
     # marks 25, 25 and 0: a0 is within the load-mark tolerance of the mean (16.7 + 10), yet a2 beats it
     # by more than 20 points (0.2 of the mark's unit)
     swap = HostMetrics(swap_used_mb=25, swap_total_mb=100)
-    requests = {"lm": LRPStart("lm", 0, 64, 1, strategy="loadmark")}
+    requests = {"lm": lrp_start("lm", 0, 64, 1, strategy="loadmark")}
     placed = [Placed("lm", 0, "a0")]
     cells = holding(
         [make_cell("a0", "a", host=swap), make_cell("a1", "a", host=swap), make_cell("a2", "a")],
@@ -116,12 +120,12 @@ def test_loadmark_apps_move_by_a_margin_of_load_mark_points():
     assert moves[0].gain == pytest.approx(marks[0] - without_lm - marks[2])
 
 
-def objective_app_beside_a_disk_hog() -> tuple[list[Cell], list[Placed], dict[str, LRPStart]]:
+def objective_app_beside_a_disk_hog() -> tuple[list[CellOffer], list[Placed], dict[str, LRPStart]]:
     """An objective app valuing free disk on a0, whose disk a pinned app mostly takes; a1 is empty."""
     requests = {
-        "obj": LRPStart("obj", 0, 64, 1, strategy="objective", total_instances=1,
+        "obj": lrp_start("obj", 0, 64, 1, strategy="objective", total_instances=1,
                         objective="r.AvailableDiskMB / r.TotalDiskMB"),
-        "disk": LRPStart("disk", 0, 1, 4096),
+        "disk": lrp_start("disk", 0, 1, 4096),
     }
     placed = [Placed("obj", 0, "a0"), Placed("disk", 0, "a0")]
     cells = holding([make_cell("a0", "a"), make_cell("a1", "a")], placed, requests)

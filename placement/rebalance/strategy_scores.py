@@ -32,11 +32,11 @@ from common.objective import ObjectiveError
 
 from ..objective.evaluate import score
 from ..scoring import lrp_score
-from ..state import CellSlot
+from ..slot import CellSlot
 from ..strategies.base import Picker
 from ..strategies.loadmark import load_mark
 from ..strategies.objective import ObjectivePicker, SlotBid
-from ..types import LRPStart
+from ..work import LRPStart
 
 CellScore = Callable[[CellSlot], float]  # one item's score of each cell: lower is preferred
 
@@ -73,7 +73,7 @@ def as_no_process(item: LRPStart) -> LRPStart:
 
 def _diego(picker: Picker, item: LRPStart) -> CellScore:
     weight, pack = picker.config.starting_container_weight, picker.config.bin_pack_first_fit_weight
-    memory, disk, pg = item.memory_mb, item.disk_mb, item.process_guid
+    memory, disk, pg = item.ask.memory_mb, item.ask.disk_mb, item.process_guid
     return lambda slot: lrp_score(slot, memory, disk, pg, weight, pack)
 
 
@@ -84,7 +84,7 @@ def _loadmark(picker: Picker, item: LRPStart) -> CellScore:
 
 def _objective(picker: Picker, item: LRPStart) -> CellScore | None:
     assert isinstance(picker, ObjectivePicker)  # both engines' objective pickers are
-    objective = picker.objective_for(item.objective)
+    objective = picker.objective_for(item.ask.objective)
     if isinstance(objective, ObjectiveError):
         return None
     facts, azs, zones, app_id = picker.lrp_facts(item), picker.azs, picker.zone_numbers, picker.app_id
@@ -92,7 +92,7 @@ def _objective(picker: Picker, item: LRPStart) -> CellScore | None:
 
 
 SCORES: dict[str, StrategyScore] = {
-    "diego": StrategyScore(1.0, lambda item: (item.memory_mb, item.disk_mb), _diego),
+    "diego": StrategyScore(1.0, lambda item: (item.ask.memory_mb, item.ask.disk_mb), _diego),
     "loadmark": StrategyScore(100.0, lambda item: (), _loadmark),
     "objective": StrategyScore(1.0, None, _objective, negated=True),
 }

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import heapq
 
-from ..state import CellSlot
-from ..types import LRPStart
+from ..slot import CellSlot
+from ..work import LRPStart
 from .moves import ZONE_SPREAD
 from .planner import Planner, zone_skew
 

@@ -27,8 +27,10 @@ from ..filters import (
     request_filters,
     requirement,
 )
-from ..state import AuctionState, CellSlot
-from ..types import Failure, LRPStart, TaskStart
+from ..slot import CellSlot
+from ..state import AuctionState
+from ..types import Failure
+from ..work import LRPStart, TaskStart
 
 
 class Picker:

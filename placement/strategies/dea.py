@@ -24,8 +24,9 @@ from collections.abc import Hashable, Sequence
 import numpy as np
 
 from ..filters import Example, StaticFilter, Work
-from ..state import AuctionState, CellSlot
-from ..types import LRPStart, TaskStart
+from ..slot import CellSlot
+from ..state import AuctionState
+from ..work import LRPStart, TaskStart
 from .base import FastPicker, Picker
 from .random_pick import item_rng
 

@@ -50,11 +50,11 @@ from sortedcontainers import SortedList
 from ..filters import COMPATIBILITY, Work, has_room, least_free, request_filters
 from ..filters.compatibility import compatibility_requirement
 from ..scoring import LOCALITY_OFFSET, lrp_score, task_score
-from ..state import AuctionState, CellSlot
-from ..types import LRPStart, TaskStart
+from ..slot import CellSlot
+from ..state import AuctionState
+from ..work import LRPStart, TaskStart
 from .base import FastPicker
 from .diego_reference import DiegoReference
-from .zone_room import zone_groups
 
 # Far above float64 rounding of scores (≲ 1e-12 here), far below any real score difference that matters.
 EPS = 1e-9
@@ -167,8 +167,10 @@ class DiegoFast(FastPicker, DiegoReference):
                 most_free[1] = max(most_free[1], slot.avail_d)
                 most_free[2] = max(most_free[2], slot.avail_c)
         self.smallest_pool = min((len(pool.positions) for pool in self.pools), default=0)
-        # compatibility requirement -> the compatible pools (hashed by identity: a pool defines no equality)
+        # compatibility requirement -> the compatible pools (hashed by identity: a pool defines no equality),
+        # and the same by the id of an ask (an app's instances share one, alive as long as the auction)
         self.compatible: dict[Hashable, set[Pool]] = {}
+        self.compatible_by_ask: dict[int, set[Pool]] = {}
         # process guid (TASKS for tasks) -> pool -> its cells by count; built once the process holds nearly
         # as many cells as a pool has (before, every pool has many cells without it), then kept current
         self.levels: dict[str | None, dict[Pool, Levels]] = {}
@@ -245,24 +247,27 @@ class DiegoFast(FastPicker, DiegoReference):
                 levels.held += 1
         return index
 
-    def _search(self, item: Work, count_key: str | None, counts: dict[int, int],
+    def _search(self, need: tuple[int, int, int], count_key: str | None, counts: dict[int, int],
                 score_of: Callable[[CellSlot], float]) -> Search:
         if count_key not in self.levels and counts and len(counts) + DIRECT >= self.smallest_pool:
             self._level_index(count_key, counts)  # the process holds nearly as many cells as a pool has
-        return (least_free(item), count_key, counts, score_of)
+        return (need, count_key, counts, score_of)
 
     # --- picking --------------------------------------------------------------------------------
 
     def _compatible_pools(self, item: Work) -> set[Pool]:
         """The pools whose cells pass the compatibility filters (all of a pool's cells alike)."""
-        requirement = compatibility_requirement(item)
-        found = self.compatible.get(requirement)
+        found = self.compatible_by_ask.get(id(item.ask))
         if found is None:
-            found = {
-                pool for pool in self.pools
-                if all(f.admits(self.cells, item)[pool.representative.pos] for f in COMPATIBILITY)
-            }
-            self.compatible[requirement] = found
+            requirement = compatibility_requirement(item)
+            found = self.compatible.get(requirement)
+            if found is None:
+                found = {
+                    pool for pool in self.pools
+                    if all(f.admits(self.cells, item)[pool.representative.pos] for f in COMPATIBILITY)
+                }
+                self.compatible[requirement] = found
+            self.compatible_by_ask[id(item.ask)] = found
         return found
 
     def _best_in_pool(self, pool: Pool, search: Search) -> Winner | None:
@@ -411,17 +416,22 @@ class DiegoFast(FastPicker, DiegoReference):
         if request_filters(item):
             return super().pick_lrp(item)
         compatible = self._compatible_pools(item)
-        process, memory_mb, disk_mb = item.process_guid, item.memory_mb, item.disk_mb
+        ask = item.ask
+        process, memory_mb, disk_mb = item.process_guid, ask.memory_mb, ask.disk_mb
         starting_weight, bin_pack_weight = self.starting_weight, self.bin_pack_weight
 
         def score_of(slot: CellSlot) -> float:
             return lrp_score(slot, memory_mb, disk_mb, process, starting_weight, bin_pack_weight)
 
-        search = self._search(item, process, self.state.holding(process), score_of)
+        search = self._search(least_free(item), process, self.state.holding(process), score_of)
         need = search[0]
         slots = self.state.slots
         scored = self.candidates  # a placement trace's: each pool's best is a candidate
-        groups = zone_groups(self.room, self.state, item)
+        room = self.room  # zone_room.zone_groups, with the sizes already read
+        if room is None:
+            groups = self.state.zone_groups(process)
+        else:
+            groups = room.zone_groups(process, memory_mb, disk_mb)
         if scored is not None:
             self.groups_seen = groups
         for group in groups:
@@ -468,12 +478,13 @@ class DiegoFast(FastPicker, DiegoReference):
         if self.bin_pack_weight:
             return super().pick_task(item)  # the LRP index carries the bin-pack term; tasks do not
         compatible = self._compatible_pools(item)
-        memory_mb, disk_mb, starting_weight = item.memory_mb, item.disk_mb, self.starting_weight
+        ask = item.ask
+        memory_mb, disk_mb, starting_weight = ask.memory_mb, ask.disk_mb, self.starting_weight
 
         def score_of(slot: CellSlot) -> float:
             return task_score(slot, memory_mb, disk_mb, starting_weight)
 
-        search = self._search(item, TASKS, self.state.task_cells, score_of)
+        search = self._search(least_free(item), TASKS, self.state.task_cells, score_of)
         need, *_ = search
         best: Winner | None = None
         for pool in self.pools:

@@ -15,8 +15,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ..scoring import lrp_score, task_score
-from ..state import CellSlot
-from ..types import LRPStart, TaskStart
+from ..slot import CellSlot
+from ..work import LRPStart, TaskStart
 from .base import Picker
 from .zone_room import ZoneRoom, zone_groups
 
@@ -44,7 +44,7 @@ class DiegoReference(Picker):
             best_score = 0.0
             for rank, zone in enumerate(group):
                 for slot in self.feasible_slots(item, self.state.zone_slots[zone]):
-                    score = lrp_score(slot, item.memory_mb, item.disk_mb, item.process_guid, sw, bw)
+                    score = lrp_score(slot, item.ask.memory_mb, item.ask.disk_mb, item.process_guid, sw, bw)
                     if scored is not None:
                         scored.append((score, rank, slot.zone_pos, slot.pos))
                     if best is None or score < best_score:
@@ -58,7 +58,7 @@ class DiegoReference(Picker):
         best: CellSlot | None = None
         best_score = 0.0
         for slot in self.feasible_slots(item):
-            score = task_score(slot, item.memory_mb, item.disk_mb, sw)
+            score = task_score(slot, item.ask.memory_mb, item.ask.disk_mb, sw)
             if best is None or score < best_score:
                 best, best_score = slot, score
         return best

@@ -21,10 +21,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..cell_offer import HostMetrics
 from ..columns import CellColumns
 from ..filters import Example, Work
-from ..state import AuctionState, CellSlot
-from ..types import HostMetrics, LoadMarkConfig, LRPStart, TaskStart
+from ..slot import CellSlot
+from ..state import AuctionState
+from ..types import LoadMarkConfig
+from ..work import LRPStart, TaskStart
 from .base import FastPicker, Picker
 
 NAME = "loadmark"

@@ -1,11 +1,12 @@
 import pytest
-from hypothesis import given, settings
 
-from tests.support.engine_workloads import assert_engines_agree, make_cell, placements, workloads
+from placement.testing import lrp_start, task_start
+from tests.support.engine_workloads import make_cell, placements
 
+from ..cell_offer import HostMetrics, Resources
 from ..scheduler import schedule
 from ..state import AuctionState
-from ..types import HostMetrics, LoadMarkConfig, LRPStart, Resources, SchedulerConfig, TaskStart
+from ..types import LoadMarkConfig, SchedulerConfig
 from .loadmark import NAME, CriticalLoadFilter, above_critical, host_usage, load_mark
 
 ENGINES = ("fast", "reference")
@@ -57,7 +58,7 @@ def test_batch_reservations_raise_the_mark():
     state = AuctionState([cell], SchedulerConfig())
     slot = state.slots[0]
     before = host_usage(slot)
-    state.reserve_lrp(slot, LRPStart("web", 0, 300, 200))
+    state.reserve_lrp(slot, lrp_start("web", 0, 300, 200))
     after = host_usage(slot)
     assert (before.memory, before.disk) == (0.1, 0.0)
     assert (after.memory, after.disk) == (0.4, 0.2)
@@ -78,13 +79,13 @@ def test_batch_reservations_raise_the_mark():
 def test_critical_marks(host, critical):
     slot = slot_of(make_cell("a", host=host))
     assert above_critical(slot, DEFAULTS) is critical
-    assert CriticalLoadFilter(DEFAULTS).rejects(slot, LRPStart("web", 0, 1, 1)) is critical
+    assert CriticalLoadFilter(DEFAULTS).rejects(slot, lrp_start("web", 0, 1, 1)) is critical
 
 
 def test_all_critical_fails_with_breakdown():
     cells = [make_cell("hot", host=HostMetrics(load5=100)), make_cell("small", memory_mb=100)]
     for engine in ENGINES:
-        [failure] = schedule(cells, [LRPStart("web", 0, 512, 1)],
+        [failure] = schedule(cells, [lrp_start("web", 0, 512, 1)],
                              config=SchedulerConfig(strategy=NAME, engine=engine)).failures
         assert failure.detail == ("0/2 cells fit: 1 above critical load, "
                                   "1 insufficient memory (largest free 100 MB, need 512)")
@@ -96,7 +97,7 @@ def test_spreads_instances_then_least_loaded_wins():
         make_cell("calm", host=HostMetrics(swap_used_mb=100, swap_total_mb=1000)),  # mark about 10
         make_cell("idle"),
     ]
-    lrps = [LRPStart("web", i, 64, 64) for i in range(4)]
+    lrps = [lrp_start("web", i, 64, 64) for i in range(4)]
     for engine in ENGINES:
         result = schedule(cells, lrps, config=SchedulerConfig(strategy=NAME, engine=engine))
         # separate cells first (least loaded first), then the least loaded of all again
@@ -105,19 +106,9 @@ def test_spreads_instances_then_least_loaded_wins():
 
 def test_tasks_go_to_the_least_loaded_cell_as_it_fills():
     cells = [make_cell("a", memory_mb=1000, disk_mb=1000), make_cell("b", memory_mb=1000, disk_mb=1000)]
-    tasks = [TaskStart(f"t{i}", 100, 100) for i in range(4)]
+    tasks = [task_start(f"t{i}", 100, 100) for i in range(4)]
     for engine in ENGINES:
         result = schedule(cells, tasks=tasks, config=SchedulerConfig(strategy=NAME, engine=engine))
         assert placements(result) == {"t0": "a", "t1": "b", "t2": "a", "t3": "b"}
 
 
-@settings(max_examples=40, deadline=None)
-@given(workloads())
-def test_fast_equals_reference(workload):
-    assert_engines_agree(workload, NAME)
-
-
-@settings(max_examples=25, deadline=None)
-@given(workloads(service=True, mixed=True))
-def test_fast_equals_reference_with_service_constraints_and_mixed_strategies(workload):
-    assert_engines_agree(workload, NAME)

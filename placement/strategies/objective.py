@@ -1,6 +1,6 @@
 """The `objective` strategy: each LRP brings an objective function; the feasible cell valuing it highest wins.
 
-`LRPStart.objective` is an expression of the objective language (common/objective) or a preset
+`Ask.objective` is an expression of the objective language (common/objective) or a preset
 name; without one, the `diego-blog` preset. Every cell that passes the whole filter chain is valued and
 the highest value wins, ties going to the first cell in input order. There is no zone ordering: the
 function spreads over zones itself (`r.AvailZoneNumber`, `azs`).
@@ -35,8 +35,10 @@ from ..diagnosis import failure_for
 from ..filters import Work
 from ..objective.evaluate import InstanceFacts, as_number, score
 from ..objective.vectorized import BidColumns, Needle, compile_columns
-from ..state import AuctionState, CellSlot, app_id
-from ..types import Failure, LRPStart, TaskStart
+from ..slot import CellSlot
+from ..state import AuctionState, app_id
+from ..types import Failure
+from ..work import LRPStart, TaskStart
 from .base import FastPicker, Picker
 
 NAME = "objective"
@@ -88,20 +90,21 @@ class ObjectivePicker(Picker):
     def lrp_facts(self, item: LRPStart) -> InstanceFacts:
         return InstanceFacts(
             instance_number=float(item.index), app_id=self.app_id(item.process_guid),
-            total_instances=self.total_instances(item), memory_mb=float(item.memory_mb),
-            disk_mb=float(item.disk_mb), source_blob=item.source_blob, stack=item.stack,
+            total_instances=self.total_instances(item), memory_mb=float(item.ask.memory_mb),
+            disk_mb=float(item.ask.disk_mb), source_blob=item.ask.source_blob, stack=item.ask.stack,
         )
 
     def task_facts(self, item: TaskStart) -> InstanceFacts:
         return InstanceFacts(
             instance_number=0.0, app_id=self.app_id(item.task_guid), total_instances=1.0,
-            memory_mb=float(item.memory_mb), disk_mb=float(item.disk_mb), source_blob=None, stack=item.stack,
+            memory_mb=float(item.ask.memory_mb), disk_mb=float(item.ask.disk_mb), source_blob=None,
+            stack=item.ask.stack,
         )
 
     # --- picking --------------------------------------------------------------------------------------
 
     def pick_lrp(self, item: LRPStart) -> CellSlot | None:
-        objective = self.objective_for(item.objective)
+        objective = self.objective_for(item.ask.objective)
         if isinstance(objective, ObjectiveError):
             return None
         return self.best(objective, self.lrp_facts(item), item)
@@ -116,7 +119,7 @@ class ObjectivePicker(Picker):
 
     def diagnose(self, item: Work) -> Failure:
         if isinstance(item, LRPStart):
-            objective = self.objective_for(item.objective)
+            objective = self.objective_for(item.ask.objective)
             if isinstance(objective, ObjectiveError):
                 return failure_for(
                     item, str(objective), "the objective was refused before any cell was valued"

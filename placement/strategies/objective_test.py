@@ -1,12 +1,11 @@
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
-from tests.support.objective_texts import EXPRESSIONS
+from placement.testing import lrp_start, task_start
 
+from ..cell_offer import CellOffer, Resources, RunningInstance
 from ..scheduler import schedule
 from ..state import AuctionState
-from ..types import Cell, LRPStart, Resources, RunningInstance, SchedulerConfig, TaskStart
+from ..types import SchedulerConfig
 from . import objective as module
 from .objective import FAST, NAME, REFERENCE
 
@@ -14,7 +13,7 @@ ENGINES = ("fast", "reference")
 
 
 def cell(cell_id, zone, memory=4096, disk=8192, containers=100, avail_memory=None, **kw):
-    return Cell(cell_id, zone, Resources(memory, disk, containers),
+    return CellOffer(cell_id, zone, Resources(memory, disk, containers),
                 Resources(memory if avail_memory is None else avail_memory, disk, containers), **kw)
 
 
@@ -41,7 +40,7 @@ def test_four_zones_app_zero_instance_zero_ranks_zones_3_2_1_4(engine):
     for _ in range(4):
         cells = [cell(f"cell-{z}", f"z{z}", avail_memory=0 if f"cell-{z}" in blocked else None)
                  for z in (1, 2, 3, 4)]
-        winner = placed(run(cells, [LRPStart("app-0", 0, 256, 256)], engine=engine))[("app-0", 0)]
+        winner = placed(run(cells, [lrp_start("app-0", 0, 256, 256)], engine=engine))[("app-0", 0)]
         ranking.append(int(winner[-1]))
         blocked.add(winner)
     assert ranking == [3, 2, 1, 4]
@@ -51,13 +50,13 @@ def test_four_zones_app_zero_instance_zero_ranks_zones_3_2_1_4(engine):
 def test_zones_are_numbered_in_sorted_order_of_their_names(engine):
     # Input order d, a, c, b: numbering is a=1, b=2, c=3, d=4, so app-0/0 goes to zone "c".
     cells = [cell(f"cell-{z}", z) for z in "dacb"]
-    assert placed(run(cells, [LRPStart("app-0", 0, 256, 256)], engine=engine)) == {("app-0", 0): "cell-c"}
+    assert placed(run(cells, [lrp_start("app-0", 0, 256, 256)], engine=engine)) == {("app-0", 0): "cell-c"}
 
 
 @pytest.mark.parametrize("engine", ENGINES)
 def test_instances_of_an_app_go_round_the_zones(engine):
     cells = [cell(f"cell-{z}", f"z{z}") for z in (1, 2, 3, 4)]
-    result = run(cells, [LRPStart("app-0", i, 256, 256) for i in range(5)], engine=engine)
+    result = run(cells, [lrp_start("app-0", i, 256, 256) for i in range(5)], engine=engine)
     assert placed(result) == {("app-0", 0): "cell-3", ("app-0", 1): "cell-2", ("app-0", 2): "cell-1",
                               ("app-0", 3): "cell-4", ("app-0", 4): "cell-3"}
 
@@ -67,21 +66,21 @@ def test_the_highest_value_among_feasible_cells_wins(engine):
     cells = [cell("big-but-wrong-stack", "z", memory=9000, stacks=("other",)),
              cell("big-but-full", "z", memory=8000, avail_memory=100),
              cell("small", "z", memory=1000), cell("medium", "z", memory=2000)]
-    result = run(cells, [LRPStart("app", 0, 256, 256, objective="r.AvailableMemoryMB")], engine=engine)
+    result = run(cells, [lrp_start("app", 0, 256, 256, objective="r.AvailableMemoryMB")], engine=engine)
     assert placed(result) == {("app", 0): "medium"}
 
 
 @pytest.mark.parametrize("engine", ENGINES)
 def test_ties_go_to_the_first_cell_in_input_order(engine):
     cells = [cell("b", "z2"), cell("a", "z1"), cell("c", "z1")]
-    assert placed(run(cells, [LRPStart("app", 0, 1, 1, objective="1")], engine=engine)) == {("app", 0): "b"}
+    assert placed(run(cells, [lrp_start("app", 0, 1, 1, objective="1")], engine=engine)) == {("app", 0): "b"}
 
 
 @pytest.mark.parametrize("engine", ENGINES)
 def test_values_follow_the_reservations_of_the_batch(engine):
     # Most free memory first, 1000 MB each: a (3000 free) -> a (2000 > b's 1500) -> b (1500 > a's 1000).
     cells = [cell("a", "z", memory=3000), cell("b", "z", memory=1500)]
-    lrps = [LRPStart("app", i, 1000, 1, objective="r.AvailableMemoryMB") for i in range(3)]
+    lrps = [lrp_start("app", i, 1000, 1, objective="r.AvailableMemoryMB") for i in range(3)]
     assert placed(run(cells, lrps, engine=engine)) == {("app", 0): "a", ("app", 1): "a", ("app", 2): "b"}
 
 
@@ -91,7 +90,7 @@ def test_running_app_ids_count_prefill_and_earlier_placements_of_the_batch(engin
     # same trailing number), so the first instance goes to b, the second to c, the third to a or b (a
     # holds 1 and b holds 1: the first in input order, a).
     cells = [cell("a", "z", lrps=[RunningInstance("api-7", 0)]), cell("b", "z"), cell("c", "z")]
-    lrps = [LRPStart("web-7", i, 1, 1, objective="-count(ai.AppID, r.RunningAppIDs)") for i in range(3)]
+    lrps = [lrp_start("web-7", i, 1, 1, objective="-count(ai.AppID, r.RunningAppIDs)") for i in range(3)]
     assert placed(run(cells, lrps, engine=engine)) == {
         ("web-7", 0): "b",
         ("web-7", 1): "c",
@@ -109,10 +108,10 @@ def test_total_instances_is_the_batch_plus_what_runs_when_not_given(engine):
     cells = [cell(f"cell-{z}", f"z{z}") for z in range(1, 7)]
     cells[0].lrps.append(RunningInstance("app", 9))  # one instance already running
     objective = pick_zone_of("ai.TotalInstances")
-    lrps = [LRPStart("app", i, 1, 1, objective=objective) for i in range(3)]  # 3 in the batch
+    lrps = [lrp_start("app", i, 1, 1, objective=objective) for i in range(3)]  # 3 in the batch
     result = run(cells, lrps, engine=engine)
     assert set(placed(result).values()) == {"cell-4"}  # 3 + 1 = 4, and it stays 4 while placing
-    given_total = [LRPStart("app", 0, 1, 1, objective=objective, total_instances=6)]
+    given_total = [lrp_start("app", 0, 1, 1, objective=objective, total_instances=6)]
     assert placed(run(cells, given_total, engine=engine)) == {("app", 0): "cell-6"}
 
 
@@ -120,8 +119,8 @@ def test_total_instances_is_the_batch_plus_what_runs_when_not_given(engine):
 def test_source_blob_is_counted_in_cached_blobs(engine):
     cells = [cell("a", "z"), cell("b", "z", cached_blobs=frozenset({"droplet-1"})), cell("c", "z")]
     objective = "count(ai.AppSourceBlobID, r.CachedBlobIDs)"
-    with_blob = [LRPStart("app", 0, 1, 1, objective=objective, source_blob="droplet-1")]
-    without = [LRPStart("app", 0, 1, 1, objective=objective)]
+    with_blob = [lrp_start("app", 0, 1, 1, objective=objective, source_blob="droplet-1")]
+    without = [lrp_start("app", 0, 1, 1, objective=objective)]
     assert placed(run(cells, with_blob, engine=engine)) == {("app", 0): "b"}
     assert placed(run(cells, without, engine=engine)) == {("app", 0): "a"}
 
@@ -130,22 +129,22 @@ def test_source_blob_is_counted_in_cached_blobs(engine):
 def test_tasks_are_instance_zero_of_an_app_named_by_the_task_guid(engine):
     # Default preset, AppID 1 from "migrate-1": (0 + 1 + zone) mod 4 + 1 is highest in zone 2.
     cells = [cell(f"cell-{z}", f"z{z}") for z in (1, 2, 3, 4)]
-    result = run(cells, tasks=[TaskStart("migrate-1", 64, 64)], engine=engine)
+    result = run(cells, tasks=[task_start("migrate-1", 64, 64)], engine=engine)
     assert [(t.task_guid, t.cell_id) for t in result.task_assignments] == [("migrate-1", "cell-2")]
 
 
 @pytest.mark.parametrize("engine", ENGINES)
 def test_a_preset_name_and_its_expression_place_alike(engine):
     cells = [cell(f"cell-{z}", f"z{z}", memory=1024 * z) for z in (1, 2, 3)]
-    lrps = [LRPStart(f"app-{n}", i, 128, 128) for n in range(3) for i in range(3)]
-    named = [LRPStart(x.process_guid, x.index, 128, 128, objective="diego-blog") for x in lrps]
+    lrps = [lrp_start(f"app-{n}", i, 128, 128) for n in range(3) for i in range(3)]
+    named = [lrp_start(x.process_guid, x.index, 128, 128, objective="diego-blog") for x in lrps]
     assert run(cells, lrps, engine=engine) == run(cells, named, engine=engine)
 
 
 @pytest.mark.parametrize("engine", ENGINES)
 def test_an_objective_that_does_not_parse_fails_only_its_lrp(engine):
     cells = [cell("a", "z")]
-    lrps = [LRPStart("bad", 0, 1, 1, objective="ai.AppID mod r.AvailZoneNumber"), LRPStart("good", 0, 1, 1)]
+    lrps = [lrp_start("bad", 0, 1, 1, objective="ai.AppID mod r.AvailZoneNumber"), lrp_start("good", 0, 1, 1)]
     result = run(cells, lrps, engine=engine)
     assert placed(result) == {("good", 0): "a"}
     [failure] = result.failures
@@ -156,7 +155,7 @@ def test_an_objective_that_does_not_parse_fails_only_its_lrp(engine):
 @pytest.mark.parametrize("engine", ENGINES)
 def test_nothing_feasible_reports_diegos_error(engine):
     cells = [cell("a", "z", memory=100)]
-    [failure] = run(cells, [LRPStart("app", 0, 512, 1)], engine=engine).failures
+    [failure] = run(cells, [lrp_start("app", 0, 512, 1)], engine=engine).failures
     assert failure.error == "insufficient resources: memory"
     assert failure.detail == "0/1 cells fit: 1 insufficient memory (largest free 100 MB, need 512)"
 
@@ -164,7 +163,7 @@ def test_nothing_feasible_reports_diegos_error(engine):
 @pytest.mark.parametrize("engine", ENGINES)
 def test_a_per_lrp_override_uses_the_objective_under_another_cluster_strategy(engine):
     cells = [cell("small", "z", memory=1000), cell("big", "z", memory=2000)]
-    lrps = [LRPStart("app", 0, 100, 1, strategy=NAME, objective="-r.AvailableMemoryMB")]
+    lrps = [lrp_start("app", 0, 100, 1, strategy=NAME, objective="-r.AvailableMemoryMB")]
     assert placed(run(cells, lrps, engine=engine, strategy="diego")) == {("app", 0): "small"}
 
 
@@ -172,7 +171,7 @@ def test_a_per_lrp_override_uses_the_objective_under_another_cluster_strategy(en
 def test_request_filters_hold_and_follow_reservations(engine):
     # Only "b" has a free ingress IP, and only one: the second instance that needs one fails.
     cells = [cell("a", "z", memory=9000), cell("b", "z", ingress_ips=["10.0.0.1"])]
-    lrps = [LRPStart("app", i, 1, 1, ingress_ip=True, objective="r.AvailableMemoryMB") for i in range(2)]
+    lrps = [lrp_start("app", i, 1, 1, ingress_ip=True, objective="r.AvailableMemoryMB") for i in range(2)]
     result = run(cells, lrps, engine=engine)
     assert placed(result) == {("app", 0): "b"}
     assert [(f.process_guid, f.index) for f in result.failures] == [("app", 1)]
@@ -184,7 +183,7 @@ def test_each_distinct_objective_is_parsed_once_per_auction(monkeypatch):
     monkeypatch.setattr(module, "compile_objective", lambda text: calls.append(text) or real(text))
     cells = [cell("a", "z")]
     lrps = [
-        LRPStart(f"app-{i}", 0, 1, 1, objective="r.AvailableMemoryMB" if i % 2 else None) for i in range(6)
+        lrp_start(f"app-{i}", 0, 1, 1, objective="r.AvailableMemoryMB" if i % 2 else None) for i in range(6)
     ]
     for engine in ENGINES:
         calls.clear()
@@ -195,7 +194,7 @@ def test_each_distinct_objective_is_parsed_once_per_auction(monkeypatch):
 def test_total_instances_without_a_scheduler_counts_the_item_itself():
     state = AuctionState([cell("a", "z", lrps=[RunningInstance("app", 5)])], SchedulerConfig(strategy=NAME))
     picker = REFERENCE(state)
-    assert picker.lrp_facts(LRPStart("app", 0, 1, 1)).total_instances == 2.0
+    assert picker.lrp_facts(lrp_start("app", 0, 1, 1)).total_instances == 2.0
 
 
 # --- fast == reference ------------------------------------------------------------------------------------
@@ -213,51 +212,14 @@ def test_fast_equals_reference_on_a_hand_made_mixed_workload():
                   cached_blobs=frozenset({"d1"} if i % 2 else ()),
                   lrps=[RunningInstance("web-1", 9)] if i == 4 else [])
              for i in range(8)]
-    lrps = [LRPStart("web-1", i, 256, 512, source_blob="d1") for i in range(6)]
-    lrps += [LRPStart("worker", i, 700, 100, objective="r.AvailableDiskMB / (ai.RequiredDiskMB + 1)")
+    lrps = [lrp_start("web-1", i, 256, 512, source_blob="d1") for i in range(6)]
+    lrps += [lrp_start("worker", i, 700, 100, objective="r.AvailableDiskMB / (ai.RequiredDiskMB + 1)")
              for i in range(5)]
-    lrps += [LRPStart("cache-2", i, 1500, 100, objective="-r.AvailableMemoryMB mod 1000") for i in range(4)]
-    lrps += [LRPStart("spread-3", i, 10, 10, objective=SPREAD) for i in range(12)]
-    tasks = [TaskStart(f"task-{i}", 300, 300) for i in range(3)]
+    lrps += [lrp_start("cache-2", i, 1500, 100, objective="-r.AvailableMemoryMB mod 1000") for i in range(4)]
+    lrps += [lrp_start("spread-3", i, 10, 10, objective=SPREAD) for i in range(12)]
+    tasks = [task_start(f"task-{i}", 300, 300) for i in range(3)]
     result = same_results(cells, lrps, tasks)
     assert len(result.lrp_assignments) + len(result.task_assignments) > 10
 
 
 SPREAD = "r.AvailZoneNumber / 10 - count(ai.AppID, r.RunningAppIDs)"  # fewest of the app, then zone
-OBJECTIVES = st.one_of(st.none(), st.sampled_from(["diego-blog", SPREAD, "r.AvailableMemoryMB"]), EXPRESSIONS)
-
-cells_strategy = st.lists(
-    st.builds(
-        lambda zone, memory, free, disk, blobs, prefill, stack: Cell(
-            "", f"z{zone}", Resources(memory, disk, 8), Resources(min(free, memory), disk, 8),
-            stacks=(stack,), cached_blobs=blobs,
-            lrps=[RunningInstance(pg, i) for i, pg in enumerate(prefill)]),
-        zone=st.integers(0, 3), memory=st.integers(0, 4096), free=st.integers(0, 4096),
-        disk=st.integers(0, 4096), blobs=st.frozensets(st.sampled_from(["b1", "b2"]), max_size=2),
-        prefill=st.lists(st.sampled_from(["app-1", "app-2", "web"]), max_size=3),
-        stack=st.sampled_from(["cflinuxfs4", "cflinuxfs4", "cflinuxfs3"]),
-    ),
-    min_size=1, max_size=8,
-)
-
-lrps_strategy = st.lists(
-    st.builds(
-        lambda pg, index, memory, disk, objective, blob, total: LRPStart(
-            pg, index, memory, disk, objective=objective, source_blob=blob, total_instances=total),
-        pg=st.sampled_from(["app-1", "app-2", "web", "task-3"]), index=st.integers(0, 4),
-        memory=st.integers(1, 1500), disk=st.integers(1, 1500),
-        objective=OBJECTIVES,
-        blob=st.sampled_from([None, "b1", "b2"]), total=st.integers(0, 3),
-    ),
-    max_size=10,
-)
-
-
-@settings(deadline=None, max_examples=60)
-@given(cells=cells_strategy, lrps=lrps_strategy,
-       tasks=st.lists(st.builds(TaskStart, st.sampled_from(["t-1", "t-2", "batch"]), st.integers(1, 900),
-                                st.integers(1, 900)), max_size=3))
-def test_fast_equals_reference_on_random_workloads(cells, lrps, tasks):
-    for i, c in enumerate(cells):
-        c.cell_id = f"cell-{i}"
-    same_results(cells, lrps, tasks)

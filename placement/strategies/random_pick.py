@@ -11,8 +11,8 @@ from __future__ import annotations
 import random
 
 from ..filters import Work
-from ..state import CellSlot
-from ..types import LRPStart, TaskStart
+from ..slot import CellSlot
+from ..work import LRPStart, TaskStart
 from .base import FastPicker, Picker
 
 NAME = "random"

@@ -1,12 +1,11 @@
 import random
 from collections import Counter
 
-from hypothesis import given, settings
-
-from tests.support.engine_workloads import assert_engines_agree, make_cell, placements, workloads
+from placement.testing import lrp_start, task_start
+from tests.support.engine_workloads import make_cell, placements
 
 from ..scheduler import schedule
-from ..types import LRPStart, SchedulerConfig, TaskStart
+from ..types import SchedulerConfig
 from .random_pick import NAME, item_rng
 
 
@@ -15,8 +14,8 @@ def test_name():
 
 
 def test_item_rng_is_keyed_by_seed_and_identity():
-    lrp = LRPStart("web", 3, 1, 1)
-    task = TaskStart("t-1", 1, 1)
+    lrp = lrp_start("web", 3, 1, 1)
+    task = task_start("t-1", 1, 1)
     assert item_rng(7, lrp).random() == random.Random("7:web:3").random()
     assert item_rng(7, task).random() == random.Random("7:t-1").random()
     assert item_rng(7, lrp).random() != item_rng(8, lrp).random()
@@ -24,7 +23,7 @@ def test_item_rng_is_keyed_by_seed_and_identity():
 
 def test_picks_only_feasible_cells_with_one_draw_over_input_order():
     cells = [make_cell(f"c{i}", memory_mb=1024 if i % 2 else 256) for i in range(6)]
-    lrps = [LRPStart("web", i, 512, 64) for i in range(3)]
+    lrps = [lrp_start("web", i, 512, 64) for i in range(3)]
     for engine in ("fast", "reference"):
         result = schedule(cells, lrps, config=SchedulerConfig(strategy="random", engine=engine, seed=11))
         chosen = placements(result)
@@ -39,8 +38,8 @@ def test_picks_only_feasible_cells_with_one_draw_over_input_order():
 
 def test_seed_reproducible_and_seed_sensitive():
     cells = [make_cell(f"c{i}") for i in range(20)]
-    lrps = [LRPStart("web", i, 64, 64) for i in range(10)]
-    tasks = [TaskStart(f"t{i}", 64, 64) for i in range(5)]
+    lrps = [lrp_start("web", i, 64, 64) for i in range(10)]
+    tasks = [task_start(f"t{i}", 64, 64) for i in range(5)]
 
     def run(seed):
         return placements(schedule(cells, lrps, tasks, SchedulerConfig(strategy="random", seed=seed)))
@@ -51,18 +50,8 @@ def test_seed_reproducible_and_seed_sensitive():
 
 
 def test_nothing_feasible_fails_with_diegos_error():
-    result = schedule([make_cell("a", memory_mb=100)], [LRPStart("web", 0, 512, 1)],
+    result = schedule([make_cell("a", memory_mb=100)], [lrp_start("web", 0, 512, 1)],
                       config=SchedulerConfig(strategy="random"))
     assert [f.error for f in result.failures] == ["insufficient resources: memory"]
 
 
-@settings(max_examples=40, deadline=None)
-@given(workloads())
-def test_fast_equals_reference(workload):
-    assert_engines_agree(workload, NAME)
-
-
-@settings(max_examples=25, deadline=None)
-@given(workloads(service=True, mixed=True))
-def test_fast_equals_reference_with_service_constraints_and_mixed_strategies(workload):
-    assert_engines_agree(workload, NAME)

@@ -26,8 +26,9 @@ from common.labels import parse_label_expression
 
 from ..filters import LABELS
 from ..filters.volumes import holds_own_volume
-from ..state import AuctionState, CellSlot
-from ..types import LRPStart, TaskStart
+from ..slot import CellSlot
+from ..state import AuctionState
+from ..work import LRPStart, TaskStart
 from .base import FastPicker, Picker
 
 NAME = "service"
@@ -35,7 +36,7 @@ NAME = "service"
 
 def affinity_score(slot: CellSlot, item: LRPStart) -> float:
     total = 0.0
-    for rule in item.affinity:
+    for rule in item.ask.affinity:
         if parse_label_expression(rule.expression).matches(slot.cell.labels):
             total += rule.weight
     return total
@@ -46,7 +47,7 @@ def service_key(slot: CellSlot, item: LRPStart) -> tuple:
     pg = item.process_guid
     same = slot.proc_counts.get(pg, 0)
     same_delayed = slot.delayed_counts.get(pg, 0)
-    sticky = bool(item.volumes) and holds_own_volume(slot, item)
+    sticky = bool(item.ask.volumes) and holds_own_volume(slot, item)
     return (
         not sticky,
         -affinity_score(slot, item),
@@ -124,12 +125,12 @@ class ServiceFast(FastPicker):
                 if at < positions.size and positions[at] == previous:
                     return self.state.slots[previous]
         affinity = np.zeros(positions.size, dtype=np.float64)
-        for rule in item.affinity:  # rule order, as the scalar sum adds them
+        for rule in item.ask.affinity:  # rule order, as the scalar sum adds them
             affinity = affinity + np.where(
                 LABELS.matching(self.cells, rule.expression)[positions], rule.weight, 0.0
             )
         slots = self.state.slots
-        if item.volumes:
+        if item.ask.volumes:
             not_sticky = np.array([not holds_own_volume(slots[p], item) for p in positions], dtype=bool)
         else:
             not_sticky = np.ones(positions.size, dtype=bool)

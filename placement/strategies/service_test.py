@@ -1,11 +1,13 @@
 import pytest
-from hypothesis import given, settings
 
-from tests.support.engine_workloads import assert_engines_agree, make_cell, placements, workloads
+from placement.testing import lrp_start, task_start
+from tests.support.engine_workloads import make_cell, placements
 
+from ..ask import AffinityRule, VolumeRequest
+from ..cell_offer import RunningInstance, Volume
 from ..scheduler import schedule
 from ..state import AuctionState
-from ..types import AffinityRule, LRPStart, RunningInstance, SchedulerConfig, TaskStart, Volume, VolumeRequest
+from ..types import SchedulerConfig
 from .service import NAME, affinity_score, service_key
 
 ENGINES = ("fast", "reference")
@@ -41,12 +43,12 @@ OTHER_DELAYED = RunningInstance("other", 1, delayed_shutdown=True)
 )
 def test_instance_count_order(cells, winner):
     for engine in ENGINES:
-        assert placements(run(cells, [LRPStart("svc", 0, 64, 64)], engine=engine)) == {"svc/0": winner}
+        assert placements(run(cells, [lrp_start("svc", 0, 64, 64)], engine=engine)) == {"svc/0": winner}
 
 
 def test_service_key_parts():
     state = AuctionState([holding("c", SVC, SVC_DELAYED, OTHER, OTHER, OTHER_DELAYED)], SchedulerConfig())
-    assert service_key(state.slots[0], LRPStart("svc", 0, 1, 1)) == (True, -0.0, 1, 1, 2, 1, 0)
+    assert service_key(state.slots[0], lrp_start("svc", 0, 1, 1)) == (True, -0.0, 1, 1, 2, 1, 0)
 
 
 def test_affinity_is_a_preference_compared_before_instance_counts():
@@ -57,7 +59,7 @@ def test_affinity_is_a_preference_compared_before_instance_counts():
         holding("web-ssd", SVC, SVC, labels={"tier": "web", "ssd": ""}),
     ]
     state = AuctionState(cells, SchedulerConfig())
-    item = LRPStart("svc", 0, 64, 64, affinity=rules)
+    item = lrp_start("svc", 0, 64, 64, affinity=rules)
     assert [affinity_score(s, item) for s in state.slots] == [-5.0, 2.0, 3.0]
     for engine in ENGINES:
         # the highest affinity wins despite two instances of the service already there
@@ -69,11 +71,11 @@ def test_affinity_is_a_preference_compared_before_instance_counts():
 def test_restart_stays_on_its_previous_cell_while_it_passes_the_filters():
     cells = [holding("empty"), holding("previous", SVC, OTHER), holding("small", memory_mb=32)]
     for engine in ENGINES:
-        stays = LRPStart("svc", 0, 64, 64, previous_cell="previous")
+        stays = lrp_start("svc", 0, 64, 64, previous_cell="previous")
         assert placements(run(cells, [stays], engine=engine)) == {"svc/0": "previous"}
-        too_small = LRPStart("svc", 0, 64, 64, previous_cell="small")
+        too_small = lrp_start("svc", 0, 64, 64, previous_cell="small")
         assert placements(run(cells, [too_small], engine=engine)) == {"svc/0": "empty"}
-        gone = LRPStart("svc", 0, 64, 64, previous_cell="vanished")
+        gone = lrp_start("svc", 0, 64, 64, previous_cell="vanished")
         assert placements(run(cells, [gone], engine=engine)) == {"svc/0": "empty"}
 
 
@@ -83,7 +85,7 @@ def test_ephemeral_volume_sticks_to_the_cell_that_holds_it():
         holding("home", SVC, OTHER, volumes=[Volume("v", 100, ephemeral=True, holder="svc/1")]),
     ]
     request = (VolumeRequest("data", 1024, "tier=db", ephemeral=True),)
-    lrps = [LRPStart("svc", 0, 64, 64, volumes=request), LRPStart("svc", 1, 64, 64, volumes=request)]
+    lrps = [lrp_start("svc", 0, 64, 64, volumes=request), lrp_start("svc", 1, 64, 64, volumes=request)]
     for engine in ENGINES:
         # svc/1 goes home to its data though "home" is busier and its volume is smaller than asked;
         # svc/0 cannot use svc/1's volume and takes the free one
@@ -94,7 +96,7 @@ def test_tasks_go_where_fewest_tasks_then_fewest_instances():
     a = holding("a", OTHER)
     a.tasks = ["t-old"]
     cells = [a, holding("b", OTHER, OTHER), holding("c", OTHER_DELAYED, OTHER)]
-    tasks = [TaskStart(f"t{i}", 64, 64) for i in range(3)]
+    tasks = [task_start(f"t{i}", 64, 64) for i in range(3)]
     for engine in ENGINES:
         # t0: b and c have no tasks; c has fewer ordinary instances. t1: b. t2: all hold one task: a.
         assert placements(run(cells, tasks=tasks, engine=engine)) == {"t0": "c", "t1": "b", "t2": "a"}
@@ -103,17 +105,7 @@ def test_tasks_go_where_fewest_tasks_then_fewest_instances():
 def test_label_match_is_a_hard_filter_under_service():
     cells = [holding("plain"), holding("gpu", SVC, SVC, labels={"gpu": "true"})]
     for engine in ENGINES:
-        result = run(cells, [LRPStart("svc", 0, 64, 64, labels_match="gpu=true")], engine=engine)
+        result = run(cells, [lrp_start("svc", 0, 64, 64, labels_match="gpu=true")], engine=engine)
         assert placements(result) == {"svc/0": "gpu"}
 
 
-@settings(max_examples=40, deadline=None)
-@given(workloads(service=True))
-def test_fast_equals_reference(workload):
-    assert_engines_agree(workload, NAME)
-
-
-@settings(max_examples=25, deadline=None)
-@given(workloads(service=True, mixed=True))
-def test_fast_equals_reference_with_mixed_strategies(workload):
-    assert_engines_agree(workload, NAME)

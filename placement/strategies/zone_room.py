@@ -25,8 +25,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..state import AuctionState, CellSlot
-from ..types import LRPStart, TaskStart
+from ..slot import CellSlot
+from ..state import AuctionState
+from ..work import LRPStart, TaskStart
 
 
 class ZoneRoom:
@@ -58,7 +59,7 @@ class ZoneRoom:
         sizes: dict[str, tuple[int, int]] = {}
         for item in batch:
             if isinstance(item, LRPStart) and item.process_guid not in sizes:
-                sizes[item.process_guid] = (item.memory_mb, item.disk_mb)
+                sizes[item.process_guid] = (item.ask.memory_mb, item.ask.disk_mb)
         for pg, (memory_mb, disk_mb) in sizes.items():
             counts = dict(self.state.zone_instances(pg))
             share = (sum(counts.values()) + in_batch[pg]) // len(zones)
@@ -134,4 +135,4 @@ def zone_groups(room: ZoneRoom | None, state: AuctionState, item: LRPStart) -> l
     """The zone order for the item: by room when the picker was told its batch, else Diego's groups."""
     if room is None:
         return state.zone_groups(item.process_guid)
-    return room.zone_groups(item.process_guid, item.memory_mb, item.disk_mb)
+    return room.zone_groups(item.process_guid, item.ask.memory_mb, item.ask.disk_mb)

@@ -1,12 +1,14 @@
 """The Diego strategy's zone order: counts of the process first, then room for the item."""
 
+from placement.cell_offer import CellOffer, Resources, RunningInstance
 from placement.state import AuctionState
 from placement.strategies.zone_room import ZoneRoom
-from placement.types import Cell, LRPStart, Resources, RunningInstance, SchedulerConfig, TaskStart
+from placement.testing import lrp_start, task_start
+from placement.types import SchedulerConfig
 
 
-def cell(cell_id: str, zone: str, free_containers: int, prefill=()) -> Cell:
-    return Cell(cell_id, zone, Resources(1000, 1000, 10), Resources(1000, 1000, free_containers),
+def cell(cell_id: str, zone: str, free_containers: int, prefill=()) -> CellOffer:
+    return CellOffer(cell_id, zone, Resources(1000, 1000, 10), Resources(1000, 1000, free_containers),
                 lrps=list(prefill))
 
 
@@ -18,7 +20,7 @@ def room_for(cells, batch) -> tuple[AuctionState, ZoneRoom]:
 
 def test_equal_counts_go_roomiest_first_and_equal_room_stays_one_group():
     cells = [cell("a", "za", 4), cell("b", "zb", 7), cell("c", "zc", 7)]
-    batch = [LRPStart("web", i, 10, 10) for i in range(3)]  # a share of 1 in each zone
+    batch = [lrp_start("web", i, 10, 10) for i in range(3)]  # a share of 1 in each zone
     state, room = room_for(cells, batch)
     # room = free containers less the one web still owes each zone: 3, 6, 6
     assert [room.room(z, 10, 10) for z in ("za", "zb", "zc")] == [3, 6, 6]
@@ -30,9 +32,9 @@ def test_equal_counts_go_roomiest_first_and_equal_room_stays_one_group():
 
 def test_work_nobody_owed_takes_room_whoever_places_it():
     cells = [cell("a", "za", 8), cell("b", "zb", 8)]
-    batch = [LRPStart("web", i, 10, 10) for i in range(2)] + [
-        LRPStart("solo", 0, 10, 10),
-        TaskStart("t", 10, 10),
+    batch = [lrp_start("web", i, 10, 10) for i in range(2)] + [
+        lrp_start("solo", 0, 10, 10),
+        task_start("t", 10, 10),
     ]
     state, room = room_for(cells, batch)
     assert [room.room(z, 10, 10) for z in ("za", "zb")] == [7, 7]
@@ -45,16 +47,16 @@ def test_work_nobody_owed_takes_room_whoever_places_it():
 
 
 def test_memory_can_be_what_limits_the_room():
-    cells = [Cell("a", "za", Resources(1000, 1000, 10), Resources(100, 1000, 10)),
-             Cell("b", "zb", Resources(1000, 1000, 10), Resources(900, 1000, 5))]
-    _, room = room_for(cells, [LRPStart("web", i, 50, 1) for i in range(2)])
+    cells = [CellOffer("a", "za", Resources(1000, 1000, 10), Resources(100, 1000, 10)),
+             CellOffer("b", "zb", Resources(1000, 1000, 10), Resources(900, 1000, 5))]
+    _, room = room_for(cells, [lrp_start("web", i, 50, 1) for i in range(2)])
     # za: min(10 - 1, (100 - 50) // 50) = 1; zb: min(5 - 1, (900 - 50) // 50) = 4
     assert room.zone_groups("web", 50, 1) == [["zb"], ["za"]]
 
 
 def test_a_process_with_fewer_instances_than_zones_keeps_diego_s_groups():
     cells = [cell("a", "za", 4), cell("b", "zb", 7), cell("c", "zc", 7, [RunningInstance("old", 0)])]
-    batch = [LRPStart("solo", 0, 10, 10), LRPStart("pair", 0, 10, 10), LRPStart("pair", 1, 10, 10)]
+    batch = [lrp_start("solo", 0, 10, 10), lrp_start("pair", 0, 10, 10), lrp_start("pair", 1, 10, 10)]
     state, room = room_for(cells, batch)
     assert room.zone_groups("solo", 10, 10) == [["za", "zb", "zc"]]  # lowest score decides
     assert room.zone_groups("pair", 10, 10) == state.zone_groups("pair")
@@ -66,5 +68,5 @@ def test_instances_already_on_the_cells_count_towards_the_share():
     # web has 2 in za; with 4 more in the batch it has 6 = a share of 2 per zone, owed 2 in zb and zc
     cells = [cell("a", "za", 8, [RunningInstance("web", 0), RunningInstance("web", 1)]),
              cell("b", "zb", 10), cell("c", "zc", 10)]
-    _, room = room_for(cells, [LRPStart("web", i, 10, 10) for i in range(2, 6)])
+    _, room = room_for(cells, [lrp_start("web", i, 10, 10) for i in range(2, 6)])
     assert [room.room(z, 10, 10) for z in ("za", "zb", "zc")] == [8, 8, 8]

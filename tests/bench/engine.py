@@ -30,9 +30,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # runnable from anywhere in the checkout
 
-from common.workload import parse_workload  # noqa: E402
 from deploy.simulator.engine import EngineInput, summarise, to_engine  # noqa: E402
 from deploy.simulator.generate import generate  # noqa: E402
+from deploy.simulator.workload import parse_workload  # noqa: E402
 from placement import schedule  # noqa: E402
 from placement.strategies import pickers  # noqa: E402
 from placement.types import SchedulerConfig  # noqa: E402

@@ -32,7 +32,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from bbs.settings import BBSSettings  # noqa: E402
 from deploy.simulator.rebalance import Budget, outage_and_return  # noqa: E402
-from placement.types import HostMetrics, LRPStart  # noqa: E402
+from placement.ask import Ask  # noqa: E402
+from placement.cell_offer import HostMetrics  # noqa: E402
+from placement.work import LRPStart  # noqa: E402
 
 CELL_MEMORY_MB = 32_768
 CELL_CONTAINERS = 250
@@ -55,14 +57,13 @@ def main() -> None:
     rng = random.Random(args.seed)
     per_app = args.instances // args.apps
     strategies = args.strategies.split(",")
+
+    def ask(a: int) -> Ask:
+        return Ask(rng.choice((128, 256, 512)), 256, strategy=strategies[a % len(strategies)])
+
     requests = {
         f"app-{a:05d}": LRPStart(
-            f"app-{a:05d}",
-            0,
-            rng.choice((128, 256, 512)),
-            256,
-            total_instances=per_app,
-            strategy=strategies[a % len(strategies)],
+            f"app-{a:05d}", 0, ask(a), per_app
         )
         for a in range(args.apps)
     }

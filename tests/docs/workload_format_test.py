@@ -1,6 +1,6 @@
-"""docs/workload-format.md's examples are what the code reads and writes: the input example parses with
-common/workload.py, and the simulator's output on it has every field of the output example, with the same
-values where the example's are not timings."""
+"""docs/workload-format.md's examples are what the code reads and writes: the input example parses
+with deploy/simulator/workload.py, and the simulator's output on it has every field of the output
+example, with the same values where the example's are not timings."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import json
 import re
 from pathlib import Path
 
-from common.workload import loads_workload
 from deploy.simulator.engine import simulate
+from deploy.simulator.workload import loads_workload
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "workload-format.md"
 TIMINGS = {"seconds", "placements_per_s"}

@@ -12,23 +12,18 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from placement import schedule
+from placement.cell_offer import CellOffer, HostMetrics, Resources, RunningInstance
 from placement.strategies import pickers
-from placement.types import (
-    Cell,
-    HostMetrics,
-    LRPStart,
-    Resources,
-    RunningInstance,
-    SchedulerConfig,
-    TaskStart,
-)
+from placement.testing import lrp_start, task_start
+from placement.types import SchedulerConfig
+from placement.work import LRPStart, TaskStart
 
 STRATEGY_NAMES = sorted(pickers("fast"))
 NOW = 1_000.0
 
 
 @st.composite
-def cells(draw) -> list[Cell]:
+def cells(draw) -> list[CellOffer]:
     zones = draw(st.integers(1, 3))
     count = draw(st.integers(1, 12))
     out = []
@@ -55,7 +50,7 @@ def cells(draw) -> list[Cell]:
             )
         expires_at = draw(st.sampled_from([None, NOW - 1, NOW + 1]))
         out.append(
-            Cell(
+            CellOffer(
                 cell_id=f"cell-{i}",
                 zone=f"z{draw(st.integers(0, zones - 1))}",
                 total=Resources(memory, disk, containers),
@@ -89,12 +84,12 @@ def batches(draw) -> tuple[list[LRPStart], list[TaskStart]]:
         count = draw(st.integers(1, 6))
         indices = sorted(draw(st.sets(st.integers(0, 7), min_size=1, max_size=count)))
         lrps += [
-            LRPStart(f"app-{app}", index, memory, disk, stack=stack, placement_tags=tags,
+            lrp_start(f"app-{app}", index, memory, disk, stack=stack, placement_tags=tags,
                      labels_match=labels_match, strategy=strategy, total_instances=count)
             for index in indices
         ]
     tasks = [
-        TaskStart(f"task-{t}", draw(st.integers(1, 16)), draw(st.integers(1, 16)),
+        task_start(f"task-{t}", draw(st.integers(1, 16)), draw(st.integers(1, 16)),
                   placement_tags=draw(st.sampled_from([(), (), ("ssd",)])))
         for t in range(draw(st.integers(0, 6)))
     ]

@@ -10,24 +10,19 @@ from collections import Counter
 from collections.abc import Sequence
 
 from placement import schedule
-from placement.types import (
-    AuctionResult,
-    Cell,
-    LRPStart,
-    Resources,
-    RunningInstance,
-    SchedulerConfig,
-    TaskStart,
-)
+from placement.cell_offer import CellOffer, Resources, RunningInstance
+from placement.testing import lrp_start
+from placement.types import AuctionResult, SchedulerConfig
+from placement.work import LRPStart, TaskStart
 
 ENGINES = ("fast", "reference")
 
 
 def diego_cell(i: int, prefill: Sequence[RunningInstance] = (), zones: int = 2, memory_mb: int = 100,
-               disk_mb: int = 100, containers: int = 100, zone: str | None = None, **extra) -> Cell:
+               disk_mb: int = 100, containers: int = 100, zone: str | None = None, **extra) -> CellOffer:
     used_m = sum(p.memory_mb for p in prefill)
     used_d = sum(p.disk_mb for p in prefill)
-    return Cell(
+    return CellOffer(
         cell_id=f"cell-{i}",
         zone=zone if zone is not None else f"Z{i % zones}",
         total=Resources(memory_mb, disk_mb, containers),
@@ -43,14 +38,14 @@ def unique_running(count: int, prefix: str, memory_mb: int = 1) -> list[RunningI
 
 
 def unique_apps(count: int, memory_mb: int = 1, prefix: str = "app") -> list[LRPStart]:
-    return [LRPStart(f"{prefix}-{i}", 0, memory_mb, 1) for i in range(count)]
+    return [lrp_start(f"{prefix}-{i}", 0, memory_mb, 1) for i in range(count)]
 
 
 def instances_of(process_guid: str, count: int, memory_mb: int = 1) -> list[LRPStart]:
-    return [LRPStart(process_guid, i, memory_mb, 1) for i in range(count)]
+    return [lrp_start(process_guid, i, memory_mb, 1) for i in range(count)]
 
 
-def run(cells: Sequence[Cell], lrps: Sequence[LRPStart] = (), tasks: Sequence[TaskStart] = (),
+def run(cells: Sequence[CellOffer], lrps: Sequence[LRPStart] = (), tasks: Sequence[TaskStart] = (),
         engine: str = "fast", strategy: str = "diego", **config) -> AuctionResult:
     return schedule(cells, lrps, tasks, SchedulerConfig(strategy=strategy, engine=engine, **config))
 

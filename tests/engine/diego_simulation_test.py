@@ -12,9 +12,9 @@ from collections import Counter
 
 import pytest
 
-from common.workload import parse_workload
 from deploy.simulator.engine import to_engine
 from deploy.simulator.generate import cold_start_large, cold_start_small
+from deploy.simulator.workload import parse_workload
 
 from .diego_cluster import (
     ENGINES,
@@ -51,7 +51,7 @@ def test_cold_start_of_unique_apps_is_even_within_one(engine: str, apps: int, ce
 def test_large_cold_start_is_even_within_ten(engine: str, cells: int) -> None:
     workload = to_engine(parse_workload(cold_start_large(cells=cells, seed=11)))
     # 72 × 1 MB, 8 × 2 MB and 2 × 4 MB per cell: 96 of each cell's 100 MB.
-    assert Counter(lrp.memory_mb for lrp in workload.lrps) == {1: 72 * cells, 2: 8 * cells, 4: 2 * cells}
+    assert Counter(lrp.ask.memory_mb for lrp in workload.lrps) == {1: 72 * cells, 2: 8 * cells, 4: 2 * cells}
 
     result = run(workload.cells, workload.lrps, engine=engine)
 

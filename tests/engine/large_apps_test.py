@@ -20,9 +20,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from placement import schedule
+from placement.cell_offer import CellOffer, Resources, RunningInstance
 from placement.strategies import diego_fast
-from placement.strategies.diego_fast_test import workloads as small_workloads
-from placement.types import Cell, LRPStart, Resources, RunningInstance, SchedulerConfig, TaskStart
+from placement.testing import lrp_start, task_start
+from placement.types import SchedulerConfig
+from tests.support.engine_workloads import diego_workloads as small_workloads
 
 GUIDS = [f"app-{i}" for i in range(4)]
 
@@ -36,10 +38,10 @@ def agree(cells, lrps, tasks=(), **config):
     return fast
 
 
-def cell(i: int, zone: str, memory: int, disk: int, containers: int, prefill=(), **extra) -> Cell:
+def cell(i: int, zone: str, memory: int, disk: int, containers: int, prefill=(), **extra) -> CellOffer:
     used_m = sum(p.memory_mb for p in prefill)
     used_d = sum(p.disk_mb for p in prefill)
-    return Cell(
+    return CellOffer(
         f"cell-{i}",
         zone,
         Resources(memory, disk, containers),
@@ -77,10 +79,10 @@ def large_app_workloads(draw):
         memory = draw(st.sampled_from([8, 16, 32, 64, 128]))
         disk = draw(st.sampled_from([8, 32, 64]))
         varied = draw(st.booleans())  # a few indices ask for more: sizes differ within one process
-        lrps += [LRPStart(GUIDS[app], index, memory * (3 if varied and index % 7 == 3 else 1), disk,
+        lrps += [lrp_start(GUIDS[app], index, memory * (3 if varied and index % 7 == 3 else 1), disk,
                           total_instances=count)
                  for index in range(count)]
-    tasks = [TaskStart(f"task-{t}", draw(st.sampled_from([8, 32])), 8)
+    tasks = [task_start(f"task-{t}", draw(st.sampled_from([8, 32])), 8)
              for t in range(draw(st.sampled_from([0, 0, 5, 60])))]
     config = dict(
         starting_container_weight=draw(st.sampled_from([0.25, 0.25, 0.0, 2.0, 40.0])),
@@ -120,16 +122,15 @@ def test_every_search_path_agrees_with_the_reference_on_large_apps(direct, workl
 @settings(max_examples=40, deadline=None)
 @given(workload=small_workloads())
 def test_every_search_path_agrees_with_the_reference_on_small_tight_workloads(direct, workload):
-    cells, lrps, tasks, config = workload
     with patch.object(diego_fast, "DIRECT", direct):
-        agree(cells, lrps, tasks, **config)
+        agree(workload.cells, workload.lrps, workload.tasks, **workload.config)
 
 
 def test_five_apps_of_two_hundred_instances_on_twenty_cells_in_three_zones():
     prefill = {i: [RunningInstance("app-0", 500 + i, 64, 64)] * (i % 3) for i in range(20)}
     cells = [cell(i, f"z{i % 3}", 8192, 16384, 250, prefill[i]) for i in range(20)]
     lrps = [
-        LRPStart(f"app-{a}", i, 32 * (a + 1), 32, total_instances=200) for a in range(5) for i in range(200)
+        lrp_start(f"app-{a}", i, 32 * (a + 1), 32, total_instances=200) for a in range(5) for i in range(200)
     ]
     result = agree(cells, lrps)
     assert result.failures == [] and len(result.lrp_assignments) == 1000
@@ -147,7 +148,7 @@ def test_five_apps_of_two_hundred_instances_on_twenty_cells_in_three_zones():
 
 def test_large_apps_on_a_cluster_that_overflows_fail_like_the_reference():
     cells = [cell(i, f"z{i % 2}", 2048 if i % 4 else 4096, 4096, 100) for i in range(12)]
-    lrps = [LRPStart(f"app-{a}", i, (64, 128, 256)[a % 3], 64, total_instances=150)
+    lrps = [lrp_start(f"app-{a}", i, (64, 128, 256)[a % 3], 64, total_instances=150)
             for a in range(4) for i in range(150)]
     result = agree(cells, lrps)
     assert result.failures and result.lrp_assignments
@@ -157,8 +158,8 @@ def test_a_large_starting_weight_lets_a_cell_with_more_instances_win():
     # 40 × starting containers outweighs the 1000 of an extra instance after 25 starts: the engine must
     # look past the cells with the fewest instances of the app.
     cells = [cell(i, "z0", 8192, 8192, 250, starting_containers=30 * (i == 0)) for i in range(6)]
-    lrps = [LRPStart("app-0", i, 16, 16) for i in range(120)] + [
-        LRPStart("app-1", i, 16, 16) for i in range(60)
+    lrps = [lrp_start("app-0", i, 16, 16) for i in range(120)] + [
+        lrp_start("app-1", i, 16, 16) for i in range(60)
     ]
     agree(cells, lrps, starting_container_weight=40.0)
 
@@ -167,8 +168,8 @@ def test_many_tasks_per_cell_agree():
     cells = [
         cell(i, f"z{i % 3}", 4096, 4096, 250, tasks=[f"old-{i}-{k}" for k in range(i % 4)]) for i in range(15)
     ]
-    tasks = [TaskStart(f"task-{t}", (16, 64)[t % 2], 16) for t in range(400)]
-    lrps = [LRPStart("app-0", i, 32, 32) for i in range(100)]
+    tasks = [task_start(f"task-{t}", (16, 64)[t % 2], 16) for t in range(400)]
+    lrps = [lrp_start("app-0", i, 32, 32) for i in range(100)]
     agree(cells, lrps, tasks)
 
 
@@ -184,7 +185,7 @@ def test_cells_scored_per_placement_stay_few_for_apps_larger_than_the_cluster(mo
 
     monkeypatch.setattr(diego_fast, "lrp_score", counting)
     cells = [cell(i, f"z{i % 3}", 32 * 1024, 64 * 1024, 250) for i in range(90)]
-    lrps = [LRPStart(f"app-{a}", i, (128, 256, 512)[a % 3], 128) for a in range(8) for i in range(1000)]
+    lrps = [lrp_start(f"app-{a}", i, (128, 256, 512)[a % 3], 128) for a in range(8) for i in range(1000)]
     result = schedule(cells, lrps, [], SchedulerConfig(engine="fast"))
     placed = len(result.lrp_assignments)
     assert placed > 5000
@@ -210,5 +211,5 @@ def test_float_near_ties_resolve_like_the_reference_in_every_search_path():
         # lowest level) the direct search; app on every cell: the direct search of level 1.
         cells = [prefilled(0, 19, 32, holds), prefilled(1, 13, 38, holds)]
         cells += [prefilled(2 + i, 5, 5, others_hold if i == 0 else 0) for i in range(others)]
-        result = agree(cells, [LRPStart("app-0", 7, 1, 1)])
+        result = agree(cells, [lrp_start("app-0", 7, 1, 1)])
         assert [a.cell_id for a in result.lrp_assignments] == ["cell-0"]

@@ -18,7 +18,8 @@ from collections import Counter
 
 import pytest
 
-from placement.types import LRPStart, RunningInstance
+from placement.cell_offer import RunningInstance
+from placement.testing import lrp_start
 
 from .diego_cluster import ENGINES, diego_cell, run
 
@@ -47,7 +48,7 @@ def fill_exactly(zones_of_cells: list[str], containers: int, apps: list[tuple[st
     for batch in batches:
         cells = [diego_cell(i, held[i], memory_mb=MEMORY_MB, disk_mb=DISK_MB, containers=containers,
                             zone=zone) for i, zone in enumerate(zones_of_cells)]
-        lrps = [LRPStart(guid, index, memory, 2 * memory)
+        lrps = [lrp_start(guid, index, memory, 2 * memory)
                 for guid, n, memory in (apps[a] for a in batch) for index in range(n)]
         result = run(cells, lrps, engine=engine)
         assert result.failures == []

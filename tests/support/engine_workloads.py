@@ -8,25 +8,18 @@ stale advertisements and loaded hosts.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 from hypothesis import strategies as st
 
+from placement.ask import AffinityRule, DeviceRequest, VolumeRequest
+from placement.cell_offer import CellOffer, HostMetrics, Resources, RunningInstance, Volume
 from placement.scheduler import schedule
-from placement.types import (
-    AffinityRule,
-    AuctionResult,
-    Cell,
-    DeviceRequest,
-    HostMetrics,
-    LRPStart,
-    Resources,
-    RunningInstance,
-    SchedulerConfig,
-    TaskStart,
-    Volume,
-    VolumeRequest,
-)
+from placement.testing import lrp_start, task_start
+from placement.types import AuctionResult, SchedulerConfig
+from placement.work import LRPStart, TaskStart
+from tests.support.objective_texts import EXPRESSIONS
 
 PROCESSES = ("app-0", "app-1", "app-2", "svc-3")
 STACKS = ("cflinuxfs4", "cflinuxfs3")
@@ -37,14 +30,15 @@ LABEL_EXPRESSIONS = ("", "gpu=true", "tier in (web,db)", "gpu!=true", "!gpu", "t
 
 @dataclass
 class Workload:
-    cells: list[Cell]
+    cells: list[CellOffer]
     lrps: list[LRPStart]
     tasks: list[TaskStart]
     seed: int
+    config: dict[str, Any] = field(default_factory=dict)  # SchedulerConfig knobs beyond the strategy's
 
 
 def run(workload: Workload, strategy: str, engine: str) -> AuctionResult:
-    config = SchedulerConfig(strategy=strategy, engine=engine, seed=workload.seed, now=NOW)
+    config = SchedulerConfig(strategy=strategy, engine=engine, seed=workload.seed, now=NOW, **workload.config)
     return schedule(workload.cells, workload.lrps, workload.tasks, config)
 
 
@@ -72,7 +66,7 @@ def hosts(draw) -> HostMetrics | None:
 
 
 @st.composite
-def cells(draw, index: int, zones: int, service: bool) -> Cell:
+def cells(draw, index: int, zones: int, service: bool) -> CellOffer:
     memory = draw(st.sampled_from([1024, 2048, 4096]))
     disk = draw(st.sampled_from([4096, 16384]))
     containers = draw(st.integers(2, 8))
@@ -102,7 +96,7 @@ def cells(draw, index: int, zones: int, service: bool) -> Cell:
                 ephemeral=holder is not None,
                 holder=holder,
             ))
-    return Cell(
+    return CellOffer(
         cell_id=f"cell-{index}",
         zone=f"z{(index + draw(st.integers(0, 1))) % zones}",
         total=Resources(memory, disk, containers),
@@ -156,7 +150,7 @@ def lrp_group(draw, process_guid: str, cell_ids: list[str], service: bool, mixed
     for index in range(instances):
         # the last cells first: hypothesis favours early elements, and cell-0 often wins ties anyway
         previous = draw(st.sampled_from([*reversed(cell_ids), None])) if service and cell_ids else None
-        lrps.append(LRPStart(process_guid, index, previous_cell=previous, **common))
+        lrps.append(lrp_start(process_guid, index, previous_cell=previous, **common))
     return lrps
 
 
@@ -170,7 +164,7 @@ def workloads(draw, service: bool = False, mixed: bool = False, max_cells: int =
     for pg in draw(st.sets(st.sampled_from(PROCESSES), min_size=1, max_size=3)):
         lrps.extend(draw(lrp_group(pg, cell_ids, service, mixed)))
     tasks = [
-        TaskStart(
+        task_start(
             f"task-{i}",
             memory_mb=draw(st.sampled_from([128, 512])),
             disk_mb=draw(st.sampled_from([256, 1024])),
@@ -183,9 +177,9 @@ def workloads(draw, service: bool = False, mixed: bool = False, max_cells: int =
 
 
 def make_cell(cell_id: str, zone: str = "z0", memory_mb: int = 4096, disk_mb: int = 8192,
-              containers: int = 10, **fields) -> Cell:
+              containers: int = 10, **fields) -> CellOffer:
     """A cell with nothing running: available = total (hand-written examples in the unit tests)."""
-    return Cell(cell_id, zone, Resources(memory_mb, disk_mb, containers),
+    return CellOffer(cell_id, zone, Resources(memory_mb, disk_mb, containers),
                 Resources(memory_mb, disk_mb, containers), **fields)
 
 
@@ -194,3 +188,106 @@ def placements(result: AuctionResult) -> dict[str, str]:
     out = {f"{a.process_guid}/{a.index}": a.cell_id for a in result.lrp_assignments}
     out.update({a.task_guid: a.cell_id for a in result.task_assignments})
     return out
+
+
+# --- the Diego and objective strategies' own inputs ------------------------------------------------------
+
+DIEGO_APPS = [f"app{i}" for i in range(6)]
+
+
+@st.composite
+def diego_workloads(draw) -> Workload:
+    """The Diego strategy's inputs: identical cells (its tie-breaks), tags and stacks, prefilled instances,
+    and its knobs (starting weight, bin-pack weight, in-flight limit)."""
+    zones = draw(st.sampled_from([["z0"], ["z0", "z1"], ["z0", "z1", "z2"]]))
+    uniform = draw(st.booleans())  # identical cells: the tie-breaking path
+    cells = []
+    for i in range(draw(st.integers(1, 10))):
+        tm, td, tc = (
+            (40, 40, 6)
+            if uniform
+            else (
+                draw(st.sampled_from([20, 40, 80])),
+                draw(st.sampled_from([30, 60])),
+                draw(st.integers(1, 8)),
+            )
+        )
+        prefill, am, ad, ac = [], tm, td, tc
+        for k in range(draw(st.integers(0, 3))):
+            m, d = draw(st.integers(1, 12)), draw(st.integers(1, 12))
+            if am >= m and ad >= d and ac >= 1:
+                prefill.append(RunningInstance(draw(st.sampled_from(DIEGO_APPS)), k, m, d))
+                am, ad, ac = am - m, ad - d, ac - 1
+        cells.append(CellOffer(
+            f"c{i}", zones[i % len(zones)] if uniform else draw(st.sampled_from(zones)),
+            Resources(tm, td, tc), Resources(am, ad, ac), lrps=prefill,
+            stacks=draw(st.sampled_from([("cflinuxfs4",), ("cflinuxfs4", "windows")])),
+            placement_tags=frozenset(draw(st.sampled_from([(), ("gpu",)]))),
+            optional_placement_tags=frozenset(draw(st.sampled_from([(), ("ssd",)]))),
+            starting_containers=draw(st.integers(0, 3)),
+            tasks=[f"old{j}" for j in range(draw(st.integers(0, 2)))],
+        ))
+    lrps = [
+        lrp_start(
+            draw(st.sampled_from(DIEGO_APPS)),
+            draw(st.integers(0, 12)),
+            draw(st.sampled_from([1, 2, 5, 9, 17])),
+            draw(st.sampled_from([1, 3, 11])),
+            stack=draw(st.sampled_from(["cflinuxfs4", "cflinuxfs4", "windows"])),
+            placement_tags=draw(st.sampled_from([(), (), ("gpu",), ("ssd",)])),
+        )
+        for _ in range(draw(st.integers(0, 40)))
+    ]
+    tasks = [task_start(f"t{j}", draw(st.sampled_from([1, 4, 13])), draw(st.sampled_from([1, 6])))
+             for j in range(draw(st.integers(0, 8)))]
+    config = dict(
+        starting_container_weight=draw(st.sampled_from([0.25, 0.0, 2.0])),
+        bin_pack_first_fit_weight=draw(st.sampled_from([0.0, 0.0, 0.3])),
+        max_inflight_starts=draw(st.sampled_from([0, 0, 15])),
+    )
+    return Workload(cells, lrps, tasks, 0, config)
+
+
+OBJECTIVE_SPREAD = "r.AvailZoneNumber / 10 - count(ai.AppID, r.RunningAppIDs)"  # fewest of the app, then zone
+OBJECTIVES = st.one_of(
+    st.none(), st.sampled_from(["diego-blog", OBJECTIVE_SPREAD, "r.AvailableMemoryMB"]), EXPRESSIONS
+)
+
+OBJECTIVE_CELLS = st.lists(
+    st.builds(
+        lambda zone, memory, free, disk, blobs, prefill, stack: CellOffer(
+            "", f"z{zone}", Resources(memory, disk, 8), Resources(min(free, memory), disk, 8),
+            stacks=(stack,), cached_blobs=blobs,
+            lrps=[RunningInstance(pg, i) for i, pg in enumerate(prefill)]),
+        zone=st.integers(0, 3), memory=st.integers(0, 4096), free=st.integers(0, 4096),
+        disk=st.integers(0, 4096), blobs=st.frozensets(st.sampled_from(["b1", "b2"]), max_size=2),
+        prefill=st.lists(st.sampled_from(["app-1", "app-2", "web"]), max_size=3),
+        stack=st.sampled_from(["cflinuxfs4", "cflinuxfs4", "cflinuxfs3"]),
+    ),
+    min_size=1, max_size=8,
+)
+
+OBJECTIVE_LRPS = st.lists(
+    st.builds(
+        lambda pg, index, memory, disk, objective, blob, total: lrp_start(
+            pg, index, memory, disk, objective=objective, source_blob=blob, total_instances=total),
+        pg=st.sampled_from(["app-1", "app-2", "web", "task-3"]), index=st.integers(0, 4),
+        memory=st.integers(1, 1500), disk=st.integers(1, 1500),
+        objective=OBJECTIVES,
+        blob=st.sampled_from([None, "b1", "b2"]), total=st.integers(0, 3),
+    ),
+    max_size=10,
+)
+
+
+
+
+@st.composite
+def objective_workloads(draw) -> Workload:
+    """The objective strategy's inputs: objectives (presets, expressions), source blobs and cached ones."""
+    cells = draw(OBJECTIVE_CELLS)
+    for i, c in enumerate(cells):
+        c.cell_id = f"cell-{i}"
+    tasks = draw(st.lists(st.builds(task_start, st.sampled_from(["t-1", "t-2", "batch"]), st.integers(1, 900),
+                                    st.integers(1, 900)), max_size=3))
+    return Workload(cells, draw(OBJECTIVE_LRPS), tasks, 0)

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from common.workload import WorkloadError, load_workload, loads_workload, parse_workload
+from .workload import WorkloadError, load_workload, loads_workload, parse_workload
 
 
 def cell(**overrides) -> dict:
@@ -125,7 +125,7 @@ def test_service_and_dea_fields_are_read() -> None:
         )],
         "lrps": [lrp(volumes=[{"name": "v", "size_mb": 5}], devices=[{"kind": "gpu"}], ingress_ip=True,
                      affinity=[{"expression": "tier=web", "weight": -2}], labels_match="tier=web",
-                     strategy="service", objective="spread", previous_cell="cell-0", total_instances=3)],
+                     strategy="service", objective="diego-blog", previous_cell="cell-0", total_instances=3)],
     })
     c, w = workload.cells[0], workload.lrps[0]
     assert c.all_stacks == ("cflinuxfs4", "windows")

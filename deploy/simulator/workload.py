@@ -4,8 +4,9 @@ The format is a contract shared with other tools (docs/workload-format.md): know
 type and range, unknown fields are ignored ("add fields freely"), and anything that does not fit is
 reported as ONE line naming the field, e.g. `lrps[3].memory_mb: must be >= 1`.
 
-This module knows nothing of the engine (common/ imports none of the other packages);
-deploy/simulator/engine.py converts a validated `Workload` into engine dataclasses.
+An LRP's placement fields are the wire's (`common.models.PlacementFields`, what a desired LRP carries),
+so a workload asks of a cell exactly what an app can; placement/wire.py converts both into the engine's
+`Ask` (deploy/simulator/engine.py builds the engine's input from a validated `Workload`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic_core import ErrorDetails
+
+from common.models import PlacementFields
 
 DEFAULT_STACK = "cflinuxfs4"
 MAX_WORK_MB = 1_048_576  # a single LRP or task asks for at most 1 TiB of memory or disk
@@ -122,41 +125,22 @@ class CellSpec(_Model):
 # --- work -------------------------------------------------------------------------------------------
 
 
-class VolumeRequest(_Model):
-    name: NonEmpty
-    size_mb: NonNegativeInt = 0
-    label_match: str = ""
-    ephemeral: bool = False
+class LRPSpec(PlacementFields):
+    """One LRP instance: its app's placement fields (the wire's), and what a workload says beyond them."""
 
+    # A workload file's models are its own (unknown fields ignored, strict types, immutable): the wire's
+    # PlacementFields refuses unknown fields, a workload's producers may add them.
+    model_config = ConfigDict(extra="ignore", strict=True, frozen=True)
 
-class DeviceRequest(_Model):
-    kind: NonEmpty
-    count: int = Field(default=1, ge=1)
-
-
-class AffinityRule(_Model):
-    expression: NonEmpty
-    weight: float = 1.0
-
-
-class LRPSpec(_Model):
     process_guid: NonEmpty
     index: int = Field(ge=0)
+    # Required in a workload file (the wire defaults them).
     memory_mb: WorkMB
     disk_mb: WorkMB
-    stack: NonEmpty = DEFAULT_STACK
-    placement_tags: list[str] = Field(default_factory=list)
-    volume_drivers: list[str] = Field(default_factory=list)
+    # Any name: the simulator checks it against the engine's registry, naming the field (engine.py).
+    strategy: NonEmpty | None = None  # type: ignore[assignment]
     domain: str = ""
-    strategy: NonEmpty | None = None
-    objective: NonEmpty | None = None
     total_instances: NonNegativeInt = 0
-    source_blob: str | None = None
-    labels_match: str = ""
-    volumes: list[VolumeRequest] = Field(default_factory=list)
-    ingress_ip: bool = False
-    devices: list[DeviceRequest] = Field(default_factory=list)
-    affinity: list[AffinityRule] = Field(default_factory=list)
     previous_cell: str | None = None
     # What the BBS does when the instance's cell is lost (DesiredLRPCreate, common/models/); the engine
     # ignores it, a simulation over real services passes it on. Optional: files without it load as before.
