@@ -1,4 +1,4 @@
-"""How fast rebalancing moves start (issue #18): at most `rebalance_in_flight` moves at once (5), one per
+"""How fast rebalancing moves start: at most `rebalance_in_flight` moves at once (5), one per
 app, and at most so many started a minute (`rebalance_moves_per_minute`).
 
 The per-minute budget scales with the cluster unless the operator fixes it: by default (the setting's 0)

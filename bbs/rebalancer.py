@@ -1,4 +1,4 @@
-"""Rebalancing (issue #18): plan moves on the state the BBS holds, carry them out make-before-break.
+"""Rebalancing: plan moves on the state the BBS holds, carry them out make-before-break.
 
 Where it runs: in the BBS, which holds the actual LRPs, the desired definitions and the cell states; the
 plan is placement/rebalance/ (the engine's pure package, imported without the auctioneer
@@ -17,8 +17,8 @@ Automatic mode (`rebalance_interval` > 0, on the replica holding the convergence
 appears or returns starts up to AUTOMATIC_ROUNDS plans, each made once the previous one's moves have all
 ended, until a plan finds nothing to do. One plan is not enough: a move's replacement goes where the
 auction puts it, which is not always the planned cell (a cell that has just joined may miss an auction's
-state fetch: a rep heartbeats before it subscribes on NATS; CI once left a joining cell at 3/2/1 that
-way, by all signs), and a move may be abandoned. The rounds are bounded so that a move that keeps failing
+state fetch: a rep heartbeats before it subscribes on NATS, which can leave a joining cell at 3/2/1),
+and a move may be abandoned. The rounds are bounded so that a move that keeps failing
 the same way does not churn the app for ever; the next cell that appears starts them again.
 """
 

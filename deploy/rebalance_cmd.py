@@ -1,5 +1,5 @@
 """`vendue rebalance [--dry-run] [--app G] [--max-moves N] [--wait] [--json]`: put instances back where
-the auction would have put them (issue #18), through the BBS (`POST /v1/rebalance`, admin).
+the auction would have put them, through the BBS (`POST /v1/rebalance`, admin).
 
 The BBS plans (placement/rebalance/; a move's reason: `zone_spread`, an app whose zone spread is
 worse than one while an emptier zone has room; `cell_load`, a cell far above the mean memory fraction;

@@ -131,7 +131,7 @@ async def test_every_route_refuses_callers_without_identity_or_role(
 
     # The BBS stops and cancels; a person reads with a bearer token the BBS vouches for, may not place work.
     # The real BBS stores a cordon before it tells the rep, so its heartbeat answers agree with the push; the
-    # fake must too, or a heartbeat between the push and the work below un-cordons the cell (CI saw that).
+    # fake must too, or a heartbeat between the push and the work below un-cordons the cell.
     bbs.cordoned.add("sim0-1")
     async with as_(pki, CALLERS["bbs"]) as the_bbs:
         stop = await the_bbs.post(f"{rep.url}/stop", json={"instances": [

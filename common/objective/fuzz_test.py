@@ -1,4 +1,4 @@
-"""The objective language fuzzed (issue #13): whatever text arrives, the lexer and the parser answer with a
+"""The objective language fuzzed: whatever text arrives, the lexer and the parser answer with a
 tree
 or with the language's own error (ObjectiveError, naming a column), never another exception, and nothing
 evaluates the text on the way (`sealed`: eval, exec and compile fail, getattr is never called).

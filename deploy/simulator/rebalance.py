@@ -1,4 +1,4 @@
-"""The `zone-outage-and-return` scenario (issue #18), on the engine alone: a zone's cells leave, what ran
+"""The `zone-outage-and-return` scenario, on the engine alone: a zone's cells leave, what ran
 there is placed on the other zones (the evacuation), the cells return empty, the rebalancer plans
 (placement/rebalance/) and its moves are replayed on simulated time under the BBS's budget.
 

@@ -1,4 +1,4 @@
-"""The objective language's evaluation fuzzed (issue #13): any valid tree, on any facts (infinities, NaN,
+"""The objective language's evaluation fuzzed: any valid tree, on any facts (infinities, NaN,
 negatives, the largest floats), is valued by the tree walker alone (eval, exec and compile fail; getattr
 takes only the fields of `ai` and `r`), gives a float, and the vectorised engine gives the same bits; any
 objective text at all in an auction fails only its own LRP, with the language's error.

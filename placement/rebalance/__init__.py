@@ -1,4 +1,4 @@
-"""Rebalancing: the moves that restore the balance the auction would have produced (issue #18).
+"""Rebalancing: the moves that restore the balance the auction would have produced.
 
 Diego never moves a running instance, so after a zone returns it stays empty until apps restart. The
 planner looks at where instances run now and proposes moves, each judged with the engine's own filter

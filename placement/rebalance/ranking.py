@@ -1,5 +1,5 @@
 """Cells kept in order of a score over a rule's run of searches, so that finding an app's target does not
-score every cell again: the load-mark and strategy-margin rules' targets (issue #18's bounded work).
+score every cell again: the load-mark and strategy-margin rules' targets (bounded work).
 
 A ranking holds the cells of one zone that apps asking alike (the same size, the same non-resource
 asks) can run on, by a score they share (the load mark; Diego's score of a cell holding none of the

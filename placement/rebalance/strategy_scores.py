@@ -1,5 +1,5 @@
 """How each strategy ranks cells for one instance, as one number the rebalance planner can compare: the
-strategy's own score function, called as its picker calls it, never a copy (issue #17).
+strategy's own score function, called as its picker calls it, never a copy.
 
 Lower is preferred (a strategy where higher wins is negated). `unit` is the size of one step of the
 score's scale: the strategy-margin rule asks for a gain of `strategy_margin` units and the load-mark rule

@@ -1,4 +1,4 @@
-"""Rebalancing benchmark (issue #18): a zone evacuated and returned, then planned and carried out.
+"""Rebalancing benchmark: a zone evacuated and returned, then planned and carried out.
 
     python tests/bench/rebalance.py [--cells 1000] [--zones 3] [--instances 60000] [--apps 1000]
                                     [--move-seconds 2] [--in-flight 5] [--moves-per-minute 0] [--seed 1]

@@ -1,4 +1,4 @@
-"""The attacks of issue #12, tried against a real cluster: BBS, auctioneer and two reps as separate
+"""Attacks tried against a real cluster: BBS, auctioneer and two reps as separate
 processes with TLS on, real child processes on the reps.
 
 Each attack is made the way a stranger on the network (or a component gone rogue) would make it, with

@@ -1,4 +1,4 @@
-"""End to end: disk_mb enforced, output logs capped, a cell's capacity from the machine (issue #14).
+"""End to end: disk_mb enforced, output logs capped, a cell's capacity from the machine.
 
 The instance directory is found through the rep: the pid its state reports, and that process's working
 directory (/proc/<pid>/cwd), wherever the rep keeps instance directories.

@@ -1,4 +1,4 @@
-"""Isolation on the cell (issue #14), as a tenant would try it: real clusters (LocalCluster, TLS on), real
+"""Isolation on the cell, as a tenant would try it: real clusters (LocalCluster, TLS on), real
 app processes, as root on a machine with the cgroup controllers; skipped, with the reason, elsewhere.
 
 Each instance runs under its own uid, in its own cgroup (memory with swap, pids, CPU shares) and its own

@@ -1,4 +1,4 @@
-"""End to end: `vendue rebalance` (issue #18) on real clusters (process executor): a zone drained and
+"""End to end: `vendue rebalance` on real clusters (process executor): a zone drained and
 returned gets its share back make-before-break, a move whose new instance crashes on start is abandoned
 and the old instance keeps serving, `--dry-run` changes nothing, an instance its strategy would now place
 elsewhere moves (the margin rule), and a cell that joins takes load."""

@@ -1,4 +1,4 @@
-"""Secrets kept secret (issue #13, docs/security.md "Secrets") in a real HA cluster on NATS: two BBS replicas
+"""Secrets kept secret (docs/security.md "Secrets") in a real HA cluster on NATS: two BBS replicas
 on
 the embedded PostgreSQL, two auctioneers, two reps running real processes, an embedded nats-server, TLS on.
 

@@ -1,4 +1,4 @@
-"""Issue #13's hostile input against the BBS API in-process (httpx ASGITransport, authorization off as in
+"""Hostile input against the BBS API in-process (httpx ASGITransport, authorization off as in
 bbs/api_test.py), on SQLite and on PostgreSQL: each case is a 4xx naming the field (or the limit), and
 writes nothing — the state before and after is compared whole. The body cap and the event stream bound
 need a real server: test_limits_process.py."""
@@ -18,7 +18,7 @@ from bbs.server import running_bbs
 from bbs.settings import BBSSettings
 from tests.support.bbs_harness import AUCTIONEER, Recorder
 
-BIG = 2**63  # one past SQLite's widest integer: a 500 before issue #13
+BIG = 2**63  # one past SQLite's widest integer
 INT32_PAST = 2**31  # one past PostgreSQL's INTEGER, the column type of indices, exit statuses, lease tokens
 ALLOWED_LINK_LOCAL = "169.254.10.10"
 MAX_LRPS, MAX_INSTANCES = 3, 10
