@@ -29,6 +29,7 @@ E2E_MODULES = (
 E2E_TESTS = (
     "auctioneer/policy_test.py::test_a_real_auctioneer_serves_https_and_enforces_its_table",
     "auctioneer/policy_test.py::test_insecure_says_so_and_lets_anyone_in",
+    "rep/fencing_test.py::test_stale_and_unknown_tokens_are_409_and_the_highest_survives_a_restart",
     "tests/deploy/compose_test.py::test_the_nats_configuration_admits_every_services_certificate_and_no_one_else",
 )
 # Fixtures that start processes: (the directory whose tests see it, its name), "" for the root conftest's.
