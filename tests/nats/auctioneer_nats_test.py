@@ -53,7 +53,9 @@ def body(*requests) -> bytes:
     return json.dumps([r.model_dump(mode="json") for r in requests]).encode()
 
 
-async def test_requests_over_nats_cost_one_state_request_and_one_work_request_per_winning_rep(nats_server):
+async def test_requests_over_nats_cost_one_state_request_per_rep_and_one_work_request_per_winning_rep(
+    nats_server,
+):
     async with auctioneer(nats_server.url) as (reps, bbs, client, service):
         for i in range(3):
             await reps.add(f"cell-{i}", zone=f"z{i}")
@@ -77,9 +79,9 @@ async def test_requests_over_nats_cost_one_state_request_and_one_work_request_pe
         stats = (await client.get("/v1/stats")).json()
         assert (stats["lrps_placed"], stats["tasks_placed"], stats["lrps_failed"]) == (30, 1, 0), stats
         assert stats["transport"] == "nats" and stats["bad_replies"] == 0
-        # Per auction: one state request, one reply per rep process, one work request and reply per winning
+        # Per auction: one state request and reply per rep process, one work request and reply per winning
         # process.
-        assert reps.state_requests == 2 and reps.state_replies == {
+        assert reps.state_requests == 2 * 4 and reps.state_replies == {
             "cell-0": 2,
             "cell-1": 2,
             "cell-2": 2,
@@ -87,12 +89,12 @@ async def test_requests_over_nats_cost_one_state_request_and_one_work_request_pe
         }
         works = sum(len(w) for w in reps.work.values())
         assert stats["messages"] == {
-            "state_request": 2,
+            "state_request": 8,
             "state_reply": 8,
             "work_request": works,
             "work_reply": works,
         }
-        assert stats["last_auction_messages"] == 1 + 4 + 2  # the task went to one process
+        assert stats["last_auction_messages"] == 4 + 4 + 2  # the task went to one process
         assert stats["requests_made"]["rep_state"] == 0 and stats["requests_made"]["rep_work"] == 0
         placed = Counter(
             c for works in reps.work.values() for w in works for c in w.cells for _ in w.instances(c)
@@ -130,6 +132,20 @@ async def test_a_cell_that_does_not_answer_drops_out_at_the_state_timeout(nats_s
         await idle(service, 1)
         assert set(reps.work) == {"talks"} and reps.lrps_received == 2
         assert service.metrics.cells_dropped == 1 and service.metrics.bad_replies == 0
+
+
+async def test_a_rep_reporting_another_process_s_cell_is_not_believed_and_is_counted(nats_server):
+    """A compromised rep answers for a stopped process's cell too: that state is dropped and counted, the
+    stopped cell drops out at the timeout, and no work goes to it."""
+    async with auctioneer(nats_server.url, cell_state_timeout=0.5) as (reps, bbs, client, service):
+        await reps.add("liar", zone="z1", state_mode="forge")
+        await reps.add("stopped", zone="z2", state_mode="silent")
+        service.batcher.add_lrps([start_request(desired("web", 4, memory_mb=64))])
+        await idle(service, 1)
+        assert set(reps.work) == {"liar"} and reps.lrps_received == 4, reps.work
+        metrics = (await client.get("/metrics")).text
+        assert "vendue_auctioneer_forged_states_total 1.0" in metrics, metrics
+        assert 'vendue_auctioneer_cells_dropped_total{reason="timeout"} 1.0' in metrics, metrics
 
 
 async def test_a_garbage_work_reply_is_counted_and_taken_as_delivered(nats_server):

@@ -1,9 +1,10 @@
-"""Test doubles of rep processes on NATS: each answers the state scatter-gather once for its cells and
-takes work on vendue.rep.<rep_id>.work, recording both.
+"""Test doubles of rep processes on NATS: each answers the state request on vendue.cells.state.<rep_id>
+once for its cells and takes work on vendue.rep.<rep_id>.work, recording both.
 
 A process can answer normally, with garbage ("garbage": not JSON), with JSON that is not a HostCellStates
-("invalid"), or not at all ("silent"), to exercise the auctioneer's handling of each; a cell's work can
-be rejected ("reject").
+("invalid"), not at all ("silent"), or with the states of every other process's cells besides its own
+("forge": a compromised rep speaking for others), to exercise the auctioneer's handling of each; a cell's
+work can be rejected ("reject").
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from common.models import (
     LRPWork,
     WorkResult,
 )
-from common.transport.subjects import CELLS_STATE, REP_ID_HEADER, rep_subject
+from common.transport.subjects import cells_state_subject, rep_subject
 from tests.auctioneer.fakes import cell_state
 
 NO_HTTP_URL = "http://127.0.0.1:1"  # the rep URL every cell's presence names: nothing listens there
@@ -41,7 +42,7 @@ class NatsFakeCell:
 
 @dataclass
 class NatsFakeRep:
-    state_mode: str = "ok"  # ok | garbage | invalid | silent
+    state_mode: str = "ok"  # ok | garbage | invalid | silent | forge
     work_mode: str = "ok"  # ok | garbage
 
 
@@ -50,7 +51,7 @@ class NatsFakeReps:
     nc: Client
     cells: dict[str, NatsFakeCell] = field(default_factory=dict)
     reps: dict[str, NatsFakeRep] = field(default_factory=dict)
-    state_requests: int = 0
+    state_requests: int = 0  # one per process asked
     state_replies: Counter = field(default_factory=Counter)  # rep_id -> replies sent
     work: dict[str, list[HostWork]] = field(default_factory=dict)  # rep_id -> the work it was sent
 
@@ -61,6 +62,7 @@ class NatsFakeReps:
         if rep_id not in self.reps:
             self.reps[rep_id] = NatsFakeRep()
             await self.nc.subscribe(rep_subject(rep_id, "work"), cb=self._work_handler(rep_id))
+            await self.nc.subscribe(cells_state_subject(rep_id), cb=self._state_handler(rep_id))
             await self.nc.flush()
         process = self.reps[rep_id]
         if "state_mode" in fields:
@@ -82,19 +84,24 @@ class NatsFakeReps:
     def lrps_received(self) -> int:
         return sum(len(w.instances(c)) for works in self.work.values() for w in works for c in w.cells)
 
-    async def on_state(self, msg: Msg) -> None:
-        self.state_requests += 1
-        for rep_id, rep in self.reps.items():
+    def _state_handler(self, rep_id: str):
+        async def handle(msg: Msg) -> None:
+            self.state_requests += 1
+            rep = self.reps[rep_id]
             if rep.state_mode == "silent":
-                continue
-            states = HostCellStates(cells=[c.state for c in self.cells.values() if c.rep_id == rep_id])
+                return
+            forge = rep.state_mode == "forge"
+            speaks_for = [c.state for c in self.cells.values() if c.rep_id == rep_id or forge]
             body = {
-                "ok": states.model_dump_json().encode(),
+                "ok": HostCellStates(cells=speaks_for).model_dump_json().encode(),
+                "forge": HostCellStates(cells=speaks_for).model_dump_json().encode(),
                 "garbage": b"\x00not json{",
                 "invalid": b'{"cells": [{"cell_id": "half"}]}',
             }[rep.state_mode]
             self.state_replies[rep_id] += 1
-            await self.nc.publish(msg.reply, body, headers={REP_ID_HEADER: rep_id})
+            await self.nc.publish(msg.reply, body)
+
+        return handle
 
     def _work_handler(self, rep_id: str):
         async def handle(msg: Msg) -> None:
@@ -121,8 +128,6 @@ class NatsFakeReps:
 async def nats_fake_reps(url: str) -> AsyncIterator[NatsFakeReps]:
     nc = await nats.connect(url, max_reconnect_attempts=1)
     reps = NatsFakeReps(nc)
-    await nc.subscribe(CELLS_STATE, cb=reps.on_state)
-    await nc.flush()
     try:
         yield reps
     finally:

@@ -38,8 +38,8 @@ from common.transport.nats_server import (
 from common.transport.subjects import (
     AUCTIONEER_LRPS,
     AUCTIONEER_QUEUE,
-    CELLS_STATE,
     EVENTS_ALL,
+    cells_state_subject,
     event_subject,
     rep_subject,
     rep_wildcard,
@@ -252,8 +252,9 @@ async def test_the_auctioneer_sends_work_and_state_requests_and_every_reply_come
         auctioneer, rep0, rep1 = p.values()
         await rep0.nc.subscribe(rep_subject("rep-0", "work"), cb=replier(rep0.nc, b"rep-0 took it"))
         # One reply per process, all its cells in it; a second reply to the same request is not allowed.
-        await rep0.nc.subscribe(CELLS_STATE, cb=replier(rep0.nc, b"cell-0a,cell-0b", b"again"))
-        await rep1.nc.subscribe(CELLS_STATE, cb=replier(rep1.nc, b"cell-1"))
+        await rep0.nc.subscribe(cells_state_subject("rep-0"),
+                                cb=replier(rep0.nc, b"cell-0a,cell-0b", b"again"))
+        await rep1.nc.subscribe(cells_state_subject("rep-1"), cb=replier(rep1.nc, b"cell-1"))
         for peer in (rep0, rep1):
             await peer.nc.flush()
 
@@ -266,9 +267,10 @@ async def test_the_auctioneer_sends_work_and_state_requests_and_every_reply_come
             states.append(msg.data)
 
         inbox = auctioneer.nc.new_inbox()
-        await auctioneer.nc.subscribe(inbox, cb=gather)
-        await auctioneer.nc.publish(CELLS_STATE, b"", reply=inbox)
-        await rep0.refused(f'publish to "{inbox}"')
+        await auctioneer.nc.subscribe(inbox + ".*", cb=gather)
+        for index, rep in enumerate(("rep-0", "rep-1")):
+            await auctioneer.nc.publish(cells_state_subject(rep), b"", reply=f"{inbox}.{index}")
+        await rep0.refused(f'publish to "{inbox}.0"')
         await eventually(lambda: len(states) == 2,
                          DEADLINE_S, "a state reply from each rep process", lambda: states)
         await auctioneer.nc.flush()  # a round trip: a reply the server let through has arrived by now
@@ -301,7 +303,7 @@ async def test_the_bbs_sends_start_requests_to_the_auctioneers_queue_and_stops_t
             assert json.loads(reply.data) == {"found": True}, verb
         assert auctioneer.errors == [] and rep0.errors == []
 
-        for subject in (rep_subject("rep-0", "work"), CELLS_STATE):
+        for subject in (rep_subject("rep-0", "work"), cells_state_subject("rep-0")):
             await bbs.nc.publish(subject, b"{}")
             await bbs.refused(f'publish to "{subject}"')
         await bbs.nc.subscribe(AUCTIONEER_LRPS)
@@ -404,7 +406,7 @@ def test_the_configuration_is_private_and_names_every_client_certificate_by_its_
     assert {u["user"] for u in _users(server)} == subjects
     rep0 = next(u for u in _users(server) if u["user"] == "CN=rep-0,OU=rep,O=vendue")["permissions"]
     assert rep0["publish"] == {"deny": [">"]}
-    assert rep0["subscribe"] == {"allow": [CELLS_STATE, "vendue.rep.rep-0.>"]}
+    assert rep0["subscribe"] == {"allow": ["vendue.cells.state.rep-0", "vendue.rep.rep-0.>"]}
 
 
 def test_tls_mode_takes_no_shared_secret_and_users_need_tls(pki: Path, tmp_path: Path):

@@ -14,7 +14,7 @@ import pytest
 from common.models import Found, HostCellDetails, HostCellStates, HostWorkResult
 from common.procutil import free_port
 from common.transport.nats_server import NatsServer
-from common.transport.subjects import CELLS_STATE, REP_ID_HEADER, rep_subject
+from common.transport.subjects import cells_state_subject, rep_subject
 from tests.fake_bbs import FakeBBS
 from tests.rep.fakes import DEADLINE_S, desired, work_body
 from tests.support.polling import eventually, expect
@@ -58,11 +58,11 @@ async def test_a_sim_rep_serves_its_cells_over_nats(nats_server, fake_bbs: FakeB
                          DEADLINE_S, "HTTP heartbeats of every cell", lambda: len(fake_bbs.heartbeats))
         assert {b.rep_id for b in fake_bbs.heartbeats} == {"sim.a"}
 
-        # One state request, one reply for the process (its name in a header) holding every cell.
+        # One state request on the process's own subject, one reply holding every cell.
         inbox, replies = await collect_replies(nc)
-        await nc.publish(CELLS_STATE, b"", reply=inbox)
+        assert cells_state_subject("sim.a") == "vendue.cells.state.sim_a"
+        await nc.publish(cells_state_subject("sim.a"), b"", reply=inbox)
         await eventually(lambda: len(replies) == 1, DEADLINE_S, "1 state reply", lambda: len(replies))
-        assert replies[0].headers[REP_ID_HEADER] == "sim.a"
         states = HostCellStates.model_validate_json(replies[0].data).cells
         assert [s.cell_id for s in states] == CELLS
 
@@ -83,7 +83,7 @@ async def test_a_sim_rep_serves_its_cells_over_nats(nats_server, fake_bbs: FakeB
 
         # The NATS reply carries the bids (instances per process guid); the instances themselves are in the
         # cells' detail, over HTTP.
-        await nc.publish(CELLS_STATE, b"", reply=inbox)
+        await nc.publish(cells_state_subject("sim.a"), b"", reply=inbox)
         await eventually(lambda: len(replies) == 2, DEADLINE_S, "another state reply", lambda: len(replies))
         counts = {s.cell_id: s.lrp_counts for s in HostCellStates.model_validate_json(replies[1].data).cells}
         assert counts == {"cell-0": {}, "cell-1": {"app": 2}, "cell-2": {}}, counts
@@ -125,6 +125,7 @@ async def test_a_rep_started_before_nats_is_not_ready_then_serves_once_nats_is_u
     server = NatsServer(port=free_port(), log_path=tmp_path / "nats.log")
     rep = await start_rep(
         "--sim", "--cells", "2", "--bbs-url", fake_bbs.url, "--transport", "nats", "--nats-url", server.url,
+        "--rep-id", "sim-b",
     )  # fmt: skip
     try:
         async with httpx.AsyncClient(timeout=10) as client:
@@ -142,7 +143,7 @@ async def test_a_rep_started_before_nats_is_not_ready_then_serves_once_nats_is_u
         nc = await nats.connect(server.url)
         try:
             inbox, replies = await collect_replies(nc)
-            await nc.publish(CELLS_STATE, b"", reply=inbox)
+            await nc.publish(cells_state_subject("sim-b"), b"", reply=inbox)
             await eventually(lambda: len(replies) == 1, DEADLINE_S, "1 state reply", lambda: len(replies))
             assert len(HostCellStates.model_validate_json(replies[0].data).cells) == 2
         finally:
