@@ -15,8 +15,18 @@ import uvicorn
 from fastapi import FastAPI, Request
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from common.auth import REFUSAL_SCOPE_KEY, Policy, add_auth, public, require_cells, rule, uvicorn_tls_options
-from common.tls import Identity, TLSFiles, client_context, init_ca, issue, server_context
+from common.auth import (
+    REFUSAL_SCOPE_KEY,
+    TLS_SCOPE_KEY,
+    PeerCertProtocol,
+    Policy,
+    add_auth,
+    public,
+    require_cells,
+    rule,
+    uvicorn_tls_options,
+)
+from common.tls import Identity, TLSFiles, client_context, identity_from_der, init_ca, issue, server_context
 from tests.support.polling import eventually
 
 TOKENS = {"good-admin": Identity("admin", "ops", via="token"), "rep-token": Identity("rep", "x", via="token")}
@@ -90,14 +100,18 @@ def pki(tmp_path_factory) -> Path:
 
 
 @contextlib.asynccontextmanager
-async def serving(pki: Path, refused: list[str]) -> AsyncIterator[str]:
+async def serving(
+    pki: Path, refused: list[str], app: ASGIApp | None = None, servers: list[uvicorn.Server] | None = None
+) -> AsyncIterator[str]:
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
-    config = uvicorn.Config(make_app(refused), log_config=None, lifespan="off",
+    config = uvicorn.Config(app or make_app(refused), log_config=None, lifespan="off",
                             **uvicorn_tls_options(server_context(TLSFiles.in_dir(pki, "bbs"))))
     server = uvicorn.Server(config)
     server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
+    if servers is not None:
+        servers.append(server)
     task = asyncio.create_task(server.serve(sockets=[sock]))
     try:
         await eventually(lambda: server.started or task.done(), 10.0, "uvicorn started", lambda: task)
@@ -140,6 +154,36 @@ async def test_roles_tokens_and_refusals(pki: Path) -> None:
         assert await status(pki, url, "admin", "POST", "/cells/report?cell=cell-1") == 403
     assert refused.count("no_identity") == 1 and refused.count("forbidden") == 2
     assert refused.count("bad_token") == 2 and refused.count("no_rule") == 1
+
+
+async def test_the_app_sees_the_peer_certificate_through_uvicorns_private_protocol(pki: Path) -> None:
+    """PeerCertProtocol subclasses uvicorn's private HttpToolsProtocol and common/serving.py reads its
+    connection state: pyproject.toml bounds uvicorn to the releases this passes on."""
+    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+    assert issubclass(PeerCertProtocol, HttpToolsProtocol)
+    for hook in ("connection_made", "on_message_begin"):  # the two methods PeerCertProtocol extends
+        assert callable(vars(HttpToolsProtocol).get(hook)), hook
+    seen: list[Identity | None] = []
+    servers: list[uvicorn.Server] = []
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        assert scope["type"] == "http"
+        der = scope[TLS_SCOPE_KEY]  # set by PeerCertProtocol.on_message_begin on every request
+        seen.append(identity_from_der(der) if der is not None else None)
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+    async with serving(pki, [], app, servers) as url:
+        async with client(pki, "viewer", url) as c:
+            assert (await c.get("/")).text == "ok"
+            # What common/serving.py's drop_idle_connections reads of each (now idle) connection.
+            (connection,) = servers[0].server_state.connections
+            assert isinstance(connection, PeerCertProtocol)
+            assert connection.transport is not None and connection.cycle.response_complete
+        async with client(pki, None, url) as c:
+            assert (await c.get("/")).text == "ok"
+    assert seen == [Identity("reader", "viewer"), None]
 
 
 async def test_a_certificate_from_another_ca_fails_the_handshake(pki: Path) -> None:

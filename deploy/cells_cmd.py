@@ -13,7 +13,6 @@ import time
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from common.models import ActualLRP, CellPresence, Presence, TaskState
@@ -21,6 +20,7 @@ from common.models import ActualLRP, CellPresence, Presence, TaskState
 from .bbs_client import BBSClient, NotFound
 from .cli_style import USAGE_ERROR, OneLineErrorsCommand, fail
 from .client_cmd import AsJson, Connection, bbs_command, cell_status, cells_app, connect, print_json
+from .terminal_text import echo, markup, plain, safe_console
 
 POLL_S = 0.5  # how often `drain --wait` looks at what the cell still holds
 
@@ -39,7 +39,7 @@ def _report(cell: CellPresence, as_json: bool, done: str) -> None:
     if as_json:
         print_json(cell.model_dump(mode="json"))
     else:
-        Console().print(f"{done} {cell.cell_id}: {cell_status(cell)}", highlight=False)
+        safe_console().print(f"{done} {markup(cell.cell_id)}: {cell_status(cell)}", highlight=False)
 
 
 @cells_app.command("cordon", cls=OneLineErrorsCommand)
@@ -88,14 +88,14 @@ def drain(
         print_json({"cell": cell.model_dump(mode="json"), "left": [entry for entry, _ in left]})
     if not left:
         if not as_json:
-            typer.echo(
+            echo(
                 f"drained {cell_id}: it holds nothing (still cordoned; `vendue cells uncordon {cell_id}`)"
             )
         return
     if not as_json:
-        typer.echo(f"error: {cell_id} still holds {len(left)} after {timeout:g}s:", err=True)
+        echo(f"error: {cell_id} still holds {len(left)} after {timeout:g}s:", err=True)
         for _, line in left:
-            typer.echo(f"  {line}", err=True)
+            echo(f"  {plain(line, lines=False)}", err=True)
     raise typer.Exit(1)
 
 
@@ -107,15 +107,15 @@ def _wait_empty(client: BBSClient, cell_id: str, timeout: float, *, show: bool) 
     total = max(1, len(held))
     with Progress(TextColumn("draining {task.fields[cell]}"), BarColumn(), MofNCompleteColumn(),
                   TextColumn("{task.fields[why]}"), TimeElapsedColumn(),
-                  console=Console(stderr=True), disable=not show, transient=True) as progress:
-        bar = progress.add_task("drain", total=total, cell=cell_id, why="")
+                  console=safe_console(stderr=True), disable=not show, transient=True) as progress:
+        bar = progress.add_task("drain", total=total, cell=markup(cell_id), why="")
         while held and time.monotonic() < deadline:
             time.sleep(POLL_S)
             held = _held(client, cell_id)
             total = max(total, len(held))
             stuck = _stuck(client, held)
             why = f"no room elsewhere: {next(iter(stuck.values()))}" if stuck else ""
-            progress.update(bar, total=total, completed=total - len(held), why=why)
+            progress.update(bar, total=total, completed=total - len(held), why=markup(why, lines=False))
     stuck = _stuck(client, held)
     return [(entry, _describe(entry, stuck)) for entry in held]
 

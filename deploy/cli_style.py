@@ -20,13 +20,16 @@ from typing import Any, NoReturn
 import typer
 from typer.core import TyperArgument, TyperCommand, TyperGroup, TyperOption
 
+from .terminal_text import plain
+
 USAGE_ERROR = 2
 FAILURE = 1
 
 
 def fail(message: str, code: int = FAILURE) -> NoReturn:
     """The one error line, and the exit status: FAILURE (1) unless told USAGE_ERROR (2)."""
-    typer.echo(f"error: {message}", err=True)
+    # The message may quote a BBS's answer, or what an app or rep wrote (terminal_text.py says why).
+    typer.echo(f"error: {plain(message)}", err=True)
     raise typer.Exit(code)
 
 

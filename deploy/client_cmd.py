@@ -38,6 +38,7 @@ import typer
 from .cli import app
 from .cli_style import FAILURE, USAGE_ERROR, OneLineErrorsCommand, OneLineErrorsGroup, fail, name_flags
 from .cluster_file import read_cluster_file
+from .terminal_text import echo, markup, safe_console
 
 # The models, the BBS client (httpx), pydantic and rich are imported where a command runs, not here:
 # `vendue apps --help` and argument parsing never need them, and they are most of a client command's
@@ -233,12 +234,10 @@ def parse_env(pairs: Sequence[str]) -> dict[str, str]:
 def console(listing: bool = True) -> Console:
     """stdout as rich sees it. Piped, a listing is never wrapped (one row per line, whole cells, for grep
     and scripts) and other output gets 120 columns at least."""
-    from rich.console import Console
-
-    out = Console()
+    out = safe_console()
     if out.is_terminal:
         return out
-    return Console(width=1_000_000) if listing else Console(width=max(out.width, 120))
+    return safe_console(width=1_000_000) if listing else safe_console(width=max(out.width, 120))
 
 
 def listing_table(title: str) -> Table:
@@ -256,7 +255,7 @@ def report_done(as_json: bool, message: str, **record: Any) -> None:
     if as_json:
         print_json(record)
     else:
-        typer.echo(message)
+        echo(message)
 
 
 def dump(models: Sequence[BaseModel]) -> list[dict[str, Any]]:
@@ -348,8 +347,8 @@ def push(
     if as_json:
         print_json(desired.model_dump(mode="json"))
         return
-    typer.echo(f"pushed {name}: {desired.instances} instance(s) of {' '.join(desired.command)}"
-               + ("" if wait else f"; see them with `vendue instances {name}`"))
+    echo(f"pushed {name}: {desired.instances} instance(s) of {' '.join(desired.command)}"
+         + ("" if wait else f"; see them with `vendue instances {name}`"))
 
 
 def _wait_running(client: BBSClient, name: str, instances: int, timeout: float) -> None:
@@ -396,7 +395,7 @@ def scale(
     if as_json:
         print_json(desired.model_dump(mode="json"))
         return
-    typer.echo(f"scaled {name} to {desired.instances} instance(s), on cell loss: {desired.on_cell_loss}")
+    echo(f"scaled {name} to {desired.instances} instance(s), on cell loss: {desired.on_cell_loss}")
 
 
 @app.command(cls=OneLineErrorsCommand)
@@ -466,11 +465,11 @@ def apps(
     for row in rows:
         ok = row["running"] == row["instances"]
         table.add_row(
-            row["process_guid"],
+            markup(row["process_guid"]),
             f"[{'green' if ok else 'yellow'}]{row['running']}/{row['instances']}[/]",
             str(row["starting"]), str(row["crashed"]),
-            f"{row['memory_mb']} MB", f"{row['disk_mb']} MB", row["strategy"] or "(cluster)",
-            "; ".join(row["placement_errors"]),
+            f"{row['memory_mb']} MB", f"{row['disk_mb']} MB", markup(row["strategy"] or "(cluster)"),
+            markup("; ".join(row["placement_errors"])),
         )
     console().print(table)
 
@@ -485,9 +484,9 @@ def instances_table(actuals: Sequence[ActualLRP], title: str) -> Table:
     now = datetime.now(UTC)
     for a in sorted(actuals, key=lambda a: (a.index, a.presence != Presence.ORDINARY)):
         table.add_row(
-            str(a.index), f"[{colours.get(a.state, 'yellow')}]{a.state}[/]", str(a.presence),
-            a.cell_id or "-", a.zone or "-", a.address or "-", age(a.since, now), str(a.crash_count),
-            a.placement_error or a.crash_reason,
+            str(a.index), f"[{colours.get(a.state, 'yellow')}]{markup(a.state)}[/]", markup(a.presence),
+            markup(a.cell_id or "-"), markup(a.zone or "-"), markup(a.address or "-"), age(a.since, now),
+            str(a.crash_count), markup(a.placement_error or a.crash_reason),
         )
     return table
 
@@ -514,7 +513,7 @@ def instances(
         ordered = sorted(actuals, key=lambda a: (a.index, a.presence != Presence.ORDINARY))
         print_json(dump(ordered))
         return
-    console().print(instances_table(actuals, f"{name}: {desired.instances} desired"))
+    console().print(instances_table(actuals, f"{markup(name)}: {desired.instances} desired"))
 
 
 # --- cells ----------------------------------------------------------------------------------------
@@ -558,14 +557,14 @@ def cells(
     for cell in listed:
         left, total = cell.available, cell.total
         table.add_row(
-            cell.cell_id, cell.zone, cell_status(cell),
+            markup(cell.cell_id), markup(cell.zone), cell_status(cell),
             f"{left.memory_mb if left else '?'} / {total.memory_mb} MB",
             f"{left.disk_mb if left else '?'} / {total.disk_mb} MB",
             f"{left.containers if left else '?'} / {total.containers}",
             str(cell.instances), str(cell.starting),
             "[red]yes[/]" if cell.insecure else "no",
-            "[red]none[/]" if cell.isolation == "none" else (cell.isolation or "?"),
-            cell.rep_url,
+            "[red]none[/]" if cell.isolation == "none" else markup(cell.isolation or "?"),
+            markup(cell.rep_url),
         )
     console().print(table)
 
@@ -609,9 +608,9 @@ def cells_remove(
 
 def _print_task_outcome(task: Task) -> None:
     verdict = f"failed: {task.failure_reason}" if task.failed else "succeeded"
-    typer.echo(f"task {task.task_guid} {verdict} on {task.cell_id or '-'} (exit status {task.exit_status})")
+    echo(f"task {task.task_guid} {verdict} on {task.cell_id or '-'} (exit status {task.exit_status})")
     if task.result:
-        typer.echo(task.result.rstrip("\n"))
+        echo(task.result.rstrip("\n"))
 
 
 @task_app.command("run", cls=OneLineErrorsCommand)
@@ -661,7 +660,7 @@ def task_run(
     if as_json:
         print_json(task.model_dump(mode="json"))
     elif detach:
-        typer.echo(f"task {task.task_guid} {task.state}; follow it with `vendue tasks`")
+        echo(f"task {task.task_guid} {task.state}; follow it with `vendue tasks`")
     else:
         _print_task_outcome(task)
     if not detach and task.failed:
@@ -742,8 +741,8 @@ def tasks(
     now = datetime.now(UTC)
     for t in found:
         first_line = t.result.strip().splitlines()[-1] if t.result.strip() else ""
-        table.add_row(t.task_guid, str(t.state), t.cell_id or "-",
+        table.add_row(markup(t.task_guid), markup(t.state), markup(t.cell_id or "-"),
                       "" if t.exit_status is None else str(t.exit_status),
-                      f"[red]{t.failure_reason or 'failed'}[/]" if t.failed else "",
-                      first_line[:60], age(t.created_at, now))
+                      f"[red]{markup(t.failure_reason or 'failed')}[/]" if t.failed else "",
+                      markup(first_line[:60]), age(t.created_at, now))
     console().print(table)

@@ -80,6 +80,8 @@ from .cluster_file import (
     CLUSTER_FILE,
     cluster_info,
     forget_cluster_file,
+    private_dir,
+    private_log,
     read_cluster_file,
     redact_database_url,
     write_cluster_file,
@@ -295,8 +297,9 @@ class LocalCluster:
             raise ClusterError(f"a cluster is already running in {self.data_dir} "
                                f"(launcher pid {running.get('pid')}, BBS {running.get('bbs_url')})")
         self._started = True
-        for sub in ("logs", "run", "bbs", "cells"):
+        for sub in ("run", "bbs", "cells"):
             (self.data_dir / sub).mkdir(parents=True, exist_ok=True)
+        private_dir(self.logs_dir)
         deadline = time.monotonic() + timeout
         try:
             self._start_postgres()
@@ -467,7 +470,8 @@ class LocalCluster:
             return
         try:
             self.postgres = self._on_host("postgres", lambda: embedded_postgres.start_under(
-                self.data_dir, log_path=self.logs_dir / "postgres.log", host=self._address("postgres"),
+                self.data_dir, log_path=private_log(self.logs_dir / "postgres.log"),
+                host=self._address("postgres"),
                 clients=self.postgres_clients))
         except RuntimeError as exc:
             raise ClusterError(f"PostgreSQL did not start: {exc}") from None
@@ -488,7 +492,7 @@ class LocalCluster:
         """The embedded nats-server's configuration (cluster_certs.nats_server says which)."""
         server, self._nats_token = cluster_certs.nats_server(
             self.certs_dir, self.insecure, self._address("nats"), self._sans("nats"),
-            self.logs_dir / "nats-server.log")
+            private_log(self.logs_dir / "nats-server.log"))
         return server
 
     def _make_certificates(self) -> None:

@@ -10,12 +10,42 @@ import contextlib
 import json
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 if TYPE_CHECKING:
     from .cluster import LocalCluster
 
 CLUSTER_FILE = "cluster.json"
+# The launcher's own files (logs, cluster.json) are for its user alone, as the data dirs are: logs carry
+# what apps and components print, cluster.json every pid and URL. Apps may run as other users.
+PRIVATE_DIR_MODE = 0o700
+PRIVATE_FILE_MODE = 0o600
+
+
+def private_dir(path: Path) -> Path:
+    """`path` made (with its parents) or kept, 0700 either way."""
+    path.mkdir(mode=PRIVATE_DIR_MODE, parents=True, exist_ok=True)
+    path.chmod(PRIVATE_DIR_MODE)  # also when it was there already, or the umask narrowed the mkdir
+    return path
+
+
+def open_private(path: Path, append: bool = True) -> BinaryIO:
+    """`path` opened for writing (appending, or from empty), 0600 whether new or there already."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | (os.O_APPEND if append else os.O_TRUNC)
+    fd = os.open(path, flags, PRIVATE_FILE_MODE)
+    try:
+        os.fchmod(fd, PRIVATE_FILE_MODE)
+        return os.fdopen(fd, "ab" if append else "wb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def private_log(path: Path) -> Path:
+    """A log another program opens for appending, made 0600 (and its directory 0700) beforehand."""
+    private_dir(path.parent)
+    open_private(path).close()
+    return path
 
 
 def read_cluster_file(data_dir: Path) -> dict[str, Any] | None:
@@ -36,7 +66,8 @@ def write_cluster_file(data_dir: Path, info: dict[str, Any]) -> None:
     """Replace cluster.json with `info` at once (a reader never sees half a file)."""
     path = Path(data_dir) / CLUSTER_FILE
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(info, indent=2) + "\n")
+    with open_private(tmp, append=False) as out:
+        out.write((json.dumps(info, indent=2) + "\n").encode())
     os.replace(tmp, path)
 
 

@@ -23,6 +23,7 @@ import httpx
 
 from common.procutil import child_preexec, terminate_then_kill, wait_ready_file
 
+from .cluster_file import open_private, private_dir
 from .cluster_topology import ClusterError, Component
 
 # How long a stop waits after SIGTERM before SIGKILL (the rep stops its containers within this).
@@ -67,8 +68,8 @@ def spawn(component: Component, args: Sequence[str], log_path: Path, env: Mappin
           on_host: Callable[[str, Callable[[], subprocess.Popen[bytes]]], subprocess.Popen[bytes]]) -> None:
     """Start `component` as `python -m deploy.cli ARGS`, its output appended to `log_path`."""
     argv = [*ENTRY_POINT, *args]
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    with open(log_path, "ab") as log:
+    private_dir(log_path.parent)
+    with open_private(log_path) as log:
         log.write(f"--- launcher: starting {' '.join(args)}\n".encode())
         log.flush()
         component.proc = on_host(component.name, lambda: subprocess.Popen(

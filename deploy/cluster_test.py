@@ -21,6 +21,7 @@ from tests.support.polling import expect, wait_for
 
 from .cli import _register, app
 from .cluster import CLUSTER_FILE, ClusterError, LocalCluster, SimRepProcess, read_cluster_file
+from .cluster_file import private_log, write_cluster_file
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 
@@ -192,6 +193,31 @@ def test_sim_rep_processes_of_the_callers_own_replace_the_planned_cells(tmp_path
         assert seen == {"a-0": ("east", 512, ["gpu"]), "a-1": ("east", 512, ["gpu"]), "b": ("west", 256, [])}
         identity = identity_of_file(lc.certs_dir / "rep-a.pem")
         assert identity is not None and identity.cell_prefixes == ("a-",)
+
+
+def test_logs_and_cluster_json_are_the_launchers_alone(cluster: LocalCluster):
+    # What apps and components print, and every pid and URL: 0600 files in a 0700 logs dir.
+    assert stat.S_IMODE(cluster.logs_dir.stat().st_mode) == 0o700
+    logs = sorted(cluster.logs_dir.glob("*.log"))
+    assert {path.stem for path in logs} >= {"bbs", "auctioneer", "cell-0", "cell-1"}
+    for path in [*logs, cluster.data_dir / CLUSTER_FILE]:
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
+
+
+def test_private_files_are_tightened_when_they_exist_already(tmp_path: Path):
+    logs = tmp_path / "logs"
+    logs.mkdir(mode=0o755)
+    (logs / "nats-server.log").write_text("from an older launcher\n")
+    (logs / "nats-server.log").chmod(0o644)
+    (tmp_path / CLUSTER_FILE).write_text("{}")
+    (tmp_path / CLUSTER_FILE).chmod(0o644)
+    private_log(logs / "nats-server.log")  # what the launcher does before nats-server or postgres opens it
+    private_log(logs / "postgres.log")
+    write_cluster_file(tmp_path, {"pid": 1})
+    assert stat.S_IMODE(logs.stat().st_mode) == 0o700
+    for path in (logs / "nats-server.log", logs / "postgres.log", tmp_path / CLUSTER_FILE):
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
+    assert (logs / "nats-server.log").read_text() == "from an older launcher\n"  # appended to, not emptied
 
 
 def test_every_component_has_a_certificate_of_its_own_and_callers_need_one(

@@ -28,6 +28,7 @@ from .client_cmd import (
     fail,
     print_json,
 )
+from .terminal_text import echo
 from .tokens_cmd import parse_duration
 
 LOGIN_TOKEN_NAME = "dashboard login"
@@ -68,9 +69,9 @@ def dashboard(
     if as_json:
         print_json({"url": url, "token_id": created.id, "expires_at": created.expires_at})
     else:
-        typer.echo(url)
-        typer.echo(f"login link good for one login within {expires}: open it to get a reader session of "
-                   f"8 hours (revoke it unused with `vendue tokens revoke {created.id}`)", err=True)
+        echo(url)
+        echo(f"login link good for one login within {expires}: open it to get a reader session of "
+             f"8 hours (revoke it unused with `vendue tokens revoke {created.id}`)", err=True)
     if open_browser and not webbrowser.open(url):
         fail("--open: no browser found here; open the URL above yourself")
 

@@ -16,6 +16,7 @@ from .bbs_client import EventQuery
 from .cli import app
 from .cli_style import USAGE_ERROR, OneLineErrorsCommand, fail
 from .client_cmd import AsJson, Connection, bbs_command, connect
+from .terminal_text import echo, plain
 
 
 def summarize(event: Event) -> str:
@@ -79,11 +80,11 @@ def events(
 
     def reconnecting(why: str) -> None:
         if told[-1:] != [why]:  # once per reason, not once per attempt
-            typer.echo(f"reconnecting: {why}", err=True)
+            echo(f"reconnecting: {why}", err=True)
             told.append(why)
 
     def following(url: str) -> None:
-        typer.echo(f"following the events of {url} (Ctrl-C to stop)", err=True)
+        echo(f"following the events of {url} (Ctrl-C to stop)", err=True)
 
     with connect(connection) as client:
         try:
@@ -92,7 +93,8 @@ def events(
                     line = event.model_dump_json()
                 else:
                     at = event.at.astimezone().strftime("%H:%M:%S.%f")[:-3]
-                    line = f"{at}  {event.type:<24} {summarize(event)}"
+                    # Every field may be what an app or a rep wrote: shown, never obeyed.
+                    line = plain(f"{at}  {event.type:<24} {summarize(event)}", lines=False)
                 sys.stdout.write(line + "\n")
                 sys.stdout.flush()
         except KeyboardInterrupt:

@@ -34,6 +34,7 @@ from .client_cmd import (
     fail,
     print_json,
 )
+from .terminal_text import markup
 
 POLL_S = 0.5  # how often --wait looks at the moves
 
@@ -138,17 +139,17 @@ def _print(moves: list[RebalanceMove], dry_run: bool, finished: list[RebalanceMo
     for m in moves:
         done = outcome.get(_key(m))
         row = [
-            f"{m.process_guid}/{m.index}",
-            f"{m.from_cell} ({m.from_zone})",
-            f"{m.to_cell} ({m.to_zone})",
-            f"{m.reason}: {m.detail}",
+            markup(f"{m.process_guid}/{m.index}"),
+            markup(f"{m.from_cell} ({m.from_zone})"),
+            markup(f"{m.to_cell} ({m.to_zone})"),
+            markup(f"{m.reason}: {m.detail}"),
             f"{m.gain:g}",
         ]
         if finished is not None:
             row.append(
                 "still running"
                 if done is None
-                else f"{done.outcome}" + (f": {done.why}" if done.why and _worth_saying(done) else "")
+                else markup(f"{done.outcome}" + (f": {done.why}" if done.why and _worth_saying(done) else ""))
             )
         table.add_row(*row)
     console().print(table)

@@ -35,6 +35,7 @@ from .client_cmd import (
     report_done,
     validated,
 )
+from .terminal_text import echo, markup
 
 tokens_app = typer.Typer(help="Bearer tokens for people and scripts (admin or reader).", no_args_is_help=True,
                          cls=OneLineErrorsGroup)
@@ -85,8 +86,8 @@ def create(
                     "expires_at": created.expires_at})
         return
     sys.stdout.write(created.token + "\n")
-    typer.echo(f"token {created.id} (role {created.role}, expires {_when(created.expires_at)}): shown once, "
-               "keep it now; use it as `Authorization: Bearer <token>`", err=True)
+    echo(f"token {created.id} (role {created.role}, expires {_when(created.expires_at)}): shown once, "
+         "keep it now; use it as `Authorization: Bearer <token>`", err=True)
 
 
 @tokens_app.command("list", cls=OneLineErrorsCommand)
@@ -105,7 +106,8 @@ def list_tokens(
     for column in ("ID", "ROLE", "PURPOSE", "NAME", "CREATED", "EXPIRES", "REVOKED"):
         table.add_column(column, no_wrap=True)
     for t in found:
-        table.add_row(t.id, t.role, t.purpose, t.name or "-", _when(t.created_at), _when(t.expires_at),
+        table.add_row(markup(t.id), markup(t.role), markup(t.purpose), markup(t.name or "-"),
+                      _when(t.created_at), _when(t.expires_at),
                       "[red]revoked[/]" if t.revoked else "")
     console().print(table)
 

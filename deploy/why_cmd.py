@@ -34,6 +34,7 @@ from .client_cmd import (
     fail,
     print_json,
 )
+from .terminal_text import markup
 
 # The parts of Diego's score in the order scoring.lrp_score adds them, with the columns' short names.
 COMPONENTS = {
@@ -78,8 +79,8 @@ def why(
     for explanation in found:
         print_explanation(out, explanation)
     if unknown:
-        out.print(f"[dim]no explanation known for {name} index {', '.join(map(str, unknown))}: not auctioned "
-                  f"since this BBS started (explanations are kept in its memory)[/dim]")
+        out.print(f"[dim]no explanation known for {markup(name)} index {', '.join(map(str, unknown))}: "
+                  f"not auctioned since this BBS started (explanations are kept in its memory)[/dim]")
 
 
 def _not_known(client: BBSClient, name: str, message: str) -> str:
@@ -110,18 +111,18 @@ def _every_index(client: BBSClient, name: str) -> tuple[list[PlacementExplanatio
 
 
 def print_explanation(out: Console, why: PlacementExplanation) -> None:
-    label = f"[bold]{why.process_guid}/{why.index}[/bold]"
+    label = f"[bold]{markup(why.process_guid)}/{why.index}[/bold]"
     if not why.placed:
-        out.print(f"{label} not placed: [red]{why.error}[/red]")
+        out.print(f"{label} not placed: [red]{markup(why.error)}[/red]")
         table = breakdown(why.detail)
         if table is not None:
             out.print(table)
         elif why.detail:
-            out.print(f"  {why.detail}")
+            out.print(f"  {markup(why.detail)}")
         return
-    strategy = f" ({why.strategy})" if why.strategy and why.strategy != "diego" else ""
-    out.print(f"{label} placed on [green]{why.cell_id}[/green]{strategy}: decided by {why.decided_by}"
-              + (f"; {why.zone_order}" if why.zone_order else ""))
+    strategy = f" ({markup(why.strategy)})" if why.strategy and why.strategy != "diego" else ""
+    out.print(f"{label} placed on [green]{markup(why.cell_id)}[/green]{strategy}: decided by "
+              f"{markup(why.decided_by)}" + (f"; {markup(why.zone_order)}" if why.zone_order else ""))
     out.print(candidates(why))
 
 
@@ -137,7 +138,7 @@ def candidates(why: PlacementExplanation) -> Table:
         table.add_column(column, no_wrap=True, justify="right" if column in ("index", "score") else "left")
     for c in why.candidates:
         parts = c.components
-        table.add_row("→" if c.chosen else "", c.cell_id, c.zone, str(c.zone_index),
+        table.add_row("→" if c.chosen else "", markup(c.cell_id), markup(c.zone), str(c.zone_index),
                       f"{parts['score']:.4f}" if "score" in parts else "",
                       *(f"{parts[n]:.3g}" if n in parts else "" for n in names))
     return table
@@ -150,10 +151,10 @@ def breakdown(detail: str) -> Table | None:
     head, sep, parts = detail.partition(" cells fit: ")
     if not sep:
         return None
-    table = Table(caption=f"{head} cells fit" + (f"; {note}" if note else ""), caption_justify="left")
+    table = Table(caption=markup(f"{head} cells fit" + (f"; {note}" if note else "")), caption_justify="left")
     table.add_column("cells", justify="right")
     table.add_column("turned away by")
     for part in PART.split(parts):
         count, _, reason = part.partition(" ")
-        table.add_row(count, reason)
+        table.add_row(markup(count), markup(reason))
     return table

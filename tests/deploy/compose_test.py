@@ -36,6 +36,7 @@ import pytest
 
 from tests.support.compose import (
     CERTS_SERVICE,
+    COMPOSE_FILE,
     ROOT,
     certs_script,
     component,
@@ -388,6 +389,30 @@ def test_a_bbs_is_published_on_the_host(services: dict[str, dict[str, Any]]) -> 
             assert int(container) == listen_port(name, service), f"{name}: publishes {container}"
             published[int(host[-1])] = name
     assert 8889 in published  # `vendue push --bbs http://127.0.0.1:8889` from the host
+
+
+def test_every_vendue_service_runs_under_an_init_that_reaps_orphans(
+    services: dict[str, dict[str, Any]],
+) -> None:
+    # A rep as PID 1 would leave its apps' orphaned children as zombies: Docker's init reaps them.
+    for name, service in [*vendue_services(services).items(), (CERTS_SERVICE, services[CERTS_SERVICE])]:
+        assert service.get("init") is True, f"{name}: no init"
+
+
+def test_every_published_host_port_is_a_variable_with_its_default() -> None:
+    import yaml
+
+    raw = yaml.safe_load(COMPOSE_FILE.read_text())["services"]  # before interpolation
+    defaults = {}
+    for name, service in raw.items():
+        for mapping in service.get("ports") or []:
+            # On the host's loopback only, at a port the operator can move: 127.0.0.1:${VAR:-default}:port
+            match = re.fullmatch(r"127\.0\.0\.1:\$\{(VENDUE_\w+_PORT):-(\d+)\}:\d+", str(mapping))
+            assert match, f"{name}: publishes {mapping!r}, not 127.0.0.1:${{VENDUE_..._PORT:-default}}:port"
+            defaults[match.group(1)] = int(match.group(2))
+    assert defaults == {"VENDUE_BBS_PORT": 8889, "VENDUE_BBS2_PORT": 8899, "VENDUE_PROMETHEUS_PORT": 9090}
+    deployment = (ROOT / "docs" / "deployment.md").read_text()
+    assert all(variable in deployment for variable in defaults), "docs/deployment.md names each variable"
 
 
 def test_reps_get_time_to_evacuate_before_docker_kills_them(services: dict[str, dict[str, Any]]) -> None:

@@ -72,6 +72,24 @@ def test_task_returns_exit_status_and_output(shared_cluster):
 
 
 @pytest.mark.timeout(120)
+def test_a_tasks_terminal_escapes_never_reach_the_operators_terminal(shared_cluster):
+    c = shared_cluster
+    guid = c.guid("escape-task")
+    # An OSC title, a CSI clear and an 8-bit CSI, as a hostile app would print them.
+    script = r"import sys; sys.stdout.write('\x1b]0;PWNED\x07\x1b[2J\u009b31mtitled\n')"
+    r = c.cli("task", "run", "--name", guid, "--memory", "64", "--disk", "64", "--",
+              app_python(), "-c", script)
+    assert r.code == 0, f"expected the task to succeed, saw exit {r.code}: {r.output}"
+    listed = c.cli("tasks")
+    assert listed.code == 0, listed.output
+    for output in (r.stdout, listed.stdout):
+        assert "\x1b" not in output and "\x07" not in output and "\x9b" not in output, repr(output)
+    assert "\\x1b]0;PWNED\\x07" in r.stdout and "titled" in r.stdout, r.stdout  # shown, escaped
+    assert "PWNED" in listed.stdout, listed.stdout
+    assert completed(c, guid)["result"].startswith("\x1b]0;PWNED\x07")  # the BBS keeps what the app wrote
+
+
+@pytest.mark.timeout(120)
 def test_failing_task_fails_with_its_reason(shared_cluster):
     c = shared_cluster
     bad = c.guid("failing-task")
