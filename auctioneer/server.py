@@ -19,6 +19,7 @@ import uvicorn
 
 from common import runtime, serving
 from common.auth import uvicorn_tls_options
+from common.limits import RequestLimitOptions
 
 GRACEFUL_SHUTDOWN_SECONDS = 10.0
 
@@ -93,10 +94,13 @@ def write_ready_file(path: Path, url: str) -> None:
 
 
 def config_for(app, graceful_timeout: float = GRACEFUL_SHUTDOWN_SECONDS,
-               ssl_context: ssl.SSLContext | None = None) -> uvicorn.Config:
-    """`ssl_context`: serve HTTPS with it (built once, shared by every connection); None: plain HTTP."""
-    return uvicorn.Config(
+               ssl_context: ssl.SSLContext | None = None,
+               limits: RequestLimitOptions | None = None) -> uvicorn.Config:
+    """`ssl_context`: serve HTTPS with it (built once, shared by every connection); None: plain HTTP.
+    `limits`: the connections' (the auctioneer's settings; default: the defaults)."""
+    return serving.Config(
         app,
+        limits=limits,
         log_config=None,
         access_log=False,
         lifespan="on",
@@ -111,10 +115,11 @@ def run(
     ready_file: Path | None = None,
     graceful_timeout: float = GRACEFUL_SHUTDOWN_SECONDS,
     ssl_context: ssl.SSLContext | None = None,
+    limits: RequestLimitOptions | None = None,
 ) -> int:
     """Serve until SIGTERM/SIGINT; returns the exit status."""
     url = url_of(sock, tls=ssl_context is not None)
-    server = Server(config_for(app, graceful_timeout, ssl_context),
+    server = Server(config_for(app, graceful_timeout, ssl_context, limits),
                     on_ready=(lambda: write_ready_file(ready_file, url)) if ready_file else None)
     runtime.tune_gc()  # a batch and 1,000 cell states per auction: rarer cycle collections
     with sock:

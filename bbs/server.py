@@ -173,8 +173,9 @@ async def serve(settings: BBSSettings) -> None:
         )
     async with running_bbs(settings) as bbs:
         runtime.tune_gc()  # every actual LRP lives in memory: rarer cycle collections
-        config = uvicorn.Config(
+        config = serving.Config(
             create_app(bbs, insecure=served is None),
+            limits=settings,
             host=settings.listen,
             port=settings.port,
             log_config=None,
@@ -184,11 +185,11 @@ async def serve(settings: BBSSettings) -> None:
             **uvicorn_tls_options(tls),
         )
         server = _Server(config, on_exit=bbs.hub.close)
-        serving = asyncio.create_task(server.serve())
+        served_task = asyncio.create_task(server.serve())
         deadline = asyncio.get_running_loop().time() + STARTUP_TIMEOUT_S
         while not server.started:
-            if serving.done():
-                await serving  # raises what stopped it (e.g. the port is taken)
+            if served_task.done():
+                await served_task  # raises what stopped it (e.g. the port is taken)
                 raise SystemExit("the BBS HTTP server stopped before it started")
             if asyncio.get_running_loop().time() > deadline:
                 raise TimeoutError(f"the BBS HTTP server did not start within {STARTUP_TIMEOUT_S}s")
@@ -200,7 +201,7 @@ async def serve(settings: BBSSettings) -> None:
         print(url, flush=True)
         if settings.ready_file is not None:
             write_ready_file(settings.ready_file, url)
-        await serving
+        await served_task
         log.info("stopped")
 
 

@@ -32,9 +32,9 @@ from typing import Any
 from fastapi import HTTPException, Request
 from starlette.routing import Match, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from .models import TOKEN_ROLES, TokenIdentity
+from .serving import ConnectionProtocol
 from .tls import Identity, identity_from_der
 
 log = logging.getLogger("auth")
@@ -51,14 +51,17 @@ VerifyToken = Callable[[str], Awaitable[Identity | None]]
 # --- the client certificate, carried into the ASGI scope --------------------------------------------
 
 
-class PeerCertProtocol(HttpToolsProtocol):
-    """uvicorn's httptools protocol, putting the verified client certificate (DER, or None) of the
-    connection into each request's scope: uvicorn itself does not pass TLS details on to the app."""
+class PeerCertProtocol(ConnectionProtocol):
+    """uvicorn's httptools protocol (with the connection limits of common/serving.py), putting the verified
+    client certificate (DER, or None) of the connection into each request's scope: uvicorn itself does
+    not pass TLS details on to the app."""
 
     _peer_der: bytes | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
+        if self._refused:
+            return
         ssl_object = transport.get_extra_info("ssl_object")
         self._peer_der = ssl_object.getpeercert(binary_form=True) if ssl_object is not None else None
 

@@ -20,6 +20,9 @@ outermost, installed by each app factory (`add_limits`):
   more is answered 503 with Retry-After at once, rather than queued. A request counts until its answer
   begins. The probes (/ping, /livez, /readyz) are neither counted nor timed: a load balancer must see an
   overloaded server alive.
+
+The connections themselves are bounded by the HTTP server (common/serving.py): `--tls-handshake-timeout`,
+`--header-timeout` and `--max-connections`, settings here beside the rest.
 """
 
 from __future__ import annotations
@@ -43,6 +46,9 @@ DEFAULT_REQUEST_TIMEOUT_S = 60.0
 DEFAULT_MAX_CONCURRENT_REQUESTS = 1_024
 RETRY_AFTER_S = 1
 DISCARD_LIMIT_BYTES = 64 * MIB
+DEFAULT_HEADER_TIMEOUT_S = 10.0
+DEFAULT_TLS_HANDSHAKE_TIMEOUT_S = 10.0
+DEFAULT_MAX_CONNECTIONS = 2_000
 PROBES = frozenset({"/ping", "/livez", "/readyz"})
 
 Route = tuple[str, str]  # (METHOD, path): bulk routes have no path parameters, so the path is exact
@@ -50,12 +56,26 @@ Route = tuple[str, str]  # (METHOD, path): bulk routes have no path parameters, 
 
 class RequestLimitOptions(BaseModel):
     """The limits as settings (a mixin of each service's settings): `--max-body-bytes`,
-    `--max-bulk-body-bytes`, `--request-timeout`, `--max-concurrent-requests` (VENDUE_MAX_BODY_BYTES, ...)."""
+    `--max-bulk-body-bytes`, `--request-timeout`, `--max-concurrent-requests` (VENDUE_MAX_BODY_BYTES, ...),
+    and the connections' (enforced by common/serving.py)."""
 
     max_body_bytes: int = Field(default=DEFAULT_MAX_BODY_BYTES, ge=1)
     max_bulk_body_bytes: int = Field(default=DEFAULT_MAX_BULK_BODY_BYTES, ge=1)
     request_timeout: float = Field(default=DEFAULT_REQUEST_TIMEOUT_S, gt=0)
     max_concurrent_requests: int = Field(default=DEFAULT_MAX_CONCURRENT_REQUESTS, ge=1)
+    header_timeout: float = Field(
+        default=DEFAULT_HEADER_TIMEOUT_S, gt=0,
+        description="Seconds a connection has to send a whole request head (line and headers); "
+                    "then it is closed.",
+    )
+    tls_handshake_timeout: float = Field(
+        default=DEFAULT_TLS_HANDSHAKE_TIMEOUT_S, gt=0,
+        description="Seconds a new connection has to complete the TLS handshake; then it is closed.",
+    )
+    max_connections: int = Field(
+        default=DEFAULT_MAX_CONNECTIONS, ge=1,
+        description="Open connections at most (capped at half the open-file limit); more are closed at once.",
+    )
 
 
 class BodyTooLarge(HTTPException):

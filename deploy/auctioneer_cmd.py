@@ -75,6 +75,7 @@ def auctioneer(
     log.info("listening", extra={"data": {"url": url}})
     if settings.advertise_url is None:  # known only now: --port 0 binds a free port
         settings = settings.model_copy(update={"advertise_url": url})
-    status = run(create_app(settings), sock, settings.ready_file, settings.shutdown_timeout, ssl_context)
+    status = run(create_app(settings), sock, settings.ready_file, settings.shutdown_timeout, ssl_context,
+                 limits=settings)
     raise typer.Exit(status)
 

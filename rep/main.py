@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import httpx
-import uvicorn
 
 from common import runtime, serving
 from common.auth import bbs_token_verifier, uvicorn_tls_options
@@ -281,8 +280,9 @@ async def serve(settings: RepSettings) -> int:
         not_ready=(lambda: "" if bus is None or bus.ready else "NATS not connected"), limits=settings,
     )
     server = _Server(
-        uvicorn.Config(
-            app, log_config=None, access_log=False, lifespan="off", timeout_graceful_shutdown=5,
+        serving.Config(
+            app, limits=settings,
+            log_config=None, access_log=False, lifespan="off", timeout_graceful_shutdown=5,
             # The auctioneer comes back every auction: keep its connections (it drops them after
             # KEEPALIVE_S in auctioneer/clients.py, before this server would); over TLS each
             # new one is a handshake.
@@ -290,12 +290,12 @@ async def serve(settings: RepSettings) -> int:
             **uvicorn_tls_options(tls.server if tls is not None else None),
         )
     )
-    serving = asyncio.create_task(server.serve(sockets=[sock]), name="uvicorn")
+    served = asyncio.create_task(server.serve(sockets=[sock]), name="uvicorn")
     try:
         deadline = loop.time() + STARTUP_TIMEOUT_S
         while not server.started:
-            if serving.done():
-                serving.result()
+            if served.done():
+                served.result()
                 raise RuntimeError("the HTTP server stopped during startup")
             if loop.time() > deadline:
                 raise RuntimeError(f"the HTTP server did not start within {STARTUP_TIMEOUT_S}s")
@@ -317,7 +317,7 @@ async def serve(settings: RepSettings) -> int:
         if settings.ready_file is not None:
             write_ready_file(settings.ready_file, base_url, cells=len(host.cells))
         shutdown = asyncio.create_task(host.wait_shutdown())
-        await asyncio.wait([shutdown, serving], return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait([shutdown, served], return_when=asyncio.FIRST_COMPLETED)
         shutdown.cancel()
     finally:
         await host.close()
@@ -325,7 +325,7 @@ async def serve(settings: RepSettings) -> int:
             await bus.nats.close()
         server.should_exit = True
         with contextlib.suppress(Exception):
-            await asyncio.wait_for(serving, timeout=10)
+            await asyncio.wait_for(served, timeout=10)
         await bbs.aclose()
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(signum)
