@@ -16,8 +16,10 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import ssl
 import time
 from collections.abc import Awaitable, Callable, Iterable
+from pathlib import Path
 from typing import Any, Literal
 
 import httpx
@@ -33,6 +35,7 @@ from common.models import (
     StopInstances,
     TaskCancel,
 )
+from common.tls import CertError
 
 from .metrics import BBSMetrics
 from .records import CellRecord
@@ -59,6 +62,20 @@ REP_BATCHES: dict[RepVerb, Callable[[list[Any]], BaseModel]] = {
     "cordon": lambda cordons: CordonCells.model_construct(cells=cordons),
 }
 
+def callback_http_client(timeout: float, ca: Path | None = None) -> httpx.AsyncClient:
+    """The client completion callbacks go out with: no client certificate (a callback URL is anyone's
+    choice, so it must never be called as the BBS), and servers verified against the system's trust store,
+    or only against the `ca` bundle when given (`--callback-ca`), never against the cluster CA unless that
+    is the bundle given. No proxies from the environment, no redirects followed."""
+    try:
+        context = ssl.create_default_context(cafile=str(ca) if ca is not None else None)
+    except (OSError, ssl.SSLError) as exc:
+        raise CertError(f"callback_ca: cannot load {ca}: {exc}") from None
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    return httpx.AsyncClient(timeout=timeout, verify=context, trust_env=False, follow_redirects=False,
+                             limits=httpx.Limits(max_connections=100, max_keepalive_connections=10))
+
+
 # The elected auctioneer's URL, or None when no auctioneer holds the lease (then the configured URL is used).
 FindAuctioneer = Callable[[], Awaitable[str | None]]
 
@@ -73,12 +90,18 @@ class Outbound:
         attempts: int = 3,
         retry_window_s: float = 0.0,
         client: httpx.AsyncClient | None = None,
+        callback_client: httpx.AsyncClient | None = None,
+        callback_ca: Path | None = None,
         find_auctioneer: FindAuctioneer | None = None,
     ) -> None:
         """A start request is tried `attempts` times, and for at least `retry_window_s` (the BBS passes
         the lease TTL plus a second): when the elected auctioneer dies, its lease still names it until
         it expires, and the request must survive until a standby holds the lease, rather than wait for
-        convergence to find it stale."""
+        convergence to find it stale.
+
+        `client` carries the BBS's identity (its certificate) to the auctioneer and the reps; completion
+        callbacks go out with `callback_client`, which carries none (default: `callback_http_client(timeout,
+        callback_ca)`)."""
         self.auctioneer_url = auctioneer_url.rstrip("/")
         self._find_auctioneer = find_auctioneer
         self._leader_url: str | None = None
@@ -89,6 +112,7 @@ class Outbound:
         self.client = client or httpx.AsyncClient(
             timeout=timeout, limits=httpx.Limits(max_connections=100, max_keepalive_connections=50)
         )
+        self.callback_client = callback_client or callback_http_client(timeout, callback_ca)
         self._lrps: list[dict[str, Any]] = []
         self._tasks: list[dict[str, Any]] = []
         self._wake = asyncio.Event()
@@ -117,6 +141,7 @@ class Outbound:
             task.cancel()
         await asyncio.gather(*self._background, return_exceptions=True)
         await self.client.aclose()
+        await self.callback_client.aclose()
 
     # --- the auctioneer ---------------------------------------------------------------------------
 
@@ -239,12 +264,13 @@ class Outbound:
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
-    async def _post(self, url: str, body: bytes | dict[str, Any], kind: str) -> bool:
+    async def _post(self, url: str, body: bytes | dict[str, Any], kind: str,
+                    client: httpx.AsyncClient | None = None) -> bool:
         """POST (JSON bytes, or data written as JSON) to a rep or a callback URL; True on a 2xx answer."""
         content = body if isinstance(body, bytes) else json.dumps(body).encode()
         async with self._rep_slots:
             try:
-                response = await self.client.post(url, content=content, headers=JSON_HEADERS)
+                response = await (client or self.client).post(url, content=content, headers=JSON_HEADERS)
                 response.raise_for_status()
             except (httpx.HTTPError, httpx.InvalidURL) as exc:
                 self.metrics.rep_requests.labels(kind=kind, outcome="error").inc()
@@ -297,8 +323,9 @@ class Outbound:
         return next((d for d in details if d.bid.cell_id == cell.cell_id), None)
 
     async def task_callback(self, url: str, task: dict[str, Any]) -> bool:
-        """POST the Task to its completion_callback_url; True on a 2xx answer."""
-        return await self._post(url, task, "callback")
+        """POST the Task to its completion_callback_url with the client that carries no identity; True on a
+        2xx answer."""
+        return await self._post(url, task, "callback", self.callback_client)
 
     def spawn(self, coroutine: Any) -> None:
         """Run a coroutine in the background, cancelled at close."""

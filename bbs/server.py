@@ -54,11 +54,13 @@ DRAIN_TIMEOUT_S = 2.0
 
 @contextlib.asynccontextmanager
 async def running_bbs(
-    settings: BBSSettings, *, converge: bool = True, client: httpx.AsyncClient | None = None
+    settings: BBSSettings, *, converge: bool = True, client: httpx.AsyncClient | None = None,
+    callback_client: httpx.AsyncClient | None = None,
 ) -> AsyncIterator[BBS]:
     """A started BBS: the database migrated, the auctioneer sender and (unless `converge=False`,
     for tests that step convergence themselves) the convergence loop running. `client`: what the BBS
-    calls the auctioneer, the reps and task callbacks with (default: outbound_client(settings))."""
+    calls the auctioneer and the reps with (default: outbound_client(settings)); `callback_client`: what it
+    POSTs completion callbacks with (default: outbound.callback_http_client, no client certificate)."""
     # Both raise encryption.KeyRingError (one line) before anything starts: a ring that cannot be used,
     # or a database holding records sealed with a key it lacks.
     keys = settings.key_ring()
@@ -72,6 +74,7 @@ async def running_bbs(
     nats: NatsConnection | None = None
     options: dict[str, Any] = {
         "timeout": settings.http_timeout, "attempts": settings.send_attempts, "client": client,
+        "callback_client": callback_client, "callback_ca": settings.callback_ca,
         # Long enough for a standby to take over the lease of an auctioneer that died (see Outbound).
         "retry_window_s": settings.lease_ttl + 1.0,
     }
