@@ -14,6 +14,7 @@ effects, one convergence pass) goes in one request.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import json
 import logging
 import ssl
@@ -22,6 +23,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 from typing import Any, Literal
 
+import httpcore
 import httpx
 from pydantic import BaseModel, ValidationError
 
@@ -35,7 +37,7 @@ from common.models import (
     StopInstances,
     TaskCancel,
 )
-from common.tls import CertError
+from common.tls import CertError, peer_rep_refusal
 
 from .metrics import BBSMetrics
 from .records import CellRecord
@@ -74,6 +76,76 @@ def callback_http_client(timeout: float, ca: Path | None = None) -> httpx.AsyncC
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     return httpx.AsyncClient(timeout=timeout, verify=context, trust_env=False, follow_redirects=False,
                              limits=httpx.Limits(max_connections=100, max_keepalive_connections=10))
+
+
+# The cells the server at the other end must be the rep of, for the request this task is making (None: the
+# request is not to a rep). Read by RepCheckedStream before each write.
+EXPECTED_REP_CELLS: contextvars.ContextVar[tuple[str, ...] | None] = contextvars.ContextVar(
+    "expected_rep_cells", default=None
+)
+
+
+class NotTheRep(httpx.ConnectError):
+    """The server at a rep_url is not the rep of the cells the request is about: nothing was sent."""
+
+
+class RepCheckedStream(httpcore.AsyncNetworkStream):
+    """A connection that, before sending a byte of a request to a rep (EXPECTED_REP_CELLS set), checks that
+    the server's certificate is that rep's (common.tls.rep_refusal). Checked on every request, not once per
+    connection: a pooled connection to one rep_url may be reused for a request about other cells."""
+
+    def __init__(self, inner: httpcore.AsyncNetworkStream) -> None:
+        self._inner = inner
+
+    async def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        cells = EXPECTED_REP_CELLS.get()
+        if cells is not None:
+            refusal = peer_rep_refusal(self._inner.get_extra_info("ssl_object"), cells)
+            if refusal is not None:
+                raise NotTheRep(f"refused to talk to the rep of {', '.join(cells)}: {refusal}")
+        await self._inner.write(buffer, timeout)
+
+    async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        return await self._inner.read(max_bytes, timeout)
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+    async def start_tls(self, ssl_context: ssl.SSLContext, server_hostname: str | None = None,
+                        timeout: float | None = None) -> httpcore.AsyncNetworkStream:
+        return RepCheckedStream(await self._inner.start_tls(ssl_context, server_hostname, timeout))
+
+    def get_extra_info(self, info: str) -> Any:
+        return self._inner.get_extra_info(info)
+
+
+class RepCheckedBackend(httpcore.AsyncNetworkBackend):
+    """httpcore's network backend with every stream a RepCheckedStream."""
+
+    def __init__(self, inner: httpcore.AsyncNetworkBackend) -> None:
+        self._inner = inner
+
+    async def connect_tcp(self, host: str, port: int, timeout: float | None = None,
+                          local_address: str | None = None, socket_options: Any = None,
+                          ) -> httpcore.AsyncNetworkStream:
+        stream = await self._inner.connect_tcp(host, port, timeout, local_address, socket_options)
+        return RepCheckedStream(stream)
+
+    async def connect_unix_socket(self, path: str, timeout: float | None = None, socket_options: Any = None,
+                                  ) -> httpcore.AsyncNetworkStream:
+        return RepCheckedStream(await self._inner.connect_unix_socket(path, timeout, socket_options))
+
+    async def sleep(self, seconds: float) -> None:
+        await self._inner.sleep(seconds)
+
+
+def rep_checked_transport(verify: ssl.SSLContext, limits: httpx.Limits) -> httpx.AsyncHTTPTransport:
+    """An httpx transport whose requests made with EXPECTED_REP_CELLS set reach only that rep (the BBS's
+    outbound client over TLS: bbs/server.py). httpx takes no network backend, so its pool's is wrapped."""
+    transport = httpx.AsyncHTTPTransport(verify=verify, limits=limits)
+    pool = transport._pool
+    pool._network_backend = RepCheckedBackend(pool._network_backend)
+    return transport
 
 
 # The elected auctioneer's URL, or None when no auctioneer holds the lease (then the configured URL is used).
@@ -252,7 +324,9 @@ class Outbound:
         verb, rep = key
         items = self._rep_queues.pop(key)
         for first in range(0, len(items), REP_BATCH_MAX):
-            body = REP_BATCHES[verb](items[first : first + REP_BATCH_MAX])
+            batch = items[first : first + REP_BATCH_MAX]
+            body = REP_BATCHES[verb](batch)
+            EXPECTED_REP_CELLS.set(tuple(dict.fromkeys(item.cell_id for item in batch)))  # this task's own
             await self._rep_request(rep, verb, body.model_dump_json().encode())
 
     async def _rep_request(self, rep: RepKey, verb: RepVerb, body: bytes) -> bool:
@@ -293,6 +367,7 @@ class Outbound:
 
     async def _instances_of(self, rep_url: str, cell_ids: list[str]) -> dict[str, set[str]]:
         """One rep process's answer for these cells of it: each named cell it hosts -> its instance guids."""
+        expected = EXPECTED_REP_CELLS.set(tuple(cell_ids))
         try:
             params = {"lrps": "full", "cells": ",".join(cell_ids)}
             response = await self.client.get(f"{rep_url}/state", params=params)
@@ -302,6 +377,8 @@ class Outbound:
             self.metrics.rep_requests.labels(kind="state", outcome="error").inc()
             log.info("cell state fetch failed", extra={"data": {"rep_url": rep_url, "error": repr(exc)}})
             return {}
+        finally:
+            EXPECTED_REP_CELLS.reset(expected)
         self.metrics.rep_requests.labels(kind="state", outcome="ok").inc()
         named = set(cell_ids)
         return {d.bid.cell_id: {lrp.instance_guid for lrp in d.lrps}
@@ -310,6 +387,7 @@ class Outbound:
     async def cell_detail(self, cell: CellRecord, timeout: float) -> CellDetail | None:
         """One cell in detail from its rep process (GET {rep_url}/state?lrps=full&cells=C) within `timeout`
         seconds; None when the rep does not answer, errs, or no longer hosts the cell (bbs/cell_probes.py)."""
+        expected = EXPECTED_REP_CELLS.set((cell.cell_id,))
         try:
             response = await self.client.get(f"{cell.rep_url.rstrip('/')}/state",
                                               params={"lrps": "full", "cells": cell.cell_id}, timeout=timeout)
@@ -319,6 +397,8 @@ class Outbound:
             self.metrics.rep_requests.labels(kind="state", outcome="error").inc()
             log.info("cell state fetch failed", extra={"data": {"cell_id": cell.cell_id, "error": repr(exc)}})
             return None
+        finally:
+            EXPECTED_REP_CELLS.reset(expected)
         self.metrics.rep_requests.labels(kind="state", outcome="ok").inc()
         return next((d for d in details if d.bid.cell_id == cell.cell_id), None)
 

@@ -34,7 +34,7 @@ from .converger import Converger
 from .core import BBS
 from .events import EventHub
 from .metrics import BBSMetrics
-from .outbound import Outbound
+from .outbound import Outbound, rep_checked_transport
 from .records import AUCTIONEER_LEASE
 from .settings import BBSSettings
 from .store import Store
@@ -122,14 +122,16 @@ async def running_bbs(
 
 
 def outbound_client(settings: BBSSettings) -> httpx.AsyncClient:
-    """One pooled client (connections kept alive) for every call the BBS makes: with TLS it presents the
-    BBS's certificate and trusts only the cluster CA."""
+    """One pooled client (connections kept alive) for the calls the BBS makes as itself: with TLS it
+    presents the BBS's certificate and trusts only the cluster CA, and a request to a rep checks that the
+    server's certificate is that rep's. Completion callbacks have their own (callback_http_client)."""
     files = settings.client_files()
-    return httpx.AsyncClient(
-        timeout=settings.http_timeout,
-        verify=client_context(files) if files is not None else True,
-        limits=httpx.Limits(max_connections=100, max_keepalive_connections=50),
-    )
+    limits = httpx.Limits(max_connections=100, max_keepalive_connections=50)
+    if files is None:
+        return httpx.AsyncClient(timeout=settings.http_timeout, verify=True, limits=limits)
+    # Requests to reps reach only the rep of their cells (outbound.rep_checked_transport).
+    return httpx.AsyncClient(timeout=settings.http_timeout,
+                             transport=rep_checked_transport(client_context(files), limits))
 
 
 async def elected_auctioneer_url(store: Store) -> str | None:
