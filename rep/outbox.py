@@ -2,10 +2,11 @@
 
 Reports accumulate while a flush is in flight; the flusher sends the next batch as soon as the
 previous request finished. With `linger_s`, the first report after a quiet spell waits that long for
-company (as Kafka's linger.ms): an instance that starts within it is claimed and reported running in
-ONE request, which halves the BBS's write rounds for fast starts, at the price of reports arriving
-up to `linger_s` later. A failed request keeps its reports (ahead of newer ones) and is retried
-with capped exponential backoff, so nothing is lost.
+company (as Kafka's linger.ms): the claims of work arriving in several pieces travel together, and the
+running reports of instances that start together, at the price of reports arriving up to `linger_s`
+later. The outbox also knows which claims the BBS has not answered yet (`claim_unanswered`): the cell
+starts an instance only once its claim was answered, and not refused. A failed request keeps its reports
+(ahead of newer ones) and is retried with capped exponential backoff, so nothing is lost.
 
 Ordering: an instance goes claimed -> running -> crashed|removed exactly once (a restart gets a new
 instance guid), and a task started -> completed. Those are the field orders of `CellLifecycle`, so a
