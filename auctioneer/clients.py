@@ -79,6 +79,9 @@ class RepClients:
         self.max_connections = max_connections
         self.timeout = timeout
         self.ssl_context = ssl_context
+        # Reps are checked when the auctioneer calls them with the cluster's context (its certificate): the
+        # system's (tls_context, no certificate of ours) lends no identity, and no rep certificate verifies.
+        self._check_reps = ssl_context is not None and ssl_context is not tls_context()
         self.connections_opened = 0  # new connections (over TLS: handshakes), not reused ones
         self._session: aiohttp.ClientSession | None = None
 
@@ -109,7 +112,7 @@ class RepClients:
                        cells: Iterable[str] | None) -> RepResponse:
         headers = {"content-type": "application/json"} if body is not None else None
         limit = aiohttp.ClientTimeout(total=timeout if timeout is not None else self.timeout)
-        expected = _EXPECTED_CELLS.set(tuple(cells) if cells is not None and self.ssl_context else None)
+        expected = _EXPECTED_CELLS.set(tuple(cells) if cells is not None and self._check_reps else None)
         try:
             async with self._open().request(
                 method, url, data=body, headers=headers, timeout=limit
