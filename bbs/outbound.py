@@ -6,6 +6,10 @@ Auctioneer sends are coalesced: whatever was queued while the previous POST ran 
 They go to the holder of the "auctioneer" lease when there is one (its URL, cached for a moment and
 read again after a failed send), else to the configured auctioneer URL.
 
+Completion callbacks go out with a client of their own that carries no identity (`callback_http_client`);
+over TLS a request to a rep is sent only to a server whose certificate is that rep's
+(`rep_checked_transport`).
+
 Stops, cancels and cordons are batched per rep process (the one rep API: POST {rep_url}/stop, /cancel,
 /cordon, the body naming each cell): everything queued for a process in one burst (one transaction's
 effects, one convergence pass) goes in one request.
@@ -141,7 +145,8 @@ class RepCheckedBackend(httpcore.AsyncNetworkBackend):
 
 def rep_checked_transport(verify: ssl.SSLContext, limits: httpx.Limits) -> httpx.AsyncHTTPTransport:
     """An httpx transport whose requests made with EXPECTED_REP_CELLS set reach only that rep (the BBS's
-    outbound client over TLS: bbs/server.py). httpx takes no network backend, so its pool's is wrapped."""
+    outbound client over TLS: bbs/server.py). httpx takes no network backend, so its pool's is wrapped. No
+    proxy from the environment: the control plane talks to its peers directly."""
     transport = httpx.AsyncHTTPTransport(verify=verify, limits=limits)
     pool = transport._pool
     pool._network_backend = RepCheckedBackend(pool._network_backend)
