@@ -148,7 +148,8 @@ class CellFetcher:
         """Every cell of one rep process in one request: each cell's state, or why it drops out. Asks for
         all the process's cells (a short URL whatever their number); states of cells not asked about are
         ignored."""
-        content = await self._get_state(rep_url + "/state?lrps=counts", deadline, limit)
+        content = await self._get_state(rep_url + "/state?lrps=counts", deadline, limit,
+                                        [p.cell_id for p in cells])
         try:
             states = {s.cell_id: s for s in HostCellStates.model_validate_json(content).cells}
         except ValidationError as exc:
@@ -166,14 +167,18 @@ class CellFetcher:
                 outcomes.append(state)
         return outcomes
 
-    async def _get_state(self, url: str, deadline: float, limit: asyncio.Semaphore) -> bytes:
-        """One state request within the fetch's deadline: the body of a 200, or why it failed."""
+    async def _get_state(
+        self, url: str, deadline: float, limit: asyncio.Semaphore, cells: list[str]
+    ) -> bytes:
+        """One state request to the rep of `cells` within the fetch's deadline: the body of a 200, or why it
+        failed."""
         loop = asyncio.get_running_loop()
         try:
             async with asyncio.timeout_at(deadline):
                 async with limit:
                     self._metrics.request("rep_state")
-                    response = await self._reps.get(url, timeout=max(0.001, deadline - loop.time()))
+                    left = max(0.001, deadline - loop.time())
+                    response = await self._reps.get(url, timeout=left, cells=cells)
         except TimeoutError:
             raise _Dropped("timeout", f"no state within {self._timeout:g} s") from None
         except RepUnreachable as exc:

@@ -14,11 +14,17 @@ Over TLS the session presents the auctioneer's certificate and trusts only the c
 built once by the service and shared: common.tls.client_context). A handshake costs more than the request
 it opens for, so connections are pooled and kept alive; `connections_opened` counts the new ones (each a
 handshake over TLS), and /v1/stats shows it as `rep_connections_opened`.
+
+Over TLS, a request made for some cells (`cells=`) goes out only once the connection it is given, new or
+pooled, shows the server's certificate to be the rep of those cells (common.tls.rep_refusal): a rep_url is
+whatever the rep heartbeated, and must not lead the auctioneer, presenting its certificate, elsewhere.
 """
 
 from __future__ import annotations
 
+import contextvars
 import ssl
+from collections.abc import Iterable
 from functools import cache
 from typing import Any, NamedTuple
 
@@ -26,6 +32,8 @@ import aiohttp
 import httpx
 from aiohttp.client_proto import ResponseHandler
 from aiohttp.tracing import Trace
+
+from common.tls import peer_rep_refusal
 
 
 @cache
@@ -47,7 +55,18 @@ class RepResponse(NamedTuple):
 
 
 class RepUnreachable(Exception):
-    """The rep refused the connection, reset it, or answered something that is not HTTP."""
+    """The rep refused the connection, reset it, or answered something that is not HTTP (or is not the rep of
+    the cells the request was for)."""
+
+
+class NotTheRep(aiohttp.ClientConnectionError):
+    """The server at a rep_url is not the rep of the cells the request is for: nothing was sent."""
+
+
+# The cells the request this task is making is for (None: no check), read by the connector.
+_EXPECTED_CELLS: contextvars.ContextVar[tuple[str, ...] | None] = contextvars.ContextVar(
+    "auctioneer_expected_rep_cells", default=None
+)
 
 
 class RepClients:
@@ -60,6 +79,9 @@ class RepClients:
         self.max_connections = max_connections
         self.timeout = timeout
         self.ssl_context = ssl_context
+        # Reps are checked when the auctioneer calls them with the cluster's context (its certificate): the
+        # system's (tls_context, no certificate of ours) lends no identity, and no rep certificate verifies.
+        self._check_reps = ssl_context is not None and ssl_context is not tls_context()
         self.connections_opened = 0  # new connections (over TLS: handshakes), not reused ones
         self._session: aiohttp.ClientSession | None = None
 
@@ -76,15 +98,21 @@ class RepClients:
             )
         return self._session
 
-    async def get(self, url: str, *, timeout: float | None = None) -> RepResponse:
-        return await self._request("GET", url, None, timeout)
+    async def get(self, url: str, *, timeout: float | None = None, cells: Iterable[str] | None = None,
+                  ) -> RepResponse:
+        """GET from the rep of `cells` (over TLS its certificate must name each of them)."""
+        return await self._request("GET", url, None, timeout, cells)
 
-    async def post_json(self, url: str, body: bytes, *, timeout: float | None = None) -> RepResponse:
-        return await self._request("POST", url, body, timeout)
+    async def post_json(self, url: str, body: bytes, *, timeout: float | None = None,
+                        cells: Iterable[str] | None = None) -> RepResponse:
+        """POST to the rep of `cells` (over TLS its certificate must name each of them)."""
+        return await self._request("POST", url, body, timeout, cells)
 
-    async def _request(self, method: str, url: str, body: bytes | None, timeout: float | None) -> RepResponse:
+    async def _request(self, method: str, url: str, body: bytes | None, timeout: float | None,
+                       cells: Iterable[str] | None) -> RepResponse:
         headers = {"content-type": "application/json"} if body is not None else None
         limit = aiohttp.ClientTimeout(total=timeout if timeout is not None else self.timeout)
+        expected = _EXPECTED_CELLS.set(tuple(cells) if cells is not None and self._check_reps else None)
         try:
             async with self._open().request(
                 method, url, data=body, headers=headers, timeout=limit
@@ -94,6 +122,8 @@ class RepClients:
             raise
         except (aiohttp.ClientError, ValueError) as exc:  # ValueError: a URL aiohttp cannot use
             raise RepUnreachable(_describe(exc)) from exc
+        finally:
+            _EXPECTED_CELLS.reset(expected)
 
     async def aclose(self) -> None:
         if self._session is not None:
@@ -123,6 +153,20 @@ class _CountingConnector(aiohttp.TCPConnector):
         protocol = await super()._create_connection(req, traces, timeout)
         self._clients.connections_opened += 1
         return protocol
+
+    async def connect(
+        self, req: aiohttp.ClientRequest, traces: list[Trace], timeout: aiohttp.ClientTimeout
+    ) -> aiohttp.connector.Connection:
+        """A connection, new or pooled, for `req`; checked before anything is sent on it: a pooled one to a
+        rep_url may be reused for a request about other cells."""
+        connection = await super().connect(req, traces, timeout)
+        cells = _EXPECTED_CELLS.get()
+        if cells is not None and connection.transport is not None:
+            refusal = peer_rep_refusal(connection.transport.get_extra_info("ssl_object"), cells)
+            if refusal is not None:
+                connection.close()
+                raise NotTheRep(f"refused to talk to the rep of {', '.join(cells)}: {refusal}")
+        return connection
 
 
 def _describe(exc: BaseException) -> str:

@@ -228,7 +228,8 @@ class Dispatcher(ConcurrentWorkSender):
             async with limit, asyncio.timeout(self._timeout):  # the timeout starts once a slot is free
                 self._metrics.request("rep_work")
                 body = writer.body(works)
-                response = await self._reps.post_json(rep.url + "/work", body, timeout=self._timeout)
+                response = await self._reps.post_json(rep.url + "/work", body, timeout=self._timeout,
+                                                      cells=[w.cell_id for w in works])
         except (TimeoutError, RepUnreachable) as exc:
             return undelivered(rep, works, f"work not delivered: {type(exc).__name__}")
         if response.status_code == 409:  # a stale or unknown fencing token: refused whole, as over NATS

@@ -26,7 +26,7 @@ async def h(tmp_path: Path, database_url: str):
         lease_ttl=1,  # a send to a dead auctioneer is retried for lease_ttl + 1 s before convergence's turn
     )
     outbound = httpx.AsyncClient(transport=httpx.MockTransport(rec.handle), timeout=5)
-    async with running_bbs(settings, converge=False, client=outbound) as bbs:
+    async with running_bbs(settings, converge=False, client=outbound, callback_client=outbound) as bbs:
         transport = httpx.ASGITransport(app=create_app(bbs, insecure=True))
         async with httpx.AsyncClient(transport=transport, base_url="http://bbs", timeout=10) as http:
             yield Harness(bbs, http, rec)

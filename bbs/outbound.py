@@ -6,6 +6,10 @@ Auctioneer sends are coalesced: whatever was queued while the previous POST ran 
 They go to the holder of the "auctioneer" lease when there is one (its URL, cached for a moment and
 read again after a failed send), else to the configured auctioneer URL.
 
+Completion callbacks go out with a client of their own that carries no identity (`callback_http_client`);
+over TLS a request to a rep is sent only to a server whose certificate is that rep's
+(`rep_checked_transport`).
+
 Stops, cancels and cordons are batched per rep process (the one rep API: POST {rep_url}/stop, /cancel,
 /cordon, the body naming each cell): everything queued for a process in one burst (one transaction's
 effects, one convergence pass) goes in one request.
@@ -14,12 +18,16 @@ effects, one convergence pass) goes in one request.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import json
 import logging
+import ssl
 import time
 from collections.abc import Awaitable, Callable, Iterable
+from pathlib import Path
 from typing import Any, Literal
 
+import httpcore
 import httpx
 from pydantic import BaseModel, ValidationError
 
@@ -33,6 +41,7 @@ from common.models import (
     StopInstances,
     TaskCancel,
 )
+from common.tls import CertError, peer_rep_refusal
 
 from .metrics import BBSMetrics
 from .records import CellRecord
@@ -59,6 +68,91 @@ REP_BATCHES: dict[RepVerb, Callable[[list[Any]], BaseModel]] = {
     "cordon": lambda cordons: CordonCells.model_construct(cells=cordons),
 }
 
+def callback_http_client(timeout: float, ca: Path | None = None) -> httpx.AsyncClient:
+    """The client completion callbacks go out with: no client certificate (a callback URL is anyone's
+    choice, so it must never be called as the BBS), and servers verified against the system's trust store,
+    or only against the `ca` bundle when given (`--callback-ca`), never against the cluster CA unless that
+    is the bundle given. No proxies from the environment, no redirects followed."""
+    try:
+        context = ssl.create_default_context(cafile=str(ca) if ca is not None else None)
+    except (OSError, ssl.SSLError) as exc:
+        raise CertError(f"callback_ca: cannot load {ca}: {exc}") from None
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    return httpx.AsyncClient(timeout=timeout, verify=context, trust_env=False, follow_redirects=False,
+                             limits=httpx.Limits(max_connections=100, max_keepalive_connections=10))
+
+
+# The cells the server at the other end must be the rep of, for the request this task is making (None: the
+# request is not to a rep). Read by RepCheckedStream before each write.
+EXPECTED_REP_CELLS: contextvars.ContextVar[tuple[str, ...] | None] = contextvars.ContextVar(
+    "expected_rep_cells", default=None
+)
+
+
+class NotTheRep(httpx.ConnectError):
+    """The server at a rep_url is not the rep of the cells the request is about: nothing was sent."""
+
+
+class RepCheckedStream(httpcore.AsyncNetworkStream):
+    """A connection that, before sending a byte of a request to a rep (EXPECTED_REP_CELLS set), checks that
+    the server's certificate is that rep's (common.tls.rep_refusal). Checked on every request, not once per
+    connection: a pooled connection to one rep_url may be reused for a request about other cells."""
+
+    def __init__(self, inner: httpcore.AsyncNetworkStream) -> None:
+        self._inner = inner
+
+    async def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        cells = EXPECTED_REP_CELLS.get()
+        if cells is not None:
+            refusal = peer_rep_refusal(self._inner.get_extra_info("ssl_object"), cells)
+            if refusal is not None:
+                raise NotTheRep(f"refused to talk to the rep of {', '.join(cells)}: {refusal}")
+        await self._inner.write(buffer, timeout)
+
+    async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        return await self._inner.read(max_bytes, timeout)
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+    async def start_tls(self, ssl_context: ssl.SSLContext, server_hostname: str | None = None,
+                        timeout: float | None = None) -> httpcore.AsyncNetworkStream:
+        return RepCheckedStream(await self._inner.start_tls(ssl_context, server_hostname, timeout))
+
+    def get_extra_info(self, info: str) -> Any:
+        return self._inner.get_extra_info(info)
+
+
+class RepCheckedBackend(httpcore.AsyncNetworkBackend):
+    """httpcore's network backend with every stream a RepCheckedStream."""
+
+    def __init__(self, inner: httpcore.AsyncNetworkBackend) -> None:
+        self._inner = inner
+
+    async def connect_tcp(self, host: str, port: int, timeout: float | None = None,
+                          local_address: str | None = None, socket_options: Any = None,
+                          ) -> httpcore.AsyncNetworkStream:
+        stream = await self._inner.connect_tcp(host, port, timeout, local_address, socket_options)
+        return RepCheckedStream(stream)
+
+    async def connect_unix_socket(self, path: str, timeout: float | None = None, socket_options: Any = None,
+                                  ) -> httpcore.AsyncNetworkStream:
+        return RepCheckedStream(await self._inner.connect_unix_socket(path, timeout, socket_options))
+
+    async def sleep(self, seconds: float) -> None:
+        await self._inner.sleep(seconds)
+
+
+def rep_checked_transport(verify: ssl.SSLContext, limits: httpx.Limits) -> httpx.AsyncHTTPTransport:
+    """An httpx transport whose requests made with EXPECTED_REP_CELLS set reach only that rep (the BBS's
+    outbound client over TLS: bbs/server.py). httpx takes no network backend, so its pool's is wrapped. No
+    proxy from the environment: the control plane talks to its peers directly."""
+    transport = httpx.AsyncHTTPTransport(verify=verify, limits=limits)
+    pool = transport._pool
+    pool._network_backend = RepCheckedBackend(pool._network_backend)
+    return transport
+
+
 # The elected auctioneer's URL, or None when no auctioneer holds the lease (then the configured URL is used).
 FindAuctioneer = Callable[[], Awaitable[str | None]]
 
@@ -73,12 +167,18 @@ class Outbound:
         attempts: int = 3,
         retry_window_s: float = 0.0,
         client: httpx.AsyncClient | None = None,
+        callback_client: httpx.AsyncClient | None = None,
+        callback_ca: Path | None = None,
         find_auctioneer: FindAuctioneer | None = None,
     ) -> None:
         """A start request is tried `attempts` times, and for at least `retry_window_s` (the BBS passes
         the lease TTL plus a second): when the elected auctioneer dies, its lease still names it until
         it expires, and the request must survive until a standby holds the lease, rather than wait for
-        convergence to find it stale."""
+        convergence to find it stale.
+
+        `client` carries the BBS's identity (its certificate) to the auctioneer and the reps; completion
+        callbacks go out with `callback_client`, which carries none (default: `callback_http_client(timeout,
+        callback_ca)`)."""
         self.auctioneer_url = auctioneer_url.rstrip("/")
         self._find_auctioneer = find_auctioneer
         self._leader_url: str | None = None
@@ -89,6 +189,7 @@ class Outbound:
         self.client = client or httpx.AsyncClient(
             timeout=timeout, limits=httpx.Limits(max_connections=100, max_keepalive_connections=50)
         )
+        self.callback_client = callback_client or callback_http_client(timeout, callback_ca)
         self._lrps: list[dict[str, Any]] = []
         self._tasks: list[dict[str, Any]] = []
         self._wake = asyncio.Event()
@@ -117,6 +218,7 @@ class Outbound:
             task.cancel()
         await asyncio.gather(*self._background, return_exceptions=True)
         await self.client.aclose()
+        await self.callback_client.aclose()
 
     # --- the auctioneer ---------------------------------------------------------------------------
 
@@ -227,7 +329,9 @@ class Outbound:
         verb, rep = key
         items = self._rep_queues.pop(key)
         for first in range(0, len(items), REP_BATCH_MAX):
-            body = REP_BATCHES[verb](items[first : first + REP_BATCH_MAX])
+            batch = items[first : first + REP_BATCH_MAX]
+            body = REP_BATCHES[verb](batch)
+            EXPECTED_REP_CELLS.set(tuple(dict.fromkeys(item.cell_id for item in batch)))  # this task's own
             await self._rep_request(rep, verb, body.model_dump_json().encode())
 
     async def _rep_request(self, rep: RepKey, verb: RepVerb, body: bytes) -> bool:
@@ -239,12 +343,13 @@ class Outbound:
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
-    async def _post(self, url: str, body: bytes | dict[str, Any], kind: str) -> bool:
+    async def _post(self, url: str, body: bytes | dict[str, Any], kind: str,
+                    client: httpx.AsyncClient | None = None) -> bool:
         """POST (JSON bytes, or data written as JSON) to a rep or a callback URL; True on a 2xx answer."""
         content = body if isinstance(body, bytes) else json.dumps(body).encode()
         async with self._rep_slots:
             try:
-                response = await self.client.post(url, content=content, headers=JSON_HEADERS)
+                response = await (client or self.client).post(url, content=content, headers=JSON_HEADERS)
                 response.raise_for_status()
             except (httpx.HTTPError, httpx.InvalidURL) as exc:
                 self.metrics.rep_requests.labels(kind=kind, outcome="error").inc()
@@ -267,6 +372,7 @@ class Outbound:
 
     async def _instances_of(self, rep_url: str, cell_ids: list[str]) -> dict[str, set[str]]:
         """One rep process's answer for these cells of it: each named cell it hosts -> its instance guids."""
+        expected = EXPECTED_REP_CELLS.set(tuple(cell_ids))
         try:
             params = {"lrps": "full", "cells": ",".join(cell_ids)}
             response = await self.client.get(f"{rep_url}/state", params=params)
@@ -276,6 +382,8 @@ class Outbound:
             self.metrics.rep_requests.labels(kind="state", outcome="error").inc()
             log.info("cell state fetch failed", extra={"data": {"rep_url": rep_url, "error": repr(exc)}})
             return {}
+        finally:
+            EXPECTED_REP_CELLS.reset(expected)
         self.metrics.rep_requests.labels(kind="state", outcome="ok").inc()
         named = set(cell_ids)
         return {d.bid.cell_id: {lrp.instance_guid for lrp in d.lrps}
@@ -284,6 +392,7 @@ class Outbound:
     async def cell_detail(self, cell: CellRecord, timeout: float) -> CellDetail | None:
         """One cell in detail from its rep process (GET {rep_url}/state?lrps=full&cells=C) within `timeout`
         seconds; None when the rep does not answer, errs, or no longer hosts the cell (bbs/cell_probes.py)."""
+        expected = EXPECTED_REP_CELLS.set((cell.cell_id,))
         try:
             response = await self.client.get(f"{cell.rep_url.rstrip('/')}/state",
                                               params={"lrps": "full", "cells": cell.cell_id}, timeout=timeout)
@@ -293,12 +402,15 @@ class Outbound:
             self.metrics.rep_requests.labels(kind="state", outcome="error").inc()
             log.info("cell state fetch failed", extra={"data": {"cell_id": cell.cell_id, "error": repr(exc)}})
             return None
+        finally:
+            EXPECTED_REP_CELLS.reset(expected)
         self.metrics.rep_requests.labels(kind="state", outcome="ok").inc()
         return next((d for d in details if d.bid.cell_id == cell.cell_id), None)
 
     async def task_callback(self, url: str, task: dict[str, Any]) -> bool:
-        """POST the Task to its completion_callback_url; True on a 2xx answer."""
-        return await self._post(url, task, "callback")
+        """POST the Task to its completion_callback_url with the client that carries no identity; True on a
+        2xx answer."""
+        return await self._post(url, task, "callback", self.callback_client)
 
     def spawn(self, coroutine: Any) -> None:
         """Run a coroutine in the background, cancelled at close."""

@@ -58,7 +58,7 @@ async def h(tmp_path: Path) -> AsyncIterator[Harness]:
     world = World()
     settings = BBSSettings(data_dir=tmp_path, auctioneer_url=AUCTIONEER, send_attempts=1)
     outbound = httpx.AsyncClient(transport=httpx.MockTransport(world.handle), timeout=5)
-    async with running_bbs(settings, converge=False, client=outbound) as bbs:
+    async with running_bbs(settings, converge=False, client=outbound, callback_client=outbound) as bbs:
         published: list[list[dict[str, Any]]] = []
         bbs.hub.add_sink(published.append)
         transport = httpx.ASGITransport(app=create_app(bbs, insecure=False))

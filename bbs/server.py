@@ -34,7 +34,7 @@ from .converger import Converger
 from .core import BBS
 from .events import EventHub
 from .metrics import BBSMetrics
-from .outbound import Outbound
+from .outbound import Outbound, rep_checked_transport
 from .records import AUCTIONEER_LEASE
 from .settings import BBSSettings
 from .store import Store
@@ -54,11 +54,13 @@ DRAIN_TIMEOUT_S = 2.0
 
 @contextlib.asynccontextmanager
 async def running_bbs(
-    settings: BBSSettings, *, converge: bool = True, client: httpx.AsyncClient | None = None
+    settings: BBSSettings, *, converge: bool = True, client: httpx.AsyncClient | None = None,
+    callback_client: httpx.AsyncClient | None = None,
 ) -> AsyncIterator[BBS]:
     """A started BBS: the database migrated, the auctioneer sender and (unless `converge=False`,
     for tests that step convergence themselves) the convergence loop running. `client`: what the BBS
-    calls the auctioneer, the reps and task callbacks with (default: outbound_client(settings))."""
+    calls the auctioneer and the reps with (default: outbound_client(settings)); `callback_client`: what it
+    POSTs completion callbacks with (default: outbound.callback_http_client, no client certificate)."""
     # Both raise encryption.KeyRingError (one line) before anything starts: a ring that cannot be used,
     # or a database holding records sealed with a key it lacks.
     keys = settings.key_ring()
@@ -72,6 +74,7 @@ async def running_bbs(
     nats: NatsConnection | None = None
     options: dict[str, Any] = {
         "timeout": settings.http_timeout, "attempts": settings.send_attempts, "client": client,
+        "callback_client": callback_client, "callback_ca": settings.callback_ca,
         # Long enough for a standby to take over the lease of an auctioneer that died (see Outbound).
         "retry_window_s": settings.lease_ttl + 1.0,
     }
@@ -119,14 +122,16 @@ async def running_bbs(
 
 
 def outbound_client(settings: BBSSettings) -> httpx.AsyncClient:
-    """One pooled client (connections kept alive) for every call the BBS makes: with TLS it presents the
-    BBS's certificate and trusts only the cluster CA."""
+    """One pooled client (connections kept alive) for the calls the BBS makes as itself: with TLS it
+    presents the BBS's certificate and trusts only the cluster CA, and a request to a rep checks that the
+    server's certificate is that rep's. Completion callbacks have their own (callback_http_client)."""
     files = settings.client_files()
-    return httpx.AsyncClient(
-        timeout=settings.http_timeout,
-        verify=client_context(files) if files is not None else True,
-        limits=httpx.Limits(max_connections=100, max_keepalive_connections=50),
-    )
+    limits = httpx.Limits(max_connections=100, max_keepalive_connections=50)
+    if files is None:
+        return httpx.AsyncClient(timeout=settings.http_timeout, verify=True, limits=limits)
+    # Requests to reps reach only the rep of their cells (outbound.rep_checked_transport).
+    return httpx.AsyncClient(timeout=settings.http_timeout,
+                             transport=rep_checked_transport(client_context(files), limits))
 
 
 async def elected_auctioneer_url(store: Store) -> str | None:

@@ -61,6 +61,10 @@ class BBSSettings(BaseSettings, TLSOptions, RequestLimitOptions, QuotaOptions):
     http_timeout: float = Field(default=5.0, gt=0, description="Seconds per outgoing HTTP call.")
     send_attempts: int = Field(default=3, ge=1, description="Tries per send to the auctioneer before leaving "
                                "the work to convergence.")
+    # Completion callbacks go out with no client certificate and are verified against the system's trust
+    # store, or only this bundle when given; the cluster CA only if it is the bundle given (bbs/outbound.py).
+    callback_ca: Path | None = Field(default=None, description="CA bundle https completion callbacks are "
+                                     "verified against (default: the system's trust store).")
 
     # Convergence and the restart policy (Diego's defaults in docs/architecture.md, all configurable).
     convergence_interval: float = Field(default=5.0, gt=0, description="Seconds between convergence runs.")

@@ -284,6 +284,30 @@ def identity_of_file(cert_path: Path) -> Identity | None:
     return identity_from_der(cert.public_bytes(serialization.Encoding.DER))
 
 
+def rep_refusal(der: bytes | None, cells: Iterable[str]) -> str | None:
+    """Why a server that presented the certificate `der` (None: none) is not the rep of every one of
+    `cells`, or None when it is. The BBS and the auctioneer check it on every connection to a rep: a
+    rep_url is whatever the rep heartbeated, and must not lead them (presenting their own certificates)
+    to another service or another cell's rep."""
+    identity = identity_from_der(der) if der else None
+    if identity is None:
+        return "the server presented no certificate stating a Vendue role"
+    if identity.role != "rep":
+        return f"the server's certificate is {identity.describe()}, not a rep's"
+    for cell_id in cells:
+        if not identity.speaks_for(cell_id):
+            return f"the server's certificate ({identity.describe()}) does not name cell {cell_id!r}"
+    return None
+
+
+def peer_rep_refusal(ssl_object: ssl.SSLObject | ssl.SSLSocket | None, cells: Iterable[str]) -> str | None:
+    """rep_refusal for the server at the other end of a connection; None for a plain-HTTP one, where this
+    side presents no certificate to be borrowed (an insecure cluster's)."""
+    if ssl_object is None:
+        return None
+    return rep_refusal(ssl_object.getpeercert(binary_form=True), cells)
+
+
 # --- TLS contexts -----------------------------------------------------------------------------------
 
 

@@ -2,10 +2,11 @@
 
 Reports accumulate while a flush is in flight; the flusher sends the next batch as soon as the
 previous request finished. With `linger_s`, the first report after a quiet spell waits that long for
-company (as Kafka's linger.ms): an instance that starts within it is claimed and reported running in
-ONE request, which halves the BBS's write rounds for fast starts, at the price of reports arriving
-up to `linger_s` later. A failed request keeps its reports (ahead of newer ones) and is retried
-with capped exponential backoff, so nothing is lost.
+company (as Kafka's linger.ms): the claims of work arriving in several pieces travel together, and the
+running reports of instances that start together, at the price of reports arriving up to `linger_s`
+later. The outbox also knows which claims the BBS has not answered yet (`claim_unanswered`): the cell
+starts an instance only once its claim was answered, and not refused. A failed request keeps its reports
+(ahead of newer ones) and is retried with capped exponential backoff, so nothing is lost.
 
 Ordering: an instance goes claimed -> running -> crashed|removed exactly once (a restart gets a new
 instance guid), and a task started -> completed. Those are the field orders of `CellLifecycle`, so a
@@ -50,6 +51,9 @@ class Outbox:
         self._sent_at = -1e9  # loop time the previous request finished
         self._pending = Reports()
         self._in_flight = 0  # reports in the request being sent now
+        # Instances whose claim the BBS has not answered yet (pending, or in the request in flight): the cell
+        # starts an instance only once its claim was answered and not refused (rep/cell.py).
+        self._unanswered_claims: set[str] = set()
         self._wake = asyncio.Event()
         self._idle = asyncio.Event()
         self._idle.set()
@@ -60,6 +64,7 @@ class Outbox:
 
     def claimed(self, ref: Ref) -> None:
         self._pending.claimed.append(ref)
+        self._unanswered_claims.add(ref.instance_guid)
         self._kick()
 
     def running(self, report: Running) -> None:
@@ -89,11 +94,16 @@ class Outbox:
         p.running = [r for r in p.running if r.instance_guid != instance_guid]
         p.crashed = [r for r in p.crashed if r.instance_guid != instance_guid]
         p.removed = [r for r in p.removed if r.instance_guid != instance_guid]
+        self._unanswered_claims.discard(instance_guid)
 
     def discard_task(self, task_guid: str) -> None:
         p = self._pending
         p.tasks_started = [g for g in p.tasks_started if g != task_guid]
         p.tasks_completed = [c for c in p.tasks_completed if c.task_guid != task_guid]
+
+    def claim_unanswered(self, instance_guid: str) -> bool:
+        """Whether this instance's claim is still to be answered by the BBS (pending or in flight)."""
+        return instance_guid in self._unanswered_claims
 
     def start_pending(self, task_guid: str) -> bool:
         """Whether this task's start is still to be delivered (not yet in a request the BBS answered)."""
@@ -145,14 +155,20 @@ class Outbox:
             self._sent_at = loop.time()
             self.sent_requests += 1
             failures = 0
-            try:
-                self._on_result(result)
-            except Exception:  # a bug in the handler must not kill the flusher
-                log.exception("handling the lifecycle result failed", extra={"data": {"cell_id": self._name}})
+            self.answered(batch, result)
             if len(self._pending):
                 self._wake.set()
             else:
                 self._idle.set()
+
+    def answered(self, batch: Reports, result: LifecycleResult) -> None:
+        """The BBS answered `batch` with `result`: its claims are answered, and the cell learns the result."""
+        for ref in batch.claimed:
+            self._unanswered_claims.discard(ref.instance_guid)
+        try:
+            self._on_result(result)
+        except Exception:  # a bug in the handler must not kill the flusher
+            log.exception("handling the lifecycle result failed", extra={"data": {"cell_id": self._name}})
 
     async def drain(self, timeout_s: float) -> bool:
         """Wait until everything pending was delivered; False when the deadline passed first."""

@@ -8,9 +8,11 @@ from collections.abc import Awaitable, Callable
 from typing import Annotated, Any, get_args
 
 from fastapi import APIRouter, Depends, Request, Response
+from fastapi.exceptions import RequestValidationError
 
 from common.auth import require_cells
 from common.models import CellPresences, HeartbeatAnswer
+from common.urls import callback_refusal
 
 from ..operations.cells import CellMode, Cells
 from .wire import GuidPath, documented_body, items, json_body, the_bbs
@@ -32,8 +34,23 @@ async def heartbeats(
     """The heartbeats; the answer names the cells among them the operator cordoned (or drains): their rep
     refuses work for them, should an auction that started before place some."""
     require_cells(request, (presence.cell_id for presence in body.cells))
+    refuse_rep_urls(body)
     cordoned = await asyncio.gather(*(ops.heartbeat(p.cell_id, p) for p in body.cells))
     return {"cordoned": [p.cell_id for p, yes in zip(body.cells, cordoned, strict=True) if yes]}
+
+
+def refuse_rep_urls(body: CellPresences) -> None:
+    """422 for a rep_url the BBS and the auctioneer must never call: a link-local or cloud metadata address
+    (the same filter as completion callbacks, common/urls.py, without their allowlist). The wire model
+    already refuses what is not an http(s) URL."""
+    errors = [
+        {"type": "value_error", "loc": ("body", "cells", i, "rep_url"),
+         "msg": f"refused rep_url: {problem}", "input": presence.rep_url}
+        for i, presence in enumerate(body.cells)
+        if (problem := callback_refusal(presence.rep_url)) is not None
+    ]
+    if errors:
+        raise RequestValidationError(errors)
 
 
 @router.get("/v1/cells")

@@ -316,7 +316,7 @@ async def test_a_callback_whose_name_resolves_to_the_metadata_address_is_not_pos
         data_dir=tmp_path, database_url=database_url, auctioneer_url=AUCTIONEER, send_attempts=1
     )
     outbound = httpx.AsyncClient(transport=httpx.MockTransport(recorder.handle), timeout=5)
-    async with running_bbs(settings, converge=False, client=outbound) as bbs:
+    async with running_bbs(settings, converge=False, client=outbound, callback_client=outbound) as bbs:
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=create_app(bbs, insecure=True)),
                                      base_url="http://bbs") as http:
             for guid in ("rebind", "fine"):
