@@ -106,7 +106,7 @@ class HeldTask:
     state: str = "claiming"
 
 
-class Cell:
+class RepCell:
     def __init__(
         self,
         config: CellConfig,

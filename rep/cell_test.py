@@ -27,7 +27,7 @@ from common.models import (
 from tests.support.recording_executor import RecordingExecutor
 from tests.support.rep_host import answer_outbox
 
-from .cell import Cell, CellConfig
+from .cell import CellConfig, RepCell
 from .reports import Reports
 
 NOW = datetime(2024, 1, 1, tzinfo=UTC)
@@ -58,7 +58,7 @@ def task(guid: str = "t1", memory_mb: int = 128, disk_mb: int = 1024) -> Task:
 
 def make_cell(
     memory_mb: int = 1024, disk_mb: int = 8192, containers: int = 10, report_host_metrics: bool = False
-) -> tuple[Cell, RecordingExecutor]:
+) -> tuple[RepCell, RecordingExecutor]:
     executor = RecordingExecutor()
     guids = (f"g{i}" for i in itertools.count())
     config = CellConfig(
@@ -73,11 +73,11 @@ def make_cell(
         placement_tags=("gpu",),
         report_host_metrics=report_host_metrics,
     )
-    return Cell(config, executor, never_sent, new_guid=lambda: next(guids)), executor
+    return RepCell(config, executor, never_sent, new_guid=lambda: next(guids)), executor
 
 
 def take(
-    cell: Cell,
+    cell: RepCell,
     lrps: Sequence[tuple[DesiredLRP, int]] = (),
     tasks: Sequence[Task] = (),
     fencing_token: int = 0,
@@ -86,7 +86,7 @@ def take(
     return cell.take(list(lrps), list(tasks), fencing_token)
 
 
-def pending(cell: Cell) -> Reports:
+def pending(cell: RepCell) -> Reports:
     return cell.outbox._pending
 
 

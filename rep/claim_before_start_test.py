@@ -12,7 +12,7 @@ from common.models import DesiredLRP, HealthCheck, InstanceRef, LifecycleResult,
 from common.procutil import app_python
 from tests.support.polling import eventually
 
-from .cell import Cell, CellConfig
+from .cell import CellConfig, RepCell
 from .process_executor import ProcessExecutor
 from .reports import Reports
 
@@ -48,7 +48,7 @@ async def test_a_refused_claim_never_starts_its_process(tmp_path: Path) -> None:
     await executor.open()
     config = CellConfig(cell_id="cell-p", zone="z1", rep_url="http://rep", host="127.0.0.1", memory_mb=1024,
                         disk_mb=8192, containers=10, stacks=("cflinuxfs4",))
-    cell = Cell(config, executor, bbs)
+    cell = RepCell(config, executor, bbs)
     flusher = asyncio.create_task(cell.outbox.run())
     try:
         result = cell.take([(marking("forged", forged_marker), 0), (marking("ours", ours_marker), 0)], [], 1)

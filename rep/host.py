@@ -43,7 +43,7 @@ from common.models import (
     StopInstances,
 )
 
-from .cell import Cell, all_rejected
+from .cell import RepCell, all_rejected
 from .executor import Executor
 from .outbox import SendLifecycle
 from .reports import Reports, host_json
@@ -102,7 +102,7 @@ class HostLifecycleSender:
 class RepHost:
     def __init__(
         self,
-        cells: list[Cell],
+        cells: list[RepCell],
         executors: list[Executor],
         client: httpx.AsyncClient,
         bbs_url: str,
@@ -143,12 +143,12 @@ class RepHost:
         self._loops: list[asyncio.Task[None]] = []
         self._evacuations: dict[str, asyncio.Task[None]] = {}
 
-    def find(self, cell_id: str) -> Cell | None:
+    def find(self, cell_id: str) -> RepCell | None:
         """The live cell `cell_id` hosted here (None when it is not, or was retired)."""
         cell = self.cells.get(cell_id)
         return None if cell is None or cell.retired else cell
 
-    def live(self, cell_ids: Iterable[str] | None = None) -> list[Cell]:
+    def live(self, cell_ids: Iterable[str] | None = None) -> list[RepCell]:
         """The live cells named (those hosted here), or every live cell."""
         if cell_ids is None:
             return [c for c in self.cells.values() if not c.retired]
@@ -184,12 +184,12 @@ class RepHost:
     def stop(self, request: StopInstances) -> Found:
         """Stop the named instances the cells hold (in the background); answers those found."""
         named = ((s.cell_id, s.instance_guid) for s in request.instances)
-        return self._in_background(named, Cell.has_instance, Cell.stop_lrp)
+        return self._in_background(named, RepCell.has_instance, RepCell.stop_lrp)
 
     def cancel(self, request: CancelTasks) -> Found:
         """Cancel the named tasks the cells hold (in the background); answers those found."""
         named = ((c.cell_id, c.task_guid) for c in request.tasks)
-        return self._in_background(named, Cell.has_task, Cell.cancel_task)
+        return self._in_background(named, RepCell.has_task, RepCell.cancel_task)
 
     def cordon(self, request: CordonCells) -> Found:
         """The BBS says the operator (un)cordoned these cells: a cordoned cell refuses work. Answers the cell
@@ -205,8 +205,8 @@ class RepHost:
     def _in_background(
         self,
         named: Iterable[tuple[str, str]],
-        holds: Callable[[Cell, str], bool],
-        act: Callable[[Cell, str], Coroutine[Any, Any, object]],  # Cell.stop_lrp, Cell.cancel_task
+        holds: Callable[[RepCell, str], bool],
+        act: Callable[[RepCell, str], Coroutine[Any, Any, object]],  # RepCell.stop_lrp, RepCell.cancel_task
     ) -> Found:
         """`act(cell, guid)` in the background for each (cell id, guid) a live cell here holds; answers those
         found."""
@@ -283,7 +283,7 @@ class RepHost:
         self._registration_retry_s = min(2 * self._registration_retry_s, self.heartbeat_interval_s)
         self._registration_retry = asyncio.get_running_loop().call_later(delay, self._beat_now.set)
 
-    async def _heartbeats(self, cells: list[Cell]) -> bool:
+    async def _heartbeats(self, cells: list[RepCell]) -> bool:
         """These cells' presences in one PUT /v1/cells."""
         body = CellPresences.model_construct(cells=[c.presence() for c in cells])
         loop = asyncio.get_running_loop()
@@ -340,7 +340,7 @@ class RepHost:
 
     # --- evacuation and shutdown --------------------------------------------------------------------
 
-    def evacuate(self, cells: list[Cell] | None = None) -> None:
+    def evacuate(self, cells: list[RepCell] | None = None) -> None:
         """Start evacuating these cells (all by default); idempotent."""
         for cell in cells if cells is not None else list(self.cells.values()):
             if cell.cell_id in self._evacuations or cell.retired:
@@ -351,7 +351,7 @@ class RepHost:
             )
         self._beat_now.set()
 
-    async def _evacuate(self, cell: Cell) -> None:
+    async def _evacuate(self, cell: RepCell) -> None:
         log.info(
             "evacuating", extra={"data": {"cell_id": cell.cell_id, "timeout_s": self.evacuation_timeout_s}}
         )

@@ -16,7 +16,7 @@ from common.models import CellLifecycle, DesiredLRP, ModificationTag, WorkResult
 from tests.fake_bbs import FakeBBS, fake_bbs
 from tests.support.polling import eventually
 
-from .cell import Cell, CellConfig
+from .cell import CellConfig, RepCell
 from .host import HostLifecycleSender, RepHost
 from .sim_executor import SimExecutor
 
@@ -43,7 +43,7 @@ def host_of_three_cells(bbs: FakeBBS, client: httpx.AsyncClient) -> RepHost:
     sim = SimExecutor(start_delay_s=0.01)
     shared = HostLifecycleSender(client, bbs.url)  # as rep/main.py builds a host of many cells
     cells = [
-        Cell(
+        RepCell(
             CellConfig(
                 cell_id=f"cell-{i}",
                 zone="z0",
@@ -62,7 +62,7 @@ def host_of_three_cells(bbs: FakeBBS, client: httpx.AsyncClient) -> RepHost:
     return RepHost(cells, [sim], client, bbs.url, presence_ttl_s=0.3, evacuation_timeout_s=DEADLINE_S)
 
 
-def give(cell: Cell, *indices: int) -> WorkResult:
+def give(cell: RepCell, *indices: int) -> WorkResult:
     """Instances of one app, as a cell's part of a HostWork."""
     desired = DesiredLRP(process_guid="app", created_at=NOW, modification_tag=ModificationTag(epoch="e"))
     return cell.take([(desired, i) for i in indices], [], 0)
@@ -192,7 +192,7 @@ async def test_a_rep_started_before_its_bbs_registers_soon_after_the_bbs_answers
         sim = SimExecutor(start_delay_s=0.01)
         config = CellConfig(cell_id="early", zone="z0", rep_url="http://rep", host="127.0.0.1",
                             memory_mb=4096, disk_mb=65536, containers=250, stacks=("cflinuxfs4",))
-        cell = Cell(config, sim, HostLifecycleSender(client, bbs.url).for_cell("early"))
+        cell = RepCell(config, sim, HostLifecycleSender(client, bbs.url).for_cell("early"))
         # Heartbeats every 20 minutes: within the test, every round after the first is a registration retry.
         host = RepHost([cell], [sim], client, bbs.url, presence_ttl_s=3600.0)
         await host.start()
@@ -230,7 +230,7 @@ def one_cell_host(bbs: FakeBBS, client: httpx.AsyncClient, presence_ttl_s: float
     sim = SimExecutor(start_delay_s=0.01)
     config = CellConfig(cell_id="new", zone="z0", rep_url="http://rep", host="127.0.0.1",
                         memory_mb=4096, disk_mb=65536, containers=250, stacks=("cflinuxfs4",))
-    cell = Cell(config, sim, HostLifecycleSender(client, bbs.url).for_cell("new"))
+    cell = RepCell(config, sim, HostLifecycleSender(client, bbs.url).for_cell("new"))
     return RepHost([cell], [sim], client, bbs.url, presence_ttl_s=presence_ttl_s)
 
 

@@ -30,7 +30,7 @@ from common.tls import INSECURE_WARNING
 
 from .api import create_app
 from .capacity import CapacityError, cell_capacity
-from .cell import Cell, CellConfig
+from .cell import CellConfig, RepCell
 from .executor import Executor
 from .fencing import FENCING_FILE, Fencing, lease_token_from
 from .host import HostLifecycleSender, RepHost
@@ -193,7 +193,7 @@ def build_host(
                               "(vendue certs issue --role rep --cell ID, or --cell-prefix P)")
     bbs_url = bbs_urls(settings)[0]
     executors: list[Executor] = []
-    cells: list[Cell] = []
+    cells: list[RepCell] = []
     if settings.executor == "sim":
         sim = SimExecutor(start_delay_s=settings.sim_start_delay, crash_rate_per_s=settings.sim_crash_rate)
         executors.append(sim)
@@ -213,7 +213,7 @@ def build_host(
                 disk_check_interval_s=settings.disk_check_interval,
             )
             executors.append(executor)
-        cells.append(Cell(config, executor, reports.for_cell(config.cell_id)))
+        cells.append(RepCell(config, executor, reports.for_cell(config.cell_id)))
     return RepHost(
         cells,
         executors,

@@ -9,7 +9,7 @@ import httpx
 
 from common.models import DesiredLRP, LifecycleResult, ModificationTag
 from rep.api import create_app
-from rep.cell import Cell, CellConfig
+from rep.cell import CellConfig, RepCell
 from rep.fencing import Fencing
 from rep.host import RepHost
 from rep.reports import Reports
@@ -42,7 +42,7 @@ def desired(guid: str, memory_mb: int = 256) -> DesiredLRP:
 def make_host(cell_ids: list[str], memory_mb: int = 4096) -> tuple[RepHost, RecordingExecutor]:
     executor = RecordingExecutor()
     cells = [
-        Cell(
+        RepCell(
             CellConfig(cell_id=cid, zone="z0", rep_url="http://rep", host="127.0.0.1", memory_mb=memory_mb,
                        disk_mb=65536, containers=250, stacks=("cflinuxfs4",), rep_id="rep-a"),
             executor, unsent,
@@ -52,7 +52,7 @@ def make_host(cell_ids: list[str], memory_mb: int = 4096) -> tuple[RepHost, Reco
     return RepHost(cells, [executor], httpx.AsyncClient(), "http://bbs.test", rep_id="rep-a"), executor
 
 
-def answer_outbox(cell: Cell, result: LifecycleResult | None = None) -> Reports:
+def answer_outbox(cell: RepCell, result: LifecycleResult | None = None) -> Reports:
     """The BBS answered everything the cell's outbox holds with `result` (default: accepted all): the
     flusher's work without the network. Claimed instances start only then (rep/cell.py)."""
     batch, cell.outbox._pending = cell.outbox._pending, Reports()
