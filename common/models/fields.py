@@ -98,13 +98,14 @@ Environment = Annotated[
 class Strict(BaseModel):
     """Request bodies: unknown fields are an error, not silently dropped."""
 
-    model_config = ConfigDict(extra="forbid")
+    # Finite floats only: NaN and Infinity are not JSON, and a stored one breaks every later read.
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 class Open(BaseModel):
     """Responses and peer messages: tolerate fields added by newer peers."""
 
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", allow_inf_nan=False)  # finite floats only, as Strict
 
 
 class ModificationTag(Open):
