@@ -46,6 +46,7 @@ from common.limits import add_limits
 from common.models import LRPStartRequest, TaskStartRequest
 from common.request_id import add_request_id
 from common.tls import INSECURE_WARNING, client_context
+from common.validation import add_validation_handler
 
 from .auction import Auction, AuctionConfig
 from .batcher import Batcher
@@ -223,6 +224,7 @@ def create_app(settings: AuctioneerSettings | None = None) -> FastAPI:
         title="vendue auctioneer", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None
     )
     app.state.service = service
+    add_validation_handler(app)
 
     async def not_here(request: Request) -> Response | None:
         """None: this auctioneer leads, the request is queued here. Else a standby's answer: the leader's,

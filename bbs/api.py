@@ -13,6 +13,7 @@ from common.http_metrics import add_http_metrics, mark_refusal
 from common.limits import add_limits
 from common.request_id import add_request_id
 from common.tls import Identity
+from common.validation import add_validation_handler
 
 from .core import BBS
 from .dashboard import SESSION_COOKIE, add_dashboard
@@ -64,6 +65,7 @@ def create_app(bbs: BBS, *, insecure: bool | None = None) -> FastAPI:
     # rows.
     app = FastAPI(title="Vendue BBS", version="1", redoc_url=None, swagger_ui_oauth2_redirect_url=None)
     app.state.bbs, app.state.insecure = bbs, insecure  # what the routes' dependencies read (routes/wire.py)
+    add_validation_handler(app)
 
     @app.exception_handler(ClientDisconnect)
     async def _client_gone(_: Request, exc: ClientDisconnect) -> Response:

@@ -38,7 +38,7 @@ async def test_desire_creates_unclaimed_actuals_and_one_start_request(h: Harness
         (1, "UNCLAIMED", "ORDINARY"),
         (2, "UNCLAIMED", "ORDINARY"),
     ]
-    again = await h.http.post("/v1/desired_lrps", json={"process_guid": "web"})
+    again = await h.http.post("/v1/desired_lrps", json={"process_guid": "web", "command": ["true"]})
     assert again.status_code == 409
     assert (await h.http.get("/v1/desired_lrps/web")).json()["process_guid"] == "web"
     assert (await h.http.get("/v1/desired_lrps/nope")).status_code == 404
@@ -47,7 +47,8 @@ async def test_desire_creates_unclaimed_actuals_and_one_start_request(h: Harness
 async def test_concurrent_desires_share_a_transaction_and_duplicates_conflict(h: Harness) -> None:
     import asyncio
 
-    bodies = [{"process_guid": f"app{i % 5}", "instances": 2} for i in range(6)]  # app0 twice
+    bodies = [{"process_guid": f"app{i % 5}", "instances": 2,
+               "command": ["true"]} for i in range(6)]  # app0 twice
     responses = await asyncio.gather(*(h.http.post("/v1/desired_lrps", json=b) for b in bodies))
     assert sorted(r.status_code for r in responses) == [201] * 5 + [409]
     assert len(await h.actuals()) == 10
@@ -63,9 +64,12 @@ async def test_concurrent_desires_share_a_transaction_and_duplicates_conflict(h:
     [
         ({"process_guid": "web", "memory_mb": -1}, "memory_mb"),
         ({"process_guid": "web", "memory_mb": 10**9}, "memory_mb"),
-        ({"process_guid": "web", "instances": 10_001}, "instances"),
-        ({"process_guid": "bad name!"}, "process_guid"),
+        ({"process_guid": "web", "instances": 10_001, "command": ["true"]}, "instances"),
+        ({"process_guid": "bad name!", "command": ["true"]}, "process_guid"),
         ({"process_guid": "web", "colour": "red"}, "colour"),
+        ({"process_guid": "web", "instances": 1}, "command"),
+        ({"process_guid": "web", "instances": 1, "command": []}, "command"),
+        ({"process_guid": "web", "command": ["true"], "objective": "1 / (azs - azs)"}, "objective"),
     ],
 )
 async def test_bad_desired_lrp_is_422_naming_the_field_and_writes_nothing(
@@ -527,10 +531,12 @@ async def test_a_report_whose_client_left_while_it_queued_is_not_applied(h: Harn
 
 
 async def test_on_cell_loss_is_validated_kept_and_changed_without_touching_instances(h: Harness) -> None:
-    bad = await h.http.post("/v1/desired_lrps", json={"process_guid": "db", "on_cell_loss": "sometimes"})
+    bad = await h.http.post("/v1/desired_lrps", json={"process_guid": "db", "on_cell_loss": "sometimes",
+                                                      "command": ["true"]})
     assert bad.status_code == 422 and bad.json()["detail"][0]["loc"] == ["body", "on_cell_loss"], bad.text
     created = await h.http.post("/v1/desired_lrps", json={"process_guid": "db", "instances": 2,
-                                                          "on_cell_loss": "keep-replicas"})
+                                                          "on_cell_loss": "keep-replicas",
+                                                          "command": ["true"]})
     assert created.status_code == 201 and created.json()["on_cell_loss"] == "keep-replicas", created.text
     listed = (await h.http.get("/v1/desired_lrps")).json()["items"]
     assert [d["on_cell_loss"] for d in listed] == ["keep-replicas"]
@@ -561,7 +567,8 @@ async def test_removing_a_lost_cell_places_again_everything_it_held(h: Harness) 
     await h.heartbeat("c1")
     await h.heartbeat("c2")
     created = await h.http.post("/v1/desired_lrps", json={"process_guid": "web", "instances": 2,
-                                                          "on_cell_loss": "keep-replicas"})
+                                                          "on_cell_loss": "keep-replicas",
+                                                          "command": ["true"]})
     assert created.status_code == 201
     await h.lifecycle("c1", claimed=[ref(0, "a")], running=[running(0, "a")])
     await h.lifecycle("c2", claimed=[ref(1, "b")], running=[running(1, "b")])

@@ -47,7 +47,7 @@ async def test_timer_reauctions_stale_unclaimed_and_marks_expired_cells(
                 }
             ),
         )
-        await bbs.desired_lrps.desire(DesiredLRPCreate(process_guid="web", instances=1))
+        await bbs.desired_lrps.desire(DesiredLRPCreate(process_guid="web", instances=1, command=["true"]))
         await eventually(
             lambda: sent.count("http://auctioneer.test/v1/lrps") >= 2,
             WAIT_S, "a re-auction of the stale instance"
@@ -96,7 +96,7 @@ async def test_crash_backoff_end_triggers_a_pass_without_waiting_for_the_timer(
         crash_backoff_min=0.3,
     )
     async with running_bbs(settings, client=recording_client(sent)) as bbs:
-        await bbs.desired_lrps.desire(DesiredLRPCreate(process_guid="web", instances=1))
+        await bbs.desired_lrps.desire(DesiredLRPCreate(process_guid="web", instances=1, command=["true"]))
         ref = {"process_guid": "web", "index": 0, "instance_guid": "a"}
         claimed_running = CELL_REPORT.validate_python({"claimed": [ref], "running": [ref]})
         await bbs.actual_lrps.lifecycle("c1", claimed_running)

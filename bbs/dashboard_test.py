@@ -58,7 +58,8 @@ async def test_a_login_token_becomes_a_reader_session_cookie_for_reads_only(bbs_
     assert "default-src 'none'" in page.headers["content-security-policy"]
     assert (await http.get("/v1/cells")).status_code == 200
     assert (await http.get("/v1/tokens")).status_code == 403  # admin only: the session is a reader's
-    write = await http.post("/v1/desired_lrps", json={"process_guid": "web", "instances": 1})
+    write = await http.post("/v1/desired_lrps", json={"process_guid": "web", "instances": 1,
+                                                      "command": ["true"]})
     assert write.status_code == 401, write.text  # a cookie never authorizes a write (CSRF)
     assert (await http.get("/v1/desired_lrps")).json()["items"] == []
 

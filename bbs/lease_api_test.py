@@ -96,7 +96,8 @@ async def test_a_bad_lease_request_is_422_naming_the_field(http: httpx.AsyncClie
 
 
 async def desire(http: httpx.AsyncClient, process_guid: str) -> None:
-    response = await http.post("/v1/desired_lrps", json={"process_guid": process_guid, "memory_mb": 1})
+    response = await http.post("/v1/desired_lrps", json={"process_guid": process_guid, "memory_mb": 1,
+                                                         "command": ["true"]})
     assert response.status_code == 201, response.text
 
 

@@ -41,7 +41,8 @@ SAMPLES: dict[tuple[str, str], tuple[str, Any, dict[str, Any] | None]] = {
     ("GET", "/metrics"): ("/metrics", None, None),
     ("GET", "/openapi.json"): ("/openapi.json", None, None),
     ("GET", "/docs"): ("/docs", None, None),
-    ("POST", "/v1/desired_lrps"): ("/v1/desired_lrps", {"process_guid": "web", "instances": 1}, None),
+    ("POST", "/v1/desired_lrps"): ("/v1/desired_lrps", {"process_guid": "web", "instances": 1,
+                                                        "command": ["true"]}, None),
     ("GET", "/v1/desired_lrps"): ("/v1/desired_lrps", None, None),
     ("GET", "/v1/desired_lrps/{process_guid}"): ("/v1/desired_lrps/web", None, None),
     ("PATCH", "/v1/desired_lrps/{process_guid}"): ("/v1/desired_lrps/web", {"instances": 2}, None),
@@ -201,7 +202,8 @@ def test_every_role_in_a_row_gets_past_authorization(calls: dict[str | None, htt
 def test_a_rep_reports_only_for_the_cells_in_its_certificate(calls: dict[str | None, httpx.Client]) -> None:
     rep, admin = calls["rep"], calls["admin"]
     assert rep.put("/v1/cells", json={"cells": [presence("cell-1")]}).status_code == 200
-    assert admin.post("/v1/desired_lrps", json={"process_guid": "web", "instances": 1}).status_code == 201
+    assert admin.post("/v1/desired_lrps", json={"process_guid": "web", "instances": 1,
+                                                "command": ["true"]}).status_code == 201
     hijack = rep.put("/v1/cells", json={"cells": [presence("cell-1", zone="z9"), presence("cell-2")]})
     assert hijack.status_code == 403 and "cell-2" in hijack.json()["detail"], hijack.text
     claim = {"process_guid": "web", "index": 0, "instance_guid": "g"}
@@ -271,7 +273,8 @@ def test_bearer_tokens(bbs: BBSProcess, tmp_path: Path, calls: dict[str | None, 
         return anonymous.request(method, path, headers={"authorization": f"Bearer {token}"}, **kwargs)
 
     assert as_token(reader["token"], "GET", "/v1/desired_lrps").status_code == 200
-    denied = as_token(reader["token"], "POST", "/v1/desired_lrps", json={"process_guid": "web"})
+    denied = as_token(reader["token"], "POST", "/v1/desired_lrps", json={"process_guid": "web",
+                                                                         "command": ["true"]})
     assert denied.status_code == 403 and "role reader (dashboards)" in denied.json()["detail"], denied.text
     assert admin.get("/v1/desired_lrps").json()["items"] == []
     assert as_token("vdt_not-a-token", "GET", "/v1/desired_lrps").status_code == 401

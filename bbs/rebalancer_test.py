@@ -66,7 +66,8 @@ async def test_loadmark_apps_are_judged_by_the_load_marks_the_heartbeats_report(
     await h.heartbeat("c2", host={"swap_used_mb": 0, "swap_total_mb": 1000, "cores": 4})
     response = await h.http.post(
         "/v1/desired_lrps",
-        json={"process_guid": "web", "instances": 1, "memory_mb": 128, "strategy": "loadmark"},
+        json={"process_guid": "web", "instances": 1, "memory_mb": 128, "strategy": "loadmark",
+              "command": ["true"]},
     )
     assert response.status_code == 201, response.text
     await h.lifecycle("c1", claimed=[ref(0, "g0")], running=[running(0, "g0")])
@@ -161,7 +162,8 @@ async def _a_cell_joins_two_full_ones(h: Harness) -> float:  # noqa: F811 - the 
     await h.heartbeat("c1")
     await h.heartbeat("c2")
     response = await h.http.post(
-        "/v1/desired_lrps", json={"process_guid": "web", "instances": 6, "memory_mb": 512}
+        "/v1/desired_lrps", json={"process_guid": "web", "instances": 6, "memory_mb": 512,
+                                  "command": ["true"]}
     )
     assert response.status_code == 201, response.text
     for cell, indexes in (("c1", (0, 1, 2)), ("c2", (3, 4, 5))):

@@ -185,8 +185,9 @@ def test_the_sync_transport_fails_over_and_sticks(replicas) -> None:
     transport = FailoverTransport([a.url, b.url])
     with httpx.Client(base_url=a.url, transport=transport, timeout=5.0) as client:
         a.stop()
-        assert served_by(client.post("/v1/desired_lrps", json={"process_guid": "web"})) == "b"
-        assert b.received[-1]["body"] == '{"process_guid":"web"}'
+        assert served_by(client.post("/v1/desired_lrps", json={"process_guid": "web",
+                                                               "command": ["true"]})) == "b"
+        assert b.received[-1]["body"] == '{"process_guid":"web","command":["true"]}'
         a.start()
         assert served_by(client.get("/v1/desired_lrps")) == "b"
         assert a.received == []

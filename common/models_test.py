@@ -20,12 +20,12 @@ from common.models import DesiredLRPCreate
 )
 def test_bad_requests_name_the_field(fields, location):
     with pytest.raises(ValidationError) as caught:
-        DesiredLRPCreate(**{"process_guid": "web", **fields})
+        DesiredLRPCreate(**{"process_guid": "web", "command": ["true"], **fields})
     assert caught.value.errors()[0]["loc"] == location
 
 
 def test_valid_expressions_and_presets_are_kept_as_written():
     lrp = DesiredLRPCreate(process_guid="web", objective="diego-blog", labels_match="disk=ssd,!spot",
-                           affinity=[{"expression": "zone in (a,b)", "weight": -2}])
+                           affinity=[{"expression": "zone in (a,b)", "weight": -2}], command=["true"])
     assert (lrp.objective, lrp.labels_match, lrp.affinity[0].expression) == \
         ("diego-blog", "disk=ssd,!spot", "zone in (a,b)")

@@ -6,10 +6,11 @@ link-local address (169.254.0.0/16, fe80::/10) and never a cloud metadata servic
 fd00:ec2::254, metadata.google.internal), where a POST from inside the cluster could reach credentials,
 unless the operator allowlisted that host (`vendue bbs --callback-allow HOST`). Addresses are read the
 way the resolver reads them, so `http://2852039166/` or `http://0xa9.0xfe.0xa9.0xfe/` (169.254.169.254
-spelled otherwise) are refused too. A name is checked again just before each delivery, against every
-address it resolves to then (`resolved_refusal`): anyone can point a name of their own at
-169.254.169.254. (The HTTP client resolves the name once more to connect: a name whose answer changes in
-between is not caught.)
+spelled otherwise) are refused too, and so is every IPv6 spelling of a refused IPv4 address
+(`::ffff:a.b.c.d`, `::a.b.c.d`, NAT64 `64:ff9b::/96`, 6to4 `2002::/16`: `forbidden_address`). A name is
+checked again just before each delivery, against every address it resolves to then (`resolved_refusal`):
+anyone can point a name of their own at 169.254.169.254. (The HTTP client resolves the name once more to
+connect: a name whose answer changes in between is not caught.)
 """
 
 from __future__ import annotations
@@ -69,12 +70,36 @@ def host_address(host: str) -> Address | None:
     return address
 
 
+NAT64_PREFIX = ipaddress.IPv6Network("64:ff9b::/96")
+
+
+def embedded_ipv4(address: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
+    """The IPv4 address an IPv6 spelling carries, or None: IPv4-mapped (::ffff:a.b.c.d), IPv4-compatible
+    (::a.b.c.d, the high 96 bits zero), NAT64 (64:ff9b::a.b.c.d) and 6to4 (2002:aabb:ccdd::). Each of these
+    can reach the IPv4 host on a dual-stack or translating network, so each is judged as that host."""
+    if address.ipv4_mapped is not None:
+        return address.ipv4_mapped
+    if address.sixtofour is not None:
+        return address.sixtofour
+    value = int(address)
+    if value >> 32 == 0 and value > 1:  # :: and ::1 are not IPv4 addresses
+        return ipaddress.IPv4Address(value & 0xFFFF_FFFF)
+    if address in NAT64_PREFIX:
+        return ipaddress.IPv4Address(value & 0xFFFF_FFFF)
+    return None
+
+
 def forbidden_address(address: Address) -> str | None:
-    """Why a callback must not go to `address`, or None."""
+    """Why nothing the cluster sends out may go to `address`, or None: a cloud metadata address or a
+    link-local one, in any IPv6 spelling of a refused IPv4 address. The one filter for callback URLs and
+    any other URL the cluster connects to on someone's word."""
     if address in METADATA_ADDRESSES:
         return f"{address} is a cloud metadata address"
     if address.is_link_local:
         return f"{address} is a link-local address"
+    if isinstance(address, ipaddress.IPv6Address) and (inner := embedded_ipv4(address)) is not None:
+        if (why := forbidden_address(inner)) is not None:
+            return f"{address} carries {why}"
     return None
 
 

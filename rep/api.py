@@ -41,6 +41,7 @@ from common.http_metrics import HTTPMetrics, add_http_metrics, mark_refusal
 from common.limits import RequestLimitOptions, add_limits
 from common.models import CancelTasks, CordonCells, EvacuateCells, HostWork, StopInstances
 from common.request_id import add_request_id
+from common.validation import add_validation_handler
 
 from .fencing import Fencing, Refused
 from .host import RepHost
@@ -67,6 +68,7 @@ def create_app(
     `not_ready()` says why the rep cannot take work yet ("" when it can): /ping and /readyz then answer
     503. `limits`: body caps, timeout, concurrency (common/limits.py; default: the defaults)."""
     app = FastAPI(title="vendue rep", docs_url=None, redoc_url=None, openapi_url=None)
+    add_validation_handler(app)
 
     def readiness() -> Response:
         why = not_ready() if not_ready is not None else ""

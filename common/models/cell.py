@@ -28,15 +28,21 @@ class ResourcesModel(Open):
     containers: int
 
 
+# A rep's reading of its host, bounded so a stored heartbeat always serialises (docs/limits.md).
+MAX_HOST_MEASURE = 1e9
+HostMeasure = Annotated[float, Field(ge=0, lt=MAX_HOST_MEASURE, allow_inf_nan=False)]
+MAX_CORES = 4096
+
+
 class HostMetricsModel(Open):
-    swap_used_mb: float = 0.0
-    swap_total_mb: float = 0.0
-    mem_used_mb: float | None = None
-    mem_total_mb: float | None = None
-    disk_used_mb: float | None = None
-    disk_total_mb: float | None = None
-    load5: float = 0.0
-    cores: int = 1
+    swap_used_mb: HostMeasure = 0.0
+    swap_total_mb: HostMeasure = 0.0
+    mem_used_mb: HostMeasure | None = None
+    mem_total_mb: HostMeasure | None = None
+    disk_used_mb: HostMeasure | None = None
+    disk_total_mb: HostMeasure | None = None
+    load5: HostMeasure = 0.0
+    cores: Annotated[int, Field(ge=1, le=MAX_CORES)] = 1
 
 
 class CellPresence(Open):

@@ -36,7 +36,8 @@ class DesiredLRPCreate(PlacementFields):
     process_guid: Guid
     domain: Guid = DEFAULT_DOMAIN
     instances: int = Field(default=1, ge=0, le=10_000)
-    command: Command = Field(default_factory=list)
+    # An LRP with no command could only crash ("has no command") forever: refused when desired.
+    command: Annotated[Command, Field(min_length=1)]
     env: Environment = Field(default_factory=dict)
     ports: list[Annotated[int, Field(ge=1, le=65535)]] = Field(default_factory=lambda: [8080], max_length=16)
     health_check: HealthCheck = Field(default_factory=HealthCheck)
@@ -45,6 +46,8 @@ class DesiredLRPCreate(PlacementFields):
 
 class DesiredLRP(DesiredLRPCreate):
     model_config = ConfigDict(extra="ignore")
+    # As stored and sent between peers: read whatever was stored, the refusal is DesiredLRPCreate's.
+    command: Command = Field(default_factory=list)
     created_at: datetime
     modification_tag: ModificationTag
 

@@ -84,9 +84,8 @@ ProcessText = Annotated[str, Field(max_length=MAX_TEXT_CHARS), AfterValidator(nu
 # A host a rep reports an instance at: a DNS name or an address (IPv6 with its zone).
 Host = Annotated[str, Field(max_length=255, pattern=r"^[A-Za-z0-9.:%_\[\]-]*$")]
 Argument = Annotated[str, Field(max_length=MAX_ARG_CHARS), AfterValidator(no_nul)]
-# A command may be empty for an LRP (the sim executor runs nothing; the process executor reports the
-# instance crashed, "has no command"): the tests and the benchmarks desire such LRPs. An empty program
-# name, or a NUL anywhere, is refused.
+# An empty program name, or a NUL anywhere, is refused; a task and a desired LRP also need a program
+# (min_length=1 where they use it).
 Command = Annotated[list[Argument], Field(max_length=MAX_ARGV), AfterValidator(_program)]
 Environment = Annotated[
     dict[Annotated[str, Field(max_length=MAX_ENV_NAME_CHARS)], Argument],
@@ -98,13 +97,14 @@ Environment = Annotated[
 class Strict(BaseModel):
     """Request bodies: unknown fields are an error, not silently dropped."""
 
-    model_config = ConfigDict(extra="forbid")
+    # Finite floats only: NaN and Infinity are not JSON, and a stored one breaks every later read.
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 class Open(BaseModel):
     """Responses and peer messages: tolerate fields added by newer peers."""
 
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", allow_inf_nan=False)  # finite floats only, as Strict
 
 
 class ModificationTag(Open):

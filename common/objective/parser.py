@@ -119,6 +119,8 @@ class _Parser:
             varying = first_non_constant(right)
             if varying is not None:
                 raise ObjectiveError(varying.column, "mod needs a constant modulus (numbers and azs only)")
+        if op.text in ("/", MOD) and folded(right) == 0.0:
+            raise ObjectiveError(op.column, f"division by zero: the divisor of this {op.text!r} is always 0")
         return BinOp(op.text, left, right, op.column, self.height(op.column, left, right))
 
     def unary(self) -> Node:
@@ -193,6 +195,56 @@ class _Parser:
             raise ObjectiveError(needle.column, f"count cannot look for a {needle.type.value} in "
                                  f"{describe(haystack)}, a {haystack.type.value}")
         return Count(needle, haystack, call.column, self.height(call.column, needle, haystack))
+
+
+def shape(node: Node) -> object:
+    """`node` without its columns: two spellings of one expression have one shape."""
+    match node:
+        case Num(value=value):
+            return ("num", value)
+        case Zones():
+            return ("azs",)
+        case Attr(owner=owner, name=name):
+            return ("attr", owner, name)
+        case Neg(operand=operand):
+            return ("neg", shape(operand))
+        case BinOp(op=op, left=left, right=right):
+            return ("op", op, shape(left), shape(right))
+        case Count(needle=needle, haystack=haystack):
+            return ("count", shape(needle), shape(haystack))
+    raise AssertionError(node)
+
+
+def folded(node: Node) -> float | None:
+    """The value of `node` when the text alone decides it (its numbers, or `e - e`), else None. A zero
+    divisor known at parse time is a mistake worth a refusal; one only known at run time gives 0
+    (docs/placement.md)."""
+    match node:
+        case Num(value=value):
+            return value
+        case Neg(operand=operand):
+            inner = folded(operand)
+            return None if inner is None else -inner
+        case BinOp(op="-", left=left, right=right) if shape(left) == shape(right):
+            return 0.0
+        case BinOp(op=op, left=left, right=right):
+            a, b = folded(left), folded(right)
+            if a is None or b is None:
+                return None
+            if op in ("/", MOD) and b == 0:
+                return None  # refused where it was parsed
+            if op == "+":
+                value = a + b
+            elif op == "-":
+                value = a - b
+            elif op == "*":
+                value = a * b
+            elif op == "/":
+                value = a / b
+            else:
+                value = a % b  # Python's floor modulo, as the evaluators
+            return value if math.isfinite(value) else None
+    return None
 
 
 def describe(node: Node) -> str:

@@ -179,3 +179,25 @@ def test_refusals_report_the_first_problem_in_reading_order():
     # The unknown name comes before the stray quote, so that is what is reported.
     assert refusal("foo + 'bar'")[0] == 1
     assert refusal("1 + 'bar' + foo") == (5, "unexpected character \"'\"")
+
+
+@pytest.mark.parametrize(("text", "column"), [
+    ("1 / 0", 3),
+    ("ai.AppID mod 0", 10),
+    ("ai.AppID mod (azs - azs)", 10),
+    ("r.AvailableMemoryMB / (2 - 2)", 21),
+    ("r.AvailableMemoryMB / (r.TotalDiskMB - r.TotalDiskMB)", 21),
+    ("1 / -(3 * 0)", 3),
+    ("ai.AppID mod (1 - 1 + 0)", 10),
+    ("1 / (0 / 5)", 3),
+])
+def test_a_constant_zero_divisor_is_refused_where_it_stands(text: str, column: int) -> None:
+    with pytest.raises(ObjectiveError, match="division by zero") as refused:
+        parse_objective(text)
+    assert refused.value.column == column
+
+
+@pytest.mark.parametrize("text", ["1 / r.TotalDiskMB", "ai.AppID mod azs", "1 / (azs - 1)",
+                                  "1 / (r.TotalDiskMB - r.AvailableDiskMB)", "1 / 0.5"])
+def test_a_divisor_not_known_to_be_zero_is_taken(text: str) -> None:
+    parse_objective(text)

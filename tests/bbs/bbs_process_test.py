@@ -42,7 +42,8 @@ def test_state_survives_kill_9_and_restart(
         with http.stream("GET", "/v1/events") as events:
             lines = events.iter_lines()
             assert next(lines) == ": connected"
-            created = http.post("/v1/desired_lrps", json={"process_guid": "web", "instances": 3})
+            created = http.post("/v1/desired_lrps", json={"process_guid": "web", "instances": 3,
+                                                          "command": ["true"]})
             assert created.status_code == 201, created.text
             seen = _event_types(lines, want=4)
         assert seen == [

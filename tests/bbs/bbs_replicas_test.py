@@ -81,7 +81,8 @@ class Burst:
                         response = await http.post("/v1/tasks", json=body)
                     else:
                         response = await http.post(
-                            "/v1/desired_lrps", json={"process_guid": guid, "instances": 2}
+                            "/v1/desired_lrps", json={"process_guid": guid, "instances": 2,
+                                                      "command": ["true"]}
                         )
                 except httpx.HTTPError:
                     response = None
@@ -127,7 +128,8 @@ async def test_any_replica_serves_any_request(
         one.async_client(timeout=10) as a,
         two.async_client(timeout=10) as b,
     ):
-        created = await a.post("/v1/desired_lrps", json={"process_guid": "web", "instances": 2})
+        created = await a.post("/v1/desired_lrps", json={"process_guid": "web", "instances": 2,
+                                                         "command": ["true"]})
         assert created.status_code == 201, created.text
         assert (await b.get("/v1/desired_lrps/web")).json() == created.json()
         scaled = await b.patch("/v1/desired_lrps/web", json={"instances": 5})
@@ -143,7 +145,8 @@ async def test_any_replica_serves_any_request(
         # The same name desired through both at once: exactly one wins, on whichever replica.
         racing = await asyncio.gather(
             *(
-                http.post("/v1/desired_lrps", json={"process_guid": "race", "instances": 1})
+                http.post("/v1/desired_lrps", json={"process_guid": "race", "instances": 1,
+                                                    "command": ["true"]})
                 for http in (a, b, a, b)
             )
         )
@@ -247,7 +250,7 @@ async def test_bbs_connections_terminated_by_postgres_mid_burst_lose_nothing_ack
 
     async def desire(guid: str) -> None:
         try:
-            await bbs.desired_lrps.desire(DesiredLRPCreate(process_guid=guid, instances=2))
+            await bbs.desired_lrps.desire(DesiredLRPCreate(process_guid=guid, instances=2, command=["true"]))
         except Exception:  # noqa: BLE001 - caught in a terminated session: not acknowledged
             return
         acknowledged.append(guid)
@@ -260,7 +263,7 @@ async def test_bbs_connections_terminated_by_postgres_mid_burst_lose_nothing_ack
             await writes
         assert terminated > 0
         assert await bbs.store.ping()
-        await bbs.desired_lrps.desire(DesiredLRPCreate(process_guid="after", instances=2))
+        await bbs.desired_lrps.desire(DesiredLRPCreate(process_guid="after", instances=2, command=["true"]))
         stored = {d["process_guid"] for d in await bbs.desired_lrps.list_all()}
         assert set(acknowledged) | {"after"} <= stored
         actuals = await bbs.actual_lrps.list_all()

@@ -143,7 +143,7 @@ class Workload:
             "instances": instances,
             "disk_mb": 64,
             "on_cell_loss": "keep-replicas" if self.rng.random() < 1 / 4 else "reschedule",
-        }
+         "command": ["true"]}
         if self.rng.random() < 1 / 3:
             body |= {"command": APP_COMMAND, "memory_mb": 64, "ports": [8080]}
         else:

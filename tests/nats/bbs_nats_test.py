@@ -70,7 +70,8 @@ async def test_the_bbs_talks_nats(nats_server, tmp_path: Path) -> None:
                 assert [(c["cell_id"], c["rep_id"]) for c in cells] == [("cell-a", "rep-a")]
 
                 # Desire: one auction request over NATS holding every index; events on NATS.
-                created = await client.post("/v1/desired_lrps", json={"process_guid": "web", "instances": 3})
+                created = await client.post("/v1/desired_lrps", json={"process_guid": "web", "instances": 3,
+                                                                      "command": ["true"]})
                 assert created.status_code == 201, created.text
                 await eventually(lambda: auctions, DEADLINE_S, "an auction request on NATS", lambda: auctions)
                 assert (
@@ -130,7 +131,8 @@ async def test_the_bbs_presents_its_certificate_to_a_tls_nats_server(tmp_path: P
             )
             async with running_bbs(settings, converge=False) as bbs:
                 await bbs.outbound.nats.wait_connected(10)
-                await bbs.desired_lrps.desire(DesiredLRPCreate(process_guid="web", instances=1))
+                await bbs.desired_lrps.desire(DesiredLRPCreate(process_guid="web", instances=1,
+                                                               command=["true"]))
                 await eventually(lambda: "vendue.events.desired_lrp_created" in events,
                                  DEADLINE_S, "desired_lrp_created from the BBS on the TLS server",
                                  lambda: events)

@@ -98,7 +98,8 @@ def running(index: int, guid: str, port: int = 61000) -> dict[str, Any]:
 
 async def desire(h: Harness, instances: int = 3, pg: str = "web") -> dict[str, Any]:
     response = await h.http.post(
-        "/v1/desired_lrps", json={"process_guid": pg, "instances": instances, "memory_mb": 128}
+        "/v1/desired_lrps", json={"process_guid": pg, "instances": instances, "memory_mb": 128,
+                                  "command": ["true"]}
     )
     assert response.status_code == 201, response.text
     return response.json()
