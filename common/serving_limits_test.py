@@ -20,6 +20,7 @@ from common.auth import uvicorn_tls_options
 from common.limits import RequestLimitOptions
 from common.serving import Config, Server
 from common.tls import TLSFiles, client_context, init_ca, issue, server_context
+from tests.support.connections import closed_within
 from tests.support.polling import eventually
 
 SHORT_S = 0.5  # the timeout under test
@@ -61,20 +62,6 @@ async def serving(pki: Path, limits: RequestLimitOptions) -> AsyncIterator[tuple
 
 def client_tls(pki: Path) -> ssl.SSLContext:
     return client_context(TLSFiles.in_dir(pki, "admin"))
-
-
-async def closed_within(reader: asyncio.StreamReader, seconds: float) -> bool:
-    """True once the server has closed the connection (end of stream, or reset), False if still open after
-    `seconds`."""
-    try:
-        async with asyncio.timeout(seconds):
-            while await reader.read(1024):
-                pass
-    except TimeoutError:
-        return False
-    except (ConnectionError, ssl.SSLError):
-        pass
-    return True
 
 
 async def get_ping(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bytes:

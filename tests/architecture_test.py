@@ -47,3 +47,23 @@ def test_the_graph_follows_relative_imports() -> None:
 def test_a_cycle_is_found() -> None:
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == ["a", "b", "c", "a"]
     assert find_cycle({"a": {"b"}, "b": {"x"}}) is None
+
+
+def test_no_test_module_imports_another() -> None:
+    """Shared helpers live in tests/support/ or a conftest.py, never in a test module another one imports."""
+    from tests.support.import_graph import ROOT, imported, module_name
+
+    def is_test_module(name: str) -> bool:
+        last = name.rpartition(".")[2]
+        return last.startswith("test_") or last.endswith("_test")
+
+    paths = [p for p in sorted(ROOT.rglob("*.py")) if ".venv" not in p.parts and is_test_module(p.stem)]
+    assert len(paths) > 100, "the walk found the test modules"
+    known = {module_name(p): p for p in paths}
+    wrong = sorted(
+        (name, target)
+        for name, path in known.items()
+        for target in imported(name, path, known)
+        if is_test_module(target) and target != name
+    )
+    assert wrong == [], f"test modules importing test modules: {wrong}"

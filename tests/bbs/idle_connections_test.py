@@ -10,8 +10,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from common.serving_limits_test import closed_within
 from tests.support.bbs_process import BBSProcess
+from tests.support.connections import closed_within
 from tests.support.polling import eventually
 
 WAIT_S = 5.0
