@@ -60,7 +60,7 @@ def test_a_nats_restart_mid_push_loses_nothing_and_places_each_index_once(tmp_pa
         assert server is not None and server.tls is not None, "expected an embedded nats-server with TLS"
         with cluster.http_client(timeout=10) as http:
             bbs = cluster.bbs_url
-            body = {"memory_mb": 64, "disk_mb": 64, "instances": HALF}
+            body = {"memory_mb": 64, "disk_mb": 64, "instances": HALF, "command": ["true"]}
             assert (
                 http.post(f"{bbs}/v1/desired_lrps", json={"process_guid": "first", **body}).status_code == 201
             )
