@@ -86,7 +86,8 @@ async def cached_blob_plan(harness: Harness, source_blob: str | None) -> list[tu
     await harness.heartbeat("c2", cached_blobs=[BLOB])
     await harness.heartbeat("c3")
     body = {"process_guid": "web", "instances": 1, "memory_mb": 128, "strategy": "objective",
-            "command": ["true"], "objective": "count(ai.AppSourceBlobID, r.CachedBlobIDs)", "source_blob": source_blob}
+            "command": ["true"], "objective": "count(ai.AppSourceBlobID, r.CachedBlobIDs)",
+            "source_blob": source_blob}
     response = await harness.http.post("/v1/desired_lrps", json=body)
     assert response.status_code == 201, response.text
     await harness.lifecycle("c1", claimed=[ref(0, "g0")], running=[running(0, "g0")])
