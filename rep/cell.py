@@ -5,11 +5,8 @@ rejected, then hands the accepted containers to the executor, which starts them 
 Everything the cell learns (claims, running, crashes, removals, task starts and completions) goes into
 its outbox (rep/outbox.py), which the BBS receives as one lifecycle request per round.
 
-Nothing runs before the BBS accepted its claim: an instance or a task is reserved and claimed at once, and
-handed to the executor when the lifecycle request carrying its claim was answered without refusing it
-(one answer per batch of claims, not a request per instance), so work the BBS does not own this cell for
-(a forged or late auction's) never starts. An instance whose later report the BBS refuses is stopped and
-forgotten without further reports.
+Starts do not wait for the BBS to confirm the claim: claim and start run in parallel, and an instance
+whose claim (or any later report) the BBS refuses is stopped and forgotten without further reports.
 """
 
 from __future__ import annotations
@@ -87,7 +84,7 @@ class HeldInstance:
     instance_guid: str
     index: int
     desired: DesiredLRP
-    # starting (reserved; handed to the executor once the BBS accepted its claim) -> running; -> stopping
+    # starting (reserved and handed to the executor, which starts it at once) -> running; -> stopping
     state: str = "starting"
     running: Running | None = None  # its running report, once it runs (reassert_running sends it again)
 
@@ -135,8 +132,6 @@ class RepCell:
         self.accepted_fencing_tokens: list[int] = []
         self._new_guid = new_guid or guid_source()
         self._instances: dict[str, HeldInstance] = {}
-        # Instances reserved and claimed whose claim the BBS has not accepted yet: not handed to the executor.
-        self._claiming: dict[str, HeldInstance] = {}
         # Kept as instances come and go, so that a bid (`state()`, asked every auction) costs
         # the number of apps here, not the number of instances: process guid -> instances not stopping,
         # process guid -> instances stopping, and how many are starting.
@@ -335,19 +330,8 @@ class RepCell:
         self._used_memory += desired.memory_mb
         self._used_disk += desired.disk_mb
         self._empty.clear()
-        self._claiming[guid] = self._instances[guid]
         self.outbox.claimed(Ref(process_guid, index, guid))
-
-    def _start_claimed_instances(self) -> None:
-        """Hand to the executor every instance whose claim the BBS answered without refusing it."""
-        if not self._claiming:
-            return
-        answered = [held for guid, held in self._claiming.items() if not self.outbox.claim_unanswered(guid)]
-        for held in answered:
-            del self._claiming[held.instance_guid]
-            self.executor.start_lrp(
-                LRPContainer(self.config.cell_id, held.instance_guid, held.index, held.desired), self
-            )
+        self.executor.start_lrp(LRPContainer(self.config.cell_id, guid, index, desired), self)
 
     def _stopping(self, held: HeldInstance) -> None:
         """Mark an instance as being stopped: it holds its resources but no longer counts for its app."""
@@ -389,7 +373,6 @@ class RepCell:
     def _forget_instance(self, held: HeldInstance) -> None:
         if self._instances.pop(held.instance_guid, None) is None:
             return
-        self._claiming.pop(held.instance_guid, None)
         key = (held.process_guid, held.index)
         if self._by_index.get(key) == held.instance_guid:
             del self._by_index[key]
@@ -460,8 +443,7 @@ class RepCell:
         if held is None:
             return False
         self._stopping(held)
-        if self._claiming.pop(instance_guid, None) is None:  # a claimed one was never started
-            await self.executor.stop_lrp(instance_guid)
+        await self.executor.stop_lrp(instance_guid)
         if self._instances.get(instance_guid) is held:
             self._forget_instance(held)
             self.outbox.removed(held.ref())
@@ -499,8 +481,8 @@ class RepCell:
     # --- what the BBS answered ----------------------------------------------------------------------
 
     def apply_lifecycle_result(self, result: LifecycleResult) -> None:
-        """The BBS answered a report: stop and forget what it refused, silently (not ours); then start the
-        instances and run the tasks whose claims it accepted."""
+        """The BBS answered a report: stop and forget what it refused, silently (not ours); then run the tasks
+        whose claims it accepted."""
         for ref in result.refused:
             self.outbox.discard_instance(ref.instance_guid)
             held = self._instances.get(ref.instance_guid)
@@ -512,10 +494,8 @@ class RepCell:
                     "data": {"cell_id": self.cell_id, "process_guid": ref.process_guid, "index": ref.index}
                 },
             )
-            started = ref.instance_guid not in self._claiming
             self._forget_instance(held)
-            if started:
-                self.in_background(self.executor.stop_lrp(ref.instance_guid))
+            self.in_background(self.executor.stop_lrp(ref.instance_guid))
         for task_guid in result.refused_tasks:
             self.outbox.discard_task(task_guid)
             held_task = self._tasks.get(task_guid)
@@ -525,7 +505,6 @@ class RepCell:
             self._forget_task(held_task)
             if ran:
                 self.in_background(self.executor.cancel_task(task_guid))
-        self._start_claimed_instances()
         self._run_claimed_tasks()
 
 

@@ -25,7 +25,6 @@ from common.models import (
     WorkResult,
 )
 from tests.support.recording_executor import RecordingExecutor
-from tests.support.rep_host import answer_outbox
 
 from .cell import CellConfig, RepCell
 from .reports import Reports
@@ -96,15 +95,13 @@ async def test_reserves_what_fits_and_rejects_the_rest_at_once() -> None:
 
     assert [w.index for w in result.rejected_lrps] == [2]
     assert result.reason == "insufficient resources: memory"
-    assert executor.started == [], "nothing starts before the BBS accepted its claim"
+    assert [c.index for c in executor.started] == [0, 1]
     detail = cell.detail()
     assert detail.bid.available.memory_mb == 200
     assert detail.bid.available.containers == 8
     assert detail.bid.starting_containers == 2
     assert [(i.index, i.state) for i in detail.lrps] == [(0, "starting"), (1, "starting")]
     assert [r.index for r in pending(cell).claimed] == [0, 1], "each accepted instance is claimed"
-    answer_outbox(cell)
-    assert [c.index for c in executor.started] == [0, 1]
 
 
 @pytest.mark.parametrize("host_metrics", [False, True], ids=["no offers", "host offers"])
@@ -113,7 +110,6 @@ async def test_the_bid_and_the_detail_are_what_validating_them_would_give_with_e
 ) -> None:
     cell, executor = make_cell(memory_mb=4000, report_host_metrics=host_metrics)
     take(cell, [(desired("web", memory_mb=100), i) for i in range(3)], fencing_token=3)
-    answer_outbox(cell)
     take(cell, tasks=[task("t1")], fencing_token=4)
     cell.lrp_running(executor.started[0].instance_guid, [])
 
@@ -134,7 +130,6 @@ async def test_the_bid_and_the_detail_are_what_validating_them_would_give_with_e
 async def test_the_bid_counts_instances_per_process() -> None:
     cell, executor = make_cell(memory_mb=4000)
     take(cell, [(desired("web", memory_mb=100), i) for i in range(3)] + [(desired("api", memory_mb=100), 0)])
-    answer_outbox(cell)
     held = {i.index: i.instance_guid for i in cell.detail().lrps if i.process_guid == "web"}
     gate = asyncio.Event()
     executor.stop_lrp = lambda guid: gate.wait()  # type: ignore[method-assign]  # the stop takes a while
@@ -169,8 +164,6 @@ async def test_the_bid_follows_every_change_as_the_instance_list_does() -> None:
     web, api = desired("web", memory_mb=100), desired("api", memory_mb=100)
     take(cell, [(web, 0), (web, 1), (web, 2), (web, 3), (api, 0), (api, 1)])
     agree("accepted")
-    answer_outbox(cell)
-    agree("claims accepted")
     guid = {(c.process_guid, c.index): c.instance_guid for c in executor.started}
     cell.lrp_running(guid["web", 0], [])
     cell.lrp_running(guid["web", 0], [])  # a repeated report changes nothing
@@ -202,7 +195,6 @@ async def test_rejects_a_duplicate_of_an_instance_it_holds() -> None:
     take(cell, [(desired(), 0)])
 
     result = take(cell, [(desired(), 0), (desired(), 1)])
-    answer_outbox(cell)
 
     assert [w.index for w in result.rejected_lrps] == [0]
     assert "already" in result.reason
@@ -277,7 +269,6 @@ async def test_a_crash_frees_the_resources_and_is_reported() -> None:
 async def test_stop_reports_removed_once_the_executor_stopped_it() -> None:
     cell, executor = make_cell()
     take(cell, [(desired(), 0)])
-    answer_outbox(cell)
 
     assert await cell.stop_lrp("g0") is True
     assert await cell.stop_lrp("g0") is False, "a second stop finds nothing"
@@ -299,10 +290,7 @@ async def test_a_crash_during_a_stop_is_not_reported_as_a_crash() -> None:
 
 async def test_refused_instances_are_stopped_and_forgotten_silently() -> None:
     cell, executor = make_cell()
-    take(cell, [(desired(), i) for i in range(2)])
-    answer_outbox(cell)  # both claims accepted: both start
-    take(cell, tasks=[task()])
-    cell.lrp_running("g0", [])
+    take(cell, [(desired(), i) for i in range(2)], tasks=[task()])
     cell.lrp_running("g1", [])
 
     cell.apply_lifecycle_result(
@@ -317,28 +305,8 @@ async def test_refused_instances_are_stopped_and_forgotten_silently() -> None:
     assert [i.instance_guid for i in cell.detail().lrps] == ["g0"]
     assert cell.state().tasks == []
     p = pending(cell)
-    assert [r.instance_guid for r in p.running] == ["g0"], "pending reports of the refused one are dropped"
-    assert p.claimed == [] and p.removed == [] and p.tasks_started == []
-
-
-async def test_an_instance_starts_only_once_the_bbs_accepted_its_claim() -> None:
-    """As tasks do: a claim the BBS refuses (the work was not this cell's to take) never starts anything,
-    and the accepted ones start on their batch's answer, without a request of their own."""
-    cell, executor = make_cell()
-    take(cell, [(desired(), i) for i in range(3)])
-    assert executor.started == [], "nothing starts before the BBS accepted the claims"
-    sent = cell.outbox._pending  # what the flusher takes and delivers
-    cell.outbox._pending = Reports()
-    take(cell, [(desired(), 3)])  # claimed while that request was in flight
-    cell.outbox.answered(sent, LifecycleResult(refused=[InstanceRef(process_guid="app", index=1,
-                                                                    instance_guid="g1")]))
-    await cell.wait_background(1.0)
-    assert [c.instance_guid for c in executor.started] == ["g0", "g2"], "g3's claim is not answered yet"
-    assert executor.stopped == [], "a refused claim started nothing, so nothing is stopped"
-    assert [i.instance_guid for i in cell.detail().lrps] == ["g0", "g2", "g3"]
-    answer_outbox(cell)
-    assert [c.instance_guid for c in executor.started] == ["g0", "g2", "g3"], "each started once"
-    assert await cell.stop_lrp("g3") is True
+    assert [r.instance_guid for r in p.claimed] == ["g0"], "pending reports of the refused one are dropped"
+    assert p.running == [] and p.removed == [] and p.tasks_started == []
 
 
 async def test_tasks_reserve_start_complete_and_cancel() -> None:

@@ -51,9 +51,6 @@ class Outbox:
         self._sent_at = -1e9  # loop time the previous request finished
         self._pending = Reports()
         self._in_flight = 0  # reports in the request being sent now
-        # Instances whose claim the BBS has not answered yet (pending, or in the request in flight): the cell
-        # starts an instance only once its claim was answered and not refused (rep/cell.py).
-        self._unanswered_claims: set[str] = set()
         self._wake = asyncio.Event()
         self._idle = asyncio.Event()
         self._idle.set()
@@ -64,7 +61,6 @@ class Outbox:
 
     def claimed(self, ref: Ref) -> None:
         self._pending.claimed.append(ref)
-        self._unanswered_claims.add(ref.instance_guid)
         self._kick()
 
     def running(self, report: Running) -> None:
@@ -94,16 +90,11 @@ class Outbox:
         p.running = [r for r in p.running if r.instance_guid != instance_guid]
         p.crashed = [r for r in p.crashed if r.instance_guid != instance_guid]
         p.removed = [r for r in p.removed if r.instance_guid != instance_guid]
-        self._unanswered_claims.discard(instance_guid)
 
     def discard_task(self, task_guid: str) -> None:
         p = self._pending
         p.tasks_started = [g for g in p.tasks_started if g != task_guid]
         p.tasks_completed = [c for c in p.tasks_completed if c.task_guid != task_guid]
-
-    def claim_unanswered(self, instance_guid: str) -> bool:
-        """Whether this instance's claim is still to be answered by the BBS (pending or in flight)."""
-        return instance_guid in self._unanswered_claims
 
     def start_pending(self, task_guid: str) -> bool:
         """Whether this task's start is still to be delivered (not yet in a request the BBS answered)."""
@@ -155,20 +146,14 @@ class Outbox:
             self._sent_at = loop.time()
             self.sent_requests += 1
             failures = 0
-            self.answered(batch, result)
+            try:
+                self._on_result(result)
+            except Exception:  # a bug in the handler must not kill the flusher
+                log.exception("handling the lifecycle result failed", extra={"data": {"cell_id": self._name}})
             if len(self._pending):
                 self._wake.set()
             else:
                 self._idle.set()
-
-    def answered(self, batch: Reports, result: LifecycleResult) -> None:
-        """The BBS answered `batch` with `result`: its claims are answered, and the cell learns the result."""
-        for ref in batch.claimed:
-            self._unanswered_claims.discard(ref.instance_guid)
-        try:
-            self._on_result(result)
-        except Exception:  # a bug in the handler must not kill the flusher
-            log.exception("handling the lifecycle result failed", extra={"data": {"cell_id": self._name}})
 
     async def drain(self, timeout_s: float) -> bool:
         """Wait until everything pending was delivered; False when the deadline passed first."""

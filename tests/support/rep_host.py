@@ -50,11 +50,3 @@ def make_host(cell_ids: list[str], memory_mb: int = 4096) -> tuple[RepHost, Reco
         for cid in cell_ids
     ]
     return RepHost(cells, [executor], httpx.AsyncClient(), "http://bbs.test", rep_id="rep-a"), executor
-
-
-def answer_outbox(cell: RepCell, result: LifecycleResult | None = None) -> Reports:
-    """The BBS answered everything the cell's outbox holds with `result` (default: accepted all): the
-    flusher's work without the network. Claimed instances start only then (rep/cell.py)."""
-    batch, cell.outbox._pending = cell.outbox._pending, Reports()
-    cell.outbox.answered(batch, result or LifecycleResult())
-    return batch
