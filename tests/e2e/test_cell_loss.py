@@ -192,10 +192,13 @@ def test_work_a_stalled_cell_accepted_is_not_auctioned_again_while_it_is_present
     c.bbs.desire(late, 1)
 
     def accepted_by() -> str:
+        # The rep holds the work before it answers the auctioneer, which counts the placement on that
+        # answer: both, so that the hold below starts from the auction's end.
+        placed = auctioneer_stats(c)["lrps_placed"]
         for cell_id in c.reps:
-            if any(lrp["process_guid"] == late for lrp in c.rep_state(cell_id)["lrps"]):
+            if placed == 1 and any(lrp["process_guid"] == late for lrp in c.rep_state(cell_id)["lrps"]):
                 return cell_id
-        raise Unmet(f"no cell holds {late} yet; stats {auctioneer_stats(c)}")
+        raise Unmet(f"no cell holds {late} yet, or not counted; stats {auctioneer_stats(c)}")
 
     holder = wait_for(accepted_by, 30.0, f"a cell to accept {late}")
     rep = c.reps[holder].proc
