@@ -19,7 +19,8 @@ could not forward to the old holder wakes it).
 
 No lease, no leader (docs/security.md, Fencing): an auctioneer that cannot reach the lease endpoint, or
 gets 404 from it (a BBS without the lease API), stands by and auctions nothing; it keeps trying, sooner
-after a failure (RETRY_FIRST_S, doubling up to TTL/3). `problem` says why it has no lease (GET /readyz).
+after a failure (common/retry.py's LEASE delays: from 0.2 s, doubling up to TTL/3, jittered). `problem`
+says why it has no lease (GET /readyz).
 """
 
 from __future__ import annotations
@@ -37,12 +38,12 @@ import httpx
 from pydantic import ValidationError
 
 from common.models import Lease
+from common.retry import LEASE as LEASE_RETRIES
 
 log = logging.getLogger("auctioneer.leadership")
 
 LEASE = "auctioneer"
 TAKEOVER_SLACK_S = 0.05  # after the holder's expiry, so the BBS sees it expired too
-RETRY_FIRST_S = 0.2  # after a failed attempt (e.g. the BBS still starting): retry soon, doubling up to TTL/3
 
 
 class Leadership:
@@ -58,6 +59,7 @@ class Leadership:
         self._valid_until = 0.0  # monotonic: leadership ends here unless renewed
         self._holder_expires_at = 0.0  # epoch: when the other holder's lease runs out
         self._failures = 0  # attempts in a row without a lease (no answer, 404, or a refusal)
+        self._retry_delays = LEASE_RETRIES.capped(ttl / 3).delays()  # after a failure: sooner than TTL/3
         self.attempts = 0  # lease requests sent (takes and renewals), shown in /v1/stats
         # Why the last attempt got no lease answer (None: it got one, held or not); for GET /readyz.
         self.problem: str | None = "the lease has not been asked for yet"
@@ -129,9 +131,7 @@ class Leadership:
             self._settle(self.leader)
             wait = renew_every
             if self._failures:
-                wait = min(
-                    wait, RETRY_FIRST_S * 2 ** min(self._failures - 1, 20)
-                )  # bounded: no float overflow
+                wait = min(wait, next(self._retry_delays))
             if self.leader:  # wake by expiry too: leadership must end on time when renewals fail
                 wait = min(wait, max(0.0, self._valid_until - time.monotonic()))
             elif self._holder_expires_at:
@@ -176,6 +176,7 @@ class Leadership:
             self._failed(f"the BBS refused the lease ({response.status_code})", error=repr(exc)[:300])
             return
         self._failures = 0
+        self._retry_delays.reset()
         self.problem = None
         self.holder_url, self.holder_owner = lease.url, lease.owner
         if lease.held:

@@ -3,10 +3,10 @@ and what each cell accepted (the BBS does not auction accepted work again while 
 bbs/placements.py), its durations and counts (the event auction_completed) and its placement explanations
 (`vendue why`). Over HTTP whatever the transport.
 
-Sent in the background so the next auction need not wait on the BBS; retried with backoff a few times.
-If the BBS stays down the report is dropped with a log line: its convergence re-auctions UNCLAIMED LRPs
-and PENDING tasks, so nothing is lost, only the placement_error text (and, for a claim later than the
-staleness limit, the knowledge that a cell had accepted it).
+Sent in the background so the next auction need not wait on the BBS; retried a few times with
+common/retry.py's jittered backoff. If the BBS stays down the report is dropped with a log line: its
+convergence re-auctions UNCLAIMED LRPs and PENDING tasks, so nothing is lost, only the placement_error
+text (and, for a claim later than the staleness limit, the knowledge that a cell had accepted it).
 
 Each report carries the fencing token of the auction it comes from (the lease's, read when the auction
 reports: the batcher abandons an auction the moment its lease is lost, so that is the auction's term). The
@@ -17,6 +17,7 @@ so the report is dropped with one log line and never retried.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 from collections.abc import Callable, Sequence
@@ -25,10 +26,15 @@ from typing import Any, Protocol
 import httpx
 
 from common.models import AuctionReport
+from common.retry import AUCTION_REPORTS, Again, retrying
 
 from .metrics import Metrics
 
 log = logging.getLogger("auctioneer.reporter")
+
+
+class _Refused(Exception):
+    """The BBS refused the report's body (4xx other than 409): not worth another attempt."""
 
 
 class PlacementReporter(Protocol):
@@ -46,7 +52,7 @@ class FailureReporter:
         *,
         timeout: float = 5.0,
         attempts: int = 4,
-        backoff: float = 0.2,
+        backoff: float = AUCTION_REPORTS.first_s,  # the first delay; common/retry.py's jitter and cap
         fencing_token: Callable[[], int] = lambda: 0,
     ) -> None:
         self._bbs = bbs
@@ -71,41 +77,46 @@ class FailureReporter:
     async def send(self, report: dict[str, Any]) -> bool:
         """POST /v1/auctions with bounded retries; False when the BBS refused or stayed unreachable."""
         body = json.dumps(report).encode()
-        delay = self._backoff
         why = ""
-        for attempt in range(1, self._attempts + 1):
-            try:
-                self._metrics.request("bbs")
-                response = await self._bbs.post(
-                    "/v1/auctions", content=body, headers={"content-type": "application/json"},
-                    timeout=self._timeout,
-                )
-            except httpx.HTTPError as exc:
-                why = f"{type(exc).__name__}: {exc}".rstrip(": ")
-            else:
-                if response.is_success:
-                    return True
-                if response.status_code == 409:
-                    self._metrics.stale_report()
-                    log.warning(
-                        "auction report refused: a newer auctioneer holds the lease",
-                        extra={
-                            "data": {
-                                **_counts(report),
-                                "fencing_token": report["fencing_token"],
-                                "bbs": response.text[:200],
-                            }
-                        },
-                    )
-                    return False
-                why = f"BBS answered {response.status_code}"
-                if response.status_code < 500:  # the BBS refused this body: sending it again will not help
-                    break
-            if attempt < self._attempts:
-                await asyncio.sleep(delay)  # backoff between retries, not synchronisation
-                delay *= 2
+        policy = dataclasses.replace(AUCTION_REPORTS, first_s=self._backoff)
+        try:
+            async for attempt in retrying(policy, attempts=self._attempts):
+                with attempt:
+                    return await self._post(body, report)
+        except (Again, _Refused) as exc:  # still failing after the last attempt, or refused for good
+            why = str(exc)
         log.warning("auction report dropped", extra={"data": {**_counts(report), "why": why}})
         return False
+
+    async def _post(self, body: bytes, report: dict[str, Any]) -> bool:
+        """One attempt: True when taken, False when refused for good (409); Again when worth retrying."""
+        try:
+            self._metrics.request("bbs")
+            response = await self._bbs.post(
+                "/v1/auctions", content=body, headers={"content-type": "application/json"},
+                timeout=self._timeout,
+            )
+        except httpx.HTTPError as exc:
+            raise Again(f"{type(exc).__name__}: {exc}".rstrip(": ")) from exc
+        if response.is_success:
+            return True
+        if response.status_code == 409:
+            self._metrics.stale_report()
+            log.warning(
+                "auction report refused: a newer auctioneer holds the lease",
+                extra={
+                    "data": {
+                        **_counts(report),
+                        "fencing_token": report["fencing_token"],
+                        "bbs": response.text[:200],
+                    }
+                },
+            )
+            return False
+        why = f"BBS answered {response.status_code}"
+        if response.status_code < 500:  # the BBS refused this body: sending it again will not help
+            raise _Refused(why)
+        raise Again(why)
 
     async def drain(self, timeout: float) -> None:
         """Wait (bounded) for reports still in flight; cancel what remains."""

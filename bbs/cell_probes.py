@@ -7,13 +7,15 @@ still hold it?). A pass asks for a probe (`request`) and decides with the latest
 a probe that finishes wakes convergence, so the next pass uses it at once.
 
 A probe asks GET {rep_url}/state?lrps=full&cells=<cell> (the BBS's certificate may: rep/policy.py), again
-every RETRY_S until the rep answers for the cell or the probe's window (`--cell-loss-check`, 5 s) has
-passed: a host that is down, or that no longer hosts the cell, has not answered.
+after each CELL_PROBES delay (common/retry.py: 0.25-0.5 s) until the rep answers for the cell or the probe's
+window (`--cell-loss-check`, 5 s) has passed: a host that is down, or that no longer hosts the cell, has not
+answered.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import time
@@ -21,12 +23,12 @@ from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 
 from common.models import CellDetail
+from common.retry import CELL_PROBES, Again, retrying
 
 from .records import CellRecord
 
 log = logging.getLogger("bbs.cell_probes")
 
-RETRY_S = 0.5  # between attempts of one probe whose rep refused the connection or erred
 MIN_ATTEMPT_S = 0.1  # the shortest time an attempt is given near the end of the window
 
 # One attempt: the cell in detail from its rep within the timeout (s), or None (no answer, or not hosted
@@ -94,14 +96,15 @@ class CellProbes:
         started_at = self._clock()
         deadline = time.monotonic() + self.window_s
         detail: CellDetail | None = None
-        while True:
-            try:
-                detail = await self._ask(cell, max(deadline - time.monotonic(), MIN_ATTEMPT_S))
-            except Exception:  # noqa: BLE001 - a probe that fails says "no answer", never ends convergence
-                log.exception("probing a cell failed", extra={"data": {"cell_id": cell.cell_id}})
-            if detail is not None or time.monotonic() + RETRY_S >= deadline:
-                break
-            await asyncio.sleep(RETRY_S)  # the interval between attempts, not synchronisation
+        with contextlib.suppress(Again):  # no answer before the window's end: a probe without one
+            async for attempt in retrying(CELL_PROBES, within_s=self.window_s):
+                with attempt:
+                    try:
+                        detail = await self._ask(cell, max(deadline - time.monotonic(), MIN_ATTEMPT_S))
+                    except Exception:  # noqa: BLE001 - a probe that fails says "no answer", never ends convergence
+                        log.exception("probing a cell failed", extra={"data": {"cell_id": cell.cell_id}})
+                    if detail is None:
+                        raise Again
         probe = probe_of(started_at, detail)
         self._latest[cell.cell_id] = probe
         log.info("cell probed", extra={"data": {

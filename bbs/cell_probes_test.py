@@ -10,6 +10,7 @@ from bbs import cell_probes
 from bbs.cell_probes import CellProbes, Probe
 from bbs.records import CellRecord
 from common.models import CellDetail
+from common.retry import Backoff
 
 CELL = CellRecord("c1", {"rep_url": "http://c1"}, expires_at=0.0)
 
@@ -52,7 +53,7 @@ async def probed(rep: Rep, window_s: float = 2.0) -> tuple[CellProbes, Probe]:
 
 @pytest.fixture(autouse=True)
 def quick_retries(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(cell_probes, "RETRY_S", 0.05)
+    monkeypatch.setattr(cell_probes, "CELL_PROBES", Backoff(first_s=0.05, max_s=0.05))
 
 
 async def test_an_answer_says_what_the_cell_holds() -> None:

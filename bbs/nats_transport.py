@@ -20,6 +20,7 @@ import logging
 from collections import deque
 from typing import Any
 
+from common.retry import AUCTIONEER_SENDS_NATS, retrying
 from common.transport.nats_connection import NatsConnection
 from common.transport.subjects import AUCTIONEER_LRPS, AUCTIONEER_TASKS, event_subject, rep_subject
 
@@ -30,7 +31,8 @@ from .outbound import Outbound, RepKey, RepVerb
 log = logging.getLogger("bbs.nats")
 
 PAYLOAD_MARGIN = 4096  # room for subject, reply inbox and headers within max_payload
-NATS_SEND_ATTEMPTS = 6  # 0.1 + 0.2 + 0.4 + 0.8 + 1.0 s of backoff between them
+NATS_SEND_ATTEMPTS = 6  # at least, and for at least NATS_SEND_WINDOW_S (the jittered waits are shorter)
+NATS_SEND_WINDOW_S = 2.5  # 0.1 + 0.2 + 0.4 + 0.8 + 1.0 s: the attempts' delays before jitter
 EVENT_BACKLOG = 100_000  # events queued while NATS is away; the oldest go first past this
 
 
@@ -70,29 +72,27 @@ class NatsOutbound(Outbound):
     async def _request_auctioneer(self, subject: str, chunk: bytes, kind: str) -> None:
         # Right after a NATS restart the BBS may reconnect before the auctioneer re-subscribed ("no
         # responders"): tries spread over a few seconds ride that out before leaving it to convergence.
-        delay = 0.1
-        attempts = max(self.attempts, NATS_SEND_ATTEMPTS)
-        for attempt in range(1, attempts + 1):
-            try:
-                reply = await self.nats.client.request(subject, chunk, timeout=self._request_timeout)
-                answer = json.loads(reply.data)
-                if isinstance(answer, dict) and "error" in answer:  # refused: sending it again will not help
-                    self.metrics.auctioneer_requests.labels(kind=kind, outcome="error").inc()
-                    log.error(
-                        "auctioneer refused the request", extra={"data": {"subject": subject, **answer}}
-                    )
-                    return
-                self.metrics.auctioneer_requests.labels(kind=kind, outcome="ok").inc()
-                return
-            except Exception as exc:  # no responders (no auctioneer), timeout, disconnected, bad reply
-                self.metrics.auctioneer_requests.labels(kind=kind, outcome="error").inc()
-                if attempt == attempts:
-                    log.warning("auctioneer send failed; convergence will retry", extra={"data": {
-                        "subject": subject, "bytes": len(chunk), "error": repr(exc),
-                    }})
-                    return
-            await asyncio.sleep(delay)  # back off between attempts
-            delay = min(delay * 2, 1.0)
+        try:
+            attempts = max(self.attempts, NATS_SEND_ATTEMPTS)
+            async for attempt in retrying(AUCTIONEER_SENDS_NATS, attempts=attempts,
+                                          at_least_s=NATS_SEND_WINDOW_S, on=Exception):
+                with attempt:
+                    try:
+                        reply = await self.nats.client.request(subject, chunk, timeout=self._request_timeout)
+                        answer = json.loads(reply.data)
+                    except Exception:  # no responders (no auctioneer), timeout, disconnected, bad reply
+                        self.metrics.auctioneer_requests.labels(kind=kind, outcome="error").inc()
+                        raise
+        except Exception as exc:
+            log.warning("auctioneer send failed; convergence will retry", extra={"data": {
+                "subject": subject, "bytes": len(chunk), "error": repr(exc),
+            }})
+            return
+        if isinstance(answer, dict) and "error" in answer:  # refused: sending it again will not help
+            self.metrics.auctioneer_requests.labels(kind=kind, outcome="error").inc()
+            log.error("auctioneer refused the request", extra={"data": {"subject": subject, **answer}})
+            return
+        self.metrics.auctioneer_requests.labels(kind=kind, outcome="ok").inc()
 
     async def _rep_request(self, rep: RepKey, verb: RepVerb, body: bytes) -> bool:
         rep_url, rep_id = rep

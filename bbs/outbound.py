@@ -41,6 +41,7 @@ from common.models import (
     StopInstances,
     TaskCancel,
 )
+from common.retry import AUCTIONEER_SENDS, retrying
 from common.tls import CertError, peer_rep_refusal
 
 from .metrics import BBSMetrics
@@ -52,7 +53,6 @@ JSON_HEADERS = {"content-type": "application/json"}
 
 REP_CONCURRENCY = 64
 LEADER_CACHE_S = 1.0  # how long a looked-up lease holder's URL is used before it is looked up again
-MAX_RETRY_DELAY_S = 1.0  # between auctioneer send attempts within the retry window
 REP_BATCH_MAX = 10_000  # stops (or cancels) per request to one rep process
 # Cells named per state request to one rep process: 100 ids of at most 128 characters keep the request's head
 # under 16 KB, which any HTTP server takes.
@@ -272,34 +272,32 @@ class Outbound:
         return (self._leader_url or self.auctioneer_url).rstrip("/")
 
     async def _post_auctioneer(self, path: str, body: list[dict[str, Any]], kind: str) -> None:
-        delay = 0.1
-        give_up_after = time.monotonic() + self.retry_window_s
-        attempt = 0
-        while True:
-            attempt += 1
-            try:
-                response = await self.client.post(await self._auctioneer_base() + path, json=body)
-                response.raise_for_status()
-                self.metrics.auctioneer_requests.labels(kind=kind, outcome="ok").inc()
-                return
-            except httpx.HTTPError as exc:
-                self._leader_until = 0.0  # the holder may have changed: look again before the next try
-                self.metrics.auctioneer_requests.labels(kind=kind, outcome="error").inc()
-                if attempt >= self.attempts and time.monotonic() >= give_up_after:
-                    log.warning(
-                        "auctioneer send failed; convergence will retry",
-                        extra={
-                            "data": {
-                                "path": path,
-                                "items": len(body),
-                                "error": repr(exc),
-                                "attempts": attempt,
-                            }
-                        },
-                    )
-                    return
-            await asyncio.sleep(delay)  # back off between attempts
-            delay = min(delay * 4, MAX_RETRY_DELAY_S)
+        attempts = 0
+        try:
+            async for attempt in retrying(AUCTIONEER_SENDS, attempts=self.attempts,
+                                          at_least_s=self.retry_window_s, on=httpx.HTTPError):
+                with attempt:
+                    attempts += 1
+                    try:
+                        response = await self.client.post(await self._auctioneer_base() + path, json=body)
+                        response.raise_for_status()
+                    except httpx.HTTPError:
+                        self._leader_until = 0.0  # the holder may have changed: look it up again
+                        self.metrics.auctioneer_requests.labels(kind=kind, outcome="error").inc()
+                        raise
+            self.metrics.auctioneer_requests.labels(kind=kind, outcome="ok").inc()
+        except httpx.HTTPError as exc:
+            log.warning(
+                "auctioneer send failed; convergence will retry",
+                extra={
+                    "data": {
+                        "path": path,
+                        "items": len(body),
+                        "error": repr(exc),
+                        "attempts": attempts,
+                    }
+                },
+            )
 
     # --- reps and callbacks -----------------------------------------------------------------------
 

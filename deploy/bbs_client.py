@@ -46,11 +46,11 @@ from common.models import (
     TokenCreated,
     TokenInfo,
 )
+from common.retry import EVENT_STREAM
 from common.tls import TLSFiles, client_context
 
 DEFAULT_BBS_URL = "http://127.0.0.1:8889"
 FOLLOW_GIVE_UP_S = 30.0  # follow_events: a BBS (every replica) silent this long is gone
-RECONNECT_FIRST_S, RECONNECT_MAX_S = 0.1, 2.0
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
 
@@ -350,7 +350,7 @@ class BBSClient:
         subscription the BBS at `url` accepted."""
         last_id: str | None = None
         quiet_since = time.monotonic()
-        attempt = 0
+        delays = EVENT_STREAM.delays()
         opened: list[str] = []
 
         def accepted() -> None:
@@ -360,7 +360,8 @@ class BBSClient:
         while True:
             try:
                 for event in self.events(wanted=wanted, last_event_id=last_id, on_open=accepted):
-                    quiet_since, attempt = time.monotonic(), 0
+                    quiet_since = time.monotonic()
+                    delays.reset()
                     last_id = event.id or last_id
                     yield event
                 why = "the BBS closed the event stream"
@@ -371,8 +372,7 @@ class BBSClient:
             if time.monotonic() - quiet_since > give_up_s:
                 raise BBSUnreachable(f"{why}; no event for {give_up_s:g}s, gave up")
             on_reconnect(why)
-            time.sleep(min(RECONNECT_MAX_S, RECONNECT_FIRST_S * 2 ** attempt))  # a retry's backoff
-            attempt += 1
+            time.sleep(next(delays))  # a retry's backoff (common/retry.py)
 
 
 @dataclass(frozen=True, slots=True)

@@ -107,8 +107,9 @@ def up(
         bool,
         typer.Option(
             "--restart/--no-restart",
-            help="Start a component that fails (exits non-zero, or is killed) again after 1 s, doubling to "
-            "30 s while it keeps failing; one that stops cleanly (a rep evacuated by SIGTERM) stays down.",
+            help="Start a component that fails (exits non-zero, or is killed) again after 0.5-1 s, doubling "
+            "to 30 s (jittered) while it keeps failing; one that stops cleanly (a rep evacuated by SIGTERM) "
+            "stays down.",
         ),
     ] = True,
 ) -> None:

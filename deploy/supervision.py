@@ -5,26 +5,29 @@ BBS or an auctioneer told to stop) stays down.
 It is what a process supervisor does for the same processes elsewhere: systemd's Restart=on-failure with
 RestartSec, Docker's `restart: on-failure` (docker-compose.yml here says `unless-stopped`, for
 containers a person stops through Docker), BOSH's monit for Diego's jobs. The delays double from
-FIRST_DELAY_S to MAX_DELAY_S, as Docker's do, and start again from the first once a component has stayed
-up STABLE_AFTER_S: a BBS that dies at once on a bad database is not restarted in a tight loop, and one
-that crashed once a day restarts in a second. Pure bookkeeping: the launcher (cluster_cmd.py) asks it
-what to do and does it.
+FIRST_DELAY_S to MAX_DELAY_S, as Docker's do, with common/retry.py's jitter (each in the upper half of its
+step, so components that failed together do not come back in step), and start again from the first once a
+component has stayed up STABLE_AFTER_S: a BBS that dies at once on a bad database is not restarted in a
+tight loop, and one that crashed once a day restarts in a second. Pure bookkeeping: the launcher
+(cluster_cmd.py) asks it what to do and does it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-FIRST_DELAY_S = 1.0
-MAX_DELAY_S = 30.0
+from common.retry import RESTARTS, Delays
+
+FIRST_DELAY_S = RESTARTS.first_s
+MAX_DELAY_S = RESTARTS.max_s
 STABLE_AFTER_S = 60.0
 
 
 @dataclass(slots=True)
 class _Supervised:
     started_at: float
-    next_delay_s: float = FIRST_DELAY_S
+    delays: Delays = field(default_factory=RESTARTS.delays)  # failures in a row, and the next wait
     due_at: float | None = None  # when to start it again; None: running, or left down
 
 
@@ -39,7 +42,7 @@ class RestartPolicy:
             return None
         component = self._components.setdefault(name, _Supervised(started_at=now))
         if now - component.started_at >= STABLE_AFTER_S:
-            component.next_delay_s = FIRST_DELAY_S
+            component.delays.reset()
         return self._schedule(component, now)
 
     def failed_to_start(self, name: str, now: float) -> float:
@@ -56,7 +59,6 @@ class RestartPolicy:
 
     @staticmethod
     def _schedule(component: _Supervised, now: float) -> float:
-        delay = component.next_delay_s
-        component.next_delay_s = min(2 * delay, MAX_DELAY_S)
+        delay = round(next(component.delays), 1)  # tenths: said to a person ("starting it again in 1.7 s")
         component.due_at = now + delay
         return delay

@@ -42,6 +42,7 @@ from common.models import (
     LifecycleResult,
     StopInstances,
 )
+from common.retry import REGISTRATION
 
 from .cell import RepCell, all_rejected
 from .executor import Executor
@@ -54,8 +55,8 @@ EVACUATED_TASK_REASON = "cell evacuated before completion"
 SHUTDOWN_TASK_REASON = "cell shut down before completion"
 DRAIN_TIMEOUT_S = 10.0
 # A cell whose first heartbeat failed (its BBS not up yet: a cluster starts every process at once) tries
-# again after this, doubling up to the heartbeat interval, instead of a whole interval (TTL/3) later.
-REGISTRATION_RETRY_S = 0.1
+# again after common/retry.py's REGISTRATION delays, capped at the heartbeat interval, instead of a whole
+# interval (TTL/3) later.
 # The first heartbeat makes the cells present, and every auction then asks them for their state: a rep not
 # yet able to answer (its HTTP server not serving, its NATS subscription not made) holds a NATS auction's
 # gather open until the auctioneer's cell_state_timeout (5 s) and drops out of it, so what that auction
@@ -135,7 +136,7 @@ class RepHost:
         self._slow_rounds = 0
         self._beating: set[str] = set()  # cells whose heartbeat is in flight
         self._beat_now = asyncio.Event()
-        self._registration_retry_s = REGISTRATION_RETRY_S
+        self._registration_delays = REGISTRATION.capped(self.heartbeat_interval_s).delays()
         self._registration_retry: asyncio.TimerHandle | None = None
         self._shutdown = asyncio.Event()
         self._force = False
@@ -250,6 +251,8 @@ class RepHost:
         ok = sum(1 for r in results if r is True)
         if any(c.awaiting_registration and not c.retired for c in cells):
             self._retry_registration_soon()
+        else:
+            self._registration_delays.reset()
         self.heartbeats_sent += ok
         if ok < len(cells):
             # Say it when the BBS becomes unreachable, then only every 10th failed round.
@@ -279,8 +282,7 @@ class RepHost:
         BBS has accepted its boot, so a rep that started before its BBS would idle for up to TTL/3."""
         if self._registration_retry is not None:
             self._registration_retry.cancel()
-        delay = min(self._registration_retry_s, self.heartbeat_interval_s)
-        self._registration_retry_s = min(2 * self._registration_retry_s, self.heartbeat_interval_s)
+        delay = next(self._registration_delays)
         self._registration_retry = asyncio.get_running_loop().call_later(delay, self._beat_now.set)
 
     async def _heartbeats(self, cells: list[RepCell]) -> bool:

@@ -6,7 +6,7 @@ company (as Kafka's linger.ms): the claims of work arriving in several pieces tr
 running reports of instances that start together, at the price of reports arriving up to `linger_s`
 later. The outbox also knows which claims the BBS has not answered yet (`claim_unanswered`): the cell
 starts an instance only once its claim was answered, and not refused. A failed request keeps its reports
-(ahead of newer ones) and is retried with capped exponential backoff, so nothing is lost.
+(ahead of newer ones) and is retried with common/retry.py's jittered backoff, so nothing is lost.
 
 Ordering: an instance goes claimed -> running -> crashed|removed exactly once (a restart gets a new
 instance guid), and a task started -> completed. Those are the field orders of `CellLifecycle`, so a
@@ -21,6 +21,7 @@ import logging
 from collections.abc import Awaitable, Callable
 
 from common.models import LifecycleResult, TaskCompletion
+from common.retry import LIFECYCLE_REPORTS, Backoff
 
 from .reports import Crash, Ref, Reports, Running
 
@@ -38,8 +39,8 @@ class Outbox:
         on_result: OnResult,
         *,
         name: str = "",
-        backoff_initial_s: float = 0.05,
-        backoff_max_s: float = 5.0,
+        backoff_initial_s: float = LIFECYCLE_REPORTS.first_s,
+        backoff_max_s: float = LIFECYCLE_REPORTS.max_s,
         linger_s: float = 0.0,
     ) -> None:
         self._send = send
@@ -112,7 +113,7 @@ class Outbox:
 
     async def run(self) -> None:
         """The flusher: one request at a time, each carrying everything pending."""
-        failures = 0
+        delays = Backoff(self._backoff_initial_s, self._backoff_max_s).delays()  # common/retry.py's jitter
         loop = asyncio.get_running_loop()
         while True:
             await self._wake.wait()
@@ -132,8 +133,7 @@ class Outbox:
             except Exception as exc:  # noqa: BLE001 - any failure: keep the reports and retry
                 self._pending = batch.then(self._pending)
                 self.failed_requests += 1
-                failures += 1
-                delay = min(self._backoff_initial_s * 2 ** (failures - 1), self._backoff_max_s)
+                delay = next(delays)
                 log.warning(
                     "lifecycle report failed; retrying",
                     extra={"data": {"cell_id": self._name, "error": repr(exc), "retry_in_s": delay}},
@@ -145,7 +145,7 @@ class Outbox:
             self._in_flight = 0
             self._sent_at = loop.time()
             self.sent_requests += 1
-            failures = 0
+            delays.reset()
             try:
                 self._on_result(result)
             except Exception:  # a bug in the handler must not kill the flusher

@@ -41,6 +41,7 @@ from nats.aio.client import Client
 from nats.errors import Error as NatsError
 from nats.protocol.parser import PERMISSIONS_ERR  # how nats-py words the server's -ERR
 
+from common.retry import NATS_CONNECT
 from common.tls import TLSFiles, client_context
 
 log = logging.getLogger("common.nats")
@@ -53,8 +54,7 @@ OnConnect = Callable[[Client], Coroutine[Any, Any, None]]
 # would leave a rep unreachable (every auction waiting its state timeout for it) for up to six.
 PING_INTERVAL_S = 2
 MAX_OUTSTANDING_PINGS = 2
-FIRST_BACKOFF_S = 0.25
-MAX_BACKOFF_S = 5.0
+MAX_BACKOFF_S = NATS_CONNECT.max_s  # common/retry.py's policy; a connection may cap it lower
 # While unreachable at start, say so on the first failure and then every this many seconds.
 UNREACHABLE_LOG_EVERY_S = 30.0
 
@@ -178,7 +178,7 @@ class NatsConnection:
                 await self._nc.close()
 
     async def _connect_until_done(self) -> None:
-        delay = FIRST_BACKOFF_S
+        delays = NATS_CONNECT.capped(self._max_backoff).delays()
         loop = asyncio.get_running_loop()
         last_logged = -UNREACHABLE_LOG_EVERY_S
         while not self._closed:
@@ -186,6 +186,7 @@ class NatsConnection:
                 nc = await self._connect_once()
             except Exception as exc:  # every failure is the same to us: wait and try again
                 self.failed_attempts += 1
+                delay = next(delays)
                 now = loop.time()
                 if now - last_logged >= UNREACHABLE_LOG_EVERY_S:
                     last_logged = now
@@ -194,7 +195,6 @@ class NatsConnection:
                         "retry_in_s": delay,
                     }})
                 await asyncio.sleep(delay)  # backoff between connection attempts
-                delay = min(delay * 2, self._max_backoff)
                 continue
             # Connected: from now on nats-py reconnects by itself, for ever (it reads both when a link drops).
             nc.options["allow_reconnect"] = True
