@@ -226,8 +226,10 @@ def _check_transport(transport: str) -> None:
 def _supervise(cluster: LocalCluster, out: Console, restart: bool) -> None:
     """Stay up until interrupted. A component that exits is said once; with `restart`, one that failed
     (not exit status 0) is started again, with the same port and data, by deploy/supervision.py's
-    policy."""
-    policy = RestartPolicy(cluster.pids(), time.monotonic())
+    policy. The launcher's NATS server and PostgreSQL are watched alike (and reaped: no zombie), and
+    started before the components due at the same time, which need them."""
+    policy = RestartPolicy(cluster.supervised_pids(), time.monotonic())
+    servers = set(cluster.servers())
     down: set[str] = set()  # exited, and said so
 
     def say(line: str) -> None:  # one line each, never wrapped: read by people and by grep alike
@@ -235,8 +237,8 @@ def _supervise(cluster: LocalCluster, out: Console, restart: bool) -> None:
 
     while True:
         now = time.monotonic()
-        statuses = cluster.returncodes()
-        for name in sorted(set(statuses) - set(cluster.pids()) - down):
+        statuses = cluster.supervised_returncodes()
+        for name in sorted(set(statuses) - set(cluster.supervised_pids()) - down):
             down.add(name)
             status = statuses[name]
             said = f"[red]{name} exited[/] (status {status}; see {escape(str(cluster.log_path(name)))})"
@@ -247,7 +249,7 @@ def _supervise(cluster: LocalCluster, out: Console, restart: bool) -> None:
                 say(f"{said}; it stopped cleanly, so it stays down; the rest keeps running")
             else:
                 say(f"{said}; the rest keeps running")
-        for name in policy.due(now):
+        for name in sorted(policy.due(now), key=lambda due: due not in servers):
             try:
                 cluster.restart(name, timeout=RESTART_TIMEOUT_S)
             except ClusterError as exc:
@@ -256,7 +258,7 @@ def _supervise(cluster: LocalCluster, out: Console, restart: bool) -> None:
                 continue
             policy.started(name, time.monotonic())
             down.discard(name)
-            say(f"{name} started again (pid {cluster.pids().get(name)})")
+            say(f"{name} started again (pid {cluster.supervised_pids().get(name)})")
         time.sleep(SUPERVISE_POLL_S)
 
 

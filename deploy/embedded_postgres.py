@@ -391,8 +391,33 @@ class PostgresServer:
         self.start_again()
 
     def start_again(self) -> None:
-        """Start the stopped server on its port, with its data."""
+        """Start the stopped server on its port, with its data (recovered from the WAL after a crash)."""
+        self._clear_after_crash()
         self._launch()
+
+    def _clear_after_crash(self) -> None:
+        """What a postmaster killed outright (SIGKILL, the OOM killer) leaves behind: its backends, until
+        each notices, and its postmaster.pid. A new postmaster refuses to start on either ("pre-existing
+        shared memory block is still in use"; "lock file already exists" once the old pid is reused), so
+        the backends are killed (the postmaster leads a session of its own: they are its process group)
+        and the lock file of the postmaster this process saw die is removed."""
+        proc = self.proc
+        if proc is None or proc.poll() is None:
+            return
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass  # the group is empty (or no longer ours)
+        deadline = time.monotonic() + STOP_TIMEOUT_S
+        while _group_alive(proc.pid) and time.monotonic() < deadline:
+            time.sleep(0.05)  # polling interval of a deadline-bounded wait for the kernel to end them
+        lock = self.data / "postmaster.pid"
+        try:
+            owner = int(lock.read_text().split("\n", 1)[0])
+        except (OSError, ValueError):
+            return
+        if owner == proc.pid:
+            lock.unlink(missing_ok=True)
 
     def stop(self, sig: int = signal.SIGINT) -> None:
         """SIGINT: fast shutdown (clients disconnected, checkpoint); SIGQUIT: immediate."""
@@ -408,6 +433,21 @@ class PostgresServer:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait(timeout=STOP_TIMEOUT_S)
+
+
+def _group_alive(pgid: int) -> bool:
+    """Whether a process of group `pgid` still runs (a zombie, dead but not yet reaped, does not count:
+    it holds no shared memory)."""
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
+            return True
+    return False
 
 
 @dataclass
