@@ -319,7 +319,8 @@ def child_named(launcher: int, comm: str) -> int:
     """The pid of the launcher's descendant whose program is `comm` (nats-server, postgres's postmaster)."""
     # The launcher's own child: PostgreSQL's backends are `postgres` too, children of the postmaster.
     direct = [pid for pid in descendants(launcher) if _comm(pid) == comm and _parent(pid) == launcher]
-    assert direct, f"expected a {comm} child of the launcher; saw {[(p, _comm(p)) for p in descendants(launcher)]}"
+    seen = [(pid, _comm(pid)) for pid in descendants(launcher)]
+    assert direct, f"expected a {comm} child of the launcher; saw {seen}"
     return direct[0]
 
 
