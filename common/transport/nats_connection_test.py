@@ -6,10 +6,9 @@ import asyncio
 import logging
 
 import pytest
-
-from common.procutil import free_port
 from nats.aio.client import DEFAULT_MAX_RECONNECT_ATTEMPTS
 
+from common.procutil import free_port
 from common.transport.nats_connection import NatsConnection, redact
 from common.transport.nats_server import NatsServer
 from tests.support.polling import eventually
