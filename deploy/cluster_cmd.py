@@ -108,7 +108,8 @@ def up(
         typer.Option(
             "--restart/--no-restart",
             help="Start a component that fails (exits non-zero, or is killed) again after 1 s, doubling to "
-            "30 s while it keeps failing; one that stops cleanly (a rep evacuated by SIGTERM) stays down.",
+            "30 s while it keeps failing, the embedded nats-server and PostgreSQL too; one that stops "
+            "cleanly (a rep evacuated by SIGTERM) stays down.",
         ),
     ] = True,
 ) -> None:
