@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import concurrent.futures
+import contextlib
 import grp
 import hashlib
 import hmac
@@ -399,17 +400,16 @@ class PostgresServer:
         """What a postmaster killed outright (SIGKILL, the OOM killer) leaves behind: its backends, until
         each notices, and its postmaster.pid. A new postmaster refuses to start on either ("pre-existing
         shared memory block is still in use"; "lock file already exists" once the old pid is reused), so
-        the backends are killed (the postmaster leads a session of its own: they are its process group)
-        and the lock file of the postmaster this process saw die is removed."""
+        the backends are killed and the lock file of the postmaster this process saw die is removed."""
         proc = self.proc
         if proc is None or proc.poll() is None:
             return
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass  # the group is empty (or no longer ours)
+        # Only after a death by signal: a postmaster that exited took its backends down.
         deadline = time.monotonic() + STOP_TIMEOUT_S
-        while _group_alive(proc.pid) and time.monotonic() < deadline:
+        while proc.returncode < 0 and (backends := _backends_in(self.data)) and time.monotonic() < deadline:
+            for pid in backends:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
             time.sleep(0.05)  # polling interval of a deadline-bounded wait for the kernel to end them
         lock = self.data / "postmaster.pid"
         try:
@@ -435,19 +435,25 @@ class PostgresServer:
             self.proc.wait(timeout=STOP_TIMEOUT_S)
 
 
-def _group_alive(pgid: int) -> bool:
-    """Whether a process of group `pgid` still runs (a zombie, dead but not yet reaped, does not count:
-    it holds no shared memory)."""
+def _backends_in(data: Path) -> list[int]:
+    """The running `postgres` processes of the server in `data`: a backend leads a process group of its own
+    and outlives its postmaster, but keeps the postmaster's working directory, the data directory. Zombies
+    (dead, not yet reaped) do not count: they hold no shared memory."""
+    found = []
+    data = data.resolve()
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
         try:
-            fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+            if Path(f"/proc/{entry}/comm").read_text().strip() != "postgres":
+                continue
+            state = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[0]
+            cwd = Path(os.readlink(f"/proc/{entry}/cwd"))
         except OSError:
             continue
-        if int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
-            return True
-    return False
+        if cwd == data and state not in ("Z", "X"):
+            found.append(int(entry))
+    return found
 
 
 @dataclass
