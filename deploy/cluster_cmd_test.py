@@ -5,6 +5,7 @@ and leaves no orphan even when it is killed with SIGKILL (PR_SET_PDEATHSIG on ev
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import shutil
@@ -13,6 +14,7 @@ import ssl
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -416,8 +418,29 @@ def test_up_ha_postgres_killed_is_started_again_on_its_data_and_the_bbs_writes_a
              "every app desired before the kill running", lambda: running_counts(bbs_url, verify))
     postmaster = info["postgres"]["pid"]
     assert child_named(proc.pid, "postgres") == postmaster
+    # Writes up to the kill (no instances, nothing to place): every one acknowledged must be there after.
+    answered: list[str] = []
+    stop_writing = threading.Event()
+
+    def write_until_stopped() -> None:
+        with httpx.Client(verify=verify, timeout=10.0) as client:
+            for i in itertools.count():
+                body = {"process_guid": f"racing-{i}", "instances": 0, "command": ["true"]}
+                try:
+                    if client.post(f"{bbs_url}/v1/desired_lrps", json=body).status_code == 201:
+                        answered.append(body["process_guid"])
+                except httpx.HTTPError:
+                    pass
+                if stop_writing.is_set():
+                    return
+
+    writer = threading.Thread(target=write_until_stopped, daemon=True)
+    writer.start()
+    wait_for(lambda: len(answered) >= 5, 30.0, "five racing writes acknowledged", lambda: answered)
     os.kill(postmaster, signal.SIGKILL)  # the postmaster alone: its backends and postmaster.pid stay behind
     killed_at = time.monotonic()
+    stop_writing.set()
+    writer.join(timeout=30.0)
     wait_for(lambda: reaped(postmaster), 30.0, f"the killed postmaster (pid {postmaster}) reaped",
              lambda: f"/proc/{postmaster}/stat: {_state(postmaster)}")
     wait_for(lambda: "postgres started again" in out.read_text(), 90.0,
@@ -436,6 +459,9 @@ def test_up_ha_postgres_killed_is_started_again_on_its_data_and_the_bbs_writes_a
     restarted_s = time.monotonic() - killed_at
     wait_for(write_accepted, 60.0, "the BBS to accept a write once PostgreSQL is back", out.read_text)
     written_s = time.monotonic() - killed_at
+    listed = httpx.get(f"{bbs_url}/v1/desired_lrps", timeout=10.0, verify=verify).json()["items"]
+    lost = set(answered) - {desired["process_guid"] for desired in listed}
+    assert not lost, f"acknowledged before the kill, gone after it: {sorted(lost)}"
     every = {name: 2 for name in [*acknowledged, "after"]}
     wait_for(lambda: running_counts(bbs_url, verify) == every, 90.0,
              "every app acknowledged before the kill, and the one after, running",
