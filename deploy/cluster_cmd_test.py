@@ -436,11 +436,13 @@ def test_up_ha_postgres_killed_is_started_again_on_its_data_and_the_bbs_writes_a
 
     writer = threading.Thread(target=write_until_stopped, daemon=True)
     writer.start()
-    wait_for(lambda: len(answered) >= 5, 30.0, "five racing writes acknowledged", lambda: answered)
-    os.kill(postmaster, signal.SIGKILL)  # the postmaster alone: its backends and postmaster.pid stay behind
-    killed_at = time.monotonic()
-    stop_writing.set()
-    writer.join(timeout=30.0)
+    try:
+        wait_for(lambda: len(answered) >= 5, 30.0, "five racing writes acknowledged", lambda: answered)
+        os.kill(postmaster, signal.SIGKILL)  # the postmaster alone: its backends and lock file stay behind
+        killed_at = time.monotonic()
+    finally:
+        stop_writing.set()
+        writer.join(timeout=30.0)
     wait_for(lambda: reaped(postmaster), 30.0, f"the killed postmaster (pid {postmaster}) reaped",
              lambda: f"/proc/{postmaster}/stat: {_state(postmaster)}")
     wait_for(lambda: "postgres started again" in out.read_text(), 90.0,
