@@ -235,8 +235,9 @@ class LocalCluster:
         return self.data_dir / "logs"
 
     def log_path(self, component: str) -> Path:
-        if SERVER_ALIASES.get(component, component) in (NATS_SERVER, POSTGRES):
-            return self.logs_dir / f"{SERVER_ALIASES.get(component, component)}.log"
+        server = SERVER_ALIASES.get(component, component)
+        if server in (NATS_SERVER, POSTGRES):
+            return self.logs_dir / f"{server}.log"
         return self.logs_dir / f"{self._component(component).name}.log"
 
     def _ready_path(self, name: str) -> Path:
@@ -539,7 +540,7 @@ class LocalCluster:
                 database.stop()
                 self._on_host("postgres", database.start_again)
         except (NatsServerError, RuntimeError, OSError) as exc:
-            raise ClusterError(f"{name} did not start again: {exc}") from None
+            raise ClusterError(f"{name} did not start: {exc}") from None
         self._write_cluster_file()
 
     def _nats_server(self) -> NatsServer:
