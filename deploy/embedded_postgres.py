@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import concurrent.futures
+import contextlib
 import grp
 import hashlib
 import hmac
@@ -391,8 +392,32 @@ class PostgresServer:
         self.start_again()
 
     def start_again(self) -> None:
-        """Start the stopped server on its port, with its data."""
+        """Start the stopped server on its port, with its data (recovered from the WAL after a crash)."""
+        self._clear_after_crash()
         self._launch()
+
+    def _clear_after_crash(self) -> None:
+        """What a postmaster killed outright (SIGKILL, the OOM killer) leaves behind: its backends, until
+        each notices, and its postmaster.pid. A new postmaster refuses to start on either ("pre-existing
+        shared memory block is still in use"; "lock file already exists" once the old pid is reused), so
+        the backends are killed and the lock file of the postmaster this process saw die is removed."""
+        proc = self.proc
+        if proc is None or proc.poll() is None:
+            return
+        # Only after a death by signal: a postmaster that exited took its backends down.
+        deadline = time.monotonic() + STOP_TIMEOUT_S
+        while proc.returncode < 0 and (backends := _backends_in(self.data)) and time.monotonic() < deadline:
+            for pid in backends:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
+            time.sleep(0.05)  # polling interval of a deadline-bounded wait for the kernel to end them
+        lock = self.data / "postmaster.pid"
+        try:
+            owner = int(lock.read_text().split("\n", 1)[0])
+        except (OSError, ValueError):
+            return
+        if owner == proc.pid:
+            lock.unlink(missing_ok=True)
 
     def stop(self, sig: int = signal.SIGINT) -> None:
         """SIGINT: fast shutdown (clients disconnected, checkpoint); SIGQUIT: immediate."""
@@ -408,6 +433,27 @@ class PostgresServer:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait(timeout=STOP_TIMEOUT_S)
+
+
+def _backends_in(data: Path) -> list[int]:
+    """The running `postgres` processes of the server in `data`: a backend leads a process group of its own
+    and outlives its postmaster, but keeps the postmaster's working directory, the data directory. Zombies
+    (dead, not yet reaped) do not count: they hold no shared memory."""
+    found = []
+    data = data.resolve()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            if Path(f"/proc/{entry}/comm").read_text().strip() != "postgres":
+                continue
+            state = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[0]
+            cwd = Path(os.readlink(f"/proc/{entry}/cwd"))
+        except OSError:
+            continue
+        if cwd == data and state not in ("Z", "X"):
+            found.append(int(entry))
+    return found
 
 
 @dataclass

@@ -7,8 +7,10 @@ local connections) takes passwords only from its next start on."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shutil
+import signal
 import stat
 import sys
 import tempfile
@@ -175,3 +177,39 @@ def test_a_server_that_trusted_local_connections_takes_passwords_from_its_next_s
         assert "password authentication failed" in answer
     finally:
         second.stop()
+
+
+@pytest.mark.slow
+def test_a_postmaster_killed_outright_starts_again_on_its_data_despite_a_stuck_backend(
+    reachable_dir: Path,
+) -> None:
+    cluster = start_under(reachable_dir)
+    server = cluster.server
+    stuck: int | None = None
+    try:
+        run_sql(cluster.url, "CREATE TABLE kept (n int)", "INSERT INTO kept VALUES (7)")
+
+        async def open_backend() -> tuple[asyncpg.Connection, int]:
+            connection = await asyncpg.connect(embedded_postgres.admin_url(cluster.url))
+            return connection, await connection.fetchval("SELECT pg_backend_pid()")
+
+        loop = asyncio.new_event_loop()
+        connection, stuck = loop.run_until_complete(open_backend())
+        # A backend that cannot notice its postmaster died (stopped, or stuck in the kernel) keeps the
+        # shared memory attached: a new postmaster refuses to start while it lives.
+        os.kill(stuck, signal.SIGSTOP)
+        assert server.proc is not None
+        dead = server.proc.pid
+        os.kill(dead, signal.SIGKILL)
+        server.proc.wait(timeout=30.0)
+        assert (server.data / "postmaster.pid").is_file(), "expected the killed postmaster's lock file left"
+        server.start_again()
+        assert server.proc.pid != dead
+        assert run_sql(cluster.url, "SELECT n FROM kept") == [7]
+        connection.terminate()
+        loop.close()
+    finally:
+        if stuck is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(stuck, signal.SIGKILL)
+        cluster.stop()

@@ -112,6 +112,25 @@ def database_url(url: str) -> URL:
     return parsed.set(drivername=f"{backend}+{driver}")
 
 
+# SQLSTATE classes that say the server cannot take the statement now, not that the statement is wrong:
+# connection exception, insufficient resources, operator intervention (shutting down, starting up,
+# recovering after a crash; a statement cancelled).
+UNAVAILABLE_SQLSTATE_CLASSES = ("08", "53", "57")
+
+
+def database_unavailable(exc: BaseException) -> bool:
+    """Whether `exc` says the database is not there for now (down, restarting, the connection lost), as
+    opposed to refusing a statement: what a caller answers with "try again"."""
+    if isinstance(exc, ConnectionError):  # the driver's connect, refused or reset, is not wrapped
+        return True
+    if not isinstance(exc, sa.exc.DBAPIError):
+        return False
+    if exc.connection_invalidated or isinstance(exc, sa.exc.OperationalError | sa.exc.InterfaceError):
+        return True
+    sqlstate = getattr(exc.orig, "sqlstate", None) or ""
+    return sqlstate[:2] in UNAVAILABLE_SQLSTATE_CLASSES
+
+
 def is_sqlite(url: str | URL) -> bool:
     return make_url(url).get_backend_name() == "sqlite"
 

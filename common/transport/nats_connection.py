@@ -55,6 +55,10 @@ OnConnect = Callable[[Client], Coroutine[Any, Any, None]]
 PING_INTERVAL_S = 2
 MAX_OUTSTANDING_PINGS = 2
 MAX_BACKOFF_S = NATS_CONNECT.max_s  # common/retry.py's policy; a connection may cap it lower
+# nats-py's limit on reconnect attempts, per server, for no limit. Its default (60) gives a client up for
+# good half a minute into an outage at our reconnect wait: a NATS server that `vendue up` restarts with
+# backoff, or one down for maintenance, would leave every component deaf until restarted.
+RECONNECT_FOREVER = -1
 # While unreachable at start, say so on the first failure and then every this many seconds.
 UNREACHABLE_LOG_EVERY_S = 30.0
 
@@ -108,6 +112,7 @@ class NatsConnection:
         self.failed_attempts = 0
         self.reconnects = 0
         self.disconnects = 0
+        self.reconnect_failures = 0  # attempts to reconnect that failed, over every outage
         self.permission_violations = 0
         self._violation_logged_at: float | None = None
 
@@ -129,7 +134,8 @@ class NatsConnection:
         return {
             "connected": self.connected, "url": redact(self.url), "tls": self._tls is not None,
             "reconnects": self.reconnects, "disconnects": self.disconnects,
-            "failed_attempts": self.failed_attempts, "permission_violations": self.permission_violations,
+            "failed_attempts": self.failed_attempts, "reconnect_failures": self.reconnect_failures,
+            "permission_violations": self.permission_violations,
         }
 
     async def until_connected(self, timeout: float) -> bool:
@@ -198,7 +204,7 @@ class NatsConnection:
                 continue
             # Connected: from now on nats-py reconnects by itself, for ever (it reads both when a link drops).
             nc.options["allow_reconnect"] = True
-            nc.options["max_reconnect_attempts"] = -1
+            nc.options["max_reconnect_attempts"] = RECONNECT_FOREVER
             self._nc = nc
             log.info("NATS connected", extra={"data": {
                 "url": redact(self.url), "after_failed_attempts": self.failed_attempts,
@@ -254,6 +260,8 @@ class NatsConnection:
                     "violations": self.permission_violations,
                 }})
         elif self._nc is not None:  # before the first connection, the retry loop reports failures
+            if not self._up.is_set():  # nats-py reports each failed reconnect attempt here
+                self.reconnect_failures += 1
             log.debug("NATS error", extra={"data": {"error": _describe(exc)}})
 
     async def _on_disconnected(self) -> None:

@@ -6,6 +6,7 @@ import asyncio
 import logging
 
 import pytest
+from nats.aio.client import DEFAULT_MAX_RECONNECT_ATTEMPTS
 
 from common.procutil import free_port
 from common.transport.nats_connection import NatsConnection, redact
@@ -75,6 +76,26 @@ async def test_a_server_restart_is_survived_and_subscriptions_come_back(tmp_path
         await eventually(lambda: received == [b"after restart"], WAIT_S, "the message after the restart",
                          lambda: received)
         assert conn.reconnects == 1 and conn.disconnects == 1
+    finally:
+        await conn.close()
+        server.stop()
+
+
+async def test_an_outage_longer_than_nats_py_s_reconnect_limit_is_survived(tmp_path):
+    # nats-py gives a connection up after DEFAULT_MAX_RECONNECT_ATTEMPTS failed tries unless told not to;
+    # a server that `vendue up` restarts with backoff may be away for that long. A short wait between
+    # tries makes those tries take seconds here.
+    server = NatsServer(log_path=tmp_path / "nats.log").start()
+    conn = NatsConnection(server.url, name="test", reconnect_wait=0.02)
+    conn.start()
+    try:
+        await conn.wait_connected(10)
+        server.kill()
+        await eventually(lambda: conn.reconnect_failures > 2 * DEFAULT_MAX_RECONNECT_ATTEMPTS, WAIT_S,
+                         "more failed reconnect attempts than nats-py's default limit", conn.status)
+        assert not conn.client.is_closed, f"expected the client still trying; saw {conn.status()}"
+        server.start()
+        assert await conn.until_connected(WAIT_S), f"expected a reconnect; saw {conn.status()}"
     finally:
         await conn.close()
         server.stop()

@@ -114,6 +114,11 @@ def test_standbys_are_ready_only_lease_holders_count_and_the_database_gone_makes
     database.stop(signal.SIGQUIT)  # immediate, as a crash
     try:
         wait_not_ready(c, bbs, dict.fromkeys(bbs, "the database does not answer"))
+        # A write meanwhile is refused as a momentary state, which every client retries, not a 500.
+        body = {"process_guid": "while-down", "instances": 1, "memory_mb": 16, "command": ["true"]}
+        for name, url in bbs.items():
+            write = httpx.post(f"{url}/v1/desired_lrps", json=body, timeout=10.0, verify=c.lc.verify)
+            assert (write.status_code, write.headers.get("retry-after")) == (503, "1"), (name, write.text)
     finally:
         database.start_again()
     wait_ready(c, plane)
