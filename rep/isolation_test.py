@@ -95,7 +95,8 @@ def isolation(tmp_path: Path) -> Iterator[Isolation]:
 
 def test_an_isolating_rep_keeps_its_data_dir_to_itself(tmp_path: Path, isolation: Isolation) -> None:
     assert (tmp_path / "data").stat().st_mode & 0o777 == 0o700
-    assert isolation.name in ("cgroup-v1", "cgroup-v2")
+    assert isolation.name.split(" ")[0] in ("cgroup-v1", "cgroup-v2")
+    assert isolation.name.split(" ")[1] in ("disk:ext4", "disk:poll")
     assert isolation.instances_root.name == rep_key(tmp_path / "data")
 
 

@@ -569,7 +569,8 @@ FILLS_ITS_DISK = HTTP_SERVER.replace(
 async def quick_disk_executor(
     request: pytest.FixtureRequest, tmp_path: Path
 ) -> AsyncIterator[ProcessExecutor]:
-    isolation = isolation_for(tmp_path) if request.param == "cgroups" else None
+    """disk_mb measured (the poll), isolated or not."""
+    isolation = isolation_for(tmp_path, disk_quota="poll") if request.param == "cgroups" else None
     ex = ProcessExecutor(tmp_path, "cell-p", isolation=isolation, stop_grace_s=0.5, process_grace_s=0.3,
                          disk_check_interval_s=0.1, log_cap_bytes=8192)
     await ex.open()
@@ -607,7 +608,7 @@ async def test_a_task_that_ends_past_its_disk_mb_fails_with_the_reason(
     tmp_path: Path, isolated: bool
 ) -> None:
     # No round between start and exit (a minute apart): only the measurement on exit can catch it.
-    isolation = isolation_for(tmp_path) if isolated else None
+    isolation = isolation_for(tmp_path, disk_quota="poll") if isolated else None
     executor = ProcessExecutor(tmp_path, "cell-p", isolation=isolation, stop_grace_s=0.5,
                                disk_check_interval_s=60.0)
     await executor.open()
