@@ -39,7 +39,7 @@ from common.procutil import child_preexec, unreachable_by_others
 
 from .app_users import AppUser, AppUsers, parse_uid_range
 from .cgroups import Cgroups, CgroupsUnavailable, InstanceCgroup, detect
-from .disk_quota import DISKS, POLL_NAME, LoopDisks, mounts_under, probe, sweep_loop_disks
+from .disk_quota import DISKS, IMAGE_SUFFIX, POLL_NAME, LoopDisks, mounts_under, probe, sweep_loop_disks
 from .settings import RepSettings
 
 log = logging.getLogger("rep.isolation")
@@ -163,7 +163,8 @@ def sweep_rep(data_dir: Path, instances_dir: Path = DEFAULT_INSTANCES_DIR) -> No
 
 def isolation_leftovers(data_dir: Path, instances_dir: Path = DEFAULT_INSTANCES_DIR) -> list[str]:
     """What an isolating rep on `data_dir` left behind (empty after a clean stop or `sweep_rep`): its
-    cells' cgroups, the level of its own key in each hierarchy, and its instances' directories."""
+    cells' cgroups, the level of its own key in each hierarchy, its instances' directories, the
+    filesystems mounted on them and their images."""
     key = rep_key(data_dir)
     left: list[str] = []
     with contextlib.suppress(CgroupsUnavailable):
@@ -171,6 +172,7 @@ def isolation_leftovers(data_dir: Path, instances_dir: Path = DEFAULT_INSTANCES_
     if (Path(instances_dir) / key).exists():
         left.append(str(Path(instances_dir) / key))
         left += [str(point) for point in mounts_under(Path(instances_dir) / key)]
+    left += [str(image) for image in sorted((Path(data_dir) / DISKS).glob(f"*/*{IMAGE_SUFFIX}"))]
     return left
 
 
