@@ -9,7 +9,9 @@ which every kernel a rep runs on has, and costs ~20 ms a start and ~50 ms a stop
 - **The image.** `<data-dir>/disks/<cell_id>/<guid>.img`, root's (the data dir is 0700), sparse: the host's
   blocks are spent only as the instance writes. Sized so that the free space of the fresh filesystem is at
   least disk_mb (`image_bytes`): no journal, no blocks reserved for root, no room kept for resizing, an
-  inode per 16 KiB; its root directory owned by the instance's uid from mkfs on (`root_owner`).
+  inode per 16 KiB; its root directory owned by the instance's uid from mkfs on (`root_owner`). What it
+  has beyond disk_mb is taken by a file in lost+found (root's, 0700), allocated and not written: the
+  instance has exactly disk_mb, and its own files' metadata counts against it, as `du` counts it.
 - **The mount.** On the instance's directory, `nosuid,nodev`, before the app starts. A write past the
   filesystem's end fails with ENOSPC: the instance keeps running, its neighbours' filesystems are their own.
 - **The end.** Unmounted when the instance is removed (the loop device goes with it: `mount -o loop`
@@ -50,6 +52,8 @@ MKFS_OPTIONS = ("-q", "-F", "-O", "^has_journal,^resize_inode", "-m", "0", "-i",
 MOUNT_OPTIONS = "loop,nosuid,nodev,noatime"
 COMMAND_TIMEOUT_S = 60.0
 PROBE_MB = 2
+LOST_FOUND = "lost+found"  # made by mkfs, root's and 0700
+PADDING = "margin"
 
 
 class DiskQuotaError(OSError):
@@ -60,6 +64,21 @@ def image_bytes(disk_mb: int) -> int:
     """The image's size: its fresh filesystem has at least `disk_mb` MiB free (a multiple of 4 KiB)."""
     wanted = disk_mb * MIB * (1 + OVERHEAD_FRACTION) + OVERHEAD_BYTES
     return math.ceil(wanted / 4096) * 4096
+
+
+def _pad(directory: Path, disk_mb: int) -> None:
+    """Take what the image offers beyond disk_mb (its margin for metadata) with a file the instance can
+    neither read nor remove (in lost+found: root's, 0700): it gets ENOSPC at disk_mb, not a MB later.
+    Allocated, not written: the image stays sparse."""
+    fs = os.statvfs(directory)
+    spare = fs.f_bavail * fs.f_frsize - disk_mb * MIB
+    if spare <= 0:
+        return
+    fd = os.open(directory / LOST_FOUND / PADDING, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    try:
+        os.posix_fallocate(fd, 0, spare)
+    finally:
+        os.close(fd)
 
 
 def _run(argv: list[str]) -> None:
@@ -128,6 +147,11 @@ class LoopDisks:
         except BaseException:
             with contextlib.suppress(OSError):
                 image.unlink()
+            raise
+        try:
+            _pad(directory, disk_mb)
+        except BaseException:
+            self.detach(image, directory)
             raise
 
     def detach(self, image: Path, directory: Path) -> None:

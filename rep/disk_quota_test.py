@@ -59,8 +59,7 @@ def test_an_instance_filesystem_has_its_disk_mb_free_and_costs_the_host_nothing_
         fs = os.statvfs(point)
         free = fs.f_bavail * fs.f_frsize
         st = point.stat()
-        assert disk_mb * MIB <= free <= disk_mb * MIB * 1.05 + 2 * MIB, (
-            f"expected {disk_mb} MB free (and not much more), saw {free / MIB:.2f} MB")
+        assert free == disk_mb * MIB, f"expected {disk_mb} MB free, saw {free / MIB:.3f} MB"
         assert (st.st_uid, st.st_gid) == (4321, 4322), "the filesystem's root is the instance's"
         assert image.stat().st_size == image_bytes(disk_mb)
         assert image.stat().st_blocks * 512 < max(2 * MIB, image_bytes(disk_mb) // 10), "a sparse image"
@@ -76,11 +75,11 @@ def test_a_write_past_the_filesystem_fails_with_enospc(disks: LoopDisks, tmp_pat
     written = 0
     try:
         with pytest.raises(OSError) as raised, open(point / "fill", "wb", buffering=0) as f:
-            for _ in range(64):
-                written += f.write(b"\xff" * MIB)
-                os.fsync(f.fileno())
+            for _ in range(64 * 16):  # 64 KiB at a time: a larger write that does not fit may fail whole
+                written += f.write(b"\xff" * (MIB // 16))
         assert raised.value.errno == 28, raised.value  # ENOSPC
-        assert 4 * MIB <= written <= 5 * MIB, f"expected ENOSPC after 4-5 MB, saw {written / MIB} MB"
+        # Its own metadata (an extent block, a directory block) counts against it, as `du` counts it.
+        assert 4 * MIB - MIB // 8 <= written <= 4 * MIB, f"expected ENOSPC at 4 MB, saw {written / MIB:.3f}"
     finally:
         disks.detach(image, point)
 

@@ -65,7 +65,6 @@ from .executor import Executor, ExecutorListener, LRPContainer, TaskContainer
 from .isolation import TMP, Isolation, Sandbox, disown_instance_dir, make_instance_dir
 from .output_log import LOG_NAMES, OutputLog
 
-LOST_FOUND = "lost+found"
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
@@ -559,7 +558,6 @@ def _make_disk_dir(disks: LoopDisks, image: Path, directory: Path, disk_mb: int,
         disks.attach(image, directory, disk_mb, user.uid, user.gid)
         try:
             directory.chmod(0o700)
-            (directory / LOST_FOUND).rmdir()  # fsck's, not the app's: the directory starts empty
             (directory / TMP).mkdir(mode=0o700)
             os.chown(directory / TMP, user.uid, user.gid)
         except BaseException:

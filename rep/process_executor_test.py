@@ -653,8 +653,8 @@ WRITES_UNTIL_FULL = HTTP_SERVER.replace(
     "    written = 0\n"
     "    try:\n"
     "        with open('fill', 'wb', buffering=0) as f:\n"
-    "            for _ in range(int(os.environ['FILL_MB'])):\n"
-    "                written += f.write(b'x' * (1 << 20)); os.fsync(f.fileno())\n"
+    "            for _ in range(int(os.environ['FILL_MB']) * 16):\n"
+    "                written += f.write(b'x' * (1 << 16))\n"
     "        print('wrote', written, 'ok', flush=True)\n"
     "    except OSError as exc:\n"
     "        print('wrote', written, 'errno', exc.errno, flush=True)\n"
@@ -701,7 +701,8 @@ async def test_a_write_past_disk_mb_fails_with_enospc_and_the_instance_runs_on(
 
     [_, amount, how, *errno] = written(directory)
     assert (how, errno) == ("errno", ["28"]), f"expected ENOSPC, saw {written(directory)}"
-    assert 8 * MIB <= int(amount) <= 9 * MIB, f"expected ENOSPC after 8-9 MB, saw {int(amount) / MIB} MB"
+    # Its log and its files' metadata count against it too, as `du` counts them.
+    assert 7.75 * MIB <= int(amount) <= 8 * MIB, f"expected ENOSPC at 8 MB, saw {int(amount) / MIB:.3f} MB"
     assert os.path.ismount(directory)
     neighbours = executor.containers_dir / "inst-2"
     await eventually(lambda: bool(written(neighbours)), DEADLINE_S, "the neighbour's verdict",
