@@ -8,11 +8,11 @@ mode. Each round desires one app of N instances (default 100) of a small HTTP se
 health-checked on its port) and measures, for every instance, the seconds from the desire to RUNNING (the
 BBS's `since` of the RUNNING record minus the wall clock just before the desire; one machine, one clock),
 and the seconds until all N are RUNNING. Then it deletes the app and waits until the rep holds nothing, so
-the next round starts on an empty cell (`seconds_to_empty`: from the delete until the BBS holds no instance
-of it, which includes unmounting each instance's filesystem). The modes: `none` (`--isolation none`),
-`cgroups-poll` (isolated, disk_mb measured every 2 s: `--disk-quota poll`) and `cgroups-ext4` (isolated,
-each instance's directory a loop-mounted ext4 filesystem of disk_mb: rep/disk_quota.py). They alternate
-round by round in the same run, so drift of the machine hits all alike.
+the next round starts on an empty cell (`seconds_to_empty`: from the delete until the rep has removed
+every instance's directory, which includes unmounting each instance's filesystem). The modes: `none`
+(`--isolation none`), `cgroups-poll` (isolated, disk_mb measured every 2 s: `--disk-quota poll`) and
+`cgroups-ext4` (isolated, each instance's directory a loop-mounted ext4 filesystem of disk_mb:
+rep/disk_quota.py). They alternate round by round in the same run, so drift of the machine hits all alike.
 
 Prints ONE JSON object: per mode the starts per second (N / seconds to all RUNNING, median over rounds) and
 the desire-to-RUNNING latency (p50, p99, max over every instance of every round); `extra_ms_per_start`:
@@ -25,7 +25,8 @@ Target (reported, never asserted): isolation costs at most 20 ms more per instan
 
 Then, per isolated mode, the overshoot: one instance of disk_mb 64 writes 1 GiB as fast as it can, noting
 how far it got in a file outside its directory; `overshoot_mb` is what it wrote past its 64 MB before the
-filesystem refused (ENOSPC) or the poll stopped it.
+filesystem refused (ENOSPC) or the poll stopped it; refused, `running_on_s` says how long it was then seen
+RUNNING without a crash (the poll's interval and a half).
 
 Isolation needs root (each instance under its own uid in its own cgroups); as another user only `none` runs
 and the JSON says why `cgroups` did not.
@@ -51,6 +52,7 @@ if str(ROOT) not in sys.path:
 from common.procutil import app_python  # noqa: E402
 from deploy.cluster import LocalCluster  # noqa: E402
 from deploy.demo import APP_SOURCE  # noqa: E402
+from rep.isolation import DEFAULT_INSTANCES_DIR, rep_key  # noqa: E402
 
 TARGET_EXTRA_MS = 20.0
 APP_MEMORY_MB = 32
@@ -69,6 +71,7 @@ def since_epoch(actual: dict[str, Any]) -> float:
 
 OVERSHOOT_DISK_MB = 64
 OVERSHOOT_WRITE_MB = 1024
+HOLD_S = 3.0  # the poll's interval (2 s) and a half
 # Writes $WRITE_MB MiB into its directory, noting after each MiB how far it got in $PROGRESS (outside its
 # directory: it survives the instance), then "done <errno>" (0: none); then sleeps.
 WRITER = """
@@ -140,6 +143,16 @@ def overshoot(cluster: LocalCluster, guid: str, timeout: float) -> dict[str, Any
                     raise RuntimeError(f"{guid}: expected ENOSPC or a crash within {timeout:g}s; saw "
                                        f"progress {said!r}, actuals {items}")
                 time.sleep(POLL_S)  # the poll interval of the measurement, not a synchronisation
+            running_on_s = 0.0
+            if not crash_reason:  # refused: it must run on, past a round of the poll, were there one
+                refused = time.monotonic()
+                while time.monotonic() - refused < HOLD_S:
+                    items = bbs.get("/v1/actual_lrps", params={"process_guid": guid}).json()["items"]
+                    if any(a.get("crash_count", 0) or a["state"] == "CRASHED" for a in items):
+                        break
+                    if all(a["state"] == "RUNNING" for a in items):
+                        running_on_s = round(time.monotonic() - refused, 1)
+                    time.sleep(POLL_S)  # the poll interval of the measurement, not a synchronisation
             running = [a["state"] for a in items]
             bbs.delete(f"/v1/desired_lrps/{guid}").raise_for_status()
             wait_cell_empty(cluster, guid, timeout)
@@ -149,7 +162,7 @@ def overshoot(cluster: LocalCluster, guid: str, timeout: float) -> dict[str, Any
             "written_mb": round(written_mb, 1),
             "overshoot_mb": round(max(0.0, written_mb - OVERSHOOT_DISK_MB), 1),
             "ended": said.split(" ", 1)[1] if " " in said else "stopped while writing",
-            "crash_reason": crash_reason, "states_at_the_end": running}
+            "crash_reason": crash_reason, "states_at_the_end": running, "running_on_s": running_on_s}
 
 
 def one_round(cluster: LocalCluster, guid: str, instances: int, timeout: float) -> dict[str, Any]:
@@ -182,6 +195,7 @@ def one_round(cluster: LocalCluster, guid: str, instances: int, timeout: float) 
         deleted = time.perf_counter()
         bbs.delete(f"/v1/desired_lrps/{guid}").raise_for_status()
         wait_cell_empty(cluster, guid, timeout)
+        wait_directories_gone(cluster, timeout)
         empty_s = time.perf_counter() - deleted
     return {"all_running_s": all_running_s, "empty_s": empty_s, "latencies_s": latencies,
             "crashes": len(crashed)}
@@ -199,6 +213,18 @@ def wait_cell_empty(cluster: LocalCluster, guid: str, timeout: float) -> None:
                     f"{guid}: expected no instance left {timeout:g}s after the delete; saw {len(left)}"
                 )
             time.sleep(POLL_S)
+
+
+def wait_directories_gone(cluster: LocalCluster, timeout: float) -> None:
+    """Until the rep has removed every instance directory of its cell (isolated or not)."""
+    [data_dir] = cluster.rep_data_dirs()
+    where = [data_dir / "cell-0" / "containers", DEFAULT_INSTANCES_DIR / rep_key(data_dir) / "cell-0"]
+    deadline = time.monotonic() + timeout
+    while left := [p for d in where if d.is_dir() for p in d.iterdir()]:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"expected no instance directory left {timeout:g}s after the delete; "
+                               f"saw {left[:3]}")
+        time.sleep(POLL_S / 5)  # the poll interval of the measurement, not a synchronisation
 
 
 def summarize(rounds: list[dict[str, Any]], instances: int) -> dict[str, Any]:
