@@ -49,7 +49,9 @@ POLL_NAME = "poll"
 OVERHEAD_FRACTION = 0.04
 OVERHEAD_BYTES = MIB
 MKFS_OPTIONS = ("-q", "-F", "-O", "^has_journal,^resize_inode", "-m", "0", "-i", "16384")
-MOUNT_OPTIONS = "loop,nosuid,nodev,noatime"
+# noinit_itable: the kernel would otherwise zero the lazily made inode tables in the background, writing
+# 1.6 % of the image to the host for a filesystem that is thrown away.
+MOUNT_OPTIONS = "loop,nosuid,nodev,noatime,noinit_itable"
 COMMAND_TIMEOUT_S = 60.0
 PROBE_MB = 2
 LOST_FOUND = "lost+found"  # made by mkfs, root's and 0700
