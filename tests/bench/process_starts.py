@@ -8,8 +8,8 @@ mode. Each round desires one app of N instances (default 100) of a small HTTP se
 health-checked on its port) and measures, for every instance, the seconds from the desire to RUNNING (the
 BBS's `since` of the RUNNING record minus the wall clock just before the desire; one machine, one clock),
 and the seconds until all N are RUNNING. Then it deletes the app and waits until the rep holds nothing, so
-the next round starts on an empty cell (`seconds_to_empty`: from the delete until the rep has removed
-every instance's directory, which includes unmounting each instance's filesystem). The modes: `none`
+the next round starts on an empty cell (`seconds_to_empty`: from the delete until the rep holds no instance,
+each stopped and its directory removed, its filesystem unmounted). The modes: `none`
 (`--isolation none`), `cgroups-poll` (isolated, disk_mb measured every 2 s: `--disk-quota poll`) and
 `cgroups-ext4` (isolated, each instance's directory a loop-mounted ext4 filesystem of disk_mb:
 rep/disk_quota.py). They alternate round by round in the same run, so drift of the machine hits all alike.
@@ -52,7 +52,6 @@ if str(ROOT) not in sys.path:
 from common.procutil import app_python  # noqa: E402
 from deploy.cluster import LocalCluster  # noqa: E402
 from deploy.demo import APP_SOURCE  # noqa: E402
-from rep.isolation import DEFAULT_INSTANCES_DIR, rep_key  # noqa: E402
 
 TARGET_EXTRA_MS = 20.0
 APP_MEMORY_MB = 32
@@ -195,7 +194,7 @@ def one_round(cluster: LocalCluster, guid: str, instances: int, timeout: float) 
         deleted = time.perf_counter()
         bbs.delete(f"/v1/desired_lrps/{guid}").raise_for_status()
         wait_cell_empty(cluster, guid, timeout)
-        wait_directories_gone(cluster, timeout)
+        wait_rep_holds_nothing(cluster, timeout)
         empty_s = time.perf_counter() - deleted
     return {"all_running_s": all_running_s, "empty_s": empty_s, "latencies_s": latencies,
             "crashes": len(crashed)}
@@ -215,16 +214,20 @@ def wait_cell_empty(cluster: LocalCluster, guid: str, timeout: float) -> None:
             time.sleep(POLL_S)
 
 
-def wait_directories_gone(cluster: LocalCluster, timeout: float) -> None:
-    """Until the rep has removed every instance directory of its cell (isolated or not)."""
-    [data_dir] = cluster.rep_data_dirs()
-    where = [data_dir / "cell-0" / "containers", DEFAULT_INSTANCES_DIR / rep_key(data_dir) / "cell-0"]
+def wait_rep_holds_nothing(cluster: LocalCluster, timeout: float) -> None:
+    """Until the rep's cell holds no instance: a stopping one is held until the executor has stopped it
+    and removed its directory (and unmounted its filesystem)."""
+    [(cell_id, rep)] = cluster.reps.items()
     deadline = time.monotonic() + timeout
-    while left := [p for d in where if d.is_dir() for p in d.iterdir()]:
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"expected no instance directory left {timeout:g}s after the delete; "
-                               f"saw {left[:3]}")
-        time.sleep(POLL_S / 5)  # the poll interval of the measurement, not a synchronisation
+    with cluster.http_client(base_url=rep.url, timeout=30.0) as client:
+        while True:
+            [cell] = client.get("/state", params={"lrps": "full", "cells": cell_id}).json()["cells"]
+            if not cell["lrps"]:
+                return
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"expected the rep to hold nothing {timeout:g}s after the delete; it "
+                                   f"holds {len(cell['lrps'])}")
+            time.sleep(POLL_S / 5)  # the poll interval of the measurement, not a synchronisation
 
 
 def summarize(rounds: list[dict[str, Any]], instances: int) -> dict[str, Any]:
