@@ -65,12 +65,10 @@ from .executor import Executor, ExecutorListener, LRPContainer, TaskContainer
 from .isolation import TMP, Isolation, Sandbox, disown_instance_dir, make_instance_dir
 from .output_log import LOG_NAMES, OutputLog
 
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-
-
 log = logging.getLogger("rep.process")
 
 MIB = 1024 * 1024
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 RESULT_BYTES = 4096
 PID_NAME = "pid"
 # How long an ended container's output may take to drain: every process holding the pipe is gone by then,
