@@ -23,6 +23,10 @@ latencies; `disk_quota_extra_ms_per_start` and `disk_quota_extra_ms_per_stop` th
 against cgroups-poll (stop: from seconds_to_empty).
 Target (reported, never asserted): isolation costs at most 20 ms more per instance start.
 
+`filesystem_ms`: the filesystem's own cost, without a cluster: the median milliseconds of making one
+(sparse image, mkfs.ext4, mount, margin) and of removing it (unmount, delete), over 20 in a row, of
+APP_DISK_MB (64 MB) and of 1024 MB (the default disk_mb).
+
 Then, per isolated mode, the overshoot: one instance of disk_mb 64 writes 1 GiB as fast as it can, noting
 how far it got in a file outside its directory; `overshoot_mb` is what it wrote past its 64 MB before the
 filesystem refused (ENOSPC) or the poll stopped it; refused, `running_on_s` says how long it was then seen
@@ -52,6 +56,7 @@ if str(ROOT) not in sys.path:
 from common.procutil import app_python  # noqa: E402
 from deploy.cluster import LocalCluster  # noqa: E402
 from deploy.demo import APP_SOURCE  # noqa: E402
+from rep.disk_quota import probe  # noqa: E402
 
 TARGET_EXTRA_MS = 20.0
 APP_MEMORY_MB = 32
@@ -230,6 +235,30 @@ def wait_rep_holds_nothing(cluster: LocalCluster, timeout: float) -> None:
             time.sleep(POLL_S / 5)  # the poll interval of the measurement, not a synchronisation
 
 
+def filesystem_ms(times: int = 20) -> dict[str, Any]:
+    """Making and removing an instance's filesystem, timed alone (rep/disk_quota.py)."""
+    with tempfile.TemporaryDirectory(prefix="vendue-bench-fs-") as tmp:
+        disks, why = probe(Path(tmp) / "data")
+        if disks is None:
+            return {"skipped": why}
+        point = Path(tmp) / "mnt"
+        point.mkdir()
+        report: dict[str, Any] = {}
+        for disk_mb in (APP_DISK_MB, 1024):
+            attach, detach = [], []
+            for i in range(times):
+                image = disks.image_of("bench", f"i{i}")
+                began = time.perf_counter()
+                disks.attach(image, point, disk_mb, 100000, 100000)
+                mounted = time.perf_counter()
+                disks.detach(image, point)
+                attach.append((mounted - began) * 1000)
+                detach.append((time.perf_counter() - mounted) * 1000)
+            report[f"{disk_mb}_mb"] = {"make_ms": round(statistics.median(attach), 1),
+                                       "remove_ms": round(statistics.median(detach), 1)}
+        return report
+
+
 def summarize(rounds: list[dict[str, Any]], instances: int) -> dict[str, Any]:
     latencies = [x for r in rounds for x in r["latencies_s"]]
     seconds = [r["all_running_s"] for r in rounds]
@@ -312,6 +341,8 @@ def main(argv: list[str] | None = None) -> int:
         report["disk_quota_extra_ms_per_stop"] = per_instance_ms("empty_s", "cgroups-ext4", "cgroups-poll")
         report["disk_quota_p50_latency_difference_s"] = round(
             fs["desire_to_running_s"]["p50"] - poll["desire_to_running_s"]["p50"], 3)
+    if "cgroups-ext4" in modes:
+        report["filesystem_ms"] = filesystem_ms()
     print(json.dumps(report, indent=2))
     return 0
 
