@@ -541,8 +541,9 @@ def cells(
     """The cell states, from the BBS alone (like `cfdot cell-states`: no rep is asked): what each cell had
     left and held at its last heartbeat, and whether it is cordoned or draining (vendue cells cordon|drain)
     or evacuating (its rep stops). INSECURE: the rep runs without TLS and authorization (--insecure).
-    ISOLATION: how its instances are isolated (cgroup-v1/cgroup-v2: own uid and cgroup each; none: as the
-    rep's own user; sim: simulated)."""
+    ISOLATION: how its instances are isolated (cgroup-v1/cgroup-v2: own uid and cgroup each, then
+    disk:ext4, a filesystem of disk_mb each, or disk:poll, disk use measured; none: as the rep's own user;
+    sim: simulated)."""
     if ctx.invoked_subcommand is not None:
         return
     with connect(connection) as client:

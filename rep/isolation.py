@@ -7,7 +7,11 @@ With `cgroups` every instance gets, as a Garden container would:
 - its own directory, 0700 and owned by its uid, with `tmp/` inside (HOME and TMPDIR), under
   `--instances-dir` (default /var/lib/vendue/instances) + /<rep-key>/<cell_id>/, levels made 0711 and
   root-owned: an app user can reach its own directory whatever the permissions of the rep's data dir,
-  which the rep makes 0700 (its certificate's key, the fencing token: no app reads them).
+  which the rep makes 0700 (its certificate's key, the fencing token: no app reads them);
+- where the host allows loop mounts (probed at start, `--disk-quota auto`), a filesystem of its own on
+  that directory, of disk_mb (rep/disk_quota.py): writes past it fail with ENOSPC. Elsewhere (and with
+  `--disk-quota poll`) its directory is measured against disk_mb (rep/disk_usage.py). The cells say which:
+  `cgroup-v2 disk:ext4` or `cgroup-v2 disk:poll`.
 It needs root (euid 0) and the memory, pids and cpu controllers; a rep that has not got them refuses to
 start with one line naming what is missing and `--isolation none`.
 
@@ -24,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import logging
 import os
 import shutil
 from collections.abc import Callable
@@ -34,7 +39,10 @@ from common.procutil import child_preexec, unreachable_by_others
 
 from .app_users import AppUser, AppUsers, parse_uid_range
 from .cgroups import Cgroups, CgroupsUnavailable, InstanceCgroup, detect
+from .disk_quota import DISKS, IMAGE_SUFFIX, POLL_NAME, LoopDisks, mounts_under, probe, sweep_loop_disks
 from .settings import RepSettings
+
+log = logging.getLogger("rep.isolation")
 
 DEFAULT_INSTANCES_DIR = Path("/var/lib/vendue/instances")
 NONE_HINT = "pass --isolation none to run apps as the rep's own user, unisolated"
@@ -59,11 +67,13 @@ class Isolation:
     users: AppUsers
     instances_root: Path  # <instances-dir>/<rep-key>
     pids_limit: int
+    disks: LoopDisks | None = None  # disk_mb a filesystem of the instance's own; None: measured (the poll)
 
     @property
     def name(self) -> str:
-        """As advertised in the cells' presence: cgroup-v1 or cgroup-v2."""
-        return self.cgroups.version
+        """As advertised in the cells' presence: cgroup-v1 or cgroup-v2, then how disk_mb is enforced
+        (`disk:ext4`, a filesystem each; `disk:poll`, measured), e.g. `cgroup-v2 disk:ext4`."""
+        return f"{self.cgroups.version} disk:{self.disks.name if self.disks is not None else POLL_NAME}"
 
     def instances_dir(self, cell_id: str) -> Path:
         return self.instances_root / cell_id
@@ -84,6 +94,8 @@ class Sandbox:
     directory: Path
     user: AppUser | None = None
     cgroup: InstanceCgroup | None = None
+    disk_image: Path | None = None  # the image of the filesystem mounted on `directory` (rep/disk_quota.py)
+    under_fd: int = -1  # with disk_image: the mount point's own directory, beneath the filesystem
     data_limit_bytes: int | None = None  # RLIMIT_DATA, where no cgroup limits memory
 
     def preexec(self) -> Callable[[], None]:
@@ -145,18 +157,22 @@ def sweep_rep(data_dir: Path, instances_dir: Path = DEFAULT_INSTANCES_DIR) -> No
                 cgroup.kill_blocking()
             cell.remove()
         cgroups.remove_rep_levels()
+    sweep_loop_disks(Path(instances_dir) / key, Path(data_dir) / DISKS)
     shutil.rmtree(Path(instances_dir) / key, ignore_errors=True)
 
 
 def isolation_leftovers(data_dir: Path, instances_dir: Path = DEFAULT_INSTANCES_DIR) -> list[str]:
     """What an isolating rep on `data_dir` left behind (empty after a clean stop or `sweep_rep`): its
-    cells' cgroups, the level of its own key in each hierarchy, and its instances' directories."""
+    cells' cgroups, the level of its own key in each hierarchy, its instances' directories, the
+    filesystems mounted on them and their images."""
     key = rep_key(data_dir)
     left: list[str] = []
     with contextlib.suppress(CgroupsUnavailable):
         left += [str(h.base) for h in detect(key).hierarchies if h.base.exists()]
     if (Path(instances_dir) / key).exists():
         left.append(str(Path(instances_dir) / key))
+        left += [str(point) for point in mounts_under(Path(instances_dir) / key)]
+    left += [str(image) for image in sorted((Path(data_dir) / DISKS).glob(f"*/*{IMAGE_SUFFIX}"))]
     return left
 
 
@@ -204,5 +220,11 @@ def prepare_isolation(settings: RepSettings) -> Isolation | None:
     settings.data_dir.chmod(0o700)
     cgroups = detect(key, fs_root=settings.cgroup_fs, parent=settings.cgroup_parent)
     lo, hi = parse_uid_range(settings.app_uid_range)
-    return Isolation(cgroups, AppUsers(lo, hi), instances_dir_of(settings) / key, settings.pids_limit)
+    disks: LoopDisks | None = None
+    if settings.disk_quota == "auto":
+        disks, why = probe(settings.data_dir)
+        if disks is None:
+            log.warning("disk_mb measured every --disk-check-interval, not enforced by a filesystem",
+                        extra={"data": {"reason": why}})
+    return Isolation(cgroups, AppUsers(lo, hi), instances_dir_of(settings) / key, settings.pids_limit, disks)
 

@@ -95,7 +95,8 @@ def isolation(tmp_path: Path) -> Iterator[Isolation]:
 
 def test_an_isolating_rep_keeps_its_data_dir_to_itself(tmp_path: Path, isolation: Isolation) -> None:
     assert (tmp_path / "data").stat().st_mode & 0o777 == 0o700
-    assert isolation.name in ("cgroup-v1", "cgroup-v2")
+    assert isolation.name.split(" ")[0] in ("cgroup-v1", "cgroup-v2")
+    assert isolation.name.split(" ")[1] in ("disk:ext4", "disk:poll")
     assert isolation.instances_root.name == rep_key(tmp_path / "data")
 
 
@@ -155,3 +156,18 @@ def test_sweeping_removes_the_level_of_a_rep_that_died_before_opening_a_cell(
     sweep_rep(tmp_path / "data")
 
     assert isolation_leftovers(tmp_path / "data") == []
+
+
+@pytest.mark.parametrize("how", ["asked", "no mkfs.ext4"])
+def test_a_rep_that_cannot_or_may_not_make_filesystems_measures_and_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: str
+) -> None:
+    settings = RepSettings(data_dir=tmp_path / "data", disk_quota="poll" if how == "asked" else "auto")
+    skip_unless_isolating(settings)
+    if how == "no mkfs.ext4":
+        monkeypatch.setenv("PATH", str(tmp_path))  # nothing there
+
+    made = prepare_isolation(settings)
+
+    assert made is not None and made.disks is None
+    assert made.name in ("cgroup-v1 disk:poll", "cgroup-v2 disk:poll"), made.name

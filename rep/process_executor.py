@@ -4,10 +4,11 @@ Each container is a directory (tasks: `task-<task_guid>`): isolated, `<instances
 <instance_guid>`, 0700 and owned by the instance's own uid; with `--isolation none`,
 `<data-dir>/<cell_id>/containers/<instance_guid>`. It holds `output.log` and `output.log.1` (stdout and
 stderr through a pipe the rep reads, capped and rotated: rep/output_log.py), `tmp/`, and unisolated `pid`
-(pid and kernel start time). Its disk_mb is enforced on the whole directory, logs included
-(rep/disk_usage.py): measured every `disk_check_interval_s` and on exit; over it, the instance is stopped
-as a stop would and reported crashed with "disk quota exceeded (N MB used of M MB)" (a task: failed with
-that reason). The child:
+(pid and kernel start time). Its disk_mb covers the whole directory, logs included. Isolated where the
+host allows loop mounts (rep/disk_quota.py), the directory is a filesystem of disk_mb of its own: a write
+past it fails with ENOSPC and the instance runs on. Elsewhere it is measured (rep/disk_usage.py) every
+`disk_check_interval_s` and on exit; over it, the instance is stopped as a stop would and reported crashed
+with "disk quota exceeded (N MB used of M MB)" (a task: failed with that reason). The child:
 - runs `desired.command` (argv, no shell) in that directory with exactly this environment: PATH (a
   standard one, unless the LRP sets its own), the LRP's `env`, then Vendue's own variables: PORT (host
   port of the first container port; every container port gets a free host port), INSTANCE_INDEX,
@@ -48,6 +49,7 @@ import signal
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
+from stat import S_ISREG
 
 import httpx
 from structlog.contextvars import bind_contextvars
@@ -55,8 +57,9 @@ from structlog.contextvars import bind_contextvars
 from common.models import HealthCheck, PortMapping, TaskCompletion
 from common.procutil import free_port, signal_process, terminate_then_kill_async
 
-from .app_users import NoAppUser
+from .app_users import AppUser, NoAppUser
 from .cgroups import CellCgroups, limits_for
+from .disk_quota import DISKS, DiskQuotaError, LoopDisks, sweep_loop_disks
 from .disk_usage import DiskWatcher
 from .executor import Executor, ExecutorListener, LRPContainer, TaskContainer
 from .isolation import TMP, Isolation, Sandbox, disown_instance_dir, make_instance_dir
@@ -65,6 +68,7 @@ from .output_log import LOG_NAMES, OutputLog
 log = logging.getLogger("rep.process")
 
 MIB = 1024 * 1024
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 RESULT_BYTES = 4096
 PID_NAME = "pid"
 # How long an ended container's output may take to drain: every process holding the pipe is gone by then,
@@ -128,6 +132,8 @@ class ProcessExecutor(Executor):
     ) -> None:
         self.isolation = isolation  # None: --isolation none
         self._cgroups: CellCgroups | None = None
+        self._disks: LoopDisks | None = isolation.disks if isolation is not None else None
+        self._images = Path(data_dir) / DISKS / cell_id  # the images of its instances' filesystems
         if isolation is not None:
             self.containers_dir = isolation.instances_dir(cell_id)
             self._cgroups = isolation.cgroups.cell(cell_id)
@@ -146,7 +152,7 @@ class ProcessExecutor(Executor):
 
     @property
     def isolation_name(self) -> str:
-        """As the cell advertises it: cgroup-v1, cgroup-v2 or none."""
+        """As the cell advertises it: cgroup-v1 or cgroup-v2 with disk:ext4 or disk:poll, or none."""
         return self.isolation.name if self.isolation is not None else "none"
 
     async def open(self) -> None:
@@ -163,6 +169,10 @@ class ProcessExecutor(Executor):
         leftovers = self._cgroups.leftovers()
         for cgroup in leftovers:
             await cgroup.kill()
+        # Then their filesystems (nothing holds them now), whether or not this run makes any.
+        found = await asyncio.to_thread(sweep_loop_disks, self.containers_dir, self._images)
+        if found:
+            log.info("unmounted and deleted what a previous run left", extra={"data": {"left": found}})
         for directory in self.containers_dir.iterdir():
             shutil.rmtree(directory, ignore_errors=True)
         if leftovers:
@@ -180,6 +190,8 @@ class ProcessExecutor(Executor):
         if self._http is not None:
             await self._http.aclose()
         if self._cgroups is not None:
+            if self._disks is not None:  # an instance that outlived the grace still has its filesystem
+                await asyncio.to_thread(sweep_loop_disks, self.containers_dir, self._images)
             # Outside the data dir, on a machine other reps share: nothing of this cell stays behind, not
             # even the logs of crashed instances (kept while the rep runs).
             shutil.rmtree(self.containers_dir, ignore_errors=True)
@@ -233,7 +245,7 @@ class ProcessExecutor(Executor):
             if ports:
                 own["PORT"] = str(ports[0].host_port)
             try:
-                self._isolate(child, desired.memory_mb)
+                await self._isolate(child, desired.memory_mb, desired.disk_mb)
                 proc = await self._spawn(child, desired.command, self._env(child, desired.env, own))
             except START_ERRORS as exc:
                 listener.lrp_crashed(child.guid, f"failed to start: {exc}")
@@ -344,7 +356,7 @@ class ProcessExecutor(Executor):
         bind_contextvars(task_guid=task.task_guid, cell_id=c.cell_id)  # as _run_lrp: this task's lines
         try:
             try:
-                self._isolate(child, task.memory_mb)
+                await self._isolate(child, task.memory_mb, task.disk_mb)
                 env = self._env(child, task.env, {"TASK_GUID": task.task_guid, "CELL_ID": c.cell_id})
                 proc = await self._spawn(child, task.command, env)
             except START_ERRORS as exc:
@@ -386,8 +398,9 @@ class ProcessExecutor(Executor):
 
     # --- isolation ----------------------------------------------------------------------------------
 
-    def _isolate(self, child: _Child, memory_mb: int) -> None:
-        """Give the container its user, its cgroup and its directory (undone by `_release`)."""
+    async def _isolate(self, child: _Child, memory_mb: int, disk_mb: int) -> None:
+        """Give the container its user, its cgroup and its directory, a filesystem of disk_mb where the
+        host allows (undone by `_release`)."""
         sandbox = child.sandbox
         if self.isolation is None or self._cgroups is None:
             sandbox.data_limit_bytes = memory_mb * MIB if self.memory_limit else None
@@ -395,7 +408,14 @@ class ProcessExecutor(Executor):
             return
         sandbox.user = self.isolation.users.acquire()
         sandbox.cgroup = self._cgroups.create(child.guid, limits_for(memory_mb, self.isolation.pids_limit))
-        make_instance_dir(sandbox.directory, sandbox.user)
+        if self._disks is None:
+            make_instance_dir(sandbox.directory, sandbox.user)
+            return
+        image = self._disks.image_of(self.cell_id, child.guid)
+        # mkfs and mount are processes of their own (~20 ms): off the event loop.
+        sandbox.under_fd = await asyncio.to_thread(
+            _make_disk_dir, self._disks, image, sandbox.directory, disk_mb, sandbox.user)
+        sandbox.disk_image = image
 
     def _env(self, child: _Child, requested: dict[str, str], own: dict[str, str]) -> dict[str, str]:
         """Exactly what the LRP or task asks for and Vendue's own variables (see the module's docstring)."""
@@ -443,7 +463,13 @@ class ProcessExecutor(Executor):
             if self._cgroups is not None:
                 self._cgroups.released(child.guid)
         await child.close_output()
-        if not keep_log:
+        if sandbox.disk_image is not None and self._disks is not None:
+            await asyncio.to_thread(_remove_disk_dir, self._disks, sandbox.disk_image, sandbox.directory,
+                                    sandbox.under_fd, keep_log)
+            sandbox.disk_image, sandbox.under_fd = None, -1
+            if keep_log and sandbox.user is not None:
+                disown_instance_dir(sandbox.directory)
+        elif not keep_log:
             shutil.rmtree(sandbox.directory, ignore_errors=True)
         else:
             _keep_only_logs(sandbox.directory)
@@ -459,6 +485,8 @@ class ProcessExecutor(Executor):
     # --- disk quota ---------------------------------------------------------------------------------
 
     def _watch_disk(self, child: _Child, disk_mb: int) -> None:
+        if child.sandbox.disk_image is not None:
+            return  # its filesystem enforces disk_mb: the instance gets ENOSPC and runs on
         self._disk.watch(
             child.guid, child.directory, disk_mb, lambda reason: self._stop_over_quota(child, reason)
         )
@@ -512,6 +540,62 @@ async def _exited_or_stop(proc: asyncio.subprocess.Process, stop: asyncio.Event)
         exited.cancel()
         stopping.cancel()
     return proc.returncode is not None and not stop.is_set()
+
+
+def _make_disk_dir(disks: LoopDisks, image: Path, directory: Path, disk_mb: int, user: AppUser) -> int:
+    """An isolated instance's directory as a filesystem of its own (rep/disk_quota.py): the mount point
+    made root's and 0700, the filesystem mounted on it, its root 0700 and the user's, with tmp/. Returns a
+    descriptor of the mount point's own directory, under the mount (`_remove_disk_dir` keeps logs there)."""
+    try:
+        directory.mkdir(mode=0o700)
+    except FileExistsError:  # a guid is never reused; what is there is a previous run's: start afresh
+        shutil.rmtree(directory, ignore_errors=True)
+        directory.mkdir(mode=0o700)
+    under = os.open(directory, _DIR_FLAGS)
+    try:
+        disks.attach(image, directory, disk_mb, user.uid, user.gid)
+        try:
+            directory.chmod(0o700)
+            (directory / TMP).mkdir(mode=0o700)
+            os.chown(directory / TMP, user.uid, user.gid)
+        except BaseException:
+            disks.detach(image, directory)
+            raise
+    except BaseException:
+        os.close(under)
+        raise
+    return under
+
+
+def _remove_disk_dir(disks: LoopDisks, image: Path, directory: Path, under: int, keep_log: bool) -> None:
+    """Undo `_make_disk_dir`: unmounted, the image deleted, the directory removed; or (`keep_log`, a
+    crash) the bare directory kept with the logs alone, copied beneath the mount first (through `under`),
+    so that they are there throughout. Closes `under`."""
+    try:
+        if keep_log:
+            for name in LOG_NAMES:
+                with contextlib.suppress(OSError):
+                    _copy_regular(directory / name, name, under)
+        try:
+            disks.detach(image, directory)
+        except DiskQuotaError as exc:  # left mounted: close, or the next start, sweeps it
+            log.error("an instance's filesystem could not be unmounted",
+                      extra={"data": {"dir": str(directory), "error": str(exc)}})
+            return
+        if not keep_log:
+            shutil.rmtree(directory, ignore_errors=True)
+    finally:
+        os.close(under)
+
+
+def _copy_regular(source: Path, name: str, dir_fd: int) -> None:
+    """Copy `source`, when it is a regular file (not a link or a FIFO of the app's), to `name` in dir_fd."""
+    with open(os.open(source, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC), "rb") as src:
+        if not S_ISREG(os.fstat(src.fileno()).st_mode):
+            return
+        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
+        with open(os.open(name, flags, 0o644, dir_fd=dir_fd), "wb") as dst:
+            shutil.copyfileobj(src, dst, 1 << 20)
 
 
 def _keep_only_logs(directory: Path) -> None:

@@ -21,6 +21,7 @@ from common.procutil import app_python, child_preexec, pid_alive
 from tests.support.polling import eventually, finishes
 
 from .cgroups import limits_for
+from .disk_quota import MIB
 from .executor import LRPContainer, TaskContainer
 from .isolation import Isolation, isolation_problem, prepare_isolation
 from .process_executor import PID_NAME, ProcessExecutor, kill_leftovers
@@ -569,7 +570,8 @@ FILLS_ITS_DISK = HTTP_SERVER.replace(
 async def quick_disk_executor(
     request: pytest.FixtureRequest, tmp_path: Path
 ) -> AsyncIterator[ProcessExecutor]:
-    isolation = isolation_for(tmp_path) if request.param == "cgroups" else None
+    """disk_mb measured (the poll), isolated or not."""
+    isolation = isolation_for(tmp_path, disk_quota="poll") if request.param == "cgroups" else None
     ex = ProcessExecutor(tmp_path, "cell-p", isolation=isolation, stop_grace_s=0.5, process_grace_s=0.3,
                          disk_check_interval_s=0.1, log_cap_bytes=8192)
     await ex.open()
@@ -607,7 +609,7 @@ async def test_a_task_that_ends_past_its_disk_mb_fails_with_the_reason(
     tmp_path: Path, isolated: bool
 ) -> None:
     # No round between start and exit (a minute apart): only the measurement on exit can catch it.
-    isolation = isolation_for(tmp_path) if isolated else None
+    isolation = isolation_for(tmp_path, disk_quota="poll") if isolated else None
     executor = ProcessExecutor(tmp_path, "cell-p", isolation=isolation, stop_grace_s=0.5,
                                disk_check_interval_s=60.0)
     await executor.open()
@@ -639,3 +641,117 @@ async def test_a_tasks_result_is_its_last_4_kib_across_the_rotated_log(
     [done] = listener.finished
     written = "".join(f"{i:09d}\n" for i in range(2000)) + "the end\n"
     assert not done.failed and done.result == written[-4096:]
+
+
+# --- disk_mb as a filesystem of the instance's own (rep/disk_quota.py) ----------------------------------
+
+# Serves $PORT, then writes up to $FILL_MB MB into its directory; says how far it got and how it ended.
+WRITES_UNTIL_FULL = HTTP_SERVER.replace(
+    "http.server.HTTPServer(",
+    "import threading\n"
+    "def fill():\n"
+    "    written = 0\n"
+    "    try:\n"
+    "        with open('fill', 'wb', buffering=0) as f:\n"
+    "            for _ in range(int(os.environ['FILL_MB']) * 16):\n"
+    "                written += f.write(b'x' * (1 << 16))\n"
+    "        print('wrote', written, 'ok', flush=True)\n"
+    "    except OSError as exc:\n"
+    "        print('wrote', written, 'errno', exc.errno, flush=True)\n"
+    "threading.Thread(target=fill).start()\n"
+    "http.server.HTTPServer(",
+)
+
+
+@pytest.fixture
+async def fs_executor(tmp_path: Path) -> AsyncIterator[ProcessExecutor]:
+    """Isolated, disk_mb a loop-mounted filesystem per instance; measured every 0.1 s were it polled."""
+    isolation = isolation_for(tmp_path)
+    if isolation.disks is None:
+        pytest.skip(f"this host offers no loop-mounted filesystems ({isolation.name})")
+    ex = ProcessExecutor(tmp_path, "cell-p", isolation=isolation, stop_grace_s=0.5, process_grace_s=0.3,
+                         disk_check_interval_s=0.1)
+    await ex.open()
+    yield ex
+    ex.kill_all()
+    await ex.close()
+
+
+def written(directory: Path) -> list[str]:
+    """The filler's last line: ["wrote", N, "errno", E] or ["wrote", N, "ok"] ([] before it)."""
+    try:
+        lines = (directory / "output.log").read_text().splitlines()
+    except FileNotFoundError:
+        return []
+    return next((line.split() for line in reversed(lines) if line.startswith("wrote ")), [])
+
+
+async def test_a_write_past_disk_mb_fails_with_enospc_and_the_instance_runs_on(
+    fs_executor: ProcessExecutor,
+) -> None:
+    executor, listener = fs_executor, Listener()
+    filler = container([PYTHON, "-c", WRITES_UNTIL_FULL], env={"FILL_MB": "40"})
+    neighbour = container([PYTHON, "-c", WRITES_UNTIL_FULL], guid="inst-2", env={"FILL_MB": "4"})
+    for c in (filler, neighbour):
+        executor.start_lrp(c._replace(desired=c.desired.model_copy(update={"disk_mb": 8})), listener)
+    directory = executor.containers_dir / "inst-1"
+    await eventually(lambda: len(listener.running) == 2, DEADLINE_S, "both running", lambda: listener.crashed)
+    await eventually(lambda: bool(written(directory)), DEADLINE_S, "the filler's verdict",
+                     lambda: written(directory))
+
+    [_, amount, how, *errno] = written(directory)
+    assert (how, errno) == ("errno", ["28"]), f"expected ENOSPC, saw {written(directory)}"
+    # Its log and its files' metadata count against it too, as `du` counts them.
+    assert 7.75 * MIB <= int(amount) <= 8 * MIB, f"expected ENOSPC at 8 MB, saw {int(amount) / MIB:.3f} MB"
+    assert os.path.ismount(directory)
+    neighbours = executor.containers_dir / "inst-2"
+    await eventually(lambda: bool(written(neighbours)), DEADLINE_S, "the neighbour's verdict",
+                     lambda: written(neighbours))
+    assert written(neighbours) == ["wrote", str(4 * MIB), "ok"], "a neighbour writes in its own filesystem"
+    # Full, it runs on: no stop for five rounds of the poll, were there one.
+    loop = asyncio.get_running_loop()
+    held_until = loop.time() + 0.5
+    while loop.time() < held_until:
+        assert listener.crashed == [] and executor.pid_of("inst-1") is not None, listener.crashed
+        await asyncio.sleep(0.05)  # the interval between looks at what must hold
+
+    image = executor.isolation.disks.image_of("cell-p", "inst-1")  # type: ignore[union-attr]
+    assert image.is_file()
+    await finishes(executor.stop_lrp("inst-1"), DEADLINE_S, "the stop")
+    assert not directory.exists() and not image.exists(), "a removed instance leaves no filesystem behind"
+
+
+async def test_a_crashed_instance_keeps_its_log_but_not_its_filesystem(fs_executor: ProcessExecutor) -> None:
+    executor, listener = fs_executor, Listener()
+    script = "import os\nprint('last words', flush=True)\nos._exit(3)"
+    executor.start_lrp(container([PYTHON, "-c", script], check=HealthCheck(type="process", timeout_s=10),
+                                 ports=[]), listener)
+    await eventually(lambda: bool(listener.crashed), DEADLINE_S, "a crash report", lambda: listener.running)
+    directory = executor.containers_dir / "inst-1"
+    image = executor.isolation.disks.image_of("cell-p", "inst-1")  # type: ignore[union-attr]
+    await eventually(lambda: not image.exists(), DEADLINE_S, "its image deleted",
+                     lambda: list(directory.iterdir()))
+
+    assert not os.path.ismount(directory)
+    assert sorted(p.name for p in directory.iterdir()) == ["output.log"]
+    assert (directory / "output.log").read_text() == "last words\n"
+
+
+async def test_a_restarted_rep_unmounts_the_filesystems_its_previous_run_left(tmp_path: Path) -> None:
+    isolation = isolation_for(tmp_path)
+    if isolation.disks is None:
+        pytest.skip(f"this host offers no loop-mounted filesystems ({isolation.name})")
+    isolation.open_cell("cell-p")
+    # What a rep killed with -9 leaves: an instance's directory mounted, its image.
+    left = isolation.instances_dir("cell-p") / "inst-old"
+    left.mkdir()
+    image = isolation.disks.image_of("cell-p", "inst-old")
+    isolation.disks.attach(image, left, 4, 0, 0)
+    assert os.path.ismount(left)
+
+    executor = ProcessExecutor(tmp_path, "cell-p", isolation=isolation)
+    await executor.open()
+    try:
+        assert not os.path.ismount(left) and not left.exists() and not image.exists()
+    finally:
+        await executor.close()

@@ -95,6 +95,12 @@ class RepSettings(TLSOptions, RequestLimitOptions, BaseSettings):
     isolation: Literal["cgroups", "none"] = Field(
         default="cgroups", description="Process executor: cgroups (needs root: each instance under its own "
         "uid, in its own cgroup) or none (apps run as the rep's own user, unisolated).")
+    # rep/disk_quota.py: with cgroups, each instance's directory a loop-mounted ext4 filesystem of disk_mb
+    # where the host allows it (auto), else (or with poll) measured every disk_check_interval.
+    disk_quota: Literal["auto", "poll"] = Field(
+        default="auto", description="Process executor with cgroups: auto (each instance's disk_mb a "
+        "filesystem of its own, a loop-mounted ext4 image, where the host allows; else measured) or poll "
+        "(measured every --disk-check-interval, stopped when over).")
     app_uid_range: str = Field(default=DEFAULT_UID_RANGE, description="Uids (gid = uid) given to instances, "
                                "LO-HI.")
     pids_limit: int = Field(default=1024, ge=1, description="Processes and threads per instance.")

@@ -68,8 +68,8 @@ class CellPresence(Open):
     # Its rep serves plain HTTP with authorization off (--insecure, or no TLS files on loopback): said loudly.
     insecure: bool = False
     # How its rep isolates instances (rep/isolation.py): "cgroup-v1" or "cgroup-v2" (own uid and cgroup
-    # each), "none" (as the rep's own user: --isolation none), "sim" (simulated); "" from a rep too old to
-    # say.
+    # each) then "disk:ext4" or "disk:poll" (disk_mb a filesystem each, or measured), "none" (as the rep's
+    # own user: --isolation none), "sim" (simulated); "" from a rep too old to say.
     isolation: Annotated[str, Field(max_length=MAX_NAME_CHARS), AfterValidator(no_nul)] = ""
     # What the cell had left and held when it sent this heartbeat (counts it keeps: no per-instance work),
     # so that `vendue cells` reads capacity from the BBS alone. None/0 from a rep too old to say.

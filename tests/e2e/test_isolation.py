@@ -235,7 +235,8 @@ def test_each_app_runs_under_a_uid_of_its_own_and_cells_say_how_they_isolate(
         cells.output
     )
     [cell] = json.loads(c.cli("cells", "--json").stdout)
-    assert cell["isolation"] in ("cgroup-v1", "cgroup-v2")
+    version, disk = cell["isolation"].split(" ")
+    assert version in ("cgroup-v1", "cgroup-v2") and disk in ("disk:ext4", "disk:poll"), cell["isolation"]
 
 
 # Tries what a tenant should not be able to; prints one verdict a line.
