@@ -91,12 +91,10 @@ COMMAND_MODULES: dict[str, str] = {
 def _register(command: str | None = None) -> None:
     """Import the module defining `command` (all modules when None or unknown); each module adds its
     commands to `app` as a side effect of being imported."""
-    import importlib
-
     module = COMMAND_MODULES.get(command or "")
     for name in [module] if module else dict.fromkeys(COMMAND_MODULES.values()):
         try:
-            importlib.import_module(name)
+            __import__(name)  # not importlib.import_module: `python -X importtime` reports only this one
         except ModuleNotFoundError as exc:
             if exc.name != name:
                 raise
@@ -116,6 +114,9 @@ def _needs_no_command(argv: list[str]) -> bool:
 def main() -> None:
     import sys
 
+    # httpx imports its own command line (rich, pygments, click: a fifth of a client command's start-up)
+    # whenever those are installed; a None entry makes that import fail, and httpx falls back to a stub.
+    sys.modules.setdefault("httpx._main", None)  # type: ignore[arg-type]
     if not _needs_no_command(sys.argv):
         _register(_command_name(sys.argv))
     # Named `vendue` however it was started (`python -m deploy.cli`): in usage lines, and for shell
