@@ -12,17 +12,19 @@ import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from .cli import COMMAND_MODULES, builds_models_on_first_use
 from .cluster import PROJECT_ROOT
 
 # None of these (or their submodules) may be imported before a client command runs.
 HEAVY = (
     "nats", "sqlalchemy", "alembic", "aiohttp", "uvicorn", "fastapi", "starlette", "numpy", "cryptography",
     "placement", "auctioneer", "bbs", "rep", "deploy.cluster", "deploy.cluster_processes",
-    "deploy.embedded_postgres", "deploy.simulator", "deploy.bbs_client", "common.models", "httpx",
-)
+    "deploy.embedded_postgres", "deploy.simulator", "deploy.bbs_client", "common.models.fields", "httpx",
+)  # common.models.fields: every model module imports it (the package itself imports none of them)
 # Only the command's own module is imported (no other command module).
 OTHER_COMMANDS = ("deploy.bbs_cmd", "deploy.rep_cmd", "deploy.auctioneer_cmd", "deploy.cluster_cmd",
                   "deploy.events_cmd", "deploy.why_cmd", "deploy.tokens_cmd")
@@ -73,7 +75,7 @@ def test_the_check_sees_a_heavy_import() -> None:
 
 # What a client command may never import, even once it ran: the launcher, NATS, the engine, the servers,
 # the database, and httpx's own command line (rich and pygments, which httpx loads when they are installed).
-HEAVY_AT_RUN = tuple(h for h in HEAVY if h not in ("deploy.bbs_client", "common.models", "httpx")) + (
+HEAVY_AT_RUN = tuple(h for h in HEAVY if h not in ("deploy.bbs_client", "common.models.fields", "httpx")) + (
     "pygments", "rich.syntax", "rich.progress",
 )
 # The wire models none of the commands below reads (each costs a client command its building time).
@@ -83,7 +85,9 @@ UNREAD_MODELS = ("common.models.auction", "common.models.rep_api", "common.model
 RUN_COMMAND = (
     "import json, sys; from deploy.cli import main; sys.argv = ['vendue', *json.loads(sys.argv[1])]\n"
     "try:\n    main(); code = 0\nexcept SystemExit as exc:\n    code = exc.code\n"
-    "sys.stderr.write('\\n' + json.dumps({'exit': code, 'modules': sorted(sys.modules)}) + '\\n')"
+    "models = sys.modules.get('common.models')\n"
+    "sys.stderr.write('\\n' + json.dumps({'exit': code, 'modules': sorted(sys.modules),\n"
+    "                                      'defer': getattr(models, 'DEFER_BUILD', None)}) + '\\n')"
 )
 
 
@@ -116,13 +120,20 @@ def empty_bbs() -> Iterator[str]:
         thread.join(timeout=10)
 
 
-def run_client(args: list[str], bbs: str, data_dir: Path) -> tuple[int, list[str], str]:
-    """`vendue ARGS --bbs BBS` in a fresh interpreter: its exit status, every module it imported, stdout."""
+def run_vendue(args: list[str], data_dir: Path) -> tuple[dict[str, Any], str]:
+    """`vendue ARGS` in a fresh interpreter: its exit status, every module it imported and whether its
+    models were built on first use (`exit`, `modules`, `defer`), and its stdout."""
     env = {"PATH": "/usr/bin:/bin", "COLUMNS": "120", "VENDUE_DATA_DIR": str(data_dir)}
-    out = subprocess.run([sys.executable, "-c", RUN_COMMAND, json.dumps([*args, "--bbs", bbs])],
+    out = subprocess.run([sys.executable, "-c", RUN_COMMAND, json.dumps(args)],
                          capture_output=True, text=True, timeout=60, cwd=PROJECT_ROOT, env=env)
-    report = json.loads(out.stderr.strip().splitlines()[-1])
-    return report["exit"], report["modules"], out.stdout
+    return json.loads(out.stderr.strip().splitlines()[-1]), out.stdout
+
+
+def run_client(args: list[str], bbs: str, data_dir: Path) -> tuple[int, list[str], str]:
+    """`vendue ARGS --bbs BBS`: its exit status, every module it imported, stdout."""
+    report, stdout = run_vendue([*args, "--bbs", bbs], data_dir)
+    assert report["defer"] is True, "a client command builds its models as it uses them"
+    return report["exit"], report["modules"], stdout
 
 
 @pytest.mark.parametrize("args, exit_status, printed", [
@@ -143,3 +154,10 @@ def test_client_commands_run_without_anything_heavy(args: list[str], exit_status
     assert heavy_in(modules, HEAVY_AT_RUN) == []
     unread = tuple(m for m in UNREAD_MODELS if not (args[0] == "why" and m == "common.models.auction"))
     assert heavy_in(modules, unread) == []
+
+
+def test_only_client_commands_build_their_models_on_first_use() -> None:
+    # FastAPI's request adapters want their models built: a server in this process never defers them.
+    deferring = {command for command in COMMAND_MODULES if builds_models_on_first_use(command)}
+    assert {"apps", "tasks", "cells", "instances", "push", "events", "why", "tokens"} <= deferring
+    assert not deferring & {"bbs", "auctioneer", "rep", "up", "demo", "simulate", "dashboard"}

@@ -171,6 +171,11 @@ _NAMES_BY_MODULE: dict[str, tuple[str, ...]] = {
         "TokenVerify",
     ),
 }
+# Whether a model builds its validator when first used rather than when defined (pydantic's defer_build),
+# read as the model modules are imported. The `vendue` client commands turn it on (deploy/cli.py): they
+# use a few models of the hundred. Servers leave it off: FastAPI's request adapters want their models
+# built (a deferred one is built on the first request, and warns).
+DEFER_BUILD = False
 _MODULE_OF = {name: module for module, names in _NAMES_BY_MODULE.items() for name in names}
 
 

@@ -12,6 +12,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from ..labels import validate_label_expression
 from ..urls import MAX_URL_CHARS
+from . import DEFER_BUILD
 
 GUID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$"
 Guid = Annotated[str, Field(pattern=GUID_PATTERN)]
@@ -97,13 +98,13 @@ class Strict(BaseModel):
     """Request bodies: unknown fields are an error, not silently dropped."""
 
     # Finite floats only: NaN and Infinity are not JSON, and a stored one breaks every later read.
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, defer_build=True)
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, defer_build=DEFER_BUILD)
 
 
 class Open(BaseModel):
     """Responses and peer messages: tolerate fields added by newer peers."""
 
-    model_config = ConfigDict(extra="ignore", allow_inf_nan=False, defer_build=True)  # finite floats only
+    model_config = ConfigDict(extra="ignore", allow_inf_nan=False, defer_build=DEFER_BUILD)  # finite floats
 
 
 class ModificationTag(Open):
