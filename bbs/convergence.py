@@ -377,7 +377,7 @@ def _converge_task(
         finished = task.first_completed_at if task.first_completed_at is not None else task.updated_at
         if now - finished >= config.expire_completed_task:
             out.task_deletes.append(task)
-        elif task.definition.get("completion_callback_url") and now - task.auctioned_at >= config.kick_task:
+        elif task.callback_url and now - task.auctioned_at >= config.kick_task:
             retried = dataclasses.replace(task, auctioned_at=now)
             out.task_updates.append(retried)
             out.callbacks.append(retried)
@@ -387,7 +387,7 @@ def _fail(task: TaskRecord, reason: str, now: float, out: ConvergenceActions) ->
     failed = completed(task, now, failed=True, failure_reason=reason)
     out.task_updates.append(failed)
     out.tasks_failed.append(failed)
-    if task.definition.get("completion_callback_url"):
+    if task.callback_url:
         out.callbacks.append(failed)
 
 

@@ -66,12 +66,102 @@ class PortMapping(TypedDict):
     host_port: int
 
 
+# What the records keep of a request body, as JSON data: one key per field of the wire model (records_test.py
+# checks they agree), typed for mypy at no cost at run time (a TypedDict is a dict). Not total: a row
+# written by an older BBS may lack a field added since. Read them as `d["k"] if "k" in d else default`, not
+# with d.get("k", default): mypy checks the key of a subscription, never that of a .get (PEP 589 lets .get
+# take any key), and the two cost the same.
+
+
+class HealthCheckData(TypedDict, total=False):
+    """common.models.HealthCheck."""
+
+    type: Literal["port", "process", "http"]
+    timeout_s: float
+    path: str
+
+
+class DesiredDefinition(TypedDict, total=False):
+    """A desired LRP's definition: its DesiredLRPCreate body (common.models)."""
+
+    process_guid: str
+    domain: str
+    instances: int
+    command: list[str]
+    env: dict[str, str]
+    ports: list[int]
+    health_check: HealthCheckData
+    on_cell_loss: Literal["reschedule", "keep-replicas"]
+    # common.models.PlacementFields: what the placement engine reads (placement/wire.py)
+    memory_mb: int
+    disk_mb: int
+    stack: str
+    placement_tags: list[str]
+    volume_drivers: list[str]
+    strategy: str | None
+    objective: str | None
+    source_blob: str | None
+    labels_match: str
+    volumes: list[dict[str, Any]]
+    ingress_ip: bool
+    devices: list[dict[str, Any]]
+    affinity: list[dict[str, Any]]
+
+
+class TaskDefinition(TypedDict, total=False):
+    """A task's definition: its TaskCreate body (common.models)."""
+
+    task_guid: str
+    domain: str
+    command: list[str]
+    env: dict[str, str]
+    memory_mb: int
+    disk_mb: int
+    stack: str
+    placement_tags: list[str]
+    volume_drivers: list[str]
+    completion_callback_url: str | None
+
+
+class ResourcesData(TypedDict):
+    """common.models.ResourcesModel."""
+
+    memory_mb: int
+    disk_mb: int
+    containers: int
+
+
+class StoredPresence(TypedDict, total=False):
+    """A cell's last heartbeat: its CellPresence body without what the BBS sets itself (expires_at,
+    cordoned, draining, state: bbs/operations/cells.py BBS_CELL_FIELDS)."""
+
+    cell_id: str
+    zone: str
+    rep_url: str
+    stacks: list[str]
+    total: ResourcesData
+    placement_tags: list[str]
+    optional_placement_tags: list[str]
+    volume_drivers: list[str]
+    labels: dict[str, str]
+    evacuating: bool
+    boot_id: str
+    rep_id: str
+    insecure: bool
+    isolation: str
+    available: ResourcesData | None
+    instances: int
+    starting: int
+    host: dict[str, Any] | None  # common.models.HostMetricsModel
+    cached_blobs: list[str]
+
+
 @dataclass(slots=True)
 class DesiredRecord:
     process_guid: str
     domain: str
     instances: int
-    definition: dict[str, Any]  # the DesiredLRPCreate body, as JSON data
+    definition: DesiredDefinition  # the DesiredLRPCreate body, as JSON data
     created_at: float
     mod_epoch: str
     mod_index: int = 0
@@ -250,7 +340,7 @@ def reset_to_unclaimed(record: ActualRecord, now: float, **changes: Any) -> Actu
 class TaskRecord:
     task_guid: str
     domain: str
-    definition: dict[str, Any]  # the TaskCreate body, as JSON data
+    definition: TaskDefinition  # the TaskCreate body, as JSON data
     state: TaskStateName = PENDING
     cell_id: str = ""
     failed: bool = False
@@ -266,7 +356,9 @@ class TaskRecord:
     @property
     def callback_url(self) -> str:
         """Where its outcome is POSTed once completed ("" for none)."""
-        return str(self.definition.get("completion_callback_url") or "")
+        definition = self.definition
+        url = definition["completion_callback_url"] if "completion_callback_url" in definition else None
+        return url or ""
 
     def to_wire(self) -> dict[str, Any]:
         return {
@@ -295,7 +387,7 @@ def completed(task: TaskRecord, now: float, **changes: Any) -> TaskRecord:
 @dataclass(slots=True)
 class CellRecord:
     cell_id: str
-    presence: dict[str, Any]  # the CellPresence body as JSON data (without expires_at)
+    presence: StoredPresence  # the CellPresence body as JSON data (without expires_at)
     expires_at: float
     disappeared: bool = False  # cell_disappeared was announced; the row stays to reach its rep
     # An operator's (vendue cells cordon|drain|uncordon): the BBS's state, kept apart from the presence a
@@ -306,25 +398,25 @@ class CellRecord:
     @property
     def rep_url(self) -> str:
         """The root URL of the rep process hosting the cell."""
-        return str(self.presence.get("rep_url", ""))
+        return self.presence["rep_url"] if "rep_url" in self.presence else ""
 
     @property
     def rep_id(self) -> str:
         """The name of the rep process hosting the cell (its NATS subjects)."""
-        return str(self.presence.get("rep_id", ""))
+        return self.presence["rep_id"] if "rep_id" in self.presence else ""
 
     @property
     def zone(self) -> str:
-        return str(self.presence.get("zone", ""))
+        return self.presence["zone"] if "zone" in self.presence else ""
 
     @property
     def evacuating(self) -> bool:
-        return bool(self.presence.get("evacuating", False))
+        return self.presence["evacuating"] if "evacuating" in self.presence else False
 
     @property
     def boot_id(self) -> str:
         """The rep process's boot id at its last heartbeat (a new one: the rep restarted)."""
-        return str(self.presence.get("boot_id", ""))
+        return self.presence["boot_id"] if "boot_id" in self.presence else ""
 
     def present(self, now: float) -> bool:
         return self.expires_at >= now

@@ -1,3 +1,5 @@
+from pathlib import Path
+
 import pytest
 from pydantic import ValidationError
 
@@ -29,3 +31,26 @@ def test_valid_expressions_and_presets_are_kept_as_written():
                            affinity=[{"expression": "zone in (a,b)", "weight": -2}], command=["true"])
     assert (lrp.objective, lrp.labels_match, lrp.affinity[0].expression) == \
         ("diego-blog", "disk=ssd,!spot", "zone in (a,b)")
+
+
+def test_lazy_model_table_matches_what_type_checkers_see() -> None:
+    # common.models imports a module on first use of one of its names: the table that says where each name
+    # lives must list exactly the names imported for type checkers, each from the module it names.
+    import ast
+    import importlib
+
+    import common.models as models
+
+    tree = ast.parse(Path(models.__file__).read_text())
+    guarded = next(node for node in tree.body if isinstance(node, ast.If)
+                   and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING")
+    for_type_checkers = {
+        alias.name: node.module for node in guarded.body if isinstance(node, ast.ImportFrom)
+        for alias in node.names
+    }
+    assert for_type_checkers == models._MODULE_OF
+    assert sorted(models.__all__) == sorted(for_type_checkers)
+    for name, module in for_type_checkers.items():
+        assert getattr(models, name) is getattr(importlib.import_module(f"common.models.{module}"), name)
+    with pytest.raises(AttributeError, match="no attribute 'Nope'"):
+        _ = models.Nope

@@ -16,7 +16,6 @@ from a thread that lives as long as the process (the main thread / the event loo
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import ctypes
 import json
@@ -29,7 +28,10 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import asyncio  # imported by the one coroutine here: the CLI reads pids through this module
 
 PR_SET_PDEATHSIG = 1
 _IS_LINUX = sys.platform.startswith("linux")
@@ -234,6 +236,8 @@ async def terminate_then_kill_async(
     proc: asyncio.subprocess.Process, grace_s: float = 10.0, *, group: bool = False
 ) -> int:
     """The asyncio twin of `terminate_then_kill`."""
+    import asyncio
+
     if proc.returncode is None:
         signal_process(proc.pid, signal.SIGTERM, group=group)
         try:

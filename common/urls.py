@@ -15,7 +15,6 @@ connect: a name whose answer changes in between is not caught.)
 
 from __future__ import annotations
 
-import asyncio
 import ipaddress
 import socket
 from collections.abc import Iterable
@@ -125,6 +124,8 @@ def callback_refusal(url: str, allow: Iterable[str] = ()) -> str | None:
 
 async def resolve(host: str) -> list[str]:
     """The addresses `host` resolves to now (none when it does not)."""
+    import asyncio  # here, not at the top: the wire models import this module, and so does the CLI
+
     try:
         infos = await asyncio.get_running_loop().getaddrinfo(host, None, type=socket.SOCK_STREAM)
     except (OSError, UnicodeError):

@@ -20,34 +20,37 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import httpx
 from pydantic import BaseModel, ValidationError
 
 from common import sse
 from common.failover import FailoverTransport, split_urls
-from common.models import (
-    ActualLRP,
-    CellDetail,
-    CellPresence,
-    DesiredLRP,
-    DesiredLRPCreate,
-    DesiredLRPUpdate,
-    Event,
-    HostCellDetails,
-    PlacementExplanation,
-    RebalancePlan,
-    RebalanceRequest,
-    RebalanceStatus,
-    Task,
-    TaskCreate,
-    TokenCreate,
-    TokenCreated,
-    TokenInfo,
-)
-from common.retry import EVENT_STREAM
-from common.tls import TLSFiles, client_context
+
+# The models and the TLS helpers are imported by the methods that use them: a client command builds only
+# the models it reads (all of them cost about 0.1 s of start-up; deploy/startup_test.py).
+if TYPE_CHECKING:
+    from common.models import (
+        ActualLRP,
+        CellDetail,
+        CellPresence,
+        DesiredLRP,
+        DesiredLRPCreate,
+        DesiredLRPUpdate,
+        Event,
+        HostCellDetails,
+        PlacementExplanation,
+        RebalancePlan,
+        RebalanceRequest,
+        RebalanceStatus,
+        Task,
+        TaskCreate,
+        TokenCreate,
+        TokenCreated,
+        TokenInfo,
+    )
+    from common.tls import TLSFiles
 
 DEFAULT_BBS_URL = "http://127.0.0.1:8889"
 FOLLOW_GIVE_UP_S = 30.0  # follow_events: a BBS (every replica) silent this long is gone
@@ -129,6 +132,8 @@ def _error_from_response(response: httpx.Response) -> BBSError:
 
 def event_from_sse(event_type: str, data: str) -> Event:
     """The BBS sends the whole Event as `data`; a bare payload is wrapped so either shape works."""
+    from common.models import Event
+
     payload = json.loads(data)
     if isinstance(payload, dict) and {"type", "data", "at"} <= payload.keys():
         return Event.model_validate(payload)
@@ -150,6 +155,8 @@ class ClientAuth:
         """httpx's `verify` (raises common.tls.CertError when the files cannot be used)."""
         if self.tls is None and self.ca is None:
             return True
+        from common.tls import client_context
+
         return client_context(self.tls, ca=self.ca)
 
     def headers(self) -> dict[str, str]:
@@ -215,17 +222,25 @@ class BBSClient:
         return dict(self._request("GET", "/ping").json())
 
     def desire_lrp(self, lrp: DesiredLRPCreate) -> DesiredLRP:
+        from common.models import DesiredLRP
+
         body = lrp.model_dump(mode="json", exclude_unset=True)
         body["process_guid"] = lrp.process_guid  # always sent, even if a default someday
         return DesiredLRP.model_validate(self._request("POST", "/v1/desired_lrps", json_body=body).json())
 
     def desired_lrps(self) -> list[DesiredLRP]:
+        from common.models import DesiredLRP
+
         return self._items("/v1/desired_lrps", DesiredLRP)
 
     def desired_lrp(self, process_guid: str) -> DesiredLRP:
+        from common.models import DesiredLRP
+
         return DesiredLRP.model_validate(self._request("GET", f"/v1/desired_lrps/{process_guid}").json())
 
     def update_desired_lrp(self, process_guid: str, update: DesiredLRPUpdate) -> DesiredLRP:
+        from common.models import DesiredLRP
+
         body = update.model_dump(mode="json", exclude_none=True)
         response = self._request("PATCH", f"/v1/desired_lrps/{process_guid}", json_body=body)
         return DesiredLRP.model_validate(response.json())
@@ -235,27 +250,39 @@ class BBSClient:
 
     def actual_lrps(self, process_guid: str | None = None, cell_id: str | None = None,
                     state: str | None = None, presence: str | None = None) -> list[ActualLRP]:
+        from common.models import ActualLRP
+
         params = self._filters(process_guid=process_guid, cell_id=cell_id, state=state, presence=presence)
         return self._items("/v1/actual_lrps", ActualLRP, params)
 
     def placement(self, process_guid: str, index: int) -> PlacementExplanation:
         """Why the instance is where it is (NotFound: the BBS knows no explanation)."""
+        from common.models import PlacementExplanation
+
         path = f"/v1/actual_lrps/{process_guid}/{index}/placement"
         return PlacementExplanation.model_validate(self._request("GET", path).json())
 
     def desire_task(self, task: TaskCreate) -> Task:
+        from common.models import Task
+
         body = task.model_dump(mode="json", exclude_unset=True)
         body["task_guid"] = task.task_guid
         body["command"] = task.command
         return Task.model_validate(self._request("POST", "/v1/tasks", json_body=body).json())
 
     def tasks(self, state: str | None = None, domain: str | None = None) -> list[Task]:
+        from common.models import Task
+
         return self._items("/v1/tasks", Task, self._filters(state=state, domain=domain))
 
     def task(self, task_guid: str) -> Task:
+        from common.models import Task
+
         return Task.model_validate(self._request("GET", f"/v1/tasks/{task_guid}").json())
 
     def cancel_task(self, task_guid: str) -> Task:
+        from common.models import Task
+
         return Task.model_validate(self._request("POST", f"/v1/tasks/{task_guid}/cancel").json())
 
     def resolve_task(self, task_guid: str) -> None:
@@ -264,19 +291,27 @@ class BBSClient:
     def cells(self, *, expired: bool = False) -> list[CellPresence]:
         """The cell states, from the BBS alone (the reps' last heartbeats): present cells, or with `expired`
         also those whose presence expired."""
+        from common.models import CellPresence
+
         return self._items("/v1/cells", CellPresence, {"all": "true"} if expired else None)
 
     def set_cell_mode(self, cell_id: str, mode: str) -> CellPresence:
         """Cordon, uncordon or drain a cell (admin): the cell state after (NotFound: no such cell)."""
+        from common.models import CellPresence
+
         return CellPresence.model_validate(self._request("POST", f"/v1/cells/{cell_id}/{mode}").json())
 
     def rebalance(self, request: RebalanceRequest) -> RebalancePlan:
         """Plan rebalancing moves (admin) and, unless a dry run, have the BBS carry them out."""
+        from common.models import RebalancePlan
+
         body = request.model_dump(mode="json", exclude_none=True)
         return RebalancePlan.model_validate(self._request("POST", "/v1/rebalance", json_body=body).json())
 
     def rebalance_status(self) -> RebalanceStatus:
         """The BBS's rebalancing moves queued, in flight and finished lately."""
+        from common.models import RebalanceStatus
+
         return RebalanceStatus.model_validate(self._request("GET", "/v1/rebalance").json())
 
     def remove_cell(self, cell_id: str) -> None:
@@ -289,6 +324,8 @@ class BBSClient:
         """The cells a rep process hosts, in detail (GET {rep_url}/state?lrps=full, with this client's
         certificate or token), by cell id: those named, or every one (one request however many it hosts);
         empty when it does not answer with them."""
+        from common.models import HostCellDetails
+
         params = {"lrps": "full", **({"cells": ",".join(cell_ids)} if cell_ids else {})}
         try:
             response = self._http.get(f"{rep_url}/state", params=params, timeout=timeout)
@@ -300,11 +337,15 @@ class BBSClient:
 
     def create_token(self, request: TokenCreate) -> TokenCreated:
         """A new bearer token (admin); its secret is in the answer and nowhere else."""
+        from common.models import TokenCreated
+
         # Only what was set: a plain API token's body is what a BBS from before `purpose` accepts too.
         body = request.model_dump(mode="json", exclude_none=True, exclude_unset=True)
         return TokenCreated.model_validate(self._request("POST", "/v1/tokens", json_body=body).json())
 
     def tokens(self) -> list[TokenInfo]:
+        from common.models import TokenInfo
+
         return self._items("/v1/tokens", TokenInfo)
 
     def revoke_token(self, token_id: str) -> None:
@@ -350,6 +391,8 @@ class BBSClient:
         subscription the BBS at `url` accepted."""
         last_id: str | None = None
         quiet_since = time.monotonic()
+        from common.retry import EVENT_STREAM
+
         delays = EVENT_STREAM.delays()
         opened: list[str] = []
 

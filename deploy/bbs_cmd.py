@@ -17,10 +17,10 @@ from common import runtime
 
 from .cli import app
 from .cli_style import OneLineErrorsCommand, OneLineErrorsGroup, bad_input, fail
-from .settings_flags import with_settings_flags
+from .settings_flags import ENV_NOTE, with_settings_flags
 
 bbs_app = typer.Typer(
-    help="The BBS: desired and actual state, tasks, cell presence, convergence, events.",
+    help=f"The BBS: desired and actual state, tasks, cell presence, convergence, events.\n\n{ENV_NOTE}",
     invoke_without_command=True,
     no_args_is_help=False,
     cls=OneLineErrorsGroup,
@@ -43,8 +43,20 @@ def _settings(**flags: Any) -> BBSSettings:
         bad_input(str(exc))
 
 
+# The help's panels besides "Options" (and the mixins' TLS, serving limits and quotas).
+PANELS = {
+    "Convergence": ("convergence_interval", "presence_ttl", "stale_unclaimed", "kick_task",
+                    "expire_pending_task", "expire_completed_task", "task_retries", "lease_ttl",
+                    "forget_cell_after", "cell_loss_grace", "cell_loss_check"),
+    "Crash restarts": ("immediate_restarts", "crash_backoff_min", "crash_backoff_max", "max_restarts",
+                       "crash_reset_after"),
+    "Rebalancing": ("rebalance_in_flight", "rebalance_moves_per_minute", "rebalance_move_timeout",
+                    "rebalance_load_tolerance", "rebalance_strategy_margin", "rebalance_interval"),
+}
+
+
 @bbs_app.callback()
-@with_settings_flags(BBSSettings, role="bbs")
+@with_settings_flags(BBSSettings, role="bbs", panels=PANELS)
 def bbs(
     ctx: typer.Context,
     settings_given: dict[str, Any] | None = None,  # a flag per setting in its place (settings_flags.py)

@@ -13,7 +13,6 @@ import time
 from typing import Annotated
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from common.models import ActualLRP, CellPresence, Presence, TaskState
 
@@ -102,6 +101,8 @@ def drain(
 def _wait_empty(client: BBSClient, cell_id: str, timeout: float, *, show: bool) -> list[tuple[dict, str]]:
     """Poll what the cell holds until nothing (a progress bar on stderr while `show`); what is left at the
     deadline, each as JSON data and a line saying why (its replacement's placement error)."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
     deadline = time.monotonic() + timeout
     held = _held(client, cell_id)
     total = max(1, len(held))

@@ -88,15 +88,24 @@ COMMAND_MODULES: dict[str, str] = {
 }
 
 
+# The commands that only talk to the BBS (no server in this process): their wire models are built as they
+# are first used (common.models.DEFER_BUILD), a few of them, not the hundred.
+CLIENT_MODULES = frozenset({"deploy.client_cmd", "deploy.cells_cmd", "deploy.events_cmd", "deploy.why_cmd",
+                            "deploy.rebalance_cmd", "deploy.tokens_cmd"})
+
+
+def builds_models_on_first_use(command: str | None) -> bool:
+    """Whether `vendue COMMAND` defers building the wire models: a client command does, a server never."""
+    return COMMAND_MODULES.get(command or "") in CLIENT_MODULES
+
+
 def _register(command: str | None = None) -> None:
     """Import the module defining `command` (all modules when None or unknown); each module adds its
     commands to `app` as a side effect of being imported."""
-    import importlib
-
     module = COMMAND_MODULES.get(command or "")
     for name in [module] if module else dict.fromkeys(COMMAND_MODULES.values()):
         try:
-            importlib.import_module(name)
+            __import__(name)  # not importlib.import_module: `python -X importtime` reports only this one
         except ModuleNotFoundError as exc:
             if exc.name != name:
                 raise
@@ -116,8 +125,16 @@ def _needs_no_command(argv: list[str]) -> bool:
 def main() -> None:
     import sys
 
+    # httpx imports its own command line (rich, pygments, click: a fifth of a client command's start-up)
+    # whenever those are installed; a None entry makes that import fail, and httpx falls back to a stub.
+    sys.modules.setdefault("httpx._main", None)  # type: ignore[arg-type]
     if not _needs_no_command(sys.argv):
-        _register(_command_name(sys.argv))
+        command = _command_name(sys.argv)
+        if builds_models_on_first_use(command):
+            import common.models
+
+            common.models.DEFER_BUILD = True
+        _register(command)
     # Named `vendue` however it was started (`python -m deploy.cli`): in usage lines, and for shell
     # completion, which reads its command line from _VENDUE_COMPLETE and COMP_WORDS.
     app(prog_name="vendue")

@@ -34,13 +34,9 @@ def fail(message: str, code: int = FAILURE) -> NoReturn:
 
 
 def _usage_error_types() -> tuple[type[Exception], ...]:
-    # Recent typer vendors click (typer._click), older typer uses click itself: catch whichever is used.
-    found = {cls for cls in typer.BadParameter.__mro__ if cls.__name__ == "UsageError"}
-    with contextlib.suppress(ImportError):
-        import click
-
-        found.add(click.UsageError)
-    return tuple(found)
+    # Recent typer vendors click (typer._click), older typer uses click itself: typer's own BadParameter
+    # derives from whichever UsageError it raises.
+    return tuple({cls for cls in typer.BadParameter.__mro__ if cls.__name__ == "UsageError"})
 
 
 USAGE_ERRORS = _usage_error_types()

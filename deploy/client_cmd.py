@@ -147,12 +147,12 @@ def resolve_auth(given: Connection, local: dict[str, Any] | None) -> ClientAuth:
     """How to prove who we are: the `--tls-*` flags (all three; or `--tls-ca` alone, for a token), else
     the running local cluster's admin certificate (`local`: its cluster.json `tls`; only its CA when a
     token is given), else nothing (an insecure cluster). Bad flags: one line, exit 2."""
-    from common.tls import CertError, TLSFiles
-
     from .bbs_client import ClientAuth
 
     token = given.token or None
     if given.tls_cert is not None or given.tls_key is not None:
+        from common.tls import CertError, TLSFiles  # here: a client of an insecure cluster does without
+
         try:
             return ClientAuth(
                 tls=TLSFiles.from_settings(given.tls_cert, given.tls_key, given.tls_ca), token=token
@@ -165,6 +165,8 @@ def resolve_auth(given: Connection, local: dict[str, Any] | None) -> ClientAuth:
         return ClientAuth(ca=given.tls_ca, token=token)
     tls = local.get("tls") if local is not None else None
     if isinstance(tls, dict):
+        from common.tls import TLSFiles
+
         files = TLSFiles(Path(tls["cert"]), Path(tls["key"]), Path(tls["ca"]))
         return ClientAuth(ca=files.ca, token=token) if token else ClientAuth(tls=files)
     return ClientAuth(token=token)
@@ -173,15 +175,17 @@ def resolve_auth(given: Connection, local: dict[str, Any] | None) -> ClientAuth:
 @contextlib.contextmanager
 def connect(connection: Connection) -> Iterator[BBSClient]:
     """A BBS client; every BBS failure becomes one `error:` line and the right exit status."""
-    from common.tls import CertError
-
     from .bbs_client import BBSClient, BBSError, BBSUnreachable, InvalidRequest
 
     local = read_cluster_file(connection.data_dir)  # read once: it may give the URL and the certificate
     url, source = resolve_bbs_url(connection.bbs, connection.data_dir, local)
     try:
         client = BBSClient(url, auth=resolve_auth(connection, local))
-    except CertError as exc:
+    except ValueError as exc:  # common.tls.CertError is one; the module is imported only to use TLS
+        from common.tls import CertError
+
+        if not isinstance(exc, CertError):
+            raise
         fail(_as_flag(exc), USAGE_ERROR)
     try:
         yield client

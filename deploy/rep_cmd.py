@@ -22,9 +22,20 @@ from .cli import app
 from .cli_style import USAGE_ERROR, OneLineErrorsCommand, bad_input, fail, name_flags
 from .settings_flags import with_settings_flags
 
+# The help's panels besides "Options" (and the mixins' TLS and serving limits).
+PANELS = {
+    "Cell": ("cell_id", "rep_id", "zone", "memory_mb", "disk_mb", "memory_reserve_mb", "disk_reserve_mb",
+             "containers", "stacks", "placement_tags", "optional_placement_tags", "volume_drivers", "labels"),
+    "Process executor": ("isolation", "app_uid_range", "pids_limit", "cgroup_parent", "instances_dir",
+                         "cgroup_fs", "log_cap_mb", "disk_check_interval", "stop_grace"),
+    # Alone: its --no- twin widens the names of every flag in its panel.
+    "Process executor, --isolation none": ("memory_limit",),
+    "Simulation (--executor sim)": ("cells", "zones", "sim_start_delay", "sim_crash_rate"),
+}
+
 
 @app.command(cls=OneLineErrorsCommand)
-@with_settings_flags(RepSettings, role="rep")
+@with_settings_flags(RepSettings, role="rep", panels=PANELS)
 def rep(
     settings_given: dict[str, Any] | None = None,  # a flag per setting in its place (settings_flags.py)
     sim: bool = typer.Option(False, "--sim", help="Shorthand for --executor sim."),

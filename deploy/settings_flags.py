@@ -12,7 +12,10 @@ A setting's Field may say, in `json_schema_extra`:
 - `"hidden": True`: a flag left out of the help (tests' own knobs).
 
 The settings that mixins from outside the settings modules add (common/tls.py TLSOptions,
-common/limits.py RequestLimitOptions, bbs/quotas.py QuotaOptions) have their help in MIXIN_HELP below.
+common/limits.py RequestLimitOptions, bbs/quotas.py QuotaOptions) have their help in MIXIN_HELP below, and
+each mixin's flags are a panel of the help of their own (MIXIN_PANELS); a command may put more of its flags
+in panels (`panels=`). Each flag's help ends with its default; its environment variable is named after it
+(`--presence-ttl`: VENDUE_PRESENCE_TTL, ENV_NOTE), and named only where it is not (`--stack`: VENDUE_STACKS).
 """
 
 from __future__ import annotations
@@ -31,6 +34,10 @@ from pydantic import BaseModel, SecretStr
 from pydantic.fields import FieldInfo
 
 ENV_PREFIX = "VENDUE_"
+ENV_NOTE = ("Every flag may be set in the environment instead: VENDUE_ and its name in capitals, dashes as "
+            "underscores (--presence-ttl: VENDUE_PRESENCE_TTL); a flag given wins.")
+# The help panel of the settings each mixin adds.
+MIXIN_PANELS = {"TLSOptions": "TLS", "RequestLimitOptions": "Serving limits", "QuotaOptions": "Quotas"}
 
 # Help of the settings the components' settings inherit from mixins declared elsewhere; `{role}`: the
 # component's certificate role.
@@ -62,6 +69,7 @@ class Flag:
     default: Any  # the setting's default
     help: str
     hidden: bool = False
+    panel: str | None = None  # its panel of the help; None: the command's "Options"
 
     @property
     def env(self) -> str:
@@ -86,18 +94,27 @@ class Flag:
             names, default = (f"{self.name}/--no-{self.name.removeprefix('--')}",), None
         else:
             names, default = (self.name,), None
-        return typer.Option(default, *names, help=self.help_text(), hidden=self.hidden, show_default=False)
+        return typer.Option(default, *names, help=self.help_text(), hidden=self.hidden, show_default=False,
+                            rich_help_panel=self.panel)
 
     def help_text(self) -> str:
-        """The description, then the environment variable and the default: `... [VENDUE_PORT; default
-        8889]`."""
-        default = f"; default {self.shown_default}" if self.shown_default is not None else ""
-        return f"{self.help} [{self.env}{default}]".lstrip()
+        """The description, then the default: `... [default 8889]`, and the environment variable where it is
+        not the flag's name (ENV_NOTE): `... [VENDUE_STACKS; default cflinuxfs4]`."""
+        said = [] if self.env == env_of(self.name) else [self.env]
+        if self.shown_default is not None:
+            said.append(f"default {self.shown_default}")
+        # Escaped: `[default ...]` would be a style to rich, which typer renders the help with.
+        return f"{self.help} \\[{'; '.join(said)}]".lstrip() if said else self.help
 
     def annotation(self) -> Any:
         if self.plain:
             return bool
         return self.kind | None
+
+
+def env_of(flag_name: str) -> str:
+    """The environment variable ENV_NOTE names after a flag: `--presence-ttl` -> VENDUE_PRESENCE_TTL."""
+    return ENV_PREFIX + flag_name.removeprefix("--").replace("-", "_").upper()
 
 
 def shown(value: Any) -> str | None:
@@ -128,8 +145,18 @@ def _kind(annotation: Any) -> Any:
     raise TypeError(f"no flag type for {annotation!r}")
 
 
-def settings_flags(model: type[BaseModel], role: str) -> list[Flag]:
-    """Every flag of `model`'s settings: its own settings in their order, then the mixins'."""
+def _declared_by(model: type[BaseModel], setting: str) -> str:
+    """The name of the class (the model, or one of its mixins) that declares `setting`."""
+    return next(cls.__name__ for cls in model.__mro__ if setting in vars(cls).get("__annotations__", {}))
+
+
+def settings_flags(model: type[BaseModel], role: str,
+                   panels: Mapping[str, Sequence[str]] | None = None) -> list[Flag]:
+    """Every flag of `model`'s settings: its own settings in their order, then the mixins'. `panels`: the
+    help panel of some settings (panel -> settings); a mixin's are in its MIXIN_PANELS panel."""
+    panel_of = {setting: panel for panel, settings in (panels or {}).items() for setting in settings}
+    if unknown := sorted(set(panel_of) - set(model.model_fields)):
+        raise ValueError(f"{model.__name__} has no setting {', '.join(unknown)} (given a help panel)")
     own = [name for name in vars(model).get("__annotations__", {}) if name in model.model_fields]
     flags = []
     for setting in [*own, *(name for name in model.model_fields if name not in own)]:
@@ -142,8 +169,9 @@ def settings_flags(model: type[BaseModel], role: str) -> list[Flag]:
         default = field.get_default(call_default_factory=True)
         help_text = field.description or MIXIN_HELP.get(setting, "").format(role=role)
         name = str(extra.get("flag") or "--" + setting.replace("_", "-"))
+        panel = panel_of.get(setting) or MIXIN_PANELS.get(_declared_by(model, setting))
         flags.append(Flag(setting, name, _kind(field.annotation), default, help_text,
-                          bool(extra.get("hidden", False))))
+                          bool(extra.get("hidden", False)), panel))
     return flags
 
 
@@ -170,11 +198,12 @@ def _pairs(name: str, pairs: Sequence[str]) -> dict[str, str]:
     return found
 
 
-def with_settings_flags(model: type[BaseModel],
-                        role: str) -> Callable[[Callable[..., None]], Callable[..., None]]:
+def with_settings_flags(model: type[BaseModel], role: str, panels: Mapping[str, Sequence[str]] | None = None,
+                        ) -> Callable[[Callable[..., None]], Callable[..., None]]:
     """`command`, which takes `settings_given: dict[str, Any]`, as typer is to see it: with a flag per setting
-    of `model` in that parameter's place; it gets the settings the flags gave (`given_settings`)."""
-    flags = settings_flags(model, role)
+    of `model` in that parameter's place (in the help `panels` given, as `settings_flags`), and ENV_NOTE
+    after its help; it gets the settings the flags gave (`given_settings`)."""
+    flags = settings_flags(model, role, panels)
 
     def wrap(command: Callable[..., None]) -> Callable[..., None]:
         signature = inspect.signature(command, eval_str=True)
@@ -191,6 +220,7 @@ def with_settings_flags(model: type[BaseModel],
 
         with_flags.__signature__ = signature.replace(  # type: ignore[attr-defined]
             parameters=[*parameters[:at], *options, *parameters[at + 1:]])
+        with_flags.__doc__ = f"{inspect.cleandoc(command.__doc__ or '')}\n\n{ENV_NOTE}".strip()
         with_flags.settings_flags = flags  # type: ignore[attr-defined]  # for the tests
         return with_flags
 

@@ -3,6 +3,10 @@ the setting's, and a flag not given leaves the setting to its VENDUE_* variable.
 
 from __future__ import annotations
 
+import os
+import re
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +21,7 @@ from bbs.settings import BBSSettings
 from rep.settings import RepSettings
 
 from .cli import _register, app
-from .settings_flags import given_settings, settings_flags, shown, with_settings_flags
+from .settings_flags import ENV_NOTE, env_of, given_settings, settings_flags, shown, with_settings_flags
 
 COMPONENTS = {"bbs": BBSSettings, "auctioneer": AuctioneerSettings, "rep": RepSettings}
 # The flags that are not a setting: what the command does, not how the component is set up.
@@ -47,8 +51,11 @@ def test_every_setting_has_exactly_one_flag_with_the_settings_default(command: s
         assert option.default in (None, False), (setting, option.default)
         default = field.get_default(call_default_factory=True)
         assert option.help is not None and option.help.startswith(field.description or "")
+        # The environment variable is named only where the flag's name does not say it (ENV_NOTE).
         env = f"VENDUE_{setting.upper()}"
-        expected = f"[{env}; default {shown(default)}]" if shown(default) is not None else f"[{env}]"
+        said = [] if env == env_of(option.opts[0]) else [env]
+        said += [f"default {shown(default)}"] if shown(default) is not None else []
+        expected = f"\\[{'; '.join(said)}]" if said else (field.description or "")
         assert option.help.endswith(expected), (setting, option.help, expected)
 
 
@@ -108,3 +115,25 @@ def test_a_generated_command_passes_the_flags_given_as_settings() -> None:
     assert seen == [{"port": 7, "labels": {"k": "v"}, "limit": False}]
     bad = CliRunner().invoke(example, ["--label", "novalue"])
     assert bad.exit_code == 2 and "expected k=v" in bad.output
+
+
+def test_a_mixins_settings_are_a_panel_and_a_command_may_make_more() -> None:
+    flags = {f.setting: f for f in settings_flags(RepSettings, role="rep", panels={"Cell": ("zone",)})}
+    assert (flags["tls_cert"].panel, flags["max_body_bytes"].panel) == ("TLS", "Serving limits")
+    assert (flags["zone"].panel, flags["port"].panel) == ("Cell", None)
+    with pytest.raises(ValueError, match="no setting colour"):
+        settings_flags(RepSettings, role="rep", panels={"Cell": ("colour",)})
+
+
+@pytest.mark.parametrize("command", COMPONENTS)
+def test_help_is_readable_in_80_columns(command: str) -> None:
+    # Nothing is cut off (rich ends what does not fit in its column with "…": an environment variable's
+    # name, a path), the flags' names leave their help at least a third of the width (the rep's took 56
+    # columns when its --no-memory-limit widened every flag's), and the environment variables are said once.
+    out = subprocess.run([sys.executable, "-m", "deploy.cli", command, "--help"], capture_output=True,
+                         text=True, timeout=60, check=True,
+                         env={**os.environ, "COLUMNS": "80", "TERM": "dumb"}).stdout
+    assert " ".join(ENV_NOTE.split()) in " ".join(out.split())
+    continued = [len(m.group(1)) for m in re.finditer(r"^(│ +)\S", out, re.MULTILINE)]
+    assert continued and max(continued) <= 45, out
+    assert "…" not in out, out

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from common.group_commit import GroupCommit
 from common.models import CellPresence
@@ -13,7 +13,7 @@ from common.models import CellPresence
 from ..convergence import evacuate, forget_rebooted_cell, undrain
 from ..errors import Conflict, NotFound
 from ..events import event
-from ..records import EVACUATING, ORDINARY, RUNNING, CellRecord
+from ..records import EVACUATING, ORDINARY, RUNNING, CellRecord, StoredPresence
 from ..unit_of_work import Effects, UnitOfWork
 from .actual_lrps import rework_cell
 from .tasks import fail_tasks_of
@@ -43,7 +43,7 @@ class Cells:
         records = {
             cell_id: CellRecord(
                 cell_id,
-                body.model_dump(mode="json", exclude=BBS_CELL_FIELDS),
+                cast(StoredPresence, body.model_dump(mode="json", exclude=BBS_CELL_FIELDS)),
                 expires_at=now + self.uow.settings.presence_ttl,
             )
             for cell_id, body in latest.items()

@@ -4,7 +4,7 @@ resizes the LRP's actual instances in the same transaction; auctions and stops g
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, cast
 
 from common.group_commit import GroupCommit
 from common.models import DesiredLRPCreate, DesiredLRPUpdate
@@ -15,7 +15,7 @@ from ..errors import Conflict, NotFound
 from ..events import event
 from ..lifecycle import Stop
 from ..quotas import QuotaExceeded, check_scale, desire_refusal
-from ..records import DesiredRecord, fresh_instances, new_epoch
+from ..records import DesiredDefinition, DesiredRecord, fresh_instances, new_epoch
 from ..store import Tx
 from ..unit_of_work import Effects, UnitOfWork
 
@@ -59,7 +59,7 @@ class DesiredLRPs:
                     process_guid=body.process_guid,
                     domain=body.domain,
                     instances=body.instances,
-                    definition=body.model_dump(mode="json"),
+                    definition=cast(DesiredDefinition, body.model_dump(mode="json")),
                     created_at=now,
                     mod_epoch=new_epoch(),
                     on_cell_loss=body.on_cell_loss,

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any
+from typing import Any, cast
 
 from common.models import TaskCreate
 
 from ..convergence import fail_tasks_of_rebooted_cells
 from ..errors import Conflict, NotFound
 from ..events import event
-from ..records import COMPLETED, RESOLVING, TASK_RUNNING, TaskRecord, completed
+from ..records import COMPLETED, RESOLVING, TASK_RUNNING, TaskDefinition, TaskRecord, completed
 from ..store import Tx
 from ..unit_of_work import Effects, UnitOfWork
 
@@ -30,7 +30,7 @@ class Tasks:
         record = TaskRecord(
             task_guid=body.task_guid,
             domain=body.domain,
-            definition=body.model_dump(mode="json"),
+            definition=cast(TaskDefinition, body.model_dump(mode="json")),
             created_at=now,
             updated_at=now,
             auctioned_at=now,

@@ -12,14 +12,9 @@ from common.models import ActualLRPSummary, ActualState, HostLifecycle, HostLife
 
 from ..lifecycle_wire import HOST_REPORT, HostReport
 from ..operations.actual_lrps import ActualLRPs
-from .wire import GuidQuery, documented_body, items, json_body, the_bbs, unless_client_gone
+from .wire import GuidQuery, documented_body, items, json_body, operations, unless_client_gone
 
-
-def _operations(request: Request) -> ActualLRPs:
-    return the_bbs(request).actual_lrps
-
-
-Operations = Annotated[ActualLRPs, Depends(_operations)]
+Operations = Annotated[ActualLRPs, Depends(operations(lambda bbs: bbs.actual_lrps))]
 router = APIRouter()
 
 

@@ -5,19 +5,14 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Path, Request, Response
+from fastapi import APIRouter, Depends, Path, Response
 
 from common.models import INT32_MAX, AuctionReport, PlacementExplanation, PlacementFailures
 
 from ..operations.auctions import Auctions
-from .wire import GuidPath, documented_body, json_body, the_bbs
+from .wire import GuidPath, documented_body, json_body, operations
 
-
-def _operations(request: Request) -> Auctions:
-    return the_bbs(request).auctions
-
-
-Operations = Annotated[Auctions, Depends(_operations)]
+Operations = Annotated[Auctions, Depends(operations(lambda bbs: bbs.auctions))]
 router = APIRouter()
 
 

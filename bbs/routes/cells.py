@@ -15,14 +15,9 @@ from common.models import CellPresences, HeartbeatAnswer
 from common.urls import callback_refusal
 
 from ..operations.cells import CellMode, Cells
-from .wire import GuidPath, documented_body, items, json_body, the_bbs
+from .wire import GuidPath, documented_body, items, json_body, operations
 
-
-def _operations(request: Request) -> Cells:
-    return the_bbs(request).cells
-
-
-Operations = Annotated[Cells, Depends(_operations)]
+Operations = Annotated[Cells, Depends(operations(lambda bbs: bbs.cells))]
 router = APIRouter()
 removal = APIRouter()  # mounted after the rebalancing routes: the order the API has always listed them in
 

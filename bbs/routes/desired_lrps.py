@@ -10,14 +10,9 @@ from common.models import DesiredLRP, DesiredLRPCreate, DesiredLRPUpdate
 
 from ..operations.desired_lrps import DesiredLRPs
 from ..redact import env_for_caller
-from .wire import GuidPath, GuidQuery, items, the_bbs
+from .wire import GuidPath, GuidQuery, items, operations
 
-
-def _operations(request: Request) -> DesiredLRPs:
-    return the_bbs(request).desired_lrps
-
-
-Operations = Annotated[DesiredLRPs, Depends(_operations)]
+Operations = Annotated[DesiredLRPs, Depends(operations(lambda bbs: bbs.desired_lrps))]
 router = APIRouter()
 
 

@@ -11,14 +11,9 @@ from common.models import INT32_MAX, Lease, LeaseRequest
 from ..errors import Conflict, NotFound
 from ..operations.leases import Leases
 from ..policy import require_lease_holder
-from .wire import GuidPath, the_bbs
+from .wire import GuidPath, operations
 
-
-def _operations(request: Request) -> Leases:
-    return the_bbs(request).leases
-
-
-Operations = Annotated[Leases, Depends(_operations)]
+Operations = Annotated[Leases, Depends(operations(lambda bbs: bbs.leases))]
 router = APIRouter()
 
 

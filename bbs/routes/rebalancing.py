@@ -4,19 +4,14 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Depends
 
 from common.models import RebalancePlan, RebalanceRequest, RebalanceStatus
 
 from ..operations.rebalancing import Rebalancing
-from .wire import the_bbs
+from .wire import operations
 
-
-def _operations(request: Request) -> Rebalancing:
-    return the_bbs(request).rebalancing
-
-
-Operations = Annotated[Rebalancing, Depends(_operations)]
+Operations = Annotated[Rebalancing, Depends(operations(lambda bbs: bbs.rebalancing))]
 router = APIRouter()
 
 

@@ -12,14 +12,9 @@ from common.models import Task, TaskCreate, TaskState
 from ..operations.tasks import Tasks
 from ..quotas import callback_problem
 from ..redact import env_for_caller
-from .wire import GuidPath, GuidQuery, TheBBS, items, the_bbs
+from .wire import GuidPath, GuidQuery, TheBBS, items, operations
 
-
-def _operations(request: Request) -> Tasks:
-    return the_bbs(request).tasks
-
-
-Operations = Annotated[Tasks, Depends(_operations)]
+Operations = Annotated[Tasks, Depends(operations(lambda bbs: bbs.tasks))]
 router = APIRouter()
 
 

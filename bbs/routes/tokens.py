@@ -4,20 +4,15 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Path, Request, Response
+from fastapi import APIRouter, Depends, Path, Response
 
 from common.models import TokenCreate, TokenCreated, TokenIdentity, TokenVerify
 
 from ..errors import NotFound
 from ..operations.tokens import Tokens
-from .wire import items, the_bbs
+from .wire import items, operations
 
-
-def _operations(request: Request) -> Tokens:
-    return the_bbs(request).tokens
-
-
-Operations = Annotated[Tokens, Depends(_operations)]
+Operations = Annotated[Tokens, Depends(operations(lambda bbs: bbs.tokens))]
 router = APIRouter()
 
 

@@ -4,7 +4,7 @@ list answers encoded once, a client gone cancelling its work, and the BBS an app
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from typing import Annotated, Any, TypeVar
 
 from fastapi import Depends, Path, Query, Request, Response
@@ -23,6 +23,7 @@ GuidPath = Annotated[str, Path(pattern=GUID_PATTERN)]
 GuidQuery = Annotated[str | None, Query(pattern=GUID_PATTERN)]
 Body = TypeVar("Body", bound=BaseModel)
 Result = TypeVar("Result")
+Ops = TypeVar("Ops")
 
 
 def the_bbs(request: Request) -> BBS:
@@ -32,6 +33,15 @@ def the_bbs(request: Request) -> BBS:
 
 
 TheBBS = Annotated[BBS, Depends(the_bbs)]
+
+
+def operations(pick: Callable[[BBS], Ops]) -> Callable[[Request], Ops]:
+    """A route's dependency on the operations it works on: `Depends(operations(lambda bbs: bbs.tasks))`."""
+
+    def the_operations(request: Request) -> Ops:
+        return pick(the_bbs(request))
+
+    return the_operations
 
 
 async def unless_client_gone(request: Request, work: Awaitable[Result]) -> Result:

@@ -3,7 +3,7 @@ record read; a convergence pass reads only their sizes (DesiredSize), definition
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import sqlalchemy as sa
@@ -28,7 +28,7 @@ def _desired_columns(record: DesiredRecord) -> dict[str, Any]:
     }
 
 
-def _without_secrets(definition: dict[str, Any]) -> dict[str, Any]:
+def _without_secrets(definition: Mapping[str, Any]) -> dict[str, Any]:
     return {name: value for name, value in definition.items() if name not in SECRET_FIELDS}
 
 

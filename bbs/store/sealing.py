@@ -11,10 +11,14 @@ The associated data names the table, the row and the column, so a sealed value c
 from __future__ import annotations
 
 import json
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, TypeVar
 
 from ..encryption import KeyRing, KeyRingError, no_key_ring
+from ..records import DesiredDefinition, TaskDefinition
 from .database import json_dumps
+
+Definition = TypeVar("Definition", DesiredDefinition, TaskDefinition)
 
 SECRET_FIELDS = frozenset({"command", "env"})
 SEALED_COLUMN = "sealed"
@@ -25,8 +29,8 @@ def associated_data(table: str, guid: str) -> bytes:
 
 
 def seal_definition(
-    ring: KeyRing | None, table: str, guid: str, definition: dict[str, Any]
-) -> tuple[dict[str, Any], str | None, str | None]:
+    ring: KeyRing | None, table: str, guid: str, definition: Mapping[str, Any]
+) -> tuple[Mapping[str, Any], str | None, str | None]:
     """(definition without command and env, the active key's label, those two sealed); without a ring,
     (definition, None, None). A definition without either still gets a sealed (empty) part, so every row a
     ring wrote carries its label and rotate-keys passes over it."""
@@ -38,8 +42,8 @@ def seal_definition(
 
 
 def open_definition(
-    ring: KeyRing | None, table: str, guid: str, clear: dict[str, Any], label: str | None, sealed: str | None
-) -> dict[str, Any]:
+    ring: KeyRing | None, table: str, guid: str, clear: Definition, label: str | None, sealed: str | None
+) -> Definition:
     """The whole definition of a row: `clear` (a dict decoded for this row alone, completed in place) with
     the sealed part opened. Raises KeyRingError when the ring (or its key `label`) is missing, and
     encryption.UndecryptableValue when the sealed part does not open for this row."""

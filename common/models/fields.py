@@ -11,8 +11,8 @@ from typing import Annotated, Literal, get_args
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from ..labels import validate_label_expression
-from ..objective import validate_objective
 from ..urls import MAX_URL_CHARS
+from . import DEFER_BUILD
 
 GUID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$"
 Guid = Annotated[str, Field(pattern=GUID_PATTERN)]
@@ -98,13 +98,13 @@ class Strict(BaseModel):
     """Request bodies: unknown fields are an error, not silently dropped."""
 
     # Finite floats only: NaN and Infinity are not JSON, and a stored one breaks every later read.
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, defer_build=DEFER_BUILD)
 
 
 class Open(BaseModel):
     """Responses and peer messages: tolerate fields added by newer peers."""
 
-    model_config = ConfigDict(extra="ignore", allow_inf_nan=False)  # finite floats only, as Strict
+    model_config = ConfigDict(extra="ignore", allow_inf_nan=False, defer_build=DEFER_BUILD)  # finite floats
 
 
 class ModificationTag(Open):
@@ -127,6 +127,8 @@ def _label_expression(text: str) -> str:
 
 @lru_cache(maxsize=4096)
 def _valid_objective(text: str) -> None:
+    from ..objective import validate_objective  # here: once per distinct text, and the CLI does without it
+
     validate_objective(text)  # a ValueError is not cached: bad input is rare, good input repeats
 
 
