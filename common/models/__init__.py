@@ -11,6 +11,7 @@ docs/wire-protocol.md, generated from the apps' own routes (tests/docs/routes.py
 from __future__ import annotations
 
 from .actual import ActualLRP, ActualLRPSummary, ActualState, PortMapping, Presence
+from .artifact import DIGEST_PATTERN, MAX_ARTIFACTS, Artifact, Artifacts, Digest
 from .auction import (
     MAX_ACCEPTED_CHARS,
     MAX_EXPLANATIONS,
@@ -234,4 +235,9 @@ __all__ = [
     "TokenCreated",
     "TokenVerify",
     "TokenIdentity",
+    "DIGEST_PATTERN",
+    "MAX_ARTIFACTS",
+    "Artifact",
+    "Artifacts",
+    "Digest",
 ]
