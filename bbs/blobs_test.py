@@ -275,3 +275,24 @@ async def test_memory_does_not_grow_with_the_blob(h: Harness) -> None:
           f"download peak {download_peak / MIB:.1f} MiB")
     assert upload_peak < 16 * MIB, f"upload peak {upload_peak / MIB:.1f} MiB for a {size // MIB} MiB blob"
     assert download_peak < 16 * MIB, f"download peak {download_peak / MIB:.1f} MiB for {size // MIB} MiB"
+
+
+async def test_artifacts_travel_with_the_definition_and_a_bad_one_is_refused_naming_it(h: Harness) -> None:
+    digest = digest_of(b"code")
+    created = await h.http.post("/v1/desired_lrps", json=lrp("web", digest))
+    assert created.status_code == 201, created.text
+    got = (await h.http.get("/v1/desired_lrps/web")).json()
+    assert got["artifacts"] == [{"digest": digest, "url": None, "dest": "app"}]
+    assert got["source_blob"] == digest
+
+    bad_lrp = {**lrp("api", digest), "artifacts": [{"digest": digest, "dest": "../up"}]}
+    refused = await h.http.post("/v1/desired_lrps", json=bad_lrp)
+    assert refused.status_code == 422
+    assert refused.json()["detail"][0]["loc"] == ["body", "artifacts", 0, "dest"], refused.text
+    bad_task = {"task_guid": "t1", "command": ["true"],
+                "artifacts": [{"digest": digest, "url": "http://169.254.169.254/x"}]}
+    refused = await h.http.post("/v1/tasks", json=bad_task)
+    assert refused.status_code == 422
+    assert refused.json()["detail"][0]["loc"] == ["body", "artifacts", 0, "url"], refused.text
+    assert [d["process_guid"] for d in (await h.http.get("/v1/desired_lrps")).json()["items"]] == ["web"]
+    assert (await h.http.get("/v1/tasks")).json()["items"] == []
