@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from bbs.blob_collector import BlobCollector
 from bbs.routes.blobs import Unsatisfiable, byte_range
 from bbs.store.blobs import CHUNK_BYTES
 from tests.support.bbs_harness import Harness
@@ -296,3 +297,20 @@ async def test_artifacts_travel_with_the_definition_and_a_bad_one_is_refused_nam
     assert refused.json()["detail"][0]["loc"] == ["body", "artifacts", 0, "url"], refused.text
     assert [d["process_guid"] for d in (await h.http.get("/v1/desired_lrps")).json()["items"]] == ["web"]
     assert (await h.http.get("/v1/tasks")).json()["items"] == []
+
+
+async def test_only_the_replica_holding_the_convergence_lease_collects(h: Harness) -> None:
+    h.bbs.settings.blob_gc_grace = 0.0
+    data = payload(2000)
+    assert (await upload(h, data))[0] == 201
+    converger = h.bbs.uow.converger
+    assert converger is not None and converger.token is None  # this replica does not lead
+    collector = BlobCollector(h.bbs)
+    await collector.run_once()
+    assert collector.runs == 0 and (await h.http.head(f"/v1/blobs/{digest_of(data)}")).status_code == 200
+    converger.token = 7  # as if it had taken the lease
+    try:
+        await collector.run_once()
+    finally:
+        converger.token = None
+    assert collector.runs == 1 and (await h.http.head(f"/v1/blobs/{digest_of(data)}")).status_code == 404
