@@ -314,3 +314,24 @@ async def test_only_the_replica_holding_the_convergence_lease_collects(h: Harnes
     finally:
         converger.token = None
     assert collector.runs == 1 and (await h.http.head(f"/v1/blobs/{digest_of(data)}")).status_code == 404
+
+
+async def test_concurrent_uploads_of_one_blob_store_it_once(h: Harness) -> None:
+    data = payload(3 * CHUNK_BYTES + 1, seed=5)
+
+    async def parts() -> AsyncIterator[bytes]:
+        for start in range(0, len(data), 65536):
+            await asyncio.sleep(0)  # interleave the uploads
+            yield data[start : start + 65536]
+
+    answers = await asyncio.gather(*(h.http.put(f"/v1/blobs/{digest_of(data)}", content=parts())
+                                     for _ in range(3)))
+    assert sorted(a.status_code for a in answers) == [200, 200, 201], [a.text for a in answers]
+    assert (await h.http.get(f"/v1/blobs/{digest_of(data)}")).content == data
+    assert [b["size"] for b in (await h.http.get("/v1/blobs")).json()["items"]] == [len(data)]
+    if not h.bbs.blobs.storage.on_postgres:
+        assert len(stored_files(h)) == 1, stored_files(h)
+    else:
+        async with h.bbs.store.engine.connect() as connection:
+            chunks = (await connection.exec_driver_sql("SELECT count(*) FROM blob_chunks")).scalar()
+        assert chunks == 4, "one copy of the chunks: the others' were dropped"

@@ -35,6 +35,9 @@ from .tables import blob_chunks, blobs, desired_lrps, tasks
 from .transaction import in_chunks
 
 CHUNK_BYTES = 1024 * 1024
+# Uploads writing to PostgreSQL at once, per BBS process: each holds a pooled connection for its whole
+# transaction, and the pool (database.PG_POOL_SIZE + PG_MAX_OVERFLOW: 20) also serves heartbeats and reads.
+MAX_CONCURRENT_PG_UPLOADS = 4
 TEMP_SUFFIX = ".part"
 
 
@@ -139,6 +142,7 @@ class BlobStorage:
         self.directory = directory
         self.temp = directory / "tmp"
         self.uploading: set[Path] = set()  # temporary files being written by this process
+        self._pg_uploads = asyncio.Semaphore(MAX_CONCURRENT_PG_UPLOADS)
 
     # --- writing ---------------------------------------------------------------------------------------
 
@@ -159,7 +163,7 @@ class BlobStorage:
     async def _put_chunks(self, digest: str, chunker: _Chunker, body: AsyncIterable[bytes]) -> bool:
         blob_id = uuid.uuid4().hex
         try:
-            async with self.store.engine.connect() as connection, connection.begin():
+            async with self._pg_uploads, self.store.engine.connect() as connection, connection.begin():
                 seq = 0
                 async for piece in chunker.pieces(body):
                     await connection.execute(
