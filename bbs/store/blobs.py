@@ -22,7 +22,7 @@ import hashlib
 import os
 import time
 import uuid
-from collections.abc import AsyncIterable, AsyncIterator, Iterable
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -156,8 +156,8 @@ class BlobStorage:
         else:
             stored = await self._put_file(digest, chunker, body)
         info = await self.info(digest)
-        if info is None:  # collected in the instant after it was stored: store it again
-            raise RuntimeError(f"blob {digest} vanished right after it was stored")
+        if info is None:  # only a collection with no grace at all, or a DELETE, can come in between
+            raise RuntimeError(f"blob {digest} was removed right after it was stored")
         return info, stored
 
     async def _put_chunks(self, digest: str, chunker: _Chunker, body: AsyncIterable[bytes]) -> bool:
@@ -212,7 +212,8 @@ class BlobStorage:
         await asyncio.to_thread(rename)
 
     async def _record(self, connection: AsyncConnection, digest: str, blob_id: str, size: int, *,
-                      discard: Any, before_insert: Any = None) -> bool:
+                      discard: Callable[[AsyncConnection, str], Awaitable[None]],
+                      before_insert: Callable[[], Awaitable[None]] | None = None) -> bool:
         """The verified bytes under `blob_id` become the blob `digest`, unless it exists: then it is
         marked referenced now (so a collection racing this upload keeps it) and these bytes dropped."""
         now = time.time()
