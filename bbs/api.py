@@ -27,6 +27,7 @@ from .quotas import QuotaExceeded
 from .routes import (
     actual_lrps,
     auctions,
+    blobs,
     cells,
     desired_lrps,
     events,
@@ -63,7 +64,10 @@ ROUTERS: tuple[APIRouter, ...] = (
     leases.router,
     events.router,
     tokens.router,
+    blobs.router,
 )
+# Bodies the route streams and bounds itself (--blob-max-bytes), timed from their latest part.
+STREAMED_ROUTES = (("PUT", "/v1/blobs/"),)
 
 
 def create_app(bbs: BBS, *, insecure: bool | None = None) -> FastAPI:
@@ -126,7 +130,7 @@ def create_app(bbs: BBS, *, insecure: bool | None = None) -> FastAPI:
     add_dashboard(app, bbs)
     add_auth(app, POLICY, verify_token=verify_bearer, insecure=insecure, service="bbs",
              session_cookie=SESSION_COOKIE)
-    add_limits(app, bbs.settings, bulk=BULK_ROUTES)
+    add_limits(app, bbs.settings, bulk=BULK_ROUTES, streamed=STREAMED_ROUTES)
     add_http_metrics(app, bbs.metrics.http)
     add_request_id(app)
     return app

@@ -12,6 +12,7 @@ from .explanations import Explanations
 from .metrics import BBSMetrics
 from .operations.actual_lrps import ActualLRPs
 from .operations.auctions import Auctions
+from .operations.blobs import Blobs
 from .operations.cells import Cells
 from .operations.convergence import Convergence
 from .operations.desired_lrps import DesiredLRPs
@@ -48,6 +49,7 @@ class BBS:
         self.cells = Cells(self.uow)
         self.leases = Leases(self.uow)
         self.tokens = Tokens(self.uow)
+        self.blobs = Blobs(self.uow)
         self.rebalancer = Rebalancer(self.uow)  # the moves this replica carries out
         self.rebalancing = Rebalancing(self.uow, self.rebalancer)
         self.convergence = Convergence(self.uow, ConvergenceConfig(

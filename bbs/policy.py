@@ -65,6 +65,12 @@ POLICY = Policy({
     ("DELETE", "/v1/tokens/{token_id}"): rule("admin"),
     ("POST", "/v1/tokens/verify"): rule("bbs", "auctioneer", "rep",
                                         why="components check the tokens callers bring"),
+    # the blob store (docs/artifacts.md): people upload and remove an app's code; reps fetch it to run it
+    ("PUT", "/v1/blobs/{digest}"): rule("admin", why="a person uploads an app's code"),
+    ("GET", "/v1/blobs"): rule("admin"),
+    ("GET", "/v1/blobs/{digest}"): rule("admin", "rep", why="a rep fetches the code of what it runs"),
+    ("HEAD", "/v1/blobs/{digest}"): rule("admin", "rep", why="a rep fetches the code of what it runs"),
+    ("DELETE", "/v1/blobs/{digest}"): rule("admin"),
 })
 
 

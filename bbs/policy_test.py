@@ -8,6 +8,7 @@ assertions would see it.
 from __future__ import annotations
 
 import hashlib
+import json
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
@@ -36,6 +37,9 @@ def presence(cell_id: str, **fields: Any) -> dict[str, Any]:
     return {"cell_id": cell_id, "rep_url": "https://127.0.0.1:1", **CELL, **fields}  # its rep process's root
 
 
+# A blob upload whose body (sent as JSON, as every sample's) is its digest: an upload that would store.
+BLOB_BODY = "an app's code"
+BLOB_DIGEST = "sha256:" + hashlib.sha256(json.dumps(BLOB_BODY).encode()).hexdigest()
 # One valid request per row (path parameters filled in, a body that would write): (path, json, params).
 SAMPLES: dict[tuple[str, str], tuple[str, Any, dict[str, Any] | None]] = {
     ("GET", "/metrics"): ("/metrics", None, None),
@@ -87,6 +91,11 @@ SAMPLES: dict[tuple[str, str], tuple[str, Any, dict[str, Any] | None]] = {
     ("GET", "/v1/tokens"): ("/v1/tokens", None, None),
     ("DELETE", "/v1/tokens/{token_id}"): ("/v1/tokens/abc", None, None),
     ("POST", "/v1/tokens/verify"): ("/v1/tokens/verify", {"token": "vdt_unknown"}, None),
+    ("PUT", "/v1/blobs/{digest}"): (f"/v1/blobs/{BLOB_DIGEST}", BLOB_BODY, None),
+    ("GET", "/v1/blobs"): ("/v1/blobs", None, None),
+    ("GET", "/v1/blobs/{digest}"): (f"/v1/blobs/{BLOB_DIGEST}", None, None),
+    ("HEAD", "/v1/blobs/{digest}"): (f"/v1/blobs/{BLOB_DIGEST}", None, None),
+    ("DELETE", "/v1/blobs/{digest}"): (f"/v1/blobs/{BLOB_DIGEST}", None, None),
 }
 
 
@@ -139,7 +148,8 @@ def send(client: httpx.Client, method: str, template: str, token: str | None = N
 def state(admin: httpx.Client) -> dict[str, Any]:
     """Everything a request could have written, read as admin."""
     listed = {path: admin.get(path).json()["items"]
-              for path in ("/v1/desired_lrps", "/v1/actual_lrps", "/v1/tasks", "/v1/cells", "/v1/tokens")}
+              for path in ("/v1/desired_lrps", "/v1/actual_lrps", "/v1/tasks", "/v1/cells", "/v1/tokens",
+                           "/v1/blobs")}
     return {**listed, "lease": admin.get("/v1/leases/auctioneer").status_code,
             "placement": admin.get("/v1/actual_lrps/web/0/placement").status_code}
 
@@ -184,7 +194,8 @@ def test_every_route_refuses_a_caller_without_identity_and_every_role_outside_it
             response = send(calls[role], method, template)
             assert response.status_code == 403, (
                 f"{method} {template} as {role}: {response.status_code} {response.text}")
-            assert f"role {role}" in response.json()["detail"], response.text
+            if method != "HEAD":  # an answer to HEAD has no body
+                assert f"role {role}" in response.json()["detail"], response.text
     assert state(admin) == before, "a refused request wrote something"
     assert refused_count(admin, "no_identity") - no_identity_before == expected_401
 
@@ -359,3 +370,27 @@ def test_an_auction_report_from_a_deposed_auctioneer_is_refused(
     current = auctioneer.post(path, json={**report, "fencing_token": second["token"]})
     assert current.status_code == 204, current.text
     assert calls["reader"].get("/v1/actual_lrps/web/0/placement").json()["cell_id"] == "cell-1"
+
+
+def test_a_reader_cannot_touch_blobs_and_a_rep_can_only_download(
+    calls: dict[str | None, httpx.Client],
+) -> None:
+    admin, reader, rep = calls["admin"], calls["reader"], calls["rep"]
+    path = f"/v1/blobs/{BLOB_DIGEST}"
+    body = json.dumps(BLOB_BODY).encode()
+    for caller in (reader, rep):
+        refused = caller.put(path, content=body)
+        assert refused.status_code == 403, refused.text
+    assert admin.get("/v1/blobs").json()["items"] == [], "a refused upload stored something"
+    assert admin.put(path, content=body).status_code == 201
+    downloaded = rep.get(path)
+    assert downloaded.status_code == 200 and downloaded.content == body
+    assert rep.get(path, headers={"range": "bytes=1-"}).content == body[1:]
+    assert rep.head(path).headers["content-length"] == str(len(body))
+    for method in ("GET", "HEAD"):
+        assert reader.request(method, path).status_code == 403, f"{method} as reader"
+    for caller in (reader, rep):
+        assert caller.get("/v1/blobs").status_code == 403
+        assert caller.delete(path).status_code == 403
+    assert [b["digest"] for b in admin.get("/v1/blobs").json()["items"]] == [BLOB_DIGEST]
+    assert admin.delete(path).status_code == 204

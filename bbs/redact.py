@@ -4,11 +4,16 @@
 inside start requests and work, to the auctioneer and the reps that run the app; nowhere else. Events
 (SSE and NATS), completion callbacks and every other caller's answers show the names only, each value
 `***`. `command` is shown as it is, as Diego shows it: secrets belong in `env`.
+
+An artifact's `url` may carry a credential too: an S3 presigned URL's signature is in its query, and a
+URL may hold a user and password. Where env values are masked, so are these (`https://***@host/path?***`);
+the host and path stay, to say where it comes from.
 """
 
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 from fastapi import Request
 
@@ -18,10 +23,24 @@ MASK = "***"
 SEES_ENV = "admin"  # the one role whose answers carry env values (insecure mode: every caller is one)
 
 
+def masked_url(url: str) -> str:
+    """`url` without what may be a credential: its query and its user information, each `***`."""
+    parts = urlsplit(url)
+    netloc = parts.netloc
+    if "@" in netloc:
+        netloc = f"{MASK}@{netloc.rsplit('@', 1)[1]}"
+    return urlunsplit((parts.scheme, netloc, parts.path, MASK if parts.query else "", ""))
+
+
 def masked_env(row: dict[str, Any]) -> dict[str, Any]:
-    """`row` (a DesiredLRP, a Task, an event's data) with every env value `***`; as it is without env.
-    A copy: the row may be shared with what the auctioneer is sent."""
+    """`row` (a DesiredLRP, a Task, an event's data) with every env value `***` and its artifacts' URLs
+    masked (masked_url); as it is without either. A copy: the row may be shared with what the auctioneer
+    is sent."""
     env = row.get("env")
+    artifacts = row.get("artifacts")
+    if artifacts and any(isinstance(a, dict) and a.get("url") for a in artifacts):
+        row = {**row, "artifacts": [{**a, "url": masked_url(a["url"])} if isinstance(a, dict) and a.get("url")
+                                    else a for a in artifacts]}
     if not env:
         return row
     return {**row, "env": dict.fromkeys(env, MASK)}

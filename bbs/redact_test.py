@@ -139,3 +139,17 @@ def test_masking_copies_and_leaves_rows_without_env_alone() -> None:
     actual = {"process_guid": "web", "index": 0}
     assert masked_env(actual) is actual
     assert masked_env({"env": {}}) == {"env": {}}
+
+
+def test_an_artifacts_url_loses_its_query_and_credentials_where_env_is_masked() -> None:
+    presigned = "https://bucket.s3.example.com/app.tgz?X-Amz-Signature=deadbeef&X-Amz-Credential=AKIA"
+    row = {"process_guid": "web", "artifacts": [
+        {"digest": "sha256:" + "a" * 64, "url": presigned, "dest": "app"},
+        {"digest": "sha256:" + "b" * 64, "url": "https://user:pw@files.example.com:8443/x.tgz", "dest": "."},
+        {"digest": "sha256:" + "c" * 64, "url": None, "dest": "."},
+    ]}
+    masked = masked_env(row)
+    assert [a["url"] for a in masked["artifacts"]] == [
+        "https://bucket.s3.example.com/app.tgz?***", "https://***@files.example.com:8443/x.tgz", None]
+    assert "deadbeef" not in json.dumps(masked) and "pw@" not in json.dumps(masked)
+    assert row["artifacts"][0]["url"] == presigned, "the row itself (what the rep is sent) is untouched"

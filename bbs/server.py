@@ -30,6 +30,7 @@ from common.procutil import write_ready_file
 from common.tls import INSECURE_WARNING, client_context
 
 from .api import create_app
+from .blob_collector import BlobCollector
 from .converger import Converger
 from .core import BBS
 from .events import EventHub
@@ -105,10 +106,14 @@ async def running_bbs(
         converger.start()
     if settings.rebalance_interval:
         bbs.rebalancer.start()
+    blob_collector = BlobCollector(bbs)
+    if converge:
+        blob_collector.start()
     try:
         yield bbs
     finally:
         hub.close()
+        await blob_collector.stop()
         await bbs.rebalancer.stop()
         await converger.stop()
         await bbs.convergence.probes.close()

@@ -112,6 +112,13 @@ class BBSSettings(BaseSettings, TLSOptions, RequestLimitOptions, QuotaOptions):
     rebalance_interval: float = Field(default=0.0, ge=0, description="Look this often for a cell that "
                                       "appeared or returned, then plan and carry out rebalancing moves until "
                                       "a plan finds nothing (at most 4 plans), s; 0: off.")
+    # The blob store (bbs/store/blobs.py, docs/artifacts.md).
+    blob_max_bytes: int = Field(default=2 * 1024**3, ge=1, description="Largest blob PUT /v1/blobs takes, "
+                                "bytes (413 past it).")
+    blob_gc_grace: float = Field(default=3600.0, ge=0, description="Remove a blob no desired LRP or task has "
+                                 "named for this long, s.")
+    blob_gc_interval: float = Field(default=60.0, gt=0, description="Seconds between blob garbage "
+                                    "collections (on the replica holding the convergence lease).")
 
     def key_ring(self) -> KeyRing | None:
         """The key ring (None: encryption at rest off); raises encryption.KeyRingError, naming the setting."""

@@ -13,6 +13,10 @@ outermost, installed by each app factory (`add_limits`):
   The rest of a refused body is discarded by the HTTP server as it arrives (as for any request refused
   unread, a 401 too), so a client that sends its whole body before reading still reads the 413. Only a
   body declared over DISCARD_LIMIT_BYTES is cut off: that 413 closes the connection.
+- **Streamed bodies.** Routes the service names as streamed (the BBS's blob uploads: method and path
+  prefix) have no body cap here: the route bounds its own body, as it reads it, and answers 413 itself.
+  Their timeout counts from the last part of the body received rather than from the start, so a large
+  upload that keeps arriving is not cut off, and one that stalls is.
 - **Timeout.** A request whose answer has not begun after `--request-timeout` seconds (60, the Kubernetes
   API server's default) is cancelled and answered 504. An answer that began (an event stream) is not
   timed: `--max-event-subscribers` bounds streams instead.
@@ -52,6 +56,7 @@ DEFAULT_MAX_CONNECTIONS = 2_000
 PROBES = frozenset({"/ping", "/livez", "/readyz"})
 
 Route = tuple[str, str]  # (METHOD, path): bulk routes have no path parameters, so the path is exact
+RoutePrefix = tuple[str, str]  # (METHOD, path prefix): streamed routes
 
 
 class RequestLimitOptions(BaseModel):
@@ -87,10 +92,12 @@ class BodyTooLarge(HTTPException):
 
 
 class LimitsMiddleware:
-    def __init__(self, app: ASGIApp, *, options: RequestLimitOptions, bulk: Iterable[Route] = ()) -> None:
+    def __init__(self, app: ASGIApp, *, options: RequestLimitOptions, bulk: Iterable[Route] = (),
+                 streamed: Iterable[RoutePrefix] = ()) -> None:
         self.app = app
         self.options = options
         self.bulk = frozenset((method.upper(), path) for method, path in bulk)
+        self.streamed = tuple((method.upper(), prefix) for method, prefix in streamed)
         self.in_flight = 0  # requests being answered (their answer not begun)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -108,10 +115,12 @@ class LimitsMiddleware:
             )
             return
         bulk = (scope["method"], scope["path"]) in self.bulk
+        streamed = any(scope["method"] == method and scope["path"].startswith(prefix)
+                       for method, prefix in self.streamed)
         cap = options.max_bulk_body_bytes if bulk else options.max_body_bytes
         setting = "max-bulk-body-bytes" if bulk else "max-body-bytes"
         declared = _content_length(scope)
-        if declared is not None and declared > cap:
+        if declared is not None and declared > cap and not streamed:
             close = [(b"connection", b"close")] if declared > DISCARD_LIMIT_BYTES else []
             await _answer(send, 413, too_large(cap, setting), close)
             return
@@ -132,7 +141,10 @@ class LimitsMiddleware:
             message = await receive()
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
-                if received > cap:
+                if streamed:
+                    if not started:  # the body keeps arriving: time from its latest part
+                        deadline.reschedule(asyncio.get_running_loop().time() + options.request_timeout)
+                elif received > cap:
                     raise BodyTooLarge(cap, setting)
             return message
 
@@ -161,10 +173,12 @@ class LimitsMiddleware:
             release()
 
 
-def add_limits(app: Any, options: RequestLimitOptions, *, bulk: Iterable[Route] = ()) -> None:
+def add_limits(app: Any, options: RequestLimitOptions, *, bulk: Iterable[Route] = (),
+               streamed: Iterable[RoutePrefix] = ()) -> None:
     """Install the limits on a FastAPI app, outside every other middleware but the request metrics and the
-    request id: call it after every other add_middleware, then add_http_metrics and add_request_id."""
-    app.add_middleware(LimitsMiddleware, options=options, bulk=bulk)
+    request id: call it after every other add_middleware, then add_http_metrics and add_request_id.
+    `streamed`: (method, path prefix) of routes that bound their own bodies (see the module doc)."""
+    app.add_middleware(LimitsMiddleware, options=options, bulk=bulk, streamed=streamed)
 
 
 def _content_length(scope: Scope) -> int | None:

@@ -70,7 +70,15 @@ def make_app(options: RequestLimitOptions, seen: Seen) -> FastAPI:
 
         return StreamingResponse(chunks(), media_type="text/plain")
 
-    add_limits(app, options, bulk={("POST", "/bulk")})
+    @app.put("/streamed/{name}")
+    async def streamed(request: Request) -> dict[str, int]:
+        size = 0
+        async for part in request.stream():
+            size += len(part)
+        seen.bodies.append(size)
+        return {"bytes": size}
+
+    add_limits(app, options, bulk={("POST", "/bulk")}, streamed={("PUT", "/streamed/")})
     return app
 
 
@@ -217,3 +225,29 @@ async def test_a_stream_under_way_is_neither_timed_nor_counted() -> None:
             assert (await http.post("/small", content=b"{}")).status_code == 200  # the stream holds no slot
             rest = [line async for line in lines]
         assert rest == [f"chunk {i}" for i in range(1, STREAM_CHUNKS)], rest
+
+
+async def test_a_streamed_route_bounds_its_own_body_and_is_timed_from_its_latest_part() -> None:
+    seen = Seen()
+    options = RequestLimitOptions(max_body_bytes=MIB, request_timeout=0.4)
+
+    async def paced(parts: int, pause_s: float, stall_s: float = 0.0) -> AsyncIterator[bytes]:
+        for n in range(parts):
+            if n:
+                await asyncio.sleep(pause_s)  # the client's own pace, what is under test
+            yield b"x" * (MIB // 2)
+        await asyncio.sleep(stall_s)
+        yield b""
+
+    async with serving(options, seen) as (host, port), \
+            httpx.AsyncClient(base_url=f"http://{host}:{port}", timeout=10) as http:
+        declared = await http.put("/streamed/a", content=b"x" * (3 * MIB))
+        assert declared.status_code == 200 and declared.json() == {"bytes": 3 * MIB}, declared.text
+        # 8 parts 0.2 s apart: 1.4 s in all, past the 0.4 s timeout, and never 0.4 s without a part.
+        steady = await http.put("/streamed/b", content=paced(8, 0.2))
+        assert steady.status_code == 200 and steady.json() == {"bytes": 4 * MIB}, steady.text
+        stalled = await http.put("/streamed/c", content=paced(2, 0.1, stall_s=1.5))
+        assert stalled.status_code == 504, stalled.text
+        # Not streamed: the same body past the cap is refused.
+        assert (await http.post("/small", content=b"x" * (3 * MIB))).status_code == 413
+    assert seen.bodies == [3 * MIB, 4 * MIB]

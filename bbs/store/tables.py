@@ -138,3 +138,29 @@ tokens = sa.Table(
     # login gives the browser).
     sa.Column("purpose", sa.String(16), nullable=False, server_default="api"),
 )
+
+# The blob store (0011; bbs/store/blobs.py, docs/artifacts.md): one row per stored blob, written only once
+# its bytes are verified against `digest` and durable, so a row is what makes a blob servable. `blob_id`
+# names its bytes (a file in <data-dir>/blobs/ on SQLite, its blob_chunks rows on PostgreSQL): a fresh one
+# per upload, so an upload racing a garbage collection of the same digest never shares bytes with it.
+# `last_referenced_at`: when a desired LRP or task last named it (or it was uploaded); the collection
+# removes a blob nothing has named for the grace period.
+blobs = sa.Table(
+    "blobs",
+    metadata,
+    sa.Column("digest", sa.String(71), primary_key=True),
+    sa.Column("blob_id", sa.String(32), nullable=False, unique=True),
+    sa.Column("size", sa.BigInteger, nullable=False),
+    sa.Column("created_at", sa.Float, nullable=False),
+    sa.Column("last_referenced_at", sa.Float, nullable=False),
+)
+
+# A blob's bytes on PostgreSQL, in chunks of CHUNK_BYTES (bbs/store/blobs.py): every replica reads them, and a
+# download holds one chunk at a time.
+blob_chunks = sa.Table(
+    "blob_chunks",
+    metadata,
+    sa.Column("blob_id", sa.String(32), primary_key=True),
+    sa.Column("seq", sa.Integer, primary_key=True),
+    sa.Column("data", sa.LargeBinary, nullable=False),
+)

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .actual import ActualLRP, ActualLRPSummary, ActualState, PortMapping, Presence
+    from .artifact import DIGEST_PATTERN, MAX_ARTIFACTS, Artifact, Artifacts, Digest
     from .auction import (
         MAX_ACCEPTED_CHARS,
         MAX_EXPLANATIONS,
@@ -139,6 +140,7 @@ _NAMES_BY_MODULE: dict[str, tuple[str, ...]] = {
         "LRPStartRequest", "PlacementExplanation", "PlacementFailures", "ScoredCandidate",
         "TaskPlacementFailure", "TaskStartRequest", "ZoneVisit",
     ),
+    "artifact": ("DIGEST_PATTERN", "MAX_ARTIFACTS", "Artifact", "Artifacts", "Digest"),
     "cell": (
         "CellDetail", "CellLRP", "CellOffers", "CellPresence", "CellPresences", "CellState", "CellTask",
         "CellVolume", "HeartbeatAnswer", "HostMetricsModel", "ResourcesModel",

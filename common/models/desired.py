@@ -5,9 +5,10 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, ConfigDict, Field
+from pydantic import AfterValidator, ConfigDict, Field, model_validator
 
 from ..urls import MAX_URL_CHARS
+from .artifact import Artifacts
 from .fields import (
     DEFAULT_DOMAIN,
     Command,
@@ -42,6 +43,16 @@ class DesiredLRPCreate(PlacementFields):
     ports: list[Annotated[int, Field(ge=1, le=65535)]] = Field(default_factory=lambda: [8080], max_length=16)
     health_check: HealthCheck = Field(default_factory=HealthCheck)
     on_cell_loss: OnCellLoss = "reschedule"
+    # Fetched into each instance's directory before its command runs (common/models/artifact.py).
+    artifacts: Artifacts = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _source_blob_from_artifacts(self) -> DesiredLRPCreate:
+        # The placement engine's cache term (`source_blob`) is the app's code: its first artifact, unless
+        # the definition names another.
+        if self.source_blob is None and self.artifacts:
+            self.source_blob = self.artifacts[0].digest
+        return self
 
 
 class DesiredLRP(DesiredLRPCreate):

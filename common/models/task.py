@@ -9,6 +9,7 @@ from typing import Annotated
 from pydantic import AfterValidator, ConfigDict, Field
 
 from ..urls import http_url_or_none
+from .artifact import Artifacts
 from .fields import (
     DEFAULT_DOMAIN,
     DEFAULT_STACK,
@@ -42,6 +43,8 @@ class TaskCreate(Strict):
     volume_drivers: Names = Field(default_factory=list)
     # http(s) only; the BBS also refuses link-local and cloud metadata addresses (common/urls.py).
     completion_callback_url: Annotated[str | None, AfterValidator(http_url_or_none)] = None
+    # Fetched into the task's directory before its command runs (common/models/artifact.py).
+    artifacts: Artifacts = Field(default_factory=list)
 
 
 class Task(TaskCreate):

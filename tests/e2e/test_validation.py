@@ -19,6 +19,7 @@ pytestmark = [pytest.mark.e2e]
 CLUSTER = {"cells": 1, "zones": 1}
 
 VALID_LRP = {"process_guid": "fine-app", "instances": 0, "command": APP_COMMAND, "memory_mb": 64}
+DIGEST = "sha256:" + "0" * 64
 VALID_TASK = {"task_guid": "fine-task", "command": [app_python(), "-c", "pass"], "memory_mb": 64}
 
 # (what is wrong, body, the field the 422 must name)
@@ -40,12 +41,22 @@ BAD_LRPS = [
     ("wrong type", {**VALID_LRP, "process_guid": "typed", "instances": "three"}, "instances"),
     ("bad env name", {**VALID_LRP, "process_guid": "envy", "env": {"A=B": "1"}}, "env"),
     ("missing name", {k: v for k, v in VALID_LRP.items() if k != "process_guid"}, "process_guid"),
+    ("artifact leaving the directory", {**VALID_LRP, "process_guid": "art-dest",
+                                        "artifacts": [{"digest": DIGEST, "dest": "../etc"}]}, "dest"),
+    ("artifact digest", {**VALID_LRP, "process_guid": "art-digest",
+                         "artifacts": [{"digest": "sha256:XYZ"}]}, "digest"),
+    ("artifact from a metadata service", {**VALID_LRP, "process_guid": "art-url", "artifacts": [
+        {"digest": DIGEST, "url": "http://169.254.169.254/latest/user-data"}]}, "url"),
+    ("too many artifacts", {**VALID_LRP, "process_guid": "art-many",
+                            "artifacts": [{"digest": DIGEST}] * 17}, "artifacts"),
 ]
 BAD_TASKS = [
     ("empty command", {**VALID_TASK, "task_guid": "t-empty", "command": []}, "command"),
     ("zero memory", {**VALID_TASK, "task_guid": "t-zero", "memory_mb": 0}, "memory_mb"),
     ("invalid guid", {**VALID_TASK, "task_guid": "-starts-with-dash"}, "task_guid"),
     ("unknown field", {**VALID_TASK, "task_guid": "t-typo", "comand": ["true"]}, "comand"),
+    ("artifact at an absolute path", {**VALID_TASK, "task_guid": "t-art",
+                                      "artifacts": [{"digest": DIGEST, "dest": "/usr/bin"}]}, "dest"),
 ]
 
 
