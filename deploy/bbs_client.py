@@ -39,7 +39,6 @@ if TYPE_CHECKING:
         DesiredLRPCreate,
         DesiredLRPUpdate,
         Event,
-        HostCellDetails,
         PlacementExplanation,
         RebalancePlan,
         RebalanceRequest,

@@ -108,8 +108,8 @@ def up(
         typer.Option(
             "--restart/--no-restart",
             help="Start a component that fails (exits non-zero, or is killed) again after 0.5-1 s, doubling "
-            "to 30 s (jittered) while it keeps failing, the embedded nats-server and PostgreSQL too; one that "
-            "stops cleanly (a rep evacuated by SIGTERM) stays down.",
+            "to 30 s (jittered) while it keeps failing, the embedded nats-server and PostgreSQL too; one "
+            "that stops cleanly (a rep evacuated by SIGTERM) stays down.",
         ),
     ] = True,
 ) -> None:
