@@ -214,7 +214,7 @@ def sse(*events: tuple[str, str]) -> str:
 
 
 def test_following_sends_filters_and_resumes_with_the_last_id_after_the_stream_ends(monkeypatch):
-    monkeypatch.setattr("deploy.bbs_client.EVENT_STREAM", Backoff(first_s=0.0, max_s=0.0))
+    monkeypatch.setattr("common.retry.EVENT_STREAM", Backoff(first_s=0.0, max_s=0.0))
     asked: list[tuple[str, str | None]] = []
     answers = [sse(("e-1", "task_created"), ("e-2", "task_changed")), sse(("e-3", "task_removed"))]
 
