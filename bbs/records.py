@@ -101,6 +101,7 @@ class DesiredDefinition(TypedDict, total=False):
     strategy: str | None
     objective: str | None
     source_blob: str | None
+    artifacts: list[dict[str, Any]]
     labels_match: str
     volumes: list[dict[str, Any]]
     ingress_ip: bool
@@ -120,6 +121,7 @@ class TaskDefinition(TypedDict, total=False):
     stack: str
     placement_tags: list[str]
     volume_drivers: list[str]
+    artifacts: list[dict[str, Any]]
     completion_callback_url: str | None
 
 

@@ -180,8 +180,14 @@ async def test_a_child_killed_by_signal_9_is_reported_crashed(executor: ProcessE
     kept = executor.containers_dir / "inst-1"
     assert (kept / "output.log").exists(), "a crashed container keeps its log"
     if executor.isolation is not None:
-        owner, mode = kept.stat().st_uid, kept.stat().st_mode & 0o777
-        assert (owner, mode) == (0, 0o700), "kept for root: the next holder of its uid may not enter it"
+        # The crash is reported before the instance is released (its filesystem unmounted, the directory
+        # made root's): wait for the release, then check what it left.
+        def kept_as() -> tuple[int, int]:
+            return kept.stat().st_uid, kept.stat().st_mode & 0o777
+
+        await eventually(lambda: kept_as() == (0, 0o700), DEADLINE_S,
+                         "the kept directory root's and 0700: the next holder of its uid may not enter it",
+                         kept_as)
 
 
 async def test_an_exit_during_startup_is_a_crash_with_its_status(executor: ProcessExecutor) -> None:
