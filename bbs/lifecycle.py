@@ -34,6 +34,13 @@ from .restart_policy import RestartPolicy
 
 RESULT_LIMIT = 4096  # a task's result keeps the last 4 KiB of output
 
+# The fields a claim (records.claimed) and a running report set: every one they may change.
+CLAIM_FIELDS = frozenset(
+    {"state", "instance_guid", "cell_id", "zone", "host", "ports", "address", "since", "placement_error",
+     "mod_index"}
+)
+RUNNING_FIELDS = frozenset({"state", "host", "ports", "address", "since", "mod_index"})
+
 
 @dataclass(frozen=True, slots=True)
 class Stop:
@@ -130,7 +137,7 @@ def _claim(
             new = claimed(
                 row, RUNNING, guid, cell_id, zone, now, running["host"], running["ports"], _address(running)
             )
-        actuals.replace(row, new)
+        actuals.replace(row, new, CLAIM_FIELDS)
     elif row.state in (CLAIMED, RUNNING) and _mine(row, ref, cell_id):
         pass  # a repeated claim: idempotent
     else:
@@ -145,7 +152,9 @@ def _running(actuals: ActualSet, ref: RunningReport, cell_id: str, now: float, o
         if row.state != RUNNING or row.host != host or row.ports != ports:
             since = row.since if row.state == RUNNING else now
             actuals.replace(
-                row, changed(row, state=RUNNING, host=host, ports=ports, address=_address(ref), since=since)
+                row,
+                changed(row, state=RUNNING, host=host, ports=ports, address=_address(ref), since=since),
+                RUNNING_FIELDS,
             )
         other = actuals.other(process_guid, index)
         if other is not None:

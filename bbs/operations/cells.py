@@ -3,6 +3,7 @@ removal of a cell gone for good, and the cell listing."""
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from typing import Any, Literal, cast
@@ -29,6 +30,8 @@ CellMode = Literal["cordon", "uncordon", "drain"]
 class Cells:
     def __init__(self, uow: UnitOfWork) -> None:
         self.uow = uow
+        # list_json's: cell_id -> (presence, expires_at, cordoned, draining, present, the cell's JSON)
+        self._encoded: dict[str, tuple[dict[str, Any], float, bool, bool, bool, str]] = {}
         self._batcher: GroupCommit[tuple[str, CellPresence], bool] = GroupCommit(self._heartbeat_batch)
 
     async def heartbeat(self, cell_id: str, body: CellPresence) -> bool:
@@ -113,6 +116,31 @@ class Cells:
         now = time.time()
         async with self.uow.read() as tx:
             return [c.to_wire(now) for c in await tx.list_cells(present_at=None if expired else now)]
+
+    async def list_json(self, *, expired: bool = False) -> str:
+        """`list_all` as the JSON text {"items": [...]} (compact separators). The auctioneer lists every
+        cell each auction, and a cell's state changes only at its heartbeats and the operator's flags:
+        each cell's JSON is kept with what it was made from and made again only when that changed."""
+        now = time.time()
+        async with self.uow.read() as tx:
+            cells = await tx.list_cells(present_at=None if expired else now)
+        encoded = self._encoded
+        if len(encoded) > 4 * len(cells) + 64:
+            encoded.clear()  # cells gone for good
+        parts = []
+        for cell in cells:
+            present = cell.present(now)
+            made = encoded.get(cell.cell_id)
+            # The presence dict is compared by identity (store/cells.py shares one per stored text), and kept
+            # here, so its id cannot be reused by another dict meanwhile.
+            if (made is None or made[0] is not cell.presence
+                    or made[1:5] != (cell.expires_at, cell.cordoned, cell.draining, present)):
+                text = json.dumps(cell.to_wire(now), separators=(",", ":"))
+                made = encoded[cell.cell_id] = (
+                    cell.presence, cell.expires_at, cell.cordoned, cell.draining, present, text
+                )
+            parts.append(made[5])
+        return '{"items":[' + ",".join(parts) + "]}"
 
     async def set_mode(self, cell_id: str, mode: CellMode) -> dict[str, Any]:
         """An operator's cordon, drain or uncordon of a cell; the cell state after.

@@ -15,7 +15,7 @@ from common.models import CellPresences, HeartbeatAnswer
 from common.urls import callback_refusal
 
 from ..operations.cells import CellMode, Cells
-from .wire import GuidPath, documented_body, items, json_body, operations
+from .wire import GuidPath, documented_body, json_body, operations
 
 Operations = Annotated[Cells, Depends(operations(lambda bbs: bbs.cells))]
 router = APIRouter()
@@ -50,7 +50,7 @@ def refuse_rep_urls(body: CellPresences) -> None:
 
 @router.get("/v1/cells")
 async def list_cells(ops: Operations, all: bool = False) -> Response:  # noqa: A002 (the query parameter's name)
-    return items(await ops.list_all(expired=all))
+    return Response(await ops.list_json(expired=all), media_type="application/json")
 
 
 def cell_mode_route(mode: CellMode) -> Callable[..., Awaitable[dict[str, Any]]]:

@@ -112,6 +112,19 @@ _actual_values = operator.attrgetter(*_ACTUAL_VALUES)  # the key columns are not
 _actual_row = operator.attrgetter(*["index" if c.name == "idx" else c.name for c in t.actual_lrps.columns])
 
 
+@functools.cache
+def _declared_columns(
+    fields: frozenset[str],
+) -> tuple[tuple[bool, ...], Callable[[ActualRecord], tuple[Any, ...]]]:
+    """For an update of these fields: its flags (one per value column) and what makes a record's row of
+    (those columns' values..., key...)."""
+    if unknown := fields - set(_ACTUAL_VALUES):
+        raise ValueError(f"not value columns of actual_lrps: {sorted(unknown)}")
+    flags = tuple(name in fields for name in _ACTUAL_VALUES)
+    names = [*itertools.compress(_ACTUAL_VALUES, flags), "process_guid", "index", "presence"]
+    return flags, operator.attrgetter(*names)
+
+
 def _bucket(items: Sequence[Any]) -> tuple[int, list[Any]]:
     """The smallest bucket size that holds `items` (at most CHUNK), and `items` padded to it by repeating
     the last one: a repeated key or guid matches the same rows again."""
@@ -308,9 +321,16 @@ class ActualQueries(Transaction):
         # and picked in C (map, compress): a lifecycle round updates 10,000 rows.
         groups: dict[tuple[bool, ...], list[tuple[Any, ...]]] = {}
         every_column = (True,) * len(_ACTUAL_VALUES)
-        previous = changes.previous
+        previous, declared = changes.previous, changes.declared
         for record in changes.updates:
             key = actual_key(record)
+            fields = declared.get(key)
+            if fields is not None:
+                # The decision said which fields it set: those are written, without comparing every
+                # column with the row as it was (which, read from the in-memory copy, is cold in cache).
+                flags, row_of = _declared_columns(fields)
+                groups.setdefault(flags, []).append(row_of(record))
+                continue
             values = _actual_values(record)
             before = previous.get(key)
             changed = (

@@ -3,6 +3,7 @@ heartbeat writes."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -15,10 +16,33 @@ from .transaction import Transaction, in_chunks, keyed_update
 _UPDATE_CELL = keyed_update(t.cells, ["cell_id"])
 
 
+# The presence column as its stored JSON text: decoded through `_decoded`, not by the column type.
+_CELL_COLUMNS = [
+    sa.type_coerce(c, sa.Text).label(c.name) if c.name == "presence" else c for c in t.cells.columns
+]
+# Stored presence text -> its decoded JSON. The auctioneer lists every cell each auction (1,000 presences
+# at Diego's scale), while a cell's presence changes only at its heartbeats: most texts were decoded
+# before. The decoded values are shared between records, which never change them (CellRecord.to_wire
+# copies). Cleared when it grows past DECODED_MAX (heartbeats carry new texts).
+_decoded: dict[str, dict[str, Any]] = {}
+DECODED_MAX = 20_000
+
+
+def _presence(text: str | dict[str, Any]) -> dict[str, Any]:
+    if isinstance(text, dict):  # a driver that decodes JSON itself
+        return text
+    found = _decoded.get(text)
+    if found is None:
+        if len(_decoded) >= DECODED_MAX:
+            _decoded.clear()
+        found = _decoded[text] = json.loads(text)
+    return found
+
+
 def _cell(row: sa.Row) -> CellRecord:
     return CellRecord(
-        cell_id=row.cell_id, presence=row.presence, expires_at=row.expires_at, disappeared=row.disappeared,
-        cordoned=row.cordoned, draining=row.draining,
+        cell_id=row.cell_id, presence=_presence(row.presence), expires_at=row.expires_at,
+        disappeared=row.disappeared, cordoned=row.cordoned, draining=row.draining,
     )
 
 
@@ -35,7 +59,7 @@ def _cell_params(record: CellRecord) -> dict[str, Any]:
 class CellQueries(Transaction):
     async def _read_cells(self, *where: sa.ColumnElement[bool], ordered: bool = False) -> list[CellRecord]:
         """The one way cell rows are read: those matching `where`, by cell id when `ordered`."""
-        query = sa.select(t.cells).where(*where)
+        query = sa.select(*_CELL_COLUMNS).where(*where)
         if ordered:
             query = query.order_by(self._text_order(t.cells.c.cell_id))
         return await self._records(query, _cell)
