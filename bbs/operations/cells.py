@@ -31,7 +31,7 @@ class Cells:
     def __init__(self, uow: UnitOfWork) -> None:
         self.uow = uow
         # list_json's: cell_id -> (presence, expires_at, cordoned, draining, present, the cell's JSON)
-        self._encoded: dict[str, tuple[dict[str, Any], float, bool, bool, bool, str]] = {}
+        self._encoded: dict[str, tuple[StoredPresence, float, bool, bool, bool, str]] = {}
         self._batcher: GroupCommit[tuple[str, CellPresence], bool] = GroupCommit(self._heartbeat_batch)
 
     async def heartbeat(self, cell_id: str, body: CellPresence) -> bool:

@@ -9,7 +9,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from ..records import CellRecord
+from ..records import CellRecord, StoredPresence
 from . import tables as t
 from .transaction import Transaction, in_chunks, keyed_update
 
@@ -24,11 +24,11 @@ _CELL_COLUMNS = [
 # at Diego's scale), while a cell's presence changes only at its heartbeats: most texts were decoded
 # before. The decoded values are shared between records, which never change them (CellRecord.to_wire
 # copies). Cleared when it grows past DECODED_MAX (heartbeats carry new texts).
-_decoded: dict[str, dict[str, Any]] = {}
+_decoded: dict[str, StoredPresence] = {}
 DECODED_MAX = 20_000
 
 
-def _presence(text: str | dict[str, Any]) -> dict[str, Any]:
+def _presence(text: str | StoredPresence) -> StoredPresence:
     if isinstance(text, dict):  # a driver that decodes JSON itself
         return text
     found = _decoded.get(text)
