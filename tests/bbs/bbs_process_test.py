@@ -22,16 +22,6 @@ from tests.support.polling import wait_for
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(90)]
 
 
-@pytest.fixture
-def processes() -> Iterator[list[BBSProcess]]:
-    started: list[BBSProcess] = []
-    try:
-        yield started
-    finally:
-        for bbs in started:
-            bbs.stop()
-
-
 def test_state_survives_kill_9_and_restart(
     tmp_path: Path, database_url: str, processes: list[BBSProcess]
 ) -> None:

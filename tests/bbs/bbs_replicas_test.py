@@ -12,7 +12,7 @@ import signal
 import subprocess
 import sys
 import tempfile
-from collections.abc import Awaitable, Iterator
+from collections.abc import Awaitable
 from pathlib import Path
 
 import httpx
@@ -32,16 +32,6 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 
 WAIT_S = 20.0
 NO_CONVERGENCE = ("--convergence-interval", "60")  # state changes only through the requests under test
-
-
-@pytest.fixture
-def processes() -> Iterator[list[BBSProcess]]:
-    started: list[BBSProcess] = []
-    try:
-        yield started
-    finally:
-        for bbs in started:
-            bbs.stop()
 
 
 async def ready(bbs: BBSProcess) -> bool:

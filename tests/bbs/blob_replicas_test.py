@@ -21,16 +21,6 @@ MIB = 1024 * 1024
 NO_CONVERGENCE = ("--convergence-interval", "60")
 
 
-@pytest.fixture
-def processes() -> Iterator[list[BBSProcess]]:
-    started: list[BBSProcess] = []
-    try:
-        yield started
-    finally:
-        for bbs in started:
-            bbs.stop()
-
-
 def peak_rss_mib(bbs: BBSProcess) -> float:
     """The process's peak resident set (VmHWM), MiB."""
     for line in Path(f"/proc/{bbs.proc.pid}/status").read_text().splitlines():
