@@ -13,7 +13,8 @@ only by the processes that hold it, so the leader keeps one mark, `in_flight_sin
 before it is not known to be in flight and is auctioned again at once (unless a present cell accepted it:
 bbs/placements.py). The mark moves to now when the leader takes the convergence lease (a fresh process knows
 of nothing in flight), when the auctioneer lease changes hands (the old holder's batch may be lost) and when
-a cell heartbeats with a new boot id (its rep lost what it had accepted and not claimed). A duplicate
+a cell heartbeats with a new boot id (its rep lost what it had accepted and not claimed), and when a cell
+appears or comes back (what found no room may fit now). A duplicate
 auction costs a claim the BBS refuses; waiting costs 30 s.
 """
 
@@ -70,11 +71,12 @@ class Convergence:
         self.in_flight_since = 0.0  # see "In flight" above
         self._boots: dict[str, str] | None = None  # each cell's boot id, as this leader last saw it
         self._auctioneer_token: int | None = None  # the auctioneer lease's token, as last seen
+        self._present: set[str] | None = None  # the cells present at the last pass
 
     def took_over(self, now: float) -> None:
         """This process has just taken the convergence lease: it knows of nothing in flight."""
         self.in_flight_since = now
-        self._boots, self._auctioneer_token = None, None
+        self._boots, self._auctioneer_token, self._present = None, None, None
 
     def notice(self, cells: Mapping[str, CellRecord], auctioneer_token: int | None, now: float) -> None:
         """Move the in-flight mark to now when the auctioneer lease changed hands or a cell's rep restarted
@@ -85,10 +87,16 @@ class Convergence:
         )
         handed_over = (self._auctioneer_token is not None and auctioneer_token is not None
                        and auctioneer_token != self._auctioneer_token)
-        if rebooted or handed_over:
+        # A cell (re)appeared: what an auction could not place meanwhile (a BBS down longer than the
+        # presence TTL comes back to no present cell) may fit now.
+        present = {cell_id for cell_id, cell in cells.items() if cell.present(now)}
+        appeared = self._present is not None and not present <= self._present
+        self._present = present
+        if rebooted or handed_over or appeared:
             self.in_flight_since = now
             log.info("work in flight may be lost: auctioning what is UNCLAIMED at once",
-                     extra={"data": {"cell_restarted": rebooted, "auctioneer_changed": handed_over}})
+                     extra={"data": {"cell_restarted": rebooted, "auctioneer_changed": handed_over,
+                                     "cell_appeared": appeared}})
         self._boots = boots
         if auctioneer_token is not None:
             self._auctioneer_token = auctioneer_token
