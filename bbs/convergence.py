@@ -57,6 +57,9 @@ class ConvergenceConfig:
     # flight: this BBS took the convergence lease since, or the auctioneer or a cell's rep restarted. They
     # are auctioned at once, not after `stale_unclaimed` (bbs/operations/convergence.py, "in flight").
     in_flight_since: float = 0.0
+    # UNCLAIMED instances whose last auction found no room (a placement error), auctioned before this: a cell
+    # appeared or came back since, so they may fit now and are auctioned at once.
+    cell_appeared_at: float = 0.0
     kick_task: float = 30.0
     expire_pending_task: float = 1800.0
     expire_completed_task: float = 120.0
@@ -134,7 +137,8 @@ def settle(
             and row.index < instances.get(row.process_guid, 0)
             and (
                 ((state == RUNNING or state == CLAIMED) and row.cell_id in present)
-                or (state == UNCLAIMED and max(row.since, row.auctioned_at) > fresh_since)
+                or (state == UNCLAIMED and max(row.since, row.auctioned_at) > fresh_since
+                    and not (row.placement_error and row.auctioned_at < config.cell_appeared_at))
             )
             and (not doubled or (row.process_guid, row.index) not in doubled)
         ):
@@ -339,7 +343,8 @@ def _converge_ordinary(
 ) -> None:
     if row.state == UNCLAIMED:
         stamp = max(row.since, row.auctioned_at)
-        if ((now - stamp >= config.stale_unclaimed or stamp < config.in_flight_since)
+        if ((now - stamp >= config.stale_unclaimed or stamp < config.in_flight_since
+             or (row.placement_error and row.auctioned_at < config.cell_appeared_at))
                 and not waits.claim_awaited(row)):
             actuals.replace(row, dataclasses.replace(row, auctioned_at=now))  # internal: no new tag
             out.start(row.process_guid, row.index)

@@ -429,3 +429,15 @@ def test_past_the_in_flight_mark_a_present_cell_that_accepted_it_is_asked_first(
     lost = {"c1": Probe(5.5, frozenset())}  # the rebooted rep answers without it
     out = converge([desired(1)], actuals, [], cell("c1"), 6.0, marked, probes=lost, placements=placed())
     assert out.starts == {"web": {0}}
+
+
+def test_unplaced_instances_are_auctioned_at_once_when_a_cell_appears() -> None:
+    """An auction that found no room left a placement error: not in flight. Once a cell appears it may fit."""
+    failed = dataclasses.replace(unclaimed("web", 0, "d", 1.0), placement_error="found no compatible cell")
+    waiting = unclaimed("web", 1, "d", 1.0)  # no error: its auction may still be under way
+    appeared = dataclasses.replace(CONFIG, cell_appeared_at=5.0)
+    settled, rest = settle([desired(2)], [failed, waiting], {}, 6.0, appeared)
+    assert rest == [failed] and settled.holds("web", 1)
+    out = converge([desired(2)], ActualSet(rest), [], {}, 6.0, appeared, settled=settled)
+    assert out.starts == {"web": {0}}
+    assert settle([desired(2)], [failed, waiting], {}, 6.0, CONFIG)[1] == []

@@ -1,5 +1,6 @@
 """The convergence leader's in-flight mark (bbs/operations/convergence.py, "In flight"): it moves to now
-when this BBS takes over, the auctioneer lease changes hands, a cell reboots or a cell appears."""
+when this BBS takes over, the auctioneer lease changes hands or a cell reboots; the cell-appeared mark
+when a cell appears."""
 
 from __future__ import annotations
 
@@ -38,7 +39,8 @@ def test_the_mark_moves_when_a_cell_reboots_the_auctioneer_changes_or_a_cell_app
     assert conv.in_flight_since == 3.0
     conv.notice(cells(("c1", "b2", 100.0)), 4, 4.0)  # another auctioneer holds the lease
     assert conv.in_flight_since == 4.0
-    conv.notice(cells(("c1", "b2", 100.0), ("c2", "x", 100.0)), 4, 5.0)  # a cell appeared
-    assert conv.in_flight_since == 5.0
+    conv.notice(cells(("c1", "b2", 100.0), ("c2", "x", 100.0)), 4, 5.0)  # a cell appeared: the other mark
+    assert (conv.in_flight_since, conv.cell_appeared_at) == (4.0, 5.0)
     conv.notice(cells(("c1", "b2", 100.0), ("c2", "x", 100.0)), None, 6.0)  # nothing new; no lease read
-    assert conv.in_flight_since == 5.0
+    assert (conv.in_flight_since, conv.cell_appeared_at) == (4.0, 5.0)
+    assert conv.pass_config().cell_appeared_at == 5.0

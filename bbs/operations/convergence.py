@@ -13,8 +13,9 @@ only by the processes that hold it, so the leader keeps one mark, `in_flight_sin
 before it is not known to be in flight and is auctioned again at once (unless a present cell accepted it:
 bbs/placements.py). The mark moves to now when the leader takes the convergence lease (a fresh process knows
 of nothing in flight), when the auctioneer lease changes hands (the old holder's batch may be lost) and when
-a cell heartbeats with a new boot id (its rep lost what it had accepted and not claimed), and when a cell
-appears or comes back (what found no room may fit now). A duplicate
+and when a cell heartbeats with a new boot id (its rep lost what it had accepted and not claimed). A cell
+that appears or comes back moves another mark, `cell_appeared_at`: what an auction found no room for
+before it (its placement error says so: not in flight) is auctioned again at once. A duplicate
 auction costs a claim the BBS refuses; waiting costs 30 s.
 """
 
@@ -69,6 +70,7 @@ class Convergence:
                                  on_done=lambda: uow.on_wake())
         self.placement_log = PlacementLog()
         self.in_flight_since = 0.0  # see "In flight" above
+        self.cell_appeared_at = 0.0
         self._boots: dict[str, str] | None = None  # each cell's boot id, as this leader last saw it
         self._auctioneer_token: int | None = None  # the auctioneer lease's token, as last seen
         self._present: set[str] | None = None  # the cells present at the last pass
@@ -90,21 +92,22 @@ class Convergence:
         # A cell (re)appeared: what an auction could not place meanwhile (a BBS down longer than the
         # presence TTL comes back to no present cell) may fit now.
         present = {cell_id for cell_id, cell in cells.items() if cell.present(now)}
-        appeared = self._present is not None and not present <= self._present
+        if self._present is not None and not present <= self._present:
+            self.cell_appeared_at = now
         self._present = present
-        if rebooted or handed_over or appeared:
+        if rebooted or handed_over:
             self.in_flight_since = now
             log.info("work in flight may be lost: auctioning what is UNCLAIMED at once",
-                     extra={"data": {"cell_restarted": rebooted, "auctioneer_changed": handed_over,
-                                     "cell_appeared": appeared}})
+                     extra={"data": {"cell_restarted": rebooted, "auctioneer_changed": handed_over}})
         self._boots = boots
         if auctioneer_token is not None:
             self._auctioneer_token = auctioneer_token
 
     def pass_config(self) -> ConvergenceConfig:
-        if self.in_flight_since <= 0:
+        if self.in_flight_since <= 0 and self.cell_appeared_at <= 0:
             return self.config
-        return dataclasses.replace(self.config, in_flight_since=self.in_flight_since)
+        return dataclasses.replace(self.config, in_flight_since=self.in_flight_since,
+                                   cell_appeared_at=self.cell_appeared_at)
 
     async def run_pass(self, now: float | None = None) -> float | None:
         """One convergence pass; when the next one is due at the latest (see converge_once)."""
