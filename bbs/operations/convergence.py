@@ -12,8 +12,8 @@ auctioneer's batch or a rep's claims, and left alone until `--stale-unclaimed`. 
 only by the processes that hold it, so the leader keeps one mark, `in_flight_since`: what was auctioned
 before it is not known to be in flight and is auctioned again at once (unless a present cell accepted it:
 bbs/placements.py). The mark moves to now when the leader takes the convergence lease (a fresh process knows
-of nothing in flight), when the auctioneer lease changes hands (the old holder's batch may be lost) and when
-and when a cell heartbeats with a new boot id (its rep lost what it had accepted and not claimed). A cell
+of nothing in flight), when the auctioneer lease changes hands (the old holder's batch may be lost) and
+when a cell heartbeats with a new boot id (its rep lost what it had accepted and not claimed). A cell
 that appears or comes back moves another mark, `cell_appeared_at`: what an auction found no room for
 before it (its placement error says so: not in flight) is auctioned again at once. A duplicate
 auction costs a claim the BBS refuses; waiting costs 30 s.
