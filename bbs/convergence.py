@@ -53,6 +53,13 @@ CELL_RESTARTED = "cell restarted before completion"
 @dataclass(frozen=True, slots=True)
 class ConvergenceConfig:
     stale_unclaimed: float = 30.0
+    # UNCLAIMED instances and PENDING tasks last auctioned before this (epoch s) are not known to be in
+    # flight: this BBS took the convergence lease since, or the auctioneer or a cell's rep restarted. They
+    # are auctioned at once, not after `stale_unclaimed` (bbs/operations/convergence.py, "in flight").
+    in_flight_since: float = 0.0
+    # UNCLAIMED instances whose last auction found no room (a placement error), auctioned before this: a cell
+    # appeared or came back since, so they may fit now and are auctioned at once.
+    cell_appeared_at: float = 0.0
     kick_task: float = 30.0
     expire_pending_task: float = 1800.0
     expire_completed_task: float = 120.0
@@ -117,7 +124,8 @@ def settle(
     rows = rows if isinstance(rows, list) else list(rows)
     instances = {d.process_guid: d.instances for d in desired}
     present = {cell_id for cell_id, cell in cells.items() if cell.present(now)}
-    fresh_since = now - config.stale_unclaimed  # UNCLAIMED and auctioned after this: not stale yet
+    # UNCLAIMED and auctioned after this: not stale yet, and known to be in flight.
+    fresh_since = max(now - config.stale_unclaimed, config.in_flight_since)
     doubled = {(r.process_guid, r.index) for r in rows if r.presence != ORDINARY}
     settled = Settled()
     indices, states = settled.indices, settled.states
@@ -129,7 +137,8 @@ def settle(
             and row.index < instances.get(row.process_guid, 0)
             and (
                 ((state == RUNNING or state == CLAIMED) and row.cell_id in present)
-                or (state == UNCLAIMED and max(row.since, row.auctioned_at) > fresh_since)
+                or (state == UNCLAIMED and max(row.since, row.auctioned_at) > fresh_since
+                    and not (row.placement_error and row.auctioned_at < config.cell_appeared_at))
             )
             and (not doubled or (row.process_guid, row.index) not in doubled)
         ):
@@ -333,7 +342,10 @@ def _converge_ordinary(
     waits: _Waits,
 ) -> None:
     if row.state == UNCLAIMED:
-        if now - max(row.since, row.auctioned_at) >= config.stale_unclaimed and not waits.claim_awaited(row):
+        stamp = max(row.since, row.auctioned_at)
+        if ((now - stamp >= config.stale_unclaimed or stamp < config.in_flight_since
+             or (row.placement_error and row.auctioned_at < config.cell_appeared_at))
+                and not waits.claim_awaited(row)):
             actuals.replace(row, dataclasses.replace(row, auctioned_at=now))  # internal: no new tag
             out.start(row.process_guid, row.index)
     elif row.state == CRASHED:
@@ -366,7 +378,8 @@ def _converge_task(
     if task.state == PENDING:
         if now - task.created_at >= config.expire_pending_task:
             _fail(task, NOT_STARTED_IN_TIME, now, out)
-        elif now - task.auctioned_at >= config.kick_task and not waits.task_claim_awaited(task):
+        elif ((now - task.auctioned_at >= config.kick_task or task.auctioned_at < config.in_flight_since)
+              and not waits.task_claim_awaited(task)):
             kicked = dataclasses.replace(task, auctioned_at=now)
             out.task_updates.append(kicked)
             out.tasks_to_kick.append(kicked)

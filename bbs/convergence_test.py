@@ -405,3 +405,39 @@ def test_fresh_instances_are_what_unclaimed_makes_for_each_index() -> None:
     assert len({r.mod_epoch for r in made}) == len(made)  # each its own epoch
     made[0].ports.append({"container_port": 1, "host_port": 2})
     assert made[1].ports == []  # no shared list
+
+
+def test_unclaimed_auctioned_before_the_in_flight_mark_is_auctioned_at_once() -> None:
+    """A BBS that took over, a new auctioneer or a rebooted cell: nothing auctioned earlier is known to be in
+    flight, so it is auctioned again now, not once stale; what was auctioned since waits as ever."""
+    before, since = unclaimed("web", 0, "d", 1.0), unclaimed("web", 1, "d", 6.0)
+    marked = dataclasses.replace(CONFIG, in_flight_since=5.0)
+    settled, rest = settle([desired(2)], [before, since], {}, 7.0, marked)
+    assert rest == [before] and settled.holds("web", 1)
+    out = converge([desired(2)], ActualSet(rest), [], {}, 7.0, marked, settled=settled)
+    assert out.starts == {"web": {0}}
+    settled, rest = settle([desired(2)], [before, since], {}, 7.0, CONFIG)
+    assert rest == []
+    assert converge([desired(2)], ActualSet(rest), [], {}, 7.0, CONFIG, settled=settled).starts == {}
+
+
+def test_past_the_in_flight_mark_a_present_cell_that_accepted_it_is_asked_first() -> None:
+    actuals = ActualSet([unclaimed("web", 0, "d", 1.0)])  # auctioned at 1, placed on c1 at 2
+    marked = dataclasses.replace(CONFIG, in_flight_since=5.0)
+    out = converge([desired(1)], actuals, [], cell("c1"), 6.0, marked, placements=placed())
+    assert out.starts == {} and out.probe_cells == {"c1"}
+    lost = {"c1": Probe(5.5, frozenset())}  # the rebooted rep answers without it
+    out = converge([desired(1)], actuals, [], cell("c1"), 6.0, marked, probes=lost, placements=placed())
+    assert out.starts == {"web": {0}}
+
+
+def test_unplaced_instances_are_auctioned_at_once_when_a_cell_appears() -> None:
+    """An auction that found no room left a placement error: not in flight. Once a cell appears it may fit."""
+    failed = dataclasses.replace(unclaimed("web", 0, "d", 1.0), placement_error="found no compatible cell")
+    waiting = unclaimed("web", 1, "d", 1.0)  # no error: its auction may still be under way
+    appeared = dataclasses.replace(CONFIG, cell_appeared_at=5.0)
+    settled, rest = settle([desired(2)], [failed, waiting], {}, 6.0, appeared)
+    assert rest == [failed] and settled.holds("web", 1)
+    out = converge([desired(2)], ActualSet(rest), [], {}, 6.0, appeared, settled=settled)
+    assert out.starts == {"web": {0}}
+    assert settle([desired(2)], [failed, waiting], {}, 6.0, CONFIG)[1] == []

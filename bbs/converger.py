@@ -30,6 +30,10 @@ class Converger:
         self.interval = interval
         self.lease_ttl = lease_ttl
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        # Where this BBS serves, once bound (bbs/server.py): the lease's url, so that this BBS restarted on
+        # the same address (kill -9, then its supervisor) takes the lease back at once
+        # (bbs/store/leases.py, restarted_holder).
+        self.seat = ""
         self.passes = 0
         self.token: int | None = None  # the lease's fencing token while this process holds it
         self._wake = asyncio.Event()
@@ -40,6 +44,11 @@ class Converger:
 
     def wake(self) -> None:
         self._wake.set()
+
+    def serving_at(self, url: str) -> None:
+        """This BBS serves at `url`, which no other live process can: ask for the lease with it now."""
+        self.seat = url
+        self.wake()
 
     def wake_at(self, when: float) -> None:
         """Run a pass at `when` (epoch seconds), e.g. when a crash backoff ends."""
@@ -88,8 +97,9 @@ class Converger:
 
     async def _pass(self) -> float:
         """Run a pass if this process holds the lease; returns the longest wait before the next one."""
+        held = self.token
         try:
-            self.token = await self.bbs.leases.acquire(LEASE, self.owner)
+            self.token = await self.bbs.leases.acquire(LEASE, self.owner, url=self.seat)
         except Exception:
             # No answer: not known to hold it, so no counts that may be stale (another replica's to give).
             self.bbs.metrics.diego.lease(False)
@@ -97,6 +107,8 @@ class Converger:
         self.bbs.metrics.diego.lease(self.token is not None)
         if self.token is None:
             return self.interval
+        if self.token != held:  # a new term: this process knows of nothing in flight
+            self.bbs.convergence.took_over(time.time())
         started = time.perf_counter()
         next_due = await self.bbs.convergence.run_pass()
         took = time.perf_counter() - started

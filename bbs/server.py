@@ -208,6 +208,8 @@ async def serve(settings: BBSSettings) -> None:
         scheme = "https" if tls is not None else "http"
         url = f"{scheme}://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{port}"
         log.info("serving", extra={"data": {"url": url, "database": _safe_url(settings)}})
+        if bbs.uow.converger is not None:
+            bbs.uow.converger.serving_at(url)
         print(url, flush=True)
         if settings.ready_file is not None:
             write_ready_file(settings.ready_file, url)

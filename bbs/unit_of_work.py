@@ -37,6 +37,8 @@ class ConvergenceLeaseHolder(Protocol):
 
     token: int | None  # the convergence lease's fencing token while this process holds it
 
+    def serving_at(self, url: str) -> None: ...  # where this BBS serves, once bound
+
 
 @dataclass(slots=True)
 class Effects:

@@ -83,6 +83,7 @@ class Cells:
                 await rework_cell(self.uow, tx, held, forget_rebooted_cell, cell_id, now, effects)
             if rebooted:
                 await fail_tasks_of(tx, rebooted, now, effects)
+                effects.wake_convergence = True  # what the rep had accepted, not claimed, is auctioned again
             # An evacuating rep (SIGTERM) or a cell the operator drains: what runs there now (what was
             # starting at the last heartbeat runs by this one) gets a replacement elsewhere.
             for cell_id in (i for i, body in latest.items() if body.evacuating or records[i].draining):

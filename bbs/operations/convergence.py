@@ -6,11 +6,23 @@ auctioneer's reports of what they accepted (the placement log).
 The snapshot is read without the write lock, so a pass over 10,000 instances does not hold up the
 reps' lifecycle reports; the write keeps only the decisions about rows nobody changed meanwhile
 (convergence.drop_stale), and the next pass decides the rest again.
+
+In flight: an UNCLAIMED instance (a PENDING task) auctioned lately is taken to be on its way, in the
+auctioneer's batch or a rep's claims, and left alone until `--stale-unclaimed`. What is on its way is known
+only by the processes that hold it, so the leader keeps one mark, `in_flight_since`: what was auctioned
+before it is not known to be in flight and is auctioned again at once (unless a present cell accepted it:
+bbs/placements.py). The mark moves to now when the leader takes the convergence lease (a fresh process knows
+of nothing in flight), when the auctioneer lease changes hands (the old holder's batch may be lost) and
+when a cell heartbeats with a new boot id (its rep lost what it had accepted and not claimed). A cell
+that appears or comes back moves another mark, `cell_appeared_at`: what an auction found no room for
+before it (its placement error says so: not in flight) is auctioned again at once. A duplicate
+auction costs a claim the BBS refuses; waiting costs 30 s.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from collections.abc import Mapping
@@ -45,6 +57,8 @@ from ..unit_of_work import Effects, UnitOfWork
 
 log = logging.getLogger("bbs.convergence")
 
+AUCTIONEER_LEASE = "auctioneer"
+
 
 class Convergence:
     """Passes of this BBS (the convergence lease holder's: bbs/converger.py runs them)."""
@@ -55,6 +69,45 @@ class Convergence:
         self.probes = CellProbes(uow.outbound.cell_detail, uow.settings.cell_loss_check,
                                  on_done=lambda: uow.on_wake())
         self.placement_log = PlacementLog()
+        self.in_flight_since = 0.0  # see "In flight" above
+        self.cell_appeared_at = 0.0
+        self._boots: dict[str, str] | None = None  # each cell's boot id, as this leader last saw it
+        self._auctioneer_token: int | None = None  # the auctioneer lease's token, as last seen
+        self._present: set[str] | None = None  # the cells present at the last pass
+
+    def took_over(self, now: float) -> None:
+        """This process has just taken the convergence lease: it knows of nothing in flight."""
+        self.in_flight_since = now
+        self._boots, self._auctioneer_token, self._present = None, None, None
+
+    def notice(self, cells: Mapping[str, CellRecord], auctioneer_token: int | None, now: float) -> None:
+        """Move the in-flight mark to now when the auctioneer lease changed hands or a cell's rep restarted
+        since the last pass."""
+        boots = {cell_id: cell.boot_id for cell_id, cell in cells.items()}
+        rebooted = self._boots is not None and any(
+            boot and self._boots.get(cell_id, boot) != boot for cell_id, boot in boots.items()
+        )
+        handed_over = (self._auctioneer_token is not None and auctioneer_token is not None
+                       and auctioneer_token != self._auctioneer_token)
+        # A cell (re)appeared: what an auction could not place meanwhile (a BBS down longer than the
+        # presence TTL comes back to no present cell) may fit now.
+        present = {cell_id for cell_id, cell in cells.items() if cell.present(now)}
+        if self._present is not None and not present <= self._present:
+            self.cell_appeared_at = now
+        self._present = present
+        if rebooted or handed_over:
+            self.in_flight_since = now
+            log.info("work in flight may be lost: auctioning what is UNCLAIMED at once",
+                     extra={"data": {"cell_restarted": rebooted, "auctioneer_changed": handed_over}})
+        self._boots = boots
+        if auctioneer_token is not None:
+            self._auctioneer_token = auctioneer_token
+
+    def pass_config(self) -> ConvergenceConfig:
+        if self.in_flight_since <= 0 and self.cell_appeared_at <= 0:
+            return self.config
+        return dataclasses.replace(self.config, in_flight_since=self.in_flight_since,
+                                   cell_appeared_at=self.cell_appeared_at)
 
     async def run_pass(self, now: float | None = None) -> float | None:
         """One convergence pass; when the next one is due at the latest (see converge_once)."""
@@ -78,6 +131,7 @@ async def converge_once(conv: Convergence, now: float | None = None) -> float | 
         desired = await tx.desired_sizes()  # definitions are read below, for the LRPs to start
         tasks = await tx.list_tasks()
         cells = {c.cell_id: c for c in await tx.list_cells()}
+        auctioneer = await tx.lease(AUCTIONEER_LEASE)
         # The auctioneer's reports of what cells accepted (bbs/placements.py): their ids and times each
         # pass, a new one's contents once. Those older than the staleness limit are done with when nothing
         # is UNCLAIMED or PENDING (they go whole, unread); else they are taken apart, once, and what they
@@ -94,6 +148,8 @@ async def converge_once(conv: Convergence, now: float | None = None) -> float | 
             await asyncio.to_thread(parse_all, due)
             due_keys = {key for report in due for key in (report.lrps or ())}
             due_rows = await tx.actuals_for_keys(due_keys) if due_keys else []
+    conv.notice(cells, auctioneer.token if auctioneer is not None else None, now)
+    config = conv.pass_config()
     returning = returning_cells(snapshot, cells, now) if suspects else []
     # What the returning cells still hold, asked of each rep process once (a sim host's cells return
     # together).
@@ -102,7 +158,7 @@ async def converge_once(conv: Convergence, now: float | None = None) -> float | 
     # The pure decision runs in a worker thread: on 10,000 instances it is CPU work the event loop
     # (heartbeats, reports) should not wait for. The snapshot is this pass's own data.
     actions, changes, counts, resolved, diego_counts = await asyncio.to_thread(
-        _decide, desired, snapshot, tasks, cells, now, conv.config, holdings, probes.latest(), placed,
+        _decide, desired, snapshot, tasks, cells, now, config, holdings, probes.latest(), placed,
         due if waiting else [], due_rows,
     )
     if not waiting:

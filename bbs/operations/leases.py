@@ -22,9 +22,13 @@ class Leases:
     async def take(self, name: str, owner: str, *, url: str, ttl: float) -> tuple[bool, LeaseRecord]:
         """Acquire or renew, then the lease as it stands after, in one transaction: (held, lease)."""
         async with self.uow.write(urgent=True) as (tx, _):
+            before = await tx.lease(name)
             token = await tx.acquire_lease(name, owner, ttl, url=url)
             lease = await tx.lease(name)
         assert lease is not None  # acquire_lease creates the row when there is none
+        if token is not None and before is not None and before.token != token:
+            # A new holder: what the old one had in hand may be lost; convergence auctions it again now.
+            self.uow.on_wake()
         return token is not None, lease
 
     async def release(self, name: str, owner: str, token: int) -> bool | None:

@@ -59,7 +59,8 @@ class LeaseQueries(Transaction):
             except IntegrityError:
                 return None  # another replica created it first
             return 1
-        if lease.owner != owner and lease.expires_at >= now:
+        if lease.owner != owner and lease.expires_at >= now and not restarted_holder(lease.owner, lease.url,
+                                                                                    owner, url):
             return None
         token = lease.token if lease.owner == owner else lease.token + 1
         # Conditional on the row as read (owner and token are its version): writes are serialised
@@ -92,3 +93,10 @@ class LeaseQueries(Transaction):
     async def held_lease(self, name: str) -> LeaseRecord | None:
         """The lease `name` while someone holds it (unexpired by the database's clock), else None."""
         return await self._read_lease(name, t.leases.c.expires_at >= _database_now(self.connection.dialect))
+
+
+def restarted_holder(held_by: str, held_url: str, owner: str, url: str) -> bool:
+    """Whether `owner` is the holder restarted (kill -9, then its supervisor): the same host (an owner
+    starts with its hostname) answering at the same URL, which no two live processes can. It takes the
+    lease at once, under the next token, instead of waiting out the dead process's term."""
+    return bool(url) and url == held_url and owner.split(":", 1)[0] == held_by.split(":", 1)[0]

@@ -55,3 +55,11 @@ async def test_lease_records_where_its_holder_answers(store: Store) -> None:
         lease = await tx.lease("auctioneer")
     assert lease is not None
     assert (lease.owner, lease.token, lease.expires_at, lease.url) == ("b", 2, 121, "http://b:2")
+
+
+async def test_a_holder_restarted_at_the_same_url_takes_its_lease_at_once(store: Store) -> None:
+    async with store.write() as tx:
+        assert await tx.acquire_lease("auctioneer", "h:1:x", ttl=10, now=100, url="https://h:9") == 1
+        assert await tx.acquire_lease("auctioneer", "h:2:y", ttl=10, now=101, url="https://h:8") is None
+        assert await tx.acquire_lease("auctioneer", "g:2:y", ttl=10, now=101, url="https://h:9") is None
+        assert await tx.acquire_lease("auctioneer", "h:2:y", ttl=10, now=101, url="https://h:9") == 2

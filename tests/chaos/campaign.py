@@ -98,6 +98,12 @@ class Settings:
         partition learns what was replaced) + a convergence interval + the start time."""
         return self.presence_ttl_s + self.convergence_interval_s + self.start_allowance_s
 
+    @property
+    def repair_target_s(self) -> float:
+        """Every fault's repair should take at most this (docs/chaos.md, "Repair target"): presence TTL + 5 s,
+        the time a kill -9 of any one component may cost (bbs/operations/convergence.py, "In flight")."""
+        return self.presence_ttl_s + 5.0
+
     def bbs_args(self) -> list[str]:
         return ["--presence-ttl", str(self.presence_ttl_s), "--convergence-interval",
                 str(self.convergence_interval_s), "--lease-ttl", str(self.lease_ttl_s),
@@ -113,7 +119,8 @@ class Settings:
         return ["--presence-ttl", str(self.presence_ttl_s)]
 
     def as_json(self) -> dict[str, Any]:
-        return {**asdict(self), "repair_deadline_s": self.repair_deadline_s, "stable_s": self.stable_s}
+        return {**asdict(self), "repair_deadline_s": self.repair_deadline_s, "stable_s": self.stable_s,
+                "repair_target_s": self.repair_target_s}
 
 
 class CampaignUnavailable(RuntimeError):
@@ -293,7 +300,7 @@ def _summary(settings: Settings, began: float, faults: list[Fault], ledger: Ledg
     task_report = tasks(ledger.snapshot(), checker.tasks, runs)
     return {
         "faults": {"injected": len(faults), "by_kind": by_kind, "list": fault_rows(faults, began)},
-        "repair_s": repairs(faults),
+        "repair_s": repairs(faults, settings.repair_target_s),
         "duplicates": {  # past the repair deadline: the findings
             "count": sum(d["unhealed"]["count"] for d in duplicates.values()),
             "longest_s": max(d["unhealed"]["longest_s"] for d in duplicates.values()),

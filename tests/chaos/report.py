@@ -36,14 +36,22 @@ def repair_s(fault: Fault) -> float | None:
     return max(0.0, fault.repaired - fault.healed)
 
 
-def repairs(faults: Sequence[Fault]) -> dict[str, Any]:
-    """Repair time after each fault: all of them, and per kind; faults not repaired in time counted aside."""
+def repairs(faults: Sequence[Fault], target_s: float | None = None) -> dict[str, Any]:
+    """Repair time after each fault: all of them, and per kind; faults not repaired in time counted aside.
+    With `target_s` (the repair target: presence TTL + 5 s), the faults repaired later than it, or never,
+    are counted as `over_target` and `target_met` says whether there were none."""
     def of(group: Sequence[Fault]) -> dict[str, Any]:
         times = [t for t in map(repair_s, group) if t is not None]
-        return {**percentiles(times), "unrepaired": sum(1 for f in group if repair_s(f) is None)}
+        summary = {**percentiles(times), "unrepaired": sum(1 for f in group if repair_s(f) is None)}
+        if target_s is not None:
+            summary["over_target"] = sum(1 for f in group if (t := repair_s(f)) is None or t > target_s)
+        return summary
 
     kinds = sorted({f.kind for f in faults})
-    return {**of(faults), "by_kind": {kind: of([f for f in faults if f.kind == kind]) for kind in kinds}}
+    result = {**of(faults), "by_kind": {kind: of([f for f in faults if f.kind == kind]) for kind in kinds}}
+    if target_s is not None:
+        result |= {"target_s": target_s, "target_met": result["over_target"] == 0}
+    return result
 
 
 def fault_rows(faults: Sequence[Fault], started: float) -> list[dict[str, Any]]:

@@ -60,3 +60,17 @@ def test_what_became_of_the_tasks() -> None:
     assert details["twice"] == {"states_seen": ["RUNNING", "COMPLETED", "RUNNING@cell-2", "COMPLETED"],
                                 "runs": ["cell-0 2 2.0", "cell-2 3 3.0"]}
     assert set(details) == {"lost", "twice", "liar", "refused"}
+
+
+def test_repairs_are_checked_against_the_repair_target() -> None:
+    faults = [
+        Fault("kill9_restart", "bbs", 1.0, started=10.0, healed=11.0, repaired=14.0),
+        Fault("kill9_restart", "auctioneer", 1.0, started=20.0, healed=21.0, repaired=40.0),
+        Fault("sigstop", "cell-1", 4.0, started=30.0, healed=34.0, unrepaired="cells not present"),
+    ]
+    summary = repairs(faults, target_s=8.0)
+    assert (summary["target_s"], summary["over_target"], summary["target_met"]) == (8.0, 2, False)
+    assert summary["by_kind"]["kill9_restart"]["over_target"] == 1
+    assert repairs(faults[:1], target_s=8.0)["target_met"] is True
+    assert "target_s" not in repairs(faults)
+
