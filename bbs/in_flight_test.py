@@ -14,7 +14,8 @@ from bbs.records import CellRecord
 
 def convergence() -> Convergence:
     uow: Any = SimpleNamespace(outbound=SimpleNamespace(cell_detail=None),
-                               settings=SimpleNamespace(cell_loss_check=1.0), on_wake=lambda: None)
+                               settings=SimpleNamespace(cell_loss_check=1.0, presence_ttl=10.0),
+                               on_wake=lambda: None)
     return Convergence(uow, ConvergenceConfig())
 
 
@@ -44,3 +45,16 @@ def test_the_mark_moves_when_a_cell_reboots_the_auctioneer_changes_or_a_cell_app
     conv.notice(cells(("c1", "b2", 100.0), ("c2", "x", 100.0)), None, 6.0)  # nothing new; no lease read
     assert (conv.in_flight_since, conv.cell_appeared_at) == (4.0, 5.0)
     assert conv.pass_config().cell_appeared_at == 5.0
+
+
+def test_a_new_leader_judges_no_cell_gone_until_it_could_have_heard_it() -> None:
+    conv = convergence()
+    conv.took_over(100.0)
+    # c1's heartbeats failed while no BBS served; c2 is present; c3 was already announced gone.
+    gone = CellRecord("c3", {}, 50.0, disappeared=True)
+    seen = {**cells(("c1", "b", 95.0), ("c2", "b", 108.0)), "c3": gone}
+    during = conv.heard(seen, 101.0)
+    assert during["c1"].present(109.9) and during["c1"].expires_at == 110.0, "live until one TTL after"
+    assert during["c2"].expires_at == 110.0 and during["c3"] is seen["c3"]
+    after = conv.heard(seen, 110.0)
+    assert after is seen and not after["c1"].present(110.0), "past the grace, the heartbeats decide"

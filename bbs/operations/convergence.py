@@ -71,14 +71,27 @@ class Convergence:
         self.placement_log = PlacementLog()
         self.in_flight_since = 0.0  # see "In flight" above
         self.cell_appeared_at = 0.0
+        self.took_over_at = 0.0
         self._boots: dict[str, str] | None = None  # each cell's boot id, as this leader last saw it
         self._auctioneer_token: int | None = None  # the auctioneer lease's token, as last seen
         self._present: set[str] | None = None  # the cells present at the last pass
 
     def took_over(self, now: float) -> None:
         """This process has just taken the convergence lease: it knows of nothing in flight."""
-        self.in_flight_since = now
+        self.in_flight_since = self.took_over_at = now
         self._boots, self._auctioneer_token, self._present = None, None, None
+
+    def heard(self, cells: dict[str, CellRecord], now: float) -> dict[str, CellRecord]:
+        """The cells as this pass may judge them. A BBS that has just taken over has not heard the cells'
+        heartbeats yet (they failed while no BBS served, or went to the previous leader): a cell not already
+        known gone counts as present until one presence TTL after the takeover, as long as a live rep needs
+        to reach this BBS, so that a BBS restart never marks the instances of live cells SUSPECT."""
+        until = self.took_over_at + self.uow.settings.presence_ttl
+        if now >= until:
+            return cells
+        return {cell_id: (dataclasses.replace(cell, expires_at=until)
+                          if not cell.disappeared and cell.expires_at < until else cell)
+                for cell_id, cell in cells.items()}
 
     def notice(self, cells: Mapping[str, CellRecord], auctioneer_token: int | None, now: float) -> None:
         """Move the in-flight mark to now when the auctioneer lease changed hands or a cell's rep restarted
@@ -130,7 +143,7 @@ async def converge_once(conv: Convergence, now: float | None = None) -> float | 
         suspects = any(n for _, presence, n in counted if presence == SUSPECT)
         desired = await tx.desired_sizes()  # definitions are read below, for the LRPs to start
         tasks = await tx.list_tasks()
-        cells = {c.cell_id: c for c in await tx.list_cells()}
+        cells = conv.heard({c.cell_id: c for c in await tx.list_cells()}, now)
         auctioneer = await tx.lease(AUCTIONEER_LEASE)
         # The auctioneer's reports of what cells accepted (bbs/placements.py): their ids and times each
         # pass, a new one's contents once. Those older than the staleness limit are done with when nothing
