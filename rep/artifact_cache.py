@@ -121,14 +121,16 @@ class ArtifactCache:
 
     # -- giving artifacts to an instance --------------------------------------------------------------
 
-    async def place(self, instance: str, artifacts: Sequence[Artifact], directory: Path) -> None:
+    async def place(self, instance: str, artifacts: Sequence[Artifact], directory: Path,
+                    owner: tuple[int, int] | None = None) -> None:
         """Fetch (once per host) every artifact and put it at its dest in `directory`; pins them for
-        `instance` until `unpin`. Raises ArtifactError naming the artifact."""
+        `instance` until `unpin`. Directories made there are `owner`'s (uid, gid), so the instance may add
+        files beside the read-only ones. Raises ArtifactError naming the artifact."""
         self.pin(instance, (a.digest for a in artifacts))
         for artifact in artifacts:
             await self.ensure(artifact)
             try:
-                await asyncio.to_thread(self._give, artifact, Path(directory))
+                await asyncio.to_thread(self._give, artifact, Path(directory), owner)
             except OSError as exc:
                 raise ArtifactError(f"{describe(artifact)}: cannot place at {artifact.dest} ({exc})") from exc
 
@@ -249,38 +251,52 @@ class ArtifactCache:
         else:
             path.unlink(missing_ok=True)
 
-    def _give(self, artifact: Artifact, directory: Path) -> None:
-        """Hard links to the cached copy at dest (read-only, root's: the instance cannot change them);
-        a copy when the two are on different filesystems."""
+    def _give(self, artifact: Artifact, directory: Path, owner: tuple[int, int] | None) -> None:
+        """Hard links to the cached copy at dest when the instance runs as a uid of its own (`owner`): the
+        files are read-only and root's, so it cannot change them. Without one it runs as the rep's own uid,
+        which could write through a link: it gets a copy, as it does across filesystems."""
+        copy = owner is None
         source = self.path_of(artifact.digest)
         target = directory / artifact.dest
         if not source.is_dir():
             if artifact.dest == ".":
                 leaf = PurePosixPath(urlsplit(artifact.url).path).name if artifact.url else ""
                 target = directory / (leaf or artifact.digest.removeprefix("sha256:"))
-            target.parent.mkdir(parents=True, exist_ok=True)
-            _link_or_copy(source, target)
+            _make_dirs(target.parent, directory, owner)
+            _link_or_copy(source, target, copy)
             return
-        target.mkdir(parents=True, exist_ok=True)
+        _make_dirs(target, directory, owner)
         for dirpath, dirnames, filenames in os.walk(source):
             rel = Path(dirpath).relative_to(source)
             for d in dirnames:
-                (target / rel / d).mkdir(exist_ok=True)
+                _make_dirs(target / rel / d, directory, owner)
             for f in filenames:
                 src, dst = Path(dirpath) / f, target / rel / f
                 if src.is_symlink():
                     dst.unlink(missing_ok=True)
                     os.symlink(os.readlink(src), dst)
                 else:
-                    _link_or_copy(src, dst)
+                    _link_or_copy(src, dst, copy)
 
 
-def _link_or_copy(src: Path, dst: Path) -> None:
+def _make_dirs(path: Path, top: Path, owner: tuple[int, int] | None) -> None:
+    missing = [p for p in [path, *path.parents] if p != top and top in p.parents and not p.exists()]
+    path.mkdir(parents=True, exist_ok=True)
+    if owner is not None:
+        for p in missing:
+            os.chown(p, *owner)
+
+
+def _link_or_copy(src: Path, dst: Path, copy: bool) -> None:
     dst.unlink(missing_ok=True)
-    try:
-        os.link(src, dst)
-    except OSError:
-        shutil.copy2(src, dst)
+    if not copy:
+        try:
+            os.link(src, dst)
+            return
+        except OSError:  # another filesystem (an instance's own disk image): a copy
+            pass
+    shutil.copyfile(src, dst)
+    os.chmod(dst, stat.S_IMODE(src.stat().st_mode) | 0o200)
 
 
 # -- archives ---------------------------------------------------------------------------------------------

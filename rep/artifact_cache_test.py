@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import io
 import os
+import shutil
 import socket
 import subprocess
 import tarfile
-import threading
+import tempfile
 import zipfile
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import httpx
@@ -20,57 +19,13 @@ import pytest
 
 from common.models.artifact import Artifact
 from rep.artifact_cache import ArtifactCache, ArtifactError
-
-
-def digest(data: bytes) -> str:
-    return "sha256:" + hashlib.sha256(data).hexdigest()
-
-
-class Files:
-    """An artifact server: path -> bytes, counting GETs per path."""
-
-    def __init__(self) -> None:
-        self.blobs: dict[str, bytes] = {}
-        self.gets: dict[str, int] = {}
-        self.gate = threading.Event()
-        self.gate.set()
-
-    def add(self, path: str, data: bytes) -> str:
-        self.blobs[path] = data
-        return path
+from tests.support.artifact_server import Files, digest, serve_files
 
 
 @pytest.fixture
 def files() -> Iterator[tuple[Files, str]]:
-    state = Files()
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
-            state.gets[self.path] = state.gets.get(self.path, 0) + 1
-            state.gate.wait(10)
-            data = state.blobs.get(self.path)
-            if data is None:
-                self.send_response(404)
-                self.end_headers()
-                return
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield state, f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        state.gate.set()
-        server.shutdown()
-        server.server_close()
-        thread.join(10)
+    with serve_files() as state:
+        yield state, state.base
 
 
 @pytest.fixture
@@ -108,7 +63,7 @@ async def test_twenty_concurrent_starts_download_once(tmp_path: Path, files: tup
                                                       client: httpx.AsyncClient) -> None:
     state, base = files
     data = app_tar()
-    art = Artifact(digest=digest(data), url=base + state.add("/app.tgz", data), dest="app")
+    art = Artifact(digest=digest(data), url=state.add("/app.tgz", data), dest="app")
     cache = ArtifactCache(tmp_path / "cache", 10 << 20, url_client=client)
     state.gate.clear()  # every start is waiting before the one download answers
     starts = [asyncio.create_task(cache.place(f"i{n}", [art], tmp_path / f"i{n}")) for n in range(20)]
@@ -131,7 +86,7 @@ async def test_plain_tar_zip_and_single_file(tmp_path: Path, files: tuple[Files,
     with zipfile.ZipFile(zbuf, "w") as z:
         z.writestr("pkg/a.txt", "A")
     blobs = {"/a.tar": app_tar(gz=False), "/b.zip": zbuf.getvalue(), "/model.bin": b"\x00weights"}
-    arts = [Artifact(digest=digest(d), url=base + state.add(p, d), dest=d_)
+    arts = [Artifact(digest=digest(d), url=state.add(p, d), dest=d_)
             for (p, d), d_ in zip(blobs.items(), ["t", "z", "."], strict=True)]
     cache = ArtifactCache(tmp_path / "cache", 10 << 20, url_client=client)
     await cache.place("i", arts, tmp_path / "inst")
@@ -143,7 +98,7 @@ async def test_plain_tar_zip_and_single_file(tmp_path: Path, files: tuple[Files,
 async def test_digest_mismatch_names_the_artifact(tmp_path: Path, files: tuple[Files, str],
                                                   client: httpx.AsyncClient) -> None:
     state, base = files
-    art = Artifact(digest=digest(b"what was promised"), url=base + state.add("/x.bin", b"something else"))
+    art = Artifact(digest=digest(b"what was promised"), url=state.add("/x.bin", b"something else"))
     cache = ArtifactCache(tmp_path / "cache", 10 << 20, url_client=client)
     with pytest.raises(ArtifactError) as err:
         await cache.place("i", [art], tmp_path / "inst")
@@ -205,7 +160,7 @@ async def test_hostile_archives_are_refused(kind: str, tmp_path: Path, files: tu
                                             client: httpx.AsyncClient) -> None:
     state, base = files
     data = hostile_archives()[kind]
-    art = Artifact(digest=digest(data), url=base + state.add("/evil", data), dest="app")
+    art = Artifact(digest=digest(data), url=state.add("/evil", data), dest="app")
     work = tmp_path / "a" / "b"
     cache = ArtifactCache(work / "cache", 10 << 20, url_client=client)
     with pytest.raises(ArtifactError, match="refused archive"):
@@ -220,7 +175,7 @@ async def test_leftovers_of_a_killed_download_are_never_used_and_swept(
         tmp_path: Path, files: tuple[Files, str], client: httpx.AsyncClient) -> None:
     state, base = files
     data = app_tar()
-    art = Artifact(digest=digest(data), url=base + state.add("/app.tgz", data), dest="app")
+    art = Artifact(digest=digest(data), url=state.add("/app.tgz", data), dest="app")
     hexd = art.digest.removeprefix("sha256:")
     root = tmp_path / "cache"
     (root / "tmp").mkdir(parents=True)
@@ -244,7 +199,7 @@ async def test_lru_eviction_skips_pinned_blobs(tmp_path: Path, files: tuple[File
                                                client: httpx.AsyncClient) -> None:
     state, base = files
     blobs = [os.urandom(400_000) for _ in range(4)]
-    arts = [Artifact(digest=digest(b), url=base + state.add(f"/b{n}", b), dest=f"b{n}")
+    arts = [Artifact(digest=digest(b), url=state.add(f"/b{n}", b), dest=f"b{n}")
             for n, b in enumerate(blobs)]
     cache = ArtifactCache(tmp_path / "cache", 1_000_000, url_client=client)
     await cache.place("pinned", [arts[0]], tmp_path / "i0")  # oldest, but running
@@ -258,32 +213,53 @@ async def test_lru_eviction_skips_pinned_blobs(tmp_path: Path, files: tuple[File
     assert list((tmp_path / "cache" / "tmp").iterdir()) == []
 
 
-def test_an_instance_cannot_modify_the_cached_copy(tmp_path: Path, files: tuple[Files, str]) -> None:
+def test_an_instance_cannot_modify_the_cached_copy(request: pytest.FixtureRequest,
+                                                   files: tuple[Files, str]) -> None:
     if os.geteuid() != 0:
         pytest.skip("needs root to run a process as another uid")
     state, base = files
     data = app_tar()
-    art = Artifact(digest=digest(data), url=base + state.add("/app.tgz", data), dest="app")
-    tmp_path.chmod(0o755)
-    inst = tmp_path / "inst"
+    art = Artifact(digest=digest(data), url=state.add("/app.tgz", data), dest="app")
+    # pytest's own directories are root's 0700: the instance's uid could not even reach its files there.
+    top = Path(tempfile.mkdtemp(prefix="vendue-cache-"))
+    request.addfinalizer(lambda: shutil.rmtree(top, ignore_errors=True))
+    top.chmod(0o755)
+    inst = top / "inst"
 
     async def place() -> ArtifactCache:
         async with httpx.AsyncClient(timeout=10) as c:
-            cache = ArtifactCache(tmp_path / "cache", 10 << 20, url_client=c)
-            await cache.place("i", [art], inst)
+            cache = ArtifactCache(top / "cache", 10 << 20, url_client=c)
+            inst.mkdir()
+            os.chown(inst, nobody, nobody)  # the instance owns its directory, not the cached files
+            await cache.place("i", [art], inst, owner=(nobody, nobody))
             return cache
 
-    cache = asyncio.run(place())
     nobody = 65534
-    for p in [inst, *inst.rglob("*")]:
-        if p.is_dir():
-            os.chown(p, nobody, nobody)  # the instance owns its directory, not the cached files
+    cache = asyncio.run(place())
     cached = cache.path_of(art.digest) / "lib" / "data.txt"
+    given = inst / "app" / "lib" / "data.txt"
+    assert given.stat().st_ino == cached.stat().st_ino, "a hard link, not a copy"
+    assert (inst / "app" / "lib").stat().st_uid == nobody, "the directories made are the instance's"
     attempts = [f"echo changed > {inst}/app/lib/data.txt", f"chmod u+w {inst}/app/lib/data.txt",
                 f"echo changed > {cached}", f"rm -f {cached}", f"touch {cached.parent}/new"]
-    for attempt in attempts:
+    attempts.append(f"echo new > {inst}/app/lib/mine")  # its own directory: allowed (checked below)
+    for attempt in attempts[:-1]:
         done = subprocess.run(["sh", "-c", attempt], user=nobody, group=nobody, capture_output=True,
                               timeout=10, check=False)
         assert done.returncode != 0, f"{attempt!r} as the instance's uid succeeded"
     assert cached.read_bytes() == b"data"
     assert (inst / "app" / "lib" / "data.txt").read_bytes() == b"data"
+    done = subprocess.run(["sh", "-c", attempts[-1]], user=nobody, group=nobody, capture_output=True,
+                          timeout=10, check=False)
+    assert done.returncode == 0, done.stderr
+
+
+async def test_an_instance_of_the_reps_own_uid_gets_a_copy(tmp_path: Path, files: tuple[Files, str],
+                                                            client: httpx.AsyncClient) -> None:
+    state, _ = files
+    data = app_tar()
+    art = Artifact(digest=digest(data), url=state.add("/app.tgz", data), dest="app")
+    cache = ArtifactCache(tmp_path / "cache", 10 << 20, url_client=client)
+    await cache.place("i", [art], tmp_path / "inst")
+    (tmp_path / "inst" / "app" / "lib" / "data.txt").write_bytes(b"changed")
+    assert (cache.path_of(art.digest) / "lib" / "data.txt").read_bytes() == b"data"
