@@ -80,7 +80,7 @@ class ArtifactCache:
         self._owns_url_client = url_client is None
         self._entries: dict[str, _Entry] = {}
         self._pins: dict[str, set[str]] = {}
-        self._inflight: dict[str, asyncio.Future[None]] = {}
+        self._inflight: dict[str, asyncio.Task[None]] = {}
         self.downloads = 0  # fetches begun, for tests and metrics
         self._open()
 
@@ -135,27 +135,24 @@ class ArtifactCache:
                 raise ArtifactError(f"{describe(artifact)}: cannot place at {artifact.dest} ({exc})") from exc
 
     async def ensure(self, artifact: Artifact) -> Path:
+        """The cached copy of `artifact`, fetched first unless held. The fetch is a task of its own that
+        every starter of the digest awaits: one starter stopped meanwhile does not cancel the others'."""
         digest = artifact.digest
-        while True:
-            if digest in self._entries:
-                self._entries[digest].used = time.time()
-                return self.path_of(digest)
-            flight = self._inflight.get(digest)
-            if flight is None:
-                break
-            await asyncio.shield(flight)
-        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._inflight[digest] = future
-        try:
-            await self._fetch(artifact)
-            future.set_result(None)
-        except BaseException as exc:
-            future.set_exception(exc)
-            future.exception()  # retrieved: the waiters, if any, raise it themselves
-            raise
-        finally:
-            del self._inflight[digest]
+        if digest in self._entries:
+            self._entries[digest].used = time.time()
+            return self.path_of(digest)
+        flight = self._inflight.get(digest)
+        if flight is None:
+            flight = asyncio.create_task(self._fetch(artifact), name=f"fetch-{digest[7:19]}")
+            self._inflight[digest] = flight
+            flight.add_done_callback(lambda done: self._landed(digest, done))
+        await asyncio.shield(flight)
         return self.path_of(digest)
+
+    def _landed(self, digest: str, flight: asyncio.Task[None]) -> None:
+        self._inflight.pop(digest, None)
+        if not flight.cancelled():
+            flight.exception()  # retrieved here too: every starter may have gone
 
     async def _fetch(self, artifact: Artifact) -> None:
         name = describe(artifact)
@@ -199,7 +196,7 @@ class ArtifactCache:
                             raise ArtifactError(f"{name}: cache full (over {self.capacity} bytes)")
                         out.write(chunk)
                     out.flush()
-                    os.fsync(out.fileno())
+                    await asyncio.to_thread(os.fsync, out.fileno())
         except httpx.HTTPError as exc:
             raise ArtifactError(f"{name}: unreachable ({type(exc).__name__}: {exc})") from exc
         if "sha256:" + sha.hexdigest() != artifact.digest:

@@ -263,3 +263,24 @@ async def test_an_instance_of_the_reps_own_uid_gets_a_copy(tmp_path: Path, files
     await cache.place("i", [art], tmp_path / "inst")
     (tmp_path / "inst" / "app" / "lib" / "data.txt").write_bytes(b"changed")
     assert (cache.path_of(art.digest) / "lib" / "data.txt").read_bytes() == b"data"
+
+
+async def test_a_start_stopped_mid_download_leaves_the_others_theirs(
+        tmp_path: Path, files: tuple[Files, str], client: httpx.AsyncClient) -> None:
+    state, _ = files
+    data = app_tar()
+    art = Artifact(digest=digest(data), url=state.add("/app.tgz", data), dest="app")
+    cache = ArtifactCache(tmp_path / "cache", 10 << 20, url_client=client)
+    state.gate.clear()
+    first = asyncio.create_task(cache.place("first", [art], tmp_path / "first"))
+    second = asyncio.create_task(cache.place("second", [art], tmp_path / "second"))
+    deadline = asyncio.get_running_loop().time() + 10
+    while state.gets.get("/app.tgz") != 1:  # the download has begun
+        assert asyncio.get_running_loop().time() < deadline, f"no download began: {state.gets}"
+        await asyncio.sleep(0.01)
+    first.cancel()
+    state.gate.set()
+    await asyncio.wait_for(second, 30)
+    assert first.cancelled()
+    assert (tmp_path / "second" / "app" / "run.sh").exists()
+    assert state.gets == {"/app.tgz": 1}
