@@ -88,6 +88,9 @@ class ArtifactCache:
 
     def _open(self) -> None:
         """Sweep what a killed rep left in tmp/ (never trusted) and index the verified blobs."""
+        for p in (self.root / TMP).rglob("*") if (self.root / TMP).is_dir() else ():
+            if p.is_dir() and not p.is_symlink():
+                os.chmod(p, 0o755)  # read-only trees of an extraction or eviction cut short
         shutil.rmtree(self.root / TMP, ignore_errors=True)
         (self.root / TMP).mkdir(parents=True, exist_ok=True)
         (self.root / BLOBS).mkdir(parents=True, exist_ok=True)
@@ -219,7 +222,9 @@ class ArtifactCache:
                 shutil.rmtree(tree, ignore_errors=True)
                 raise ArtifactError(f"{name}: refused archive ({exc})") from exc
             make_read_only(tree)
+            os.chmod(tree, 0o755)  # moving a directory to another parent rewrites its '..': not as root
             os.replace(tree, final)
+            os.chmod(final, READ_ONLY_DIR)
         fd = os.open(self.root / BLOBS, os.O_RDONLY)
         try:
             os.fsync(fd)
@@ -240,13 +245,18 @@ class ArtifactCache:
     def evict(self, digest: str) -> None:
         path = self.path_of(digest)
         self._entries.pop(digest, None)
-        if path.is_dir():
-            for p in [path, *path.rglob("*")]:
-                if p.is_dir() and not p.is_symlink():
-                    os.chmod(p, 0o755)
-            shutil.rmtree(path, ignore_errors=True)
-        else:
+        if not path.is_dir():
             path.unlink(missing_ok=True)
+            return
+        # Out of blobs/ in one rename first: a rep killed while removing it leaves it in tmp/, swept at
+        # the next start, never half a tree that start would trust.
+        os.chmod(path, 0o755)
+        gone = self.root / TMP / f"{path.name}.{secrets.token_hex(4)}.evicted"
+        os.replace(path, gone)
+        for p in gone.rglob("*"):
+            if p.is_dir() and not p.is_symlink():
+                os.chmod(p, 0o755)
+        shutil.rmtree(gone, ignore_errors=True)
 
     def _give(self, artifact: Artifact, directory: Path, owner: tuple[int, int] | None) -> None:
         """Hard links to the cached copy at dest when the instance runs as a uid of its own (`owner`): the
@@ -266,7 +276,11 @@ class ArtifactCache:
         for dirpath, dirnames, filenames in os.walk(source):
             rel = Path(dirpath).relative_to(source)
             for d in dirnames:
-                _make_dirs(target / rel / d, directory, owner)
+                if (Path(dirpath) / d).is_symlink():  # inside the tree (the extraction checked): as is
+                    (target / rel / d).unlink(missing_ok=True)
+                    os.symlink(os.readlink(Path(dirpath) / d), target / rel / d)
+                else:
+                    _make_dirs(target / rel / d, directory, owner)
             for f in filenames:
                 src, dst = Path(dirpath) / f, target / rel / f
                 if src.is_symlink():

@@ -284,3 +284,28 @@ async def test_a_start_stopped_mid_download_leaves_the_others_theirs(
     assert first.cancelled()
     assert (tmp_path / "second" / "app" / "run.sh").exists()
     assert state.gets == {"/app.tgz": 1}
+
+
+async def test_an_evicted_tree_leaves_nothing_and_a_restart_trusts_only_whole_blobs(
+        tmp_path: Path, files: tuple[Files, str], client: httpx.AsyncClient) -> None:
+    state, _ = files
+    inner = file_info("lib")
+    inner.type, inner.linkname = tarfile.SYMTYPE, "real"
+    data = tar_of([file_info("real/a.txt"), inner], {"real/a.txt": b"a"}, gz=True)
+    art = Artifact(digest=digest(data), url=state.add("/app.tgz", data), dest="app")
+    root = tmp_path / "cache"
+    cache = ArtifactCache(root, 10 << 20, url_client=client)
+    await cache.place("i", [art], tmp_path / "inst")
+    assert (tmp_path / "inst" / "app" / "lib").is_symlink()
+    assert (tmp_path / "inst" / "app" / "lib" / "a.txt").read_bytes() == b"a"
+    assert oct(cache.path_of(art.digest).stat().st_mode & 0o777) == "0o555"
+    cache.unpin("i")
+    cache.evict(art.digest)
+    assert list((root / "blobs").iterdir()) == [] and list((root / "tmp").iterdir()) == []
+    # An eviction cut short leaves its read-only tree in tmp/: the next start sweeps it.
+    await cache.place("j", [art], tmp_path / "inst2")
+    half = root / "tmp" / "x.evicted"
+    shutil.copytree(cache.path_of(art.digest), half, symlinks=True)
+    half.chmod(0o555)
+    again = ArtifactCache(root, 10 << 20, url_client=client)
+    assert list((root / "tmp").iterdir()) == [] and again.held() == [art.digest]
