@@ -8,8 +8,10 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import tarfile
 import tempfile
+import threading
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -309,3 +311,46 @@ async def test_an_evicted_tree_leaves_nothing_and_a_restart_trusts_only_whole_bl
     half.chmod(0o555)
     again = ArtifactCache(root, 10 << 20, url_client=client)
     assert list((root / "tmp").iterdir()) == [] and again.held() == [art.digest]
+
+
+KILLED_FETCHER = """
+import asyncio, sys
+from pathlib import Path
+from common.models.artifact import Artifact
+from rep.artifact_cache import ArtifactCache
+art = Artifact(digest=sys.argv[2], url=sys.argv[3], dest="app")
+asyncio.run(ArtifactCache(Path(sys.argv[1]), 64 << 20).place("i", [art], Path(sys.argv[1]) / "inst"))
+"""
+
+
+async def test_a_fetcher_killed_mid_download_leaves_nothing_trusted(
+        tmp_path: Path, files: tuple[Files, str], client: httpx.AsyncClient) -> None:
+    state, _ = files
+    data = os.urandom(2 << 20)
+    art = Artifact(digest=digest(data), url=state.add("/big.bin", data), dest="app")
+    root = tmp_path / "cache"
+    state.stall_after, state.gate = 1 << 20, threading.Event()
+    proc = subprocess.Popen([sys.executable, "-c", KILLED_FETCHER, str(root), art.digest, art.url or ""],
+                            cwd=Path(__file__).resolve().parents[1])
+    try:
+        deadline = asyncio.get_running_loop().time() + 30
+        parts: list[Path] = []
+        while not parts or parts[0].stat().st_size < (1 << 20):  # half of it written under tmp/
+            assert proc.poll() is None, f"the fetcher ended early ({proc.returncode})"
+            assert asyncio.get_running_loop().time() < deadline, f"no partial download in {root}: {parts}"
+            await asyncio.sleep(0.02)
+            parts = list((root / "tmp").glob("*.part")) if (root / "tmp").exists() else []
+        proc.kill()
+        proc.wait(10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+        state.stall_after = None
+        state.gate.set()
+    assert list((root / "blobs").iterdir()) == []
+    cache = ArtifactCache(root, 64 << 20, url_client=client)
+    assert cache.held() == [] and list((root / "tmp").iterdir()) == []
+    await cache.place("j", [art], tmp_path / "inst")
+    assert state.gets == {"/big.bin": 2}, "downloaded again, and verified"
+    assert (tmp_path / "inst" / "app").read_bytes() == data

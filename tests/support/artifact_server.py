@@ -19,6 +19,7 @@ class Files:
         self.gets: dict[str, int] = {}
         self.gate = threading.Event()  # cleared: every GET waits until it is set again
         self.gate.set()
+        self.stall_after: int | None = None  # send this many bytes, then wait for `gate` before the rest
         self.base = ""
 
     def add(self, path: str, data: bytes) -> str:
@@ -34,7 +35,8 @@ def serve_files() -> Iterator[Files]:
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:  # noqa: N802 (http.server's name)
             state.gets[self.path] = state.gets.get(self.path, 0) + 1
-            state.gate.wait(10)
+            if state.stall_after is None:
+                state.gate.wait(10)
             data = state.blobs.get(self.path)
             if data is None:
                 self.send_response(404)
@@ -43,6 +45,11 @@ def serve_files() -> Iterator[Files]:
             self.send_response(200)
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
+            if state.stall_after is not None:
+                self.wfile.write(data[: state.stall_after])
+                self.wfile.flush()
+                state.gate.wait(10)
+                data = data[state.stall_after:]
             self.wfile.write(data)
 
         def log_message(self, *args: object) -> None:
