@@ -27,7 +27,8 @@ PANELS = {
     "Cell": ("cell_id", "rep_id", "zone", "memory_mb", "disk_mb", "memory_reserve_mb", "disk_reserve_mb",
              "containers", "stacks", "placement_tags", "optional_placement_tags", "volume_drivers", "labels"),
     "Process executor": ("isolation", "app_uid_range", "pids_limit", "cgroup_parent", "instances_dir",
-                         "cgroup_fs", "log_cap_mb", "disk_check_interval", "stop_grace"),
+                         "cgroup_fs", "log_cap_mb", "disk_check_interval", "stop_grace", "cache_dir",
+                         "cache_mb"),
     # Alone: its --no- twin widens the names of every flag in its panel.
     "Process executor, --isolation none": ("memory_limit",),
     "Simulation (--executor sim)": ("cells", "zones", "sim_start_delay", "sim_crash_rate"),

@@ -29,6 +29,7 @@ from common.procutil import write_ready_file
 from common.tls import INSECURE_WARNING
 
 from .api import create_app
+from .artifact_cache import ArtifactCache
 from .capacity import CapacityError, cell_capacity
 from .cell import CellConfig, RepCell
 from .executor import Executor
@@ -199,6 +200,10 @@ def build_host(
         executors.append(sim)
     # The cells' reports share one request per round (see HostLifecycleSender).
     reports = HostLifecycleSender(bbs, bbs_url)
+    # One cache for every cell of the host: a blob is fetched once however many of its cells start it.
+    cache = None if settings.executor == "sim" else ArtifactCache(
+        settings.cache_dir or Path(settings.data_dir) / "cache", settings.cache_mb * MIB,
+        bbs_client=bbs, bbs_url=bbs_url)
     for config in configs:
         if settings.executor == "sim":
             executor: Executor = executors[0]
@@ -211,6 +216,7 @@ def build_host(
                 memory_limit=settings.memory_limit,
                 log_cap_bytes=settings.log_cap_mb * MIB,
                 disk_check_interval_s=settings.disk_check_interval,
+                artifacts=cache,
             )
             executors.append(executor)
         cells.append(RepCell(config, executor, reports.for_cell(config.cell_id)))

@@ -55,9 +55,11 @@ import httpx
 from structlog.contextvars import bind_contextvars
 
 from common.models import HealthCheck, PortMapping, TaskCompletion
+from common.models.artifact import Artifact
 from common.procutil import free_port, signal_process, terminate_then_kill_async
 
 from .app_users import AppUser, NoAppUser
+from .artifact_cache import ArtifactCache, ArtifactError, describe
 from .cgroups import CellCgroups, limits_for
 from .disk_quota import DISKS, DiskQuotaError, LoopDisks, sweep_loop_disks
 from .disk_usage import DiskWatcher
@@ -129,8 +131,10 @@ class ProcessExecutor(Executor):
         process_grace_s: float = 1.0,
         log_cap_bytes: int = 10 * MIB,
         disk_check_interval_s: float = 2.0,
+        artifacts: ArtifactCache | None = None,
     ) -> None:
         self.isolation = isolation  # None: --isolation none
+        self.artifacts = artifacts  # the host's cache, shared by its cells (rep/artifact_cache.py)
         self._cgroups: CellCgroups | None = None
         self._disks: LoopDisks | None = isolation.disks if isolation is not None else None
         self._images = Path(data_dir) / DISKS / cell_id  # the images of its instances' filesystems
@@ -246,7 +250,11 @@ class ProcessExecutor(Executor):
                 own["PORT"] = str(ports[0].host_port)
             try:
                 await self._isolate(child, desired.memory_mb, desired.disk_mb)
+                await self._place_artifacts(child, desired.artifacts)
                 proc = await self._spawn(child, desired.command, self._env(child, desired.env, own))
+            except ArtifactError as exc:
+                listener.lrp_crashed(child.guid, str(exc))
+                return
             except START_ERRORS as exc:
                 listener.lrp_crashed(child.guid, f"failed to start: {exc}")
                 return
@@ -358,7 +366,13 @@ class ProcessExecutor(Executor):
             try:
                 await self._isolate(child, task.memory_mb, task.disk_mb)
                 env = self._env(child, task.env, {"TASK_GUID": task.task_guid, "CELL_ID": c.cell_id})
+                await self._place_artifacts(child, task.artifacts)
                 proc = await self._spawn(child, task.command, env)
+            except ArtifactError as exc:
+                listener.task_finished(
+                    TaskCompletion(task_guid=task.task_guid, failed=True, failure_reason=str(exc))
+                )
+                return
             except START_ERRORS as exc:
                 listener.task_finished(
                     TaskCompletion(
@@ -457,6 +471,8 @@ class ProcessExecutor(Executor):
         log, made root's), and only then the uid given back: nothing runs under it any more."""
         sandbox = child.sandbox
         self._disk.unwatch(child.guid)
+        if self.artifacts is not None:
+            self.artifacts.unpin(child.guid)
         emptied = True
         if sandbox.cgroup is not None:
             emptied = await sandbox.cgroup.kill()
@@ -499,6 +515,19 @@ class ProcessExecutor(Executor):
             stop = asyncio.create_task(self._terminate(child, child.proc, self.stop_grace_s))
             self._quota_stops.add(stop)
             stop.add_done_callback(self._quota_stops.discard)
+
+    # --- artifacts ----------------------------------------------------------------------------------
+
+    async def _place_artifacts(self, child: _Child, artifacts: list[Artifact]) -> None:
+        """Fetch through the host's cache and place each artifact at its dest before the command runs;
+        pinned for this instance until its release."""
+        if not artifacts:
+            return
+        if self.artifacts is None:
+            raise ArtifactError(f"{describe(artifacts[0])}: this rep has no artifact cache")
+        user = child.sandbox.user
+        owner = (user.uid, user.gid) if user is not None else None
+        await self.artifacts.place(child.guid, artifacts, child.sandbox.directory, owner)
 
     # --- spawning -----------------------------------------------------------------------------------
 

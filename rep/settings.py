@@ -122,6 +122,11 @@ class RepSettings(TLSOptions, RequestLimitOptions, BaseSettings):
     disk_check_interval: float = Field(default=2.0, gt=0, description="Measure every instance's directory "
                                        "against its disk_mb this often, s; also on exit.")
     data_dir: Path = Field(default=Path(".vendue"), description="Container directories.")
+    # Process executor: one content-addressed artifact cache for every cell of this host
+    # (rep/artifact_cache.py, docs/artifacts.md "The cell's cache").
+    cache_dir: Path | None = Field(default=None, description="Artifact cache (default: <data-dir>/cache).")
+    cache_mb: int = Field(default=10_240, ge=1, description="Artifact cache size, MB; least recently used "
+                          "blobs no running instance uses are evicted past it.")
     ready_file: Path | None = Field(default=None, description="Write {url, pid} here once serving.")
     http_timeout: float = Field(default=10.0, gt=0, description="Seconds per call to the BBS.")
     log_level: str = Field(default="info", description="debug, info, warning, error.")
