@@ -108,7 +108,9 @@ async def test_a_rep_cannot_answer_for_another_process_s_cell(server: NatsServer
             async def list_cells() -> list[CellPresence]:
                 return presences()
 
-            fetched = await NatsCellStateSource(auctioneer, list_cells, metrics, timeout=1.0).fetch()
+            # Long enough for every reply on a loaded machine: a forged one arriving after the fetch ended
+            # would not be counted.
+            fetched = await NatsCellStateSource(auctioneer, list_cells, metrics, timeout=3.0).fetch()
         finally:
             await auctioneer.close()
 
