@@ -131,9 +131,14 @@ def main() -> None:
     if not _needs_no_command(sys.argv):
         command = _command_name(sys.argv)
         if builds_models_on_first_use(command):
+            import os
+
             import common.models
 
             common.models.DEFER_BUILD = True
+            # pydantic looks for plugins (importlib.metadata's entry points, a tenth of a client command's
+            # start-up) when it builds the first model; a client command of ours runs none.
+            os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
         _register(command)
     # Named `vendue` however it was started (`python -m deploy.cli`): in usage lines, and for shell
     # completion, which reads its command line from _VENDUE_COMPLETE and COMP_WORDS.
