@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from common.models import DesiredLRP, HealthCheck, ModificationTag, PortMapping, Task, TaskCompletion
+from common.models import DesiredLRP, HealthCheck, ModificationTag, Task
 from common.models.artifact import Artifact
 from tests.support.artifact_server import Files, digest, serve_files
+from tests.support.executor_listener import Listener
 from tests.support.polling import eventually
 
 from .artifact_cache import ArtifactCache
@@ -28,22 +29,6 @@ NOW = datetime(2024, 1, 1, tzinfo=UTC)
 DEADLINE_S = 30.0
 SCRIPT = (b"#!/bin/sh\ncat app/lib/data.txt\necho changed > app/lib/data.txt && echo WROTE\n"
           b"echo new > app/lib/mine && echo ADDED\n")
-
-
-class Listener:
-    def __init__(self) -> None:
-        self.running: list[tuple[str, list[PortMapping]]] = []
-        self.crashed: list[tuple[str, str]] = []
-        self.finished: list[TaskCompletion] = []
-
-    def lrp_running(self, instance_guid: str, ports: list[PortMapping]) -> None:
-        self.running.append((instance_guid, ports))
-
-    def lrp_crashed(self, instance_guid: str, reason: str) -> None:
-        self.crashed.append((instance_guid, reason))
-
-    def task_finished(self, completion: TaskCompletion) -> None:
-        self.finished.append(completion)
 
 
 def app_tar() -> bytes:

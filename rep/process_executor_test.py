@@ -10,14 +10,15 @@ import shutil
 import signal
 import socket
 import subprocess
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
-from common.models import DesiredLRP, HealthCheck, ModificationTag, PortMapping, Task, TaskCompletion
+from common.models import DesiredLRP, HealthCheck, ModificationTag, Task, TaskCompletion
 from common.procutil import app_python, child_preexec, pid_alive
+from tests.support.executor_listener import Listener
 from tests.support.polling import eventually, finishes
 
 from .cgroups import limits_for
@@ -58,25 +59,6 @@ pathlib.Path("started").write_text("yes")
 while True:
     time.sleep(0.05)
 """
-
-
-class Listener:
-    def __init__(self, on_running: Callable[[str, list[PortMapping]], None] | None = None) -> None:
-        self.running: list[tuple[str, list[PortMapping]]] = []
-        self.crashed: list[tuple[str, str]] = []
-        self.finished: list[TaskCompletion] = []
-        self._on_running = on_running
-
-    def lrp_running(self, instance_guid: str, ports: list[PortMapping]) -> None:
-        if self._on_running is not None:
-            self._on_running(instance_guid, ports)
-        self.running.append((instance_guid, ports))
-
-    def lrp_crashed(self, instance_guid: str, reason: str) -> None:
-        self.crashed.append((instance_guid, reason))
-
-    def task_finished(self, completion: TaskCompletion) -> None:
-        self.finished.append(completion)
 
 
 def container(

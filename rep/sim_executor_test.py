@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 from datetime import UTC, datetime
 
-from common.models import DesiredLRP, ModificationTag, PortMapping, Task, TaskCompletion
+from common.models import DesiredLRP, ModificationTag, Task, TaskCompletion
+from tests.support.executor_listener import Listener
 from tests.support.polling import eventually
 
 from .executor import LRPContainer, TaskContainer
@@ -20,22 +21,6 @@ class Clock:
 
     def __call__(self) -> float:
         return self.now
-
-
-class Listener:
-    def __init__(self) -> None:
-        self.running: list[tuple[str, list[PortMapping]]] = []
-        self.crashed: list[tuple[str, str]] = []
-        self.finished: list[TaskCompletion] = []
-
-    def lrp_running(self, instance_guid: str, ports: list[PortMapping]) -> None:
-        self.running.append((instance_guid, ports))
-
-    def lrp_crashed(self, instance_guid: str, reason: str) -> None:
-        self.crashed.append((instance_guid, reason))
-
-    def task_finished(self, completion: TaskCompletion) -> None:
-        self.finished.append(completion)
 
 
 DESIRED = DesiredLRP(
