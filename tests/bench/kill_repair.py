@@ -22,7 +22,6 @@ import signal
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +32,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from deploy.cluster import LocalCluster  # noqa: E402
+from tests.support.polling import wait_for  # noqa: E402
 
 POLL_S = 0.02
 
@@ -52,16 +52,6 @@ def running(client: httpx.Client, cluster: LocalCluster, process_guid: str) -> i
                if a["state"] == "RUNNING" and a.get("presence", "ORDINARY") == "ORDINARY")
 
 
-def wait(condition: Callable[[], bool], timeout: float, what: str) -> float:
-    """Poll until `condition()`; the monotonic time it first held. Raises after `timeout`."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"expected {what} within {timeout:g}s")
-        time.sleep(POLL_S)
-    return time.monotonic()
-
-
 def desire(client: httpx.Client, cluster: LocalCluster, process_guid: str, instances: int) -> None:
     body = {"process_guid": process_guid, "instances": instances, "memory_mb": 16, "disk_mb": 16,
             "command": ["sleep", "infinity"]}
@@ -72,7 +62,8 @@ def desire(client: httpx.Client, cluster: LocalCluster, process_guid: str, insta
 
 def delete(client: httpx.Client, cluster: LocalCluster, process_guid: str, timeout: float) -> None:
     client.delete(f"{cluster.bbs_url}/v1/desired_lrps/{process_guid}", timeout=30.0)
-    wait(lambda: not states(client, cluster, process_guid), timeout, f"{process_guid}'s instances gone")
+    wait_for(lambda: not states(client, cluster, process_guid), timeout, f"{process_guid}'s instances gone",
+             interval=POLL_S)
 
 
 def claimed_on(client: httpx.Client, cluster: LocalCluster, process_guid: str) -> str:
@@ -89,17 +80,16 @@ def one_kill(client: httpx.Client, cluster: LocalCluster, component: str, proces
     victim = component
     desire(client, cluster, process_guid, instances)
     if component == "rep":
-        found: list[str] = []
-        wait(lambda: bool(found.append(claimed_on(client, cluster, process_guid)) or found[-1]), timeout,
-             "a cell claiming the app's instances")
-        victim = found[-1]
+        victim = wait_for(lambda: claimed_on(client, cluster, process_guid), timeout,
+                          "a cell claiming the app's instances", interval=POLL_S)
     killed_at = time.monotonic()
     cluster.kill(victim, signal.SIGKILL)
     before = running(client, cluster, process_guid) if component != "bbs" else None
     cluster.restart(victim, timeout=60.0)
     serving = time.monotonic() - killed_at
-    done = wait(lambda: running(client, cluster, process_guid) >= instances, timeout,
-                f"{instances} instances RUNNING after killing {victim}")
+    wait_for(lambda: running(client, cluster, process_guid) >= instances, timeout,
+             f"{instances} instances RUNNING after killing {victim}", interval=POLL_S)
+    done = time.monotonic()
     return {"killed": victim, "seconds_to_serving_again": round(serving, 3),
             "running_just_after_kill": before, "seconds_to_all_running": round(done - killed_at, 3)}
 
