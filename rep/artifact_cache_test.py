@@ -22,6 +22,7 @@ import pytest
 from common.models.artifact import Artifact
 from rep.artifact_cache import ArtifactCache, ArtifactError
 from tests.support.artifact_server import Files, digest, serve_files
+from tests.support.polling import eventually
 
 
 @pytest.fixture
@@ -276,10 +277,7 @@ async def test_a_start_stopped_mid_download_leaves_the_others_theirs(
     state.gate.clear()
     first = asyncio.create_task(cache.place("first", [art], tmp_path / "first"))
     second = asyncio.create_task(cache.place("second", [art], tmp_path / "second"))
-    deadline = asyncio.get_running_loop().time() + 10
-    while state.gets.get("/app.tgz") != 1:  # the download has begun
-        assert asyncio.get_running_loop().time() < deadline, f"no download began: {state.gets}"
-        await asyncio.sleep(0.01)
+    await eventually(lambda: state.gets.get("/app.tgz") == 1, 10, "the download begun", lambda: state.gets)
     first.cancel()
     state.gate.set()
     await asyncio.wait_for(second, 30)
