@@ -201,7 +201,9 @@ class ArtifactCache:
                     out.flush()
                     await asyncio.to_thread(os.fsync, out.fileno())
         except httpx.HTTPError as exc:
-            raise ArtifactError(f"{name}: unreachable ({type(exc).__name__}: {exc})") from exc
+            # An httpx error may quote the URL, whose query can be a presigned signature: never in a reason.
+            why = str(exc).replace(artifact.url, "<url>") if artifact.url else str(exc)
+            raise ArtifactError(f"{name}: unreachable ({type(exc).__name__}: {why})") from exc
         if "sha256:" + sha.hexdigest() != artifact.digest:
             raise ArtifactError(f"{name}: digest mismatch (got sha256:{sha.hexdigest()[:12]}…)")
         return size
