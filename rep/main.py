@@ -31,7 +31,7 @@ from common.tls import INSECURE_WARNING
 from .api import create_app
 from .artifact_cache import ArtifactCache
 from .capacity import CapacityError, cell_capacity
-from .cell import CellConfig, RepCell
+from .cell import CachedBlobs, CellConfig, RepCell
 from .executor import Executor
 from .fencing import FENCING_FILE, Fencing, lease_token_from
 from .host import HostLifecycleSender, RepHost
@@ -204,6 +204,7 @@ def build_host(
     cache = None if settings.executor == "sim" else ArtifactCache(
         settings.cache_dir or Path(settings.data_dir) / "cache", settings.cache_mb * MIB,
         bbs_client=bbs, bbs_url=bbs_url)
+    blobs = cache.recent if cache is not None else sim_blobs(settings.sim_cached_blobs)
     for config in configs:
         if settings.executor == "sim":
             executor: Executor = executors[0]
@@ -219,7 +220,7 @@ def build_host(
                 artifacts=cache,
             )
             executors.append(executor)
-        cells.append(RepCell(config, executor, reports.for_cell(config.cell_id)))
+        cells.append(RepCell(config, executor, reports.for_cell(config.cell_id), cached_blobs=blobs))
     return RepHost(
         cells,
         executors,
@@ -229,6 +230,13 @@ def build_host(
         presence_ttl_s=settings.presence_ttl,
         evacuation_timeout_s=settings.evacuation_timeout,
     )
+
+
+def sim_blobs(digests: list[str]) -> CachedBlobs:
+    """A sim host's stand-in for a cache: the digests given, once each, the first given as the most
+    recently used."""
+    held = list(dict.fromkeys(digests))
+    return lambda limit: held[:limit]
 
 
 def connect_nats(
