@@ -66,6 +66,7 @@ from .disk_usage import DiskWatcher
 from .executor import Executor, ExecutorListener, LRPContainer, TaskContainer
 from .isolation import TMP, Isolation, Sandbox, disown_instance_dir, make_instance_dir
 from .output_log import LOG_NAMES, OutputLog
+from .start_failure import describe_start_failure
 
 log = logging.getLogger("rep.process")
 
@@ -256,7 +257,8 @@ class ProcessExecutor(Executor):
                 listener.lrp_crashed(child.guid, str(exc))
                 return
             except START_ERRORS as exc:
-                listener.lrp_crashed(child.guid, f"failed to start: {exc}")
+                reason = describe_start_failure(exc, desired.command, child.sandbox.directory)
+                listener.lrp_crashed(child.guid, reason)
                 return
             self._watch_disk(child, desired.disk_mb)
             if child.stop_requested.is_set():
@@ -374,10 +376,9 @@ class ProcessExecutor(Executor):
                 )
                 return
             except START_ERRORS as exc:
+                reason = describe_start_failure(exc, task.command, child.sandbox.directory)
                 listener.task_finished(
-                    TaskCompletion(
-                        task_guid=task.task_guid, failed=True, failure_reason=f"failed to start: {exc}"
-                    )
+                    TaskCompletion(task_guid=task.task_guid, failed=True, failure_reason=reason)
                 )
                 return
             self._watch_disk(child, task.disk_mb)
