@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from .artifact_cache import CacheCounters
@@ -22,7 +22,7 @@ class CellCollector(Collector):
     def __init__(self, host: RepHost) -> None:
         self.host = host
 
-    def collect(self) -> Iterator[GaugeMetricFamily]:
+    def collect(self) -> Iterator[Metric]:
         available = GaugeMetricFamily(
             "vendue_rep_available", "What a cell has left", labels=["cell", "resource"]
         )
