@@ -207,7 +207,7 @@ def test_on_postgresql_one_replica_collects_what_nothing_names_and_keeps_what_th
         def collected(b: BBSProcess = bbs) -> bool:
             return expect(digest(loose) not in stored(b), f"stored: {sorted(stored(b))}")
 
-        wait_for(collected, 20.0, "the unreferenced blob collected after its grace, as either replica sees it")
+        wait_for(collected, 20.0, "the unreferenced blob collected after its grace, seen through either")
     # Past two more graces: the named one is still there, whole, through either replica.
     later = os.urandom(1000)
     with one.client(timeout=30) as http:
