@@ -14,8 +14,9 @@ Each round desires N instances (default 100) of, in turn (the order alternating 
 - `cold` (the first round only): the app from its artifact, no host holding it yet;
 - `warm`: the app from its artifact again, every host holding it;
 and measures the seconds from the desire until every instance is RUNNING, then deletes the app and waits
-until the BBS lists none of its instances. `downloaded_mb`: what the BBS sent (`vendue_blob_download_bytes_
-total`) during the run; target C x M (one download per host), never N x M.
+until the BBS lists none of its instances and no rep holds one (stopped, unmounted, removed).
+`downloaded_mb`: what the BBS sent (`vendue_blob_download_bytes_total`) during the run; target C x M (one
+download per host), never N x M.
 
 Then the BBS's resident memory during 10 concurrent downloads of a blob of 5 MB and of 50 MB (VmRSS
 sampled every 10 ms in the BBS process serving them; the growth over its RSS just before): target, no
@@ -124,8 +125,21 @@ def one_run(cluster: LocalCluster, guid: str, instances: int, blob: str | None,
             if time.monotonic() > deadline:
                 raise RuntimeError(f"{guid}: instances left {timeout:g}s after the delete")
             time.sleep(POLL_S)
+    wait_reps_hold_nothing(cluster, timeout)
     return {"seconds_to_all_running": round(seconds, 3), "cells": len(cells), "crashes": len(crashed),
             "downloaded_mb": round((downloaded_bytes(cluster) - sent_before) / MIB, 1)}
+
+
+def wait_reps_hold_nothing(cluster: LocalCluster, timeout: float) -> None:
+    """Until every rep holds no instance (each stopped, its mounts and filesystem gone): the next run starts
+    on idle cells, not beside the last one's teardown."""
+    deadline = time.monotonic() + timeout
+    for cell_id, rep in cluster.reps.items():
+        with cluster.http_client(base_url=rep.url, timeout=30.0) as client:
+            while client.get("/state", params={"lrps": "full", "cells": cell_id}).json()["cells"][0]["lrps"]:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"{cell_id}: instances held {timeout:g}s after the delete")
+                time.sleep(POLL_S)
 
 
 def rss_mb(pid: int) -> float:

@@ -27,7 +27,7 @@ from common.procutil import app_python
 from common.tls import TLSFiles, client_context, init_ca, issue
 from tests.support.artifact_server import Files, digest, serve_files
 
-from .conftest import APP_SOURCE, E2ECluster, Unmet, brief, expect, wait_all_running, wait_for
+from .conftest import APP_SOURCE, E2ECluster, Unmet, all_running, brief, expect, wait_all_running, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -255,3 +255,44 @@ def test_a_rep_killed_mid_download_downloads_again_at_its_next_start_and_verifie
     assert held.name == digest(data).removeprefix("sha256:")
     assert (held / "padding.bin").stat().st_size == 4 * MIB
     assert rep_metric(c, cell, "vendue_artifact_cache_downloaded_bytes_total") == len(data)
+
+
+def test_a_rep_killed_with_artifacts_mounted_unmounts_them_at_its_next_start(
+    make_cluster: Callable[..., E2ECluster],
+) -> None:
+    """Where an instance's directory is a filesystem of its own, its artifact is a read-only bind mount of
+    the host's cache: a `kill -9` of the rep leaves it mounted; the next start unmounts it with the rest."""
+    from rep.disk_quota import mounts_under
+
+    c = make_cluster(cells=1, zones=1)
+    assert c.bbs is not None
+    blob = upload(c, app_tar(padding=4096))
+    guid = c.guid("mounted")
+    c.bbs.desire(guid, 1, command=APP_COMMAND, artifacts=[{"digest": blob, "dest": "app"}])
+    [actual] = wait_all_running(c.bbs, guid, 1, timeout=60.0).values()
+    [cell] = c.reps
+    held = {lrp["instance_guid"]: lrp for lrp in c.rep_state(cell)["lrps"]}
+    directory = Path(os.readlink(f"/proc/{held[actual['instance_guid']]['pid']}/cwd"))
+    if not os.path.ismount(directory):
+        pytest.skip("instances' directories are not filesystems of their own here: hard links, no mounts")
+    assert mounts_under(directory) == [directory / "app"], mounts_under(directory)
+    with pytest.raises(OSError):
+        (directory / "app" / "app.py").write_text("changed")
+
+    c.lc.kill(cell)
+    assert mounts_under(directory) == [directory / "app"], "left mounted by the killed rep"
+    c.lc.restart(cell)
+    wait_for(lambda: expect(not os.path.ismount(directory) and not mounts_under(directory),
+                            f"still mounted: {mounts_under(directory)}"),
+             30.0, "the restarted rep to unmount what its previous run left")
+
+    def running_anew() -> dict:
+        assert c.bbs is not None
+        [now] = all_running(c.bbs, guid, 1).values()
+        if now["instance_guid"] == actual["instance_guid"]:
+            raise Unmet(f"still the old instance: {brief([now])}")
+        return now
+
+    wait_for(running_anew, 60.0, "the app running again from the cached artifact, a new instance")
+    assert rep_metric(c, cell, "vendue_artifact_cache_hits_total") >= 1, "the blob kept across the restart"
+    assert rep_metric(c, cell, "vendue_artifact_cache_downloaded_bytes_total") == 0, "and not fetched again"
