@@ -144,8 +144,20 @@ def hostile_archives() -> dict[str, bytes]:
         info = zipfile.ZipInfo("evil")
         info.external_attr = (0o120777 << 16)
         z.writestr(info, "../../outside")
+    zdev, zabslink = io.BytesIO(), io.BytesIO()
+    with zipfile.ZipFile(zdev, "w") as z:
+        info = zipfile.ZipInfo("null")
+        info.external_attr = (0o020666 << 16)  # a character device
+        z.writestr(info, "")
+    with zipfile.ZipFile(zabslink, "w") as z:
+        info = zipfile.ZipInfo("deep/evil")
+        info.external_attr = (0o120777 << 16)
+        z.writestr(info, "/etc/passwd")
     return {
         "tar-dotdot": tar_of([file_info("../x")], {"../x": b"x"}),
+        "tar-nested-dotdot": tar_of([file_info("a/../../x")], {"a/../../x": b"x"}),
+        "zip-device": zdev.getvalue(),
+        "zip-absolute-symlink": zabslink.getvalue(),
         "tar-absolute": tar_of([file_info("/etc/x")], {"/etc/x": b"x"}, gz=True),
         "tar-symlink-out": tar_of([link_out]),
         "tar-absolute-symlink": tar_of([abs_link]),
