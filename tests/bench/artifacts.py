@@ -118,7 +118,7 @@ def one_run(cluster: LocalCluster, guid: str, instances: int, blob: str | None,
             time.sleep(POLL_S)
         seconds = time.perf_counter() - started
         listed = bbs.get("/v1/actual_lrps", params={"process_guid": guid}).json()["items"]
-        cells = {a["cell_id"] for a in listed}
+        cells = {a["cell_id"] for a in listed if a["state"] == "RUNNING"}
         bbs.delete(f"/v1/desired_lrps/{guid}").raise_for_status()
         deadline = time.monotonic() + timeout
         while bbs.get("/v1/actual_lrps", params={"process_guid": guid}).json()["items"]:
