@@ -32,6 +32,7 @@ from .api import create_app
 from .artifact_cache import ArtifactCache
 from .capacity import CapacityError, cell_capacity
 from .cell import CachedBlobs, CellConfig, RepCell
+from .config_check import artifact_ca_problem
 from .executor import Executor
 from .fencing import FENCING_FILE, Fencing, lease_token_from
 from .host import HostLifecycleSender, RepHost
@@ -200,10 +201,12 @@ def build_host(
         executors.append(sim)
     # The cells' reports share one request per round (see HostLifecycleSender).
     reports = HostLifecycleSender(bbs, bbs_url)
+    if (problem := artifact_ca_problem(settings)) is not None:
+        raise ConfigError(problem)
     # One cache for every cell of the host: a blob is fetched once however many of its cells start it.
     cache = None if settings.executor == "sim" else ArtifactCache(
         settings.cache_dir or Path(settings.data_dir) / "cache", settings.cache_mb * MIB,
-        bbs_client=bbs, bbs_url=bbs_url)
+        bbs_client=bbs, bbs_url=bbs_url, url_ca=settings.artifact_ca)
     blobs = cache.recent if cache is not None else sim_blobs(settings.sim_cached_blobs)
     for config in configs:
         if settings.executor == "sim":

@@ -59,7 +59,7 @@ from common.models.artifact import Artifact
 from common.procutil import free_port, signal_process, terminate_then_kill_async
 
 from .app_users import AppUser, NoAppUser
-from .artifact_cache import ArtifactCache, ArtifactError, describe
+from .artifact_cache import ArtifactCache, ArtifactError, describe, unbind
 from .cgroups import CellCgroups, limits_for
 from .disk_quota import DISKS, DiskQuotaError, LoopDisks, sweep_loop_disks
 from .disk_usage import DiskWatcher
@@ -472,14 +472,20 @@ class ProcessExecutor(Executor):
         log, made root's), and only then the uid given back: nothing runs under it any more."""
         sandbox = child.sandbox
         self._disk.unwatch(child.guid)
-        if self.artifacts is not None:
-            self.artifacts.unpin(child.guid)
         emptied = True
         if sandbox.cgroup is not None:
             emptied = await sandbox.cgroup.kill()
             if self._cgroups is not None:
                 self._cgroups.released(child.guid)
         await child.close_output()
+        if sandbox.disk_image is not None:
+            try:  # the artifacts' bind mounts, before the filesystem they sit on
+                await asyncio.to_thread(unbind, sandbox.directory)
+            except OSError as exc:  # its filesystem's unmount falls back to a lazy one, taking them too
+                log.error("an instance's artifact mounts could not be unmounted",
+                          extra={"data": {"dir": str(sandbox.directory), "error": str(exc)}})
+        if self.artifacts is not None:  # only now may the cache evict what the instance had mounted
+            self.artifacts.unpin(child.guid)
         if sandbox.disk_image is not None and self._disks is not None:
             await asyncio.to_thread(_remove_disk_dir, self._disks, sandbox.disk_image, sandbox.directory,
                                     sandbox.under_fd, keep_log)
@@ -528,7 +534,10 @@ class ProcessExecutor(Executor):
             raise ArtifactError(f"{describe(artifacts[0])}: this rep has no artifact cache")
         user = child.sandbox.user
         owner = (user.uid, user.gid) if user is not None else None
-        await self.artifacts.place(child.guid, artifacts, child.sandbox.directory, owner)
+        # A directory that is a filesystem of its own cannot take hard links to the cache: read-only bind
+        # mounts, not a copy per instance (docs/artifacts.md, "The instance cannot change the cached copy").
+        bind = child.sandbox.disk_image is not None
+        await self.artifacts.place(child.guid, artifacts, child.sandbox.directory, owner, bind=bind)
 
     # --- spawning -----------------------------------------------------------------------------------
 

@@ -133,6 +133,8 @@ class RepSettings(TLSOptions, RequestLimitOptions, BaseSettings):
     cache_dir: Path | None = Field(default=None, description="Artifact cache (default: <data-dir>/cache).")
     cache_mb: int = Field(default=10_240, ge=1, description="Artifact cache size, MB; least recently used "
                           "blobs no running instance uses are evicted past it.")
+    artifact_ca: Path | None = Field(default=None, description="A CA bundle (PEM) trusted, beside the "
+                                     "system's, for artifacts fetched from https URLs.")
     ready_file: Path | None = Field(default=None, description="Write {url, pid} here once serving.")
     http_timeout: float = Field(default=10.0, gt=0, description="Seconds per call to the BBS.")
     log_level: str = Field(default="info", description="debug, info, warning, error.")
