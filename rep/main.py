@@ -34,6 +34,7 @@ from .capacity import CapacityError, cell_capacity
 from .cell import CellConfig, RepCell
 from .executor import Executor
 from .fencing import FENCING_FILE, Fencing, lease_token_from
+from .health_monitor import HealthMonitor
 from .host import HostLifecycleSender, RepHost
 from .isolation import NONE_WARNING, Isolation, IsolationError, instances_dir_of, prepare_isolation
 from .process_executor import MIB, ProcessExecutor
@@ -204,6 +205,7 @@ def build_host(
     cache = None if settings.executor == "sim" else ArtifactCache(
         settings.cache_dir or Path(settings.data_dir) / "cache", settings.cache_mb * MIB,
         bbs_client=bbs, bbs_url=bbs_url)
+    health = HealthMonitor()  # one scheduler for every instance of the host (rep/health_monitor.py)
     for config in configs:
         if settings.executor == "sim":
             executor: Executor = executors[0]
@@ -217,6 +219,7 @@ def build_host(
                 log_cap_bytes=settings.log_cap_mb * MIB,
                 disk_check_interval_s=settings.disk_check_interval,
                 artifacts=cache,
+                health=health,
             )
             executors.append(executor)
         cells.append(RepCell(config, executor, reports.for_cell(config.cell_id)))
