@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from tests.support.rep_host import desired, make_host
 
+from .health_monitor import HealthMonitor
 from .metrics import metrics_registry, render
 
 
@@ -33,4 +34,17 @@ def test_metrics_count_what_each_cell_holds_by_state() -> None:
         'ContainerCount{cell="c0"} 2.0',
         'ContainerCount{cell="c1"} 0.0',
     ):
+        assert line in text, line
+
+
+def test_metrics_count_the_health_checks_of_the_hosts_one_monitor() -> None:
+    host, executor = make_host(["c0", "c1"], memory_mb=4096)
+    monitor = HealthMonitor()
+    monitor.checks, monitor.inconclusive = 7, 2
+    executor.health = monitor  # type: ignore[attr-defined]  # as every ProcessExecutor of a rep shares it
+
+    text = render(metrics_registry(host)).decode()
+
+    for line in ("vendue_rep_health_watched 0.0", "vendue_rep_health_checks_total 7.0",
+                 "vendue_rep_health_checks_inconclusive_total 2.0"):
         assert line in text, line
