@@ -66,7 +66,7 @@ from .cgroups import CellCgroups, limits_for
 from .disk_quota import DISKS, DiskQuotaError, LoopDisks, sweep_loop_disks
 from .disk_usage import DiskWatcher
 from .executor import Executor, ExecutorListener, LRPContainer, TaskContainer
-from .health_monitor import INCONCLUSIVE, HealthMonitor, Target, check_once
+from .health_monitor import HealthMonitor, Target, check_once
 from .isolation import TMP, Isolation, Sandbox, disown_instance_dir, make_instance_dir
 from .output_log import LOG_NAMES, OutputLog
 
@@ -346,7 +346,9 @@ class ProcessExecutor(Executor):
     def _stop_unhealthy(self, child: _Child, reason: str) -> None:
         """The health monitor's verdict: stop the instance as a stop would; its runner then sees it end and
         reports the crash with the reason. An instance that has already exited reports its exit instead."""
-        if reason == INCONCLUSIVE or child.proc is None or child.proc.returncode is not None:
+        if child.proc is None or child.proc.returncode is not None:
+            return
+        if child.stop_requested.is_set():  # being stopped anyway: a stop, not a crash
             return
         log.info("health check failed", extra={"data": {"reason": reason}})
         child.health_failure = f"health check failed: {reason}"
