@@ -210,7 +210,9 @@ def connect(connection: Connection) -> Iterator[BBSClient]:
 # The wire fields the client commands set through a parameter of another name (the others: the same name).
 WIRE_FIELD_PARAMS = {
     "process_guid": "name", "task_guid": "name", "placement_tags": "tags", "health_check.path": "health_path",
-    "health_check": "health", "artifacts": "artifact",
+    "health_check": "health", "artifacts": "artifact", "health_check.interval_s": "health_interval",
+    "health_check.invocation_timeout_s": "health_timeout",
+    "health_check.failure_threshold": "health_threshold", "health_check.timeout_s": "health_start_timeout",
 }
 
 
@@ -313,6 +315,18 @@ def push(
     health_path: Annotated[
         str | None, typer.Option("--health-path", help="Path of the http health check.")
     ] = None,
+    health_interval: Annotated[
+        float | None, typer.Option("--health-interval", help="Seconds between checks once running (30).")
+    ] = None,
+    health_timeout: Annotated[
+        float | None, typer.Option("--health-timeout", help="Seconds one check may take (1).")
+    ] = None,
+    health_threshold: Annotated[
+        int | None, typer.Option("--health-threshold", help="Failed checks in a row that crash it (1).")
+    ] = None,
+    health_start_timeout: Annotated[
+        float | None, typer.Option("--health-start-timeout", help="Seconds to pass the first check (60).")
+    ] = None,
     env: Annotated[list[str] | None, typer.Option("--env", "-e", help="NAME=VALUE (repeatable).")] = None,
     domain: Annotated[str | None, typer.Option("--domain", help="Domain the app belongs to.")] = None,
     on_cell_loss: OnCellLossOption = None,
@@ -344,11 +358,11 @@ def push(
         fields["ports"] = list(ports)
     if env:
         fields["env"] = parse_env(env)
-    if health is not None or health_path is not None:
-        check: dict[str, Any] = {"type": health or "port"}
-        if health_path is not None:
-            check["path"] = health_path
-        fields["health_check"] = check
+    check = {"path": health_path, "interval_s": health_interval, "invocation_timeout_s": health_timeout,
+             "failure_threshold": health_threshold, "timeout_s": health_start_timeout}
+    if health is not None or any(v is not None for v in check.values()):
+        given = {k: v for k, v in check.items() if v is not None}
+        fields["health_check"] = {"type": health or "port"} | given
     with code_artifacts(path, artifact) as code, connect(connection) as client:
         if code.artifacts:
             fields["artifacts"] = code.artifacts
