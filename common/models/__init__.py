@@ -100,6 +100,7 @@ if TYPE_CHECKING:
     from .lease import Lease, LeaseRequest
     from .lifecycle import (
         CellLifecycle,
+        ClaimedInstance,
         CrashReport,
         HostLifecycle,
         HostLifecycleResult,
@@ -186,8 +187,8 @@ _NAMES_BY_MODULE: dict[str, tuple[str, ...]] = {
     ),
     "lease": ("Lease", "LeaseRequest"),
     "lifecycle": (
-        "CellLifecycle", "CrashReport", "HostLifecycle", "HostLifecycleResult", "InstanceRef",
-        "LifecycleResult", "RunningInstanceReport", "TaskCompletion",
+        "CellLifecycle", "ClaimedInstance", "CrashReport", "HostLifecycle", "HostLifecycleResult",
+        "InstanceRef", "LifecycleResult", "RunningInstanceReport", "TaskCompletion",
     ),
     "rebalance": ("RebalanceMove", "RebalancePlan", "RebalanceRequest", "RebalanceStatus"),
     "rep_api": (
