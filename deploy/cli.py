@@ -83,6 +83,7 @@ COMMAND_MODULES: dict[str, str] = {
         ("push", "scale", "delete", "apps", "instances", "task", "tasks"), "deploy.client_cmd"
     ),
     "events": "deploy.events_cmd",
+    "logs": "deploy.logs_cmd",
     "cells": "deploy.cells_cmd",  # `cells` itself is in deploy.client_cmd, which it imports
     "rebalance": "deploy.rebalance_cmd",
 }
@@ -91,7 +92,7 @@ COMMAND_MODULES: dict[str, str] = {
 # The commands that only talk to the BBS (no server in this process): their wire models are built as they
 # are first used (common.models.DEFER_BUILD), a few of them, not the hundred.
 CLIENT_MODULES = frozenset({"deploy.client_cmd", "deploy.cells_cmd", "deploy.events_cmd", "deploy.why_cmd",
-                            "deploy.rebalance_cmd", "deploy.tokens_cmd"})
+                            "deploy.rebalance_cmd", "deploy.tokens_cmd", "deploy.logs_cmd"})
 
 
 def builds_models_on_first_use(command: str | None) -> bool:
