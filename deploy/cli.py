@@ -15,7 +15,7 @@ HELP_PANELS: dict[str, tuple[str, ...]] = {
     "Components": ("bbs", "auctioneer", "rep"),
     "Apps and tasks": ("push", "scale", "delete", "apps", "instances", "task", "tasks"),
     "Cells": ("cells", "rebalance"),
-    "Observe": ("events", "why", "dashboard"),
+    "Observe": ("events", "logs", "why", "dashboard"),
     "Security": ("certs", "tokens"),
     "Simulation": ("simulate",),
 }
