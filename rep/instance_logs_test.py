@@ -31,7 +31,9 @@ async def lines_of(book: LogBook, query: LogQuery) -> list[tuple[str, str, str]]
     return [(origin.guid, record.stream, record.text.decode()) for origin, record in entries]
 
 
-async def test_history_merges_instances_in_time_order_with_every_filter(tmp_path: Path, book: LogBook) -> None:
+async def test_history_merges_instances_in_time_order_with_every_filter(
+    tmp_path: Path, book: LogBook
+) -> None:
     pipes = {}
     outputs = []
     for guid, index in (("a", 0), ("b", 1)):
@@ -47,13 +49,14 @@ async def test_history_merges_instances_in_time_order_with_every_filter(tmp_path
     for guid, which, data in order:
         os.write(pipes[guid][which], data)
         count += 1
-        await eventually(lambda: sum(len(parse(o.snapshot())) for o in outputs) == count, DEADLINE_S,
-                         f"{count} records written", lambda: [o.snapshot() for o in outputs])
+        await eventually(lambda n=count: sum(len(parse(o.snapshot())) for o in outputs) == n,  # type: ignore[misc]
+                         DEADLINE_S, f"{count} records written", lambda: [o.snapshot() for o in outputs])
     everything = await lines_of(book, LogQuery(process_guid="web"))
     assert everything == [("a", "o", "a1"), ("b", "o", "b1"), ("a", "e", "a-err"), ("b", "o", "b2"),
                           ("a", "o", "a2")], "merged in the order printed"
     assert await lines_of(book, LogQuery(process_guid="web", recent=2)) == everything[-2:]
-    assert await lines_of(book, LogQuery(process_guid="web", index=1)) == [e for e in everything if e[0] == "b"]
+    only_b = [e for e in everything if e[0] == "b"]
+    assert await lines_of(book, LogQuery(process_guid="web", index=1)) == only_b
     assert await lines_of(book, LogQuery(process_guid="web", stream=STDERR)) == [("a", "e", "a-err")]
     assert await lines_of(book, LogQuery(process_guid="web", stream=STDOUT, recent=1)) == [("a", "o", "a2")]
     entries, _ = history(book.sources(LogQuery(process_guid="web")), LogQuery(process_guid="web"))
@@ -128,7 +131,8 @@ async def test_a_follower_hears_new_records_and_is_dropped_when_it_falls_behind(
     # Its reader stops reading: past max_bytes it is dropped, and what it held is freed at once.
     for _ in range(100):
         os.write(out, b"x" * 100 + b"\n")
-    await eventually(lambda: follower.dropped, DEADLINE_S, "the follower dropped", lambda: follower.pending_bytes)
+    await eventually(lambda: follower.dropped, DEADLINE_S, "the follower dropped",
+                     lambda: follower.pending_bytes)
     assert follower.pending_bytes == 0
     for _ in range(10):
         os.write(out, b"y" * 1000 + b"\n")

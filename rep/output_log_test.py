@@ -185,7 +185,8 @@ async def test_the_log_is_written_only_through_what_the_rep_created(tmp_path: Pa
     assert secret.read_text() == "SECRET"
     assert not (directory / LOG_NAME).is_symlink()
     assert [r.text for r in parse((directory / LOG_NAME).read_bytes())] == [b"c" * 50]
-    assert output.tail(1000) == "b" * 50 + "\n" + "c" * 50 + "\n", "the tail comes from the rep's own descriptors"
+    assert output.tail(1000) == "b" * 50 + "\n" + "c" * 50 + "\n", (
+        "the tail comes from the rep's own descriptors")
     output.close()
 
 
