@@ -295,9 +295,15 @@ def push(
     disk_mb: Annotated[int, typer.Option("--disk", "-d", help="Disk per instance, MB.")] = 1024,
     stack: Annotated[str | None, typer.Option("--stack", help="Required stack (rootfs).")] = None,
     tags: Annotated[list[str] | None, typer.Option("--tag", help="Placement tag (repeatable).")] = None,
-    strategy: Annotated[
-        str | None, typer.Option("--strategy", help="Placement strategy for this app.")
-    ] = None,
+    strategy: Annotated[str | None, typer.Option(
+        "--strategy", help="How a change of an existing app rolls out: rolling (the default) or canary (one "
+        "new instance, then a pause until `vendue rollout resume`); or the app's placement strategy "
+        "(diego, binpack, ...).")] = None,
+    max_in_flight: Annotated[str, typer.Option(
+        "--max-in-flight", help="A change rolls out this many instances at once: N or N% of them.")] = "1",
+    rollback: Annotated[bool, typer.Option(
+        "--rollback/--no-rollback", help="A new version that fails rolls back (else the rollout pauses).")
+    ] = True,
     ports: Annotated[
         list[int] | None, typer.Option("--port", help="Container port (repeatable; default 8080).")
     ] = None,
@@ -310,10 +316,12 @@ def push(
     env: Annotated[list[str] | None, typer.Option("--env", "-e", help="NAME=VALUE (repeatable).")] = None,
     domain: Annotated[str | None, typer.Option("--domain", help="Domain the app belongs to.")] = None,
     on_cell_loss: OnCellLossOption = None,
-    wait: Annotated[bool, typer.Option("--wait", help="Wait until every instance runs.")] = False,
-    timeout: Annotated[
-        float, typer.Option("--timeout", help="With --wait: give up after this many seconds.")
-    ] = 60.0,
+    wait: Annotated[bool | None, typer.Option(
+        "--wait/--no-wait", help="A new app: wait until every instance runs (default: no). An existing "
+        "app: wait until its rollout ends, exit 1 if it failed (default: yes).", show_default=False)] = None,
+    timeout: Annotated[float | None, typer.Option(
+        "--timeout", help="Give up waiting after this many seconds (default: 60 for a new app, none for "
+        "a rollout, which ends by itself).")] = None,
     connection: Connection = Connection(),
     as_json: AsJson = False,
 ) -> None:
@@ -321,10 +329,17 @@ def push(
     from common.models import DesiredLRPCreate
 
     from .bbs_client import Conflict
+    from .push_update import parse_max_in_flight, push_existing, rollout_strategy
 
     if not command:
         fail("command: give the command to run after `--`, e.g. `vendue push web -- python3 app.py`",
              USAGE_ERROR)
+    try:
+        in_flight = parse_max_in_flight(max_in_flight)
+    except ValueError as exc:
+        fail(f"--max-in-flight: {exc}", USAGE_ERROR)
+    rolls = strategy if strategy in ("rolling", "canary") else "rolling"
+    strategy = None if strategy in ("rolling", "canary") else strategy
     fields: dict[str, Any] = {"process_guid": name, "instances": instances, "memory_mb": memory_mb,
                               "disk_mb": disk_mb, "command": list(command)}
     optional = {"stack": stack, "strategy": strategy, "domain": domain, "on_cell_loss": on_cell_loss}
@@ -344,10 +359,12 @@ def push(
     with connect(connection) as client:
         try:
             desired = client.desire_lrp(lrp)
-        except Conflict:
-            fail(f"app {name!r} already exists (change it with `vendue scale`, or `vendue delete` it first)")
+        except Conflict:  # an app that exists is changed: a rolling update (deploy/push_update.py)
+            push_existing(client, lrp, rollout_strategy(in_flight, rollback, rolls), wait=wait is not False,
+                          timeout=timeout, as_json=as_json)
+            return
         if wait:
-            _wait_running(client, name, desired.instances, timeout)
+            _wait_running(client, name, desired.instances, 60.0 if timeout is None else timeout)
     if as_json:
         print_json(desired.model_dump(mode="json"))
         return
