@@ -64,11 +64,15 @@ class FakeBBS:
         return DesiredLRP.model_validate(self.apps[guid])
 
     def desire_lrp(self, lrp: DesiredLRPCreate) -> DesiredLRP:
+        from deploy.bbs_client import Conflict
+
         self.calls.append(("create", lrp.process_guid))
+        if lrp.process_guid in self.apps:
+            raise Conflict(f"POST /v1/desired_lrps: 409 {lrp.process_guid} exists", 409)
         wire = {**lrp.model_dump(mode="json"), "created_at": _now(),
                 "modification_tag": {"epoch": "e", "index": 0}, "version": 1}
         self.apps[lrp.process_guid] = wire
-        self.versions[lrp.process_guid] = [wire]
+        self.versions[lrp.process_guid] = [dict(wire)]
         return DesiredLRP.model_validate(wire)
 
     def update_desired_lrp(self, guid: str, update: Any) -> DesiredLRP:
