@@ -104,8 +104,11 @@ def progress_bar(guid: str, *, show: bool) -> Iterator[Callable[[Mapping[str, An
 def follow(client: RolloutReader, guid: str, rollout: Mapping[str, Any], *, timeout: float | None,
            show_progress: bool) -> Outcome:
     """Wait for `rollout` to end, drawing its progress on a terminal."""
+    from .bbs_client import BBSUnreachable
+
     with progress_bar(guid, show=show_progress) as update:
-        return wait_rollout(client, guid, rollout, timeout=timeout, on_progress=update)
+        return wait_rollout(client, guid, rollout, timeout=timeout, on_progress=update,
+                            transient=(BBSUnreachable,))
 
 
 def describe_change(change: Change) -> str:

@@ -21,6 +21,9 @@ POLL_S = 0.5
 # A failed rollout may show `paused` a moment before the BBS starts rolling it back (auto_revert): so long,
 # a pause that is no canary's is waited out before it is reported.
 REVERT_GRACE_S = 5.0
+# The BBS may restart (or fail over) while a rollout runs: its state survives, so the wait goes on through
+# so long a silence.
+UNREACHABLE_GIVE_UP_S = 30.0
 ENDED = frozenset({"completed", "failed", "rolled_back"})
 
 
@@ -93,16 +96,25 @@ def wait_rollout(
     poll_s: float = POLL_S,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
+    transient: tuple[type[Exception], ...] = (),
 ) -> Outcome:
     """Follow `started` (the rollout the BBS answered a change with) until it ends, pauses, or `timeout`
-    seconds pass (None: until it ends; a rollout ends by itself, failing what does not get healthy)."""
+    seconds pass (None: until it ends; a rollout ends by itself, failing what does not get healthy).
+    `transient`: the errors of a BBS that is away for a moment (re-raised after UNREACHABLE_GIVE_UP_S)."""
     deadline = None if timeout is None else clock() + timeout
     ours: Mapping[str, Any] = started
     rolling_back_from: int | None = None
     seen: Mapping[str, Any] = started
     paused_since: float | None = None
+    answered = clock()
     while True:
-        latest = client.get_rollout(guid)
+        try:
+            latest = client.get_rollout(guid)
+            answered = clock()
+        except transient:
+            if clock() - answered >= UNREACHABLE_GIVE_UP_S:
+                raise
+            latest = None
         if latest is not None:
             if _same_rollout(latest, ours):
                 seen = latest

@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from .cli_style import FAILURE
-from .rollout_wait import REVERT_GRACE_S, wait_rollout
+from .rollout_wait import REVERT_GRACE_S, UNREACHABLE_GIVE_UP_S, wait_rollout
 
 STARTED = {"process_guid": "web", "kind": "update", "from_version": 1, "to_version": 2, "state": "running",
            "done": 0, "total": 3, "max_in_flight": 1, "auto_revert": True, "canary": False, "reason": None,
@@ -21,7 +21,7 @@ def later(**changes: Any) -> dict[str, Any]:
 class Script:
     """get_rollout() answers these in turn (the last one for good); a clock that the sleeps advance."""
 
-    def __init__(self, answers: Iterable[dict[str, Any] | None]) -> None:
+    def __init__(self, answers: Iterable[dict[str, Any] | Exception | None]) -> None:
         self.answers = list(answers)
         self.now = 0.0
         self.asked = 0
@@ -29,7 +29,10 @@ class Script:
     def get_rollout(self, guid: str) -> dict[str, Any] | None:
         assert guid == "web"
         self.asked += 1
-        return self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]
+        answer = self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
 
     def sleep(self, seconds: float) -> None:
         self.now += seconds
@@ -117,3 +120,17 @@ def test_a_restart_and_an_undo_say_what_they_did() -> None:
     undo = later(kind="rollback", from_version=2, to_version=1)
     outcome, _ = Script([undo | {"state": "completed", "done": 3}]).follow(undo)
     assert outcome.message == "web: rolled back to version 1 (3/3 instance(s))"
+
+
+def test_a_bbs_away_for_a_moment_is_waited_out_and_one_gone_for_good_is_not() -> None:
+    away = ConnectionError("refused")
+    outcome, _ = Script([later(done=1), away, away, later(state="completed", done=3)]).follow(
+        transient=(ConnectionError,))
+    assert outcome.code == 0
+    script = Script([later(done=1), away])
+    try:
+        script.follow(transient=(ConnectionError,))
+    except ConnectionError:
+        assert script.now >= UNREACHABLE_GIVE_UP_S
+    else:
+        raise AssertionError("expected the wait to give up on a BBS gone for good")
