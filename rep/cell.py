@@ -330,7 +330,7 @@ class RepCell:
         self._used_memory += desired.memory_mb
         self._used_disk += desired.disk_mb
         self._empty.clear()
-        self.outbox.claimed(Ref(process_guid, index, guid))
+        self.outbox.claimed(Ref(process_guid, index, guid, desired.version))
         self.executor.start_lrp(LRPContainer(self.config.cell_id, guid, index, desired), self)
 
     def _stopping(self, held: HeldInstance) -> None:
