@@ -31,7 +31,8 @@ from common.tls import INSECURE_WARNING
 from .api import create_app
 from .artifact_cache import ArtifactCache
 from .capacity import CapacityError, cell_capacity
-from .cell import CellConfig, RepCell
+from .cell import CachedBlobs, CellConfig, RepCell
+from .config_check import artifact_ca_problem
 from .executor import Executor
 from .fencing import FENCING_FILE, Fencing, lease_token_from
 from .health_monitor import HealthMonitor
@@ -201,10 +202,13 @@ def build_host(
         executors.append(sim)
     # The cells' reports share one request per round (see HostLifecycleSender).
     reports = HostLifecycleSender(bbs, bbs_url)
+    if (problem := artifact_ca_problem(settings)) is not None:
+        raise ConfigError(problem)
     # One cache for every cell of the host: a blob is fetched once however many of its cells start it.
     cache = None if settings.executor == "sim" else ArtifactCache(
         settings.cache_dir or Path(settings.data_dir) / "cache", settings.cache_mb * MIB,
-        bbs_client=bbs, bbs_url=bbs_url)
+        bbs_client=bbs, bbs_url=bbs_url, url_ca=settings.artifact_ca)
+    blobs = cache.recent if cache is not None else sim_blobs(settings.sim_cached_blobs)
     health = HealthMonitor()  # one scheduler for every instance of the host (rep/health_monitor.py)
     for config in configs:
         if settings.executor == "sim":
@@ -222,7 +226,7 @@ def build_host(
                 health=health,
             )
             executors.append(executor)
-        cells.append(RepCell(config, executor, reports.for_cell(config.cell_id)))
+        cells.append(RepCell(config, executor, reports.for_cell(config.cell_id), cached_blobs=blobs))
     return RepHost(
         cells,
         executors,
@@ -232,6 +236,13 @@ def build_host(
         presence_ttl_s=settings.presence_ttl,
         evacuation_timeout_s=settings.evacuation_timeout,
     )
+
+
+def sim_blobs(digests: list[str]) -> CachedBlobs:
+    """A sim host's stand-in for a cache: the digests given, once each, the first given as the most
+    recently used."""
+    held = list(dict.fromkeys(digests))
+    return lambda limit: held[:limit]
 
 
 def connect_nats(

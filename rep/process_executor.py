@@ -3,7 +3,8 @@
 Each container is a directory (tasks: `task-<task_guid>`): isolated, `<instances-dir>/<rep-key>/<cell_id>/
 <instance_guid>`, 0700 and owned by the instance's own uid; with `--isolation none`,
 `<data-dir>/<cell_id>/containers/<instance_guid>`. It holds `output.log` and `output.log.1` (stdout and
-stderr through a pipe the rep reads, capped and rotated: rep/output_log.py), `tmp/`, and unisolated `pid`
+stderr through pipes the rep reads, as timestamped records, capped and rotated: rep/output_log.py; served
+through rep/instance_logs.py), `tmp/`, and unisolated `pid`
 (pid and kernel start time). Its disk_mb covers the whole directory, logs included. Isolated where the
 host allows loop mounts (rep/disk_quota.py), the directory is a filesystem of disk_mb of its own: a write
 past it fails with ENOSPC and the instance runs on. Elsewhere it is measured (rep/disk_usage.py) every
@@ -61,14 +62,17 @@ from common.models.artifact import Artifact
 from common.procutil import free_port, signal_process, terminate_then_kill_async
 
 from .app_users import AppUser, NoAppUser
-from .artifact_cache import ArtifactCache, ArtifactError, describe
+from .artifact_cache import ArtifactCache, ArtifactError, describe, unbind
 from .cgroups import CellCgroups, limits_for
 from .disk_quota import DISKS, DiskQuotaError, LoopDisks, sweep_loop_disks
 from .disk_usage import DiskWatcher
 from .executor import Executor, ExecutorListener, LRPContainer, TaskContainer
 from .health_monitor import HealthMonitor, Target, check_once
+from .instance_logs import LogBook
 from .isolation import TMP, Isolation, Sandbox, disown_instance_dir, make_instance_dir
+from .log_stream import Origin
 from .output_log import LOG_NAMES, OutputLog
+from .start_failure import describe_start_failure
 
 log = logging.getLogger("rep.process")
 
@@ -124,6 +128,8 @@ def _start_time(pid: int) -> str | None:
 
 
 class ProcessExecutor(Executor):
+    logs: LogBook
+
     def __init__(
         self,
         data_dir: Path,
@@ -160,6 +166,7 @@ class ProcessExecutor(Executor):
         # The rep's one monitor, shared by its cells (rep/main.py); a cell of its own gets its own.
         self._own_health = health is None
         self.health = health or HealthMonitor()
+        self.logs = LogBook()
 
     @property
     def isolation_name(self) -> str:
@@ -199,6 +206,7 @@ class ProcessExecutor(Executor):
         await self._disk.stop()
         if self._own_health:
             await self.health.close()
+        self.logs.forget_all()
         if self._cgroups is not None:
             if self._disks is not None:  # an instance that outlived the grace still has its filesystem
                 await asyncio.to_thread(sweep_loop_disks, self.containers_dir, self._images)
@@ -257,12 +265,14 @@ class ProcessExecutor(Executor):
             try:
                 await self._isolate(child, desired.memory_mb, desired.disk_mb)
                 await self._place_artifacts(child, desired.artifacts)
-                proc = await self._spawn(child, desired.command, self._env(child, desired.env, own))
+                origin = Origin(child.guid, c.cell_id, desired.process_guid, c.index)
+                proc = await self._spawn(child, desired.command, self._env(child, desired.env, own), origin)
             except ArtifactError as exc:
                 listener.lrp_crashed(child.guid, str(exc))
                 return
             except START_ERRORS as exc:
-                listener.lrp_crashed(child.guid, f"failed to start: {exc}")
+                reason = describe_start_failure(exc, desired.command, child.sandbox.directory)
+                listener.lrp_crashed(child.guid, reason)
                 return
             self._watch_disk(child, desired.disk_mb)
             if child.stop_requested.is_set():
@@ -380,17 +390,16 @@ class ProcessExecutor(Executor):
                 await self._isolate(child, task.memory_mb, task.disk_mb)
                 env = self._env(child, task.env, {"TASK_GUID": task.task_guid, "CELL_ID": c.cell_id})
                 await self._place_artifacts(child, task.artifacts)
-                proc = await self._spawn(child, task.command, env)
+                proc = await self._spawn(child, task.command, env, Origin(task.task_guid, c.cell_id))
             except ArtifactError as exc:
                 listener.task_finished(
                     TaskCompletion(task_guid=task.task_guid, failed=True, failure_reason=str(exc))
                 )
                 return
             except START_ERRORS as exc:
+                reason = describe_start_failure(exc, task.command, child.sandbox.directory)
                 listener.task_finished(
-                    TaskCompletion(
-                        task_guid=task.task_guid, failed=True, failure_reason=f"failed to start: {exc}"
-                    )
+                    TaskCompletion(task_guid=task.task_guid, failed=True, failure_reason=reason)
                 )
                 return
             self._watch_disk(child, task.disk_mb)
@@ -484,14 +493,21 @@ class ProcessExecutor(Executor):
         log, made root's), and only then the uid given back: nothing runs under it any more."""
         sandbox = child.sandbox
         self._disk.unwatch(child.guid)
-        if self.artifacts is not None:
-            self.artifacts.unpin(child.guid)
         emptied = True
         if sandbox.cgroup is not None:
             emptied = await sandbox.cgroup.kill()
             if self._cgroups is not None:
                 self._cgroups.released(child.guid)
         await child.close_output()
+        if sandbox.disk_image is not None:
+            try:  # the artifacts' bind mounts, before the filesystem they sit on
+                await asyncio.to_thread(unbind, sandbox.directory)
+            except OSError as exc:  # its filesystem's unmount falls back to a lazy one, taking them too
+                log.error("an instance's artifact mounts could not be unmounted",
+                          extra={"data": {"dir": str(sandbox.directory), "error": str(exc)}})
+        if self.artifacts is not None:  # only now may the cache evict what the instance had mounted
+            self.artifacts.unpin(child.guid)
+        self.logs.released(child.guid, kept=keep_log)
         if sandbox.disk_image is not None and self._disks is not None:
             await asyncio.to_thread(_remove_disk_dir, self._disks, sandbox.disk_image, sandbox.directory,
                                     sandbox.under_fd, keep_log)
@@ -540,12 +556,17 @@ class ProcessExecutor(Executor):
             raise ArtifactError(f"{describe(artifacts[0])}: this rep has no artifact cache")
         user = child.sandbox.user
         owner = (user.uid, user.gid) if user is not None else None
-        await self.artifacts.place(child.guid, artifacts, child.sandbox.directory, owner)
+        # A directory that is a filesystem of its own cannot take hard links to the cache: read-only bind
+        # mounts, not a copy per instance (docs/artifacts.md, "The instance cannot change the cached copy").
+        bind = child.sandbox.disk_image is not None
+        await self.artifacts.place(child.guid, artifacts, child.sandbox.directory, owner, bind=bind)
 
     # --- spawning -----------------------------------------------------------------------------------
 
-    async def _spawn(self, child: _Child, argv: list[str], env: dict[str, str]) -> asyncio.subprocess.Process:
-        """Start `argv` with `env` in the container's directory, inside its sandbox."""
+    async def _spawn(self, child: _Child, argv: list[str], env: dict[str, str],
+                     origin: Origin) -> asyncio.subprocess.Process:
+        """Start `argv` with `env` in the container's directory, inside its sandbox; its output is
+        `origin`'s in the log book."""
         sandbox = child.sandbox
         output = OutputLog(sandbox.directory, self.log_cap_bytes)
         try:
@@ -555,7 +576,7 @@ class ProcessExecutor(Executor):
                 env=env,
                 stdin=subprocess.DEVNULL,
                 stdout=output.writer,
-                stderr=subprocess.STDOUT,
+                stderr=output.stderr_writer,
                 start_new_session=True,
                 preexec_fn=sandbox.preexec(),
             )
@@ -564,6 +585,7 @@ class ProcessExecutor(Executor):
             raise
         output.start()
         child.output = output
+        self.logs.started(origin, sandbox.directory, output)
         child.proc = proc
         if sandbox.cgroup is None:  # for kill_leftovers; an isolated instance's cgroup says all of that
             (sandbox.directory / PID_NAME).write_text(

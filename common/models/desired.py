@@ -68,12 +68,26 @@ class DesiredLRPCreate(PlacementFields):
         return self
 
 
+# The fields of a DesiredLRPCreate that are not its definition: changing them makes no new version (a scale,
+# a cell-loss policy). Everything else defines how an instance runs (docs/rollouts.md).
+DEFINITION_EXCLUDED = frozenset({"process_guid", "instances", "on_cell_loss", "annotations", "labels"})
+
+
 class DesiredLRP(DesiredLRPCreate):
     model_config = ConfigDict(extra="ignore")
     # As stored and sent between peers: read whatever was stored, the refusal is DesiredLRPCreate's.
     command: Command = Field(default_factory=list)
     created_at: datetime
     modification_tag: ModificationTag
+    version: int = 1  # the definition's version: a change of definition makes the next one
+
+
+class DesiredLRPReplace(DesiredLRPCreate):
+    """PUT /v1/desired_lrps/{guid}: the whole definition (process_guid optional, must match the path), and
+    how the change rolls out (common/models/rollout.py RolloutStrategy)."""
+
+    process_guid: Guid | None = None  # type: ignore[assignment]
+    rollout: RolloutStrategy | None = None
 
 
 class DesiredLRPUpdate(Strict):
@@ -81,3 +95,8 @@ class DesiredLRPUpdate(Strict):
     on_cell_loss: OnCellLoss | None = None
     # Optimistic update: when given, the update applies only if the tag still matches (else 409).
     modification_tag: ModificationTag | None = None
+
+
+from .rollout import RolloutStrategy  # noqa: E402  (rollout.py imports DesiredLRP from here)
+
+DesiredLRPReplace.model_rebuild()
