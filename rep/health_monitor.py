@@ -76,7 +76,8 @@ class _RepTrouble(Exception):
 
 async def check_once(target: Target, timeout_s: float) -> str | None:
     """Run one check of `target` within `timeout_s`: None when healthy, else what failed, or
-    INCONCLUSIVE when it timed out only because the event loop was blocked past its deadline."""
+    INCONCLUSIVE when it timed out only because the event loop was blocked past its deadline, or the rep
+    had no socket to make it with."""
     if target.kind == "process":
         return None if target.alive() else "process: not running"
     loop = asyncio.get_running_loop()
