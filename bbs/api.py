@@ -34,6 +34,7 @@ from .routes import (
     health,
     leases,
     rebalancing,
+    rollouts,
     tasks,
     tokens,
 )
@@ -55,6 +56,7 @@ DATABASE_LOG_EVERY_S = 10.0
 ROUTERS: tuple[APIRouter, ...] = (
     health.router,
     desired_lrps.router,
+    rollouts.router,
     actual_lrps.router,
     auctions.router,
     tasks.router,

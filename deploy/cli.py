@@ -13,7 +13,7 @@ from .cli_style import OneLineErrorsGroup
 HELP_PANELS: dict[str, tuple[str, ...]] = {
     "Cluster": ("up", "demo"),
     "Components": ("bbs", "auctioneer", "rep"),
-    "Apps and tasks": ("push", "scale", "delete", "apps", "instances", "task", "tasks"),
+    "Apps and tasks": ("push", "scale", "delete", "apps", "instances", "task", "tasks", "blobs"),
     "Cells": ("cells", "rebalance"),
     "Observe": ("events", "why", "dashboard"),
     "Security": ("certs", "tokens"),
@@ -85,13 +85,14 @@ COMMAND_MODULES: dict[str, str] = {
     "events": "deploy.events_cmd",
     "cells": "deploy.cells_cmd",  # `cells` itself is in deploy.client_cmd, which it imports
     "rebalance": "deploy.rebalance_cmd",
+    "blobs": "deploy.blobs_cmd",
 }
 
 
 # The commands that only talk to the BBS (no server in this process): their wire models are built as they
 # are first used (common.models.DEFER_BUILD), a few of them, not the hundred.
 CLIENT_MODULES = frozenset({"deploy.client_cmd", "deploy.cells_cmd", "deploy.events_cmd", "deploy.why_cmd",
-                            "deploy.rebalance_cmd", "deploy.tokens_cmd"})
+                            "deploy.rebalance_cmd", "deploy.tokens_cmd", "deploy.blobs_cmd"})
 
 
 def builds_models_on_first_use(command: str | None) -> bool:

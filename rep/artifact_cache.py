@@ -10,6 +10,9 @@ kept as one file. The cached copy is read-only and root's; an instance gets hard
 directory is a filesystem of its own (where a link cannot reach), a read-only bind mount of it: it can read
 but never change what other instances share. Blobs no running instance pins are evicted, least recently
 used first, past the size cap.
+
+The index keeps the blobs in the order they were last used (least recently first), so that each cell's
+state can list the most recently used ones (`recent`) at every auction for the cost of the list.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ import time
 import zipfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from itertools import islice
 from pathlib import Path, PurePosixPath
 from typing import Any, BinaryIO
 from urllib.parse import urljoin, urlsplit
@@ -110,7 +114,7 @@ class ArtifactCache:
         self._bbs_client, self._bbs_url = bbs_client, (bbs_url or "").rstrip("/")
         self._url_client, self._url_ca = url_client, url_ca
         self._owns_url_client = url_client is None
-        self._entries: dict[str, _Entry] = {}
+        self._entries: dict[str, _Entry] = {}  # least recently used first (`_touch` moves one to the end)
         self._pins: dict[str, set[str]] = {}
         self._inflight: dict[str, asyncio.Task[None]] = {}
         self.downloads = 0  # fetches begun, for tests and metrics
@@ -130,12 +134,25 @@ class ArtifactCache:
         os.chmod(self.root, 0o755)
         os.chmod(self.root / BLOBS, 0o755)
         os.chmod(self.root / TMP, 0o700)
-        for path in (self.root / BLOBS).iterdir():
-            self._entries["sha256:" + path.name] = _Entry(tree_size(path), path.lstat().st_mtime)
+        found = [("sha256:" + p.name, _Entry(tree_size(p), p.lstat().st_mtime))
+                 for p in (self.root / BLOBS).iterdir()]
+        for digest, entry in sorted(found, key=lambda f: f[1].used):  # the latest settled: the most recent
+            self._entries[digest] = entry
 
     def held(self) -> list[str]:
-        """The digests this host holds (a cell's state lists them for the auction's cache term)."""
+        """The digests this host holds, sorted."""
         return sorted(self._entries)
+
+    def recent(self, limit: int) -> list[str]:
+        """Up to `limit` digests this host holds, the most recently used first: what a cell's state lists
+        for the auction's cache term."""
+        return list(islice(reversed(self._entries), limit))
+
+    def _touch(self, digest: str, entry: _Entry) -> None:
+        """`digest` used now: the most recently used."""
+        self._entries.pop(digest, None)
+        entry.used = time.time()
+        self._entries[digest] = entry
 
     def used_bytes(self) -> int:
         return sum(e.size for e in self._entries.values())
@@ -176,8 +193,9 @@ class ArtifactCache:
         """The cached copy of `artifact`, fetched first unless held. The fetch is a task of its own that
         every starter of the digest awaits: one starter stopped meanwhile does not cancel the others'."""
         digest = artifact.digest
-        if digest in self._entries:
-            self._entries[digest].used = time.time()
+        entry = self._entries.get(digest)
+        if entry is not None:
+            self._touch(digest, entry)
             self.counters.hits += 1
             return self.path_of(digest)
         self.counters.misses += 1
@@ -201,7 +219,9 @@ class ArtifactCache:
         self.downloads += 1
         try:
             await self._download(artifact, part)
-            await asyncio.to_thread(self._settle, artifact, part)
+            size = await asyncio.to_thread(self._settle, artifact, part)
+            # indexed here, on the loop: a cell's state reads the index there while the thread settles
+            self._touch(artifact.digest, _Entry(size, 0.0))
             try:
                 self._make_room(0, name, keep=artifact.digest)
             except ArtifactError:
@@ -284,8 +304,9 @@ class ArtifactCache:
                 return
         raise ArtifactError(f"{name}: unreachable (more than {MAX_REDIRECTS} redirects)")
 
-    def _settle(self, artifact: Artifact, part: Path) -> Path:
-        """The verified bytes into blobs/: an archive extracted (to tmp/, then renamed), else the file."""
+    def _settle(self, artifact: Artifact, part: Path) -> int:
+        """The verified bytes into blobs/: an archive extracted (to tmp/, then renamed), else the file;
+        returns their size there."""
         name = describe(artifact)
         final = self.path_of(artifact.digest)
         kind = archive_kind(part)
@@ -308,8 +329,7 @@ class ArtifactCache:
             os.fsync(fd)
         finally:
             os.close(fd)
-        self._entries[artifact.digest] = _Entry(tree_size(final), time.time())
-        return final
+        return tree_size(final)
 
     def _make_room(self, wanted: int, name: str, keep: str | None = None) -> None:
         """Evict blobs no instance pins, least recently used first, until `wanted` more bytes fit."""

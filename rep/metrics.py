@@ -15,6 +15,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from .artifact_cache import CacheCounters
+from .health_monitor import HealthMonitor
 from .host import RepHost
 
 
@@ -76,9 +77,30 @@ def _cache_metrics(host: RepHost) -> Iterator[GaugeMetricFamily | CounterMetricF
                             value=len(cache.held()) if cache is not None else 0)
 
 
+class HealthCollector(Collector):
+    """The continuous health checks of the host's instances (rep/health_monitor.py), one monitor shared by
+    its cells."""
+
+    def __init__(self, host: RepHost) -> None:
+        self.host = host
+
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+        monitors = {id(m): m for e in self.host.executors if isinstance(m := getattr(e, "health", None),
+                                                                         HealthMonitor)}.values()
+        yield GaugeMetricFamily("vendue_rep_health_watched", "Instances whose health the rep checks",
+                                value=sum(len(m) for m in monitors))
+        yield CounterMetricFamily("vendue_rep_health_checks", "Continuous health checks run",
+                                  value=sum(m.checks for m in monitors))
+        yield CounterMetricFamily(
+            "vendue_rep_health_checks_inconclusive",
+            "Checks not counted: their timeout fired late, the event loop was blocked",
+            value=sum(m.inconclusive for m in monitors))
+
+
 def metrics_registry(host: RepHost) -> CollectorRegistry:
     registry = CollectorRegistry()
     registry.register(CellCollector(host))
+    registry.register(HealthCollector(host))
     return registry
 
 
