@@ -237,6 +237,7 @@ def test_a_rep_killed_mid_download_downloads_again_at_its_next_start_and_verifie
     data = app_tar(padding=4 * MIB)
     url = files.add("/app.tgz", data)
     files.stall_after = len(data) // 2  # half of it, then the server waits (for `gate`)
+    files.stall_s = 120.0  # past the test's own deadlines: the rest is never sent before the kill
     files.gate.clear()
     guid = c.guid("killed")
     c.bbs.desire(guid, 1, command=APP_COMMAND,
