@@ -115,6 +115,7 @@ class Step:
     starts: set[int] = field(default_factory=set)  # indices whose replacement is to be auctioned
     stops: list[Stop] = field(default_factory=list)  # replacements dropped
     failure: str | None = None
+    reverted: bool = False  # the rollout turned back: the desired LRP's definition goes back to from_version
 
 
 def needs_replacing(rollout: RolloutRecord, row: ActualRecord) -> bool:
@@ -202,7 +203,7 @@ def _fail(rollout: RolloutRecord, actuals: ActualSet, out: Step, now: float) -> 
     if rollout.state == ROLLING_BACK:
         rollout.state, rollout.finished_at = FAILED, now
     elif rollout.auto_revert and rollout.kind == "update" and rollout.from_version != rollout.to_version:
-        rollout.state = ROLLING_BACK
+        rollout.state, out.reverted = ROLLING_BACK, True
     else:
         rollout.state, rollout.paused_from = PAUSED, RUNNING_STATE
 

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 from .actual_set import ActualSet
 from .events import event
 from .records import DesiredRecord
-from .rollout import ACTIVE, FAILED, ROLLING_BACK, RolloutRecord, step
+from .rollout import ACTIVE, FAILED, RolloutRecord, step
 
 if TYPE_CHECKING:
     from .operations.rollouts import Rollouts
@@ -102,7 +102,7 @@ class RolloutDriver:
             actuals = ActualSet(await tx.list_actuals(process_guid=process_guid))
             was = rollout.state
             decided = step(rollout, desired.instances, actuals, now, start_timeout(desired))
-            if rollout.state == ROLLING_BACK and was != ROLLING_BACK:
+            if decided.reverted:
                 back = await tx.get_version(process_guid, rollout.from_version)
                 if back is None:  # forgotten (more than the versions kept): nothing to go back to
                     rollout.state, rollout.finished_at = FAILED, now

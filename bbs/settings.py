@@ -75,7 +75,13 @@ class BBSSettings(BaseSettings, TLSOptions, RequestLimitOptions, QuotaOptions):
     expire_pending_task: float = Field(default=1800.0, gt=0,
                                        description="Fail a task still pending after, s.")
     expire_completed_task: float = Field(default=120.0, gt=0,
-                                         description="Forget a completed task not resolved after, s.")
+                                         description="Forget a completed task with a completion callback "
+                                                     "that never got through after, s.")
+    task_retention: float = Field(default=86400.0, gt=0,
+                                  description="Keep a completed task without a callback (its result and the "
+                                              "last part of its output) for, s.")
+    max_completed_tasks: int = Field(default=10_000, ge=1,
+                                     description="At most this many completed tasks kept (the oldest go).")
     task_retries: int = Field(default=3, ge=1, description="Placement rejections before a task fails.")
     immediate_restarts: int = Field(default=3, ge=1, description="Crash counts below this restart at once.")
     crash_backoff_min: float = Field(default=30.0, gt=0, description="First crash backoff, s.")

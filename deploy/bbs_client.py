@@ -449,6 +449,22 @@ class BBSClient:
             reason = str(exc) or type(exc).__name__
             raise BBSUnreachable(f"lost the BBS event stream at {self.base_url}: {reason}") from exc
 
+    def logs(self, path: str, params: Mapping[str, str], follow: bool) -> Iterator[dict[str, Any]]:
+        """GET /v1/logs/{process_guid} or /v1/tasks/{task_guid}/logs: each JSON line as it comes (the
+        blank lines that keep a followed stream alive skipped)."""
+        timeout = httpx.Timeout(self._http.timeout.connect, read=None if follow else self._http.timeout.read)
+        try:
+            with self._http.stream("GET", path, params=params, timeout=timeout) as response:
+                if response.is_error:
+                    response.read()
+                    raise _error_from_response(response)
+                for line in response.iter_lines():
+                    if line.strip():
+                        yield json.loads(line)
+        except httpx.TransportError as exc:
+            reason = str(exc) or type(exc).__name__
+            raise BBSUnreachable(f"lost the log stream of the BBS at {self.base_url}: {reason}") from exc
+
     def follow_events(self, wanted: EventQuery | None = None, give_up_s: float = FOLLOW_GIVE_UP_S,
                       on_reconnect: Callable[[str], None] = lambda why: None,
                       on_open: Callable[[str], None] = lambda url: None) -> Iterator[Event]:

@@ -122,8 +122,11 @@ def test_push_apps_instances_scale_delete_round_trip_with_json_shapes(bbs):
     assert desired.placement_tags == ["blue"] and desired.env == {"A": "1"}
     assert desired.health_check.type == "process" and desired.command == [sys.executable, "-c", "print(1)"]
 
-    again = bbs.vendue("push", name, "--", "x")
-    assert again.exit_code == 1 and "already exists" in again.stderr
+    # Pushed again, changed: a new version (no reps here: the rollout is left running, --no-wait).
+    again = bbs.vendue("push", name, "-i", "2", "-m", "64", "-d", "32", "--tag", "blue", "--env", "A=1",
+                       "--health", "process", "--no-wait", "--", sys.executable, "-c", "print(2)")
+    assert again.exit_code == 0, again.output
+    assert again.stdout.strip().startswith(f"{name}: rolling out version 2 (command)"), again.stdout
 
     apps = bbs.vendue("apps", "--json")
     assert apps.exit_code == 0, apps.output

@@ -3,7 +3,8 @@
 Each container is a directory (tasks: `task-<task_guid>`): isolated, `<instances-dir>/<rep-key>/<cell_id>/
 <instance_guid>`, 0700 and owned by the instance's own uid; with `--isolation none`,
 `<data-dir>/<cell_id>/containers/<instance_guid>`. It holds `output.log` and `output.log.1` (stdout and
-stderr through a pipe the rep reads, capped and rotated: rep/output_log.py), `tmp/`, and unisolated `pid`
+stderr through pipes the rep reads, as timestamped records, capped and rotated: rep/output_log.py; served
+through rep/instance_logs.py), `tmp/`, and unisolated `pid`
 (pid and kernel start time). Its disk_mb covers the whole directory, logs included. Isolated where the
 host allows loop mounts (rep/disk_quota.py), the directory is a filesystem of disk_mb of its own: a write
 past it fails with ENOSPC and the instance runs on. Elsewhere it is measured (rep/disk_usage.py) every
@@ -67,7 +68,9 @@ from .disk_quota import DISKS, DiskQuotaError, LoopDisks, sweep_loop_disks
 from .disk_usage import DiskWatcher
 from .executor import Executor, ExecutorListener, LRPContainer, TaskContainer
 from .health_monitor import HealthMonitor, Target, check_once
+from .instance_logs import LogBook
 from .isolation import TMP, Isolation, Sandbox, disown_instance_dir, make_instance_dir
+from .log_stream import Origin
 from .output_log import LOG_NAMES, OutputLog
 from .start_failure import describe_start_failure
 
@@ -125,6 +128,8 @@ def _start_time(pid: int) -> str | None:
 
 
 class ProcessExecutor(Executor):
+    logs: LogBook
+
     def __init__(
         self,
         data_dir: Path,
@@ -161,6 +166,7 @@ class ProcessExecutor(Executor):
         # The rep's one monitor, shared by its cells (rep/main.py); a cell of its own gets its own.
         self._own_health = health is None
         self.health = health or HealthMonitor()
+        self.logs = LogBook()
 
     @property
     def isolation_name(self) -> str:
@@ -200,6 +206,7 @@ class ProcessExecutor(Executor):
         await self._disk.stop()
         if self._own_health:
             await self.health.close()
+        self.logs.forget_all()
         if self._cgroups is not None:
             if self._disks is not None:  # an instance that outlived the grace still has its filesystem
                 await asyncio.to_thread(sweep_loop_disks, self.containers_dir, self._images)
@@ -258,7 +265,8 @@ class ProcessExecutor(Executor):
             try:
                 await self._isolate(child, desired.memory_mb, desired.disk_mb)
                 await self._place_artifacts(child, desired.artifacts)
-                proc = await self._spawn(child, desired.command, self._env(child, desired.env, own))
+                origin = Origin(child.guid, c.cell_id, desired.process_guid, c.index)
+                proc = await self._spawn(child, desired.command, self._env(child, desired.env, own), origin)
             except ArtifactError as exc:
                 listener.lrp_crashed(child.guid, str(exc))
                 return
@@ -382,7 +390,7 @@ class ProcessExecutor(Executor):
                 await self._isolate(child, task.memory_mb, task.disk_mb)
                 env = self._env(child, task.env, {"TASK_GUID": task.task_guid, "CELL_ID": c.cell_id})
                 await self._place_artifacts(child, task.artifacts)
-                proc = await self._spawn(child, task.command, env)
+                proc = await self._spawn(child, task.command, env, Origin(task.task_guid, c.cell_id))
             except ArtifactError as exc:
                 listener.task_finished(
                     TaskCompletion(task_guid=task.task_guid, failed=True, failure_reason=str(exc))
@@ -499,6 +507,7 @@ class ProcessExecutor(Executor):
                           extra={"data": {"dir": str(sandbox.directory), "error": str(exc)}})
         if self.artifacts is not None:  # only now may the cache evict what the instance had mounted
             self.artifacts.unpin(child.guid)
+        self.logs.released(child.guid, kept=keep_log)
         if sandbox.disk_image is not None and self._disks is not None:
             await asyncio.to_thread(_remove_disk_dir, self._disks, sandbox.disk_image, sandbox.directory,
                                     sandbox.under_fd, keep_log)
@@ -554,8 +563,10 @@ class ProcessExecutor(Executor):
 
     # --- spawning -----------------------------------------------------------------------------------
 
-    async def _spawn(self, child: _Child, argv: list[str], env: dict[str, str]) -> asyncio.subprocess.Process:
-        """Start `argv` with `env` in the container's directory, inside its sandbox."""
+    async def _spawn(self, child: _Child, argv: list[str], env: dict[str, str],
+                     origin: Origin) -> asyncio.subprocess.Process:
+        """Start `argv` with `env` in the container's directory, inside its sandbox; its output is
+        `origin`'s in the log book."""
         sandbox = child.sandbox
         output = OutputLog(sandbox.directory, self.log_cap_bytes)
         try:
@@ -565,7 +576,7 @@ class ProcessExecutor(Executor):
                 env=env,
                 stdin=subprocess.DEVNULL,
                 stdout=output.writer,
-                stderr=subprocess.STDOUT,
+                stderr=output.stderr_writer,
                 start_new_session=True,
                 preexec_fn=sandbox.preexec(),
             )
@@ -574,6 +585,7 @@ class ProcessExecutor(Executor):
             raise
         output.start()
         child.output = output
+        self.logs.started(origin, sandbox.directory, output)
         child.proc = proc
         if sandbox.cgroup is None:  # for kill_leftovers; an isolated instance's cgroup says all of that
             (sandbox.directory / PID_NAME).write_text(
