@@ -18,7 +18,7 @@ import pytest
 from typer.testing import CliRunner
 
 from common.procutil import free_port
-from rep.start_failure import describe_start_failure
+from rep.start_failure import ProgramNotStarted, program_not_started
 
 from .artifact_args import ArtifactArgError, parse_artifact
 from .bbs_client import BBSClient
@@ -218,14 +218,19 @@ def test_a_program_that_cannot_start_is_named(tmp_path: Path, argv: list[str], c
                                               says: str) -> None:
     if make is not None:
         (tmp_path / argv[0]).write_text(make)
-    exc = OSError(code, os.strerror(code), argv[0])
-    reason = describe_start_failure(exc, argv, tmp_path)
-    assert reason.startswith("failed to start: program ") and says in reason, reason
+    for filename in (argv[0], None):  # CPython names the program; uvloop's spawn names nothing
+        exc = program_not_started(OSError(code, os.strerror(code), filename), argv, tmp_path)
+        assert isinstance(exc, ProgramNotStarted) and exc.errno == code
+        assert str(exc).startswith("program ") and says in str(exc), str(exc)
 
 
 def test_other_start_failures_keep_the_os_words(tmp_path: Path) -> None:
-    exc = FileNotFoundError(errno.ENOENT, "No such file or directory", str(tmp_path))  # the chdir failed
-    assert describe_start_failure(exc, ["./x"], tmp_path) == f"failed to start: {exc}"
+    chdir = FileNotFoundError(errno.ENOENT, "No such file or directory", str(tmp_path))
+    assert program_not_started(chdir, ["./x"], tmp_path) is chdir, "the chdir's failure, not the program's"
+    gone = FileNotFoundError(errno.ENOENT, "No such file or directory")
+    assert program_not_started(gone, ["./x"], tmp_path / "gone") is gone
+    other = OSError(errno.E2BIG, "Argument list too long")
+    assert program_not_started(other, ["./x"], tmp_path) is other
 
 
 def test_sizes_read_as_people_write_them() -> None:

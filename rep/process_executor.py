@@ -66,7 +66,7 @@ from .disk_usage import DiskWatcher
 from .executor import Executor, ExecutorListener, LRPContainer, TaskContainer
 from .isolation import TMP, Isolation, Sandbox, disown_instance_dir, make_instance_dir
 from .output_log import LOG_NAMES, OutputLog
-from .start_failure import describe_start_failure
+from .start_failure import program_not_started
 
 log = logging.getLogger("rep.process")
 
@@ -257,8 +257,7 @@ class ProcessExecutor(Executor):
                 listener.lrp_crashed(child.guid, str(exc))
                 return
             except START_ERRORS as exc:
-                reason = describe_start_failure(exc, desired.command, child.sandbox.directory)
-                listener.lrp_crashed(child.guid, reason)
+                listener.lrp_crashed(child.guid, f"failed to start: {exc}")
                 return
             self._watch_disk(child, desired.disk_mb)
             if child.stop_requested.is_set():
@@ -376,9 +375,10 @@ class ProcessExecutor(Executor):
                 )
                 return
             except START_ERRORS as exc:
-                reason = describe_start_failure(exc, task.command, child.sandbox.directory)
                 listener.task_finished(
-                    TaskCompletion(task_guid=task.task_guid, failed=True, failure_reason=reason)
+                    TaskCompletion(
+                        task_guid=task.task_guid, failed=True, failure_reason=f"failed to start: {exc}"
+                    )
                 )
                 return
             self._watch_disk(child, task.disk_mb)
@@ -547,6 +547,9 @@ class ProcessExecutor(Executor):
                 start_new_session=True,
                 preexec_fn=sandbox.preexec(),
             )
+        except OSError as exc:
+            output.close()
+            raise program_not_started(exc, argv, sandbox.directory) from None
         except BaseException:
             output.close()
             raise
