@@ -11,6 +11,7 @@ import hashlib
 import io
 import os
 import tarfile
+from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
@@ -22,10 +23,11 @@ from rep.start_failure import ProgramNotStarted, program_not_started
 
 from .artifact_args import ArtifactArgError, parse_artifact
 from .bbs_client import BBSClient
-from .blobs_cmd import human_size
+from .blobs_cmd import blobs_table, human_size
 from .cli import _register, app
 from .pack import PackError, pack
 from .ship import ship
+from .upload_progress import upload_progress
 
 _register()
 HEX = "ab" * 32
@@ -231,6 +233,28 @@ def test_other_start_failures_keep_the_os_words(tmp_path: Path) -> None:
     assert program_not_started(gone, ["./x"], tmp_path / "gone") is gone
     other = OSError(errno.E2BIG, "Argument list too long")
     assert program_not_started(other, ["./x"], tmp_path) is other
+
+
+def test_the_blob_listing_fits_80_columns() -> None:
+    from rich.console import Console
+
+    now = datetime.now(UTC)
+    listed = [{"digest": "sha256:" + f"{n:x}" * 64, "size": 10**n, "created_at": now.timestamp() - 3600 * n,
+               "last_referenced_at": now.timestamp() - 60,
+               "referenced_by": [f"desired LRP web-{k}" for k in range(n)] + ["task migrate-nightly"]}
+              for n in range(1, 6)]
+    out = Console(width=80, file=io.StringIO(), color_system=None, legacy_windows=False)
+    out.print(blobs_table(listed, now))
+    text = out.file.getvalue()  # type: ignore[attr-defined]
+    assert max(len(line) for line in text.splitlines()) <= 80, text
+    assert "sha256:111111111111" in text and "desired LRP web-0" in text and "task migrate-nightly" in text
+    assert "100.0 kB" in text, text
+
+
+def test_no_progress_bar_unless_stderr_is_a_terminal(capsys: pytest.CaptureFixture[str]) -> None:
+    with upload_progress(100, "uploading") as advance:
+        advance(50)
+    assert capsys.readouterr() == ("", "")
 
 
 def test_sizes_read_as_people_write_them() -> None:
