@@ -33,7 +33,9 @@ from .routes import (
     events,
     health,
     leases,
+    logs,
     rebalancing,
+    rollouts,
     tasks,
     tokens,
 )
@@ -55,9 +57,11 @@ DATABASE_LOG_EVERY_S = 10.0
 ROUTERS: tuple[APIRouter, ...] = (
     health.router,
     desired_lrps.router,
+    rollouts.router,
     actual_lrps.router,
     auctions.router,
     tasks.router,
+    logs.router,
     cells.router,
     rebalancing.router,
     cells.removal,

@@ -30,6 +30,16 @@ POLICY = Policy({
     ("GET", "/v1/desired_lrps/{process_guid}"): rule(*STATE_READERS),
     ("PATCH", "/v1/desired_lrps/{process_guid}"): rule("admin"),
     ("DELETE", "/v1/desired_lrps/{process_guid}"): rule("admin"),
+    # versions and rollouts (docs/rollouts.md): people change and restart apps, everyone who watches reads
+    ("PUT", "/v1/desired_lrps/{process_guid}"): rule("admin"),
+    ("GET", "/v1/desired_lrps/{process_guid}/rollout"): rule(*STATE_READERS),
+    ("GET", "/v1/desired_lrps/{process_guid}/rollouts"): rule(*STATE_READERS),
+    ("GET", "/v1/desired_lrps/{process_guid}/versions"): rule(*STATE_READERS),
+    ("POST", "/v1/desired_lrps/{process_guid}/rollout/pause"): rule("admin"),
+    ("POST", "/v1/desired_lrps/{process_guid}/rollout/resume"): rule("admin"),
+    ("POST", "/v1/desired_lrps/{process_guid}/rollout/undo"): rule("admin"),
+    ("POST", "/v1/desired_lrps/{process_guid}/restart"): rule("admin"),
+    ("POST", "/v1/desired_lrps/{process_guid}/instances/{index}/restart"): rule("admin"),
     ("GET", "/v1/actual_lrps"): rule(*STATE_READERS),
     ("GET", "/v1/actual_lrps/summary"): rule(*STATE_READERS),
     ("GET", "/v1/actual_lrps/{process_guid}/{index}/placement"): rule(*STATE_READERS),
@@ -38,6 +48,9 @@ POLICY = Policy({
     ("GET", "/v1/tasks/{task_guid}"): rule(*STATE_READERS),
     ("POST", "/v1/tasks/{task_guid}/cancel"): rule("admin"),
     ("DELETE", "/v1/tasks/{task_guid}"): rule("admin"),
+    # instances' and tasks' output: whatever an app printed, its secrets too (docs/security.md)
+    ("GET", "/v1/logs/{process_guid}"): rule("admin", why="logs can hold an app's secrets"),
+    ("GET", "/v1/tasks/{task_guid}/logs"): rule("admin", why="logs can hold a task's secrets"),
     # the reps' reports: each only for the cells in its certificate (require_cells in the handler)
     ("PUT", "/v1/cells"): rule("rep", why="a rep reports for the cells in its certificate"),
     ("POST", "/v1/lifecycle"): rule("rep", why="a rep reports for the cells in its certificate"),

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import httpx
 from pydantic import BaseModel, ValidationError
@@ -242,11 +242,55 @@ class BBSClient:
         from common.models import DesiredLRP
 
         body = update.model_dump(mode="json", exclude_none=True)
-        response = self._request("PATCH", f"/v1/desired_lrps/{process_guid}", json_body=body)
-        return DesiredLRP.model_validate(response.json())
+        answer = self._request("PATCH", f"/v1/desired_lrps/{process_guid}", json_body=body).json()
+        # A DesiredLRPChange (docs/rollouts.md); a BBS from before versions answered the DesiredLRP alone.
+        return DesiredLRP.model_validate(answer.get("desired_lrp", answer))
 
     def remove_desired_lrp(self, process_guid: str) -> None:
         self._request("DELETE", f"/v1/desired_lrps/{process_guid}")
+
+    # --- versions, rollouts, restarts (docs/rollouts.md) ------------------------------------------
+
+    def replace_desired_lrp(self, process_guid: str, body: dict[str, Any]) -> dict[str, Any]:
+        """PUT the whole definition (and an optional `rollout` strategy): a DesiredLRPChange."""
+        return dict(self._request("PUT", f"/v1/desired_lrps/{process_guid}", json_body=body).json())
+
+    def patch_desired_lrp(self, process_guid: str, body: dict[str, Any]) -> dict[str, Any]:
+        """PATCH some fields (and an optional `rollout` strategy): a DesiredLRPChange."""
+        return dict(self._request("PATCH", f"/v1/desired_lrps/{process_guid}", json_body=body).json())
+
+    def get_rollout(self, process_guid: str) -> dict[str, Any] | None:
+        """The latest rollout of the app (a Rollout), None when it never had one."""
+        try:
+            return dict(self._request("GET", f"/v1/desired_lrps/{process_guid}/rollout").json())
+        except NotFound:
+            self.desired_lrp(process_guid)  # the app itself missing is NotFound too
+            return None
+
+    def list_rollouts(self, process_guid: str) -> list[dict[str, Any]]:
+        """The app's rollouts, newest first (the last few)."""
+        body = self._request("GET", f"/v1/desired_lrps/{process_guid}/rollouts").json()
+        return list(body["rollouts"])
+
+    def list_versions(self, process_guid: str) -> list[dict[str, Any]]:
+        """The app's versions, newest first (LRPVersion: version, created_at, current, definition)."""
+        body = self._request("GET", f"/v1/desired_lrps/{process_guid}/versions").json()
+        return list(body["versions"])
+
+    def rollout_action(self, process_guid: str, action: Literal["pause", "resume", "undo"]) -> dict[str, Any]:
+        """Pause, resume or undo the app's rollout: the Rollout after it (Conflict: nothing to do so to)."""
+        path = f"/v1/desired_lrps/{process_guid}/rollout/{action}"
+        return dict(self._request("POST", path, json_body={}).json())
+
+    def restart_lrp(self, process_guid: str, *, all_at_once: bool = False,
+                    max_in_flight: int | str = 1) -> dict[str, Any]:
+        """Restart every instance, rolling (or all at once): the restart's Rollout."""
+        body = {"all_at_once": all_at_once, "max_in_flight": max_in_flight}
+        return dict(self._request("POST", f"/v1/desired_lrps/{process_guid}/restart", json_body=body).json())
+
+    def restart_instance(self, process_guid: str, index: int) -> None:
+        """Stop one instance; the BBS places it again (NotFound: no such index)."""
+        self._request("POST", f"/v1/desired_lrps/{process_guid}/instances/{index}/restart", json_body={})
 
     def actual_lrps(self, process_guid: str | None = None, cell_id: str | None = None,
                     state: str | None = None, presence: str | None = None) -> list[ActualLRP]:
@@ -404,6 +448,22 @@ class BBSClient:
         except httpx.TransportError as exc:
             reason = str(exc) or type(exc).__name__
             raise BBSUnreachable(f"lost the BBS event stream at {self.base_url}: {reason}") from exc
+
+    def logs(self, path: str, params: Mapping[str, str], follow: bool) -> Iterator[dict[str, Any]]:
+        """GET /v1/logs/{process_guid} or /v1/tasks/{task_guid}/logs: each JSON line as it comes (the
+        blank lines that keep a followed stream alive skipped)."""
+        timeout = httpx.Timeout(self._http.timeout.connect, read=None if follow else self._http.timeout.read)
+        try:
+            with self._http.stream("GET", path, params=params, timeout=timeout) as response:
+                if response.is_error:
+                    response.read()
+                    raise _error_from_response(response)
+                for line in response.iter_lines():
+                    if line.strip():
+                        yield json.loads(line)
+        except httpx.TransportError as exc:
+            reason = str(exc) or type(exc).__name__
+            raise BBSUnreachable(f"lost the log stream of the BBS at {self.base_url}: {reason}") from exc
 
     def follow_events(self, wanted: EventQuery | None = None, give_up_s: float = FOLLOW_GIVE_UP_S,
                       on_reconnect: Callable[[str], None] = lambda why: None,
