@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from datetime import UTC, datetime
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -31,6 +31,9 @@ from .client_cmd import (
     report_done,
 )
 from .terminal_text import markup
+
+if TYPE_CHECKING:
+    from rich.table import Table
 
 blobs_app = typer.Typer(help="The cluster's blob store: what `push --path` uploaded.", no_args_is_help=True,
                         cls=OneLineErrorsGroup)
@@ -72,19 +75,23 @@ def blobs_list(
     if as_json:
         print_json(listed)
         return
+    console().print(blobs_table(listed, datetime.now(UTC)))
+
+
+def blobs_table(listed: list[dict[str, Any]], now: datetime) -> Table:
+    """The listing for people: 80 columns are enough (the digest shortened, the names folded)."""
     table = listing_table(f"{len(listed)} blob(s), {human_size(sum(b['size'] for b in listed))}")
     table.add_column("DIGEST", no_wrap=True)
     table.add_column("SIZE", no_wrap=True, justify="right")
     table.add_column("CREATED", no_wrap=True)
-    table.add_column("NAMED", no_wrap=True)
+    table.add_column("LAST NAMED", no_wrap=True)
     table.add_column("REFERENCED BY", overflow="fold")
-    now = datetime.now(UTC)
     for blob in listed:
         named = blob.get("referenced_by") or []
         table.add_row(markup(short(blob["digest"])), human_size(blob["size"]),
                       age(_moment(blob["created_at"]), now), age(_moment(blob["last_referenced_at"]), now),
-                      markup(", ".join(named)) if named else "[dim]-[/]")
-    console().print(table)
+                      markup("\n".join(named)) if named else "[dim]-[/]")  # one per line
+    return table
 
 
 def resolve_digest(given: str, listed: list[dict[str, Any]]) -> str:

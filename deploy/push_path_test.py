@@ -11,6 +11,7 @@ import hashlib
 import io
 import os
 import tarfile
+from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
@@ -18,14 +19,15 @@ import pytest
 from typer.testing import CliRunner
 
 from common.procutil import free_port
-from rep.start_failure import describe_start_failure
+from rep.start_failure import ProgramNotStarted, program_not_started
 
 from .artifact_args import ArtifactArgError, parse_artifact
 from .bbs_client import BBSClient
-from .blobs_cmd import human_size
+from .blobs_cmd import blobs_table, human_size
 from .cli import _register, app
 from .pack import PackError, pack
 from .ship import ship
+from .upload_progress import upload_progress
 
 _register()
 HEX = "ab" * 32
@@ -218,14 +220,41 @@ def test_a_program_that_cannot_start_is_named(tmp_path: Path, argv: list[str], c
                                               says: str) -> None:
     if make is not None:
         (tmp_path / argv[0]).write_text(make)
-    exc = OSError(code, os.strerror(code), argv[0])
-    reason = describe_start_failure(exc, argv, tmp_path)
-    assert reason.startswith("failed to start: program ") and says in reason, reason
+    for filename in (argv[0], None):  # CPython names the program; uvloop's spawn names nothing
+        exc = program_not_started(OSError(code, os.strerror(code), filename), argv, tmp_path)
+        assert isinstance(exc, ProgramNotStarted) and exc.errno == code
+        assert str(exc).startswith("program ") and says in str(exc), str(exc)
 
 
 def test_other_start_failures_keep_the_os_words(tmp_path: Path) -> None:
-    exc = FileNotFoundError(errno.ENOENT, "No such file or directory", str(tmp_path))  # the chdir failed
-    assert describe_start_failure(exc, ["./x"], tmp_path) == f"failed to start: {exc}"
+    chdir = FileNotFoundError(errno.ENOENT, "No such file or directory", str(tmp_path))
+    assert program_not_started(chdir, ["./x"], tmp_path) is chdir, "the chdir's failure, not the program's"
+    gone = FileNotFoundError(errno.ENOENT, "No such file or directory")
+    assert program_not_started(gone, ["./x"], tmp_path / "gone") is gone
+    other = OSError(errno.E2BIG, "Argument list too long")
+    assert program_not_started(other, ["./x"], tmp_path) is other
+
+
+def test_the_blob_listing_fits_80_columns() -> None:
+    from rich.console import Console
+
+    now = datetime.now(UTC)
+    listed = [{"digest": "sha256:" + f"{n:x}" * 64, "size": 10**n, "created_at": now.timestamp() - 3600 * n,
+               "last_referenced_at": now.timestamp() - 60,
+               "referenced_by": [f"desired LRP web-{k}" for k in range(n)] + ["task migrate-nightly"]}
+              for n in range(1, 6)]
+    out = Console(width=80, file=io.StringIO(), color_system=None, legacy_windows=False)
+    out.print(blobs_table(listed, now))
+    text = out.file.getvalue()  # type: ignore[attr-defined]
+    assert max(len(line) for line in text.splitlines()) <= 80, text
+    assert "sha256:111111111111" in text and "desired LRP web-0" in text and "task migrate-nightly" in text
+    assert "100.0 kB" in text, text
+
+
+def test_no_progress_bar_unless_stderr_is_a_terminal(capsys: pytest.CaptureFixture[str]) -> None:
+    with upload_progress(100, "uploading") as advance:
+        advance(50)
+    assert capsys.readouterr() == ("", "")
 
 
 def test_sizes_read_as_people_write_them() -> None:

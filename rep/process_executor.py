@@ -72,7 +72,7 @@ from .instance_logs import LogBook
 from .isolation import TMP, Isolation, Sandbox, disown_instance_dir, make_instance_dir
 from .log_stream import Origin
 from .output_log import LOG_NAMES, OutputLog
-from .start_failure import describe_start_failure
+from .start_failure import program_not_started
 
 log = logging.getLogger("rep.process")
 
@@ -271,8 +271,7 @@ class ProcessExecutor(Executor):
                 listener.lrp_crashed(child.guid, str(exc))
                 return
             except START_ERRORS as exc:
-                reason = describe_start_failure(exc, desired.command, child.sandbox.directory)
-                listener.lrp_crashed(child.guid, reason)
+                listener.lrp_crashed(child.guid, f"failed to start: {exc}")
                 return
             self._watch_disk(child, desired.disk_mb)
             if child.stop_requested.is_set():
@@ -397,9 +396,10 @@ class ProcessExecutor(Executor):
                 )
                 return
             except START_ERRORS as exc:
-                reason = describe_start_failure(exc, task.command, child.sandbox.directory)
                 listener.task_finished(
-                    TaskCompletion(task_guid=task.task_guid, failed=True, failure_reason=reason)
+                    TaskCompletion(
+                        task_guid=task.task_guid, failed=True, failure_reason=f"failed to start: {exc}"
+                    )
                 )
                 return
             self._watch_disk(child, task.disk_mb)
@@ -580,6 +580,9 @@ class ProcessExecutor(Executor):
                 start_new_session=True,
                 preexec_fn=sandbox.preexec(),
             )
+        except OSError as exc:
+            output.close()
+            raise program_not_started(exc, argv, sandbox.directory) from None
         except BaseException:
             output.close()
             raise

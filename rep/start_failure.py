@@ -1,6 +1,6 @@
-"""Why an instance's command did not start, in words that name the program: `failed to start: program
-'./migrate.sh' not found in the instance's directory` rather than the bare `[Errno 2] No such file or
-directory` the OS gives (which names neither the program nor where it was looked for)."""
+"""Why an instance's program did not start, in words that name it: `failed to start: program './migrate.sh'
+not found in the instance's directory` rather than the bare `[Errno 2] No such file or directory` the OS
+gives (uvloop's spawn names neither the program nor where it was looked for)."""
 
 from __future__ import annotations
 
@@ -8,18 +8,29 @@ import errno
 from collections.abc import Sequence
 from pathlib import Path
 
-PREFIX = "failed to start: "
 SHEBANG_BYTES = 256
 
 
-def describe_start_failure(exc: BaseException, argv: Sequence[str], directory: Path) -> str:
-    """The crash reason (an LRP's) or failure reason (a task's) of a start that raised `exc`."""
+class ProgramNotStarted(OSError):
+    """The exec of an instance's program failed; str() says which program and why."""
+
+    def __init__(self, code: int | None, description: str) -> None:
+        super().__init__(code, description)
+        self.description = description
+
+    def __str__(self) -> str:
+        return self.description
+
+
+def program_not_started(exc: OSError, argv: Sequence[str], directory: Path) -> OSError:
+    """`exc`, raised by starting `argv` in `directory`, as a ProgramNotStarted that names the program when
+    the errno says what the exec found wrong with it; otherwise `exc` itself. A directory that is gone makes
+    no such claim (its ENOENT would be the chdir's)."""
     program = argv[0] if argv else ""
-    if isinstance(exc, OSError) and program and exc.filename == program:
-        # subprocess names the program it could not exec (the directory instead when it could not chdir).
-        if (why := _exec_failure(exc.errno, program, directory)) is not None:
-            return PREFIX + why
-    return PREFIX + str(exc)
+    if not program or (exc.filename not in (None, program)) or not directory.is_dir():
+        return exc
+    why = _exec_failure(exc.errno, program, directory)
+    return exc if why is None else ProgramNotStarted(exc.errno, why)
 
 
 def _exec_failure(code: int | None, program: str, directory: Path) -> str | None:
@@ -49,7 +60,7 @@ def _where(program: str) -> str:
 
 def _interpreter(program: str, directory: Path) -> str | None:
     """The #! interpreter of the program, when the program itself exists: then it is the interpreter the
-    OS did not find (ENOENT names the program either way)."""
+    OS did not find (ENOENT is all an exec says either way)."""
     path = Path(program) if program.startswith("/") else directory / program if "/" in program else None
     if path is None:
         return None
