@@ -134,3 +134,33 @@ def test_restart_rolls_every_instance(shared_cluster: E2ECluster) -> None:
     assert not same, f"expected every index restarted (new instance guids), saw the same for {same}"
     history = c.cli("rollout", "history", guid, "--json")
     assert history.code == 0 and json.loads(history.stdout)[0]["kind"] == "restart", history.output
+
+
+def test_a_canary_push_pauses_after_one_instance_and_resume_rolls_the_rest(
+        shared_cluster: E2ECluster) -> None:
+    c = shared_cluster
+    guid = c.guid("canary")
+    base = ("push", guid, "-i", "3", "-m", "64", "-d", "64")
+    created = c.cli(*base, "--", *APP_COMMAND)
+    assert created.code == 0, created.output
+    wait_all_running(c.bbs, guid, 3, timeout=FIRST_PLACEMENT_S)
+    first = desired(c, guid)["version"]
+
+    canary = c.cli(*base, "--strategy", "canary", "-e", "STAGE=canary", "--", *APP_COMMAND,
+                   timeout=ROLLOUT_CLI_S)
+    assert canary.code == 0, f"expected the canary to stop at its pause, saw {canary.code}: {canary.output}"
+    assert f"`vendue rollout resume {guid}` continues" in canary.stdout, canary.stdout
+    status = c.cli("rollout", "status", guid, "--json")
+    assert status.code == 0, status.output
+    paused = json.loads(status.stdout)
+    assert (paused["state"], paused["done"], paused["canary"]) == ("paused", 1, True), paused
+    versions = instance_versions(c, guid)
+    assert sorted(versions.values()) == [first, first, first + 1], f"expected one canary, saw {versions}"
+
+    resumed = c.cli("rollout", "resume", guid, timeout=ROLLOUT_CLI_S)
+    assert resumed.code == 0, f"expected the resumed rollout to end, saw {resumed.code}: {resumed.output}"
+    expected = f"{guid}: version {first + 1} rolled out to 3/3 instance(s)"
+    assert resumed.stdout.strip() == expected, resumed.stdout
+    wait_for(lambda: expect(set(instance_versions(c, guid).values()) == {first + 1},
+                            f"versions {instance_versions(c, guid)}"),
+             30.0, f"every instance of {guid} on version {first + 1}")
