@@ -56,16 +56,14 @@ def wanted_apps(located: Located, current: Mapping[str, DesiredLRP],
         wire = definition.model_dump(mode="json")
         now = current.get(spec.name)
         now_wire = None if now is None else now.model_dump(mode="json")
-        if spec.path is not None and n not in artifacts and now_wire is not None:
-            for name in ("artifacts", "source_blob"):
-                wire[name] = now_wire.get(name)
         found.append(Wanted(definition, spec.rollout.wire(), plan_app(wire, now_wire), spec.path))
     return found
 
 
-def pack_paths(client: BBSClient, located: Located, base: Path) -> dict[int, Artifact]:
-    """Pack and upload every app's `path:` (relative to the manifest's directory) before anything is
-    applied: a path that cannot be packed is a bad file (exit 2, nothing applied)."""
+def pack_paths(client: BBSClient, located: Located, base: Path, *,
+               upload: bool = True) -> dict[int, Artifact]:
+    """Pack (and, with `upload`, ship) every app's `path:` (relative to the manifest's directory) before
+    anything is applied: a path that cannot be packed is a bad file (exit 2, nothing applied)."""
     from .manifest_path import PathUnsupported, artifact_for_path
 
     made = {}
@@ -73,7 +71,7 @@ def pack_paths(client: BBSClient, located: Located, base: Path) -> dict[int, Art
         if spec.path is None:
             continue
         try:
-            made[n] = artifact_for_path(client, base / spec.path)
+            made[n] = artifact_for_path(client, base / spec.path, upload=upload)
         except PathUnsupported as exc:
             fail(f"{located.where(('applications', n, 'path'))}: {exc}", USAGE_ERROR)
     return made
@@ -127,7 +125,7 @@ def apply(
         current = {lrp.process_guid: lrp for lrp in client.desired_lrps()}
         tasks = task_states(client, [task.name for task in manifest.tasks])
         if dry_run:
-            wanted = wanted_apps(located, current, {})
+            wanted = wanted_apps(located, current, pack_paths(client, located, file.parent, upload=False))
             _report_plan(wanted, tasks, as_json)
             return
         wanted = wanted_apps(located, current, pack_paths(client, located, file.parent))
@@ -143,8 +141,7 @@ def _report_plan(wanted: list[Wanted], tasks: Mapping[str, str | None], as_json:
                               for name, state in tasks.items()]})
         return
     for w in wanted:
-        note = f" (path {w.path}: its content is compared only when applied)" if w.path else ""
-        echo(w.plan.describe() + (note if w.plan.action != "create" else ""))
+        echo(w.plan.describe())
     for name, state in tasks.items():
         echo(_task_line(name, state, dry_run=True))
 

@@ -120,17 +120,37 @@ def test_a_bad_file_is_one_line_exit_2_and_nothing_applied(fake: FakeBBS, tmp_pa
         "string as an integer"]
 
 
-def test_a_path_this_build_cannot_pack_is_refused_before_anything_is_applied(
+def test_a_path_is_packed_and_uploaded_once_and_dry_run_uploads_nothing(
         fake: FakeBBS, tmp_path: Path) -> None:
     (tmp_path / "site").mkdir()
-    text = "applications:\n  - name: site\n    command: [x]\n    path: site\n"
+    (tmp_path / "site" / "app.py").write_text("print('hi')\n")
+    path = write(tmp_path, "applications:\n  - name: site\n    command: [python3, app.py]\n    path: site\n")
+
+    planned = vendue("apply", "-f", path, "--dry-run")
+    assert planned.exit_code == 0, planned.output
+    assert fake.writes() == [] and fake.blobs == {}
+
+    assert vendue("apply", "-f", path).exit_code == 0
+    assert [call[0] for call in fake.writes()] == ["upload_blob", "create"]
+    (digest,) = fake.blobs
+    assert fake.apps["site"]["artifacts"] == [{"digest": digest, "url": None, "dest": "."}]
+
+    fake.calls.clear()
+    again = vendue("apply", "-f", path)
+    assert again.exit_code == 0 and fake.writes() == [], "unchanged code is neither uploaded nor rolled out"
+
+    (tmp_path / "site" / "app.py").write_text("print('changed')\n")
+    changed = vendue("apply", "-f", path, "--dry-run")
+    assert "new version (source_blob, artifacts)" in changed.stdout, changed.stdout
+
+
+def test_a_path_that_is_no_directory_is_refused_before_anything_is_applied(
+        fake: FakeBBS, tmp_path: Path) -> None:
+    text = "applications:\n  - name: site\n    command: [x]\n    path: nowhere\n"
     result = vendue("apply", "-f", write(tmp_path, text))
-    try:
-        import deploy.pack  # noqa: F401 - with it, the path is packed instead
-    except ModuleNotFoundError:
-        assert result.exit_code == 2, result.output
-        assert "vendue.yml:4: applications[0].path: this vendue cannot pack a directory" in result.stderr
-        assert fake.writes() == []
+    assert result.exit_code == 2, result.output
+    assert "vendue.yml:4: applications[0].path: no such directory" in result.stderr
+    assert fake.writes() == []
 
 
 def test_get_app_prints_a_manifest_that_applies_as_nothing(fake: FakeBBS, tmp_path: Path) -> None:

@@ -30,6 +30,7 @@ class FakeBBS:
         self.rollouts: dict[str, list[dict[str, Any]]] = {}
         self.tasks: dict[str, dict[str, Any]] = {}
         self.failing: set[tuple[str, ...]] = set()
+        self.blobs: dict[str, bytes] = {}
         self.calls: list[tuple[str, str]] = []
         self._tick = 0
 
@@ -43,13 +44,24 @@ class FakeBBS:
         return int(self.apps[guid]["version"])
 
     def writes(self) -> list[tuple[str, str]]:
-        return [call for call in self.calls if call[0] not in ("get", "list", "get_rollout", "task")]
+        reads = ("get", "list", "get_rollout", "task", "blob_size")
+        return [call for call in self.calls if call[0] not in reads]
 
     def _stamp(self) -> str:
         self._tick += 1  # distinct started_at per rollout, even within one clock tick
         return f"2026-01-01T00:00:{self._tick:02d}+00:00"
 
     # --- the client's methods ------------------------------------------------------------------
+
+    def blob_size(self, digest: str) -> int | None:
+        self.calls.append(("blob_size", digest))
+        held = self.blobs.get(digest)
+        return None if held is None else len(held)
+
+    def upload_blob(self, digest: str, chunks: Iterator[bytes], size: int) -> None:
+        self.calls.append(("upload_blob", digest))
+        self.blobs[digest] = b"".join(chunks)
+        assert len(self.blobs[digest]) == size
 
     def desired_lrps(self) -> list[DesiredLRP]:
         self.calls.append(("list", ""))
