@@ -532,7 +532,7 @@ def instances_table(actuals: Sequence[ActualLRP], title: str) -> Table:
     now = datetime.now(UTC)
     for a in sorted(actuals, key=lambda a: (a.index, a.presence != Presence.ORDINARY)):
         table.add_row(
-            str(a.index), str(getattr(a, "version", "")),
+            str(a.index), str(a.version),
             f"[{colours.get(a.state, 'yellow')}]{markup(a.state)}[/]", markup(a.presence),
             markup(a.cell_id or "-"), markup(a.zone or "-"), markup(a.address or "-"), age(a.since, now),
             str(a.crash_count), markup(a.placement_error or a.crash_reason),
