@@ -149,3 +149,78 @@ def test_an_update_no_cell_can_hold_pauses_with_the_placement_error(make_cluster
     after = wait_all_running(c.bbs, guid, 2, timeout=30.0)
     assert {i: a["instance_guid"] for i, a in after.items()} == {
         i: a["instance_guid"] for i, a in before.items()}
+
+
+def convergence_leader(lc: Any) -> str:
+    """The BBS replica holding the convergence lease ("" while none answers or holds it)."""
+    for url in lc.bbs_urls:
+        try:
+            response = httpx.get(f"{url}/v1/leases/convergence", timeout=2.0, verify=lc.verify)
+        except httpx.HTTPError:
+            continue
+        if response.status_code == 200:
+            pid = int(response.json()["owner"].split(":")[1])
+            return next((name for name, p in lc.pids().items() if p == pid), "")
+    return ""
+
+
+@pytest.mark.timeout(300)
+def test_the_convergence_leader_killed_mid_rollout_the_other_replica_finishes_it(
+    tmp_path: Any, fresh_postgres_database: str
+) -> None:
+    from deploy.cluster import LocalCluster
+
+    from .conftest import BBS_ARGS, REP_ARGS
+
+    lc = LocalCluster(
+        tmp_path / "cluster", cells=4, zones=2, executor="sim", sim_cells_per_process=4, ha=True,
+        database_url=fresh_postgres_database, bbs_args=[*BBS_ARGS, "--lease-ttl", "3"],
+        auctioneer_args=["--lease-ttl", "3"], rep_args=list(REP_ARGS),
+    )
+    try:
+        lc.start(timeout=90.0)
+        guid, n = "ha-rollout", 20
+        body = {"process_guid": guid, "instances": n, "memory_mb": 16, "disk_mb": 16,
+                "command": ["sleep", "infinity"]}
+        with lc.http_client(base_url=lc.bbs_urls[0], timeout=30.0) as http:
+            assert http.post("/v1/desired_lrps", json=body).status_code == 201
+
+        def running_on(version: int) -> int:
+            for url in lc.bbs_urls:
+                try:
+                    with lc.http_client(base_url=url, timeout=5.0) as http:
+                        rows = http.get("/v1/actual_lrps", params={"process_guid": guid}).json()["items"]
+                except httpx.HTTPError:
+                    continue
+                return len({a["index"] for a in rows if a["state"] == "RUNNING" and a["version"] == version
+                            and a["presence"] == "ORDINARY"})
+            return 0
+
+        wait_for(lambda: expect(running_on(1) == n, running_on(1)), 60.0, f"{n} instances RUNNING")
+        leader = wait_for(lambda: expect(convergence_leader(lc), "no leader"), 30.0, "a convergence leader")
+        update = {**{k: v for k, v in body.items() if k != "instances"}, "env": {"RELEASE": "2"},
+                  "rollout": {"max_in_flight": 1}}
+        with lc.http_client(base_url=lc.bbs_urls[0], timeout=30.0) as http:
+            assert http.put(f"/v1/desired_lrps/{guid}", json=update).status_code == 200
+        wait_for(lambda: expect(running_on(2) >= 3, running_on(2)), 60.0, "the rollout under way")
+        lc.kill(leader, signal.SIGKILL)
+        other = wait_for(lambda: expect(convergence_leader(lc) not in ("", leader) and convergence_leader(lc),
+                                        convergence_leader(lc)), 30.0, "the other replica leading")
+        assert other != leader
+        wait_for(lambda: expect(running_on(2) == n, running_on(2)), 120.0, f"all {n} indices on version 2")
+
+        def completed() -> dict[str, Any]:
+            seen: Any = "no BBS answered"
+            for url in lc.bbs_urls:
+                try:
+                    with lc.http_client(base_url=url, timeout=5.0) as http:
+                        seen = http.get(f"/v1/desired_lrps/{guid}/rollout").json()
+                except httpx.HTTPError:
+                    continue
+                return expect(seen if seen["state"] == "completed" else None, seen)
+            return expect(None, seen)
+
+        rollout = wait_for(completed, 30.0, "the rollout completed")
+        assert rollout["done"] == n, rollout
+    finally:
+        lc.stop()
