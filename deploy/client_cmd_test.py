@@ -144,6 +144,7 @@ def test_push_apps_instances_scale_delete_round_trip_with_json_shapes(bbs):
 
     table = bbs.vendue("instances", name)
     assert table.exit_code == 0 and "UNCLAIMED" in table.stdout and "INDEX" in table.stdout
+    assert "VER" in table.stdout
 
     scaled = bbs.vendue("scale", name, "-i", "3", "--json")
     assert scaled.exit_code == 0 and json.loads(scaled.stdout)["instances"] == 3
