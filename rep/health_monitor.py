@@ -14,14 +14,19 @@ within interval + timeout × threshold of the first. Then the instance's `on_fai
 (`port 8080: connection refused`) and it is no longer watched.
 
 A check that timed out while the event loop was blocked (its timeout fired LATE_S or more after it was
-due) is not a failure: the instance had no fair chance to answer. It counts as nothing and runs again at
-once. A check that starts late (the timer fired late) starts its timeout then, and so is not penalised.
+due) is not a failure: the instance had no fair chance to answer. Nor is a check the rep could not make
+(no descriptor or memory left for a socket): the trouble is the rep's. Either counts as nothing and runs
+again one invocation timeout later. A check that starts late (the timer fired late) starts its timeout
+then, and so is not penalised.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
+import logging
+import os
 import random
 import re
 import socket
@@ -30,6 +35,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from common.models import HealthCheck
+
+log = logging.getLogger("rep.health")
 
 JITTER = 0.1  # a fraction of the interval a check may come early
 LATE_S = 0.25  # a timeout this late says the loop was blocked, not that the instance was slow
@@ -59,13 +66,18 @@ class Target:
         return cls(check.type, container_port, host_port, check.path, alive)
 
 
-# A check's outcome: healthy (None), what failed (a reason), or INCONCLUSIVE (the loop was blocked).
+# A check's outcome: healthy (None), what failed (a reason), or INCONCLUSIVE (the rep's trouble).
 INCONCLUSIVE = "inconclusive"
+
+
+class _RepTrouble(Exception):
+    """The rep could not make the check: no socket for it."""
 
 
 async def check_once(target: Target, timeout_s: float) -> str | None:
     """Run one check of `target` within `timeout_s`: None when healthy, else what failed, or
-    INCONCLUSIVE when it timed out only because the event loop was blocked past its deadline."""
+    INCONCLUSIVE when it timed out only because the event loop was blocked past its deadline, or the rep
+    had no socket to make it with."""
     if target.kind == "process":
         return None if target.alive() else "process: not running"
     loop = asyncio.get_running_loop()
@@ -79,6 +91,8 @@ async def check_once(target: Target, timeout_s: float) -> str | None:
                 failure = await _connect(loop, target.host_port)
             else:
                 failure = await _http_get(loop, target.host_port, target.path, seen)
+    except _RepTrouble:
+        return INCONCLUSIVE
     except TimeoutError:
         if loop.time() - deadline >= LATE_S:
             return INCONCLUSIVE
@@ -89,10 +103,36 @@ async def check_once(target: Target, timeout_s: float) -> str | None:
     return None if failure is None else f"{what}: {failure}"
 
 
-def _socket() -> socket.socket:
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setblocking(False)
+async def _connected(loop: asyncio.AbstractEventLoop, port: int) -> socket.socket:
+    """A non-blocking socket connected to 127.0.0.1:port (raises OSError). Not loop.sock_connect: uvloop's
+    resolves even a numeric address through getaddrinfo, most of a check's CPU; on loopback the connect
+    mostly completes or is refused at once, and otherwise the loop says when it has."""
+    try:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    except OSError as exc:  # EMFILE, ENFILE, ENOBUFS, ENOMEM: the rep's, not the instance's
+        raise _RepTrouble(str(exc)) from exc
+    try:
+        sock.setblocking(False)
+        error = sock.connect_ex(("127.0.0.1", port))
+        if error == errno.EINPROGRESS:
+            writable: asyncio.Future[None] = loop.create_future()
+            loop.add_writer(sock.fileno(), _set_result, writable)
+            try:
+                await writable
+            finally:
+                loop.remove_writer(sock.fileno())
+            error = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+        if error:
+            raise OSError(error, os.strerror(error))  # ECONNREFUSED makes a ConnectionRefusedError
+    except BaseException:
+        sock.close()
+        raise
     return sock
+
+
+def _set_result(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
 
 
 def _os_error(exc: OSError) -> str:
@@ -104,14 +144,12 @@ def _os_error(exc: OSError) -> str:
 
 
 async def _connect(loop: asyncio.AbstractEventLoop, port: int) -> str | None:
-    sock = _socket()
     try:
-        await loop.sock_connect(sock, ("127.0.0.1", port))
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _RESET_ON_CLOSE)
+        sock = await _connected(loop, port)
     except OSError as exc:
         return _os_error(exc)
-    finally:
-        sock.close()
+    with sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _RESET_ON_CLOSE)
     return None
 
 
@@ -119,9 +157,11 @@ async def _http_get(loop: asyncio.AbstractEventLoop, port: int, path: str, seen:
     """HTTP/1.0 GET, read until the server closes (or the cap): reading to the end spares the app a reset
     while it still writes its answer."""
     request = f"GET {path} HTTP/1.0\r\nHost: 127.0.0.1:{port}\r\nUser-Agent: vendue-health\r\n\r\n"
-    sock = _socket()
     try:
-        await loop.sock_connect(sock, ("127.0.0.1", port))
+        sock = await _connected(loop, port)
+    except OSError as exc:
+        return _os_error(exc)
+    try:
         await loop.sock_sendall(sock, request.encode("ascii"))
         while len(seen) < HTTP_READ_CAP:
             chunk = await loop.sock_recv(sock, 4096)
@@ -210,7 +250,11 @@ class HealthMonitor:
     async def _run(self, w: _Watch) -> None:
         loop = asyncio.get_running_loop()
         started = loop.time()
-        outcome = await check_once(w.target, w.check.invocation_timeout_s)
+        try:
+            outcome = await check_once(w.target, w.check.invocation_timeout_s)
+        except Exception:  # a bug of the check's must not end an instance's checks, nor the instance
+            log.exception("health check raised", extra={"data": {"instance_guid": w.guid}})
+            outcome = INCONCLUSIVE
         w.running = None
         if self._watches.get(w.guid) is not w:
             return
@@ -220,7 +264,7 @@ class HealthMonitor:
             self._schedule(w, started + self._interval(w.check))
         elif outcome == INCONCLUSIVE:
             self.inconclusive += 1
-            self._schedule(w, loop.time())
+            self._schedule(w, loop.time() + min(w.check.invocation_timeout_s, w.check.interval_s))
         else:
             w.failures += 1
             if w.failures >= w.check.failure_threshold:

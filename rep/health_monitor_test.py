@@ -4,6 +4,7 @@ says failed, the threshold, and that a blocked loop is no failure."""
 from __future__ import annotations
 
 import asyncio
+import errno
 import random
 import socket
 import time
@@ -15,6 +16,7 @@ import pytest
 from common.models import HealthCheck
 from tests.support.polling import eventually
 
+from . import health_monitor
 from .health_monitor import INCONCLUSIVE, JITTER, LATE_S, HealthMonitor, Target, check_once
 
 pytestmark = pytest.mark.timeout(30)
@@ -172,7 +174,7 @@ async def test_a_passing_check_resets_the_count() -> None:
     assert failures == []
 
 
-async def test_a_blocked_loop_is_no_failure_and_the_check_runs_again_at_once() -> None:
+async def test_a_blocked_loop_is_no_failure_and_the_check_runs_again_soon() -> None:
     failures: list[str] = []
     answered_once = False
 
@@ -188,7 +190,7 @@ async def test_a_blocked_loop_is_no_failure_and_the_check_runs_again_at_once() -
     async with serving(stalls_then_answers) as (port, requests):
         monitor.watch("i", check(interval_s=30, failure_threshold=1), http(port), failures.append)
         monitor._schedule(monitor._watches["i"], asyncio.get_running_loop().time())  # due now, not in 30 s
-        await eventually(lambda: len(requests) == 2, 10.0, "a second check at once", lambda: requests)
+        await eventually(lambda: len(requests) == 2, 10.0, "a second check", lambda: requests)
         await eventually(lambda: monitor.checks == 2, 10.0, "two checks done", lambda: monitor.checks)
         assert (failures, monitor.inconclusive) == ([], 1)
         await monitor.close()
@@ -206,3 +208,31 @@ async def test_checks_come_no_later_than_the_interval_and_unwatch_stops_them() -
         monitor.unwatch("i")
         seen = len(requests)
         await holds(lambda: len(requests) <= seen + 1, 0.3, "no check after unwatch")
+
+
+async def test_a_check_the_rep_cannot_make_is_no_failure_of_the_instance(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def no_descriptor_left(*args: object) -> socket.socket:
+        raise OSError(errno.EMFILE, "Too many open files")
+
+    port = closed_port()
+    monkeypatch.setattr(health_monitor.socket, "socket", no_descriptor_left)
+    assert await check_once(Target("port", 8080, port), 1.0) == INCONCLUSIVE
+    assert await check_once(http(port), 1.0) == INCONCLUSIVE
+
+
+async def test_a_check_that_raises_neither_crashes_the_instance_nor_ends_its_checks(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    async def broken(target: Target, timeout_s: float) -> str | None:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(health_monitor, "check_once", broken)
+    failures: list[str] = []
+    monitor = HealthMonitor()
+    monitor.watch("i", check(invocation_timeout_s=0.1), Target("process"), failures.append)
+    await eventually(lambda: monitor.inconclusive >= 3, 10.0, "three checks, each inconclusive",
+                     lambda: monitor.inconclusive)
+    assert failures == [] and len(monitor) == 1
+    await monitor.close()

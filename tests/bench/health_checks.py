@@ -87,7 +87,7 @@ async def measure(mode: str, ports: list[int], interval: float, seconds: float) 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     server = subprocess.Popen([sys.executable, "-c", SERVER, str(args.instances)], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, text=True)
+                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     try:
         assert server.stdout is not None
         ports = json.loads(server.stdout.readline())

@@ -27,7 +27,17 @@ from common.procutil import app_python
 from common.tls import TLSFiles, client_context, init_ca, issue
 from tests.support.artifact_server import Files, digest, serve_files
 
-from .conftest import APP_SOURCE, E2ECluster, Unmet, all_running, brief, expect, wait_all_running, wait_for
+from .conftest import (
+    APP_SOURCE,
+    BBS,
+    E2ECluster,
+    Unmet,
+    all_running,
+    brief,
+    expect,
+    wait_all_running,
+    wait_for,
+)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -227,6 +237,7 @@ def test_a_rep_killed_mid_download_downloads_again_at_its_next_start_and_verifie
     data = app_tar(padding=4 * MIB)
     url = files.add("/app.tgz", data)
     files.stall_after = len(data) // 2  # half of it, then the server waits (for `gate`)
+    files.stall_s = 120.0  # past the test's own deadlines: the rest is never sent before the kill
     files.gate.clear()
     guid = c.guid("killed")
     c.bbs.desire(guid, 1, command=APP_COMMAND,
@@ -296,3 +307,29 @@ def test_a_rep_killed_with_artifacts_mounted_unmounts_them_at_its_next_start(
     wait_for(running_anew, 60.0, "the app running again from the cached artifact, a new instance")
     assert rep_metric(c, cell, "vendue_artifact_cache_hits_total") >= 1, "the blob kept across the restart"
     assert rep_metric(c, cell, "vendue_artifact_cache_downloaded_bytes_total") == 0, "and not fetched again"
+
+
+def test_ha_a_blob_uploaded_through_one_replica_is_fetched_by_the_reps_through_the_other(
+    make_cluster: Callable[..., E2ECluster],
+) -> None:
+    """`--ha`: two BBS replicas on one PostgreSQL. A blob uploaded through the first, which is then killed,
+    reaches the reps through the second (their BBS client moves to the replica that answers)."""
+    c = make_cluster(cells=2, zones=1, ha=True)
+    first, second = c.lc.bbs_urls
+    data = app_tar(padding=2 * MIB)
+    blob = upload(c, data)  # through the first: lc.bbs_url
+    assert c.lc.bbs_url == first
+    c.lc.kill("bbs")
+    other = BBS(second, c.lc.verify)
+    try:
+        guid = c.guid("ha")
+        other.desire(guid, 4, command=APP_COMMAND, memory_mb=64, disk_mb=64,
+                     artifacts=[{"digest": blob, "dest": "app"}])
+        running = wait_all_running(other, guid, 4, timeout=120.0)
+        cells = {a["cell_id"] for a in running.values()}
+        with c.lc.http_client(base_url=second, timeout=10) as admin:
+            sent = metric(admin.get("/metrics").text, "vendue_blob_download_bytes_total")
+        assert sent == len(data) * len(cells), (
+            f"expected the second replica to send the blob once per host ({len(cells)}), saw {sent} bytes")
+    finally:
+        other.close()

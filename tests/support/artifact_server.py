@@ -24,6 +24,7 @@ class Files:
         self.gate = threading.Event()  # cleared: every GET waits until it is set again
         self.gate.set()
         self.stall_after: int | None = None  # send this many bytes, then wait for `gate` before the rest
+        self.stall_s = 10.0  # the longest a GET waits for `gate`
         self.cut_after: int | None = None  # the next response: this many bytes, then the connection closed
         self.redirects: dict[str, str] = {}  # path -> Location (302)
         self.ranges: list[str] = []  # every Range header seen
@@ -44,7 +45,7 @@ def serve_files(tls: tuple[Path, Path] | None = None) -> Iterator[Files]:
         def do_GET(self) -> None:  # noqa: N802 (http.server's name)
             state.gets[self.path] = state.gets.get(self.path, 0) + 1
             if state.stall_after is None:
-                state.gate.wait(10)
+                state.gate.wait(state.stall_s)
             if self.path in state.redirects:
                 self.send_response(302)
                 self.send_header("Location", state.redirects[self.path])
@@ -79,7 +80,7 @@ def serve_files(tls: tuple[Path, Path] | None = None) -> Iterator[Files]:
             if state.stall_after is not None:
                 self.wfile.write(data[: state.stall_after])
                 self.wfile.flush()
-                state.gate.wait(10)
+                state.gate.wait(state.stall_s)
                 data = data[state.stall_after:]
             self.wfile.write(data)
 
