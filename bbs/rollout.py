@@ -28,6 +28,10 @@ RUNNING_STATE, PAUSED, COMPLETED = "running", "paused", "completed"
 FAILED, ROLLING_BACK, ROLLED_BACK = "failed", "rolling_back", "rolled_back"
 ACTIVE = frozenset({RUNNING_STATE, PAUSED, ROLLING_BACK})
 MOVING = frozenset({RUNNING_STATE, ROLLING_BACK})  # the states in which indices are replaced
+# A replacement refused by the cell holding its index's instance of the same version (a restart's, placed on
+# the old one's cell: rep/cell.py SAME_INDEX): the move is dropped and tried again, up to RETRIES in all.
+SAME_INDEX = "instance already on this cell"
+RETRIES = 20
 CANARY_REASON = "canary: one instance of the new version runs; resume to roll out the rest"
 
 
@@ -60,6 +64,7 @@ class RolloutRecord:
     finished_at: float | None = None
     canary_passed: bool = False  # the canary ran and the rollout was resumed
     paused_from: str = ""  # the state a pause interrupted: where a resume goes back to
+    retried: int = 0  # moves dropped and tried again (SAME_INDEX)
     in_flight: dict[int, Flight] = field(default_factory=dict)
 
     @property
@@ -144,12 +149,16 @@ def _flight_failure(
 ) -> str | None:
     g = rollout.process_guid
     new = actuals.get(g, index)
-    if new is not None and new.placement_error:
+    if new is not None and new.placement_error and not _retry(rollout, new.placement_error):
         return f"instance {index} of version {rollout.target} cannot be placed: {new.placement_error}"
     if now - flight.started_at > start_timeout:
         return (f"instance {index} of version {rollout.target} did not become healthy within "
                 f"{start_timeout:g}s")
     return None
+
+
+def _retry(rollout: RolloutRecord, placement_error: str) -> bool:
+    return SAME_INDEX in placement_error and rollout.retried < RETRIES
 
 
 def step(
@@ -173,6 +182,11 @@ def step(
             out.failure = out.failure or f"instance {index} of version {rollout.target} crashed: {why}"
         elif index >= instances:
             del rollout.in_flight[index]  # scaled away: the resize stops both
+        elif (new := actuals.get(g, index)) is not None and new.placement_error and _retry(
+                rollout, new.placement_error):
+            out.stops.extend(abandon_move(actuals, g, index))
+            del rollout.in_flight[index]
+            rollout.retried += 1
         elif (failure := _flight_failure(rollout, actuals, index, flight, now, start_timeout)) is not None:
             out.failure = out.failure or failure
     if out.failure is not None and rollout.state in MOVING:

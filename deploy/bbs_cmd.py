@@ -163,7 +163,8 @@ def rotate_keys(
         typer.echo(json.dumps(rotation.to_json()))
         return
     done = rotation.resealed
-    typer.echo(f"sealed {done['desired_lrps']} desired LRPs and {done['tasks']} tasks with key "
+    typer.echo(f"sealed {done['desired_lrps']} desired LRPs, {done['tasks']} tasks and "
+               f"{done['lrp_versions']} versions of LRPs with key "
                f"{rotation.active!r} in {rotation.batches} batches")
     for table, labels in rotation.labels.items():
         typer.echo(f"{table}: " + (", ".join(f"{rows} {label}" for label, rows in labels.items()) or "none"))

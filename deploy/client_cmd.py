@@ -527,13 +527,14 @@ def instances_table(actuals: Sequence[ActualLRP], title: str) -> Table:
     table = listing_table(title)
     columns = ("INDEX", "VER", "STATE", "PRESENCE", "CELL", "ZONE", "ADDRESS", "SINCE", "CRASHES", "ERROR")
     for column in columns:
-        table.add_column(column, no_wrap=column != "ERROR", justify="right" if column == "INDEX" else "left")
+        table.add_column(column, no_wrap=column != "ERROR",
+                         justify="right" if column in ("INDEX", "VER") else "left")
     colours = {ActualState.RUNNING: "green", ActualState.CRASHED: "red"}
     now = datetime.now(UTC)
     for a in sorted(actuals, key=lambda a: (a.index, a.presence != Presence.ORDINARY)):
         table.add_row(
-            str(a.index), str(getattr(a, "version", "")),
-            f"[{colours.get(a.state, 'yellow')}]{markup(a.state)}[/]", markup(a.presence),
+            str(a.index), str(a.version), f"[{colours.get(a.state, 'yellow')}]{markup(a.state)}[/]",
+            markup(a.presence),
             markup(a.cell_id or "-"), markup(a.zone or "-"), markup(a.address or "-"), age(a.since, now),
             str(a.crash_count), markup(a.placement_error or a.crash_reason),
         )
@@ -547,7 +548,8 @@ def instances(
     connection: Connection = Connection(),
     as_json: AsJson = False,
 ) -> None:
-    """An app's instances: index, state, cell, zone, address, since, crash count, placement error."""
+    """An app's instances: index, version, state, cell, zone, address, since, crash count, placement
+    error."""
     from common.models import Presence
 
     from .bbs_client import NotFound

@@ -58,6 +58,8 @@ def no_blobs(limit: int) -> list[str]:
     return []
 
 
+SAME_INDEX = "instance already on this cell"  # a start refused: the auction tries another cell
+
 def guid_source() -> Callable[[], str]:
     """Instance guids in the UUID format: a random head drawn once per cell boot (the first 20 hex digits
     of a uuid4: 74 random bits), then a counter. As unique as uuid4 in practice (no two cells or boots
@@ -323,8 +325,11 @@ class RepCell:
         )
 
     def _why_not_lrp(self, d: DesiredLRP, index: int) -> str:
-        if (d.process_guid, index) in self._by_index:
-            return "instance already on this cell"
+        held_guid = self._by_index.get((d.process_guid, index))
+        # Another version's instance of the index may be here: a rollout's replacement, started before the
+        # old one stops (make-before-break), may be placed on the old one's cell.
+        if held_guid is not None and self._instances[held_guid].desired.version == d.version:
+            return SAME_INDEX
         c = self.config
         if d.stack not in c.stacks:
             return f"stack {d.stack} not supported"

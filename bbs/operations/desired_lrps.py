@@ -1,5 +1,6 @@
-"""Desired LRPs: desire (group-committed), read, scale or change the cell-loss policy, remove. Each write
-resizes the LRP's actual instances in the same transaction; auctions and stops go after commit."""
+"""Desired LRPs: desire (group-committed), read, remove. Each write resizes the LRP's actual instances in the
+same transaction; auctions and stops go after commit. A change (a scale, a cell-loss policy, a new
+version) is bbs/operations/rollouts.py's."""
 
 from __future__ import annotations
 
@@ -7,17 +8,16 @@ import time
 from typing import Any, cast
 
 from common.group_commit import GroupCommit
-from common.models import DesiredLRPCreate, DesiredLRPUpdate
+from common.models import DesiredLRPCreate
 
 from ..actual_set import ActualChanges, ActualSet
 from ..convergence import resize, stops_for
 from ..errors import Conflict, NotFound
 from ..events import event
 from ..lifecycle import Stop
-from ..quotas import QuotaExceeded, check_scale, desire_refusal
+from ..quotas import QuotaExceeded, desire_refusal
 from ..records import DesiredDefinition, DesiredRecord, fresh_instances, new_epoch
-from ..store import Tx
-from ..unit_of_work import Effects, UnitOfWork
+from ..unit_of_work import UnitOfWork
 
 
 class DesiredLRPs:
@@ -106,47 +106,6 @@ class DesiredLRPs:
     async def list_all(self, domain: str | None = None) -> list[dict[str, Any]]:
         async with self.uow.read() as tx:
             return [r.to_wire() for r in await tx.list_desired(domain)]
-
-    async def update(self, process_guid: str, body: DesiredLRPUpdate) -> dict[str, Any]:
-        now = time.time()
-        async with self.uow.write() as (tx, effects):
-            record = await tx.get_desired(process_guid)
-            if record is None:
-                raise NotFound(f"desired LRP {process_guid!r} not found")
-            tag = body.modification_tag
-            if tag is not None and (tag.epoch, tag.index) != (record.mod_epoch, record.mod_index):
-                raise Conflict(
-                    f"modification_tag {tag.epoch}:{tag.index} is stale (now "
-                    f"{record.mod_epoch}:{record.mod_index})"
-                )
-            scale = body.instances is not None and body.instances != record.instances
-            policy = body.on_cell_loss is not None and body.on_cell_loss != record.on_cell_loss
-            if not scale and not policy:
-                return record.to_wire()
-            if body.on_cell_loss is not None and policy:  # convergence applies it from its next pass
-                record.on_cell_loss = body.on_cell_loss
-                record.definition = {**record.definition, "on_cell_loss": body.on_cell_loss}
-            if body.instances is not None and scale:
-                if body.instances > record.instances:  # scaling up counts against the instance quota
-                    total = (await tx.desired_totals())[1]
-                    check_scale(self.uow.settings, total, record.instances, body.instances)
-                record.instances = body.instances
-                record.definition = {**record.definition, "instances": body.instances}
-            record.mod_index += 1
-            await tx.update_desired(record)
-            effects.events.append(lambda: [event("desired_lrp_changed", record.to_wire(), now)])
-            if scale:
-                await self._resize(tx, record, now, effects)
-        return record.to_wire()
-
-    async def _resize(self, tx: Tx, record: DesiredRecord, now: float, effects: Effects) -> None:
-        actuals = ActualSet(await tx.list_actuals(process_guid=record.process_guid))
-        actions = resize(record, actuals, now)
-        changes = actuals.diff()
-        await tx.apply_actual_changes(changes)
-        effects.actual_events(changes)
-        await self.uow.add_starts(tx, actions.starts, effects, known=record)
-        await self.uow.add_stops(tx, actions.stops, effects)
 
     async def remove(self, process_guid: str) -> None:
         async with self.uow.write() as (tx, effects):

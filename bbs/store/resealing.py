@@ -12,9 +12,11 @@ from . import tables as t
 from .sealing import open_definition, seal_definition
 from .transaction import Transaction, keyed_update
 
-SEALED_TABLES = (t.desired_lrps, t.tasks)
+SEALED_TABLES = (t.desired_lrps, t.tasks, t.lrp_versions)  # lrp_versions: store/versions.py reseals it
 _GUID_COLUMN = {t.desired_lrps.name: "process_guid", t.tasks.name: "task_guid"}
-_UPDATE_DEFINITION = {table.name: keyed_update(table, [_GUID_COLUMN[table.name]]) for table in SEALED_TABLES}
+_UPDATE_DEFINITION = {
+    table.name: keyed_update(table, [_GUID_COLUMN[table.name]]) for table in (t.desired_lrps, t.tasks)
+}
 
 
 async def refuse_unknown_keys(engine: AsyncEngine, keys: KeyRing | None) -> None:
@@ -37,7 +39,8 @@ async def _key_labels(connection: AsyncConnection, table: sa.Table) -> dict[str 
 
 class Resealing(Transaction):
     async def key_labels(self) -> dict[str, dict[str | None, int]]:
-        """Per table (desired_lrps, tasks): how many rows are sealed under each key label (None: clear)."""
+        """Per table (desired_lrps, tasks, lrp_versions): how many rows are sealed under each key label
+        (None: clear)."""
         return {table.name: await _key_labels(self.connection, table) for table in SEALED_TABLES}
 
     async def reseal(self, table_name: str, after: str, limit: int) -> list[str]:

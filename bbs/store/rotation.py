@@ -1,4 +1,5 @@
-"""`vendue bbs rotate-keys`: every desired LRP and task sealed again with the key ring's active key.
+"""`vendue bbs rotate-keys`: every desired LRP, task and kept version of an LRP sealed again with the key
+ring's active key.
 
 Safe while BBS replicas serve: each batch is one write transaction (under the store's write lock, so no
 write of a serving BBS interleaves with it), and replicas keep opening both the old and the new label.
@@ -18,7 +19,7 @@ from typing import Any
 from ..encryption import KeyRing, KeyRingError
 from .store import Store
 
-TABLES = ("desired_lrps", "tasks")
+TABLES = ("desired_lrps", "tasks", "lrp_versions")
 BATCH = 200  # rows per transaction: short enough that a serving BBS's writes wait milliseconds, not seconds
 
 
@@ -57,9 +58,15 @@ async def rotate_keys(
     rotation = Rotation(required(store.keys).active)
     for table in TABLES:
         after = ""
+        version_after = ("", 0)
         while True:
             async with store.write() as tx:
-                guids = await tx.reseal(table, after, batch)
+                if table == "lrp_versions":
+                    keys = await tx.reseal_versions(version_after, batch)
+                    guids = [f"{guid}/{version}" for guid, version in keys]
+                    version_after = keys[-1] if keys else version_after
+                else:
+                    guids = await tx.reseal(table, after, batch)
             if guids:
                 rotation.batches += 1
                 rotation.resealed[table] += len(guids)

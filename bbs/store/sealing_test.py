@@ -18,6 +18,7 @@ from bbs.records import DesiredRecord, TaskRecord
 from bbs.store import Store, tables
 from bbs.store.database import is_sqlite
 from bbs.store.rotation import rotate_keys
+from bbs.store.versions import VersionRecord
 
 SECRET = "hunter2-db-password"
 COMMAND = ["./server", "--admin-password=s3cr3t-flag"]
@@ -162,21 +163,22 @@ async def test_rows_in_the_clear_stay_readable_and_rotation_seals_them_in_batche
 
     batches: list[tuple[str, int]] = []
     done = await rotate_keys(store, batch=4, on_batch=lambda table, rows: batches.append((table, rows)))
-    assert done.resealed == {"desired_lrps": 22, "tasks": 9}  # app-00 was sealed with k2 by its update
+    assert done.resealed == {"desired_lrps": 22, "tasks": 9, "lrp_versions": 0}  # app-00: by its update
     assert batches == [("desired_lrps", 4)] * 5 + [
         ("desired_lrps", 2),
         ("tasks", 4),
         ("tasks", 4),
         ("tasks", 1),
     ]
-    assert done.labels == {"desired_lrps": {"k2": 23}, "tasks": {"k2": 9}}
+    assert done.labels == {"desired_lrps": {"k2": 23}, "tasks": {"k2": 9}, "lrp_versions": {}}
     assert await read_all(store) == (lrps, tasks)
     for table in (tables.desired_lrps, tables.tasks):
         for row in await raw_rows(store, table):
             assert row["key_label"] == "k2" and "pw-" not in json.dumps(row), row
 
     again = await rotate_keys(store, batch=4)
-    assert again.resealed == {"desired_lrps": 0, "tasks": 0} and again.batches == 0
+    assert again.resealed == {"desired_lrps": 0, "tasks": 0, "lrp_versions": 0}
+    assert again.batches == 0
     # k1 is no longer needed: a ring without it opens the database.
     await store.close()
     assert await read_all(await opened(ring("k2"))) == (lrps, tasks)
@@ -202,3 +204,24 @@ async def test_a_store_without_the_key_of_a_sealed_record_is_refused(opened, dat
 async def test_rotation_needs_a_ring(opened) -> None:
     with pytest.raises(KeyRingError, match="rotate-keys needs the key ring"):
         await rotate_keys(await opened(None))
+
+
+async def test_versions_are_sealed_and_rotated_like_their_desired_lrp(opened) -> None:
+    store = await opened(ring("k1"))
+    async with store.write() as tx:
+        for guid in ("a", "b"):
+            for version in (1, 2, 3):
+                definition = {"command": ["run", str(version)], "env": {"PW": f"pw-{guid}{version}"}}
+                await tx.insert_version(VersionRecord(guid, version, 1.0, definition))  # type: ignore[arg-type]
+    for row in await raw_rows(store, tables.lrp_versions):
+        assert row["key_label"] == "k1" and "pw-" not in json.dumps(row), row
+    await store.close()
+    rotated = await opened(ring("k2", "k1", "k2"))
+    done = await rotate_keys(rotated, batch=4)
+    assert done.resealed["lrp_versions"] == 6 and done.labels["lrp_versions"] == {"k2": 6}
+    await rotated.close()
+    store = await opened(ring("k2"))  # k1 is no longer needed
+    async with store.read() as tx:
+        versions = await tx.list_versions("b")
+    assert [(v.version, v.definition["env"]) for v in versions] == [
+        (3, {"PW": "pw-b3"}), (2, {"PW": "pw-b2"}), (1, {"PW": "pw-b1"})]

@@ -12,9 +12,10 @@ import sqlalchemy as sa
 from ..records import DesiredDefinition
 from . import tables as t
 from .sealing import open_definition, seal_definition
-from .transaction import Transaction
+from .transaction import Transaction, keyed_update
 
 VERSIONS_KEPT = 10
+_RESEAL = keyed_update(t.lrp_versions, ["process_guid", "version"])
 ROLLOUTS_KEPT = 10
 
 
@@ -63,6 +64,33 @@ class VersionQueries(Transaction):
         await self.connection.execute(
             t.lrp_versions.delete().where(t.lrp_versions.c.process_guid == process_guid))
         await self.connection.execute(t.rollouts.delete().where(t.rollouts.c.process_guid == process_guid))
+
+    async def reseal_versions(self, after: tuple[str, int], limit: int) -> list[tuple[str, int]]:
+        """Seal with the active key up to `limit` versions whose (process guid, version) sorts after `after`
+        and whose key is another (or none); their keys, in order (resumable, as Resealing.reseal)."""
+        if self._keys is None:
+            raise RuntimeError("resealing needs the key ring")
+        c = t.lrp_versions.c
+        guid, version = after
+        query = (
+            sa.select(c.process_guid, c.version, c.definition, c.key_label, c.sealed)
+            .where(sa.or_(c.process_guid > guid, sa.and_(c.process_guid == guid, c.version > version)),
+                   sa.or_(c.key_label.is_(None), c.key_label != self._keys.active))
+            .order_by(self._text_order(c.process_guid), c.version)
+            .limit(limit)
+        )
+        rows = await self._rows(query)
+        params = []
+        for row in rows:
+            name = _version_guid(row.process_guid, row.version)
+            definition = open_definition(self._keys, t.lrp_versions.name, name, row.definition, row.key_label,
+                                         row.sealed)
+            clear, label, sealed = seal_definition(self._keys, t.lrp_versions.name, name, definition)
+            params.append({"k_process_guid": row.process_guid, "k_version": row.version, "definition": clear,
+                           "key_label": label, "sealed": sealed})
+        if params:
+            await self._executemany(_RESEAL, params)
+        return [(row.process_guid, row.version) for row in rows]
 
     def _version(self, row: sa.Row) -> VersionRecord:
         definition = open_definition(
