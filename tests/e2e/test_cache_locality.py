@@ -2,7 +2,8 @@
 one zone: `warm` says its host caches the app's source blob (--sim-cached-blob) but is the smaller cell, so
 Diego's score prefers `cold`. The warm rep's bid (the auctioneer's fetch, HTTP or NATS) and heartbeat (the
 BBS) list the blob; with the auctioneer's --cache-weight the app's instance lands on the warm cell, with
-the default weight 0 where Diego's score puts it, and `vendue why` says which candidate caches it."""
+the default weight 0 where Diego's score puts it, and `vendue why` says which candidate caches it. An app
+on the objective strategy's default preset goes to the warm cell by its own cache term."""
 
 from __future__ import annotations
 
@@ -59,3 +60,11 @@ def test_the_auction_prefers_the_warm_cell_only_with_a_cache_weight(make_cluster
     assert weighted == [weight != "0"] * 2, row["candidates"]
     table = c.cli("why", guid, "0")
     assert table.code == 0 and "cached" in table.stdout, table.output
+
+    if expected == "warm":
+        # The objective strategy's default preset (diego-blog) weighs the cache in whatever the weight: warm
+        # now has less of its memory free than cold (0.75 against 1), which alone would pick cold.
+        other = c.guid("blog")
+        c.bbs.desire(other, 1, memory_mb=64, disk_mb=64, source_blob=BLOB, strategy="objective")
+        placed = wait_all_running(c.bbs, other, 1, answer=False)
+        assert placed[0]["cell_id"] == "warm", f"expected {other}/0 on warm, saw {placed[0]['cell_id']}"
