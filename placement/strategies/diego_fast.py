@@ -432,19 +432,35 @@ class DiegoFast(FastPicker, DiegoReference):
                     self.holders.setdefault(held, {}).setdefault(self.pool_of[slot.pos], []).append(slot.pos)
         return self.holders.get(blob, EMPTY)
 
-    def _cached_best(self, found: Winner, holders: list[int], need: tuple[int, int, int],
-                     score_of: Callable[[CellSlot], float]) -> Winner:
+    def _cached_best(self, pool: Pool, found: Winner, holders: list[int], search: Search, blob: str | None,
+                     weight: float, score_of: Callable[[CellSlot], float]) -> Winner:
         """The pool's winner with the cache term: its winner without it (`found`) or one of its fitting
-        cells caching the blob (`holders`), whichever scores lowest with the term (ties: position)."""
-        slots = self.state.slots
-        need_m, need_d, need_c = need
-        best = (score_of(slots[found[1]]), found[1])
+        cells caching the blob (`holders`), whichever scores lowest with the term (ties: position).
+
+        Each holder is first judged by its approximate score (its bucket's load + LOCALITY_OFFSET × its
+        count − the weight, the item's offset being the pool's), and scored exactly only when that could
+        come within reach of the best so far: as `_scan` does."""
+        slots, bucket_of = self.state.slots, pool.bucket_of
+        (need_m, need_d, need_c), _count_key, counts, _plain = search
+        pos = found[1]
+        best = (score_of(slots[pos]), pos)
+        best_approx = bucket_of[pos].load + LOCALITY_OFFSET * counts.get(pos, 0)
+        if blob in slots[pos].cached_blobs:
+            best_approx -= weight
+        bound = _near(best_approx)
         for pos in holders:
             slot = slots[pos]
-            if slot.avail_m >= need_m and slot.avail_d >= need_d and slot.avail_c >= need_c:
-                candidate = (score_of(slot), pos)
-                if candidate < best:
-                    best = candidate
+            if slot.avail_m < need_m or slot.avail_d < need_d or slot.avail_c < need_c:
+                continue
+            approx = bucket_of[pos].load + LOCALITY_OFFSET * counts.get(pos, 0) - weight
+            if approx > bound:
+                continue
+            candidate = (score_of(slot), pos)
+            if candidate < best:
+                best = candidate
+            if approx < best_approx:
+                best_approx = approx
+                bound = _near(best_approx)
         return best
 
     def pick_lrp(self, item: LRPStart) -> CellSlot | None:
@@ -487,8 +503,8 @@ class DiegoFast(FastPicker, DiegoReference):
                     found = self._best_in_pool(pool, search)
                     if found is not None:
                         if holders is not None:
-                            found = self._cached_best(found, holders.get(pool, NO_CELLS), need,
-                                                      cached_score_of)
+                            found = self._cached_best(pool, found, holders.get(pool, NO_CELLS), search,
+                                                      blob, cache_weight, cached_score_of)
                         score, position = found
                         candidate = (score, rank, slots[position].zone_pos, position)
                         if scored is not None:
