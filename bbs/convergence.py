@@ -62,7 +62,11 @@ class ConvergenceConfig:
     cell_appeared_at: float = 0.0
     kick_task: float = 30.0
     expire_pending_task: float = 1800.0
-    expire_completed_task: float = 120.0
+    expire_completed_task: float = 120.0  # a completed task with a callback that never got through
+    # Completed tasks without a callback (their history: result and the last part of their output) are
+    # kept this long, at most `max_completed_tasks` of them (the oldest go first).
+    task_retention: float = 86400.0
+    max_completed_tasks: int = 10_000
     forget_cell_after: float = 3600.0
     policy: RestartPolicy = field(default_factory=RestartPolicy)
     cell_loss: CellLossConfig = field(default_factory=CellLossConfig)
@@ -268,8 +272,12 @@ def converge(
                 actuals.put(unclaimed(d.process_guid, index, d.domain, now))
                 out.start(d.process_guid, index)
 
+    history: list[TaskRecord] = []
     for task in tasks:
         _converge_task(task, present, now, config, out, waits)
+        if task.state in (COMPLETED, RESOLVING) and not task.callback_url:
+            history.append(task)
+    _bound_history(history, config, out)
     for cell in cells.values():
         if cell.cell_id in present:
             continue
@@ -387,13 +395,29 @@ def _converge_task(
         if task.cell_id not in present:
             _fail(task, CELL_DISAPPEARED, now, out)
     elif task.state in (COMPLETED, RESOLVING):
-        finished = task.first_completed_at if task.first_completed_at is not None else task.updated_at
-        if now - finished >= config.expire_completed_task:
+        # Diego's semantics for a task with a callback: resolved (deleted) once the callback got through,
+        # forgotten after expire_completed_task if it never does. Without one: kept as history.
+        keep = config.expire_completed_task if task.callback_url else config.task_retention
+        if now - _finished_at(task) >= keep:
             out.task_deletes.append(task)
         elif task.callback_url and now - task.auctioned_at >= config.kick_task:
             retried = dataclasses.replace(task, auctioned_at=now)
             out.task_updates.append(retried)
             out.callbacks.append(retried)
+
+
+def _finished_at(task: TaskRecord) -> float:
+    return task.first_completed_at if task.first_completed_at is not None else task.updated_at
+
+
+def _bound_history(history: list[TaskRecord], config: ConvergenceConfig, out: ConvergenceActions) -> None:
+    """At most `max_completed_tasks` completed tasks without a callback are kept: the oldest beyond go."""
+    deleted = {t.task_guid for t in out.task_deletes}
+    kept = [t for t in history if t.task_guid not in deleted]
+    excess = len(kept) - config.max_completed_tasks
+    if excess > 0:
+        kept.sort(key=lambda t: (_finished_at(t), t.task_guid))
+        out.task_deletes.extend(kept[:excess])
 
 
 def _fail(task: TaskRecord, reason: str, now: float, out: ConvergenceActions) -> None:

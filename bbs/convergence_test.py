@@ -189,7 +189,8 @@ def test_task_rules() -> None:
     out = converge([], ActualSet(), [task("RUNNING", cell_id="c1")], cell(expires_at=5.0), 10.0, CONFIG)
     assert out.tasks_failed[0].failure_reason == CELL_DISAPPEARED
     assert converge([], ActualSet(), [task("RUNNING", cell_id="c1")], cell(), 10.0, CONFIG).tasks_failed == []
-    done = task("COMPLETED", first_completed_at=100.0)
+    done = dataclasses.replace(task("COMPLETED", first_completed_at=100.0),
+                               definition={"command": ["x"], "completion_callback_url": "https://cb.test/done"})
     assert converge([], ActualSet(), [done], {}, 219.0, CONFIG).task_deletes == []
     assert converge([], ActualSet(), [done], {}, 220.0, CONFIG).task_deletes == [done]
 

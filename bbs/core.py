@@ -61,6 +61,8 @@ class BBS:
             kick_task=settings.kick_task,
             expire_pending_task=settings.expire_pending_task,
             expire_completed_task=settings.expire_completed_task,
+            task_retention=settings.task_retention,
+            max_completed_tasks=settings.max_completed_tasks,
             forget_cell_after=settings.forget_cell_after,
             policy=policy,
             cell_loss=CellLossConfig(grace=settings.cell_loss_grace, check=settings.cell_loss_check),

@@ -66,7 +66,7 @@ def test_a_pass_counts_what_it_leaves_behind() -> None:
         tasks,
         cells,
         NOW,
-        dataclasses.replace(ConvergenceConfig(), expire_completed_task=5.0),
+        dataclasses.replace(ConvergenceConfig(), task_retention=5.0),
         {},
         {},
         PlacementLog(),

@@ -48,6 +48,9 @@ POLICY = Policy({
     ("GET", "/v1/tasks/{task_guid}"): rule(*STATE_READERS),
     ("POST", "/v1/tasks/{task_guid}/cancel"): rule("admin"),
     ("DELETE", "/v1/tasks/{task_guid}"): rule("admin"),
+    # instances' and tasks' output: whatever an app printed, its secrets too (docs/security.md)
+    ("GET", "/v1/logs/{process_guid}"): rule("admin", why="logs can hold an app's secrets"),
+    ("GET", "/v1/tasks/{task_guid}/logs"): rule("admin", why="logs can hold a task's secrets"),
     # the reps' reports: each only for the cells in its certificate (require_cells in the handler)
     ("PUT", "/v1/cells"): rule("rep", why="a rep reports for the cells in its certificate"),
     ("POST", "/v1/lifecycle"): rule("rep", why="a rep reports for the cells in its certificate"),

@@ -70,6 +70,8 @@ SAMPLES: dict[tuple[str, str], tuple[str, Any, dict[str, Any] | None]] = {
     ("GET", "/v1/tasks/{task_guid}"): ("/v1/tasks/t1", None, None),
     ("POST", "/v1/tasks/{task_guid}/cancel"): ("/v1/tasks/t1/cancel", None, None),
     ("DELETE", "/v1/tasks/{task_guid}"): ("/v1/tasks/t1", None, None),
+    ("GET", "/v1/logs/{process_guid}"): ("/v1/logs/web", None, None),
+    ("GET", "/v1/tasks/{task_guid}/logs"): ("/v1/tasks/t1/logs", None, None),
     ("PUT", "/v1/cells"): ("/v1/cells", {"cells": [presence("cell-1")]}, None),
     ("POST", "/v1/lifecycle"): ("/v1/lifecycle", {"cells": {"cell-1": {}}}, None),
     ("GET", "/v1/cells"): ("/v1/cells", None, None),

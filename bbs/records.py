@@ -79,6 +79,9 @@ class HealthCheckData(TypedDict, total=False):
     type: Literal["port", "process", "http"]
     timeout_s: float
     path: str
+    interval_s: float
+    invocation_timeout_s: float
+    failure_threshold: int
 
 
 class DesiredDefinition(TypedDict, total=False):

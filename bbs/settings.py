@@ -75,7 +75,13 @@ class BBSSettings(BaseSettings, TLSOptions, RequestLimitOptions, QuotaOptions):
     expire_pending_task: float = Field(default=1800.0, gt=0,
                                        description="Fail a task still pending after, s.")
     expire_completed_task: float = Field(default=120.0, gt=0,
-                                         description="Forget a completed task not resolved after, s.")
+                                         description="Forget a completed task with a completion callback "
+                                                     "that never got through after, s.")
+    task_retention: float = Field(default=86400.0, gt=0,
+                                  description="Keep a completed task without a callback (its result and the "
+                                              "last part of its output) for, s.")
+    max_completed_tasks: int = Field(default=10_000, ge=1,
+                                     description="At most this many completed tasks kept (the oldest go).")
     task_retries: int = Field(default=3, ge=1, description="Placement rejections before a task fails.")
     immediate_restarts: int = Field(default=3, ge=1, description="Crash counts below this restart at once.")
     crash_backoff_min: float = Field(default=30.0, gt=0, description="First crash backoff, s.")
@@ -109,6 +115,9 @@ class BBSSettings(BaseSettings, TLSOptions, RequestLimitOptions, QuotaOptions):
                                             "points.")
     rebalance_strategy_margin: float = Field(default=0.2, ge=0, description="Move an instance when another "
                                              "cell beats its own by this much of its strategy's score.")
+    # The auctioneer's --cache-weight: the planner scores diego apps as the auction does (set both alike).
+    cache_weight: float = Field(default=0.0, ge=0, le=1e6, allow_inf_nan=False, description="The "
+                                "auctioneer's --cache-weight, for the rebalance planner's diego scores.")
     rebalance_interval: float = Field(default=0.0, ge=0, description="Look this often for a cell that "
                                       "appeared or returned, then plan and carry out rebalancing moves until "
                                       "a plan finds nothing (at most 4 plans), s; 0: off.")

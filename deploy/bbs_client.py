@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import ssl
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -53,6 +53,7 @@ if TYPE_CHECKING:
 
 DEFAULT_BBS_URL = "http://127.0.0.1:8889"
 FOLLOW_GIVE_UP_S = 30.0  # follow_events: a BBS (every replica) silent this long is gone
+BLOB_IDLE_TIMEOUT_S = 60.0  # upload_blob: the BBS stores a large body as it arrives, a chunk at a time
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
 
@@ -197,9 +198,9 @@ class BBSClient:
     # --- plumbing ---------------------------------------------------------------------------------
 
     def _request(self, method: str, path: str, *, json_body: Any = None,
-                 params: Mapping[str, str] | None = None) -> httpx.Response:
+                 params: Mapping[str, str] | None = None, **extra: Any) -> httpx.Response:
         try:
-            response = self._http.request(method, path, json=json_body, params=params)
+            response = self._http.request(method, path, json=json_body, params=params, **extra)
         except httpx.TransportError as exc:
             reason = str(exc) or type(exc).__name__
             raise BBSUnreachable(f"cannot reach the BBS at {self.base_url}: {reason}") from exc
@@ -378,6 +379,32 @@ class BBSClient:
             return {}
         return {detail.bid.cell_id: detail for detail in details}
 
+    def blob_size(self, digest: str) -> int | None:
+        """The size of the blob the store holds under `digest`, or None when it holds none (HEAD)."""
+        try:
+            response = self._request("HEAD", f"/v1/blobs/{digest}")
+        except NotFound:
+            return None
+        return int(response.headers.get("content-length", "0"))
+
+    def upload_blob(self, digest: str, body: Iterable[bytes], size: int,
+                    timeout: float = BLOB_IDLE_TIMEOUT_S) -> dict[str, Any]:
+        """PUT the bytes `body` yields (streamed: never held whole) as the blob `digest`, `size` bytes
+        (sent as Content-Length, so the BBS refuses one over its cap before any byte); its description.
+        `timeout` bounds each read and write, not the whole upload."""
+        response = self._request("PUT", f"/v1/blobs/{digest}", content=body, timeout=timeout,
+                                 headers={"content-length": str(size),
+                                          "content-type": "application/octet-stream"})
+        return dict(response.json())
+
+    def blobs(self) -> list[dict[str, Any]]:
+        """Every blob of the store (admin): digest, size, created_at, last_referenced_at, referenced_by."""
+        return list(self._request("GET", "/v1/blobs").json()["items"])
+
+    def delete_blob(self, digest: str) -> None:
+        """Remove a blob (NotFound: none; Conflict: a desired LRP or task names it)."""
+        self._request("DELETE", f"/v1/blobs/{digest}")
+
     def create_token(self, request: TokenCreate) -> TokenCreated:
         """A new bearer token (admin); its secret is in the answer and nowhere else."""
         from common.models import TokenCreated
@@ -421,6 +448,22 @@ class BBSClient:
         except httpx.TransportError as exc:
             reason = str(exc) or type(exc).__name__
             raise BBSUnreachable(f"lost the BBS event stream at {self.base_url}: {reason}") from exc
+
+    def logs(self, path: str, params: Mapping[str, str], follow: bool) -> Iterator[dict[str, Any]]:
+        """GET /v1/logs/{process_guid} or /v1/tasks/{task_guid}/logs: each JSON line as it comes (the
+        blank lines that keep a followed stream alive skipped)."""
+        timeout = httpx.Timeout(self._http.timeout.connect, read=None if follow else self._http.timeout.read)
+        try:
+            with self._http.stream("GET", path, params=params, timeout=timeout) as response:
+                if response.is_error:
+                    response.read()
+                    raise _error_from_response(response)
+                for line in response.iter_lines():
+                    if line.strip():
+                        yield json.loads(line)
+        except httpx.TransportError as exc:
+            reason = str(exc) or type(exc).__name__
+            raise BBSUnreachable(f"lost the log stream of the BBS at {self.base_url}: {reason}") from exc
 
     def follow_events(self, wanted: EventQuery | None = None, give_up_s: float = FOLLOW_GIVE_UP_S,
                       on_reconnect: Callable[[str], None] = lambda why: None,

@@ -46,7 +46,8 @@ def _settings(**flags: Any) -> BBSSettings:
 # The help's panels besides "Options" (and the mixins' TLS, serving limits and quotas).
 PANELS = {
     "Convergence": ("convergence_interval", "presence_ttl", "stale_unclaimed", "kick_task",
-                    "expire_pending_task", "expire_completed_task", "task_retries", "lease_ttl",
+                    "expire_pending_task", "expire_completed_task", "task_retention",
+                    "max_completed_tasks", "task_retries", "lease_ttl",
                     "forget_cell_after", "cell_loss_grace", "cell_loss_check"),
     "Crash restarts": ("immediate_restarts", "crash_backoff_min", "crash_backoff_max", "max_restarts",
                        "crash_reset_after"),

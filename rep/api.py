@@ -12,6 +12,8 @@ Every route concerns the process; the bodies and the query name the cells they c
 - POST /stop (StopInstances), POST /cancel (CancelTasks), POST /cordon (CordonCells): batches from the BBS;
   answer Found;
 - POST /evacuate (EvacuateCells, optional: none named evacuates every cell), GET /cells, GET /metrics;
+- GET /logs: an app's instances' (or a task's) output on this process's cells, recent records and, with
+  follow=1, what they print from then on, as JSON lines (rep/instance_logs.py; the BBS only);
 - GET /ping, /readyz (503 with the reason while the rep cannot take work, e.g. NATS down), /livez.
 
 At 250 cells per process an auction costs the process 2 requests, not 500, and each desired LRP is
@@ -27,8 +29,8 @@ authorization off, and /ping says so.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Literal, TypeVar
+from collections.abc import AsyncIterator, Callable
+from typing import Any, Literal, TypeVar
 
 from fastapi import FastAPI, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
@@ -39,17 +41,22 @@ from pydantic import BaseModel, ValidationError
 from common.auth import VerifyToken, add_auth
 from common.http_metrics import HTTPMetrics, add_http_metrics, mark_refusal
 from common.limits import RequestLimitOptions, add_limits
-from common.models import CancelTasks, CordonCells, EvacuateCells, HostWork, StopInstances
+from common.models import GUID_PATTERN, CancelTasks, CordonCells, EvacuateCells, HostWork, StopInstances
 from common.request_id import add_request_id
+from common.streaming import BoundedStreamingResponse, with_heartbeats
 from common.validation import add_validation_handler
 
 from .fencing import Fencing, Refused
 from .host import RepHost
+from .instance_logs import LogBook, LogQuery, history
+from .log_records import STDERR, STDOUT
+from .log_stream import DROPPED, FOLLOWER_MAX_BYTES, Follower, end_line, record_line
 from .metrics import metrics_registry, render
 from .policy import POLICY
 
 JSON = "application/json"
 M = TypeVar("M", bound=BaseModel)
+MAX_RECENT = 100_000  # records a log request may ask for
 MAX_CELLS_QUERY = 100_000  # characters of `?cells=`: 10,000 cell ids of ten characters
 # The batches from the auctioneer and the BBS (common/limits.py): work of 10,000 instances is up to ~5.4 MB.
 BULK_ROUTES = {("POST", "/work"), ("POST", "/stop"), ("POST", "/cancel")}
@@ -136,6 +143,35 @@ def create_app(
         return {"items": [{"cell_id": c.cell_id, "rep_url": c.config.rep_url, "zone": c.config.zone}
                           for c in host.live()]}
 
+    @app.get("/logs")
+    async def logs(
+        process_guid: str = Query("", pattern=f"^$|{GUID_PATTERN}"),
+        index: int | None = Query(None, ge=0),
+        task_guid: str = Query("", pattern=f"^$|{GUID_PATTERN}"),
+        recent: int = Query(100, ge=0, le=MAX_RECENT),
+        since_ns: int = Query(0, ge=0),
+        stream: Literal["stdout", "stderr"] | None = None,
+        follow: bool = False,
+    ) -> Response:
+        if bool(process_guid) == bool(task_guid):
+            raise RequestValidationError([{"type": "value_error", "loc": ("query", "process_guid"),
+                                           "msg": "name exactly one of process_guid and task_guid"}])
+        query = LogQuery(process_guid=process_guid, index=index, task_guid=task_guid, recent=recent,
+                         since_ns=since_ns, stream=None if stream is None else
+                         (STDOUT if stream == "stdout" else STDERR))
+        books = [e.logs for e in host.executors if e.logs is not None]
+        sources = [s for book in books for s in book.sources(query)]
+        if task_guid and not sources:
+            return JSONResponse({"detail": f"task {task_guid!r} has no output on this rep"}, status_code=404)
+        follower = None
+        if follow and not (task_guid and all(s.output is None for s in sources)):
+            follower = Follower(query.matches, FOLLOWER_MAX_BYTES, ends_with=task_guid)
+            for book in books:
+                book.attach(follower)
+        lines = _log_lines(query, sources, books, follower)
+        return BoundedStreamingResponse(with_heartbeats(lines) if follower is not None else lines,
+                                        media_type="application/x-ndjson")
+
     registry = metrics_registry(host)
 
     @app.get("/metrics")
@@ -147,6 +183,29 @@ def create_app(
     add_http_metrics(app, HTTPMetrics(registry))
     add_request_id(app)
     return app
+
+
+async def _log_lines(query: LogQuery, sources: list[Any], books: list[LogBook],
+                     follower: Follower | None) -> AsyncIterator[bytes]:
+    """The history, then (following) what the follower hears that the history did not hold; a follower
+    dropped for falling behind ends with a line that says so."""
+    try:
+        entries, seen = history(sources, query)
+        for first in range(0, len(entries), 1000):
+            yield b"".join(record_line(origin, record) for origin, record in entries[first : first + 1000])
+        if follower is None:
+            return
+        async for origin, records in follower.batches():
+            floor = seen.get(origin.guid, 0)
+            lines = [record_line(origin, r) for r in records if r.ns > floor and query.keeps(r)]
+            if lines:
+                yield b"".join(lines)
+        if follower.dropped:
+            yield end_line(DROPPED)
+    finally:
+        if follower is not None:
+            for book in books:
+                book.detach(follower)
 
 
 def _parse(model: type[M], body: bytes) -> M:

@@ -46,6 +46,16 @@ log = logging.getLogger("rep.cell")
 
 CANCELLED = "cancelled"
 STOPPING = "stopping"
+# The cached blobs a cell's state and heartbeat list, the most recently used first: a bid is asked of every
+# cell every auction, and the blobs an app starting now wants are most likely among the recent ones.
+REPORTED_BLOBS = 64
+
+# The digests the cell's host caches, at most `limit`, the most recently used first (rep/artifact_cache.py)
+CachedBlobs = Callable[[int], list[str]]
+
+
+def no_blobs(limit: int) -> list[str]:
+    return []
 
 
 SAME_INDEX = "instance already on this cell"  # a start refused: the auction tries another cell
@@ -113,9 +123,11 @@ class RepCell:
         send_lifecycle: SendLifecycle,
         *,
         new_guid: Callable[[], str] | None = None,
+        cached_blobs: CachedBlobs = no_blobs,
     ) -> None:
         self.config = config
         self.executor = executor
+        self.cached_blobs = cached_blobs
         self.outbox = Outbox(
             send_lifecycle, self.apply_lifecycle_result, name=config.cell_id, linger_s=config.report_linger_s
         )
@@ -191,8 +203,18 @@ class RepCell:
             lrp_counts=dict(self._lrp_counts),
             stopping_counts=dict(self._stopping_counts),
             tasks=tasks,
-            offers=_host_offers() if c.report_host_metrics else None,
+            offers=self._offers(),
         )
+
+    def _offers(self) -> CellOffers | None:
+        """What a real cell offers beyond the bid proper: its host's load (the load-mark strategy reads it),
+        and the blobs its host caches (the cache term); None from a simulated cell advertising no blob."""
+        blobs = self.cached_blobs(REPORTED_BLOBS)
+        if not self.config.report_host_metrics and not blobs:
+            return None
+        host = _host_metrics() if self.config.report_host_metrics else None
+        return CellOffers.model_construct(host=host, volumes=[], ingress_ips=[], devices={},
+                                          cached_blobs=blobs)
 
     def detail(self) -> CellDetail:
         """The bid with the rep's own view of the cell: who serves it, the fencing tokens it took work
@@ -241,6 +263,7 @@ class RepCell:
             instances=len(self._instances),
             starting=self._starting,
             host=_host_metrics() if c.report_host_metrics else None,
+            cached_blobs=self.cached_blobs(REPORTED_BLOBS),
         )
 
     def instance_states(self) -> dict[str, int]:
@@ -524,12 +547,6 @@ def all_rejected(lrps: list[tuple[DesiredLRP, int]], tasks: list[Task], reason: 
 def _note(reasons: list[str], why: str) -> None:
     if why not in reasons:
         reasons.append(why)
-
-
-def _host_offers() -> CellOffers:
-    """What a real cell offers beyond the bid proper: its host's load (the load-mark strategy reads it)."""
-    return CellOffers.model_construct(host=_host_metrics(), volumes=[], ingress_ips=[], devices={},
-                                      cached_blobs=[])
 
 
 def _host_metrics() -> HostMetricsModel:

@@ -14,11 +14,14 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import NamedTuple, Protocol
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from common.models import DesiredLRP, Task, TaskCompletion
 
 from .reports import HostPort
+
+if TYPE_CHECKING:
+    from .instance_logs import LogBook
 
 
 class LRPContainer(NamedTuple):
@@ -60,6 +63,9 @@ class ExecutorListener(Protocol):
 
 
 class Executor(ABC):
+    # The output of its containers, when it has any (rep/instance_logs.py): the process executor's.
+    logs: LogBook | None = None
+
     async def open(self) -> None:
         """Prepare (e.g. clean up what a previous run of this rep left behind)."""
         return None  # optional hook

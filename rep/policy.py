@@ -1,8 +1,8 @@
 """The rep's authorization table (docs/security.md, "Rep"): one row per route of rep/api.py.
 
 Work comes only from the auctioneer (and only under the lease's current fencing token: rep/fencing.py);
-stops and cancels only from the BBS; evacuating cells is a person's decision. policy_test.py checks every
-route has a row.
+stops and cancels only from the BBS, and instances' logs only to it; evacuating cells is a person's
+decision. policy_test.py checks every route has a row.
 """
 
 from __future__ import annotations
@@ -23,4 +23,6 @@ POLICY = Policy({
     ("POST", "/cordon"): rule("bbs", why="the BBS tells a rep the operator cordoned its cells"),
     ("POST", "/evacuate"): rule("admin", why="evacuating cells is an operator's decision"),
     ("GET", "/metrics"): rule(*READ_ROLES),
+    ("GET", "/logs"): rule("bbs", why="logs can hold what an app printed, secrets too: the BBS serves them "
+                                      "to the callers it allows"),
 })

@@ -25,6 +25,7 @@ from .cgroups import limits_for
 from .disk_quota import MIB
 from .executor import LRPContainer, TaskContainer
 from .isolation import Isolation, isolation_problem, prepare_isolation
+from .log_records import as_text, parse
 from .process_executor import PID_NAME, ProcessExecutor, kill_leftovers
 from .settings import RepSettings
 
@@ -187,11 +188,15 @@ async def test_an_empty_command_fails_the_start_clearly(executor: ProcessExecuto
     assert "no command" in listener.crashed[0][1]
 
 
-async def test_a_missing_executable_fails_the_start(executor: ProcessExecutor) -> None:
+@pytest.mark.parametrize(("program", "where"), [
+    ("/nonexistent/vendue-app", "on the cell"), ("./migrate.sh", "in the instance's directory"),
+])
+async def test_a_missing_executable_fails_the_start_naming_it(executor: ProcessExecutor, program: str,
+                                                              where: str) -> None:
     listener = Listener()
-    executor.start_lrp(container(["/nonexistent/vendue-app"]), listener)
+    executor.start_lrp(container([program]), listener)
     await eventually(lambda: bool(listener.crashed), DEADLINE_S, "a crash report", lambda: None)
-    assert listener.crashed[0][1].startswith("failed to start:")
+    assert listener.crashed[0][1] == f"failed to start: program {program!r} not found {where}"
 
 
 async def test_a_child_that_never_listens_fails_its_health_check(executor: ProcessExecutor) -> None:
@@ -446,7 +451,7 @@ async def test_a_main_process_that_exits_leaves_nothing_behind(isolated: Process
                                  check=HealthCheck(type="process", timeout_s=DEADLINE_S), ports=[]), listener)
     await eventually(lambda: bool(listener.crashed), DEADLINE_S, "a crash report", lambda: listener.running)
     assert listener.crashed == [("inst-1", "exited with status 7")]
-    escapee = int((isolated.containers_dir / "inst-1" / "output.log").read_text().split()[-1])
+    escapee = int(log_text(isolated.containers_dir / "inst-1" / "output.log").split()[-1])
     assert not pid_alive(escapee), "the escapee went with its main process"
 
 
@@ -480,7 +485,7 @@ async def test_a_fork_bomb_stops_at_the_pids_limit_and_the_executor_runs_on(
     isolated.start_lrp(container([PYTHON, "-c", HTTP_SERVER], guid="after"), listener)
     await eventually(lambda: [g for g, _ in listener.running if g == "after"] == ["after"],
                      DEADLINE_S, "another instance running", lambda: (listener.crashed, listener.running,
-                     (isolated.containers_dir / "after" / "output.log").read_text()))
+                     log_text(isolated.containers_dir / "after" / "output.log")))
 
 
 async def test_a_restarted_rep_kills_what_its_previous_run_left_in_its_cgroups(tmp_path: Path) -> None:
@@ -621,14 +626,16 @@ async def test_a_tasks_result_is_its_last_4_kib_across_the_rotated_log(
     quick_disk_executor: ProcessExecutor,
 ) -> None:
     listener = Listener()
-    # 8 KiB cap: output.log rotates every 4 KiB, so the last 4 KiB straddle output.log.1 and output.log.
+    # 8 KiB cap: output.log rotates every 4 KiB of records (~128 lines here), so what is kept straddles
+    # output.log.1 and output.log, and is less than 4 KiB of text.
     script = "import sys\nfor i in range(2000): print(f'{i:09d}')\nprint('the end')"
     task = Task(task_guid="t1", command=[PYTHON, "-c", script], created_at=NOW, updated_at=NOW)
     quick_disk_executor.run_task(TaskContainer("cell-p", task), listener)
     await eventually(lambda: bool(listener.finished), DEADLINE_S, "a task completion", lambda: None)
     [done] = listener.finished
     written = "".join(f"{i:09d}\n" for i in range(2000)) + "the end\n"
-    assert not done.failed and done.result == written[-4096:]
+    assert not done.failed and written.endswith(done.result), "the result is the end of the output"
+    assert len(done.result) > 4096 // 32 * 10, "it spans both files (a file holds ~128 records of 32 bytes)"
 
 
 # --- disk_mb as a filesystem of the instance's own (rep/disk_quota.py) ----------------------------------
@@ -665,10 +672,15 @@ async def fs_executor(tmp_path: Path) -> AsyncIterator[ProcessExecutor]:
     await ex.close()
 
 
+def log_text(path: Path) -> str:
+    """What an output log's records say, one line each (rep/log_records.py)."""
+    return as_text(parse(path.read_bytes()))
+
+
 def written(directory: Path) -> list[str]:
     """The filler's last line: ["wrote", N, "errno", E] or ["wrote", N, "ok"] ([] before it)."""
     try:
-        lines = (directory / "output.log").read_text().splitlines()
+        lines = log_text(directory / "output.log").splitlines()
     except FileNotFoundError:
         return []
     return next((line.split() for line in reversed(lines) if line.startswith("wrote ")), [])
@@ -722,7 +734,7 @@ async def test_a_crashed_instance_keeps_its_log_but_not_its_filesystem(fs_execut
 
     assert not os.path.ismount(directory)
     assert sorted(p.name for p in directory.iterdir()) == ["output.log"]
-    assert (directory / "output.log").read_text() == "last words\n"
+    assert log_text(directory / "output.log") == "last words\n"
 
 
 async def test_a_restarted_rep_unmounts_the_filesystems_its_previous_run_left(tmp_path: Path) -> None:
