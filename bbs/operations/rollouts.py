@@ -61,7 +61,7 @@ def _invalid(error: ValidationError) -> RequestValidationError:
 class Rollouts:
     def __init__(self, uow: UnitOfWork) -> None:
         self.uow = uow
-        self.wake: Callable[[], None] = lambda: None  # set by the driver (bbs/rollouts.py): a new rollout to carry on
+        self.wake: Callable[[], None] = lambda: None  # set by the driver (bbs/rollouts.py)
 
     # --- changes -------------------------------------------------------------------------------
 
