@@ -12,7 +12,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, cast
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -149,18 +149,17 @@ def _report_plan(wanted: list[Wanted], tasks: Mapping[str, str | None], as_json:
 def _apply(client: BBSClient, located: Located, wanted: list[Wanted], tasks: Mapping[str, str | None],
            *, wait: bool, timeout: float | None, as_json: bool) -> int:
     """Change every app, then follow the rollouts, then run the tasks: the exit status."""
-    from .push_update import AppChanger, change_app, describe_change, follow
+    from .push_update import change_app, describe_change, follow
 
-    changer = cast("AppChanger", client)
     current = {lrp.process_guid: lrp for lrp in client.desired_lrps()}
-    changes = [change_app(changer, w.definition, current.get(w.definition.process_guid), w.strategy)
+    changes = [change_app(client, w.definition, current.get(w.definition.process_guid), w.strategy)
                for w in wanted]
     code = 0
     report: list[dict[str, Any]] = []
     for change in changes:
         message, rollout, failed = describe_change(change), change.rollout, 0
         if wait and change.rollout is not None:
-            outcome = follow(changer, change.plan.name, change.rollout, timeout=timeout,
+            outcome = follow(client, change.plan.name, change.rollout, timeout=timeout,
                              show_progress=not as_json)
             message, rollout, failed = outcome.message, outcome.rollout, outcome.code
             code = code or failed

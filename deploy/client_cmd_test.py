@@ -333,3 +333,21 @@ def test_push_sets_every_field_of_the_health_check_and_the_defaults_stay_diegos(
     check = DesiredLRP.model_validate(json.loads(plain.stdout)).health_check
     assert (check.type, check.interval_s, check.invocation_timeout_s, check.failure_threshold,
             check.timeout_s) == ("port", 30, 1, 2, 60)
+
+
+def test_the_instances_table_shows_the_version_each_instance_runs() -> None:
+    import io
+    from datetime import UTC, datetime
+
+    from .client_cmd import instances_table
+    from .terminal_text import safe_console
+
+    rows = [ActualLRP(process_guid="web", index=i, state="RUNNING", since=datetime.now(UTC), version=v,
+                      modification_tag={"epoch": "e", "index": 0}) for i, v in ((0, 7), (1, 6))]
+    out = safe_console(width=200, file=io.StringIO())
+    out.print(instances_table(rows, "web"))
+    lines = out.file.getvalue().splitlines()
+    header = next(line for line in lines if "INDEX" in line)
+    assert [part.strip() for part in header.split("┃")[1:3]] == ["INDEX", "VER"], header
+    cells = [[part.strip() for part in line.split("│")[1:3]] for line in lines if line.startswith("│")]
+    assert cells == [["0", "7"], ["1", "6"]], lines

@@ -128,3 +128,14 @@ def test_an_app_printed_as_a_manifest_reads_back_as_the_same_definition() -> Non
     assert "rollout" not in spec and "ports" not in spec and "stack" not in spec  # defaults left out
     again = parse_manifest(dump_yaml({"applications": [spec]}), "g").manifest.applications[0].definition()
     assert again == definition
+
+
+def test_the_health_check_takes_the_wire_fields_and_its_timings() -> None:
+    text = ("applications:\n  - name: a\n    command: [x]\n    health:\n      type: http\n"
+            "      interval_s: 10\n      invocation_timeout_s: 2\n      failure_threshold: 3\n"
+            "      timeout_s: 120\n")
+    check = parse_manifest(text, "f").manifest.applications[0].definition().health_check
+    assert (check.interval_s, check.invocation_timeout_s, check.failure_threshold, check.timeout_s) == (
+        10, 2, 3, 120)
+    bad = text.replace("interval_s: 10", "interval_s: 0")
+    assert error_of(bad).startswith("vendue.yml:6: applications[0].health.interval_s: Input should be")

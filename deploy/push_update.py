@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 class AppChanger(RolloutReader, Protocol):
     """What changing an app asks of the BBS client (deploy/bbs_client.py)."""
 
+    def desired_lrp(self, process_guid: str) -> DesiredLRP: ...
     def desire_lrp(self, lrp: DesiredLRPCreate) -> DesiredLRP: ...
     def update_desired_lrp(self, process_guid: str, update: DesiredLRPUpdate) -> DesiredLRP: ...
     def replace_desired_lrp(self, guid: str, body: dict[str, Any]) -> dict[str, Any]: ...
@@ -128,7 +129,7 @@ def describe_change(change: Change) -> str:
             f"follow it with `vendue rollout status {plan.name}`")
 
 
-def push_existing(client: Any, lrp: DesiredLRPCreate, strategy: Mapping[str, Any], *, wait: bool,
+def push_existing(client: AppChanger, lrp: DesiredLRPCreate, strategy: Mapping[str, Any], *, wait: bool,
                   timeout: float | None, as_json: bool) -> None:
     """`vendue push` of an app that exists: change it (change_app), follow its rollout unless `wait` is
     False, and say what happened; exit status 1 when the rollout failed or was rolled back."""

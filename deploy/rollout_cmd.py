@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime
-from typing import Annotated, Any, Literal, Protocol, cast
+from typing import Annotated, Any, Literal, Protocol
 
 import typer
 
@@ -46,7 +46,7 @@ class RolloutClient(Protocol):
 @contextmanager
 def rollout_client(connection: Connection) -> Iterator[RolloutClient]:
     with connect(connection) as client:
-        yield cast(RolloutClient, client)
+        yield client
 
 
 def _moment(value: Any) -> datetime | None:

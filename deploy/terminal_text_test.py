@@ -80,7 +80,7 @@ def hostile_bbs(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
         "tasks": lambda self, **_: [task], "task": lambda self, guid: task,
         "desire_task": lambda self, request: task,
         "desired_lrps": lambda self: [desired], "desired_lrp": lambda self, name: desired,
-        "actual_lrps": lambda self, **_: [actual], "cells": lambda self, **_: [cell],
+        "actual_lrps": lambda self, *_, **__: [actual], "cells": lambda self, **_: [cell],
         "placement": lambda self, name, index: explanation,
         "follow_events": lambda self, *a, **k: iter([event]),
     }

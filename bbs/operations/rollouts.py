@@ -19,6 +19,7 @@ from common.models import (
     DEFINITION_EXCLUDED,
     DesiredLRPCreate,
     DesiredLRPReplace,
+    ModificationTag,
     RolloutStrategy,
     resolve_max_in_flight,
 )
@@ -89,14 +90,20 @@ class Rollouts:
             except ValidationError as exc:
                 raise RequestValidationError(
                     [{**e, "loc": ("body", "rollout", *e["loc"])} for e in exc.errors()]) from exc
-        tag = body.pop("modification_tag", None)
+        tag = None
+        if body.get("modification_tag") is not None:
+            try:  # bounded as everywhere (an index past the store is 422, not a stale 409)
+                tag = ModificationTag.model_validate(body.pop("modification_tag"))
+            except ValidationError as exc:
+                errors.extend({**e, "loc": ("body", "modification_tag", *e["loc"])} for e in exc.errors())
+        body.pop("modification_tag", None)
         if errors:
             raise RequestValidationError(errors)
         return await self._change(process_guid, body, strategy, whole=False, tag=tag)
 
     async def _change(
         self, process_guid: str, given: dict[str, Any], strategy: RolloutStrategy | None, *, whole: bool,
-        tag: Any = None,
+        tag: ModificationTag | None = None,
     ) -> dict[str, Any]:
         now = time.time()
         async with self.uow.write() as (tx, effects):
@@ -104,10 +111,9 @@ class Rollouts:
             if record is None:
                 raise NotFound(f"desired LRP {process_guid!r} not found")
             if tag is not None:
-                if not (isinstance(tag, dict) and tag.get("epoch") == record.mod_epoch
-                        and tag.get("index") == record.mod_index):
-                    raise Conflict(
-                        f"modification_tag {tag!r} is stale (now {record.mod_epoch}:{record.mod_index})")
+                if (tag.epoch, tag.index) != (record.mod_epoch, record.mod_index):
+                    raise Conflict(f"modification_tag {tag.epoch}:{tag.index} is stale "
+                                   f"(now {record.mod_epoch}:{record.mod_index})")
             current = _normalized(record.definition)
             if whole:
                 merged = {**given}

@@ -5,16 +5,17 @@ the CLI as an operator runs it, against real processes with TLS on, on both tran
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
+
+from common.procutil import app_python
 
 from .conftest import APP_COMMAND, E2ECluster, brief, expect, wait_all_running, wait_for
 
 pytestmark = [pytest.mark.e2e]
 
-CLUSTER = {"cells": 2, "zones": 2}
+CLUSTER = {"cells": 4, "zones": 2}  # room for make-before-break: a replacement goes to another cell
 FIRST_PLACEMENT_S = 60.0  # a cluster's first start request may wait for its auctioneer's lease
 ROLLOUT_CLI_S = 150.0  # a CLI call that follows a rollout: each new instance must start and pass its check
 
@@ -41,7 +42,7 @@ def test_apply_creates_then_changes_nothing_and_a_dry_run_changes_nothing(
     guid, task = c.guid("site"), c.guid("migrate")
     app = {"name": guid, "command": APP_COMMAND, "instances": 2, "memory_mb": 64, "disk_mb": 64,
            "env": {"GREETING": "hello"}}
-    job = {"name": task, "command": [sys.executable, "-c", "print(6 * 7)"], "memory_mb": 64, "disk_mb": 64}
+    job = {"name": task, "command": [app_python(), "-c", "print(6 * 7)"], "memory_mb": 64, "disk_mb": 64}
     path = manifest(tmp_path / "vendue.yml", [app], [job])
 
     planned = c.cli("apply", "-f", path, "--dry-run")
@@ -109,7 +110,7 @@ def test_push_rolls_a_new_env_out_and_rolls_a_bad_version_back(shared_cluster: E
              30.0, f"both instances of {guid} on version {first + 1}")
     assert desired(c, guid)["env"] == {"GREETING": "hi"}
 
-    bad = c.cli(*base, "--", sys.executable, "-c", "raise SystemExit(3)", timeout=ROLLOUT_CLI_S)
+    bad = c.cli(*base, "--", app_python(), "-c", "raise SystemExit(3)", timeout=ROLLOUT_CLI_S)
     assert bad.code == 1, f"expected a bad version to fail the push, saw {bad.code}: {bad.output}"
     [line] = bad.stderr.splitlines()
     assert line.startswith(f"error: {guid}: version {first + 2} failed and was rolled back to version "), line
@@ -133,3 +134,33 @@ def test_restart_rolls_every_instance(shared_cluster: E2ECluster) -> None:
     assert not same, f"expected every index restarted (new instance guids), saw the same for {same}"
     history = c.cli("rollout", "history", guid, "--json")
     assert history.code == 0 and json.loads(history.stdout)[0]["kind"] == "restart", history.output
+
+
+def test_a_canary_push_pauses_after_one_instance_and_resume_rolls_the_rest(
+        shared_cluster: E2ECluster) -> None:
+    c = shared_cluster
+    guid = c.guid("canary")
+    base = ("push", guid, "-i", "3", "-m", "64", "-d", "64")
+    created = c.cli(*base, "--", *APP_COMMAND)
+    assert created.code == 0, created.output
+    wait_all_running(c.bbs, guid, 3, timeout=FIRST_PLACEMENT_S)
+    first = desired(c, guid)["version"]
+
+    canary = c.cli(*base, "--strategy", "canary", "-e", "STAGE=canary", "--", *APP_COMMAND,
+                   timeout=ROLLOUT_CLI_S)
+    assert canary.code == 0, f"expected the canary to stop at its pause, saw {canary.code}: {canary.output}"
+    assert f"`vendue rollout resume {guid}` continues" in canary.stdout, canary.stdout
+    status = c.cli("rollout", "status", guid, "--json")
+    assert status.code == 0, status.output
+    paused = json.loads(status.stdout)
+    assert (paused["state"], paused["done"], paused["canary"]) == ("paused", 1, True), paused
+    versions = instance_versions(c, guid)
+    assert sorted(versions.values()) == [first, first, first + 1], f"expected one canary, saw {versions}"
+
+    resumed = c.cli("rollout", "resume", guid, timeout=ROLLOUT_CLI_S)
+    assert resumed.code == 0, f"expected the resumed rollout to end, saw {resumed.code}: {resumed.output}"
+    expected = f"{guid}: version {first + 1} rolled out to 3/3 instance(s)"
+    assert resumed.stdout.strip() == expected, resumed.stdout
+    wait_for(lambda: expect(set(instance_versions(c, guid).values()) == {first + 1},
+                            f"versions {instance_versions(c, guid)}"),
+             30.0, f"every instance of {guid} on version {first + 1}")
