@@ -23,7 +23,7 @@ import itertools
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -80,7 +80,7 @@ class Rep:
 
 
 Targets = Callable[[], Awaitable[list[Rep]]]
-Fetch = Callable[[Rep, dict[str, str], bool], AsyncIterator[dict[str, Any]]]
+Fetch = Callable[[Rep, dict[str, str], bool], AsyncGenerator[dict[str, Any], None]]
 
 
 def rfc3339(ns: int) -> str:
@@ -107,23 +107,28 @@ def end_line(reason: str) -> bytes:
 
 
 async def relay(ask: LogAsk, targets: Targets, fetch: Fetch, *, queue_lines: int = QUEUE_LINES,
-                reorder_s: float = REORDER_S, poll_s: float = POLL_S) -> AsyncIterator[bytes]:
+                reorder_s: float = REORDER_S, poll_s: float = POLL_S) -> AsyncGenerator[bytes, None]:
     """The lines `ask` names, from the reps `targets()` lists (read again every `poll_s` when following)."""
+    # Closed explicitly (aclosing): a reader that leaves closes every rep stream at once, not at some
+    # later garbage collection.
     if not ask.follow:
-        async for chunk in _recent(ask, await targets(), fetch):
-            yield chunk
+        async with contextlib.aclosing(_recent(ask, await targets(), fetch)) as lines:
+            async for chunk in lines:
+                yield chunk
         return
-    async for chunk in _follow(ask, targets, fetch, queue_lines, reorder_s, poll_s):
-        yield chunk
+    async with contextlib.aclosing(_follow(ask, targets, fetch, queue_lines, reorder_s, poll_s)) as lines:
+        async for chunk in lines:
+            yield chunk
 
 
-async def _recent(ask: LogAsk, reps: list[Rep], fetch: Fetch) -> AsyncIterator[bytes]:
+async def _recent(ask: LogAsk, reps: list[Rep], fetch: Fetch) -> AsyncGenerator[bytes, None]:
     async def collect(rep: Rep) -> list[dict[str, Any]]:
         lines = []
         try:
-            async for entry in fetch(rep, ask.rep_params(), False):
-                if "ns" in entry:
-                    lines.append(entry)
+            async with contextlib.aclosing(fetch(rep, ask.rep_params(), False)) as entries:
+                async for entry in entries:
+                    if "ns" in entry:
+                        lines.append(entry)
         except (httpx.HTTPError, ValueError) as exc:
             log.info("a rep's logs could not be read",
                      extra={"data": {"rep_url": rep.url, "error": repr(exc)}})
@@ -157,17 +162,18 @@ class _Following:
             params = self.ask.rep_params(since_ns=max(self.ask.since_ns, self.last_ns[rep.url]),
                                          recent=FOLLOW_ALL)
         try:
-            async for entry in self.fetch(rep, params, True):
-                if "end" in entry:
-                    if entry["end"] == DROPPED:
+            async with contextlib.aclosing(self.fetch(rep, params, True)) as entries:
+                async for entry in entries:
+                    if "end" in entry:
+                        if entry["end"] == DROPPED:
+                            self.dropped = DROPPED
+                        return
+                    self.last_ns[rep.url] = max(self.last_ns.get(rep.url, 0), int(entry.get("ns", 0)))
+                    try:
+                        self.queue.put_nowait(entry)
+                    except asyncio.QueueFull:
                         self.dropped = DROPPED
-                    return
-                self.last_ns[rep.url] = max(self.last_ns.get(rep.url, 0), int(entry.get("ns", 0)))
-                try:
-                    self.queue.put_nowait(entry)
-                except asyncio.QueueFull:
-                    self.dropped = DROPPED
-                    return
+                        return
         except (httpx.HTTPError, ValueError) as exc:
             log.info("a rep's log stream ended", extra={"data": {"rep_url": rep.url, "error": repr(exc)}})
         finally:
@@ -184,7 +190,7 @@ class _Following:
 
 
 async def _follow(ask: LogAsk, targets: Targets, fetch: Fetch, queue_lines: int, reorder_s: float,
-                  poll_s: float) -> AsyncIterator[bytes]:
+                  poll_s: float) -> AsyncGenerator[bytes, None]:
     following = _Following(ask, fetch, queue_lines)
     held: list[tuple[int, int, float, dict[str, Any]]] = []  # (ns, arrival number, arrived at, entry)
     numbers = itertools.count()
@@ -229,7 +235,7 @@ def rep_fetcher(client: httpx.AsyncClient) -> Fetch:
     """GET {rep_url}/logs with the BBS's own client: only to a server whose certificate is the rep of the
     cells asked about (bbs/outbound.py)."""
 
-    async def fetch(rep: Rep, params: dict[str, str], follow: bool) -> AsyncIterator[dict[str, Any]]:
+    async def fetch(rep: Rep, params: dict[str, str], follow: bool) -> AsyncGenerator[dict[str, Any], None]:
         EXPECTED_REP_CELLS.set(rep.cells)
         timeout = httpx.Timeout(REP_TIMEOUT_S, read=None if follow else REP_TIMEOUT_S)
         async with client.stream("GET", f"{rep.url}/logs", params=params, timeout=timeout) as response:
