@@ -2,12 +2,13 @@
 task), relayed from the reps that hold them (GET {rep_url}/logs: rep/instance_logs.py), merged in time order.
 
 Nothing is copied to the BBS's disk, and nothing waits on a reader: each rep's lines go into one bounded
-queue per reader (`queue_lines`); a reader that falls so far behind that the queue is full is dropped (its
-rep streams closed, its answer ended with a line that says so), and so is one a rep dropped for the same
-reason. Following, lines are held for `reorder_s` so that those of several reps come out in time order; the
-actual set is read again every `poll_s` for instances on cells not followed yet (a restart elsewhere, a
-scale-up, a rolling update's new instances); on a cell already followed the rep follows the app's next
-instances itself. Without `follow`, every present cell's rep is asked: a crashed instance's logs stay on
+queue per reader (`queue_lines`, and QUEUE_BYTES of text); a reader that falls so far behind that the
+queue is full is dropped (its rep streams closed, its answer ended with a line that says so), and so is
+one a rep dropped for the same reason; one that takes nothing for SEND_TIMEOUT_S has its connection closed
+(common/streaming.py). Following, lines are held for `reorder_s` so that those of several reps come out
+in time order; the actual set is read again every `poll_s` for instances on cells not followed yet (a
+restart elsewhere, a scale-up, a rolling update's new instances); on a cell already followed the rep
+follows the app's next instances itself. Without `follow`, every present cell's rep is asked: a crashed instance's logs stay on
 its cell (until its directory goes) while the BBS no longer records where it ran.
 
 Each line is JSON: time (RFC 3339, UTC, nanoseconds), ns, index, cell, instance_guid, stream, text (a
@@ -34,7 +35,8 @@ from .outbound import EXPECTED_REP_CELLS
 
 log = logging.getLogger("bbs.logs")
 
-QUEUE_LINES = 10_000  # lines a reader may be behind before it is dropped
+QUEUE_LINES = 10_000  # lines a reader may be behind before it is dropped...
+QUEUE_BYTES = 8 * 1024 * 1024  # ...or bytes of their text
 REORDER_S = 0.25
 POLL_S = 1.0
 REP_TIMEOUT_S = 10.0  # a rep's answer to a request that does not follow
@@ -144,10 +146,12 @@ async def _recent(ask: LogAsk, reps: list[Rep], fetch: Fetch) -> AsyncGenerator[
 class _Following:
     """One reader's follow: a pump per rep process into one bounded queue."""
 
-    def __init__(self, ask: LogAsk, fetch: Fetch, queue_lines: int) -> None:
+    def __init__(self, ask: LogAsk, fetch: Fetch, queue_lines: int, queue_bytes: int = QUEUE_BYTES) -> None:
         self.ask = ask
         self.fetch = fetch
         self.queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue(maxsize=queue_lines)
+        self.queue_bytes = queue_bytes
+        self.queued_bytes = 0
         self.pumps: dict[str, asyncio.Task[None]] = {}
         self.last_ns: dict[str, int] = {}
         self.dropped = ""
@@ -169,16 +173,25 @@ class _Following:
                             self.dropped = DROPPED
                         return
                     self.last_ns[rep.url] = max(self.last_ns.get(rep.url, 0), int(entry.get("ns", 0)))
+                    size = len(entry.get("text", "")) + 64
+                    if self.queued_bytes + size > self.queue_bytes:
+                        self.dropped = DROPPED
+                        return
                     try:
                         self.queue.put_nowait(entry)
                     except asyncio.QueueFull:
                         self.dropped = DROPPED
                         return
+                    self.queued_bytes += size
         except (httpx.HTTPError, ValueError) as exc:
             log.info("a rep's log stream ended", extra={"data": {"rep_url": rep.url, "error": repr(exc)}})
         finally:
             self.last_ns.setdefault(rep.url, 0)
             self.pumps.pop(rep.url, None)
+
+    def take(self, entry: dict[str, Any]) -> dict[str, Any]:
+        self.queued_bytes -= len(entry.get("text", "")) + 64
+        return entry
 
     async def close(self) -> None:
         pumps = list(self.pumps.values())
@@ -212,10 +225,10 @@ async def _follow(ask: LogAsk, targets: Targets, fetch: Fetch, queue_lines: int,
                 yield end_line(following.dropped)
                 return
             try:
-                entry = await asyncio.wait_for(following.queue.get(), min(reorder_s, poll_s))
+                entry = following.take(await asyncio.wait_for(following.queue.get(), min(reorder_s, poll_s)))
                 heapq.heappush(held, (int(entry.get("ns", 0)), next(numbers), time.monotonic(), entry))
                 while not following.queue.empty():
-                    entry = following.queue.get_nowait()
+                    entry = following.take(following.queue.get_nowait())
                     heapq.heappush(held, (int(entry.get("ns", 0)), next(numbers), time.monotonic(), entry))
             except TimeoutError:
                 pass
