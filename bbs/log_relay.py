@@ -8,8 +8,8 @@ one a rep dropped for the same reason; one that takes nothing for SEND_TIMEOUT_S
 (common/streaming.py). Following, lines are held for `reorder_s` so that those of several reps come out
 in time order; the actual set is read again every `poll_s` for instances on cells not followed yet (a
 restart elsewhere, a scale-up, a rolling update's new instances); on a cell already followed the rep
-follows the app's next instances itself. Without `follow`, every present cell's rep is asked: a crashed instance's logs stay on
-its cell (until its directory goes) while the BBS no longer records where it ran.
+follows the app's next instances itself. Without `follow`, every present cell's rep is asked: a crashed
+instance's logs stay on its cell (until its directory goes) while the BBS no longer records where it ran.
 
 Each line is JSON: time (RFC 3339, UTC, nanoseconds), ns, index, cell, instance_guid, stream, text (a
 task's: task_guid instead of index and instance_guid); the last may be {"end": reason}.
