@@ -37,7 +37,7 @@ log = logging.getLogger("bbs.logs")
 
 QUEUE_LINES = 10_000  # lines a reader may be behind before it is dropped...
 QUEUE_BYTES = 8 * 1024 * 1024  # ...or bytes of their text
-REORDER_S = 0.25
+REORDER_S = 0.1
 POLL_S = 1.0
 REP_TIMEOUT_S = 10.0  # a rep's answer to a request that does not follow
 FOLLOW_ALL = 100_000  # recent records asked of a rep on resuming a stream (since its last one)
@@ -225,7 +225,10 @@ async def _follow(ask: LogAsk, targets: Targets, fetch: Fetch, queue_lines: int,
                 yield end_line(following.dropped)
                 return
             try:
-                entry = following.take(await asyncio.wait_for(following.queue.get(), min(reorder_s, poll_s)))
+                # Wake for the next line, or when the oldest held one is due, or for the next poll.
+                due = held[0][2] + reorder_s - time.monotonic() if held else poll_s
+                wait = max(0.001, min(due, poll_s - (time.monotonic() - polled_at), poll_s))
+                entry = following.take(await asyncio.wait_for(following.queue.get(), wait))
                 heapq.heappush(held, (int(entry.get("ns", 0)), next(numbers), time.monotonic(), entry))
                 while not following.queue.empty():
                     entry = following.take(following.queue.get_nowait())

@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sys
 import tempfile
 import threading
@@ -116,9 +117,9 @@ def main() -> None:
 
     expected = int(args.rate * args.duration) * args.instances
     with tempfile.TemporaryDirectory(prefix="vendue-bench-logs-") as tmp:
-        signal_dir = Path(tmp) / "signal"
-        signal_dir.mkdir()
-        signal_dir.chmod(0o777)  # an isolated app's own uid looks for the start file here
+        # Outside tmp (0700): an isolated app's own uid looks for the start file here.
+        signal_dir = Path(tempfile.mkdtemp(prefix="vendue-bench-logs-signal-"))
+        signal_dir.chmod(0o777)
         start_file = signal_dir / "start"
         per_cell = args.instances // args.cells + 1
         cluster = LocalCluster(Path(tmp) / "cluster", cells=args.cells, zones=1, executor="process",
@@ -148,8 +149,8 @@ def main() -> None:
                 raise SystemExit("the follower did not connect")
             time.sleep(2.0)  # the BBS has found every cell's rep and followed it
             pids = cluster.pids()
-            reps = {name: pid for name, pid in pids.items() if name.startswith("rep")}
-            bbs_pid = next(pid for name, pid in pids.items() if name.startswith("bbs"))
+            reps = {rep.component: pids[rep.component] for rep in cluster.reps.values()}
+            bbs_pid = next(pid for name, pid in pids.items() if name == "bbs" or name.startswith("bbs-"))
             cpu_before = {name: cpu_s(pid) for name, pid in {**reps, "bbs": bbs_pid}.items()}
             start_file.touch()
             began = time.monotonic()
@@ -169,6 +170,7 @@ def main() -> None:
             reader.stop.set()
         finally:
             cluster.stop()
+            shutil.rmtree(signal_dir, ignore_errors=True)
 
     delivered = sum(reader.seen.values())
     distinct = len(reader.seen)
