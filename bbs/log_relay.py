@@ -2,7 +2,7 @@
 task), relayed from the reps that hold them (GET {rep_url}/logs: rep/instance_logs.py), merged in time order.
 
 Nothing is copied to the BBS's disk, and nothing waits on a reader: each rep's lines go into one bounded
-queue per reader (`queue_lines`, and QUEUE_BYTES of text); a reader that falls so far behind that the
+queue per reader (`queue_lines`, and QUEUE_BYTES); a reader that falls so far behind that the
 queue is full is dropped (its rep streams closed, its answer ended with a line that says so), and so is
 one a rep dropped for the same reason; one that takes nothing for SEND_TIMEOUT_S has its connection closed
 (common/streaming.py). Following, lines are held for `reorder_s` so that those of several reps come out
@@ -35,8 +35,9 @@ from .outbound import EXPECTED_REP_CELLS
 
 log = logging.getLogger("bbs.logs")
 
-QUEUE_LINES = 10_000  # lines a reader may be behind before it is dropped...
-QUEUE_BYTES = 8 * 1024 * 1024  # ...or bytes of their text
+QUEUE_LINES = 30_000  # lines a reader may be behind before it is dropped (3 s of 10,000 lines a second)...
+QUEUE_BYTES = 16 * 1024 * 1024  # ...or bytes, their text and ENTRY_OVERHEAD each
+ENTRY_OVERHEAD = 512  # what a queued line costs besides its text (its dict of seven fields)
 REORDER_S = 0.1
 POLL_S = 1.0
 REP_TIMEOUT_S = 10.0  # a rep's answer to a request that does not follow
@@ -81,7 +82,8 @@ class Rep:
     cells: tuple[str, ...]
 
 
-Targets = Callable[[], Awaitable[list[Rep]]]
+# The reps to ask now; None: nothing more will come (a task that ended), the follow ends once drained.
+Targets = Callable[[], Awaitable[list[Rep] | None]]
 Fetch = Callable[[Rep, dict[str, str], bool], AsyncGenerator[dict[str, Any], None]]
 
 
@@ -114,7 +116,7 @@ async def relay(ask: LogAsk, targets: Targets, fetch: Fetch, *, queue_lines: int
     # Closed explicitly (aclosing): a reader that leaves closes every rep stream at once, not at some
     # later garbage collection.
     if not ask.follow:
-        async with contextlib.aclosing(_recent(ask, await targets(), fetch)) as lines:
+        async with contextlib.aclosing(_recent(ask, await targets() or [], fetch)) as lines:
             async for chunk in lines:
                 yield chunk
         return
@@ -173,7 +175,7 @@ class _Following:
                             self.dropped = DROPPED
                         return
                     self.last_ns[rep.url] = max(self.last_ns.get(rep.url, 0), int(entry.get("ns", 0)))
-                    size = len(entry.get("text", "")) + 64
+                    size = len(entry.get("text", "")) + ENTRY_OVERHEAD
                     if self.queued_bytes + size > self.queue_bytes:
                         self.dropped = DROPPED
                         return
@@ -190,7 +192,7 @@ class _Following:
             self.pumps.pop(rep.url, None)
 
     def take(self, entry: dict[str, Any]) -> dict[str, Any]:
-        self.queued_bytes -= len(entry.get("text", "")) + 64
+        self.queued_bytes -= len(entry.get("text", "")) + ENTRY_OVERHEAD
         return entry
 
     async def close(self) -> None:
@@ -208,19 +210,18 @@ async def _follow(ask: LogAsk, targets: Targets, fetch: Fetch, queue_lines: int,
     held: list[tuple[int, int, float, dict[str, Any]]] = []  # (ns, arrival number, arrived at, entry)
     numbers = itertools.count()
     polled_at = float("-inf")
-    seen_any = False
+    over = False
     try:
         while True:
             now = time.monotonic()
             if now - polled_at >= poll_s:
                 polled_at = now
                 reps = await targets()
-                for rep in reps:
+                over = reps is None
+                for rep in reps or []:
                     following.ensure(rep)
-                seen_any = seen_any or bool(reps)
-                if ask.task_guid and seen_any and not (reps or following.pumps or held) \
-                        and following.queue.empty():
-                    break  # the task ended: nothing more comes
+            if over and not (following.pumps or held) and following.queue.empty():
+                break  # the task ended: nothing more comes
             if following.dropped:
                 yield end_line(following.dropped)
                 return

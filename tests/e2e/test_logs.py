@@ -186,6 +186,43 @@ def test_recent_reads_a_crashed_instances_last_words_and_one_stream(cluster: E2E
     c.cli("delete", app)
 
 
+# Prints twenty steps a tenth of a second apart, then its result.
+STEPPER = r"""
+import time
+for i in range(20):
+    print("step", i, flush=True)
+    time.sleep(0.1)
+print("result 42", flush=True)
+"""
+
+
+@pytest.mark.timeout(180)
+def test_a_tasks_logs_followed_while_it_runs_and_read_once_completed(cluster: E2ECluster) -> None:
+    c = cluster
+    task = c.guid("stepper")
+    follower = None
+    c.bbs.create_task(task, [APP_PYTHON, "-c", STEPPER])
+    try:
+        follower = Follower(c, "--task", task, "-f")
+        follower.proc.wait(timeout=60)  # the follow ends with the task
+        assert follower.proc.returncode == 0, follower.stop()
+    finally:
+        if follower is not None and follower.proc.poll() is None:
+            follower.stop()
+    texts = [line["text"] for line in follower.drain()]
+    assert texts and texts[-1] == "result 42", texts
+    steps = [int(t.split()[1]) for t in texts if t.startswith("step ")]
+    assert steps == sorted(steps) and steps[-1] == 19, texts
+
+    def completed() -> dict:
+        done = c.bbs.task(task)
+        return expect(done["state"] in ("COMPLETED", "RESOLVING") and done, done["state"])
+
+    wait_for(completed, 30.0, f"task {task} completed")
+    after = c.cli("logs", "--task", task)
+    assert after.code == 0 and after.stdout.splitlines()[-1].endswith("OUT result 42"), after.output
+
+
 def rss_kb(pid: int) -> int:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
