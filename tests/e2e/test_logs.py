@@ -241,11 +241,11 @@ def test_a_follower_that_stops_reading_is_dropped_and_the_reps_memory_stays_flat
     rep_pid = c.lc.pids()[c.reps[instance["cell_id"]].component]
     before = rss_kb(rep_pid)
 
-    # A raw TLS connection as the admin, with a small receive buffer, that asks to follow and never reads.
+    # A raw TLS connection as the admin that asks to follow and then reads nothing: the kernel's buffers
+    # fill, then the BBS's send blocks.
     context = client_context(TLSFiles.in_dir(c.lc.certs_dir, "admin"), ca=c.lc.certs_dir / CA_CERT)
     host, port = c.lc.bbs_url.removeprefix("https://").rstrip("/").rsplit(":", 1)
     raw = socket.create_connection((host, int(port)), timeout=30)
-    raw.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     stalled = context.wrap_socket(raw, server_hostname=host)
     stalled.sendall(f"GET /v1/logs/{app}?follow=1 HTTP/1.1\r\nHost: {host}\r\n\r\n".encode())
     peak = before
@@ -254,7 +254,8 @@ def test_a_follower_that_stops_reading_is_dropped_and_the_reps_memory_stays_flat
         while time.monotonic() < deadline:  # the flood goes on, the follower reads nothing
             peak = max(peak, rss_kb(rep_pid))
             time.sleep(0.2)
-        # Now read: what the buffers held, then the end (the BBS dropped it), not an endless stream.
+        # Now read: what the buffers held (megabytes on loopback), then the end (the BBS dropped it), not an
+        # endless stream.
         stalled.settimeout(30)
         received = 0
         ended = time.monotonic() + 60
