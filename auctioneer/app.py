@@ -133,6 +133,7 @@ class AuctioneerService:
             AuctionConfig(
                 strategy=s.strategy, engine=s.engine, max_inflight_starts=s.max_inflight_starts,
                 max_attempts=s.max_attempts, thread_threshold=s.thread_threshold, explanations=s.explanations,
+                cache_weight=s.cache_weight,
             ),
         )
         self.batcher = Batcher(self.auction.run, auction_timeout=s.auction_timeout, gate=self.leadership)

@@ -44,6 +44,7 @@ class AuctionConfig:
     thread_threshold: int = 500  # batches at least this large are scheduled in a worker thread
     # instances per auction explained to the BBS (placement_trace.py); 0: none
     explanations: int = DEFAULT_EXPLANATIONS
+    cache_weight: float = 0.0  # the diego strategy's cache term (placement/scoring.py); 0: Diego's scores
 
 
 class Auction:
@@ -122,7 +123,8 @@ class Auction:
     ) -> tuple[AuctionResult, PlacementTrace | None]:
         c = self._config
         config = SchedulerConfig(
-            strategy=c.strategy, engine=c.engine, max_inflight_starts=c.max_inflight_starts
+            strategy=c.strategy, engine=c.engine, max_inflight_starts=c.max_inflight_starts,
+            cache_weight=c.cache_weight,
         )
         trace = PlacementTrace(c.explanations) if c.explanations and lrps else None
         size = len(lrps) + len(tasks) + sum(len(s.lrp_counts) for s in states)

@@ -38,6 +38,11 @@ class AuctioneerSettings(TLSOptions, RequestLimitOptions, BaseSettings):
     port: int = Field(default=DEFAULT_PORT, ge=0, le=65535, description="Port; 0 binds a free one.")
     strategy: str = Field(default="diego", description="Placement strategy.")
     engine: str = Field(default="fast", description="fast or reference.")
+    # placement/scoring.py cache_locality: off by default, so that a cluster places as Diego does.
+    cache_weight: float = Field(
+        default=0.0, ge=0, le=1e6, allow_inf_nan=False, description="Beyond Diego: the diego strategy "
+        "scores a cell whose host caches the app's source blob this much lower (lower wins; a whole unit is "
+        "a cell fuller by all of its memory, disk and containers); 0 keeps Diego's scores.")
     # Diego's default is 10 s; the design lowers it to 5 s. The whole state fetch ends by this deadline.
     cell_state_timeout: float = Field(default=5.0, gt=0, le=300,
                                       description="Seconds to fetch every cell's state.")

@@ -35,6 +35,7 @@ from .routes import (
     leases,
     logs,
     rebalancing,
+    rollouts,
     tasks,
     tokens,
 )
@@ -56,6 +57,7 @@ DATABASE_LOG_EVERY_S = 10.0
 ROUTERS: tuple[APIRouter, ...] = (
     health.router,
     desired_lrps.router,
+    rollouts.router,
     actual_lrps.router,
     auctions.router,
     tasks.router,

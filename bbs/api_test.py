@@ -159,7 +159,7 @@ async def test_scaling_down_stops_extra_instances_on_their_rep_and_up_auctions(h
     )
     tag = (await h.http.get("/v1/desired_lrps/web")).json()["modification_tag"]
     response = await h.http.patch("/v1/desired_lrps/web", json={"instances": 1, "modification_tag": tag})
-    assert response.status_code == 200 and response.json()["instances"] == 1
+    assert response.status_code == 200 and response.json()["desired_lrp"]["instances"] == 1
     stale = await h.http.patch("/v1/desired_lrps/web", json={"instances": 5, "modification_tag": tag})
     assert stale.status_code == 409
     await h.settle()
@@ -545,7 +545,7 @@ async def test_on_cell_loss_is_validated_kept_and_changed_without_touching_insta
     sent = len(h.rec.sent)
     patched = await h.http.patch("/v1/desired_lrps/db", json={"on_cell_loss": "reschedule"})
     assert patched.status_code == 200, patched.text
-    body = patched.json()
+    body = patched.json()["desired_lrp"]
     assert (body["on_cell_loss"], body["instances"]) == ("reschedule", 2)
     assert body["modification_tag"]["index"] == 1
     await h.settle()

@@ -203,6 +203,11 @@ async def test_a_referenced_blob_cannot_be_deleted(h: Harness) -> None:
     refused = await h.http.delete(f"/v1/blobs/{digest_of(data)}")
     assert refused.status_code == 409 and "desired LRP web" in refused.json()["detail"], refused.text
     assert (await h.http.head(f"/v1/blobs/{digest_of(data)}")).status_code == 200
+    [listed] = (await h.http.get("/v1/blobs")).json()["items"]
+    assert listed["referenced_by"] == ["desired LRP web"], listed
+    assert (await h.http.delete("/v1/desired_lrps/web")).status_code == 204
+    [listed] = (await h.http.get("/v1/blobs")).json()["items"]
+    assert listed["referenced_by"] == [], "nothing names it once the LRP is gone"
 
 
 async def test_an_upload_in_progress_survives_a_collection(h: Harness) -> None:

@@ -18,11 +18,13 @@ from .operations.convergence import Convergence
 from .operations.desired_lrps import DesiredLRPs
 from .operations.leases import Leases
 from .operations.rebalancing import Rebalancing
+from .operations.rollouts import Rollouts
 from .operations.tasks import Tasks
 from .operations.tokens import Tokens
 from .outbound import Outbound
 from .rebalancer import Rebalancer
 from .restart_policy import RestartPolicy
+from .rollouts import RolloutDriver
 from .settings import BBSSettings
 from .store import Store
 from .unit_of_work import UnitOfWork
@@ -52,6 +54,8 @@ class BBS:
         self.blobs = Blobs(self.uow)
         self.rebalancer = Rebalancer(self.uow)  # the moves this replica carries out
         self.rebalancing = Rebalancing(self.uow, self.rebalancer)
+        self.rollouts = Rollouts(self.uow)
+        self.rollout_driver = RolloutDriver(self.uow, self.rollouts)  # runs on the convergence leader
         self.convergence = Convergence(self.uow, ConvergenceConfig(
             stale_unclaimed=settings.stale_unclaimed,
             kick_task=settings.kick_task,

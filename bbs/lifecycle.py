@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from common.models import TaskCompletion
 
 from .actual_set import ActualSet
-from .lifecycle_wire import CellReport, CrashReport, InstanceRef, RunningReport
+from .lifecycle_wire import CellReport, ClaimRef, CrashReport, InstanceRef, RunningReport
 from .records import (
     CLAIMED,
     COMPLETED,
@@ -37,7 +37,7 @@ RESULT_LIMIT = 4096  # a task's result keeps the last 4 KiB of output
 # The fields a claim (records.claimed) and a running report set: every one they may change.
 CLAIM_FIELDS = frozenset(
     {"state", "instance_guid", "cell_id", "zone", "host", "ports", "address", "since", "placement_error",
-     "mod_index"}
+     "mod_index", "version"}
 )
 RUNNING_FIELDS = frozenset({"state", "host", "ports", "address", "since", "mod_index"})
 
@@ -111,14 +111,14 @@ def apply_lrp_reports(
         _running(actuals, running, cell_id, now, out)
     for crash in report["crashed"]:
         _crashed(actuals, crash, cell_id, now, policy, out)
-    for ref in report["removed"]:
-        _removed(actuals, ref, cell_id, now, out)
+    for removed in report["removed"]:
+        _removed(actuals, removed, cell_id, now, out)
     return out
 
 
 def _claim(
     actuals: ActualSet,
-    ref: InstanceRef,
+    ref: ClaimRef,
     running_of: dict[tuple[str, int, str], RunningReport],
     cell_id: str,
     zone: str,
@@ -127,21 +127,28 @@ def _claim(
 ) -> None:
     row = actuals.get(ref["process_guid"], ref["index"])
     if row is None:
-        out.refused.append(ref)  # not desired (any more)
+        out.refused.append(_plain(ref))  # not desired (any more)
     elif row.state == UNCLAIMED:
         guid = ref["instance_guid"]
         running = running_of.get((ref["process_guid"], ref["index"], guid))
         if running is None:
-            new = claimed(row, CLAIMED, guid, cell_id, zone, now, row.host, row.ports, row.address)
+            new = claimed(
+                row, CLAIMED, guid, cell_id, zone, now, row.host, row.ports, row.address, ref["version"])
         else:
             new = claimed(
-                row, RUNNING, guid, cell_id, zone, now, running["host"], running["ports"], _address(running)
+                row, RUNNING, guid, cell_id, zone, now, running["host"], running["ports"], _address(running),
+                ref["version"],
             )
         actuals.replace(row, new, CLAIM_FIELDS)
     elif row.state in (CLAIMED, RUNNING) and _mine(row, ref, cell_id):
         pass  # a repeated claim: idempotent
     else:
-        out.refused.append(ref)  # claimed or running elsewhere, or crashed and waiting
+        out.refused.append(_plain(ref))  # claimed or running elsewhere, or crashed and waiting
+
+
+def _plain(ref: ClaimRef) -> InstanceRef:
+    """The claim as the rep's refused list names it (without its version)."""
+    return {"process_guid": ref["process_guid"], "index": ref["index"], "instance_guid": ref["instance_guid"]}
 
 
 def _running(actuals: ActualSet, ref: RunningReport, cell_id: str, now: float, out: LrpOutcome) -> None:

@@ -28,6 +28,10 @@ class InstanceRef(TypedDict):
     instance_guid: Guid
 
 
+class ClaimRef(InstanceRef):
+    version: Annotated[NotRequired[StoreInt], Field(default=1)]
+
+
 class RunningReport(InstanceRef):
     host: Annotated[NotRequired[Host], Field(default="127.0.0.1")]
     ports: Annotated[NotRequired[list[PortMapping]], Field(default_factory=list, max_length=16)]
@@ -40,7 +44,7 @@ class CrashReport(InstanceRef):
 class CellReport(TypedDict):
     """One cell's report (CellLifecycle). Task completions stay models: they are few."""
 
-    claimed: Annotated[NotRequired[list[InstanceRef]], Field(default_factory=list, max_length=MAX_ITEMS)]
+    claimed: Annotated[NotRequired[list[ClaimRef]], Field(default_factory=list, max_length=MAX_ITEMS)]
     running: Annotated[NotRequired[list[RunningReport]], Field(default_factory=list, max_length=MAX_ITEMS)]
     crashed: Annotated[NotRequired[list[CrashReport]], Field(default_factory=list, max_length=MAX_ITEMS)]
     removed: Annotated[NotRequired[list[InstanceRef]], Field(default_factory=list, max_length=MAX_ITEMS)]

@@ -66,7 +66,7 @@ def test_host_reports_bound_cells_and_their_ids_as_the_model_does() -> None:
             (e["loc"], e["type"]) for e in model.value.errors()
         ]
     assert HOST_REPORT.validate_python({"cells": {"c1": {"claimed": [REF]}}})["cells"]["c1"]["claimed"] == [
-        REF
+        {**REF, "version": 1}  # a claim from a rep before versions: version 1
     ]
 
 

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from placement.rebalance import Move, RebalanceConfig, plan_moves
+from placement.types import SchedulerConfig
 
 from .actual_set import ActualSet
 from .events import event
@@ -106,7 +107,8 @@ class Rebalancer:
             apps=None if app is None else frozenset({app}),
         )
         pinned_apps = {d.process_guid for d in desired if pinned(d, requests[d.process_guid])}
-        moves = plan_moves(engine_cells, placed, requests, pinned_apps, rebalance=config)
+        moves = plan_moves(engine_cells, placed, requests, pinned_apps,
+                           SchedulerConfig(cache_weight=self.settings.cache_weight), config)
         return [Planned(m, sizes[m.process_guid]) for m in moves]
 
     def enqueue(self, planned: list[Planned]) -> None:

@@ -80,14 +80,16 @@ async def test_loadmark_apps_are_judged_by_the_load_marks_the_heartbeats_report(
 BLOB = "https://blobs.example/web.tgz"
 
 
-async def cached_blob_plan(harness: Harness, source_blob: str | None) -> list[tuple[int, str, str, str]]:
+async def cached_blob_plan(harness: Harness, source_blob: str | None,
+                           strategy: str = "objective") -> list[tuple[int, str, str, str]]:
     """web/0 runs on c1; of the two other cells only c2 caches its source blob; the dry run's moves."""
     await harness.heartbeat("c1")
     await harness.heartbeat("c2", cached_blobs=[BLOB])
     await harness.heartbeat("c3")
-    body = {"process_guid": "web", "instances": 1, "memory_mb": 128, "strategy": "objective",
-            "command": ["true"], "objective": "count(ai.AppSourceBlobID, r.CachedBlobIDs)",
-            "source_blob": source_blob}
+    body = {"process_guid": "web", "instances": 1, "memory_mb": 128, "strategy": strategy,
+            "command": ["true"], "source_blob": source_blob}
+    if strategy == "objective":
+        body["objective"] = "count(ai.AppSourceBlobID, r.CachedBlobIDs)"
     response = await harness.http.post("/v1/desired_lrps", json=body)
     assert response.status_code == 201, response.text
     await harness.lifecycle("c1", claimed=[ref(0, "g0")], running=[running(0, "g0")])
@@ -102,6 +104,17 @@ async def test_objective_apps_are_scored_with_the_blobs_the_heartbeats_say_are_c
 
 async def test_an_objective_app_without_a_source_blob_has_no_cell_to_prefer(h: Harness) -> None:  # noqa: F811 - the fixture
     assert await cached_blob_plan(h, None) == []
+
+
+async def test_with_a_cache_weight_diego_apps_move_to_a_cell_caching_their_blob(h: Harness) -> None:  # noqa: F811 - the fixture
+    # the cells are alike but for c2's cache: a weight of 1 (five times the margin) makes it the better one
+    h.bbs.settings.cache_weight = 1.0
+    assert await cached_blob_plan(h, BLOB, strategy="diego") == [(0, "c1", "c2", "strategy_margin")]
+
+
+async def test_without_a_cache_weight_diego_apps_stay_where_diego_put_them(h: Harness) -> None:  # noqa: F811 - the fixture
+    assert h.bbs.settings.cache_weight == 0.0
+    assert await cached_blob_plan(h, BLOB, strategy="diego") == []
 
 
 async def test_moves_run_one_at_a_time_and_a_crashing_replacement_is_abandoned(h: Harness) -> None:  # noqa: F811 - the fixture

@@ -79,6 +79,9 @@ class HealthCheckData(TypedDict, total=False):
     type: Literal["port", "process", "http"]
     timeout_s: float
     path: str
+    interval_s: float
+    invocation_timeout_s: float
+    failure_threshold: int
 
 
 class DesiredDefinition(TypedDict, total=False):
@@ -168,6 +171,7 @@ class DesiredRecord:
     mod_epoch: str
     mod_index: int = 0
     on_cell_loss: str = RESCHEDULE  # also a column: a convergence pass reads it without the definition
+    version: int = 1  # the definition's version (bbs/operations/versions.py): a new definition, the next
 
     def to_wire(self) -> dict[str, Any]:
         return {
@@ -178,6 +182,7 @@ class DesiredRecord:
             "on_cell_loss": self.on_cell_loss,
             "created_at": iso(self.created_at),
             "modification_tag": {"epoch": self.mod_epoch, "index": self.mod_index},
+            "version": self.version,
         }
 
 
@@ -212,6 +217,7 @@ class ActualRecord:
     mod_epoch: str = ""
     mod_index: int = 0
     auctioned_at: float = 0.0  # internal: the last time this instance was sent to the auctioneer
+    version: int = 1  # the definition version it runs: the one its claim named (its start request's)
 
     @property
     def key(self) -> ActualKey:
@@ -235,6 +241,7 @@ class ActualRecord:
             "since": iso(self.since),
             "placement_error": self.placement_error,
             "modification_tag": {"epoch": self.mod_epoch, "index": self.mod_index},
+            "version": self.version,
         }
 
 
@@ -273,6 +280,7 @@ def fresh_instances(desired: Iterable[DesiredRecord], now: float) -> list[Actual
             new_epoch(),
             0,
             now,
+            d.version,
         )
         for d in desired
         for index in range(d.instances)
@@ -308,14 +316,16 @@ def claimed(
     host: str,
     ports: list[PortMapping],
     address: str,
+    version: int = 1,
 ) -> ActualRecord:
     """`record` claimed by a cell: CLAIMED, or RUNNING when its running report came with the claim;
-    placement error cleared, modification tag bumped. Built positionally, like `fresh_instances`: a
-    scale run claims 250,000 instances."""
+    placement error cleared, modification tag bumped, the version its claim names. Built positionally,
+    like `fresh_instances`: a scale run claims 250,000 instances."""
     r = record
     return ActualRecord(
         r.process_guid, r.index, r.presence, r.domain, state, instance_guid, cell_id, zone, host, ports,
         address, r.crash_count, r.crash_reason, now, "", r.mod_epoch, r.mod_index + 1, r.auctioned_at,
+        version,
     )
 
 

@@ -109,12 +109,14 @@ async def running_bbs(
     blob_collector = BlobCollector(bbs)
     if converge:
         blob_collector.start()
+        bbs.rollout_driver.start()  # acts only while this replica holds the convergence lease
     try:
         yield bbs
     finally:
         hub.close()
         await blob_collector.stop()
         await bbs.rebalancer.stop()
+        await bbs.rollout_driver.stop()
         await converger.stop()
         await bbs.convergence.probes.close()
         with contextlib.suppress(TimeoutError):

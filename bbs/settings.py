@@ -115,6 +115,9 @@ class BBSSettings(BaseSettings, TLSOptions, RequestLimitOptions, QuotaOptions):
                                             "points.")
     rebalance_strategy_margin: float = Field(default=0.2, ge=0, description="Move an instance when another "
                                              "cell beats its own by this much of its strategy's score.")
+    # The auctioneer's --cache-weight: the planner scores diego apps as the auction does (set both alike).
+    cache_weight: float = Field(default=0.0, ge=0, le=1e6, allow_inf_nan=False, description="The "
+                                "auctioneer's --cache-weight, for the rebalance planner's diego scores.")
     rebalance_interval: float = Field(default=0.0, ge=0, description="Look this often for a cell that "
                                       "appeared or returned, then plan and carry out rebalancing moves until "
                                       "a plan finds nothing (at most 4 plans), s; 0: off.")

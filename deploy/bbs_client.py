@@ -16,11 +16,11 @@ from __future__ import annotations
 import json
 import ssl
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import httpx
 from pydantic import BaseModel, ValidationError
@@ -53,6 +53,7 @@ if TYPE_CHECKING:
 
 DEFAULT_BBS_URL = "http://127.0.0.1:8889"
 FOLLOW_GIVE_UP_S = 30.0  # follow_events: a BBS (every replica) silent this long is gone
+BLOB_IDLE_TIMEOUT_S = 60.0  # upload_blob: the BBS stores a large body as it arrives, a chunk at a time
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
 
@@ -197,9 +198,9 @@ class BBSClient:
     # --- plumbing ---------------------------------------------------------------------------------
 
     def _request(self, method: str, path: str, *, json_body: Any = None,
-                 params: Mapping[str, str] | None = None) -> httpx.Response:
+                 params: Mapping[str, str] | None = None, **extra: Any) -> httpx.Response:
         try:
-            response = self._http.request(method, path, json=json_body, params=params)
+            response = self._http.request(method, path, json=json_body, params=params, **extra)
         except httpx.TransportError as exc:
             reason = str(exc) or type(exc).__name__
             raise BBSUnreachable(f"cannot reach the BBS at {self.base_url}: {reason}") from exc
@@ -241,11 +242,55 @@ class BBSClient:
         from common.models import DesiredLRP
 
         body = update.model_dump(mode="json", exclude_none=True)
-        response = self._request("PATCH", f"/v1/desired_lrps/{process_guid}", json_body=body)
-        return DesiredLRP.model_validate(response.json())
+        answer = self._request("PATCH", f"/v1/desired_lrps/{process_guid}", json_body=body).json()
+        # A DesiredLRPChange (docs/rollouts.md); a BBS from before versions answered the DesiredLRP alone.
+        return DesiredLRP.model_validate(answer.get("desired_lrp", answer))
 
     def remove_desired_lrp(self, process_guid: str) -> None:
         self._request("DELETE", f"/v1/desired_lrps/{process_guid}")
+
+    # --- versions, rollouts, restarts (docs/rollouts.md) ------------------------------------------
+
+    def replace_desired_lrp(self, process_guid: str, body: dict[str, Any]) -> dict[str, Any]:
+        """PUT the whole definition (and an optional `rollout` strategy): a DesiredLRPChange."""
+        return dict(self._request("PUT", f"/v1/desired_lrps/{process_guid}", json_body=body).json())
+
+    def patch_desired_lrp(self, process_guid: str, body: dict[str, Any]) -> dict[str, Any]:
+        """PATCH some fields (and an optional `rollout` strategy): a DesiredLRPChange."""
+        return dict(self._request("PATCH", f"/v1/desired_lrps/{process_guid}", json_body=body).json())
+
+    def get_rollout(self, process_guid: str) -> dict[str, Any] | None:
+        """The latest rollout of the app (a Rollout), None when it never had one."""
+        try:
+            return dict(self._request("GET", f"/v1/desired_lrps/{process_guid}/rollout").json())
+        except NotFound:
+            self.desired_lrp(process_guid)  # the app itself missing is NotFound too
+            return None
+
+    def list_rollouts(self, process_guid: str) -> list[dict[str, Any]]:
+        """The app's rollouts, newest first (the last few)."""
+        body = self._request("GET", f"/v1/desired_lrps/{process_guid}/rollouts").json()
+        return list(body["rollouts"])
+
+    def list_versions(self, process_guid: str) -> list[dict[str, Any]]:
+        """The app's versions, newest first (LRPVersion: version, created_at, current, definition)."""
+        body = self._request("GET", f"/v1/desired_lrps/{process_guid}/versions").json()
+        return list(body["versions"])
+
+    def rollout_action(self, process_guid: str, action: Literal["pause", "resume", "undo"]) -> dict[str, Any]:
+        """Pause, resume or undo the app's rollout: the Rollout after it (Conflict: nothing to do so to)."""
+        path = f"/v1/desired_lrps/{process_guid}/rollout/{action}"
+        return dict(self._request("POST", path, json_body={}).json())
+
+    def restart_lrp(self, process_guid: str, *, all_at_once: bool = False,
+                    max_in_flight: int | str = 1) -> dict[str, Any]:
+        """Restart every instance, rolling (or all at once): the restart's Rollout."""
+        body = {"all_at_once": all_at_once, "max_in_flight": max_in_flight}
+        return dict(self._request("POST", f"/v1/desired_lrps/{process_guid}/restart", json_body=body).json())
+
+    def restart_instance(self, process_guid: str, index: int) -> None:
+        """Stop one instance; the BBS places it again (NotFound: no such index)."""
+        self._request("POST", f"/v1/desired_lrps/{process_guid}/instances/{index}/restart", json_body={})
 
     def actual_lrps(self, process_guid: str | None = None, cell_id: str | None = None,
                     state: str | None = None, presence: str | None = None) -> list[ActualLRP]:
@@ -333,6 +378,32 @@ class BBSClient:
         except (httpx.HTTPError, ValidationError, ValueError):
             return {}
         return {detail.bid.cell_id: detail for detail in details}
+
+    def blob_size(self, digest: str) -> int | None:
+        """The size of the blob the store holds under `digest`, or None when it holds none (HEAD)."""
+        try:
+            response = self._request("HEAD", f"/v1/blobs/{digest}")
+        except NotFound:
+            return None
+        return int(response.headers.get("content-length", "0"))
+
+    def upload_blob(self, digest: str, body: Iterable[bytes], size: int,
+                    timeout: float = BLOB_IDLE_TIMEOUT_S) -> dict[str, Any]:
+        """PUT the bytes `body` yields (streamed: never held whole) as the blob `digest`, `size` bytes
+        (sent as Content-Length, so the BBS refuses one over its cap before any byte); its description.
+        `timeout` bounds each read and write, not the whole upload."""
+        response = self._request("PUT", f"/v1/blobs/{digest}", content=body, timeout=timeout,
+                                 headers={"content-length": str(size),
+                                          "content-type": "application/octet-stream"})
+        return dict(response.json())
+
+    def blobs(self) -> list[dict[str, Any]]:
+        """Every blob of the store (admin): digest, size, created_at, last_referenced_at, referenced_by."""
+        return list(self._request("GET", "/v1/blobs").json()["items"])
+
+    def delete_blob(self, digest: str) -> None:
+        """Remove a blob (NotFound: none; Conflict: a desired LRP or task names it)."""
+        self._request("DELETE", f"/v1/blobs/{digest}")
 
     def create_token(self, request: TokenCreate) -> TokenCreated:
         """A new bearer token (admin); its secret is in the answer and nowhere else."""

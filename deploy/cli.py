@@ -13,7 +13,8 @@ from .cli_style import OneLineErrorsGroup
 HELP_PANELS: dict[str, tuple[str, ...]] = {
     "Cluster": ("up", "demo"),
     "Components": ("bbs", "auctioneer", "rep"),
-    "Apps and tasks": ("push", "scale", "delete", "apps", "instances", "task", "tasks"),
+    "Apps and tasks": ("push", "apply", "get", "scale", "restart", "rollout", "delete", "apps", "instances",
+                       "task", "tasks", "blobs"),
     "Cells": ("cells", "rebalance"),
     "Observe": ("events", "logs", "why", "dashboard"),
     "Security": ("certs", "tokens"),
@@ -82,17 +83,21 @@ COMMAND_MODULES: dict[str, str] = {
     **dict.fromkeys(
         ("push", "scale", "delete", "apps", "instances", "task", "tasks"), "deploy.client_cmd"
     ),
+    **dict.fromkeys(("apply", "get"), "deploy.apply_cmd"),
+    **dict.fromkeys(("rollout", "restart"), "deploy.rollout_cmd"),
     "events": "deploy.events_cmd",
     "logs": "deploy.logs_cmd",
     "cells": "deploy.cells_cmd",  # `cells` itself is in deploy.client_cmd, which it imports
     "rebalance": "deploy.rebalance_cmd",
+    "blobs": "deploy.blobs_cmd",
 }
 
 
 # The commands that only talk to the BBS (no server in this process): their wire models are built as they
 # are first used (common.models.DEFER_BUILD), a few of them, not the hundred.
 CLIENT_MODULES = frozenset({"deploy.client_cmd", "deploy.cells_cmd", "deploy.events_cmd", "deploy.why_cmd",
-                            "deploy.rebalance_cmd", "deploy.tokens_cmd", "deploy.logs_cmd"})
+                            "deploy.rebalance_cmd", "deploy.tokens_cmd", "deploy.blobs_cmd",
+                            "deploy.logs_cmd", "deploy.apply_cmd", "deploy.rollout_cmd"})
 
 
 def builds_models_on_first_use(command: str | None) -> bool:

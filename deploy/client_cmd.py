@@ -75,6 +75,12 @@ OnCellLossOption = Annotated[str | None, typer.Option(
     "--on-cell-loss",
     help="When the app's cell is lost: reschedule (Diego's, the default: replace its instances at once) or "
     "keep-replicas (wait out the BBS's --cell-loss-grace and check, then move only single-instance apps).")]
+CodePath = Annotated[Path | None, typer.Option(
+    "--path", help="Pack this directory (less what its .vendueignore names), upload it unless the blob store "
+    "holds it, and run COMMAND in it (docs/artifacts.md).")]
+ArtifactOption = Annotated[list[str] | None, typer.Option(
+    "--artifact", help="Also place sha256:HEX[:DEST] (from the blob store) or URL#sha256=HEX[:DEST] "
+    "(repeatable).")]
 Token = Annotated[str | None, typer.Option(
     "--token", envvar="VENDUE_TOKEN", show_envvar=True,
     help="A bearer token (vendue tokens create) instead of a client certificate; prefer VENDUE_TOKEN: a "
@@ -204,7 +210,9 @@ def connect(connection: Connection) -> Iterator[BBSClient]:
 # The wire fields the client commands set through a parameter of another name (the others: the same name).
 WIRE_FIELD_PARAMS = {
     "process_guid": "name", "task_guid": "name", "placement_tags": "tags", "health_check.path": "health_path",
-    "health_check": "health",
+    "health_check": "health", "artifacts": "artifact", "health_check.interval_s": "health_interval",
+    "health_check.invocation_timeout_s": "health_timeout",
+    "health_check.failure_threshold": "health_threshold", "health_check.timeout_s": "health_start_timeout",
 }
 
 
@@ -295,9 +303,15 @@ def push(
     disk_mb: Annotated[int, typer.Option("--disk", "-d", help="Disk per instance, MB.")] = 1024,
     stack: Annotated[str | None, typer.Option("--stack", help="Required stack (rootfs).")] = None,
     tags: Annotated[list[str] | None, typer.Option("--tag", help="Placement tag (repeatable).")] = None,
-    strategy: Annotated[
-        str | None, typer.Option("--strategy", help="Placement strategy for this app.")
-    ] = None,
+    strategy: Annotated[str | None, typer.Option(
+        "--strategy", help="How a change of an existing app rolls out: rolling (the default) or canary (one "
+        "new instance, then a pause until `vendue rollout resume`); or the app's placement strategy "
+        "(diego, binpack, ...).")] = None,
+    max_in_flight: Annotated[str, typer.Option(
+        "--max-in-flight", help="A change rolls out this many instances at once: N or N% of them.")] = "1",
+    rollback: Annotated[bool, typer.Option(
+        "--rollback/--no-rollback", help="A new version that fails rolls back (else the rollout pauses).")
+    ] = True,
     ports: Annotated[
         list[int] | None, typer.Option("--port", help="Container port (repeatable; default 8080).")
     ] = None,
@@ -307,13 +321,29 @@ def push(
     health_path: Annotated[
         str | None, typer.Option("--health-path", help="Path of the http health check.")
     ] = None,
+    health_interval: Annotated[
+        float | None, typer.Option("--health-interval", help="Seconds between checks once running (30).")
+    ] = None,
+    health_timeout: Annotated[
+        float | None, typer.Option("--health-timeout", help="Seconds one check may take (1).")
+    ] = None,
+    health_threshold: Annotated[
+        int | None, typer.Option("--health-threshold", help="Failed checks in a row that crash it (1).")
+    ] = None,
+    health_start_timeout: Annotated[
+        float | None, typer.Option("--health-start-timeout", help="Seconds to pass the first check (60).")
+    ] = None,
     env: Annotated[list[str] | None, typer.Option("--env", "-e", help="NAME=VALUE (repeatable).")] = None,
     domain: Annotated[str | None, typer.Option("--domain", help="Domain the app belongs to.")] = None,
     on_cell_loss: OnCellLossOption = None,
-    wait: Annotated[bool, typer.Option("--wait", help="Wait until every instance runs.")] = False,
-    timeout: Annotated[
-        float, typer.Option("--timeout", help="With --wait: give up after this many seconds.")
-    ] = 60.0,
+    path: CodePath = None,
+    artifact: ArtifactOption = None,
+    wait: Annotated[bool | None, typer.Option(
+        "--wait/--no-wait", help="A new app: wait until every instance runs (default: no). An existing "
+        "app: wait until its rollout ends, exit 1 if it failed (default: yes).", show_default=False)] = None,
+    timeout: Annotated[float | None, typer.Option(
+        "--timeout", help="Give up waiting after this many seconds (default: 60 for a new app, none for "
+        "a rollout, which ends by itself).")] = None,
     connection: Connection = Connection(),
     as_json: AsJson = False,
 ) -> None:
@@ -321,10 +351,18 @@ def push(
     from common.models import DesiredLRPCreate
 
     from .bbs_client import Conflict
+    from .push_update import parse_max_in_flight, push_existing, rollout_strategy
+    from .ship import code_artifacts
 
     if not command:
         fail("command: give the command to run after `--`, e.g. `vendue push web -- python3 app.py`",
              USAGE_ERROR)
+    try:
+        in_flight = parse_max_in_flight(max_in_flight)
+    except ValueError as exc:
+        fail(f"--max-in-flight: {exc}", USAGE_ERROR)
+    rolls = strategy if strategy in ("rolling", "canary") else "rolling"
+    strategy = None if strategy in ("rolling", "canary") else strategy
     fields: dict[str, Any] = {"process_guid": name, "instances": instances, "memory_mb": memory_mb,
                               "disk_mb": disk_mb, "command": list(command)}
     optional = {"stack": stack, "strategy": strategy, "domain": domain, "on_cell_loss": on_cell_loss}
@@ -335,19 +373,24 @@ def push(
         fields["ports"] = list(ports)
     if env:
         fields["env"] = parse_env(env)
-    if health is not None or health_path is not None:
-        check: dict[str, Any] = {"type": health or "port"}
-        if health_path is not None:
-            check["path"] = health_path
-        fields["health_check"] = check
-    lrp: DesiredLRPCreate = validated(DesiredLRPCreate, **fields)
-    with connect(connection) as client:
+    check = {"path": health_path, "interval_s": health_interval, "invocation_timeout_s": health_timeout,
+             "failure_threshold": health_threshold, "timeout_s": health_start_timeout}
+    if health is not None or any(v is not None for v in check.values()):
+        given = {k: v for k, v in check.items() if v is not None}
+        fields["health_check"] = {"type": health or "port"} | given
+    with code_artifacts(path, artifact) as code, connect(connection) as client:
+        if code.artifacts:
+            fields["artifacts"] = code.artifacts
+        lrp: DesiredLRPCreate = validated(DesiredLRPCreate, **fields)
+        code.ship(client)
         try:
             desired = client.desire_lrp(lrp)
-        except Conflict:
-            fail(f"app {name!r} already exists (change it with `vendue scale`, or `vendue delete` it first)")
+        except Conflict:  # an app that exists is changed: a rolling update (deploy/push_update.py)
+            push_existing(client, lrp, rollout_strategy(in_flight, rollback, rolls), wait=wait is not False,
+                          timeout=timeout, as_json=as_json)
+            return
         if wait:
-            _wait_running(client, name, desired.instances, timeout)
+            _wait_running(client, name, desired.instances, 60.0 if timeout is None else timeout)
     if as_json:
         print_json(desired.model_dump(mode="json"))
         return
@@ -482,13 +525,15 @@ def instances_table(actuals: Sequence[ActualLRP], title: str) -> Table:
     from common.models import ActualState, Presence
 
     table = listing_table(title)
-    for column in ("INDEX", "STATE", "PRESENCE", "CELL", "ZONE", "ADDRESS", "SINCE", "CRASHES", "ERROR"):
+    columns = ("INDEX", "VER", "STATE", "PRESENCE", "CELL", "ZONE", "ADDRESS", "SINCE", "CRASHES", "ERROR")
+    for column in columns:
         table.add_column(column, no_wrap=column != "ERROR", justify="right" if column == "INDEX" else "left")
     colours = {ActualState.RUNNING: "green", ActualState.CRASHED: "red"}
     now = datetime.now(UTC)
     for a in sorted(actuals, key=lambda a: (a.index, a.presence != Presence.ORDINARY)):
         table.add_row(
-            str(a.index), f"[{colours.get(a.state, 'yellow')}]{markup(a.state)}[/]", markup(a.presence),
+            str(a.index), str(getattr(a, "version", "")),
+            f"[{colours.get(a.state, 'yellow')}]{markup(a.state)}[/]", markup(a.presence),
             markup(a.cell_id or "-"), markup(a.zone or "-"), markup(a.address or "-"), age(a.since, now),
             str(a.crash_count), markup(a.placement_error or a.crash_reason),
         )
@@ -633,6 +678,8 @@ def task_run(
     tags: Annotated[list[str] | None, typer.Option("--tag", help="Placement tag (repeatable).")] = None,
     env: Annotated[list[str] | None, typer.Option("--env", "-e", help="NAME=VALUE (repeatable).")] = None,
     domain: Annotated[str | None, typer.Option("--domain", help="Domain the task belongs to.")] = None,
+    path: CodePath = None,
+    artifact: ArtifactOption = None,
     detach: Annotated[bool, typer.Option("--detach", help="Return once the task is accepted.")] = False,
     timeout: Annotated[
         float | None, typer.Option("--timeout", help="Give up waiting after this many seconds.")
@@ -644,6 +691,7 @@ def task_run(
     from common.models import TaskCreate
 
     from .bbs_client import Conflict
+    from .ship import code_artifacts
 
     if not command:
         fail("command: give the command to run after `--`, e.g. `vendue task run -- echo hi`", USAGE_ERROR)
@@ -654,8 +702,11 @@ def task_run(
         fields["placement_tags"] = list(tags)
     if env:
         fields["env"] = parse_env(env)
-    request: TaskCreate = validated(TaskCreate, **fields)
-    with connect(connection) as client:
+    with code_artifacts(path, artifact) as code, connect(connection) as client:
+        if code.artifacts:
+            fields["artifacts"] = code.artifacts
+        request: TaskCreate = validated(TaskCreate, **fields)
+        code.ship(client)
         try:
             task = client.desire_task(request)
         except Conflict:

@@ -47,6 +47,14 @@ def task_guids(bbs) -> set[str]:
     (["push", "APP", "-i", "10001", "--", "x"], "-i/--instances (instances)"),
     (["push", "APP", "-i", "many", "--", "x"], "--instances"),
     (["push", "APP", "--health", "tcp", "--", "x"], "--health (health_check.type)"),
+    (["push", "APP", "--health-interval", "0", "--", "x"], "--health-interval (health_check.interval_s)"),
+    (["push", "APP", "--health-timeout", "0", "--", "x"],
+     "--health-timeout (health_check.invocation_timeout_s)"),
+    (["push", "APP", "--health-threshold", "0", "--", "x"],
+     "--health-threshold (health_check.failure_threshold)"),
+    (["push", "APP", "--health-start-timeout", "-1", "--", "x"],
+     "--health-start-timeout (health_check.timeout_s)"),
+    (["push", "APP", "--health-path", "health", "--", "x"], "--health-path (health_check.path)"),
     (["push", "APP", "--strategy", "fastest", "--", "x"], "--strategy (strategy)"),
     (["push", "APP", "--port", "70000", "--", "x"], "--port (ports.0)"),
     (["push", "APP", "--env", "NOEQUALS", "--", "x"], "--env"),
@@ -114,8 +122,11 @@ def test_push_apps_instances_scale_delete_round_trip_with_json_shapes(bbs):
     assert desired.placement_tags == ["blue"] and desired.env == {"A": "1"}
     assert desired.health_check.type == "process" and desired.command == [sys.executable, "-c", "print(1)"]
 
-    again = bbs.vendue("push", name, "--", "x")
-    assert again.exit_code == 1 and "already exists" in again.stderr
+    # Pushed again, changed: a new version (no reps here: the rollout is left running, --no-wait).
+    again = bbs.vendue("push", name, "-i", "2", "-m", "64", "-d", "32", "--tag", "blue", "--env", "A=1",
+                       "--health", "process", "--no-wait", "--", sys.executable, "-c", "print(2)")
+    assert again.exit_code == 0, again.output
+    assert again.stdout.strip().startswith(f"{name}: rolling out version 2 (command)"), again.stdout
 
     apps = bbs.vendue("apps", "--json")
     assert apps.exit_code == 0, apps.output
@@ -306,3 +317,18 @@ def test_a_bearer_token_needs_only_the_ca(bbs):
     )
     bad = bbs.vendue("apps", "--token", "not-a-token", env=as_token)
     assert bad.exit_code == 1 and bad.stderr.startswith("error: 401: "), bad.output
+
+
+def test_push_sets_every_field_of_the_health_check_and_the_defaults_stay_diegos(bbs):
+    name = unique("checked")
+    pushed = bbs.vendue("push", name, "--health", "http", "--health-path", "/ready", "--health-interval", "5",
+                        "--health-timeout", "2", "--health-threshold", "3", "--health-start-timeout", "90",
+                        "--json", "--", "x")
+    assert pushed.exit_code == 0, pushed.output
+    check = DesiredLRP.model_validate(json.loads(pushed.stdout)).health_check
+    assert (check.type, check.path, check.interval_s, check.invocation_timeout_s, check.failure_threshold,
+            check.timeout_s) == ("http", "/ready", 5, 2, 3, 90)
+    plain = bbs.vendue("push", unique("plain"), "--health-threshold", "2", "--json", "--", "x")
+    check = DesiredLRP.model_validate(json.loads(plain.stdout)).health_check
+    assert (check.type, check.interval_s, check.invocation_timeout_s, check.failure_threshold,
+            check.timeout_s) == ("port", 30, 1, 2, 60)

@@ -34,8 +34,8 @@ def summarize(event: Event) -> str:
         parts.append(str(data["task_guid"]))
     if "cell_id" in data and data["cell_id"]:
         parts.append(("@" if parts else "") + str(data["cell_id"]))
-    for key in ("state", "presence", "instances", "address", "zone", "crash_count", "placement_error",
-                "failure_reason"):
+    for key in ("state", "presence", "instances", "address", "zone", "crash_count", "crash_reason",
+                "placement_error", "failure_reason"):
         value = data.get(key)
         if value in (None, "", 0) or (key == "presence" and value == "ORDINARY"):
             continue

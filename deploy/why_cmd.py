@@ -19,7 +19,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from common.models import PlacementExplanation
+from common.models import PlacementExplanation, Presence
 
 from .bbs_client import BBSClient, NotFound
 from .cli import app
@@ -71,6 +71,9 @@ def why(
             unknown: list[int] = []
         else:
             found, unknown = _every_index(client, name)
+        # Where an instance is can follow from its crash (a failed health check, say): shown beside it.
+        crashes = {} if as_json else {a.index: a for a in client.actual_lrps(name)
+                                      if a.crash_reason and a.presence == Presence.ORDINARY}
     if as_json:
         rows = [e.model_dump(mode="json") for e in found]
         print_json(rows[0] if index is not None else rows)
@@ -78,6 +81,10 @@ def why(
     out = console(listing=False)
     for explanation in found:
         print_explanation(out, explanation)
+        crashed = crashes.get(explanation.index)
+        if crashed is not None:
+            out.print(f"  last crash: [red]{markup(crashed.crash_reason)}[/red] "
+                      f"(crashes: {crashed.crash_count})")
     if unknown:
         out.print(f"[dim]no explanation known for {markup(name)} index {', '.join(map(str, unknown))}: "
                   f"not auctioned since this BBS started (explanations are kept in its memory)[/dim]")

@@ -106,7 +106,8 @@ def _explain_item(state: AuctionState, picker, item: Work, strategy: str) -> Exp
             verdict.components = {"feasible": 1.0}
         elif isinstance(item, LRPStart):
             verdict.components = lrp_score_components(
-                cell, item.ask.memory_mb, item.ask.disk_mb, item.process_guid, sw, bw
+                cell, item.ask.memory_mb, item.ask.disk_mb, item.process_guid, sw, bw, item.ask.source_blob,
+                state.config.cache_weight,
             )
         else:
             verdict.components = {"score": task_score(cell, item.ask.memory_mb, item.ask.disk_mb, sw),

@@ -48,13 +48,14 @@ class _Seen:
     """A cell as one snapshot saw it: what lrp_score_components reads of a CellSlot."""
 
     __slots__ = ("avail_m", "avail_d", "avail_c", "total_m", "total_d", "total_c", "starting", "proc_counts",
-                 "zone_pos")
+                 "zone_pos", "cached_blobs")
 
     def __init__(self, slot: CellSlot, snapshot: tuple, process_guid: str) -> None:
         _rank, _pos, self.avail_m, self.avail_d, self.avail_c, self.starting, n = snapshot
         self.total_m, self.total_d, self.total_c = slot.total_m, slot.total_d, slot.total_c
         self.zone_pos = slot.zone_pos
         self.proc_counts = {process_guid: n}
+        self.cached_blobs = slot.cached_blobs
 
 
 class PlacementTrace:
@@ -153,6 +154,8 @@ class PlacementTrace:
                 item.process_guid,
                 sw,
                 bw,
+                item.ask.source_blob,
+                state.config.cache_weight,
             )
             ranked.append((parts["score"], snapshot[0], slot.zone_pos, slot.pos, parts))
         ranked.sort(key=lambda r: r[:4])  # the engine's order: score, zone rank in group, index in zone

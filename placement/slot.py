@@ -17,6 +17,7 @@ class CellSlot:
         "total_m", "total_d", "total_c", "avail_m", "avail_d", "avail_c", "starting",
         "stacks", "tags", "optional_tags", "drivers",
         "proc_counts", "delayed_counts", "task_count", "ingress_free", "devices_free", "volumes",
+        "cached_blobs",
     )
 
     def __init__(self, pos: int, zone_pos: int, cell: CellOffer) -> None:
@@ -46,6 +47,7 @@ class CellSlot:
         self.ingress_free: list[str] = list(cell.ingress_ips)
         self.devices_free: dict[str, int] = dict(cell.devices)
         self.volumes: list[Volume] = list(cell.volumes)
+        self.cached_blobs = cell.cached_blobs  # what its host caches: never changed by an auction
 
     def instances(self, process_guid: str) -> int:
         return self.proc_counts.get(process_guid, 0)

@@ -59,6 +59,9 @@ class SchedulerConfig:
     starting_container_weight: float = 0.25
     bin_pack_first_fit_weight: float = 0.0
     max_inflight_starts: int = 0  # 0: no limit (Diego's default)
+    # Beyond Diego: subtracted from the diego strategy's score of a cell whose host caches the app's source
+    # blob (scoring.cache_locality); 0, the default, keeps Diego's scores bit for bit.
+    cache_weight: float = 0.0
     loadmark: LoadMarkConfig = LoadMarkConfig()
     now: float | None = None  # dea: the time advertisements are judged against (None: never stale)
 

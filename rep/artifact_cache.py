@@ -6,14 +6,19 @@ digest that every starter awaits), streamed to `tmp/` under a name of its own, v
 SHA-256 and only then renamed into `blobs/<hex>`: a rep killed mid-download leaves only a temporary file,
 never trusted and swept at the next start. An archive (tar, tar.gz, zip, told by its magic bytes) is
 extracted once, refusing absolute paths, `..`, device files and links that leave the tree; anything else is
-kept as one file. The cached copy is read-only and root's; an instance gets hard links to it (a copy when
-the instance's directory is on another filesystem), so it can read but never change what other instances
-share. Blobs no running instance pins are evicted, least recently used first, past the size cap.
+kept as one file. The cached copy is read-only and root's; an instance gets hard links to it, or, when its
+directory is a filesystem of its own (where a link cannot reach), a read-only bind mount of it: it can read
+but never change what other instances share. Blobs no running instance pins are evicted, least recently
+used first, past the size cap.
+
+The index keeps the blobs in the order they were last used (least recently first), so that each cell's
+state can list the most recently used ones (`recent`) at every auction for the cost of the list.
 """
 
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import hashlib
 import os
 import secrets
@@ -25,17 +30,26 @@ import time
 import zipfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from itertools import islice
 from pathlib import Path, PurePosixPath
-from urllib.parse import urlsplit
+from typing import Any, BinaryIO
+from urllib.parse import urljoin, urlsplit
 
 import httpx
 
 from common.models.artifact import Artifact
+from common.urls import resolved_refusal
 
 CHUNK = 1 << 20
 TAR_MAGIC_OFFSET = 257
 TMP, BLOBS = "tmp", "blobs"
 READ_ONLY_FILE, READ_ONLY_EXEC, READ_ONLY_DIR = 0o444, 0o555, 0o555
+MAX_REDIRECTS = 5
+RESUMES = 3  # a download cut off resumes (Range) this many times before the instance crashes
+BOUND = ".artifacts"  # in an instance's directory: where artifacts placed at "." are mounted
+# mount(2) flags
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REMOUNT, MS_BIND = 1, 2, 4, 32, 4096
+MNT_DETACH = 2
 
 
 class ArtifactError(Exception):
@@ -65,23 +79,46 @@ def tree_size(path: Path) -> int:
     return sum(p.lstat().st_size for p in path.rglob("*") if not p.is_dir())
 
 
-def system_trust_client(timeout: float = 30.0) -> httpx.AsyncClient:
-    """The client for a user's artifact server: the system's trust store, as any other download tool."""
-    return httpx.AsyncClient(verify=ssl.create_default_context(), timeout=timeout, follow_redirects=True)
+def system_trust_client(timeout: float = 30.0, ca_file: Path | None = None) -> httpx.AsyncClient:
+    """The client for a user's artifact server: the system's trust store, as any other download tool, and
+    the operator's own CA (`--artifact-ca`) beside it. Redirects are followed by `_download`, which checks
+    each one."""
+    context = ssl.create_default_context()
+    if ca_file is not None:
+        context.load_verify_locations(cafile=str(ca_file))
+    return httpx.AsyncClient(verify=context, timeout=timeout, follow_redirects=False)
+
+
+@dataclass
+class _Progress:
+    sha: Any  # hashlib's object; its class is private
+    size: int = 0
+
+
+@dataclass
+class CacheCounters:
+    """For the rep's metrics (`vendue_artifact_cache_*`)."""
+
+    hits: int = 0  # an artifact placed from what the host held
+    misses: int = 0  # an artifact that had to be fetched (or awaited a fetch in flight)
+    downloaded_bytes: int = 0
+    evictions: int = 0
 
 
 class ArtifactCache:
     def __init__(self, root: Path, capacity_bytes: int, *, bbs_client: httpx.AsyncClient | None = None,
-                 bbs_url: str | None = None, url_client: httpx.AsyncClient | None = None) -> None:
+                 bbs_url: str | None = None, url_client: httpx.AsyncClient | None = None,
+                 url_ca: Path | None = None) -> None:
         self.root = Path(root)
         self.capacity = capacity_bytes
         self._bbs_client, self._bbs_url = bbs_client, (bbs_url or "").rstrip("/")
-        self._url_client = url_client
+        self._url_client, self._url_ca = url_client, url_ca
         self._owns_url_client = url_client is None
-        self._entries: dict[str, _Entry] = {}
+        self._entries: dict[str, _Entry] = {}  # least recently used first (`_touch` moves one to the end)
         self._pins: dict[str, set[str]] = {}
         self._inflight: dict[str, asyncio.Task[None]] = {}
         self.downloads = 0  # fetches begun, for tests and metrics
+        self.counters = CacheCounters()
         self._open()
 
     # -- state on disk --------------------------------------------------------------------------------
@@ -97,12 +134,25 @@ class ArtifactCache:
         os.chmod(self.root, 0o755)
         os.chmod(self.root / BLOBS, 0o755)
         os.chmod(self.root / TMP, 0o700)
-        for path in (self.root / BLOBS).iterdir():
-            self._entries["sha256:" + path.name] = _Entry(tree_size(path), path.lstat().st_mtime)
+        found = [("sha256:" + p.name, _Entry(tree_size(p), p.lstat().st_mtime))
+                 for p in (self.root / BLOBS).iterdir()]
+        for digest, entry in sorted(found, key=lambda f: f[1].used):  # the latest settled: the most recent
+            self._entries[digest] = entry
 
     def held(self) -> list[str]:
-        """The digests this host holds (a cell's state lists them for the auction's cache term)."""
+        """The digests this host holds, sorted."""
         return sorted(self._entries)
+
+    def recent(self, limit: int) -> list[str]:
+        """Up to `limit` digests this host holds, the most recently used first: what a cell's state lists
+        for the auction's cache term."""
+        return list(islice(reversed(self._entries), limit))
+
+    def _touch(self, digest: str, entry: _Entry) -> None:
+        """`digest` used now: the most recently used."""
+        self._entries.pop(digest, None)
+        entry.used = time.time()
+        self._entries[digest] = entry
 
     def used_bytes(self) -> int:
         return sum(e.size for e in self._entries.values())
@@ -125,15 +175,17 @@ class ArtifactCache:
     # -- giving artifacts to an instance --------------------------------------------------------------
 
     async def place(self, instance: str, artifacts: Sequence[Artifact], directory: Path,
-                    owner: tuple[int, int] | None = None) -> None:
+                    owner: tuple[int, int] | None = None, *, bind: bool = False) -> None:
         """Fetch (once per host) every artifact and put it at its dest in `directory`; pins them for
         `instance` until `unpin`. Directories made there are `owner`'s (uid, gid), so the instance may add
-        files beside the read-only ones. Raises ArtifactError naming the artifact."""
+        files beside the read-only ones. `bind` (root, a directory that is a filesystem of its own):
+        read-only bind mounts instead of links, undone by `unbind`. Raises ArtifactError naming it."""
         self.pin(instance, (a.digest for a in artifacts))
         for artifact in artifacts:
             await self.ensure(artifact)
+            give = self._bind if bind else self._give
             try:
-                await asyncio.to_thread(self._give, artifact, Path(directory), owner)
+                await asyncio.to_thread(give, artifact, Path(directory), owner)
             except OSError as exc:
                 raise ArtifactError(f"{describe(artifact)}: cannot place at {artifact.dest} ({exc})") from exc
 
@@ -141,9 +193,12 @@ class ArtifactCache:
         """The cached copy of `artifact`, fetched first unless held. The fetch is a task of its own that
         every starter of the digest awaits: one starter stopped meanwhile does not cancel the others'."""
         digest = artifact.digest
-        if digest in self._entries:
-            self._entries[digest].used = time.time()
+        entry = self._entries.get(digest)
+        if entry is not None:
+            self._touch(digest, entry)
+            self.counters.hits += 1
             return self.path_of(digest)
+        self.counters.misses += 1
         flight = self._inflight.get(digest)
         if flight is None:
             flight = asyncio.create_task(self._fetch(artifact), name=f"fetch-{digest[7:19]}")
@@ -164,7 +219,9 @@ class ArtifactCache:
         self.downloads += 1
         try:
             await self._download(artifact, part)
-            await asyncio.to_thread(self._settle, artifact, part)
+            size = await asyncio.to_thread(self._settle, artifact, part)
+            # indexed here, on the loop: a cell's state reads the index there while the thread settles
+            self._touch(artifact.digest, _Entry(size, 0.0))
             try:
                 self._make_room(0, name, keep=artifact.digest)
             except ArtifactError:
@@ -174,6 +231,9 @@ class ArtifactCache:
             part.unlink(missing_ok=True)
 
     async def _download(self, artifact: Artifact, part: Path) -> int:
+        """Stream the bytes to `part`, hashing them; a transfer cut off resumes where it stopped (`Range`,
+        when the server answers 206 from there; else from the start), up to RESUMES times, while each attempt
+        brings bytes."""
         name = describe(artifact)
         if artifact.url is None:
             if self._bbs_client is None:
@@ -181,35 +241,72 @@ class ArtifactCache:
             client, url = self._bbs_client, f"{self._bbs_url}/v1/blobs/{artifact.digest}"
         else:
             if self._url_client is None:
-                self._url_client = system_trust_client()
+                self._url_client = system_trust_client(ca_file=self._url_ca)
             client, url = self._url_client, artifact.url
-        sha, size = hashlib.sha256(), 0
-        try:
-            async with client.stream("GET", url) as response:
-                if response.status_code != 200:
-                    raise ArtifactError(f"{name}: unreachable (HTTP {response.status_code})")
-                announced = response.headers.get("content-length")
-                if announced is not None and announced.isdigit():
-                    self._make_room(int(announced), name)
-                with open(part, "wb") as out:
-                    async for chunk in response.aiter_bytes(CHUNK):
-                        sha.update(chunk)
-                        size += len(chunk)
-                        if size > self.capacity:
-                            raise ArtifactError(f"{name}: cache full (over {self.capacity} bytes)")
-                        out.write(chunk)
-                    out.flush()
-                    await asyncio.to_thread(os.fsync, out.fileno())
-        except httpx.HTTPError as exc:
-            # An httpx error may quote the URL, whose query can be a presigned signature: never in a reason.
-            why = str(exc).replace(artifact.url, "<url>") if artifact.url else str(exc)
-            raise ArtifactError(f"{name}: unreachable ({type(exc).__name__}: {why})") from exc
-        if "sha256:" + sha.hexdigest() != artifact.digest:
-            raise ArtifactError(f"{name}: digest mismatch (got sha256:{sha.hexdigest()[:12]}…)")
-        return size
+        got = _Progress(hashlib.sha256())
+        with open(part, "wb") as out:
+            for attempt in range(RESUMES + 1):
+                before = got.size
+                try:
+                    await self._transfer(client, url, artifact, out, got)
+                    break
+                except httpx.TransportError as exc:
+                    # Cut off after some bytes: resume. Nothing this time (refused, timed out): give up.
+                    if attempt == RESUMES or got.size == before:
+                        raise ArtifactError(f"{name}: unreachable ({_why(exc, artifact)})") from exc
+                except httpx.HTTPError as exc:
+                    raise ArtifactError(f"{name}: unreachable ({_why(exc, artifact)})") from exc
+            out.flush()
+            await asyncio.to_thread(os.fsync, out.fileno())
+        hexd = got.sha.hexdigest()
+        if "sha256:" + hexd != artifact.digest:
+            raise ArtifactError(f"{name}: digest mismatch (got sha256:{hexd[:12]}…)")
+        return got.size
 
-    def _settle(self, artifact: Artifact, part: Path) -> Path:
-        """The verified bytes into blobs/: an archive extracted (to tmp/, then renamed), else the file."""
+    async def _transfer(self, client: httpx.AsyncClient, url: str, artifact: Artifact, out: BinaryIO,
+                        got: _Progress) -> None:
+        """One GET (following redirects, each checked as a desire's URL is: never to a cloud metadata or
+        link-local address), from byte `got.size` on when there are some. On a transport error, `out` and
+        `got` are left as far as they got, for the next attempt to resume from (see `_download`)."""
+        name = describe(artifact)
+        headers = {"Range": f"bytes={got.size}-"} if got.size else {}
+        for _ in range(MAX_REDIRECTS + 1):
+            async with client.stream("GET", url, headers=headers) as response:
+                if response.is_redirect and artifact.url is not None:
+                    target = urljoin(url, response.headers.get("location", ""))
+                    scheme = urlsplit(target).scheme
+                    if scheme not in ("http", "https"):
+                        raise ArtifactError(f"{name}: unreachable (a redirect to a {scheme!r} URL)")
+                    refusal = await resolved_refusal(target)
+                    if refusal is not None:
+                        raise ArtifactError(f"{name}: unreachable (a redirect refused: {refusal})")
+                    url = target
+                    continue
+                if got.size and response.status_code == 206 and response.headers.get(
+                        "content-range", "").startswith(f"bytes {got.size}-"):
+                    pass  # resumed where it stopped
+                elif response.status_code == 200:
+                    got.sha, got.size = hashlib.sha256(), 0  # the whole again
+                    out.seek(0)
+                    out.truncate()
+                    announced = response.headers.get("content-length")
+                    if announced is not None and announced.isdigit():
+                        self._make_room(int(announced), name)
+                else:
+                    raise ArtifactError(f"{name}: unreachable (HTTP {response.status_code})")
+                async for chunk in response.aiter_bytes(CHUNK):
+                    got.sha.update(chunk)
+                    got.size += len(chunk)
+                    self.counters.downloaded_bytes += len(chunk)
+                    if got.size > self.capacity:
+                        raise ArtifactError(f"{name}: cache full (over {self.capacity} bytes)")
+                    out.write(chunk)
+                return
+        raise ArtifactError(f"{name}: unreachable (more than {MAX_REDIRECTS} redirects)")
+
+    def _settle(self, artifact: Artifact, part: Path) -> int:
+        """The verified bytes into blobs/: an archive extracted (to tmp/, then renamed), else the file;
+        returns their size there."""
         name = describe(artifact)
         final = self.path_of(artifact.digest)
         kind = archive_kind(part)
@@ -232,8 +329,7 @@ class ArtifactCache:
             os.fsync(fd)
         finally:
             os.close(fd)
-        self._entries[artifact.digest] = _Entry(tree_size(final), time.time())
-        return final
+        return tree_size(final)
 
     def _make_room(self, wanted: int, name: str, keep: str | None = None) -> None:
         """Evict blobs no instance pins, least recently used first, until `wanted` more bytes fit."""
@@ -246,7 +342,8 @@ class ArtifactCache:
 
     def evict(self, digest: str) -> None:
         path = self.path_of(digest)
-        self._entries.pop(digest, None)
+        if self._entries.pop(digest, None) is not None:
+            self.counters.evictions += 1
         if not path.is_dir():
             path.unlink(missing_ok=True)
             return
@@ -290,6 +387,84 @@ class ArtifactCache:
                     os.symlink(os.readlink(src), dst)
                 else:
                     _link_or_copy(src, dst, copy)
+
+
+    def _bind(self, artifact: Artifact, directory: Path, owner: tuple[int, int] | None) -> None:
+        """A read-only bind mount of the cached copy: no bytes copied and none counted against the instance's
+        own filesystem, where hard links cannot reach. A tree at dest `.` is mounted at
+        `.artifacts/<hex>` with a relative symbolic link per top-level entry (one mount, not one per
+        entry); elsewhere the tree, or the single file, is mounted at dest itself."""
+        source = self.path_of(artifact.digest)
+        target = directory / artifact.dest
+        if not source.is_dir():
+            if artifact.dest == ".":
+                leaf = PurePosixPath(urlsplit(artifact.url).path).name if artifact.url else ""
+                target = directory / (leaf or artifact.digest.removeprefix("sha256:"))
+            _make_dirs(target.parent, directory, owner)
+            target.unlink(missing_ok=True)
+            target.touch(mode=0o444)
+            bind_read_only(source, target)
+            return
+        if artifact.dest != ".":
+            _make_dirs(target, directory, owner)
+            bind_read_only(source, target)
+            return
+        mounted = directory / BOUND / source.name[:16]
+        _make_dirs(mounted, directory, None)  # root's: the instance cannot swap what its links point at
+        bind_read_only(source, mounted)
+        for entry in os.listdir(source):
+            link = directory / entry
+            if link.is_dir() and not link.is_symlink():
+                shutil.rmtree(link)
+            else:
+                link.unlink(missing_ok=True)
+            os.symlink(f"{BOUND}/{mounted.name}/{entry}", link)
+            if owner is not None:
+                os.lchown(link, *owner)
+
+
+def _mount(source: str | None, target: Path, flags: int) -> None:
+    libc = ctypes.CDLL(None, use_errno=True)
+    src = source.encode() if source is not None else None
+    if libc.mount(src, str(target).encode(), None, ctypes.c_ulong(flags), None) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"mount {target}: {os.strerror(err)}")
+
+
+def bind_read_only(source: Path, target: Path) -> None:
+    """Mount `source` on `target` read-only, nosuid, nodev (a bind, then its remount: a bind alone ignores
+    the flags)."""
+    _mount(str(source), target, MS_BIND)
+    try:
+        _mount(None, target, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
+    except OSError:
+        unmount(target)
+        raise
+
+
+def unmount(target: Path) -> None:
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.umount2(str(target).encode(), 0) != 0 and libc.umount2(str(target).encode(), MNT_DETACH) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"umount {target}: {os.strerror(err)}")
+
+
+def unbind(directory: Path) -> list[Path]:
+    """Undo `_bind` for an instance's directory: every mount strictly below it, deepest first (its own
+    filesystem, if any, is the directory itself and stays). What a killed rep left is swept at its next
+    start with the rest (rep/disk_quota.py sweep_loop_disks)."""
+    from .disk_quota import mounts_under  # here: disk_quota is the executor's, not the cache's
+
+    found = mounts_under(directory)
+    for point in found:
+        unmount(point)
+    return found
+
+
+def _why(exc: httpx.HTTPError, artifact: Artifact) -> str:
+    # An httpx error may quote the URL, whose query can be a presigned signature: never in a reason.
+    why = str(exc).replace(artifact.url, "<url>") if artifact.url else str(exc)
+    return f"{type(exc).__name__}: {why}"
 
 
 def _make_dirs(path: Path, top: Path, owner: tuple[int, int] | None) -> None:

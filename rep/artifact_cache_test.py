@@ -144,8 +144,20 @@ def hostile_archives() -> dict[str, bytes]:
         info = zipfile.ZipInfo("evil")
         info.external_attr = (0o120777 << 16)
         z.writestr(info, "../../outside")
+    zdev, zabslink = io.BytesIO(), io.BytesIO()
+    with zipfile.ZipFile(zdev, "w") as z:
+        info = zipfile.ZipInfo("null")
+        info.external_attr = (0o020666 << 16)  # a character device
+        z.writestr(info, "")
+    with zipfile.ZipFile(zabslink, "w") as z:
+        info = zipfile.ZipInfo("deep/evil")
+        info.external_attr = (0o120777 << 16)
+        z.writestr(info, "/etc/passwd")
     return {
         "tar-dotdot": tar_of([file_info("../x")], {"../x": b"x"}),
+        "tar-nested-dotdot": tar_of([file_info("a/../../x")], {"a/../../x": b"x"}),
+        "zip-device": zdev.getvalue(),
+        "zip-absolute-symlink": zabslink.getvalue(),
         "tar-absolute": tar_of([file_info("/etc/x")], {"/etc/x": b"x"}, gz=True),
         "tar-symlink-out": tar_of([link_out]),
         "tar-absolute-symlink": tar_of([abs_link]),
@@ -352,3 +364,101 @@ async def test_a_fetcher_killed_mid_download_leaves_nothing_trusted(
     await cache.place("j", [art], tmp_path / "inst")
     assert state.gets == {"/big.bin": 2}, "downloaded again, and verified"
     assert (tmp_path / "inst" / "app").read_bytes() == data
+
+
+async def test_a_download_cut_off_resumes_where_it_stopped(tmp_path: Path, files: tuple[Files, str],
+                                                           client: httpx.AsyncClient) -> None:
+    state, _ = files
+    data = os.urandom(3 << 20)
+    art = Artifact(digest=digest(data), url=state.add("/model.bin", data), dest="m")
+    cut = (1 << 20) + 5
+    state.cut_after = cut
+    cache = ArtifactCache(tmp_path / "cache", 10 << 20, url_client=client)
+    await asyncio.wait_for(cache.place("i", [art], tmp_path / "inst"), 30)
+    assert (tmp_path / "inst" / "m").read_bytes() == data
+    assert state.gets == {"/model.bin": 2}, state.gets
+    assert len(state.ranges) == 1 and state.ranges[0].startswith("bytes="), state.ranges
+    resumed_at = int(state.ranges[0].removeprefix("bytes=").rstrip("-"))
+    assert 0 < resumed_at <= cut, f"the second GET asks for the rest only, from byte {resumed_at}"
+    assert cache.counters.downloaded_bytes == len(data), "the first part is not fetched again"
+
+
+async def test_hits_misses_and_evictions_are_counted(tmp_path: Path, files: tuple[Files, str],
+                                                     client: httpx.AsyncClient) -> None:
+    state, _ = files
+    one, two = os.urandom(600 << 10), os.urandom(600 << 10)
+    a = Artifact(digest=digest(one), url=state.add("/one", one))
+    b = Artifact(digest=digest(two), url=state.add("/two", two))
+    cache = ArtifactCache(tmp_path / "cache", 1 << 20, url_client=client)  # room for one of them
+    await cache.place("i", [a], tmp_path / "i")
+    await cache.place("j", [a], tmp_path / "j")
+    cache.unpin("i")
+    cache.unpin("j")
+    await cache.place("k", [b], tmp_path / "k")
+    counted = cache.counters
+    assert (counted.hits, counted.misses, counted.evictions) == (1, 2, 1), counted
+    assert counted.downloaded_bytes == len(one) + len(two)
+    assert cache.held() == [b.digest]
+
+
+async def test_a_redirect_is_followed_unless_it_leads_to_a_metadata_address(
+        tmp_path: Path, files: tuple[Files, str], client: httpx.AsyncClient) -> None:
+    state, base = files
+    data = b"weights"
+    state.add("/real.bin", data)
+    state.redirects["/moved.bin"] = "/real.bin"
+    state.redirects["/evil.bin"] = "http://169.254.169.254/latest/meta-data/iam"
+    state.redirects["/evil6.bin"] = "http://[::ffff:169.254.169.254]/latest"
+    state.redirects["/file.bin"] = "file:///etc/passwd"
+    cache = ArtifactCache(tmp_path / "cache", 1 << 20, url_client=client)
+    moved = Artifact(digest=digest(data), url=f"{base}/moved.bin", dest="d")
+    await cache.place("i", [moved], tmp_path / "i")
+    assert (tmp_path / "i" / "d").read_bytes() == data
+    for path, why in (("/evil.bin", "a redirect refused: 169.254.169.254 is a cloud metadata address"),
+                      ("/evil6.bin", "a redirect refused: 169.254.169.254 is a cloud metadata address"),
+                      ("/file.bin", "a redirect to a 'file' URL")):
+        art = Artifact(digest=digest(b"never" + path.encode()), url=f"{base}{path}")
+        with pytest.raises(ArtifactError) as err:
+            await cache.place("j", [art], tmp_path / "j")
+        expected = f"artifact {art.digest[:11]}… from {base}{path}: unreachable ({why}"
+        assert str(err.value).startswith(expected), f"expected the refusal naming {why!r}, saw {err.value}"
+
+
+async def test_a_bind_mounted_artifact_is_shared_read_only_and_unbound(
+        tmp_path: Path, files: tuple[Files, str], client: httpx.AsyncClient) -> None:
+    """An instance whose directory is a filesystem of its own gets read-only bind mounts of the cached copy
+    (a hard link cannot reach it): nothing copied, not even root can write through them."""
+    if os.geteuid() != 0:
+        pytest.skip("bind mounts need root")
+    from rep.artifact_cache import BOUND, unbind
+    from rep.disk_quota import mounts_under
+
+    state, _ = files
+    data, model = app_tar(), os.urandom(4096)
+    arts = [Artifact(digest=digest(data), url=state.add("/app.tgz", data), dest="."),
+            Artifact(digest=digest(data), url=state.add("/app2.tgz", data), dest="lib2"),
+            Artifact(digest=digest(model), url=state.add("/model.bin", model), dest="m")]
+    cache = ArtifactCache(tmp_path / "cache", 10 << 20, url_client=client)
+    inst = tmp_path / "inst"
+    inst.mkdir()
+    try:
+        await cache.place("i", arts, inst, owner=(65534, 65534), bind=True)
+        assert len(mounts_under(inst)) == 3, "one mount per artifact"
+        cached = cache.path_of(arts[0].digest)
+        assert (inst / "run.sh").is_symlink() and (inst / "run.sh").read_bytes() == b"#!/bin/sh\necho hi\n"
+        assert os.access(inst / "run.sh", os.X_OK)
+        assert (inst / "lib" / "data.txt").stat().st_ino == (cached / "lib" / "data.txt").stat().st_ino
+        assert (inst / BOUND).stat().st_uid == 0, "the mount points' directory is root's"
+        assert (inst / "lib2" / "lib" / "data.txt").read_bytes() == b"data"
+        assert (inst / "m").read_bytes() == model
+        for path in (inst / "lib2" / "lib" / "data.txt", inst / "m", inst / "lib" / "data.txt"):
+            with pytest.raises(OSError) as err:
+                path.open("ab")
+            assert err.value.errno in (30, 13), f"{path}: expected EROFS, saw {err.value}"
+        with pytest.raises(OSError):
+            (inst / "lib2" / "new").write_text("x")
+        (inst / "mine").write_text("the instance's own")  # beside them: its own directory
+    finally:
+        unbound = unbind(inst)
+    assert len(unbound) == 3 and mounts_under(inst) == []
+    assert (cache.path_of(arts[0].digest) / "lib" / "data.txt").read_bytes() == b"data"

@@ -46,6 +46,16 @@ log = logging.getLogger("rep.cell")
 
 CANCELLED = "cancelled"
 STOPPING = "stopping"
+# The cached blobs a cell's state and heartbeat list, the most recently used first: a bid is asked of every
+# cell every auction, and the blobs an app starting now wants are most likely among the recent ones.
+REPORTED_BLOBS = 64
+
+# The digests the cell's host caches, at most `limit`, the most recently used first (rep/artifact_cache.py)
+CachedBlobs = Callable[[int], list[str]]
+
+
+def no_blobs(limit: int) -> list[str]:
+    return []
 
 
 def guid_source() -> Callable[[], str]:
@@ -111,9 +121,11 @@ class RepCell:
         send_lifecycle: SendLifecycle,
         *,
         new_guid: Callable[[], str] | None = None,
+        cached_blobs: CachedBlobs = no_blobs,
     ) -> None:
         self.config = config
         self.executor = executor
+        self.cached_blobs = cached_blobs
         self.outbox = Outbox(
             send_lifecycle, self.apply_lifecycle_result, name=config.cell_id, linger_s=config.report_linger_s
         )
@@ -189,8 +201,18 @@ class RepCell:
             lrp_counts=dict(self._lrp_counts),
             stopping_counts=dict(self._stopping_counts),
             tasks=tasks,
-            offers=_host_offers() if c.report_host_metrics else None,
+            offers=self._offers(),
         )
+
+    def _offers(self) -> CellOffers | None:
+        """What a real cell offers beyond the bid proper: its host's load (the load-mark strategy reads it),
+        and the blobs its host caches (the cache term); None from a simulated cell advertising no blob."""
+        blobs = self.cached_blobs(REPORTED_BLOBS)
+        if not self.config.report_host_metrics and not blobs:
+            return None
+        host = _host_metrics() if self.config.report_host_metrics else None
+        return CellOffers.model_construct(host=host, volumes=[], ingress_ips=[], devices={},
+                                          cached_blobs=blobs)
 
     def detail(self) -> CellDetail:
         """The bid with the rep's own view of the cell: who serves it, the fencing tokens it took work
@@ -239,6 +261,7 @@ class RepCell:
             instances=len(self._instances),
             starting=self._starting,
             host=_host_metrics() if c.report_host_metrics else None,
+            cached_blobs=self.cached_blobs(REPORTED_BLOBS),
         )
 
     def instance_states(self) -> dict[str, int]:
@@ -330,7 +353,7 @@ class RepCell:
         self._used_memory += desired.memory_mb
         self._used_disk += desired.disk_mb
         self._empty.clear()
-        self.outbox.claimed(Ref(process_guid, index, guid))
+        self.outbox.claimed(Ref(process_guid, index, guid, desired.version))
         self.executor.start_lrp(LRPContainer(self.config.cell_id, guid, index, desired), self)
 
     def _stopping(self, held: HeldInstance) -> None:
@@ -519,12 +542,6 @@ def all_rejected(lrps: list[tuple[DesiredLRP, int]], tasks: list[Task], reason: 
 def _note(reasons: list[str], why: str) -> None:
     if why not in reasons:
         reasons.append(why)
-
-
-def _host_offers() -> CellOffers:
-    """What a real cell offers beyond the bid proper: its host's load (the load-mark strategy reads it)."""
-    return CellOffers.model_construct(host=_host_metrics(), volumes=[], ingress_ips=[], devices={},
-                                      cached_blobs=[])
 
 
 def _host_metrics() -> HostMetricsModel:

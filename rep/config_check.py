@@ -10,6 +10,7 @@ process's cgroups for the process executor's isolation (rep/isolation.py: root, 
 from __future__ import annotations
 
 import re
+import ssl
 
 from common.config_check import (
     first_problem,
@@ -39,7 +40,18 @@ def config_problem(settings: RepSettings) -> str | None:
         log_level_problem(settings.log_level),
         _cell_problem(settings),
         isolation_problem(settings),
+        artifact_ca_problem(settings),
     )
+
+
+def artifact_ca_problem(s: RepSettings) -> str | None:
+    if s.artifact_ca is None:
+        return None
+    try:
+        ssl.create_default_context().load_verify_locations(cafile=str(s.artifact_ca))
+    except (OSError, ssl.SSLError) as exc:
+        return f"artifact_ca: {s.artifact_ca} is not a readable PEM CA bundle ({exc.__class__.__name__})"
+    return None
 
 
 def _cell_problem(s: RepSettings) -> str | None:

@@ -146,3 +146,13 @@ def test_bad_isolation_settings_name_the_setting(setting: str, value: object, pr
     with pytest.raises(ValidationError) as raised:
         RepSettings(**{setting: value})
     assert raised.value.errors()[0]["loc"] == (problem,)
+
+
+def test_an_artifact_ca_must_be_a_readable_pem_bundle(pki: Path, tmp_path: Path) -> None:
+    ca = TLSFiles.in_dir(pki, "rep-a").ca
+    assert config_problem(RepSettings(_env_file=None, isolation="none", artifact_ca=ca)) is None
+    bogus = tmp_path / "ca.pem"
+    bogus.write_text("not a certificate\n")
+    for path in (bogus, tmp_path / "missing.pem"):
+        found = config_problem(RepSettings(_env_file=None, isolation="none", artifact_ca=path))
+        assert found is not None and found.startswith(f"artifact_ca: {path} is not a readable PEM"), found

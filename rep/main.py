@@ -31,9 +31,11 @@ from common.tls import INSECURE_WARNING
 from .api import create_app
 from .artifact_cache import ArtifactCache
 from .capacity import CapacityError, cell_capacity
-from .cell import CellConfig, RepCell
+from .cell import CachedBlobs, CellConfig, RepCell
+from .config_check import artifact_ca_problem
 from .executor import Executor
 from .fencing import FENCING_FILE, Fencing, lease_token_from
+from .health_monitor import HealthMonitor
 from .host import HostLifecycleSender, RepHost
 from .isolation import NONE_WARNING, Isolation, IsolationError, instances_dir_of, prepare_isolation
 from .process_executor import MIB, ProcessExecutor
@@ -200,10 +202,14 @@ def build_host(
         executors.append(sim)
     # The cells' reports share one request per round (see HostLifecycleSender).
     reports = HostLifecycleSender(bbs, bbs_url)
+    if (problem := artifact_ca_problem(settings)) is not None:
+        raise ConfigError(problem)
     # One cache for every cell of the host: a blob is fetched once however many of its cells start it.
     cache = None if settings.executor == "sim" else ArtifactCache(
         settings.cache_dir or Path(settings.data_dir) / "cache", settings.cache_mb * MIB,
-        bbs_client=bbs, bbs_url=bbs_url)
+        bbs_client=bbs, bbs_url=bbs_url, url_ca=settings.artifact_ca)
+    blobs = cache.recent if cache is not None else sim_blobs(settings.sim_cached_blobs)
+    health = HealthMonitor()  # one scheduler for every instance of the host (rep/health_monitor.py)
     for config in configs:
         if settings.executor == "sim":
             executor: Executor = executors[0]
@@ -217,9 +223,10 @@ def build_host(
                 log_cap_bytes=settings.log_cap_mb * MIB,
                 disk_check_interval_s=settings.disk_check_interval,
                 artifacts=cache,
+                health=health,
             )
             executors.append(executor)
-        cells.append(RepCell(config, executor, reports.for_cell(config.cell_id)))
+        cells.append(RepCell(config, executor, reports.for_cell(config.cell_id), cached_blobs=blobs))
     return RepHost(
         cells,
         executors,
@@ -229,6 +236,13 @@ def build_host(
         presence_ttl_s=settings.presence_ttl,
         evacuation_timeout_s=settings.evacuation_timeout,
     )
+
+
+def sim_blobs(digests: list[str]) -> CachedBlobs:
+    """A sim host's stand-in for a cache: the digests given, once each, the first given as the most
+    recently used."""
+    held = list(dict.fromkeys(digests))
+    return lambda limit: held[:limit]
 
 
 def connect_nats(

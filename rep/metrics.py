@@ -11,9 +11,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from .artifact_cache import CacheCounters
+from .health_monitor import HealthMonitor
 from .host import RepHost
 
 
@@ -21,7 +23,7 @@ class CellCollector(Collector):
     def __init__(self, host: RepHost) -> None:
         self.host = host
 
-    def collect(self) -> Iterator[GaugeMetricFamily]:
+    def collect(self) -> Iterator[Metric]:
         available = GaugeMetricFamily(
             "vendue_rep_available", "What a cell has left", labels=["cell", "resource"]
         )
@@ -55,11 +57,50 @@ class CellCollector(Collector):
             tasks.add_metric([cell.cell_id], cell.task_count)
             evacuating.add_metric([cell.cell_id], 1 if cell.evacuating else 0)
         yield from (available, total, lrps, tasks, evacuating, *diego.values(), containers)
+        yield from _cache_metrics(self.host)
+
+
+def _cache_metrics(host: RepHost) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+    """The host's artifact cache (rep/artifact_cache.py), one for all its cells: no cell label."""
+    cache = next((c for e in host.executors if (c := getattr(e, "artifacts", None)) is not None), None)
+    counted = cache.counters if cache is not None else CacheCounters()  # the simulator's: zeros
+    for name, text, value in (
+        ("hits", "Artifacts placed from what the host held", counted.hits),
+        ("misses", "Artifacts the host had to fetch (or awaited a fetch of)", counted.misses),
+        ("downloaded_bytes", "Bytes the host's cache downloaded", counted.downloaded_bytes),
+        ("evictions", "Blobs evicted to make room", counted.evictions),
+    ):
+        yield CounterMetricFamily(f"vendue_artifact_cache_{name}", text, value=value)
+    yield GaugeMetricFamily("vendue_artifact_cache_bytes", "Bytes the host's cache holds",
+                            value=cache.used_bytes() if cache is not None else 0)
+    yield GaugeMetricFamily("vendue_artifact_cache_blobs", "Blobs the host's cache holds",
+                            value=len(cache.held()) if cache is not None else 0)
+
+
+class HealthCollector(Collector):
+    """The continuous health checks of the host's instances (rep/health_monitor.py), one monitor shared by
+    its cells."""
+
+    def __init__(self, host: RepHost) -> None:
+        self.host = host
+
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+        monitors = {id(m): m for e in self.host.executors if isinstance(m := getattr(e, "health", None),
+                                                                         HealthMonitor)}.values()
+        yield GaugeMetricFamily("vendue_rep_health_watched", "Instances whose health the rep checks",
+                                value=sum(len(m) for m in monitors))
+        yield CounterMetricFamily("vendue_rep_health_checks", "Continuous health checks run",
+                                  value=sum(m.checks for m in monitors))
+        yield CounterMetricFamily(
+            "vendue_rep_health_checks_inconclusive",
+            "Checks not counted: their timeout fired late, the event loop was blocked",
+            value=sum(m.inconclusive for m in monitors))
 
 
 def metrics_registry(host: RepHost) -> CollectorRegistry:
     registry = CollectorRegistry()
     registry.register(CellCollector(host))
+    registry.register(HealthCollector(host))
     return registry
 
 

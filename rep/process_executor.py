@@ -31,9 +31,12 @@ with "disk quota exceeded (N MB used of M MB)" (a task: failed with that reason)
   off.
 
 An instance is RUNNING once its health check passes within `health_check.timeout_s`: `port` (a TCP
-connect to 127.0.0.1:PORT; with no ports it degrades to `process`), `http` (GET path answers 2xx),
+connect to 127.0.0.1:PORT; with no ports it degrades to `process`), `http` (GET path answers 2xx or 3xx),
 `process` (still alive after a short grace). A child that exits, or never turns healthy, is a crash:
-"exited with status N" / "killed by signal N" / "health check (port) did not pass within 60s".
+"exited with status N" / "killed by signal N" / "health check (port) did not pass within 60s". Once
+RUNNING, the rep's health monitor (rep/health_monitor.py) checks it every `interval_s` for its whole life;
+failing `failure_threshold` times in a row, it is stopped as a stop would and reported crashed with
+"health check failed: port 8080: connection refused".
 Stop: SIGTERM to every process of the instance (its cgroup; unisolated its process group), SIGKILL after
 the grace period.
 """
@@ -52,7 +55,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from stat import S_ISREG
 
-import httpx
 from structlog.contextvars import bind_contextvars
 
 from common.models import HealthCheck, PortMapping, TaskCompletion
@@ -60,15 +62,17 @@ from common.models.artifact import Artifact
 from common.procutil import free_port, signal_process, terminate_then_kill_async
 
 from .app_users import AppUser, NoAppUser
-from .artifact_cache import ArtifactCache, ArtifactError, describe
+from .artifact_cache import ArtifactCache, ArtifactError, describe, unbind
 from .cgroups import CellCgroups, limits_for
 from .disk_quota import DISKS, DiskQuotaError, LoopDisks, sweep_loop_disks
 from .disk_usage import DiskWatcher
 from .executor import Executor, ExecutorListener, LRPContainer, TaskContainer
+from .health_monitor import HealthMonitor, Target, check_once
 from .instance_logs import LogBook
 from .isolation import TMP, Isolation, Sandbox, disown_instance_dir, make_instance_dir
 from .log_stream import Origin
 from .output_log import LOG_NAMES, OutputLog
+from .start_failure import program_not_started
 
 log = logging.getLogger("rep.process")
 
@@ -96,6 +100,7 @@ class _Child:
     runner: asyncio.Task[None] | None = None
     output: OutputLog | None = None
     over_quota: str = ""  # the disk watcher's verdict, once it has stopped the container
+    health_failure: str = ""  # the health monitor's verdict, once it has stopped the container
 
     async def close_output(self) -> None:
         if self.output is not None:
@@ -137,6 +142,7 @@ class ProcessExecutor(Executor):
         log_cap_bytes: int = 10 * MIB,
         disk_check_interval_s: float = 2.0,
         artifacts: ArtifactCache | None = None,
+        health: HealthMonitor | None = None,
     ) -> None:
         self.isolation = isolation  # None: --isolation none
         self.artifacts = artifacts  # the host's cache, shared by its cells (rep/artifact_cache.py)
@@ -157,7 +163,9 @@ class ProcessExecutor(Executor):
         self._quota_stops: set[asyncio.Task[None]] = set()
         self._lrps: dict[str, _Child] = {}
         self._tasks: dict[str, _Child] = {}
-        self._http: httpx.AsyncClient | None = None
+        # The rep's one monitor, shared by its cells (rep/main.py); a cell of its own gets its own.
+        self._own_health = health is None
+        self.health = health or HealthMonitor()
         self.logs = LogBook()
 
     @property
@@ -166,7 +174,6 @@ class ProcessExecutor(Executor):
         return self.isolation.name if self.isolation is not None else "none"
 
     async def open(self) -> None:
-        self._http = httpx.AsyncClient(timeout=httpx.Timeout(2.0))
         self._disk.start()
         if self.isolation is None or self._cgroups is None:
             self.containers_dir.mkdir(parents=True, exist_ok=True)
@@ -197,8 +204,8 @@ class ProcessExecutor(Executor):
         if runners:
             await asyncio.wait(runners, timeout=self.stop_grace_s + 5)
         await self._disk.stop()
-        if self._http is not None:
-            await self._http.aclose()
+        if self._own_health:
+            await self.health.close()
         self.logs.forget_all()
         if self._cgroups is not None:
             if self._disks is not None:  # an instance that outlived the grace still has its filesystem
@@ -289,6 +296,9 @@ class ProcessExecutor(Executor):
             listener.lrp_running(child.guid, ports)
             log.info("instance running",
                      extra={"data": {"pid": proc.pid, "ports": [p.host_port for p in ports]}})
+            check = desired.health_check
+            self.health.watch(child.guid, check, self._target(check, ports, proc),
+                              lambda reason: self._stop_unhealthy(child, reason))
             if await _exited_or_stop(proc, child.stop_requested):
                 keep_directory = True
                 reason = await self._exited(child, proc.returncode or 0)
@@ -302,6 +312,7 @@ class ProcessExecutor(Executor):
             self._kill_now(child)
             listener.lrp_crashed(child.guid, f"executor error: {exc!r}")
         finally:
+            self.health.unwatch(child.guid)
             self._lrps.pop(child.guid, None)
             await self._release(child, keep_log=keep_directory)
 
@@ -311,17 +322,19 @@ class ProcessExecutor(Executor):
         """Poll the health check until it passes, the child exits, a stop comes, or the timeout."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + check.timeout_s
-        kind = check.type if (ports or check.type == "process") else "process"
+        target = self._target(check, ports, proc)
         started = loop.time()
         interval = 0.02
         while True:
             if proc.returncode is not None or child.stop_requested.is_set():
                 return False
-            if kind == "process":
+            if target.kind == "process":
                 if loop.time() - started >= min(self.process_grace_s, check.timeout_s / 2):
                     return True
-            elif await self._probe(kind, ports[0].host_port, check.path):
-                return proc.returncode is None
+            else:
+                budget = max(0.05, min(check.invocation_timeout_s, deadline - loop.time()))
+                if await check_once(target, budget) is None:
+                    return proc.returncode is None
             remaining = deadline - loop.time()
             if remaining <= 0:
                 return False
@@ -334,22 +347,23 @@ class ProcessExecutor(Executor):
                 w.cancel()
             interval = min(interval * 1.5, 0.25)
 
-    async def _probe(self, kind: str, port: int, path: str) -> bool:
-        if kind == "http":
-            assert self._http is not None
-            try:
-                response = await self._http.get(f"http://127.0.0.1:{port}{path}", timeout=1.0)
-            except httpx.HTTPError:
-                return False
-            return 200 <= response.status_code < 300
-        try:
-            _, writer = await asyncio.wait_for(asyncio.open_connection("127.0.0.1", port), timeout=1.0)
-        except (OSError, TimeoutError):
-            return False
-        writer.close()
-        with contextlib.suppress(OSError):
-            await writer.wait_closed()
-        return True
+    @staticmethod
+    def _target(check: HealthCheck, ports: list[PortMapping], proc: asyncio.subprocess.Process) -> Target:
+        return Target.of(check, [(p.container_port, p.host_port) for p in ports],
+                         lambda: proc.returncode is None)
+
+    def _stop_unhealthy(self, child: _Child, reason: str) -> None:
+        """The health monitor's verdict: stop the instance as a stop would; its runner then sees it end and
+        reports the crash with the reason. An instance that has already exited reports its exit instead."""
+        if child.proc is None or child.proc.returncode is not None:
+            return
+        if child.stop_requested.is_set():  # being stopped anyway: a stop, not a crash
+            return
+        log.info("health check failed", extra={"data": {"reason": reason}})
+        child.health_failure = f"health check failed: {reason}"
+        stop = asyncio.create_task(self._terminate(child, child.proc, self.stop_grace_s))
+        self._quota_stops.add(stop)
+        stop.add_done_callback(self._quota_stops.discard)
 
     # --- tasks --------------------------------------------------------------------------------------
 
@@ -466,7 +480,7 @@ class ProcessExecutor(Executor):
                 reason = f"out of memory ({reason})"
             await cgroup.kill()
         child.over_quota = child.over_quota or await self._disk.check(child.guid)
-        return child.over_quota or reason
+        return child.over_quota or child.health_failure or reason
 
     def _kill_now(self, child: _Child) -> None:
         if child.sandbox.cgroup is not None:
@@ -479,14 +493,20 @@ class ProcessExecutor(Executor):
         log, made root's), and only then the uid given back: nothing runs under it any more."""
         sandbox = child.sandbox
         self._disk.unwatch(child.guid)
-        if self.artifacts is not None:
-            self.artifacts.unpin(child.guid)
         emptied = True
         if sandbox.cgroup is not None:
             emptied = await sandbox.cgroup.kill()
             if self._cgroups is not None:
                 self._cgroups.released(child.guid)
         await child.close_output()
+        if sandbox.disk_image is not None:
+            try:  # the artifacts' bind mounts, before the filesystem they sit on
+                await asyncio.to_thread(unbind, sandbox.directory)
+            except OSError as exc:  # its filesystem's unmount falls back to a lazy one, taking them too
+                log.error("an instance's artifact mounts could not be unmounted",
+                          extra={"data": {"dir": str(sandbox.directory), "error": str(exc)}})
+        if self.artifacts is not None:  # only now may the cache evict what the instance had mounted
+            self.artifacts.unpin(child.guid)
         self.logs.released(child.guid, kept=keep_log)
         if sandbox.disk_image is not None and self._disks is not None:
             await asyncio.to_thread(_remove_disk_dir, self._disks, sandbox.disk_image, sandbox.directory,
@@ -536,7 +556,10 @@ class ProcessExecutor(Executor):
             raise ArtifactError(f"{describe(artifacts[0])}: this rep has no artifact cache")
         user = child.sandbox.user
         owner = (user.uid, user.gid) if user is not None else None
-        await self.artifacts.place(child.guid, artifacts, child.sandbox.directory, owner)
+        # A directory that is a filesystem of its own cannot take hard links to the cache: read-only bind
+        # mounts, not a copy per instance (docs/artifacts.md, "The instance cannot change the cached copy").
+        bind = child.sandbox.disk_image is not None
+        await self.artifacts.place(child.guid, artifacts, child.sandbox.directory, owner, bind=bind)
 
     # --- spawning -----------------------------------------------------------------------------------
 
@@ -557,6 +580,9 @@ class ProcessExecutor(Executor):
                 start_new_session=True,
                 preexec_fn=sandbox.preexec(),
             )
+        except OSError as exc:
+            output.close()
+            raise program_not_started(exc, argv, sandbox.directory) from None
         except BaseException:
             output.close()
             raise

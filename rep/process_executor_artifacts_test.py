@@ -82,7 +82,11 @@ async def test_a_task_runs_a_script_from_its_artifact_and_cannot_change_the_cach
     for done in listener.finished:
         assert done.result.startswith("original\n"), done
         if executor.isolation is not None:  # the instance's own uid: the cached files are root's, 0444
-            assert "WROTE" not in done.result and "ADDED" in done.result, done.result
+            assert "WROTE" not in done.result, done.result
+            if executor._disks is not None:  # a filesystem of its own: a read-only bind mount of the tree
+                assert "Read-only file system" in done.result and "ADDED" not in done.result, done.result
+            else:  # hard links, in directories of its own
+                assert "ADDED" in done.result, done.result
     assert executor.artifacts is not None
     cached = executor.artifacts.path_of(art.digest) / "lib" / "data.txt"
     assert cached.read_bytes() == b"original\n", "the cached copy is unchanged"
@@ -112,3 +116,30 @@ async def test_an_unreachable_artifact_crashes_the_lrp_naming_it(executor: Proce
     assert guid == "i1"
     where = "http://127.0.0.1:9/app.tgz"
     assert reason.startswith(f"artifact {art.digest[:11]}… from {where}: unreachable ("), reason
+
+
+async def test_an_lrp_gets_its_artifact_mounted_and_unmounted_at_stop(executor: ProcessExecutor,
+                                                                      files: Files) -> None:
+    """Where each instance's directory is a filesystem of its own: one read-only bind mount per artifact,
+    gone when the instance stops, and the blob unpinned only then."""
+    if executor._disks is None:
+        pytest.skip("the instances' directories are not filesystems of their own here")
+    from .disk_quota import mounts_under
+
+    data = app_tar()
+    art = Artifact(digest=digest(data), url=files.add("/app.tgz", data), dest="app")
+    desired = DesiredLRP(process_guid="web", command=["sleep", "60"], ports=[],
+                         health_check=HealthCheck(type="process", timeout_s=DEADLINE_S), created_at=NOW,
+                         modification_tag=ModificationTag(epoch="e"), artifacts=[art])
+    listener = Listener()
+    executor.start_lrp(LRPContainer(cell_id="cell-p", instance_guid="i1", index=0, desired=desired), listener)
+    await eventually(lambda: bool(listener.running), DEADLINE_S, "the instance running",
+                     lambda: listener.crashed)
+    directory = executor.containers_dir / "i1"
+    assert mounts_under(directory) == [directory / "app"], mounts_under(executor.containers_dir)
+    assert (directory / "app" / "lib" / "data.txt").read_bytes() == b"original\n"
+    await executor.stop_lrp("i1")
+    assert mounts_under(executor.containers_dir) == [], "nothing left mounted"
+    assert executor.artifacts is not None
+    executor.artifacts.evict(art.digest)  # unpinned: evictable
+    assert executor.artifacts.held() == []

@@ -188,11 +188,15 @@ async def test_an_empty_command_fails_the_start_clearly(executor: ProcessExecuto
     assert "no command" in listener.crashed[0][1]
 
 
-async def test_a_missing_executable_fails_the_start(executor: ProcessExecutor) -> None:
+@pytest.mark.parametrize(("program", "where"), [
+    ("/nonexistent/vendue-app", "on the cell"), ("./migrate.sh", "in the instance's directory"),
+])
+async def test_a_missing_executable_fails_the_start_naming_it(executor: ProcessExecutor, program: str,
+                                                              where: str) -> None:
     listener = Listener()
-    executor.start_lrp(container(["/nonexistent/vendue-app"]), listener)
+    executor.start_lrp(container([program]), listener)
     await eventually(lambda: bool(listener.crashed), DEADLINE_S, "a crash report", lambda: None)
-    assert listener.crashed[0][1].startswith("failed to start:")
+    assert listener.crashed[0][1] == f"failed to start: program {program!r} not found {where}"
 
 
 async def test_a_child_that_never_listens_fails_its_health_check(executor: ProcessExecutor) -> None:

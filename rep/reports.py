@@ -33,11 +33,12 @@ class HostPort(Protocol):
 
 
 class Ref(NamedTuple):
-    """An instance claimed or removed (InstanceRef on the wire)."""
+    """An instance claimed (ClaimedInstance on the wire, with its version) or removed (InstanceRef)."""
 
     process_guid: str
     index: int  # type: ignore[assignment]  # the wire's name; shadows tuple.index
     instance_guid: str
+    version: int = 1  # the definition version it was started for: a claim names it
 
 
 class Running(NamedTuple):
@@ -96,7 +97,17 @@ def _refs(refs: list[Ref], out: list[str]) -> None:
     enc = encode_basestring
     out.append(
         ",".join(
-            f'{{"process_guid":{enc(p)},"index":{i},"instance_guid":{enc(g)}}}' for p, i, g in refs
+            f'{{"process_guid":{enc(p)},"index":{i},"instance_guid":{enc(g)}}}' for p, i, g, _ in refs
+        )
+    )
+
+
+def _claims(refs: list[Ref], out: list[str]) -> None:
+    enc = encode_basestring
+    out.append(
+        ",".join(
+            f'{{"process_guid":{enc(p)},"index":{i},"instance_guid":{enc(g)},"version":{v}}}'
+            for p, i, g, v in refs
         )
     )
 
@@ -105,7 +116,7 @@ def write_cell(reports: Reports, out: list[str]) -> None:
     """Append the JSON of CellLifecycle(reports) to `out` (pieces to join)."""
     enc = encode_basestring
     out.append('{"claimed":[')
-    _refs(reports.claimed, out)
+    _claims(reports.claimed, out)
     out.append('],"running":[')
     out.append(
         ",".join(

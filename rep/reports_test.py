@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from common.models import (
     CellLifecycle,
+    ClaimedInstance,
     CrashReport,
     HostLifecycle,
     InstanceRef,
@@ -18,7 +19,7 @@ from .reports import Crash, Port, Ref, Reports, Running, host_json
 def to_model(reports: Reports) -> CellLifecycle:
     """The wire model of plain reports (the rep itself only writes their JSON)."""
     return CellLifecycle(
-        claimed=[InstanceRef(**r._asdict()) for r in reports.claimed],
+        claimed=[ClaimedInstance(**r._asdict()) for r in reports.claimed],
         running=[
             RunningInstanceReport(
                 process_guid=r.process_guid,
@@ -39,7 +40,7 @@ def to_model(reports: Reports) -> CellLifecycle:
 def plain(model: CellLifecycle) -> Reports:
     """The plain form of a wire model."""
     return Reports(
-        [Ref(r.process_guid, r.index, r.instance_guid) for r in model.claimed],
+        [Ref(r.process_guid, r.index, r.instance_guid, r.version) for r in model.claimed],
         [Running(r.process_guid, r.index, r.instance_guid, r.host, list(r.ports)) for r in model.running],
         [Crash(r.process_guid, r.index, r.instance_guid, r.reason) for r in model.crashed],
         [Ref(r.process_guid, r.index, r.instance_guid) for r in model.removed],
@@ -53,8 +54,8 @@ ODD = 'a"b\\c\n\t\x01\x7f é ✓ 😀 </script>'
 
 def every_kind() -> CellLifecycle:
     return CellLifecycle(
-        claimed=[InstanceRef(process_guid="web", index=0, instance_guid="g0"),
-                 InstanceRef(process_guid="api-1", index=7, instance_guid="g7")],
+        claimed=[ClaimedInstance(process_guid="web", index=0, instance_guid="g0"),
+                 ClaimedInstance(process_guid="api-1", index=7, instance_guid="g7", version=3)],
         running=[
             RunningInstanceReport(process_guid="web", index=0, instance_guid="g0", host="10.0.0.5",
                                   ports=[PortMapping(container_port=8080, host_port=40001),

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 import socket
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -13,6 +13,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from common.limits import RequestLimitOptions
 from common.logging import LogFormat
 from common.models import DEFAULT_STACK, GUID_PATTERN
+from common.models.artifact import DIGEST_PATTERN
 from common.tls import TLSOptions
 from common.transport import Transport
 
@@ -86,6 +87,11 @@ class RepSettings(TLSOptions, RequestLimitOptions, BaseSettings):
     report_linger: float = Field(default=0.1, ge=0, le=5,
                                  description="Lifecycle reports gather this long, s.")
     sim_crash_rate: float = Field(default=0.0, ge=0, description="Sim crashes per s.")
+    # A sim host has no artifact cache: these stand for one, so that tests and benchmarks can have warm
+    # cells (the cache term: docs/placement.md).
+    sim_cached_blobs: list[Annotated[str, Field(pattern=DIGEST_PATTERN)]] = Field(
+        default_factory=list, description="Sim: a digest (sha256:...) its cells say their host caches, "
+        "repeatable.", json_schema_extra={"flag": "--sim-cached-blob"})
     presence_ttl: float = Field(default=10.0, gt=0, description="Presence TTL, s; beat TTL/3.")
     evacuation_timeout: float = Field(default=600.0, ge=0, description="Drain limit, s.")
     stop_grace: float = Field(default=10.0, ge=0, description="SIGTERM->SIGKILL grace, s.")
@@ -127,6 +133,8 @@ class RepSettings(TLSOptions, RequestLimitOptions, BaseSettings):
     cache_dir: Path | None = Field(default=None, description="Artifact cache (default: <data-dir>/cache).")
     cache_mb: int = Field(default=10_240, ge=1, description="Artifact cache size, MB; least recently used "
                           "blobs no running instance uses are evicted past it.")
+    artifact_ca: Path | None = Field(default=None, description="A CA bundle (PEM) trusted, beside the "
+                                     "system's, for artifacts fetched from https URLs.")
     ready_file: Path | None = Field(default=None, description="Write {url, pid} here once serving.")
     http_timeout: float = Field(default=10.0, gt=0, description="Seconds per call to the BBS.")
     log_level: str = Field(default="info", description="debug, info, warning, error.")

@@ -61,7 +61,11 @@ class Blobs:
             yield piece
 
     async def list_all(self) -> list[dict[str, Any]]:
-        return [info.to_wire() for info in await self.storage.list_all()]
+        """Every blob, with the desired LRPs and tasks that name it (`referenced_by`: what keeps it from
+        the garbage collection, and what `DELETE` would be refused for)."""
+        infos = await self.storage.list_all()
+        named = await self.storage.references()
+        return [{**info.to_wire(), "referenced_by": sorted(named.get(info.digest, []))} for info in infos]
 
     async def delete(self, digest: str) -> None:
         try:

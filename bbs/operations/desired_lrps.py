@@ -158,5 +158,6 @@ class DesiredLRPs:
             actuals = await tx.list_actuals(process_guid=process_guid)
             await tx.delete_actuals_of(process_guid)
             await tx.delete_desired(process_guid)
+            await tx.delete_versions_of(process_guid)
             effects.actual_events(ActualChanges(deletes=actuals))
             await self.uow.add_stops(tx, stops_for(actuals), effects)

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Request, Response
+from fastapi import APIRouter, Body, Depends, Request, Response
 
-from common.models import DesiredLRP, DesiredLRPCreate, DesiredLRPUpdate
+from common.models import DesiredLRP, DesiredLRPChange, DesiredLRPCreate
 
 from ..operations.desired_lrps import DesiredLRPs
 from ..redact import env_for_caller
-from .wire import GuidPath, GuidQuery, items, operations
+from .wire import GuidPath, GuidQuery, items, operations, the_bbs
 
 Operations = Annotated[DesiredLRPs, Depends(operations(lambda bbs: bbs.desired_lrps))]
 router = APIRouter()
@@ -31,9 +31,13 @@ async def get_desired(request: Request, process_guid: GuidPath, ops: Operations)
     return env_for_caller(request, [await ops.get(process_guid)])[0]
 
 
-@router.patch("/v1/desired_lrps/{process_guid}", response_model=DesiredLRP)
-async def update_desired(process_guid: GuidPath, body: DesiredLRPUpdate, ops: Operations) -> dict[str, Any]:
-    return await ops.update(process_guid, body)
+@router.patch("/v1/desired_lrps/{process_guid}", response_model=DesiredLRPChange)
+async def update_desired(
+    request: Request, process_guid: GuidPath, body: Annotated[dict[str, Any], Body()]
+) -> dict[str, Any]:
+    # Any subset of the definition (a new version, rolled out: bbs/operations/rollouts.py), or
+    # `instances`/`on_cell_loss` alone (a scale, no version); `modification_tag` and `rollout` besides.
+    return await the_bbs(request).rollouts.patch(process_guid, body)
 
 
 @router.delete("/v1/desired_lrps/{process_guid}", status_code=204)

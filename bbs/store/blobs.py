@@ -240,6 +240,11 @@ class BlobStorage:
             rows = (await connection.execute(sa.select(blobs).order_by(blobs.c.digest))).all()
         return [_info(row) for row in rows]
 
+    async def references(self) -> dict[str, list[str]]:
+        """Who names each stored digest now (`references`), read in one connection of its own."""
+        async with self.store.engine.connect() as connection:
+            return await references(connection)
+
     async def stored_bytes(self) -> int:
         async with self.store.engine.connect() as connection:
             total = (await connection.execute(

@@ -25,6 +25,7 @@ def _desired_columns(record: DesiredRecord) -> dict[str, Any]:
         "mod_epoch": record.mod_epoch,
         "mod_index": record.mod_index,
         "on_cell_loss": record.on_cell_loss,
+        "version": record.version,
     }
 
 
@@ -45,6 +46,7 @@ class DesiredQueries(Transaction):
             mod_epoch=row.mod_epoch,
             mod_index=row.mod_index,
             on_cell_loss=row.on_cell_loss,
+            version=row.version,
         )
 
     def _desired_params(self, record: DesiredRecord) -> dict[str, Any]:
@@ -99,12 +101,12 @@ class DesiredQueries(Transaction):
             return False
         return True
 
-    async def update_desired(self, record: DesiredRecord) -> None:
-        """Write `record` over its row. Its command and env never change (an update changes the instances):
-        a sealed row keeps its sealed part as it is, never sealed again; a row in the clear is written whole
-        (and sealed, with a ring)."""
+    async def update_desired(self, record: DesiredRecord, definition_changed: bool = False) -> None:
+        """Write `record` over its row. Unless `definition_changed` (a new version), its command and env
+        have not changed (a scale): a sealed row keeps its sealed part as it is, never sealed again; a row
+        in the clear, or a new definition, is written whole (and sealed, with a ring)."""
         where = t.desired_lrps.c.process_guid == record.process_guid
-        if self._keys is not None:
+        if self._keys is not None and not definition_changed:
             kept = await self.connection.execute(
                 t.desired_lrps.update()
                 .where(where, t.desired_lrps.c.key_label.is_not(None))

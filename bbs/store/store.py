@@ -51,6 +51,7 @@ from .priority_lock import PriorityLock
 from .resealing import Resealing, refuse_unknown_keys
 from .tasks import TaskQueries
 from .tokens import TokenQueries
+from .versions import VersionQueries
 
 
 class Tx(
@@ -61,6 +62,7 @@ class Tx(
     PlacementQueries,
     LeaseQueries,
     TokenQueries,
+    VersionQueries,
     Resealing,
 ):
     """One transaction's view of the store: every entity's queries on one connection. Methods take and

@@ -30,6 +30,7 @@ desired_lrps = sa.Table(
     sa.Column("mod_index", sa.Integer, nullable=False),
     *sealed_columns(),
     sa.Column("on_cell_loss", sa.String(16), nullable=False, server_default="reschedule"),  # 0008
+    sa.Column("version", sa.Integer, nullable=False, server_default="1"),  # 0012
 )
 
 actual_lrps = sa.Table(
@@ -53,6 +54,30 @@ actual_lrps = sa.Table(
     sa.Column("mod_epoch", sa.String(64), nullable=False),
     sa.Column("mod_index", sa.Integer, nullable=False),
     sa.Column("auctioned_at", sa.Float, nullable=False),
+    sa.Column("version", sa.Integer, nullable=False, server_default="1"),  # 0012
+)
+
+# A desired LRP's definitions, the last few (VERSIONS_KEPT): what a rollback goes back to (0012). The
+# definition is sealed like the desired LRP's own, under this table's name.
+lrp_versions = sa.Table(
+    "lrp_versions",
+    metadata,
+    sa.Column("process_guid", sa.String(128), primary_key=True),
+    sa.Column("version", sa.Integer, primary_key=True),
+    sa.Column("created_at", sa.Float, nullable=False),
+    sa.Column("definition", sa.JSON, nullable=False),
+    *sealed_columns(),
+)
+
+# Rollouts (bbs/rollouts.py), the last few per desired LRP: their state survives a restart and a change of
+# convergence leader (0012). `data` is the Rollout as the API shows it, plus the driver's own fields.
+rollouts = sa.Table(
+    "rollouts",
+    metadata,
+    sa.Column("process_guid", sa.String(128), primary_key=True),
+    sa.Column("seq", sa.Integer, primary_key=True),
+    sa.Column("state", sa.String(16), nullable=False, index=True),
+    sa.Column("data", sa.JSON, nullable=False),
 )
 
 tasks = sa.Table(

@@ -44,7 +44,15 @@ if TYPE_CHECKING:
         HostMetricsModel,
         ResourcesModel,
     )
-    from .desired import DesiredLRP, DesiredLRPCreate, DesiredLRPUpdate, HealthCheck, OnCellLoss
+    from .desired import (
+        DEFINITION_EXCLUDED,
+        DesiredLRP,
+        DesiredLRPCreate,
+        DesiredLRPReplace,
+        DesiredLRPUpdate,
+        HealthCheck,
+        OnCellLoss,
+    )
     from .event import EVENT_TYPES, Event, EventType
     from .fields import (
         DEFAULT_DOMAIN,
@@ -92,6 +100,7 @@ if TYPE_CHECKING:
     from .lease import Lease, LeaseRequest
     from .lifecycle import (
         CellLifecycle,
+        ClaimedInstance,
         CrashReport,
         HostLifecycle,
         HostLifecycleResult,
@@ -119,6 +128,23 @@ if TYPE_CHECKING:
         TaskCancel,
         WorkResult,
     )
+    from .rollout import (
+        ACTIVE_ROLLOUT_STATES,
+        ROLLOUT_STATES,
+        DesiredLRPChange,
+        LRPVersion,
+        LRPVersions,
+        MaxInFlight,
+        RestartRequest,
+        Rollout,
+        RolloutAction,
+        RolloutActionName,
+        RolloutKind,
+        Rollouts,
+        RolloutState,
+        RolloutStrategy,
+        resolve_max_in_flight,
+    )
     from .task import Task, TaskCreate, TaskState
     from .token import (
         TOKEN_ROLES,
@@ -145,7 +171,10 @@ _NAMES_BY_MODULE: dict[str, tuple[str, ...]] = {
         "CellDetail", "CellLRP", "CellOffers", "CellPresence", "CellPresences", "CellState", "CellTask",
         "CellVolume", "HeartbeatAnswer", "HostMetricsModel", "ResourcesModel",
     ),
-    "desired": ("DesiredLRP", "DesiredLRPCreate", "DesiredLRPUpdate", "HealthCheck", "OnCellLoss"),
+    "desired": (
+        "DEFINITION_EXCLUDED", "DesiredLRP", "DesiredLRPCreate", "DesiredLRPReplace", "DesiredLRPUpdate",
+        "HealthCheck", "OnCellLoss",
+    ),
     "event": ("EVENT_TYPES", "Event", "EventType"),
     "fields": (
         "DEFAULT_DOMAIN", "DEFAULT_STACK", "GUID_PATTERN", "INT32_MAX", "INT64_MAX", "MAX_ARG_CHARS",
@@ -158,14 +187,19 @@ _NAMES_BY_MODULE: dict[str, tuple[str, ...]] = {
     ),
     "lease": ("Lease", "LeaseRequest"),
     "lifecycle": (
-        "CellLifecycle", "CrashReport", "HostLifecycle", "HostLifecycleResult", "InstanceRef",
-        "LifecycleResult", "RunningInstanceReport", "TaskCompletion",
+        "CellLifecycle", "ClaimedInstance", "CrashReport", "HostLifecycle", "HostLifecycleResult",
+        "InstanceRef", "LifecycleResult", "RunningInstanceReport", "TaskCompletion",
     ),
     "rebalance": ("RebalanceMove", "RebalancePlan", "RebalanceRequest", "RebalanceStatus"),
     "rep_api": (
         "CancelTasks", "CellCordon", "CordonCells", "EvacuateCells", "Found", "HostCellDetails",
         "HostCellStates", "HostCellWork", "HostLRPGroup", "HostWork", "HostWorkResult", "InstanceStop",
         "LRPWork", "StopInstances", "TaskCancel", "WorkResult",
+    ),
+    "rollout": (
+        "ACTIVE_ROLLOUT_STATES", "ROLLOUT_STATES", "DesiredLRPChange", "LRPVersion", "LRPVersions",
+        "MaxInFlight", "RestartRequest", "Rollout", "RolloutAction", "RolloutActionName", "RolloutKind",
+        "RolloutState", "RolloutStrategy", "Rollouts", "resolve_max_in_flight",
     ),
     "task": ("Task", "TaskCreate", "TaskState"),
     "token": (

@@ -45,6 +45,7 @@ class ActualLRP(Open):
     since: datetime
     placement_error: str = ""
     modification_tag: ModificationTag
+    version: int = 1  # the definition version the instance runs (the one it was started for)
 
 
 class ActualLRPSummary(Open):

@@ -32,6 +32,9 @@ class ResourcesModel(Open):
 MAX_HOST_MEASURE = 1e9
 HostMeasure = Annotated[float, Field(ge=0, lt=MAX_HOST_MEASURE, allow_inf_nan=False)]
 MAX_CORES = 4096
+# Digests a cell may list as cached (a rep lists its most recently used 64: rep/cell.py REPORTED_BLOBS).
+MAX_CACHED_BLOBS = 1_024
+CachedBlob = Annotated[str, Field(max_length=MAX_URL_CHARS)]
 
 
 class HostMetricsModel(Open):
@@ -82,9 +85,7 @@ class CellPresence(Open):
     host: HostMetricsModel | None = None
     # The source blobs cached on the cell (CellOffers.cached_blobs), so that the BBS's rebalance planner
     # scores objective apps with the cache term the auction uses.
-    cached_blobs: list[Annotated[str, Field(max_length=MAX_URL_CHARS)]] = Field(
-        default_factory=list, max_length=1_024
-    )
+    cached_blobs: list[CachedBlob] = Field(default_factory=list, max_length=MAX_CACHED_BLOBS)
     # Set by the BBS from its own state (whatever a rep sends is ignored): an operator's `vendue cells
     # cordon|drain` (no new work; draining: its instances are moved away make-before-break), and
     # "present" or "suspect" (its presence expired; listed only with GET /v1/cells?all=true).
@@ -147,7 +148,8 @@ class CellOffers(Open):
     volumes: list[CellVolume] = Field(default_factory=list)
     ingress_ips: list[str] = Field(default_factory=list)  # free ingress IPs
     devices: dict[str, int] = Field(default_factory=dict)  # free devices by kind
-    cached_blobs: list[str] = Field(default_factory=list)  # source blobs cached here
+    # source blobs its host caches, the most recently used first
+    cached_blobs: list[CachedBlob] = Field(default_factory=list, max_length=MAX_CACHED_BLOBS)
 
 
 class CellState(Open):

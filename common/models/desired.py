@@ -17,14 +17,27 @@ from .fields import (
     ModificationTag,
     PlacementFields,
     Strict,
-    no_nul,
 )
 
 
+def _request_path(path: str) -> str:
+    # Written as is into the check's request line: a space or a line break would make another request.
+    if not path.startswith("/") or any(c.isspace() or ord(c) < 0x20 or ord(c) == 0x7F for c in path):
+        raise ValueError("must start with / and hold no spaces or control characters")
+    return path
+
+
 class HealthCheck(Strict):
+    """How the rep checks an instance (rep/health_monitor.py, docs/health-checks.md): until it is RUNNING
+    within `timeout_s` (the start timeout), then every `interval_s` for its whole life, each check given
+    `invocation_timeout_s`; `failure_threshold` failures in a row crash it. Defaults are Diego's."""
+
     type: Literal["port", "process", "http"] = "port"
     timeout_s: float = Field(default=60.0, gt=0, le=3600)
-    path: Annotated[str, Field(max_length=MAX_URL_CHARS), AfterValidator(no_nul)] = "/"
+    path: Annotated[str, Field(max_length=MAX_URL_CHARS), AfterValidator(_request_path)] = "/"
+    interval_s: float = Field(default=30.0, ge=0.1, le=3600)
+    invocation_timeout_s: float = Field(default=1.0, gt=0, le=600)
+    failure_threshold: int = Field(default=1, ge=1, le=100)
 
 
 # What happens to an LRP's instances when their cell's presence expires (bbs/cell_loss.py): `reschedule`,
@@ -55,12 +68,26 @@ class DesiredLRPCreate(PlacementFields):
         return self
 
 
+# The fields of a DesiredLRPCreate that are not its definition: changing them makes no new version (a scale,
+# a cell-loss policy). Everything else defines how an instance runs (docs/rollouts.md).
+DEFINITION_EXCLUDED = frozenset({"process_guid", "instances", "on_cell_loss", "annotations", "labels"})
+
+
 class DesiredLRP(DesiredLRPCreate):
     model_config = ConfigDict(extra="ignore")
     # As stored and sent between peers: read whatever was stored, the refusal is DesiredLRPCreate's.
     command: Command = Field(default_factory=list)
     created_at: datetime
     modification_tag: ModificationTag
+    version: int = 1  # the definition's version: a change of definition makes the next one
+
+
+class DesiredLRPReplace(DesiredLRPCreate):
+    """PUT /v1/desired_lrps/{guid}: the whole definition (process_guid optional, must match the path), and
+    how the change rolls out (common/models/rollout.py RolloutStrategy)."""
+
+    process_guid: Guid | None = None  # type: ignore[assignment]
+    rollout: RolloutStrategy | None = None
 
 
 class DesiredLRPUpdate(Strict):
@@ -68,3 +95,8 @@ class DesiredLRPUpdate(Strict):
     on_cell_loss: OnCellLoss | None = None
     # Optimistic update: when given, the update applies only if the tag still matches (else 409).
     modification_tag: ModificationTag | None = None
+
+
+from .rollout import RolloutStrategy  # noqa: E402  (rollout.py imports DesiredLRP from here)
+
+DesiredLRPReplace.model_rebuild()

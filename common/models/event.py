@@ -17,6 +17,7 @@ EVENT_TYPES = (
     "cell_appeared", "cell_disappeared", "cell_removed", "cell_changed",
     "auction_completed", "convergence_completed", "resync",
     "rebalance_move_started", "rebalance_move_completed", "rebalance_move_abandoned",
+    "rollout_changed",
 )
 EventType = Literal[EVENT_TYPES]  # type: ignore[valid-type]
 

@@ -27,6 +27,10 @@ class InstanceRef(Open):
     instance_guid: Guid
 
 
+class ClaimedInstance(InstanceRef):
+    version: StoreInt = 1  # the definition version the instance was started for (its start request's)
+
+
 class RunningInstanceReport(InstanceRef):
     host: Host = "127.0.0.1"
     ports: list[PortMapping] = Field(default_factory=list, max_length=16)  # DesiredLRPCreate.ports at most
@@ -47,7 +51,7 @@ class TaskCompletion(Open):
 class CellLifecycle(Open):
     """Everything one cell has to tell the BBS this round, in one request."""
 
-    claimed: list[InstanceRef] = Field(default_factory=list, max_length=MAX_ITEMS)
+    claimed: list[ClaimedInstance] = Field(default_factory=list, max_length=MAX_ITEMS)
     running: list[RunningInstanceReport] = Field(default_factory=list, max_length=MAX_ITEMS)
     crashed: list[CrashReport] = Field(default_factory=list, max_length=MAX_ITEMS)
     removed: list[InstanceRef] = Field(default_factory=list, max_length=MAX_ITEMS)

@@ -76,7 +76,8 @@ class MarginRule:
         assert scoring.share_key is not None
         planner = self.planner
         size = (item.ask.memory_mb, item.ask.disk_mb)
-        key = (planner.strategy_of(item), scoring.share_key(item), size, planner.fit_of(item), zone)
+        shared = scoring.share_key(item, planner.config)
+        key = (planner.strategy_of(item), shared, size, planner.fit_of(item), zone)
 
         def neutral() -> CellScore:
             score = scoring.bind(planner.picker(item), as_no_process(item))

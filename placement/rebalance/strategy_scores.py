@@ -6,7 +6,8 @@ score's scale: the strategy-margin rule asks for a gain of `strategy_margin` uni
 for a tolerance of `load_tolerance` units, so one setting means as much under every strategy.
 
 - diego: `scoring.lrp_score`. Its resource part is the mean used fraction of memory, disk and containers
-  (0: empty, 1: full), so the unit is 1; each instance of the same process on the cell adds 1000.
+  (0: empty, 1: full), so the unit is 1; each instance of the same process on the cell adds 1000. With a
+  cache weight, `scoring.cached_lrp_score`, as the auction scores (apps share scores by source blob too).
 - loadmark: `strategies.loadmark.load_mark`, judged on the cell before the instance (as its picker
   judges it). The mark is a weighted sum of fractions ×100, so the unit is 100 (a mark of 100: one fully
   used resource of weight 1). Its picker also prefers a cell without an instance of the process, and so
@@ -31,11 +32,12 @@ from dataclasses import dataclass
 from common.objective import ObjectiveError
 
 from ..objective.evaluate import score
-from ..scoring import lrp_score
+from ..scoring import cached_lrp_score, lrp_score, uses_cache
 from ..slot import CellSlot
 from ..strategies.base import Picker
 from ..strategies.loadmark import load_mark
 from ..strategies.objective import ObjectivePicker, SlotBid
+from ..types import SchedulerConfig
 from ..work import LRPStart
 
 CellScore = Callable[[CellSlot], float]  # one item's score of each cell: lower is preferred
@@ -49,9 +51,10 @@ NO_PROCESS = ""
 @dataclass(slots=True, frozen=True)
 class StrategyScore:
     unit: float
-    # what the score reads of the item on a cell holding none of its process: apps with equal keys score
-    # such cells alike; None when it reads the instance itself (scored per instance)
-    share_key: Callable[[LRPStart], Hashable] | None
+    # what the score reads of the item on a cell holding none of its process, under the cluster's
+    # configuration: apps with equal keys score such cells alike; None when it reads the instance itself
+    # (scored per instance)
+    share_key: Callable[[LRPStart, SchedulerConfig], Hashable] | None
     # the score of each cell for this item, as the strategy's picker computes it; None: no score (an
     # objective that does not parse)
     bind: Callable[[Picker, LRPStart], CellScore | None]
@@ -74,7 +77,15 @@ def as_no_process(item: LRPStart) -> LRPStart:
 def _diego(picker: Picker, item: LRPStart) -> CellScore:
     weight, pack = picker.config.starting_container_weight, picker.config.bin_pack_first_fit_weight
     memory, disk, pg = item.ask.memory_mb, item.ask.disk_mb, item.process_guid
+    blob, cache = item.ask.source_blob, picker.config.cache_weight
+    if uses_cache(blob, cache):
+        return lambda slot: cached_lrp_score(slot, memory, disk, pg, weight, pack, blob, cache)
     return lambda slot: lrp_score(slot, memory, disk, pg, weight, pack)
+
+
+def _diego_key(item: LRPStart, config: SchedulerConfig) -> Hashable:
+    blob = item.ask.source_blob if uses_cache(item.ask.source_blob, config.cache_weight) else None
+    return item.ask.memory_mb, item.ask.disk_mb, blob
 
 
 def _loadmark(picker: Picker, item: LRPStart) -> CellScore:
@@ -92,8 +103,8 @@ def _objective(picker: Picker, item: LRPStart) -> CellScore | None:
 
 
 SCORES: dict[str, StrategyScore] = {
-    "diego": StrategyScore(1.0, lambda item: (item.ask.memory_mb, item.ask.disk_mb), _diego),
-    "loadmark": StrategyScore(100.0, lambda item: (), _loadmark),
+    "diego": StrategyScore(1.0, _diego_key, _diego),
+    "loadmark": StrategyScore(100.0, lambda item, config: (), _loadmark),
     "objective": StrategyScore(1.0, None, _objective, negated=True),
 }
 

@@ -32,7 +32,15 @@ one *bucket*. Why that suffices:
 
 Pools are the classes of equivalent cells the compatibility filters keep (`CellColumns.classes`), split
 further by zone and totals, so a pool is compatible with an item or not as a whole, and a bucket's
-state is held against the resource filters' thresholds (`least_free`) once for all its cells. Work the
+state is held against the resource filters' thresholds (`least_free`) once for all its cells.
+
+- The cache term (beyond Diego: a cluster's cache weight, for an app naming a source blob) lowers the
+  score of the cells caching the blob by the weight. Each pool's winner without it is then compared with
+  the pool's fitting cells that cache the blob, scored exactly (`scoring.cached_lrp_score`): no other
+  cell can win, as a cell without the blob scores what it scored without the term. A pool's cells are
+  found per blob in an index built on the first such item (`_holders`).
+
+Work the
 pools do not cover falls back to the reference code path: LRPs with request filters (labels, volumes,
 ingress IP, devices), and tasks when a bin-pack weight is set. A miss is diagnosed by the filters'
 vectorised forms (`FastPicker`).
@@ -49,7 +57,7 @@ from sortedcontainers import SortedList
 
 from ..filters import COMPATIBILITY, Work, has_room, least_free, request_filters
 from ..filters.compatibility import compatibility_requirement
-from ..scoring import LOCALITY_OFFSET, lrp_score, task_score
+from ..scoring import LOCALITY_OFFSET, cached_lrp_score, lrp_score, task_score, uses_cache
 from ..slot import CellSlot
 from ..state import AuctionState
 from ..work import LRPStart, TaskStart
@@ -65,6 +73,7 @@ DIRECT = 8
 UNLIMITED = inf  # a search's budget when it may look at every cell state
 TASKS = None  # the level-index key of tasks (their count term is tasks on the cell)
 EMPTY: dict = {}  # never written to
+NO_CELLS: list[int] = []  # never written to
 
 CellState = tuple[int, int, int, int]  # free memory, disk, containers, and starting containers
 
@@ -174,6 +183,8 @@ class DiegoFast(FastPicker, DiegoReference):
         # process guid (TASKS for tasks) -> pool -> its cells by count; built once the process holds nearly
         # as many cells as a pool has (before, every pool has many cells without it), then kept current
         self.levels: dict[str | None, dict[Pool, Levels]] = {}
+        # source blob -> pool -> its cells caching the blob, ascending; built on the first item asking
+        self.holders: dict[str, dict[Pool, list[int]]] | None = None
         state.on_reserve(self._on_reserve)
         state.on_count(self._on_count)
 
@@ -412,6 +423,30 @@ class DiegoFast(FastPicker, DiegoReference):
                 found = (pos, count)
         return found
 
+    def _holders(self, blob: str) -> dict[Pool, list[int]]:
+        """The cells caching `blob`, by pool (positions ascending)."""
+        if self.holders is None:
+            self.holders = {}
+            for slot in self.state.slots:
+                for held in slot.cached_blobs:
+                    self.holders.setdefault(held, {}).setdefault(self.pool_of[slot.pos], []).append(slot.pos)
+        return self.holders.get(blob, EMPTY)
+
+    def _cached_best(self, found: Winner, holders: list[int], need: tuple[int, int, int],
+                     score_of: Callable[[CellSlot], float]) -> Winner:
+        """The pool's winner with the cache term: its winner without it (`found`) or one of its fitting
+        cells caching the blob (`holders`), whichever scores lowest with the term (ties: position)."""
+        slots = self.state.slots
+        need_m, need_d, need_c = need
+        best = (score_of(slots[found[1]]), found[1])
+        for pos in holders:
+            slot = slots[pos]
+            if slot.avail_m >= need_m and slot.avail_d >= need_d and slot.avail_c >= need_c:
+                candidate = (score_of(slot), pos)
+                if candidate < best:
+                    best = candidate
+        return best
+
     def pick_lrp(self, item: LRPStart) -> CellSlot | None:
         if request_filters(item):
             return super().pick_lrp(item)
@@ -422,6 +457,13 @@ class DiegoFast(FastPicker, DiegoReference):
 
         def score_of(slot: CellSlot) -> float:
             return lrp_score(slot, memory_mb, disk_mb, process, starting_weight, bin_pack_weight)
+
+        blob, cache_weight = ask.source_blob, self.config.cache_weight
+        holders = self._holders(blob) if blob is not None and uses_cache(blob, cache_weight) else None
+
+        def cached_score_of(slot: CellSlot) -> float:
+            return cached_lrp_score(slot, memory_mb, disk_mb, process, starting_weight, bin_pack_weight, blob,
+                                    cache_weight)
 
         search = self._search(least_free(item), process, self.state.holding(process), score_of)
         need = search[0]
@@ -444,6 +486,9 @@ class DiegoFast(FastPicker, DiegoReference):
                         continue
                     found = self._best_in_pool(pool, search)
                     if found is not None:
+                        if holders is not None:
+                            found = self._cached_best(found, holders.get(pool, NO_CELLS), need,
+                                                      cached_score_of)
                         score, position = found
                         candidate = (score, rank, slots[position].zone_pos, position)
                         if scored is not None:

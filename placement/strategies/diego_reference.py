@@ -7,14 +7,15 @@ by their room for the item (most first: free capacity less what the batch still 
 only zones equal in count *and* room share a group (`zone_room.ZoneRoom`, which says why). Within a
 group the lowest score wins, ties going to the first cell met (zone order, then the cells' input order),
 as Diego's `score < winnerScore` loop does. A later group is tried only when nothing in the earlier ones
-fits. Tasks ignore zones: the lowest score over all cells in input order.
+fits. Tasks ignore zones: the lowest score over all cells in input order. Beyond Diego, a cluster's cache
+weight adds the cache term (`scoring.cached_lrp_score`) to the score of an app that names a source blob.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..scoring import lrp_score, task_score
+from ..scoring import cached_lrp_score, lrp_score, task_score, uses_cache
 from ..slot import CellSlot
 from ..work import LRPStart, TaskStart
 from .base import Picker
@@ -35,6 +36,9 @@ class DiegoReference(Picker):
     def pick_lrp(self, item: LRPStart) -> CellSlot | None:
         sw = self.config.starting_container_weight
         bw = self.config.bin_pack_first_fit_weight
+        cw, blob = self.config.cache_weight, item.ask.source_blob
+        cached = uses_cache(blob, cw)
+        memory, disk, pg = item.ask.memory_mb, item.ask.disk_mb, item.process_guid
         scored = self.candidates
         groups = zone_groups(self.room, self.state, item)
         if scored is not None:
@@ -44,7 +48,10 @@ class DiegoReference(Picker):
             best_score = 0.0
             for rank, zone in enumerate(group):
                 for slot in self.feasible_slots(item, self.state.zone_slots[zone]):
-                    score = lrp_score(slot, item.ask.memory_mb, item.ask.disk_mb, item.process_guid, sw, bw)
+                    if cached:
+                        score = cached_lrp_score(slot, memory, disk, pg, sw, bw, blob, cw)
+                    else:
+                        score = lrp_score(slot, memory, disk, pg, sw, bw)
                     if scored is not None:
                         scored.append((score, rank, slot.zone_pos, slot.pos))
                     if best is None or score < best_score:

@@ -169,3 +169,52 @@ def test_the_leader_collects_unreferenced_blobs_after_the_grace_and_never_a_refe
         metrics = http.get("/metrics").text
         assert f"vendue_blobs_stored_bytes {float(len(named))}" in metrics, [
             line for line in metrics.splitlines() if line.startswith("vendue_blob")]
+
+
+def test_on_postgresql_one_replica_collects_what_nothing_names_and_keeps_what_the_other_was_told_of(
+    tmp_path: Path, fresh_postgres_database: str, processes: list[BBSProcess]
+) -> None:
+    """Two replicas, one database: whichever holds the convergence lease collects; an upload through one,
+    named by a desire through the other, is kept; one nothing names is gone from both after the grace."""
+    certs = certificates(tmp_path)
+    gc = ("--blob-gc-grace", "2", "--blob-gc-interval", "0.2")
+    pair = []
+    for name in ("one", "two"):
+        (tmp_path / name).mkdir()
+        pair.append(BBSProcess(tmp_path / name, name, fresh_postgres_database, *NO_CONVERGENCE, *gc,
+                               certs=certs))
+        processes.append(pair[-1])
+    one, two = pair
+    named, loose = os.urandom(2000), os.urandom(3000)
+
+    def digest(data: bytes) -> str:
+        return "sha256:" + hashlib.sha256(data).hexdigest()
+
+    with one.client(timeout=30) as http:
+        for data in (named, loose):
+            assert http.put(f"/v1/blobs/{digest(data)}", content=data).status_code == 201
+    with two.client(timeout=30) as http:
+        desired = {"process_guid": "web", "instances": 0, "command": ["./run"],
+                   "artifacts": [{"digest": digest(named), "dest": "app"}]}
+        created = http.post("/v1/desired_lrps", json=desired)
+        assert created.status_code == 201, created.text
+
+    def stored(bbs: BBSProcess) -> set[str]:
+        with bbs.client(timeout=10) as http:
+            return {b["digest"] for b in http.get("/v1/blobs").json()["items"]}
+
+    for bbs in (one, two):
+        def collected(b: BBSProcess = bbs) -> bool:
+            return expect(digest(loose) not in stored(b), f"stored: {sorted(stored(b))}")
+
+        wait_for(collected, 20.0, "the unreferenced blob collected after its grace, seen through either")
+    # Past two more graces: the named one is still there, whole, through either replica.
+    later = os.urandom(1000)
+    with one.client(timeout=30) as http:
+        assert http.put(f"/v1/blobs/{digest(later)}", content=later).status_code == 201
+    wait_for(lambda: expect(digest(later) not in stored(two), f"stored: {sorted(stored(two))}"), 20.0,
+             "a later unreferenced blob collected in turn")
+    for bbs in (one, two):
+        assert stored(bbs) == {digest(named)}
+        with bbs.client(timeout=30) as http:
+            assert http.get(f"/v1/blobs/{digest(named)}").content == named

@@ -90,6 +90,11 @@ BAD_LRPS = [
     ("100,000 placement tags", {"placement_tags": [f"t{i}" for i in range(100_000)]}, "placement_tags"),
     ("a 1 kB placement tag", {"placement_tags": ["t" * 1_000]}, "placement_tags"),
     ("NUL in the health check path", {"health_check": {"type": "http", "path": "/\0"}}, "path"),
+    ("a line break in the health check path (another request)",
+     {"health_check": {"type": "http", "path": "/ HTTP/1.0\r\nX-Evil: 1"}}, "path"),
+    ("a health check every 0 s", {"health_check": {"interval_s": 0}}, "interval_s"),
+    ("a check that may take 0 s", {"health_check": {"invocation_timeout_s": 0}}, "invocation_timeout_s"),
+    ("a health check threshold of 0", {"health_check": {"failure_threshold": 0}}, "failure_threshold"),
     ("1,000 volumes", {"volumes": [{"name": f"v{i}"} for i in range(1_000)]}, "volumes"),
 ]
 

@@ -195,10 +195,16 @@ def placements(result: AuctionResult) -> dict[str, str]:
 DIEGO_APPS = [f"app{i}" for i in range(6)]
 
 
+BLOBS = ("b1", "b2", "b3")
+
+
 @st.composite
-def diego_workloads(draw) -> Workload:
+def diego_workloads(draw, cache: bool = False) -> Workload:
     """The Diego strategy's inputs: identical cells (its tie-breaks), tags and stacks, prefilled instances,
-    and its knobs (starting weight, bin-pack weight, in-flight limit)."""
+    and its knobs (starting weight, bin-pack weight, in-flight limit). `cache`: cells caching source blobs,
+    apps naming one, and a cache weight (the cache term beyond Diego), from none to above an instance's
+    1000."""
+    blob_of = {app: draw(st.sampled_from([None, *BLOBS])) for app in DIEGO_APPS} if cache else {}
     zones = draw(st.sampled_from([["z0"], ["z0", "z1"], ["z0", "z1", "z2"]]))
     uniform = draw(st.booleans())  # identical cells: the tie-breaking path
     cells = []
@@ -226,18 +232,20 @@ def diego_workloads(draw) -> Workload:
             optional_placement_tags=frozenset(draw(st.sampled_from([(), ("ssd",)]))),
             starting_containers=draw(st.integers(0, 3)),
             tasks=[f"old{j}" for j in range(draw(st.integers(0, 2)))],
+            cached_blobs=draw(st.frozensets(st.sampled_from(BLOBS), max_size=2)) if cache else frozenset(),
         ))
-    lrps = [
-        lrp_start(
-            draw(st.sampled_from(DIEGO_APPS)),
+    lrps = []
+    for _ in range(draw(st.integers(0, 40))):
+        app = draw(st.sampled_from(DIEGO_APPS))
+        lrps.append(lrp_start(
+            app,
             draw(st.integers(0, 12)),
             draw(st.sampled_from([1, 2, 5, 9, 17])),
             draw(st.sampled_from([1, 3, 11])),
             stack=draw(st.sampled_from(["cflinuxfs4", "cflinuxfs4", "windows"])),
             placement_tags=draw(st.sampled_from([(), (), ("gpu",), ("ssd",)])),
-        )
-        for _ in range(draw(st.integers(0, 40)))
-    ]
+            source_blob=blob_of.get(app),
+        ))
     tasks = [task_start(f"t{j}", draw(st.sampled_from([1, 4, 13])), draw(st.sampled_from([1, 6])))
              for j in range(draw(st.integers(0, 8)))]
     config = dict(
@@ -245,6 +253,8 @@ def diego_workloads(draw) -> Workload:
         bin_pack_first_fit_weight=draw(st.sampled_from([0.0, 0.0, 0.3])),
         max_inflight_starts=draw(st.sampled_from([0, 0, 15])),
     )
+    if cache:
+        config["cache_weight"] = draw(st.sampled_from([0.0, 0.1, 0.25, 1.0, 1000.0, 2500.0]))
     return Workload(cells, lrps, tasks, 0, config)
 
 
