@@ -151,7 +151,7 @@ class _Following:
     def __init__(self, ask: LogAsk, fetch: Fetch, queue_lines: int, queue_bytes: int = QUEUE_BYTES) -> None:
         self.ask = ask
         self.fetch = fetch
-        self.queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue(maxsize=queue_lines)
+        self.queue: asyncio.Queue[tuple[float, dict[str, Any]]] = asyncio.Queue(maxsize=queue_lines)
         self.queue_bytes = queue_bytes
         self.queued_bytes = 0
         self.pumps: dict[str, asyncio.Task[None]] = {}
@@ -180,7 +180,7 @@ class _Following:
                         self.dropped = DROPPED
                         return
                     try:
-                        self.queue.put_nowait(entry)
+                        self.queue.put_nowait((time.monotonic(), entry))
                     except asyncio.QueueFull:
                         self.dropped = DROPPED
                         return
@@ -191,9 +191,9 @@ class _Following:
             self.last_ns.setdefault(rep.url, 0)
             self.pumps.pop(rep.url, None)
 
-    def take(self, entry: dict[str, Any]) -> dict[str, Any]:
-        self.queued_bytes -= len(entry.get("text", "")) + ENTRY_OVERHEAD
-        return entry
+    def take(self, queued: tuple[float, dict[str, Any]]) -> tuple[float, dict[str, Any]]:
+        self.queued_bytes -= len(queued[1].get("text", "")) + ENTRY_OVERHEAD
+        return queued
 
     async def close(self) -> None:
         pumps = list(self.pumps.values())
@@ -225,17 +225,19 @@ async def _follow(ask: LogAsk, targets: Targets, fetch: Fetch, queue_lines: int,
             if following.dropped:
                 yield end_line(following.dropped)
                 return
-            try:
-                # Wake for the next line, or when the oldest held one is due, or for the next poll.
-                due = held[0][2] + reorder_s - time.monotonic() if held else poll_s
-                wait = max(0.001, min(due, poll_s - (time.monotonic() - polled_at), poll_s))
-                entry = following.take(await asyncio.wait_for(following.queue.get(), wait))
-                heapq.heappush(held, (int(entry.get("ns", 0)), next(numbers), time.monotonic(), entry))
-                while not following.queue.empty():
-                    entry = following.take(following.queue.get_nowait())
-                    heapq.heappush(held, (int(entry.get("ns", 0)), next(numbers), time.monotonic(), entry))
-            except TimeoutError:
-                pass
+            # Wake on the first line when none is held; else only when the oldest held is due (the lines
+            # that came meanwhile wait in the queue: one wake-up per window under load, not one a line).
+            until_poll = max(0.001, poll_s - (time.monotonic() - polled_at))
+            if held:
+                await asyncio.sleep(max(0.0, min(held[0][2] + reorder_s - time.monotonic(), until_poll)))
+            else:
+                with contextlib.suppress(TimeoutError):
+                    first = await asyncio.wait_for(following.queue.get(), until_poll)
+                    arrived, entry = following.take(first)
+                    heapq.heappush(held, (int(entry.get("ns", 0)), next(numbers), arrived, entry))
+            while not following.queue.empty():
+                arrived, entry = following.take(following.queue.get_nowait())
+                heapq.heappush(held, (int(entry.get("ns", 0)), next(numbers), arrived, entry))
             ready = []
             cutoff = time.monotonic() - reorder_s
             while held and held[0][2] <= cutoff:
