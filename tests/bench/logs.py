@@ -13,7 +13,9 @@ Prints ONE JSON object: lines expected (instances x rate x duration) and deliver
 the distinct (instance, n) delivered), duplicates, the print-to-display latency (p50, p99, max: the app,
 the rep, the BBS and the follower share one clock), lines a second the app actually printed (the machine
 may not keep the pace), whether the follower was dropped, and CPU seconds over the printing of every rep
-process and of the BBS (utime + stime from /proc). The follower reads as fast as it can: it measures the
+process and of the BBS (utime + stime from /proc), beside what each costs a second while followed but
+silent (`idle_cpu_s_per_s`, over 10 s before the start: heartbeats, convergence, the relay's polls). The
+follower reads as fast as it can: it measures the
 relay, not a slow terminal.
 
 The machine is shared (other work runs on its cores): latencies and CPU vary run to run by more than small
@@ -59,6 +61,7 @@ while True:
     time.sleep(3600)
 """
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+BASELINE_S = 10.0
 
 
 def cpu_s(pid: int) -> float:
@@ -151,7 +154,12 @@ def main() -> None:
             pids = cluster.pids()
             reps = {rep.component: pids[rep.component] for rep in cluster.reps.values()}
             bbs_pid = next(pid for name, pid in pids.items() if name == "bbs" or name.startswith("bbs-"))
-            cpu_before = {name: cpu_s(pid) for name, pid in {**reps, "bbs": bbs_pid}.items()}
+            watched = {**reps, "bbs": bbs_pid}
+            # What they cost idle (heartbeats, convergence, the relay's polls), followed but silent.
+            idle_from = {name: cpu_s(pid) for name, pid in watched.items()}
+            time.sleep(BASELINE_S)
+            idle = {name: (cpu_s(pid) - idle_from[name]) / BASELINE_S for name, pid in watched.items()}
+            cpu_before = {name: cpu_s(pid) for name, pid in watched.items()}
             start_file.touch()
             began = time.monotonic()
             # Printing, then until the follower has all (or nothing more comes for 10 s).
@@ -166,7 +174,7 @@ def main() -> None:
                     break
                 time.sleep(0.2)
             elapsed = time.monotonic() - began
-            cpu_after = {name: cpu_s(pid) for name, pid in {**reps, "bbs": bbs_pid}.items()}
+            cpu_after = {name: cpu_s(pid) for name, pid in watched.items()}
             reader.stop.set()
         finally:
             cluster.stop()
@@ -185,6 +193,8 @@ def main() -> None:
         "delivered_per_s": round(distinct / elapsed, 1) if elapsed else 0.0,
         "follower_dropped": reader.ended,
         "cpu_s": {name: round(cpu_after[name] - cpu_before[name], 2) for name in cpu_before},
+        "idle_cpu_s_per_s": {name: round(value, 3) for name, value in idle.items()},
+        "seconds_measured": round(elapsed, 1),
         "note": "a shared machine: latencies and CPU vary run to run; compare alternated runs",
     }, indent=2))
 
