@@ -1,8 +1,9 @@
 """End to end: versions and rollouts on real clusters (TLS, 2 zones, process executor): a rolling update of 6
 instances never below 6 RUNNING and every index ends on the new version; restarts; a new version that exits
 at once, or never passes its start health check, rolls back while the old keeps serving; the BBS killed (-9)
-mid-rollout, restarted, finishes it; an update no cell can hold pauses with the placement error; under --ha,
-the convergence leader killed mid-rollout, the other replica finishes it."""
+mid-rollout, restarted, finishes it; an update no cell can hold pauses with the placement error; a memory
+increase that no longer fits beside the old instance rolls through the auction onto other cells; under
+--ha, the convergence leader killed mid-rollout, the other replica finishes it."""
 
 from __future__ import annotations
 
@@ -161,6 +162,35 @@ def test_an_update_no_cell_can_hold_pauses_with_the_placement_error(make_cluster
     after = wait_all_running(c.bbs, guid, 2, timeout=30.0)
     assert {i: a["instance_guid"] for i, a in after.items()} == {
         i: a["instance_guid"] for i, a in before.items()}
+
+
+# Cells of 512 MB: one instance of 300 MB fills a cell (a second does not fit), and at 400 MB the new
+# version no longer fits beside its old instance (212 MB left), only on an empty cell.
+SMALL_CELL_MB, OLD_MB, NEW_MB = 512, 300, 400
+
+
+@pytest.mark.timeout(300)
+def test_a_memory_increase_that_needs_other_cells_rolls_through_the_auction(make_cluster: Any) -> None:
+    c = make_cluster(cells=3, zones=2, cell_memory_mb=SMALL_CELL_MB)
+    guid = c.guid("bigger")
+    c.bbs.desire(guid, 2, command=definition()["command"], memory_mb=OLD_MB)
+    before = wait_all_running(c.bbs, guid, 2, timeout=FIRST_PLACEMENT_S)
+    filled = {a["cell_id"] for a in before.values()}
+    assert len(filled) == 2, f"expected one instance per cell, saw {brief(c.bbs.actuals(guid))}"
+    with RunningPoller(lambda: admin(c), guid, 2) as poller:
+        answer = change(c, guid, {"memory_mb": NEW_MB, "rollout": {"max_in_flight": 1}}, method="PATCH")
+        assert answer["new_version"] is True and answer["rollout"]["to_version"] == 2, answer
+        done = wait_rollout(c, guid, {"completed", "failed", "paused", "rolled_back"})
+        assert done["state"] == "completed" and (done["done"], done["total"]) == (2, 2), done
+    poller.never_below(2)
+    after = wait_all_running(c.bbs, guid, 2)
+    assert {i: a["version"] for i, a in after.items()} == {0: 2, 1: 2}, brief(c.bbs.actuals(guid))
+    moved = {i for i in after if after[i]["cell_id"] != before[i]["cell_id"]}
+    # The first replacement had only the empty cell; the second, that cell or the one the first left.
+    assert moved, (f"expected a new instance on another cell than its predecessor: before "
+                   f"{brief(list(before.values()))}, after {brief(list(after.values()))}")
+    with admin(c) as http:
+        assert http.get(f"/v1/desired_lrps/{guid}").json()["memory_mb"] == NEW_MB
 
 
 def convergence_leader(lc: Any) -> str:
