@@ -328,9 +328,11 @@ class RepCell:
         held_guid = self._by_index.get((d.process_guid, index))
         # Another version's instance of the index may be here: a rollout's replacement, started before the
         # old one stops (make-before-break), may be placed on the old one's cell. So may the index's next
-        # instance once this one is being stopped (a restart).
+        # instance of the same version once this one runs (a rolling restart: on two cells the auction keeps
+        # choosing the old one's cell) or is being stopped. Only one still starting refuses: that is when an
+        # auctioneer's retried delivery of the same start arrives; a later duplicate's claim is refused.
         held = self._instances.get(held_guid) if held_guid is not None else None
-        if held is not None and held.state != STOPPING and held.desired.version == d.version:
+        if held is not None and held.state == "starting" and held.desired.version == d.version:
             return SAME_INDEX
         c = self.config
         if d.stack not in c.stacks:

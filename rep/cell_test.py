@@ -392,3 +392,23 @@ async def test_a_second_instance_of_an_index_starts_only_for_another_version_or_
         "the index's next instance (a restart) while the old one is being stopped")
     gate.set()
     await asyncio.wait_for(stopping, 5)
+
+
+async def test_a_running_instance_of_an_index_lets_its_restarted_successor_start_beside_it() -> None:
+    # A rolling restart auctions the index anew (same version) while the old instance runs and serves;
+    # on few cells the auction picks the old one's cell, which must take it. A start for it while the
+    # held one is still starting is a retried delivery of the same work, and is refused.
+    cell, executor = make_cell(memory_mb=4000)
+    take(cell, [(desired("web", memory_mb=100), 0)])
+    assert take(cell, [(desired("web", memory_mb=100), 0)]).reason == "instance already on this cell"
+    old = executor.started[0].instance_guid
+    cell.lrp_running(old, [])
+    assert take(cell, [(desired("web", memory_mb=100), 0)]).rejected_lrps == []
+    [_, new] = [c.instance_guid for c in executor.started]
+    assert {i.instance_guid for i in cell.detail().lrps} == {old, new}
+    assert take(cell, [(desired("web", memory_mb=100), 0)]).reason == "instance already on this cell", (
+        "the successor, still starting, refuses a third")
+    await cell.stop_lrp(old)
+    assert [i.instance_guid for i in cell.detail().lrps] == [new]
+    assert take(cell, [(desired("web", memory_mb=100), 0)]).reason == "instance already on this cell", (
+        "the old one's stop leaves the successor's index entry")

@@ -2,8 +2,9 @@
 instances never below 6 RUNNING and every index ends on the new version; restarts; a new version that exits
 at once, or never passes its start health check, rolls back while the old keeps serving; the BBS killed (-9)
 mid-rollout, restarted, finishes it; an update no cell can hold pauses with the placement error; a memory
-increase that no longer fits beside the old instance rolls through the auction onto other cells; under
---ha, the convergence leader killed mid-rollout, the other replica finishes it."""
+increase that no longer fits beside the old instance rolls through the auction onto other cells; a rolling
+update and restart on 2 cells, where replacements share their predecessors' cells; under --ha, the
+convergence leader killed mid-rollout, the other replica finishes it."""
 
 from __future__ import annotations
 
@@ -191,6 +192,33 @@ def test_a_memory_increase_that_needs_other_cells_rolls_through_the_auction(make
                    f"{brief(list(before.values()))}, after {brief(list(after.values()))}")
     with admin(c) as http:
         assert http.get(f"/v1/desired_lrps/{guid}").json()["memory_mb"] == NEW_MB
+
+
+@pytest.mark.timeout(300)
+def test_a_rolling_update_and_restart_on_two_cells(make_cluster: Any) -> None:
+    # More instances than cells: every replacement lands on a cell that still holds old instances, often
+    # its own predecessor's.
+    c = make_cluster(cells=2, zones=2)
+    guid = c.guid("twocells")
+    c.bbs.desire(guid, 4, command=definition()["command"])
+    before = wait_all_running(c.bbs, guid, 4, timeout=FIRST_PLACEMENT_S)
+    with RunningPoller(lambda: admin(c), guid, 4) as poller:
+        change(c, guid, {**definition(env={"RELEASE": "2"}), "rollout": {"max_in_flight": 2}})
+        done = wait_rollout(c, guid, {"completed", "failed", "paused", "rolled_back"})
+        assert done["state"] == "completed" and done["done"] == 4, done
+        after = wait_all_running(c.bbs, guid, 4)
+        assert {i: a["version"] for i, a in after.items()} == dict.fromkeys(range(4), 2), (
+            brief(c.bbs.actuals(guid)))
+        assert not {a["instance_guid"] for a in after.values()} & {
+            a["instance_guid"] for a in before.values()}
+        with admin(c) as http:
+            assert http.post(f"/v1/desired_lrps/{guid}/restart", json={"max_in_flight": 2}).status_code == 200
+        done = wait_rollout(c, guid, {"completed", "failed", "paused"})
+        assert done["state"] == "completed" and done["kind"] == "restart", done
+    poller.never_below(4)
+    restarted = wait_all_running(c.bbs, guid, 4)
+    assert not {a["instance_guid"] for a in restarted.values()} & {a["instance_guid"] for a in after.values()}
+    assert {a["version"] for a in restarted.values()} == {2}
 
 
 def convergence_leader(lc: Any) -> str:
