@@ -28,8 +28,8 @@ RUNNING_STATE, PAUSED, COMPLETED = "running", "paused", "completed"
 FAILED, ROLLING_BACK, ROLLED_BACK = "failed", "rolling_back", "rolled_back"
 ACTIVE = frozenset({RUNNING_STATE, PAUSED, ROLLING_BACK})
 MOVING = frozenset({RUNNING_STATE, ROLLING_BACK})  # the states in which indices are replaced
-# A replacement refused by the cell holding its index's instance of the same version (a restart's, placed on
-# the old one's cell: rep/cell.py SAME_INDEX): the move is dropped and tried again, up to RETRIES in all.
+# A replacement refused by the cell holding its index's instance of the same version, still starting (a
+# restart's, placed on the old one's cell: rep/cell.py SAME_INDEX): dropped and tried again, RETRIES in all.
 SAME_INDEX = "instance already on this cell"
 RETRIES = 20
 CANARY_REASON = "canary: one instance of the new version runs; resume to roll out the rest"
