@@ -31,6 +31,9 @@ MOVING = frozenset({RUNNING_STATE, ROLLING_BACK})  # the states in which indices
 # A replacement refused by the cell holding its index's instance of the same version, still starting (a
 # restart's, placed on the old one's cell: rep/cell.py SAME_INDEX): dropped and tried again, RETRIES in all.
 SAME_INDEX = "instance already on this cell"
+# So is one no cell had room for: the previous move's old instance, its row removed, may still hold its
+# memory on its cell while it stops, and the auction saw that cell before it was freed.
+NO_ROOM = "insufficient resources"
 RETRIES = 20
 CANARY_REASON = "canary: one instance of the new version runs; resume to roll out the rest"
 
@@ -158,7 +161,7 @@ def _flight_failure(
 
 
 def _retry(rollout: RolloutRecord, placement_error: str) -> bool:
-    return SAME_INDEX in placement_error and rollout.retried < RETRIES
+    return (SAME_INDEX in placement_error or NO_ROOM in placement_error) and rollout.retried < RETRIES
 
 
 def step(

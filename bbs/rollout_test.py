@@ -11,6 +11,7 @@ from .rollout import (
     COMPLETED,
     FAILED,
     PAUSED,
+    RETRIES,
     ROLLED_BACK,
     ROLLING_BACK,
     RUNNING_STATE,
@@ -149,7 +150,7 @@ def test_rolling_back_replaces_the_indices_already_on_the_new_version() -> None:
 
 
 def test_with_auto_revert_off_a_failure_pauses_with_the_reason() -> None:
-    r, actuals = rollout(auto_revert=False), old_app()
+    r, actuals = rollout(auto_revert=False, retried=RETRIES), old_app()
     step(r, 4, actuals, 100.0, TIMEOUT)
     new = actuals.get(G, 0)
     assert new is not None
@@ -264,3 +265,18 @@ def test_a_move_failing_while_paused_is_dropped_and_the_rollout_stays_paused() -
     assert (r.state, r.in_flight, r.reason) == (PAUSED, {}, "instance 0 of version 2 crashed: boom")
     back = actuals.get(G, 0)
     assert back is not None and (back.version, back.state) == (1, RUNNING)
+
+
+def test_a_replacement_no_cell_had_room_for_is_tried_again_before_it_fails_the_rollout() -> None:
+    # The previous move's old instance may still hold its memory while it stops when the auction runs.
+    r, actuals = rollout(), old_app()
+    step(r, 4, actuals, 100.0, TIMEOUT)
+    for attempt in range(RETRIES + 1):
+        new = actuals.get(G, 0)
+        assert new is not None and new.state == UNCLAIMED, f"attempt {attempt}: {new}"
+        actuals.replace(new, dataclasses.replace(new, placement_error="insufficient resources: memory"))
+        decided = step(r, 4, actuals, 101.0 + attempt, TIMEOUT)
+        if attempt < RETRIES:
+            assert r.state == RUNNING_STATE and r.retried == attempt + 1 and healthy(actuals, 4) == 4, r
+            assert decided.starts, "the move starts again"
+    assert r.state == ROLLED_BACK and r.reason is not None and "insufficient resources" in r.reason, r
