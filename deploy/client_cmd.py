@@ -545,8 +545,10 @@ def usage_cells(usage: dict[str, Any] | None) -> tuple[str, str, str]:
 
 INSTANCE_COLUMNS = ("INDEX", "VER", "STATE", "PRESENCE", "CELL", "ZONE", "ADDRESS", "SINCE", "CRASHES", "CPU",
                     "MEM", "DISK", "ERROR")
-# Never cut: what names the instance and its figures; the others are cut widest first to fit the terminal.
+# Never cut: what names the instance and its figures; the others are cut widest first to fit the terminal,
+# and where that is not enough these are left out, in this order (--json and a wide terminal have them all).
 INSTANCE_KEPT = ("INDEX", "STATE", "CELL", "CPU", "MEM", "DISK")
+INSTANCE_DROPPED = ("PRESENCE", "ZONE", "VER", "ADDRESS", "CRASHES", "SINCE")
 
 
 def instances_table(actuals: Sequence[ActualLRP], title: str, usage: dict[str, dict[str, Any]] | None = None,
@@ -568,7 +570,7 @@ def instances_table(actuals: Sequence[ActualLRP], title: str, usage: dict[str, d
             str(a.crash_count), *usage_cells(used), markup(a.placement_error or a.crash_reason),
         ])
     return fitted_table(title, INSTANCE_COLUMNS, rows, width or console().width, keep=INSTANCE_KEPT,
-                        right=("INDEX", "VER", "CPU"))
+                        drop=INSTANCE_DROPPED, right=("INDEX", "VER", "CPU"))
 
 
 def _usage_by_instance(client: BBSClient, name: str) -> dict[str, dict[str, Any]]:
