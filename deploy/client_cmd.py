@@ -644,7 +644,8 @@ def cells(
 ) -> None:
     """The cell states, from the BBS (like `cfdot cell-states`; only MEMORY USED is asked of the reps):
     what each cell had left and held at its last heartbeat, and whether it is cordoned or draining (vendue
-    cells cordon|drain) or evacuating (its rep stops). INSECURE: the rep runs without TLS and authorization (--insecure).
+    cells cordon|drain) or evacuating (its rep stops). INSECURE: the rep runs without TLS and authorization
+    (--insecure).
     ISOLATION: how its instances are isolated (cgroup-v1/cgroup-v2: own uid and cgroup each, then
     disk:ext4, a filesystem of disk_mb each, or disk:poll, disk use measured; none: as the rep's own user;
     sim: simulated). MEMORY USED: what its instances use now (the sum of their working sets, asked of the
