@@ -109,6 +109,8 @@ class UsageBook:
             before = self._samples.get(guid)
             if guid in self._watched:  # not unwatched meanwhile
                 self._samples[guid] = (before[1] if before else None, sample)
+        for guid in self._samples.keys() - self._watched.keys():  # unwatched between the check and the write
+            self._samples.pop(guid, None)
 
     def usage(self) -> list[InstanceUsage]:
         found = []
