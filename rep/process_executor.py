@@ -65,7 +65,7 @@ from .app_users import AppUser, NoAppUser
 from .artifact_cache import ArtifactCache, ArtifactError, describe, unbind
 from .cgroups import CellCgroups, limits_for
 from .disk_quota import DISKS, DiskQuotaError, LoopDisks, sweep_loop_disks
-from .disk_usage import DiskWatcher
+from .disk_usage import DiskWatcher, tree_bytes
 from .executor import Executor, ExecutorListener, LRPContainer, TaskContainer
 from .health_monitor import HealthMonitor, Target, check_once
 from .instance_logs import LogBook
@@ -583,10 +583,12 @@ class ProcessExecutor(Executor):
 
         def read() -> tuple[int | None, int, int]:
             cgroup = sandbox.cgroup
-            disk = self._disk.last_bytes(child.guid)
-            if disk is None:  # its own filesystem (no watcher): what is used of it
+            if sandbox.disk_image is not None:  # a filesystem of its own (no watcher): what is used of it
                 st = os.statvfs(sandbox.directory)
                 disk = (st.f_blocks - st.f_bfree) * st.f_frsize
+            else:  # the watcher's last measurement, or one now when it has not measured it yet
+                measured = self._disk.last_bytes(child.guid)
+                disk = measured if measured is not None else tree_bytes(sandbox.directory)
             if cgroup is None:  # unisolated: no cgroup to read; the process's resident memory only
                 return None, _rss_bytes(child.proc.pid if child.proc is not None else None), disk
             return cgroup.cpu_ns(), cgroup.memory_bytes(), disk
