@@ -38,6 +38,7 @@ from .routes import (
     rollouts,
     tasks,
     tokens,
+    usage,
 )
 from .store.database import database_unavailable
 
@@ -59,6 +60,7 @@ ROUTERS: tuple[APIRouter, ...] = (
     desired_lrps.router,
     rollouts.router,
     actual_lrps.router,
+    usage.router,
     auctions.router,
     tasks.router,
     logs.router,

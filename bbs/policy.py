@@ -42,6 +42,7 @@ POLICY = Policy({
     ("POST", "/v1/desired_lrps/{process_guid}/instances/{index}/restart"): rule("admin"),
     ("GET", "/v1/actual_lrps"): rule(*STATE_READERS),
     ("GET", "/v1/actual_lrps/summary"): rule(*STATE_READERS),
+    ("GET", "/v1/usage"): rule(*STATE_READERS),
     ("GET", "/v1/actual_lrps/{process_guid}/{index}/placement"): rule(*STATE_READERS),
     ("POST", "/v1/tasks"): rule("admin"),
     ("GET", "/v1/tasks"): rule(*STATE_READERS),

@@ -65,6 +65,7 @@ SAMPLES: dict[tuple[str, str], tuple[str, Any, dict[str, Any] | None]] = {
         "/v1/desired_lrps/web/instances/0/restart", {}, None),
     ("GET", "/v1/actual_lrps"): ("/v1/actual_lrps", None, None),
     ("GET", "/v1/actual_lrps/summary"): ("/v1/actual_lrps/summary", None, None),
+    ("GET", "/v1/usage"): ("/v1/usage", None, None),
     ("POST", "/v1/tasks"): ("/v1/tasks", {"task_guid": "t1", "command": ["true"]}, None),
     ("GET", "/v1/tasks"): ("/v1/tasks", None, None),
     ("GET", "/v1/tasks/{task_guid}"): ("/v1/tasks/t1", None, None),

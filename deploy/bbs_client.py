@@ -299,6 +299,13 @@ class BBSClient:
         params = self._filters(process_guid=process_guid, cell_id=cell_id, state=state, presence=presence)
         return self._items("/v1/actual_lrps", ActualLRP, params)
 
+    def usage(self, process_guid: str | None = None, cell_id: str | None = None) -> dict[str, Any]:
+        """GET /v1/usage: the instances' latest memory, CPU and disk figures (`items`) and the cells whose
+        rep did not answer (`unreachable`)."""
+        params = self._filters(process_guid=process_guid, cell_id=cell_id)
+        answer: dict[str, Any] = self._request("GET", "/v1/usage", params=params).json()
+        return answer
+
     def placement(self, process_guid: str, index: int) -> PlacementExplanation:
         """Why the instance is where it is (NotFound: the BBS knows no explanation)."""
         from common.models import PlacementExplanation

@@ -521,24 +521,67 @@ def apps(
     console().print(table)
 
 
-def instances_table(actuals: Sequence[ActualLRP], title: str) -> Table:
+def short_bytes(n: int) -> str:
+    """Bytes as `cf app` shows them: 201M, 1.5G, 12K (binary units)."""
+    for unit, size in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
+        if n >= size:
+            value = n / size
+            text = f"{value:.1f}" if value < 10 else f"{value:.0f}"
+            return (text.removesuffix(".0")) + unit
+    return f"{n}B"
+
+
+def usage_cells(usage: dict[str, Any] | None) -> tuple[str, str, str]:
+    """CPU %, MEM used/limit, DISK used/limit of one instance ("-" where nothing was measured)."""
+    if not usage:
+        return "-", "-", "-"
+    cpu = usage.get("cpu")
+    return (
+        "-" if cpu is None else f"{cpu * 100:.1f}%",
+        f"{short_bytes(usage['memory_bytes'])}/{short_bytes(usage['memory_limit_bytes'])}",
+        f"{short_bytes(usage['disk_bytes'])}/{short_bytes(usage['disk_limit_bytes'])}",
+    )
+
+
+INSTANCE_COLUMNS = ("INDEX", "VER", "STATE", "PRESENCE", "CELL", "ZONE", "ADDRESS", "SINCE", "CRASHES", "CPU",
+                    "MEM", "DISK", "ERROR")
+# Never cut: what names the instance and its figures; the others are cut widest first to fit the terminal,
+# and where that is not enough these are left out, in this order (--json and a wide terminal have them all).
+INSTANCE_KEPT = ("INDEX", "STATE", "CELL", "CPU", "MEM", "DISK")
+INSTANCE_DROPPED = ("PRESENCE", "ZONE", "VER", "ADDRESS", "CRASHES", "SINCE")
+
+
+def instances_table(actuals: Sequence[ActualLRP], title: str, usage: dict[str, dict[str, Any]] | None = None,
+                    width: int | None = None) -> Table:
+    """`usage`: GET /v1/usage's items by instance guid."""
     from common.models import ActualState, Presence
 
-    table = listing_table(title)
-    columns = ("INDEX", "VER", "STATE", "PRESENCE", "CELL", "ZONE", "ADDRESS", "SINCE", "CRASHES", "ERROR")
-    for column in columns:
-        table.add_column(column, no_wrap=column != "ERROR",
-                         justify="right" if column in ("INDEX", "VER") else "left")
+    from .table_fit import fitted_table
+
     colours = {ActualState.RUNNING: "green", ActualState.CRASHED: "red"}
     now = datetime.now(UTC)
+    rows = []
     for a in sorted(actuals, key=lambda a: (a.index, a.presence != Presence.ORDINARY)):
-        table.add_row(
+        used = (usage or {}).get(a.instance_guid) if a.instance_guid else None
+        rows.append([
             str(a.index), str(a.version), f"[{colours.get(a.state, 'yellow')}]{markup(a.state)}[/]",
             markup(a.presence),
             markup(a.cell_id or "-"), markup(a.zone or "-"), markup(a.address or "-"), age(a.since, now),
-            str(a.crash_count), markup(a.placement_error or a.crash_reason),
-        )
-    return table
+            str(a.crash_count), *usage_cells(used), markup(a.placement_error or a.crash_reason),
+        ])
+    return fitted_table(title, INSTANCE_COLUMNS, rows, width or console().width, keep=INSTANCE_KEPT,
+                        drop=INSTANCE_DROPPED, right=("INDEX", "VER", "CPU"))
+
+
+def _usage_by_instance(client: BBSClient, name: str) -> dict[str, dict[str, Any]]:
+    """The app's instances' figures; none from a BBS that does not serve them (or cannot now)."""
+    from .bbs_client import BBSError
+
+    try:
+        items = client.usage(process_guid=name)["items"]
+    except BBSError:
+        return {}
+    return {item["instance_guid"]: item for item in items}
 
 
 @app.command(cls=OneLineErrorsCommand)
@@ -548,8 +591,9 @@ def instances(
     connection: Connection = Connection(),
     as_json: AsJson = False,
 ) -> None:
-    """An app's instances: index, version, state, cell, zone, address, since, crash count, placement
-    error."""
+    """An app's instances: index, version, state, cell, zone, address, since, crash count, CPU (% of one
+    core), memory and disk used of their limits, placement error. With --json each carries `usage`: bytes,
+    the CPU fraction and when it was sampled (null where nothing is measured: the sim executor)."""
     from common.models import Presence
 
     from .bbs_client import NotFound
@@ -560,11 +604,20 @@ def instances(
         except NotFound:
             fail(f"no app named {name!r}")
         actuals = client.actual_lrps(process_guid=name)
+        usage = _usage_by_instance(client, name)
     if as_json:
         ordered = sorted(actuals, key=lambda a: (a.index, a.presence != Presence.ORDINARY))
-        print_json(dump(ordered))
+        print_json([{**a.model_dump(mode="json"), "usage": _raw_usage(usage.get(a.instance_guid))}
+                    for a in ordered])
         return
-    console().print(instances_table(actuals, f"{markup(name)}: {desired.instances} desired"))
+    console().print(instances_table(actuals, f"{markup(name)}: {desired.instances} desired", usage))
+
+
+def _raw_usage(item: dict[str, Any] | None) -> dict[str, Any] | None:
+    if item is None:
+        return None
+    return {key: item[key] for key in ("cpu", "memory_bytes", "memory_limit_bytes", "disk_bytes",
+                                       "disk_limit_bytes", "sampled_at")}
 
 
 # --- cells ----------------------------------------------------------------------------------------
@@ -589,28 +642,33 @@ def cells(
         bool, typer.Option("--all", help="Also cells whose presence expired (suspect).")
     ] = False,
 ) -> None:
-    """The cell states, from the BBS alone (like `cfdot cell-states`: no rep is asked): what each cell had
-    left and held at its last heartbeat, and whether it is cordoned or draining (vendue cells cordon|drain)
-    or evacuating (its rep stops). INSECURE: the rep runs without TLS and authorization (--insecure).
+    """The cell states, from the BBS (like `cfdot cell-states`; only MEMORY USED is asked of the reps):
+    what each cell had left and held at its last heartbeat, and whether it is cordoned or draining (vendue
+    cells cordon|drain) or evacuating (its rep stops). INSECURE: the rep runs without TLS and authorization
+    (--insecure).
     ISOLATION: how its instances are isolated (cgroup-v1/cgroup-v2: own uid and cgroup each, then
     disk:ext4, a filesystem of disk_mb each, or disk:poll, disk use measured; none: as the rep's own user;
-    sim: simulated)."""
+    sim: simulated). MEMORY USED: what its instances use now (the sum of their working sets, asked of the
+    reps: docs/usage.md), against what is allocated to them; "-" where nothing is measured (sim)."""
     if ctx.invoked_subcommand is not None:
         return
     with connect(connection) as client:
         listed: list[CellPresence] = sorted(client.cells(expired=expired), key=lambda c: (c.zone, c.cell_id))
+        used = _memory_used_by_cell(client)
     if as_json:
-        print_json(dump(listed))
+        print_json([{**cell.model_dump(mode="json"), "memory_used_bytes": used.get(cell.cell_id)}
+                    for cell in listed])
         return
     table = listing_table(f"{len(listed)} cell(s)")
-    for column in ("CELL", "ZONE", "STATE", "MEMORY FREE", "DISK FREE", "CONTAINERS FREE", "INSTANCES",
-                   "STARTING", "INSECURE", "ISOLATION", "REP"):
+    for column in ("CELL", "ZONE", "STATE", "MEMORY FREE", "MEMORY USED", "DISK FREE", "CONTAINERS FREE",
+                   "INSTANCES", "STARTING", "INSECURE", "ISOLATION", "REP"):
         table.add_column(column, no_wrap=True)
     for cell in listed:
         left, total = cell.available, cell.total
         table.add_row(
             markup(cell.cell_id), markup(cell.zone), cell_status(cell),
             f"{left.memory_mb if left else '?'} / {total.memory_mb} MB",
+            memory_used(used.get(cell.cell_id), total.memory_mb - left.memory_mb if left else None),
             f"{left.disk_mb if left else '?'} / {total.disk_mb} MB",
             f"{left.containers if left else '?'} / {total.containers}",
             str(cell.instances), str(cell.starting),
@@ -619,6 +677,28 @@ def cells(
             markup(cell.rep_url),
         )
     console().print(table)
+
+
+def memory_used(used_bytes: int | None, allocated_mb: int | None) -> str:
+    """A cell's used memory against what its instances were allocated: `201M of 512M alloc`."""
+    if used_bytes is None:
+        return "-"
+    allocated = "?" if allocated_mb is None else short_bytes(allocated_mb * 1024 * 1024)
+    return f"{short_bytes(used_bytes)} of {allocated} alloc"
+
+
+def _memory_used_by_cell(client: BBSClient) -> dict[str, int]:
+    """Every cell's instances' memory, summed (one request: the BBS asks each rep once)."""
+    from .bbs_client import BBSError
+
+    try:
+        items = client.usage()["items"]
+    except BBSError:
+        return {}
+    used: dict[str, int] = {}
+    for item in items:
+        used[item["cell_id"]] = used.get(item["cell_id"], 0) + int(item["memory_bytes"])
+    return used
 
 
 def cell_status(cell: CellPresence) -> str:

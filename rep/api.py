@@ -172,6 +172,14 @@ def create_app(
         return BoundedStreamingResponse(with_heartbeats(lines) if follower is not None else lines,
                                         media_type="application/x-ndjson")
 
+    @app.get("/usage")
+    async def usage(cells: str = Query("", max_length=MAX_CELLS_QUERY)) -> Response:
+        """The latest memory, CPU and disk figures of every instance of the named cells (all: none named),
+        as the executors sampled them (rep/usage.py): one answer per rep, never a request per instance."""
+        named = [c for c in cells.split(",") if c] if cells else None
+        items = [u.as_json(cell.cell_id) for cell in host.live(named) for u in cell.executor.usage()]
+        return JSONResponse({"items": items})
+
     registry = metrics_registry(host)
 
     @app.get("/metrics")

@@ -51,6 +51,8 @@ log = logging.getLogger("rep.cgroups")
 
 CGROUP_FS = Path("/sys/fs/cgroup")
 REQUIRED = ("memory", "pids", "cpu")
+# v1 hierarchies used where mounted: freezer to kill, cpuacct to measure CPU use (often one with cpu).
+OPTIONAL = ("freezer", "cpuacct")
 OWN_LEVEL = "vendue"  # below the rep's own cgroup, unless --cgroup-parent names the place
 REP_LEAF = "rep"  # cgroup v2: where the rep moves itself, <base>/rep, to enable controllers in its own cgroup
 PROCS = "cgroup.procs"
@@ -241,7 +243,7 @@ def detect(
     v1 = [m for m in mounts if m.fstype == "cgroup"]
     by_controller: dict[str, Mount] = {}
     for mount in v1:
-        for controller in (*REQUIRED, "freezer"):
+        for controller in (*REQUIRED, *OPTIONAL):
             if controller in mount.options:
                 by_controller.setdefault(controller, mount)
     missing = [c for c in REQUIRED if c not in by_controller]
@@ -253,7 +255,7 @@ def detect(
             top = mount.point if parent else _in_mount(mount, own.get(controller, "/"))
             levels = (*parent_levels, rep_key) if parent else (OWN_LEVEL, rep_key)
             hierarchies[mount.point] = Hierarchy(
-                mount.options & {*REQUIRED, "freezer"}, top, levels, own=not parent
+                mount.options & {*REQUIRED, *OPTIONAL}, top, levels, own=not parent
             )
         return Cgroups("cgroup-v1", tuple(hierarchies.values()))
     if v1:
@@ -385,14 +387,16 @@ class CellCgroups:
         return [self._instance(guid) for guid in sorted(guids)]
 
     def _instance(self, guid: str) -> InstanceCgroup:
-        dirs, memory, freezer = [], Path(), None
+        dirs, memory, freezer, cpuacct = [], Path(), None, None
         for h, cell in zip(self.hierarchies, self.dirs, strict=True):
             dirs.append(cell / guid)
             if "memory" in h.controllers:
                 memory = cell / guid
             if "freezer" in h.controllers or self.version == "cgroup-v2":
                 freezer = cell / guid
-        return InstanceCgroup(self.version, tuple(dirs), memory, freezer)
+            if "cpuacct" in h.controllers or self.version == "cgroup-v2":
+                cpuacct = cell / guid
+        return InstanceCgroup(self.version, tuple(dirs), memory, freezer, cpuacct)
 
     def remove(self) -> None:
         """Remove the cell's level and every level above it up to the rep's own cgroup, where empty."""
@@ -416,12 +420,21 @@ def _read_counter(path: Path, name: str) -> int:
     return 0
 
 
+def _read_int(path: Path) -> int:
+    """A file holding one number (memory.current, memory.usage_in_bytes); 0 when absent or unreadable."""
+    try:
+        return int(path.read_text().strip())
+    except (OSError, ValueError):
+        return 0
+
+
 @dataclass(frozen=True, slots=True)
 class InstanceCgroup:
     version: Version
     dirs: tuple[Path, ...]  # one per hierarchy (v2: one)
     memory: Path
     freezer: Path | None  # v1: its freezer cgroup, if there is that hierarchy; v2: the cgroup
+    cpuacct: Path | None = None  # v1: its cpuacct cgroup, if there is that hierarchy; v2: the cgroup
 
     @property
     def procs_files(self) -> tuple[str, ...]:
@@ -453,6 +466,29 @@ class InstanceCgroup:
             with contextlib.suppress(FileNotFoundError):
                 found.update(int(pid) for pid in (path / PROCS).read_text().split())
         return found
+
+    def memory_bytes(self) -> int:
+        """Memory in use as `kubectl top` counts it (the working set): usage less the page cache the
+        kernel can drop first (inactive files), so that a log the app wrote does not read as its memory."""
+        if self.version == "cgroup-v2":
+            usage = _read_int(self.memory / "memory.current")
+            inactive = _read_counter(self.memory / "memory.stat", "inactive_file")
+        else:
+            usage = _read_int(self.memory / "memory.usage_in_bytes")
+            inactive = _read_counter(self.memory / "memory.stat", "total_inactive_file")
+        return max(0, usage - inactive)
+
+    def cpu_ns(self) -> int | None:
+        """CPU time its processes used so far, in nanoseconds (None when no hierarchy accounts it)."""
+        if self.cpuacct is None:
+            return None
+        if self.version == "cgroup-v2":
+            usec = _read_counter(self.cpuacct / "cpu.stat", "usage_usec")
+            return usec * 1000
+        try:
+            return int((self.cpuacct / "cpuacct.usage").read_text().strip())
+        except (OSError, ValueError):
+            return None
 
     def oom_kills(self) -> int:
         """How many processes of this cgroup the OOM killer killed."""

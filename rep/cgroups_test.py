@@ -123,7 +123,7 @@ def test_v1_hierarchies_are_found_with_cpu_shared_with_cpuacct(tmp_path: Path) -
     assert cgroups.version == "cgroup-v1"
     assert {h.top: h.controllers for h in cgroups.hierarchies} == {
         root / "memory" / "rep": frozenset({"memory"}), root / "pids": frozenset({"pids"}),
-        root / "cpu,cpuacct": frozenset({"cpu"}), root / "freezer": frozenset({"freezer"}),
+        root / "cpu,cpuacct": frozenset({"cpu", "cpuacct"}), root / "freezer": frozenset({"freezer"}),
     }
 
 

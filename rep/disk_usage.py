@@ -94,6 +94,7 @@ class DiskWatcher:
         self.interval_s = interval_s
         self._measure = measure
         self._watched: dict[str, _Watched] = {}
+        self._last: dict[str, int] = {}  # the last measurement of each watched directory (rep/usage.py)
         self._runner: asyncio.Task[None] | None = None
 
     def watch(self, key: str, directory: Path, limit_mb: int, on_over: Callable[[str], None]) -> None:
@@ -102,6 +103,11 @@ class DiskWatcher:
 
     def unwatch(self, key: str) -> None:
         self._watched.pop(key, None)
+        self._last.pop(key, None)
+
+    def last_bytes(self, key: str) -> int | None:
+        """What `key`'s directory used when last measured (None: not watched, or not measured yet)."""
+        return self._last.get(key)
 
     async def check(self, key: str) -> str:
         """Measured now: the crash reason when `key`'s directory is over its limit, else "" (also when it
@@ -118,6 +124,8 @@ class DiskWatcher:
             return
         used = await asyncio.to_thread(lambda: [self._measure(w.directory) for _, w in watched])
         for (key, w), size in zip(watched, used, strict=True):
+            if self._watched.get(key) is w:
+                self._last[key] = size
             reason = w.reason(size)
             if reason and self._watched.get(key) is w:  # not unwatched (or watched anew) meanwhile
                 del self._watched[key]

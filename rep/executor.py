@@ -22,6 +22,7 @@ from .reports import HostPort
 
 if TYPE_CHECKING:
     from .instance_logs import LogBook
+    from .usage import InstanceUsage
 
 
 class LRPContainer(NamedTuple):
@@ -97,3 +98,8 @@ class Executor(ABC):
     def pid_of(self, instance_guid: str) -> int | None:
         """The OS process of an instance, where there is one."""
         return None
+
+    def usage(self) -> list[InstanceUsage]:
+        """Its instances' latest memory, CPU and disk figures (rep/usage.py); none where nothing runs
+        (the sim executor)."""
+        return []

@@ -23,6 +23,7 @@ POLICY = Policy({
     ("POST", "/cordon"): rule("bbs", why="the BBS tells a rep the operator cordoned its cells"),
     ("POST", "/evacuate"): rule("admin", why="evacuating cells is an operator's decision"),
     ("GET", "/metrics"): rule(*READ_ROLES),
+    ("GET", "/usage"): READ,
     ("GET", "/logs"): rule("bbs", why="logs can hold what an app printed, secrets too: the BBS serves them "
                                       "to the callers it allows"),
 })

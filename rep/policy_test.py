@@ -82,6 +82,7 @@ def test_every_route_has_a_row(tmp_path: Path) -> None:
         "/cordon",
         "/evacuate",
         "/cells",
+        "/usage",
     }
 
 
@@ -145,6 +146,8 @@ async def test_every_route_refuses_callers_without_identity_or_role(
         assert HostWorkResult.model_validate_json(answer.content).cells["sim0-1"].reason == "cell is cordoned"
     async with as_(pki, None, token="reader-token") as reader:
         assert (await reader.get(f"{rep.url}/cells")).status_code == 200
+        usage = await reader.get(f"{rep.url}/usage")  # the sim executor measures nothing
+        assert usage.status_code == 200 and usage.json() == {"items": []}, usage.text
         metrics = await reader.get(f"{rep.url}/metrics")
         assert metrics.status_code == 200, metrics.text
         assert 'vendue_refused_requests_total{reason="forbidden"}' in metrics.text

@@ -65,7 +65,7 @@ from .app_users import AppUser, NoAppUser
 from .artifact_cache import ArtifactCache, ArtifactError, describe, unbind
 from .cgroups import CellCgroups, limits_for
 from .disk_quota import DISKS, DiskQuotaError, LoopDisks, sweep_loop_disks
-from .disk_usage import DiskWatcher
+from .disk_usage import DiskWatcher, tree_bytes
 from .executor import Executor, ExecutorListener, LRPContainer, TaskContainer
 from .health_monitor import HealthMonitor, Target, check_once
 from .instance_logs import LogBook
@@ -73,6 +73,8 @@ from .isolation import TMP, Isolation, Sandbox, disown_instance_dir, make_instan
 from .log_stream import Origin
 from .output_log import LOG_NAMES, OutputLog
 from .start_failure import program_not_started
+from .usage import InstanceUsage, UsageBook, Watched
+from .usage import Limits as UsageLimits
 
 log = logging.getLogger("rep.process")
 
@@ -83,6 +85,7 @@ PID_NAME = "pid"
 # How long an ended container's output may take to drain: every process holding the pipe is gone by then,
 # but for one that escaped the kill (which then gets EPIPE).
 OUTPUT_DRAIN_S = 1.0
+USAGE_INTERVAL_S = 5.0  # how often every instance's memory, CPU and disk use is read (rep/usage.py)
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # A start that fails on the way (no uid left, a cgroup or a directory not made, exec refused) is the
 # instance's failure to start, not the executor's.
@@ -110,6 +113,20 @@ class _Child:
     @property
     def directory(self) -> Path:
         return self.sandbox.directory
+
+
+def _rss_bytes(pid: int | None) -> int:
+    """Resident memory of one process (VmRSS of /proc/<pid>/status), 0 when gone."""
+    if pid is None:
+        return 0
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return 0
+    for line in status.splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    return 0
 
 
 def exit_reason(returncode: int) -> str:
@@ -141,6 +158,7 @@ class ProcessExecutor(Executor):
         process_grace_s: float = 1.0,
         log_cap_bytes: int = 10 * MIB,
         disk_check_interval_s: float = 2.0,
+        usage_interval_s: float = USAGE_INTERVAL_S,
         artifacts: ArtifactCache | None = None,
         health: HealthMonitor | None = None,
     ) -> None:
@@ -160,6 +178,9 @@ class ProcessExecutor(Executor):
         self.process_grace_s = process_grace_s
         self.log_cap_bytes = log_cap_bytes
         self._disk = DiskWatcher(disk_check_interval_s)
+        self.usage_book = UsageBook()
+        self._usage_interval_s = usage_interval_s
+        self._usage_runner: asyncio.Task[None] | None = None
         self._quota_stops: set[asyncio.Task[None]] = set()
         self._lrps: dict[str, _Child] = {}
         self._tasks: dict[str, _Child] = {}
@@ -175,6 +196,7 @@ class ProcessExecutor(Executor):
 
     async def open(self) -> None:
         self._disk.start()
+        self._usage_runner = asyncio.create_task(self._sample_usage(), name="usage-sampler")
         if self.isolation is None or self._cgroups is None:
             self.containers_dir.mkdir(parents=True, exist_ok=True)
             killed = kill_leftovers(self.containers_dir)
@@ -204,6 +226,10 @@ class ProcessExecutor(Executor):
         if runners:
             await asyncio.wait(runners, timeout=self.stop_grace_s + 5)
         await self._disk.stop()
+        if self._usage_runner is not None:
+            self._usage_runner.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._usage_runner
         if self._own_health:
             await self.health.close()
         self.logs.forget_all()
@@ -274,6 +300,7 @@ class ProcessExecutor(Executor):
                 listener.lrp_crashed(child.guid, f"failed to start: {exc}")
                 return
             self._watch_disk(child, desired.disk_mb)
+            self._watch_usage(child, c, desired.memory_mb, desired.disk_mb)
             if child.stop_requested.is_set():
                 await self._terminate(child, proc, self.stop_grace_s)
                 return
@@ -493,6 +520,7 @@ class ProcessExecutor(Executor):
         log, made root's), and only then the uid given back: nothing runs under it any more."""
         sandbox = child.sandbox
         self._disk.unwatch(child.guid)
+        self.usage_book.unwatch(child.guid)
         emptied = True
         if sandbox.cgroup is not None:
             emptied = await sandbox.cgroup.kill()
@@ -544,6 +572,37 @@ class ProcessExecutor(Executor):
             stop = asyncio.create_task(self._terminate(child, child.proc, self.stop_grace_s))
             self._quota_stops.add(stop)
             stop.add_done_callback(self._quota_stops.discard)
+
+    # --- usage ---------------------------------------------------------------------------------------
+
+    def usage(self) -> list[InstanceUsage]:
+        return self.usage_book.usage()
+
+    def _watch_usage(self, child: _Child, c: LRPContainer, memory_mb: int, disk_mb: int) -> None:
+        sandbox = child.sandbox
+
+        def read() -> tuple[int | None, int, int]:
+            cgroup = sandbox.cgroup
+            if sandbox.disk_image is not None:  # a filesystem of its own (no watcher): what is used of it
+                st = os.statvfs(sandbox.directory)
+                disk = (st.f_blocks - st.f_bfree) * st.f_frsize
+            else:  # the watcher's last measurement, or one now when it has not measured it yet
+                measured = self._disk.last_bytes(child.guid)
+                disk = measured if measured is not None else tree_bytes(sandbox.directory)
+            if cgroup is None:  # unisolated: no cgroup to read; the process's resident memory only
+                return None, _rss_bytes(child.proc.pid if child.proc is not None else None), disk
+            return cgroup.cpu_ns(), cgroup.memory_bytes(), disk
+
+        self.usage_book.watch(child.guid, Watched(c.process_guid, c.index,
+                                                  UsageLimits(memory_mb * MIB, disk_mb * MIB), read))
+
+    async def _sample_usage(self) -> None:
+        while True:
+            try:
+                await asyncio.to_thread(self.usage_book.sample_all)
+            except Exception:
+                log.exception("sampling the instances' usage failed")
+            await asyncio.sleep(self._usage_interval_s)  # a period, not a synchronisation
 
     # --- artifacts ----------------------------------------------------------------------------------
 

@@ -755,3 +755,49 @@ async def test_a_restarted_rep_unmounts_the_filesystems_its_previous_run_left(tm
         assert not os.path.ismount(left) and not left.exists() and not image.exists()
     finally:
         await executor.close()
+
+
+# Writes a 3 MiB file in its directory and touches 40 MiB of memory, then serves.
+USES_SOME = (
+    "import os\n"
+    "open('data', 'wb').write(os.urandom(3 << 20))\n"
+    "block = bytearray(40 << 20)\n"
+    "for i in range(0, len(block), 4096): block[i] = 1\n"
+    + HTTP_SERVER.split("\n", 1)[1]
+)
+
+
+@pytest.fixture(params=["cgroups", "none"])
+async def sampling_executor(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[ProcessExecutor]:
+    """Usage sampled every 0.1 s; disk_mb measured by the poll (the instance's directory is on the host's
+    filesystem: what it uses is its tree, not the filesystem's)."""
+    isolation = isolation_for(tmp_path, disk_quota="poll") if request.param == "cgroups" else None
+    ex = ProcessExecutor(tmp_path, "cell-p", isolation=isolation, stop_grace_s=0.5, process_grace_s=0.3,
+                         usage_interval_s=0.1)
+    await ex.open()
+    yield ex
+    ex.kill_all()
+    await ex.close()
+
+
+async def test_usage_is_sampled_from_the_instances_cgroup_and_directory(
+    sampling_executor: ProcessExecutor,
+) -> None:
+    executor, listener = sampling_executor, Listener()
+    executor.start_lrp(container([PYTHON, "-c", USES_SOME]), listener)
+    await eventually(lambda: bool(listener.running), DEADLINE_S, "a running report", lambda: listener.crashed)
+    isolated = executor.isolation is not None
+
+    def sampled() -> bool:
+        found = executor.usage()
+        return bool(found) and (found[0].cpu is not None or not isolated)
+
+    await eventually(sampled, DEADLINE_S, "two samples", executor.usage)
+    [usage] = executor.usage()
+    assert (usage.process_guid, usage.index, usage.instance_guid) == ("web", 2, "inst-1")
+    assert 38 * MIB <= usage.memory_bytes <= 120 * MIB, usage
+    assert 3 * MIB <= usage.disk_bytes <= 20 * MIB, usage  # its tree, never the host's filesystem
+    assert (usage.memory_limit_bytes, usage.disk_limit_bytes) == (256 * MIB, 1024 * MIB), usage
+    assert (usage.cpu is not None) == isolated and (usage.cpu is None or 0 <= usage.cpu < 2.0), usage
+    await executor.stop_lrp("inst-1")
+    assert executor.usage() == []

@@ -20,6 +20,7 @@ class Recorder:
     sent: list[tuple[str, Any]] = field(default_factory=list)  # (url, json body)
     auctioneer_down: bool = False
     holdings: dict[str, list[str]] = field(default_factory=dict)  # rep_url -> instance guids in its /state
+    usage: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # rep_url -> its GET /usage items
 
     def handle(self, request: httpx.Request) -> httpx.Response:
         if self.auctioneer_down and str(request.url).startswith(AUCTIONEER):
@@ -36,6 +37,12 @@ class Recorder:
             size = {"memory_mb": 1, "disk_mb": 1, "containers": 1}
             bid = {"cell_id": cell_id, "zone": "z1", "total": size, "available": size}
             return httpx.Response(200, json={"cells": [{"bid": bid, "rep_url": rep_url, "lrps": lrps}]})
+        if request.method == "GET" and request.url.path == "/usage":
+            rep_url = f"{request.url.scheme}://{request.url.host}"
+            self.sent.append((str(request.url), None))
+            if rep_url not in self.usage:
+                raise httpx.ConnectError("connection refused", request=request)
+            return httpx.Response(200, json={"items": self.usage[rep_url]})
         body = httpx.Response(200, content=request.content).json() if request.content else None
         self.sent.append((str(request.url), body))
         return httpx.Response(202, json={"found": []})
