@@ -1,0 +1,130 @@
+"""Each app's last events, kept per app in this BBS's memory (GET /v1/desired_lrps/{guid}/events).
+
+The event stream keeps the last 10,000 events of the whole cluster, and builds none while nobody listens
+(bbs/events.py): a crash of a quiet app an hour ago is long gone from it. This keeps, for each app, its
+last PER_APP story-worthy changes (placed, started, crashed with its reason, restarted, placement failed,
+evacuating, stopped, rollouts), read from every committed change whether anyone listens or not. It reads
+the rows a transaction changed (old and new) and builds a small dict only for the transitions it keeps,
+so the hot path (a 10,000-instance push) pays a few comparisons per changed row, never a `to_wire`.
+
+Kept in memory, not in the store, as placement explanations are (bbs/explanations.py): no write per
+change, and a story is what an operator asks about now. A BBS restart, or a request answered by another
+replica than the one that committed the change, starts the story afresh (docs/events.md).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict, deque
+from typing import Any
+
+from .actual_set import ActualChanges
+from .records import CLAIMED, CRASHED, EVACUATING, ORDINARY, RUNNING, UNCLAIMED, ActualRecord, iso
+
+PER_APP = 50
+MAX_APPS = 10_000  # the least recently changed app's story goes first beyond this
+
+# The kinds of entry, as `kind` in the wire's entries (docs/events.md).
+PLACED, STARTED, CRASHED_KIND, RESTARTING, UNPLACEABLE = "placed", "started", "crashed", "restarting", \
+    "unplaceable"
+EVACUATING_KIND, STOPPED, ROLLOUT = "evacuating", "stopped", "rollout"
+
+
+def actual_entries(changes: ActualChanges) -> list[tuple[str, dict[str, Any]]]:
+    """(process_guid, entry) for each story-worthy change among these rows, oldest first in the order the
+    transaction made them. Pure: `at` is each row's `since` (when its state changed)."""
+    found: list[tuple[str, dict[str, Any]]] = []
+    for row in changes.inserts:
+        entry = _transition(None, row)
+        if entry is not None:
+            found.append((row.process_guid, entry))
+    for row in changes.updates:
+        entry = _transition(changes.previous.get(row.key), row)
+        if entry is not None:
+            found.append((row.process_guid, entry))
+    for row in changes.deletes:
+        if row.presence == ORDINARY and row.state in (CLAIMED, RUNNING):
+            found.append((row.process_guid, _entry(STOPPED, row, None)))
+    return found
+
+
+def _transition(before: ActualRecord | None, row: ActualRecord) -> dict[str, Any] | None:
+    was_state = before.state if before is not None else None
+    if row.presence == EVACUATING:
+        if before is None or before.presence != EVACUATING:
+            return _entry(EVACUATING_KIND, row, None)
+        return None
+    if row.state == CRASHED and was_state != CRASHED:
+        return _entry(CRASHED_KIND, row, row.crash_reason or None)
+    if row.state == UNCLAIMED and was_state == CRASHED:
+        return _entry(RESTARTING, row, None)
+    if row.state == CLAIMED and (was_state != CLAIMED or before is None or before.cell_id != row.cell_id):
+        return _entry(PLACED, row, None)
+    if row.state == RUNNING and was_state != RUNNING:
+        return _entry(STARTED, row, None)
+    if row.placement_error and (before is None or before.placement_error != row.placement_error):
+        return _entry(UNPLACEABLE, row, row.placement_error)
+    return None
+
+
+def _entry(kind: str, row: ActualRecord, reason: str | None) -> dict[str, Any]:
+    entry: dict[str, Any] = {"kind": kind, "at": iso(row.since), "index": row.index}
+    if row.cell_id:
+        entry["cell_id"] = row.cell_id
+    if row.crash_count:
+        entry["crash_count"] = row.crash_count
+    if reason:
+        entry["reason"] = reason
+    return entry
+
+
+def rollout_entry(rollout: dict[str, Any], at: float) -> dict[str, Any]:
+    """The entry of a rollout's change of state or progress (the Rollout's wire form)."""
+    entry: dict[str, Any] = {"kind": ROLLOUT, "at": iso(at), "state": rollout.get("state", "")}
+    for key in ("kind", "to_version", "from_version", "done", "total", "reason"):
+        if key in rollout and rollout[key] not in (None, ""):
+            entry["rollout_kind" if key == "kind" else key] = rollout[key]
+    return entry
+
+
+class AppHistory:
+    """The last `per_app` entries of each of at most `max_apps` apps, newest last."""
+
+    def __init__(self, per_app: int = PER_APP, max_apps: int = MAX_APPS) -> None:
+        self.per_app = per_app
+        self.max_apps = max_apps
+        self._apps: OrderedDict[str, deque[dict[str, Any]]] = OrderedDict()
+
+    def add(self, process_guid: str, entry: dict[str, Any]) -> None:
+        if self.per_app <= 0:
+            return
+        kept = self._apps.get(process_guid)
+        if kept is None:
+            kept = self._apps[process_guid] = deque(maxlen=self.per_app)
+            while len(self._apps) > self.max_apps:
+                self._apps.popitem(last=False)
+        else:
+            self._apps.move_to_end(process_guid)
+        kept.append(entry)
+
+    def record_actuals(self, changes: ActualChanges) -> None:
+        for process_guid, entry in actual_entries(changes):
+            self.add(process_guid, entry)
+
+    def record_rollout(self, rollout: dict[str, Any], at: float) -> None:
+        """A rollout's change; progress within one state updates its entry instead of adding one, so that a
+        100-instance rollout is a few entries, not a hundred."""
+        entry = rollout_entry(rollout, at)
+        kept = self._apps.get(rollout["process_guid"])
+        if kept:
+            last = kept[-1]
+            if last["kind"] == ROLLOUT and (last["state"], last.get("to_version")) == (
+                    entry["state"], entry.get("to_version")):
+                kept[-1] = entry
+                return
+        self.add(rollout["process_guid"], entry)
+
+    def forget(self, process_guid: str) -> None:
+        self._apps.pop(process_guid, None)
+
+    def recent(self, process_guid: str) -> list[dict[str, Any]]:
+        return list(self._apps.get(process_guid, ()))
