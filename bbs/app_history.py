@@ -30,40 +30,37 @@ EVACUATING_KIND, STOPPED, ROLLOUT = "evacuating", "stopped", "rollout"
 
 
 def actual_entries(changes: ActualChanges) -> list[tuple[str, dict[str, Any]]]:
-    """(process_guid, entry) for each story-worthy change among these rows, oldest first in the order the
-    transaction made them. Pure: `at` is each row's `since` (when its state changed)."""
+    """(process_guid, entry) for each story-worthy change among these rows, in the order the transaction
+    made them. Pure: `at` is each row's `since` (when its state changed)."""
     found: list[tuple[str, dict[str, Any]]] = []
     for row in changes.inserts:
-        entry = _transition(None, row)
-        if entry is not None:
-            found.append((row.process_guid, entry))
+        found.extend((row.process_guid, entry) for entry in _transitions(None, row))
     for row in changes.updates:
-        entry = _transition(changes.previous.get(row.key), row)
-        if entry is not None:
-            found.append((row.process_guid, entry))
+        found.extend((row.process_guid, entry) for entry in _transitions(changes.previous.get(row.key), row))
     for row in changes.deletes:
         if row.presence == ORDINARY and row.state in (CLAIMED, RUNNING):
             found.append((row.process_guid, _entry(STOPPED, row, None)))
     return found
 
 
-def _transition(before: ActualRecord | None, row: ActualRecord) -> dict[str, Any] | None:
+def _transitions(before: ActualRecord | None, row: ActualRecord) -> list[dict[str, Any]]:
     was_state = before.state if before is not None else None
     if row.presence == EVACUATING:
-        if before is None or before.presence != EVACUATING:
-            return _entry(EVACUATING_KIND, row, None)
-        return None
-    if row.state == CRASHED and was_state != CRASHED:
-        return _entry(CRASHED_KIND, row, row.crash_reason or None)
+        return [_entry(EVACUATING_KIND, row, None)] if before is None or before.presence != EVACUATING else []
+    if row.crash_count > (before.crash_count if before is not None else 0):
+        # A crash: waiting out its back-off (CRASHED), or restarted at once (UNCLAIMED again, Diego's
+        # first immediate_restarts crashes), which is a restart too.
+        crashed = _entry(CRASHED_KIND, row, row.crash_reason or None)
+        return [crashed] if row.state == CRASHED else [crashed, _entry(RESTARTING, row, None)]
     if row.state == UNCLAIMED and was_state == CRASHED:
-        return _entry(RESTARTING, row, None)
+        return [_entry(RESTARTING, row, None)]
     if row.state == CLAIMED and (was_state != CLAIMED or before is None or before.cell_id != row.cell_id):
-        return _entry(PLACED, row, None)
+        return [_entry(PLACED, row, None)]
     if row.state == RUNNING and was_state != RUNNING:
-        return _entry(STARTED, row, None)
+        return [_entry(STARTED, row, None)]
     if row.placement_error and (before is None or before.placement_error != row.placement_error):
-        return _entry(UNPLACEABLE, row, row.placement_error)
-    return None
+        return [_entry(UNPLACEABLE, row, row.placement_error)]
+    return []
 
 
 def _entry(kind: str, row: ActualRecord, reason: str | None) -> dict[str, Any]:

@@ -33,6 +33,9 @@ def test_placement_start_crash_restart_and_stop_are_kept() -> None:
     assert guid == "web" and crash["kind"] == "crashed"
     assert crash["reason"] == "exited with status 1" and crash["crash_count"] == 4
     assert kinds(updated(crashed, row(crash_count=4))) == ["restarting"]
+    # Diego's first crashes restart at once: the row goes back to UNCLAIMED with the count up.
+    assert kinds(updated(running, row(crash_count=1, crash_reason="killed by signal 9"))) == [
+        "crashed", "restarting"]
     assert kinds(ActualChanges(deletes=[running])) == ["stopped"]
     assert kinds(updated(running, dataclasses.replace(running, address="10.0.0.1"))) == []
 
