@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 from .actual_set import ActualChanges
-from .app_history import AppHistory, actual_entries
+from .app_history import AppHistory, actual_entries, as_wire
 from .records import ActualRecord
 
 
@@ -18,7 +18,7 @@ def updated(before: ActualRecord, after: ActualRecord) -> ActualChanges:
 
 
 def kinds(changes: ActualChanges) -> list[str]:
-    return [entry["kind"] for _, entry in actual_entries(changes)]
+    return [as_wire(entry)["kind"] for _, entry in actual_entries(changes)]
 
 
 def test_placement_start_crash_restart_and_stop_are_kept() -> None:
@@ -29,7 +29,8 @@ def test_placement_start_crash_restart_and_stop_are_kept() -> None:
     assert kinds(ActualChanges(inserts=[unclaimed])) == []
     assert kinds(updated(unclaimed, claimed)) == ["placed"]
     assert kinds(updated(claimed, running)) == ["started"]
-    [(guid, crash)] = actual_entries(updated(running, crashed))
+    [(guid, kept)] = actual_entries(updated(running, crashed))
+    crash = as_wire(kept)
     assert guid == "web" and crash["kind"] == "crashed"
     assert crash["reason"] == "exited with status 1" and crash["crash_count"] == 4
     assert kinds(updated(crashed, row(crash_count=4))) == ["restarting"]
