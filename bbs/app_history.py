@@ -27,7 +27,9 @@ MAX_APPS = 2_000  # beyond it the least recently changed app's story goes: ~330 
 # The kinds of entry, as `kind` in the wire's entries (docs/events.md).
 PLACED, STARTED, CRASHED_KIND, RESTARTING, UNPLACEABLE = "placed", "started", "crashed", "restarting", \
     "unplaceable"
-EVACUATING_KIND, STOPPED, ROLLOUT = "evacuating", "stopped", "rollout"
+# evacuating: an instance's copy keeps serving while a replacement starts elsewhere (a cell draining, a
+# rebalancing move, a rollout's make-before-break); evacuated: that old copy removed.
+EVACUATING_KIND, EVACUATED, STOPPED, ROLLOUT = "evacuating", "evacuated", "stopped", "rollout"
 
 
 def actual_entries(changes: ActualChanges) -> list[tuple[str, Kept]]:
@@ -39,8 +41,10 @@ def actual_entries(changes: ActualChanges) -> list[tuple[str, Kept]]:
     for row in changes.updates:
         found.extend((row.process_guid, entry) for entry in _transitions(changes.previous.get(row.key), row))
     for row in changes.deletes:
-        if row.presence == ORDINARY and row.state in (CLAIMED, RUNNING):
-            found.append((row.process_guid, _entry(STOPPED, row, None)))
+        if row.state in (CLAIMED, RUNNING):
+            kind = STOPPED if row.presence == ORDINARY else EVACUATED if row.presence == EVACUATING else ""
+            if kind:
+                found.append((row.process_guid, _entry(kind, row, None)))
     return found
 
 

@@ -48,6 +48,7 @@ def test_a_placement_error_and_an_evacuation_are_kept_once() -> None:
     running = row(state="RUNNING", cell_id="cell-1")
     evacuating = dataclasses.replace(running, presence="EVACUATING")
     assert kinds(ActualChanges(inserts=[evacuating])) == ["evacuating"]
+    assert kinds(ActualChanges(deletes=[evacuating])) == ["evacuated"]
 
 
 def test_bounded_per_app_and_in_apps() -> None:

@@ -11,7 +11,8 @@ from .fields import Open
 
 
 class AppEvent(Open):
-    """One entry. kind: placed, started, crashed, restarting, unplaceable, evacuating, stopped, rollout.
+    """One entry. kind: placed, started, crashed, restarting, unplaceable, evacuating, evacuated, stopped,
+    rollout.
     index/cell_id/crash_count/reason for an instance's; state/rollout_kind/to_version/done/total for a
     rollout's."""
 

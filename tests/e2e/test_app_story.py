@@ -101,3 +101,28 @@ def test_a_healthy_app_shows_its_placements(shared_cluster):
 
     missing = c.cli("app", c.guid("nosuch"))
     assert missing.code == 1 and "no app named" in missing.output, missing.output
+
+
+def test_a_rolling_update_is_in_the_story(shared_cluster):
+    c = shared_cluster
+    guid = c.guid("rolled")
+    c.bbs.desire(guid, 1, memory_mb=64)
+    wait_all_running(c.bbs, guid, 1)
+    changed = c.bbs.http.patch(f"/v1/desired_lrps/{guid}", json={"env": {"COLOUR": "blue"}})
+    assert changed.status_code == 200, changed.text
+
+    def rolled() -> dict:
+        s = story(c, guid)
+        rollouts = [e for e in s["events"] if e["kind"] == "rollout"]
+        expect(s["version"] == 2 and s["rollout"] is not None and s["rollout"]["state"] == "completed"
+               and rollouts and rollouts[0]["state"] == "completed", s)
+        return s
+
+    s = wait_for(lambda: rolled(), 60.0, f"{guid}'s completed rollout in its story")
+    assert s["rollout"]["to_version"] == 2 and s["rollout"]["finished_at"].endswith("Z"), s["rollout"]
+    kinds = [e["kind"] for e in s["events"]]
+    # make-before-break: the old copy evacuating, the new one placed and started, then the old one removed
+    assert kinds.count("placed") >= 2 and "evacuating" in kinds and kinds[:4].count("evacuated") == 1, kinds
+    text = c.cli("app", guid)
+    assert text.code == 0, text.output
+    assert "Rollout: update v1 -> v2: completed, 1/1 done" in text.stdout, text.stdout
