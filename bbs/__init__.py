@@ -5,6 +5,7 @@ Functional core (pure, tested without I/O):
   actual_set.py       a working copy of actual LRP rows; `diff()` = what to write and which events to send
   lifecycle.py        the reps' batched reports (claimed/running/crashed/removed, task start/complete)
   restart_policy.py   Diego's crash restart policy
+  app_history.py      each app's last events (placed, crashed, ...), kept per app for `vendue app`
   convergence.py      one convergence pass as a pure function; resize (scale) and evacuate decisions
 
 Imperative shell (README.md has the map):

@@ -26,6 +26,7 @@ from .policy import POLICY
 from .quotas import QuotaExceeded
 from .routes import (
     actual_lrps,
+    app_events,
     auctions,
     blobs,
     cells,
@@ -59,6 +60,7 @@ ROUTERS: tuple[APIRouter, ...] = (
     health.router,
     desired_lrps.router,
     rollouts.router,
+    app_events.router,
     actual_lrps.router,
     usage.router,
     auctions.router,

@@ -40,6 +40,8 @@ POLICY = Policy({
     ("POST", "/v1/desired_lrps/{process_guid}/rollout/undo"): rule("admin"),
     ("POST", "/v1/desired_lrps/{process_guid}/restart"): rule("admin"),
     ("POST", "/v1/desired_lrps/{process_guid}/instances/{index}/restart"): rule("admin"),
+    # an app's last events, kept per app (bbs/app_history.py): what `vendue app` and the dashboard show
+    ("GET", "/v1/desired_lrps/{process_guid}/events"): rule(*READ_ROLES),
     ("GET", "/v1/actual_lrps"): rule(*STATE_READERS),
     ("GET", "/v1/actual_lrps/summary"): rule(*STATE_READERS),
     ("GET", "/v1/usage"): rule(*STATE_READERS),

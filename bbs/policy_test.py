@@ -54,6 +54,7 @@ SAMPLES: dict[tuple[str, str], tuple[str, Any, dict[str, Any] | None]] = {
     ("PUT", "/v1/desired_lrps/{process_guid}"): ("/v1/desired_lrps/web", {"command": ["sleep", "9"]}, None),
     ("GET", "/v1/desired_lrps/{process_guid}/rollout"): ("/v1/desired_lrps/web/rollout", None, None),
     ("GET", "/v1/desired_lrps/{process_guid}/rollouts"): ("/v1/desired_lrps/web/rollouts", None, None),
+    ("GET", "/v1/desired_lrps/{process_guid}/events"): ("/v1/desired_lrps/web/events", None, None),
     ("GET", "/v1/desired_lrps/{process_guid}/versions"): ("/v1/desired_lrps/web/versions", None, None),
     ("POST", "/v1/desired_lrps/{process_guid}/rollout/pause"): ("/v1/desired_lrps/web/rollout/pause", {},
                                                                 None),

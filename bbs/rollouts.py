@@ -19,7 +19,6 @@ import time
 from typing import TYPE_CHECKING
 
 from .actual_set import ActualSet
-from .events import event
 from .records import DesiredRecord
 from .rollout import ACTIVE, FAILED, PAUSED, RolloutRecord, step
 
@@ -122,6 +121,6 @@ class RolloutDriver:
                 await tx.put_rollout(process_guid, seq, rollout.to_data())
                 if rollout.summary() != before:
                     wire = rollout.to_wire()
-                    effects.events.append(lambda: [event("rollout_changed", wire, now)])
+                    effects.rollout_changed(wire, now)
                     log.info("rollout changed", extra={"data": wire})
         return rollout.active

@@ -19,6 +19,7 @@ from typing import Any, Protocol
 from common.urls import resolved_refusal
 
 from .actual_set import ActualChanges
+from .app_history import AppHistory
 from .errors import Fenced
 from .events import EventHub, event
 from .lifecycle import Stop
@@ -53,10 +54,18 @@ class Effects:
     callbacks: list[TaskRecord] = field(default_factory=list)
     wake_convergence: bool = False
     pass_due: float | None = None  # epoch seconds: a convergence pass is needed then
+    # What each app's story keeps (bbs/app_history.py), recorded whether anyone listens or not.
+    actual_changes: list[ActualChanges] = field(default_factory=list)
+    rollouts: list[tuple[dict[str, Any], float]] = field(default_factory=list)
 
     def actual_events(self, changes: ActualChanges) -> None:
         if changes:
             self.events.append(lambda: actual_change_events(changes))
+            self.actual_changes.append(changes)
+
+    def rollout_changed(self, wire: dict[str, Any], now: float) -> None:
+        self.events.append(lambda: [event("rollout_changed", wire, now)])
+        self.rollouts.append((wire, now))
 
 
 def actual_change_events(changes: ActualChanges) -> list[dict[str, Any]]:
@@ -82,6 +91,7 @@ class UnitOfWork:
         self.on_wake: Callable[[], None] = lambda: None  # set by the converger
         self.on_due: Callable[[float], None] = lambda when: None  # set by the converger
         self.converger: ConvergenceLeaseHolder | None = None  # the Converger driving this BBS, if any
+        self.history = AppHistory()  # each app's last events: its story (`vendue app`)
 
     @asynccontextmanager
     async def write(
@@ -138,6 +148,10 @@ class UnitOfWork:
 
     def run_effects(self, effects: Effects) -> None:
         """Send what a committed transaction decided. Events are built only when someone listens."""
+        for changes in effects.actual_changes:
+            self.history.record_actuals(changes)
+        for wire, at in effects.rollouts:
+            self.history.record_rollout(wire, at)
         if self.hub.listening:
             events: list[dict[str, Any]] = []
             for build in effects.events:

@@ -267,6 +267,10 @@ class BBSClient:
             self.desired_lrp(process_guid)  # the app itself missing is NotFound too
             return None
 
+    def app_events(self, process_guid: str) -> dict[str, Any]:
+        """The app's last events, kept per app by the BBS, and its restart policy (an AppEvents)."""
+        return dict(self._request("GET", f"/v1/desired_lrps/{process_guid}/events").json())
+
     def list_rollouts(self, process_guid: str) -> list[dict[str, Any]]:
         """The app's rollouts, newest first (the last few)."""
         body = self._request("GET", f"/v1/desired_lrps/{process_guid}/rollouts").json()

@@ -16,7 +16,7 @@ HELP_PANELS: dict[str, tuple[str, ...]] = {
     "Apps and tasks": ("push", "apply", "get", "scale", "restart", "rollout", "delete", "apps", "instances",
                        "task", "tasks", "blobs"),
     "Cells": ("cells", "rebalance"),
-    "Observe": ("events", "logs", "why", "dashboard"),
+    "Observe": ("app", "events", "logs", "why", "dashboard"),
     "Security": ("certs", "tokens"),
     "Simulation": ("simulate",),
 }
@@ -78,6 +78,7 @@ COMMAND_MODULES: dict[str, str] = {
     "certs": "deploy.certs_cmd",
     "tokens": "deploy.tokens_cmd",
     "why": "deploy.why_cmd",
+    "app": "deploy.app_cmd",
     "dashboard": "deploy.dashboard_cmd",
     **dict.fromkeys(("up", "demo"), "deploy.cluster_cmd"),
     **dict.fromkeys(
@@ -97,7 +98,8 @@ COMMAND_MODULES: dict[str, str] = {
 # are first used (common.models.DEFER_BUILD), a few of them, not the hundred.
 CLIENT_MODULES = frozenset({"deploy.client_cmd", "deploy.cells_cmd", "deploy.events_cmd", "deploy.why_cmd",
                             "deploy.rebalance_cmd", "deploy.tokens_cmd", "deploy.blobs_cmd",
-                            "deploy.logs_cmd", "deploy.apply_cmd", "deploy.rollout_cmd"})
+                            "deploy.logs_cmd", "deploy.apply_cmd", "deploy.rollout_cmd",
+                            "deploy.app_cmd"})
 
 
 def builds_models_on_first_use(command: str | None) -> bool:

@@ -120,3 +120,4 @@ class DesiredLRPs:
             await tx.delete_versions_of(process_guid)
             effects.actual_events(ActualChanges(deletes=actuals))
             await self.uow.add_stops(tx, stops_for(actuals), effects)
+        self.uow.history.forget(process_guid)  # a new app of the same name starts its own story

@@ -215,7 +215,7 @@ class Rollouts:
     async def _put(self, tx: Tx, rollout: RolloutRecord, effects: Effects, now: float) -> None:
         await tx.put_rollout(rollout.process_guid, rollout.seq, rollout.to_data())
         wire = rollout.to_wire()
-        effects.events.append(lambda: [event("rollout_changed", wire, now)])
+        effects.rollout_changed(wire, now)
 
     # --- reads ---------------------------------------------------------------------------------
 
