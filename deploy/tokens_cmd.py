@@ -65,7 +65,7 @@ def create(
     role: Annotated[str, typer.Option("--role", metavar="ROLE", help=f"One of: {', '.join(TOKEN_ROLES)}.")],
     name: Annotated[str, typer.Option("--name", help="Whom it is for (shown in lists and logs).")] = "",
     expires: Annotated[
-        str | None,
+        str,
         typer.Option(
             "--expires", metavar="DURATION",
             help=f"Lifetime: 12h, 30d, seconds, or never (until revoked); default {DEFAULT_EXPIRY}."
