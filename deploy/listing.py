@@ -83,6 +83,6 @@ class ListingTable(Table):
             else:
                 column.min_width = whole  # never shrunk by rich's own policy (names above all)
         if hidden:
-            note = f"{', '.join(hidden)} not shown: -o wide shows every column"
+            note = f"not shown (-o wide): {', '.join(hidden)}"
             self.caption = f"{self.caption}; {note}" if self.caption else note
             self.caption_justify = "left"
