@@ -1,10 +1,10 @@
 """How every listing (apps, instances, cells, tasks, tokens, blobs, rollout history...) fits the terminal.
 
 The first column names the row and is never truncated. When the table is wider than the terminal, the
-widest other column is shortened first (ending in `…`), then the next widest, down to its header's longest
-word (the header wraps at its spaces);
-if even that does not fit, the rightmost columns are left out and the caption says which (`-o wide`
-shows every column, whole). rich's own policy shrinks every column alike, names first to `…`.
+widest other column is shortened first (ending in `…`, or wrapped if it is a column that wraps), then the
+next widest, down to its header's longest word (the header wraps at its spaces); if even that does not
+fit, the rightmost columns are left out and the caption says which (`-o wide` shows every column,
+whole). rich's own policy shrinks every column alike, names first to `…`.
 """
 
 from __future__ import annotations
@@ -76,7 +76,9 @@ class ListingTable(Table):
         del self.columns[shown:]
         for column, width, whole in zip(self.columns, widths, natural[:shown], strict=True):
             if width < whole:
-                column.max_width, column.overflow, column.no_wrap = width, "ellipsis", True
+                column.max_width = width
+                if column.no_wrap:  # a column made to wrap (an error message) wraps; the others end in …
+                    column.overflow = "ellipsis"
                 if isinstance(column.header, str):
                     column.header = Text.from_markup(column.header, overflow="ellipsis")
                     column.header.no_wrap = False

@@ -67,3 +67,13 @@ def test_plan_widths_cuts_the_widest_down_to_its_floor_then_leaves_columns_out()
     assert plan_widths([10, 30, 12, 6], [4, 4, 4, 4], 40, 3, 1) == ([10, 6, 6, 5], 4)  # then level by level
     assert plan_widths([10, 30, 12, 6], [4, 4, 4, 4], 30, 3, 1) == ([10, 5, 5], 3)  # then the rightmost out
     assert plan_widths([60, 30], [4, 4], 20, 3, 1) == ([60], 1)  # the name never shrinks, even past the edge
+
+
+def test_a_column_made_to_wrap_wraps_instead_of_losing_its_end() -> None:
+    table = ListingTable(title="1 app(s)")
+    table.add_column("APP", no_wrap=True)
+    table.add_column("STRATEGY", no_wrap=True)
+    table.add_column("PLACEMENT ERROR")  # wraps
+    table.add_row("web", "spread", "insufficient resources: memory " * 4 + "the end")
+    lines = printed(table, 80)
+    assert max(len(line.rstrip()) for line in lines) <= 80 and "the end" in "\n".join(lines), "\n".join(lines)
