@@ -4,7 +4,8 @@
 They talk to a BBS found, in order, through `--bbs URL[,URL...]` (alias `--bbs-url`; several BBS
 replicas: each request goes to one that answers), `VENDUE_BBS_URL`, the
 running local cluster in `--data-dir` (its cluster.json, written by `vendue up`), or the BBS default
-http://127.0.0.1:8889. Listings print rich tables, or with `--json` the wire names of common/models/.
+http://127.0.0.1:8889. Listings print tables that fit the terminal (deploy/listing.py), or with `-o json|yaml`
+(`--json`) the wire names of common/models/, times in RFC 3339 UTC (deploy/wire_json.py).
 
 Who they are to the cluster (docs/security.md), in order: `--tls-cert/--tls-key/--tls-ca` (or
 `VENDUE_TLS_CERT/KEY/CA`), else the admin certificate of the running local cluster (cluster.json `tls`);
