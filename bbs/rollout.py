@@ -189,7 +189,13 @@ def step(
             rollout.retried += 1
         elif (failure := _flight_failure(rollout, actuals, index, flight, now, start_timeout)) is not None:
             out.failure = out.failure or failure
-    if out.failure is not None and rollout.state in MOVING:
+    if out.failure is not None and rollout.state == PAUSED:
+        # A move that went on through a pause failed: dropped, the rollout stays paused with the reason.
+        for index in sorted(rollout.in_flight):
+            out.stops.extend(abandon_move(actuals, g, index))
+        rollout.in_flight.clear()
+        rollout.reason = out.failure
+    elif out.failure is not None and rollout.state in MOVING:
         _fail(rollout, actuals, out, now)
         if rollout.state != ROLLING_BACK:
             rollout.done = count_done(rollout, actuals, instances)

@@ -251,3 +251,16 @@ def test_count_done_needs_a_lone_running_instance_of_the_target() -> None:
     actuals = ActualSet([row(0, 2), row(1, 2, state=CLAIMED), row(2, 1), row(3, 2),
                          row(3, 1, presence=EVACUATING)])
     assert count_done(rollout(), actuals, 4) == 1
+
+
+def test_a_move_failing_while_paused_is_dropped_and_the_rollout_stays_paused() -> None:
+    r, actuals = rollout(), old_app(2)
+    step(r, 2, actuals, 100.0, TIMEOUT)
+    r.state, r.paused_from, r.reason = PAUSED, RUNNING_STATE, "paused by an operator"
+    new = actuals.get(G, 0)
+    assert new is not None
+    actuals.replace(new, dataclasses.replace(new, state=CRASHED, crash_count=1, crash_reason="boom"))
+    step(r, 2, actuals, 101.0, TIMEOUT)
+    assert (r.state, r.in_flight, r.reason) == (PAUSED, {}, "instance 0 of version 2 crashed: boom")
+    back = actuals.get(G, 0)
+    assert back is not None and (back.version, back.state) == (1, RUNNING)

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 from .actual_set import ActualSet
 from .events import event
 from .records import DesiredRecord
-from .rollout import ACTIVE, FAILED, RolloutRecord, step
+from .rollout import ACTIVE, FAILED, PAUSED, RolloutRecord, step
 
 if TYPE_CHECKING:
     from .operations.rollouts import Rollouts
@@ -80,6 +80,8 @@ class RolloutDriver:
             rows = await tx.active_rollouts(ACTIVE)
         still = False
         for seq, data in rows:
+            if data["state"] == PAUSED and not data.get("in_flight"):
+                continue  # nothing to look at until resumed (or superseded)
             still = await self._advance(data["process_guid"], seq, now) or still
         return still
 

@@ -44,6 +44,8 @@ COMPONENTS = {
     "starting": "starting",
     "same_process": "same app",
     "bin_pack": "bin pack",
+    "cache_locality": "cache",  # beyond Diego: minus --cache-weight on a cell caching the app
+    "cached": "cached",  # whether the cell's host caches the app's source blob (yes/no)
 }
 # A breakdown part starts with its count of cells ("3 insufficient memory (...)"): split only there.
 PART = re.compile(r", (?=\d+ )")
@@ -136,9 +138,10 @@ def print_explanation(out: Console, why: PlacementExplanation) -> None:
 def candidates(why: PlacementExplanation) -> Table:
     present = {k for c in why.candidates for k in c.components if k != "score"}
     names = [n for n in COMPONENTS if n in present] + sorted(present - set(COMPONENTS))
+    cache = " + cache" if "cache_locality" in present else ""
     table = Table(
         caption="score = mean(memory, disk, containers used once placed) + starting + same app + bin "
-        "pack; the lowest wins, at equal score the zone met first, then the lower index in zone",
+        f"pack{cache}; the lowest wins, at equal score the zone met first, then the lower index in zone",
         caption_justify="left",
     )
     for column in ("", "cell", "zone", "index", "score", *(COMPONENTS.get(n, n) for n in names)):
@@ -147,8 +150,16 @@ def candidates(why: PlacementExplanation) -> Table:
         parts = c.components
         table.add_row("→" if c.chosen else "", markup(c.cell_id), markup(c.zone), str(c.zone_index),
                       f"{parts['score']:.4f}" if "score" in parts else "",
-                      *(f"{parts[n]:.3g}" if n in parts else "" for n in names))
+                      *(_part(n, parts) for n in names))
     return table
+
+
+def _part(name: str, parts: dict[str, float]) -> str:
+    if name not in parts:
+        return ""
+    if name == "cached":
+        return "yes" if parts[name] else "no"
+    return f"{parts[name]:.3g}"
 
 
 def breakdown(detail: str) -> Table | None:

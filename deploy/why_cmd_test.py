@@ -14,7 +14,7 @@ from rich.console import Console
 from common.models import PlacementExplanation
 from common.tls import TLSFiles, client_context, issue
 
-from .why_cmd import breakdown
+from .why_cmd import breakdown, candidates
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -34,6 +34,22 @@ def test_the_breakdown_is_a_table_of_cells_per_filter():
     assert [(cells.strip(), why.strip()) for cells, why in rows] == [
         ("1", "stack mismatch"), ("2", "insufficient memory (largest free 1024 MB, need 4096)")]
     assert breakdown("cell a: insufficient resources (after 3 attempts)") is None
+
+
+def test_the_candidates_say_whether_each_cell_caches_the_apps_blob():
+    parts = {"memory_used": 0.5, "disk_used": 0.1}
+    why = PlacementExplanation.model_validate({
+        "process_guid": "web", "index": 0, "placed": True, "cell_id": "warm", "decided_by": "score",
+        "candidates": [
+            {"cell_id": "warm", "zone": "z1", "zone_index": 1, "chosen": True,
+             "components": {**parts, "cached": 1.0, "cache_locality": -0.5, "score": -0.2}},
+            {"cell_id": "cold", "zone": "z1", "zone_index": 0,
+             "components": {**parts, "cached": 0.0, "cache_locality": 0.0, "score": 0.3}}]})
+    text = rendered(candidates(why))
+    assert "cached" in text and "+ cache;" in text, text
+    cells = {line.split("│")[2].strip(): line for line in text.splitlines() if line.count("│") > 3}
+    assert "yes" in cells["warm"] and "-0.5" in cells["warm"], cells
+    assert "no" in cells["cold"].split("│")[-2], cells
 
 
 @pytest.fixture(scope="module")

@@ -13,6 +13,7 @@ from placement.explain import explain
 from placement.scheduler import schedule
 from placement.scoring import cache_locality, cached_lrp_score, lrp_score, lrp_score_components
 from placement.slot import CellSlot
+from placement.strategies import diego_fast
 from placement.testing import lrp_start
 from placement.types import SchedulerConfig
 from tests.support.engine_workloads import Workload, assert_engines_agree, diego_workloads, run
@@ -95,6 +96,18 @@ def test_weight_zero_places_as_diego_does(workload: Workload) -> None:
 @given(diego_workloads(cache=True))
 def test_fast_equals_reference_with_the_cache_term(workload: Workload) -> None:
     assert_engines_agree(workload, "diego")
+
+
+def test_fast_equals_reference_judging_the_cells_caching_a_blob_over_columns() -> None:
+    # the fast engine judges many cells caching one blob over numpy columns: here every pool does so
+    @settings(max_examples=300, deadline=None)
+    @given(diego_workloads(cache=True))
+    def agree(workload: Workload) -> None:
+        assert_engines_agree(workload, "diego")
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(diego_fast, "VECTOR", 0)
+        agree()
 
 
 def test_explain_shows_the_cache_term() -> None:

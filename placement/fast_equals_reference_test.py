@@ -30,6 +30,7 @@ class Case:
 SPECIFIC = ("dea", "loadmark", "binpack", "random")
 CASES = [
     Case("diego", diego_workloads(), 150, "knobs"),
+    Case("diego", diego_workloads(cache=True), 80, "cache"),
     Case("objective", objective_workloads(), 60, "objectives"),
     *(Case(name, workloads(), 40, "plain") for name in SPECIFIC),
     Case("service", workloads(service=True), 40, "service"),

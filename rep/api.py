@@ -195,9 +195,9 @@ async def _log_lines(query: LogQuery, sources: list[Any], books: list[LogBook],
             yield b"".join(record_line(origin, record) for origin, record in entries[first : first + 1000])
         if follower is None:
             return
-        async for origin, records in follower.batches():
-            floor = seen.get(origin.guid, 0)
-            lines = [record_line(origin, r) for r in records if r.ns > floor and query.keeps(r)]
+        async for batches in follower.batches():
+            lines = [record_line(origin, r) for origin, records in batches
+                     for r in records if r.ns > seen.get(origin.guid, 0) and query.keeps(r)]
             if lines:
                 yield b"".join(lines)
         if follower.dropped:

@@ -327,8 +327,10 @@ class RepCell:
     def _why_not_lrp(self, d: DesiredLRP, index: int) -> str:
         held_guid = self._by_index.get((d.process_guid, index))
         # Another version's instance of the index may be here: a rollout's replacement, started before the
-        # old one stops (make-before-break), may be placed on the old one's cell.
-        if held_guid is not None and self._instances[held_guid].desired.version == d.version:
+        # old one stops (make-before-break), may be placed on the old one's cell. So may the index's next
+        # instance once this one is being stopped (a restart).
+        held = self._instances.get(held_guid) if held_guid is not None else None
+        if held is not None and held.state != STOPPING and held.desired.version == d.version:
             return SAME_INDEX
         c = self.config
         if d.stack not in c.stacks:

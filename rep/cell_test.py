@@ -369,3 +369,26 @@ async def test_work_waits_until_the_bbs_has_seen_this_boot():
     cell.awaiting_registration = False
     assert take(cell, [(desired(), 0)]).rejected_lrps == []
     assert cell.presence().boot_id == cell.boot_id != ""
+
+
+async def test_a_second_instance_of_an_index_starts_only_for_another_version_or_once_one_stops() -> None:
+    cell, executor = make_cell(memory_mb=4000)
+    take(cell, [(desired("web", memory_mb=100), 0)])
+    again = take(cell, [(desired("web", memory_mb=100), 0)])
+    assert again.reason == "instance already on this cell" and len(executor.started) == 1
+    newer = desired("web", memory_mb=100).model_copy(update={"version": 2})
+    assert take(cell, [(newer, 0)]).rejected_lrps == [], "a rollout's replacement, make-before-break"
+    assert [c.desired.version for c in executor.started] == [1, 2]
+    assert [(r.index, r.version) for r in pending(cell).claimed] == [(0, 1), (0, 2)], "claims name it"
+
+    restarted, executor2 = make_cell(memory_mb=4000)
+    take(restarted, [(desired("web", memory_mb=100), 0)])
+    [held] = [i.instance_guid for i in restarted.detail().lrps]
+    gate = asyncio.Event()
+    executor2.stop_lrp = lambda guid: gate.wait()  # type: ignore[method-assign]  # the stop takes a while
+    stopping = asyncio.create_task(restarted.stop_lrp(held))
+    await asyncio.sleep(0)
+    assert take(restarted, [(desired("web", memory_mb=100), 0)]).rejected_lrps == [], (
+        "the index's next instance (a restart) while the old one is being stopped")
+    gate.set()
+    await asyncio.wait_for(stopping, 5)

@@ -125,12 +125,13 @@ async def test_a_follower_hears_new_records_and_is_dropped_when_it_falls_behind(
     await eventually(lambda: follower.pending_bytes > 0, DEADLINE_S, "the record offered",
                      lambda: follower.pending_bytes)
     batches = follower.batches()
-    origin, records = await anext(batches)
+    [(origin, records)] = await anext(batches)
     assert (origin.guid, [r.text for r in records]) == ("a", [b"hello"])
     assert other.pending_bytes == 0, "a follower hears only what it asked for"
     # Its reader stops reading: past max_bytes it is dropped, and what it held is freed at once.
     for _ in range(100):
         os.write(out, b"x" * 100 + b"\n")
+        await asyncio.sleep(0)  # one record a read: the pump offers them one by one
     await eventually(lambda: follower.dropped, DEADLINE_S, "the follower dropped",
                      lambda: follower.pending_bytes)
     assert follower.pending_bytes == 0

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 
 from .log_records import STREAM_NAMES, Record
 
-FOLLOWER_MAX_BYTES = 1024 * 1024  # records a follower holds for its reader before it is dropped
-RECORD_OVERHEAD = 64  # what a held record costs besides its text (the object, the deque slot)
+FOLLOWER_MAX_BYTES = 4 * 1024 * 1024  # records a follower holds for its reader before it is dropped
+RECORD_OVERHEAD = 160  # what a held record costs besides its text (the object, its bytes, the list slot)
 DROPPED = "dropped: the reader fell behind"
 
 
@@ -63,15 +63,16 @@ class Follower:
         self.done = True
         self._wake.set()
 
-    async def batches(self) -> AsyncIterator[tuple[Origin, list[Record]]]:
-        """The pending batches as they come; returns when ended (after what was pending) or dropped."""
+    async def batches(self) -> AsyncIterator[list[tuple[Origin, list[Record]]]]:
+        """Everything pending at each wake-up, as it comes (one write for many instances' lines under
+        load); returns when ended (after what was pending) or dropped."""
         while True:
-            while self._pending:
-                origin, records = self._pending.popleft()
-                self.pending_bytes -= sum(len(r.text) + RECORD_OVERHEAD for r in records)
-                yield origin, records
-                if self.dropped:
-                    return
+            if self._pending and not self.dropped:
+                taken = list(self._pending)
+                self._pending.clear()
+                self.pending_bytes = 0
+                yield taken
+                continue
             if self.dropped or self.done:
                 return
             self._wake.clear()

@@ -9,6 +9,7 @@ created, superseded, paused or resumed, in the same transaction as the change th
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any, cast
 
 from fastapi.exceptions import RequestValidationError
@@ -29,8 +30,8 @@ from ..errors import Conflict, NotFound
 from ..events import event
 from ..lifecycle import stop_of
 from ..quotas import check_scale
-from ..records import CLAIMED, ORDINARY, RUNNING, DesiredDefinition, DesiredRecord, reset_to_unclaimed
-from ..rollout import ACTIVE, COMPLETED, FAILED, MOVING, PAUSED, ROLLING_BACK, RUNNING_STATE, RolloutRecord
+from ..records import CLAIMED, ORDINARY, RUNNING, DesiredDefinition, DesiredRecord, iso, reset_to_unclaimed
+from ..rollout import COMPLETED, FAILED, MOVING, PAUSED, RUNNING_STATE, RolloutRecord
 from ..rollout import count_done as rollout_done
 from ..store import Tx
 from ..store.versions import VersionRecord
@@ -61,7 +62,7 @@ def _invalid(error: ValidationError) -> RequestValidationError:
 class Rollouts:
     def __init__(self, uow: UnitOfWork) -> None:
         self.uow = uow
-        self.wake: Any = lambda: None  # set by the driver (bbs/rollouts.py): a new rollout to carry on
+        self.wake: Callable[[], None] = lambda: None  # set by the driver (bbs/rollouts.py)
 
     # --- changes -------------------------------------------------------------------------------
 
@@ -240,8 +241,6 @@ class Rollouts:
         if not any(v.version == record.version for v in versions):
             current = VersionRecord(process_guid, record.version, record.created_at, record.definition)
             versions.insert(0, current)
-        from ..records import iso
-
         return [
             {"version": v.version, "created_at": iso(v.created_at), "current": v.version == record.version,
              "definition": definition_of(v.definition)}
@@ -369,5 +368,3 @@ class Rollouts:
         await self.uow.add_stops(tx, stops, effects)
         await self.uow.add_starts(tx, {record.process_guid: set(indices)}, effects, known=record)
 
-
-__all__ = ["ACTIVE", "ROLLING_BACK", "Rollouts", "definition_of"]

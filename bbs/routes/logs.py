@@ -3,8 +3,9 @@ reps (bbs/log_relay.py). Admin only (bbs/policy.py): an app's output can hold it
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Query
@@ -14,7 +15,7 @@ from common.streaming import BoundedStreamingResponse, with_heartbeats
 from ..core import BBS
 from ..errors import NotFound
 from ..log_relay import LogAsk, Rep, Targets, client_line, relay, rep_fetcher
-from ..records import COMPLETED, RESOLVING, TASK_RUNNING, CellRecord
+from ..records import COMPLETED, RESOLVING, TASK_RUNNING, CellRecord, TaskRecord
 from .wire import GuidPath, TheBBS
 
 router = APIRouter()
@@ -81,27 +82,46 @@ async def task_logs(bbs: TheBBS, task_guid: GuidPath, recent: Recent = None, sin
         task = await tx.get_task(task_guid)
     if task is None:
         raise NotFound(f"task {task_guid!r} not found")
+    wanted = _default_recent(recent, follow)
     if task.state in (COMPLETED, RESOLVING):
-        finished = task.first_completed_at if task.first_completed_at is not None else task.updated_at
-        ns = int(finished * 1e9)
-        texts = task.result.splitlines() if stream != "stderr" and ns > since else []
-        texts = texts[-_default_recent(recent, follow):] if texts else []
+        return BoundedStreamingResponse(_result_lines(task, wanted, since, stream), media_type=NDJSON)
+    ask = LogAsk(task_guid=task_guid, recent=wanted, since_ns=since, stream=stream, follow=follow)
 
-        async def result_lines() -> AsyncIterator[bytes]:
-            for text in texts:
-                yield client_line({"ns": ns, "guid": task_guid, "cell_id": task.cell_id, "stream": "output",
-                                   "text": text})
-
-        return BoundedStreamingResponse(result_lines(), media_type=NDJSON)
-    ask = LogAsk(task_guid=task_guid, recent=_default_recent(recent, follow), since_ns=since, stream=stream,
-                 follow=follow)
-
-    async def targets() -> list[Rep]:
+    async def targets() -> list[Rep] | None:
         async with bbs.uow.read() as tx:
             current = await tx.get_task(task_guid)
-            if current is None or current.state != TASK_RUNNING or not current.cell_id:
-                return []
+            if current is None or current.state in (COMPLETED, RESOLVING):
+                return None
+            if current.state != TASK_RUNNING or not current.cell_id:
+                return []  # pending: followed once it runs
             cell = await tx.get_cell(current.cell_id)
         return _by_rep([cell]) if cell is not None else []
 
-    return _answer(bbs, ask, targets)
+    async def lines() -> AsyncGenerator[bytes, None]:
+        relayed = False
+        source = relay(ask, targets, rep_fetcher(bbs.outbound.client))
+        async with contextlib.aclosing(source) as relayed_lines:
+            async for chunk in relayed_lines:
+                relayed = relayed or bool(chunk.strip())
+                yield chunk
+        if follow and not relayed:  # it ran and ended before its rep was followed: what it left
+            async with bbs.uow.read() as tx:
+                done = await tx.get_task(task_guid)
+            if done is not None and done.state in (COMPLETED, RESOLVING):
+                async for chunk in _result_lines(done, wanted, since, stream):
+                    yield chunk
+
+    return BoundedStreamingResponse(with_heartbeats(lines()) if follow else lines(), media_type=NDJSON,
+                                    headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
+
+async def _result_lines(task: TaskRecord, recent: int, since: int,
+                        stream: str | None) -> AsyncIterator[bytes]:
+    """A completed task's result (the last part of its output, both streams as they came), as lines
+    stamped with its completion time."""
+    finished = task.first_completed_at if task.first_completed_at is not None else task.updated_at
+    ns = int(finished * 1e9)
+    texts = task.result.splitlines() if stream != "stderr" and ns > since and recent > 0 else []
+    for text in texts[-recent:] if texts else []:
+        yield client_line({"ns": ns, "guid": task.task_guid, "cell_id": task.cell_id, "stream": "output",
+                           "text": text})

@@ -53,6 +53,7 @@ from collections.abc import Callable, Hashable
 from math import inf
 from typing import NamedTuple
 
+import numpy as np
 from sortedcontainers import SortedList
 
 from ..filters import COMPATIBILITY, Work, has_room, least_free, request_filters
@@ -73,7 +74,10 @@ DIRECT = 8
 UNLIMITED = inf  # a search's budget when it may look at every cell state
 TASKS = None  # the level-index key of tasks (their count term is tasks on the cell)
 EMPTY: dict = {}  # never written to
-NO_CELLS: list[int] = []  # never written to
+NO_CELLS = np.zeros(0, dtype=np.int64)  # never written to
+LOAD = ("diego_fast", "load")  # the key of the cells' load column (CellColumns.derived)
+# More cells of a pool caching an app's blob than this are judged over columns (numpy), fewer one by one.
+VECTOR = 64
 
 CellState = tuple[int, int, int, int]  # free memory, disk, containers, and starting containers
 
@@ -184,7 +188,10 @@ class DiegoFast(FastPicker, DiegoReference):
         # as many cells as a pool has (before, every pool has many cells without it), then kept current
         self.levels: dict[str | None, dict[Pool, Levels]] = {}
         # source blob -> pool -> its cells caching the blob, ascending; built on the first item asking
-        self.holders: dict[str, dict[Pool, list[int]]] | None = None
+        self.holders: dict[str, dict[Pool, np.ndarray]] | None = None
+        # process guid -> its instances per cell position, for the apps whose items weigh the cache term
+        # (kept current through `state.on_count`): holders are judged by whole arrays
+        self.count_columns: dict[str, np.ndarray] = {}
         state.on_reserve(self._on_reserve)
         state.on_count(self._on_count)
 
@@ -216,6 +223,10 @@ class DiegoFast(FastPicker, DiegoReference):
         self._insert(pool, slot)
 
     def _on_count(self, slot: CellSlot, key: str | None, count: int) -> None:
+        if key is not None:
+            column = self.count_columns.get(key)
+            if column is not None:
+                column[slot.pos] = count
         index = self.levels.get(key)
         if index is None:
             return
@@ -423,28 +434,75 @@ class DiegoFast(FastPicker, DiegoReference):
                 found = (pos, count)
         return found
 
-    def _holders(self, blob: str) -> dict[Pool, list[int]]:
+    def _holders(self, blob: str) -> dict[Pool, np.ndarray]:
         """The cells caching `blob`, by pool (positions ascending)."""
         if self.holders is None:
-            self.holders = {}
+            found: dict[str, dict[Pool, list[int]]] = {}
             for slot in self.state.slots:
                 for held in slot.cached_blobs:
-                    self.holders.setdefault(held, {}).setdefault(self.pool_of[slot.pos], []).append(slot.pos)
+                    found.setdefault(held, {}).setdefault(self.pool_of[slot.pos], []).append(slot.pos)
+            self.holders = {b: {pool: np.array(cells, dtype=np.int64) for pool, cells in pools.items()}
+                            for b, pools in found.items()}
         return self.holders.get(blob, EMPTY)
 
-    def _cached_best(self, found: Winner, holders: list[int], need: tuple[int, int, int],
-                     score_of: Callable[[CellSlot], float]) -> Winner:
+    def _count_column(self, process: str, counts: dict[int, int]) -> np.ndarray:
+        column = self.count_columns.get(process)
+        if column is None:
+            column = self.count_columns[process] = np.zeros(len(self.state.slots), dtype=np.int64)
+            for pos, count in counts.items():
+                column[pos] = count
+        return column
+
+    def _cached_best(self, pool: Pool, found: Winner, holders: np.ndarray, search: Search, blob: str | None,
+                     weight: float, score_of: Callable[[CellSlot], float]) -> Winner:
         """The pool's winner with the cache term: its winner without it (`found`) or one of its fitting
-        cells caching the blob (`holders`), whichever scores lowest with the term (ties: position)."""
+        cells caching the blob (`holders`), whichever scores lowest with the term (ties: position).
+
+        Each holder is first judged by its approximate score (its load + LOCALITY_OFFSET × its count − the
+        weight, the item's offset being the pool's), over columns when they are many, and scored exactly
+        only when that could come within reach of the best so far: as `_scan` does."""
         slots = self.state.slots
-        need_m, need_d, need_c = need
-        best = (score_of(slots[found[1]]), found[1])
-        for pos in holders:
-            slot = slots[pos]
-            if slot.avail_m >= need_m and slot.avail_d >= need_d and slot.avail_c >= need_c:
+        (need_m, need_d, need_c), count_key, counts, _plain = search
+        pos = found[1]
+        best = (score_of(slots[pos]), pos)
+        best_approx = self._load(slots[pos]) + LOCALITY_OFFSET * counts.get(pos, 0)
+        if blob in slots[pos].cached_blobs:
+            best_approx -= weight
+        bound = _near(best_approx)
+        if len(holders) <= VECTOR:
+            bucket_of = pool.bucket_of
+            for pos in holders.tolist():
+                slot = slots[pos]
+                if slot.avail_m < need_m or slot.avail_d < need_d or slot.avail_c < need_c:
+                    continue
+                approx = bucket_of[pos].load + LOCALITY_OFFSET * counts.get(pos, 0) - weight
+                if approx > bound:
+                    continue
                 candidate = (score_of(slot), pos)
                 if candidate < best:
                     best = candidate
+                if approx < best_approx:
+                    best_approx = approx
+                    bound = _near(best_approx)
+            return best
+        cells = self.cells
+        approxes = cells.derived(LOAD, self._load)[holders] - weight
+        if counts:
+            assert count_key is not None  # LRPs' counts: a process's
+            approxes += LOCALITY_OFFSET * self._count_column(count_key, counts)[holders]
+        near = ((approxes <= bound) & (cells.avail_m[holders] >= need_m) & (cells.avail_d[holders] >= need_d)
+                & (cells.avail_c[holders] >= need_c)).nonzero()[0]
+        for i in near.tolist():
+            approx = float(approxes[i])
+            if approx > bound:
+                continue
+            pos = int(holders[i])
+            candidate = (score_of(slots[pos]), pos)
+            if candidate < best:
+                best = candidate
+            if approx < best_approx:
+                best_approx = approx
+                bound = _near(best_approx)
         return best
 
     def pick_lrp(self, item: LRPStart) -> CellSlot | None:
@@ -487,8 +545,8 @@ class DiegoFast(FastPicker, DiegoReference):
                     found = self._best_in_pool(pool, search)
                     if found is not None:
                         if holders is not None:
-                            found = self._cached_best(found, holders.get(pool, NO_CELLS), need,
-                                                      cached_score_of)
+                            found = self._cached_best(pool, found, holders.get(pool, NO_CELLS), search,
+                                                      blob, cache_weight, cached_score_of)
                         score, position = found
                         candidate = (score, rank, slots[position].zone_pos, position)
                         if scored is not None:

@@ -20,6 +20,7 @@ the fast engine on 25 %, 50 % and 100 % of the overflowing batch to show cost gr
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import platform
@@ -34,12 +35,15 @@ from deploy.simulator.engine import EngineInput, summarise, to_engine  # noqa: E
 from deploy.simulator.generate import generate  # noqa: E402
 from deploy.simulator.workload import parse_workload  # noqa: E402
 from placement import schedule  # noqa: E402
+from placement.ask import Ask  # noqa: E402
 from placement.strategies import pickers  # noqa: E402
 from placement.types import SchedulerConfig  # noqa: E402
 
+CACHED_PER_CELL = 64  # as many as a rep reports (rep/cell.py REPORTED_BLOBS)
 
-def timed_schedule(inputs: EngineInput, engine: str, strategy: str, seed: int):
-    config = SchedulerConfig(strategy=strategy, engine=engine, seed=seed)
+
+def timed_schedule(inputs: EngineInput, engine: str, strategy: str, seed: int, cache_weight: float = 0.0):
+    config = SchedulerConfig(strategy=strategy, engine=engine, seed=seed, cache_weight=cache_weight)
     started = time.perf_counter()
     result = schedule(inputs.cells, inputs.lrps, inputs.tasks, config)
     return result, time.perf_counter() - started
@@ -49,8 +53,27 @@ def first(inputs: EngineInput, instances: int) -> EngineInput:
     return EngineInput(cells=inputs.cells, lrps=inputs.lrps[:instances], tasks=inputs.tasks[:0])
 
 
-def run_row(workload, inputs: EngineInput, engine: str, strategy: str, seed: int) -> dict:
-    result, seconds = timed_schedule(inputs, engine, strategy, seed)
+def with_cached_blobs(inputs: EngineInput, seed: int) -> EngineInput:
+    """Every app names a source blob (its instances still share one ask) and every cell's host caches
+    CACHED_PER_CELL apps' blobs, drawn at random."""
+    rng = random.Random(seed)
+    asks: dict[str, Ask] = {}
+    lrps = []
+    for lrp in inputs.lrps:
+        pg = lrp.process_guid
+        ask = asks.get(pg)
+        if ask is None:
+            ask = asks[pg] = dataclasses.replace(lrp.ask, source_blob=f"blob-{pg}")
+        lrps.append(dataclasses.replace(lrp, ask=ask))
+    apps = sorted(asks)
+    cells = [dataclasses.replace(c, cached_blobs=frozenset(
+        f"blob-{a}" for a in rng.sample(apps, min(CACHED_PER_CELL, len(apps))))) for c in inputs.cells]
+    return EngineInput(cells=cells, lrps=lrps, tasks=inputs.tasks)
+
+
+def run_row(workload, inputs: EngineInput, engine: str, strategy: str, seed: int,
+            cache_weight: float = 0.0) -> dict:
+    result, seconds = timed_schedule(inputs, engine, strategy, seed, cache_weight)
     report = summarise(workload, inputs, result, seconds, strategy, engine, seed)
     placed = report["placed"]
     return {
@@ -90,16 +113,18 @@ def build(generator: str, args):
         workload = parse_workload(
             generate(generator, cells=args.cells, zones=args.zones, instances=args.instances, seed=args.seed)
         )
-    return workload, to_engine(workload)
+    inputs = to_engine(workload)
+    return workload, with_cached_blobs(inputs, args.seed) if args.cache_weight else inputs
 
 
 def variant(name: str, workload, inputs: EngineInput, setup_seconds: float, args, strategy: str) -> dict:
 
-    fast_row, _ = run_row(workload, inputs, "fast", strategy, args.seed)
+    weight = args.cache_weight
+    fast_row, _ = run_row(workload, inputs, "fast", strategy, args.seed, weight)
 
     subset = first(inputs, min(args.reference_subset, len(inputs.lrps)))
-    reference_row, reference_result = run_row(workload, subset, "reference", strategy, args.seed)
-    fast_subset_row, fast_subset_result = run_row(workload, subset, "fast", strategy, args.seed)
+    reference_row, reference_result = run_row(workload, subset, "reference", strategy, args.seed, weight)
+    fast_subset_row, fast_subset_result = run_row(workload, subset, "fast", strategy, args.seed, weight)
     identical = (
         fast_subset_result.lrp_assignments == reference_result.lrp_assignments
         and fast_subset_result.failures == reference_result.failures
@@ -137,8 +162,11 @@ def overflowing_common_input(args, strategy: str) -> dict:
         generate("benchmark", cells=cells, zones=args.zones, instances=instances, seed=args.seed)
     )
     inputs = to_engine(workload)
-    fast_row, fast_result = run_row(workload, inputs, "fast", strategy, args.seed)
-    reference_row, reference_result = run_row(workload, inputs, "reference", strategy, args.seed)
+    if args.cache_weight:
+        inputs = with_cached_blobs(inputs, args.seed)
+    weight = args.cache_weight
+    fast_row, fast_result = run_row(workload, inputs, "fast", strategy, args.seed, weight)
+    reference_row, reference_result = run_row(workload, inputs, "reference", strategy, args.seed, weight)
     return {
         "workload": workload.name,
         "cells": cells,
@@ -156,7 +184,7 @@ def scaling(inputs: EngineInput, args, strategy: str) -> list[dict]:
     rows = []
     for fraction in (0.25, 0.5, 1.0):
         part = first(inputs, int(len(inputs.lrps) * fraction))
-        result, seconds = timed_schedule(part, "fast", strategy, args.seed)
+        result, seconds = timed_schedule(part, "fast", strategy, args.seed, args.cache_weight)
         rows.append({
             "instances": len(part.lrps),
             "seconds": round(seconds, 4),
@@ -183,6 +211,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--strategy", default="diego")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--no-scaling", action="store_true")
+    parser.add_argument("--cache-weight", type=float, default=0.0,
+                        help="apps name source blobs, cells cache some, and diego weighs the cache term")
     args = parser.parse_args(argv)
     args.cells = args.cells or (100 if args.quick else 1000)
     args.instances = args.instances or (10_000 if args.quick else 100_000)
@@ -195,6 +225,7 @@ def main(argv: list[str] | None = None) -> None:
         "quick": args.quick,
         "strategy": args.strategy,
         "seed": args.seed,
+        "cache_weight": args.cache_weight,
         "pickers": {engine: f"{f.__module__}.{f.__qualname__}" for engine, f in factories.items()},
         "python": platform.python_version(),
         "cpus": os.cpu_count(),

@@ -9,14 +9,13 @@ import json
 import shutil
 import signal
 import tempfile
-import threading
 from collections import Counter
 from pathlib import Path
 
-import httpx
 import pytest
 
 from common.procutil import app_python
+from tests.support.running_poller import RunningPoller
 
 from .conftest import (
     APP_SOURCE,
@@ -31,7 +30,6 @@ from .conftest import (
 pytestmark = [pytest.mark.e2e]
 
 FIRST_PLACEMENT_S = 60.0  # as test_cells.py: the first start may precede the auctioneer's lease
-POLL_S = 0.1  # the running-count poller's period (the issue's 100 ms)
 
 
 def zones_of(c: E2ECluster) -> dict[str, str]:
@@ -51,36 +49,9 @@ def cli_ok(c: E2ECluster, *args: str, timeout: float = 60.0) -> str:
     return result.stdout
 
 
-class RunningPoller:
-    """Counts the app's RUNNING instances (any presence) in the BBS every 100 ms; the fewest it saw."""
-
-    def __init__(self, c: E2ECluster, guid: str) -> None:
-        self.c, self.guid = c, guid
-        self.fewest: tuple[int, str] | None = None
-        self.polls = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def __enter__(self) -> RunningPoller:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(10.0)
-
-    def _run(self) -> None:
-        with self.c.lc.http_client(base_url=self.c.lc.bbs_url, timeout=5.0) as http:
-            while not self._stop.is_set():
-                try:
-                    actuals = http.get("/v1/actual_lrps", params={"process_guid": self.guid}).json()["items"]
-                except (httpx.HTTPError, ValueError, KeyError):
-                    continue
-                n = sum(1 for a in actuals if a["state"] == "RUNNING")
-                self.polls += 1
-                if self.fewest is None or n < self.fewest[0]:
-                    self.fewest = (n, brief(actuals))
-                self._stop.wait(POLL_S)
+def running_poller(c: E2ECluster, guid: str, instances: int) -> RunningPoller:
+    """The app's RUNNING indices counted every 100 ms (tests/support/running_poller.py)."""
+    return RunningPoller(lambda: c.lc.http_client(base_url=c.lc.bbs_url, timeout=5.0), guid, instances)
 
 
 @pytest.mark.timeout(300)
@@ -100,15 +71,13 @@ def test_a_zone_drained_and_returned_gets_its_share_back_never_below_the_desired
     for cell in gone:
         cli_ok(c, "cells", "uncordon", cell)
 
-    with RunningPoller(c, guid) as poller:
+    with running_poller(c, guid, 6) as poller:
         out = cli_ok(c, "rebalance", "--wait", "--timeout", "120", "--json", timeout=150.0)
     plan = json.loads(out)
     assert len(plan["moves"]) == 3 and {m["reason"] for m in plan["moves"]} == {"zone_spread"}, plan
     assert [m["outcome"] for m in plan["finished"]] == ["completed"] * 3, plan["finished"]
     assert sorted(zone_counts(c, guid).values()) == [3, 3], brief(c.bbs.actuals(guid))
-    assert poller.polls > 10 and poller.fewest is not None and poller.fewest[0] >= 6, (
-        f"expected never fewer than 6 RUNNING; the poller saw {poller.fewest} in {poller.polls} polls"
-    )
+    poller.never_below(6, min_polls=11)
     wait_all_running(c.bbs, guid, 6)
     assert "balanced: nothing to move" in cli_ok(c, "rebalance", "--dry-run")
 
@@ -187,10 +156,10 @@ def test_an_instance_its_strategy_would_place_elsewhere_moves_by_the_margin(make
         (cells[0], cells[1], "strategy_margin")
     ], dry
     assert dry["moves"][0]["gain"] > 1000 and dry["moves"][0]["detail"].startswith("diego score"), dry
-    with RunningPoller(c, guid) as poller:
+    with running_poller(c, guid, 2) as poller:
         moved = json.loads(cli_ok(c, "rebalance", "--wait", "--timeout", "90", "--json", timeout=120.0))
     assert [m["outcome"] for m in moved["finished"]] == ["completed"], moved
-    assert poller.fewest is not None and poller.fewest[0] >= 2, poller.fewest
+    poller.never_below(2)
     after = wait_all_running(c.bbs, guid, 2)
     assert sorted(a["cell_id"] for a in after.values()) == cells, brief(c.bbs.actuals(guid))
     assert "balanced: nothing to move" in cli_ok(c, "rebalance", "--dry-run")

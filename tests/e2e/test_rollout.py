@@ -1,7 +1,8 @@
 """End to end: versions and rollouts on real clusters (TLS, 2 zones, process executor): a rolling update of 6
 instances never below 6 RUNNING and every index ends on the new version; restarts; a new version that exits
-at once rolls back while the old keeps serving; the BBS killed (-9) mid-rollout, restarted, finishes it; an
-update no cell can hold pauses with the placement error."""
+at once, or never passes its start health check, rolls back while the old keeps serving; the BBS killed (-9)
+mid-rollout, restarted, finishes it; an update no cell can hold pauses with the placement error; under --ha,
+the convergence leader killed mid-rollout, the other replica finishes it."""
 
 from __future__ import annotations
 
@@ -99,16 +100,27 @@ def test_a_rolling_update_never_drops_below_the_desired_count_and_every_index_en
              60.0, "index 4 restarted as a new instance")
 
 
+# A new version that exits at once, and one that never passes its start health check (it listens on no
+# port; the rep gives up after the check's 2 s start timeout and reports it crashed).
+BAD_VERSIONS = {
+    "exits": {"command": ["python3", "-c", "import sys; sys.exit(3)"]},
+    "unhealthy": {"command": ["python3", "-c", "import time; time.sleep(600)"],
+                  "health_check": {"type": "port", "timeout_s": 2}},
+}
+
+
 @pytest.mark.timeout(300)
-def test_a_new_version_that_exits_at_once_rolls_back_and_the_old_keeps_serving(make_cluster) -> None:
+@pytest.mark.parametrize("bad", sorted(BAD_VERSIONS))
+def test_a_bad_new_version_rolls_back_and_the_old_keeps_serving(make_cluster: Any, bad: str) -> None:
     c = make_cluster(cells=4, zones=2)
     guid = c.guid("badver")
     c.bbs.desire(guid, 6, command=definition()["command"])
     before = wait_all_running(c.bbs, guid, 6, timeout=FIRST_PLACEMENT_S)
+    fields = {**BAD_VERSIONS[bad], "command": [app_python(), *BAD_VERSIONS[bad]["command"][1:]]}
     with RunningPoller(lambda: admin(c), guid, 6) as poller:
-        change(c, guid, definition(command=[app_python(), "-c", "import sys; sys.exit(3)"]))
+        change(c, guid, definition(**fields))
         done = wait_rollout(c, guid, {"rolled_back", "failed", "completed", "paused"})
-    assert done["state"] == "rolled_back" and "crashed" in (done["reason"] or ""), done
+    assert done["state"] == "rolled_back" and "version 2" in (done["reason"] or ""), done
     poller.never_below(6, min_polls=2)  # a crash at once is rolled back within a second or so
     with admin(c) as http:
         desired = http.get(f"/v1/desired_lrps/{guid}").json()

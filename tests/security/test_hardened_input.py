@@ -233,13 +233,14 @@ async def test_a_hostile_cell_presence_is_422_naming_the_field(http: httpx.Async
 async def test_desired_lrps_past_the_quota_are_429_naming_the_limit(http: httpx.AsyncClient) -> None:
     # Five at once share a group commit: exactly the quota's three are taken.
     bodies = [{**LRP, "process_guid": f"app{i}"} for i in range(MAX_LRPS + 2)]
-    statuses = sorted(r.status_code for r in await asyncio.gather(*(http.post("/v1/desired_lrps", json=b)
-                                                                    for b in bodies)))
+    answers = await asyncio.gather(*(http.post("/v1/desired_lrps", json=b) for b in bodies))
+    statuses = sorted(r.status_code for r in answers)
     assert statuses == [201] * MAX_LRPS + [429] * 2, statuses
+    taken = next(b["process_guid"] for b, r in zip(bodies, answers, strict=True) if r.status_code == 201)
     await refused(
         http, "POST", "/v1/desired_lrps", "max_lrps", status=429, json={**LRP, "process_guid": "one-more"}
     )
-    assert (await http.delete("/v1/desired_lrps/app0")).status_code == 204  # room again
+    assert (await http.delete(f"/v1/desired_lrps/{taken}")).status_code == 204  # room again
     assert (await http.post("/v1/desired_lrps", json={**LRP, "process_guid": "one-more"})).status_code == 201
 
 

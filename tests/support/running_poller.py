@@ -49,7 +49,7 @@ class RunningPoller:
                     self.fewest = (len(healthy), actuals)
                 self._stop.wait(POLL_S)
 
-    def never_below(self, expected: int, min_polls: int = 10) -> None:
+    def never_below(self, expected: int, min_polls: int = 3) -> None:
         """Assert every poll saw at least `expected` healthy indices (and that it polled at all)."""
         assert self.polls >= min_polls, f"expected at least {min_polls} polls, saw {self.polls}"
         assert self.fewest is not None and self.fewest[0] >= expected, (
