@@ -15,7 +15,7 @@ from common.models import EVENT_TYPES, GUID_PATTERN, Event, EventType
 from .bbs_client import EventQuery
 from .cli import app
 from .cli_style import USAGE_ERROR, OneLineErrorsCommand, fail
-from .client_cmd import AsJson, Connection, bbs_command, connect
+from .client_cmd import AsJson, Connection, bbs_command, connect, output_format
 from .terminal_text import echo, plain
 from .wire_json import wire_times
 
@@ -153,6 +153,7 @@ def events(
     def following(url: str) -> None:
         echo(f"following the events of {url} (Ctrl-C to stop)", err=True)
 
+    yaml_output = output_format() == "yaml"
     with connect(connection) as client:
         if wanted.app is not None:
             warn_if_no_app(client, wanted.app)
@@ -161,7 +162,8 @@ def events(
                 if event.type in hidden:
                     continue
                 if as_json:
-                    line = json.dumps(wire_times(event.model_dump(mode="json")))
+                    record = wire_times(event.model_dump(mode="json"))
+                    line = json.dumps(record) if not yaml_output else _yaml_document(record)
                 else:
                     at = event.at.astimezone().strftime("%H:%M:%S.%f")[:-3]
                     # Every field may be what an app or a rep wrote: shown, never obeyed.
@@ -170,6 +172,13 @@ def events(
                 sys.stdout.flush()
         except KeyboardInterrupt:
             return
+
+
+def _yaml_document(record: dict[str, Any]) -> str:
+    """One event as a YAML document of its own (`---`), for `-o yaml`."""
+    import yaml
+
+    return "---\n" + yaml.safe_dump(record, sort_keys=False).rstrip("\n")
 
 
 def warn_if_no_app(client: BBSClient, name: str) -> None:

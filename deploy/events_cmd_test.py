@@ -123,3 +123,12 @@ def test_an_unknown_app_is_warned_of_and_json_times_are_rfc3339(stream: FakeStre
     lines = [json.loads(text) for text in followed.stdout.splitlines()]
     assert [e["type"] for e in lines] == ["cell_changed", "actual_lrp_changed"]
     assert {e["at"] for e in lines} == {"2026-11-29T05:30:00.123Z"}
+
+
+def test_yaml_is_one_document_per_event(stream: FakeStream) -> None:
+    import yaml
+
+    followed = events("-o", "yaml")
+    assert followed.exit_code == 0, followed.output
+    documents = list(yaml.safe_load_all(followed.stdout))
+    assert [d["type"] for d in documents] == ["cell_changed", "actual_lrp_changed"], followed.stdout
