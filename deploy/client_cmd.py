@@ -4,7 +4,8 @@
 They talk to a BBS found, in order, through `--bbs URL[,URL...]` (alias `--bbs-url`; several BBS
 replicas: each request goes to one that answers), `VENDUE_BBS_URL`, the
 running local cluster in `--data-dir` (its cluster.json, written by `vendue up`), or the BBS default
-http://127.0.0.1:8889. Listings print rich tables, or with `--json` the wire names of common/models/.
+http://127.0.0.1:8889. Listings print tables that fit the terminal (deploy/listing.py), or with `-o json|yaml`
+(`--json`) the wire names of common/models/, times in RFC 3339 UTC (deploy/wire_json.py).
 
 Who they are to the cluster (docs/security.md), in order: `--tls-cert/--tls-key/--tls-ca` (or
 `VENDUE_TLS_CERT/KEY/CA`), else the admin certificate of the running local cluster (cluster.json `tls`);
@@ -62,7 +63,30 @@ BbsUrl = Annotated[str | None, typer.Option(
     "http://127.0.0.1:8889).")]
 DataDir = Annotated[Path, typer.Option(
     "--data-dir", envvar="VENDUE_DATA_DIR", help="Where `vendue up` keeps the local cluster.")]
-AsJson = Annotated[bool, typer.Option("--json", help="Print JSON (the API's wire names) instead of a table.")]
+OUTPUT_FORMATS = ("json", "yaml", "wide")
+
+
+def _json_given(ctx: typer.Context, value: bool) -> bool:
+    # `-o json|yaml` may have been read first (click reads options in command-line order): it set this.
+    return bool(value or ctx.params.get("as_json"))
+
+
+def _output_given(ctx: typer.Context, value: str | None) -> str | None:
+    if value is not None and value not in OUTPUT_FORMATS:
+        raise typer.BadParameter(f"{value!r} is not one of {', '.join(OUTPUT_FORMATS)}")
+    if value in ("json", "yaml"):
+        ctx.params["as_json"] = True  # the commands test as_json: `-o json` is `--json`, yaml its twin
+    return value
+
+
+AsJson = Annotated[bool, typer.Option(
+    "--json", help="Print JSON (the API's wire names) instead of a table (same as -o json).",
+    callback=_json_given)]
+# Added by bbs_command to every command that takes --json: one definition of -o for every listing.
+Output = Annotated[str | None, typer.Option(
+    "-o", "--output", metavar="FORMAT",
+    help="json or yaml (the API's wire names, times in RFC 3339 UTC), or wide (every column, whole).",
+    callback=_output_given)]
 TlsCert = Annotated[Path | None, typer.Option(
     "--tls-cert", envvar="VENDUE_TLS_CERT", show_envvar=True,
     help="Client certificate (with --tls-key, --tls-ca; default: the local cluster's admin.pem).")]
@@ -111,10 +135,16 @@ def bbs_command(command: Callable[..., None]) -> Callable[..., None]:
                for f in fields(Connection)]
     parameters = list(signature.parameters.values())
     at = parameters.index(place)
+    takes_output = "as_json" in signature.parameters and "output" not in signature.parameters
+    if takes_output:
+        after = parameters.index(signature.parameters["as_json"]) + 1
+        parameters.insert(after, inspect.Parameter("output", place.kind, annotation=Output, default=None))
 
     @functools.wraps(command)
     def with_connection(**given: Any) -> None:
         connection = Connection(**{option.name: given.pop(option.name) for option in options})
+        if takes_output:
+            given.pop("output", None)  # read where output is printed (output_format)
         command(connection=connection, **given)
 
     with_connection.__signature__ = signature.replace(  # type: ignore[attr-defined]
@@ -243,22 +273,51 @@ def parse_env(pairs: Sequence[str]) -> dict[str, str]:
     return env
 
 
+def output_format() -> str | None:
+    """The running command's `-o` (json, yaml, wide), None without one."""
+    import contextlib
+    import importlib
+
+    # As in cli_style: the context is on recent typer's vendored click's stack, or on click's.
+    for module in ("typer._click.globals", "click.globals"):
+        with contextlib.suppress(ImportError):
+            ctx = importlib.import_module(module).get_current_context(silent=True)
+            if ctx is not None:
+                value = ctx.params.get("output")
+                return value if isinstance(value, str) else None
+    return None
+
+
 def console(listing: bool = True) -> Console:
-    """stdout as rich sees it. Piped, a listing is never wrapped (one row per line, whole cells, for grep
-    and scripts) and other output gets 120 columns at least."""
+    """stdout as rich sees it. A listing fits the terminal (deploy/listing.py), or the COLUMNS given when
+    piped; piped without COLUMNS, or with `-o wide`, it is never wrapped nor shortened (one row per line,
+    whole cells, for grep and scripts). Other output gets 120 columns at least when piped."""
+    import os
+
     out = safe_console()
-    if out.is_terminal:
+    if listing and output_format() == "wide":
+        return safe_console(width=1_000_000)
+    if out.is_terminal or (listing and os.environ.get("COLUMNS", "").isdigit()):
         return out
     return safe_console(width=1_000_000) if listing else safe_console(width=max(out.width, 120))
 
 
 def listing_table(title: str) -> Table:
-    from rich.table import Table
+    from .listing import ListingTable
 
-    return Table(title=title, title_justify="left")
+    return ListingTable(title=title, title_justify="left")
 
 
 def print_json(value: Any) -> None:
+    """`value` as JSON, or YAML with `-o yaml`; every time in it written one way (deploy/wire_json.py)."""
+    from .wire_json import wire_times
+
+    value = wire_times(value)
+    if output_format() == "yaml":
+        import yaml
+
+        sys.stdout.write(yaml.safe_dump(value, sort_keys=False, allow_unicode=True))
+        return
     sys.stdout.write(json.dumps(value, indent=2, default=str) + "\n")
 
 

@@ -21,6 +21,7 @@ from common.models import ActualLRP, CellPresence, DesiredLRP, Event, Task
 from common.procutil import child_preexec, free_port, terminate_then_kill
 from common.tls import TLSFiles, client_context, issue
 from tests.support.polling import wait_for
+from tests.support.terminal import run_in_terminal
 
 from .cli import _register, app
 from .cluster import ENTRY_POINT, PROJECT_ROOT
@@ -183,6 +184,33 @@ def test_task_run_detached_and_tasks_json(bbs):
     deleted = bbs.vendue("task", "delete", guid)
     assert (deleted.exit_code, deleted.stdout) == (0, f"deleted {guid}\n"), deleted.output
     assert guid not in task_guids(bbs)
+
+
+@pytest.mark.timeout(180)
+def test_cells_fit_a_real_terminal_of_80_100_and_120_columns_names_whole(bbs):
+    cell_id = unique("cell-zone-a-rack-7")  # a long name: the one column never cut
+    presence = {
+        "cell_id": cell_id, "zone": "z1", "rep_url": f"https://127.0.0.1:{free_port()}/a/long/rep/path",
+        "total": {"memory_mb": 16384, "disk_mb": 65536, "containers": 256},
+        "available": {"memory_mb": 8192, "disk_mb": 32768, "containers": 200},
+        "isolation": "cgroup-v2 disk:ext4",
+    }
+    issue(bbs.pki, role="rep", name=cell_id, cells=[cell_id])
+    rep = client_context(TLSFiles.in_dir(bbs.pki, cell_id))
+    assert httpx.put(f"{bbs.url}/v1/cells", json={"cells": [presence]}, verify=rep).status_code == 200
+    env = {**os.environ, "VENDUE_BBS_URL": bbs.url, **bbs.tls_env(), "TERM": "xterm", "NO_COLOR": "1"}
+    env.pop("VENDUE_TOKEN", None)
+    for columns in (80, 100, 120):
+        # --all: listed even if its presence expired meanwhile (a loaded machine: no heartbeat follows).
+        code, lines = run_in_terminal([*ENTRY_POINT, "cells", "--all"], env, columns, cwd=str(PROJECT_ROOT))
+        shown = "\n".join(lines)
+        assert code == 0, shown
+        assert any(cell_id in line for line in lines), f"{cell_id} not whole at {columns} columns:\n{shown}"
+        assert max(len(line.rstrip()) for line in lines) <= columns, f"wider than {columns}:\n{shown}"
+        assert "…" in shown or "-o wide" in shown, f"nothing shortened at {columns}?\n{shown}"
+    wide = [*ENTRY_POINT, "cells", "--all", "-o", "wide"]
+    code, lines = run_in_terminal(wide, env, 80, cwd=str(PROJECT_ROOT))
+    assert code == 0 and any(presence["rep_url"] in line for line in lines), "\n".join(lines)
 
 
 def test_cells_lists_the_cell_states_from_the_bbs_alone(bbs):

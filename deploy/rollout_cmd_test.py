@@ -8,6 +8,7 @@ import io
 import json
 
 import pytest
+import yaml
 from typer.testing import CliRunner
 
 from common.models import DesiredLRPCreate
@@ -69,6 +70,25 @@ def test_history_lists_the_rollouts_newest_first_within_80_columns(fake: FakeBBS
     assert max(len(line) for line in lines) <= 80 and "REASON" in lines[2], "\n".join(lines)
     listed = json.loads(vendue("rollout", "history", "web", "--json").stdout)
     assert [r["to_version"] for r in listed] == [3, 2]
+
+
+def test_output_formats_yaml_json_and_wide(fake: FakeBBS) -> None:
+    rolled(fake, "y")
+    fake.rollouts["web"][0].update(reason="instance 2 crashed: " + "x" * 120)
+    as_yaml = vendue("rollout", "history", "web", "-o", "yaml")
+    assert as_yaml.exit_code == 0, as_yaml.output
+    [listed] = yaml.safe_load(as_yaml.stdout)
+    assert listed == json.loads(vendue("rollout", "history", "web", "-o", "json").stdout)[0]
+    assert listed == json.loads(vendue("rollout", "history", "web", "--json").stdout)[0]
+    moments = [v for k, v in listed.items() if k.endswith("_at") and v is not None]
+    assert moments and all(isinstance(v, str) and v.endswith("Z") for v in moments), listed
+    narrow = vendue("rollout", "history", "web", columns=80)
+    assert max(len(line) for line in narrow.stdout.splitlines()) <= 80, narrow.stdout
+    assert "x" * 120 not in narrow.stdout and "xxxxxxxxxx │\n" in narrow.stdout, narrow.stdout  # REASON wraps
+    wide = vendue("rollout", "history", "web", "-o", "wide", columns=80)
+    assert "x" * 120 in wide.stdout, wide.stdout
+    bad = vendue("rollout", "history", "web", "-o", "xml")
+    assert bad.exit_code == 2 and "-o" in bad.output and "json, yaml, wide" in bad.output, bad.output
 
 
 def test_pause_holds_a_running_rollout_and_resume_follows_it_to_the_end(fake: FakeBBS) -> None:

@@ -41,6 +41,8 @@ tokens_app = typer.Typer(help="Bearer tokens for people and scripts (admin or re
                          cls=OneLineErrorsGroup)
 app.add_typer(tokens_app, name="tokens")
 
+# A token forgotten in a script or a CI secret stops working on its own; `--expires never` says otherwise.
+DEFAULT_EXPIRY = "90d"
 UNITS_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhd]?)$")
 
@@ -49,7 +51,7 @@ def parse_duration(text: str) -> float:
     """'90', '90s', '15m', '12h', '30d' -> seconds; ValueError naming what is accepted."""
     found = _DURATION.match(text.strip().lower())
     if found is None:
-        raise ValueError(f"expected a duration like 12h, 30d or a number of seconds, got {text!r}")
+        raise ValueError(f"expected a duration like 12h, 30d, a number of seconds or never, got {text!r}")
     return float(found.group(1)) * UNITS_S[found.group(2) or "s"]
 
 
@@ -63,17 +65,18 @@ def create(
     role: Annotated[str, typer.Option("--role", metavar="ROLE", help=f"One of: {', '.join(TOKEN_ROLES)}.")],
     name: Annotated[str, typer.Option("--name", help="Whom it is for (shown in lists and logs).")] = "",
     expires: Annotated[
-        str | None,
+        str,
         typer.Option(
-            "--expires", metavar="DURATION", help="Lifetime: 12h, 30d, or seconds (default: until revoked)."
+            "--expires", metavar="DURATION",
+            help=f"Lifetime: 12h, 30d, seconds, or never (until revoked); default {DEFAULT_EXPIRY}."
         ),
-    ] = None,
+    ] = DEFAULT_EXPIRY,
     connection: Connection = Connection(),
     as_json: AsJson = False,
 ) -> None:
     """Create a token and print it: it is shown this once (the BBS keeps only its hash)."""
     expires_in_s = None
-    if expires is not None:
+    if expires.strip().lower() != "never":
         try:
             expires_in_s = parse_duration(expires)
         except ValueError as exc:

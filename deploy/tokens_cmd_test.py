@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import time
+from datetime import datetime
 
 import httpx
 import pytest
@@ -34,7 +35,8 @@ def test_create_prints_the_token_once_and_it_stands_for_its_role(bbs) -> None:
     body = json.loads(created.stdout)
     assert set(body) == {"token", "id", "role", "name", "expires_at"}
     assert body["token"].startswith("vdt_") and (body["role"], body["name"]) == ("reader", "ci")
-    assert abs(body["expires_at"] - (time.time() + 12 * 3600)) < 60
+    assert body["expires_at"].endswith("Z")  # RFC 3339 UTC, as every time in the CLI's JSON
+    assert abs(datetime.fromisoformat(body["expires_at"]).timestamp() - (time.time() + 12 * 3600)) < 60
     verified = verify(bbs, body["token"]).json()
     assert verified == {"role": "reader", "name": "ci", "id": body["id"]}
 
@@ -46,6 +48,19 @@ def test_create_prints_the_token_once_and_it_stands_for_its_role(bbs) -> None:
     everything = bbs.vendue("tokens", "list", "--json").stdout + bbs.vendue("tokens", "list").stdout
     assert body["token"] not in everything and token not in everything
     assert body["id"] in {t["id"] for t in listed(bbs)}
+
+
+def test_a_token_expires_in_90_days_unless_never_is_said(bbs) -> None:
+    default = json.loads(bbs.vendue("tokens", "create", "--role", "reader", "-o", "json").stdout)
+    in_90_days = time.time() + 90 * 86400
+    assert abs(datetime.fromisoformat(default["expires_at"]).timestamp() - in_90_days) < 60, default
+    never = bbs.vendue("tokens", "create", "--role", "reader", "--expires", "never", "--json")
+    assert never.exit_code == 0, never.output
+    assert json.loads(never.stdout)["expires_at"] is None
+    told = bbs.vendue("tokens", "create", "--role", "reader")
+    assert "expires never" not in told.stderr and "expires 20" in told.stderr, told.stderr
+    as_yaml = bbs.vendue("tokens", "list", "-o", "yaml")
+    assert as_yaml.exit_code == 0 and f"id: {default['id']}" in as_yaml.stdout, as_yaml.stdout
 
 
 def test_revoke_marks_it_revoked_and_verification_fails(bbs) -> None:

@@ -87,10 +87,13 @@ def test_why_shows_the_candidates_and_the_breakdown_and_json(bbs, auctioneer):
 
     listed = bbs.vendue("why", name, "--json", env=bbs.tls_env("viewer"))  # a reader may ask
     assert listed.exit_code == 0, listed.output
-    rows = [PlacementExplanation.model_validate(row) for row in json.loads(listed.stdout)]
+    # auctioned_at is RFC 3339 in the CLI's JSON (one time format), epoch seconds on the wire.
+    rows = [PlacementExplanation.model_validate({**row, "auctioned_at": 0})
+            for row in json.loads(listed.stdout)]
     assert [(r.index, r.placed, r.cell_id) for r in rows] == [(0, True, "cell-2"), (1, False, None)]
     one = json.loads(bbs.vendue("why", name, "0", "--json").stdout)
-    assert [c["cell_id"] for c in one["candidates"]] == ["cell-2", "cell-1"] and one["auctioned_at"] > 0
+    assert [c["cell_id"] for c in one["candidates"]] == ["cell-2", "cell-1"]
+    assert one["auctioned_at"].endswith("Z")
 
 
 @pytest.mark.parametrize(("args", "code", "says"), [
