@@ -170,7 +170,9 @@ async def test_rotate_keys_while_the_bbs_serves_loses_nothing_and_leaves_every_r
         await writers.stop()
         assert code == 0, err
         rotation = json.loads(out)
-        assert rotation["active"] == "k2" and rotation["resealed"] == {"desired_lrps": 120, "tasks": 40}
+        # No LRP changed its definition: no kept version to reseal.
+        assert rotation["active"] == "k2"
+        assert rotation["resealed"] == {"desired_lrps": 120, "tasks": 40, "lrp_versions": 0}
         assert during > 0, "no write was acknowledged while rotate-keys ran"
 
         async with bbs.async_client(timeout=30) as http:

@@ -128,9 +128,12 @@ def test_auctioneer_killed_with_requests_queued_everything_runs_once_it_is_back(
 
     c.lc.restart("auctioneer")
 
-    for guid in apps:
-        one_process_per_index(guid, wait_all_running(c.bbs, guid, 2, timeout=45.0))
-    one_process_per_index(first, wait_all_running(c.bbs, first, 3, timeout=45.0))
+    # A start the dead auctioneer had sent may be delivered twice: the duplicate's claim is refused and
+    # its rep stops it, so each index ends with one process (polled: the stop takes a moment).
+    for guid, n in [*((guid, 2) for guid in apps), (first, 3)]:
+        wait_all_running(c.bbs, guid, n, timeout=45.0)
+        wait_for(lambda guid=guid, n=n: one_process_per_index(guid, all_running(c.bbs, guid, n)), 30.0,
+                 f"one process per index of {guid}")
 
     def task_done():
         t = c.bbs.task(task)
@@ -174,6 +177,8 @@ def test_auctioneer_killed_mid_auction_loses_its_queue_and_everything_still_runs
 
     c.lc.restart("auctioneer")
     for guid in [first, *later]:
-        one_process_per_index(guid, wait_all_running(c.bbs, guid, 2, timeout=45.0))
+        wait_all_running(c.bbs, guid, 2, timeout=45.0)
+        wait_for(lambda guid=guid: one_process_per_index(guid, all_running(c.bbs, guid, 2)), 30.0,
+                 f"one process per index of {guid}")
     hold_for(lambda: all(len(c.bbs.actuals(g)) == 2 for g in [first, *later]), 2.0,
              "exactly 2 actuals per app (nothing placed twice)")
