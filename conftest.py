@@ -31,6 +31,10 @@ def pytest_configure(config: pytest.Config) -> None:
     its own (common/procutil.py, VENDUE_PORT_RANGE): a port one worker's cluster lets go for a moment, to
     restart its BBS on it, is never another worker's pick. A range given from outside is kept."""
     PROCESS_WATCH.install()
+    # xdist's workers inherit COLUMNS=80 and LINES=24 from execnet, and a piped CLI sizes its listings by
+    # COLUMNS (deploy/client_cmd.py console): a test that wants a width says so in its own env.
+    os.environ.pop("COLUMNS", None)
+    os.environ.pop("LINES", None)
     worker, count = os.environ.get("PYTEST_XDIST_WORKER"), os.environ.get("PYTEST_XDIST_WORKER_COUNT")
     if worker is None or count is None or PORT_RANGE_ENV in os.environ:
         return

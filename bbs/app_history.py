@@ -62,7 +62,10 @@ def _transitions(before: ActualRecord | None, row: ActualRecord) -> list[Kept]:
     if row.state == CLAIMED and (was_state != CLAIMED or before is None or before.cell_id != row.cell_id):
         return [_entry(PLACED, row, None)]
     if row.state == RUNNING and was_state != RUNNING:
-        return [_entry(STARTED, row, None)]
+        # A claim and its running may come in one lifecycle round: never CLAIMED in the store, still placed.
+        placed = was_state != CLAIMED or before is None or before.cell_id != row.cell_id
+        started = _entry(STARTED, row, None)
+        return [_entry(PLACED, row, None), started] if placed else [started]
     if row.placement_error and (before is None or before.placement_error != row.placement_error):
         return [_entry(UNPLACEABLE, row, row.placement_error)]
     return []

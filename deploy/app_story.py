@@ -32,15 +32,12 @@ def epoch(text: str | None) -> float | None:
 
 
 def backoff(policy: dict[str, Any], crash_count: int) -> float | None:
-    """bbs/restart_policy.py's back-off after the crash_count-th crash: 0 restarts at once, None never.
-    The same schedule, read from the parameters the BBS runs with (GET .../events' restart_policy)."""
-    immediate = int(policy["immediate_restarts"])
-    if crash_count < immediate:
-        return 0.0
-    if crash_count > int(policy["max_restarts"]):
-        return None
-    doublings = min(crash_count - immediate, 63)
-    return float(min(float(policy["backoff_min"]) * (2 ** doublings), float(policy["backoff_max"])))
+    """bbs/restart_policy.py's back-off after the crash_count-th crash: 0 restarts at once, None never,
+    with the parameters the BBS runs with (GET .../events' restart_policy)."""
+    from bbs.restart_policy import RestartPolicy
+
+    fields = {name: policy[name] for name in RestartPolicy.__dataclass_fields__ if name in policy}
+    return RestartPolicy(**fields).backoff(crash_count)
 
 
 def restart_status(policy: dict[str, Any], state: str, crash_count: int, since: float,

@@ -195,10 +195,12 @@ async def test_rotate_keys_while_the_bbs_serves_loses_nothing_and_leaves_every_r
 
     again = vendue("bbs", "--database-url", database_url, "--encryption-keys-file", str(keys), "rotate-keys")
     assert again.returncode == 0, again.stderr
-    assert again.stdout.splitlines()[0] == "sealed 0 desired LRPs and 0 tasks with key 'k2' in 0 batches"
+    assert again.stdout.splitlines()[0] == (
+        "sealed 0 desired LRPs, 0 tasks and 0 versions of LRPs with key 'k2' in 0 batches")
     assert again.stdout.splitlines()[1:] == [
         f"desired_lrps: {len(lrps)} k2",
         f"tasks: {len(expected_tasks)} k2",
+        "lrp_versions: none",  # no definition changed: no kept version
     ]
 
 
