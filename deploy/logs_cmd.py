@@ -11,6 +11,7 @@ import json
 import re
 import sys
 import time
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
@@ -19,9 +20,10 @@ import typer
 from .cli import app
 from .cli_style import USAGE_ERROR, OneLineErrorsCommand, fail
 from .client_cmd import AsJson, Connection, bbs_command, connect
-from .terminal_text import plain
+from .terminal_text import echo, plain
 
 MAX_RECENT = 100_000
+FOLLOW_GIVE_UP_S = 30.0  # a BBS (every replica) that gives no line this long while following is gone
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 _AGO = re.compile(r"^(\d+(?:\.\d+)?)([smhd])$")
 STREAM_TAGS = {"stdout": "OUT", "stderr": "ERR"}
@@ -60,6 +62,44 @@ def as_json(line: dict[str, Any]) -> str:
         line = {"time": datetime.fromtimestamp(ns // 1_000_000_000, UTC).strftime("%Y-%m-%dT%H:%M:%S")
                 + f".{ns % 1_000_000_000:09d}Z", **line}
     return json.dumps(line, ensure_ascii=True)
+
+
+def follow_through_failures(client: Any, path: str, params: dict[str, str], follow: bool,
+                            give_up_s: float = FOLLOW_GIVE_UP_S,
+                            task: bool = False) -> Iterator[dict[str, Any]]:
+    """The BBS's lines; following, a stream that breaks (the BBS restarted, or another replica takes over)
+    is asked for again from the last line's time (`since`), so nothing is shown twice; given up after
+    `give_up_s` without a line, and at once when the first connection fails. A task's follow ends when
+    its stream does (the task ended)."""
+    from common.retry import EVENT_STREAM
+
+    from .bbs_client import BBSUnreachable
+
+    delays = EVENT_STREAM.delays()
+    last_ns: int | None = None
+    quiet_since = time.monotonic()
+    while True:
+        asked = dict(params)
+        if last_ns is not None:
+            asked.update(since=str(last_ns), recent=str(MAX_RECENT))
+        try:
+            for line in client.logs(path, asked, follow):
+                if "ns" in line:
+                    last_ns = max(last_ns or 0, int(line["ns"]))
+                quiet_since = time.monotonic()
+                delays.reset()
+                yield line
+            if not follow or task:
+                return
+            why = "the BBS closed the log stream"
+        except BBSUnreachable as exc:
+            if not follow or last_ns is None:
+                raise
+            why = str(exc)
+        if time.monotonic() - quiet_since > give_up_s:
+            raise BBSUnreachable(f"{why}; no line for {give_up_s:g}s, gave up")
+        echo(f"reconnecting: {why}", err=True)
+        time.sleep(next(delays))
 
 
 @app.command(cls=OneLineErrorsCommand)
@@ -116,7 +156,7 @@ def logs(
 
     with connect(connection) as client:
         try:
-            for line in client.logs(path, params, follow):
+            for line in follow_through_failures(client, path, params, follow, task=task is not None):
                 if "end" in line:
                     fail(f"the BBS ended the log stream: {plain(line['end'], lines=False)}")
                 sys.stdout.write((as_json(line) if json_lines else render(line)) + "\n")

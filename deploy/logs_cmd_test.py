@@ -14,9 +14,9 @@ import pytest
 from typer.testing import CliRunner
 
 from . import logs_cmd
-from .bbs_client import NotFound
+from .bbs_client import BBSUnreachable, NotFound
 from .cli import app
-from .logs_cmd import as_json, render, since_ns
+from .logs_cmd import as_json, follow_through_failures, render, since_ns
 
 NOW = 1_764_392_400.0  # 2025-11-29T05:00:00Z
 LINE = {"time": "2025-11-29T05:00:00.000000001Z", "ns": 1_764_392_400_000_000_001, "index": 2,
@@ -80,6 +80,8 @@ class FakeClient:
         if self.missing:
             raise NotFound("not found", 404)
         yield from self.lines
+        if follow:  # a follow ends only when its reader stops it
+            raise KeyboardInterrupt
 
 
 def run(monkeypatch: pytest.MonkeyPatch, client: FakeClient, argv: list[str]) -> Any:
@@ -109,3 +111,36 @@ def test_a_dropped_stream_and_an_unknown_app_fail_with_one_line(monkeypatch: pyt
     assert result.exit_code == 1 and "dropped: the reader fell behind" in result.output
     result = run(monkeypatch, FakeClient([], missing=True), ["logs", "nope"])
     assert result.exit_code == 1 and "no app named 'nope'" in result.output, result.output
+
+
+class BreakingClient:
+    """Its first stream breaks after two lines; the next one answers what it is asked for."""
+
+    def __init__(self) -> None:
+        self.asked: list[dict[str, str]] = []
+
+    def logs(self, path: str, params: Mapping[str, str], follow: bool) -> Iterator[dict[str, Any]]:
+        self.asked.append(dict(params))
+        if len(self.asked) == 1:
+            yield {**LINE, "ns": 10, "text": "one"}
+            yield {**LINE, "ns": 20, "text": "two"}
+            raise BBSUnreachable("lost the log stream")
+        if len(self.asked) == 2:
+            yield {**LINE, "ns": 30, "text": "three"}
+        raise BBSUnreachable("gone for good")
+
+
+def test_a_broken_follow_resumes_after_the_last_line_and_gives_up_in_the_end(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(logs_cmd.time, "sleep", lambda s: None)
+    client = BreakingClient()
+    lines = follow_through_failures(client, "/v1/logs/web", {"follow": "1"}, True, give_up_s=0.3)
+    texts = []
+    with pytest.raises(BBSUnreachable, match="gave up"):
+        for line in lines:
+            texts.append(line["text"])
+    assert texts == ["one", "two", "three"], "nothing shown twice"
+    assert client.asked[1] == {"follow": "1", "since": "20", "recent": "100000"}
+    with pytest.raises(BBSUnreachable, match="lost the log stream"):
+        list(follow_through_failures(BreakingClient(), "/v1/logs/web", {}, False))
