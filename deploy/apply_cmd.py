@@ -8,7 +8,6 @@ for the rollouts and the tasks (unless --no-wait). Exit 1 when a rollout failed 
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,7 +17,7 @@ import typer
 
 from .cli import app
 from .cli_style import FAILURE, USAGE_ERROR, OneLineErrorsCommand, OneLineErrorsGroup, fail
-from .client_cmd import AsJson, Connection, bbs_command, connect, print_json
+from .client_cmd import AsJson, Connection, bbs_command, connect, print_json, wait_task_completed
 from .terminal_text import echo
 
 if TYPE_CHECKING:
@@ -177,7 +176,7 @@ def _apply(client: BBSClient, located: Located, wanted: list[Wanted], tasks: Map
             client.desire_task(spec.request())
             state = "PENDING"
             if wait:
-                task = _wait_task(client, spec.name, timeout)
+                task = wait_task_completed(client, spec.name, timeout)
                 state = str(task.state)
                 verdict = f"failed: {task.failure_reason}" if task.failed else "succeeded"
                 code = code or (FAILURE if task.failed else 0)
@@ -192,19 +191,6 @@ def _apply(client: BBSClient, located: Located, wanted: list[Wanted], tasks: Map
     if as_json:
         print_json({"applications": report, "tasks": task_report})
     return code
-
-
-def _wait_task(client: BBSClient, name: str, timeout: float | None) -> Any:
-    from common.models import TaskState
-
-    deadline = None if timeout is None else time.monotonic() + timeout
-    while True:
-        task = client.task(name)
-        if task.state in (TaskState.COMPLETED, TaskState.RESOLVING):
-            return task
-        if deadline is not None and time.monotonic() >= deadline:
-            fail(f"expected task {name} to complete within {timeout:g}s; it is {task.state}")
-        time.sleep(0.2)
 
 
 @get_app.command("app", cls=OneLineErrorsCommand)

@@ -853,7 +853,7 @@ def task_run(
         except Conflict:
             fail(f"a task named {request.task_guid!r} already exists")
         if not detach:
-            task = _wait_completed(client, task.task_guid, timeout)
+            task = wait_task_completed(client, task.task_guid, timeout)
     if as_json:
         print_json(task.model_dump(mode="json"))
     elif detach:
@@ -864,7 +864,7 @@ def task_run(
         raise typer.Exit(FAILURE)
 
 
-def _wait_completed(client: BBSClient, task_guid: str, timeout: float | None) -> Task:
+def wait_task_completed(client: BBSClient, task_guid: str, timeout: float | None) -> Task:
     from common.models import TaskState
 
     deadline = None if timeout is None else time.monotonic() + timeout
