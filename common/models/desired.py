@@ -18,6 +18,7 @@ from .fields import (
     PlacementFields,
     Strict,
 )
+from .image import Image
 
 
 def _request_path(path: str) -> str:
@@ -58,6 +59,8 @@ class DesiredLRPCreate(PlacementFields):
     on_cell_loss: OnCellLoss = "reschedule"
     # Fetched into each instance's directory before its command runs (common/models/artifact.py).
     artifacts: Artifacts = Field(default_factory=list)
+    # Run in this OCI image by a cell whose executor runs images (common/models/image.py).
+    image: Image | None = None
 
     @model_validator(mode="after")
     def _source_blob_from_artifacts(self) -> DesiredLRPCreate:

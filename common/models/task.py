@@ -22,6 +22,7 @@ from .fields import (
     Stack,
     Strict,
 )
+from .image import Image
 
 
 class TaskState(StrEnum):
@@ -45,6 +46,8 @@ class TaskCreate(Strict):
     completion_callback_url: Annotated[str | None, AfterValidator(http_url_or_none)] = None
     # Fetched into the task's directory before its command runs (common/models/artifact.py).
     artifacts: Artifacts = Field(default_factory=list)
+    # Run in this OCI image by a cell whose executor runs images (common/models/image.py).
+    image: Image | None = None
 
 
 class Task(TaskCreate):
