@@ -142,11 +142,12 @@ def test_a_container_sees_only_itself(
         assert httpx.get(f"http://127.0.0.1:{port}/", timeout=5).text == "host secret\n", "it answers"
         c = container_cluster(make_cluster, reg, 1, 1)
         probe = c.guid("probe")
-        script = (f"ps -o pid,user,args > /tmp/ps.txt; cat {marker} > /tmp/marker.txt 2>&1; "
+        script = (f"/bin/busybox ps -o pid,user,args > /tmp/ps.txt; cat {marker} > /tmp/marker.txt 2>&1; "
                   f"wget -q -T 3 -O /tmp/loop.txt http://127.0.0.1:{port}/ > /tmp/loop-err.txt 2>&1; "
                   "id -u > /tmp/uid.txt; echo done > /tmp/done.txt; exec httpd -f -p $PORT -h /tmp")
         desire_image(c, reg, digest, probe, 1, script)
         (a,) = wait_for(lambda: running(c, probe, 1), 120, "the probe RUNNING")
+        print(c.cli("logs", probe).output)  # shown when the test fails
         seen = {name: fetch(a["address"], f"/{name}.txt") for name in ("ps", "marker", "uid", "done")}
         lines = [line for line in seen["ps"].splitlines()[1:] if line.strip()]
         # its own processes alone: the shell that became httpd (pid 1) and the ps itself
@@ -170,7 +171,7 @@ def test_out_of_memory_and_disk_quota(
     c = container_cluster(make_cluster, reg, 1, 1)
     assert c.bbs is not None
     greedy = c.guid("greedy")
-    desire_image(c, reg, digest, greedy, 1, "x=$(cat /dev/zero); sleep 600", memory_mb=32,
+    desire_image(c, reg, digest, greedy, 1, "x=$(/bin/busybox yes); sleep 600", memory_mb=32,
                  health_check={"type": "process"})
 
     def crashed() -> str:
