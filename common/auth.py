@@ -276,6 +276,12 @@ def route_template(routes: Iterable[Any], scope: Scope) -> str | None:
     else the first route with the path (another method: the app answers 405); None: no route has it."""
     partial = None
     for route in routes:
+        if isinstance(route, WebSocketRoute) and scope["type"] == "http":
+            # A plain request to a WebSocket's path is judged by the WebSocket's row (then answered 404),
+            # so that a refusal looks the same whichever way the path is asked for.
+            if route.path_regex.match(scope["path"]):
+                return route.path
+            continue
         match, _ = route.matches(scope)
         if match is Match.FULL:
             return getattr(route, "path", None)
