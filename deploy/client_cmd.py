@@ -395,6 +395,9 @@ def push(
     env: Annotated[list[str] | None, typer.Option("--env", "-e", help="NAME=VALUE (repeatable).")] = None,
     domain: Annotated[str | None, typer.Option("--domain", help="Domain the app belongs to.")] = None,
     on_cell_loss: OnCellLossOption = None,
+    no_exec: Annotated[bool, typer.Option(
+        "--no-exec", help="Refuse `vendue exec` into its instances (`vendue exec-enable` allows it again).")
+    ] = False,
     path: CodePath = None,
     artifact: ArtifactOption = None,
     wait: Annotated[bool | None, typer.Option(
@@ -426,6 +429,8 @@ def push(
                               "disk_mb": disk_mb, "command": list(command)}
     optional = {"stack": stack, "strategy": strategy, "domain": domain, "on_cell_loss": on_cell_loss}
     fields.update({k: v for k, v in optional.items() if v is not None})
+    if no_exec:
+        fields["exec_enabled"] = False
     if tags:
         fields["placement_tags"] = list(tags)
     if ports:
