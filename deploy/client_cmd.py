@@ -396,6 +396,9 @@ def push(
     env: Annotated[list[str] | None, typer.Option("--env", "-e", help="NAME=VALUE (repeatable).")] = None,
     domain: Annotated[str | None, typer.Option("--domain", help="Domain the app belongs to.")] = None,
     on_cell_loss: OnCellLossOption = None,
+    no_exec: Annotated[bool, typer.Option(
+        "--no-exec", help="Refuse `vendue exec` into its instances (`vendue exec-enable` allows it again).")
+    ] = False,
     path: CodePath = None,
     artifact: ArtifactOption = None,
     image: ImageOption = None,
@@ -431,6 +434,8 @@ def push(
         fields["image"] = image_given
     optional = {"stack": stack, "strategy": strategy, "domain": domain, "on_cell_loss": on_cell_loss}
     fields.update({k: v for k, v in optional.items() if v is not None})
+    if no_exec:
+        fields["exec_enabled"] = False
     if tags:
         fields["placement_tags"] = list(tags)
     if ports:
@@ -616,28 +621,30 @@ INSTANCE_COLUMNS = ("INDEX", "VER", "STATE", "PRESENCE", "CELL", "ZONE", "ADDRES
 # and where that is not enough these are left out, in this order (--json and a wide terminal have them all).
 INSTANCE_KEPT = ("INDEX", "STATE", "CELL", "CPU", "MEM", "DISK")
 INSTANCE_DROPPED = ("PRESENCE", "ZONE", "VER", "ADDRESS", "CRASHES", "SINCE")
+INSTANCE_NUMBERS = ("INDEX", "VER", "CPU")  # right-aligned
 
 
-def instances_table(actuals: Sequence[ActualLRP], title: str, usage: dict[str, dict[str, Any]] | None = None,
-                    width: int | None = None) -> Table:
+def instances_table(actuals: Sequence[ActualLRP], title: str,
+                    usage: dict[str, dict[str, Any]] | None = None) -> Table:
     """`usage`: GET /v1/usage's items by instance guid."""
     from common.models import ActualState, Presence
 
-    from .table_fit import fitted_table
+    from .listing import ListingTable
 
     colours = {ActualState.RUNNING: "green", ActualState.CRASHED: "red"}
     now = datetime.now(UTC)
-    rows = []
+    table = ListingTable(title=title, title_justify="left", keep=INSTANCE_KEPT, drop=INSTANCE_DROPPED)
+    for header in INSTANCE_COLUMNS:
+        table.add_column(header, no_wrap=True, justify="right" if header in INSTANCE_NUMBERS else "left")
     for a in sorted(actuals, key=lambda a: (a.index, a.presence != Presence.ORDINARY)):
         used = (usage or {}).get(a.instance_guid) if a.instance_guid else None
-        rows.append([
+        table.add_row(
             str(a.index), str(a.version), f"[{colours.get(a.state, 'yellow')}]{markup(a.state)}[/]",
             markup(a.presence),
             markup(a.cell_id or "-"), markup(a.zone or "-"), markup(a.address or "-"), age(a.since, now),
             str(a.crash_count), *usage_cells(used), markup(a.placement_error or a.crash_reason),
-        ])
-    return fitted_table(title, INSTANCE_COLUMNS, rows, width or console().width, keep=INSTANCE_KEPT,
-                        drop=INSTANCE_DROPPED, right=("INDEX", "VER", "CPU"))
+        )
+    return table
 
 
 def _usage_by_instance(client: BBSClient, name: str) -> dict[str, dict[str, Any]]:

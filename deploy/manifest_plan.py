@@ -3,8 +3,8 @@ then do): create it, make a new version (naming the fields that differ), scale o
 `nomad job plan` and `kubectl diff` say. Pure: wire dicts in, a plan out.
 
 A definition is every field of DesiredLRPCreate except those that never make a version (the contract of
-PUT /v1/desired_lrps/{guid}): the guid, `instances` and `on_cell_loss` (a scale), and labels or
-annotations should the model have them.
+PUT /v1/desired_lrps/{guid}): the guid, `instances`, `on_cell_loss` and `exec_enabled` (a scale), and
+labels or annotations should the model have them.
 
 An app with an `image` cannot be planned exactly: whether its tag names another digest now only the BBS
 finds out (bbs/images.py), and what the image's config filled in (command, env, ports, stack) is not in
@@ -20,8 +20,9 @@ from typing import Any, Literal
 
 from common.models import DesiredLRPCreate
 
-NOT_DEFINITION = frozenset({"process_guid", "instances", "on_cell_loss", "labels", "annotations"})
-SCALE_FIELDS = ("instances", "on_cell_loss")
+NOT_DEFINITION = frozenset({"process_guid", "instances", "on_cell_loss", "labels", "annotations",
+                            "exec_enabled"})
+SCALE_FIELDS = ("instances", "on_cell_loss", "exec_enabled")
 Action = Literal["create", "update", "scale", "nothing"]
 MASKED = "***"  # an env value the BBS hid from this caller (bbs/redact.py)
 

@@ -64,6 +64,8 @@ def change_app(client: AppChanger, wanted: DesiredLRPCreate, current: DesiredLRP
     from common.models import DesiredLRPUpdate
 
     wire = wanted_wire(wanted)
+    if current is not None and "exec_enabled" not in wanted.model_fields_set:
+        wire["exec_enabled"] = current.exec_enabled  # left as it is unless asked (push --no-exec)
     plan = plan_app(wire, None if current is None else current.model_dump(mode="json"))
     guid = wanted.process_guid
     if plan.action == "create":

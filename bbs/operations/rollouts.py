@@ -131,6 +131,7 @@ class Rollouts:
                 merged = {**given}
                 merged.setdefault("instances", record.instances)
                 merged.setdefault("on_cell_loss", record.on_cell_loss)
+                merged.setdefault("exec_enabled", record.definition.get("exec_enabled", True))
             else:
                 base = dict(current)
                 if "artifacts" in given and "source_blob" not in given:
@@ -144,6 +145,7 @@ class Rollouts:
             new_version = definition_of(new) != definition_of(current)
             scale = body.instances != record.instances
             policy = body.on_cell_loss != record.on_cell_loss
+            policy = policy or body.exec_enabled != record.definition.get("exec_enabled", True)
             if not (new_version or scale or policy):
                 return {"desired_lrp": record.to_wire(), "new_version": False, "rollout": None}
             if body.instances > record.instances:
@@ -158,7 +160,7 @@ class Rollouts:
                 await tx.insert_version(VersionRecord(process_guid, record.version, now, new))
             else:
                 record.definition = {**record.definition, "instances": body.instances,
-                                     "on_cell_loss": body.on_cell_loss}
+                                     "on_cell_loss": body.on_cell_loss, "exec_enabled": body.exec_enabled}
             record.mod_index += 1
             await tx.update_desired(record, definition_changed=new_version)
             wire = record.to_wire()
@@ -319,9 +321,10 @@ class Rollouts:
     async def revert(
         self, tx: Tx, record: DesiredRecord, version: VersionRecord, effects: Effects, now: float
     ) -> None:
-        """Make `version` the desired LRP's definition again (instances and cell-loss policy kept)."""
+        """Make `version` the desired LRP's definition again (instances, cell-loss policy and exec kept)."""
         record.definition = cast(DesiredDefinition, {
-            **version.definition, "instances": record.instances, "on_cell_loss": record.on_cell_loss})
+            **version.definition, "instances": record.instances, "on_cell_loss": record.on_cell_loss,
+            "exec_enabled": record.definition.get("exec_enabled", True)})
         record.version = version.version
         record.mod_index += 1
         await tx.update_desired(record, definition_changed=True)

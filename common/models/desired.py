@@ -62,6 +62,8 @@ class DesiredLRPCreate(PlacementFields):
     artifacts: Artifacts = Field(default_factory=list)
     # Run in this OCI image by a cell whose executor runs images (common/models/image.py).
     image: Image | None = None
+    # `vendue exec` into its instances (docs/exec.md); not part of the definition: toggling it rolls nothing.
+    exec_enabled: bool = True
 
     @model_validator(mode="after")
     def _source_blob_from_artifacts(self) -> DesiredLRPCreate:
@@ -80,7 +82,8 @@ class DesiredLRPCreate(PlacementFields):
 
 # The fields of a DesiredLRPCreate that are not its definition: changing them makes no new version (a scale,
 # a cell-loss policy). Everything else defines how an instance runs (docs/rollouts.md).
-DEFINITION_EXCLUDED = frozenset({"process_guid", "instances", "on_cell_loss", "annotations", "labels"})
+DEFINITION_EXCLUDED = frozenset({"process_guid", "instances", "on_cell_loss", "annotations", "labels",
+                                 "exec_enabled"})
 
 
 class DesiredLRP(DesiredLRPCreate):
@@ -103,6 +106,7 @@ class DesiredLRPReplace(DesiredLRPCreate):
 class DesiredLRPUpdate(Strict):
     instances: int | None = Field(default=None, ge=0, le=10_000)
     on_cell_loss: OnCellLoss | None = None
+    exec_enabled: bool | None = None
     # Optimistic update: when given, the update applies only if the tag still matches (else 409).
     modification_tag: ModificationTag | None = None
 
