@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import statistics
 import sys
 import tempfile
@@ -121,7 +122,7 @@ def summary(rounds: list[dict[str, Any]], instances: int) -> dict[str, Any]:
             "crashes": sum(r["crashes"] for r in rounds)}
 
 
-def run(instances: int, rounds: int, timeout: float) -> dict[str, Any]:
+def run(instances: int, rounds: int, timeout: float, logs: Path | None = None) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="vendue-bench-containers-") as tmp:
         work = Path(tmp)
         with oci_registry(work / "registry") as reg:
@@ -130,12 +131,14 @@ def run(instances: int, rounds: int, timeout: float) -> dict[str, Any]:
                 cell_memory_mb=APP_MEMORY_MB * instances + 1024,
                 cell_disk_mb=APP_DISK_MB * instances + 1024, cell_containers=instances + 10,
                 bbs_args=["--insecure-registry", reg.host],
-                rep_args=["--insecure-registry", reg.host, "--stop-grace", "1"])
+                rep_args=["--insecure-registry", reg.host, "--stop-grace", "1", "--log-level", "debug"])
             cluster.start(timeout=60.0)
             try:
                 return measure(cluster, reg, work, instances, rounds, timeout)
             finally:
                 cluster.stop()
+                if logs is not None:  # the rep's debug lines say what each container's start cost
+                    shutil.copytree(cluster.logs_dir, logs, dirs_exist_ok=True)
 
 
 def measure(cluster: LocalCluster, reg: Registry, work: Path, instances: int, rounds: int,
@@ -170,12 +173,13 @@ def main() -> None:
     parser.add_argument("--instances", type=int, default=100)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--timeout", type=float, default=600.0)
+    parser.add_argument("--logs", type=Path, default=None, help="copy the cluster's logs here")
     args = parser.parse_args()
     problem = containers_problem()
     if problem is not None:
         print(json.dumps({"skipped": problem}))
         return
-    print(json.dumps(run(args.instances, args.rounds, args.timeout), indent=2))
+    print(json.dumps(run(args.instances, args.rounds, args.timeout, args.logs), indent=2))
 
 
 if __name__ == "__main__":
