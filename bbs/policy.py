@@ -75,6 +75,7 @@ POLICY = Policy({
     ("DELETE", "/v1/leases/{name}"): rule("auctioneer", why=LEASE_RULE),
     ("GET", "/v1/leases/{name}"): rule(*STATE_READERS, "rep"),
     ("GET", "/v1/events"): rule(*READ_ROLES),
+    ("GET", "/v1/events/recent"): rule(*READ_ROLES),
     # the dashboard (bbs/dashboard.py): people look; its login link checks its token itself
     ("GET", "/ui"): rule(*READ_ROLES),
     ("GET", "/ui/login"): public(),

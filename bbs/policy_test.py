@@ -105,6 +105,7 @@ SAMPLES: dict[tuple[str, str], tuple[str, Any, dict[str, Any] | None]] = {
     ("DELETE", "/v1/leases/{name}"): ("/v1/leases/auctioneer", None, {"owner": "probe", "token": 1}),
     ("GET", "/v1/leases/{name}"): ("/v1/leases/auctioneer", None, None),
     ("GET", "/v1/events"): ("/v1/events", None, None),
+    ("GET", "/v1/events/recent"): ("/v1/events/recent", None, None),
     ("GET", "/ui"): ("/ui", None, None),
     ("POST", "/v1/tokens"): ("/v1/tokens", {"role": "admin", "name": "probe"}, None),
     ("GET", "/v1/tokens"): ("/v1/tokens", None, None),

@@ -39,6 +39,7 @@ import typer
 from .cli import app
 from .cli_style import FAILURE, USAGE_ERROR, OneLineErrorsCommand, OneLineErrorsGroup, fail, name_flags
 from .cluster_file import read_cluster_file
+from .image_args import CredentialsFileOption, ImageOption, image_field, shown_image
 from .terminal_text import echo, markup, safe_console
 
 # The models, the BBS client (httpx), pydantic and rich are imported where a command runs, not here:
@@ -400,6 +401,8 @@ def push(
     ] = False,
     path: CodePath = None,
     artifact: ArtifactOption = None,
+    image: ImageOption = None,
+    registry_credentials_file: CredentialsFileOption = None,
     wait: Annotated[bool | None, typer.Option(
         "--wait/--no-wait", help="A new app: wait until every instance runs (default: no). An existing "
         "app: wait until its rollout ends, exit 1 if it failed (default: yes).", show_default=False)] = None,
@@ -416,9 +419,9 @@ def push(
     from .push_update import parse_max_in_flight, push_existing, rollout_strategy
     from .ship import code_artifacts
 
-    if not command:
-        fail("command: give the command to run after `--`, e.g. `vendue push web -- python3 app.py`",
-             USAGE_ERROR)
+    if not command and image is None:
+        fail("command: give the command to run after `--`, e.g. `vendue push web -- python3 app.py` (or "
+             "--image REF to run an image's entrypoint)", USAGE_ERROR)
     try:
         in_flight = parse_max_in_flight(max_in_flight)
     except ValueError as exc:
@@ -426,7 +429,9 @@ def push(
     rolls = strategy if strategy in ("rolling", "canary") else "rolling"
     strategy = None if strategy in ("rolling", "canary") else strategy
     fields: dict[str, Any] = {"process_guid": name, "instances": instances, "memory_mb": memory_mb,
-                              "disk_mb": disk_mb, "command": list(command)}
+                              "disk_mb": disk_mb, "command": list(command or [])}
+    if (image_given := image_field(image, registry_credentials_file)) is not None:
+        fields["image"] = image_given
     optional = {"stack": stack, "strategy": strategy, "domain": domain, "on_cell_loss": on_cell_loss}
     fields.update({k: v for k, v in optional.items() if v is not None})
     if no_exec:
@@ -458,7 +463,10 @@ def push(
     if as_json:
         print_json(desired.model_dump(mode="json"))
         return
-    echo(f"pushed {name}: {desired.instances} instance(s) of {' '.join(desired.command)}"
+    what = " ".join(desired.command)
+    if desired.image is not None:
+        what = f"{shown_image(desired.image)}: {what}"
+    echo(f"pushed {name}: {desired.instances} instance(s) of {what}"
          + ("" if wait else f"; see them with `vendue instances {name}`"))
 
 
@@ -613,28 +621,30 @@ INSTANCE_COLUMNS = ("INDEX", "VER", "STATE", "PRESENCE", "CELL", "ZONE", "ADDRES
 # and where that is not enough these are left out, in this order (--json and a wide terminal have them all).
 INSTANCE_KEPT = ("INDEX", "STATE", "CELL", "CPU", "MEM", "DISK")
 INSTANCE_DROPPED = ("PRESENCE", "ZONE", "VER", "ADDRESS", "CRASHES", "SINCE")
+INSTANCE_NUMBERS = ("INDEX", "VER", "CPU")  # right-aligned
 
 
-def instances_table(actuals: Sequence[ActualLRP], title: str, usage: dict[str, dict[str, Any]] | None = None,
-                    width: int | None = None) -> Table:
+def instances_table(actuals: Sequence[ActualLRP], title: str,
+                    usage: dict[str, dict[str, Any]] | None = None) -> Table:
     """`usage`: GET /v1/usage's items by instance guid."""
     from common.models import ActualState, Presence
 
-    from .table_fit import fitted_table
+    from .listing import ListingTable
 
     colours = {ActualState.RUNNING: "green", ActualState.CRASHED: "red"}
     now = datetime.now(UTC)
-    rows = []
+    table = ListingTable(title=title, title_justify="left", keep=INSTANCE_KEPT, drop=INSTANCE_DROPPED)
+    for header in INSTANCE_COLUMNS:
+        table.add_column(header, no_wrap=True, justify="right" if header in INSTANCE_NUMBERS else "left")
     for a in sorted(actuals, key=lambda a: (a.index, a.presence != Presence.ORDINARY)):
         used = (usage or {}).get(a.instance_guid) if a.instance_guid else None
-        rows.append([
+        table.add_row(
             str(a.index), str(a.version), f"[{colours.get(a.state, 'yellow')}]{markup(a.state)}[/]",
             markup(a.presence),
             markup(a.cell_id or "-"), markup(a.zone or "-"), markup(a.address or "-"), age(a.since, now),
             str(a.crash_count), *usage_cells(used), markup(a.placement_error or a.crash_reason),
-        ])
-    return fitted_table(title, INSTANCE_COLUMNS, rows, width or console().width, keep=INSTANCE_KEPT,
-                        drop=INSTANCE_DROPPED, right=("INDEX", "VER", "CPU"))
+        )
+    return table
 
 
 def _usage_by_instance(client: BBSClient, name: str) -> dict[str, dict[str, Any]]:
@@ -826,6 +836,8 @@ def task_run(
     domain: Annotated[str | None, typer.Option("--domain", help="Domain the task belongs to.")] = None,
     path: CodePath = None,
     artifact: ArtifactOption = None,
+    image: ImageOption = None,
+    registry_credentials_file: CredentialsFileOption = None,
     detach: Annotated[bool, typer.Option("--detach", help="Return once the task is accepted.")] = False,
     timeout: Annotated[
         float | None, typer.Option("--timeout", help="Give up waiting after this many seconds.")
@@ -839,10 +851,13 @@ def task_run(
     from .bbs_client import Conflict
     from .ship import code_artifacts
 
-    if not command:
-        fail("command: give the command to run after `--`, e.g. `vendue task run -- echo hi`", USAGE_ERROR)
-    fields: dict[str, Any] = {"task_guid": name or f"task-{uuid.uuid4().hex[:10]}", "command": list(command),
-                              "memory_mb": memory_mb, "disk_mb": disk_mb}
+    if not command and image is None:
+        fail("command: give the command to run after `--`, e.g. `vendue task run -- echo hi` (or --image "
+             "REF to run an image's entrypoint)", USAGE_ERROR)
+    fields: dict[str, Any] = {"task_guid": name or f"task-{uuid.uuid4().hex[:10]}",
+                              "command": list(command or []), "memory_mb": memory_mb, "disk_mb": disk_mb}
+    if (image_given := image_field(image, registry_credentials_file)) is not None:
+        fields["image"] = image_given
     fields.update({k: v for k, v in {"stack": stack, "domain": domain}.items() if v is not None})
     if tags:
         fields["placement_tags"] = list(tags)

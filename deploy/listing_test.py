@@ -62,11 +62,21 @@ def test_a_wide_console_shows_every_column_whole() -> None:
 
 def test_plan_widths_cuts_the_widest_down_to_its_floor_then_leaves_columns_out() -> None:
     # name 10, then 30, 12, 6; 3 per column and 1 for the edge.
-    assert plan_widths([10, 30, 12, 6], [4, 4, 4, 4], 1000, 3, 1) == ([10, 30, 12, 6], 4)
-    assert plan_widths([10, 30, 12, 6], [4, 4, 4, 4], 60, 3, 1) == ([10, 19, 12, 6], 4)  # only the widest cut
-    assert plan_widths([10, 30, 12, 6], [4, 4, 4, 4], 40, 3, 1) == ([10, 6, 6, 5], 4)  # then level by level
-    assert plan_widths([10, 30, 12, 6], [4, 4, 4, 4], 30, 3, 1) == ([10, 5, 5], 3)  # then the rightmost out
-    assert plan_widths([60, 30], [4, 4], 20, 3, 1) == ([60], 1)  # the name never shrinks, even past the edge
+    natural, least = [10, 30, 12, 6], [4, 4, 4, 4]
+    assert plan_widths(natural, least, 1000, 3, 1) == ([10, 30, 12, 6], [0, 1, 2, 3])
+    assert plan_widths(natural, least, 60, 3, 1) == ([10, 19, 12, 6], [0, 1, 2, 3])  # only the widest cut
+    assert plan_widths(natural, least, 40, 3, 1) == ([10, 6, 6, 5], [0, 1, 2, 3])  # then level by level
+    assert plan_widths(natural, least, 30, 3, 1) == ([10, 5, 5], [0, 1, 2])  # then the rightmost out
+    assert plan_widths([60, 30], [4, 4], 20, 3, 1) == ([60], [0])  # the name never shrinks, even past it
+
+
+def test_kept_columns_are_never_cut_and_named_columns_are_left_out_first() -> None:
+    # CELL kept whole; STATE (to drop first) goes before the rightmost columns, before anything is cut
+    # below its floor.
+    assert plan_widths([4, 20, 10, 8, 8], [4, 20, 5, 5, 5], 50, 3, 1, drop_first=[2]) == (
+        [4, 20, 7, 6], [0, 1, 3, 4])
+    assert plan_widths([4, 20, 10, 8, 8], [4, 20, 5, 5, 5], 40, 3, 1, drop_first=[2]) == (
+        [4, 20, 6], [0, 1, 3])
 
 
 def test_a_column_made_to_wrap_wraps_instead_of_losing_its_end() -> None:

@@ -18,7 +18,7 @@ from .fields import (
     PlacementFields,
     Strict,
 )
-from .image import Image
+from .image import Image, command_or_image
 
 
 def _request_path(path: str) -> str:
@@ -51,8 +51,9 @@ class DesiredLRPCreate(PlacementFields):
     process_guid: Guid
     domain: Guid = DEFAULT_DOMAIN
     instances: int = Field(default=1, ge=0, le=10_000)
-    # An LRP with no command could only crash ("has no command") forever: refused when desired.
-    command: Annotated[Command, Field(min_length=1)]
+    # An LRP with no command could only crash ("has no command") forever: refused when desired, unless an
+    # image is given, whose entrypoint and cmd the BBS fills it with (common/models/image.py).
+    command: Command = Field(default_factory=list)
     env: Environment = Field(default_factory=dict)
     ports: list[Annotated[int, Field(ge=1, le=65535)]] = Field(default_factory=lambda: [8080], max_length=16)
     health_check: HealthCheck = Field(default_factory=HealthCheck)
@@ -70,6 +71,12 @@ class DesiredLRPCreate(PlacementFields):
         # the definition names another.
         if self.source_blob is None and self.artifacts:
             self.source_blob = self.artifacts[0].digest
+        return self
+
+    @model_validator(mode="after")
+    def _command_or_image(self) -> DesiredLRPCreate:
+        if not isinstance(self, DesiredLRP):  # as stored and sent between peers: whatever was stored is read
+            command_or_image(type(self).__name__, self.command, self.image)
         return self
 
 
