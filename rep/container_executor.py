@@ -282,8 +282,8 @@ class ContainerExecutor(ProcessExecutor):
         (its namespaces, root filesystem and user), not done yet: refused rather than run on the host's
         filesystem (docs/exec.md)."""
         if instance_guid in self._containers:
-            raise ExecRefused(f"instance {instance_guid} runs in a container (an image): exec into containers "
-                              "is not supported yet")
+            raise ExecRefused(f"instance {instance_guid} runs in a container (an image): exec into "
+                              "containers is not supported yet")
         return await super().open_exec(instance_guid, argv, tty, rows, cols)
 
     def _lrp_ports(self, c: LRPContainer) -> tuple[list[PortMapping], str | None]:
