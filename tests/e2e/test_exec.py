@@ -17,6 +17,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import aiohttp
@@ -163,14 +164,16 @@ def test_refusals_are_one_line_and_run_nothing(cluster: E2ECluster, web: str) ->
     assert refused.code == 1 and "403" in refused.stderr, refused.output
     assert len(refused.stderr.strip().splitlines()) == 1, refused.stderr
 
-    for args, code, words in (
+    cases = (
         ((web, "5", "--", "true"), 2, "no index 5"),
         (("no-such-app", "0", "--", "true"), 2, "not found"),
         ((web, "x", "--", "true"), 2, "INDEX"),
         ((web, "0"), 2, "COMMAND"),
         ((web, "0", "--", "/no/such/program"), 1, "/no/such/program"),
-    ):
-        answer = c.cli("exec", *args)
+    )
+    with ThreadPoolExecutor(len(cases)) as pool:  # independent CLI processes: at once
+        answers = list(pool.map(lambda case: c.cli("exec", *case[0]), cases))
+    for (args, code, words), answer in zip(cases, answers, strict=True):
         assert answer.code == code and words in answer.stderr, (args, answer.output)
         assert len(answer.stderr.strip().splitlines()) == 1, answer.stderr
 
