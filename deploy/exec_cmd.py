@@ -268,6 +268,9 @@ def exec_command(
                 status = asyncio.run(run_exec(candidate, auth, app_name, number, command,
                                               interactive=interactive or tty_mode, tty_mode=tty_mode))
                 break
+            except KeyboardInterrupt:  # Ctrl-C here (no -t): the connection goes, and the command with it
+                status = 130
+                break
             except ExecFailed as exc:
                 failure = exc
                 if not str(exc).startswith("cannot reach"):
