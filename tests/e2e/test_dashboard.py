@@ -176,10 +176,18 @@ def test_the_app_page_shows_the_placement_error_and_the_crash_reason(dashboard: 
 
     d.until(crash_page, f"{crashing}'s page showing its crash reason {reason!r} and its crashes")
     assert d.texts('#app-problems [data-problem="crash"]') == [f"crash: {reason}"]
-    next_restart = d.texts('#app-instances tr[data-index="0"] td')[7]
-    [a] = c.bbs.actuals(crashing)
-    if a["state"] == "CRASHED":  # else restarting at once (its first crashes): nothing pending
-        assert next_restart.startswith(("in ", "due now", "never")), next_restart
+
+    # Its first crashes restart at once; the third waits out a back-off: a crash loop, named with when.
+    def crash_loop() -> bool:
+        row = "document.querySelector('#app-instances tr[data-index=\"0\"]')"
+        state, next_restart = json.loads(d.js(f"JSON.stringify([{row}?.dataset.state, "
+                                              f"{row}?.children[7].textContent])"))
+        looping = "(crash loop, back-off 30s)" in (next_restart or "")
+        return expect(state == "CRASHED" and looping and next_restart.startswith(("in ", "due now")),
+                      f"state {state}, next restart {next_restart!r}")
+
+    d.until(crash_loop, f"{crashing}'s page naming its crash loop and next restart")
+    assert d.js("document.getElementById('app-status').dataset.status") == "crash loop"
     d.screenshot("dashboard-app-crashing.png")
     d.go("#/")
 
