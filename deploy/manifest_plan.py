@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from common.models import DesiredLRPCreate
 
-NOT_DEFINITION = frozenset({"process_guid", "instances", "on_cell_loss", "labels", "annotations"})
+NOT_DEFINITION = frozenset({"process_guid", "instances", "on_cell_loss", "labels", "annotations", "diego"})
 SCALE_FIELDS = ("instances", "on_cell_loss")
 Action = Literal["create", "update", "scale", "nothing"]
 MASKED = "***"  # an env value the BBS hid from this caller (bbs/redact.py)

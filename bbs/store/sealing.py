@@ -20,7 +20,8 @@ from .database import json_dumps
 
 Definition = TypeVar("Definition", DesiredDefinition, TaskDefinition)
 
-SECRET_FIELDS = frozenset({"command", "env"})
+# `diego`: the Diego message a definition was desired with holds its command and env too.
+SECRET_FIELDS = frozenset({"command", "env", "diego"})
 SEALED_COLUMN = "sealed"
 
 

@@ -12,6 +12,7 @@ from .artifact import Artifacts
 from .fields import (
     DEFAULT_DOMAIN,
     Command,
+    DiegoMessage,
     Environment,
     Guid,
     ModificationTag,
@@ -61,6 +62,7 @@ class DesiredLRPCreate(PlacementFields):
     artifacts: Artifacts = Field(default_factory=list)
     # Run in this OCI image by a cell whose executor runs images (common/models/image.py).
     image: Image | None = None
+    diego: DiegoMessage = None
 
     @model_validator(mode="after")
     def _source_blob_from_artifacts(self) -> DesiredLRPCreate:
@@ -73,7 +75,8 @@ class DesiredLRPCreate(PlacementFields):
 
 # The fields of a DesiredLRPCreate that are not its definition: changing them makes no new version (a scale,
 # a cell-loss policy). Everything else defines how an instance runs (docs/rollouts.md).
-DEFINITION_EXCLUDED = frozenset({"process_guid", "instances", "on_cell_loss", "annotations", "labels"})
+DEFINITION_EXCLUDED = frozenset({"process_guid", "instances", "on_cell_loss", "annotations", "labels",
+                                 "diego"})
 
 
 class DesiredLRP(DesiredLRPCreate):
