@@ -374,16 +374,23 @@ def routing_info(lrp: pb.DesiredLRP) -> pb.DesiredLRP:
 def _mask_env(message: Any) -> None:
     """Every env value in `message` (environment variables and run actions, at any depth) `***`."""
     for field, value in message.ListFields():
-        if field.message_type is None:
-            continue
+        if field.message_type is None or field.message_type.GetOptions().map_entry:
+            continue  # no env in a scalar or a map (routes, metric tags)
+        repeated = _repeated(field)
         if field.message_type.name == "EnvironmentVariable":
             for variable in value:
                 variable.value = MASK
-        elif field.label == field.LABEL_REPEATED and not field.message_type.GetOptions().map_entry:
+        elif repeated:
             for item in value:
                 _mask_env(item)
-        elif field.label != field.LABEL_REPEATED:
+        else:
             _mask_env(value)
+
+
+def _repeated(field: Any) -> bool:
+    # protobuf 7 says is_repeated; older runtimes only have the label.
+    repeated = getattr(field, "is_repeated", None)
+    return bool(repeated) if repeated is not None else field.label == field.LABEL_REPEATED
 
 
 def masked_message(text: str, *, task: bool) -> str:
