@@ -272,6 +272,20 @@ class EventHub:
         while self._kept_events - len(self._kept[0].events) >= self.replay_events:
             self._kept_events -= len(self._kept.popleft().events)
 
+    def recent(self, limit: int, wanted: EventFilter = EventFilter()) -> list[dict[str, Any]]:
+        """The last `limit` events kept (and not yet flushed) that `wanted` matches, oldest first: what a
+        client that just came shows of what happened before it (GET /v1/events/recent). Newest batches are
+        read first, so a small limit costs little whatever the number kept."""
+        found: list[dict[str, Any]] = []
+        batches = [*self._kept, *([self._pending] if self._pending is not None else [])]
+        for batch in reversed(batches):
+            for e in reversed(batch.events):
+                if wanted.matches(e):
+                    found.append(e)
+                    if len(found) >= limit:
+                        return found[::-1]
+        return found[::-1]
+
     def _resumable_from(self) -> int:
         """The oldest seq a client may have last seen and still get everything after it."""
         oldest = self._kept[0] if self._kept else self._pending
@@ -314,6 +328,28 @@ class EventHub:
         resync = event(RESYNC, {"last_event_id": last_event_id[:100], "reason": reason})
         resync["id"] = self.last_id
         return sse_text([resync])
+
+    async def follow(self) -> AsyncIterator[list[dict[str, Any]]]:
+        """The events published from now on, a batch at a time, and an empty list every heartbeat_s: for a
+        stream that renders them its own way (bbs/diego/events.py). Ends when the hub closes or drops it."""
+        queue: asyncio.Queue[Batch] = asyncio.Queue(self.queue_chunks)
+        if self._closed:
+            return
+        self._subscribers.add(queue)
+        seen = self._seq
+        try:
+            while True:
+                try:
+                    batch = await asyncio.wait_for(queue.get(), timeout=self.heartbeat_s)
+                except TimeoutError:
+                    yield []
+                    continue
+                if batch is _CLOSED:
+                    return
+                yield batch.events[max(0, seen - batch.first + 1):]
+                seen = max(seen, batch.last)
+        finally:
+            self._unsubscribe(queue)
 
     async def stream(self, max_subscribers: int | None = None, wanted: EventFilter = EventFilter(),
                      last_event_id: str | None = None, gzip: bool = False) -> AsyncIterator[memoryview]:

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 from common.models import TaskCompletion
 
-from .executor import Executor, ExecutorListener, LRPContainer, TaskContainer
+from .executor import ExecRefused, ExecSession, Executor, ExecutorListener, LRPContainer, TaskContainer
 from .reports import HostPort, Port
 
 log = logging.getLogger("rep.sim")
@@ -52,6 +52,10 @@ class _SimTask:
 
 
 class SimExecutor(Executor):
+    async def open_exec(self, instance_guid: str, argv: list[str], tty: bool, rows: int,
+                        cols: int) -> ExecSession:
+        raise ExecRefused("a simulated instance runs no process: exec needs a cell with the process executor")
+
     def __init__(
         self,
         *,
