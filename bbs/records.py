@@ -111,6 +111,7 @@ class DesiredDefinition(TypedDict, total=False):
     ingress_ip: bool
     devices: list[dict[str, Any]]
     affinity: list[dict[str, Any]]
+    diego: str | None  # the Diego message it was desired with (bbs/diego), sealed with command and env
 
 
 class TaskDefinition(TypedDict, total=False):
@@ -127,6 +128,7 @@ class TaskDefinition(TypedDict, total=False):
     volume_drivers: list[str]
     artifacts: list[dict[str, Any]]
     completion_callback_url: str | None
+    diego: str | None  # the Diego message it was desired with (bbs/diego), sealed with command and env
 
 
 class ResourcesData(TypedDict):

@@ -87,7 +87,7 @@ def raw_terminal(fd: int) -> Iterator[None]:
         yield
         return
     saved = termios.tcgetattr(fd)
-    tty.setraw(fd)
+    tty.setraw(fd, termios.TCSANOW)  # not TCSAFLUSH: what was typed meanwhile still goes to the command
     try:
         yield
     finally:

@@ -46,13 +46,13 @@ from common.procutil import child_preexec, free_port
 
 from . import cni
 from .cgroups import InstanceCgroup, parse_mountinfo, parse_proc_cgroup
-from .executor import ExecutorListener, LRPContainer, TaskContainer
+from .executor import ExecRefused, ExecSession, ExecutorListener, LRPContainer, TaskContainer
 from .image_store import ImageStore
 from .isolation import rep_key
 from .log_stream import Origin
 from .oci_spec import BindMount, ContainerSpec, runtime_spec
 from .output_log import OutputLog
-from .process_executor import DEFAULT_PATH, ProcessExecutor, _Child
+from .process_executor import DEFAULT_PATH, ProcessExecutor, _Child, exit_reason
 
 log = logging.getLogger("rep.container")
 
@@ -177,10 +177,10 @@ def _prepare_rootfs(lower: Path, directory: Path, cwd: str, uid: int, gid: int) 
                 f"lowerdir={lower},upperdir={upper},workdir={work}")
     for point in ("proc", "dev", "etc"):
         (rootfs / point).mkdir(mode=0o755, exist_ok=True)
-    tmp = rootfs / "tmp"
+    tmp = rootfs / "tmp"  # writable by anyone, as apps expect (a chmod through the overlay copies it up)
     if not tmp.is_dir():
         tmp.mkdir()
-        tmp.chmod(0o1777)
+    tmp.chmod(0o1777)
     for name in ("hosts", "resolv.conf", "hostname"):
         target = rootfs / "etc" / name
         if not target.exists() and not target.is_symlink():
@@ -276,6 +276,16 @@ class ContainerExecutor(ProcessExecutor):
             self._containers[container.task_guid] = _Container(image, self._container_id(container.task_guid))
         super().run_task(container, listener)
 
+    async def open_exec(self, instance_guid: str, argv: list[str], tty: bool, rows: int,
+                        cols: int) -> ExecSession:
+        """An instance without an image: the process executor's. In a container it would be `runc exec`
+        (its namespaces, root filesystem and user), not done yet: refused rather than run on the host's
+        filesystem (docs/exec.md)."""
+        if instance_guid in self._containers:
+            raise ExecRefused(f"instance {instance_guid} runs in a container (an image): exec into "
+                              "containers is not supported yet")
+        return await super().open_exec(instance_guid, argv, tty, rows, cols)
+
     def _lrp_ports(self, c: LRPContainer) -> tuple[list[PortMapping], str | None]:
         ctr = self._containers.get(c.instance_guid)
         if ctr is None:
@@ -338,7 +348,7 @@ class ContainerExecutor(ProcessExecutor):
         output = OutputLog(sandbox.directory, self.log_cap_bytes)
         try:
             proc = await asyncio.create_subprocess_exec(
-                self.runtime.path, "--root", str(self.runc_root), "run", "--bundle", str(bundle),
+                self.runtime.path, "--root", str(self.runc_root), "run", "--keep", "--bundle", str(bundle),
                 ctr.container_id,
                 cwd=bundle, env={"PATH": DEFAULT_PATH}, stdin=subprocess.DEVNULL,
                 stdout=output.writer, stderr=output.stderr_writer, start_new_session=True,
@@ -376,13 +386,23 @@ class ContainerExecutor(ProcessExecutor):
             if loop.time() > kill_deadline:
                 os.kill(proc.pid, signal.SIGKILL)  # runc itself would not end: its container is dead
                 await proc.wait()
+        await self._runtime(["delete", "--force", ctr.container_id])  # its cgroup, before the instance's
         if child.sandbox.cgroup is not None:
             await child.sandbox.cgroup.kill()
 
     async def _exited(self, child: _Child, returncode: int) -> str:
-        if child.guid in self._containers and returncode > 128:
+        ctr = self._containers.get(child.guid)
+        if ctr is None:
+            return await super()._exited(child, returncode)
+        if returncode > 128:
             returncode = -(returncode - 128)  # runc's 128+N: the container's init was killed by signal N
-        return await super()._exited(child, returncode)
+        # cgroup v1 counts an OOM kill in the victim's own cgroup: runc's, kept (`run --keep`) until now.
+        oom = ctr.inner is not None and ctr.inner.oom_kills() > 0
+        await self._runtime(["delete", "--force", ctr.container_id])  # its cgroup, before the instance's
+        reason = await super()._exited(child, returncode)
+        if oom and reason == exit_reason(returncode):
+            reason = f"out of memory ({reason})"
+        return reason
 
     def _kill_now(self, child: _Child) -> None:
         ctr = self._containers.get(child.guid)

@@ -267,7 +267,7 @@ def container_executor(settings: RepSettings, cell_id: str, cache: ArtifactCache
     key = rep_key(settings.data_dir)
     network = cni.Network(name=f"vendue-{key}", bridge=f"vd{key[:10]}", subnet=settings.container_subnet,
                           ipam_dir=Path(settings.data_dir) / cell_id / "cni",
-                          egress=settings.container_egress == "allow")
+                          egress=settings.container_egress == "allow", plugin_dir=settings.cni_path)
     images = ImageStore(cache, insecure_registries=tuple(settings.insecure_registries),
                         registry_ca=settings.registry_ca)
     return ContainerExecutor(settings.data_dir, cell_id, runtime=runtime, network=network, images=images,

@@ -92,6 +92,8 @@ class RepSettings(TLSOptions, RequestLimitOptions, BaseSettings):
     insecure_registries: list[str] = Field(
         default_factory=list, description="Container executor: a registry HOST:PORT pulled from over plain "
         "http, repeatable.", json_schema_extra={"flag": "--insecure-registry"})
+    cni_path: Path = Field(default=Path("/usr/lib/cni"), description="Container executor: where the CNI "
+                           "plugins' binaries are (bridge, host-local, portmap, loopback).")
     registry_ca: Path | None = Field(default=None, description="Container executor: a CA bundle (PEM) "
                                      "trusted, beside the system's, for registries over https.")
     cells: int = Field(default=1, ge=1, description="Sim: simulated cells in this process.")

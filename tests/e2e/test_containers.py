@@ -32,7 +32,7 @@ from tests.support.oci_registry import (
     tools_missing,
 )
 
-from .conftest import E2ECluster, app_processes, expect, wait_for
+from .conftest import E2ECluster, all_running, app_processes, expect, hold_for, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 
@@ -143,19 +143,26 @@ def test_a_container_sees_only_itself(
         assert httpx.get(f"http://127.0.0.1:{port}/", timeout=5).text == "host secret\n", "it answers"
         c = container_cluster(make_cluster, reg, 1, 1)
         probe = c.guid("probe")
-        script = (f"ps -o pid,user,args > /tmp/ps.txt; cat {marker} > /tmp/marker.txt 2>&1; "
-                  f"wget -q -T 3 -O /tmp/loop.txt http://127.0.0.1:{port}/ > /tmp/loop-err.txt 2>&1; "
-                  "id -u > /tmp/uid.txt; echo done > /tmp/done.txt; exec httpd -f -p $PORT -h /tmp")
+        # Once its httpd serves: its own server through its loopback (the control), then the host's.
+        script = (f"/bin/busybox ps -o pid,user,args > /tmp/ps.txt; cat {marker} > /tmp/marker.txt 2>&1; "
+                  "id -u > /tmp/uid.txt; echo self > /tmp/self.txt; "
+                  "(sleep 1; wget -q -O /tmp/control.txt http://127.0.0.1:$PORT/self.txt; "
+                  f"wget -q -O - http://127.0.0.1:{port}/ > /tmp/loop.txt 2>&1; echo $? > /tmp/done.txt) & "
+                  "exec httpd -f -p $PORT -h /tmp")
         desire_image(c, reg, digest, probe, 1, script)
         (a,) = wait_for(lambda: running(c, probe, 1), 120, "the probe RUNNING")
-        seen = {name: fetch(a["address"], f"/{name}.txt") for name in ("ps", "marker", "uid", "done")}
+        print(c.cli("logs", probe).output)  # shown when the test fails
+        done = wait_for(lambda: fetch(a["address"], "/done.txt"), 30, "the probe's tries done")
+        names = ("ps", "marker", "uid", "control", "loop")
+        seen = {name: fetch(a["address"], f"/{name}.txt") for name in names}
         lines = [line for line in seen["ps"].splitlines()[1:] if line.strip()]
-        # its own processes alone: the shell that became httpd (pid 1) and the ps itself
+        # its own processes alone: the shell (pid 1, later httpd) and the ps itself
         assert [line.split()[0] for line in lines] == ["1", lines[1].split()[0]], seen["ps"]
+        assert len(lines) == 2, seen["ps"]
         assert "host only" not in seen["marker"], seen["marker"]
         assert seen["uid"].strip() == "0", "the container's root inside"
-        with pytest.raises(httpx.HTTPStatusError):
-            fetch(a["address"], "/loop.txt")  # wget could not even connect: nothing was written
+        assert seen["control"] == "self\n", "its own loopback answers"
+        assert done.strip() != "0" and "host secret" not in seen["loop"], (done, seen["loop"])
         pids = app_processes(probe)
         assert pids and all(uid_of(pid) != 0 for group in pids.values() for pid in group), pids
     finally:
@@ -171,7 +178,7 @@ def test_out_of_memory_and_disk_quota(
     c = container_cluster(make_cluster, reg, 1, 1)
     assert c.bbs is not None
     greedy = c.guid("greedy")
-    desire_image(c, reg, digest, greedy, 1, "x=$(cat /dev/zero); sleep 600", memory_mb=32,
+    desire_image(c, reg, digest, greedy, 1, "x=$(/bin/busybox yes); sleep 600", memory_mb=32,
                  health_check={"type": "process"})
 
     def crashed() -> str:
@@ -218,3 +225,99 @@ def test_a_rep_killed_and_restarted_leaves_nothing_of_its_containers(
         assert fetch(a["address"]) == INDEX_TEXT
     c.lc.stop()
     assert container_leftovers(data_dir) == [], "a cluster stopped leaves nothing"
+
+
+@containers
+def test_pull_failures_crash_the_instance_with_the_reason_and_credentials_over_tls_pull(
+    make_cluster: Callable[..., E2ECluster], tmp_path: Path,
+) -> None:
+    with oci_registry(tmp_path / "private", tls=True, users={"alice": "s3cret"}) as reg:
+        layout = build_image(tmp_path / "layout", "web", **HTTPD_IMAGE)
+        digest = reg.push(layout, "web", "team/web", "1")
+        assert reg.ca is not None
+        c = make_cluster(cells=1, zones=1, executor="container", container_subnets=free_subnets(1),
+                         rep_args=["--registry-ca", str(reg.ca), "--stop-grace", "1"])
+        assert c.bbs is not None
+
+        def crash_reason(guid: str) -> str:
+            actuals = c.bbs.actuals(guid) if c.bbs else []
+            reasons = [a.get("crash_reason") for a in actuals if a.get("crash_count")]
+            return expect(reasons and reasons[0], [(a["state"], a.get("crash_reason")) for a in actuals])
+
+        cases = {
+            "missing": ("sha256:" + "0" * 64, {"username": "alice", "password": "s3cret"}, "not found"),
+            "refused": (digest, {"username": "alice", "password": "wrong"}, "credentials refused"),
+        }
+        for name, (wanted, credentials, why) in cases.items():
+            guid = c.guid(name)
+            desire_image(c, reg, wanted, guid, 1, image={"ref": f"{reg.host}/team/web:1", "digest": wanted,
+                                                         "credentials": credentials})
+            reason = wait_for(lambda g=guid: crash_reason(g), 120, f"the {name} image's instance CRASHED")
+            assert reason.startswith(f"image {reg.host}/team/web@") and why in reason, reason
+
+        good = c.guid("good")
+        alice = {"username": "alice", "password": "s3cret"}
+        desire_image(c, reg, digest, good, 1,
+                     image={"ref": f"{reg.host}/team/web:1", "digest": digest, "credentials": alice})
+        (a,) = wait_for(lambda: running(c, good, 1), 120, "the private image RUNNING")
+        assert fetch(a["address"]) == INDEX_TEXT
+
+
+@containers
+def test_a_task_runs_in_its_image_and_work_without_an_image_runs_beside(
+    make_cluster: Callable[..., E2ECluster], registry: tuple[Registry, str],
+) -> None:
+    reg, digest = registry
+    c = container_cluster(make_cluster, reg, 1, 1)
+    assert c.bbs is not None
+    task = c.guid("task")
+    c.bbs.create_task(task, ["/bin/sh", "-c", "cat /www/index.html; id -u"], stack="docker",
+                      image={"ref": f"{reg.host}/team/web:1", "digest": digest})
+    done = wait_for(lambda: expect((t := c.bbs.task(task) if c.bbs else {})["state"] == "COMPLETED" and t,
+                                   "not completed"), 120, "the task COMPLETED")
+    assert not done["failed"] and done["result"] == INDEX_TEXT + "0\n", done
+
+    plain = c.guid("plain")
+    c.bbs.desire(plain, 1)  # APP_COMMAND, no image: a process on the container cell
+    wait_for(lambda: all_running(c.bbs, plain, 1), 120, "the app without an image RUNNING")
+
+
+@containers
+def test_egress_denied_per_cell(
+    make_cluster: Callable[..., E2ECluster], registry: tuple[Registry, str],
+) -> None:
+    """cell-0 denies egress, cell-1 allows it: a container on each tries the web container on the other
+    (beyond its own bridge, through the host: all traffic stays in namespaces this test made)."""
+    reg, digest = registry
+    c = container_cluster(make_cluster, reg, 2, 2)
+    c.lc.kill("cell-0", signal.SIGKILL)
+    c.lc._component("cell-0").args.extend(["--container-egress", "deny"])
+    c.lc.restart("cell-0", timeout=60)
+    assert c.bbs is not None
+    web = c.guid("web")
+    desire_image(c, reg, digest, web, 2)
+    up = wait_for(lambda: running(c, web, 2), 120, "2 RUNNING web instances")
+    ips = {a["cell_id"]: _container_ip(a["instance_guid"]) for a in up}
+    assert set(ips) == {"cell-0", "cell-1"}, ips
+
+    probe = c.guid("probe")
+    # busybox wget has no working timeout (-T crashes it): in the background, while httpd serves.
+    script = (f'if [ "$CELL_ID" = cell-0 ]; then other={ips["cell-1"]}; else other={ips["cell-0"]}; fi; '
+              "(wget -q -O - http://$other:8080/ > /tmp/got.txt 2> /tmp/err.txt) & "
+              "exec httpd -f -p $PORT -h /tmp")
+    desire_image(c, reg, digest, probe, 2, script)
+    probes = {a["cell_id"]: a for a in wait_for(lambda: running(c, probe, 2), 120, "2 RUNNING probes")}
+    assert set(probes) == {"cell-0", "cell-1"}, probes
+    wait_for(lambda: expect(fetch(probes["cell-1"]["address"], "/got.txt") == INDEX_TEXT, "nothing yet"), 30,
+             "cell-1's container fetched from cell-0's: egress allowed")
+    hold_for(lambda: expect(fetch(probes["cell-0"]["address"], "/got.txt") == "", "it fetched"), 3.0,
+             "cell-0's container fetches nothing: egress denied")
+
+
+def _container_ip(instance_guid: str) -> str:
+    for ns in Path("/var/run/netns").iterdir():
+        if ns.name.endswith(instance_guid):
+            out = subprocess.run(["ip", "-n", ns.name, "-4", "-o", "addr", "show", "eth0"],
+                                 capture_output=True, text=True).stdout
+            return out.split()[3].split("/")[0]
+    raise AssertionError(f"no network namespace for {instance_guid}")
