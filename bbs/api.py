@@ -41,6 +41,9 @@ from .routes import (
     tokens,
     usage,
 )
+from .routes import (
+    exec as exec_route,
+)
 from .store.database import database_unavailable
 
 log = logging.getLogger("bbs.api")
@@ -66,6 +69,7 @@ ROUTERS: tuple[APIRouter, ...] = (
     auctions.router,
     tasks.router,
     logs.router,
+    exec_route.router,
     cells.router,
     rebalancing.router,
     cells.removal,

@@ -9,6 +9,7 @@ from .cell_loss import CellLossConfig
 from .convergence import ConvergenceConfig
 from .events import EventHub
 from .explanations import Explanations
+from .images import ImagePinner
 from .metrics import BBSMetrics
 from .operations.actual_lrps import ActualLRPs
 from .operations.auctions import Auctions
@@ -45,6 +46,7 @@ class BBS:
             max_restarts=settings.max_restarts,
             reset_after=settings.crash_reset_after,
         )
+        self.images = ImagePinner(settings.insecure_registry, settings.registry_ca, settings.registry_timeout)
         self.desired_lrps = DesiredLRPs(self.uow)
         self.actual_lrps = ActualLRPs(self.uow, policy)
         self.auctions = Auctions(self.uow, Explanations(settings.max_explanations))
@@ -56,7 +58,7 @@ class BBS:
         self.blobs = Blobs(self.uow)
         self.rebalancer = Rebalancer(self.uow)  # the moves this replica carries out
         self.rebalancing = Rebalancing(self.uow, self.rebalancer)
-        self.rollouts = Rollouts(self.uow)
+        self.rollouts = Rollouts(self.uow, self.images)
         self.rollout_driver = RolloutDriver(self.uow, self.rollouts)  # runs on the convergence leader
         self.convergence = Convergence(self.uow, ConvergenceConfig(
             stale_unclaimed=settings.stale_unclaimed,

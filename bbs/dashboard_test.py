@@ -107,3 +107,12 @@ def test_the_page_is_self_contained() -> None:
     assert "<script>" in page and "<style>" in page
     assert not re.search(r"<(script|link|img|iframe)[^>]+(src|href)=", page), "the page loads another file"
     assert not re.search(r"https?://", page), "the page names another site"
+
+
+def test_the_page_never_parses_text_as_html() -> None:
+    """Whatever an app or a cell said (a crash reason, a task's result) goes in as text nodes: the page has
+    no way of making markup from a string (tests/e2e/test_dashboard.py shows a result holding an <img>)."""
+    page = dashboard_page()
+    for sink in (r"\.innerHTML\s*=", r"\.outerHTML\s*=", r"insertAdjacentHTML", r"document\.write",
+                 r"createContextualFragment", r"DOMParser", r"\beval\(", r"new Function"):
+        assert not re.search(sink, page), f"the page uses {sink}"

@@ -272,6 +272,20 @@ class EventHub:
         while self._kept_events - len(self._kept[0].events) >= self.replay_events:
             self._kept_events -= len(self._kept.popleft().events)
 
+    def recent(self, limit: int, wanted: EventFilter = EventFilter()) -> list[dict[str, Any]]:
+        """The last `limit` events kept (and not yet flushed) that `wanted` matches, oldest first: what a
+        client that just came shows of what happened before it (GET /v1/events/recent). Newest batches are
+        read first, so a small limit costs little whatever the number kept."""
+        found: list[dict[str, Any]] = []
+        batches = [*self._kept, *([self._pending] if self._pending is not None else [])]
+        for batch in reversed(batches):
+            for e in reversed(batch.events):
+                if wanted.matches(e):
+                    found.append(e)
+                    if len(found) >= limit:
+                        return found[::-1]
+        return found[::-1]
+
     def _resumable_from(self) -> int:
         """The oldest seq a client may have last seen and still get everything after it."""
         oldest = self._kept[0] if self._kept else self._pending

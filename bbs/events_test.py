@@ -301,3 +301,19 @@ def test_the_replay_buffer_keeps_about_replay_events() -> None:
         hub.publish([event("task_changed", {"task_guid": f"t{i}-{j}"}) for j in range(7)])
     kept = sum(len(batch.events) for batch in hub._kept)
     assert 100 <= kept < 100 + 7, kept  # whole batches: at least the bound, less than one batch more
+
+
+async def test_recent_gives_the_last_kept_events_that_match_oldest_first() -> None:
+    hub = EventHub(replay_events=6, flush_s=0)  # each publish a batch of its own, kept at once
+    assert hub.recent(10) == []
+    for i in range(5):  # 10 events, the last 6 kept
+        guid = {"task_guid": f"t{i}"}
+        hub.publish([event("task_changed", guid), event("task_removed", guid)])
+    hub.flush_s = 60
+    hub.publish([event("actual_lrp_changed", {"process_guid": "web", "cell_id": "c1"})])  # not flushed yet
+    newest = hub.recent(3)
+    assert [e["id"].rsplit("-", 1)[1] for e in newest] == ["9", "10", "11"], newest
+    removed = hub.recent(100, EventFilter(types=frozenset({"task_removed"})))
+    assert [e["data"]["task_guid"] for e in removed] == ["t2", "t3", "t4"], "only what was kept, in order"
+    assert [e["type"] for e in hub.recent(100, EventFilter(app="web"))] == ["actual_lrp_changed"]
+    assert hub.recent(100, EventFilter(cell="c2")) == []

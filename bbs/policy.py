@@ -54,6 +54,9 @@ POLICY = Policy({
     # instances' and tasks' output: whatever an app printed, its secrets too (docs/security.md)
     ("GET", "/v1/logs/{process_guid}"): rule("admin", why="logs can hold an app's secrets"),
     ("GET", "/v1/tasks/{task_guid}/logs"): rule("admin", why="logs can hold a task's secrets"),
+    # a WebSocket (docs/exec.md): a command run as the app, with its environment and its secrets
+    ("GET", "/v1/desired_lrps/{process_guid}/instances/{index}/exec"): rule(
+        "admin", why="a command in an instance runs as the app, with its secrets"),
     # the reps' reports: each only for the cells in its certificate (require_cells in the handler)
     ("PUT", "/v1/cells"): rule("rep", why="a rep reports for the cells in its certificate"),
     ("POST", "/v1/lifecycle"): rule("rep", why="a rep reports for the cells in its certificate"),
@@ -72,6 +75,7 @@ POLICY = Policy({
     ("DELETE", "/v1/leases/{name}"): rule("auctioneer", why=LEASE_RULE),
     ("GET", "/v1/leases/{name}"): rule(*STATE_READERS, "rep"),
     ("GET", "/v1/events"): rule(*READ_ROLES),
+    ("GET", "/v1/events/recent"): rule(*READ_ROLES),
     # the dashboard (bbs/dashboard.py): people look; its login link checks its token itself
     ("GET", "/ui"): rule(*READ_ROLES),
     ("GET", "/ui/login"): public(),

@@ -52,6 +52,9 @@ SAMPLES: dict[tuple[str, str], tuple[str, Any, dict[str, Any] | None]] = {
     ("GET", "/v1/desired_lrps/{process_guid}"): ("/v1/desired_lrps/web", None, None),
     ("PATCH", "/v1/desired_lrps/{process_guid}"): ("/v1/desired_lrps/web", {"instances": 2}, None),
     ("DELETE", "/v1/desired_lrps/{process_guid}"): ("/v1/desired_lrps/web", None, None),
+    # a WebSocket: a plain GET is judged by its row, then answered 404 (tests/e2e/test_exec.py upgrades)
+    ("GET", "/v1/desired_lrps/{process_guid}/instances/{index}/exec"): (
+        "/v1/desired_lrps/web/instances/0/exec", None, None),
     ("PUT", "/v1/desired_lrps/{process_guid}"): ("/v1/desired_lrps/web", {"command": ["sleep", "9"]}, None),
     ("GET", "/v1/desired_lrps/{process_guid}/rollout"): ("/v1/desired_lrps/web/rollout", None, None),
     ("GET", "/v1/desired_lrps/{process_guid}/rollouts"): ("/v1/desired_lrps/web/rollouts", None, None),
@@ -103,6 +106,7 @@ SAMPLES: dict[tuple[str, str], tuple[str, Any, dict[str, Any] | None]] = {
     ("DELETE", "/v1/leases/{name}"): ("/v1/leases/auctioneer", None, {"owner": "probe", "token": 1}),
     ("GET", "/v1/leases/{name}"): ("/v1/leases/auctioneer", None, None),
     ("GET", "/v1/events"): ("/v1/events", None, None),
+    ("GET", "/v1/events/recent"): ("/v1/events/recent", None, None),
     ("GET", "/ui"): ("/ui", None, None),
     ("POST", "/v1/tokens"): ("/v1/tokens", {"role": "admin", "name": "probe"}, None),
     ("GET", "/v1/tokens"): ("/v1/tokens", None, None),
@@ -181,7 +185,8 @@ async def test_every_route_has_a_row_and_every_row_a_route_and_a_sample(tmp_path
     async with running_bbs(BBSSettings(data_dir=tmp_path), converge=False) as bbs:
         app = create_app(bbs, insecure=False)
     assert POLICY.missing(app.router.routes) == []
-    served = {(method, route.path) for route in app.router.routes for method in getattr(route, "methods", ())}
+    served = {(method, route.path) for route in app.router.routes
+              for method in getattr(route, "methods", None) or ("GET",)}
     stale = [row for row in POLICY.rows if row not in served]
     assert stale == [], f"rows for routes the BBS does not serve: {stale}"
     unsampled = [row for row, rule in POLICY.rows.items() if not rule.public and row not in SAMPLES]

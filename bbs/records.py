@@ -95,6 +95,7 @@ class DesiredDefinition(TypedDict, total=False):
     ports: list[int]
     health_check: HealthCheckData
     on_cell_loss: Literal["reschedule", "keep-replicas"]
+    exec_enabled: bool
     # common.models.PlacementFields: what the placement engine reads (placement/wire.py)
     memory_mb: int
     disk_mb: int

@@ -119,6 +119,7 @@ async def running_bbs(
         await bbs.rollout_driver.stop()
         await converger.stop()
         await bbs.convergence.probes.close()
+        await bbs.images.close()
         with contextlib.suppress(TimeoutError):
             await outbound.drain(DRAIN_TIMEOUT_S)
         await outbound.close()

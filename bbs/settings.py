@@ -87,6 +87,14 @@ class BBSSettings(BaseSettings, TLSOptions, RequestLimitOptions, QuotaOptions):
     callback_ca: Path | None = Field(default=None, description="CA bundle https completion callbacks are "
                                      "verified against (default: the system's trust store).")
 
+    # Images (bbs/images.py): the registries desired LRPs and tasks name are asked over https, verified
+    # against the system's trust store plus --registry-ca; plain http only for those listed insecure.
+    insecure_registry: list[str] = Field(default_factory=list, description="A registry (HOST:PORT) asked "
+                                         "over plain http, not https (repeatable).")
+    registry_ca: Path | None = Field(default=None, description="CA bundle registries' certificates are "
+                                     "verified against, besides the system's trust store.")
+    registry_timeout: float = Field(default=10.0, gt=0, description="Seconds per call to an image registry.")
+
     # Convergence and the restart policy (Diego's defaults in docs/architecture.md, all configurable).
     convergence_interval: float = Field(default=5.0, gt=0, description="Seconds between convergence runs.")
     presence_ttl: float = Field(default=10.0, gt=0, description="Cell presence TTL, seconds.")

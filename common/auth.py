@@ -30,8 +30,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from fastapi import HTTPException, Request
-from starlette.routing import Match, Route
+from starlette.routing import Match, Route, WebSocketRoute
 from starlette.types import ASGIApp, Receive, Scope, Send
+from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 
 from .models import TOKEN_ROLES, TokenIdentity
 from .serving import ConnectionProtocol
@@ -70,12 +71,40 @@ class PeerCertProtocol(ConnectionProtocol):
         self.scope[TLS_SCOPE_KEY] = self._peer_der  # type: ignore[literal-required]
 
 
+WEBSOCKET_LOG = logging.getLogger("uvicorn.websocket")
+WEBSOCKET_LOG.setLevel(logging.WARNING)
+
+
+class PeerCertWebSocketProtocol(WebSocketsSansIOProtocol):
+    """uvicorn's WebSocket protocol (the `websockets` library's, sans-I/O), which an upgraded connection
+    (`vendue exec`) is handed to: the client certificate goes into its scope as into an HTTP request's, so
+    the middleware authorizes the upgrade as any request."""
+
+    _peer_der: bytes | None = None
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # uvicorn logs each upgrade's path and query at info ("WebSocket /...?argv=... [accepted]"): a
+        # command's arguments, which may hold secrets, would reach the log. Its warnings and errors only.
+        self.logger = WEBSOCKET_LOG
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        ssl_object = transport.get_extra_info("ssl_object")
+        self._peer_der = ssl_object.getpeercert(binary_form=True) if ssl_object is not None else None
+
+    async def run_asgi(self) -> None:
+        self.scope[TLS_SCOPE_KEY] = self._peer_der  # type: ignore[literal-required]
+        await super().run_asgi()
+
+
 def uvicorn_tls_options(context: Any) -> dict[str, Any]:
     """uvicorn.Config keyword arguments that serve HTTPS with `context` (common.tls.server_context) and
-    hand the client certificate on to the app. None: plain HTTP."""
+    hand the client certificate on to the app, WebSocket upgrades included. None: plain HTTP."""
     if context is None:
-        return {}
-    return {"ssl_context_factory": lambda _config, _default: context, "http": PeerCertProtocol}
+        return {"ws": PeerCertWebSocketProtocol}
+    return {"ssl_context_factory": lambda _config, _default: context, "http": PeerCertProtocol,
+            "ws": PeerCertWebSocketProtocol}
 
 
 # --- the table ----------------------------------------------------------------------------------------
@@ -114,6 +143,8 @@ class Policy:
                 for method in sorted(route.methods or ()):
                     if method != "HEAD" and self.rule(method, route.path) is None:
                         out.append((method, route.path))
+            elif isinstance(route, WebSocketRoute) and self.rule(WEBSOCKET_METHOD, route.path) is None:
+                out.append((WEBSOCKET_METHOD, route.path))
         return out
 
 
@@ -126,6 +157,8 @@ def public() -> Rule:
 
 
 READ_ROLES = ("admin", "reader")  # every GET a person may make
+# A WebSocket upgrade is a GET on the wire; its row is ("GET", path), as for any other GET.
+WEBSOCKET_METHOD = "GET"
 
 
 # --- the middleware -----------------------------------------------------------------------------------
@@ -166,7 +199,7 @@ class AuthMiddleware:
         self.service = service
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
+        if scope["type"] not in ("http", "websocket"):  # lifespan: no caller
             await self.app(scope, receive, send)
             return
         try:
@@ -180,7 +213,7 @@ class AuthMiddleware:
     async def _authorize(self, scope: Scope) -> Identity | None:
         if self.insecure:  # everything is allowed: no route lookup on the hot paths
             return INSECURE
-        method = scope["method"]
+        method = _method(scope)
         template = route_template(self._routes(), scope)
         row = self.policy.rule(method, template) if template is not None else None
         if row is not None and row.public:
@@ -203,8 +236,10 @@ class AuthMiddleware:
 
     async def _identity(self, scope: Scope) -> Identity | None:
         token = _bearer(scope)
-        if (token is None and self.session_cookie is not None and scope["method"] in ("GET", "HEAD")
-                and not scope.get(TLS_SCOPE_KEY)):
+        # Never for a WebSocket: a browser sends cookies with the upgrade another site's page asks for, and
+        # no same-origin rule applies to WebSockets.
+        if (token is None and self.session_cookie is not None and scope["type"] == "http"
+                and scope["method"] in ("GET", "HEAD") and not scope.get(TLS_SCOPE_KEY)):
             token = _cookie(scope, self.session_cookie)
         if token is not None:
             if not token:  # another scheme (Basic ...): no token to ask anyone about
@@ -233,15 +268,17 @@ class AuthMiddleware:
         client = scope.get("client")
         log.warning("request refused", extra={"data": {
             "service": self.service, "status": refusal.status, "reason": refusal.reason,
-            "method": scope["method"], "path": scope["path"], "caller": _caller(scope),
+            "method": _method(scope), "path": scope["path"], "caller": _caller(scope),
             "client": f"{client[0]}:{client[1]}" if client else "", "detail": refusal.detail,
         }})
         body = json.dumps({"detail": refusal.detail}).encode()
         headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
         if refusal.status == 401:
             headers.append((b"www-authenticate", b'Bearer realm="vendue"'))
-        await send({"type": "http.response.start", "status": refusal.status, "headers": headers})
-        await send({"type": "http.response.body", "body": body})
+        # A refused WebSocket upgrade gets the same HTTP answer (ASGI's denial response), never a socket.
+        prefix = "websocket.http" if scope["type"] == "websocket" else "http"
+        await send({"type": f"{prefix}.response.start", "status": refusal.status, "headers": headers})
+        await send({"type": f"{prefix}.response.body", "body": body})
 
 
 def route_template(routes: Iterable[Any], scope: Scope) -> str | None:
@@ -249,12 +286,22 @@ def route_template(routes: Iterable[Any], scope: Scope) -> str | None:
     else the first route with the path (another method: the app answers 405); None: no route has it."""
     partial = None
     for route in routes:
+        if isinstance(route, WebSocketRoute) and scope["type"] == "http":
+            # A plain request to a WebSocket's path is judged by the WebSocket's row (then answered 404),
+            # so that a refusal looks the same whichever way the path is asked for.
+            if route.path_regex.match(scope["path"]):
+                return route.path
+            continue
         match, _ = route.matches(scope)
         if match is Match.FULL:
             return getattr(route, "path", None)
         if match is Match.PARTIAL and partial is None:
             partial = getattr(route, "path", None)
     return partial
+
+
+def _method(scope: Scope) -> str:
+    return str(scope["method"]) if scope["type"] == "http" else WEBSOCKET_METHOD
 
 
 def _bearer(scope: Scope) -> str | None:

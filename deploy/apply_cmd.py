@@ -18,6 +18,7 @@ import typer
 from .cli import app
 from .cli_style import FAILURE, USAGE_ERROR, OneLineErrorsCommand, OneLineErrorsGroup, fail
 from .client_cmd import AsJson, Connection, bbs_command, connect, print_json, wait_task_completed
+from .image_args import CredentialsFileOption
 from .terminal_text import echo
 
 if TYPE_CHECKING:
@@ -43,16 +44,16 @@ class Wanted:
 
 
 def wanted_apps(located: Located, current: Mapping[str, DesiredLRP],
-                artifacts: Mapping[int, Artifact]) -> list[Wanted]:
+                artifacts: Mapping[int, Artifact], credentials: dict[str, str] | None = None) -> list[Wanted]:
     """Every app of the file with its plan against `current` (the BBS's apps by name); `artifacts`: what
     each app's `path:` was packed into, by the app's position (absent in a dry run: a path's content is
     then not compared, the other fields are)."""
-    from .manifest_plan import plan_app
+    from .manifest_plan import plan_app, wanted_wire
 
     found = []
     for n, spec in enumerate(located.manifest.applications):
-        definition = spec.definition(artifacts.get(n))
-        wire = definition.model_dump(mode="json")
+        definition = spec.definition(artifacts.get(n), credentials)
+        wire = wanted_wire(definition)
         now = current.get(spec.name)
         now_wire = None if now is None else now.model_dump(mode="json")
         found.append(Wanted(definition, spec.rollout.wire(), plan_app(wire, now_wire), spec.path))
@@ -109,10 +110,12 @@ def apply(
     timeout: Annotated[float | None, typer.Option(
         "--timeout", help="Give up waiting for each after this many seconds (default: until it ends).")
     ] = None,
+    registry_credentials_file: CredentialsFileOption = None,
     connection: Connection = Connection(),
     as_json: AsJson = False,
 ) -> None:
     """Create or update every app, and run every task, a manifest describes."""
+    from .image_args import registry_credentials
     from .manifest import ManifestError, load_manifest
 
     try:
@@ -120,15 +123,19 @@ def apply(
     except ManifestError as exc:
         fail(str(exc), USAGE_ERROR)
     manifest = located.manifest
+    # One registry's credentials for every image of the file (never in the file: deploy/image_args.py).
+    credentials = registry_credentials(registry_credentials_file)
     with connect(connection) as client:
         current = {lrp.process_guid: lrp for lrp in client.desired_lrps()}
         tasks = task_states(client, [task.name for task in manifest.tasks])
         if dry_run:
-            wanted = wanted_apps(located, current, pack_paths(client, located, file.parent, upload=False))
+            wanted = wanted_apps(located, current, pack_paths(client, located, file.parent, upload=False),
+                                 credentials)
             _report_plan(wanted, tasks, as_json)
             return
-        wanted = wanted_apps(located, current, pack_paths(client, located, file.parent))
-        code = _apply(client, located, wanted, tasks, wait=wait, timeout=timeout, as_json=as_json)
+        wanted = wanted_apps(located, current, pack_paths(client, located, file.parent), credentials)
+        code = _apply(client, located, wanted, tasks, wait=wait, timeout=timeout, as_json=as_json,
+                      credentials=credentials)
     if code:
         raise typer.Exit(code)
 
@@ -146,7 +153,8 @@ def _report_plan(wanted: list[Wanted], tasks: Mapping[str, str | None], as_json:
 
 
 def _apply(client: BBSClient, located: Located, wanted: list[Wanted], tasks: Mapping[str, str | None],
-           *, wait: bool, timeout: float | None, as_json: bool) -> int:
+           *, wait: bool, timeout: float | None, as_json: bool,
+           credentials: dict[str, str] | None = None) -> int:
     """Change every app, then follow the rollouts, then run the tasks: the exit status."""
     from .push_update import change_app, describe_change, follow
 
@@ -173,7 +181,7 @@ def _apply(client: BBSClient, located: Located, wanted: list[Wanted], tasks: Map
     for spec in located.manifest.tasks:
         state = tasks.get(spec.name)
         if state is None:
-            client.desire_task(spec.request())
+            client.desire_task(spec.request(credentials))
             state = "PENDING"
             if wait:
                 task = wait_task_completed(client, spec.name, timeout)

@@ -16,7 +16,7 @@ HELP_PANELS: dict[str, tuple[str, ...]] = {
     "Apps and tasks": ("push", "apply", "get", "scale", "restart", "rollout", "delete", "apps", "instances",
                        "task", "tasks", "blobs"),
     "Cells": ("cells", "rebalance"),
-    "Observe": ("app", "events", "logs", "why", "dashboard"),
+    "Observe": ("app", "events", "logs", "exec", "exec-enable", "exec-disable", "why", "dashboard"),
     "Security": ("certs", "tokens"),
     "Simulation": ("simulate",),
 }
@@ -88,6 +88,7 @@ COMMAND_MODULES: dict[str, str] = {
     **dict.fromkeys(("rollout", "restart"), "deploy.rollout_cmd"),
     "events": "deploy.events_cmd",
     "logs": "deploy.logs_cmd",
+    **dict.fromkeys(("exec", "exec-enable", "exec-disable"), "deploy.exec_cmd"),
     "cells": "deploy.cells_cmd",  # `cells` itself is in deploy.client_cmd, which it imports
     "rebalance": "deploy.rebalance_cmd",
     "blobs": "deploy.blobs_cmd",
@@ -99,7 +100,7 @@ COMMAND_MODULES: dict[str, str] = {
 CLIENT_MODULES = frozenset({"deploy.client_cmd", "deploy.cells_cmd", "deploy.events_cmd", "deploy.why_cmd",
                             "deploy.rebalance_cmd", "deploy.tokens_cmd", "deploy.blobs_cmd",
                             "deploy.logs_cmd", "deploy.apply_cmd", "deploy.rollout_cmd",
-                            "deploy.app_cmd"})
+                            "deploy.app_cmd", "deploy.exec_cmd"})
 
 
 def builds_models_on_first_use(command: str | None) -> bool:

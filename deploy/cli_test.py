@@ -128,8 +128,9 @@ def test_a_usage_error_is_one_line_and_exit_2(args: list[str]) -> None:
 
 
 # The commands without --json: the components log (JSON lines, common/logging.py) rather than print, and
-# `up`/`demo` narrate a cluster for people until Ctrl-C (scripts read `up`'s <data-dir>/cluster.json).
-NO_JSON = {"vendue bbs", "vendue auctioneer", "vendue rep", "vendue up", "vendue demo"}
+# `up`/`demo` narrate a cluster for people until Ctrl-C (scripts read `up`'s <data-dir>/cluster.json);
+# `exec` prints the remote command's own output.
+NO_JSON = {"vendue bbs", "vendue auctioneer", "vendue rep", "vendue up", "vendue demo", "vendue exec"}
 
 
 def test_every_command_that_prints_takes_json() -> None:

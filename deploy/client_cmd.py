@@ -39,6 +39,7 @@ import typer
 from .cli import app
 from .cli_style import FAILURE, USAGE_ERROR, OneLineErrorsCommand, OneLineErrorsGroup, fail, name_flags
 from .cluster_file import read_cluster_file
+from .image_args import CredentialsFileOption, ImageOption, image_field, shown_image
 from .terminal_text import echo, markup, safe_console
 
 # The models, the BBS client (httpx), pydantic and rich are imported where a command runs, not here:
@@ -395,8 +396,13 @@ def push(
     env: Annotated[list[str] | None, typer.Option("--env", "-e", help="NAME=VALUE (repeatable).")] = None,
     domain: Annotated[str | None, typer.Option("--domain", help="Domain the app belongs to.")] = None,
     on_cell_loss: OnCellLossOption = None,
+    no_exec: Annotated[bool, typer.Option(
+        "--no-exec", help="Refuse `vendue exec` into its instances (`vendue exec-enable` allows it again).")
+    ] = False,
     path: CodePath = None,
     artifact: ArtifactOption = None,
+    image: ImageOption = None,
+    registry_credentials_file: CredentialsFileOption = None,
     wait: Annotated[bool | None, typer.Option(
         "--wait/--no-wait", help="A new app: wait until every instance runs (default: no). An existing "
         "app: wait until its rollout ends, exit 1 if it failed (default: yes).", show_default=False)] = None,
@@ -413,9 +419,9 @@ def push(
     from .push_update import parse_max_in_flight, push_existing, rollout_strategy
     from .ship import code_artifacts
 
-    if not command:
-        fail("command: give the command to run after `--`, e.g. `vendue push web -- python3 app.py`",
-             USAGE_ERROR)
+    if not command and image is None:
+        fail("command: give the command to run after `--`, e.g. `vendue push web -- python3 app.py` (or "
+             "--image REF to run an image's entrypoint)", USAGE_ERROR)
     try:
         in_flight = parse_max_in_flight(max_in_flight)
     except ValueError as exc:
@@ -423,9 +429,13 @@ def push(
     rolls = strategy if strategy in ("rolling", "canary") else "rolling"
     strategy = None if strategy in ("rolling", "canary") else strategy
     fields: dict[str, Any] = {"process_guid": name, "instances": instances, "memory_mb": memory_mb,
-                              "disk_mb": disk_mb, "command": list(command)}
+                              "disk_mb": disk_mb, "command": list(command or [])}
+    if (image_given := image_field(image, registry_credentials_file)) is not None:
+        fields["image"] = image_given
     optional = {"stack": stack, "strategy": strategy, "domain": domain, "on_cell_loss": on_cell_loss}
     fields.update({k: v for k, v in optional.items() if v is not None})
+    if no_exec:
+        fields["exec_enabled"] = False
     if tags:
         fields["placement_tags"] = list(tags)
     if ports:
@@ -453,7 +463,10 @@ def push(
     if as_json:
         print_json(desired.model_dump(mode="json"))
         return
-    echo(f"pushed {name}: {desired.instances} instance(s) of {' '.join(desired.command)}"
+    what = " ".join(desired.command)
+    if desired.image is not None:
+        what = f"{shown_image(desired.image)}: {what}"
+    echo(f"pushed {name}: {desired.instances} instance(s) of {what}"
          + ("" if wait else f"; see them with `vendue instances {name}`"))
 
 
@@ -823,6 +836,8 @@ def task_run(
     domain: Annotated[str | None, typer.Option("--domain", help="Domain the task belongs to.")] = None,
     path: CodePath = None,
     artifact: ArtifactOption = None,
+    image: ImageOption = None,
+    registry_credentials_file: CredentialsFileOption = None,
     detach: Annotated[bool, typer.Option("--detach", help="Return once the task is accepted.")] = False,
     timeout: Annotated[
         float | None, typer.Option("--timeout", help="Give up waiting after this many seconds.")
@@ -836,10 +851,13 @@ def task_run(
     from .bbs_client import Conflict
     from .ship import code_artifacts
 
-    if not command:
-        fail("command: give the command to run after `--`, e.g. `vendue task run -- echo hi`", USAGE_ERROR)
-    fields: dict[str, Any] = {"task_guid": name or f"task-{uuid.uuid4().hex[:10]}", "command": list(command),
-                              "memory_mb": memory_mb, "disk_mb": disk_mb}
+    if not command and image is None:
+        fail("command: give the command to run after `--`, e.g. `vendue task run -- echo hi` (or --image "
+             "REF to run an image's entrypoint)", USAGE_ERROR)
+    fields: dict[str, Any] = {"task_guid": name or f"task-{uuid.uuid4().hex[:10]}",
+                              "command": list(command or []), "memory_mb": memory_mb, "disk_mb": disk_mb}
+    if (image_given := image_field(image, registry_credentials_file)) is not None:
+        fields["image"] = image_given
     fields.update({k: v for k, v in {"stack": stack, "domain": domain}.items() if v is not None})
     if tags:
         fields["placement_tags"] = list(tags)

@@ -95,6 +95,7 @@ class Options:
     sim_cells_per_process: int | None
     sim_reps: Sequence[SimRepProcess]
     ha: bool
+    container_subnets: Sequence[str] = ()  # the container executor's: cell i's bridge subnet
 
 
 @dataclass
@@ -192,8 +193,9 @@ def plan(options: Options, url: Callable[[str, int], str]) -> Plan:
         common += sizes
         for i in range(o.cells):
             cell_id, zone = f"cell-{i}", f"z{i % o.zones}"
+            subnet = ["--container-subnet", o.container_subnets[i]] if i < len(o.container_subnets) else []
             components[cell_id] = Component(cell_id, [
                 "rep", "--cell-id", cell_id, "--zone", zone,
-                "--data-dir", str(cells_dir / cell_id), *common, *o.rep_args,
+                "--data-dir", str(cells_dir / cell_id), *common, *subnet, *o.rep_args,
             ], 0, [(cell_id, zone)])
     return Plan(components, bbs_urls, auctioneer_urls, diego_urls)

@@ -4,7 +4,10 @@ An app's keys are `vendue push`'s parameters (`instances`, `memory_mb`, `disk_mb
 with push's defaults), `health` is the wire health check (whatever fields common.models.HealthCheck has,
 nothing more), `path` a directory packed into the app's first artifact, and `rollout` how a change rolls
 out (push's `--strategy rolling|canary`, `--max-in-flight`, `--no-rollback`). A task's keys are `vendue task
-run`'s. Every unknown key is refused.
+run`'s. Every unknown key is refused. `image` is push's `--image`: a reference (or `{ref, working_dir,
+user}`); `vendue get app` adds the `digest` the BBS pinned, which applying ignores (the BBS pins the ref
+again). A registry's credentials never go in the file: `vendue apply --registry-credentials-file` or the
+environment (deploy/image_args.py).
 
 A file that does not parse or validate is ONE error naming the file, the line and the field
 (`vendue.yml:7: applications[0].memory_mb: Input should be a valid integer`): the YAML is composed into
@@ -19,10 +22,10 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, Field, ValidationError, field_validator
+from pydantic import AfterValidator, BaseModel, Field, ValidationError, field_validator, model_validator
 
 from common.models import Artifact, DesiredLRPCreate, HealthCheck, TaskCreate
-from common.models.artifact import Artifacts
+from common.models.artifact import Artifacts, Digest
 from common.models.desired import OnCellLoss
 from common.models.fields import (
     DEFAULT_DOMAIN,
@@ -39,7 +42,9 @@ from common.models.fields import (
     StrategyName,
     Strict,
     VolumeRequestModel,
+    no_nul,
 )
+from common.models.image import MAX_IMAGE_REF_CHARS, command_or_image
 
 MAX_MANIFEST_BYTES = 1_048_576  # far beyond any hand-written file; a bound on what one read allocates
 MAX_IN_FLIGHT_PATTERN = r"^([1-9][0-9]{0,5}|([1-9][0-9]?|100)%)$"
@@ -65,11 +70,30 @@ class RolloutSpec(Strict):
                 "canary": self.strategy == "canary"}
 
 
+class ImageSpec(Strict):
+    """An app's or a task's image: push's `--image` (a bare reference in the file is its `ref`)."""
+
+    ref: Annotated[str, Field(min_length=1, max_length=MAX_IMAGE_REF_CHARS), AfterValidator(no_nul)]
+    digest: Digest | None = None  # what the BBS pinned, as `vendue get app` shows it; not sent
+    working_dir: Annotated[str | None, Field(min_length=1, max_length=4_096)] = None
+    user: Annotated[str | None, Field(min_length=1, max_length=256)] = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _bare_ref(cls, value: Any) -> Any:
+        return {"ref": value} if isinstance(value, str) else value
+
+    def wire(self, credentials: dict[str, str] | None) -> dict[str, Any]:
+        image = self.model_dump(exclude={"digest"}, exclude_none=True)
+        return {**image, "credentials": credentials} if credentials else image
+
+
 class AppSpec(Strict):
     """One app: `vendue push`'s parameters and defaults, plus what only a file says well."""
 
     name: Guid
-    command: Annotated[Command, Field(min_length=1)]
+    command: Command = Field(default_factory=list)  # none: the image's entrypoint and cmd
+    image: ImageSpec | None = None
     instances: int = Field(default=1, ge=0, le=10_000)
     memory_mb: MegaBytes = 256
     disk_mb: MegaBytes = 1024
@@ -93,12 +117,22 @@ class AppSpec(Strict):
     devices: list[DeviceRequestModel] = Field(default_factory=list, max_length=64)
     affinity: list[AffinityRuleModel] = Field(default_factory=list, max_length=64)
 
-    def definition(self, path_artifact: Artifact | None = None) -> DesiredLRPCreate:
-        """The desired LRP this app asks for (`path_artifact`: what `path` was packed into, first)."""
-        fields = self.model_dump(exclude={"name", "tags", "health", "path", "artifacts", "rollout"},
-                                 exclude_unset=False)
-        fields.update(process_guid=self.name, placement_tags=self.tags,
+    @model_validator(mode="after")
+    def _command_or_image(self) -> AppSpec:
+        command_or_image(type(self).__name__, self.command, self.image)  # type: ignore[arg-type]
+        return self
+
+    def definition(self, path_artifact: Artifact | None = None,
+                   credentials: dict[str, str] | None = None) -> DesiredLRPCreate:
+        """The desired LRP this app asks for (`path_artifact`: what `path` was packed into, first;
+        `credentials`: its image registry's). With an image, only the keys the file gives are set, so that
+        the image's config fills the others (bbs/images.py)."""
+        fields = self.model_dump(exclude={"name", "tags", "health", "path", "artifacts", "rollout", "image"},
+                                 exclude_unset=self.image is not None)
+        fields.update(process_guid=self.name, instances=self.instances, placement_tags=self.tags,
                       artifacts=[*([path_artifact] if path_artifact else []), *self.artifacts])
+        if self.image is not None:
+            fields["image"] = self.image.wire(credentials)
         if self.health is not None:
             fields["health_check"] = self.health
         return DesiredLRPCreate.model_validate(fields)
@@ -109,7 +143,8 @@ class TaskSpec(Strict):
     apply find the task already run)."""
 
     name: Guid
-    command: Annotated[Command, Field(min_length=1)]
+    command: Command = Field(default_factory=list)  # none: the image's entrypoint and cmd
+    image: ImageSpec | None = None
     memory_mb: MegaBytes = 256
     disk_mb: MegaBytes = 1024
     stack: Stack = DEFAULT_STACK
@@ -118,8 +153,15 @@ class TaskSpec(Strict):
     domain: Guid = DEFAULT_DOMAIN
     artifacts: Artifacts = Field(default_factory=list)
 
-    def request(self) -> TaskCreate:
-        fields = self.model_dump(exclude={"name", "tags"})
+    @model_validator(mode="after")
+    def _command_or_image(self) -> TaskSpec:
+        command_or_image(type(self).__name__, self.command, self.image)  # type: ignore[arg-type]
+        return self
+
+    def request(self, credentials: dict[str, str] | None = None) -> TaskCreate:
+        fields = self.model_dump(exclude={"name", "tags", "image"}, exclude_unset=self.image is not None)
+        if self.image is not None:
+            fields["image"] = self.image.wire(credentials)
         return TaskCreate.model_validate({**fields, "task_guid": self.name, "placement_tags": self.tags})
 
 
@@ -297,6 +339,9 @@ def app_spec_of(lrp: BaseModel, rollout: RolloutSpec | None = None) -> dict[str,
     spec: dict[str, Any] = {"name": wire["process_guid"], "command": wire["command"],
                             "instances": wire["instances"], "memory_mb": wire["memory_mb"],
                             "disk_mb": wire["disk_mb"]}
+    if wire.get("image"):  # the ref and the digest pinned; never credentials (the BBS shows none)
+        spec["image"] = {k: v for k, v in wire["image"].items()
+                         if k in ImageSpec.model_fields and v is not None}
     renamed = {"placement_tags": "tags", "health_check": "health"}
     for field in AppSpec.model_fields:
         wire_name = next((w for w, m in renamed.items() if m == field), field)

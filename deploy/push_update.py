@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from .manifest_plan import SCALE_FIELDS, AppPlan, plan_app
+from .manifest_plan import SCALE_FIELDS, AppPlan, plan_app, wanted_wire
 from .rollout_wait import Outcome, RolloutReader, wait_rollout
 from .terminal_text import markup, safe_console
 
@@ -63,19 +63,21 @@ def change_app(client: AppChanger, wanted: DesiredLRPCreate, current: DesiredLRP
     nothing (`current`: the app as the BBS has it, None when it has none)."""
     from common.models import DesiredLRPUpdate
 
-    wanted_wire = wanted.model_dump(mode="json")
-    plan = plan_app(wanted_wire, None if current is None else current.model_dump(mode="json"))
+    wire = wanted_wire(wanted)
+    if current is not None and "exec_enabled" not in wanted.model_fields_set:
+        wire["exec_enabled"] = current.exec_enabled  # left as it is unless asked (push --no-exec)
+    plan = plan_app(wire, None if current is None else current.model_dump(mode="json"))
     guid = wanted.process_guid
     if plan.action == "create":
         created = client.desire_lrp(wanted)
         return Change(plan, version=getattr(created, "version", None))
     if plan.action == "scale":
-        update = DesiredLRPUpdate.model_validate({name: wanted_wire[name] for name in SCALE_FIELDS})
+        update = DesiredLRPUpdate.model_validate({name: wire[name] for name in SCALE_FIELDS if name in wire})
         client.update_desired_lrp(guid, update)
         return Change(plan)
     if plan.action == "nothing":
         return Change(plan, version=getattr(current, "version", None))
-    answer = client.replace_desired_lrp(guid, {**wanted_wire, "rollout": dict(strategy)})
+    answer = client.replace_desired_lrp(guid, {**wire, "rollout": dict(strategy)})
     desired = answer.get("desired_lrp") or {}
     return Change(plan, rollout=answer.get("rollout"), new_version=bool(answer.get("new_version")),
                   version=desired.get("version"))
@@ -120,7 +122,7 @@ def describe_change(change: Change) -> str:
         return f"{plan.name}: created{version}"
     if plan.action == "scale":
         return plan.describe()
-    if plan.action == "nothing":
+    if plan.action == "nothing" or (plan.repin and not change.new_version):
         return f"{plan.name}: nothing changed{version}"
     rollout = change.rollout
     if rollout is None:

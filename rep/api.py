@@ -14,6 +14,8 @@ Every route concerns the process; the bodies and the query name the cells they c
 - POST /evacuate (EvacuateCells, optional: none named evacuates every cell), GET /cells, GET /metrics;
 - GET /logs: an app's instances' (or a task's) output on this process's cells, recent records and, with
   follow=1, what they print from then on, as JSON lines (rep/instance_logs.py; the BBS only);
+- GET /instances/{instance_guid}/exec?cell=CELL: a WebSocket running a command in an instance (the BBS
+  only; rep/exec_relay.py, docs/exec.md);
 - GET /ping, /readyz (503 with the reason while the rep cannot take work, e.g. NATS down), /livez.
 
 At 250 cells per process an auction costs the process 2 requests, not 500, and each desired LRP is
@@ -32,7 +34,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Callable
 from typing import Any, Literal, TypeVar
 
-from fastapi import FastAPI, Query, Request, Response
+from fastapi import FastAPI, Query, Request, Response, WebSocket
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST
@@ -48,6 +50,7 @@ from common.streaming import BoundedStreamingResponse, with_heartbeats
 from common.validation import add_validation_handler
 
 from . import diego_state as rep_diego_state
+from .exec_relay import ExecSlots, serve_exec
 from .fencing import Fencing, Refused
 from .host import RepHost
 from .instance_logs import LogBook, LogQuery, history
@@ -191,6 +194,12 @@ def create_app(
         return JSONResponse({"items": items})
 
     registry = metrics_registry(host)
+
+    exec_slots = ExecSlots()
+
+    @app.websocket("/instances/{instance_guid}/exec")
+    async def exec_in_instance(websocket: WebSocket, instance_guid: str, cell: str) -> None:
+        await serve_exec(websocket, host, exec_slots, instance_guid, cell)
 
     @app.get("/metrics")
     async def metrics() -> Response:

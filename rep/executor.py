@@ -63,6 +63,44 @@ class ExecutorListener(Protocol):
     def task_finished(self, completion: TaskCompletion) -> None: ...
 
 
+class ExecRefused(Exception):
+    """`open_exec` ran nothing: no such instance here, not running, too many sessions, or an executor
+    that cannot (the message says which, in the operator's words)."""
+
+
+class ExecSession(ABC):
+    """A command running in an instance's context (`vendue exec`, docs/exec.md). Output is read one chunk
+    at a time, when the caller asks: nothing is buffered beyond what the pipes or the terminal hold."""
+
+    @abstractmethod
+    async def read(self) -> tuple[int, bytes] | None:
+        """The next output: (1 stdout or 2 stderr, bytes); None once the process closed its outputs."""
+
+    @abstractmethod
+    async def write(self, data: bytes) -> None:
+        """To the process's stdin (its terminal with a tty); returns once the pipe took it."""
+
+    @abstractmethod
+    def close_stdin(self) -> None:
+        """No more input (with a tty: the terminal's end-of-file character)."""
+
+    @abstractmethod
+    def resize(self, rows: int, cols: int) -> None:
+        """The terminal's new size (nothing without a tty)."""
+
+    @abstractmethod
+    async def wait(self) -> int:
+        """The exit status, as a shell says it (128 + N for signal N)."""
+
+    @abstractmethod
+    def kill(self) -> None:
+        """SIGKILL to everything the command started in its session; idempotent."""
+
+    @abstractmethod
+    async def close(self) -> None:
+        """Kill, reap, release what the session holds (its terminal); idempotent."""
+
+
 class Executor(ABC):
     # The output of its containers, when it has any (rep/instance_logs.py): the process executor's.
     logs: LogBook | None = None
@@ -75,9 +113,17 @@ class Executor(ABC):
         """Release executor resources; containers should have been stopped by then."""
         return None  # optional hook
 
+    def promise_running(self, container: LRPContainer) -> Sequence[HostPort] | None:
+        """Before the start: the ports the instance will be running with at once when started, for an
+        executor that can promise that (nothing to fail, no health check to pass: the simulator's); None
+        (the default) when only the start itself will tell. A promised running report travels with the
+        instance's claim, sparing a lifecycle round; `lrp_running` must then report the same ports."""
+        return None
+
     @abstractmethod
     def start_lrp(self, container: LRPContainer, listener: ExecutorListener) -> None:
-        """Begin starting an instance; report `lrp_running` once healthy or `lrp_crashed`."""
+        """Begin starting an instance; report `lrp_running` once healthy or `lrp_crashed`. Called only once
+        the BBS accepted the instance's claim (rep/cell.py)."""
 
     @abstractmethod
     async def stop_lrp(self, instance_guid: str) -> None:
@@ -98,6 +144,12 @@ class Executor(ABC):
     def pid_of(self, instance_guid: str) -> int | None:
         """The OS process of an instance, where there is one."""
         return None
+
+    async def open_exec(self, instance_guid: str, argv: list[str], tty: bool, rows: int,
+                        cols: int) -> ExecSession:
+        """Run `argv` in a running instance's context (its user, cgroup, directory and environment); a
+        container executor would `runc exec`. Raises ExecRefused."""
+        raise ExecRefused("this cell's executor cannot run commands in instances")
 
     def usage(self) -> list[InstanceUsage]:
         """Its instances' latest memory, CPU and disk figures (rep/usage.py); none where nothing runs

@@ -28,4 +28,6 @@ POLICY = Policy({
     ("GET", "/usage"): READ,
     ("GET", "/logs"): rule("bbs", why="logs can hold what an app printed, secrets too: the BBS serves them "
                                       "to the callers it allows"),
+    ("GET", "/instances/{instance_guid}/exec"): rule("bbs", why="a command in an instance runs as the app: "
+                                                               "the BBS relays it for an admin"),
 })

@@ -66,7 +66,8 @@ from .artifact_cache import ArtifactCache, ArtifactError, describe, unbind
 from .cgroups import CellCgroups, limits_for
 from .disk_quota import DISKS, DiskQuotaError, LoopDisks, sweep_loop_disks
 from .disk_usage import DiskWatcher, tree_bytes
-from .executor import Executor, ExecutorListener, LRPContainer, TaskContainer
+from .exec_session import ProcessExecSession
+from .executor import ExecRefused, ExecSession, Executor, ExecutorListener, LRPContainer, TaskContainer
 from .health_monitor import HealthMonitor, Target, check_once
 from .instance_logs import LogBook
 from .isolation import TMP, Isolation, Sandbox, disown_instance_dir, make_instance_dir
@@ -104,6 +105,9 @@ class _Child:
     output: OutputLog | None = None
     over_quota: str = ""  # the disk watcher's verdict, once it has stopped the container
     health_failure: str = ""  # the health monitor's verdict, once it has stopped the container
+    env: dict[str, str] = field(default_factory=dict)  # what its command got, for `vendue exec`
+    running: bool = False  # reported RUNNING (its health check passed), until it stops
+    execs: set[ProcessExecSession] = field(default_factory=set)  # commands run in it (`vendue exec`)
 
     async def close_output(self) -> None:
         if self.output is not None:
@@ -279,20 +283,21 @@ class ProcessExecutor(Executor):
             if not desired.command:
                 listener.lrp_crashed(child.guid, "failed to start: the desired LRP has no command")
                 return
-            ports = [PortMapping(container_port=p, host_port=free_port()) for p in desired.ports]
+            ports, port_env = self._lrp_ports(c)
             own = {
                 "INSTANCE_INDEX": str(c.index),
                 "INSTANCE_GUID": c.instance_guid,
                 "PROCESS_GUID": desired.process_guid,
                 "CELL_ID": c.cell_id,
             }
-            if ports:
-                own["PORT"] = str(ports[0].host_port)
+            if port_env is not None:
+                own["PORT"] = port_env
             try:
                 await self._isolate(child, desired.memory_mb, desired.disk_mb)
                 await self._place_artifacts(child, desired.artifacts)
                 origin = Origin(child.guid, c.cell_id, desired.process_guid, c.index)
-                proc = await self._spawn(child, desired.command, self._env(child, desired.env, own), origin)
+                child.env = self._env(child, desired.env, own)
+                proc = await self._spawn(child, desired.command, child.env, origin)
             except ArtifactError as exc:
                 listener.lrp_crashed(child.guid, str(exc))
                 return
@@ -321,6 +326,7 @@ class ProcessExecutor(Executor):
                 )
                 return
             listener.lrp_running(child.guid, ports)
+            child.running = True
             log.info("instance running",
                      extra={"data": {"pid": proc.pid, "ports": [p.host_port for p in ports]}})
             check = desired.health_check
@@ -339,9 +345,18 @@ class ProcessExecutor(Executor):
             self._kill_now(child)
             listener.lrp_crashed(child.guid, f"executor error: {exc!r}")
         finally:
+            child.running = False
             self.health.unwatch(child.guid)
             self._lrps.pop(child.guid, None)
+            for session in list(child.execs):  # its cgroup's kill took them when isolated; unisolated not
+                await session.close()
             await self._release(child, keep_log=keep_directory)
+
+    def _lrp_ports(self, c: LRPContainer) -> tuple[list[PortMapping], str | None]:
+        """Every container port with a free host port, and $PORT: here the first one's host port (the
+        process listens on the host itself)."""
+        ports = [PortMapping(container_port=p, host_port=free_port()) for p in c.desired.ports]
+        return ports, str(ports[0].host_port) if ports else None
 
     async def _wait_healthy(
         self, child: _Child, proc: asyncio.subprocess.Process, check: HealthCheck, ports: list[PortMapping]
@@ -458,6 +473,30 @@ class ProcessExecutor(Executor):
         finally:
             self._tasks.pop(child.guid, None)
             await self._release(child, keep_log=False)
+
+    # --- exec ---------------------------------------------------------------------------------------
+
+    async def open_exec(self, instance_guid: str, argv: list[str], tty: bool, rows: int,
+                        cols: int) -> ExecSession:
+        """`argv` as the instance's command runs: its sandbox's preexec (cgroup, uid and gid), its
+        directory, its environment (rep/exec_session.py). Killed when the instance stops."""
+        child = self._lrps.get(instance_guid)
+        if child is None or not child.running or child.proc is None or child.proc.returncode is not None:
+            raise ExecRefused(f"instance {instance_guid} is not running on cell {self.cell_id}")
+        try:
+            session = await ProcessExecSession.start(
+                argv, cwd=child.directory, env=child.env, preexec=child.sandbox.preexec(), tty=tty,
+                rows=rows, cols=cols)
+        except OSError as exc:
+            raise ExecRefused(str(program_not_started(exc, argv, child.directory))) from None
+        except subprocess.SubprocessError as exc:
+            raise ExecRefused(f"could not enter the instance: {exc}") from None
+        if not child.running:  # it stopped while the command started
+            await session.close()
+            raise ExecRefused(f"instance {instance_guid} stopped")
+        child.execs.add(session)
+        session.on_close = lambda: child.execs.discard(session)
+        return session
 
     # --- isolation ----------------------------------------------------------------------------------
 

@@ -11,7 +11,7 @@ HERE = Path(__file__).resolve().parent
 
 
 def main() -> int:
-    from grpc_tools import protoc  # type: ignore[import-untyped]
+    from grpc_tools import protoc  # type: ignore[import-untyped, import-not-found, unused-ignore]
 
     args = ["protoc", f"-I{HERE / 'proto'}", f"--python_out={HERE / 'pb'}", f"--mypy_out={HERE / 'pb'}",
             str(HERE / "proto" / "diego.proto")]

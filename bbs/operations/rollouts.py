@@ -23,11 +23,13 @@ from common.models import (
     RolloutStrategy,
     resolve_max_in_flight,
 )
+from common.models.image import Image
 
 from ..actual_set import ActualSet
 from ..convergence import resize
 from ..errors import Conflict, NotFound
 from ..events import event
+from ..images import ImagePinner
 from ..lifecycle import stop_of
 from ..quotas import check_scale
 from ..records import CLAIMED, ORDINARY, RUNNING, DesiredDefinition, DesiredRecord, iso, reset_to_unclaimed
@@ -60,8 +62,10 @@ def _invalid(error: ValidationError) -> RequestValidationError:
 
 
 class Rollouts:
-    def __init__(self, uow: UnitOfWork) -> None:
+    def __init__(self, uow: UnitOfWork, images: ImagePinner | None = None) -> None:
         self.uow = uow
+        # A change naming an image pins it again (bbs/images.py): a tag moved since is a new digest.
+        self.images = images or ImagePinner([], None, uow.settings.registry_timeout)
         self.wake: Callable[[], None] = lambda: None  # set by the driver (bbs/rollouts.py)
 
     # --- changes -------------------------------------------------------------------------------
@@ -74,6 +78,7 @@ class Rollouts:
             }])
         given = body.model_dump(mode="json", exclude_unset=True, exclude={"rollout"})
         given["process_guid"] = process_guid
+        given = await self.images.pin(given, whole=True)
         return await self._change(process_guid, given, body.rollout, whole=True)
 
     async def patch(self, process_guid: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -97,8 +102,15 @@ class Rollouts:
             except ValidationError as exc:
                 errors.extend({**e, "loc": ("body", "modification_tag", *e["loc"])} for e in exc.errors())
         body.pop("modification_tag", None)
+        if body.get("image") is not None:
+            try:  # checked before the registry is asked; the merged body is validated whole afterwards
+                image = Image.model_validate(body["image"])
+                body["image"] = image.model_dump(mode="json", exclude_unset=True)
+            except ValidationError as exc:
+                errors.extend({**e, "loc": ("body", "image", *e["loc"])} for e in exc.errors())
         if errors:
             raise RequestValidationError(errors)
+        body = await self.images.pin(body, whole=False)
         return await self._change(process_guid, body, strategy, whole=False, tag=tag)
 
     async def _change(
@@ -119,6 +131,7 @@ class Rollouts:
                 merged = {**given}
                 merged.setdefault("instances", record.instances)
                 merged.setdefault("on_cell_loss", record.on_cell_loss)
+                merged.setdefault("exec_enabled", record.definition.get("exec_enabled", True))
                 merged.setdefault("diego", current.get("diego"))  # kept unless the body replaces it
             else:
                 base = dict(current)
@@ -133,6 +146,7 @@ class Rollouts:
             new_version = definition_of(new) != definition_of(current)
             scale = body.instances != record.instances
             policy = body.on_cell_loss != record.on_cell_loss
+            policy = policy or body.exec_enabled != record.definition.get("exec_enabled", True)
             # The Diego message (routes, annotation, ...: bbs/diego) changes no version; it is stored.
             diego = body.diego != current.get("diego")
             if not (new_version or scale or policy or diego):
@@ -149,7 +163,8 @@ class Rollouts:
                 await tx.insert_version(VersionRecord(process_guid, record.version, now, new))
             else:
                 record.definition = {**record.definition, "instances": body.instances,
-                                     "on_cell_loss": body.on_cell_loss, "diego": body.diego}
+                                     "on_cell_loss": body.on_cell_loss, "exec_enabled": body.exec_enabled,
+                                     "diego": body.diego}
             record.mod_index += 1
             # A new Diego message is sealed with command and env: the row is written whole.
             await tx.update_desired(record, definition_changed=new_version or diego)
@@ -311,9 +326,10 @@ class Rollouts:
     async def revert(
         self, tx: Tx, record: DesiredRecord, version: VersionRecord, effects: Effects, now: float
     ) -> None:
-        """Make `version` the desired LRP's definition again (instances and cell-loss policy kept)."""
+        """Make `version` the desired LRP's definition again (instances, cell-loss policy and exec kept)."""
         record.definition = cast(DesiredDefinition, {
-            **version.definition, "instances": record.instances, "on_cell_loss": record.on_cell_loss})
+            **version.definition, "instances": record.instances, "on_cell_loss": record.on_cell_loss,
+            "exec_enabled": record.definition.get("exec_enabled", True)})
         record.version = version.version
         record.mod_index += 1
         await tx.update_desired(record, definition_changed=True)

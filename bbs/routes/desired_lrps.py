@@ -9,7 +9,7 @@ from fastapi import APIRouter, Body, Depends, Request, Response
 from common.models import DesiredLRP, DesiredLRPChange, DesiredLRPCreate
 
 from ..operations.desired_lrps import DesiredLRPs
-from ..redact import env_for_caller
+from ..redact import env_for_caller, without_credentials
 from .wire import GuidPath, GuidQuery, items, operations, the_bbs
 
 Operations = Annotated[DesiredLRPs, Depends(operations(lambda bbs: bbs.desired_lrps))]
@@ -17,8 +17,10 @@ router = APIRouter()
 
 
 @router.post("/v1/desired_lrps", status_code=201, response_model=DesiredLRP)
-async def desire_lrp(body: DesiredLRPCreate, ops: Operations) -> dict[str, Any]:
-    return await ops.desire(body)
+async def desire_lrp(request: Request, body: DesiredLRPCreate, ops: Operations) -> dict[str, Any]:
+    # The image pinned before anything is stored (bbs/images.py): a refused one is a 422 naming `image`.
+    body = await the_bbs(request).images.pinned(body)
+    return without_credentials(await ops.desire(body))
 
 
 @router.get("/v1/desired_lrps")
@@ -37,7 +39,8 @@ async def update_desired(
 ) -> dict[str, Any]:
     # Any subset of the definition (a new version, rolled out: bbs/operations/rollouts.py), or
     # `instances`/`on_cell_loss` alone (a scale, no version); `modification_tag` and `rollout` besides.
-    return await the_bbs(request).rollouts.patch(process_guid, body)
+    change = await the_bbs(request).rollouts.patch(process_guid, body)
+    return {**change, "desired_lrp": without_credentials(change["desired_lrp"])}
 
 
 @router.delete("/v1/desired_lrps/{process_guid}", status_code=204)

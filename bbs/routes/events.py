@@ -1,8 +1,8 @@
-"""/v1/events: the server-sent event stream (bbs/events.py)."""
+"""/v1/events: the server-sent event stream (bbs/events.py); /v1/events/recent: the last events it kept."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Query
 from fastapi.responses import StreamingResponse
@@ -42,3 +42,23 @@ async def events(
         media_type="text/event-stream",
         headers=headers,
     )
+
+
+RECENT_MAX = 1000
+
+
+@router.get("/v1/events/recent")
+async def recent_events(
+    bbs: TheBBS,
+    limit: Annotated[int, Query(ge=1, le=RECENT_MAX)] = 100,
+    process_guid: Annotated[str | None, Query(alias="app", pattern=GUID_PATTERN)] = None,
+    cell: GuidQuery = None,
+    types: Annotated[list[EventType] | None, Query(alias="type")] = None,
+) -> dict[str, Any]:
+    """The last `limit` events this BBS kept for Last-Event-ID (of app, cell, one of the types when given),
+    oldest first, and the id of the newest event: what a client shows of the past before it follows the
+    stream. Events are built only while someone follows the stream (or a sink, or within a minute of the
+    last follower leaving): the history starts there (docs/events.md)."""
+    wanted = EventFilter(app=process_guid, cell=cell, types=frozenset(types or ()))
+    return {"items": bbs.hub.recent(limit, wanted), "last_event_id": bbs.hub.last_id,
+            "kept": bbs.hub.replay_events}

@@ -19,7 +19,7 @@ from common.models import (
 )
 
 from ..operations.rollouts import Rollouts as RolloutOps
-from ..redact import env_for_caller
+from ..redact import env_for_caller, without_credentials
 from .wire import GuidPath, operations
 
 Operations = Annotated[RolloutOps, Depends(operations(lambda bbs: bbs.rollouts))]
@@ -28,7 +28,8 @@ router = APIRouter()
 
 @router.put("/v1/desired_lrps/{process_guid}", response_model=DesiredLRPChange)
 async def replace_desired(process_guid: GuidPath, body: DesiredLRPReplace, ops: Operations) -> dict[str, Any]:
-    return await ops.replace(process_guid, body)
+    change = await ops.replace(process_guid, body)
+    return {**change, "desired_lrp": without_credentials(change["desired_lrp"])}
 
 
 @router.get("/v1/desired_lrps/{process_guid}/rollout", response_model=Rollout)

@@ -11,7 +11,7 @@ from common.models import Task, TaskCreate, TaskState
 
 from ..operations.tasks import Tasks
 from ..quotas import callback_problem
-from ..redact import env_for_caller
+from ..redact import env_for_caller, without_credentials
 from .wire import GuidPath, GuidQuery, TheBBS, items, operations
 
 Operations = Annotated[Tasks, Depends(operations(lambda bbs: bbs.tasks))]
@@ -31,7 +31,8 @@ async def desire_task(body: TaskCreate, bbs: TheBBS) -> dict[str, Any]:
                 }
             ]
         )
-    return await bbs.tasks.desire(body)
+    body = await bbs.images.pinned(body)  # before anything is stored: a refused image is a 422 (images.py)
+    return without_credentials(await bbs.tasks.desire(body))
 
 
 @router.get("/v1/tasks")
@@ -48,7 +49,7 @@ async def get_task(request: Request, task_guid: GuidPath, ops: Operations) -> di
 
 @router.post("/v1/tasks/{task_guid}/cancel", response_model=Task)
 async def cancel_task(task_guid: GuidPath, ops: Operations) -> dict[str, Any]:
-    return await ops.cancel(task_guid)
+    return without_credentials(await ops.cancel(task_guid))
 
 
 @router.delete("/v1/tasks/{task_guid}", status_code=204)

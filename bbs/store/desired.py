@@ -11,7 +11,7 @@ from sqlalchemy.exc import IntegrityError
 
 from ..records import DesiredRecord, DesiredSize
 from . import tables as t
-from .sealing import SECRET_FIELDS, open_definition, seal_definition
+from .sealing import clear_part, open_definition, seal_definition
 from .transaction import Transaction, in_chunks
 
 
@@ -30,7 +30,7 @@ def _desired_columns(record: DesiredRecord) -> dict[str, Any]:
 
 
 def _without_secrets(definition: Mapping[str, Any]) -> dict[str, Any]:
-    return {name: value for name, value in definition.items() if name not in SECRET_FIELDS}
+    return clear_part(definition)
 
 
 class DesiredQueries(Transaction):

@@ -19,7 +19,7 @@ from .fields import (
     PlacementFields,
     Strict,
 )
-from .image import Image
+from .image import Image, command_or_image
 
 
 def _request_path(path: str) -> str:
@@ -52,8 +52,9 @@ class DesiredLRPCreate(PlacementFields):
     process_guid: Guid
     domain: Guid = DEFAULT_DOMAIN
     instances: int = Field(default=1, ge=0, le=10_000)
-    # An LRP with no command could only crash ("has no command") forever: refused when desired.
-    command: Annotated[Command, Field(min_length=1)]
+    # An LRP with no command could only crash ("has no command") forever: refused when desired, unless an
+    # image is given, whose entrypoint and cmd the BBS fills it with (common/models/image.py).
+    command: Command = Field(default_factory=list)
     env: Environment = Field(default_factory=dict)
     ports: list[Annotated[int, Field(ge=1, le=65535)]] = Field(default_factory=lambda: [8080], max_length=16)
     health_check: HealthCheck = Field(default_factory=HealthCheck)
@@ -62,6 +63,8 @@ class DesiredLRPCreate(PlacementFields):
     artifacts: Artifacts = Field(default_factory=list)
     # Run in this OCI image by a cell whose executor runs images (common/models/image.py).
     image: Image | None = None
+    # `vendue exec` into its instances (docs/exec.md); not part of the definition: toggling it rolls nothing.
+    exec_enabled: bool = True
     diego: DiegoMessage = None
 
     @model_validator(mode="after")
@@ -72,11 +75,17 @@ class DesiredLRPCreate(PlacementFields):
             self.source_blob = self.artifacts[0].digest
         return self
 
+    @model_validator(mode="after")
+    def _command_or_image(self) -> DesiredLRPCreate:
+        if not isinstance(self, DesiredLRP):  # as stored and sent between peers: whatever was stored is read
+            command_or_image(type(self).__name__, self.command, self.image)
+        return self
+
 
 # The fields of a DesiredLRPCreate that are not its definition: changing them makes no new version (a scale,
 # a cell-loss policy). Everything else defines how an instance runs (docs/rollouts.md).
 DEFINITION_EXCLUDED = frozenset({"process_guid", "instances", "on_cell_loss", "annotations", "labels",
-                                 "diego"})
+                                 "exec_enabled", "diego"})
 
 
 class DesiredLRP(DesiredLRPCreate):
@@ -99,6 +108,7 @@ class DesiredLRPReplace(DesiredLRPCreate):
 class DesiredLRPUpdate(Strict):
     instances: int | None = Field(default=None, ge=0, le=10_000)
     on_cell_loss: OnCellLoss | None = None
+    exec_enabled: bool | None = None
     # Optimistic update: when given, the update applies only if the tag still matches (else 409).
     modification_tag: ModificationTag | None = None
 

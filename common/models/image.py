@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import AfterValidator, Field
+from pydantic import AfterValidator, Field, ValidationError
+from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from .artifact import Digest
 from .fields import Strict, _no_nul_or_none, no_nul
@@ -36,3 +37,15 @@ class Image(Strict):
     credentials: ImageCredentials | None = None
     working_dir: Annotated[str | None, Field(max_length=4_096), AfterValidator(_no_nul_or_none)] = None
     user: Annotated[str | None, Field(max_length=256), AfterValidator(_no_nul_or_none)] = None
+
+
+def command_or_image(title: str, command: list[str], image: Image | None) -> None:
+    """A definition needs a command, or an image whose config gives one (the BBS fills it when it pins the
+    image, and refuses the definition, naming `command`, when the config has none). Raised as a validation
+    error located at `command`, as a missing field's would be."""
+    if command or image is not None:
+        return
+    raise ValidationError.from_exception_data(title, [InitErrorDetails(
+        type=PydanticCustomError("missing_command", "a command is required (or an image whose config "
+                                 "gives an entrypoint or cmd)"),
+        loc=("command",), input=command)])

@@ -6,7 +6,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Annotated
 
-from pydantic import AfterValidator, ConfigDict, Field
+from pydantic import AfterValidator, ConfigDict, Field, model_validator
 
 from ..urls import http_url_or_none
 from .artifact import Artifacts
@@ -23,7 +23,7 @@ from .fields import (
     Stack,
     Strict,
 )
-from .image import Image
+from .image import Image, command_or_image
 
 
 class TaskState(StrEnum):
@@ -36,7 +36,7 @@ class TaskState(StrEnum):
 class TaskCreate(Strict):
     task_guid: Guid
     domain: Guid = DEFAULT_DOMAIN
-    command: Annotated[Command, Field(min_length=1)]
+    command: Command = Field(default_factory=list)  # none: the image's entrypoint and cmd (the BBS fills it)
     env: Environment = Field(default_factory=dict)
     memory_mb: MegaBytes = 256
     disk_mb: MegaBytes = 1024
@@ -50,6 +50,12 @@ class TaskCreate(Strict):
     # Run in this OCI image by a cell whose executor runs images (common/models/image.py).
     image: Image | None = None
     diego: DiegoMessage = None
+
+    @model_validator(mode="after")
+    def _command_or_image(self) -> TaskCreate:
+        if not isinstance(self, Task):  # as stored and sent between peers: whatever was stored is read
+            command_or_image(type(self).__name__, self.command, self.image)
+        return self
 
 
 class Task(TaskCreate):

@@ -106,7 +106,7 @@ def mark(item: pytest.Item) -> None:
 # --- keeping the marks honest -----------------------------------------------------------------------------
 
 COMPONENTS = ("bbs", "auctioneer", "rep", "up", "demo")  # `vendue` commands that start servers
-SERVER_PROGRAMS = ("nats-server", "postgres", "initdb", "pg_ctl")
+SERVER_PROGRAMS = ("nats-server", "postgres", "initdb", "pg_ctl", "docker-registry")
 
 
 def real_process(argv: list[str]) -> bool:

@@ -1,0 +1,57 @@
+"""GET /v1/events/recent: the last events the hub kept, for a reader (the dashboard's session among them),
+filtered and bounded; refused without a reader's identity. In process, authorization on."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import httpx
+import pytest
+
+from bbs.api import create_app
+from bbs.events import event
+from bbs.server import running_bbs
+from bbs.settings import BBSSettings
+from common.models import TokenCreate
+
+
+@pytest.fixture
+async def bbs_http(tmp_path: Path, database_url: str):
+    settings = BBSSettings(data_dir=tmp_path, database_url=database_url)
+    async with running_bbs(settings, converge=False) as bbs:
+        transport = httpx.ASGITransport(app=create_app(bbs, insecure=False))
+        async with httpx.AsyncClient(transport=transport, base_url="https://bbs", timeout=10) as http:
+            yield bbs, http
+
+
+async def test_a_reader_gets_the_last_kept_events_filtered_and_bounded(bbs_http) -> None:
+    bbs, http = bbs_http
+    reader = await bbs.tokens.create(TokenCreate(role="reader", name="a script", expires_in_s=60))
+    auth = {"Authorization": f"Bearer {reader['token']}"}
+    bbs.hub.publish([event("auction_completed", {"duration_s": 0.01 * i}) for i in range(1, 6)])
+    bbs.hub.publish([event("actual_lrp_changed", {"process_guid": "web", "index": 0, "crash_reason": "<b>"})])
+
+    answer = await http.get("/v1/events/recent", params={"limit": 3}, headers=auth)
+    assert answer.status_code == 200, answer.text
+    body = answer.json()
+    assert [e["type"] for e in body["items"]] == ["auction_completed"] * 2 + ["actual_lrp_changed"]
+    assert body["last_event_id"] == bbs.hub.last_id == body["items"][-1]["id"]
+    durations = await http.get("/v1/events/recent", params={"type": "auction_completed", "limit": 100},
+                               headers=auth)
+    assert [e["data"]["duration_s"] for e in durations.json()["items"]] == [0.01, 0.02, 0.03, 0.04, 0.05]
+    of_web = await http.get("/v1/events/recent", params={"app": "web"}, headers=auth)
+    assert [e["data"]["crash_reason"] for e in of_web.json()["items"]] == ["<b>"]
+
+    for params, field in (({"limit": 0}, "limit"), ({"limit": 1001}, "limit"), ({"type": "nope"}, "type")):
+        refused = await http.get("/v1/events/recent", params=params, headers=auth)
+        assert refused.status_code == 422 and field in refused.text, (params, refused.text)
+
+
+async def test_a_caller_without_a_reader_identity_is_refused(bbs_http) -> None:
+    bbs, http = bbs_http
+    assert (await http.get("/v1/events/recent")).status_code == 401
+    login = await bbs.tokens.create(TokenCreate(role="reader", name="link", expires_in_s=60, purpose="login"))
+    as_bearer = await http.get("/v1/events/recent", headers={"Authorization": f"Bearer {login['token']}"})
+    assert as_bearer.status_code == 401, "a login token is not a bearer token"
+    assert (await http.get("/ui/login", params={"token": login["token"]})).status_code == 303
+    assert (await http.get("/v1/events/recent")).status_code == 200, "the dashboard's session reads it"
