@@ -12,6 +12,7 @@ say the BBS itself is unavailable (and clients retry a 503), and nothing was sto
 from __future__ import annotations
 
 import logging
+import ssl
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -20,7 +21,8 @@ from pydantic import BaseModel, ValidationError
 
 from common.models import DEFAULT_STACK
 from common.models.image import IMAGE_STACK
-from common.registry import ImageConfig, RegistryClient, RegistryError, Resolved
+from common.registry import ImageConfig, RegistryClient, RegistryError, Resolved, registry_tls_context
+from common.tls import CertError
 
 log = logging.getLogger("bbs.images")
 
@@ -34,13 +36,15 @@ def refusal(field: str, message: str, given: Any) -> RequestValidationError:
                                     "input": given}])
 
 
-def fill_from_image(given: dict[str, Any], resolved: Resolved, *, whole: bool) -> dict[str, Any]:
+def fill_from_image(given: dict[str, Any], resolved: Resolved, *, whole: bool, ports: bool = True
+                    ) -> dict[str, Any]:
     """`given` (a request's fields as set, JSON) with the image pinned and its config filling the rest.
 
     `whole`: `given` is a whole definition (POST, PUT, a task): the command is the image's entrypoint + cmd
     when none is given, its env the defaults under the definition's, its first exposed port the port when
     none is given. Otherwise (a PATCH, merged over the stored definition) only a `command: []` given is
-    filled, and `env` merged when given: what the patch leaves out stays as stored."""
+    filled, and `env` merged when given: what the patch leaves out stays as stored. `ports`: whether the
+    definition has ports (a task has none)."""
     config: ImageConfig = resolved.config
     out = dict(given)
     image = dict(out["image"])
@@ -58,9 +62,22 @@ def fill_from_image(given: dict[str, Any], resolved: Resolved, *, whole: bool) -
         out["command"] = command
     if config.env and (whole or "env" in out):
         out["env"] = {**config.env, **(out.get("env") or {})}
-    if whole and "ports" not in out and config.exposed_ports:
+    if ports and whole and "ports" not in out and config.exposed_ports:
         out["ports"] = [config.exposed_ports[0]]
     return out
+
+
+def registry_problem(insecure: list[str], ca: Path | None) -> str | None:
+    """What is wrong with the registry settings (one line naming the setting), None when sane."""
+    for host in insecure:
+        if not host or "/" in host or "://" in host or any(c.isspace() for c in host):
+            return f"insecure_registry: expected HOST or HOST:PORT as image references name it, got {host!r}"
+    if ca is not None:
+        try:
+            registry_tls_context(ca)
+        except (OSError, ssl.SSLError) as exc:
+            return f"registry_ca: cannot load {ca}: {exc}"
+    return None
 
 
 class ImagePinner:
@@ -71,8 +88,13 @@ class ImagePinner:
         self._client: RegistryClient | None = None
 
     def client(self) -> RegistryClient:
+        """The registry client; raises common.tls.CertError (one line naming `registry_ca`) when the CA
+        bundle cannot be loaded: the BBS makes it as it starts, so that is found then."""
         if self._client is None:
-            self._client = RegistryClient(insecure=self.insecure, ca=self.ca, timeout=self.timeout)
+            try:
+                self._client = RegistryClient(insecure=self.insecure, ca=self.ca, timeout=self.timeout)
+            except (OSError, ssl.SSLError) as exc:
+                raise CertError(f"registry_ca: cannot load {self.ca}: {exc}") from None
         return self._client
 
     async def close(self) -> None:
@@ -80,7 +102,7 @@ class ImagePinner:
             await self._client.close()
             self._client = None
 
-    async def pin(self, given: dict[str, Any], *, whole: bool) -> dict[str, Any]:
+    async def pin(self, given: dict[str, Any], *, whole: bool, ports: bool = True) -> dict[str, Any]:
         """`given` pinned when it names an image (fill_from_image); as it is otherwise, but for a PATCH that
         drops the image (`image: null`), which runs on the default stack again unless it names one."""
         if "image" not in given:
@@ -100,13 +122,14 @@ class ImagePinner:
             log.info("image refused", extra={"data": {"ref": ref, "reason": str(exc)}})
             raise refusal("image", f"cannot pin {ref!r}: {exc}", {"ref": ref}) from None
         log.info("image pinned", extra={"data": {"ref": ref, "digest": resolved.digest}})
-        return fill_from_image(given, resolved, whole=whole)
+        return fill_from_image(given, resolved, whole=whole, ports=ports)
 
     async def pinned(self, body: Body) -> Body:
         """A whole definition (a POST's, a task's) with its image pinned (`pin`); as it is without one."""
         if getattr(body, "image", None) is None:
             return body
-        pinned = await self.pin(body.model_dump(mode="json", exclude_unset=True), whole=True)
+        pinned = await self.pin(body.model_dump(mode="json", exclude_unset=True), whole=True,
+                                ports="ports" in type(body).model_fields)
         try:
             return type(body).model_validate(pinned)
         except ValidationError as exc:  # what the image's config filled in is refused: a 422 naming the field

@@ -101,7 +101,8 @@ def app_status(desired: dict[str, Any], instances: list[dict[str, Any]]) -> str:
     return "starting"
 
 
-DEFINITION_FIELDS = ("command", "memory_mb", "disk_mb", "ports", "stack", "health_check", "on_cell_loss")
+DEFINITION_FIELDS = ("image", "command", "memory_mb", "disk_mb", "ports", "stack", "health_check",
+                     "on_cell_loss")
 
 
 def assemble(desired: dict[str, Any], actuals: list[dict[str, Any]], rollout: dict[str, Any] | None,
@@ -121,7 +122,7 @@ def assemble(desired: dict[str, Any], actuals: list[dict[str, Any]], rollout: di
         "desired_instances": desired.get("instances", 0),
         "running_instances": running,
         "created_at": _rfc(desired.get("created_at")),
-        "definition": {k: desired[k] for k in DEFINITION_FIELDS if k in desired},
+        "definition": {k: desired[k] for k in DEFINITION_FIELDS if desired.get(k) is not None},
         "rollout": None,
         "placement_error": errors[0] if errors else None,
         "instances": instances,
@@ -207,6 +208,8 @@ def event_line(e: dict[str, Any]) -> str:
         what = f"rollout {e.get('rollout_kind', '')}".rstrip()
         progress = f"{e.get('done', 0)}/{e.get('total', 0)}"
         details.append(f"{e.get('state', '')} to v{e.get('to_version', '?')} {progress}")
+    if e.get("kind") == "exec":  # who ran which program: never its arguments nor its output
+        details.append(f"{e.get('user', '?')} ran {e.get('program', '?')} ({e.get('args', 0)} argument(s))")
     if e.get("cell_id"):
         details.append(f"on {e['cell_id']}")
     if e.get("crash_count"):
@@ -225,6 +228,9 @@ def render(story: dict[str, Any]) -> list[str]:
         *_wrapped("Status", f"{story['status']}: {story['running_instances']} of "
                             f"{story['desired_instances']} running"),
     ]
+    if d.get("image"):  # the ref and the digest pinned (the BBS never shows the credentials)
+        image = d["image"]
+        lines += _wrapped("Image", f"{image.get('ref', '')} ({image.get('digest') or 'not pinned'})")
     if "command" in d:
         lines += _wrapped("Command", " ".join(map(str, d["command"])))
     resources = ", ".join(f"{k} {d[k]}" for k in ("memory_mb", "disk_mb", "ports", "stack") if k in d)

@@ -147,6 +147,7 @@ class LocalCluster:
         encryption: bool = True,
         isolation: str | None = None,
         sim_reps: Sequence[SimRepProcess] = (),
+        container_subnets: Sequence[str] = (),
     ) -> None:
         if ha and not database_url and not embedded_postgres.available():
             raise ClusterError(
@@ -159,8 +160,12 @@ class LocalCluster:
             raise ValueError("nats_url is for transport='nats'")
         if cells < 1 or zones < 1:
             raise ValueError(f"cells and zones must be at least 1, got cells={cells} zones={zones}")
-        if executor not in ("process", "sim"):
-            raise ValueError(f"executor must be 'process' or 'sim', got {executor!r}")
+        if executor not in ("process", "sim", "container"):
+            raise ValueError(f"executor must be 'process', 'container' or 'sim', got {executor!r}")
+        if executor == "container" and len(container_subnets) < cells:
+            raise ValueError("the container executor needs a subnet per cell (container_subnets): reps on "
+                             "one host may not share one")
+        self.container_subnets = tuple(container_subnets)
         if sim_cells_per_process is not None and sim_cells_per_process < 1:
             raise ValueError(f"sim_cells_per_process must be at least 1, got {sim_cells_per_process}")
         if sim_reps:  # the caller's processes are the cells: `cells`, `zones` and the sizes are not used
@@ -192,6 +197,7 @@ class LocalCluster:
         self.bbs_url = ""
         self.bbs_urls: list[str] = []  # every BBS replica's URL (the first is bbs_url)
         self.auctioneer_url = ""
+        self.diego_url = ""  # where the BBS serves Diego's API (bbs/diego)
         self.reps: dict[str, RepProcess] = {}
         # No TLS and no authorization anywhere (every component gets --insecure); else HTTPS with
         # certificates.
@@ -208,6 +214,8 @@ class LocalCluster:
         self.postgres_clients: tuple[str, ...] = ()
 
     def _choose_isolation(self, asked: str | None) -> tuple[str, str]:
+        if self.executor == "container":
+            return "cgroups", ""  # a container cell needs it: the rep refuses to start without
         if self.executor != "process":
             return "", ""
         if asked is not None:
@@ -495,10 +503,12 @@ class LocalCluster:
             cell_containers=self.cell_containers, bbs_args=self.bbs_args,
             auctioneer_args=self.auctioneer_args, rep_args=self.rep_args,
             sim_cells_per_process=self.sim_cells_per_process, sim_reps=self.sim_reps, ha=self.ha,
+            container_subnets=self.container_subnets,
         ), self._url)
         self._components.update(planned.components)
         self.bbs_url, self.bbs_urls = planned.bbs_urls[0], list(planned.bbs_urls)
         self.auctioneer_url = planned.auctioneer_urls[0]
+        self.diego_url = planned.diego_urls[0]
 
     def _start_postgres(self) -> None:
         """The embedded PostgreSQL server, when this is an HA cluster and no database_url was given."""

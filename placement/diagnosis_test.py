@@ -33,3 +33,19 @@ def test_insufficient_resources_names_what_every_compatible_cell_lacks_sorted():
 def test_no_cells_means_no_communication():
     failure = diagnose(AuctionState([], SchedulerConfig()), lrp_start("a", 0, 1, 1))
     assert failure.error == "unable to communicate to compatible cells"
+
+
+def test_image_work_without_a_docker_cell_is_diegos_rootfs_error_in_both_forms():
+    from common.models.image import IMAGE_STACK
+
+    # A cell whose executor runs images advertises the docker stack beside its own (common/models/image.py).
+    plain = [cell(0), cell(1, stacks=("cflinuxfs4",))]
+    for item in (lrp_start("web", 0, 1, 1, stack=IMAGE_STACK), task_start("t", 1, 1, stack=IMAGE_STACK)):
+        scalar = diagnose(AuctionState(plain, SchedulerConfig()), item)
+        vectorised = diagnose(AuctionState(plain, SchedulerConfig()), item, vectorised=True)
+        assert (scalar.error, scalar.detail) == (vectorised.error, vectorised.detail) == (
+            "found no compatible cell for required rootfs", "0/2 cells fit: 2 stack mismatch")
+    docker = cell(2, stacks=("cflinuxfs4", IMAGE_STACK), memory=0)  # compatible, but full
+    state = AuctionState([*plain, docker], SchedulerConfig())
+    failure = diagnose(state, lrp_start("web", 0, 1, 1, stack=IMAGE_STACK), vectorised=True)
+    assert failure.error == "insufficient resources: memory"

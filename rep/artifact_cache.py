@@ -28,7 +28,7 @@ import stat
 import tarfile
 import time
 import zipfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path, PurePosixPath
@@ -206,6 +206,39 @@ class ArtifactCache:
             flight.add_done_callback(lambda done: self._landed(digest, done))
         await asyncio.shield(flight)
         return self.path_of(digest)
+
+    async def ensure_tree(self, digest: str, name: str, produce: Callable[[Path], Awaitable[None]]) -> Path:
+        """The cached tree of `digest` (an image's unpacked root filesystem, rep/image_store.py), made first
+        by `produce(tmp_dir)` unless held: one producer per digest that every starter awaits, indexed,
+        pinned and evicted as every other blob. `produce` verifies what it writes; it raises ArtifactError."""
+        entry = self._entries.get(digest)
+        if entry is not None:
+            self._touch(digest, entry)
+            self.counters.hits += 1
+            return self.path_of(digest)
+        self.counters.misses += 1
+        flight = self._inflight.get(digest)
+        if flight is None:
+            flight = asyncio.create_task(self._produce(digest, name, produce), name=f"tree-{digest[7:19]}")
+            self._inflight[digest] = flight
+            flight.add_done_callback(lambda done: self._landed(digest, done))
+        await asyncio.shield(flight)
+        return self.path_of(digest)
+
+    async def _produce(self, digest: str, name: str, produce: Callable[[Path], Awaitable[None]]) -> None:
+        work = self.root / TMP / f"{digest.removeprefix('sha256:')}.{secrets.token_hex(4)}.tree"
+        work.mkdir(mode=0o700)
+        self.downloads += 1
+        try:
+            await produce(work)
+            tree = work / "tree"
+            size = await asyncio.to_thread(tree_size, tree)
+            self._make_room(size, name, keep=digest)
+            os.chmod(tree, 0o755)
+            os.replace(tree, self.path_of(digest))
+            self._touch(digest, _Entry(size, 0.0))
+        finally:
+            await asyncio.to_thread(shutil.rmtree, work, True)
 
     def _landed(self, digest: str, flight: asyncio.Task[None]) -> None:
         self._inflight.pop(digest, None)

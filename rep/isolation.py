@@ -149,6 +149,9 @@ def sweep_rep(data_dir: Path, instances_dir: Path = DEFAULT_INSTANCES_DIR) -> No
     if os.geteuid() != 0:
         return
     key = rep_key(data_dir)
+    from .container_executor import sweep_containers  # a container rep's runc state, overlays, networks
+
+    sweep_containers(data_dir)
     with contextlib.suppress(CgroupsUnavailable):
         cgroups = detect(key)
         for cell_id in cgroups.cell_ids():
@@ -183,7 +186,15 @@ def instances_dir_of(settings: RepSettings) -> Path:
 def isolation_problem(settings: RepSettings) -> str | None:
     """Why this rep cannot isolate as its settings ask (one line naming what and `--isolation none`); None
     when it can, or need not. Reads only: nothing is made (`prepare_isolation` makes the rest)."""
-    if settings.executor != "process" or settings.isolation == "none":
+    if settings.executor == "container":
+        from .container_executor import container_problem  # the container executor's own needs first
+
+        problem = container_problem(settings.cni_path)
+        if problem is not None:
+            return problem
+        if settings.isolation == "none":
+            return "--executor container: needs --isolation cgroups (each container's user and cgroup)"
+    elif settings.executor != "process" or settings.isolation == "none":
         return None
     if os.geteuid() != 0:
         return (
@@ -213,7 +224,7 @@ def prepare_isolation(settings: RepSettings) -> Isolation | None:
     problem = isolation_problem(settings)
     if problem is not None:
         raise IsolationError(problem)
-    if settings.executor != "process" or settings.isolation == "none":
+    if settings.executor == "sim" or settings.isolation == "none":
         return None
     key = rep_key(settings.data_dir)
     settings.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)

@@ -17,7 +17,7 @@ import signal
 import socket
 from collections.abc import Generator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
@@ -25,6 +25,7 @@ from common import runtime, serving
 from common.auth import bbs_token_verifier, uvicorn_tls_options
 from common.config_check import ServingTLS, serving_tls
 from common.failover import AsyncFailoverTransport, URLListError, split_urls
+from common.models.image import IMAGE_STACK
 from common.procutil import write_ready_file
 from common.tls import INSECURE_WARNING
 
@@ -37,7 +38,7 @@ from .executor import Executor
 from .fencing import FENCING_FILE, Fencing, lease_token_from
 from .health_monitor import HealthMonitor
 from .host import HostLifecycleSender, RepHost
-from .isolation import NONE_WARNING, Isolation, IsolationError, instances_dir_of, prepare_isolation
+from .isolation import NONE_WARNING, Isolation, IsolationError, instances_dir_of, prepare_isolation, rep_key
 from .process_executor import MIB, ProcessExecutor
 from .settings import SIM_DEFAULT_DISK_MB, SIM_DEFAULT_MEMORY_MB, RepSettings, default_cell_id
 from .sim_executor import SimExecutor
@@ -124,7 +125,7 @@ def cell_configs(settings: RepSettings, base_url: str, rep_id: str, *, insecure:
                 memory_mb=memory,
                 disk_mb=disk,
                 containers=settings.containers,
-                stacks=tuple(settings.stacks),
+                stacks=tuple(stacks_of(settings)),
                 placement_tags=tuple(settings.placement_tags),
                 optional_placement_tags=tuple(settings.optional_placement_tags),
                 volume_drivers=tuple(settings.volume_drivers),
@@ -139,11 +140,26 @@ def cell_configs(settings: RepSettings, base_url: str, rep_id: str, *, insecure:
     return configs
 
 
+def stacks_of(settings: RepSettings) -> list[str]:
+    """The cell's stacks; a container cell adds the image stack ("docker"), keeping its own: work without
+    an image still runs there (as a process)."""
+    stacks = list(settings.stacks)
+    if settings.executor == "container" and IMAGE_STACK not in stacks:
+        stacks.append(IMAGE_STACK)
+    return stacks
+
+
 def isolation_name(settings: RepSettings, isolation: Isolation | None) -> str:
     """What the cells advertise (CellPresence.isolation): cgroup-v1 or cgroup-v2, none, or sim (simulated
     containers isolate nothing, and run nothing)."""
     if settings.executor == "sim":
         return "sim"
+    if settings.executor == "container" and isolation is not None:
+        from .container_executor import detect_runtime, userns_allowed
+
+        runtime = detect_runtime()
+        user = "userns" if userns_allowed() else "no-userns"
+        return f"{runtime.title if runtime is not None else 'runc'} {user} {isolation.name}"
     return isolation.name if isolation is not None else "none"
 
 
@@ -214,17 +230,16 @@ def build_host(
         if settings.executor == "sim":
             executor: Executor = executors[0]
         else:
-            executor = ProcessExecutor(
-                settings.data_dir,
-                config.cell_id,
-                isolation=isolation,
-                stop_grace_s=settings.stop_grace,
-                memory_limit=settings.memory_limit,
-                log_cap_bytes=settings.log_cap_mb * MIB,
-                disk_check_interval_s=settings.disk_check_interval,
-                artifacts=cache,
-                health=health,
-            )
+            options: dict[str, Any] = {
+                "isolation": isolation, "stop_grace_s": settings.stop_grace,
+                "memory_limit": settings.memory_limit, "log_cap_bytes": settings.log_cap_mb * MIB,
+                "disk_check_interval_s": settings.disk_check_interval, "artifacts": cache, "health": health,
+            }
+            if settings.executor == "container":
+                assert cache is not None
+                executor = container_executor(settings, config.cell_id, cache, options)
+            else:
+                executor = ProcessExecutor(settings.data_dir, config.cell_id, **options)
             executors.append(executor)
         cells.append(RepCell(config, executor, reports.for_cell(config.cell_id), cached_blobs=blobs))
     return RepHost(
@@ -236,6 +251,27 @@ def build_host(
         presence_ttl_s=settings.presence_ttl,
         evacuation_timeout_s=settings.evacuation_timeout,
     )
+
+
+def container_executor(settings: RepSettings, cell_id: str, cache: ArtifactCache,
+                       options: dict[str, Any]) -> Executor:
+    """The container executor of a cell (rep/container_executor.py): its network named after the rep's
+    key, its addresses leased under the data dir."""
+    from . import cni
+    from .container_executor import ContainerExecutor, detect_runtime
+    from .image_store import ImageStore
+
+    runtime = detect_runtime()
+    if runtime is None:
+        raise ConfigError("--executor container: missing an OCI runtime (runc or crun)")
+    key = rep_key(settings.data_dir)
+    network = cni.Network(name=f"vendue-{key}", bridge=f"vd{key[:10]}", subnet=settings.container_subnet,
+                          ipam_dir=Path(settings.data_dir) / cell_id / "cni",
+                          egress=settings.container_egress == "allow", plugin_dir=settings.cni_path)
+    images = ImageStore(cache, insecure_registries=tuple(settings.insecure_registries),
+                        registry_ca=settings.registry_ca)
+    return ContainerExecutor(settings.data_dir, cell_id, runtime=runtime, network=network, images=images,
+                             **options)
 
 
 def sim_blobs(digests: list[str]) -> CachedBlobs:

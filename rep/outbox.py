@@ -4,8 +4,8 @@ Reports accumulate while a flush is in flight; the flusher sends the next batch 
 previous request finished. With `linger_s`, the first report after a quiet spell waits that long for
 company (as Kafka's linger.ms): the claims of work arriving in several pieces travel together, and the
 running reports of instances that start together, at the price of reports arriving up to `linger_s`
-later. The outbox also knows which claims the BBS has not answered yet (`claim_unanswered`): the cell
-starts an instance only once its claim was answered, and not refused. A failed request keeps its reports
+later. Each answer goes back with the batch it answers: the cell starts an instance (runs a task) only
+once the batch carrying its claim was answered without refusing it. A failed request keeps its reports
 (ahead of newer ones) and is retried with common/retry.py's jittered backoff, so nothing is lost.
 
 Ordering: an instance goes claimed -> running -> crashed|removed exactly once (a restart gets a new
@@ -29,7 +29,7 @@ log = logging.getLogger("rep.outbox")
 
 # A batch is plain data (rep/reports.py); the sender writes it as a CellLifecycle body.
 SendLifecycle = Callable[[Reports], Awaitable[LifecycleResult]]
-OnResult = Callable[[LifecycleResult], None]
+OnResult = Callable[[Reports, LifecycleResult], None]  # the batch delivered, and the BBS's answer
 
 
 class Outbox:
@@ -147,7 +147,7 @@ class Outbox:
             self.sent_requests += 1
             delays.reset()
             try:
-                self._on_result(result)
+                self._on_result(batch, result)
             except Exception:  # a bug in the handler must not kill the flusher
                 log.exception("handling the lifecycle result failed", extra={"data": {"cell_id": self._name}})
             if len(self._pending):

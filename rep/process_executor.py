@@ -283,15 +283,15 @@ class ProcessExecutor(Executor):
             if not desired.command:
                 listener.lrp_crashed(child.guid, "failed to start: the desired LRP has no command")
                 return
-            ports = [PortMapping(container_port=p, host_port=free_port()) for p in desired.ports]
+            ports, port_env = self._lrp_ports(c)
             own = {
                 "INSTANCE_INDEX": str(c.index),
                 "INSTANCE_GUID": c.instance_guid,
                 "PROCESS_GUID": desired.process_guid,
                 "CELL_ID": c.cell_id,
             }
-            if ports:
-                own["PORT"] = str(ports[0].host_port)
+            if port_env is not None:
+                own["PORT"] = port_env
             try:
                 await self._isolate(child, desired.memory_mb, desired.disk_mb)
                 await self._place_artifacts(child, desired.artifacts)
@@ -351,6 +351,12 @@ class ProcessExecutor(Executor):
             for session in list(child.execs):  # its cgroup's kill took them when isolated; unisolated not
                 await session.close()
             await self._release(child, keep_log=keep_directory)
+
+    def _lrp_ports(self, c: LRPContainer) -> tuple[list[PortMapping], str | None]:
+        """Every container port with a free host port, and $PORT: here the first one's host port (the
+        process listens on the host itself)."""
+        ports = [PortMapping(container_port=p, host_port=free_port()) for p in c.desired.ports]
+        return ports, str(ports[0].host_port) if ports else None
 
     async def _wait_healthy(
         self, child: _Child, proc: asyncio.subprocess.Process, check: HealthCheck, ports: list[PortMapping]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import re
 import socket
 from pathlib import Path
@@ -79,11 +80,26 @@ class RepSettings(TLSOptions, RequestLimitOptions, BaseSettings):
                                       json_schema_extra={"flag": "--volume-driver"})
     labels: dict[str, str] = Field(default_factory=dict, description="Cell label k=v, repeatable.",
                                    json_schema_extra={"flag": "--label"})
-    executor: Literal["process", "sim"] = Field(default="process", description="process or sim (--sim).")
+    executor: Literal["process", "sim", "container"] = Field(
+        default="process", description="process, container (an image's instances in containers, runc and "
+        "CNI: docs/containers.md) or sim (--sim).")
+    # Container executor (rep/container_executor.py, rep/cni.py): the cell's bridge network. Reps sharing a
+    # host need subnets of their own.
+    container_subnet: str = Field(default="10.244.0.0/22", description="Container executor: the subnet of "
+                                  "the cell's bridge its containers take addresses from (CIDR).")
+    container_egress: Literal["allow", "deny"] = Field(
+        default="allow", description="Container executor: whether containers may reach beyond their host.")
+    insecure_registries: list[str] = Field(
+        default_factory=list, description="Container executor: a registry HOST:PORT pulled from over plain "
+        "http, repeatable.", json_schema_extra={"flag": "--insecure-registry"})
+    cni_path: Path = Field(default=Path("/usr/lib/cni"), description="Container executor: where the CNI "
+                           "plugins' binaries are (bridge, host-local, portmap, loopback).")
+    registry_ca: Path | None = Field(default=None, description="Container executor: a CA bundle (PEM) "
+                                     "trusted, beside the system's, for registries over https.")
     cells: int = Field(default=1, ge=1, description="Sim: simulated cells in this process.")
     sim_start_delay: float = Field(default=0.05, ge=0, description="Sim start, s.")
-    # Reports wait up to this long to travel together (rep/outbox.py): a claim and the running report
-    # of an instance that starts within it reach the BBS in one request.
+    # Reports wait up to this long to travel together (rep/outbox.py): the claims of work arriving in
+    # pieces reach the BBS in one request (and a simulated instance's promised running report with them).
     report_linger: float = Field(default=0.1, ge=0, le=5,
                                  description="Lifecycle reports gather this long, s.")
     sim_crash_rate: float = Field(default=0.0, ge=0, description="Sim crashes per s.")
@@ -146,6 +162,14 @@ class RepSettings(TLSOptions, RequestLimitOptions, BaseSettings):
     @classmethod
     def _uid_range(cls, value: str) -> str:
         parse_uid_range(value)
+        return value
+
+    @field_validator("container_subnet")
+    @classmethod
+    def _subnet(cls, value: str) -> str:
+        network = ipaddress.ip_network(value, strict=True)  # ValueError names what is wrong
+        if network.version != 4 or network.prefixlen > 29:
+            raise ValueError(f"expected an IPv4 subnet of 8 addresses or more, got {value}")
         return value
 
     @field_validator("cgroup_parent")

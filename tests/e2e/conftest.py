@@ -503,7 +503,7 @@ def _start_cluster(
         data_dir,
         cells=cells,
         zones=zones,
-        executor="process",
+        executor=kwargs.pop("executor", "process"),
         bbs_args=[*BBS_ARGS, *bbs_args],
         rep_args=[*REP_ARGS, *rep_args],
         auctioneer_args=[*AUCTIONEER_ARGS, *auctioneer_args],

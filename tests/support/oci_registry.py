@@ -147,9 +147,11 @@ class Registry:
             args += ["--dest-creds", f"{user}:{password}"]
         return args
 
-    def push(self, layout: Path, layout_tag: str, repo: str, tag: str) -> str:
-        """Copy `layout_tag` of the OCI layout to `repo:tag` here; the pushed manifest's digest."""
-        _run(["skopeo", "copy", "--quiet", *self._skopeo_dest(),
+    def push(self, layout: Path, layout_tag: str, repo: str, tag: str, *, docker_format: bool = False) -> str:
+        """Copy `layout_tag` of the OCI layout to `repo:tag` here; the pushed manifest's digest.
+        `docker_format`: as a Docker v2 schema 2 manifest (skopeo converts), not an OCI one."""
+        formats = ["--format", "v2s2"] if docker_format else []
+        _run(["skopeo", "copy", "--quiet", *formats, *self._skopeo_dest(),
               f"oci:{layout}:{layout_tag}", f"docker://{self.host}/{repo}:{tag}"])
         return self.digest(repo, tag)
 

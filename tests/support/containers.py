@@ -1,0 +1,74 @@
+"""For the container executor's tests (rep/container_executor.py): whether this machine can run containers,
+bridge subnets of their own for a cluster's cells, and what a container left on the host."""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import random
+import subprocess
+from pathlib import Path
+
+from rep.cni import NETNS_DIR, iptables_mentions
+from rep.container_executor import RUNC_ROOT, container_problem, detect_runtime
+from rep.isolation import isolation_problem, rep_key
+from rep.settings import RepSettings
+
+# 198.19.0.0/16: the upper half of RFC 2544's test range; tests/cluster's hosts pick their /24s anywhere in
+# 198.18.0.0/15 but skip what an interface here already holds.
+CONTAINER_RANGE = ipaddress.ip_network("198.19.0.0/16")
+
+
+def containers_problem() -> str | None:
+    """Why this machine cannot run the container executor, or None."""
+    return container_problem() or isolation_problem(RepSettings(executor="container", isolation="cgroups"))
+
+
+def used_networks() -> list[ipaddress.IPv4Network]:
+    out = subprocess.run(["ip", "-4", "-o", "addr", "show"], capture_output=True, text=True).stdout
+    found = []
+    for line in out.splitlines():
+        fields = line.split()
+        if "inet" in fields:
+            found.append(ipaddress.ip_interface(fields[fields.index("inet") + 1]).network)
+    return found
+
+
+def free_subnets(count: int) -> list[str]:
+    """`count` /24s of CONTAINER_RANGE no interface here overlaps."""
+    used = used_networks()
+    candidates = [s for s in CONTAINER_RANGE.subnets(new_prefix=24) if not any(s.overlaps(u) for u in used)]
+    random.SystemRandom().shuffle(candidates)
+    return [str(s) for s in candidates[:count]]
+
+
+def container_leftovers(data_dir: Path) -> list[str]:
+    """What the containers of a rep on `data_dir` left on the host: runc state, network namespaces, overlay
+    mounts, iptables rules, its bridge."""
+    key = rep_key(data_dir)
+    prefix = f"vd-{key[:8]}-"
+    left: list[str] = []
+    runtime = detect_runtime()
+    root = RUNC_ROOT / key
+    if runtime is not None and root.is_dir():
+        out = subprocess.run([runtime.path, "--root", str(root), "list", "-q"], capture_output=True,
+                             text=True).stdout
+        left += [f"runc container {c}" for c in out.split()]
+    if NETNS_DIR.is_dir():
+        left += [f"netns {n.name}" for n in NETNS_DIR.iterdir() if n.name.startswith(prefix)]
+    mounts = Path("/proc/self/mountinfo").read_text().splitlines()
+    left += [f"mount {m.split()[4]}" for m in mounts if " overlay " in m and key in m.split()[4]]
+    left += [f"iptables {rule}" for rule in iptables_mentions(prefix)]
+    left += [f"iptables {rule}" for rule in iptables_mentions(f"vendue-{key}")]
+    if Path(f"/sys/class/net/vd{key[:10]}").exists():
+        left.append(f"bridge vd{key[:10]}")
+    return left
+
+
+def uid_of(pid: int) -> int:
+    status = Path(f"/proc/{pid}/status").read_text()
+    return int(next(line for line in status.splitlines() if line.startswith("Uid:")).split()[1])
+
+
+def root() -> bool:
+    return os.geteuid() == 0
