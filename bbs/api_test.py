@@ -555,6 +555,28 @@ async def test_on_cell_loss_is_validated_kept_and_changed_without_touching_insta
     assert refused.status_code == 422 and refused.json()["detail"][0]["loc"] == ["body", "on_cell_loss"]
 
 
+async def test_exec_enabled_is_set_on_create_and_toggled_without_a_version(h: Harness) -> None:
+    created = await h.http.post("/v1/desired_lrps", json={"process_guid": "db", "instances": 2,
+                                                          "exec_enabled": False, "command": ["true"]})
+    assert created.status_code == 201 and created.json()["exec_enabled"] is False, created.text
+    assert (await desire(h, 1, pg="web"))["exec_enabled"] is True  # allowed by default
+    await h.settle()
+    sent = len(h.rec.sent)
+    patched = await h.http.patch("/v1/desired_lrps/db", json={"exec_enabled": True})
+    assert patched.status_code == 200, patched.text
+    answer = patched.json()
+    assert answer["desired_lrp"]["exec_enabled"] is True and answer["desired_lrp"]["version"] == 1, answer
+    assert answer["new_version"] is False and answer["rollout"] is None, answer
+    await h.settle()
+    assert len(h.rec.sent) == sent, "toggling exec neither auctions nor stops anything"
+    assert (await h.http.get("/v1/desired_lrps/db")).json()["exec_enabled"] is True
+    # A new definition keeps it; a bad value changes nothing.
+    replaced = await h.http.patch("/v1/desired_lrps/db", json={"command": ["sleep", "1"]})
+    assert replaced.json()["desired_lrp"]["exec_enabled"] is True and replaced.json()["new_version"] is True
+    refused = await h.http.patch("/v1/desired_lrps/db", json={"exec_enabled": "sometimes"})
+    assert refused.status_code == 422 and refused.json()["detail"][0]["loc"] == ["body", "exec_enabled"]
+
+
 async def expire(h: Harness, cell_id: str) -> None:
     """The cell's presence expired (as if it had stopped heartbeating a TTL ago)."""
     async with h.bbs.store.write() as tx:

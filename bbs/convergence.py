@@ -70,6 +70,10 @@ class ConvergenceConfig:
     forget_cell_after: float = 3600.0
     policy: RestartPolicy = field(default_factory=RestartPolicy)
     cell_loss: CellLossConfig = field(default_factory=CellLossConfig)
+    # Domains upserted through the Diego API whose TTL ran out (bbs/diego, docs/diego-api.md): as in Diego,
+    # their extra instances (past the desired count, or of no desired LRP) are kept until the domain is
+    # fresh again, since whoever keeps the domain fresh may not have finished desiring.
+    stale_domains: frozenset[str] = frozenset()
 
 
 @dataclass(slots=True)
@@ -249,7 +253,7 @@ def converge(
     # back replaces its ORDINARY replacement before that replacement would be re-auctioned.
     for row in actuals:
         d = wanted.get(row.process_guid)
-        if d is None or row.index >= d.instances:
+        if (d is None or row.index >= d.instances) and row.domain not in config.stale_domains:
             actuals.remove(row)
             out.stop(row)
     for row in actuals:

@@ -17,6 +17,7 @@ from .operations.blobs import Blobs
 from .operations.cells import Cells
 from .operations.convergence import Convergence
 from .operations.desired_lrps import DesiredLRPs
+from .operations.domains import Domains
 from .operations.leases import Leases
 from .operations.rebalancing import Rebalancing
 from .operations.rollouts import Rollouts
@@ -50,6 +51,7 @@ class BBS:
         self.actual_lrps = ActualLRPs(self.uow, policy)
         self.auctions = Auctions(self.uow, Explanations(settings.max_explanations))
         self.tasks = Tasks(self.uow)
+        self.domains = Domains(self.uow)
         self.cells = Cells(self.uow)
         self.leases = Leases(self.uow)
         self.tokens = Tokens(self.uow)

@@ -329,6 +329,28 @@ class EventHub:
         resync["id"] = self.last_id
         return sse_text([resync])
 
+    async def follow(self) -> AsyncIterator[list[dict[str, Any]]]:
+        """The events published from now on, a batch at a time, and an empty list every heartbeat_s: for a
+        stream that renders them its own way (bbs/diego/events.py). Ends when the hub closes or drops it."""
+        queue: asyncio.Queue[Batch] = asyncio.Queue(self.queue_chunks)
+        if self._closed:
+            return
+        self._subscribers.add(queue)
+        seen = self._seq
+        try:
+            while True:
+                try:
+                    batch = await asyncio.wait_for(queue.get(), timeout=self.heartbeat_s)
+                except TimeoutError:
+                    yield []
+                    continue
+                if batch is _CLOSED:
+                    return
+                yield batch.events[max(0, seen - batch.first + 1):]
+                seen = max(seen, batch.last)
+        finally:
+            self._unsubscribe(queue)
+
     async def stream(self, max_subscribers: int | None = None, wanted: EventFilter = EventFilter(),
                      last_event_id: str | None = None, gzip: bool = False) -> AsyncIterator[memoryview]:
         """One subscriber's body (SSE, gzipped when `gzip`): what it missed since `last_event_id` (or a

@@ -30,7 +30,8 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 
 CELL = {"zone": "z1", "total": {"memory_mb": 1024, "disk_mb": 1024, "containers": 10}}
 # The certificate each role's calls are made with (the rep speaks for cell-1 only).
-CALLERS = {"admin": "admin", "reader": "viewer", "bbs": "bbs", "auctioneer": "auctioneer", "rep": "rep-1"}
+CALLERS = {"admin": "admin", "reader": "viewer", "bbs": "bbs", "auctioneer": "auctioneer", "rep": "rep-1",
+           "cf": "cf"}
 
 
 def presence(cell_id: str, **fields: Any) -> dict[str, Any]:

@@ -106,11 +106,13 @@ class DesiredDefinition(TypedDict, total=False):
     objective: str | None
     source_blob: str | None
     artifacts: list[dict[str, Any]]
+    image: dict[str, Any] | None  # common/models/image.py; its credentials sealed (bbs/store/sealing.py)
     labels_match: str
     volumes: list[dict[str, Any]]
     ingress_ip: bool
     devices: list[dict[str, Any]]
     affinity: list[dict[str, Any]]
+    diego: str | None  # the Diego message it was desired with (bbs/diego), sealed with command and env
 
 
 class TaskDefinition(TypedDict, total=False):
@@ -126,7 +128,9 @@ class TaskDefinition(TypedDict, total=False):
     placement_tags: list[str]
     volume_drivers: list[str]
     artifacts: list[dict[str, Any]]
+    image: dict[str, Any] | None  # common/models/image.py; its credentials sealed (bbs/store/sealing.py)
     completion_callback_url: str | None
+    diego: str | None  # the Diego message it was desired with (bbs/diego), sealed with command and env
 
 
 class ResourcesData(TypedDict):

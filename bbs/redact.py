@@ -48,10 +48,14 @@ def without_credentials(row: dict[str, Any]) -> dict[str, Any]:
 def masked_env(row: dict[str, Any]) -> dict[str, Any]:
     """`row` (a DesiredLRP, a Task, an event's data) with every env value `***` and its artifacts' URLs
     masked (masked_url); as it is without either. A copy: the row may be shared with what the auctioneer
-    is sent."""
+    is sent. A `diego` message (bbs/diego) is masked whole: it holds the env too."""
     row = without_credentials(row)
     env = row.get("env")
     artifacts = row.get("artifacts")
+    if row.get("diego"):  # the Diego message a definition was desired with holds its env too
+        from .diego.mapping import masked_message  # protobuf: loaded only where Diego messages are
+
+        row = {**row, "diego": masked_message(row["diego"], task="task_guid" in row)}
     if artifacts and any(isinstance(a, dict) and a.get("url") for a in artifacts):
         row = {**row, "artifacts": [{**a, "url": masked_url(a["url"])} if isinstance(a, dict) and a.get("url")
                                     else a for a in artifacts]}

@@ -27,13 +27,14 @@ from common import runtime, serving
 from common.auth import uvicorn_tls_options
 from common.config_check import serving_tls
 from common.procutil import write_ready_file
-from common.tls import INSECURE_WARNING, client_context
+from common.tls import INSECURE_WARNING, CertError, client_context
 
 from .api import create_app
 from .blob_collector import BlobCollector
 from .converger import Converger
 from .core import BBS
 from .events import EventHub
+from .images import registry_problem
 from .metrics import BBSMetrics
 from .outbound import Outbound, rep_checked_transport
 from .records import AUCTIONEER_LEASE
@@ -65,6 +66,8 @@ async def running_bbs(
     # Both raise encryption.KeyRingError (one line) before anything starts: a ring that cannot be used,
     # or a database holding records sealed with a key it lacks.
     keys = settings.key_ring()
+    if (problem := registry_problem(settings.insecure_registry, settings.registry_ca)) is not None:
+        raise CertError(problem)  # a one-line refusal, as a TLS file that cannot be loaded
     store = await Store.open(settings.resolved_database_url(), keys=keys,
                              sqlite_synchronous=settings.sqlite_synchronous)
     if keys is None:
@@ -197,27 +200,55 @@ async def serve(settings: BBSSettings) -> None:
             timeout_graceful_shutdown=5,
             **uvicorn_tls_options(tls),
         )
-        server = _Server(config, on_exit=bbs.hub.close)
+        diego: _Server | None = None
+        server = _Server(config, on_exit=lambda: _exit_all(bbs, diego))
         served_task = asyncio.create_task(server.serve())
-        deadline = asyncio.get_running_loop().time() + STARTUP_TIMEOUT_S
-        while not server.started:
-            if served_task.done():
-                await served_task  # raises what stopped it (e.g. the port is taken)
-                raise SystemExit("the BBS HTTP server stopped before it started")
-            if asyncio.get_running_loop().time() > deadline:
-                raise TimeoutError(f"the BBS HTTP server did not start within {STARTUP_TIMEOUT_S}s")
-            await asyncio.sleep(0.01)
-        host, port = server.servers[0].sockets[0].getsockname()[:2]
-        scheme = "https" if tls is not None else "http"
-        url = f"{scheme}://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{port}"
+        url = await _started(server, served_task, "the BBS HTTP server", tls is not None)
         log.info("serving", extra={"data": {"url": url, "database": _safe_url(settings)}})
         if bbs.uow.converger is not None:
             bbs.uow.converger.serving_at(url)
+        diego_url, diego_task = None, None
+        address = settings.diego_address()
+        if address is not None:
+            from .diego.app import create_diego_app  # protobuf: loaded only where Diego's API is served
+
+            diego = _Server(serving.Config(
+                create_diego_app(bbs, insecure=served is None), limits=settings, host=address[0],
+                port=address[1], log_config=None, access_log=False, lifespan="off",
+                timeout_graceful_shutdown=5,
+                **uvicorn_tls_options(tls)), on_exit=lambda: _exit_all(bbs, server))
+            diego_task = asyncio.create_task(diego.serve())
+            diego_url = await _started(diego, diego_task, "the Diego API server", tls is not None)
+            log.info("serving Diego's API", extra={"data": {"url": diego_url}})
         print(url, flush=True)
         if settings.ready_file is not None:
-            write_ready_file(settings.ready_file, url)
+            write_ready_file(settings.ready_file, url, **({"diego_url": diego_url} if diego_url else {}))
         await served_task
+        if diego_task is not None:
+            await diego_task
         log.info("stopped")
+
+
+def _exit_all(bbs: BBS, other: _Server | None) -> None:
+    """A signal to one server stops both (and the event streams)."""
+    bbs.hub.close()
+    if other is not None:
+        other.should_exit = True
+
+
+async def _started(server: _Server, task: asyncio.Task[None], what: str, https: bool) -> str:
+    """The URL `server` serves on, once it does (raises what stopped it first)."""
+    deadline = asyncio.get_running_loop().time() + STARTUP_TIMEOUT_S
+    while not server.started:
+        if task.done():
+            await task  # raises what stopped it (e.g. the port is taken)
+            raise SystemExit(f"{what} stopped before it started")
+        if asyncio.get_running_loop().time() > deadline:
+            raise TimeoutError(f"{what} did not start within {STARTUP_TIMEOUT_S}s")
+        await asyncio.sleep(0.01)
+    host, port = server.servers[0].sockets[0].getsockname()[:2]
+    scheme = "https" if https else "http"
+    return f"{scheme}://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{port}"
 
 
 def _safe_url(settings: BBSSettings) -> str:

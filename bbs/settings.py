@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from common.limits import RequestLimitOptions
@@ -28,6 +28,27 @@ class BBSSettings(BaseSettings, TLSOptions, RequestLimitOptions, QuotaOptions):
 
     listen: str = Field(default="127.0.0.1", description="Address to bind.")
     port: int = Field(default=8889, ge=0, le=65535, description="Port; 0 picks a free one.")
+    # Diego's BBS API (protobuf over HTTPS, bbs/diego, docs/diego-api.md) on a listener of its own.
+    diego_listen: str | None = Field(
+        default=None, description="Serve Diego's BBS API (protobuf) on HOST:PORT (port 0 picks one); off "
+        "unless set.")
+
+    @field_validator("diego_listen")
+    @classmethod
+    def _host_port(cls, value: str | None) -> str | None:
+        if value is None or value == "":
+            return None
+        host, _, port = value.rpartition(":")
+        if not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+            raise ValueError("must be HOST:PORT (port 0 to 65535)")
+        return value
+
+    def diego_address(self) -> tuple[str, int] | None:
+        """(host, port) of the Diego API's listener; None: not served."""
+        if self.diego_listen is None:
+            return None
+        host, _, port = self.diego_listen.rpartition(":")
+        return host.strip("[]"), int(port)
     data_dir: Path = Field(default=Path(".vendue"), description="Data folder.")
     database_url: str | None = Field(
         default=None, description="SQLAlchemy async URL (default: sqlite+aiosqlite:///<data-dir>/bbs.db).")

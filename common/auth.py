@@ -71,12 +71,22 @@ class PeerCertProtocol(ConnectionProtocol):
         self.scope[TLS_SCOPE_KEY] = self._peer_der  # type: ignore[literal-required]
 
 
+WEBSOCKET_LOG = logging.getLogger("uvicorn.websocket")
+WEBSOCKET_LOG.setLevel(logging.WARNING)
+
+
 class PeerCertWebSocketProtocol(WebSocketsSansIOProtocol):
     """uvicorn's WebSocket protocol (the `websockets` library's, sans-I/O), which an upgraded connection
     (`vendue exec`) is handed to: the client certificate goes into its scope as into an HTTP request's, so
     the middleware authorizes the upgrade as any request."""
 
     _peer_der: bytes | None = None
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # uvicorn logs each upgrade's path and query at info ("WebSocket /...?argv=... [accepted]"): a
+        # command's arguments, which may hold secrets, would reach the log. Its warnings and errors only.
+        self.logger = WEBSOCKET_LOG
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)

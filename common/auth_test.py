@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 import uvicorn
-from fastapi import FastAPI, Request
+from fastapi import FastAPI, Request, WebSocket
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from common.auth import (
@@ -231,3 +231,51 @@ def test_policy_lists_routes_without_a_row() -> None:
     policy = Policy({("GET", "/ping"): public()})
     missing = policy.missing(app.router.routes)
     assert ("POST", "/things") in missing and ("GET", "/ping") not in missing
+
+
+def ws_app(refused: list[str]) -> FastAPI:
+    app = FastAPI()
+
+    @app.websocket("/shell")
+    async def shell(websocket: WebSocket) -> None:
+        await websocket.accept()
+        await websocket.send_text(websocket.state.identity.name)
+        await websocket.close()
+
+    async def verify(token: str) -> Identity | None:
+        return TOKENS.get(token)
+
+    add_auth(app, Policy({("GET", "/shell"): rule("admin")}), verify_token=verify, session_cookie="session")
+    app.add_middleware(RecordRefusals, refused=refused)
+    return app
+
+
+async def upgrade(pki: Path, url: str, name: str | None, headers: dict[str, str] | None = None) -> object:
+    """What a WebSocket upgrade to /shell gets: the first message, or the HTTP status it was refused with."""
+    import aiohttp
+
+    files = TLSFiles.in_dir(pki, name) if name else None
+    async with aiohttp.ClientSession() as session:
+        try:
+            async with session.ws_connect(url.replace("https", "wss") + "/shell", headers=headers,
+                                          ssl=client_context(files, ca=pki / "ca.pem")) as ws:
+                return (await ws.receive()).data
+        except aiohttp.WSServerHandshakeError as exc:
+            return exc.status
+
+
+async def test_a_websocket_upgrade_is_authorized_as_any_request(pki: Path) -> None:
+    """PeerCertWebSocketProtocol carries the client certificate into the upgraded connection's scope, and
+    the middleware refuses an upgrade without identity or role before the route runs (with an HTTP answer);
+    the dashboard's cookie never stands for a token on an upgrade. A plain GET of the path is judged by the
+    WebSocket's row too."""
+    refused: list[str] = []
+    async with serving(pki, refused, ws_app(refused)) as url:
+        assert await upgrade(pki, url, "admin") == "admin"
+        assert await upgrade(pki, url, None, {"authorization": "Bearer good-admin"}) == "ops"
+        assert await upgrade(pki, url, None) == 401
+        assert await upgrade(pki, url, "viewer") == 403
+        assert await upgrade(pki, url, None, {"cookie": "session=good-admin"}) == 401
+        assert await status(pki, url, "viewer", "GET", "/shell") == 403
+        assert await status(pki, url, "admin", "GET", "/shell") == 404  # no such HTTP route
+    assert refused.count("no_identity") == 2 and refused.count("forbidden") == 2

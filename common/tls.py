@@ -30,7 +30,8 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-ROLES = ("bbs", "auctioneer", "rep", "admin", "reader")
+# cf: Cloud Foundry's components (Cloud Controller, cfdot, ...) on the BBS's Diego API (bbs/diego).
+ROLES = ("bbs", "auctioneer", "rep", "admin", "reader", "cf")
 # The role of a NATS server's certificate on its cluster's routes (common/transport/nats_server.py): routes
 # are mutual TLS, so it is a client certificate, but no identity of ours: `identity_from_der` finds none
 # in it, so no HTTPS service of ours and no NATS user (certificate_identities) takes it from a caller.

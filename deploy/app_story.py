@@ -208,6 +208,8 @@ def event_line(e: dict[str, Any]) -> str:
         what = f"rollout {e.get('rollout_kind', '')}".rstrip()
         progress = f"{e.get('done', 0)}/{e.get('total', 0)}"
         details.append(f"{e.get('state', '')} to v{e.get('to_version', '?')} {progress}")
+    if e.get("kind") == "exec":  # who ran which program: never its arguments nor its output
+        details.append(f"{e.get('user', '?')} ran {e.get('program', '?')} ({e.get('args', 0)} argument(s))")
     if e.get("cell_id"):
         details.append(f"on {e['cell_id']}")
     if e.get("crash_count"):

@@ -197,6 +197,7 @@ class LocalCluster:
         self.bbs_url = ""
         self.bbs_urls: list[str] = []  # every BBS replica's URL (the first is bbs_url)
         self.auctioneer_url = ""
+        self.diego_url = ""  # where the BBS serves Diego's API (bbs/diego)
         self.reps: dict[str, RepProcess] = {}
         # No TLS and no authorization anywhere (every component gets --insecure); else HTTPS with
         # certificates.
@@ -507,6 +508,7 @@ class LocalCluster:
         self._components.update(planned.components)
         self.bbs_url, self.bbs_urls = planned.bbs_urls[0], list(planned.bbs_urls)
         self.auctioneer_url = planned.auctioneer_urls[0]
+        self.diego_url = planned.diego_urls[0]
 
     def _start_postgres(self) -> None:
         """The embedded PostgreSQL server, when this is an HA cluster and no database_url was given."""

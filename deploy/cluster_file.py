@@ -91,6 +91,7 @@ def cluster_info(cluster: LocalCluster) -> dict[str, Any]:
         "bbs_url": cluster.bbs_url,
         "bbs_urls": cluster.bbs_urls,
         "auctioneer_url": cluster.auctioneer_url,
+        "diego_url": cluster.diego_url,  # Diego's BBS API (bbs/diego), for cfdot and Cloud Foundry
         "reps": {
             cell_id: {"zone": r.zone, "url": r.url, "pid": r.proc.pid, "process": r.component}
             for cell_id, r in cluster.reps.items()

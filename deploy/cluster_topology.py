@@ -11,6 +11,7 @@ import subprocess
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from common.procutil import free_port
 
@@ -102,6 +103,7 @@ class Plan:
     components: dict[str, Component]
     bbs_urls: list[str]  # every BBS replica's URL (the first is the BBS's)
     auctioneer_urls: list[str]
+    diego_urls: list[str]  # where each BBS replica serves Diego's API (bbs/diego), in the same order
 
 
 def is_bbs(name: str) -> bool:
@@ -129,12 +131,13 @@ def plan(options: Options, url: Callable[[str, int], str]) -> Plan:
     components: dict[str, Component] = {}
     pairs = 2 if o.ha else 1
     ports: list[int] = []
-    for _ in range(2 * pairs):
+    for _ in range(3 * pairs):
         ports.append(free_port_besides(set(ports)))
     suffixes = [f"-{i + 1}" if i else "" for i in range(pairs)]
     bbs_urls = [url(f"bbs{suffix}", port) for suffix, port in zip(suffixes, ports[:pairs], strict=True)]
     auctioneer_urls = [url(f"auctioneer{suffix}", port)
-                       for suffix, port in zip(suffixes, ports[pairs:], strict=True)]
+                       for suffix, port in zip(suffixes, ports[pairs:2 * pairs], strict=True)]
+    diego_urls = [url(f"bbs{suffix}", port) for suffix, port in zip(suffixes, ports[2 * pairs:], strict=True)]
     for i, suffix in enumerate(suffixes):
         # Pair i's auctioneer tries its own BBS first; every BBS starts auctions on its own auctioneer
         # until a lease holder is known.
@@ -144,6 +147,7 @@ def plan(options: Options, url: Callable[[str, int], str]) -> Plan:
             "--auctioneer-url", auctioneer_urls[i],
             "--presence-ttl", str(DEFAULT_PRESENCE_TTL_S),
             "--convergence-interval", str(DEFAULT_CONVERGENCE_INTERVAL_S),
+            "--diego-listen", urlsplit(diego_urls[i]).netloc,
             *o.bbs_args,
         ], ports[i])
         components[f"auctioneer{suffix}"] = Component(f"auctioneer{suffix}", [
@@ -194,4 +198,4 @@ def plan(options: Options, url: Callable[[str, int], str]) -> Plan:
                 "rep", "--cell-id", cell_id, "--zone", zone,
                 "--data-dir", str(cells_dir / cell_id), *common, *subnet, *o.rep_args,
             ], 0, [(cell_id, zone)])
-    return Plan(components, bbs_urls, auctioneer_urls)
+    return Plan(components, bbs_urls, auctioneer_urls, diego_urls)

@@ -80,6 +80,13 @@ def summarize(event: Event) -> str:
         parts.append(str(data["task_guid"]))
     if "cell_id" in data and data["cell_id"]:
         parts.append(("@" if parts else "") + str(data["cell_id"]))
+    if event.type in ("exec_started", "exec_ended"):
+        parts.append(f"{data.get('user', '?')} ran {data.get('program', '?')} ({data.get('args', 0)} "
+                     "argument(s))")
+        if event.type == "exec_ended":
+            parts.append(f"exit {data.get('exit_status')}" if data.get("exit_status") is not None
+                         else "dropped")
+        return " ".join(parts)
     if event.type == "rollout_changed" and "to_version" in data:
         parts.append(f"v{data.get('from_version')}→v{data['to_version']} {data.get('state', '')}".rstrip())
         if data.get("total"):

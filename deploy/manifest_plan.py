@@ -21,7 +21,7 @@ from typing import Any, Literal
 from common.models import DesiredLRPCreate
 
 NOT_DEFINITION = frozenset({"process_guid", "instances", "on_cell_loss", "labels", "annotations",
-                            "exec_enabled"})
+                            "exec_enabled", "diego"})
 SCALE_FIELDS = ("instances", "on_cell_loss", "exec_enabled")
 Action = Literal["create", "update", "scale", "nothing"]
 MASKED = "***"  # an env value the BBS hid from this caller (bbs/redact.py)

@@ -40,6 +40,7 @@ from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import BaseModel, ValidationError
 
+from common import diego_state
 from common.auth import VerifyToken, add_auth
 from common.http_metrics import HTTPMetrics, add_http_metrics, mark_refusal
 from common.limits import RequestLimitOptions, add_limits
@@ -48,6 +49,7 @@ from common.request_id import add_request_id
 from common.streaming import BoundedStreamingResponse, with_heartbeats
 from common.validation import add_validation_handler
 
+from . import diego_state as rep_diego_state
 from .exec_relay import ExecSlots, serve_exec
 from .fencing import Fencing, Refused
 from .host import RepHost
@@ -106,6 +108,14 @@ def create_app(
         named = [c for c in cells.split(",") if c] if cells else None
         answer = host.states(named) if lrps == "counts" else host.details(named)
         return Response(answer.model_dump_json(), media_type=JSON)
+
+    @app.get(diego_state.PATH)
+    async def diego_cell_state(cell_id: str) -> Response:
+        """Diego's view of one cell (rep/diego_state.py), for Cloud Foundry's tools (cfdot cell-states)."""
+        found = host.details([cell_id]).cells
+        if not found:
+            return JSONResponse({"detail": f"cell {cell_id!r} is not hosted here"}, status_code=404)
+        return JSONResponse(rep_diego_state.diego_cell_state(found[0]))
 
     @app.post("/work")
     async def work(request: Request) -> Response:

@@ -18,7 +18,7 @@ from common.models import (
     Task,
 )
 from tests.support.recording_executor import RecordingExecutor
-from tests.support.rep_host import LEASE_TOKEN, NOW, app_of, desired, make_host
+from tests.support.rep_host import LEASE_TOKEN, NOW, answer_outbox, app_of, desired, make_host
 
 from .host import RepHost
 
@@ -93,6 +93,9 @@ async def test_work_places_each_cells_part_and_answers_each_cells_result(rep) ->
         "c1"
     ].reason == "stale fencing token 5 < 7"
     assert results["c2"].reason == "cell is evacuating"
+    assert executor.started == [], "nothing starts before the BBS accepted its claim"
+    for cell in host.cells.values():
+        answer_outbox(cell)
     started = sorted((c.cell_id, c.process_guid, c.index) for c in executor.started)
     assert started == [("c0", "api", 0), ("c0", "web", 0), ("c0", "web", 1)]
     assert host.cells["c0"].fencing_token == 5 and host.cells["c0"].accepted_fencing_tokens == [5]
@@ -106,6 +109,7 @@ async def test_a_one_cell_rep_serves_the_same_api(tmp_path) -> None:
         states = HostCellStates.model_validate_json((await client.get("/state")).content).cells
         assert [(s.cell_id, s.lrp_counts) for s in states] == [("solo", {"web": 2})]
         assert (await client.get("/cells/solo/state")).status_code == 404, "no per-cell routes"
+    answer_outbox(host.cells["solo"])
     assert sorted(c.index for c in executor.started) == [0, 1]
 
 

@@ -1,12 +1,18 @@
 """One cell: what it holds, what it has left, how it takes work and what it tells the BBS.
 
-Reservation is synchronous and immediate: `take(...)` reserves whatever fits, answers the rest as
-rejected, then hands the accepted containers to the executor, which starts them in the background.
-Everything the cell learns (claims, running, crashes, removals, task starts and completions) goes into
-its outbox (rep/outbox.py), which the BBS receives as one lifecycle request per round.
+Reservation is synchronous and immediate: `take(...)` reserves whatever fits, claims it and answers the
+rest as rejected. Everything the cell learns (claims, running, crashes, removals, task starts and
+completions) goes into its outbox (rep/outbox.py), which the BBS receives as one lifecycle request per round.
 
-Starts do not wait for the BBS to confirm the claim: claim and start run in parallel, and an instance
-whose claim (or any later report) the BBS refuses is stopped and forgotten without further reports.
+Nothing runs before the BBS accepted its claim: an instance stays `reserved` (a task `claiming`) until the
+lifecycle request carrying its claim was answered without refusing it, and only then is it handed to the
+executor. Work the BBS does not give this cell (a forged auction's, a late or repeated one's: the index is
+not desired, or is another cell's) is refused at its claim, and nothing of it ever runs. One answer
+releases a whole batch of claims: no request per instance. An executor that can say before a start that
+the instance will be running at once (the simulator's: nothing runs, nothing can fail) promises its
+running report, which then travels with the claim, and the BBS takes the instance from UNCLAIMED to
+RUNNING in one step; the others report running in a later round, once healthy. An instance whose later
+report the BBS refuses is stopped and forgotten without further reports.
 """
 
 from __future__ import annotations
@@ -40,7 +46,7 @@ from common.models import (
 from .admission import shortage
 from .executor import Executor, LRPContainer, TaskContainer
 from .outbox import Outbox, SendLifecycle
-from .reports import Crash, HostPort, Ref, Running
+from .reports import Crash, HostPort, Ref, Reports, Running
 
 log = logging.getLogger("rep.cell")
 
@@ -59,6 +65,9 @@ def no_blobs(limit: int) -> list[str]:
 
 
 SAME_INDEX = "instance already on this cell"  # a start refused: the auction tries another cell
+RESERVED = "reserved"  # claimed, its claim not yet accepted: not handed to the executor
+STARTING = "starting"
+RUNNING = "running"
 
 def guid_source() -> Callable[[], str]:
     """Instance guids in the UUID format: a random head drawn once per cell boot (the first 20 hex digits
@@ -96,9 +105,11 @@ class HeldInstance:
     instance_guid: str
     index: int
     desired: DesiredLRP
-    # starting (reserved and handed to the executor, which starts it at once) -> running; -> stopping
-    state: str = "starting"
-    running: Running | None = None  # its running report, once it runs (reassert_running sends it again)
+    # reserved (claimed; the BBS has not accepted the claim) -> starting (handed to the executor) -> running;
+    # any -> stopping
+    state: str = RESERVED
+    # Its running report, once it runs (reassert_running sends it again), or as the executor promised it
+    running: Running | None = None
 
     @property
     def process_guid(self) -> str:
@@ -148,10 +159,12 @@ class RepCell:
         self._instances: dict[str, HeldInstance] = {}
         # Kept as instances come and go, so that a bid (`state()`, asked every auction) costs
         # the number of apps here, not the number of instances: process guid -> instances not stopping,
-        # process guid -> instances stopping, and how many are starting.
+        # process guid -> instances stopping, how many are reserved or starting (the bid's starting
+        # containers), and how many of those are reserved.
         self._lrp_counts: dict[str, int] = {}
         self._stopping_counts: dict[str, int] = {}
         self._starting = 0
+        self._reserved = 0
         self._by_index: dict[tuple[str, int], str] = {}
         self._tasks: dict[str, HeldTask] = {}
         self._used_memory = 0
@@ -267,10 +280,10 @@ class RepCell:
         )
 
     def instance_states(self) -> dict[str, int]:
-        """How many instances are in each state (starting, running, stopping), from the kept counts."""
+        """How many instances are in each state (reserved, starting, running, stopping), from the counts."""
         live = sum(self._lrp_counts.values())
-        return {"starting": self._starting, "running": live - self._starting,
-                "stopping": sum(self._stopping_counts.values())}
+        return {RESERVED: self._reserved, STARTING: self._starting - self._reserved,
+                RUNNING: live - self._starting, "stopping": sum(self._stopping_counts.values())}
 
     @property
     def task_count(self) -> int:
@@ -329,10 +342,11 @@ class RepCell:
         # Another version's instance of the index may be here: a rollout's replacement, started before the
         # old one stops (make-before-break), may be placed on the old one's cell. So may the index's next
         # instance of the same version once this one runs (a rolling restart: on two cells the auction keeps
-        # choosing the old one's cell) or is being stopped. Only one still starting refuses: that is when an
-        # auctioneer's retried delivery of the same start arrives; a later duplicate's claim is refused.
+        # choosing the old one's cell) or is being stopped. Only one still reserved or starting refuses: that
+        # is when an auctioneer's retried delivery of the same start arrives; a later duplicate's claim is
+        # refused.
         held = self._instances.get(held_guid) if held_guid is not None else None
-        if held is not None and held.state == "starting" and held.desired.version == d.version:
+        if held is not None and held.state in (RESERVED, STARTING) and held.desired.version == d.version:
             return SAME_INDEX
         c = self.config
         if d.stack not in c.stacks:
@@ -352,18 +366,39 @@ class RepCell:
                         c.containers - len(self._instances) - len(self._tasks), memory_mb, disk_mb)
 
     def _start_lrp(self, desired: DesiredLRP, index: int) -> None:
+        """Reserve and claim it; it starts once the BBS accepted the claim (`_start_claimed`). A running
+        report the executor promises goes in the same batch as the claim: the BBS applies it only with it."""
         guid = self._new_guid()
         process_guid = desired.process_guid
-        self._instances[guid] = HeldInstance(guid, index, desired)
+        held = self._instances[guid] = HeldInstance(guid, index, desired)
         self._by_index[(process_guid, index)] = guid
         counts = self._lrp_counts
         counts[process_guid] = counts.get(process_guid, 0) + 1
         self._starting += 1
+        self._reserved += 1
         self._used_memory += desired.memory_mb
         self._used_disk += desired.disk_mb
         self._empty.clear()
-        self.outbox.claimed(Ref(process_guid, index, guid, desired.version))
-        self.executor.start_lrp(LRPContainer(self.config.cell_id, guid, index, desired), self)
+        ports = self.executor.promise_running(self._container(held))
+        # Without a promise the start waits on the claim's answer: the outbox sends it without lingering
+        self.outbox.claimed(Ref(process_guid, index, guid, desired.version), hurry=ports is None)
+        if ports is not None:
+            held.running = Running(process_guid, index, guid, self.config.host, ports)
+            self.outbox.running(held.running)
+
+    def _container(self, held: HeldInstance) -> LRPContainer:
+        return LRPContainer(self.config.cell_id, held.instance_guid, held.index, held.desired)
+
+    def _start_claimed(self, answered: Reports) -> None:
+        """Hand to the executor every instance whose claim was in the batch the BBS just answered and was not
+        refused (the refused ones are forgotten by then)."""
+        instances = self._instances
+        for claim in answered.claimed:
+            held = instances.get(claim.instance_guid)
+            if held is not None and held.state == RESERVED:
+                held.state = STARTING
+                self._reserved -= 1
+                self.executor.start_lrp(self._container(held), self)
 
     def _stopping(self, held: HeldInstance) -> None:
         """Mark an instance as being stopped: it holds its resources but no longer counts for its app."""
@@ -380,7 +415,10 @@ class RepCell:
             tally[held.process_guid] = left
         else:
             del tally[held.process_guid]
-        if held.state == "starting":
+        if held.state == RESERVED:
+            self._reserved -= 1
+            self._starting -= 1
+        elif held.state == STARTING:
             self._starting -= 1
 
     def _start_task(self, task: Task) -> None:
@@ -428,13 +466,15 @@ class RepCell:
 
     def lrp_running(self, instance_guid: str, ports: Sequence[HostPort]) -> None:
         held = self._instances.get(instance_guid)
-        if held is None or held.state == STOPPING:
-            return
-        if held.state == "starting":
+        if held is None or held.state in (STOPPING, RESERVED):
+            return  # a reserved one was never handed to the executor: nothing of it runs
+        if held.state == STARTING:
             self._starting -= 1
-        held.state = "running"
-        held.running = Running(held.desired.process_guid, held.index, instance_guid, self.config.host, ports)
-        self.outbox.running(held.running)
+        held.state = RUNNING
+        report = Running(held.desired.process_guid, held.index, instance_guid, self.config.host, ports)
+        if report != held.running:  # a promised report, delivered with the claim, is not sent again
+            held.running = report
+            self.outbox.running(report)
 
     def reassert_running(self) -> int:
         """Report every running instance running again; how many. After a silence long enough for the BBS
@@ -442,7 +482,7 @@ class RepCell:
         may never have arrived): it refuses those, and apply_lifecycle_result stops them; for the others
         (still this cell's, or suspected and not yet replaced) a running report changes nothing."""
         reports = [held.running for held in self._instances.values()
-                   if held.state == "running" and held.running is not None]
+                   if held.state == RUNNING and held.running is not None]
         for report in reports:
             self.outbox.running(report)
         return len(reports)
@@ -474,8 +514,10 @@ class RepCell:
         held = self._instances.get(instance_guid)
         if held is None:
             return False
+        started = held.state != RESERVED
         self._stopping(held)
-        await self.executor.stop_lrp(instance_guid)
+        if started:  # a reserved one never reached the executor (and its claim's answer no longer starts it)
+            await self.executor.stop_lrp(instance_guid)
         if self._instances.get(instance_guid) is held:
             self._forget_instance(held)
             self.outbox.removed(held.ref())
@@ -512,9 +554,9 @@ class RepCell:
 
     # --- what the BBS answered ----------------------------------------------------------------------
 
-    def apply_lifecycle_result(self, result: LifecycleResult) -> None:
-        """The BBS answered a report: stop and forget what it refused, silently (not ours); then run the tasks
-        whose claims it accepted."""
+    def apply_lifecycle_result(self, answered: Reports, result: LifecycleResult) -> None:
+        """The BBS answered a batch of reports: stop and forget what it refused, silently (not ours); then
+        start the instances and run the tasks whose claims it accepted."""
         for ref in result.refused:
             self.outbox.discard_instance(ref.instance_guid)
             held = self._instances.get(ref.instance_guid)
@@ -526,8 +568,10 @@ class RepCell:
                     "data": {"cell_id": self.cell_id, "process_guid": ref.process_guid, "index": ref.index}
                 },
             )
+            started = held.state != RESERVED
             self._forget_instance(held)
-            self.in_background(self.executor.stop_lrp(ref.instance_guid))
+            if started:
+                self.in_background(self.executor.stop_lrp(ref.instance_guid))
         for task_guid in result.refused_tasks:
             self.outbox.discard_task(task_guid)
             held_task = self._tasks.get(task_guid)
@@ -537,6 +581,7 @@ class RepCell:
             self._forget_task(held_task)
             if ran:
                 self.in_background(self.executor.cancel_task(task_guid))
+        self._start_claimed(answered)
         self._run_claimed_tasks()
 
 

@@ -25,9 +25,11 @@ from common.models import (
     WorkResult,
 )
 from tests.support.recording_executor import RecordingExecutor
+from tests.support.rep_host import answer_outbox
 
 from .cell import CellConfig, RepCell
-from .reports import Reports
+from .executor import LRPContainer
+from .reports import HostPort, Port, Reports
 
 NOW = datetime(2024, 1, 1, tzinfo=UTC)
 
@@ -95,13 +97,19 @@ async def test_reserves_what_fits_and_rejects_the_rest_at_once() -> None:
 
     assert [w.index for w in result.rejected_lrps] == [2]
     assert result.reason == "insufficient resources: memory"
-    assert [c.index for c in executor.started] == [0, 1]
+    assert executor.started == [], "nothing starts before the BBS accepted its claim"
     detail = cell.detail()
     assert detail.bid.available.memory_mb == 200
     assert detail.bid.available.containers == 8
     assert detail.bid.starting_containers == 2
-    assert [(i.index, i.state) for i in detail.lrps] == [(0, "starting"), (1, "starting")]
+    assert [(i.index, i.state) for i in detail.lrps] == [(0, "reserved"), (1, "reserved")]
     assert [r.index for r in pending(cell).claimed] == [0, 1], "each accepted instance is claimed"
+    assert pending(cell).running == [], "no running report promised by an executor that cannot"
+    assert cell.outbox._hurry.is_set(), "the starts wait on the claims: sent without lingering"
+    answer_outbox(cell)
+    assert [c.index for c in executor.started] == [0, 1]
+    assert [(i.index, i.state) for i in cell.detail().lrps] == [(0, "starting"), (1, "starting")]
+    assert cell.detail().bid.starting_containers == 2
 
 
 @pytest.mark.parametrize("host_metrics", [False, True], ids=["no offers", "host offers"])
@@ -110,6 +118,7 @@ async def test_the_bid_and_the_detail_are_what_validating_them_would_give_with_e
 ) -> None:
     cell, executor = make_cell(memory_mb=4000, report_host_metrics=host_metrics)
     take(cell, [(desired("web", memory_mb=100), i) for i in range(3)], fencing_token=3)
+    answer_outbox(cell)
     take(cell, tasks=[task("t1")], fencing_token=4)
     cell.lrp_running(executor.started[0].instance_guid, [])
 
@@ -130,6 +139,7 @@ async def test_the_bid_and_the_detail_are_what_validating_them_would_give_with_e
 async def test_the_bid_counts_instances_per_process() -> None:
     cell, executor = make_cell(memory_mb=4000)
     take(cell, [(desired("web", memory_mb=100), i) for i in range(3)] + [(desired("api", memory_mb=100), 0)])
+    answer_outbox(cell)
     held = {i.index: i.instance_guid for i in cell.detail().lrps if i.process_guid == "web"}
     gate = asyncio.Event()
     executor.stop_lrp = lambda guid: gate.wait()  # type: ignore[method-assign]  # the stop takes a while
@@ -157,13 +167,17 @@ async def test_the_bid_follows_every_change_as_the_instance_list_does() -> None:
         for i in held:
             (stopping if i.state == "stopping" else running)[i.process_guid] += 1
         assert (bid.lrp_counts, bid.stopping_counts) == (dict(running), dict(stopping)), step
-        assert bid.starting_containers == sum(1 for i in held if i.state == "starting"), step
+        assert bid.starting_containers == sum(1 for i in held if i.state in ("reserved", "starting")), step
         by_state = {state: n for state, n in cell.instance_states().items() if n}
         assert by_state == dict(Counter(i.state for i in held)), step
 
     web, api = desired("web", memory_mb=100), desired("api", memory_mb=100)
     take(cell, [(web, 0), (web, 1), (web, 2), (web, 3), (api, 0), (api, 1)])
     agree("accepted")
+    answer_outbox(cell)
+    agree("claims accepted")
+    take(cell, [(api, 2)])
+    agree("one more reserved")
     guid = {(c.process_guid, c.index): c.instance_guid for c in executor.started}
     cell.lrp_running(guid["web", 0], [])
     cell.lrp_running(guid["web", 0], [])  # a repeated report changes nothing
@@ -177,9 +191,11 @@ async def test_the_bid_follows_every_change_as_the_instance_list_does() -> None:
     cell.lrp_crashed(guid["web", 0], "boom")  # ignored: a stop in progress reports `removed` itself
     agree("two stopping")
     cell.lrp_crashed(guid["api", 0], "boom")
-    cell.apply_lifecycle_result(LifecycleResult(refused=[InstanceRef(process_guid="web", index=2,
-                                                                     instance_guid=guid["web", 2])]))
+    cell.apply_lifecycle_result(Reports(), LifecycleResult(refused=[InstanceRef(
+        process_guid="web", index=2, instance_guid=guid["web", 2])]))
     agree("a crash and a refusal")
+    answer_outbox(cell, refused=("g6",))
+    agree("a refused claim")
     gate.set()
     await asyncio.wait_for(asyncio.gather(*stops), 5)
     await cell.wait_background(1.0)
@@ -195,8 +211,10 @@ async def test_rejects_a_duplicate_of_an_instance_it_holds() -> None:
     take(cell, [(desired(), 0)])
 
     result = take(cell, [(desired(), 0), (desired(), 1)])
+    assert [w.index for w in result.rejected_lrps] == [0], "reserved"
+    answer_outbox(cell)
+    assert [w.index for w in take(cell, [(desired(), 1)]).rejected_lrps] == [1], "starting"
 
-    assert [w.index for w in result.rejected_lrps] == [0]
     assert "already" in result.reason
     assert len(executor.started) == 2
 
@@ -243,6 +261,7 @@ async def test_rejects_an_unsupported_stack_and_counts_disk_and_containers() -> 
 async def test_running_report_uses_the_advertised_host() -> None:
     cell, _ = make_cell()
     take(cell, [(desired(), 3)])
+    answer_outbox(cell)
 
     cell.lrp_running("g0", [PortMapping(container_port=8080, host_port=61001)])
 
@@ -256,6 +275,7 @@ async def test_running_report_uses_the_advertised_host() -> None:
 async def test_a_crash_frees_the_resources_and_is_reported() -> None:
     cell, _ = make_cell(memory_mb=256)
     take(cell, [(desired(), 0)])
+    answer_outbox(cell)
 
     cell.lrp_crashed("g0", "exited with status 3")
 
@@ -269,6 +289,7 @@ async def test_a_crash_frees_the_resources_and_is_reported() -> None:
 async def test_stop_reports_removed_once_the_executor_stopped_it() -> None:
     cell, executor = make_cell()
     take(cell, [(desired(), 0)])
+    answer_outbox(cell)
 
     assert await cell.stop_lrp("g0") is True
     assert await cell.stop_lrp("g0") is False, "a second stop finds nothing"
@@ -290,13 +311,17 @@ async def test_a_crash_during_a_stop_is_not_reported_as_a_crash() -> None:
 
 async def test_refused_instances_are_stopped_and_forgotten_silently() -> None:
     cell, executor = make_cell()
-    take(cell, [(desired(), i) for i in range(2)], tasks=[task()])
+    take(cell, [(desired(), i) for i in range(2)])
+    answer_outbox(cell)  # both claims accepted: both start
+    take(cell, tasks=[task()])
+    cell.lrp_running("g0", [])
     cell.lrp_running("g1", [])
 
     cell.apply_lifecycle_result(
+        Reports(),
         LifecycleResult(
             refused=[InstanceRef(process_guid="app", index=1, instance_guid="g1")], refused_tasks=["t1"]
-        )
+        ),
     )
     await cell.wait_background(1.0)
 
@@ -305,8 +330,71 @@ async def test_refused_instances_are_stopped_and_forgotten_silently() -> None:
     assert [i.instance_guid for i in cell.detail().lrps] == ["g0"]
     assert cell.state().tasks == []
     p = pending(cell)
-    assert [r.instance_guid for r in p.claimed] == ["g0"], "pending reports of the refused one are dropped"
-    assert p.running == [] and p.removed == [] and p.tasks_started == []
+    assert [r.instance_guid for r in p.running] == ["g0"], "pending reports of the refused one are dropped"
+    assert p.claimed == [] and p.removed == [] and p.tasks_started == []
+
+
+async def test_an_instance_starts_only_once_the_bbs_accepted_its_claim() -> None:
+    """As tasks do: a claim the BBS refuses (the work was not this cell's to take) starts nothing, and the
+    accepted ones start on their batch's answer, without a request of their own."""
+    cell, executor = make_cell()
+    take(cell, [(desired(), i) for i in range(3)])
+    assert executor.started == [], "nothing starts before the BBS accepted the claims"
+    sent = cell.outbox._pending  # what the flusher takes and delivers
+    cell.outbox._pending = Reports()
+    take(cell, [(desired(), 3)])  # claimed while that request was in flight
+    cell.apply_lifecycle_result(sent, LifecycleResult(refused=[InstanceRef(process_guid="app", index=1,
+                                                                           instance_guid="g1")]))
+    await cell.wait_background(1.0)
+    assert [c.instance_guid for c in executor.started] == ["g0", "g2"], "g3's claim is not answered yet"
+    assert executor.stopped == [], "a refused claim started nothing, so nothing is stopped"
+    assert [(i.instance_guid, i.state) for i in cell.detail().lrps] == [
+        ("g0", "starting"), ("g2", "starting"), ("g3", "reserved")]
+    assert cell.instance_states() == {"reserved": 1, "starting": 2, "running": 0, "stopping": 0}
+    cell.apply_lifecycle_result(sent, LifecycleResult())  # an answer repeated changes nothing
+    answer_outbox(cell)
+    assert [c.instance_guid for c in executor.started] == ["g0", "g2", "g3"], "each started once"
+
+
+async def test_a_reserved_instance_stopped_before_its_claim_is_answered_never_starts() -> None:
+    cell, executor = make_cell()
+    take(cell, [(desired(), 0)])
+    sent = cell.outbox._pending
+    cell.outbox._pending = Reports()
+
+    assert await cell.stop_lrp("g0") is True
+    cell.apply_lifecycle_result(sent, LifecycleResult())  # the claim accepted after all
+
+    assert executor.started == [] and executor.stopped == [], "never handed to the executor"
+    assert [r.instance_guid for r in pending(cell).removed] == ["g0"], "the BBS hears it let go"
+    assert cell.holds_nothing and cell.state().starting_containers == 0
+
+
+class PromisingExecutor(RecordingExecutor):
+    """An executor that can say before a start that the instance will run at once (as the simulator's)."""
+
+    def promise_running(self, container: LRPContainer) -> Sequence[HostPort] | None:
+        return [Port(8080, 40000 + container.index)]
+
+
+async def test_a_promised_running_report_travels_with_the_claim_and_is_not_sent_again() -> None:
+    executor = PromisingExecutor()
+    cell = RepCell(make_cell()[0].config, executor, never_sent, new_guid=iter(["g0", "g1"]).__next__)
+    take(cell, [(desired(), 0), (desired(), 1)])
+    p = pending(cell)
+    assert [r.instance_guid for r in p.claimed] == [r.instance_guid for r in p.running] == ["g0", "g1"], (
+        "each claim with its promised running report, in one batch")
+    assert p.running[0].ports == [Port(8080, 40000)] and p.running[0].host == "10.0.0.5"
+    assert executor.started == [], "a promise starts nothing"
+    assert not cell.outbox._hurry.is_set(), "the claims may linger for company: their reports are in"
+
+    answer_outbox(cell, refused=("g1",))
+    assert [c.instance_guid for c in executor.started] == ["g0"], "the refused claim's instance never starts"
+    assert executor.stopped == [] and pending(cell).running == []
+    cell.lrp_running("g0", [Port(8080, 40000)])
+    assert pending(cell).running == [], "the promised report went with the claim"
+    assert [(i.instance_guid, i.state) for i in cell.detail().lrps] == [("g0", "running")]
+    assert cell.reassert_running() == 1, "and is asserted again like any other"
 
 
 async def test_tasks_reserve_start_complete_and_cancel() -> None:
@@ -334,11 +422,11 @@ async def test_a_task_runs_only_once_the_bbs_accepted_its_claim() -> None:
     sent = cell.outbox._pending  # what the flusher takes and delivers
     cell.outbox._pending = type(sent)()
     take(cell, tasks=[task("t3")])  # claimed while that request was in flight
-    cell.apply_lifecycle_result(LifecycleResult(refused_tasks=["t2"]))  # the BBS's answer: t2 is another's
+    # The BBS's answer: t2 is another's
+    cell.apply_lifecycle_result(sent, LifecycleResult(refused_tasks=["t2"]))
     assert [c.task.task_guid for c in executor.tasks] == ["t1"]
     assert [t.task_guid for t in cell.state().tasks] == ["t1", "t3"]
-    cell.outbox._pending = type(sent)()  # t3's claim delivered too, accepted
-    cell.apply_lifecycle_result(LifecycleResult())
+    answer_outbox(cell)  # t3's claim delivered too, accepted
     assert [c.task.task_guid for c in executor.tasks] == ["t1", "t3"], "each run once"
 
 
@@ -375,14 +463,15 @@ async def test_a_second_instance_of_an_index_starts_only_for_another_version_or_
     cell, executor = make_cell(memory_mb=4000)
     take(cell, [(desired("web", memory_mb=100), 0)])
     again = take(cell, [(desired("web", memory_mb=100), 0)])
-    assert again.reason == "instance already on this cell" and len(executor.started) == 1
+    assert again.reason == "instance already on this cell" and len(cell.detail().lrps) == 1
     newer = desired("web", memory_mb=100).model_copy(update={"version": 2})
     assert take(cell, [(newer, 0)]).rejected_lrps == [], "a rollout's replacement, make-before-break"
+    assert [(r.index, r.version) for r in answer_outbox(cell).claimed] == [(0, 1), (0, 2)], "claims name it"
     assert [c.desired.version for c in executor.started] == [1, 2]
-    assert [(r.index, r.version) for r in pending(cell).claimed] == [(0, 1), (0, 2)], "claims name it"
 
     restarted, executor2 = make_cell(memory_mb=4000)
     take(restarted, [(desired("web", memory_mb=100), 0)])
+    answer_outbox(restarted)
     [held] = [i.instance_guid for i in restarted.detail().lrps]
     gate = asyncio.Event()
     executor2.stop_lrp = lambda guid: gate.wait()  # type: ignore[method-assign]  # the stop takes a while
@@ -401,9 +490,11 @@ async def test_a_running_instance_of_an_index_lets_its_restarted_successor_start
     cell, executor = make_cell(memory_mb=4000)
     take(cell, [(desired("web", memory_mb=100), 0)])
     assert take(cell, [(desired("web", memory_mb=100), 0)]).reason == "instance already on this cell"
+    answer_outbox(cell)
     old = executor.started[0].instance_guid
     cell.lrp_running(old, [])
     assert take(cell, [(desired("web", memory_mb=100), 0)]).rejected_lrps == []
+    answer_outbox(cell)
     [_, new] = [c.instance_guid for c in executor.started]
     assert {i.instance_guid for i in cell.detail().lrps} == {old, new}
     assert take(cell, [(desired("web", memory_mb=100), 0)]).reason == "instance already on this cell", (

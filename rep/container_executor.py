@@ -46,7 +46,7 @@ from common.procutil import child_preexec, free_port
 
 from . import cni
 from .cgroups import InstanceCgroup, parse_mountinfo, parse_proc_cgroup
-from .executor import ExecutorListener, LRPContainer, TaskContainer
+from .executor import ExecRefused, ExecSession, ExecutorListener, LRPContainer, TaskContainer
 from .image_store import ImageStore
 from .isolation import IsolationError, rep_key
 from .log_stream import Origin
@@ -275,6 +275,16 @@ class ContainerExecutor(ProcessExecutor):
         if image is not None:
             self._containers[container.task_guid] = _Container(image, self._container_id(container.task_guid))
         super().run_task(container, listener)
+
+    async def open_exec(self, instance_guid: str, argv: list[str], tty: bool, rows: int,
+                        cols: int) -> ExecSession:
+        """An instance without an image: the process executor's. In a container it would be `runc exec`
+        (its namespaces, root filesystem and user), not done yet: refused rather than run on the host's
+        filesystem (docs/exec.md)."""
+        if instance_guid in self._containers:
+            raise ExecRefused(f"instance {instance_guid} runs in a container (an image): exec into "
+                              "containers is not supported yet")
+        return await super().open_exec(instance_guid, argv, tty, rows, cols)
 
     def _lrp_ports(self, c: LRPContainer) -> tuple[list[PortMapping], str | None]:
         ctr = self._containers.get(c.instance_guid)

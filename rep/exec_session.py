@@ -63,9 +63,16 @@ def set_window(fd: int, rows: int, cols: int) -> None:
     fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
 
 
-def _tty_preexec(inner: Callable[[], None]) -> Callable[[], None]:
+def _tty_preexec(slave: int, inner: Callable[[], None]) -> Callable[[], None]:
+    """The terminal `slave` made the child's controlling one, in a session of its own, before `inner`
+    changes its uid. uvloop (the rep's loop) runs a preexec_fn before libuv's setsid and dup2s, the
+    standard library after them: so the session is made here unless it is already, and the terminal
+    named by its own descriptor (open in the child either way until the exec)."""
+
     def preexec() -> None:
-        fcntl.ioctl(0, termios.TIOCSCTTY, 0)  # after setsid (start_new_session), before the uid changes
+        if os.getsid(0) != os.getpid():
+            os.setsid()
+        fcntl.ioctl(slave, termios.TIOCSCTTY, 0)
         inner()
 
     return preexec
@@ -131,7 +138,7 @@ class ProcessExecSession(ExecSession):
             set_window(slave, rows, cols)
             proc = await asyncio.create_subprocess_exec(
                 *argv, cwd=cwd, env={**env, "TERM": env.get("TERM", "xterm")}, stdin=slave, stdout=slave,
-                stderr=slave, start_new_session=True, preexec_fn=_tty_preexec(preexec))
+                stderr=slave, start_new_session=True, preexec_fn=_tty_preexec(slave, preexec))
         except BaseException:
             os.close(master)
             raise

@@ -113,9 +113,17 @@ class Executor(ABC):
         """Release executor resources; containers should have been stopped by then."""
         return None  # optional hook
 
+    def promise_running(self, container: LRPContainer) -> Sequence[HostPort] | None:
+        """Before the start: the ports the instance will be running with at once when started, for an
+        executor that can promise that (nothing to fail, no health check to pass: the simulator's); None
+        (the default) when only the start itself will tell. A promised running report travels with the
+        instance's claim, sparing a lifecycle round; `lrp_running` must then report the same ports."""
+        return None
+
     @abstractmethod
     def start_lrp(self, container: LRPContainer, listener: ExecutorListener) -> None:
-        """Begin starting an instance; report `lrp_running` once healthy or `lrp_crashed`."""
+        """Begin starting an instance; report `lrp_running` once healthy or `lrp_crashed`. Called only once
+        the BBS accepted the instance's claim (rep/cell.py)."""
 
     @abstractmethod
     async def stop_lrp(self, instance_guid: str) -> None:

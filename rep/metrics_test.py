@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tests.support.rep_host import desired, make_host
+from tests.support.rep_host import answer_outbox, desired, make_host
 
 from .health_monitor import HealthMonitor
 from .metrics import metrics_registry, render
@@ -13,6 +13,7 @@ def test_metrics_count_what_each_cell_holds_by_state() -> None:
     c0 = host.cells["c0"]
     c0.awaiting_registration = False
     c0.take([(desired("web", memory_mb=256), 0), (desired("web", memory_mb=256), 1)], [], 1)
+    answer_outbox(c0)
     c0.lrp_running(executor.started[0].instance_guid, [])
     c0.evacuating = True
 

@@ -48,10 +48,11 @@ class RecordingSender:
 async def running_outbox() -> AsyncIterator[Callable[..., Awaitable[tuple[Outbox, RecordingSender, list]]]]:
     tasks: list[asyncio.Task[None]] = []
 
-    async def start(**kwargs: float) -> tuple[Outbox, RecordingSender, list[LifecycleResult]]:
+    async def start(**kwargs: float) -> tuple[Outbox, RecordingSender, list[tuple[Reports, LifecycleResult]]]:
         sender = RecordingSender()
-        results: list[LifecycleResult] = []
-        outbox = Outbox(sender.send, results.append, name="cell-a", **kwargs)
+        results: list[tuple[Reports, LifecycleResult]] = []
+        outbox = Outbox(sender.send, lambda batch, result: results.append((batch, result)), name="cell-a",
+                        **kwargs)
         tasks.append(asyncio.create_task(outbox.run()))
         return outbox, sender, results
 
@@ -119,18 +120,21 @@ async def test_a_failed_request_is_retried_with_its_reports_first(running_outbox
     assert first_claim <= first_running
 
 
-async def test_results_are_handed_back(running_outbox) -> None:
+async def test_results_are_handed_back_with_the_batch_they_answer(running_outbox) -> None:
+    """The cell starts what the answered batch claimed: it must know which batch an answer is for."""
     outbox, sender, results = await running_outbox()
     sender.result = LifecycleResult(refused=[ref(7)._asdict()])
     outbox.claimed(ref(7))
+    outbox.claimed(ref(8))
 
     assert await outbox.drain(DEADLINE_S)
 
-    assert results == [LifecycleResult(refused=[ref(7)._asdict()])]
+    assert [(batch.claimed, result) for batch, result in results] == [
+        ([ref(7), ref(8)], LifecycleResult(refused=[ref(7)._asdict()]))]
 
 
 async def test_discard_drops_pending_reports_of_one_instance_or_task() -> None:
-    outbox = Outbox(RecordingSender().send, lambda result: None)
+    outbox = Outbox(RecordingSender().send, lambda batch, result: None)
     outbox.claimed(ref(1))
     outbox.claimed(ref(2))
     outbox.running(running(1))
@@ -166,3 +170,21 @@ async def test_with_a_linger_a_claim_and_a_quick_start_travel_in_one_request(
     )
     assert len(sender.requests) == expected_requests, (linger_s, sender.requests)
     assert [r.index for b in sender.requests for r in b.claimed] == [0]
+
+
+async def test_a_claim_a_start_waits_on_cuts_the_linger_short(running_outbox) -> None:
+    """An instance starts only once its claim is answered: lingering would delay its start as long. A
+    linger of 30 s here: a report that waited for it would miss the deadline."""
+    outbox, sender, _ = await running_outbox(linger_s=30.0)
+    outbox.running(running(1))  # lingers, waiting for company
+    await asyncio.sleep(0)
+    assert await outbox.drain(0.05) is False, "a report nothing waits on lingers"
+    outbox.claimed(ref(0), hurry=True)
+    assert await outbox.drain(DEADLINE_S)
+    assert [([c.index for c in r.claimed], [x.index for x in r.running]) for r in sender.requests] == [
+        ([0], [1])], "the lingering report goes with the claim"
+
+    tasks, task_sender, _ = await running_outbox(linger_s=30.0)
+    tasks.task_started("t1")  # a task's claim: its command waits on it too
+    assert await tasks.drain(DEADLINE_S)
+    assert [r.tasks_started for r in task_sender.requests] == [["t1"]]

@@ -17,6 +17,8 @@ POLICY = Policy({
     ("GET", "/readyz"): public(),
     ("GET", "/state"): READ,
     ("GET", "/cells"): READ,
+    # a cell's state in Diego's terms, for Cloud Foundry's tools (cfdot cell-states: rep/diego_state.py)
+    ("GET", "/v1/diego/cells/{cell_id}/state"): rule("cf", "auctioneer", "bbs", *READ_ROLES),
     ("POST", "/work"): rule("auctioneer", why="work comes from the auctioneer holding the lease"),
     ("POST", "/stop"): rule("bbs", why="the BBS stops instances"),
     ("POST", "/cancel"): rule("bbs", why="the BBS cancels tasks"),

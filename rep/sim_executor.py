@@ -7,6 +7,10 @@ in a FIFO queue beside the heap (O(1) instead of O(log n) per start; a start tha
 before the last queued one, as after a change of the delay, goes into the heap instead). Stopping a
 container just forgets it; its heap entries find no matching record when they come due and are
 skipped (lazy deletion). 1,000 cells x 250 instances is 250,000 small records and one coroutine.
+
+A simulated instance runs nothing and cannot fail to start, so the executor promises its running report
+(with its fake ports, drawn from its guid) before the start: the rep sends it with the instance's claim,
+and the BBS has it RUNNING once the claim is accepted, `start_delay_s` before the simulated start ends.
 """
 
 from __future__ import annotations
@@ -17,14 +21,15 @@ import itertools
 import logging
 import random
 import time
+import zlib
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from common.models import TaskCompletion
 
 from .executor import ExecRefused, ExecSession, Executor, ExecutorListener, LRPContainer, TaskContainer
-from .reports import Port
+from .reports import HostPort, Port
 
 log = logging.getLogger("rep.sim")
 
@@ -68,7 +73,6 @@ class SimExecutor(Executor):
         self._seq = itertools.count()
         self._lrps: dict[str, _SimLRP] = {}
         self._tasks: dict[str, _SimTask] = {}
-        self._ports = itertools.count()
         self._wake = asyncio.Event()
         self._loop_task: asyncio.Task[None] | None = None
 
@@ -89,10 +93,18 @@ class SimExecutor(Executor):
         if self._heap[0][3] is record:
             self._wake.set()
 
-    def _fake_port(self) -> int:
-        return _FIRST_FAKE_PORT + next(self._ports) % _FAKE_PORTS
+    @staticmethod
+    def _fake_ports(container: LRPContainer) -> list[Port]:
+        """The same for a promise and the start it promised: drawn from the instance guid, distinct within
+        the instance."""
+        first = zlib.crc32(container.instance_guid.encode())
+        return [Port(p, _FIRST_FAKE_PORT + (first + n) % _FAKE_PORTS)
+                for n, p in enumerate(container.desired.ports)]
 
     # --- Executor -----------------------------------------------------------------------------------
+
+    def promise_running(self, container: LRPContainer) -> Sequence[HostPort] | None:
+        return self._fake_ports(container)
 
     def start_lrp(self, container: LRPContainer, listener: ExecutorListener) -> None:
         record = _SimLRP(container, listener)
@@ -180,7 +192,7 @@ class SimExecutor(Executor):
         if self._lrps.get(guid) is not record:
             return  # stopped meanwhile
         if kind == _START:
-            record.ports = [Port(p, self._fake_port()) for p in record.container.desired.ports]
+            record.ports = self._fake_ports(record.container)
             record.listener.lrp_running(guid, record.ports)
             if self.crash_rate_per_s > 0:
                 self._push(now + self._random.expovariate(self.crash_rate_per_s), _CRASH, record)

@@ -145,6 +145,7 @@ async def converge_once(conv: Convergence, now: float | None = None) -> float | 
         tasks = await tx.list_tasks()
         cells = conv.heard({c.cell_id: c for c in await tx.list_cells()}, now)
         auctioneer = await tx.lease(AUCTIONEER_LEASE)
+        domains = await tx.list_domains()
         # The auctioneer's reports of what cells accepted (bbs/placements.py): their ids and times each
         # pass, a new one's contents once. Those older than the staleness limit are done with when nothing
         # is UNCLAIMED or PENDING (they go whole, unread); else they are taken apart, once, and what they
@@ -163,6 +164,9 @@ async def converge_once(conv: Convergence, now: float | None = None) -> float | 
             due_rows = await tx.actuals_for_keys(due_keys) if due_keys else []
     conv.notice(cells, auctioneer.token if auctioneer is not None else None, now)
     config = conv.pass_config()
+    stale = frozenset(name for name, until in domains.items() if until is not None and until <= now)
+    if stale:
+        config = dataclasses.replace(config, stale_domains=stale)
     returning = returning_cells(snapshot, cells, now) if suspects else []
     # What the returning cells still hold, asked of each rep process once (a sim host's cells return
     # together).

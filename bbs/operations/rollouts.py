@@ -132,6 +132,7 @@ class Rollouts:
                 merged.setdefault("instances", record.instances)
                 merged.setdefault("on_cell_loss", record.on_cell_loss)
                 merged.setdefault("exec_enabled", record.definition.get("exec_enabled", True))
+                merged.setdefault("diego", current.get("diego"))  # kept unless the body replaces it
             else:
                 base = dict(current)
                 if "artifacts" in given and "source_blob" not in given:
@@ -146,7 +147,9 @@ class Rollouts:
             scale = body.instances != record.instances
             policy = body.on_cell_loss != record.on_cell_loss
             policy = policy or body.exec_enabled != record.definition.get("exec_enabled", True)
-            if not (new_version or scale or policy):
+            # The Diego message (routes, annotation, ...: bbs/diego) changes no version; it is stored.
+            diego = body.diego != current.get("diego")
+            if not (new_version or scale or policy or diego):
                 return {"desired_lrp": record.to_wire(), "new_version": False, "rollout": None}
             if body.instances > record.instances:
                 total = (await tx.desired_totals())[1]
@@ -160,9 +163,11 @@ class Rollouts:
                 await tx.insert_version(VersionRecord(process_guid, record.version, now, new))
             else:
                 record.definition = {**record.definition, "instances": body.instances,
-                                     "on_cell_loss": body.on_cell_loss, "exec_enabled": body.exec_enabled}
+                                     "on_cell_loss": body.on_cell_loss, "exec_enabled": body.exec_enabled,
+                                     "diego": body.diego}
             record.mod_index += 1
-            await tx.update_desired(record, definition_changed=new_version)
+            # A new Diego message is sealed with command and env: the row is written whole.
+            await tx.update_desired(record, definition_changed=new_version or diego)
             wire = record.to_wire()
             effects.events.append(lambda: [event("desired_lrp_changed", wire, now)])
             actuals = ActualSet(await tx.list_actuals(process_guid=process_guid))

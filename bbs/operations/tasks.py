@@ -3,6 +3,7 @@ completed; and failing the tasks of cells whose rep restarted (a heartbeat's).""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from typing import Any, cast
@@ -71,6 +72,22 @@ class Tasks:
             wire = task.to_wire()
             effects.events.append(lambda: [event("task_changed", wire, now)])
             effects.callbacks.append(task)
+        return wire
+
+    async def resolving(self, task_guid: str) -> dict[str, Any]:
+        """Diego's ResolvingTask: a COMPLETED task's result is being handled (its client then deletes it);
+        only a COMPLETED task can be (409 otherwise)."""
+        now = time.time()
+        async with self.uow.write() as (tx, effects):
+            task = await tx.get_task(task_guid)
+            if task is None:
+                raise NotFound(f"task {task_guid!r} not found")
+            if task.state != COMPLETED:
+                raise Conflict(f"task {task_guid!r} is {task.state}; only a completed task can be resolving")
+            task = dataclasses.replace(task, state=RESOLVING, updated_at=now)
+            await tx.update_tasks([task])
+            wire = task.to_wire()
+            effects.events.append(lambda: [event("task_changed", wire, now)])
         return wire
 
     async def delete(self, task_guid: str) -> None:

@@ -21,7 +21,8 @@ from .database import json_dumps
 
 Definition = TypeVar("Definition", DesiredDefinition, TaskDefinition)
 
-SECRET_FIELDS = frozenset({"command", "env"})
+# `diego`: the Diego message a definition was desired with holds its command and env too.
+SECRET_FIELDS = frozenset({"command", "env", "diego"})
 # The image's `credentials` (common/models/image.py) travel in the sealed part under this name; the image's
 # ref and digest stay in the clear.
 SEALED_CREDENTIALS = "image_credentials"

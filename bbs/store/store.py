@@ -45,6 +45,7 @@ from .actuals import ActualQueries, compile_hot_statements
 from .cells import CellQueries
 from .database import WRITE_LOCK_KEY, WRITER_OPTION, check_schema, create_engine, migrate, take_advisory_lock
 from .desired import DesiredQueries
+from .domains import DomainQueries
 from .leases import LeaseQueries
 from .placements import PlacementQueries
 from .priority_lock import PriorityLock
@@ -63,6 +64,7 @@ class Tx(
     LeaseQueries,
     TokenQueries,
     VersionQueries,
+    DomainQueries,
     Resealing,
 ):
     """One transaction's view of the store: every entity's queries on one connection. Methods take and

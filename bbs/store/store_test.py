@@ -18,7 +18,7 @@ from tests.support.priority_lock import queued
 
 async def test_migrates_an_empty_database_to_head(store: Store, database_url: str) -> None:
     current, head = await schema_revision(store.engine)
-    assert current == head == "0012"
+    assert current == head == "0013"
     if is_sqlite(database_url):
         async with store.read() as tx:
             assert (await tx.connection.exec_driver_sql("PRAGMA journal_mode")).scalar() == "wal"
@@ -31,7 +31,7 @@ async def test_refuses_a_schema_newer_than_this_code(store: Store, database_url:
     async with store.engine.begin() as connection:
         await connection.execute(sa.text("UPDATE alembic_version SET version_num = '9999_from_the_future'"))
     expected = (
-        "database schema 9999_from_the_future is newer than this BBS (knows up to 0012): upgrade the BBS"
+        "database schema 9999_from_the_future is newer than this BBS (knows up to 0013): upgrade the BBS"
     )
     for run_migrations in (True, False):
         with pytest.raises(SchemaTooNew) as refused:
@@ -44,7 +44,7 @@ async def test_replicas_opening_an_empty_postgres_database_together_migrate_it_o
 ) -> None:
     opened = await asyncio.gather(*(Store.open(fresh_postgres_database) for _ in range(4)))
     try:
-        assert {(await schema_revision(s.engine))[0] for s in opened} == {"0012"}
+        assert {(await schema_revision(s.engine))[0] for s in opened} == {"0013"}
     finally:
         await asyncio.gather(*(s.close() for s in opened))
 
@@ -66,7 +66,7 @@ async def test_upgrade_from_the_first_schema_keeps_rows_and_lifts_string_limits(
         async with engine.begin() as connection:
             await connection.execute(tables.desired_lrps.insert().values(desired))
         await migrate(engine)
-        assert (await schema_revision(engine))[0] == "0012"
+        assert (await schema_revision(engine))[0] == "0013"
         async with store.read() as tx:  # 0008: a desired LRP from before keeps Diego's cell-loss policy
             assert (await tx.get_desired("old")).on_cell_loss == "reschedule"
         # What reps report is stored whole on both databases (PostgreSQL enforced VARCHAR(n) before).

@@ -124,6 +124,15 @@ leases = sa.Table(
     sa.Column("url", sa.Text, nullable=False, server_default=""),  # where the holder answers (0003)
 )
 
+# Domains upserted through the Diego API (0013): fresh until `expires_at` (None: for ever); convergence
+# deletes a desired LRP's extra instances only while its domain is fresh or was never upserted.
+domains = sa.Table(
+    "domains",
+    metadata,
+    sa.Column("name", sa.String(128), primary_key=True),
+    sa.Column("expires_at", sa.Float, nullable=True),
+)
+
 # Generation numbers of tables a BBS keeps in memory (0004): a write transaction that changes
 # actual_lrps adds one under the write lock, so a BBS whose copy is at the stored number knows that
 # no other replica wrote since (see actual_cache.py).

@@ -12,7 +12,7 @@ from .fields import Open
 
 class AppEvent(Open):
     """One entry. kind: placed, started, crashed, restarting, unplaceable, evacuating, evacuated, stopped,
-    rollout.
+    rollout, exec (user, program, args: how many; never the arguments).
     index/cell_id/crash_count/reason for an instance's; state/rollout_kind/to_version/done/total for a
     rollout's."""
 
@@ -23,6 +23,10 @@ class AppEvent(Open):
     crash_count: int | None = None
     reason: str | None = None
     state: str | None = None
+    # an exec's: who, which program, how many arguments (never the arguments)
+    user: str | None = None
+    program: str | None = None
+    args: int | None = None
 
 
 class RestartPolicyModel(Open):

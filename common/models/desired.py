@@ -12,6 +12,7 @@ from .artifact import Artifacts
 from .fields import (
     DEFAULT_DOMAIN,
     Command,
+    DiegoMessage,
     Environment,
     Guid,
     ModificationTag,
@@ -64,6 +65,7 @@ class DesiredLRPCreate(PlacementFields):
     image: Image | None = None
     # `vendue exec` into its instances (docs/exec.md); not part of the definition: toggling it rolls nothing.
     exec_enabled: bool = True
+    diego: DiegoMessage = None
 
     @model_validator(mode="after")
     def _source_blob_from_artifacts(self) -> DesiredLRPCreate:
@@ -83,7 +85,7 @@ class DesiredLRPCreate(PlacementFields):
 # The fields of a DesiredLRPCreate that are not its definition: changing them makes no new version (a scale,
 # a cell-loss policy). Everything else defines how an instance runs (docs/rollouts.md).
 DEFINITION_EXCLUDED = frozenset({"process_guid", "instances", "on_cell_loss", "annotations", "labels",
-                                 "exec_enabled"})
+                                 "exec_enabled", "diego"})
 
 
 class DesiredLRP(DesiredLRPCreate):

@@ -18,6 +18,7 @@ EVENT_TYPES = (
     "auction_completed", "convergence_completed", "resync",
     "rebalance_move_started", "rebalance_move_completed", "rebalance_move_abandoned",
     "rollout_changed",
+    "exec_started", "exec_ended",  # `vendue exec` (docs/exec.md): who ran which program, never its output
 )
 EventType = Literal[EVENT_TYPES]  # type: ignore[valid-type]
 

@@ -35,7 +35,9 @@ MAX_TAGS = 64  # placement tags, volume drivers, stacks, volumes, devices, affin
 MAX_NAME_CHARS = 128  # a tag, a zone, a volume, a label key, an owner, a rep's id
 MAX_LABEL_CHARS = 256  # a label value
 MAX_TEXT_CHARS = 4_096  # free text: a crash reason, a placement error, a failure reason
-MAX_RESULT_CHARS = 10_240  # a task's result (Diego reads at most 10 KB of a task's result file)
+MAX_RESULT_CHARS = 10_240
+# A desired LRP's or task's Diego message (bbs/diego): base64 protobuf, what the Diego API desired.
+MAX_DIEGO_CHARS = 1_048_576  # a task's result (Diego reads at most 10 KB of a task's result file)
 
 
 def no_nul(text: str) -> str:
@@ -92,6 +94,11 @@ Environment = Annotated[
     Field(max_length=MAX_ENV),
     AfterValidator(_environment),
 ]
+
+
+# Kept with a definition desired through the Diego API and returned unchanged there (docs/diego-api.md):
+# what Vendue does not act on (routes, log guid, annotation, ...). Sealed at rest with command and env.
+DiegoMessage = Annotated[str | None, Field(max_length=MAX_DIEGO_CHARS, pattern=r"^[A-Za-z0-9+/=*]*$")]
 
 
 class Strict(BaseModel):

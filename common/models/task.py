@@ -14,6 +14,7 @@ from .fields import (
     DEFAULT_DOMAIN,
     DEFAULT_STACK,
     Command,
+    DiegoMessage,
     Environment,
     ExitStatus,
     Guid,
@@ -48,6 +49,7 @@ class TaskCreate(Strict):
     artifacts: Artifacts = Field(default_factory=list)
     # Run in this OCI image by a cell whose executor runs images (common/models/image.py).
     image: Image | None = None
+    diego: DiegoMessage = None
 
     @model_validator(mode="after")
     def _command_or_image(self) -> TaskCreate:

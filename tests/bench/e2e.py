@@ -37,7 +37,8 @@ the clear; `both` runs off then on and adds, per run size, the ratio on/off of t
 `--subscribers N` and/or `--dashboard`: what watching costs. Each run size is measured without watchers, then
 with N clients following GET /v1/events (the SSE stream, read as it comes, resuming with Last-Event-ID when
 dropped) and, with `--dashboard`, one client doing what the dashboard page (/ui) does: list the cells, the
-desired and the actual LRPs, follow the stream, and list again on a `resync`. Adds, per run size, the ratio
+desired and the actual LRPs and the tasks, read the recent events, follow the stream, and list again on a
+`resync`. Adds, per run size, the ratio
 with/without of the seconds to all RUNNING (target < 1.10 for 50 subscribers and the dashboard on the
 10,000-instance run) and what the watchers received: events per follower, and how long after all RUNNING
 they had read everything. The watchers run in a process of their own, by default at SCHED_IDLE
@@ -263,7 +264,7 @@ class Watchers:
         self.last_data_at = 0.0  # time.monotonic() of the latest bytes any follower read
         self.reconnects = 0
         self.resyncs = 0
-        self.listings = 0  # the dashboard's: cells, desired and actual LRPs, each time
+        self.listings = 0  # the dashboard's: cells, desired and actual LRPs, tasks, recent events, each time
         self.connected = 0
         self._tasks: list[asyncio.Task[None]] = []
 
@@ -284,7 +285,8 @@ class Watchers:
         await asyncio.gather(*self._tasks, return_exceptions=True)
 
     async def _list_all(self, session: aiohttp.ClientSession) -> None:
-        for path in ("/v1/cells", "/v1/desired_lrps", "/v1/actual_lrps"):
+        for path in ("/v1/cells", "/v1/desired_lrps", "/v1/actual_lrps", "/v1/tasks",
+                     "/v1/events/recent?limit=40", "/v1/events/recent?limit=60&type=auction_completed"):
             async with session.get(f"{self.bbs_url}{path}") as r:
                 r.raise_for_status()
                 await r.read()

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fastapi import FastAPI
-from starlette.routing import Route
+from starlette.routing import Route, WebSocketRoute
 
 from common.auth import Policy, Rule
 from tests.security.apps import auctioneer_app, bbs_app, rep_app
@@ -78,10 +78,11 @@ def route_rows(service: Service) -> list[RouteRow]:
     GET's row covers it)."""
     app, policy = service.app(), service.policy()
     return [
-        RouteRow(method, route.path, callers(policy.rule(method, route.path)))
+        RouteRow(method if isinstance(route, Route) else "GET (WebSocket)", route.path,
+                 callers(policy.rule(method, route.path)))
         for route in app.router.routes
-        if isinstance(route, Route)
-        for method in sorted(route.methods or ())
+        if isinstance(route, Route | WebSocketRoute)
+        for method in (sorted(route.methods or ()) if isinstance(route, Route) else ["GET"])
         if method != "HEAD"
     ]
 

@@ -132,6 +132,45 @@ def test_forged_work_with_a_genuine_certificate_of_another_role_is_forbidden(
     assert_not_run(cluster, "cell-0", guid, marker)
 
 
+@pytest.mark.parametrize("case", ["not desired", "running elsewhere"])
+def test_work_whose_claim_the_bbs_refuses_never_runs(
+    cluster: E2ECluster, app_writable_dir: Path, case: str
+) -> None:
+    """Work sent with the auctioneer's identity and current token is taken by the rep, but the BBS refuses
+    its claim: an index not desired (a forged auction's), or one already running on another cell (a
+    repeated or late one's). The rep starts an instance only once its claim is accepted, so the command
+    never runs: its marker never appears, though the rep held the instance until the refusal came."""
+    assert cluster.bbs is not None
+    marker = app_writable_dir / f"claim-refused-{case.replace(' ', '-')}"
+    token = current_lease(cluster)["token"]
+    if case == "not desired":
+        target = "cell-0"
+        guid, body = forged_work(cluster, target, marker, token)
+    else:
+        guid = cluster.guid("held")
+        desired = cluster.bbs.desire(guid, 1)
+        [held] = wait_all_running(cluster.bbs, guid, 1).values()
+        target = "cell-1" if held["cell_id"] == "cell-0" else "cell-0"
+        desired["command"] = ["/bin/sh", "-c", f"touch {marker}; exec sleep 600"]
+        body = {"desired": [desired], "cells": {target: {"lrp_groups": [{"desired": 0, "indices": [0]}],
+                                                        "tasks": []}}, "fencing_token": token}
+    with as_caller(cluster, certificate(cluster, "auctioneer"), base_url=rep_url(cluster, target)) as caller:
+        answer = caller.post("/work", json=body)
+    assert answer.status_code == 200, f"expected the work taken, saw {answer.status_code} {answer.text}"
+    assert answer.json()["cells"][target]["rejected_lrps"] == [], f"expected nothing rejected: {answer.text}"
+
+    def refusal_applied() -> bool:
+        held = [lrp for lrp in cluster.rep_state(target).get("lrps", []) if lrp.get("process_guid") == guid]
+        return expect(not held, f"the rep of {target} still holds {held}")
+
+    wait_for(refusal_applied, 30.0, f"the BBS's refusal of the claim for {guid} applied on {target}")
+    assert not marker.exists(), f"the command of an instance whose claim the BBS refused ran: {marker} exists"
+    if case == "running elsewhere":
+        [still] = wait_all_running(cluster.bbs, guid, 1).values()
+        assert (still["cell_id"], still["instance_guid"]) == (held["cell_id"], held["instance_guid"]), (
+            f"expected the instance on {held['cell_id']} untouched, saw {brief([still])}")
+
+
 # --- a rep speaking for another cell ----------------------------------------------------------------
 
 

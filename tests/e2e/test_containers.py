@@ -60,7 +60,7 @@ def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Registr
 def container_cluster(make_cluster: Callable[..., E2ECluster], reg: Registry, cells: int, zones: int,
                       *rep_args: str) -> E2ECluster:
     return make_cluster(cells=cells, zones=zones, executor="container", container_subnets=free_subnets(cells),
-                        bbs_args=["--insecure-registry", reg.host],
+                        bbs_args=["--insecure-registry", reg.host],  # the BBS pins the ref (bbs/images.py)
                         rep_args=["--insecure-registry", reg.host, "--stop-grace", "1", *rep_args])
 
 

@@ -28,7 +28,7 @@ import pytest
 from deploy.cluster import PROJECT_ROOT
 
 from .chromium import DevTools, headless_chromium
-from .conftest import E2ECluster, expect, wait_all_running, wait_for
+from .conftest import APP_COMMAND, E2ECluster, expect, wait_all_running, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300),
               pytest.mark.parametrize("module_cluster", ["http"], indirect=True)]
@@ -56,7 +56,8 @@ class Dashboard:
 
     def page_state(self) -> str:
         return str(self.js("location.hash + ' | ' + document.getElementById('message')?.textContent + ' | ' "
-                           "+ document.getElementById('status')?.textContent"))
+                           "+ document.getElementById('status')?.textContent + ' | recent: ' "
+                           "+ document.body?.dataset.recent + ' | listed: ' + document.body?.dataset.listed"))
 
     def until(self, check: Callable[[], Any], what: str) -> Any:
         return wait_for(check, PAGE_TIMEOUT_S, what)
@@ -176,10 +177,18 @@ def test_the_app_page_shows_the_placement_error_and_the_crash_reason(dashboard: 
 
     d.until(crash_page, f"{crashing}'s page showing its crash reason {reason!r} and its crashes")
     assert d.texts('#app-problems [data-problem="crash"]') == [f"crash: {reason}"]
-    next_restart = d.texts('#app-instances tr[data-index="0"] td')[7]
-    [a] = c.bbs.actuals(crashing)
-    if a["state"] == "CRASHED":  # else restarting at once (its first crashes): nothing pending
-        assert next_restart.startswith(("in ", "due now", "never")), next_restart
+
+    # Its first crashes restart at once; the third waits out a back-off: a crash loop, named with when.
+    def crash_loop() -> bool:
+        row = "document.querySelector('#app-instances tr[data-index=\"0\"]')"
+        state, next_restart = json.loads(d.js(f"JSON.stringify([{row}?.dataset.state, "
+                                              f"{row}?.children[7].textContent])"))
+        looping = "(crash loop, back-off 30s)" in (next_restart or "")
+        return expect(state == "CRASHED" and looping and next_restart.startswith(("in ", "due now")),
+                      f"state {state}, next restart {next_restart!r}")
+
+    d.until(crash_loop, f"{crashing}'s page naming its crash loop and next restart")
+    assert d.js("document.getElementById('app-status').dataset.status") == "crash loop"
     d.screenshot("dashboard-app-crashing.png")
     d.go("#/")
 
@@ -212,7 +221,47 @@ def test_the_cell_page_shows_the_cells_instances(dashboard: Dashboard) -> None:
     allocated = d.js("document.querySelector('#cell-resources tr[data-resource=\"memory_mb\"]').children[3]"
                      ".textContent")
     assert int(allocated.split()[0]) >= 64, f"the cell's allocated memory: {allocated!r}"
+
+    # Usage against limits, as GET /v1/usage says (each rep samples every few seconds).
+    def usage_shown() -> bool:
+        usage = c.bbs.http.get("/v1/usage", params={"cell_id": cell}).json()["items"]
+        mine = [u for u in usage if u["process_guid"] == spread]
+        rows = d.js("JSON.stringify([...document.querySelectorAll('#cell-instances tr[data-app]')]"
+                    ".map((r) => [r.dataset.app, Number(r.dataset.index), r.children[7].textContent]))")
+        memory = {(g, i): text for g, i, text in json.loads(rows)}
+        return expect(mine and all(memory.get((u["process_guid"], u["index"]), "").endswith(
+            f"/ {round(u['memory_limit_bytes'] / 1048576)} MB") for u in mine), f"API {mine}; page {memory}")
+
+    d.until(usage_shown, f"{cell}'s page showing its instances' memory against their limits")
     d.screenshot("dashboard-cell.png")
+    d.go("#/")
+
+
+def test_the_app_page_shows_a_paused_rollout_and_its_reason(dashboard: Dashboard) -> None:
+    d, c = dashboard, dashboard.c
+    guid = c.guid("rolling")
+    c.bbs.desire(guid, 1, memory_mb=64)
+    wait_all_running(c.bbs, guid, 1)
+    # A new version no cell can hold: the rollout pauses, naming the placement error (docs/rollouts.md).
+    body = {"command": APP_COMMAND, "memory_mb": 1_000_000, "disk_mb": 128, "ports": [8080],
+            "rollout": {"auto_revert": False}}
+    assert c.bbs.http.put(f"/v1/desired_lrps/{guid}", json=body).status_code == 200
+
+    def paused() -> dict:
+        rollout = c.bbs.http.get(f"/v1/desired_lrps/{guid}/rollout").json()
+        return dict(expect(rollout["state"] == "paused" and rollout, rollout))
+
+    rollout = wait_for(paused, 60.0, f"{guid}'s rollout paused")
+    d.go(f"#/apps/{guid}")
+
+    def shown() -> bool:
+        state = d.js("document.querySelector('#app-rollout [data-rollout-state]')?.dataset.rolloutState")
+        text = d.js("document.getElementById('app-rollout').textContent")
+        return expect(state == "paused" and rollout["reason"] in text and
+                      f"{rollout['done']}/{rollout['total']}" in text, f"state {state!r}, text {text!r}")
+
+    d.until(shown, f"{guid}'s page showing its paused rollout and why")
+    assert d.texts('#app-summary [data-field="version"]') == ["2"]
     d.go("#/")
 
 
@@ -248,19 +297,28 @@ def test_the_tasks_panel_shows_a_failed_tasks_reason_and_its_result_as_text(dash
 
 def test_events_from_before_the_page_opened_and_the_duration_sparklines(dashboard: Dashboard) -> None:
     d, c = dashboard, dashboard.c
-    before = c.bbs.http.get("/v1/events/recent", params={"limit": 1, "type": "desired_lrp_created"})
+    # Two auctions at least, while the first page follows the stream (so that the BBS builds their events).
+    steps = c.guid("steps")
+    c.bbs.desire(steps, 1, memory_mb=64)
+    wait_all_running(c.bbs, steps, 1)
+    c.bbs.scale(steps, 2)
+    wait_all_running(c.bbs, steps, 2)
+    before = c.bbs.http.get("/v1/events/recent", params={"limit": 1000})
     before.raise_for_status()
-    [created] = before.json()["items"]  # apps were made by the earlier tests, while the first page followed
+    newest = int(before.json()["last_event_id"].rsplit("-", 1)[1])
+    kept_before = {e["id"] for e in before.json()["items"]}
+    assert kept_before, "the earlier tests' events were kept (the first page followed the stream)"
     # A second page, opened now: what it lists of the past came from /v1/events/recent, not the stream.
     d.browser.open(f"{c.lc.bbs_url}/ui")
     d.until(lambda: expect(d.js("document.body?.dataset.recent") == "loaded", d.page_state()),
             "the new page reading the recent events")
 
     def listed_from_before() -> list[str]:
-        ids = [li for li in d.js("[...document.querySelectorAll('#events li[data-from=\"recent\"]')]"
-                                 ".map((li) => li.dataset.id)")]
-        old = [i for i in ids if int(i.rsplit("-", 1)[1]) <= int(created["id"].rsplit("-", 1)[1])]
-        return expect(old, f"ids from /v1/events/recent {ids}; last app created before: {created['id']}")
+        ids = d.js("[...document.querySelectorAll('#events li[data-from=\"recent\"]')]"
+                   ".map((li) => li.dataset.id)")
+        old = [i for i in ids if int(i.rsplit("-", 1)[1]) <= newest]
+        return expect(old and set(old) <= kept_before,
+                      f"ids from /v1/events/recent {ids}; the newest before the page opened: {newest}")
 
     d.until(listed_from_before, "the page listing events from before it opened")
 
@@ -271,7 +329,7 @@ def test_events_from_before_the_page_opened_and_the_duration_sparklines(dashboar
                           f"{svg}: {count} points, polyline {polyline!r}") and count)
 
     auctions = c.bbs.http.get("/v1/events/recent", params={"type": "auction_completed"}).json()["items"]
-    assert len(auctions) >= 2, "the earlier tests' auctions were kept"
+    assert len(auctions) >= 2, f"expected the auctions of {steps} kept, saw {auctions}"
     d.until(lambda: points("spark-auctions"), "a sparkline of auction durations")
     d.until(lambda: points("spark-convergences"), "a sparkline of convergence durations")
     assert d.js("document.getElementById('last-auction').textContent") != "–"

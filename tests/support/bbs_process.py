@@ -80,7 +80,9 @@ class BBSProcess:
             env={**os.environ, "VENDUE_HTTP_TIMEOUT": "1"},
         )
         try:
-            self.url = str(wait_ready_file(self.ready, timeout_s=30, proc=self.proc)["url"])
+            ready = wait_ready_file(self.ready, timeout_s=30, proc=self.proc)
+            self.url = str(ready["url"])
+            self.diego_url = str(ready.get("diego_url") or "")  # with --diego-listen (bbs/diego)
         except BaseException:
             self.stop()
             raise

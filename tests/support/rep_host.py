@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 
 import httpx
 
-from common.models import DesiredLRP, LifecycleResult, ModificationTag
+from common.models import DesiredLRP, InstanceRef, LifecycleResult, ModificationTag
 from rep.api import create_app
 from rep.cell import CellConfig, RepCell
 from rep.fencing import Fencing
@@ -27,6 +27,19 @@ def app_of(host: RepHost, tmp_path) -> httpx.AsyncClient:
     """An in-process client of the rep's app (authorization off: the policy has its own test)."""
     app = create_app(host, Fencing(tmp_path / "fencing-token", lease_token), insecure=True)
     return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://rep")
+
+
+def answer_outbox(
+    cell: RepCell, refused: tuple[str, ...] = (), refused_tasks: tuple[str, ...] = ()
+) -> Reports:
+    """Deliver what the cell's outbox holds as its flusher would, the BBS refusing the instances (by guid)
+    and tasks named and accepting the rest; the batch delivered."""
+    batch, cell.outbox._pending = cell.outbox._pending, Reports()
+    named = {ref.instance_guid: ref for ref in batch.claimed}
+    refs = [InstanceRef(process_guid=named[g].process_guid, index=named[g].index, instance_guid=g)
+            for g in refused]
+    cell.apply_lifecycle_result(batch, LifecycleResult(refused=refs, refused_tasks=list(refused_tasks)))
+    return batch
 
 
 async def unsent(batch: Reports) -> LifecycleResult:
