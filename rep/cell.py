@@ -379,8 +379,9 @@ class RepCell:
         self._used_memory += desired.memory_mb
         self._used_disk += desired.disk_mb
         self._empty.clear()
-        self.outbox.claimed(Ref(process_guid, index, guid, desired.version))
         ports = self.executor.promise_running(self._container(held))
+        # Without a promise the start waits on the claim's answer: the outbox sends it without lingering
+        self.outbox.claimed(Ref(process_guid, index, guid, desired.version), hurry=ports is None)
         if ports is not None:
             held.running = Running(process_guid, index, guid, self.config.host, ports)
             self.outbox.running(held.running)

@@ -105,6 +105,7 @@ async def test_reserves_what_fits_and_rejects_the_rest_at_once() -> None:
     assert [(i.index, i.state) for i in detail.lrps] == [(0, "reserved"), (1, "reserved")]
     assert [r.index for r in pending(cell).claimed] == [0, 1], "each accepted instance is claimed"
     assert pending(cell).running == [], "no running report promised by an executor that cannot"
+    assert cell.outbox._hurry.is_set(), "the starts wait on the claims: sent without lingering"
     answer_outbox(cell)
     assert [c.index for c in executor.started] == [0, 1]
     assert [(i.index, i.state) for i in cell.detail().lrps] == [(0, "starting"), (1, "starting")]
@@ -385,6 +386,7 @@ async def test_a_promised_running_report_travels_with_the_claim_and_is_not_sent_
         "each claim with its promised running report, in one batch")
     assert p.running[0].ports == [Port(8080, 40000)] and p.running[0].host == "10.0.0.5"
     assert executor.started == [], "a promise starts nothing"
+    assert not cell.outbox._hurry.is_set(), "the claims may linger for company: their reports are in"
 
     answer_outbox(cell, refused=("g1",))
     assert [c.instance_guid for c in executor.started] == ["g0"], "the refused claim's instance never starts"

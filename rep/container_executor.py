@@ -48,7 +48,7 @@ from . import cni
 from .cgroups import InstanceCgroup, parse_mountinfo, parse_proc_cgroup
 from .executor import ExecRefused, ExecSession, ExecutorListener, LRPContainer, TaskContainer
 from .image_store import ImageStore
-from .isolation import rep_key
+from .isolation import IsolationError, rep_key
 from .log_stream import Origin
 from .oci_spec import BindMount, ContainerSpec, runtime_spec
 from .output_log import OutputLog
@@ -220,10 +220,10 @@ class ContainerExecutor(ProcessExecutor):
         self.runc_root.mkdir(parents=True, exist_ok=True, mode=0o700)
         self.network.ipam_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         await self.cleanup_leftovers()
-        if self.network.egress:
-            await asyncio.to_thread(cni.allow_egress, self.network)
-        else:
-            await asyncio.to_thread(cni.deny_egress, self.network)
+        try:
+            await asyncio.to_thread(cni.set_egress, self.network)
+        except cni.CNIError as exc:
+            raise IsolationError(f"--executor container: cannot set the cell's egress rules: {exc}") from None
         await super().open()
 
     async def cleanup_leftovers(self) -> list[str]:
@@ -255,7 +255,7 @@ class ContainerExecutor(ProcessExecutor):
     async def close(self) -> None:
         await super().close()
         await self.cleanup_leftovers()  # anything a stop could not finish
-        await asyncio.to_thread(cni.allow_egress, self.network)
+        await asyncio.to_thread(cni.clear_egress, self.network)
         await asyncio.to_thread(cni.remove_bridge, self.network)
         with contextlib.suppress(OSError):
             self.runc_root.rmdir()
@@ -324,15 +324,32 @@ class ContainerExecutor(ProcessExecutor):
         bundle.mkdir(mode=0o700, exist_ok=True)
         rootfs = sandbox.directory / ROOTFS
         _write_state(bundle, {"container_id": ctr.container_id, "rootfs": str(rootfs), "ports": ctr.ports})
-        await asyncio.to_thread(_prepare_rootfs, ctr.lower, sandbox.directory, cwd, user.uid, user.gid)
-        ctr.mounted = True
-        ctr.netns = await cni.make_netns(ctr.container_id)
-        try:
-            ctr.cni_result = await cni.add(self.network, ctr.container_id, ctr.netns, ctr.ports)
-        except cni.CNIError as exc:
-            raise OSError(str(exc)) from None
+        began = time.monotonic()
+        took: dict[str, float] = {}
+        lower = ctr.lower
+
+        async def make_rootfs() -> None:
+            await asyncio.to_thread(_prepare_rootfs, lower, sandbox.directory, cwd, user.uid, user.gid)
+            ctr.mounted = True
+            took["rootfs_s"] = round(time.monotonic() - began, 3)
+
+        async def make_network() -> None:
+            ctr.netns = await cni.make_netns(ctr.container_id)
+            try:
+                ctr.cni_result = await cni.add(self.network, ctr.container_id, ctr.netns, ctr.ports)
+            except cni.CNIError as exc:
+                raise OSError(str(exc)) from None
+            took["network_s"] = round(time.monotonic() - began, 3)
+
+        # Independent: the overlay and the network are made at once (each is undone by `_teardown`).
+        outcomes = await asyncio.gather(make_rootfs(), make_network(), return_exceptions=True)
+        for outcome in outcomes:
+            if isinstance(outcome, BaseException):
+                raise outcome
+        assert ctr.netns is not None and ctr.cni_result is not None
         _write_state(bundle, {"container_id": ctr.container_id, "rootfs": str(rootfs), "ports": ctr.ports,
                               "cni": ctr.cni_result})
+        log.debug("container made", extra={"data": took})
         ctr.inner = _inner(cgroup, ctr.container_id)
         binds = [BindMount(str(p), f"/etc/{p.name}") for p in (Path("/etc/resolv.conf"),) if p.is_file()]
         hosts = bundle / "hosts"
@@ -548,7 +565,7 @@ def sweep_containers(data_dir: Path) -> list[str]:
         executor = ContainerExecutor(data_dir, cell_id, runtime=runtime, network=network,
                                      images=None)  # type: ignore[arg-type]  # nothing is pulled
         found += asyncio.run(executor.cleanup_leftovers())
-        cni.allow_egress(network)
+        cni.clear_egress(network)
         cni.remove_bridge(network)
         shutil.rmtree(state_dir, ignore_errors=True)
     with contextlib.suppress(OSError):

@@ -5,8 +5,10 @@ previous request finished. With `linger_s`, the first report after a quiet spell
 company (as Kafka's linger.ms): the claims of work arriving in several pieces travel together, and the
 running reports of instances that start together, at the price of reports arriving up to `linger_s`
 later. Each answer goes back with the batch it answers: the cell starts an instance (runs a task) only
-once the batch carrying its claim was answered without refusing it. A failed request keeps its reports
-(ahead of newer ones) and is retried with common/retry.py's jittered backoff, so nothing is lost.
+once the batch carrying its claim was answered without refusing it; so a claim a start waits on
+(`claimed(..., hurry=True)`, `task_started`) cuts the linger short, which would delay that start by as
+much. A failed request keeps its reports (ahead of newer ones) and is retried with common/retry.py's
+jittered backoff, so nothing is lost.
 
 Ordering: an instance goes claimed -> running -> crashed|removed exactly once (a restart gets a new
 instance guid), and a task started -> completed. Those are the field orders of `CellLifecycle`, so a
@@ -17,6 +19,7 @@ happened, even when a retried batch and newer reports travel together.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 
@@ -53,6 +56,7 @@ class Outbox:
         self._pending = Reports()
         self._in_flight = 0  # reports in the request being sent now
         self._wake = asyncio.Event()
+        self._hurry = asyncio.Event()  # a report something waits on is pending: send without lingering
         self._idle = asyncio.Event()
         self._idle.set()
         self.sent_requests = 0
@@ -60,8 +64,11 @@ class Outbox:
 
     # --- adding reports (synchronous: callable from request handlers and executor callbacks) -------
 
-    def claimed(self, ref: Ref) -> None:
+    def claimed(self, ref: Ref, *, hurry: bool = False) -> None:
+        """`hurry`: the instance's start waits on the claim's answer (no running report travels with it)."""
         self._pending.claimed.append(ref)
+        if hurry:
+            self._hurry.set()
         self._kick()
 
     def running(self, report: Running) -> None:
@@ -77,7 +84,9 @@ class Outbox:
         self._kick()
 
     def task_started(self, task_guid: str) -> None:
+        """A task's claim: its command runs only once it is answered."""
         self._pending.tasks_started.append(task_guid)
+        self._hurry.set()
         self._kick()
 
     def task_completed(self, completion: TaskCompletion) -> None:
@@ -117,9 +126,12 @@ class Outbox:
         loop = asyncio.get_running_loop()
         while True:
             await self._wake.wait()
-            if self._linger_s and loop.time() - self._sent_at > self._linger_s:
-                await asyncio.sleep(self._linger_s)  # quiet until now: let this round's reports gather
+            if self._linger_s and not self._hurry.is_set() and loop.time() - self._sent_at > self._linger_s:
+                # Quiet until now: let this round's reports gather, unless a start comes to wait on one
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._hurry.wait(), self._linger_s)
             self._wake.clear()
+            self._hurry.clear()
             batch, self._pending = self._pending, Reports()
             if len(batch) == 0:
                 self._idle.set()
@@ -140,6 +152,7 @@ class Outbox:
                 )
                 self._in_flight = 0
                 self._wake.set()
+                self._hurry.set()  # the retried reports have waited enough
                 await asyncio.sleep(delay)
                 continue
             self._in_flight = 0

@@ -170,3 +170,21 @@ async def test_with_a_linger_a_claim_and_a_quick_start_travel_in_one_request(
     )
     assert len(sender.requests) == expected_requests, (linger_s, sender.requests)
     assert [r.index for b in sender.requests for r in b.claimed] == [0]
+
+
+async def test_a_claim_a_start_waits_on_cuts_the_linger_short(running_outbox) -> None:
+    """An instance starts only once its claim is answered: lingering would delay its start as long. A
+    linger of 30 s here: a report that waited for it would miss the deadline."""
+    outbox, sender, _ = await running_outbox(linger_s=30.0)
+    outbox.running(running(1))  # lingers, waiting for company
+    await asyncio.sleep(0)
+    assert await outbox.drain(0.05) is False, "a report nothing waits on lingers"
+    outbox.claimed(ref(0), hurry=True)
+    assert await outbox.drain(DEADLINE_S)
+    assert [([c.index for c in r.claimed], [x.index for x in r.running]) for r in sender.requests] == [
+        ([0], [1])], "the lingering report goes with the claim"
+
+    tasks, task_sender, _ = await running_outbox(linger_s=30.0)
+    tasks.task_started("t1")  # a task's claim: its command waits on it too
+    assert await tasks.drain(DEADLINE_S)
+    assert [r.tasks_started for r in task_sender.requests] == [["t1"]]

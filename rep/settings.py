@@ -98,8 +98,8 @@ class RepSettings(TLSOptions, RequestLimitOptions, BaseSettings):
                                      "trusted, beside the system's, for registries over https.")
     cells: int = Field(default=1, ge=1, description="Sim: simulated cells in this process.")
     sim_start_delay: float = Field(default=0.05, ge=0, description="Sim start, s.")
-    # Reports wait up to this long to travel together (rep/outbox.py): a claim and the running report
-    # of an instance that starts within it reach the BBS in one request.
+    # Reports wait up to this long to travel together (rep/outbox.py): the claims of work arriving in
+    # pieces reach the BBS in one request (and a simulated instance's promised running report with them).
     report_linger: float = Field(default=0.1, ge=0, le=5,
                                  description="Lifecycle reports gather this long, s.")
     sim_crash_rate: float = Field(default=0.0, ge=0, description="Sim crashes per s.")

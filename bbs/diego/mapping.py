@@ -180,7 +180,7 @@ def task_body(guid: str, domain: str, definition: pb.TaskDefinition) -> dict[str
         "placement_tags": list(definition.placement_tags),
         "artifacts": artifacts,
         **_root_fs(definition.root_fs, definition.image_username, definition.image_password),
-        "diego": encode(definition),
+        "diego": encode(_without_image_credentials(definition)),
     }
     if definition.completion_callback_url:
         body["completion_callback_url"] = definition.completion_callback_url
@@ -199,6 +199,18 @@ def _stored(lrp: pb.DesiredLRP) -> pb.DesiredLRP:
     kept.CopyFrom(lrp)
     kept.ClearField("instances")
     kept.ClearField("modification_tag")
+    return _without_image_credentials(kept)
+
+
+def _without_image_credentials(message: Any) -> Any:
+    """`message` (a DesiredLRP or a TaskDefinition) without its registry credentials: they are the image's
+    `credentials`, sealed at rest and shown to nobody (bbs/redact.py); the kept message is neither."""
+    if not (message.image_username or message.image_password):
+        return message
+    kept = type(message)()
+    kept.CopyFrom(message)
+    kept.ClearField("image_username")
+    kept.ClearField("image_password")
     return kept
 
 

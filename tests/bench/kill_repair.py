@@ -5,7 +5,8 @@ each, TLS on), HTTP transport or with --nats NATS.
 
 For each component in turn it desires a fresh app of --instances instances, kills the component with
 SIGKILL at the moment that loses the most (the BBS just after it acknowledged the desire; a rep once it has
-claimed some of the app's instances, i.e. while it takes its work; the auctioneer just after the desire,
+claimed some of the app's instances, i.e. while it takes its work: instances reserved on it, their claims
+on their way, or CLAIMED in the BBS; the auctioneer just after the desire,
 with the batch in hand), starts it again at once with the same arguments, port and data (what `vendue up`'s
 supervisor does), and measures from the kill until every instance of the app is RUNNING
 (`seconds_to_all_running`). The target, reported and never asserted: presence TTL + 5 s for every kill
@@ -67,10 +68,22 @@ def delete(client: httpx.Client, cluster: LocalCluster, process_guid: str, timeo
 
 
 def claimed_on(client: httpx.Client, cluster: LocalCluster, process_guid: str) -> str:
-    """A cell that has claimed some of the app's instances and not yet run them all ("" if none)."""
+    """A cell that has claimed some of the app's instances and not yet run them all ("" if none): CLAIMED
+    in the BBS, or reserved on its rep (the claim on its way: a simulated instance's claim carries its
+    running report, so the BBS takes it from UNCLAIMED to RUNNING and never shows it CLAIMED)."""
     for a in states(client, cluster, process_guid):
         if a["state"] == "CLAIMED" and a.get("cell_id"):
             return str(a["cell_id"])
+    for cell_id, rep in list(cluster.reps.items()):
+        try:
+            response = client.get(f"{rep.url}/state", params={"lrps": "full", "cells": cell_id}, timeout=5.0)
+        except httpx.HTTPError:
+            continue
+        if response.status_code == 200 and any(
+            lrp["process_guid"] == process_guid and lrp["state"] == "reserved"
+            for cell in response.json()["cells"] for lrp in cell["lrps"]
+        ):
+            return cell_id
     return ""
 
 

@@ -15,6 +15,7 @@ does not.
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -317,3 +318,34 @@ def test_the_cli_pushes_an_image_with_credentials_from_a_file_or_the_environment
     monkeypatch.delenv("VENDUE_REGISTRY_PASSWORD")
     half = w.c.cli("push", w.c.guid("half"), "--image", w.ref("v2"))
     assert half.code == 2 and "VENDUE_REGISTRY_PASSWORD" in half.stderr, half.output
+
+
+def test_a_docker_rootfs_through_diegos_api_is_pinned_and_keeps_no_credentials(world: World) -> None:
+    from bbs.diego.pb import diego_pb2 as pb
+    from tests.support.diego import DiegoClient
+
+    w = world
+    assert w.c.bbs is not None and w.c.lc.diego_url, "the cluster serves Diego's API"
+    client = DiegoClient(w.c.lc.diego_url, client_context(w.c.lc.issue_certificate("cf", "cc-images")))
+    guid = w.c.guid("cf")
+    try:
+        lrp = pb.DesiredLRP(
+            process_guid=guid, domain="cf-apps", instances=1, memory_mb=64, disk_mb=64,
+            root_fs=f"docker:///{w.ref('v2')}", image_username=USER, image_password=PASSWORD,
+            action=pb.Action(run_action=pb.RunAction(path="/bin/sh", args=["-c", "exec httpd -f -p $PORT"])))
+        answer = client.call("/v1/desired_lrp/desire.r2", pb.DesireLRPRequest(desired_lrp=lrp),
+                             pb.DesiredLRPLifecycleResponse)
+        assert not answer.HasField("error"), answer.error
+        stored = w.c.bbs.http.get(f"/v1/desired_lrps/{guid}").json()
+        assert (stored["image"]["digest"], stored["stack"]) == (w.v2, "docker"), stored
+        assert PASSWORD.encode() not in base64.b64decode(stored["diego"]), "the kept Diego message"
+        assert {a["cell_id"] for a in running_cells(w, guid, 1).values()} == {"dock"}
+        bad = pb.DesiredLRP()
+        bad.CopyFrom(lrp)
+        bad.process_guid, bad.image_password = w.c.guid("cfbad"), "wrong"
+        refused_answer = client.call("/v1/desired_lrp/desire.r2", pb.DesireLRPRequest(desired_lrp=bad),
+                                     pb.DesiredLRPLifecycleResponse)
+        assert refused_answer.error.type == pb.Error.InvalidRequest, refused_answer
+        assert "refused the credentials" in refused_answer.error.message, refused_answer.error.message
+    finally:
+        client.close()
