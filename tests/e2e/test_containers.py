@@ -130,8 +130,14 @@ def _loopback_service() -> tuple[socket.socket, int]:
                 conn, _ = server.accept()
             except OSError:
                 return
-            conn.sendall(b"HTTP/1.0 200 OK\r\n\r\nhost secret\n")
-            conn.close()
+            with conn:
+                conn.settimeout(5)
+                try:
+                    conn.recv(4096)  # the request, read: closing on unread data would reset the connection
+                    conn.sendall(b"HTTP/1.0 200 OK\r\nContent-Length: 12\r\n\r\nhost secret\n")
+                    conn.shutdown(socket.SHUT_WR)
+                except OSError:
+                    pass
 
     threading.Thread(target=serve, daemon=True).start()
     return server, server.getsockname()[1]
