@@ -16,7 +16,7 @@ replica than the one that committed the change, starts the story afresh (docs/ev
 from __future__ import annotations
 
 from collections import OrderedDict, deque
-from collections.abc import Iterator
+from collections.abc import Sequence
 from typing import Any
 
 from .actual_set import ActualChanges
@@ -145,13 +145,13 @@ class AppHistory:
     def forget(self, process_guid: str) -> None:
         self._apps.pop(process_guid, None)
 
-    def newest_first(self, process_guid: str) -> Iterator[Kept | dict[str, Any]]:
-        return reversed(self._apps.get(process_guid, ()))
+    def story(self, process_guid: str) -> Sequence[Kept | dict[str, Any]]:
+        """An app's entries as kept (not made into dicts), oldest first: for merging (bbs/recent_past.py)."""
+        return self._apps.get(process_guid, ())
 
-    def stories_newest_first(self) -> list[tuple[str, Iterator[Kept | dict[str, Any]]]]:
-        """Each app's entries as kept (not made into dicts), newest first: for merging across apps
-        (bbs/recent_past.py)."""
-        return [(guid, reversed(kept)) for guid, kept in self._apps.items()]
+    def stories(self) -> list[tuple[str, Sequence[Kept | dict[str, Any]]]]:
+        """Every app's entries as kept, oldest first."""
+        return list(self._apps.items())
 
     def recent(self, process_guid: str) -> list[dict[str, Any]]:
         return [as_wire(entry) for entry in self._apps.get(process_guid, ())]

@@ -15,7 +15,7 @@ from __future__ import annotations
 import heapq
 import itertools
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -50,6 +50,9 @@ STORY_TYPES = {
 # The kinds of a cell's entry (Effects.cell_changed) and the event type each is answered as.
 CELL_EVENT_TYPES = {"appeared": "cell_appeared", "lost": "cell_disappeared", "removed": "cell_removed",
                     "cordoned": "cell_changed", "draining": "cell_changed", "uncordoned": "cell_changed"}
+
+STORY_EVENT_TYPES = frozenset(STORY_TYPES.values())
+CLUSTER_EVENT_TYPES = frozenset({*CELL_EVENT_TYPES.values(), "task_changed"})
 
 # A cluster event as kept: (at, type, cell_id, kind, subject, reason); subject: a task's guid, or "".
 Notable = tuple[float, str, str, str, str, str]
@@ -135,12 +138,16 @@ def _cluster_matches(kept: Notable, wanted: EventFilter) -> bool:
     return wanted.cell is None or kept[2] == wanted.cell
 
 
-def _story_source(process_guid: str, entries: Iterable[Kept | dict[str, Any]],
-                  wanted: EventFilter) -> Iterator[tuple[float, str, Any]]:
-    """One app's story, newest first, as (at, STORY, (process_guid, entry))."""
-    for entry in entries:
-        if _story_matches(process_guid, entry, wanted):
-            yield _at(entry), STORY, (process_guid, entry)
+def _story_source(process_guid: str, entries: Sequence[Kept | dict[str, Any]], wanted: EventFilter,
+                  before: float | None) -> Iterator[tuple[float, str, Any]]:
+    """One app's story (kept oldest first) newest first, as (at, STORY, (process_guid, entry)), from
+    `before` on; a story all newer than `before` (the stream covered it) costs one look."""
+    if not entries or (before is not None and _at(entries[0]) >= before):
+        return
+    for entry in reversed(entries):
+        at = _at(entry)
+        if (before is None or at < before) and _story_matches(process_guid, entry, wanted):
+            yield at, STORY, (process_guid, entry)
 
 
 def _first(item: tuple[float, str, Any]) -> float:
@@ -150,20 +157,18 @@ def _first(item: tuple[float, str, Any]) -> float:
 def past_events(history: AppHistory, ring: ClusterRing, limit: int, wanted: EventFilter = EventFilter(),
                 before: float | None = None) -> list[dict[str, Any]]:
     """The last `limit` story and cluster entries older than `before` (epoch seconds) that `wanted` matches,
-    oldest first. Newest first from each source, merged: the work is about `limit` entries and one look at
-    each app's newest entry, whatever the number kept."""
+    oldest first. Newest first from each source, merged: the work is about `limit` entries and a look or
+    two at each app's story, whatever the number kept."""
     if limit <= 0:
         return []
-    if wanted.app is not None:
-        stories: Iterable[tuple[str, Iterable[Kept | dict[str, Any]]]] = [
-            (wanted.app, history.newest_first(wanted.app))]
-    else:
-        stories = history.stories_newest_first()
-    sources = [_story_source(guid, entries, wanted) for guid, entries in stories]
-    sources.append((k[0], CLUSTER, k) for k in ring.newest_first() if _cluster_matches(k, wanted))
-    merged: Iterator[tuple[float, str, Any]] = heapq.merge(*sources, key=_first, reverse=True)
-    if before is not None:
-        merged = itertools.dropwhile(lambda item: item[0] >= before, merged)
+    sources: list[Iterator[tuple[float, str, Any]]] = []
+    if not wanted.types or wanted.types & STORY_EVENT_TYPES:
+        stories = [(wanted.app, history.story(wanted.app))] if wanted.app is not None else history.stories()
+        sources.extend(_story_source(guid, entries, wanted, before) for guid, entries in stories)
+    if wanted.app is None and (not wanted.types or wanted.types & CLUSTER_EVENT_TYPES):
+        sources.append((k[0], CLUSTER, k) for k in ring.newest_first()
+                       if (before is None or k[0] < before) and _cluster_matches(k, wanted))
+    merged = heapq.merge(*sources, key=_first, reverse=True)
     found = [cluster_event(item) if source == CLUSTER else story_event(*item)
              for _, source, item in itertools.islice(merged, limit)]
     return found[::-1]
