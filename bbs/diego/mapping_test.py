@@ -97,6 +97,17 @@ def test_a_command_changed_through_vendue_replaces_the_stored_run_action() -> No
     assert dict(read.routes.routes) == {"r": b"1"}, "the rest is kept"
 
 
+def test_resources_changed_through_vendue_are_written_over_the_stored_message() -> None:
+    lrp = run_lrp(memory_mb=0, disk_mb=512, ports=[8080], placement_tags=["a"])
+    body = lrp_body(lrp)
+    assert "memory_mb" not in body
+    unchanged = diego_lrp({**body, "memory_mb": 256, "instances": 2})
+    assert (unchanged.memory_mb, unchanged.disk_mb) == (0, 512), "Vendue's default for a Diego 0 reads as 0"
+    changed = diego_lrp({**body, "memory_mb": 1024, "disk_mb": 2048, "ports": [9090], "placement_tags": []})
+    assert (changed.memory_mb, changed.disk_mb, list(changed.ports)) == (1024, 2048, [9090])
+    assert list(changed.placement_tags) == []
+
+
 def test_an_lrp_desired_through_vendue_reads_as_one_run_action() -> None:
     wire = {"process_guid": "web", "domain": "vendue", "instances": 1, "command": ["sh", "-c", "x"],
             "env": {"K": "v"}, "memory_mb": 64, "disk_mb": 128, "ports": [8080], "stack": "cflinuxfs4",
