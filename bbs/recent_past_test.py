@@ -7,6 +7,7 @@ from __future__ import annotations
 from bbs.app_history import AppHistory
 from bbs.events import EventFilter, EventHub, event
 from bbs.recent_past import ClusterRing, past_events
+from tests.support.bbs_harness import Harness
 
 
 def kept(kind: str, at: float, index: int = 0, cell: str = "cell-1", crashes: int = 0,
@@ -87,3 +88,22 @@ def test_the_hub_covers_from_its_last_missed_change_and_its_oldest_kept_batch(mo
     flushed_first = hub._kept[0].flushed_at
     hub.publish([event("auction_completed", {})])  # one batch too many: the oldest goes
     assert hub.covered_since == flushed_first > after_missed
+
+
+async def test_the_unit_of_work_keeps_cell_and_task_changes_while_nobody_listens(h: Harness) -> None:
+    await h.heartbeat("c1")
+    await h.heartbeat("c2")
+    assert (await h.http.post("/v1/cells/c2/cordon")).status_code == 200
+    assert (await h.http.post("/v1/cells/c2/drain")).status_code == 200
+    assert (await h.http.post("/v1/cells/c2/uncordon")).status_code == 200
+    await h.heartbeat("c2")  # a heartbeat of a cell already present is no news
+    created = await h.http.post("/v1/tasks", json={"task_guid": "t1", "command": ["true"], "memory_mb": 64})
+    assert created.status_code == 201, created.text
+    assert (await h.http.post("/v1/tasks/t1/cancel")).status_code == 200
+    assert not h.bbs.hub.listening
+
+    items = (await h.http.get("/v1/events/recent")).json()["items"]
+    assert [(e["type"], e["text"]) for e in items if e["source"] == "cluster"] == [
+        ("cell_appeared", "c1 appeared"), ("cell_appeared", "c2 appeared"), ("cell_changed", "c2 cordoned"),
+        ("cell_changed", "c2 draining"), ("cell_changed", "c2 uncordoned"),
+        ("task_changed", "t1 failed: cancelled")]
