@@ -471,10 +471,10 @@ class RepCell:
         if held.state == STARTING:
             self._starting -= 1
         held.state = RUNNING
-        report = Running(held.desired.process_guid, held.index, instance_guid, self.config.host, ports)
-        if report != held.running:  # a promised report, delivered with the claim, is not sent again
-            held.running = report
-            self.outbox.running(report)
+        if held.running is not None and held.running.ports == ports:
+            return  # a promised report, delivered with the claim, is not sent again (nor a repeated one)
+        held.running = Running(held.desired.process_guid, held.index, instance_guid, self.config.host, ports)
+        self.outbox.running(held.running)
 
     def reassert_running(self) -> int:
         """Report every running instance running again; how many. After a silence long enough for the BBS

@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import json
+import os
 import subprocess
 import weakref
 from dataclasses import dataclass
@@ -93,6 +95,56 @@ async def make_netns(name: str) -> Path:
 async def remove_netns(name: str) -> None:
     if netns_path(name).exists():
         await _exec(["ip", "netns", "delete", name])
+
+
+CLONE_NEWUSER, CLONE_NEWNET, MS_BIND, MNT_DETACH = 0x10000000, 0x40000000, 4096, 2
+
+
+def _unshare_user_and_net() -> None:
+    """A holder's preexec: new user and network namespaces (the child of a fork is single-threaded)."""
+    if ctypes.CDLL(None, use_errno=True).unshare(CLONE_NEWUSER | CLONE_NEWNET) != 0:
+        raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWUSER | CLONE_NEWNET)")
+
+
+def _bind(source: str, target: Path) -> None:
+    target.touch(mode=0o444)
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.mount(source.encode(), str(target).encode(), None, MS_BIND, None) != 0:
+        err = ctypes.get_errno()
+        target.unlink(missing_ok=True)
+        raise OSError(err, f"bind {source} on {target}: {os.strerror(err)}")
+
+
+def unbind_ns(target: Path) -> None:
+    if target.exists():
+        ctypes.CDLL(None, use_errno=True).umount2(str(target).encode(), MNT_DETACH)
+        target.unlink(missing_ok=True)
+
+
+async def make_namespaces(name: str, userns_dir: Path, uid: int, gid: int) -> tuple[Path, Path]:
+    """A user namespace mapping root to `uid`/`gid` alone, and a network namespace it owns, kept by bind
+    mounts at `userns_dir/<name>` and /var/run/netns/<name> (a holder process makes them, and goes)."""
+    NETNS_DIR.mkdir(parents=True, exist_ok=True)
+    userns_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    holder = await asyncio.create_subprocess_exec(
+        "sleep", "60", stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        preexec_fn=_unshare_user_and_net)
+    user, net = userns_dir / name, netns_path(name)
+    try:
+        Path(f"/proc/{holder.pid}/uid_map").write_text(f"0 {uid} 1\n")
+        Path(f"/proc/{holder.pid}/gid_map").write_text(f"0 {gid} 1\n")
+        _bind(f"/proc/{holder.pid}/ns/user", user)
+        try:
+            _bind(f"/proc/{holder.pid}/ns/net", net)
+        except OSError:
+            unbind_ns(user)
+            raise
+    except OSError as exc:
+        raise CNIError(f"cannot make the container's namespaces: {exc}") from None
+    finally:
+        holder.kill()
+        await holder.wait()
+    return user, net
 
 
 def _plugin_env(net: Network, command: str, container_id: str, netns: Path) -> dict[str, str]:

@@ -113,6 +113,11 @@ def test_an_image_runs_over_cells_and_answers_on_its_mapped_ports(
     pids = app_processes(web)
     assert pids and all(uid_of(pid) != 0 for group in pids.values() for pid in group), pids
 
+    # exec enters the container: its root filesystem, user, working dir and environment
+    answer = c.cli("exec", web, "0", "--", "/bin/sh", "-c", "id -u; pwd; echo $PORT; cat index.html; exit 3")
+    assert answer.code == 3, answer.output
+    assert answer.stdout == f"0\n/www\n8080\n{INDEX_TEXT}", answer.output
+
 
 def _loopback_service() -> tuple[socket.socket, int]:
     server = socket.socket()
