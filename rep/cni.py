@@ -168,9 +168,11 @@ _limits: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore]
 
 
 def _plugins_at_once() -> asyncio.Semaphore:
-    """At most PLUGINS_AT_ONCE plugin calls of this process run at a time: each changes iptables (portmap
-    several times), and the kernel applies rule changes one at a time; a hundred at once took 15-45 s each
-    where one after another take 0.1 s (`tests/bench/containers.py`)."""
+    """At most PLUGINS_AT_ONCE containers of this process are attached or detached at a time, each holding
+    its turn for its whole plugin list: every plugin changes iptables (portmap several times), which the
+    kernel applies one change at a time; a hundred at once took 15-45 s each where one after another take
+    0.1 s, and a turn per plugin put every start's portmap behind all the others' bridge
+    (`tests/bench/containers.py`)."""
     loop = asyncio.get_running_loop()
     limit = _limits.get(loop)
     if limit is None:
@@ -181,9 +183,8 @@ def _plugins_at_once() -> asyncio.Semaphore:
 async def _call(net: Network, plugin: dict[str, Any], command: str, container_id: str, netns: Path,
                 ports: list[tuple[int, int]], prev: dict[str, Any] | None) -> dict[str, Any] | None:
     binary = str(net.plugin_dir / plugin["type"])
-    async with _plugins_at_once():
-        code, out, err = await _exec([binary], _conf(net, plugin, ports, prev),
-                                     _plugin_env(net, command, container_id, netns))
+    code, out, err = await _exec([binary], _conf(net, plugin, ports, prev),
+                                 _plugin_env(net, command, container_id, netns))
     if code != 0:
         try:
             answer = json.loads(out)
@@ -204,8 +205,9 @@ async def add(net: Network, container_id: str, netns: Path, ports: list[tuple[in
     if code != 0:
         raise CNIError(f"CNI ADD loopback: {(out + err).decode(errors='replace').strip()[-300:]}")
     try:
-        for plugin in net.plugins():
-            result = await _call(net, plugin, "ADD", container_id, netns, ports, result)
+        async with _plugins_at_once():  # the whole list: a start holds its turn until it is attached
+            for plugin in net.plugins():
+                result = await _call(net, plugin, "ADD", container_id, netns, ports, result)
     except BaseException:
         with contextlib.suppress(CNIError, OSError):
             await delete(net, container_id, netns, ports, result)
@@ -219,11 +221,12 @@ async def delete(net: Network, container_id: str, netns: Path, ports: list[tuple
     """DEL every plugin, last first; each is tried (the spec asks plugins to tolerate what is already gone),
     and the first failure is raised once all were."""
     failure: CNIError | None = None
-    for plugin in reversed(net.plugins()):
-        try:
-            await _call(net, plugin, "DEL", container_id, netns, ports, result)
-        except CNIError as exc:
-            failure = failure or exc
+    async with _plugins_at_once():
+        for plugin in reversed(net.plugins()):
+            try:
+                await _call(net, plugin, "DEL", container_id, netns, ports, result)
+            except CNIError as exc:
+                failure = failure or exc
     if failure is not None:
         raise failure
 
