@@ -21,6 +21,7 @@ from common.config_check import (
 )
 
 from .encryption import KeyRingError
+from .images import registry_problem
 from .settings import BBSSettings
 from .store.database import UnsupportedDatabase, database_url, is_sqlite
 
@@ -34,6 +35,7 @@ def config_problem(settings: BBSSettings) -> str | None:
         host_problem("listen", settings.listen),
         tls_problem(settings, settings.listen, "bbs"),
         _key_ring_problem(settings),
+        registry_problem(settings.insecure_registry, settings.registry_ca),
         log_level_problem(settings.log_level),
         _timing_problem(settings),
     )

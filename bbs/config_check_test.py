@@ -38,6 +38,8 @@ def test_defaults_and_both_databases_are_sane() -> None:
         ({"log_level": "loud"}, "log_level: not one of"),
         ({"crash_backoff_min": 60, "crash_backoff_max": 30}, "crash_backoff_min: 60.0s exceeds"),
         ({"kick_task": 60, "expire_pending_task": 30}, "kick_task: 60.0s is not below expire_pending_task"),
+        ({"insecure_registry": ["http://reg:5000"]}, "insecure_registry: expected HOST or HOST:PORT"),
+        ({"registry_ca": "/nonexistent/ca.pem"}, "registry_ca: cannot load /nonexistent/ca.pem"),
         ({"forget_cell_after": 5, "presence_ttl": 10}, "forget_cell_after: 5.0s is below presence_ttl"),
         ({"http_timeout": 20, "lease_ttl": 15}, "http_timeout: 20.0s is not below lease_ttl"),
     ],

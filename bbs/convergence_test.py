@@ -76,6 +76,19 @@ def test_missing_indices_are_created_and_auctioned_extra_ones_removed_and_stoppe
     assert [r.index for r in changes.deletes] == [5]
 
 
+def test_extra_instances_of_a_stale_domain_are_kept_until_it_is_fresh_again() -> None:
+    # Diego's freshness: whoever keeps domain "d" fresh may not have finished desiring (docs/diego-api.md).
+    stale = dataclasses.replace(CONFIG, stale_domains=frozenset({"d"}))
+    actuals = ActualSet([on_cell(0), on_cell(5)])
+    out = converge([desired(1)], actuals, [], cell(), 10.0, stale)
+    assert out.stops == [] and actuals.diff().deletes == []
+    orphans = ActualSet([on_cell(0)])
+    assert converge([], orphans, [], cell(), 10.0, stale).stops == [] and orphans.diff().deletes == []
+    other = dataclasses.replace(CONFIG, stale_domains=frozenset({"another"}))
+    assert converge([desired(1)], ActualSet([on_cell(0), on_cell(5)]), [], cell(), 10.0, other).stops == [
+        Stop("c1", "web", 5, "i5")]
+
+
 def test_actuals_of_a_removed_desired_lrp_go() -> None:
     actuals = ActualSet([on_cell(0), unclaimed("web", 1, "d", 0.0)])
     out = converge([], actuals, [], cell(), 10.0, CONFIG)

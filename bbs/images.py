@@ -12,6 +12,7 @@ say the BBS itself is unavailable (and clients retry a 503), and nothing was sto
 from __future__ import annotations
 
 import logging
+import ssl
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -20,7 +21,8 @@ from pydantic import BaseModel, ValidationError
 
 from common.models import DEFAULT_STACK
 from common.models.image import IMAGE_STACK
-from common.registry import ImageConfig, RegistryClient, RegistryError, Resolved
+from common.registry import ImageConfig, RegistryClient, RegistryError, Resolved, registry_tls_context
+from common.tls import CertError
 
 log = logging.getLogger("bbs.images")
 
@@ -65,6 +67,19 @@ def fill_from_image(given: dict[str, Any], resolved: Resolved, *, whole: bool, p
     return out
 
 
+def registry_problem(insecure: list[str], ca: Path | None) -> str | None:
+    """What is wrong with the registry settings (one line naming the setting), None when sane."""
+    for host in insecure:
+        if not host or "/" in host or "://" in host or any(c.isspace() for c in host):
+            return f"insecure_registry: expected HOST or HOST:PORT as image references name it, got {host!r}"
+    if ca is not None:
+        try:
+            registry_tls_context(ca)
+        except (OSError, ssl.SSLError) as exc:
+            return f"registry_ca: cannot load {ca}: {exc}"
+    return None
+
+
 class ImagePinner:
     """The BBS's registry client (made on first use) and the pinning of request bodies."""
 
@@ -73,8 +88,13 @@ class ImagePinner:
         self._client: RegistryClient | None = None
 
     def client(self) -> RegistryClient:
+        """The registry client; raises common.tls.CertError (one line naming `registry_ca`) when the CA
+        bundle cannot be loaded: the BBS makes it as it starts, so that is found then."""
         if self._client is None:
-            self._client = RegistryClient(insecure=self.insecure, ca=self.ca, timeout=self.timeout)
+            try:
+                self._client = RegistryClient(insecure=self.insecure, ca=self.ca, timeout=self.timeout)
+            except (OSError, ssl.SSLError) as exc:
+                raise CertError(f"registry_ca: cannot load {self.ca}: {exc}") from None
         return self._client
 
     async def close(self) -> None:

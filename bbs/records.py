@@ -106,6 +106,7 @@ class DesiredDefinition(TypedDict, total=False):
     objective: str | None
     source_blob: str | None
     artifacts: list[dict[str, Any]]
+    image: dict[str, Any] | None  # common/models/image.py; its credentials sealed (bbs/store/sealing.py)
     labels_match: str
     volumes: list[dict[str, Any]]
     ingress_ip: bool
@@ -127,6 +128,7 @@ class TaskDefinition(TypedDict, total=False):
     placement_tags: list[str]
     volume_drivers: list[str]
     artifacts: list[dict[str, Any]]
+    image: dict[str, Any] | None  # common/models/image.py; its credentials sealed (bbs/store/sealing.py)
     completion_callback_url: str | None
     diego: str | None  # the Diego message it was desired with (bbs/diego), sealed with command and env
 

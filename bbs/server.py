@@ -27,13 +27,14 @@ from common import runtime, serving
 from common.auth import uvicorn_tls_options
 from common.config_check import serving_tls
 from common.procutil import write_ready_file
-from common.tls import INSECURE_WARNING, client_context
+from common.tls import INSECURE_WARNING, CertError, client_context
 
 from .api import create_app
 from .blob_collector import BlobCollector
 from .converger import Converger
 from .core import BBS
 from .events import EventHub
+from .images import registry_problem
 from .metrics import BBSMetrics
 from .outbound import Outbound, rep_checked_transport
 from .records import AUCTIONEER_LEASE
@@ -65,6 +66,8 @@ async def running_bbs(
     # Both raise encryption.KeyRingError (one line) before anything starts: a ring that cannot be used,
     # or a database holding records sealed with a key it lacks.
     keys = settings.key_ring()
+    if (problem := registry_problem(settings.insecure_registry, settings.registry_ca)) is not None:
+        raise CertError(problem)  # a one-line refusal, as a TLS file that cannot be loaded
     store = await Store.open(settings.resolved_database_url(), keys=keys,
                              sqlite_synchronous=settings.sqlite_synchronous)
     if keys is None:

@@ -42,6 +42,7 @@ from .limits import RequestLimitOptions
 log = logging.getLogger("serving")
 
 STARTUP_FAILURE = 3  # uvicorn's exit status when it cannot listen
+WS_MAX_BYTES = 64 * 1024  # a WebSocket message, at most (common/exec_stream.py's frames are smaller)
 
 
 class Config(uvicorn.Config):
@@ -50,6 +51,9 @@ class Config(uvicorn.Config):
 
     def __init__(self, app: Any, *, limits: RequestLimitOptions | None = None, **kwargs: Any) -> None:
         kwargs.setdefault("http", ConnectionProtocol)
+        # The one WebSocket, `vendue exec`'s, carries frames of at most CHUNK_BYTES and small JSON: a
+        # bigger message is refused as it arrives, not gathered (uvicorn's default would take 16 MiB).
+        kwargs.setdefault("ws_max_size", WS_MAX_BYTES)
         super().__init__(app, **kwargs)
         self.limits = limits or RequestLimitOptions()
         self.max_connections = self.limits.max_connections

@@ -51,6 +51,7 @@ PANELS = {
                     "forget_cell_after", "cell_loss_grace", "cell_loss_check"),
     "Crash restarts": ("immediate_restarts", "crash_backoff_min", "crash_backoff_max", "max_restarts",
                        "crash_reset_after"),
+    "Images": ("insecure_registry", "registry_ca", "registry_timeout"),
     "Rebalancing": ("rebalance_in_flight", "rebalance_moves_per_minute", "rebalance_move_timeout",
                     "rebalance_load_tolerance", "rebalance_strategy_margin", "rebalance_interval"),
 }

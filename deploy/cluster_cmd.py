@@ -188,6 +188,9 @@ def up(
             soft_wrap=True,
         )
         out.print("  vendue instances web   ·   vendue cells   ·   vendue events", highlight=False)
+        if cluster.diego_url:  # Diego's BBS API, for Cloud Foundry's tools (docs/diego-api.md)
+            out.print(f"Diego's BBS API (cfdot --bbsURL): {cluster.diego_url}", highlight=False,
+                      soft_wrap=True)
         out.print("[bold]Ctrl-C[/] stops every component.")
         _supervise(cluster, out, restart)
     except ClusterError as exc:

@@ -53,9 +53,10 @@ USAGE_CLOSES = (4404, 4422)
 
 
 class ExecFailed(Exception):
-    def __init__(self, message: str, status: int = FAILURE) -> None:
+    def __init__(self, message: str, status: int = FAILURE, *, unreachable: bool = False) -> None:
         super().__init__(message)
         self.status = status
+        self.unreachable = unreachable  # nothing answered there: another replica may
 
 
 def exec_url(bbs_url: str, process_guid: str, index: int) -> str:
@@ -136,7 +137,7 @@ async def run_exec(url: str, auth: ClientAuth, process_guid: str, index: int, ar
         except aiohttp.WSServerHandshakeError as exc:
             raise ExecFailed(_refusal_message(exc)) from None
         except (aiohttp.ClientError, OSError) as exc:
-            raise ExecFailed(f"cannot reach the BBS at {url}: {exc}") from None
+            raise ExecFailed(f"cannot reach the BBS at {url}: {exc}", unreachable=True) from None
         async with ws:
             loop = asyncio.get_running_loop()
             stdout = Output(1, safe=not tty_mode and os.isatty(1))
@@ -147,10 +148,14 @@ async def run_exec(url: str, auth: ClientAuth, process_guid: str, index: int, ar
             else:
                 await ws.send_str(control(eof=True))
             if tty_mode and size is not None:
+                resizes: set[asyncio.Task[None]] = set()  # held until sent (the loop keeps only weak ones)
+
                 def resized() -> None:
                     now = terminal_size()
                     if now is not None:
-                        loop.create_task(ws.send_str(control(resize=[now.lines, now.columns])))
+                        task = loop.create_task(ws.send_str(control(resize=[now.lines, now.columns])))
+                        resizes.add(task)
+                        task.add_done_callback(resizes.discard)
 
                 loop.add_signal_handler(signal.SIGWINCH, resized)
             try:
@@ -268,9 +273,12 @@ def exec_command(
                 status = asyncio.run(run_exec(candidate, auth, app_name, number, command,
                                               interactive=interactive or tty_mode, tty_mode=tty_mode))
                 break
+            except KeyboardInterrupt:  # Ctrl-C here (no -t): the connection goes, and the command with it
+                status = 130
+                break
             except ExecFailed as exc:
                 failure = exc
-                if not str(exc).startswith("cannot reach"):
+                if not exc.unreachable:
                     break
     if status is None:
         assert failure is not None

@@ -105,6 +105,9 @@ class AppSpec(Strict):
     env: Environment = Field(default_factory=dict)
     domain: Guid = DEFAULT_DOMAIN
     on_cell_loss: OnCellLoss = "reschedule"
+    # `vendue exec` into its instances (docs/exec.md); not given: a new app allows it, an existing one
+    # keeps what it has (`vendue exec-enable` / `exec-disable` may have set it).
+    exec_enabled: bool | None = None
     path: str | None = Field(default=None, min_length=1, max_length=4096)
     artifacts: Artifacts = Field(default_factory=list)
     rollout: RolloutSpec = Field(default_factory=RolloutSpec)
@@ -131,6 +134,8 @@ class AppSpec(Strict):
                                  exclude_unset=self.image is not None)
         fields.update(process_guid=self.name, instances=self.instances, placement_tags=self.tags,
                       artifacts=[*([path_artifact] if path_artifact else []), *self.artifacts])
+        if self.exec_enabled is None:
+            fields.pop("exec_enabled", None)
         if self.image is not None:
             fields["image"] = self.image.wire(credentials)
         if self.health is not None:
@@ -351,6 +356,9 @@ def app_spec_of(lrp: BaseModel, rollout: RolloutSpec | None = None) -> dict[str,
         if field == "health":
             if value != HealthCheck().model_dump(mode="json"):
                 spec["health"] = value
+        elif field == "exec_enabled":  # shown only when off: on is what a new app gets
+            if value is False:
+                spec[field] = False
         elif value != defaults.get(field):
             spec[field] = value
     if rollout is not None and rollout != RolloutSpec():

@@ -11,6 +11,7 @@ from common.models import DesiredLRP, DesiredLRPCreate
 
 from .manifest import (
     MAX_MANIFEST_BYTES,
+    AppSpec,
     ManifestError,
     app_spec_of,
     dump_yaml,
@@ -139,3 +140,13 @@ def test_the_health_check_takes_the_wire_fields_and_its_timings() -> None:
         10, 2, 3, 120)
     bad = text.replace("interval_s: 10", "interval_s: 0")
     assert error_of(bad).startswith("vendue.yml:6: applications[0].health.interval_s: Input should be")
+
+
+def test_exec_enabled_is_sent_only_when_the_file_says() -> None:
+    left_out = AppSpec(name="web", command=["serve"]).definition()
+    assert left_out.exec_enabled is True and "exec_enabled" not in left_out.model_fields_set  # kept as is
+    assert AppSpec(name="web", command=["serve"], exec_enabled=False).definition().exec_enabled is False
+    wire = {**left_out.model_dump(mode="json"), "created_at": "2026-01-01T00:00:00Z",
+            "modification_tag": {"epoch": "e"}}
+    assert "exec_enabled" not in app_spec_of(DesiredLRP.model_validate(wire))  # on: the default, not shown
+    assert app_spec_of(DesiredLRP.model_validate({**wire, "exec_enabled": False}))["exec_enabled"] is False

@@ -46,9 +46,10 @@ from common.procutil import child_preexec, free_port
 
 from . import cni
 from .cgroups import InstanceCgroup, parse_mountinfo, parse_proc_cgroup
+from .exec_session import ProcessExecSession
 from .executor import ExecRefused, ExecSession, ExecutorListener, LRPContainer, TaskContainer
 from .image_store import ImageStore
-from .isolation import rep_key
+from .isolation import IsolationError, rep_key
 from .log_stream import Origin
 from .oci_spec import BindMount, ContainerSpec, runtime_spec
 from .output_log import OutputLog
@@ -59,6 +60,7 @@ log = logging.getLogger("rep.container")
 DEFAULT_CONTAINER_PORT = 8080  # Diego's, for an LRP that names no port
 RUNTIMES = ("runc", "crun")
 RUNC_ROOT = Path("/run/vendue-runc")
+USERNS_ROOT = Path("/run/vendue-userns")
 STATE_DIR = "bundles"  # <data-dir>/<cell>/bundles/<guid>/: config.json, state.json, hosts
 UPPER, WORK, ROOTFS = "upper", "work", "rootfs"
 RUNTIME_TIMEOUT_S = 30.0
@@ -136,6 +138,7 @@ class _Container:
     container_id: str
     lower: Path | None = None  # the image's tree in the cache
     netns: Path | None = None
+    userns: Path | None = None  # with a user namespace: the one that owns `netns`
     cni_result: dict[str, Any] | None = None
     ports: list[tuple[int, int]] = field(default_factory=list)  # (host, container)
     inner: InstanceCgroup | None = None  # runc's cgroup, below the instance's
@@ -202,6 +205,7 @@ class ContainerExecutor(ProcessExecutor):
         self.userns = userns_allowed() if userns is None else userns
         self._key = rep_key(data_dir)
         self.runc_root = RUNC_ROOT / self._key
+        self.userns_dir = USERNS_ROOT / self._key  # bind mounts keeping the containers' user namespaces
         self.state_dir = Path(data_dir) / cell_id / STATE_DIR
         self._containers: dict[str, _Container] = {}
 
@@ -220,10 +224,10 @@ class ContainerExecutor(ProcessExecutor):
         self.runc_root.mkdir(parents=True, exist_ok=True, mode=0o700)
         self.network.ipam_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         await self.cleanup_leftovers()
-        if self.network.egress:
-            await asyncio.to_thread(cni.allow_egress, self.network)
-        else:
-            await asyncio.to_thread(cni.deny_egress, self.network)
+        try:
+            await asyncio.to_thread(cni.set_egress, self.network)
+        except cni.CNIError as exc:
+            raise IsolationError(f"--executor container: cannot set the cell's egress rules: {exc}") from None
         await super().open()
 
     async def cleanup_leftovers(self) -> list[str]:
@@ -241,9 +245,9 @@ class ContainerExecutor(ProcessExecutor):
             await self._teardown(cid, Path(record["rootfs"]) if "rootfs" in record else None,
                                  [(int(h), int(c)) for h, c in record.get("ports", [])], record.get("cni"))
             shutil.rmtree(state_dir, ignore_errors=True)
-        if cni.NETNS_DIR.is_dir():  # a namespace made before its state file was
-            for ns in cni.NETNS_DIR.iterdir():
-                if ns.name.startswith(prefix):
+        for ns_dir in (cni.NETNS_DIR, self.userns_dir):  # namespaces made before their state file was
+            for ns in sorted(ns_dir.iterdir()) if ns_dir.is_dir() else []:
+                if ns.name.startswith(prefix) and ns.exists():
                     await self._teardown(ns.name, None, [], None)
                     found.append(ns.name)
         await asyncio.to_thread(self._sweep_inner_cgroups, None)
@@ -255,10 +259,11 @@ class ContainerExecutor(ProcessExecutor):
     async def close(self) -> None:
         await super().close()
         await self.cleanup_leftovers()  # anything a stop could not finish
-        await asyncio.to_thread(cni.allow_egress, self.network)
+        await asyncio.to_thread(cni.clear_egress, self.network)
         await asyncio.to_thread(cni.remove_bridge, self.network)
-        with contextlib.suppress(OSError):
-            self.runc_root.rmdir()
+        for level in (self.runc_root, self.userns_dir):
+            with contextlib.suppress(OSError):
+                level.rmdir()
         shutil.rmtree(self.state_dir, ignore_errors=True)
 
     # --- which work runs in a container ---------------------------------------------------------------
@@ -276,16 +281,6 @@ class ContainerExecutor(ProcessExecutor):
             self._containers[container.task_guid] = _Container(image, self._container_id(container.task_guid))
         super().run_task(container, listener)
 
-    async def open_exec(self, instance_guid: str, argv: list[str], tty: bool, rows: int,
-                        cols: int) -> ExecSession:
-        """An instance without an image: the process executor's. In a container it would be `runc exec`
-        (its namespaces, root filesystem and user), not done yet: refused rather than run on the host's
-        filesystem (docs/exec.md)."""
-        if instance_guid in self._containers:
-            raise ExecRefused(f"instance {instance_guid} runs in a container (an image): exec into "
-                              "containers is not supported yet")
-        return await super().open_exec(instance_guid, argv, tty, rows, cols)
-
     def _lrp_ports(self, c: LRPContainer) -> tuple[list[PortMapping], str | None]:
         ctr = self._containers.get(c.instance_guid)
         if ctr is None:
@@ -301,6 +296,36 @@ class ContainerExecutor(ProcessExecutor):
             return super()._env(child, requested, own)
         cwd = ctr.image.working_dir or "/"
         return {"PATH": DEFAULT_PATH, "HOME": cwd, **requested, **own}
+
+    # --- exec ----------------------------------------------------------------------------------------------
+
+    async def open_exec(self, instance_guid: str, argv: list[str], tty: bool, rows: int,
+                        cols: int) -> ExecSession:
+        """In a container: `runc exec`, which enters its namespaces, cgroup, user and seccomp with the
+        container's environment and working dir; runc itself runs in the instance's cgroup. What the
+        command started inside ends with the container at the latest."""
+        ctr = self._containers.get(instance_guid)
+        child = self._lrps.get(instance_guid)
+        if ctr is None:
+            return await super().open_exec(instance_guid, argv, tty, rows, cols)
+        if child is None or not child.running or child.proc is None or child.proc.returncode is not None:
+            raise ExecRefused(f"instance {instance_guid} is not running on cell {self.cell_id}")
+        cgroup = child.sandbox.cgroup
+        runc = [self.runtime.path, "--root", str(self.runc_root), "exec", *(["--tty"] if tty else []),
+                ctr.container_id, *argv]
+        try:
+            session = await ProcessExecSession.start(
+                runc, cwd=self.state_dir, env={"PATH": DEFAULT_PATH}, tty=tty, rows=rows, cols=cols,
+                preexec=child_preexec(data_limit_bytes=None, uid=None, gid=None,
+                                      cgroup_procs=cgroup.procs_files if cgroup is not None else ()))
+        except (OSError, subprocess.SubprocessError) as exc:
+            raise ExecRefused(f"could not enter the container: {exc}") from None
+        if not child.running:
+            await session.close()
+            raise ExecRefused(f"instance {instance_guid} stopped")
+        child.execs.add(session)
+        session.on_close = lambda: child.execs.discard(session)
+        return session
 
     # --- the hooks of the process executor ----------------------------------------------------------------
 
@@ -324,15 +349,36 @@ class ContainerExecutor(ProcessExecutor):
         bundle.mkdir(mode=0o700, exist_ok=True)
         rootfs = sandbox.directory / ROOTFS
         _write_state(bundle, {"container_id": ctr.container_id, "rootfs": str(rootfs), "ports": ctr.ports})
-        await asyncio.to_thread(_prepare_rootfs, ctr.lower, sandbox.directory, cwd, user.uid, user.gid)
-        ctr.mounted = True
-        ctr.netns = await cni.make_netns(ctr.container_id)
-        try:
-            ctr.cni_result = await cni.add(self.network, ctr.container_id, ctr.netns, ctr.ports)
-        except cni.CNIError as exc:
-            raise OSError(str(exc)) from None
+        began = time.monotonic()
+        took: dict[str, float] = {}
+        lower = ctr.lower
+
+        async def make_rootfs() -> None:
+            await asyncio.to_thread(_prepare_rootfs, lower, sandbox.directory, cwd, user.uid, user.gid)
+            ctr.mounted = True
+            took["rootfs_s"] = round(time.monotonic() - began, 3)
+
+        async def make_network() -> None:
+            if self.userns:
+                ctr.userns, ctr.netns = await cni.make_namespaces(ctr.container_id, self.userns_dir, user.uid,
+                                                                  user.gid)
+            else:
+                ctr.netns = await cni.make_netns(ctr.container_id)
+            try:
+                ctr.cni_result = await cni.add(self.network, ctr.container_id, ctr.netns, ctr.ports)
+            except cni.CNIError as exc:
+                raise OSError(str(exc)) from None
+            took["network_s"] = round(time.monotonic() - began, 3)
+
+        # Independent: the overlay and the network are made at once (each is undone by `_teardown`).
+        outcomes = await asyncio.gather(make_rootfs(), make_network(), return_exceptions=True)
+        for outcome in outcomes:
+            if isinstance(outcome, BaseException):
+                raise outcome
+        assert ctr.netns is not None and ctr.cni_result is not None
         _write_state(bundle, {"container_id": ctr.container_id, "rootfs": str(rootfs), "ports": ctr.ports,
                               "cni": ctr.cni_result})
+        log.debug("container made", extra={"data": took})
         ctr.inner = _inner(cgroup, ctr.container_id)
         binds = [BindMount(str(p), f"/etc/{p.name}") for p in (Path("/etc/resolv.conf"),) if p.is_file()]
         hosts = bundle / "hosts"
@@ -343,7 +389,7 @@ class ContainerExecutor(ProcessExecutor):
         spec = runtime_spec(ContainerSpec(
             rootfs=str(rootfs), argv=argv, env=env, cwd=cwd, hostname=child.guid[:63],
             netns=str(ctr.netns), cgroup=ctr.container_id, host_uid=user.uid, host_gid=user.gid,
-            userns=self.userns, binds=binds))
+            userns=self.userns, binds=binds, userns_path=str(ctr.userns) if ctr.userns else None))
         (bundle / "config.json").write_text(json.dumps(spec))
         output = OutputLog(sandbox.directory, self.log_cap_bytes)
         try:
@@ -440,6 +486,7 @@ class ContainerExecutor(ProcessExecutor):
         except (cni.CNIError, OSError) as exc:
             log.warning("CNI DEL failed", extra={"data": {"container": cid, "error": str(exc)}})
         await cni.remove_netns(cid)
+        cni.unbind_ns(self.userns_dir / cid)
         await asyncio.to_thread(self._sweep_inner_cgroups, cid)
 
     # --- runc ---------------------------------------------------------------------------------------------
@@ -548,9 +595,10 @@ def sweep_containers(data_dir: Path) -> list[str]:
         executor = ContainerExecutor(data_dir, cell_id, runtime=runtime, network=network,
                                      images=None)  # type: ignore[arg-type]  # nothing is pulled
         found += asyncio.run(executor.cleanup_leftovers())
-        cni.allow_egress(network)
+        cni.clear_egress(network)
         cni.remove_bridge(network)
         shutil.rmtree(state_dir, ignore_errors=True)
-    with contextlib.suppress(OSError):
-        (RUNC_ROOT / key).rmdir()
+    for level in (RUNC_ROOT / key, USERNS_ROOT / key):
+        with contextlib.suppress(OSError):
+            level.rmdir()
     return found

@@ -19,14 +19,18 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import logging
 import os
 import shutil
+import time
 from collections.abc import Callable
 from pathlib import Path
 
 from common.models.image import Image
 
 from .artifact_cache import ArtifactCache, ArtifactError
+
+log = logging.getLogger("rep.images")
 
 PULL_TIMEOUT_S = 600.0
 DOCKER_HUB = "docker.io"
@@ -90,6 +94,7 @@ class ImageStore:
     async def _pull(self, image: Image, name: str, work: Path) -> None:
         assert image.digest is not None
         self.pulls += 1
+        began = time.monotonic()
         host, repo = split_ref(image.ref)
         layout = work / "layout"
         argv = [self.skopeo, "copy", "--quiet", "--retry-times", "2"]
@@ -114,6 +119,8 @@ class ImageStore:
         await _run(argv, lambda err: f"{name}: {_why(err)}")
         await _run([self.umoci, "raw", "unpack", "--image", f"{layout}:image", str(work / "tree")],
                    lambda err: f"{name}: cannot unpack ({err.strip()[-200:]})")
+        log.info("image pulled", extra={"data": {"image": f"{host}/{repo}", "digest": image.digest,
+                                                 "seconds": round(time.monotonic() - began, 3)}})
 
 
 async def _run(argv: list[str], why: Callable[[str], str]) -> None:

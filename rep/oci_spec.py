@@ -72,6 +72,10 @@ class ContainerSpec:
     userns: bool  # map the container's root to host_uid; else run as host_uid without a user namespace
     binds: list[BindMount] = field(default_factory=list)
     seccomp: bool = True
+    # The user namespace made with the network namespace (rep/cni.py `make_namespaces`), so that the
+    # network namespace is the container's user namespace's: `runc exec` joins the user namespace first,
+    # and could not enter a network namespace the host's owns.
+    userns_path: str | None = None
 
 
 def _mounts(binds: list[BindMount], userns: bool) -> list[dict[str, Any]]:
@@ -122,7 +126,7 @@ def runtime_spec(c: ContainerSpec) -> dict[str, Any]:
         "readonlyPaths": list(READONLY_PATHS),
     }
     if c.userns:
-        namespaces.append({"type": "user"})
+        namespaces.append({"type": "user", **({"path": c.userns_path} if c.userns_path else {})})
         linux["uidMappings"] = [{"containerID": 0, "hostID": c.host_uid, "size": 1}]
         linux["gidMappings"] = [{"containerID": 0, "hostID": c.host_gid, "size": 1}]
     if c.seccomp:

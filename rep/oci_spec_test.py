@@ -60,3 +60,9 @@ def test_mounts_bind_read_only_and_no_sysfs() -> None:
     assert "/proc" in destinations and "/sys" not in destinations
     hosts = next(m for m in mounts if m["destination"] == "/etc/hosts")
     assert hosts["source"] == "/b/hosts" and "ro" in hosts["options"]
+
+
+def test_a_user_namespace_made_beforehand_is_joined_by_path() -> None:
+    namespaces = spec(userns_path="/run/vendue-userns/k/vd-1")["linux"]["namespaces"]
+    assert {"type": "user", "path": "/run/vendue-userns/k/vd-1"} in namespaces
+    assert {"type": "user"} in spec()["linux"]["namespaces"], "else runc makes one"

@@ -25,6 +25,7 @@ PRELOADED = "preloaded:"
 DOCKER_SCHEMES = ("docker:///", "docker://")
 DEFAULT_DIEGO_STACK = "cflinuxfs4"
 MAX_START_TIMEOUT_S = 3600.0  # common.models.HealthCheck's bound
+DEFAULT_MEMORY_MB, DEFAULT_DISK_MB = 256, 1024  # common.models.PlacementFields': what a Diego 0 becomes
 
 ACTUAL_PRESENCE = {"ORDINARY": pb.ActualLRP.ORDINARY, "EVACUATING": pb.ActualLRP.EVACUATING,
                    "SUSPECT": pb.ActualLRP.SUSPECT}
@@ -179,7 +180,7 @@ def task_body(guid: str, domain: str, definition: pb.TaskDefinition) -> dict[str
         "placement_tags": list(definition.placement_tags),
         "artifacts": artifacts,
         **_root_fs(definition.root_fs, definition.image_username, definition.image_password),
-        "diego": encode(definition),
+        "diego": encode(_without_image_credentials(definition)),
     }
     if definition.completion_callback_url:
         body["completion_callback_url"] = definition.completion_callback_url
@@ -198,6 +199,18 @@ def _stored(lrp: pb.DesiredLRP) -> pb.DesiredLRP:
     kept.CopyFrom(lrp)
     kept.ClearField("instances")
     kept.ClearField("modification_tag")
+    return _without_image_credentials(kept)
+
+
+def _without_image_credentials(message: Any) -> Any:
+    """`message` (a DesiredLRP or a TaskDefinition) without its registry credentials: they are the image's
+    `credentials`, sealed at rest and shown to nobody (bbs/redact.py); the kept message is neither."""
+    if not (message.image_username or message.image_password):
+        return message
+    kept = type(message)()
+    kept.CopyFrom(message)
+    kept.ClearField("image_username")
+    kept.ClearField("image_password")
     return kept
 
 
@@ -306,6 +319,24 @@ def _command_env_drifted(stored: Any, action: pb.Action, env_lists: list[Any], w
     return [run.path, *run.args] != list(wire.get("command") or []) or env != dict(wire.get("env") or {})
 
 
+def _resources_drifted(lrp: pb.DesiredLRP, wire: dict[str, Any]) -> None:
+    """What Vendue acts on and its own API may change (memory, disk, ports, placement tags), written over
+    the stored message where it no longer says the same (0 memory or disk: Vendue's default)."""
+    for name, default in (("memory_mb", DEFAULT_MEMORY_MB), ("disk_mb", DEFAULT_DISK_MB)):
+        own = int(wire.get(name) or 0)
+        kept = getattr(lrp, name)
+        if own and kept != own and not (kept == 0 and own == default):
+            setattr(lrp, name, own)
+    ports = [int(p) for p in wire.get("ports") or []]
+    if list(lrp.ports) != ports:
+        lrp.ClearField("ports")
+        lrp.ports.extend(ports)
+    tags = list(wire.get("placement_tags") or [])
+    if list(lrp.placement_tags) != tags:
+        lrp.ClearField("placement_tags")
+        lrp.placement_tags.extend(tags)
+
+
 def _replace_run(action: pb.Action, run: pb.RunAction) -> None:
     """The one run action of `action` replaced by `run`, in place (anything else: the action becomes it)."""
     if action.HasField("run_action"):
@@ -336,6 +367,7 @@ def diego_lrp(wire: dict[str, Any], *, sees_env: bool = True) -> pb.DesiredLRP:
             lrp.ClearField("environment_variables")
             run = _run_action(list(wire.get("command") or []), dict(wire.get("env") or {}))
             _replace_run(lrp.action, run)
+        _resources_drifted(lrp, wire)
     lrp.process_guid = str(wire["process_guid"])
     lrp.domain = str(wire.get("domain") or "")
     lrp.instances = int(wire.get("instances") or 0)

@@ -43,7 +43,7 @@ from common.tls import client_context, peer_rep_refusal
 
 from ..core import BBS
 from ..events import event
-from ..records import ORDINARY, RUNNING
+from ..records import ORDINARY, RUNNING, iso
 
 router = APIRouter()
 log = logging.getLogger("bbs.exec")
@@ -174,8 +174,6 @@ def _record(bbs: BBS, kind: str, data: dict[str, Any], at: float | None) -> None
     now = time.time()
     bbs.hub.publish([event(kind, data, now)])
     if at is not None:  # the story keeps the start; the end is on the event stream
-        from ..records import iso
-
         bbs.uow.history.add(data["process_guid"], {
             "kind": EXEC_KIND, "at": iso(at), "index": data["index"], "cell_id": data["cell_id"],
             "user": data["user"], "program": data["program"], "args": data["args"]})

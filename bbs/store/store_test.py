@@ -31,7 +31,7 @@ async def test_refuses_a_schema_newer_than_this_code(store: Store, database_url:
     async with store.engine.begin() as connection:
         await connection.execute(sa.text("UPDATE alembic_version SET version_num = '9999_from_the_future'"))
     expected = (
-        "database schema 9999_from_the_future is newer than this BBS (knows up to 0012): upgrade the BBS"
+        "database schema 9999_from_the_future is newer than this BBS (knows up to 0013): upgrade the BBS"
     )
     for run_migrations in (True, False):
         with pytest.raises(SchemaTooNew) as refused:

@@ -60,17 +60,17 @@ def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Registr
 def container_cluster(make_cluster: Callable[..., E2ECluster], reg: Registry, cells: int, zones: int,
                       *rep_args: str) -> E2ECluster:
     return make_cluster(cells=cells, zones=zones, executor="container", container_subnets=free_subnets(cells),
+                        bbs_args=["--insecure-registry", reg.host],  # the BBS pins the ref (bbs/images.py)
                         rep_args=["--insecure-registry", reg.host, "--stop-grace", "1", *rep_args])
 
 
-def desire_image(c: E2ECluster, reg: Registry, digest: str, guid: str, instances: int,
-                 script: str | None = None, **fields: Any) -> None:
-    """The httpd image (the BBS fills the command from the image's config when it pins the digest; here it
-    is given, with the digest, as the BBS would pass it on). `script` replaces the shell's script."""
+def desire_image(c: E2ECluster, reg: Registry, guid: str, instances: int, script: str | None = None,
+                 **fields: Any) -> None:
+    """The httpd image, team/web:1 (the BBS pins its digest and fills env, working dir and port from its
+    config; the command is given: the image's, or its shell running `script`)."""
     assert c.bbs is not None
     command = [*HTTPD_IMAGE["entrypoint"], script or HTTPD_IMAGE["cmd"][0]]
-    body = {"image": {"ref": f"{reg.host}/team/web:1", "digest": digest, "working_dir": "/www"},
-            "stack": "docker", "command": command, "env": {"PATH": "/bin"}, "ports": [8080], **fields}
+    body = {"image": {"ref": f"{reg.host}/team/web:1"}, "command": command, "ports": [8080], **fields}
     c.bbs.desire(guid, instances, **body)
 
 
@@ -100,7 +100,9 @@ def test_an_image_runs_over_cells_and_answers_on_its_mapped_ports(
     assert all("docker" in cell["stacks"] for cell in c.bbs.cells()), c.bbs.cells()
 
     web = c.guid("web")
-    desire_image(c, reg, digest, web, 3)
+    desire_image(c, reg, web, 3)
+    pinned = next(d for d in c.bbs.desired() if d["process_guid"] == web)["image"]["digest"]
+    assert pinned == digest, f"the BBS pinned {pinned}, expected the pushed {digest}"
     up = wait_for(lambda: running(c, web, 3), 120, "3 RUNNING instances of the image")
     assert {a["cell_id"] for a in up} == {"cell-0", "cell-1"}, [a["cell_id"] for a in up]
     for a in up:
@@ -110,6 +112,11 @@ def test_an_image_runs_over_cells_and_answers_on_its_mapped_ports(
         assert fetch(a["address"]) == INDEX_TEXT
     pids = app_processes(web)
     assert pids and all(uid_of(pid) != 0 for group in pids.values() for pid in group), pids
+
+    # exec enters the container: its root filesystem, user, working dir and environment
+    answer = c.cli("exec", web, "0", "--", "/bin/sh", "-c", "id -u; pwd; echo $PORT; cat index.html; exit 3")
+    assert answer.code == 3, answer.output
+    assert answer.stdout == f"0\n/www\n8080\n{INDEX_TEXT}", answer.output
 
 
 def _loopback_service() -> tuple[socket.socket, int]:
@@ -148,7 +155,7 @@ def test_a_container_sees_only_itself(
                   "(sleep 1; wget -q -O /tmp/control.txt http://127.0.0.1:$PORT/self.txt; "
                   f"wget -q -O - http://127.0.0.1:{port}/ > /tmp/loop.txt 2>&1; echo $? > /tmp/done.txt) & "
                   "exec httpd -f -p $PORT -h /tmp")
-        desire_image(c, reg, digest, probe, 1, script)
+        desire_image(c, reg, probe, 1, script)
         (a,) = wait_for(lambda: running(c, probe, 1), 120, "the probe RUNNING")
         print(c.cli("logs", probe).output)  # shown when the test fails
         done = wait_for(lambda: fetch(a["address"], "/done.txt"), 30, "the probe's tries done")
@@ -177,7 +184,7 @@ def test_out_of_memory_and_disk_quota(
     c = container_cluster(make_cluster, reg, 1, 1)
     assert c.bbs is not None
     greedy = c.guid("greedy")
-    desire_image(c, reg, digest, greedy, 1, "x=$(/bin/busybox yes); sleep 600", memory_mb=32,
+    desire_image(c, reg, greedy, 1, "x=$(/bin/busybox yes); sleep 600", memory_mb=32,
                  health_check={"type": "process"})
 
     def crashed() -> str:
@@ -189,7 +196,7 @@ def test_out_of_memory_and_disk_quota(
     assert reason == "out of memory (killed by signal 9)", reason
 
     filler = c.guid("filler")
-    desire_image(c, reg, digest, filler, 1,
+    desire_image(c, reg, filler, 1,
                  "cat /dev/zero > /www/big 2> /www/err.txt; ls -l /www/big > /www/size.txt; "
                  "exec httpd -f -p $PORT -h /www", disk_mb=64)
     (a,) = wait_for(lambda: running(c, filler, 1), 120, "the filler RUNNING")
@@ -205,7 +212,7 @@ def test_a_rep_killed_and_restarted_leaves_nothing_of_its_containers(
     reg, digest = registry
     c = container_cluster(make_cluster, reg, 1, 1)
     web = c.guid("web")
-    desire_image(c, reg, digest, web, 2)
+    desire_image(c, reg, web, 2)
     before = wait_for(lambda: running(c, web, 2), 120, "2 RUNNING instances")
     data_dir = Path(c.lc.rep_data_dirs()[0])
     c.lc.kill("cell-0", signal.SIGKILL)
@@ -227,37 +234,38 @@ def test_a_rep_killed_and_restarted_leaves_nothing_of_its_containers(
 
 
 @containers
-def test_pull_failures_crash_the_instance_with_the_reason_and_credentials_over_tls_pull(
+def test_an_image_gone_from_the_registry_crashes_its_instance_and_a_private_one_pulls_over_tls(
     make_cluster: Callable[..., E2ECluster], tmp_path: Path,
 ) -> None:
     with oci_registry(tmp_path / "private", tls=True, users={"alice": "s3cret"}) as reg:
         layout = build_image(tmp_path / "layout", "web", **HTTPD_IMAGE)
-        digest = reg.push(layout, "web", "team/web", "1")
+        reg.push(layout, "web", "team/web", "1")
+        other = reg.push(build_image(tmp_path / "layout", "other", **{**HTTPD_IMAGE, "index": "other\n"}),
+                         "other", "team/other", "1")
         assert reg.ca is not None
         c = make_cluster(cells=1, zones=1, executor="container", container_subnets=free_subnets(1),
+                         bbs_args=["--registry-ca", str(reg.ca)],
                          rep_args=["--registry-ca", str(reg.ca), "--stop-grace", "1"])
         assert c.bbs is not None
+        alice = {"username": "alice", "password": "s3cret"}
 
-        def crash_reason(guid: str) -> str:
-            actuals = c.bbs.actuals(guid) if c.bbs else []
+        gone = c.guid("gone")  # pinned by the BBS, then deleted before any rep pulls it
+        desire_image(c, reg, gone, 0, image={"ref": f"{reg.host}/team/other:1", "credentials": alice})
+        reg.delete_manifest("team/other", other)
+        c.bbs.scale(gone, 1)
+
+        def crash_reason() -> str:
+            actuals = c.bbs.actuals(gone) if c.bbs else []
             reasons = [a.get("crash_reason") for a in actuals if a.get("crash_count")]
             return expect(reasons and reasons[0], [(a["state"], a.get("crash_reason")) for a in actuals])
 
-        cases = {
-            "missing": ("sha256:" + "0" * 64, {"username": "alice", "password": "s3cret"}, "not found"),
-            "refused": (digest, {"username": "alice", "password": "wrong"}, "credentials refused"),
-        }
-        for name, (wanted, credentials, why) in cases.items():
-            guid = c.guid(name)
-            desire_image(c, reg, wanted, guid, 1, image={"ref": f"{reg.host}/team/web:1", "digest": wanted,
-                                                         "credentials": credentials})
-            reason = wait_for(lambda g=guid: crash_reason(g), 120, f"the {name} image's instance CRASHED")
-            assert reason.startswith(f"image {reg.host}/team/web@") and why in reason, reason
+        reason = wait_for(crash_reason, 120, "the instance of the deleted image CRASHED")
+        assert reason.startswith(f"image {reg.host}/team/other@{other[:19]}"), reason
+        assert "not found" in reason, reason
 
         good = c.guid("good")
-        alice = {"username": "alice", "password": "s3cret"}
-        desire_image(c, reg, digest, good, 1,
-                     image={"ref": f"{reg.host}/team/web:1", "digest": digest, "credentials": alice})
+        desire_image(c, reg, good, 1,
+                     image={"ref": f"{reg.host}/team/web:1", "credentials": alice, "working_dir": "/www"})
         (a,) = wait_for(lambda: running(c, good, 1), 120, "the private image RUNNING")
         assert fetch(a["address"]) == INDEX_TEXT
 
@@ -271,7 +279,7 @@ def test_a_task_runs_in_its_image_and_work_without_an_image_runs_beside(
     assert c.bbs is not None
     task = c.guid("task")
     c.bbs.create_task(task, ["/bin/sh", "-c", "cat /www/index.html; id -u"], stack="docker",
-                      image={"ref": f"{reg.host}/team/web:1", "digest": digest})
+                      image={"ref": f"{reg.host}/team/web:1"})
     done = wait_for(lambda: expect((t := c.bbs.task(task) if c.bbs else {})["state"] == "COMPLETED" and t,
                                    "not completed"), 120, "the task COMPLETED")
     assert not done["failed"] and done["result"] == INDEX_TEXT + "0\n", done
@@ -294,7 +302,7 @@ def test_egress_denied_per_cell(
     c.lc.restart("cell-0", timeout=60)
     assert c.bbs is not None
     web = c.guid("web")
-    desire_image(c, reg, digest, web, 2)
+    desire_image(c, reg, web, 2)
     up = wait_for(lambda: running(c, web, 2), 120, "2 RUNNING web instances")
     ips = {a["cell_id"]: _container_ip(a["instance_guid"]) for a in up}
     assert set(ips) == {"cell-0", "cell-1"}, ips
@@ -304,7 +312,7 @@ def test_egress_denied_per_cell(
     script = (f'if [ "$CELL_ID" = cell-0 ]; then other={ips["cell-1"]}; else other={ips["cell-0"]}; fi; '
               "(wget -q -O - http://$other:8080/ > /tmp/got.txt 2> /tmp/err.txt) & "
               "exec httpd -f -p $PORT -h /tmp")
-    desire_image(c, reg, digest, probe, 2, script)
+    desire_image(c, reg, probe, 2, script)
     probes = {a["cell_id"]: a for a in wait_for(lambda: running(c, probe, 2), 120, "2 RUNNING probes")}
     assert set(probes) == {"cell-0", "cell-1"}, probes
     wait_for(lambda: expect(fetch(probes["cell-1"]["address"], "/got.txt") == INDEX_TEXT, "nothing yet"), 30,

@@ -4,7 +4,8 @@ A shell under a real pseudo-terminal (the CLI driven through one, as a person's 
 instance's $PORT and runs as its uid, follows a resize, survives a Ctrl-C that interrupts what it runs,
 and its `exit 3` is the CLI's status; a plain exec pipes stdin and passes its status through; a reader,
 no identity, an app pushed with --no-exec and an index that does not run are refused; every exec is an
-event and in the app's story without its output; a dropped connection kills what the command started.
+event and in the app's story without its output; a dropped connection kills what the command started;
+a reader that stops reading blocks the command, not the servers' memory.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from .conftest import (
     _stop_clusters,
     app_processes,
     expect,
+    hold_for,
     proc_alive,
     wait_all_running,
     wait_for,
@@ -263,4 +265,49 @@ def test_dropping_the_connection_kills_the_command(cluster: E2ECluster, web: str
     finally:
         if proc.poll() is None:
             proc.kill()
+        proc.wait(timeout=10)
+
+
+def rss_mb(pid: int) -> float:
+    status = Path(f"/proc/{pid}/status").read_text()
+    return int(next(line for line in status.splitlines() if line.startswith("VmRSS:")).split()[1]) / 1024
+
+
+def written(pid: int) -> int:
+    io = Path(f"/proc/{pid}/io").read_text()
+    return int(next(line for line in io.splitlines() if line.startswith("wchar:")).split()[1])
+
+
+def test_a_reader_that_stops_reading_stops_the_command_not_the_memory(cluster: E2ECluster, web: str) -> None:
+    """`yes` into a CLI whose stdout nobody reads: every buffer on the way fills, then the command blocks
+    on its writes, while the rep's and the BBS's memory stay flat."""
+    pids = cluster.lc.pids()
+    servers = {"bbs": pids["bbs"], "rep": pids[next(iter(cluster.reps.values())).component]}
+    before = {name: rss_mb(pid) for name, pid in servers.items()}
+    line = "y" * 1000
+    proc = subprocess.Popen(vendue("exec", web, "0", "--", "sh", "-c", f"echo $$; exec yes {line}"),
+                            env=cli_env(cluster), cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        assert proc.stdout is not None
+        pid = int(proc.stdout.readline())  # and nothing more is read
+        last = [-1]
+
+        def blocked() -> int:
+            now = written(pid)
+            still, last[0] = now == last[0], now
+            return expect(still and now, f"{now} bytes written and counting")
+
+        total = wait_for(blocked, 60, "yes blocked on its writes", interval=0.5)
+
+        def flat() -> bool:
+            grown = {name: rss_mb(p) - before[name] for name, p in servers.items()}
+            return expect(written(pid) == total and all(mb < 32 for mb in grown.values()),
+                          f"written {written(pid)} (blocked at {total}), grown MB {grown}")
+
+        hold_for(flat, 3.0, "the command blocked and the servers' memory flat")
+        print(f"blocked after {total / 2**20:.1f} MiB; RSS {before} -> "
+              f"{ {name: rss_mb(p) for name, p in servers.items()} }")
+        assert total < 256 * 2**20, f"expected the buffers on the way to hold little, {total} bytes went"
+    finally:
+        proc.kill()
         proc.wait(timeout=10)

@@ -15,10 +15,12 @@ does not.
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -26,6 +28,7 @@ import yaml
 
 from common.tls import client_context
 from deploy.cluster_topology import SimRepProcess
+from tests.support.containers import containers_problem, free_subnets
 from tests.support.oci_registry import HTTPD_IMAGE, Registry, build_image, oci_registry, tools_missing
 
 from .conftest import E2ECluster, EventLog, _start_cluster, _stop_clusters, expect, hold_for, wait_for
@@ -317,3 +320,61 @@ def test_the_cli_pushes_an_image_with_credentials_from_a_file_or_the_environment
     monkeypatch.delenv("VENDUE_REGISTRY_PASSWORD")
     half = w.c.cli("push", w.c.guid("half"), "--image", w.ref("v2"))
     assert half.code == 2 and "VENDUE_REGISTRY_PASSWORD" in half.stderr, half.output
+
+
+def test_a_docker_rootfs_through_diegos_api_is_pinned_and_keeps_no_credentials(world: World) -> None:
+    from bbs.diego.pb import diego_pb2 as pb
+    from tests.support.diego import DiegoClient
+
+    w = world
+    assert w.c.bbs is not None and w.c.lc.diego_url, "the cluster serves Diego's API"
+    client = DiegoClient(w.c.lc.diego_url, client_context(w.c.lc.issue_certificate("cf", "cc-images")))
+    guid = w.c.guid("cf")
+    try:
+        lrp = pb.DesiredLRP(
+            process_guid=guid, domain="cf-apps", instances=1, memory_mb=64, disk_mb=64,
+            root_fs=f"docker:///{w.ref('v2')}", image_username=USER, image_password=PASSWORD,
+            action=pb.Action(run_action=pb.RunAction(path="/bin/sh", args=["-c", "exec httpd -f -p $PORT"])))
+        answer = client.call("/v1/desired_lrp/desire.r2", pb.DesireLRPRequest(desired_lrp=lrp),
+                             pb.DesiredLRPLifecycleResponse)
+        assert not answer.HasField("error"), answer.error
+        stored = w.c.bbs.http.get(f"/v1/desired_lrps/{guid}").json()
+        assert (stored["image"]["digest"], stored["stack"]) == (w.v2, "docker"), stored
+        assert PASSWORD.encode() not in base64.b64decode(stored["diego"]), "the kept Diego message"
+        assert {a["cell_id"] for a in running_cells(w, guid, 1).values()} == {"dock"}
+        bad = pb.DesiredLRP()
+        bad.CopyFrom(lrp)
+        bad.process_guid, bad.image_password = w.c.guid("cfbad"), "wrong"
+        refused_answer = client.call("/v1/desired_lrp/desire.r2", pb.DesireLRPRequest(desired_lrp=bad),
+                                     pb.DesiredLRPLifecycleResponse)
+        assert refused_answer.error.type == pb.Error.InvalidRequest, refused_answer
+        assert "refused the credentials" in refused_answer.error.message, refused_answer.error.message
+    finally:
+        client.close()
+
+
+@pytest.mark.skipif(containers_problem() is not None, reason=f"no containers here: {containers_problem()}")
+def test_an_image_with_nothing_but_its_ref_runs_its_entrypoint_in_a_container(
+        world: World, make_cluster: Any) -> None:
+    """The whole way: the BBS pins the tag and fills command, env and port from the image's config; a
+    container cell pulls the pinned digest with the credentials and runs it; it answers HTTP."""
+    w = world
+    c: E2ECluster = make_cluster(cells=1, zones=1, executor="container", container_subnets=free_subnets(1),
+                                 bbs_args=["--registry-ca", str(w.private.ca)],
+                                 rep_args=["--registry-ca", str(w.private.ca), "--stop-grace", "1"])
+    assert c.bbs is not None
+    guid = c.guid("whole")
+    answer = c.bbs.http.post("/v1/desired_lrps", json={
+        "process_guid": guid, "memory_mb": 64, "disk_mb": 64,
+        "image": {"ref": w.ref("v2"), "credentials": w.creds()}})
+    assert answer.status_code == 201, answer.text
+    assert answer.json()["image"]["digest"] == w.v2 and answer.json()["ports"] == [8080], answer.text
+    (instance,) = running_cells(w_with(c, w), guid, 1).values()
+    index = httpx.get(f"http://{instance['address']}/", timeout=5.0)
+    assert (index.status_code, index.text) == (200, "v2\n"), index.text
+    assert c.bbs.http.get(f"/v1/desired_lrps/{guid}").json()["env"]["GREETING"] == "v2"
+
+
+def w_with(c: E2ECluster, w: World) -> World:
+    """`w` with another cluster's clients (running_cells reads `w.c`)."""
+    return World(w.private, w.public, w.v1, w.v2, c, w.reader, w.events)

@@ -110,3 +110,24 @@ async def test_each_failure_says_why(registries: Registries) -> None:
         await client.close()
     with pytest.raises(Unreachable, match="unreachable"):  # https asked of a plain-http registry
         await resolve(r, f"{r.public.host}/multi:amd", None, insecure=())
+
+
+async def test_a_registry_that_wants_bearer_tokens_gets_one_from_its_realm(tmp_path: Path) -> None:
+    layout = build_image(tmp_path / "layout", "web", **HTTPD_IMAGE)
+    with oci_registry(tmp_path / "token", users=dict([CREDS]), token=True) as registry:
+        digest = registry.push(layout, "web", "team/web", "1")
+        with registry.client(auth=None) as anonymous:
+            challenge = anonymous.get("/v2/team/web/manifests/1")
+        # Anonymous first: the challenge names the realm, the service and the scope asked.
+        assert challenge.status_code == 401
+        assert challenge.headers["www-authenticate"].startswith("Bearer realm="), challenge.headers
+        client = RegistryClient(insecure=(registry.host,))
+        try:
+            resolved = await client.resolve(f"{registry.host}/team/web:1", CREDS)
+            assert resolved.digest == digest and resolved.config.cmd == HTTPD_IMAGE["cmd"]
+            with pytest.raises(Unauthorized, match="refused the credentials"):
+                await client.resolve(f"{registry.host}/team/web:1", ("alice", "wrong"))
+            with pytest.raises(Unauthorized, match="requires credentials"):
+                await client.resolve(f"{registry.host}/team/web:1", None)
+        finally:
+            await client.close()

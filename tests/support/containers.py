@@ -10,7 +10,7 @@ import subprocess
 from pathlib import Path
 
 from rep.cni import NETNS_DIR, iptables_mentions
-from rep.container_executor import RUNC_ROOT, container_problem, detect_runtime
+from rep.container_executor import RUNC_ROOT, USERNS_ROOT, container_problem, detect_runtime
 from rep.isolation import isolation_problem, rep_key
 from rep.settings import RepSettings
 
@@ -56,8 +56,10 @@ def container_leftovers(data_dir: Path) -> list[str]:
         left += [f"runc container {c}" for c in out.split()]
     if NETNS_DIR.is_dir():
         left += [f"netns {n.name}" for n in NETNS_DIR.iterdir() if n.name.startswith(prefix)]
+    if (USERNS_ROOT / key).is_dir():
+        left += [f"userns {n.name}" for n in (USERNS_ROOT / key).iterdir()]
     mounts = Path("/proc/self/mountinfo").read_text().splitlines()
-    left += [f"mount {m.split()[4]}" for m in mounts if " overlay " in m and key in m.split()[4]]
+    left += [f"mount {m.split()[4]}" for m in mounts if key in m.split()[4] or prefix in m.split()[4]]
     left += [f"iptables {rule}" for rule in iptables_mentions(prefix)]
     left += [f"iptables {rule}" for rule in iptables_mentions(f"vendue-{key}")]
     if Path(f"/sys/class/net/vd{key[:10]}").exists():

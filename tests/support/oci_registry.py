@@ -14,9 +14,12 @@ when `tls` (for `--registry-ca`), else the registry is plain HTTP (for `--insecu
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import hashlib
 import json
+import os
+import re
 import shutil
 import ssl
 import subprocess
@@ -24,7 +27,7 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import httpx
 
@@ -128,12 +131,14 @@ class Registry:
     workdir: Path = Path()
     log: Path = Path()
 
-    def client(self, *, auth: tuple[str, str] | None = None) -> httpx.Client:
-        """An httpx client for the registry's API, as the first user unless `auth` says otherwise."""
-        if auth is None and self.users:
-            auth = next(iter(self.users.items()))
+    def client(self, *, auth: tuple[str, str] | None | Literal["first user"] = "first user") -> httpx.Client:
+        """An httpx client for the registry's API, as the first user unless `auth` says otherwise (basic
+        auth, or the bearer tokens it gets with it where the registry wants those; None: anonymous)."""
+        if auth == "first user":
+            auth = next(iter(self.users.items())) if self.users else None
         verify: Any = ssl.create_default_context(cafile=str(self.ca)) if self.ca is not None else False
-        return httpx.Client(base_url=self.url, verify=verify, auth=auth, timeout=30.0)
+        return httpx.Client(base_url=self.url, verify=verify, auth=_BearerOrBasic(auth) if auth else None,
+                            timeout=30.0)
 
     def _skopeo_dest(self) -> list[str]:
         args = ["--dest-tls-verify=" + ("true" if self.ca is not None else "false")]
@@ -202,10 +207,13 @@ def _htpasswd(users: Mapping[str, str]) -> str:
 
 @contextlib.contextmanager
 def oci_registry(
-    workdir: Path, *, tls: bool = False, users: Mapping[str, str] | None = None, timeout_s: float = 30.0
+    workdir: Path, *, tls: bool = False, users: Mapping[str, str] | None = None, token: bool = False,
+    timeout_s: float = 30.0,
 ) -> Iterator[Registry]:
     """Run a registry in `workdir` until the block ends. `tls`: HTTPS with a certificate for 127.0.0.1 from
-    a CA made in `workdir/ca`; `users`: htpasswd basic auth for these user -> password."""
+    a CA made in `workdir/ca`; `users`: htpasswd basic auth for these user -> password, or with `token`
+    bearer tokens from a token service in this process (`Bearer realm=...`, as Docker Hub's), which gives
+    them to these users."""
     from common import tls as cluster_tls
 
     workdir = Path(workdir)
@@ -223,9 +231,23 @@ def oci_registry(
         ca = cluster_tls.init_ca(workdir / "ca", common_name="test registry CA")
         cert, key = cluster_tls.issue(workdir / "ca", role="bbs", name="registry", client_auth=False)
         config["http"]["tls"] = {"certificate": str(cert), "key": str(key)}
-    if users:
+    tokens: contextlib.AbstractContextManager[str | None] = contextlib.nullcontext(None)
+    if users and token:
+        tokens = _token_service(workdir, dict(users))
+    elif users:
         (workdir / "htpasswd").write_text(_htpasswd(users))
         config["auth"] = {"htpasswd": {"realm": "vendue-test", "path": str(workdir / "htpasswd")}}
+    with tokens as realm:
+        if realm is not None:
+            config["auth"] = {"token": {"realm": realm, "service": TOKEN_SERVICE, "issuer": TOKEN_ISSUER,
+                                        "rootcertbundle": str(workdir / "token-cert.pem")}}
+        with _serving(workdir, config, host, tls, ca, users, timeout_s) as registry:
+            yield registry
+
+
+@contextlib.contextmanager
+def _serving(workdir: Path, config: dict[str, Any], host: str, tls: bool, ca: Path | None,
+             users: Mapping[str, str] | None, timeout_s: float) -> Iterator[Registry]:
     (workdir / "config.yml").write_text(json.dumps(config))  # JSON is YAML
     log = workdir / "registry.log"
     registry = Registry(host=host, url=("https://" if tls else "http://") + host, ca=ca,
@@ -258,3 +280,104 @@ def _wait_ready(registry: Registry, proc: subprocess.Popen[bytes], timeout_s: fl
         time.sleep(0.05)  # polling the registry's readiness, not synchronising with a test's action
     raise RuntimeError(f"docker-registry at {registry.url} not ready in {timeout_s}s: expected 200/401, "
                        f"saw {seen}")
+
+
+# --- bearer tokens: the distribution registry's `auth: token`, with a token service in this process ------
+
+TOKEN_SERVICE = "vendue-test-registry"
+TOKEN_ISSUER = "vendue-test-token-issuer"
+
+
+class _BearerOrBasic(httpx.Auth):
+    """Basic auth, or on a `Bearer` challenge a token from its realm asked for with the same credentials."""
+
+    def __init__(self, credentials: tuple[str, str]) -> None:
+        self.basic = httpx.BasicAuth(*credentials)
+
+    def auth_flow(self, request: httpx.Request) -> Iterator[httpx.Request]:
+        answer = yield next(self.basic.auth_flow(request))
+        challenge = answer.headers.get("www-authenticate", "")
+        if answer.status_code != 401 or not challenge.lower().startswith("bearer "):
+            return
+        params = dict(re.findall(r'(\w+)="([^"]*)"', challenge))
+        realm = httpx.URL(params.pop("realm"), params=params)
+        token_answer = yield next(self.basic.auth_flow(httpx.Request("GET", realm)))
+        token_answer.read()
+        request.headers["Authorization"] = f"Bearer {token_answer.json()['token']}"
+        yield request
+
+
+def _b64url(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+@contextlib.contextmanager
+def _token_service(workdir: Path, users: dict[str, str]) -> Iterator[str]:
+    """A token service on loopback (plain http) for `users`: its realm URL. Its signing key's self-signed
+    certificate is `workdir/token-cert.pem`, the registry's rootcertbundle; tokens name the key by its
+    libtrust key id (what the registry matches `kid` against)."""
+    import datetime as dt
+    import threading
+    import time as clock
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    from urllib.parse import parse_qs, urlsplit
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, TOKEN_ISSUER)])
+    now = dt.datetime.now(dt.UTC)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+            .serial_number(x509.random_serial_number()).not_valid_before(now - dt.timedelta(minutes=5))
+            .not_valid_after(now + dt.timedelta(days=1)).sign(key, hashes.SHA256()))
+    (workdir / "token-cert.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    spki = key.public_key().public_bytes(serialization.Encoding.DER,
+                                         serialization.PublicFormat.SubjectPublicKeyInfo)
+    fingerprint = base64.b32encode(hashlib.sha256(spki).digest()[:30]).decode()
+    kid = ":".join(fingerprint[i:i + 4] for i in range(0, 48, 4))
+
+    def token(user: str, scopes: list[str]) -> str:
+        access = []
+        for scope in scopes:
+            kind, _, rest = scope.partition(":")
+            repository, _, actions = rest.rpartition(":")
+            access.append({"type": kind, "name": repository, "actions": actions.split(",")})
+        issued = int(clock.time())
+        claims = {"iss": TOKEN_ISSUER, "sub": user, "aud": TOKEN_SERVICE, "iat": issued, "nbf": issued - 60,
+                  "exp": issued + 600, "jti": base64.b16encode(os.urandom(8)).decode(), "access": access}
+        header = {"typ": "JWT", "alg": "ES256", "kid": kid}
+        signing_input = f"{_b64url(json.dumps(header).encode())}.{_b64url(json.dumps(claims).encode())}"
+        r, s = decode_dss_signature(key.sign(signing_input.encode(), ec.ECDSA(hashes.SHA256())))
+        return f"{signing_input}.{_b64url(r.to_bytes(32, 'big') + s.to_bytes(32, 'big'))}"
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+            given = self.headers.get("Authorization", "")
+            user, _, password = base64.b64decode(given[6:] or b"").decode(errors="replace").partition(":")
+            if not given.startswith("Basic ") or users.get(user) != password:
+                self.send_response(401)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
+            body = json.dumps({"token": token(user, parse_qs(urlsplit(self.path).query).get("scope", []))})
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body.encode())
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/token"
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -56,6 +56,7 @@ async def desire(call: Call, request: pb.DesireLRPRequest) -> pb.DesiredLRPLifec
     body = DesiredLRPCreate.model_validate(lrp_body(request.desired_lrp))
     if await _exists(call, body.process_guid):
         raise DiegoError(pb.Error.ResourceExists, f"desired LRP {body.process_guid!r} exists")
+    body = await call.bbs.images.pinned(body)  # a docker:// rootfs pinned to its digest (bbs/images.py)
     await call.bbs.desired_lrps.desire(body)
     return pb.DesiredLRPLifecycleResponse()
 

@@ -25,6 +25,7 @@ async def task(call: Call, request: pb.TaskByGuidRequest) -> pb.TaskResponse:
 
 async def desire(call: Call, request: pb.DesireTaskRequest) -> pb.TaskLifecycleResponse:
     body = TaskCreate.model_validate(task_body(request.task_guid, request.domain, request.task_definition))
+    body = await call.bbs.images.pinned(body)  # a docker:// rootfs pinned to its digest (bbs/images.py)
     try:
         await call.bbs.tasks.desire(body)
     except Conflict as exc:
