@@ -167,10 +167,12 @@ def _conf(net: Network, plugin: dict[str, Any], ports: list[tuple[int, int]],
 _limits: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = weakref.WeakKeyDictionary()
 
 
-def _plugins_at_once() -> asyncio.Semaphore:
-    """At most PLUGINS_AT_ONCE plugin calls of this process run at a time: each changes iptables (portmap
-    several times), and the kernel applies rule changes one at a time; a hundred at once took 15-45 s each
-    where one after another take 0.1 s (`tests/bench/containers.py`)."""
+def turn() -> asyncio.Semaphore:
+    """What a container's network is made and removed under (its namespaces and its whole plugin list):
+    at most PLUGINS_AT_ONCE containers of this process at a time, each holding its turn to the end. Every
+    plugin changes iptables (portmap several times), which the kernel applies one change at a time: a
+    hundred starts at once took 15-45 s each where one after another take 0.1 s, and a turn per plugin put
+    every start's portmap behind all the others' bridge (`tests/bench/containers.py`)."""
     loop = asyncio.get_running_loop()
     limit = _limits.get(loop)
     if limit is None:
@@ -181,9 +183,8 @@ def _plugins_at_once() -> asyncio.Semaphore:
 async def _call(net: Network, plugin: dict[str, Any], command: str, container_id: str, netns: Path,
                 ports: list[tuple[int, int]], prev: dict[str, Any] | None) -> dict[str, Any] | None:
     binary = str(net.plugin_dir / plugin["type"])
-    async with _plugins_at_once():
-        code, out, err = await _exec([binary], _conf(net, plugin, ports, prev),
-                                     _plugin_env(net, command, container_id, netns))
+    code, out, err = await _exec([binary], _conf(net, plugin, ports, prev),
+                                 _plugin_env(net, command, container_id, netns))
     if code != 0:
         try:
             answer = json.loads(out)

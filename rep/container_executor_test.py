@@ -20,3 +20,11 @@ def test_the_container_subnet_is_checked() -> None:
     for bad in ("198.19.4.1/24", "fd00::/64", "10.0.0.0/30", "nonsense"):
         with pytest.raises(ValueError):
             RepSettings(container_subnet=bad)
+
+
+def test_a_container_cell_adds_the_image_stack_and_keeps_its_own() -> None:
+    from rep.main import stacks_of
+
+    assert stacks_of(RepSettings(executor="container")) == ["cflinuxfs4", "docker"]
+    assert stacks_of(RepSettings(executor="container", stacks=["docker", "x"])) == ["docker", "x"]
+    assert stacks_of(RepSettings(executor="process")) == ["cflinuxfs4"]
