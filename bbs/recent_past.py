@@ -49,7 +49,8 @@ STORY_TYPES = {
 
 # The kinds of a cell's entry (Effects.cell_changed) and the event type each is answered as.
 CELL_EVENT_TYPES = {"appeared": "cell_appeared", "lost": "cell_disappeared", "removed": "cell_removed",
-                    "cordoned": "cell_changed", "draining": "cell_changed", "uncordoned": "cell_changed"}
+                    "cordoned": "cell_changed", "draining": "cell_changed", "uncordoned": "cell_changed",
+                    "evacuating": "cell_changed"}
 
 STORY_EVENT_TYPES = frozenset(STORY_TYPES.values())
 CLUSTER_EVENT_TYPES = frozenset({*CELL_EVENT_TYPES.values(), "task_changed"})

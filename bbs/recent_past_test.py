@@ -97,6 +97,8 @@ async def test_the_unit_of_work_keeps_cell_and_task_changes_while_nobody_listens
     assert (await h.http.post("/v1/cells/c2/drain")).status_code == 200
     assert (await h.http.post("/v1/cells/c2/uncordon")).status_code == 200
     await h.heartbeat("c2")  # a heartbeat of a cell already present is no news
+    await h.heartbeat("c1", evacuating=True)
+    await h.heartbeat("c1", evacuating=True)  # still evacuating: no news
     created = await h.http.post("/v1/tasks", json={"task_guid": "t1", "command": ["true"], "memory_mb": 64})
     assert created.status_code == 201, created.text
     assert (await h.http.post("/v1/tasks/t1/cancel")).status_code == 200
@@ -105,5 +107,5 @@ async def test_the_unit_of_work_keeps_cell_and_task_changes_while_nobody_listens
     items = (await h.http.get("/v1/events/recent")).json()["items"]
     assert [(e["type"], e["text"]) for e in items if e["source"] == "cluster"] == [
         ("cell_appeared", "c1 appeared"), ("cell_appeared", "c2 appeared"), ("cell_changed", "c2 cordoned"),
-        ("cell_changed", "c2 draining"), ("cell_changed", "c2 uncordoned"),
+        ("cell_changed", "c2 draining"), ("cell_changed", "c2 uncordoned"), ("cell_changed", "c1 evacuating"),
         ("task_changed", "t1 failed: cancelled")]

@@ -77,6 +77,9 @@ class Cells:
                     effects.wake_convergence = True  # its suspect instances may be promoted back
             for r in appeared:
                 effects.cell_changed(now, "appeared", r.cell_id)
+            for cell_id, record in records.items():  # a rep shutting down (SIGTERM) starts evacuating
+                if record.evacuating and (cell_id not in existing or not existing[cell_id].evacuating):
+                    effects.cell_changed(now, "evacuating", cell_id)
             if appeared:
                 effects.events.append(lambda: [event("cell_appeared", r.to_wire(), now) for r in appeared])
             rebooted = rebooted_cells(existing, latest)
