@@ -46,7 +46,7 @@ from common.procutil import child_preexec, free_port
 
 from . import cni
 from .cgroups import InstanceCgroup, parse_mountinfo, parse_proc_cgroup
-from .exec_session import ProcessExecSession
+from .container_exec import ContainerExecSession, exec_process
 from .executor import ExecRefused, ExecSession, ExecutorListener, LRPContainer, TaskContainer
 from .image_store import ImageStore
 from .isolation import IsolationError, rep_key
@@ -301,25 +301,25 @@ class ContainerExecutor(ProcessExecutor):
 
     async def open_exec(self, instance_guid: str, argv: list[str], tty: bool, rows: int,
                         cols: int) -> ExecSession:
-        """In a container: `runc exec`, which enters its namespaces, cgroup, user and seccomp with the
-        container's environment and working dir; runc itself runs in the instance's cgroup. What the
-        command started inside ends with the container at the latest."""
+        """In a container: `runc exec` of the container's own process spec with `argv`
+        (rep/container_exec.py): its namespaces, cgroup, user, capabilities, seccomp, environment and working
+        dir; runc itself in the instance's cgroup. Killed when the session ends or the instance stops."""
         ctr = self._containers.get(instance_guid)
         child = self._lrps.get(instance_guid)
         if ctr is None:
             return await super().open_exec(instance_guid, argv, tty, rows, cols)
         if child is None or not child.running or child.proc is None or child.proc.returncode is not None:
             raise ExecRefused(f"instance {instance_guid} is not running on cell {self.cell_id}")
-        cgroup = child.sandbox.cgroup
-        runc = [self.runtime.path, "--root", str(self.runc_root), "exec", *(["--tty"] if tty else []),
-                ctr.container_id, *argv]
         try:
-            session = await ProcessExecSession.start(
-                runc, cwd=self.state_dir, env={"PATH": DEFAULT_PATH}, tty=tty, rows=rows, cols=cols,
-                preexec=child_preexec(data_limit_bytes=None, uid=None, gid=None,
-                                      cgroup_procs=cgroup.procs_files if cgroup is not None else ()))
-        except (OSError, subprocess.SubprocessError) as exc:
-            raise ExecRefused(f"could not enter the container: {exc}") from None
+            config = json.loads((self.state_dir / child.guid / "config.json").read_text())
+            process = exec_process(config["process"], argv, tty, rows, cols)
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise ExecRefused(f"could not read the container's process spec: {exc}") from None
+        cgroup = child.sandbox.cgroup
+        session = await ContainerExecSession.enter(
+            self.runtime.path, self.runc_root, ctr.container_id, process,
+            preexec=child_preexec(data_limit_bytes=None, uid=None, gid=None,
+                                  cgroup_procs=cgroup.procs_files if cgroup is not None else ()))
         if not child.running:
             await session.close()
             raise ExecRefused(f"instance {instance_guid} stopped")

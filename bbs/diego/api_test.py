@@ -131,7 +131,7 @@ async def test_actual_lrps_by_process_guids(diego: Diego) -> None:
     assert [a.actual_lrp_key.index for a in index] == [2]
 
 
-async def test_domain_errors_are_answered_200_with_the_error_field(diego: Diego) -> None:
+async def test_domain_errors_are_answered_200_with_the_error_field(h: Harness, diego: Diego) -> None:
     await desire(diego, lrp())
     again = await desire(diego, lrp())
     assert (again.error.type, GUID in again.error.message) == (pb.Error.ResourceExists, True), again
@@ -155,6 +155,8 @@ async def test_domain_errors_are_answered_200_with_the_error_field(diego: Diego)
     listed = (await diego.call("/v1/desired_lrps/list.r3", pb.DesiredLRPsRequest(),
                                pb.DesiredLRPsResponse)).desired_lrps
     assert [d.process_guid for d in listed] == [GUID], "a refused desire wrote nothing"
+    metrics = (await h.http.get("/metrics")).text
+    assert 'route="/v1/desired_lrp/desire.r2"' in metrics, "Diego's requests are counted with the BBS's"
 
 
 async def test_an_update_changes_routes_annotation_instances_and_no_version(h: Harness, diego: Diego) -> None:

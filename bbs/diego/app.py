@@ -13,6 +13,8 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from common.auth import add_auth, identity_of, token_identity
+from common.http_metrics import add_http_metrics
+from common.request_id import add_request_id
 from common.tls import Identity
 
 from ..core import BBS
@@ -89,4 +91,7 @@ def create_diego_app(bbs: BBS, *, insecure: bool) -> Starlette:
         return None if record is None else token_identity(record.role, record.name, record.id)
 
     add_auth(app, DIEGO_POLICY, verify_token=verify_bearer, insecure=insecure, service="bbs-diego")
+    # Counted with the BBS's own requests (its /metrics), each by its route; the request id as everywhere.
+    add_http_metrics(app, bbs.metrics.http)
+    add_request_id(app)
     return app

@@ -97,7 +97,7 @@ def test_cells_cell_states_and_domains(cf: tuple[str, TLSFiles], vendue: httpx.C
 
 
 def test_an_lrp_desired_updated_retired_and_deleted_with_cfdot(
-    cf: tuple[str, TLSFiles], vendue: httpx.Client, tmp_path: Any
+    cf: tuple[str, TLSFiles], vendue: httpx.Client, tmp_path: Any, module_cluster: Any
 ) -> None:
     url, files = cf
     guid = cf_guid()
@@ -129,6 +129,13 @@ def test_an_lrp_desired_updated_retired_and_deleted_with_cfdot(
         (r["index"], r["instance_guid"], r["cell_id"], r["state"]) for r in items(
             vendue, "/v1/actual_lrps", process_guid=guid)), actual
     assert all(a["domain"] == "cf-apps" and a["OptionalRoutable"]["routable"] for a in actual), actual
+    # and `vendue instances` says the same
+    shown = module_cluster.cli("instances", guid, "--json")
+    assert shown.code == 0, shown.output
+    rows = json.loads(shown.stdout)
+    rows = rows["items"] if isinstance(rows, dict) else rows
+    assert sorted((r["index"], r["instance_guid"]) for r in rows) == sorted(
+        (a["index"], a["instance_guid"]) for a in actual), (rows, actual)
     one = json_lines(cfdot(url, files, "actual-lrps", "-p", guid, "-i", "1").stdout)
     assert [a["index"] for a in one] == [1], one
     cell = up[0]["cell_id"]
@@ -182,7 +189,7 @@ def test_an_lrp_desired_through_vendue_reads_through_cfdot(
 
 
 def test_tasks_created_cancelled_and_deleted_with_cfdot(
-    cf: tuple[str, TLSFiles], vendue: httpx.Client, tmp_path: Any
+    cf: tuple[str, TLSFiles], vendue: httpx.Client, tmp_path: Any, module_cluster: Any
 ) -> None:
     url, files = cf
     guid = f"task-{uuid.uuid4()}"
@@ -201,6 +208,11 @@ def test_tasks_created_cancelled_and_deleted_with_cfdot(
     assert (task["state"], task["failed"], task["result"], task["annotation"]) == (
         "Completed", done["failed"], done["result"], "note-1"), task
     assert guid in {t["task_guid"] for t in json_lines(cfdot(url, files, "tasks").stdout)}
+    listed = module_cluster.cli("tasks", "--json")
+    assert listed.code == 0, listed.output
+    own_tasks = json.loads(listed.stdout)
+    own_tasks = own_tasks["items"] if isinstance(own_tasks, dict) else own_tasks
+    assert [t["state"] for t in own_tasks if t["task_guid"] == guid] == ["COMPLETED"], own_tasks
     cancelled = cfdot(url, files, "cancel-task", guid, check=False)
     assert cancelled.returncode != 0 and "InvalidStateTransition" in cancelled.stderr, cancelled.stderr
     cfdot(url, files, "delete-task", guid)

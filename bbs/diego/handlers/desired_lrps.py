@@ -7,6 +7,7 @@ from typing import Any
 
 from common.models import DesiredLRPCreate
 
+from ...errors import Conflict
 from ..codec import DiegoError
 from ..mapping import diego_lrp, encode, lrp_body, routing_info, scheduling_info, updated_lrp
 from ..pb import diego_pb2 as pb
@@ -57,7 +58,10 @@ async def desire(call: Call, request: pb.DesireLRPRequest) -> pb.DesiredLRPLifec
     if await _exists(call, body.process_guid):
         raise DiegoError(pb.Error.ResourceExists, f"desired LRP {body.process_guid!r} exists")
     body = await call.bbs.images.pinned(body)  # a docker:// rootfs pinned to its digest (bbs/images.py)
-    await call.bbs.desired_lrps.desire(body)
+    try:
+        await call.bbs.desired_lrps.desire(body)
+    except Conflict as exc:  # desired meanwhile by another caller: the guid is taken all the same
+        raise DiegoError(pb.Error.ResourceExists, str(exc)) from exc
     return pb.DesiredLRPLifecycleResponse()
 
 
