@@ -6,6 +6,7 @@ Functional core (pure, tested without I/O):
   lifecycle.py        the reps' batched reports (claimed/running/crashed/removed, task start/complete)
   restart_policy.py   Diego's crash restart policy
   app_history.py      each app's last events (placed, crashed, ...), kept per app for `vendue app`
+  recent_past.py      the recent past nobody watched: stories merged, the cluster's rare events
   convergence.py      one convergence pass as a pure function; resize (scale) and evacuate decisions
 
 Imperative shell (README.md has the map):

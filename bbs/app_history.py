@@ -16,6 +16,7 @@ replica than the one that committed the change, starts the story afresh (docs/ev
 from __future__ import annotations
 
 from collections import OrderedDict, deque
+from collections.abc import Sequence
 from typing import Any
 
 from .actual_set import ActualChanges
@@ -143,6 +144,14 @@ class AppHistory:
 
     def forget(self, process_guid: str) -> None:
         self._apps.pop(process_guid, None)
+
+    def story(self, process_guid: str) -> Sequence[Kept | dict[str, Any]]:
+        """An app's entries as kept (not made into dicts), oldest first: for merging (bbs/recent_past.py)."""
+        return self._apps.get(process_guid, ())
+
+    def stories(self) -> list[tuple[str, Sequence[Kept | dict[str, Any]]]]:
+        """Every app's entries as kept, oldest first."""
+        return list(self._apps.items())
 
     def recent(self, process_guid: str) -> list[dict[str, Any]]:
         return [as_wire(entry) for entry in self._apps.get(process_guid, ())]

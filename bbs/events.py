@@ -101,6 +101,7 @@ class Batch:
 
     first: int
     events: list[dict[str, Any]]
+    flushed_at: float = 0.0  # epoch seconds: when it went to the subscribers (and the replay buffer)
     _text: bytes | None = field(default=None, repr=False)
     _segment: asyncio.Future[Segment] | None = field(default=None, repr=False)
 
@@ -204,6 +205,9 @@ class EventHub:
         self._sinks: list[Callable[[list[dict[str, Any]]], None]] = []
         self._closed = False
         self._linger_until = 0.0
+        # Every event built since then is kept (epoch seconds): moved on when the kept ones are cleared
+        # (`missed`) or the oldest dropped. What is older is the apps' stories' (bbs/recent_past.py).
+        self.covered_since = time.time()
 
     @property
     def subscriber_count(self) -> int:
@@ -251,6 +255,7 @@ class EventHub:
         batch, self._pending = self._pending, None
         if batch is None:
             return
+        batch.flushed_at = time.time()
         self._keep(batch)
         for queue in list(self._subscribers):
             try:
@@ -264,13 +269,16 @@ class EventHub:
         self._flush()
         self._kept.clear()
         self._kept_events = 0
+        self.covered_since = time.time()
         self._seq += 1  # the skipped events' place: an id from before it is not the newest any more
 
     def _keep(self, batch: Batch) -> None:
         self._kept.append(batch)
         self._kept_events += len(batch.events)
         while self._kept_events - len(self._kept[0].events) >= self.replay_events:
-            self._kept_events -= len(self._kept.popleft().events)
+            dropped = self._kept.popleft()
+            self._kept_events -= len(dropped.events)
+            self.covered_since = dropped.flushed_at
 
     def recent(self, limit: int, wanted: EventFilter = EventFilter()) -> list[dict[str, Any]]:
         """The last `limit` events kept (and not yet flushed) that `wanted` matches, oldest first: what a

@@ -3,6 +3,7 @@ filtered and bounded; refused without a reader's identity. In process, authoriza
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import httpx
@@ -55,3 +56,27 @@ async def test_a_caller_without_a_reader_identity_is_refused(bbs_http) -> None:
     assert as_bearer.status_code == 401, "a login token is not a bearer token"
     assert (await http.get("/ui/login", params={"token": login["token"]})).status_code == 303
     assert (await http.get("/v1/events/recent")).status_code == 200, "the dashboard's session reads it"
+
+
+async def test_the_time_the_stream_did_not_cover_is_answered_from_the_stories(bbs_http) -> None:
+    bbs, http = bbs_http
+    reader = await bbs.tokens.create(TokenCreate(role="reader", name="on call", expires_in_s=60))
+    auth = {"Authorization": f"Bearer {reader['token']}"}
+    # Nobody followed: the changes' events were not built, only the story and the cluster's ring kept them.
+    bbs.uow.history.add("web", ("crashed", time.time() - 5, 0, "cell-1", 1, "exited with status 1"))
+    bbs.uow.cluster.add(time.time() - 4, "cordoned", "cell-2")
+    bbs.hub.missed()
+    # Then someone followed: what the stream built since is answered as it is, after the past.
+    bbs.hub.publish([event("auction_completed", {"duration_s": 0.5})])
+
+    body = (await http.get("/v1/events/recent", headers=auth)).json()
+    items = body["items"]
+    assert [(e["type"], e.get("source"), "id" in e) for e in items] == [
+        ("actual_lrp_changed", "story", False), ("cell_changed", "cluster", False),
+        ("auction_completed", None, True)], items
+    assert items[0]["text"] == "web/0 crashed @cell-1 crash #1: exited with status 1"
+    assert body["covered_since"] <= items[-1]["at"]
+    only_cells = (await http.get("/v1/events/recent", params={"type": "cell_changed"}, headers=auth)).json()
+    assert [e["text"] for e in only_cells["items"]] == ["cell-2 cordoned"]
+    newest = (await http.get("/v1/events/recent", params={"limit": 1}, headers=auth)).json()["items"]
+    assert [e["type"] for e in newest] == ["auction_completed"], "the stream's events come first when enough"

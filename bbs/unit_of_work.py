@@ -25,6 +25,7 @@ from .events import EventHub, event
 from .lifecycle import Stop
 from .metrics import BBSMetrics
 from .outbound import Outbound
+from .recent_past import CELL_EVENT_TYPES, ClusterRing
 from .records import AUCTIONEER_LEASE, COMPLETED, RESOLVING, CellRecord, DesiredRecord, TaskRecord
 from .redact import masked_env
 from .settings import BBSSettings
@@ -57,11 +58,18 @@ class Effects:
     # What each app's story keeps (bbs/app_history.py), recorded whether anyone listens or not.
     actual_changes: list[ActualChanges] = field(default_factory=list)
     rollouts: list[tuple[dict[str, Any], float]] = field(default_factory=list)
+    # The cluster's rare events the recent read keeps whoever listens (bbs/recent_past.py): a cell's
+    # (at, kind, cell_id) and the tasks that completed.
+    cell_changes: list[tuple[float, str, str]] = field(default_factory=list)
+    tasks_completed: list[TaskRecord] = field(default_factory=list)
 
     def actual_events(self, changes: ActualChanges) -> None:
         if changes:
             self.events.append(lambda: actual_change_events(changes))
             self.actual_changes.append(changes)
+
+    def cell_changed(self, at: float, kind: str, cell_id: str) -> None:
+        self.cell_changes.append((at, kind, cell_id))
 
     def rollout_changed(self, wire: dict[str, Any], now: float) -> None:
         self.events.append(lambda: [event("rollout_changed", wire, now)])
@@ -92,6 +100,7 @@ class UnitOfWork:
         self.on_due: Callable[[float], None] = lambda when: None  # set by the converger
         self.converger: ConvergenceLeaseHolder | None = None  # the Converger driving this BBS, if any
         self.history = AppHistory()  # each app's last events: its story (`vendue app`)
+        self.cluster = ClusterRing()  # the cluster's last rare events (GET /v1/events/recent)
 
     @asynccontextmanager
     async def write(
@@ -152,6 +161,11 @@ class UnitOfWork:
             self.history.record_actuals(changes)
         for wire, at in effects.rollouts:
             self.history.record_rollout(wire, at)
+        for at, kind, cell_id in effects.cell_changes:
+            self.cluster.add(at, kind, cell_id, type_=CELL_EVENT_TYPES.get(kind, "cell_changed"))
+        for task in effects.tasks_completed:
+            self.cluster.add(task.updated_at, "failed" if task.failed else "succeeded", task.cell_id,
+                             task.task_guid, task.failure_reason, type_="task_changed")
         if self.hub.listening:
             events: list[dict[str, Any]] = []
             for build in effects.events:

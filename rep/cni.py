@@ -167,12 +167,12 @@ def _conf(net: Network, plugin: dict[str, Any], ports: list[tuple[int, int]],
 _limits: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = weakref.WeakKeyDictionary()
 
 
-def _plugins_at_once() -> asyncio.Semaphore:
-    """At most PLUGINS_AT_ONCE containers of this process are attached or detached at a time, each holding
-    its turn for its whole plugin list: every plugin changes iptables (portmap several times), which the
-    kernel applies one change at a time; a hundred at once took 15-45 s each where one after another take
-    0.1 s, and a turn per plugin put every start's portmap behind all the others' bridge
-    (`tests/bench/containers.py`)."""
+def turn() -> asyncio.Semaphore:
+    """What a container's network is made and removed under (its namespaces and its whole plugin list):
+    at most PLUGINS_AT_ONCE containers of this process at a time, each holding its turn to the end. Every
+    plugin changes iptables (portmap several times), which the kernel applies one change at a time: a
+    hundred starts at once took 15-45 s each where one after another take 0.1 s, and a turn per plugin put
+    every start's portmap behind all the others' bridge (`tests/bench/containers.py`)."""
     loop = asyncio.get_running_loop()
     limit = _limits.get(loop)
     if limit is None:
@@ -205,9 +205,8 @@ async def add(net: Network, container_id: str, netns: Path, ports: list[tuple[in
     if code != 0:
         raise CNIError(f"CNI ADD loopback: {(out + err).decode(errors='replace').strip()[-300:]}")
     try:
-        async with _plugins_at_once():  # the whole list: a start holds its turn until it is attached
-            for plugin in net.plugins():
-                result = await _call(net, plugin, "ADD", container_id, netns, ports, result)
+        for plugin in net.plugins():
+            result = await _call(net, plugin, "ADD", container_id, netns, ports, result)
     except BaseException:
         with contextlib.suppress(CNIError, OSError):
             await delete(net, container_id, netns, ports, result)
@@ -221,12 +220,11 @@ async def delete(net: Network, container_id: str, netns: Path, ports: list[tuple
     """DEL every plugin, last first; each is tried (the spec asks plugins to tolerate what is already gone),
     and the first failure is raised once all were."""
     failure: CNIError | None = None
-    async with _plugins_at_once():
-        for plugin in reversed(net.plugins()):
-            try:
-                await _call(net, plugin, "DEL", container_id, netns, ports, result)
-            except CNIError as exc:
-                failure = failure or exc
+    for plugin in reversed(net.plugins()):
+        try:
+            await _call(net, plugin, "DEL", container_id, netns, ports, result)
+        except CNIError as exc:
+            failure = failure or exc
     if failure is not None:
         raise failure
 

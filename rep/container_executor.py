@@ -359,6 +359,11 @@ class ContainerExecutor(ProcessExecutor):
             took["rootfs_s"] = round(time.monotonic() - began, 3)
 
         async def make_network() -> None:
+            async with cni.turn():  # one start after the other (rep/cni.py `turn`)
+                await attach()
+            took["network_s"] = round(time.monotonic() - began, 3)
+
+        async def attach() -> None:
             if self.userns:
                 ctr.userns, ctr.netns = await cni.make_namespaces(ctr.container_id, self.userns_dir, user.uid,
                                                                   user.gid)
@@ -368,7 +373,6 @@ class ContainerExecutor(ProcessExecutor):
                 ctr.cni_result = await cni.add(self.network, ctr.container_id, ctr.netns, ctr.ports)
             except cni.CNIError as exc:
                 raise OSError(str(exc)) from None
-            took["network_s"] = round(time.monotonic() - began, 3)
 
         # Independent: the overlay and the network are made at once (each is undone by `_teardown`).
         outcomes = await asyncio.gather(make_rootfs(), make_network(), return_exceptions=True)
@@ -481,12 +485,13 @@ class ContainerExecutor(ProcessExecutor):
         if rootfs is not None and await asyncio.to_thread(_is_mount, rootfs):
             await asyncio.to_thread(_unmount, rootfs)
         netns = cni.netns_path(cid)
-        try:
-            await cni.delete(self.network, cid, netns, ports, result)
-        except (cni.CNIError, OSError) as exc:
-            log.warning("CNI DEL failed", extra={"data": {"container": cid, "error": str(exc)}})
-        await cni.remove_netns(cid)
-        cni.unbind_ns(self.userns_dir / cid)
+        async with cni.turn():
+            try:
+                await cni.delete(self.network, cid, netns, ports, result)
+            except (cni.CNIError, OSError) as exc:
+                log.warning("CNI DEL failed", extra={"data": {"container": cid, "error": str(exc)}})
+            await cni.remove_netns(cid)
+            cni.unbind_ns(self.userns_dir / cid)
         await asyncio.to_thread(self._sweep_inner_cgroups, cid)
 
     # --- runc ---------------------------------------------------------------------------------------------

@@ -122,6 +122,7 @@ class ActualLRPs:
             for task in task_outcome.updated:
                 tasks[task.task_guid] = touched[task.task_guid] = task
             effects.callbacks.extend(task_outcome.completed)
+            effects.tasks_completed.extend(task_outcome.completed)
         await tx.update_tasks(touched.values())
         updated = list(touched.values())
         effects.events.append(lambda: [event("task_changed", t.to_wire(), now) for t in updated])

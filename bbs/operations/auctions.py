@@ -53,6 +53,7 @@ class Auctions:
                             task, now, failed=True, failure_reason=message, rejection_count=count
                         )
                         effects.callbacks.append(task)
+                        effects.tasks_completed.append(task)
                     else:
                         task.rejection_count, task.updated_at, task.auctioned_at = count, now, now
                         effects.task_starts.append({"task": task.to_wire()})

@@ -75,6 +75,11 @@ class Cells:
                     appeared.append(record)
                 if returned:
                     effects.wake_convergence = True  # its suspect instances may be promoted back
+            for r in appeared:
+                effects.cell_changed(now, "appeared", r.cell_id)
+            for cell_id, record in records.items():  # a rep shutting down (SIGTERM) starts evacuating
+                if record.evacuating and (cell_id not in existing or not existing[cell_id].evacuating):
+                    effects.cell_changed(now, "evacuating", cell_id)
             if appeared:
                 effects.events.append(lambda: [event("cell_appeared", r.to_wire(), now) for r in appeared])
             rebooted = rebooted_cells(existing, latest)
@@ -109,6 +114,7 @@ class Cells:
             await tx.delete_cells([cell_id])
             wire = cell.to_wire()
             effects.events.append(lambda: [event("cell_removed", wire, now)])
+            effects.cell_changed(now, "removed", cell_id)
         log.info("cell removed", extra={"data": {"cell_id": cell_id, "instances": len(held)}})
 
     async def list_all(self, *, expired: bool = False) -> list[dict[str, Any]]:
@@ -170,6 +176,8 @@ class Cells:
                 await rework_cell(self.uow, tx, moving, undrain, cell_id, now, effects)
             wire = cell.to_wire(now)
             effects.events.append(lambda: [event("cell_changed", wire, now)])
+            effects.cell_changed(now, "draining" if draining else "cordoned" if cordoned else "uncordoned",
+                                 cell_id)
         log.info(
             f"cell {mode}", extra={"data": {"cell_id": cell_id, "cordoned": cordoned, "draining": draining}}
         )

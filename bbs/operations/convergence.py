@@ -220,6 +220,9 @@ async def converge_once(conv: Convergence, now: float | None = None) -> float | 
             effects.lrp_starts.append({"desired": d.to_wire(), "indices": sorted(indices)})
     effects.task_starts.extend({"task": task.to_wire()} for task in actions.tasks_to_kick)
     effects.callbacks.extend(actions.callbacks)
+    effects.tasks_completed.extend(actions.tasks_failed)
+    for cell in actions.cells_disappeared:
+        effects.cell_changed(now, "lost", cell.cell_id)
     effects.actual_events(changes)
     effects.events.append(
         lambda: [

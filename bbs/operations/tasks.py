@@ -72,6 +72,7 @@ class Tasks:
             wire = task.to_wire()
             effects.events.append(lambda: [event("task_changed", wire, now)])
             effects.callbacks.append(task)
+            effects.tasks_completed.append(task)
         return wire
 
     async def resolving(self, task_guid: str) -> dict[str, Any]:
@@ -115,3 +116,4 @@ async def fail_tasks_of(tx: Tx, rebooted: list[str], now: float, effects: Effect
     effects.events.append(lambda: [event("task_changed", t.to_wire(), now)
                                    for t in failed])
     effects.callbacks.extend(t for t in failed if t.callback_url)
+    effects.tasks_completed.extend(failed)

@@ -1,4 +1,4 @@
-"""/v1/events: the server-sent event stream (bbs/events.py); /v1/events/recent: the last events it kept."""
+"""/v1/events: the server-sent event stream (bbs/events.py); /v1/events/recent: the recent past."""
 
 from __future__ import annotations
 
@@ -11,6 +11,8 @@ from common.models import GUID_PATTERN, EventType
 
 from ..events import EventFilter
 from ..quotas import QuotaExceeded
+from ..recent_past import past_events
+from ..records import iso
 from ..sse_gzip import accepts_gzip
 from .wire import GuidQuery, TheBBS
 
@@ -55,10 +57,13 @@ async def recent_events(
     cell: GuidQuery = None,
     types: Annotated[list[EventType] | None, Query(alias="type")] = None,
 ) -> dict[str, Any]:
-    """The last `limit` events this BBS kept for Last-Event-ID (of app, cell, one of the types when given),
-    oldest first, and the id of the newest event: what a client shows of the past before it follows the
-    stream. Events are built only while someone follows the stream (or a sink, or within a minute of the
-    last follower leaving): the history starts there (docs/events.md)."""
+    """The last `limit` events of app, cell, one of the types (when given), oldest first, and the id of the
+    newest event on the stream: what a client shows of the past before it follows the stream. From the
+    events the stream kept (built while someone followed it) and, for the time they do not cover, from the
+    apps' stories and the cluster's rare events, always kept (bbs/recent_past.py, docs/events.md)."""
     wanted = EventFilter(app=process_guid, cell=cell, types=frozenset(types or ()))
-    return {"items": bbs.hub.recent(limit, wanted), "last_event_id": bbs.hub.last_id,
-            "kept": bbs.hub.replay_events}
+    streamed = bbs.hub.recent(limit, wanted)
+    past = past_events(bbs.uow.history, bbs.uow.cluster, limit - len(streamed), wanted,
+                       before=bbs.hub.covered_since)
+    return {"items": past + streamed, "last_event_id": bbs.hub.last_id, "kept": bbs.hub.replay_events,
+            "covered_since": iso(bbs.hub.covered_since)}

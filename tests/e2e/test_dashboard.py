@@ -306,7 +306,8 @@ def test_events_from_before_the_page_opened_and_the_duration_sparklines(dashboar
     before = c.bbs.http.get("/v1/events/recent", params={"limit": 1000})
     before.raise_for_status()
     newest = int(before.json()["last_event_id"].rsplit("-", 1)[1])
-    kept_before = {e["id"] for e in before.json()["items"]}
+    # The stream's events (those of the apps' stories from before the first page followed have no id).
+    kept_before = {e["id"] for e in before.json()["items"] if "id" in e}
     assert kept_before, "the earlier tests' events were kept (the first page followed the stream)"
     # A second page, opened now: what it lists of the past came from /v1/events/recent, not the stream.
     d.browser.open(f"{c.lc.bbs_url}/ui")
@@ -314,7 +315,7 @@ def test_events_from_before_the_page_opened_and_the_duration_sparklines(dashboar
             "the new page reading the recent events")
 
     def listed_from_before() -> list[str]:
-        ids = d.js("[...document.querySelectorAll('#events li[data-from=\"recent\"]')]"
+        ids = d.js("[...document.querySelectorAll('#events li[data-from=\"recent\"][data-id]')]"
                    ".map((li) => li.dataset.id)")
         old = [i for i in ids if int(i.rsplit("-", 1)[1]) <= newest]
         return expect(old and set(old) <= kept_before,
@@ -334,3 +335,36 @@ def test_events_from_before_the_page_opened_and_the_duration_sparklines(dashboar
     d.until(lambda: points("spark-convergences"), "a sparkline of convergence durations")
     assert d.js("document.getElementById('last-auction').textContent") != "–"
     d.screenshot("dashboard-sparklines.png")
+
+
+def test_the_overview_caps_each_zones_tiles_and_links_to_the_cells_list(dashboard: Dashboard) -> None:
+    d, c = dashboard, dashboard.c
+    d.go("#/")
+    zones: dict[str, set[str]] = {}
+    for cell in c.bbs.cells():
+        zones.setdefault(cell["zone"], set()).add(cell["cell_id"])
+    zone, cells = sorted(zones.items())[0]
+    assert len(cells) >= 2, zones
+    d.js("state.tilesPerZone = 1; render()")  # the cap a 1,000-cell cluster meets, at this cluster's size
+
+    def capped() -> list[Any]:
+        shown = json.loads(d.js("JSON.stringify([...document.querySelectorAll('#cells .zone')].map((z) => "
+                                "[z.dataset.zone, z.querySelectorAll('.cell').length, "
+                                "z.querySelector('a.more')?.dataset.more]))"))
+        want = [[z, 1, str(len(ids) - 1)] for z, ids in sorted(zones.items())]
+        return list(expect(shown == want and shown,
+                           f"expected tiles and 'more' per zone {want}, saw {shown}"))
+
+    d.until(capped, "one tile a zone and a link to the rest")
+    d.js(f"document.querySelector('#cells .zone[data-zone=\"{zone}\"] a.more').click()")
+
+    def listed() -> set[str]:
+        rows = d.js("[...document.querySelectorAll('#cells-list tr[data-cell-id]')]"
+                    ".map((r) => r.dataset.cellId)")
+        return set(expect(set(rows) == cells and rows, f"expected {sorted(cells)} listed, saw {rows}; "
+                          f"{d.page_state()}"))
+
+    d.until(listed, f"the cells list showing the cells of {zone}")
+    assert d.js("document.body.dataset.view") == "cells"
+    d.js("state.tilesPerZone = TILES_PER_ZONE")
+    d.go("#/")
