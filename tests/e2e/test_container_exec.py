@@ -152,6 +152,14 @@ def test_a_command_sees_the_containers_port_uid_and_root(cluster: E2ECluster, we
     assert lines[-1] == "/www", "the image's working dir"
 
 
+def test_a_plain_exec_pipes_stdin_and_passes_stderr_and_the_status_through(cluster: E2ECluster,
+                                                                           web: str) -> None:
+    run = subprocess.run(vendue("exec", web, "0", "-i", "--", "sh", "-c", "cat; echo oops >&2; exit 7"),
+                         input=b"hi there\n", env=cli_env(cluster), cwd=ROOT, capture_output=True, timeout=60)
+    assert (run.returncode, run.stdout, run.stderr) == (7, b"hi there\n", b"oops\n"), \
+        (run.returncode, run.stdout, run.stderr)
+
+
 def test_a_program_the_image_lacks_is_refused_in_one_line(cluster: E2ECluster, web: str) -> None:
     answer = cluster.cli("exec", web, "0", "--", "/no/such/program")
     assert answer.code == 1 and "/no/such/program" in answer.stderr, answer.output
@@ -182,6 +190,15 @@ def test_a_shell_under_a_terminal_gets_the_containers_terminal(cluster: E2EClust
         session.resize(33, 101)  # SIGWINCH to the CLI, TIOCSWINSZ on the container terminal's master
         wait_for(lambda: expect(_size_is(session, b"33 101"), session.seen[-200:]), 15,
                  "the container's terminal resized to 33 x 101")
+
+        session.send(b"sleep 1013\r")
+        sleeping = wait_for(lambda: expect(processes_with([b"sleep", b"1013"]), "no sleep 1013 yet"), 15,
+                            "sleep 1013 running in the container")
+        session.send(b"\x03")  # Ctrl-C: the container terminal's SIGINT to its foreground job
+        wait_for(lambda: expect(not any(proc_alive(p) for p in sleeping), sleeping), 15,
+                 "the sleep interrupted by Ctrl-C")
+        session.send(b"echo alive-$((40+2))\r")
+        session.expect(rb"alive-42")
 
         session.send(b"exit 3\r")
         assert session.wait() == 3, f"expected the CLI to exit 3: {session.seen[-300:]!r}"
@@ -220,6 +237,31 @@ def test_dropping_the_connection_kills_the_command_in_the_container(cluster: E2E
         answer = cluster.cli("exec", web, "0", "--", "sh", "-c", "ls /proc")
         assert answer.code == 0 and str(inside) not in answer.stdout.split(), \
             f"pid {inside} still listed in the container's /proc: {answer.output}"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(timeout=10)
+
+
+def test_stopping_the_instance_ends_the_session_and_the_command(cluster: E2ECluster) -> None:
+    assert cluster.bbs is not None
+    reg: Registry = cluster.registry  # type: ignore[attr-defined]
+    guid = cluster.guid("stopped")
+    cluster.bbs.desire(guid, 1, image={"ref": f"{reg.host}/team/web:1"},
+                       command=[*HTTPD_IMAGE["entrypoint"], HTTPD_IMAGE["cmd"][0]])
+    wait_for(lambda: expect(app_processes(guid).get(0), "no instance yet"), 120, "the instance running")
+    proc = subprocess.Popen(vendue("exec", guid, "0", "--", "sh", "-c", "echo $$; exec sleep 1019"),
+                            env=cli_env(cluster), cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline().strip().isdigit(), "the command started"
+        pids = wait_for(lambda: expect(processes_with([b"sleep", b"1019"]), "no sleep 1019 yet"), 15,
+                        "sleep 1019 running")
+        cluster.bbs.scale(guid, 0)
+        wait_for(lambda: expect(proc.poll() is not None and not any(proc_alive(p) for p in pids),
+                                f"CLI exit {proc.poll()}, sleep alive {[proc_alive(p) for p in pids]}"), 30,
+                 "the CLI ended and the command killed with the instance")
+        assert proc.returncode != 0, "the session did not end as the command's own exit"
     finally:
         if proc.poll() is None:
             proc.kill()
