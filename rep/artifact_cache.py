@@ -448,6 +448,18 @@ class ArtifactCache:
                 os.lchown(link, *owner)
 
 
+def placed_paths(artifact: Artifact, cached: Path) -> list[str]:
+    """Where `place` puts `artifact` (whose cached copy is `cached`), relative to the instance's directory:
+    its dest, or at dest `.` each top-level entry of its tree (the file's own name for a single file). For
+    whoever shows the placed artifacts elsewhere (a container's bind mounts, rep/container_executor.py)."""
+    if artifact.dest != ".":
+        return [artifact.dest]
+    if not cached.is_dir():
+        leaf = PurePosixPath(urlsplit(artifact.url).path).name if artifact.url else ""
+        return [leaf or artifact.digest.removeprefix("sha256:")]
+    return sorted(os.listdir(cached))
+
+
 def _mount(source: str | None, target: Path, flags: int) -> None:
     libc = ctypes.CDLL(None, use_errno=True)
     src = source.encode() if source is not None else None

@@ -21,9 +21,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
+import fcntl
 import json
 import os
+import socket
+import struct
 import subprocess
+import time
 import weakref
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,7 +39,10 @@ PLUGINS = ("bridge", "host-local", "portmap", "loopback")
 NETNS_DIR = Path("/var/run/netns")
 IFNAME = "eth0"
 PLUGIN_TIMEOUT_S = 60.0
-PLUGINS_AT_ONCE = 2
+# Plugins that change iptables (`iptables_turn`); the others only make links and addresses (`links_turn`).
+IPTABLES_PLUGINS = frozenset({"portmap"})
+IPTABLES_AT_ONCE = 4
+LINKS_AT_ONCE = 8
 
 
 class CNIError(Exception):
@@ -100,10 +107,18 @@ async def remove_netns(name: str) -> None:
 CLONE_NEWUSER, CLONE_NEWNET, MS_BIND, MNT_DETACH = 0x10000000, 0x40000000, 4096, 2
 
 
+SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
+
+
 def _unshare_user_and_net() -> None:
-    """A holder's preexec: new user and network namespaces (the child of a fork is single-threaded)."""
+    """A holder's preexec: new user and network namespaces (the child of a fork is single-threaded), and
+    their loopback up, which is all the loopback plugin does: the creator of a user namespace holds every
+    capability in it until it execs, so no plugin (a Go program run per start) is needed for it."""
     if ctypes.CDLL(None, use_errno=True).unshare(CLONE_NEWUSER | CLONE_NEWNET) != 0:
         raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWUSER | CLONE_NEWNET)")
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        flags = struct.unpack("16sH", fcntl.ioctl(sock, SIOCGIFFLAGS, struct.pack("16sH", b"lo", 0)))[1]
+        fcntl.ioctl(sock, SIOCSIFFLAGS, struct.pack("16sH", b"lo", flags | IFF_UP))
 
 
 def _bind(source: str, target: Path) -> None:
@@ -122,8 +137,9 @@ def unbind_ns(target: Path) -> None:
 
 
 async def make_namespaces(name: str, userns_dir: Path, uid: int, gid: int) -> tuple[Path, Path]:
-    """A user namespace mapping root to `uid`/`gid` alone, and a network namespace it owns, kept by bind
-    mounts at `userns_dir/<name>` and /var/run/netns/<name> (a holder process makes them, and goes)."""
+    """A user namespace mapping root to `uid`/`gid` alone, and a network namespace it owns with its loopback
+    up, kept by bind mounts at `userns_dir/<name>` and /var/run/netns/<name> (a holder process makes them,
+    and goes)."""
     NETNS_DIR.mkdir(parents=True, exist_ok=True)
     userns_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     holder = await asyncio.create_subprocess_exec(
@@ -164,20 +180,30 @@ def _conf(net: Network, plugin: dict[str, Any], ports: list[tuple[int, int]],
     return json.dumps(conf).encode()
 
 
-_limits: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = weakref.WeakKeyDictionary()
+_limits: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, asyncio.Semaphore]] = \
+    weakref.WeakKeyDictionary()
 
 
-def turn() -> asyncio.Semaphore:
-    """What a container's network is made and removed under (its namespaces and its whole plugin list):
-    at most PLUGINS_AT_ONCE containers of this process at a time, each holding its turn to the end. Every
-    plugin changes iptables (portmap several times), which the kernel applies one change at a time: a
-    hundred starts at once took 15-45 s each where one after another take 0.1 s, and a turn per plugin put
-    every start's portmap behind all the others' bridge (`tests/bench/containers.py`)."""
-    loop = asyncio.get_running_loop()
-    limit = _limits.get(loop)
-    if limit is None:
-        limit = _limits[loop] = asyncio.Semaphore(PLUGINS_AT_ONCE)
-    return limit
+def _limit(name: str, size: int) -> asyncio.Semaphore:
+    per_loop = _limits.setdefault(asyncio.get_running_loop(), {})
+    if name not in per_loop:
+        per_loop[name] = asyncio.Semaphore(size)
+    return per_loop[name]
+
+
+def iptables_turn() -> asyncio.Semaphore:
+    """What a plugin that changes iptables runs under (portmap's ADD: 19 `iptables` runs, four of them
+    listing the whole nat table; every DEL): at most IPTABLES_AT_ONCE of this process at a time. A hundred
+    starts at once took 15-45 s each where one after another take 0.1 s; 4 at once gave 1.7 times the
+    starts per second of 2, 8 no more than 4 (`tests/bench/containers.py`, docs/benchmarks.md)."""
+    return _limit("iptables", IPTABLES_AT_ONCE)
+
+
+def links_turn() -> asyncio.Semaphore:
+    """What a container's namespaces, loopback and bridge ADD run under: no iptables (`ipMasq` is off, the
+    cell has one masquerade rule), only a veth, an address lease and routes, so more at once; bounded so
+    that a hundred starts do not fork a hundred plugins at once."""
+    return _limit("links", LINKS_AT_ONCE)
 
 
 async def _call(net: Network, plugin: dict[str, Any], command: str, container_id: str, netns: Path,
@@ -195,23 +221,56 @@ async def _call(net: Network, plugin: dict[str, Any], command: str, container_id
     return json.loads(out) if command == "ADD" and out.strip() else None
 
 
-async def add(net: Network, container_id: str, netns: Path, ports: list[tuple[int, int]]) -> dict[str, Any]:
-    """Attach `netns` to the network with `ports` (host, container) mapped; the final CNI result. A failure
-    part way undoes what was added."""
-    result: dict[str, Any] | None = None
-    loopback = {"type": "loopback"}
-    code, out, err = await _exec([str(net.plugin_dir / "loopback")], _conf(net, loopback, [], None),
-                                 {**_plugin_env(net, "ADD", container_id, netns), "CNI_IFNAME": "lo"})
-    if code != 0:
-        raise CNIError(f"CNI ADD loopback: {(out + err).decode(errors='replace').strip()[-300:]}")
+async def add(net: Network, container_id: str, netns: Path, ports: list[tuple[int, int]],
+              took: dict[str, float] | None = None, *, loopback: bool = True) -> dict[str, Any]:
+    """Attach `netns` to the network with `ports` (host, container) mapped, each half in its turn; the final
+    CNI result. A failure part way undoes what was added. `took` gets each plugin's seconds."""
+    async with links_turn():
+        result = await add_links(net, container_id, netns, took, loopback=loopback)
+    async with iptables_turn():
+        return await add_ports(net, container_id, netns, ports, result, took)
+
+
+async def add_links(net: Network, container_id: str, netns: Path, took: dict[str, float] | None = None, *,
+                    loopback: bool = True) -> dict[str, Any] | None:
+    """The first half of `add`, in a `links_turn`: the loopback plugin (unless `make_namespaces` brought the
+    loopback up already) and the plugins that do not change iptables (the bridge, its address lease); their
+    result, for `add_ports`."""
+    if loopback:
+        began = time.monotonic()
+        code, out, err = await _exec([str(net.plugin_dir / "loopback")],
+                                     _conf(net, {"type": "loopback"}, [], None),
+                                     {**_plugin_env(net, "ADD", container_id, netns), "CNI_IFNAME": "lo"})
+        if code != 0:
+            raise CNIError(f"CNI ADD loopback: {(out + err).decode(errors='replace').strip()[-300:]}")
+        if took is not None:
+            took["cni_loopback_s"] = round(time.monotonic() - began, 3)
+    plugins = [p for p in net.plugins() if p["type"] not in IPTABLES_PLUGINS]
+    return await _add(net, container_id, netns, plugins, [], None, took)
+
+
+async def add_ports(net: Network, container_id: str, netns: Path, ports: list[tuple[int, int]],
+                    prev: dict[str, Any] | None, took: dict[str, float] | None = None) -> dict[str, Any]:
+    """The second half of `add`, in an `iptables_turn`: the plugins that change iptables (portmap)."""
+    plugins = [p for p in net.plugins() if p["type"] in IPTABLES_PLUGINS]
+    result = await _add(net, container_id, netns, plugins, ports, prev, took)
+    assert result is not None
+    return result
+
+
+async def _add(net: Network, container_id: str, netns: Path, plugins: list[dict[str, Any]],
+               ports: list[tuple[int, int]], result: dict[str, Any] | None,
+               took: dict[str, float] | None) -> dict[str, Any] | None:
     try:
-        for plugin in net.plugins():
+        for plugin in plugins:
+            began = time.monotonic()
             result = await _call(net, plugin, "ADD", container_id, netns, ports, result)
+            if took is not None:
+                took[f"cni_{plugin['type']}_s"] = round(time.monotonic() - began, 3)
     except BaseException:
-        with contextlib.suppress(CNIError, OSError):
+        with contextlib.suppress(CNIError, OSError):  # every plugin's DEL: each tolerates what is not there
             await delete(net, container_id, netns, ports, result)
         raise
-    assert result is not None
     return result
 
 

@@ -35,16 +35,18 @@ import shutil
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
-from common.models import PortMapping
+from common.models import HealthCheck, PortMapping
 from common.models.artifact import Artifact
 from common.models.image import Image
 from common.procutil import child_preexec, free_port
 
 from . import cni
+from .artifact_cache import placed_paths
 from .cgroups import InstanceCgroup, parse_mountinfo, parse_proc_cgroup
 from .container_exec import ContainerExecSession, exec_process
 from .executor import ExecRefused, ExecSession, ExecutorListener, LRPContainer, TaskContainer
@@ -143,6 +145,10 @@ class _Container:
     ports: list[tuple[int, int]] = field(default_factory=list)  # (host, container)
     inner: InstanceCgroup | None = None  # runc's cgroup, below the instance's
     mounted: bool = False
+    artifacts: list[Artifact] = field(default_factory=list)  # placed in the instance's directory
+    took: dict[str, float] = field(default_factory=dict)  # seconds of each phase of its start
+    spawned: float = 0.0  # when runc was started (monotonic)
+    created: float = field(default_factory=time.monotonic)
 
 
 def _libc_mount(source: str, target: str, fstype: str, flags: int, data: str) -> None:
@@ -193,6 +199,58 @@ def _prepare_rootfs(lower: Path, directory: Path, cwd: str, uid: int, gid: int) 
         work_dir.mkdir(parents=True, exist_ok=True)
         os.chown(work_dir, uid, gid, follow_symlinks=False)
     return rootfs
+
+
+def artifact_binds(artifacts: list[Artifact], cached_of: Callable[[str], Path], directory: Path, rootfs: Path,
+                   cwd: str, owner: tuple[int, int], read_only: bool) -> list[BindMount]:
+    """The bind mounts that show what the process executor placed in the instance's `directory` inside the
+    container, at each artifact's dest relative to the working dir `cwd` (an app's code on its base image,
+    as Diego's droplet on its rootfs). Their mount points are made here, as root, in the overlay `rootfs`:
+    the image's directories are the host root's, which the container's own root is not."""
+    binds: list[BindMount] = []
+    for artifact in artifacts:
+        cached = cached_of(artifact.digest)
+        for rel in placed_paths(artifact, cached):
+            inside = PurePosixPath(cwd) / rel
+            if artifact.dest == "." and (cached / rel).is_symlink():  # a link of the tree's own: as is
+                _make_in_rootfs(rootfs, inside, owner, link=os.readlink(cached / rel))
+                continue
+            source = Path(os.path.realpath(directory / rel))  # a tree at "." is bound below .artifacts
+            if source != directory and directory not in source.parents:
+                raise OSError(f"artifact at {rel}: placed outside the instance's directory")
+            _make_in_rootfs(rootfs, inside, owner, directory=source.is_dir())
+            binds.append(BindMount(str(source), str(inside), read_only))
+    return binds
+
+
+def _make_in_rootfs(rootfs: Path, inside: PurePosixPath, owner: tuple[int, int], *, directory: bool = False,
+                    link: str | None = None) -> None:
+    """Make `inside` in the container's root filesystem (a mount point, or the symbolic link `link`) with
+    the directories above it, `owner`'s. A symbolic link on the way is refused: the host's root resolves
+    it, and an image's absolute link would lead out of the container."""
+    path, parts = rootfs, inside.parts[1:]
+    for i, part in enumerate(parts):
+        path = path / part
+        last = i == len(parts) - 1
+        if path.is_symlink():
+            if last and link is not None:
+                path.unlink()
+            else:
+                raise OSError(f"cannot mount an artifact at {inside}: {'/' + '/'.join(parts[:i + 1])} is a "
+                              "symbolic link in the image")
+        if last and link is not None:
+            if path.is_dir():
+                shutil.rmtree(path)
+            path.unlink(missing_ok=True)
+            os.symlink(link, path)
+            os.lchown(path, *owner)
+        elif path.exists():
+            continue
+        elif last and not directory:
+            path.touch(mode=0o444)
+        else:
+            path.mkdir(mode=0o755)
+            os.chown(path, *owner)
 
 
 class ContainerExecutor(ProcessExecutor):
@@ -333,6 +391,7 @@ class ContainerExecutor(ProcessExecutor):
         ctr = self._containers.get(child.guid)
         if ctr is not None:
             ctr.lower = await self.images.ensure(child.guid, ctr.image)
+            ctr.artifacts = list(artifacts)
         await super()._place_artifacts(child, artifacts)
 
     async def _spawn(self, child: _Child, argv: list[str], env: dict[str, str],
@@ -350,7 +409,7 @@ class ContainerExecutor(ProcessExecutor):
         rootfs = sandbox.directory / ROOTFS
         _write_state(bundle, {"container_id": ctr.container_id, "rootfs": str(rootfs), "ports": ctr.ports})
         began = time.monotonic()
-        took: dict[str, float] = {}
+        took: dict[str, float] = {"isolate_and_place_s": round(began - ctr.created, 3)}
         lower = ctr.lower
 
         async def make_rootfs() -> None:
@@ -359,20 +418,27 @@ class ContainerExecutor(ProcessExecutor):
             took["rootfs_s"] = round(time.monotonic() - began, 3)
 
         async def make_network() -> None:
-            async with cni.turn():  # one start after the other (rep/cni.py `turn`)
-                await attach()
-            took["network_s"] = round(time.monotonic() - began, 3)
-
-        async def attach() -> None:
-            if self.userns:
-                ctr.userns, ctr.netns = await cni.make_namespaces(ctr.container_id, self.userns_dir, user.uid,
-                                                                  user.gid)
-            else:
-                ctr.netns = await cni.make_netns(ctr.container_id)
+            # Two stages of bounded width (rep/cni.py `links_turn`, `iptables_turn`), so that one start's
+            # namespaces and veth are made while others' port mappings change iptables.
             try:
-                ctr.cni_result = await cni.add(self.network, ctr.container_id, ctr.netns, ctr.ports)
+                async with cni.links_turn():
+                    took["links_wait_s"] = round(time.monotonic() - began, 3)
+                    if self.userns:
+                        ctr.userns, ctr.netns = await cni.make_namespaces(ctr.container_id, self.userns_dir,
+                                                                          user.uid, user.gid)
+                    else:
+                        ctr.netns = await cni.make_netns(ctr.container_id)
+                    took["namespaces_s"] = round(time.monotonic() - began, 3)
+                    links = await cni.add_links(self.network, ctr.container_id, ctr.netns, took,
+                                                loopback=not self.userns)
+                at = time.monotonic()
+                async with cni.iptables_turn():
+                    took["iptables_wait_s"] = round(time.monotonic() - at, 3)
+                    ctr.cni_result = await cni.add_ports(self.network, ctr.container_id, ctr.netns, ctr.ports,
+                                                         links, took)
             except cni.CNIError as exc:
                 raise OSError(str(exc)) from None
+            took["network_s"] = round(time.monotonic() - began, 3)
 
         # Independent: the overlay and the network are made at once (each is undone by `_teardown`).
         outcomes = await asyncio.gather(make_rootfs(), make_network(), return_exceptions=True)
@@ -382,9 +448,15 @@ class ContainerExecutor(ProcessExecutor):
         assert ctr.netns is not None and ctr.cni_result is not None
         _write_state(bundle, {"container_id": ctr.container_id, "rootfs": str(rootfs), "ports": ctr.ports,
                               "cni": ctr.cni_result})
-        log.debug("container made", extra={"data": took})
         ctr.inner = _inner(cgroup, ctr.container_id)
-        binds = [BindMount(str(p), f"/etc/{p.name}") for p in (Path("/etc/resolv.conf"),) if p.is_file()]
+        binds: list[BindMount] = []
+        if ctr.artifacts and self.artifacts is not None:
+            # Read-only binds where the process executor bound the cached trees read-only (the instance's
+            # own filesystem); else the placed links, whose files are read-only and root's already.
+            binds = await asyncio.to_thread(
+                artifact_binds, ctr.artifacts, self.artifacts.path_of, sandbox.directory, rootfs, cwd,
+                (user.uid, user.gid), sandbox.disk_image is not None)
+        binds += [BindMount(str(p), f"/etc/{p.name}") for p in (Path("/etc/resolv.conf"),) if p.is_file()]
         hosts = bundle / "hosts"
         address = cni.address_of(ctr.cni_result)
         hosts.write_text(f"127.0.0.1 localhost\n::1 localhost\n{address} {child.guid[:63]}\n")
@@ -411,7 +483,19 @@ class ContainerExecutor(ProcessExecutor):
         child.output = output
         self.logs.started(origin, sandbox.directory, output)
         child.proc = proc
+        took["spec_s"] = round(time.monotonic() - began, 3)
+        ctr.took, ctr.spawned = took, time.monotonic()
         return proc
+
+    async def _wait_healthy(self, child: _Child, proc: asyncio.subprocess.Process, check: HealthCheck,
+                            ports: list[PortMapping]) -> bool:
+        healthy = await super()._wait_healthy(child, proc, check, ports)
+        ctr = self._containers.get(child.guid)
+        if ctr is not None:  # where a start's time went: `tests/bench/containers.py --logs`
+            log.debug("container started", extra={"data": {
+                **ctr.took, "runc_to_healthy_s": round(time.monotonic() - ctr.spawned, 3),
+                "healthy": healthy}})
+        return healthy
 
     async def _terminate(self, child: _Child, proc: asyncio.subprocess.Process, grace_s: float) -> None:
         ctr = self._containers.get(child.guid)
@@ -485,7 +569,7 @@ class ContainerExecutor(ProcessExecutor):
         if rootfs is not None and await asyncio.to_thread(_is_mount, rootfs):
             await asyncio.to_thread(_unmount, rootfs)
         netns = cni.netns_path(cid)
-        async with cni.turn():
+        async with cni.iptables_turn():  # portmap's DEL changes iptables
             try:
                 await cni.delete(self.network, cid, netns, ports, result)
             except (cni.CNIError, OSError) as exc:

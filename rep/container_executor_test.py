@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -28,3 +29,36 @@ def test_a_container_cell_adds_the_image_stack_and_keeps_its_own() -> None:
     assert stacks_of(RepSettings(executor="container")) == ["cflinuxfs4", "docker"]
     assert stacks_of(RepSettings(executor="container", stacks=["docker", "x"])) == ["docker", "x"]
     assert stacks_of(RepSettings(executor="process")) == ["cflinuxfs4"]
+
+
+def test_artifacts_are_bound_below_the_working_dir_and_image_links_refused(tmp_path: Path) -> None:
+    from common.models.artifact import Artifact
+    from rep.container_executor import artifact_binds
+
+    cache, directory, rootfs = tmp_path / "cache", tmp_path / "instance", tmp_path / "rootfs"
+    tree, single = "sha256:" + "a" * 64, "sha256:" + "b" * 64
+    (cache / tree / "sub").mkdir(parents=True)
+    (cache / tree / "hello.txt").write_text("hi")
+    (cache / tree / "link").symlink_to("hello.txt")
+    (cache / single).write_text("conf")
+    for placed in ("hello.txt", "sub", "conf/app.conf"):  # as the process executor placed them
+        (directory / placed).parent.mkdir(parents=True, exist_ok=True)
+        (directory / placed).mkdir() if placed == "sub" else (directory / placed).write_text("x")
+    (directory / "link").symlink_to("hello.txt")
+    (rootfs / "www").mkdir(parents=True)
+    owner = (os.getuid(), os.getgid())
+    artifacts = [Artifact(digest=tree, dest="."), Artifact(digest=single, dest="conf/app.conf")]
+
+    binds = artifact_binds(artifacts, lambda d: cache / d, directory, rootfs, "/www", owner, False)
+
+    assert [(b.source, b.destination, b.read_only) for b in binds] == [
+        (str(directory / "hello.txt"), "/www/hello.txt", False), (str(directory / "sub"), "/www/sub", False),
+        (str(directory / "conf/app.conf"), "/www/conf/app.conf", False)]
+    assert (rootfs / "www/hello.txt").is_file() and (rootfs / "www/sub").is_dir()
+    assert (rootfs / "www/conf/app.conf").is_file(), "the mount points are made in the root filesystem"
+    assert os.readlink(rootfs / "www/link") == "hello.txt", "the tree's own link is copied, not bound"
+
+    (rootfs / "www/conf").rename(rootfs / "elsewhere")
+    (rootfs / "www/conf").symlink_to("/etc")  # an image's absolute link: the host's /etc to the rep
+    with pytest.raises(OSError, match="/www/conf is a symbolic link in the image"):
+        artifact_binds(artifacts[1:], lambda d: cache / d, directory, rootfs, "/www", owner, True)

@@ -54,6 +54,7 @@ READONLY_PATHS = ("/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysr
 class BindMount:
     source: str
     destination: str
+    read_only: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,7 +95,7 @@ def _mounts(binds: list[BindMount], userns: bool) -> list[dict[str, Any]]:
         mounts[2]["options"] = [*mounts[2]["options"], "gid=5"]
     for bind in binds:
         mounts.append({"destination": bind.destination, "type": "bind", "source": bind.source,
-                       "options": ["rbind", "ro", "nosuid", "nodev"]})
+                       "options": ["rbind", "ro" if bind.read_only else "rw", "nosuid", "nodev"]})
     return mounts
 
 

@@ -11,14 +11,18 @@ kills the command inside the container.
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 import signal
 import subprocess
+import tarfile
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
+from tests.support.artifact_server import digest
 from tests.support.cli_process import cli_env, vendue_argv
 from tests.support.containers import containers_problem, free_subnets, uid_of
 from tests.support.oci_registry import HTTPD_IMAGE, Registry, build_image, oci_registry, tools_missing
@@ -229,6 +233,59 @@ def test_dropping_the_connection_kills_the_command_in_the_container(cluster: E2E
         if proc.poll() is None:
             proc.kill()
         proc.wait(timeout=10)
+
+
+def _tar_gz(files: dict[str, bytes]) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as t:
+        for name, data in files.items():
+            info = tarfile.TarInfo(name)
+            info.size, info.mode = len(data), 0o644
+            t.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+def test_an_images_artifacts_are_at_their_dest_below_its_working_dir(cluster: E2ECluster) -> None:
+    """An app's code on its base image (Diego's droplet on its rootfs): a tree at `.` and a single file at
+    `conf/app.conf`, both from the blob store, are in the image's working dir /www, which httpd serves;
+    the container cannot change them."""
+    assert cluster.bbs is not None
+    reg: Registry = cluster.registry  # type: ignore[attr-defined]
+    tree = _tar_gz({"hello.txt": b"from an artifact\n", "sub/inner.txt": b"inner\n"})
+    conf = b"setting = 1\n"
+    blobs = []
+    with cluster.lc.http_client(base_url=cluster.lc.bbs_url, timeout=30) as admin:
+        for data in (tree, conf):
+            answer = admin.put(f"/v1/blobs/{digest(data)}", content=data)
+            assert answer.status_code == 201, f"expected 201 storing the blob, saw {answer.status_code}"
+            blobs.append(digest(data))
+    guid = cluster.guid("artifacts")
+    cluster.bbs.desire(guid, 1, image={"ref": f"{reg.host}/team/web:1"},
+                       command=[*HTTPD_IMAGE["entrypoint"], HTTPD_IMAGE["cmd"][0]],
+                       artifacts=[{"digest": blobs[0], "dest": "."},
+                                  {"digest": blobs[1], "dest": "conf/app.conf"}])
+
+    def running() -> dict:
+        assert cluster.bbs is not None
+        actuals = cluster.bbs.actuals(guid)
+        up = [a for a in actuals if a["state"] == "RUNNING"]
+        return expect(up, [(a["state"], a.get("crash_reason")) for a in actuals])[0]
+
+    actual = wait_for(running, 120, "the image with artifacts RUNNING")
+    host_port = actual["ports"][0]["host_port"]
+    for path, body in (("/hello.txt", b"from an artifact\n"), ("/sub/inner.txt", b"inner\n"),
+                       ("/conf/app.conf", conf)):
+        answer = httpx.get(f"http://127.0.0.1:{host_port}{path}", timeout=5.0)
+        assert (answer.status_code, answer.content) == (200, body), \
+            f"expected httpd to serve the artifact's {path}: {answer.status_code} {answer.content!r}"
+    answer = cluster.cli("exec", guid, "0", "--", "sh", "-c",
+                         "cat conf/app.conf; echo changed > hello.txt && echo WROTE; cat hello.txt; "
+                         "echo mine > own.txt && cat own.txt")
+    assert answer.code == 0, answer.output
+    lines = answer.stdout.splitlines()
+    assert lines == ["setting = 1", "from an artifact", "mine"], \
+        f"expected the artifacts readable, unchangeable, and the working dir the app's: {answer.output}"
+    cluster.bbs.scale(guid, 0)
 
 
 def test_stopping_the_instance_ends_the_session_and_the_command(cluster: E2ECluster) -> None:
