@@ -7,27 +7,13 @@ from __future__ import annotations
 import asyncio
 import re
 import time
-from pathlib import Path
 
 import httpx
-import pytest
 
 from bbs.api import create_app
 from bbs.dashboard import SESSION_COOKIE, SESSION_S, dashboard_page
-from bbs.server import running_bbs
-from bbs.settings import BBSSettings
 from common.models import TokenCreate
 from tests.support.polling import eventually
-
-
-@pytest.fixture
-async def bbs_http(tmp_path: Path, database_url: str):
-    settings = BBSSettings(data_dir=tmp_path, database_url=database_url)
-    async with running_bbs(settings, converge=False) as bbs:
-        transport = httpx.ASGITransport(app=create_app(bbs, insecure=False))
-        # https: the session cookie is Secure, and a client keeps it for https only
-        async with httpx.AsyncClient(transport=transport, base_url="https://bbs", timeout=10) as http:
-            yield bbs, http
 
 
 async def test_a_login_token_becomes_a_reader_session_cookie_for_reads_only(bbs_http) -> None:

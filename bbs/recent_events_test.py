@@ -4,25 +4,9 @@ filtered and bounded; refused without a reader's identity. In process, authoriza
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
-import httpx
-import pytest
-
-from bbs.api import create_app
 from bbs.events import event
-from bbs.server import running_bbs
-from bbs.settings import BBSSettings
 from common.models import TokenCreate
-
-
-@pytest.fixture
-async def bbs_http(tmp_path: Path, database_url: str):
-    settings = BBSSettings(data_dir=tmp_path, database_url=database_url)
-    async with running_bbs(settings, converge=False) as bbs:
-        transport = httpx.ASGITransport(app=create_app(bbs, insecure=False))
-        async with httpx.AsyncClient(transport=transport, base_url="https://bbs", timeout=10) as http:
-            yield bbs, http
 
 
 async def test_a_reader_gets_the_last_kept_events_filtered_and_bounded(bbs_http) -> None:

@@ -28,7 +28,7 @@ import stat
 import tarfile
 import time
 import zipfile
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
 from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path, PurePosixPath
@@ -192,25 +192,17 @@ class ArtifactCache:
     async def ensure(self, artifact: Artifact) -> Path:
         """The cached copy of `artifact`, fetched first unless held. The fetch is a task of its own that
         every starter of the digest awaits: one starter stopped meanwhile does not cancel the others'."""
-        digest = artifact.digest
-        entry = self._entries.get(digest)
-        if entry is not None:
-            self._touch(digest, entry)
-            self.counters.hits += 1
-            return self.path_of(digest)
-        self.counters.misses += 1
-        flight = self._inflight.get(digest)
-        if flight is None:
-            flight = asyncio.create_task(self._fetch(artifact), name=f"fetch-{digest[7:19]}")
-            self._inflight[digest] = flight
-            flight.add_done_callback(lambda done: self._landed(digest, done))
-        await asyncio.shield(flight)
-        return self.path_of(digest)
+        return await self._held_or_made(artifact.digest, lambda: self._fetch(artifact), "fetch")
 
     async def ensure_tree(self, digest: str, name: str, produce: Callable[[Path], Awaitable[None]]) -> Path:
         """The cached tree of `digest` (an image's unpacked root filesystem, rep/image_store.py), made first
         by `produce(tmp_dir)` unless held: one producer per digest that every starter awaits, indexed,
         pinned and evicted as every other blob. `produce` verifies what it writes; it raises ArtifactError."""
+        return await self._held_or_made(digest, lambda: self._produce(digest, name, produce), "tree")
+
+    async def _held_or_made(self, digest: str, make: Callable[[], Coroutine[Any, Any, None]],
+                            what: str) -> Path:
+        """The cached path of `digest`, made by `make()` unless held: one flight per digest for all."""
         entry = self._entries.get(digest)
         if entry is not None:
             self._touch(digest, entry)
@@ -219,7 +211,7 @@ class ArtifactCache:
         self.counters.misses += 1
         flight = self._inflight.get(digest)
         if flight is None:
-            flight = asyncio.create_task(self._produce(digest, name, produce), name=f"tree-{digest[7:19]}")
+            flight = asyncio.create_task(make(), name=f"{what}-{digest[7:19]}")
             self._inflight[digest] = flight
             flight.add_done_callback(lambda done: self._landed(digest, done))
         await asyncio.shield(flight)

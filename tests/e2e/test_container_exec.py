@@ -15,7 +15,6 @@ import io
 import os
 import signal
 import subprocess
-import sys
 import tarfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,6 +23,7 @@ import httpx
 import pytest
 
 from tests.support.artifact_server import digest
+from tests.support.cli_process import cli_env, vendue_argv
 from tests.support.containers import containers_problem, free_subnets, uid_of
 from tests.support.oci_registry import HTTPD_IMAGE, Registry, build_image, oci_registry, tools_missing
 from tests.support.pty_session import PtySession
@@ -82,18 +82,6 @@ def web(cluster: E2ECluster) -> str:
 
     wait_for(up, 120, "the image's instance RUNNING")
     return guid
-
-
-def cli_env(c: E2ECluster) -> dict[str, str]:
-    env = {**os.environ, "VENDUE_BBS_URL": c.lc.bbs_url, "VENDUE_DATA_DIR": str(c.lc.data_dir),
-           "NO_COLOR": "1", "COLUMNS": "200", "TERM": "xterm"}
-    for name in ("VENDUE_TLS_CERT", "VENDUE_TLS_KEY", "VENDUE_TLS_CA", "VENDUE_TOKEN"):
-        env.pop(name, None)
-    return env
-
-
-def vendue(*args: str) -> list[str]:
-    return [sys.executable, "-m", "deploy.cli", *args]
 
 
 def container_uid(pid: int) -> int:
@@ -158,7 +146,7 @@ def test_a_command_sees_the_containers_port_uid_and_root(cluster: E2ECluster, we
 
 def test_a_plain_exec_pipes_stdin_and_passes_stderr_and_the_status_through(cluster: E2ECluster,
                                                                            web: str) -> None:
-    run = subprocess.run(vendue("exec", web, "0", "-i", "--", "sh", "-c", "cat; echo oops >&2; exit 7"),
+    run = subprocess.run(vendue_argv("exec", web, "0", "-i", "--", "sh", "-c", "cat; echo oops >&2; exit 7"),
                          input=b"hi there\n", env=cli_env(cluster), cwd=ROOT, capture_output=True, timeout=60)
     assert (run.returncode, run.stdout, run.stderr) == (7, b"hi there\n", b"oops\n"), \
         (run.returncode, run.stdout, run.stderr)
@@ -181,7 +169,7 @@ def _size_is(session: PtySession, size: bytes) -> bool:
 
 def test_a_shell_under_a_terminal_gets_the_containers_terminal(cluster: E2ECluster, web: str) -> None:
     uid = container_uid(main_process(web))
-    session = PtySession(vendue("exec", web, "0", "-it", "--", "sh"), cli_env(cluster), rows=24, cols=80,
+    session = PtySession(vendue_argv("exec", web, "0", "-it", "--", "sh"), cli_env(cluster), rows=24, cols=80,
                          cwd=str(ROOT))
     try:
         session.expect(rb"[$#] ")  # the shell's prompt
@@ -212,7 +200,7 @@ def test_a_shell_under_a_terminal_gets_the_containers_terminal(cluster: E2EClust
 
 def test_dropping_the_connection_kills_the_command_in_the_container(cluster: E2ECluster, web: str) -> None:
     uid = container_uid(main_process(web))
-    proc = subprocess.Popen(vendue("exec", web, "0", "--", "sh", "-c", "echo $$; exec sleep 1011"),
+    proc = subprocess.Popen(vendue_argv("exec", web, "0", "--", "sh", "-c", "echo $$; exec sleep 1011"),
                             env=cli_env(cluster), cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         assert proc.stdout is not None
@@ -307,7 +295,7 @@ def test_stopping_the_instance_ends_the_session_and_the_command(cluster: E2EClus
     cluster.bbs.desire(guid, 1, image={"ref": f"{reg.host}/team/web:1"},
                        command=[*HTTPD_IMAGE["entrypoint"], HTTPD_IMAGE["cmd"][0]])
     wait_for(lambda: expect(app_processes(guid).get(0), "no instance yet"), 120, "the instance running")
-    proc = subprocess.Popen(vendue("exec", guid, "0", "--", "sh", "-c", "echo $$; exec sleep 1019"),
+    proc = subprocess.Popen(vendue_argv("exec", guid, "0", "--", "sh", "-c", "echo $$; exec sleep 1019"),
                             env=cli_env(cluster), cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         assert proc.stdout is not None

@@ -15,7 +15,6 @@ import contextlib
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -25,6 +24,8 @@ import aiohttp
 import pytest
 
 from common.tls import CA_CERT, client_context
+from tests.support.cli_process import cli_env, vendue_argv
+from tests.support.containers import uid_of
 from tests.support.pty_session import PtySession
 
 from .conftest import (
@@ -64,23 +65,6 @@ def web(cluster: E2ECluster) -> str:
     return guid
 
 
-def cli_env(c: E2ECluster) -> dict[str, str]:
-    env = {**os.environ, "VENDUE_BBS_URL": c.lc.bbs_url, "VENDUE_DATA_DIR": str(c.lc.data_dir),
-           "NO_COLOR": "1", "COLUMNS": "200", "TERM": "xterm"}
-    for name in ("VENDUE_TLS_CERT", "VENDUE_TLS_KEY", "VENDUE_TLS_CA", "VENDUE_TOKEN"):
-        env.pop(name, None)
-    return env
-
-
-def vendue(*args: str) -> list[str]:
-    return [sys.executable, "-m", "deploy.cli", *args]
-
-
-def uid_of(pid: int) -> int:
-    status = Path(f"/proc/{pid}/status").read_text()
-    return int(next(line for line in status.splitlines() if line.startswith("Uid:")).split()[1])
-
-
 def instance(c: E2ECluster, guid: str) -> tuple[int, int, str]:
     """(its port, its main process's uid, its instance guid)."""
     assert c.bbs is not None
@@ -104,7 +88,7 @@ def test_a_shell_under_a_terminal_runs_as_the_instance(cluster: E2ECluster, web:
     port, uid, _ = instance(cluster, web)
     if cluster.lc.isolation == "cgroups":
         assert uid != 0, "an isolated instance runs under its own uid"
-    session = PtySession(vendue("exec", web, "0", "-it", "--", "sh"), cli_env(cluster), rows=24, cols=80,
+    session = PtySession(vendue_argv("exec", web, "0", "-it", "--", "sh"), cli_env(cluster), rows=24, cols=80,
                          cwd=str(ROOT))
     try:
         session.expect(rb"[$#] ")  # the remote shell's prompt
@@ -145,7 +129,7 @@ def _size_is(session: PtySession, size: bytes) -> bool:
 def test_a_plain_exec_pipes_stdin_and_passes_the_status_through(cluster: E2ECluster, web: str) -> None:
     port, _, instance_guid = instance(cluster, web)
     script = "cat; echo port=$PORT index=$INSTANCE_INDEX guid=$INSTANCE_GUID; pwd; echo oops >&2; exit 7"
-    run = subprocess.run(vendue("exec", web, "0", "-i", "--", "sh", "-c", script), input=b"hi there\n",
+    run = subprocess.run(vendue_argv("exec", web, "0", "-i", "--", "sh", "-c", script), input=b"hi there\n",
                          env=cli_env(cluster), cwd=ROOT, capture_output=True, timeout=60)
     out = run.stdout.decode().splitlines()
     assert run.returncode == 7, (run.returncode, run.stdout, run.stderr)
@@ -153,8 +137,8 @@ def test_a_plain_exec_pipes_stdin_and_passes_the_status_through(cluster: E2EClus
     assert out[2].endswith(instance_guid), f"the instance's directory is the cwd: {out}"
     assert run.stderr == b"oops\n"
     # Without -i the command's stdin is empty: cat ends at once.
-    run = subprocess.run(vendue("exec", web, "0", "--", "cat"), input=b"not sent\n", env=cli_env(cluster),
-                         cwd=ROOT, capture_output=True, timeout=60)
+    run = subprocess.run(vendue_argv("exec", web, "0", "--", "cat"), input=b"not sent\n",
+                         env=cli_env(cluster), cwd=ROOT, capture_output=True, timeout=60)
     assert (run.returncode, run.stdout) == (0, b""), (run.returncode, run.stdout, run.stderr)
 
 
@@ -250,7 +234,7 @@ def test_every_exec_is_an_event_and_in_the_story_without_its_output(cluster: E2E
 
 def test_dropping_the_connection_kills_the_command(cluster: E2ECluster, web: str) -> None:
     _, uid, instance_guid = instance(cluster, web)
-    proc = subprocess.Popen(vendue("exec", web, "0", "--", "sh", "-c", "echo $$; exec sleep 1009"),
+    proc = subprocess.Popen(vendue_argv("exec", web, "0", "--", "sh", "-c", "echo $$; exec sleep 1009"),
                             env=cli_env(cluster), cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         assert proc.stdout is not None
@@ -285,7 +269,7 @@ def test_a_reader_that_stops_reading_stops_the_command_not_the_memory(cluster: E
     servers = {"bbs": pids["bbs"], "rep": pids[next(iter(cluster.reps.values())).component]}
     before = {name: rss_mb(pid) for name, pid in servers.items()}
     line = "y" * 1000
-    proc = subprocess.Popen(vendue("exec", web, "0", "--", "sh", "-c", f"echo $$; exec yes {line}"),
+    proc = subprocess.Popen(vendue_argv("exec", web, "0", "--", "sh", "-c", f"echo $$; exec yes {line}"),
                             env=cli_env(cluster), cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         assert proc.stdout is not None
