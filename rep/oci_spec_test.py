@@ -60,6 +60,9 @@ def test_mounts_bind_read_only_and_no_sysfs() -> None:
     assert "/proc" in destinations and "/sys" not in destinations
     hosts = next(m for m in mounts if m["destination"] == "/etc/hosts")
     assert hosts["source"] == "/b/hosts" and "ro" in hosts["options"]
+    app = spec(binds=[BindMount("/i/app", "/www/app", read_only=False)])["mounts"][-1]
+    assert app["destination"] == "/www/app" and "rw" in app["options"] and "ro" not in app["options"], \
+        "an artifact placed as links is bound read-write: its files are read-only by their owner"
 
 
 def test_a_user_namespace_made_beforehand_is_joined_by_path() -> None:
