@@ -46,7 +46,7 @@ from common.models.image import Image
 from common.procutil import child_preexec, free_port
 
 from . import cni
-from .artifact_cache import placed_paths
+from .artifact_cache import ArtifactError, describe, placed_paths
 from .cgroups import InstanceCgroup, parse_mountinfo, parse_proc_cgroup
 from .container_exec import ContainerExecSession, exec_process
 from .executor import ExecRefused, ExecSession, ExecutorListener, LRPContainer, TaskContainer
@@ -199,6 +199,18 @@ def _prepare_rootfs(lower: Path, directory: Path, cwd: str, uid: int, gid: int) 
         work_dir.mkdir(parents=True, exist_ok=True)
         os.chown(work_dir, uid, gid, follow_symlinks=False)
     return rootfs
+
+
+def overlay_clash(artifacts: list[Artifact], cached_of: Callable[[str], Path]) -> str | None:
+    """Why an artifact cannot be placed beside a container's overlay (its `rootfs`, `upper` or `work` in the
+    instance's directory), or None."""
+    for artifact in artifacts:
+        for rel in placed_paths(artifact, cached_of(artifact.digest)):
+            top = PurePosixPath(rel).parts[0]
+            if top in (ROOTFS, UPPER, WORK):
+                return (f"{describe(artifact)}: {top!r} at the top of the instance's directory is the "
+                        "container's overlay: give it another dest")
+    return None
 
 
 def artifact_binds(artifacts: list[Artifact], cached_of: Callable[[str], Path], directory: Path, rootfs: Path,
@@ -393,6 +405,10 @@ class ContainerExecutor(ProcessExecutor):
             ctr.lower = await self.images.ensure(child.guid, ctr.image)
             ctr.artifacts = list(artifacts)
         await super()._place_artifacts(child, artifacts)
+        if ctr is not None and self.artifacts is not None:
+            why = overlay_clash(artifacts, self.artifacts.path_of)
+            if why is not None:
+                raise ArtifactError(why)
 
     async def _spawn(self, child: _Child, argv: list[str], env: dict[str, str],
                      origin: Origin) -> asyncio.subprocess.Process:

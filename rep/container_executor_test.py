@@ -62,3 +62,16 @@ def test_artifacts_are_bound_below_the_working_dir_and_image_links_refused(tmp_p
     (rootfs / "www/conf").symlink_to("/etc")  # an image's absolute link: the host's /etc to the rep
     with pytest.raises(OSError, match="/www/conf is a symbolic link in the image"):
         artifact_binds(artifacts[1:], lambda d: cache / d, directory, rootfs, "/www", owner, True)
+
+
+def test_an_artifact_where_the_overlay_goes_is_refused_naming_it(tmp_path: Path) -> None:
+    from common.models.artifact import Artifact
+    from rep.container_executor import overlay_clash
+
+    tree = "sha256:" + "c" * 64
+    (tmp_path / tree / "upper").mkdir(parents=True)
+    assert overlay_clash([Artifact(digest=tree, dest="app")], lambda d: tmp_path / d) is None
+    why = overlay_clash([Artifact(digest=tree, dest=".")], lambda d: tmp_path / d)
+    assert why is not None and why.startswith("artifact sha256:cccc…") and "'upper'" in why, why
+    why = overlay_clash([Artifact(digest=tree, dest="rootfs/x")], lambda d: tmp_path / d)
+    assert why is not None and "'rootfs'" in why, why
