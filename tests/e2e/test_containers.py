@@ -10,9 +10,9 @@ quota; a rep killed with `kill -9` and started again leaves nothing of its old c
 
 from __future__ import annotations
 
+import http.server
 import os
 import signal
-import socket
 import subprocess
 import threading
 from collections.abc import Callable, Iterator
@@ -119,28 +119,23 @@ def test_an_image_runs_over_cells_and_answers_on_its_mapped_ports(
     assert answer.stdout == f"0\n/www\n8080\n{INDEX_TEXT}", answer.output
 
 
-def _loopback_service() -> tuple[socket.socket, int]:
-    server = socket.socket()
-    server.bind(("127.0.0.1", 0))
-    server.listen(8)
+class _HostSecret(http.server.BaseHTTPRequestHandler):
+    def do_GET(self) -> None:  # noqa: N802  (http.server's name)
+        body = b"host secret\n"
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
 
-    def serve() -> None:
-        while True:
-            try:
-                conn, _ = server.accept()
-            except OSError:
-                return
-            with conn:
-                conn.settimeout(5)
-                try:
-                    conn.recv(4096)  # the request, read: closing on unread data would reset the connection
-                    conn.sendall(b"HTTP/1.0 200 OK\r\nContent-Length: 12\r\n\r\nhost secret\n")
-                    conn.shutdown(socket.SHUT_WR)
-                except OSError:
-                    pass
+    def log_message(self, format: str, *args: object) -> None:
+        pass
 
-    threading.Thread(target=serve, daemon=True).start()
-    return server, server.getsockname()[1]
+
+def _loopback_service() -> tuple[http.server.ThreadingHTTPServer, int]:
+    """A service on the host's loopback only, which no container should reach."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _HostSecret)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, server.server_address[1]
 
 
 @containers
@@ -178,7 +173,8 @@ def test_a_container_sees_only_itself(
         pids = app_processes(probe)
         assert pids and all(uid_of(pid) != 0 for group in pids.values() for pid in group), pids
     finally:
-        server.close()
+        server.shutdown()
+        server.server_close()
         marker.unlink(missing_ok=True)
 
 
