@@ -1,6 +1,7 @@
 """The `multihost` fixture: start a MultiHostCluster (real hosts in network namespaces, see multihost.py);
 closed when the test ends, also when it fails: every process gone, the namespaces, veths, bridge and files
-removed, and no process left to kill (a clean stop leaves none). Skipped, saying why, where network
+removed, nothing of a container rep's containers left (runc's state, mounts, namespaces), and no process
+left to kill (a clean stop leaves none). Skipped, saying why, where network
 namespaces cannot be made (not root, no `ip`)."""
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import pytest
 
 from rep.isolation import isolation_leftovers
 from tests.e2e.conftest import _print_log_tails
+from tests.support.containers import container_leftovers
 
 from .multihost import MultiHostCluster, unavailable_reason
 
@@ -37,5 +39,8 @@ def multihost() -> Iterator[Callable[..., MultiHostCluster]]:
     assert not leftovers, f"expected no process left after the cluster stopped, killed {leftovers}"
     left = [path for c in started for data_dir in c.rep_data_dirs() for path in isolation_leftovers(data_dir)]
     assert not left, f"expected no cgroup or instance directory left after the cluster stopped, saw {left}"
+    left = [path for c in started if c.executor == "container" for data_dir in c.rep_data_dirs()
+            for path in container_leftovers(data_dir)]
+    assert not left, f"expected nothing of the containers left after the cluster stopped, saw {left}"
     left = [name for network in networks for name in network.leftovers()]
     assert not left, f"expected no namespace or bridge left after the cluster closed, saw {left}"

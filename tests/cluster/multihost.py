@@ -17,7 +17,13 @@ Hosts (netns.py, one network namespace each, on one bridge):
   component is given all three URLs and moves to another server when its own goes;
 - one host per cell, named as the cell (`cell-0`, ...), running its rep with the process executor; or, with
   `sim_cells_per_process` (the benchmarks: tests/bench/e2e_hosts.py), one host per rep process of simulated
-  cells, named as the process (`rep-0`, ...).
+  cells, named as the process (`rep-0`, ...);
+- with `executor="container"`, the cells' reps run the container executor (rep/container_executor.py):
+  each makes its CNI bridge, veths and iptables rules in its host's namespace, on a /24 of its own in
+  198.19.0.0/16 that is not the hosts' network (tests/support/containers.py `free_subnets`), and maps
+  instance ports on its host's address; a host `registry` runs the test registry (plain HTTP,
+  tests/support/oci_registry.py) on its address, `cluster.registry`, which the BBS and the reps are told
+  is insecure (`--insecure-registry`).
 
 Every component binds its host's address, never loopback, with TLS on: its certificate carries that
 address. Everything else is LocalCluster's (deploy/cluster.py): the plan of arguments, certificates, key
@@ -26,9 +32,10 @@ restart; this class only says where each component runs (`_address`, `_on_host`)
 cluster from the root namespace over the bridge, as its admin (`verify`, `http_client`).
 
 `close()` (also on a failed start, and from `with`) heals the network, stops the cluster, kills whatever
-is left in the namespaces, removes the namespaces, the veths, the bridge and the data dir; it returns the
-pids it had to kill (a clean stop leaves none). A run killed before that is swept by the next one (netns.py
-`sweep`, and `sweep_data_dirs` for its files).
+is left in the namespaces, removes the containers the reps left (runc's state, overlay mounts, their
+namespaces: none of them lives in a host's namespace), the namespaces, the veths, the bridge and the data
+dir; it returns the pids it had to kill (a clean stop leaves none). A run killed before that is swept by
+the next one (netns.py `sweep`, and `sweep_data_dirs` for its reps' containers and cgroups and its files).
 """
 
 from __future__ import annotations
@@ -48,7 +55,10 @@ from typing import Any, TypeVar
 
 from common.transport.nats_server import ROUTE_PORT, NatsServer, NatsServerError, cluster_servers
 from deploy.cluster import FIRST_OF, ClusterError, LocalCluster
+from rep.isolation import sweep_rep
 from tests.e2e.conftest import proc_environ
+from tests.support.containers import free_subnets
+from tests.support.oci_registry import Registry, oci_registry
 
 from .hosts import Host
 from .netns import (
@@ -60,6 +70,7 @@ from .netns import (
     firewall_unavailable_reason,
     ip,
     new_tag,
+    sweep,
 )
 
 T = TypeVar("T")
@@ -70,6 +81,8 @@ OUR_DATA_DIR = re.compile(r"^vendue-hosts-([0-9a-f]+)-")
 # its host. Every server listens on the usual ports, each on its own host.
 NATS_HOSTS = {"nats": "nats-1", "nats-2": "nats-2", "nats-3": "nats-3"}
 NATS_CLIENT_PORT = 4222
+REGISTRY = "registry"  # the container cluster's registry host
+EXECUTORS = ("process", "container")
 
 
 def unavailable_reason() -> str | None:
@@ -100,14 +113,21 @@ def namespaces_unavailable_reason() -> str | None:
 
 
 def sweep_data_dirs() -> list[Path]:
-    """Remove the data dirs of clusters whose process is gone (killed before its teardown)."""
-    removed = []
-    for path in Path(tempfile.gettempdir()).glob(f"{DATA_PREFIX}*"):
-        match = OUR_DATA_DIR.match(path.name)
-        if match and dead_tag(match[1]):
-            shutil.rmtree(path, ignore_errors=True)
-            removed.append(path)
-    return removed
+    """Remove the data dirs of clusters whose process is gone (killed before its teardown), with what their
+    reps left outside them (rep/isolation.py `sweep_rep`: cgroups, instance directories, and a container
+    rep's runc containers, overlay mounts on the data dir and container namespaces, which outlive the
+    hosts' namespaces). Their hosts' processes are killed first (netns.py `sweep`): a rep is never swept
+    while it runs."""
+    dead = [path for path in Path(tempfile.gettempdir()).glob(f"{DATA_PREFIX}*")
+            if (match := OUR_DATA_DIR.match(path.name)) and dead_tag(match[1])]
+    if dead:
+        sweep()
+    for path in dead:
+        for rep_dir in sorted((path / "cells").iterdir()) if (path / "cells").is_dir() else []:
+            with contextlib.suppress(Exception):  # what one rep left must not keep the others' there
+                sweep_rep(rep_dir)
+        shutil.rmtree(path, ignore_errors=True)
+    return dead
 
 
 class MultiHostCluster(LocalCluster):
@@ -119,21 +139,27 @@ class MultiHostCluster(LocalCluster):
         separate_auctioneers: bool = False,
         separate_bbs: bool = False,
         transport: str = "http",
+        executor: str = "process",
         bbs_args: Sequence[str] = (),
         auctioneer_args: Sequence[str] = (),
         rep_args: Sequence[str] = (),
         **options: Any,
     ) -> None:
         """Two BBS replicas and two auctioneers on an embedded PostgreSQL, and `cells` reps in `zones`
-        zones (round-robin); `options`: the rest of LocalCluster's (cell sizes, env, encryption, and
-        `sim_cells_per_process`: simulated cells, that many per rep process, each process on its host)."""
+        zones (round-robin) with `executor` ("process" or "container": see the module doc); `options`: the
+        rest of LocalCluster's (cell sizes, env, encryption, and `sim_cells_per_process`: simulated cells,
+        that many per rep process, each process on its host)."""
+        if executor not in EXECUTORS:
+            raise ValueError(f"executor must be one of {', '.join(EXECUTORS)}, got {executor!r}")
         sweep_data_dirs()
         data_dir = Path(tempfile.mkdtemp(prefix=f"{DATA_PREFIX}{new_tag()}-"))
         data_dir.chmod(0o755)  # PostgreSQL's own user must reach its files (the server runs as it under root)
+        # Picked again once the hosts' network is (start): until then, what LocalCluster checks is there.
+        subnets = free_subnets(cells) if executor == "container" else ()
         try:
-            super().__init__(data_dir, cells=cells, zones=zones, executor="process", bbs_args=bbs_args,
+            super().__init__(data_dir, cells=cells, zones=zones, executor=executor, bbs_args=bbs_args,
                              auctioneer_args=auctioneer_args, rep_args=rep_args, transport=transport, ha=True,
-                             **options)
+                             container_subnets=subnets, **options)
         except BaseException:
             shutil.rmtree(data_dir, ignore_errors=True)
             raise
@@ -143,6 +169,8 @@ class MultiHostCluster(LocalCluster):
         self.nats_servers: dict[str, NatsServer] = {}
         self.network: Network | None = None
         self.hosts: dict[str, Host] = {}
+        self.registry: Registry | None = None  # the container cluster's, once started
+        self._registry_context: contextlib.ExitStack = contextlib.ExitStack()
 
     # --- the layout -------------------------------------------------------------------------------------
 
@@ -150,7 +178,8 @@ class MultiHostCluster(LocalCluster):
         bbs = ["bbs-1", "bbs-2"] if self.separate_bbs else []
         auctioneers = ["auctioneer-1", "auctioneer-2"] if self.separate_auctioneers else []
         nats = list(NATS_HOSTS.values()) if self.transport == "nats" else []
-        return [CONTROL, *bbs, *auctioneers, *nats, *self._rep_hosts()]
+        registry = [REGISTRY] if self.executor == "container" else []
+        return [CONTROL, *bbs, *auctioneers, *nats, *registry, *self._rep_hosts()]
 
     def _rep_hosts(self) -> list[str]:
         """One host per rep process: `cell-<i>` per cell, or with `sim_cells_per_process` (simulated cells,
@@ -200,11 +229,35 @@ class MultiHostCluster(LocalCluster):
             for name, link in self.network.hosts.items():
                 self.hosts[name] = Host(name, link.address, self.network.namespace_path(name))
             self.postgres_clients = (str(self.network.subnet),)
+            if self.executor == "container":
+                self._start_registry()
             super().start(timeout)
         except BaseException:
             self.close()
             raise
         return self
+
+    def _start_registry(self) -> None:
+        """The registry on its host, and the reps' bridges on subnets that are not the hosts' network."""
+        assert self.network is not None
+        self.container_subnets = tuple(free_subnets(self.cells, avoid=[self.network.subnet]))
+        host = self.host(REGISTRY)
+        workdir = self.data_dir / "registry"
+        self.registry = host.run(lambda: self._registry_context.enter_context(
+            oci_registry(workdir, address=host.address)))
+        for args in (self.bbs_args, self.rep_args):  # the BBS pins image refs: it asks the registry too
+            args += ["--insecure-registry", self.registry.host]
+
+    def _sweep_reps(self) -> None:
+        """LocalCluster's, each rep's on its host: a container rep's CNI DEL and egress rules are in its
+        host's namespace."""
+        if self.isolation != "cgroups":
+            return
+        for component in self._components.values():
+            if component.cells and component.data_dir:
+                sweep = functools.partial(sweep_rep, Path(component.data_dir))
+                host = self.hosts.get(component.name)
+                host.run(sweep) if host is not None else sweep()
 
     def _start_nats(self, timeout: float) -> None:
         """Transport nats: the three servers of NATS_HOSTS, each on its host, routed to one another; every
@@ -252,8 +305,16 @@ class MultiHostCluster(LocalCluster):
                     self.network.heal_all()  # a partitioned rep reports its stops instead of hanging on them
             self.stop()
         finally:
+            with contextlib.suppress(Exception):  # before the hosts' kill, which would count it a leftover
+                self._registry_context.close()
+            self.registry = None
             if self.network is not None:
                 leftovers = self.network.close()
+            if self.executor == "container":
+                # A container lives in namespaces of its own, out of reach of the hosts' kill: whatever a
+                # failed stop left, now that no rep runs.
+                with contextlib.suppress(Exception):
+                    self._sweep_reps()
             for host in self.hosts.values():
                 host.close()
             self.hosts.clear()

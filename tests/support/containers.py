@@ -7,9 +7,10 @@ import ipaddress
 import os
 import random
 import subprocess
+from collections.abc import Sequence
 from pathlib import Path
 
-from rep.cni import NETNS_DIR, iptables_mentions
+from rep.cni import NETNS_DIR
 from rep.container_executor import RUNC_ROOT, USERNS_ROOT, container_problem, detect_runtime
 from rep.isolation import isolation_problem, rep_key
 from rep.settings import RepSettings
@@ -34,18 +35,23 @@ def used_networks() -> list[ipaddress.IPv4Network]:
     return found
 
 
-def free_subnets(count: int) -> list[str]:
-    """`count` /24s of CONTAINER_RANGE no interface here overlaps."""
-    used = used_networks()
+def free_subnets(count: int, avoid: Sequence[ipaddress.IPv4Network] = ()) -> list[str]:
+    """`count` /24s of CONTAINER_RANGE no interface here overlaps, nor any of `avoid` (a network the cells'
+    hosts are on, when each cell is a namespace of its own: tests/cluster/multihost.py)."""
+    used = [*used_networks(), *avoid]
     candidates = [s for s in CONTAINER_RANGE.subnets(new_prefix=24) if not any(s.overlaps(u) for u in used)]
     random.SystemRandom().shuffle(candidates)
     return [str(s) for s in candidates[:count]]
 
 
-def container_leftovers(data_dir: Path) -> list[str]:
+def container_leftovers(data_dir: Path, netns: str | None = None, *, cell_level: bool = True) -> list[str]:
     """What the containers of a rep on `data_dir` left on the host: runc state, network namespaces, overlay
-    mounts, iptables rules, its bridge."""
+    mounts, iptables rules, veths on its bridge, its bridge. `netns`: the named network namespace the rep
+    runs in (a host of the multi-host cluster), where its bridge and iptables rules are; `cell_level`
+    False leaves out what the rep keeps while it runs, its bridge and egress rule (what is left of its
+    containers alone)."""
     key = rep_key(data_dir)
+    in_netns = ["ip", "netns", "exec", netns] if netns else []
     prefix = f"vd-{key[:8]}-"
     left: list[str] = []
     runtime = detect_runtime()
@@ -60,10 +66,19 @@ def container_leftovers(data_dir: Path) -> list[str]:
         left += [f"userns {n.name}" for n in (USERNS_ROOT / key).iterdir()]
     mounts = Path("/proc/self/mountinfo").read_text().splitlines()
     left += [f"mount {m.split()[4]}" for m in mounts if key in m.split()[4] or prefix in m.split()[4]]
-    left += [f"iptables {rule}" for rule in iptables_mentions(prefix)]
-    left += [f"iptables {rule}" for rule in iptables_mentions(f"vendue-{key}")]
-    if Path(f"/sys/class/net/vd{key[:10]}").exists():
-        left.append(f"bridge vd{key[:10]}")
+    rules = subprocess.run([*in_netns, "iptables-save"], capture_output=True, text=True).stdout.splitlines()
+    left += [f"iptables {rule}" for rule in rules if prefix in rule]
+    if cell_level:
+        left += [f"iptables {rule}" for rule in rules if f"vendue-{key}" in rule and prefix not in rule]
+    if netns:  # the rep's namespace is its own: any chain portmap made there is its
+        left += [f"iptables chain {rule.split()[0][1:]}" for rule in rules if rule.startswith(":CNI-DN-")]
+    bridge = f"vd{key[:10]}"
+    where = ["-n", netns] if netns else []
+    links = subprocess.run(["ip", *where, "-o", "link", "show"], capture_output=True, text=True).stdout
+    names = {line: line.split(":")[1].strip().split("@")[0] for line in links.splitlines() if ":" in line}
+    left += [f"veth {name}" for line, name in names.items() if f" master {bridge} " in line]
+    if cell_level and bridge in names.values():
+        left.append(f"bridge {bridge}")
     return left
 
 

@@ -124,7 +124,7 @@ def build_image(
 
 @dataclass
 class Registry:
-    host: str  # 127.0.0.1:PORT, what an image ref starts with
+    host: str  # ADDRESS:PORT (127.0.0.1 unless told), what an image ref starts with
     url: str  # http(s)://host
     ca: Path | None  # the CA's certificate when serving TLS
     users: dict[str, str] = field(default_factory=dict)
@@ -208,18 +208,21 @@ def _htpasswd(users: Mapping[str, str]) -> str:
 @contextlib.contextmanager
 def oci_registry(
     workdir: Path, *, tls: bool = False, users: Mapping[str, str] | None = None, token: bool = False,
-    timeout_s: float = 30.0,
+    timeout_s: float = 30.0, address: str = "127.0.0.1",
 ) -> Iterator[Registry]:
     """Run a registry in `workdir` until the block ends. `tls`: HTTPS with a certificate for 127.0.0.1 from
     a CA made in `workdir/ca`; `users`: htpasswd basic auth for these user -> password, or with `token`
     bearer tokens from a token service in this process (`Bearer realm=...`, as Docker Hub's), which gives
-    them to these users."""
+    them to these users. `address`: where it listens, plain HTTP only past loopback (the multi-host
+    cluster's registry host, tests/cluster/multihost.py); never a wildcard."""
     from common import tls as cluster_tls
 
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
-    port = free_port()
-    host = f"127.0.0.1:{port}"
+    if address in ("0.0.0.0", "::", "") or (tls and address != "127.0.0.1"):
+        raise ValueError(f"the test registry listens on one address, loopback for TLS: got {address!r}")
+    port = free_port(address)
+    host = f"{address}:{port}"
     config: dict[str, Any] = {
         "version": 0.1,
         "log": {"level": "info", "accesslog": {"disabled": True}},
