@@ -132,13 +132,20 @@ def test_an_image_over_cell_hosts_answers_from_the_host_and_from_other_cells_and
 
         pids = app_processes(web)
         assert sorted(pids) == [0, 1, 2], pids
+        data_dirs = {Path(d).name: Path(d) for d in cluster.rep_data_dirs()}
+        assert cluster.network is not None
+        for cell in {a["cell_id"] for a in up}:  # what the check below finds gone: there while they run
+            there = container_leftovers(data_dirs[cell], cluster.network.link(cell).namespace)
+            kinds = {item.split()[0] for item in there}
+            assert {"runc", "veth", "iptables", "bridge"} <= kinds, f"{cell}'s namespace holds {there}"
+            network = ("veth", "iptables", "bridge")
+            in_root = [x for x in container_leftovers(data_dirs[cell]) if x.split()[0] in network]
+            assert not in_root, f"expected {cell}'s network in its host's namespace alone, root has {in_root}"
         assert all(uid_of(pid) != 0 for group in pids.values() for pid in group), pids
 
     assert bbs.http.delete(f"/v1/desired_lrps/{web}").status_code == 204
     wait_for(lambda: expect(not bbs.actuals(web) and not app_processes(web), app_processes(web)), 60,
              "no instance of the deleted app, no process")
-    data_dirs = {Path(d).name: Path(d) for d in cluster.rep_data_dirs()}
-    assert cluster.network is not None
 
     def nothing_left() -> bool:
         left = {cell: container_leftovers(data_dirs[cell], cluster.network.link(cell).namespace,
