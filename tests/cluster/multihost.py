@@ -53,6 +53,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
+from common.procutil import pid_alive
 from common.transport.nats_server import ROUTE_PORT, NatsServer, NatsServerError, cluster_servers
 from deploy.cluster import FIRST_OF, ClusterError, LocalCluster
 from rep.isolation import sweep_rep
@@ -154,7 +155,8 @@ class MultiHostCluster(LocalCluster):
         sweep_data_dirs()
         data_dir = Path(tempfile.mkdtemp(prefix=f"{DATA_PREFIX}{new_tag()}-"))
         data_dir.chmod(0o755)  # PostgreSQL's own user must reach its files (the server runs as it under root)
-        # Picked again once the hosts' network is (start): until then, what LocalCluster checks is there.
+        # Picked again once the hosts' network is made (start), to keep clear of it; these pass LocalCluster's
+        # check until then.
         subnets = free_subnets(cells) if executor == "container" else ()
         try:
             super().__init__(data_dir, cells=cells, zones=zones, executor=executor, bbs_args=bbs_args,
@@ -254,10 +256,14 @@ class MultiHostCluster(LocalCluster):
         if self.isolation != "cgroups":
             return
         for component in self._components.values():
-            if component.cells and component.data_dir:
-                sweep = functools.partial(sweep_rep, Path(component.data_dir))
-                host = self.hosts.get(component.name)
-                host.run(sweep) if host is not None else sweep()
+            if not (component.cells and component.data_dir):
+                continue
+            sweep_one = functools.partial(sweep_rep, Path(component.data_dir))
+            host = self.hosts.get(component.name)
+            if host is not None:
+                host.run(sweep_one)
+            else:
+                sweep_one()
 
     def _start_nats(self, timeout: float) -> None:
         """Transport nats: the three servers of NATS_HOSTS, each on its host, routed to one another; every
@@ -401,11 +407,30 @@ class MultiHostCluster(LocalCluster):
 
     def instance_processes(self, process_guid: str) -> dict[str, dict[int, list[int]]]:
         """host -> INSTANCE_INDEX -> pids of the live processes whose environment says they are an instance
-        of `process_guid`: what really runs, read from every namespace, whatever the BBS or a rep says."""
+        of `process_guid`: what really runs, read from every namespace, whatever the BBS or a rep says. A
+        container's processes are in a namespace of their own: they count on the host of their runc."""
+        on_host = {pid: host for host in self.hosts for pid in self.host_pids(host)}
         found: dict[str, dict[int, list[int]]] = {}
-        for host in self.hosts:
-            for pid in self.host_pids(host):
-                env = proc_environ(pid)
-                if env.get("PROCESS_GUID") == process_guid and "INSTANCE_INDEX" in env:
-                    found.setdefault(host, {}).setdefault(int(env["INSTANCE_INDEX"]), []).append(pid)
+        for entry in os.listdir("/proc"):
+            env = proc_environ(int(entry)) if entry.isdigit() else {}
+            if env.get("PROCESS_GUID") != process_guid or "INSTANCE_INDEX" not in env:
+                continue
+            pid = int(entry)
+            if (host := _host_of(pid, on_host)) is not None and pid_alive(pid):
+                found.setdefault(host, {}).setdefault(int(env["INSTANCE_INDEX"]), []).append(pid)
         return found
+
+
+def _host_of(pid: int, on_host: dict[int, str]) -> str | None:
+    """The host of `pid` or of its nearest ancestor on a host (`on_host`: pid -> host); None: not ours."""
+    for _ in range(64):  # deeper than any tree of ours
+        if pid in on_host:
+            return on_host[pid]
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            return None
+        pid = int(stat.rsplit(")", 1)[1].split()[1])  # after the name, which may hold anything: state, ppid
+        if pid <= 1:
+            return None
+    return None

@@ -130,18 +130,22 @@ def test_an_image_over_cell_hosts_answers_from_the_host_and_from_other_cells_and
             assert seen["control"] == "self\n", f"{cell}: its own loopback answers, saw {seen['control']!r}"
             assert done.strip() != "0" and "host secret" not in seen["loop"], (cell, done, seen["loop"])
 
-        pids = app_processes(web)
-        assert sorted(pids) == [0, 1, 2], pids
+        pids = cluster.instance_processes(web)  # each where its runc is: on its cell's host
+        placed = {a["cell_id"] for a in up}
+        assert {cell: sorted(group) for cell, group in pids.items()} == {
+            cell: sorted(a["index"] for a in up if a["cell_id"] == cell) for cell in placed
+        }, (pids, [(a["cell_id"], a["index"]) for a in up])
         data_dirs = {Path(d).name: Path(d) for d in cluster.rep_data_dirs()}
         assert cluster.network is not None
-        for cell in {a["cell_id"] for a in up}:  # what the check below finds gone: there while they run
+        for cell in placed:  # what the check below finds gone: there while they run
             there = container_leftovers(data_dirs[cell], cluster.network.link(cell).namespace)
             kinds = {item.split()[0] for item in there}
             assert {"runc", "veth", "iptables", "bridge"} <= kinds, f"{cell}'s namespace holds {there}"
             network = ("veth", "iptables", "bridge")
             in_root = [x for x in container_leftovers(data_dirs[cell]) if x.split()[0] in network]
             assert not in_root, f"expected {cell}'s network in its host's namespace alone, root has {in_root}"
-        assert all(uid_of(pid) != 0 for group in pids.values() for pid in group), pids
+        uids = {pid: uid_of(pid) for indexes in pids.values() for group in indexes.values() for pid in group}
+        assert 0 not in uids.values(), f"expected no instance process under the host's root, saw {uids}"
 
     assert bbs.http.delete(f"/v1/desired_lrps/{web}").status_code == 204
     wait_for(lambda: expect(not bbs.actuals(web) and not app_processes(web), app_processes(web)), 60,
