@@ -408,7 +408,7 @@ class LocalCluster:
 
         The auctioneers and the reps go first, the reps with SIGINT (stop the containers, report them to
         the BBS, exit) rather than SIGTERM (evacuate onto cells that are about to go too); the BBS goes
-        last, once nobody reports to it any more. Each gets STOP_GRACE_S before SIGKILL (to its whole
+        last, once nobody reports to it any more. Each gets its grace before SIGKILL (to its whole
         session).
 
         A stopping rep reports its instances gone, so the BBS asks for new auctions; the auctioneers and

@@ -9,7 +9,7 @@ import random
 import subprocess
 from pathlib import Path
 
-from rep.cni import NETNS_DIR, iptables_mentions
+from rep.cni import NETNS_DIR, bridge_of, iptables_mentions
 from rep.container_executor import RUNC_ROOT, USERNS_ROOT, container_problem, detect_runtime
 from rep.isolation import isolation_problem, rep_key
 from rep.settings import RepSettings
@@ -62,9 +62,16 @@ def container_leftovers(data_dir: Path) -> list[str]:
     left += [f"mount {m.split()[4]}" for m in mounts if key in m.split()[4] or prefix in m.split()[4]]
     left += [f"iptables {rule}" for rule in iptables_mentions(prefix)]
     left += [f"iptables {rule}" for rule in iptables_mentions(f"vendue-{key}")]
-    if Path(f"/sys/class/net/vd{key[:10]}").exists():
-        left.append(f"bridge vd{key[:10]}")
+    if Path(f"/sys/class/net/{bridge_of(key)}").exists():
+        left.append(f"bridge {bridge_of(key)}")
     return left
+
+
+def bridge_ports(data_dir: Path) -> list[str]:
+    """The interfaces on the bridge of the rep on `data_dir`: its containers' veths (none without it)."""
+    out = subprocess.run(["ip", "-o", "link", "show", "master", bridge_of(rep_key(data_dir))],
+                         capture_output=True, text=True).stdout
+    return [line.split(":")[1].strip().split("@")[0] for line in out.splitlines() if ":" in line]
 
 
 def uid_of(pid: int) -> int:
