@@ -137,8 +137,8 @@ def split_container_subnet(subnet: str, cells: int) -> list[str]:
                          f"{DEFAULT_CONTAINER_SUBNET}), got {subnet!r}: {exc}") from None
     prefix = max(network.prefixlen + max(cells - 1, 0).bit_length(), CELL_SUBNET_PREFIX)
     if prefix > SMALLEST_CELL_SUBNET_PREFIX:
-        fits = SMALLEST_CELL_SUBNET_PREFIX - network.prefixlen
-        room = 2 ** fits if fits >= 0 else 0
+        smallest = ipaddress.IPv4Network(f"0.0.0.0/{SMALLEST_CELL_SUBNET_PREFIX}").num_addresses
+        room = network.num_addresses // smallest
         raise ValueError(f"--container-subnet: {subnet} has room for {room} cell(s) of at least "
                          f"/{SMALLEST_CELL_SUBNET_PREFIX}, not {cells}: give a larger one")
     return [str(share) for share, _ in zip(network.subnets(new_prefix=prefix), range(cells), strict=False)]
