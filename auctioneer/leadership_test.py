@@ -137,7 +137,7 @@ async def test_a_leader_that_cannot_renew_steps_down_at_once_and_leads_again_wit
 
                 link.mode = "up"  # nobody took the lease meanwhile: the BBS still names a1 its owner
                 # The change fires once the attempt is over (`leader` turns true just before).
-                await eventually(lambda: changes == [True, False, True], RENEW_TTL, "leading again",
+                await eventually(lambda: changes == [True, False, True], WAIT_S, "leading again",
                                  lambda: f"{describe(leader)}, changes {changes}")
                 assert (leader.token, changes, leader.terms, leader.problem) == (
                     token,

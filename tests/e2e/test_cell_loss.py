@@ -183,11 +183,13 @@ def auctioneer_stats(c: E2ECluster) -> dict:
 @pytest.mark.timeout(180)
 def test_work_a_stalled_cell_accepted_is_not_auctioned_again_while_it_is_present(make_cluster):
     # The rep is stalled right after accepting the work: its claim, sent at once (an LRP starts only once
-    # its claim is accepted), may or may not have left; the staleness limit is 1 s. The presence TTL (10 s)
-    # outlasts the stall; the auctioneer gives up on a silent rep's bid after 1 s, so without the guarantee a
-    # second auction would place the instance on the other cell within the stall, UNCLAIMED or CLAIMED.
-    c = make_cluster(cells=2, zones=1, bbs_args=("--stale-unclaimed", "1", "--presence-ttl", "10"),
-                     rep_args=("--presence-ttl", "10", "--report-linger", "5"),
+    # its claim is accepted), may or may not have left; the staleness limit is 2 s (1 s let a claim slowed by
+    # a loaded machine come too late, so the instance was rightly placed again before the stall). The
+    # presence TTL (12 s) outlasts the stall; the auctioneer gives up on a silent rep's bid after 1 s, so
+    # without the guarantee a second auction would place the instance on the other cell within the stall,
+    # UNCLAIMED or CLAIMED.
+    c = make_cluster(cells=2, zones=1, bbs_args=("--stale-unclaimed", "2", "--presence-ttl", "12"),
+                     rep_args=("--presence-ttl", "12", "--report-linger", "5"),
                      auctioneer_args=("--cell-state-timeout", "1"))
     late = c.guid("late")
     c.bbs.desire(late, 1)
@@ -216,7 +218,7 @@ def test_work_a_stalled_cell_accepted_is_not_auctioned_again_while_it_is_present
             )
 
         # Stalled for four times the staleness limit, present throughout: never placed a second time.
-        hold_for(held_by_the_stalled_cell_and_placed_once, 4.0,
+        hold_for(held_by_the_stalled_cell_and_placed_once, 8.0,
                  f"{late} UNCLAIMED or CLAIMED by {holder} and placed once while {holder} is stalled")
     finally:
         os.kill(rep.pid, signal.SIGCONT)
