@@ -41,6 +41,12 @@ where the launcher can, i.e. runs as root on a machine with the cgroup controlle
 `isolation="cgroups"|"none"` decides instead. Either way the BBS's data dir is 0700: no app reads its
 database.
 
+With `executor="container"` (as root, with runc and the CNI plugins: `containers_problem` says what is
+missing) every rep runs an image's instances in containers, on a bridge of its own (named after its data
+dir) with its own subnet: `container_subnets`, or else its share of `container_subnet`
+(cluster_topology.split_container_subnet). A rep stopping waits out its instances' --stop-grace, so it gets
+that on top of the launcher's own grace (cluster_processes.stop_grace).
+
 The BBS and the auctioneer need each other's URL, so their ports are picked up front; a rep's port is
 whatever it bound first (`--port 0`) and is kept across restarts, like the BBS's and the auctioneer's.
 
