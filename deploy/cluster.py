@@ -41,6 +41,12 @@ where the launcher can, i.e. runs as root on a machine with the cgroup controlle
 `isolation="cgroups"|"none"` decides instead. Either way the BBS's data dir is 0700: no app reads its
 database.
 
+With `executor="container"` (as root, with runc and the CNI plugins: `containers_problem` says what is
+missing) every rep runs an image's instances in containers, on a bridge of its own (named after its data
+dir) with its own subnet: `container_subnets`, or else its share of `container_subnet`
+(cluster_topology.split_container_subnet). A rep stopping waits out its instances' --stop-grace, so it gets
+that on top of the launcher's own grace (cluster_processes.stop_grace).
+
 The BBS and the auctioneer need each other's URL, so their ports are picked up front; a rep's port is
 whatever it bound first (`--port 0`) and is kept across restarts, like the BBS's and the auctioneer's.
 
@@ -65,6 +71,7 @@ lives as long as the cluster (normally the main thread).
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import os
 import signal
 import ssl
@@ -93,6 +100,7 @@ from .cluster_file import (
 )
 from .cluster_processes import DATABASE_ENV, ENTRY_POINT, PROJECT_ROOT, SECURITY_ENV, STOP_GRACE_S
 from .cluster_topology import (
+    DEFAULT_CONTAINER_SUBNET,
     DEFAULT_CONVERGENCE_INTERVAL_S,
     DEFAULT_EVACUATION_TIMEOUT_S,
     DEFAULT_PRESENCE_TTL_S,
@@ -107,7 +115,8 @@ from .cluster_topology import (
 )
 
 __all__ = [
-    "ADMIN_CERT", "CERTS_DIR", "CLUSTER_FILE", "DATABASE_ENV", "DEFAULT_CONVERGENCE_INTERVAL_S",
+    "ADMIN_CERT", "CERTS_DIR", "CLUSTER_FILE", "DATABASE_ENV", "DEFAULT_CONTAINER_SUBNET",
+    "DEFAULT_CONVERGENCE_INTERVAL_S",
     "DEFAULT_EVACUATION_TIMEOUT_S", "DEFAULT_PRESENCE_TTL_S", "ENTRY_POINT", "FIRST_OF", "KEYS_FILE",
     "LOOPBACK",
     "PROJECT_ROOT", "SECURITY_ENV", "STOP_GRACE_S", "ClusterError", "LocalCluster", "RepProcess",
@@ -118,6 +127,33 @@ T = TypeVar("T")
 # killed and restarted by these names ("nats" names the NATS server too, as on a cluster of hosts).
 NATS_SERVER, POSTGRES = "nats-server", "postgres"
 SERVER_ALIASES = {"nats": NATS_SERVER}
+
+
+def containers_problem(cni_path: Path | None = None) -> str | None:
+    """Why this machine cannot run container cells, in one line naming what is missing (the rep's own check:
+    every rep would refuse to start with it), or None."""
+    from rep.isolation import isolation_problem
+    from rep.settings import RepSettings
+
+    settings = RepSettings(executor="container", isolation="cgroups")
+    if cni_path is not None:
+        settings = settings.model_copy(update={"cni_path": cni_path})
+    return isolation_problem(settings)
+
+
+def host_networks() -> list[tuple[str, ipaddress.IPv4Interface]]:
+    """(interface, address/prefix) of every IPv4 address of this host (`ip -4 -o addr show`)."""
+    try:
+        out = subprocess.run(["ip", "-4", "-o", "addr", "show"], capture_output=True, text=True,
+                             timeout=10).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    found = []
+    for line in out.splitlines():
+        fields = line.split()
+        if "inet" in fields and len(fields) > 1:
+            found.append((fields[1], ipaddress.IPv4Interface(fields[fields.index("inet") + 1])))
+    return found
 
 
 class LocalCluster:
@@ -148,6 +184,7 @@ class LocalCluster:
         isolation: str | None = None,
         sim_reps: Sequence[SimRepProcess] = (),
         container_subnets: Sequence[str] = (),
+        container_subnet: str = DEFAULT_CONTAINER_SUBNET,
     ) -> None:
         if ha and not database_url and not embedded_postgres.available():
             raise ClusterError(
@@ -162,6 +199,8 @@ class LocalCluster:
             raise ValueError(f"cells and zones must be at least 1, got cells={cells} zones={zones}")
         if executor not in ("process", "sim", "container"):
             raise ValueError(f"executor must be 'process', 'container' or 'sim', got {executor!r}")
+        if executor == "container" and not container_subnets:  # reps on one host may not share one
+            container_subnets = cluster_topology.split_container_subnet(container_subnet, cells)
         if executor == "container" and len(container_subnets) < cells:
             raise ValueError("the container executor needs a subnet per cell (container_subnets): reps on "
                              "one host may not share one")
@@ -228,6 +267,10 @@ class LocalCluster:
 
     def isolation_summary(self) -> str:
         """One line: how this cluster's reps isolate their instances, and why not when they do not."""
+        if self.executor == "container":
+            bridges = ", ".join(f"cell-{i} {subnet}" for i, subnet in enumerate(self.container_subnets))
+            return ("isolation: containers: an image's instances in runc containers, each cell's on a bridge "
+                    f"of its own ({bridges}); the rest as processes under their own uid and cgroup")
         if not self.isolation:
             return f"isolation: none needed (the {self.executor} executor runs no processes)"
         if self.isolation == "cgroups":
@@ -235,6 +278,25 @@ class LocalCluster:
                     "CPU shares), in its own directory")
         because = f" ({self.isolation_reason})" if self.isolation_reason else ""
         return f"isolation: none{because}: apps run as uid {os.geteuid()}, unisolated"
+
+    def container_subnet_clash(self) -> str | None:
+        """One line naming a cell's subnet that an address of this host already lies in (another cluster's
+        containers, a VPN, docker0...), None when there is none: containers there would be routed to the
+        wrong side. The cluster's own bridges (left by a rep killed, removed at its start) do not count."""
+        if self.executor != "container":
+            return None
+        from rep.cni import bridge_of
+        from rep.isolation import rep_key
+
+        own = {bridge_of(rep_key(self.data_dir / "cells" / f"cell-{i}")) for i in range(self.cells)}
+        for name, address in host_networks():
+            if name in own:
+                continue
+            for i, subnet in enumerate(self.container_subnets):
+                if ipaddress.IPv4Network(subnet).overlaps(address.network):
+                    return (f"--container-subnet: cell-{i}'s {subnet} overlaps {address} on {name}; choose "
+                            "another (--container-subnet CIDR)")
+        return None
 
     # --- paths ------------------------------------------------------------------------------------
 
@@ -352,7 +414,7 @@ class LocalCluster:
 
         The auctioneers and the reps go first, the reps with SIGINT (stop the containers, report them to
         the BBS, exit) rather than SIGTERM (evacuate onto cells that are about to go too); the BBS goes
-        last, once nobody reports to it any more. Each gets STOP_GRACE_S before SIGKILL (to its whole
+        last, once nobody reports to it any more. Each gets its grace before SIGKILL (to its whole
         session).
 
         A stopping rep reports its instances gone, so the BBS asks for new auctions; the auctioneers and

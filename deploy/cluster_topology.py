@@ -7,6 +7,7 @@ tests/cluster/multihost.py), so the plan takes it as a function.
 
 from __future__ import annotations
 
+import ipaddress
 import subprocess
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -25,6 +26,14 @@ DEFAULT_EVACUATION_TIMEOUT_S = 30.0
 # With ha=True the first BBS and auctioneer keep their single-cluster names; "-1" names them too.
 FIRST_OF = {"bbs-1": "bbs", "auctioneer-1": "auctioneer"}
 LOOPBACK = "127.0.0.1"
+
+
+# The container executor's cells (`vendue up --executor container`): each rep gets its own share of this
+# as its bridge's subnet, a /24 (room for a cell's 250 containers) while there is room for one each, else an
+# equal smaller share. The rep's own default is 10.244.0.0/22, for one rep on a host.
+DEFAULT_CONTAINER_SUBNET = "10.244.0.0/16"
+CELL_SUBNET_PREFIX = 24
+SMALLEST_CELL_SUBNET_PREFIX = 29  # 8 addresses: the rep's smallest --container-subnet
 
 
 class ClusterError(RuntimeError):
@@ -115,6 +124,24 @@ def free_port_besides(taken: set[int]) -> int:
     while port in taken:
         port = free_port()
     return port
+
+
+def split_container_subnet(subnet: str, cells: int) -> list[str]:
+    """Cell i's bridge subnet out of the cluster's `subnet`: reps sharing a host must not share one (each
+    has its own bridge, and two bridges holding the same subnet would route each other's containers
+    nowhere). ValueError naming --container-subnet when there is not room enough."""
+    try:
+        network = ipaddress.IPv4Network(subnet, strict=True)
+    except ValueError as exc:
+        raise ValueError(f"--container-subnet: expected an IPv4 subnet (CIDR, e.g. "
+                         f"{DEFAULT_CONTAINER_SUBNET}), got {subnet!r}: {exc}") from None
+    prefix = max(network.prefixlen + max(cells - 1, 0).bit_length(), CELL_SUBNET_PREFIX)
+    if prefix > SMALLEST_CELL_SUBNET_PREFIX:
+        smallest = ipaddress.IPv4Network(f"0.0.0.0/{SMALLEST_CELL_SUBNET_PREFIX}").num_addresses
+        room = network.num_addresses // smallest
+        raise ValueError(f"--container-subnet: {subnet} has room for {room} cell(s) of at least "
+                         f"/{SMALLEST_CELL_SUBNET_PREFIX}, not {cells}: give a larger one")
+    return [str(share) for share, _ in zip(network.subnets(new_prefix=prefix), range(cells), strict=False)]
 
 
 def address_args(component: Component, address: str) -> list[str]:

@@ -24,6 +24,7 @@ import ctypes
 import fcntl
 import json
 import os
+import shlex
 import socket
 import struct
 import subprocess
@@ -69,6 +70,12 @@ class Network:
         }
         portmap = {"type": "portmap", "snat": True, "capabilities": {"portMappings": True}}
         return [bridge, portmap]
+
+
+def bridge_of(rep_key: str) -> str:
+    """The bridge of a rep's cells: named after its key (its data dir's hash), so reps sharing a host never
+    share one; at most IFNAMSIZ - 1 characters."""
+    return f"vd{rep_key[:10]}"
 
 
 def missing_plugins(plugin_dir: Path = PLUGIN_DIR) -> list[str]:
@@ -338,6 +345,16 @@ def clear_egress(net: Network) -> None:
     """Remove the cell's egress rules."""
     _remove(_egress_rule(net))
     _remove(_masquerade_rule(net), "nat")
+
+
+def remove_rules_of(net: Network) -> None:
+    """Remove every egress rule commented with the network's name, whatever subnet it names: what a
+    sweep of a rep whose flags it does not know (rep/container_executor.py sweep_containers) needs."""
+    for table in ("nat", "filter"):
+        out = subprocess.run(["iptables-save", "-t", table], capture_output=True, text=True).stdout
+        for line in out.splitlines():
+            if line.startswith("-A ") and f'"{net.name} ' in line:
+                subprocess.run(["iptables", "-t", table, "-D", *shlex.split(line)[1:]], capture_output=True)
 
 
 def remove_bridge(net: Network) -> None:

@@ -695,12 +695,14 @@ def sweep_containers(data_dir: Path) -> list[str]:
     found: list[str] = []
     for state_dir in sorted(Path(data_dir).glob(f"*/{STATE_DIR}")):
         cell_id = state_dir.parent.name
-        network = cni.Network(name=f"vendue-{key}", bridge=f"vd{key[:10]}", subnet="10.244.0.0/22",
+        # The subnet is not known here (the rep's flag): the egress rules go by their comment.
+        network = cni.Network(name=f"vendue-{key}", bridge=cni.bridge_of(key), subnet="10.244.0.0/22",
                               ipam_dir=Path(data_dir) / cell_id / "cni")
         executor = ContainerExecutor(data_dir, cell_id, runtime=runtime, network=network,
                                      images=None)  # type: ignore[arg-type]  # nothing is pulled
         found += asyncio.run(executor.cleanup_leftovers())
         cni.clear_egress(network)
+        cni.remove_rules_of(network)
         cni.remove_bridge(network)
         shutil.rmtree(state_dir, ignore_errors=True)
     for level in (RUNC_ROOT / key, USERNS_ROOT / key):

@@ -265,7 +265,7 @@ def container_executor(settings: RepSettings, cell_id: str, cache: ArtifactCache
     if runtime is None:
         raise ConfigError("--executor container: missing an OCI runtime (runc or crun)")
     key = rep_key(settings.data_dir)
-    network = cni.Network(name=f"vendue-{key}", bridge=f"vd{key[:10]}", subnet=settings.container_subnet,
+    network = cni.Network(name=f"vendue-{key}", bridge=cni.bridge_of(key), subnet=settings.container_subnet,
                           ipam_dir=Path(settings.data_dir) / cell_id / "cni",
                           egress=settings.container_egress == "allow", plugin_dir=settings.cni_path)
     images = ImageStore(cache, insecure_registries=tuple(settings.insecure_registries),

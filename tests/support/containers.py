@@ -10,7 +10,7 @@ import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 
-from rep.cni import NETNS_DIR
+from rep.cni import NETNS_DIR, bridge_of
 from rep.container_executor import RUNC_ROOT, USERNS_ROOT, container_problem, detect_runtime
 from rep.isolation import isolation_problem, rep_key
 from rep.settings import RepSettings
@@ -72,7 +72,7 @@ def container_leftovers(data_dir: Path, netns: str | None = None, *, cell_level:
         left += [f"iptables {rule}" for rule in rules if f"vendue-{key}" in rule and prefix not in rule]
     if netns:  # the rep's namespace is its own: any chain portmap made there is its
         left += [f"iptables chain {rule.split()[0][1:]}" for rule in rules if rule.startswith(":CNI-DN-")]
-    bridge = f"vd{key[:10]}"
+    bridge = bridge_of(key)
     where = ["-n", netns] if netns else []
     links = subprocess.run(["ip", *where, "-o", "link", "show"], capture_output=True, text=True).stdout
     names = {line: line.split(":")[1].strip().split("@")[0] for line in links.splitlines() if ":" in line}
@@ -80,6 +80,13 @@ def container_leftovers(data_dir: Path, netns: str | None = None, *, cell_level:
     if cell_level and bridge in names.values():
         left.append(f"bridge {bridge}")
     return left
+
+
+def bridge_ports(data_dir: Path) -> list[str]:
+    """The interfaces on the bridge of the rep on `data_dir`: its containers' veths (none without it)."""
+    out = subprocess.run(["ip", "-o", "link", "show", "master", bridge_of(rep_key(data_dir))],
+                         capture_output=True, text=True).stdout
+    return [line.split(":")[1].strip().split("@")[0] for line in out.splitlines() if ":" in line]
 
 
 def uid_of(pid: int) -> int:
