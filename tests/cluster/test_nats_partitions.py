@@ -124,7 +124,8 @@ def test_nats_cut_off_from_everyone_and_everything_recovers_once_healed(
     # Meanwhile the instances keep running, the same ones (presence is HTTP: no cell is lost).
     hold_for(lambda: unchanged(cluster, bbs, "before", before), SILENT_SERVER_S, "before unchanged")
     wait_for(lambda: expect(not (found := cluster.nats_clients()), found),
-             max(0.1, NATS_CUT_S - (time.monotonic() - cut_at)), "every client giving its NATS server up")
+             max(0.1, NATS_CUT_S - (time.monotonic() - cut_at)) + LOADED_RECONNECT_S - RECONNECT_S,
+             "every client giving its NATS server up")
     hold_for(lambda: unchanged(cluster, bbs, "before", before),
              max(0.1, NATS_CUT_S - (time.monotonic() - cut_at)), "before unchanged")
 
