@@ -23,11 +23,15 @@ from typing import Any, TypeVar
 
 T = TypeVar("T")
 
-# Between two looks: blocking waits mostly look at other processes (HTTP, /proc), so not too often; a
-# coroutine's conditions are mostly in-process state, cheap to look at.
+# Between two looks: blocking waits mostly look at other processes (HTTP, /proc, a CLI run), and each look
+# costs those processes CPU too; so the first look after a miss comes soon and each next one half as late
+# again, up to WAIT_FOR_MAX_INTERVAL_S (looking every 50 ms throughout, the suite's waits took more than a
+# core of a two-core machine). A coroutine's conditions are mostly in-process state, cheap to look at.
 WAIT_FOR_INTERVAL_S = 0.05
+WAIT_FOR_MAX_INTERVAL_S = 0.25
+WAIT_FOR_BACKOFF = 1.5
 EVENTUALLY_INTERVAL_S = 0.01
-HOLD_FOR_INTERVAL_S = 0.1
+HOLD_FOR_INTERVAL_S = 0.2
 
 NOTHING_SEEN = "nothing (the condition never ran)"
 
@@ -94,15 +98,18 @@ def wait_for(
     what: str,
     seen: Callable[[], object] | None = None,
     *,
-    interval: float = WAIT_FOR_INTERVAL_S,
+    interval: float | None = None,
     retry_on: tuple[type[BaseException], ...] = (),
 ) -> T:
     """Call `condition` until it answers a truthy value (returned) or `timeout` seconds pass (AssertionError
     naming `what` and the last observation: what the condition raised, else `seen()`, else its answer).
+    The looks start WAIT_FOR_INTERVAL_S apart and back off (WAIT_FOR_BACKOFF) to WAIT_FOR_MAX_INTERVAL_S;
+    an `interval` given stays the same throughout (a test that must look at a given pace).
 
     Exceptions of the types in `retry_on` (e.g. a connection refused while a server starts) count as "not
     yet", as Unmet does; any other exception ends the wait at once."""
     poll = _Poll(time.monotonic, timeout, what, seen)
+    pause, longest = (interval, interval) if interval else (WAIT_FOR_INTERVAL_S, WAIT_FOR_MAX_INTERVAL_S)
     while True:
         try:
             value = condition()
@@ -113,7 +120,8 @@ def wait_for(
                 return value
             poll.not_yet(value)
         poll.fail_if_past_deadline()
-        time.sleep(interval)
+        time.sleep(pause)
+        pause = min(longest, pause * WAIT_FOR_BACKOFF)
 
 
 async def eventually(

@@ -83,6 +83,35 @@ def test_wait_for_fails_at_its_deadline_naming_the_expectation_and_the_last_seen
     assert len(looks) == LOOKS_UNTIL_DEADLINE, "it gives up at the deadline, not before, not after"
 
 
+class RecordingClock(FakeClock):
+    def __init__(self) -> None:
+        super().__init__()
+        self.intervals: list[float] = []
+
+    def sleep(self, seconds: float) -> None:
+        self.intervals.append(seconds)
+        super().sleep(seconds)
+
+
+def test_wait_for_looks_soon_after_a_miss_then_backs_off_to_its_longest_interval(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    clock = RecordingClock()
+    monkeypatch.setattr(polling, "time", types.SimpleNamespace(monotonic=clock.monotonic, sleep=clock.sleep))
+    with pytest.raises(AssertionError):
+        wait_for(lambda: False, 3.0, "never")
+    first, longest = polling.WAIT_FOR_INTERVAL_S, polling.WAIT_FOR_MAX_INTERVAL_S
+    assert clock.intervals[0] == first
+    assert clock.intervals == sorted(clock.intervals), clock.intervals
+    assert clock.intervals[1] > first and max(clock.intervals) == longest, clock.intervals
+    # An interval given is kept as it is, shorter or longer.
+    for given in (0.02, 1.0):
+        clock.intervals.clear()
+        with pytest.raises(AssertionError):
+            wait_for(lambda: False, 3.0, "never", interval=given)
+        assert set(clock.intervals) == {given}
+
+
 def test_wait_for_shows_seen_else_the_falsy_answer(clock: FakeClock) -> None:
     with pytest.raises(AssertionError, match=r"expected a lease within 5s; saw holder None$"):
         wait_for(lambda: False, TIMEOUT_S, "a lease", lambda: "holder None", interval=INTERVAL_S)
