@@ -371,8 +371,9 @@ def test_the_init_ends_an_app_without_a_sigterm_handler_at_once_and_reaps_its_or
     wait_for(lambda: expect(not app_processes(app), app_processes(app)), INIT_GRACE_S + 30,
              "the sleeper's processes gone")
     took = time.monotonic() - began
-    assert took < INIT_GRACE_S / 2, (f"expected the stop well within the {INIT_GRACE_S:.0f} s grace (the init "
-                                     f"forwards SIGTERM): under {INIT_GRACE_S / 2:.0f} s; saw {took:.1f} s")
+    assert took < INIT_GRACE_S / 2, (
+        f"expected the stop well within the {INIT_GRACE_S:.0f} s grace (the init forwards SIGTERM): under "
+        f"{INIT_GRACE_S / 2:.0f} s; saw {took:.1f} s")
 
 
 def _status(pid: int) -> dict[str, str]:
