@@ -120,12 +120,12 @@ def overlay_supported() -> bool:
 
 def init_problem(init: Path) -> str | None:
     """Why `init` cannot be a container's pid 1 (it must run in any image, one with no libc among them: a
-    static executable), or None."""
+    static executable), as what is missing, or None."""
     try:
         with init.open("rb") as f:
             head = f.read(64)
             if len(head) < 64 or head[:4] != b"\x7fELF" or not os.access(init, os.X_OK):
-                return f"the container init {init} is not an executable ELF binary"
+                return f"a static container init: {init} is not an executable ELF binary"
             wide, order = head[4] == 2, "<" if head[5] == 1 else ">"
             phoff, phentsize, phnum = (struct.unpack_from(f"{order}Q", head, 32)[0],
                                        *struct.unpack_from(f"{order}HH", head, 54)) if wide else (
@@ -138,7 +138,7 @@ def init_problem(init: Path) -> str | None:
         return f"the container init {init}: {exc}"
     kinds = [struct.unpack_from(f"{order}I", table, i * phentsize)[0] for i in range(len(table) // phentsize)]
     if PT_INTERP in kinds:
-        return f"the container init {init} is dynamically linked: a static one (tini-static)"
+        return f"a static container init: {init} is dynamically linked (Debian's tini: /usr/bin/tini-static)"
     return None
 
 

@@ -87,10 +87,10 @@ def test_the_container_init_must_be_a_static_executable_named_when_missing(tmp_p
     text = tmp_path / "script"
     text.write_text("#!/bin/sh\n")
     text.chmod(0o755)
-    assert init_problem(text) == f"the container init {text} is not an executable ELF binary"
+    assert init_problem(text) == f"a static container init: {text} is not an executable ELF binary"
     dynamic = Path(os.path.realpath("/bin/sh"))  # every Debian's sh is dynamically linked
-    assert init_problem(dynamic) == f"the container init {dynamic} is dynamically linked: a static one " \
-        "(tini-static)"
+    assert init_problem(dynamic) == f"a static container init: {dynamic} is dynamically linked (Debian's " \
+        "tini: /usr/bin/tini-static)"
     static = Path("/usr/bin/tini-static")
     if static.is_file():
         assert init_problem(static) is None
