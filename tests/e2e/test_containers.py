@@ -5,7 +5,8 @@ the reason, where this machine cannot run containers.
 An image serving HTTP runs on several cells and answers on its mapped host ports; inside, a container sees
 only its own processes, neither a host file nor a host loopback service, and runs under a uid that is not
 the host's root; over its memory it crashes with the process executor's reason; its writes stop at its disk
-quota; a rep killed with `kill -9` and started again leaves nothing of its old containers.
+quota; its pid 1 is tini, which ends an app without a SIGTERM handler at the stop's SIGTERM and reaps its
+orphans; a rep killed with `kill -9` and started again leaves nothing of its old containers.
 """
 
 from __future__ import annotations
