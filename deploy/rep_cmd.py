@@ -30,7 +30,7 @@ PANELS = {
                          "cgroup_fs", "log_cap_mb", "disk_check_interval", "stop_grace", "cache_dir",
                          "cache_mb"),
     "Container executor": ("container_subnet", "container_egress", "insecure_registries", "registry_ca",
-                           "cni_path"),
+                           "cni_path", "container_init"),
     # Alone: its --no- twin widens the names of every flag in its panel.
     "Process executor, --isolation none": ("memory_limit",),
     "Simulation (--executor sim)": ("cells", "zones", "sim_start_delay", "sim_crash_rate"),

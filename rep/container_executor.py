@@ -17,6 +17,9 @@ runs it (docs/containers.md says why). For an instance with an image:
 - runc runs in the instance's cgroup and puts the container in a cgroup below it (rep/oci_spec.py): stop
   sends SIGTERM to every process of the container, SIGKILL after the grace; an OOM reads as the process
   executor's; runc's exit status 128+N reads as "killed by signal N";
+- the container's pid 1 is the host's static tini (`--container-init`, bound read-only), the app its child:
+  it forwards signals to the app, reaps orphans and exits with the app's status (128+N when a signal N
+  killed it, as runc reports an init killed by one), so reasons read as they would without it;
 - what outlives a killed rep (runc's state under the rep's own `--root`, the overlay, the network namespace,
   its veth, address lease and portmap rules) is in a state file per container under the data dir: the next
   start's `open` removes all of it before the process executor's sweep of cgroups and directories.
@@ -33,6 +36,7 @@ import os
 import re
 import shutil
 import signal
+import struct
 import subprocess
 import time
 from collections.abc import Callable
@@ -53,7 +57,7 @@ from .executor import ExecRefused, ExecSession, ExecutorListener, LRPContainer, 
 from .image_store import ImageStore
 from .isolation import IsolationError, rep_key
 from .log_stream import Origin
-from .oci_spec import BindMount, ContainerSpec, runtime_spec
+from .oci_spec import INIT_PATH, BindMount, ContainerSpec, runtime_spec
 from .output_log import OutputLog
 from .process_executor import DEFAULT_PATH, ProcessExecutor, _Child, exit_reason
 
@@ -67,6 +71,8 @@ STATE_DIR = "bundles"  # <data-dir>/<cell>/bundles/<guid>/: config.json, state.j
 UPPER, WORK, ROOTFS = "upper", "work", "rootfs"
 RUNTIME_TIMEOUT_S = 30.0
 MS_DETACH = 2
+DEFAULT_INIT = Path("/usr/bin/tini-static")  # Debian's tini
+PT_INTERP = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,7 +118,31 @@ def overlay_supported() -> bool:
     return any(line.split()[-1] == "overlay" for line in lines if line.strip())
 
 
-def container_problem(plugin_dir: Path = cni.PLUGIN_DIR) -> str | None:
+def init_problem(init: Path) -> str | None:
+    """Why `init` cannot be a container's pid 1 (it must run in any image, one with no libc among them: a
+    static executable), as what is missing, or None."""
+    try:
+        with init.open("rb") as f:
+            head = f.read(64)
+            if len(head) < 64 or head[:4] != b"\x7fELF" or not os.access(init, os.X_OK):
+                return f"a static container init: {init} is not an executable ELF binary"
+            wide, order = head[4] == 2, "<" if head[5] == 1 else ">"
+            phoff, phentsize, phnum = (struct.unpack_from(f"{order}Q", head, 32)[0],
+                                       *struct.unpack_from(f"{order}HH", head, 54)) if wide else (
+                struct.unpack_from(f"{order}I", head, 28)[0], *struct.unpack_from(f"{order}HH", head, 42))
+            f.seek(phoff)
+            table = f.read(phentsize * phnum)
+    except FileNotFoundError:
+        return f"the container init {init} (Debian: apt install tini)"
+    except (OSError, struct.error) as exc:
+        return f"the container init {init}: {exc}"
+    kinds = [struct.unpack_from(f"{order}I", table, i * phentsize)[0] for i in range(len(table) // phentsize)]
+    if PT_INTERP in kinds:
+        return f"a static container init: {init} is dynamically linked (Debian's tini: /usr/bin/tini-static)"
+    return None
+
+
+def container_problem(plugin_dir: Path = cni.PLUGIN_DIR, init: Path = DEFAULT_INIT) -> str | None:
     """Why this host cannot run containers (one line naming what is missing), or None."""
     missing: list[str] = []
     if os.geteuid() != 0:
@@ -127,6 +157,8 @@ def container_problem(plugin_dir: Path = cni.PLUGIN_DIR) -> str | None:
     for tool in ("skopeo", "umoci", "ip", "iptables"):
         if shutil.which(tool) is None:
             missing.append(tool)
+    if (why := init_problem(init)) is not None:
+        missing.append(why)
     if not missing:
         return None
     return f"--executor container: missing {'; '.join(missing)}"
@@ -267,9 +299,11 @@ def _make_in_rootfs(rootfs: Path, inside: PurePosixPath, owner: tuple[int, int],
 
 class ContainerExecutor(ProcessExecutor):
     def __init__(self, data_dir: Path, cell_id: str, *, runtime: Runtime, network: cni.Network,
-                 images: ImageStore, userns: bool | None = None, **kwargs: Any) -> None:
+                 images: ImageStore, userns: bool | None = None, init: Path = DEFAULT_INIT,
+                 **kwargs: Any) -> None:
         super().__init__(data_dir, cell_id, **kwargs)
         self.runtime = runtime
+        self.init = init
         self.network = network
         self.images = images
         self.userns = userns_allowed() if userns is None else userns
@@ -473,6 +507,8 @@ class ContainerExecutor(ProcessExecutor):
                 artifact_binds, ctr.artifacts, self.artifacts.path_of, sandbox.directory, rootfs, cwd,
                 (user.uid, user.gid), sandbox.disk_image is not None)
         binds += [BindMount(str(p), f"/etc/{p.name}") for p in (Path("/etc/resolv.conf"),) if p.is_file()]
+        # The init's mount point, the host root's as the image's files are (the spec binds it read-only).
+        await asyncio.to_thread(_make_in_rootfs, rootfs, PurePosixPath(INIT_PATH), (0, 0))
         hosts = bundle / "hosts"
         address = cni.address_of(ctr.cni_result)
         hosts.write_text(f"127.0.0.1 localhost\n::1 localhost\n{address} {child.guid[:63]}\n")
@@ -481,7 +517,8 @@ class ContainerExecutor(ProcessExecutor):
         spec = runtime_spec(ContainerSpec(
             rootfs=str(rootfs), argv=argv, env=env, cwd=cwd, hostname=child.guid[:63],
             netns=str(ctr.netns), cgroup=ctr.container_id, host_uid=user.uid, host_gid=user.gid,
-            userns=self.userns, binds=binds, userns_path=str(ctr.userns) if ctr.userns else None))
+            userns=self.userns, binds=binds, userns_path=str(ctr.userns) if ctr.userns else None,
+            init=str(self.init)))
         (bundle / "config.json").write_text(json.dumps(spec))
         output = OutputLog(sandbox.directory, self.log_cap_bytes)
         try:
@@ -521,8 +558,8 @@ class ContainerExecutor(ProcessExecutor):
         inner = ctr.inner
         loop = asyncio.get_running_loop()
         deadline = loop.time() + grace_s
-        # SIGTERM to every process of the container (its init ignores it unless it handles it, as in any
-        # PID namespace), again while runc may still be creating it.
+        # SIGTERM to every process of the container (tini, its pid 1, forwards it to the app too), again
+        # while runc may still be creating it.
         while proc.returncode is None and loop.time() < deadline:
             inner.signal_all(signal.SIGTERM)
             with contextlib.suppress(TimeoutError):
@@ -545,7 +582,7 @@ class ContainerExecutor(ProcessExecutor):
         if ctr is None:
             return await super()._exited(child, returncode)
         if returncode > 128:
-            returncode = -(returncode - 128)  # runc's 128+N: the container's init was killed by signal N
+            returncode = -(returncode - 128)  # runc's 128+N: the app (tini's status), or tini, killed by N
         # cgroup v1 counts an OOM kill in the victim's own cgroup: runc's, kept (`run --keep`) until now.
         oom = ctr.inner is not None and ctr.inner.oom_kills() > 0
         await self._runtime(["delete", "--force", ctr.container_id])  # its cgroup, before the instance's

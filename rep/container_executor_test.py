@@ -75,3 +75,23 @@ def test_an_artifact_where_the_overlay_goes_is_refused_naming_it(tmp_path: Path)
     assert why is not None and why.startswith("artifact sha256:cccc…") and "'upper'" in why, why
     why = overlay_clash([Artifact(digest=tree, dest="rootfs/x")], lambda d: tmp_path / d)
     assert why is not None and "'rootfs'" in why, why
+
+
+def test_the_container_init_must_be_a_static_executable_named_when_missing(tmp_path: Path) -> None:
+    from rep.container_executor import init_problem
+
+    missing = tmp_path / "tini-static"
+    problem = container_problem(tmp_path, init=missing)
+    assert problem is not None and "\n" not in problem
+    assert f"the container init {missing} (Debian: apt install tini)" in problem, problem
+    text = tmp_path / "script"
+    text.write_text("#!/bin/sh\n")
+    text.chmod(0o755)
+    assert init_problem(text) == f"a static container init: {text} is not an executable ELF binary"
+    dynamic = Path(os.path.realpath("/bin/sh"))  # every Debian's sh is dynamically linked
+    assert init_problem(dynamic) == f"a static container init: {dynamic} is dynamically linked (Debian's " \
+        "tini: /usr/bin/tini-static)"
+    static = Path("/usr/bin/tini-static")
+    if static.is_file():
+        assert init_problem(static) is None
+    assert RepSettings().container_init == static, "Debian's path by default"

@@ -189,7 +189,7 @@ def isolation_problem(settings: RepSettings) -> str | None:
     if settings.executor == "container":
         from .container_executor import container_problem  # the container executor's own needs first
 
-        problem = container_problem(settings.cni_path)
+        problem = container_problem(settings.cni_path, settings.container_init)
         if problem is not None:
             return problem
         if settings.isolation == "none":

@@ -271,7 +271,7 @@ def container_executor(settings: RepSettings, cell_id: str, cache: ArtifactCache
     images = ImageStore(cache, insecure_registries=tuple(settings.insecure_registries),
                         registry_ca=settings.registry_ca)
     return ContainerExecutor(settings.data_dir, cell_id, runtime=runtime, network=network, images=images,
-                             **options)
+                             init=settings.container_init, **options)
 
 
 def sim_blobs(digests: list[str]) -> CachedBlobs:

@@ -16,7 +16,10 @@ What a plain app needs and nothing more, as Garden gives an unprivileged contain
   for a container without those capabilities;
 - masked and read-only /proc paths as runc's own `runc spec` default, no /sys (a sysfs mount needs a
   network namespace the container's user namespace owns; plain apps do without), no devices beyond the
-  standard null, zero, full, random, urandom, tty.
+  standard null, zero, full, random, urandom, tty;
+- an init as pid 1 (`init`: the host's static tini, bound read-only at INIT_PATH) that starts the app as its
+  child: the kernel gives a PID namespace's init no default signal actions, so an app as pid 1 that never
+  installs a SIGTERM handler would ignore the stop's SIGTERM, and orphans reparented to it would stay zombies.
 """
 
 from __future__ import annotations
@@ -49,6 +52,12 @@ MASKED_PATHS = (
 )
 READONLY_PATHS = ("/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger")
 
+# Where the container's init is bound, and its flags: tini as pid 1 reaps without `-s` (a subreaper is for an
+# init that is not pid 1); `-g` forwards a signal to the app's process group, so that a shell waiting on its
+# foreground command does not hold a SIGINT or SIGHUP back from it (the stop signals every process anyway).
+INIT_PATH = "/.vendue/init"
+INIT_ARGS = ("-g", "--")
+
 
 @dataclass(frozen=True, slots=True)
 class BindMount:
@@ -77,6 +86,13 @@ class ContainerSpec:
     # network namespace is the container's user namespace's: `runc exec` joins the user namespace first,
     # and could not enter a network namespace the host's owns.
     userns_path: str | None = None
+    # The host's static init binary, run as pid 1 with the app as its child; None: the app is pid 1.
+    init: str | None = None
+
+
+def process_args(c: ContainerSpec) -> list[str]:
+    """The container's argv: the init and its flags before the app's, when there is an init."""
+    return [INIT_PATH, *INIT_ARGS, *c.argv] if c.init is not None else list(c.argv)
 
 
 def _mounts(binds: list[BindMount], userns: bool) -> list[dict[str, Any]]:
@@ -137,7 +153,7 @@ def runtime_spec(c: ContainerSpec) -> dict[str, Any]:
         "process": {
             "terminal": False,
             "user": {"uid": uid, "gid": gid, "additionalGids": []},
-            "args": list(c.argv),
+            "args": process_args(c),
             "env": [f"{k}={v}" for k, v in c.env.items()],
             "cwd": c.cwd,
             "capabilities": {"bounding": caps, "effective": caps, "permitted": caps, "inheritable": [],
@@ -147,6 +163,7 @@ def runtime_spec(c: ContainerSpec) -> dict[str, Any]:
         },
         "root": {"path": c.rootfs, "readonly": False},
         "hostname": c.hostname,
-        "mounts": _mounts(c.binds, c.userns),
+        "mounts": _mounts([*c.binds, *([BindMount(c.init, INIT_PATH)] if c.init is not None else [])],
+                          c.userns),
         "linux": linux,
     }

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from rep.oci_spec import CAPS, SECCOMP_DENY, BindMount, ContainerSpec, runtime_spec
+from rep.oci_spec import CAPS, INIT_PATH, SECCOMP_DENY, BindMount, ContainerSpec, runtime_spec
 
 
 def spec(**changes: object) -> dict:
@@ -69,3 +69,15 @@ def test_a_user_namespace_made_beforehand_is_joined_by_path() -> None:
     namespaces = spec(userns_path="/run/vendue-userns/k/vd-1")["linux"]["namespaces"]
     assert {"type": "user", "path": "/run/vendue-userns/k/vd-1"} in namespaces
     assert {"type": "user"} in spec()["linux"]["namespaces"], "else runc makes one"
+
+
+def test_the_init_is_pid_1_bound_read_only_and_the_app_its_child() -> None:
+    s = spec(init="/usr/bin/tini-static")
+    assert s["process"]["args"] == [INIT_PATH, "-g", "--", "/bin/sh", "-c", "exec httpd"], \
+        "tini, its process-group flag, then the app's argv as given"
+    init = next(m for m in s["mounts"] if m["destination"] == INIT_PATH)
+    assert init["source"] == "/usr/bin/tini-static" and init["type"] == "bind", init
+    assert "ro" in init["options"] and "rw" not in init["options"] and "noexec" not in init["options"], init
+    assert "-s" not in s["process"]["args"][:3], "pid 1 reaps without being a subreaper"
+    assert spec()["process"]["args"] == ["/bin/sh", "-c", "exec httpd"], "without an init the app is pid 1"
+    assert all(m["destination"] != INIT_PATH for m in spec()["mounts"])

@@ -94,6 +94,9 @@ class RepSettings(TLSOptions, RequestLimitOptions, BaseSettings):
         "http, repeatable.", json_schema_extra={"flag": "--insecure-registry"})
     cni_path: Path = Field(default=Path("/usr/lib/cni"), description="Container executor: where the CNI "
                            "plugins' binaries are (bridge, host-local, portmap, loopback).")
+    container_init: Path = Field(default=Path("/usr/bin/tini-static"), description="Container executor: the "
+                                 "static init run as each container's pid 1, the app its child (Debian's "
+                                 "tini-static): it forwards signals and reaps orphans.")
     registry_ca: Path | None = Field(default=None, description="Container executor: a CA bundle (PEM) "
                                      "trusted, beside the system's, for registries over https.")
     cells: int = Field(default=1, ge=1, description="Sim: simulated cells in this process.")

@@ -23,6 +23,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from rep.oci_spec import INIT_PATH
 from tests.e2e.conftest import BBS, app_processes, expect, wait_for
 from tests.support.containers import container_leftovers, containers_problem, uid_of
 from tests.support.oci_registry import HTTPD_IMAGE, INDEX_TEXT, build_image, tools_missing
@@ -98,7 +99,8 @@ def test_an_image_over_cell_hosts_answers_from_the_host_and_from_other_cells_and
         # Before its httpd: what it sees; once it serves: its own server through its loopback (the control),
         # then its cell host's loopback service. All of it served from /www next to the image's index.
         loop_port = " ".join(f"{cell}) p={port};;" for cell, port in ports.items())
-        script = (f"/bin/busybox ps -o pid,user,args > /www/ps.txt; cat {marker} > /www/marker.txt 2>&1; "
+        script = (f"/bin/busybox ps -o pid,ppid,user,args > /www/ps.txt; "
+                  f"cat {marker} > /www/marker.txt 2>&1; "
                   f'id -u > /www/uid.txt; echo self > /www/self.txt; case "$CELL_ID" in {loop_port} esac; '
                   "(sleep 1; wget -q -O /www/control.txt http://127.0.0.1:$PORT/self.txt; "
                   "wget -q -O - http://127.0.0.1:$p/ > /www/loop.txt 2>&1; echo $? > /www/done.txt) & "
@@ -123,8 +125,12 @@ def test_an_image_over_cell_hosts_answers_from_the_host_and_from_other_cells_and
             names = ("ps", "marker", "uid", "control", "loop")
             seen = {name: fetch(address, f"/{name}.txt") for name in names}
             lines = [line for line in seen["ps"].splitlines()[1:] if line.strip()]
-            # its own processes alone: the shell (pid 1, later httpd) and the ps itself
-            assert len(lines) == 2 and lines[0].split()[0] == "1", f"{cell}: {seen['ps']}"
+            # its own processes alone: the init (pid 1), its child the shell (later httpd) and the ps itself
+            rows = [line.split(maxsplit=3) for line in lines]  # pid, ppid, user, args
+            assert len(rows) == 3 and [r[:2] for r in rows] == [
+                ["1", "0"], [rows[1][0], "1"], [rows[2][0], rows[1][0]]], f"{cell}: {seen['ps']}"
+            assert rows[0][3].startswith(f"{INIT_PATH} -g -- /bin/sh -c "), f"{cell}: {seen['ps']}"
+            assert rows[2][3] == "/bin/busybox ps -o pid,ppid,user,args", f"{cell}: {seen['ps']}"
             assert "host only" not in seen["marker"], f"{cell}: {seen['marker']}"
             assert seen["uid"].strip() == "0", f"{cell}: the container's root inside, saw {seen['uid']}"
             assert seen["control"] == "self\n", f"{cell}: its own loopback answers, saw {seen['control']!r}"

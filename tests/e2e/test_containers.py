@@ -5,7 +5,8 @@ the reason, where this machine cannot run containers.
 An image serving HTTP runs on several cells and answers on its mapped host ports; inside, a container sees
 only its own processes, neither a host file nor a host loopback service, and runs under a uid that is not
 the host's root; over its memory it crashes with the process executor's reason; its writes stop at its disk
-quota; a rep killed with `kill -9` and started again leaves nothing of its old containers.
+quota; its pid 1 is tini, which ends an app without a SIGTERM handler at the stop's SIGTERM and reaps its
+orphans; a rep killed with `kill -9` and started again leaves nothing of its old containers.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import os
 import signal
 import subprocess
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -22,6 +24,7 @@ from typing import Any
 import httpx
 import pytest
 
+from rep.oci_spec import INIT_PATH
 from tests.support.containers import container_leftovers, containers_problem, free_subnets, uid_of
 from tests.support.oci_registry import (
     HTTPD_IMAGE,
@@ -151,7 +154,8 @@ def test_a_container_sees_only_itself(
         c = container_cluster(make_cluster, reg, 1, 1)
         probe = c.guid("probe")
         # Once its httpd serves: its own server through its loopback (the control), then the host's.
-        script = (f"/bin/busybox ps -o pid,user,args > /tmp/ps.txt; cat {marker} > /tmp/marker.txt 2>&1; "
+        script = ("/bin/busybox ps -o pid,ppid,user,args > /tmp/ps.txt; "
+                  f"cat {marker} > /tmp/marker.txt 2>&1; "
                   "id -u > /tmp/uid.txt; echo self > /tmp/self.txt; "
                   "(sleep 1; wget -q -O /tmp/control.txt http://127.0.0.1:$PORT/self.txt; "
                   f"wget -q -O - http://127.0.0.1:{port}/ > /tmp/loop.txt 2>&1; echo $? > /tmp/done.txt) & "
@@ -163,9 +167,13 @@ def test_a_container_sees_only_itself(
         names = ("ps", "marker", "uid", "control", "loop")
         seen = {name: fetch(a["address"], f"/{name}.txt") for name in names}
         lines = [line for line in seen["ps"].splitlines()[1:] if line.strip()]
-        # its own processes alone: the shell (pid 1, later httpd) and the ps itself
-        assert [line.split()[0] for line in lines] == ["1", lines[1].split()[0]], seen["ps"]
-        assert len(lines) == 2, seen["ps"]
+        # its own processes alone: the init (pid 1), its child the shell (later httpd) and the ps itself
+        rows = [line.split(maxsplit=3) for line in lines]  # pid, ppid, user, args
+        assert len(rows) == 3 and [r[:2] for r in rows] == [
+            ["1", "0"], [rows[1][0], "1"], [rows[2][0], rows[1][0]]], seen["ps"]
+        assert rows[0][3].startswith(f"{INIT_PATH} -g -- /bin/sh -c "), seen["ps"]
+        assert rows[1][3].startswith("/bin/sh -c "), seen["ps"]
+        assert rows[2][3] == "/bin/busybox ps -o pid,ppid,user,args", seen["ps"]
         assert "host only" not in seen["marker"], seen["marker"]
         assert seen["uid"].strip() == "0", "the container's root inside"
         assert seen["control"] == "self\n", "its own loopback answers"
@@ -321,6 +329,71 @@ def test_egress_denied_per_cell(
              "cell-1's container fetched from cell-0's: egress allowed")
     hold_for(lambda: expect(fetch(probes["cell-0"]["address"], "/got.txt") == "", "it fetched"), 3.0,
              "cell-0's container fetches nothing: egress denied")
+
+
+# The stop grace of the init test: long, so that a stop that waits it out is far from one that does not.
+INIT_GRACE_S = 30.0
+
+
+@containers
+def test_the_init_ends_an_app_without_a_sigterm_handler_at_once_and_reaps_its_orphans(
+    make_cluster: Callable[..., E2ECluster], registry: tuple[Registry, str],
+) -> None:
+    """`sleep` handles no SIGTERM: as a PID namespace's init it would ignore the stop's, and never wait for
+    the orphan `sleep 2` its shell leaves it. Under tini it is an ordinary child: both work."""
+    reg, digest = registry
+    c = container_cluster(make_cluster, reg, 1, 1, "--stop-grace", str(int(INIT_GRACE_S)))
+    assert c.bbs is not None
+    app = c.guid("sleeper")
+    desire_image(c, reg, app, 1, "sh -c 'sleep 2 &'; exec sleep 1017", health_check={"type": "process"})
+    wait_for(lambda: running(c, app, 1), 120, "the sleeper RUNNING")
+
+    def pids() -> tuple[int, int]:
+        procs = app_processes(app).get(0, [])
+        init = [p for p in procs if _status(p).get("NSpid", "").split()[-1:] == ["1"]]
+        main = [p for p in procs if _cmdline(p) == [b"sleep", b"1017"]]
+        return expect(len(init) == 1 and len(main) == 1 and (init[0], main[0]),
+                      {p: (_cmdline(p), _status(p).get("NSpid")) for p in procs})
+
+    init, main = wait_for(pids, 30, "the container's pid 1 and its `sleep 1017`")
+    assert _cmdline(init)[:3] == [INIT_PATH.encode(), b"-g", b"--"], _cmdline(init)
+    assert _status(main).get("PPid") == str(init), "the app is the init's child"
+
+    def orphans_reaped() -> bool:
+        # The init's children but the app, and the app's (a zombie shows here until its parent waits).
+        others = [p for p in _children(init) + _children(main) if p != main]
+        left = {p: (_status(p).get("State"), _cmdline(p)) for p in others}
+        return expect(not left, f"children of the init and the app besides the app: {left}")
+
+    wait_for(orphans_reaped, 15, "the orphaned `sleep 2` ended and reaped")
+
+    began = time.monotonic()
+    assert c.bbs.http.delete(f"/v1/desired_lrps/{app}").status_code == 204
+    wait_for(lambda: expect(not app_processes(app), app_processes(app)), INIT_GRACE_S + 30,
+             "the sleeper's processes gone")
+    took = time.monotonic() - began
+    assert took < INIT_GRACE_S / 2, (
+        f"expected the stop well within the {INIT_GRACE_S:.0f} s grace (the init forwards SIGTERM): under "
+        f"{INIT_GRACE_S / 2:.0f} s; saw {took:.1f} s")
+
+
+def _status(pid: int) -> dict[str, str]:
+    try:
+        lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+    except OSError:
+        return {}
+    return {k: v.strip() for k, _, v in (line.partition(":") for line in lines)}
+
+
+def _cmdline(pid: int) -> list[bytes]:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[:-1]
+    except OSError:
+        return []
+
+
+def _children(pid: int) -> list[int]:
+    return [int(e) for e in os.listdir("/proc") if e.isdigit() and _status(int(e)).get("PPid") == str(pid)]
 
 
 def _container_ip(instance_guid: str) -> str:
