@@ -22,7 +22,7 @@ from sqlalchemy.engine import make_url
 
 from common.procutil import PORT_RANGE_ENV
 from deploy.embedded_postgres import PostgresServer, run_sql
-from tests.support import markers
+from tests.support import markers, run_order
 from tests.support.ports import worker_port_range
 
 
@@ -43,9 +43,12 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark every test that starts real processes e2e and every slow one slow (tests/support/markers.py):
-    `-m "not e2e and not slow"` is the fast lane (tests/README.md)."""
+    `-m "not e2e and not slow"` is the fast lane (tests/README.md). Then the longest modules first
+    (tests/support/run_order.py)."""
     for item in items:
         markers.mark(item)
+    items[:] = run_order.longest_first(items, lambda item: item.nodeid.split("::")[0],
+                                       lambda item: item.get_closest_marker("e2e") is not None)
 
 
 # A test that starts a real process without the e2e mark fails (at its teardown), naming the process: the
