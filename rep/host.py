@@ -130,6 +130,7 @@ class RepHost:
         # Loop time each cell's last accepted heartbeat was sent: a gap of a TTL means the BBS may have let
         # its presence expire (see _heartbeats).
         self._last_beat_sent: dict[str, float] = {}
+        self._cordon_pushed_at: dict[str, float] = {}  # cell -> loop time the BBS last pushed its cordon
         self.evacuation_timeout_s = evacuation_timeout_s
         self.heartbeats_sent = 0
         self._failed_rounds = 0
@@ -200,6 +201,7 @@ class RepHost:
             cell = self.find(item.cell_id)
             if cell is not None:
                 cell.cordoned = item.cordoned
+                self._cordon_pushed_at[item.cell_id] = asyncio.get_running_loop().time()
                 found.append(item.cell_id)
         return Found(found=found)
 
@@ -301,7 +303,9 @@ class RepHost:
         cordoned = heartbeat_cordoned(response)
         for cell in cells:
             cell.awaiting_registration = False
-            if cordoned is not None:
+            # An answer to a heartbeat sent before the BBS's last push for the cell may predate that
+            # (un)cordon: the push holds until a later heartbeat says otherwise.
+            if cordoned is not None and self._cordon_pushed_at.get(cell.cell_id, -math.inf) < sent:
                 cell.cordoned = cell.cell_id in cordoned
             # The BBS counts a presence's TTL from when it wrote the heartbeat: after the previous accepted
             # one was sent, before this one was answered. Only if those are a TTL apart can it have expired

@@ -13,6 +13,7 @@ import httpx
 import pytest
 
 from common.models import CellLifecycle, DesiredLRP, ModificationTag, WorkResult
+from common.models.rep_api import CellCordon, CordonCells
 from tests.fake_bbs import FakeBBS, fake_bbs
 from tests.support.polling import eventually
 
@@ -106,6 +107,33 @@ async def test_a_cell_the_bbs_answers_cordoned_refuses_work_until_uncordoned(
     bbs.cordoned = set()
     await eventually(lambda: not cell.cordoned, DEADLINE_S, "cell-2 uncordoned", lambda: cell.cordoned)
     assert give(cell, 0).rejected_lrps == []
+
+
+async def test_a_heartbeat_answer_older_than_a_cordon_push_does_not_undo_it(
+    setup: tuple[RepHost, FakeBBS],
+) -> None:
+    host, bbs = setup
+    cell = host.cells["cell-2"]
+    first, second = asyncio.Event(), asyncio.Event()
+    bbs.heartbeat_gate = first
+    try:
+        await eventually(lambda: bbs.heartbeats_held == 1, DEADLINE_S, "a heartbeat answered, not yet sent",
+                         lambda: bbs.heartbeats_held)
+        # The BBS stores the cordon, then pushes it; the answer made before reaches the rep after the push.
+        bbs.cordoned.add("cell-2")
+        pushed = host.cordon(CordonCells(cells=[CellCordon(cell_id="cell-2", cordoned=True)]))
+        assert pushed.found == ["cell-2"]
+        bbs.heartbeat_gate = second
+        first.set()
+        # The next heartbeat reached the BBS: the rep has taken the old answer in, and holds the push.
+        await eventually(lambda: bbs.heartbeats_held == 2, DEADLINE_S, "the next heartbeat",
+                         lambda: bbs.heartbeats_held)
+        assert cell.cordoned, "an answer to a heartbeat sent before the push un-cordoned the cell"
+        assert give(cell, 0).reason == "cell is cordoned"
+    finally:
+        bbs.heartbeat_gate = None
+        first.set()
+        second.set()
 
 
 async def test_cells_reporting_in_the_same_round_share_one_request(setup: tuple[RepHost, FakeBBS]) -> None:

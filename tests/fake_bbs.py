@@ -13,6 +13,7 @@ certificate). While `unavailable` (an outage) it answers every request 503 and r
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import ssl
 import time
@@ -57,6 +58,10 @@ class FakeBBS:
     cordoned: set[str] = field(default_factory=set)  # cells the heartbeat answer names cordoned
     replaced: set[str] = field(default_factory=set)  # instance guids replaced elsewhere: reports refused
     unavailable: bool = False  # an outage: 503 to everything, nothing recorded
+    # While set to an Event, a heartbeat's answer is made at once but sent only once the event is set: an
+    # answer overtaken by what happens meanwhile. heartbeats_held counts those held.
+    heartbeat_gate: asyncio.Event | None = None
+    heartbeats_held: int = 0
     url: str = ""
 
     def hold_lease(self, token: int, owner: str = "a1", ttl_s: float = 3600.0) -> None:
@@ -99,7 +104,11 @@ class FakeBBS:
         async def heartbeats(request: Request) -> dict[str, list[str]]:
             cells = CellPresences.model_validate_json(await request.body()).cells
             self.heartbeats.extend(cells)
-            return {"cordoned": [p.cell_id for p in cells if p.cell_id in self.cordoned]}
+            answer = {"cordoned": [p.cell_id for p in cells if p.cell_id in self.cordoned]}
+            if (gate := self.heartbeat_gate) is not None:
+                self.heartbeats_held += 1
+                await gate.wait()
+            return answer
 
         @app.post("/v1/lifecycle")
         async def lifecycle(request: Request) -> dict[str, Any]:

@@ -25,7 +25,13 @@ import pytest
 
 from rep.oci_spec import INIT_PATH
 from tests.e2e.conftest import BBS, app_processes, expect, wait_for
-from tests.support.containers import container_leftovers, containers_problem, uid_of
+from tests.support.containers import (
+    HOST_SECRET,
+    HostSecretHandler,
+    container_leftovers,
+    containers_problem,
+    uid_of,
+)
 from tests.support.oci_registry import HTTPD_IMAGE, INDEX_TEXT, build_image, tools_missing
 
 from .multihost import MultiHostCluster
@@ -36,24 +42,12 @@ PROBLEM = containers_problem() or tools_missing()
 CELLS = ("cell-0", "cell-1", "cell-2")  # zones z0, z1, z0 (round-robin)
 
 
-class _HostSecret(http.server.BaseHTTPRequestHandler):
-    def do_GET(self) -> None:  # noqa: N802  (http.server's name)
-        body = b"host secret\n"
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, format: str, *args: object) -> None:
-        pass
-
-
 @contextlib.contextmanager
 def loopback_services(cluster: MultiHostCluster) -> Iterator[dict[str, int]]:
     """A service on each cell host's loopback alone (bound on the host's thread, in its namespace), which no
     container should reach: cell -> port."""
     servers = {cell: cluster.host(cell).run(
-        lambda: http.server.ThreadingHTTPServer(("127.0.0.1", 0), _HostSecret)) for cell in CELLS}
+        lambda: http.server.ThreadingHTTPServer(("127.0.0.1", 0), HostSecretHandler)) for cell in CELLS}
     for server in servers.values():
         threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
@@ -95,7 +89,7 @@ def test_an_image_over_cell_hosts_answers_from_the_host_and_from_other_cells_and
     with loopback_services(cluster) as ports:
         for cell, port in ports.items():
             answer = cluster.host(cell).run(lambda port=port: fetch(f"127.0.0.1:{port}"))
-            assert answer == "host secret\n", f"the service on {cell}'s loopback answers its host"
+            assert answer == HOST_SECRET, f"the service on {cell}'s loopback answers its host"
         # Before its httpd: what it sees; once it serves: its own server through its loopback (the control),
         # then its cell host's loopback service. All of it served from /www next to the image's index.
         loop_port = " ".join(f"{cell}) p={port};;" for cell, port in ports.items())
@@ -134,7 +128,7 @@ def test_an_image_over_cell_hosts_answers_from_the_host_and_from_other_cells_and
             assert "host only" not in seen["marker"], f"{cell}: {seen['marker']}"
             assert seen["uid"].strip() == "0", f"{cell}: the container's root inside, saw {seen['uid']}"
             assert seen["control"] == "self\n", f"{cell}: its own loopback answers, saw {seen['control']!r}"
-            assert done.strip() != "0" and "host secret" not in seen["loop"], (cell, done, seen["loop"])
+            assert done.strip() != "0" and HOST_SECRET.strip() not in seen["loop"], (cell, done, seen["loop"])
 
         pids = cluster.instance_processes(web)  # each where its runc is: on its cell's host
         placed = {a["cell_id"] for a in up}

@@ -25,7 +25,14 @@ import httpx
 import pytest
 
 from rep.oci_spec import INIT_PATH
-from tests.support.containers import container_leftovers, containers_problem, free_subnets, uid_of
+from tests.support.containers import (
+    HOST_SECRET,
+    HostSecretHandler,
+    container_leftovers,
+    containers_problem,
+    free_subnets,
+    uid_of,
+)
 from tests.support.oci_registry import (
     HTTPD_IMAGE,
     INDEX_TEXT,
@@ -122,21 +129,9 @@ def test_an_image_runs_over_cells_and_answers_on_its_mapped_ports(
     assert answer.stdout == f"0\n/www\n8080\n{INDEX_TEXT}", answer.output
 
 
-class _HostSecret(http.server.BaseHTTPRequestHandler):
-    def do_GET(self) -> None:  # noqa: N802  (http.server's name)
-        body = b"host secret\n"
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, format: str, *args: object) -> None:
-        pass
-
-
 def _loopback_service() -> tuple[http.server.ThreadingHTTPServer, int]:
     """A service on the host's loopback only, which no container should reach."""
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _HostSecret)
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), HostSecretHandler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return server, server.server_address[1]
 
@@ -150,7 +145,7 @@ def test_a_container_sees_only_itself(
     marker.write_text("host only\n")
     server, port = _loopback_service()
     try:
-        assert httpx.get(f"http://127.0.0.1:{port}/", timeout=5).text == "host secret\n", "it answers"
+        assert httpx.get(f"http://127.0.0.1:{port}/", timeout=5).text == HOST_SECRET, "it answers"
         c = container_cluster(make_cluster, reg, 1, 1)
         probe = c.guid("probe")
         # Once its httpd serves: its own server through its loopback (the control), then the host's.
@@ -177,7 +172,7 @@ def test_a_container_sees_only_itself(
         assert "host only" not in seen["marker"], seen["marker"]
         assert seen["uid"].strip() == "0", "the container's root inside"
         assert seen["control"] == "self\n", "its own loopback answers"
-        assert done.strip() != "0" and "host secret" not in seen["loop"], (done, seen["loop"])
+        assert done.strip() != "0" and HOST_SECRET.strip() not in seen["loop"], (done, seen["loop"])
         pids = app_processes(probe)
         assert pids and all(uid_of(pid) != 0 for group in pids.values() for pid in group), pids
     finally:

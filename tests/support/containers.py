@@ -3,6 +3,7 @@ bridge subnets of their own for a cluster's cells, and what a container left on 
 
 from __future__ import annotations
 
+import http.server
 import ipaddress
 import os
 import random
@@ -96,3 +97,21 @@ def uid_of(pid: int) -> int:
 
 def root() -> bool:
     return os.geteuid() == 0
+
+
+HOST_SECRET = "host secret\n"
+
+
+class HostSecretHandler(http.server.BaseHTTPRequestHandler):
+    """What a service only the host should reach answers (HOST_SECRET): a container that reads it is not
+    isolated from the host's loopback."""
+
+    def do_GET(self) -> None:  # noqa: N802  (http.server's name)
+        body = HOST_SECRET.encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
