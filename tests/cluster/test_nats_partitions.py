@@ -88,7 +88,10 @@ def test_one_nats_server_lost_costs_its_clients_a_reconnect_and_nothing_else(
 
     def reconnected() -> dict[str, set[str]]:
         now = cluster.nats_clients()
-        ok = (all(now.get(c) and lost not in now[c] for c in moving)
+        # Moved: connected to another server. Behind a partition, the old socket may linger beside the new
+        # one (its close waits to flush what was queued to a peer that no longer answers, until TCP gives
+        # up); once killed, the server's end closes it at once.
+        ok = (all(now.get(c, set()) - {lost} and (fault == "partition" or lost not in now[c]) for c in moving)
               and all(now.get(c) == {server} for c, server in staying.items()))
         return expect(ok and now, f"{moving} leaving {lost}, {sorted(staying)} staying: {now}")
 
