@@ -360,8 +360,3 @@ def remove_rules_of(net: Network) -> None:
 def remove_bridge(net: Network) -> None:
     subprocess.run(["ip", "link", "delete", net.bridge], capture_output=True)
 
-
-def iptables_mentions(text: str) -> list[str]:
-    """Rules (`iptables-save`) that mention `text`: what a test checks is gone."""
-    out = subprocess.run(["iptables-save"], capture_output=True, text=True).stdout
-    return [line for line in out.splitlines() if text in line]
