@@ -1,5 +1,7 @@
+import asyncio
 import os
 import socket
+from pathlib import Path
 
 import pytest
 
@@ -9,7 +11,9 @@ from common.procutil import (
     PORT_RANGE_ENV,
     ephemeral_ports_from,
     free_port,
+    run_captured,
 )
+from tests.support.polling import eventually
 from tests.support.ports import worker_port_range
 
 
@@ -70,3 +74,28 @@ def test_each_xdist_worker_picks_ports_from_its_own_share() -> None:
         pytest.skip("not under xdist")
     expected = worker_port_range(int(worker.removeprefix("gw")), int(count))
     assert os.environ.get(PORT_RANGE_ENV) == expected, (worker, count, os.environ.get(PORT_RANGE_ENV))
+
+
+async def test_a_captured_run_gives_the_exit_code_and_both_outputs_and_takes_stdin() -> None:
+    code, out, err = await run_captured(["sh", "-c", "cat; echo oops >&2; exit 3"], stdin=b"given",
+                                        env={"PATH": "/usr/bin:/bin"}, timeout_s=30.0)
+    assert (code, out, err) == (3, b"given", b"oops\n")
+
+
+async def test_a_captured_run_past_its_timeout_or_cancelled_is_killed_and_reaped(tmp_path: Path) -> None:
+    pid_file = tmp_path / "pid"
+    script = f"echo $$ > {pid_file}; exec sleep 60"
+    with pytest.raises(TimeoutError):
+        await run_captured(["sh", "-c", script], timeout_s=0.5)
+    first = int(pid_file.read_text())
+
+    pid_file.unlink()
+    run = asyncio.ensure_future(run_captured(["sh", "-c", script], timeout_s=60.0))
+    await eventually(pid_file.exists, 10.0, "the command to start")
+    run.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await run
+    second = int(pid_file.read_text())
+    for pid in (first, second):
+        await eventually(lambda pid=pid: not Path(f"/proc/{pid}").exists(), 10.0,
+                         f"pid {pid} killed and reaped (no zombie left)")

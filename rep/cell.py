@@ -474,7 +474,9 @@ class RepCell:
         if held.running is not None and held.running.ports == ports:
             return  # a promised report, delivered with the claim, is not sent again (nor a repeated one)
         held.running = Running(held.desired.process_guid, held.index, instance_guid, self.config.host, ports)
-        self.outbox.running(held.running)
+        # The last start in flight has no company to linger for: a lone start slower than the linger (any
+        # real app, a container) would otherwise be reported that much later.
+        self.outbox.running(held.running, hurry=self._starting == 0)
 
     def reassert_running(self) -> int:
         """Report every running instance running again; how many. After a silence long enough for the BBS

@@ -112,6 +112,21 @@ async def test_reserves_what_fits_and_rejects_the_rest_at_once() -> None:
     assert cell.detail().bid.starting_containers == 2
 
 
+async def test_the_last_start_in_flight_reports_running_without_lingering() -> None:
+    """Its running report has no company to wait for: a lone start slower than the linger (a container, any
+    real app) would be reported that much later."""
+    cell, executor = make_cell(memory_mb=1000)
+    take(cell, [(desired(memory_mb=100), i) for i in range(2)])
+    answer_outbox(cell)
+    cell.outbox._hurry.clear()
+    first, second = executor.started
+    cell.lrp_running(first.instance_guid, [])
+    assert not cell.outbox._hurry.is_set(), "another start is in flight: the report may wait for its company"
+    cell.lrp_running(second.instance_guid, [])
+    assert cell.outbox._hurry.is_set(), "the last start in flight: its report goes at once"
+    assert [r.index for r in pending(cell).running] == [0, 1]
+
+
 @pytest.mark.parametrize("host_metrics", [False, True], ids=["no offers", "host offers"])
 async def test_the_bid_and_the_detail_are_what_validating_them_would_give_with_every_field_given(
     host_metrics: bool,

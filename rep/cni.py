@@ -34,6 +34,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from common.procutil import run_captured
+
 CNI_VERSION = "1.0.0"
 PLUGIN_DIR = Path("/usr/lib/cni")
 PLUGINS = ("bridge", "host-local", "portmap", "loopback")
@@ -88,15 +90,7 @@ def netns_path(name: str) -> Path:
 
 async def _exec(argv: list[str], stdin: bytes | None = None, env: dict[str, str] | None = None,
                 timeout_s: float = PLUGIN_TIMEOUT_S) -> tuple[int, bytes, bytes]:
-    proc = await asyncio.create_subprocess_exec(
-        *argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
-    try:
-        out, err = await asyncio.wait_for(proc.communicate(stdin), timeout_s)
-    except (TimeoutError, asyncio.CancelledError):
-        proc.kill()
-        await proc.wait()
-        raise
-    return proc.returncode or 0, out, err
+    return await run_captured(argv, stdin=stdin, env=env, timeout_s=timeout_s)
 
 
 async def make_netns(name: str) -> Path:

@@ -3,7 +3,8 @@
 One scheduler per rep process, in its event loop: each watched instance has one `loop.call_at` timer, and
 a due check is one short coroutine (no thread, no process, no HTTP client). The checks
 (docs/health-checks.md):
-- `port`: a TCP connect to 127.0.0.1:<host port> (closed with a reset: no TIME_WAIT left per check);
+- `port`: a TCP connect to 127.0.0.1:<host port>, or to a container's own address and port (closed with
+  a reset: no TIME_WAIT left per check);
 - `http`: `GET <path> HTTP/1.0` on that port; a 2xx or 3xx status line is healthy;
 - `process`: the process is alive (its exit is reported by the executor as it happens, with its status).
 
@@ -48,21 +49,27 @@ _RESET_ON_CLOSE = struct.pack("ii", 1, 0)
 
 @dataclass(frozen=True, slots=True)
 class Target:
-    """What to check of one instance: `kind` port/http/process, its first port (container and host: the
-    container port names it in a reason) and whether its process is alive."""
+    """What to check of one instance: `kind` port/http/process, its first port (the container port names it
+    in a reason; the check connects to `address`:`port`) and whether its process is alive."""
 
     kind: str
     container_port: int = 0
-    host_port: int = 0
+    port: int = 0
     path: str = "/"
     alive: Callable[[], bool] = lambda: True
+    address: str = "127.0.0.1"
 
     @classmethod
-    def of(cls, check: HealthCheck, ports: list[tuple[int, int]], alive: Callable[[], bool]) -> Target:
-        """An instance with no ports can only be checked as a process."""
+    def of(cls, check: HealthCheck, ports: list[tuple[int, int]], alive: Callable[[], bool],
+           address: str | None = None) -> Target:
+        """The first of `ports` (container, host): on the host's loopback at its host port, or with an
+        `address` (a container's own, as kubelet probes a pod's) at its container port. An instance with no
+        ports can only be checked as a process."""
         if check.type == "process" or not ports:
             return cls("process", alive=alive)
         container_port, host_port = ports[0]
+        if address is not None:
+            return cls(check.type, container_port, container_port, check.path, alive, address)
         return cls(check.type, container_port, host_port, check.path, alive)
 
 
@@ -88,9 +95,9 @@ async def check_once(target: Target, timeout_s: float) -> str | None:
     try:
         async with asyncio.timeout_at(deadline):
             if target.kind == "port":
-                failure = await _connect(loop, target.host_port)
+                failure = await _connect(loop, target.address, target.port)
             else:
-                failure = await _http_get(loop, target.host_port, target.path, seen)
+                failure = await _http_get(loop, target.address, target.port, target.path, seen)
     except _RepTrouble:
         return INCONCLUSIVE
     except TimeoutError:
@@ -103,8 +110,8 @@ async def check_once(target: Target, timeout_s: float) -> str | None:
     return None if failure is None else f"{what}: {failure}"
 
 
-async def _connected(loop: asyncio.AbstractEventLoop, port: int) -> socket.socket:
-    """A non-blocking socket connected to 127.0.0.1:port (raises OSError). Not loop.sock_connect: uvloop's
+async def _connected(loop: asyncio.AbstractEventLoop, address: str, port: int) -> socket.socket:
+    """A non-blocking socket connected to address:port (raises OSError). Not loop.sock_connect: uvloop's
     resolves even a numeric address through getaddrinfo, most of a check's CPU; on loopback the connect
     mostly completes or is refused at once, and otherwise the loop says when it has."""
     try:
@@ -113,7 +120,7 @@ async def _connected(loop: asyncio.AbstractEventLoop, port: int) -> socket.socke
         raise _RepTrouble(str(exc)) from exc
     try:
         sock.setblocking(False)
-        error = sock.connect_ex(("127.0.0.1", port))
+        error = sock.connect_ex((address, port))
         if error == errno.EINPROGRESS:
             writable: asyncio.Future[None] = loop.create_future()
             loop.add_writer(sock.fileno(), _set_result, writable)
@@ -143,9 +150,9 @@ def _os_error(exc: OSError) -> str:
     return exc.strerror or type(exc).__name__
 
 
-async def _connect(loop: asyncio.AbstractEventLoop, port: int) -> str | None:
+async def _connect(loop: asyncio.AbstractEventLoop, address: str, port: int) -> str | None:
     try:
-        sock = await _connected(loop, port)
+        sock = await _connected(loop, address, port)
     except OSError as exc:
         return _os_error(exc)
     with sock:
@@ -153,12 +160,13 @@ async def _connect(loop: asyncio.AbstractEventLoop, port: int) -> str | None:
     return None
 
 
-async def _http_get(loop: asyncio.AbstractEventLoop, port: int, path: str, seen: bytearray) -> str | None:
+async def _http_get(loop: asyncio.AbstractEventLoop, address: str, port: int, path: str,
+                    seen: bytearray) -> str | None:
     """HTTP/1.0 GET, read until the server closes (or the cap): reading to the end spares the app a reset
     while it still writes its answer."""
-    request = f"GET {path} HTTP/1.0\r\nHost: 127.0.0.1:{port}\r\nUser-Agent: vendue-health\r\n\r\n"
+    request = f"GET {path} HTTP/1.0\r\nHost: {address}:{port}\r\nUser-Agent: vendue-health\r\n\r\n"
     try:
-        sock = await _connected(loop, port)
+        sock = await _connected(loop, address, port)
     except OSError as exc:
         return _os_error(exc)
     try:

@@ -132,7 +132,22 @@ async def test_a_process_check_is_whether_the_process_lives() -> None:
 def test_an_instance_without_ports_is_checked_as_a_process() -> None:
     assert Target.of(HealthCheck(type="port"), [], lambda: True).kind == "process"
     target = Target.of(HealthCheck(type="http", path="/h"), [(8080, 61000), (9090, 61001)], lambda: True)
-    assert (target.kind, target.container_port, target.host_port, target.path) == ("http", 8080, 61000, "/h")
+    assert (target.kind, target.container_port, target.port, target.path, target.address) == (
+        "http", 8080, 61000, "/h", "127.0.0.1")
+
+
+async def test_a_check_given_an_address_connects_to_it_at_the_container_port() -> None:
+    """A container's check goes to its own address, as kubelet probes a pod's: a listener on another
+    loopback address stands for it (nothing listens on 127.0.0.1 at that port)."""
+    server = await asyncio.start_server(lambda r, w: w.close(), "127.0.0.2", 0)
+    async with server:
+        port = server.sockets[0].getsockname()[1]
+        ports = [(port, closed_port())]
+        target = Target.of(HealthCheck(type="port"), ports, lambda: True, address="127.0.0.2")
+        assert (target.address, target.port) == ("127.0.0.2", port)
+        assert await check_once(target, 1.0) is None
+        away = Target.of(HealthCheck(type="port"), ports, lambda: True)
+        assert await check_once(away, 1.0) == f"port {port}: connection refused", "the host port: nothing"
 
 
 async def test_a_timeout_that_fires_late_because_the_loop_was_blocked_is_inconclusive() -> None:

@@ -4,7 +4,8 @@ Reports accumulate while a flush is in flight; the flusher sends the next batch 
 previous request finished. With `linger_s`, the first report after a quiet spell waits that long for
 company (as Kafka's linger.ms): the claims of work arriving in several pieces travel together, and the
 running reports of instances that start together, at the price of reports arriving up to `linger_s`
-later. Each answer goes back with the batch it answers: the cell starts an instance (runs a task) only
+later; a running report with no other start in flight to wait for (`running(..., hurry=True)`) goes at
+once. Each answer goes back with the batch it answers: the cell starts an instance (runs a task) only
 once the batch carrying its claim was answered without refusing it; so a claim a start waits on
 (`claimed(..., hurry=True)`, `task_started`) cuts the linger short, which would delay that start by as
 much. A failed request keeps its reports (ahead of newer ones) and is retried with common/retry.py's
@@ -71,8 +72,11 @@ class Outbox:
             self._hurry.set()
         self._kick()
 
-    def running(self, report: Running) -> None:
+    def running(self, report: Running, *, hurry: bool = False) -> None:
+        """`hurry`: no other report is on its way to keep it company (the cell starts nothing else)."""
         self._pending.running.append(report)
+        if hurry:
+            self._hurry.set()
         self._kick()
 
     def crashed(self, report: Crash) -> None:

@@ -172,6 +172,14 @@ async def test_with_a_linger_a_claim_and_a_quick_start_travel_in_one_request(
     assert [r.index for b in sender.requests for r in b.claimed] == [0]
 
 
+async def test_a_running_report_with_no_company_coming_does_not_linger(running_outbox) -> None:
+    """A linger of 30 s: a report that waited for it would miss the deadline."""
+    outbox, sender, _ = await running_outbox(linger_s=30.0)
+    outbox.running(running(0), hurry=True)
+    assert await outbox.drain(DEADLINE_S), f"expected the report sent at once; pending {outbox.pending}"
+    assert [[x.index for x in r.running] for r in sender.requests] == [[0]]
+
+
 async def test_a_claim_a_start_waits_on_cuts_the_linger_short(running_outbox) -> None:
     """An instance starts only once its claim is answered: lingering would delay its start as long. A
     linger of 30 s here: a report that waited for it would miss the deadline."""

@@ -309,7 +309,13 @@ class ProcessExecutor(Executor):
             if child.stop_requested.is_set():
                 await self._terminate(child, proc, self.stop_grace_s)
                 return
-            healthy = await self._wait_healthy(child, proc, desired.health_check, ports)
+            try:
+                healthy = await self._wait_healthy(child, proc, desired.health_check, ports)
+            except START_ERRORS as exc:  # what the start made beside the process failed (a port mapping)
+                keep_directory = True
+                await self._terminate(child, proc, 0.5)
+                listener.lrp_crashed(child.guid, f"failed to start: {exc}")
+                return
             if child.stop_requested.is_set():
                 await self._terminate(child, proc, self.stop_grace_s)
                 return
@@ -330,7 +336,7 @@ class ProcessExecutor(Executor):
             log.info("instance running",
                      extra={"data": {"pid": proc.pid, "ports": [p.host_port for p in ports]}})
             check = desired.health_check
-            self.health.watch(child.guid, check, self._target(check, ports, proc),
+            self.health.watch(child.guid, check, self._target(child, check, ports, proc),
                               lambda reason: self._stop_unhealthy(child, reason))
             if await _exited_or_stop(proc, child.stop_requested):
                 keep_directory = True
@@ -364,7 +370,7 @@ class ProcessExecutor(Executor):
         """Poll the health check until it passes, the child exits, a stop comes, or the timeout."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + check.timeout_s
-        target = self._target(check, ports, proc)
+        target = self._target(child, check, ports, proc)
         started = loop.time()
         interval = 0.02
         while True:
@@ -389,8 +395,9 @@ class ProcessExecutor(Executor):
                 w.cancel()
             interval = min(interval * 1.5, 0.25)
 
-    @staticmethod
-    def _target(check: HealthCheck, ports: list[PortMapping], proc: asyncio.subprocess.Process) -> Target:
+    def _target(self, child: _Child, check: HealthCheck, ports: list[PortMapping],
+                proc: asyncio.subprocess.Process) -> Target:
+        """What the health checks of `child` connect to: its host port on the host's loopback."""
         return Target.of(check, [(p.container_port, p.host_port) for p in ports],
                          lambda: proc.returncode is None)
 
