@@ -316,6 +316,12 @@ class ContainerExecutor(ProcessExecutor):
         self._containers: dict[str, _Container] = {}
 
     @property
+    def _keep(self) -> list[str]:
+        """runc's `run --keep` keeps the container's cgroup past its end, for its OOM count (`_exited`);
+        crun (1.8) has no such flag and removes it: an OOM under crun reads as its signal alone."""
+        return ["--keep"] if self.runtime.name == "runc" else []
+
+    @property
     def isolation_name(self) -> str:
         user = "userns" if self.userns else "no-userns"
         return f"{self.runtime.title} {user} {super().isolation_name}"
@@ -541,7 +547,7 @@ class ContainerExecutor(ProcessExecutor):
         output = OutputLog(sandbox.directory, self.log_cap_bytes)
         try:
             proc = await asyncio.create_subprocess_exec(
-                self.runtime.path, "--root", str(self.runc_root), "run", "--keep", "--bundle", str(bundle),
+                self.runtime.path, "--root", str(self.runc_root), "run", *self._keep, "--bundle", str(bundle),
                 ctr.container_id,
                 cwd=bundle, env={"PATH": DEFAULT_PATH}, stdin=subprocess.DEVNULL,
                 stdout=output.writer, stderr=output.stderr_writer, start_new_session=True,
