@@ -20,12 +20,14 @@ import asyncio
 import contextlib
 import logging
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import aiohttp
 from fastapi import APIRouter, WebSocket
 from pydantic import ValidationError
 from starlette.websockets import WebSocketDisconnect
+
+if TYPE_CHECKING:  # imported by the functions that use it: an eighth of a second of every BBS's start
+    import aiohttp
 
 from common.exec_stream import (
     CHUNK_BYTES,
@@ -95,6 +97,7 @@ async def _exec(websocket: WebSocket, bbs: BBS, process_guid: str, index_text: s
     ssl_context = client_context(files) if files is not None else None
     url = f"{rep_url.rstrip('/').replace('https://', 'wss://', 1).replace('http://', 'ws://', 1)}" \
           f"/instances/{instance_guid}/exec"
+    import aiohttp
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None, connect=CONNECT_TIMEOUT_S),
                                      trust_env=False) as session:
         try:
@@ -196,6 +199,8 @@ async def _relay(client: WebSocket, rep: aiohttp.ClientWebSocketResponse) -> int
 
 
 async def _client_to_rep(client: WebSocket, rep: aiohttp.ClientWebSocketResponse) -> None:
+    import aiohttp
+
     try:
         while True:
             message = await client.receive()
@@ -217,6 +222,8 @@ async def _client_to_rep(client: WebSocket, rep: aiohttp.ClientWebSocketResponse
 
 
 async def _rep_to_client(rep: aiohttp.ClientWebSocketResponse, client: WebSocket) -> int | None:
+    import aiohttp
+
     try:
         async for message in rep:
             if message.type == aiohttp.WSMsgType.BINARY:
