@@ -505,8 +505,7 @@ class ContainerExecutor(ProcessExecutor):
                                                          links, took)
             except cni.CNIError as exc:
                 raise OSError(str(exc)) from None
-            _write_state(bundle, {"container_id": ctr.container_id, "rootfs": str(rootfs), "ports": ctr.ports,
-                                  "cni": ctr.cni_result})
+            # The state file keeps the links' result: portmap passes it through unchanged.
             took["ports_mapped_s"] = round(time.monotonic() - began, 3)
 
         # Independent: the overlay and the network are made at once (each is undone by `_teardown`).
