@@ -93,9 +93,10 @@ class Switchable:
         return answer
 
 
-RENEW_TTL = (
-    1.5  # renewals every 0.5 s: a leader that stepped down only when its lease ran out would take 1.5 s
-)
+# Renewals every 1.5 s, each given 1.5 s to be answered: a leader that stepped down only when its lease
+# ran out would take 4.5 s. With 1.5 s (0.5 s to answer), a loaded machine once made a renewal overdue before
+# the cut, and the leader stepped down and led again before the test's own cut.
+RENEW_TTL = 4.5
 HUNG_TTL = 60.0  # renewals every 20 s unless woken; the lease outlasts every wait of the test
 
 

@@ -571,8 +571,8 @@ class ContainerExecutor(ProcessExecutor):
         if ctr is None:
             return healthy
         ctr.took["runc_to_healthy_s"] = round(time.monotonic() - ctr.spawned, 3)
-        if ctr.mapping is not None:
-            await ctr.mapping
+        if ctr.mapping is not None:  # shielded: a cancelled start must not kill portmap half way
+            await asyncio.shield(ctr.mapping)
         # where a start's time went: `tests/bench/containers.py --logs`
         log.debug("container started", extra={"data": {
             **ctr.took, "runc_to_running_s": round(time.monotonic() - ctr.spawned, 3), "healthy": healthy}})
@@ -678,9 +678,9 @@ class ContainerExecutor(ProcessExecutor):
     async def _runtime(self, args: list[str]) -> tuple[int, str]:
         if not self.runc_root.is_dir():
             return 0, ""
-        code, out, err = await run_captured([self.runtime.path, "--root", str(self.runc_root), *args],
-                                            timeout_s=RUNTIME_TIMEOUT_S)
-        return code, (out + err).decode(errors="replace")
+        code, out, _ = await run_captured([self.runtime.path, "--root", str(self.runc_root), *args],
+                                          timeout_s=RUNTIME_TIMEOUT_S)
+        return code, out.decode(errors="replace")  # its standard output alone: `list` answers JSON there
 
     async def _runtime_list(self) -> list[str]:
         code, out = await self._runtime(["list", "--format", "json"])

@@ -54,9 +54,11 @@ log = logging.getLogger("rep.host")
 EVACUATED_TASK_REASON = "cell evacuated before completion"
 SHUTDOWN_TASK_REASON = "cell shut down before completion"
 DRAIN_TIMEOUT_S = 10.0
-# A cell whose first heartbeat failed (its BBS not up yet: a cluster starts every process at once) tries
-# again after common/retry.py's REGISTRATION delays, capped at the heartbeat interval, instead of a whole
-# interval (TTL/3) later.
+# A round in which a cell's heartbeat failed is tried again after common/retry.py's REGISTRATION delays,
+# capped at the heartbeat interval, instead of a whole interval (TTL/3) later: a cell's first heartbeat may
+# find no BBS yet (a cluster starts every process at once), and a rep that was stalled (a pause, a stopped
+# VM) comes back with a TTL nearly spent, where its first heartbeat may fail on a connection the BBS closed
+# meanwhile: the next, an interval later, came after its presence had expired.
 # The first heartbeat makes the cells present, and every auction then asks them for their state: a rep not
 # yet able to answer (its HTTP server not serving, its NATS subscription not made) holds a NATS auction's
 # gather open until the auctioneer's cell_state_timeout (5 s) and drops out of it, so what that auction
@@ -137,8 +139,8 @@ class RepHost:
         self._slow_rounds = 0
         self._beating: set[str] = set()  # cells whose heartbeat is in flight
         self._beat_now = asyncio.Event()
-        self._registration_delays = REGISTRATION.capped(self.heartbeat_interval_s).delays()
-        self._registration_retry: asyncio.TimerHandle | None = None
+        self._retry_delays = REGISTRATION.capped(self.heartbeat_interval_s).delays()
+        self._retry: asyncio.TimerHandle | None = None
         self._shutdown = asyncio.Event()
         self._force = False
         self._signals_seen = 0
@@ -251,10 +253,10 @@ class RepHost:
             self._beating.difference_update(c.cell_id for c in cells)
         took = asyncio.get_running_loop().time() - started
         ok = sum(1 for r in results if r is True)
-        if any(c.awaiting_registration and not c.retired for c in cells):
-            self._retry_registration_soon()
+        if ok < len(cells) or any(c.awaiting_registration and not c.retired for c in cells):
+            self._retry_soon()
         else:
-            self._registration_delays.reset()
+            self._retry_delays.reset()
         self.heartbeats_sent += ok
         if ok < len(cells):
             # Say it when the BBS becomes unreachable, then only every 10th failed round.
@@ -279,13 +281,14 @@ class RepHost:
                 )
         return ok
 
-    def _retry_registration_soon(self) -> None:
+    def _retry_soon(self) -> None:
         """The next round soon (backing off), not a whole interval away: no cell takes work before the
-        BBS has accepted its boot, so a rep that started before its BBS would idle for up to TTL/3."""
-        if self._registration_retry is not None:
-            self._registration_retry.cancel()
-        delay = next(self._registration_delays)
-        self._registration_retry = asyncio.get_running_loop().call_later(delay, self._beat_now.set)
+        BBS has accepted its boot, so a rep that started before its BBS would idle for up to TTL/3; and a
+        presence whose heartbeat failed may have less than an interval left."""
+        if self._retry is not None:
+            self._retry.cancel()
+        delay = next(self._retry_delays)
+        self._retry = asyncio.get_running_loop().call_later(delay, self._beat_now.set)
 
     async def _heartbeats(self, cells: list[RepCell]) -> bool:
         """These cells' presences in one PUT /v1/cells."""
@@ -339,8 +342,8 @@ class RepHost:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._beat_now.wait(), timeout=max(0.0, next_at - loop.time()))
         finally:
-            if self._registration_retry is not None:
-                self._registration_retry.cancel()
+            if self._retry is not None:
+                self._retry.cancel()
             for beat in rounds:
                 beat.cancel()
 

@@ -235,14 +235,37 @@ async def test_a_rep_started_before_its_bbs_registers_soon_after_the_bbs_answers
                              "the cell registered by a retry", lambda: bbs.heartbeats)
             assert [p.cell_id for p in bbs.heartbeats] == ["early"], bbs.heartbeats
             # The cell is marked registered inside the round; the delays are reset when the round ends.
-            await eventually(lambda: host._registration_delays.failures == 0, DEADLINE_S,
+            await eventually(lambda: host._retry_delays.failures == 0, DEADLINE_S,
                              "a success starts the jittered delays again",
-                             lambda: host._registration_delays.failures)
+                             lambda: host._retry_delays.failures)
             # Registered: back to one heartbeat per interval (no retry storm).
             await asyncio.sleep(0.5)
             assert len(bbs.heartbeats) == 1, (
                 f"expected no further heartbeat within the 20 min interval, saw {bbs.heartbeats}"
             )
+        finally:
+            await host.close()
+
+
+async def test_a_failed_heartbeat_of_a_registered_cell_is_tried_again_soon() -> None:
+    """A rep back from a stall has little of its TTL left, and its first heartbeat may fail (a connection the
+    BBS closed meanwhile): the next try comes within a fraction of a second, not an interval (20 min)
+    later."""
+    async with fake_bbs() as bbs, httpx.AsyncClient(timeout=5) as client:
+        host = one_cell_host(bbs, client, presence_ttl_s=3600.0)
+        await host.start()
+        try:
+            await eventually(lambda: len(bbs.heartbeats) == 1, DEADLINE_S, "the first heartbeat",
+                             lambda: bbs.heartbeats)
+            bbs.unavailable = True
+            host._beat_now.set()  # a round now, as after a stall: it fails
+            await eventually(lambda: host._failed_rounds >= 1, DEADLINE_S, "a failed round",
+                             lambda: host._failed_rounds)
+            bbs.unavailable = False
+            await eventually(lambda: len(bbs.heartbeats) == 2, DEADLINE_S, "a heartbeat again, soon",
+                             lambda: bbs.heartbeats)
+            await eventually(lambda: host._failed_rounds == 0, DEADLINE_S, "rounds succeed again",
+                             lambda: host._failed_rounds)
         finally:
             await host.close()
 

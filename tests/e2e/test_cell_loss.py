@@ -227,5 +227,10 @@ def test_work_a_stalled_cell_accepted_is_not_auctioned_again_while_it_is_present
 
     running = wait_all_running(c.bbs, late, 1)
     assert running[0]["cell_id"] == holder, brief(c.bbs.actuals(late))
-    hold_for(lambda: one_process_per_index(late, all_running(c.bbs, late, 1))
-             and auctioneer_stats(c)["lrps_placed"] == 1, 3.0, f"{late} running once, placed once")
+
+    def running_once_placed_once() -> bool:
+        placed = auctioneer_stats(c)["lrps_placed"]
+        return one_process_per_index(late, all_running(c.bbs, late, 1)) and expect(
+            placed == 1, f"placed {placed} times: {brief(c.bbs.actuals(late))}")
+
+    hold_for(running_once_placed_once, 3.0, f"{late} running once, placed once")
