@@ -1,6 +1,6 @@
 """The convergence leader's in-flight mark (bbs/operations/convergence.py, "In flight"): it moves to now
-when this BBS takes over, the auctioneer lease changes hands or a cell reboots; the cell-appeared mark
-when a cell appears."""
+when this BBS takes over, the auctioneer lease changes hands, start requests were not delivered or a cell
+reboots; the cell-appeared mark when a cell appears."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from bbs.records import CellRecord
 
 
 def convergence() -> Convergence:
-    uow: Any = SimpleNamespace(outbound=SimpleNamespace(cell_detail=None),
+    uow: Any = SimpleNamespace(outbound=SimpleNamespace(cell_detail=None, auction_lost_at=0.0),
                                settings=SimpleNamespace(cell_loss_check=1.0, presence_ttl=10.0),
                                on_wake=lambda: None)
     return Convergence(uow, ConvergenceConfig())
@@ -45,6 +45,18 @@ def test_the_mark_moves_when_a_cell_reboots_the_auctioneer_changes_or_a_cell_app
     conv.notice(cells(("c1", "b2", 100.0), ("c2", "x", 100.0)), None, 6.0)  # nothing new; no lease read
     assert (conv.in_flight_since, conv.cell_appeared_at) == (4.0, 5.0)
     assert conv.pass_config().cell_appeared_at == 5.0
+
+
+def test_the_mark_moves_when_start_requests_were_not_delivered() -> None:
+    """No auctioneer answered (none held the lease yet, after a restart): what was sent is not on its way,
+    and waiting for the staleness limit would leave it UNCLAIMED that long."""
+    conv = convergence()
+    conv.notice(cells(("c1", "b1", 100.0)), 3, 1.0)
+    conv.uow.outbound.auction_lost_at = 1.5
+    conv.notice(cells(("c1", "b1", 100.0)), 3, 2.0)
+    assert conv.in_flight_since == 2.0
+    conv.notice(cells(("c1", "b1", 100.0)), 3, 3.0)
+    assert conv.in_flight_since == 2.0, "the same loss moves it once"
 
 
 def test_a_new_leader_judges_no_cell_gone_until_it_could_have_heard_it() -> None:

@@ -63,6 +63,7 @@ class NatsOutbound(Outbound):
         subject = AUCTIONEER_LRPS if kind == "lrps" else AUCTIONEER_TASKS
         if not await self.nats.until_connected(self._request_timeout):
             self.metrics.auctioneer_requests.labels(kind=kind, outcome="error").inc()
+            self.auction_lost()
             log.warning("auctioneer send failed: NATS not connected; convergence will retry",
                         extra={"data": {"subject": subject, "items": len(body)}})
             return
@@ -84,6 +85,7 @@ class NatsOutbound(Outbound):
                         self.metrics.auctioneer_requests.labels(kind=kind, outcome="error").inc()
                         raise
         except Exception as exc:
+            self.auction_lost()
             log.warning("auctioneer send failed; convergence will retry", extra={"data": {
                 "subject": subject, "bytes": len(chunk), "error": repr(exc),
             }})

@@ -200,6 +200,9 @@ class Outbound:
         self._rep_queues: dict[tuple[RepVerb, RepKey], list[Any]] = {}
         self._background: set[asyncio.Task[None]] = set()
         self._sender: asyncio.Task[None] | None = None
+        # When (epoch s) start requests last could not be delivered: convergence then auctions at once what
+        # is UNCLAIMED or PENDING instead of taking it to be in flight (bbs/operations/convergence.py).
+        self.auction_lost_at = 0.0
 
     def set_find_auctioneer(self, find: FindAuctioneer) -> None:
         """Send start requests to the elected auctioneer `find` names (when it names one)."""
@@ -253,9 +256,14 @@ class Outbound:
                 if tasks:
                     await self._post_auctioneer("/v1/tasks", tasks, "tasks")
             except Exception:  # the sender must outlive any one bad send; convergence retries it
+                self.auction_lost()
                 log.exception("auctioneer send failed unexpectedly")
             if not self._lrps and not self._tasks:
                 self._idle.set()
+
+    def auction_lost(self) -> None:
+        """Start requests were not delivered (none of the tries got through)."""
+        self.auction_lost_at = time.time()
 
     async def _auctioneer_base(self) -> str:
         """The lease holder's URL (cached for LEADER_CACHE_S), else the configured one."""
@@ -287,6 +295,7 @@ class Outbound:
                         raise
             self.metrics.auctioneer_requests.labels(kind=kind, outcome="ok").inc()
         except httpx.HTTPError as exc:
+            self.auction_lost()
             log.warning(
                 "auctioneer send failed; convergence will retry",
                 extra={

@@ -12,7 +12,8 @@ auctioneer's batch or a rep's claims, and left alone until `--stale-unclaimed`. 
 only by the processes that hold it, so the leader keeps one mark, `in_flight_since`: what was auctioned
 before it is not known to be in flight and is auctioned again at once (unless a present cell accepted it:
 bbs/placements.py). The mark moves to now when the leader takes the convergence lease (a fresh process knows
-of nothing in flight), when the auctioneer lease changes hands (the old holder's batch may be lost) and
+of nothing in flight), when the auctioneer lease changes hands (the old holder's batch may be lost), when
+start requests could not be delivered (no auctioneer answered any try: `Outbound.auction_lost_at`) and
 when a cell heartbeats with a new boot id (its rep lost what it had accepted and not claimed). A cell
 that appears or comes back moves another mark, `cell_appeared_at`: what an auction found no room for
 before it (its placement error says so: not in flight) is auctioned again at once. A duplicate
@@ -94,24 +95,26 @@ class Convergence:
                 for cell_id, cell in cells.items()}
 
     def notice(self, cells: Mapping[str, CellRecord], auctioneer_token: int | None, now: float) -> None:
-        """Move the in-flight mark to now when the auctioneer lease changed hands or a cell's rep restarted
-        since the last pass."""
+        """Move the in-flight mark to now when the auctioneer lease changed hands, start requests were not
+        delivered or a cell's rep restarted since the last pass."""
         boots = {cell_id: cell.boot_id for cell_id, cell in cells.items()}
         rebooted = self._boots is not None and any(
             boot and self._boots.get(cell_id, boot) != boot for cell_id, boot in boots.items()
         )
         handed_over = (self._auctioneer_token is not None and auctioneer_token is not None
                        and auctioneer_token != self._auctioneer_token)
+        lost = self.uow.outbound.auction_lost_at > self.in_flight_since
         # A cell (re)appeared: what an auction could not place meanwhile (a BBS down longer than the
         # presence TTL comes back to no present cell) may fit now.
         present = {cell_id for cell_id, cell in cells.items() if cell.present(now)}
         if self._present is not None and not present <= self._present:
             self.cell_appeared_at = now
         self._present = present
-        if rebooted or handed_over:
+        if rebooted or handed_over or lost:
             self.in_flight_since = now
             log.info("work in flight may be lost: auctioning what is UNCLAIMED at once",
-                     extra={"data": {"cell_restarted": rebooted, "auctioneer_changed": handed_over}})
+                     extra={"data": {"cell_restarted": rebooted, "auctioneer_changed": handed_over,
+                                     "start_requests_undelivered": lost}})
         self._boots = boots
         if auctioneer_token is not None:
             self._auctioneer_token = auctioneer_token
