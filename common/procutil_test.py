@@ -1,5 +1,7 @@
 import asyncio
+import contextlib
 import os
+import signal
 import socket
 from pathlib import Path
 
@@ -83,19 +85,26 @@ async def test_a_captured_run_gives_the_exit_code_and_both_outputs_and_takes_std
 
 
 async def test_a_captured_run_past_its_timeout_or_cancelled_is_killed_and_reaped(tmp_path: Path) -> None:
-    pid_file = tmp_path / "pid"
-    script = f"echo $$ > {pid_file}; exec sleep 60"
-    with pytest.raises(TimeoutError):
-        await run_captured(["sh", "-c", script], timeout_s=0.5)
-    first = int(pid_file.read_text())
+    script = "echo $$ > {}; exec sleep 60"
+    started: list[int] = []
+    try:
+        first = tmp_path / "first"
+        with pytest.raises(TimeoutError):
+            await run_captured(["sh", "-c", script.format(first)], timeout_s=0.5)
+        started.append(int(first.read_text()))
 
-    pid_file.unlink()
-    run = asyncio.ensure_future(run_captured(["sh", "-c", script], timeout_s=60.0))
-    await eventually(pid_file.exists, 10.0, "the command to start")
-    run.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await run
-    second = int(pid_file.read_text())
-    for pid in (first, second):
-        await eventually(lambda pid=pid: not Path(f"/proc/{pid}").exists(), 10.0,
-                         f"pid {pid} killed and reaped (no zombie left)")
+        second = tmp_path / "second"
+        run = asyncio.ensure_future(run_captured(["sh", "-c", script.format(second)], timeout_s=60.0))
+        await eventually(second.exists, 10.0, "the command to start")
+        run.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await run
+        started.append(int(second.read_text()))
+        for pid in started:
+            await eventually(lambda pid=pid: not Path(f"/proc/{pid}").exists(), 10.0,
+                             f"pid {pid} killed and reaped (no zombie left)")
+    finally:  # what a failure left running (still our `sleep 60`, not a process that took its pid since)
+        for pid in started:
+            with contextlib.suppress(OSError):
+                if Path(f"/proc/{pid}/cmdline").read_bytes() == b"sleep\x0060\x00":
+                    os.kill(pid, signal.SIGKILL)

@@ -54,7 +54,6 @@ from .artifact_cache import ArtifactError, describe, placed_paths
 from .cgroups import InstanceCgroup, parse_mountinfo, parse_proc_cgroup
 from .container_exec import ContainerExecSession, exec_process
 from .executor import ExecRefused, ExecSession, ExecutorListener, LRPContainer, TaskContainer
-from .health_monitor import Target
 from .image_store import ImageStore
 from .isolation import IsolationError, rep_key
 from .log_stream import Origin
@@ -201,13 +200,6 @@ def _unmount(target: Path) -> None:
             return
         if libc.umount2(str(target).encode(), MS_DETACH) != 0:
             raise OSError(ctypes.get_errno(), f"umount {target}")
-
-
-def _is_mount(path: Path) -> bool:
-    """Whether an overlay is mounted at `path`: its own device, not its parent's (os.path.ismount), where
-    reading /proc/self/mountinfo costs a cell with a hundred containers (each an overlay and a disk) as
-    much for every stop."""
-    return os.path.ismount(path)
 
 
 def _prepare_rootfs(lower: Path, directory: Path, cwd: str, uid: int, gid: int) -> Path:
@@ -578,15 +570,11 @@ class ContainerExecutor(ProcessExecutor):
             **ctr.took, "runc_to_running_s": round(time.monotonic() - ctr.spawned, 3), "healthy": healthy}})
         return healthy
 
-    def _target(self, child: _Child, check: HealthCheck, ports: list[PortMapping],
-                proc: asyncio.subprocess.Process) -> Target:
+    def _check_address(self, child: _Child) -> str | None:
         """A container's checks connect to its own address at the container port, as kubelet probes a pod's:
         no port mapping on the way, so they can run while the mappings are still being made."""
         ctr = self._containers.get(child.guid)
-        if ctr is None or ctr.address is None:
-            return super()._target(child, check, ports, proc)
-        return Target.of(check, [(p.container_port, p.host_port) for p in ports],
-                         lambda: proc.returncode is None, address=ctr.address)
+        return ctr.address if ctr is not None else None
 
     async def _terminate(self, child: _Child, proc: asyncio.subprocess.Process, grace_s: float) -> None:
         ctr = self._containers.get(child.guid)
@@ -652,7 +640,9 @@ class ContainerExecutor(ProcessExecutor):
                               extra={"data": {"container": ctr.container_id}})
             else:
                 shutil.rmtree(self.state_dir / child.guid, ignore_errors=True)
-            if not _is_mount(child.sandbox.directory / ROOTFS):  # never delete through a live overlay
+            # Never delete through a live overlay (its own device: os.path.ismount, not mountinfo, which a
+            # cell with a hundred overlays and disks makes costly to read at every stop).
+            if not os.path.ismount(child.sandbox.directory / ROOTFS):
                 for name in (UPPER, WORK, ROOTFS):
                     shutil.rmtree(child.sandbox.directory / name, ignore_errors=True)
         await super()._release(child, keep_log=keep_log)
@@ -661,7 +651,7 @@ class ContainerExecutor(ProcessExecutor):
                         result: dict[str, Any] | None) -> None:
         """runc's state, the overlay, the network and its namespace of one container: each tried."""
         await self._runtime(["delete", "--force", cid])
-        if rootfs is not None and await asyncio.to_thread(_is_mount, rootfs):
+        if rootfs is not None and os.path.ismount(rootfs):
             await asyncio.to_thread(_unmount, rootfs)
         netns = cni.netns_path(cid)
         async with cni.iptables_turn():  # portmap's DEL changes iptables

@@ -395,11 +395,15 @@ class ProcessExecutor(Executor):
                 w.cancel()
             interval = min(interval * 1.5, 0.25)
 
+    def _check_address(self, child: _Child) -> str | None:
+        """Where `child`'s health checks connect, at its container port; None: the host's loopback at its
+        host port (a process listens on the host itself)."""
+        return None
+
     def _target(self, child: _Child, check: HealthCheck, ports: list[PortMapping],
                 proc: asyncio.subprocess.Process) -> Target:
-        """What the health checks of `child` connect to: its host port on the host's loopback."""
         return Target.of(check, [(p.container_port, p.host_port) for p in ports],
-                         lambda: proc.returncode is None)
+                         lambda: proc.returncode is None, address=self._check_address(child))
 
     def _stop_unhealthy(self, child: _Child, reason: str) -> None:
         """The health monitor's verdict: stop the instance as a stop would; its runner then sees it end and
